@@ -1,0 +1,165 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/idem-store/idem/partition"
+)
+
+// Options configure a DB.
+type Options struct {
+	// FS is the filesystem; nil means the OS (vfs.Default). Tests pass vfs.NewMem().
+	FS vfs.FS
+	// CacheBytes is the block cache size; 0 means 64 MiB.
+	CacheBytes int64
+	// Logger receives Pebble's events at debug level.
+	Logger *slog.Logger
+}
+
+// Meta is the FSM metadata stored beside the data, always written in the same
+// batch as the data it describes.
+type Meta struct {
+	Applied        uint64          // last applied raft index
+	NowMs          int64           // cluster time of the last applied command
+	Width          partition.Width // bucket width, fixed at the first command
+	MaxRetentionMs int64           // longest retention any record was created with
+}
+
+// DB is the Pebble store of idem.
+type DB struct {
+	pdb *pebble.DB
+	dir string
+	fs  vfs.FS
+
+	mu     sync.RWMutex
+	meta   Meta
+	closed bool
+}
+
+// Open opens (creating if needed) the store in dir.
+func Open(dir string, o Options) (*DB, error) {
+	if o.FS == nil {
+		o.FS = vfs.Default
+	}
+	if o.CacheBytes == 0 {
+		o.CacheBytes = 64 << 20
+	}
+	cache := pebble.NewCache(o.CacheBytes)
+	defer cache.Unref()
+	po := &pebble.Options{
+		FS:                 o.FS,
+		Cache:              cache,
+		FormatMajorVersion: pebble.FormatNewest,
+		Logger:             pebbleLogger{o.Logger},
+		MemTableSize:       32 << 20,
+	}
+	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
+	po.EnsureDefaults()
+	for i := range po.Levels {
+		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	pdb, err := pebble.Open(dir, po)
+	if err != nil {
+		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
+	}
+	d := &DB{pdb: pdb, dir: dir, fs: o.FS}
+	if d.meta, err = d.readMeta(); err != nil {
+		pdb.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Close closes the store after syncing it.
+func (d *DB) Close() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return nil
+	}
+	d.closed = true
+	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
+		d.pdb.Close()
+		return fmt.Errorf("engine: sync on close: %w", err)
+	}
+	return d.pdb.Close()
+}
+
+// Sync makes every committed write durable.
+func (d *DB) Sync() error {
+	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
+		return fmt.Errorf("engine: sync: %w", err)
+	}
+	return nil
+}
+
+// Meta returns the metadata as of the last commit.
+func (d *DB) Meta() Meta {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	return d.meta
+}
+
+func (d *DB) readMeta() (Meta, error) {
+	var m Meta
+	var err error
+	get := func(k []byte) uint64 {
+		v, c, e := d.pdb.Get(k)
+		if errors.Is(e, pebble.ErrNotFound) {
+			return 0
+		}
+		if e != nil {
+			err = e
+			return 0
+		}
+		defer c.Close()
+		if len(v) != 8 {
+			err = fmt.Errorf("%w: meta %s", ErrCorrupt, k)
+			return 0
+		}
+		return binary.BigEndian.Uint64(v)
+	}
+	m.Applied = get(keyApplied)
+	m.NowMs = int64(get(keyNow))
+	m.Width = partition.Width(get(keyWidth))
+	m.MaxRetentionMs = int64(get(keyMaxRet))
+	if s := get(keySchema); err == nil && s != 0 && s != schemaVesion {
+		return m, fmt.Errorf("engine: schema version %d, this binary reads %d", s, schemaVesion)
+	}
+	if err != nil {
+		return m, fmt.Errorf("engine: read meta: %w", err)
+	}
+	return m, nil
+}
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	if p.l != nil {
+		p.l.Debug("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	if p.l != nil {
+		p.l.Error("pebble: " + fmt.Sprintf(format, args...))
+	}
+}
+
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	if p.l != nil {
+		p.l.Error("pebble: fatal: " + msg)
+	}
+	panic("pebble: " + msg)
+}

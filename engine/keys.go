@@ -1,0 +1,102 @@
+package engine
+
+import (
+	"encoding/binary"
+
+	"github.com/idem-store/idem/partition"
+)
+
+// Meta keys.
+var (
+	keyApplied   = []byte("m/applied")
+	keyNow       = []byte("m/now")
+	keyWidth     = []byte("m/width")
+	keyMaxRet    = []byte("m/maxret")
+	keySchema    = []byte("m/schema")
+	metaStart    = []byte("m/")
+	metaEnd      = []byte("m0")
+	schemaVesion = uint64(1)
+)
+
+// Kinds of bucketed keys (the byte after the bucket prefix).
+const (
+	kindRecord = 'r'
+	kindLease  = 'l'
+	kindQuota  = 'q'
+	kindStats  = 's'
+)
+
+// AppendScope appends the length-prefixed encoding of a scope. With
+// principalOnly the endpoint is left out of uniqueness (encoded empty).
+func AppendScope(dst []byte, s Scope, principalOnly bool) []byte {
+	dst = appendString(dst, s.Principal)
+	if principalOnly {
+		dst = appendString(dst, "")
+	} else {
+		dst = appendString(dst, s.Endpoint)
+	}
+	return appendString(dst, s.Key)
+}
+
+// DecodeScope decodes a scope encoded by AppendScope and returns the rest.
+func DecodeScope(b []byte) (Scope, []byte, bool) {
+	var s Scope
+	var ok bool
+	if s.Principal, b, ok = readString(b); !ok {
+		return s, nil, false
+	}
+	if s.Endpoint, b, ok = readString(b); !ok {
+		return s, nil, false
+	}
+	if s.Key, b, ok = readString(b); !ok {
+		return s, nil, false
+	}
+	return s, b, true
+}
+
+func bucketKey(dst []byte, b partition.Bucket, kind byte) []byte {
+	dst = partition.AppendPrefix(dst, b)
+	return append(dst, kind, '/')
+}
+
+// RecordKey is the key of the record of scope in bucket b.
+func RecordKey(b partition.Bucket, scope []byte) []byte {
+	k := bucketKey(make([]byte, 0, 12+len(scope)), b, kindRecord)
+	return append(k, scope...)
+}
+
+func leaseKey(b partition.Bucket, leaseMs int64, scope []byte) []byte {
+	k := bucketKey(make([]byte, 0, 20+len(scope)), b, kindLease)
+	k = binary.BigEndian.AppendUint64(k, uint64(leaseMs))
+	return append(k, scope...)
+}
+
+func quotaKey(b partition.Bucket, principal string) []byte {
+	k := bucketKey(make([]byte, 0, 14+len(principal)), b, kindQuota)
+	return appendString(k, principal)
+}
+
+func statsKey(b partition.Bucket) []byte {
+	return bucketKey(make([]byte, 0, 12), b, kindStats)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func readString(b []byte) (string, []byte, bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return "", nil, false
+	}
+	return string(b[w : w+int(n)]), b[w+int(n):], true
+}
+
+func readBytes(b []byte) ([]byte, []byte, bool) {
+	n, w := binary.Uvarint(b)
+	if w <= 0 || n > uint64(len(b)-w) {
+		return nil, nil, false
+	}
+	return append([]byte(nil), b[w:w+int(n)]...), b[w+int(n):], true
+}

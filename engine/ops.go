@@ -1,0 +1,330 @@
+package engine
+
+import (
+	"fmt"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idem-store/idem/partition"
+	"github.com/idem-store/idem/ttl"
+)
+
+// Outcome is the result of an operation on a record. Losing a claim is an
+// outcome, not an error.
+type Outcome uint8
+
+// Outcomes.
+const (
+	OutcomeClaimed Outcome = iota + 1
+	OutcomeReplay
+	OutcomeInProgress
+	OutcomeFingerprintMismatch
+	OutcomeQuotaExceeded
+	OutcomeCompleted
+	OutcomeAlreadyCompleted
+	OutcomeTokenMismatch
+	OutcomeNotFound
+	OutcomeReleased
+	OutcomeExtended
+	OutcomeDeleted
+	OutcomeDropped
+	OutcomeDropRefused
+)
+
+var outcomeNames = [...]string{"", "claimed", "replay", "in_progress", "fingerprint_mismatch",
+	"quota_exceeded", "completed", "already_completed", "token_mismatch", "not_found",
+	"released", "extended", "deleted", "dropped", "drop_refused"}
+
+func (o Outcome) String() string {
+	if int(o) < len(outcomeNames) {
+		return outcomeNames[o]
+	}
+	return fmt.Sprintf("outcome(%d)", o)
+}
+
+// Result is what an operation decided. Record is the record after the
+// operation (or the conflicting record for a losing claim).
+type Result struct {
+	Outcome  Outcome
+	Record   *Record
+	Takeover bool  // a claim took over an in-progress record whose lease ran out
+	NowMs    int64 // cluster time the decision was made at
+	Dropped  int64 // records removed by a bucket drop
+	Bytes    int64 // bytes removed by a bucket drop
+}
+
+// ClaimArgs are the inputs of a claim. Everything that changes the decision
+// is here, so Apply needs no local configuration.
+type ClaimArgs struct {
+	Scope          Scope
+	PrincipalScope bool
+	Fingerprint    string
+	ClaimID        string
+	CorrelationID  string
+	LeaseMs        int64
+	RetentionMs    int64
+	MaxKeys        int64 // live keys per principal; 0 = unlimited
+}
+
+// TokenArgs address the current attempt of a record.
+type TokenArgs struct {
+	Scope          Scope
+	PrincipalScope bool
+	Token          uint64
+}
+
+// Claim is the compare-and-insert: it creates the record when there is no
+// live one, or decides what the caller gets instead. token is the fencing
+// token of a new attempt (the raft index of the command).
+func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
+	if a.RetentionMs > t.meta.MaxRetentionMs {
+		t.meta.MaxRetentionMs = a.RetentionMs
+	}
+	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
+	res := Result{NowMs: nowMs}
+	f, ok := findLive(t.b, t.meta, scope, nowMs)
+	if !ok {
+		if a.MaxKeys > 0 && t.liveKeys(a.Scope.Principal, nowMs) >= a.MaxKeys {
+			res.Outcome = OutcomeQuotaExceeded
+			return res
+		}
+		r := &Record{
+			Scope: a.Scope, State: StateInProgress, Fingerprint: a.Fingerprint,
+			Attempt: 1, Token: token, ClaimID: a.ClaimID, CorrelationID: a.CorrelationID,
+			CreatedMs: nowMs, ExpiresMs: nowMs + a.RetentionMs,
+		}
+		r.LeaseMs = leaseUntil(nowMs, a.LeaseMs, r.ExpiresMs)
+		b := partition.Of(r.ExpiresMs, t.meta.Width)
+		t.put(b, scope, r, nil, 0)
+		t.addQuota(b, a.Scope.Principal, 1)
+		res.Outcome, res.Record = OutcomeClaimed, r
+		return res
+	}
+	old := f.rec
+	res.Record = old
+	switch {
+	case old.Fingerprint != a.Fingerprint:
+		res.Outcome = OutcomeFingerprintMismatch
+		return res
+	case old.State == StateCompleted:
+		res.Outcome = OutcomeReplay
+		return res
+	case old.State == StateInProgress && ttl.LeaseHeld(old.LeaseMs, nowMs):
+		if a.ClaimID != "" && a.ClaimID == old.ClaimID {
+			res.Outcome = OutcomeClaimed // the same attempt asked again
+			return res
+		}
+		res.Outcome = OutcomeInProgress
+		return res
+	}
+	// failed, or in progress with a lease that ran out: a new attempt.
+	r := *old
+	res.Takeover = old.State == StateInProgress
+	r.State = StateInProgress
+	r.Attempt++
+	r.Token = token
+	r.ClaimID = a.ClaimID
+	if a.CorrelationID != "" {
+		r.CorrelationID = a.CorrelationID
+	}
+	r.LeaseMs = leaseUntil(nowMs, a.LeaseMs, r.ExpiresMs)
+	t.put(f.bucket, scope, &r, old, f.size)
+	res.Outcome, res.Record = OutcomeClaimed, &r
+	return res
+}
+
+// leaseUntil caps a lease at the record's expiry: past it the record is gone.
+func leaseUntil(nowMs, leaseMs, expiresMs int64) int64 {
+	if l := nowMs + leaseMs; l < expiresMs {
+		return l
+	}
+	return expiresMs
+}
+
+// current finds the live record and checks the caller holds its token.
+func (t *Txn) current(a TokenArgs, nowMs int64) (found, []byte, Result, bool) {
+	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
+	res := Result{NowMs: nowMs}
+	f, ok := findLive(t.b, t.meta, scope, nowMs)
+	if !ok {
+		res.Outcome = OutcomeNotFound
+		return f, scope, res, false
+	}
+	res.Record = f.rec
+	if f.rec.Token != a.Token {
+		res.Outcome = OutcomeTokenMismatch
+		return f, scope, res, false
+	}
+	return f, scope, res, true
+}
+
+// Complete stores the response of the attempt holding token. It is
+// idempotent: the same token with the same response succeeds again.
+func (t *Txn) Complete(a TokenArgs, resp *Response, nowMs int64) Result {
+	f, scope, res, ok := t.current(a, nowMs)
+	if !ok {
+		return res
+	}
+	switch f.rec.State {
+	case StateCompleted:
+		if f.rec.Response.Equal(resp) {
+			res.Outcome = OutcomeCompleted
+		} else {
+			res.Outcome = OutcomeAlreadyCompleted
+		}
+		return res
+	case StateFailed:
+		res.Outcome = OutcomeTokenMismatch // the attempt was released
+		return res
+	}
+	r := *f.rec
+	r.State = StateCompleted
+	r.Response = resp
+	r.CompletedMs = nowMs
+	r.LeaseMs = 0
+	r.ClaimID = ""
+	t.put(f.bucket, scope, &r, f.rec, f.size)
+	res.Outcome, res.Record = OutcomeCompleted, &r
+	return res
+}
+
+// Release ends the attempt holding token without an effect: the record
+// becomes failed and the next claim runs again.
+func (t *Txn) Release(a TokenArgs, nowMs int64) Result {
+	f, scope, res, ok := t.current(a, nowMs)
+	if !ok {
+		return res
+	}
+	switch f.rec.State {
+	case StateFailed:
+		res.Outcome = OutcomeReleased
+		return res
+	case StateCompleted:
+		res.Outcome = OutcomeAlreadyCompleted
+		return res
+	}
+	r := *f.rec
+	r.State = StateFailed
+	r.LeaseMs = 0
+	r.ClaimID = ""
+	t.put(f.bucket, scope, &r, f.rec, f.size)
+	res.Outcome, res.Record = OutcomeReleased, &r
+	return res
+}
+
+// Extend moves the lease of the attempt holding token to now+leaseMs
+// (never past the record's expiry).
+func (t *Txn) Extend(a TokenArgs, leaseMs, nowMs int64) Result {
+	f, scope, res, ok := t.current(a, nowMs)
+	if !ok {
+		return res
+	}
+	switch f.rec.State {
+	case StateCompleted:
+		res.Outcome = OutcomeAlreadyCompleted
+		return res
+	case StateFailed:
+		res.Outcome = OutcomeTokenMismatch
+		return res
+	}
+	r := *f.rec
+	r.LeaseMs = leaseUntil(nowMs, leaseMs, r.ExpiresMs)
+	t.put(f.bucket, scope, &r, f.rec, f.size)
+	res.Outcome, res.Record = OutcomeExtended, &r
+	return res
+}
+
+// Delete evicts the live record of a scope (an operator action).
+func (t *Txn) Delete(s Scope, principalScope bool, nowMs int64) Result {
+	scope := AppendScope(nil, s, principalScope)
+	res := Result{NowMs: nowMs}
+	f, ok := findLive(t.b, t.meta, scope, nowMs)
+	if !ok {
+		res.Outcome = OutcomeNotFound
+		return res
+	}
+	t.del(RecordKey(f.bucket, scope))
+	if f.rec.State == StateInProgress {
+		t.del(leaseKey(f.bucket, f.rec.LeaseMs, scope))
+	}
+	t.addStats(f.bucket, -1, -int64(f.size), 0)
+	t.addQuota(f.bucket, f.rec.Principal, -1)
+	res.Outcome, res.Record = OutcomeDeleted, f.rec
+	return res
+}
+
+// DropBucket removes bucket b with one range deletion, but only when every
+// record it can hold has expired at cluster time nowMs. A drop proposed
+// early (a skewed leader, a stale proposal) is refused.
+func (t *Txn) DropBucket(b partition.Bucket, nowMs int64) Result {
+	res := Result{NowMs: nowMs}
+	if t.meta.Width == 0 || !b.WhollyExpired(nowMs, t.meta.Width) {
+		res.Outcome = OutcomeDropRefused
+		return res
+	}
+	v, _ := getValue(t.b, statsKey(b))
+	s := decodeStats(v)
+	start, end := partition.Range(b)
+	if err := t.b.DeleteRange(start, end, nil); err != nil {
+		panic(fmt.Errorf("engine: delete range: %w", err))
+	}
+	res.Outcome, res.Dropped, res.Bytes = OutcomeDropped, s.Records, s.Bytes
+	return res
+}
+
+// Lookup returns the live record of a scope from committed state.
+func (d *DB) Lookup(s Scope, principalScope bool, nowMs int64) (*Record, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return nil, false
+	}
+	f, ok := findLive(d.pdb, d.meta, AppendScope(nil, s, principalScope), nowMs)
+	return f.rec, ok
+}
+
+// ExpiredBuckets returns, oldest first, the buckets that hold data and are
+// wholly expired at nowMs: what the leader's sweeper proposes to drop.
+func (d *DB) ExpiredBuckets(nowMs int64, max int) ([]partition.Bucket, error) {
+	m := d.Meta()
+	if m.Width == 0 {
+		return nil, nil
+	}
+	var out []partition.Bucket
+	err := d.eachBucket(func(it *pebble.Iterator, b partition.Bucket) bool {
+		if !b.WhollyExpired(nowMs, m.Width) || len(out) >= max {
+			return false
+		}
+		out = append(out, b)
+		return true
+	})
+	return out, err
+}
+
+// eachBucket calls fn for every bucket that has at least one key, in order,
+// seeking from bucket to bucket rather than scanning keys.
+func (d *DB) eachBucket(fn func(it *pebble.Iterator, b partition.Bucket) bool) error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return ErrClosed
+	}
+	lo, hi := partition.AllRange()
+	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("engine: iter: %w", err)
+	}
+	defer it.Close()
+	for ok := it.First(); ok; {
+		b, _, good := partition.Parse(it.Key())
+		if !good {
+			return fmt.Errorf("%w: key %q", ErrCorrupt, it.Key())
+		}
+		if !fn(it, b) {
+			break
+		}
+		_, next := partition.Range(b)
+		ok = it.SeekGE(next)
+	}
+	return it.Error()
+}

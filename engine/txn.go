@@ -1,0 +1,224 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idem-store/idem/partition"
+	"github.com/idem-store/idem/ttl"
+)
+
+// getter is what both a DB read and a batch read offer.
+type getter interface {
+	Get(key []byte) ([]byte, io.Closer, error)
+}
+
+// Txn is one atomic unit of writes: an indexed Pebble batch, so reads inside
+// it see its own earlier writes. The FSM opens one Txn per raft batch.
+// A Txn is not safe for concurrent use.
+type Txn struct {
+	d    *DB
+	b    *pebble.Batch
+	meta Meta
+}
+
+// Begin starts a Txn.
+func (d *DB) Begin() *Txn {
+	return &Txn{d: d, b: d.pdb.NewIndexedBatch(), meta: d.Meta()}
+}
+
+// Meta returns the metadata as this Txn sees it.
+func (t *Txn) Meta() Meta { return t.meta }
+
+// Advance moves cluster time to nowMs if that is later than the current
+// cluster time, and returns the cluster time to use: time never goes back.
+func (t *Txn) Advance(nowMs int64) int64 {
+	if nowMs > t.meta.NowMs {
+		t.meta.NowMs = nowMs
+	}
+	return t.meta.NowMs
+}
+
+// EnsureWidth fixes the bucket width on the first command that needs it and
+// returns the width in force. The width never changes afterwards.
+func (t *Txn) EnsureWidth(w partition.Width) partition.Width {
+	if t.meta.Width == 0 {
+		t.meta.Width = w
+	}
+	return t.meta.Width
+}
+
+// Commit writes the metadata with the data and commits. Pebble's WAL is not
+// synced: the raft log is the durable copy and entries above the stored
+// applied index are replayed after a crash (DESIGN.md invariant 5).
+func (t *Txn) Commit(applied uint64) error {
+	if applied > t.meta.Applied {
+		t.meta.Applied = applied
+	}
+	t.set(keyApplied, u64(t.meta.Applied))
+	t.set(keyNow, u64(uint64(t.meta.NowMs)))
+	t.set(keyWidth, u64(uint64(t.meta.Width)))
+	t.set(keyMaxRet, u64(uint64(t.meta.MaxRetentionMs)))
+	t.set(keySchema, u64(schemaVesion))
+	t.d.mu.Lock()
+	defer t.d.mu.Unlock()
+	if t.d.closed {
+		t.b.Close()
+		return ErrClosed
+	}
+	if err := t.b.Commit(pebble.NoSync); err != nil {
+		return fmt.Errorf("engine: commit: %w", err)
+	}
+	t.d.meta = t.meta
+	return t.b.Close()
+}
+
+// Abort discards the Txn.
+func (t *Txn) Abort() { t.b.Close() }
+
+// Storage errors inside a Txn are not results: the FSM must stop rather
+// than let replicas diverge, so they panic with a wrapped error.
+func (t *Txn) set(k, v []byte) {
+	if err := t.b.Set(k, v, nil); err != nil {
+		panic(fmt.Errorf("engine: batch set: %w", err))
+	}
+}
+
+func (t *Txn) del(k []byte) {
+	if err := t.b.Delete(k, nil); err != nil {
+		panic(fmt.Errorf("engine: batch delete: %w", err))
+	}
+}
+
+func getValue(g getter, k []byte) ([]byte, bool) {
+	v, c, err := g.Get(k)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, false
+	}
+	if err != nil {
+		panic(fmt.Errorf("engine: get: %w", err))
+	}
+	out := append([]byte(nil), v...)
+	c.Close()
+	return out, true
+}
+
+// found is a live record and where it is stored.
+type found struct {
+	rec    *Record
+	bucket partition.Bucket
+	size   int
+}
+
+// findLive probes, with point Gets, every bucket that can hold a record of
+// scope still live at nowMs. Expired records not yet dropped are skipped:
+// they are absent to every caller (DESIGN.md invariant 3).
+func findLive(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
+	if m.Width == 0 {
+		return found{}, false
+	}
+	first, last := partition.Span(nowMs, m.MaxRetentionMs, m.Width)
+	for b := first; b <= last; b++ {
+		v, ok := getValue(g, RecordKey(b, scope))
+		if !ok {
+			continue
+		}
+		r, err := DecodeRecord(v)
+		if err != nil {
+			panic(fmt.Errorf("engine: bucket %d: %w", b, err))
+		}
+		if ttl.Live(r.ExpiresMs, nowMs) {
+			return found{rec: r, bucket: b, size: len(v)}, true
+		}
+	}
+	return found{}, false
+}
+
+// bucketStats is the bookkeeping of one bucket, kept so that metrics and
+// drops never have to count records one by one.
+type bucketStats struct {
+	Records    int64
+	Bytes      int64
+	MinCreated int64
+}
+
+func decodeStats(v []byte) bucketStats {
+	if len(v) != 24 {
+		return bucketStats{}
+	}
+	return bucketStats{
+		Records:    int64(binary.BigEndian.Uint64(v)),
+		Bytes:      int64(binary.BigEndian.Uint64(v[8:])),
+		MinCreated: int64(binary.BigEndian.Uint64(v[16:])),
+	}
+}
+
+func (s bucketStats) encode() []byte {
+	b := make([]byte, 0, 24)
+	b = binary.BigEndian.AppendUint64(b, uint64(s.Records))
+	b = binary.BigEndian.AppendUint64(b, uint64(s.Bytes))
+	return binary.BigEndian.AppendUint64(b, uint64(s.MinCreated))
+}
+
+func (t *Txn) addStats(b partition.Bucket, records, bytes, created int64) {
+	k := statsKey(b)
+	v, _ := getValue(t.b, k)
+	s := decodeStats(v)
+	s.Records += records
+	s.Bytes += bytes
+	if created != 0 && (s.MinCreated == 0 || created < s.MinCreated) {
+		s.MinCreated = created
+	}
+	t.set(k, s.encode())
+}
+
+func (t *Txn) addQuota(b partition.Bucket, principal string, delta int64) {
+	k := quotaKey(b, principal)
+	v, _ := getValue(t.b, k)
+	var n int64
+	if len(v) == 8 {
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += delta
+	if n <= 0 {
+		t.del(k)
+		return
+	}
+	t.set(k, u64(uint64(n)))
+}
+
+// liveKeys counts the principal's keys in every bucket that can hold a live
+// record. Expired records of the oldest such bucket still count until their
+// bucket is dropped: the quota errs on the side of refusing.
+func (t *Txn) liveKeys(principal string, nowMs int64) int64 {
+	first, last := partition.Span(nowMs, t.meta.MaxRetentionMs, t.meta.Width)
+	var n int64
+	for b := first; b <= last; b++ {
+		if v, ok := getValue(t.b, quotaKey(b, principal)); ok && len(v) == 8 {
+			n += int64(binary.BigEndian.Uint64(v))
+		}
+	}
+	return n
+}
+
+// put writes r into bucket b, replacing a stored copy of oldSize bytes
+// (0 when new), and keeps the lease index in step with the state.
+func (t *Txn) put(b partition.Bucket, scope []byte, r *Record, old *Record, oldSize int) {
+	v := EncodeRecord(r)
+	t.set(RecordKey(b, scope), v)
+	if old != nil && old.State == StateInProgress {
+		t.del(leaseKey(b, old.LeaseMs, scope))
+	}
+	if r.State == StateInProgress {
+		t.set(leaseKey(b, r.LeaseMs, scope), u64(uint64(r.CreatedMs)))
+	}
+	var added int64
+	if old == nil {
+		added = 1
+	}
+	t.addStats(b, added, int64(len(v)-oldSize), r.CreatedMs)
+}

@@ -1,0 +1,66 @@
+package ttl
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is cluster time as seen by one node. It is anchored at the cluster
+// time of the last applied entry and advances by this node's monotonic clock
+// from the moment that entry was applied, so a node whose wall clock is
+// minutes off never moves cluster time by those minutes. It never goes
+// backwards.
+//
+// Only the very first command of a new cluster takes its time from a wall
+// clock (the bootstrap node's); from then on time flows through the log.
+type Clock struct {
+	mu       sync.Mutex
+	anchorMs int64     // cluster time of the last observed applied entry
+	at       time.Time // monotonic instant that anchor was observed
+	lastMs   int64     // last value handed out, for monotonicity
+	wall     func() time.Time
+	offset   time.Duration // test-only skew of this node's wall clock
+}
+
+// NewClock returns a clock with no anchor. Until Observe is called it reads
+// the wall clock (plus offset), which only matters for the first command of
+// a brand-new cluster.
+func NewClock(offset time.Duration) *Clock {
+	return &Clock{wall: time.Now, offset: offset}
+}
+
+// Observe anchors the clock at cluster time ms, seen now. Anchors that would
+// move time backwards are ignored.
+func (c *Clock) Observe(ms int64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || ms > c.nowLocked() {
+		c.anchorMs, c.at = ms, time.Now()
+	}
+}
+
+// Anchored reports whether the clock has seen any cluster time.
+func (c *Clock) Anchored() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.at.IsZero()
+}
+
+// NowMs returns cluster time in Unix milliseconds.
+func (c *Clock) NowMs() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := c.nowLocked()
+	if n < c.lastMs {
+		n = c.lastMs
+	}
+	c.lastMs = n
+	return n
+}
+
+func (c *Clock) nowLocked() int64 {
+	if c.at.IsZero() {
+		return c.wall().Add(c.offset).UnixMilli()
+	}
+	return c.anchorMs + time.Since(c.at).Milliseconds()
+}

@@ -1,0 +1,64 @@
+// Package ttl owns the time rules of idem: how long a record is kept, when a
+// lease or a record has run out, how long a loser should wait, and cluster
+// time — the clock every node agrees on, which never jumps with one node's
+// wall clock (DESIGN.md invariant 3).
+//
+// The decision functions are pure and take time as an argument.
+package ttl
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MinRetention is the shortest retention a production node accepts.
+const MinRetention = time.Minute
+
+// ErrShortRetention is returned for a retention under MinRetention when
+// short retentions are not allowed.
+var ErrShortRetention = errors.New("ttl: retention below 1m")
+
+// ValidateRetention checks a retention setting. Retentions below MinRetention
+// are only for tests and demos and must be allowed explicitly.
+func ValidateRetention(r time.Duration, allowShort bool) error {
+	if r <= 0 {
+		return fmt.Errorf("ttl: retention must be positive (got %s)", r)
+	}
+	if r < MinRetention && !allowShort {
+		return fmt.Errorf("%w: %s would reopen the duplicate window for retries after %s; pass --allow-short-retention for tests", ErrShortRetention, r, r)
+	}
+	return nil
+}
+
+// Live reports whether a record expiring at expiresMs is still live at nowMs.
+// A record is live up to, not including, its expires_at.
+func Live(expiresMs, nowMs int64) bool { return nowMs < expiresMs }
+
+// LeaseHeld reports whether a lease that runs out at leaseMs is still held.
+func LeaseHeld(leaseMs, nowMs int64) bool { return nowMs < leaseMs }
+
+// RetryAfter is the whole number of seconds (at least 1) a caller should
+// wait until untilMs, for a Retry-After header.
+func RetryAfter(untilMs, nowMs int64) int {
+	d := untilMs - nowMs
+	if d <= 0 {
+		return 1
+	}
+	s := int((d + 999) / 1000)
+	if s < 1 {
+		s = 1
+	}
+	return s
+}
+
+// ExpiresAt is the expiry of a record created at createdMs with retention.
+func ExpiresAt(createdMs int64, retention time.Duration) int64 {
+	return createdMs + retention.Milliseconds()
+}
+
+// Millis converts a time to Unix milliseconds.
+func Millis(t time.Time) int64 { return t.UnixMilli() }
+
+// Time converts Unix milliseconds to a UTC time.
+func Time(ms int64) time.Time { return time.UnixMilli(ms).UTC() }
