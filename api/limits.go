@@ -1,0 +1,81 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Limits are the request limits of API.md, each a server flag.
+type Limits struct {
+	MaxScopeBytes          int           // principal, endpoint, key: 1..N bytes
+	MaxFingerprintChars    int           // hex, 2..N characters, even
+	MaxIDBytes             int           // claim_id, correlation_id, reason
+	MinLease               time.Duration // lease_ms lower bound
+	MaxLease               time.Duration // lease_ms upper bound
+	MaxRequestBytes        int64         // whole request body
+	MaxResponseBytes       int           // stored response body, decoded
+	MaxResponseHeaders     int           // stored response headers, entries
+	MaxResponseHeaderBytes int           // stored response headers, names+values together
+	MaxKeysPerPrincipal    int64         // live keys of one principal
+}
+
+// DefaultLimits are API.md's defaults.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxScopeBytes:          255,
+		MaxFingerprintChars:    128,
+		MaxIDBytes:             255,
+		MinLease:               100 * time.Millisecond,
+		MaxLease:               time.Hour,
+		MaxRequestBytes:        1 << 20,
+		MaxResponseBytes:       65536,
+		MaxResponseHeaders:     32,
+		MaxResponseHeaderBytes: 8 << 10,
+		MaxKeysPerPrincipal:    100000,
+	}
+}
+
+// Validate reports every impossible limit at once.
+func (l Limits) Validate() error {
+	var errs []error
+	pos := func(name string, v int64) {
+		if v < 1 {
+			errs = append(errs, fmt.Errorf("api: %s must be at least 1 (got %d)", name, v))
+		}
+	}
+	pos("--max-scope-bytes", int64(l.MaxScopeBytes))
+	pos("--max-id-bytes", int64(l.MaxIDBytes))
+	pos("--max-request-bytes", l.MaxRequestBytes)
+	pos("--max-response-bytes", int64(l.MaxResponseBytes))
+	pos("--max-response-headers", int64(l.MaxResponseHeaders))
+	pos("--max-response-header-bytes", int64(l.MaxResponseHeaderBytes))
+	pos("--max-keys-per-principal", l.MaxKeysPerPrincipal)
+	if l.MaxFingerprintChars < 2 {
+		errs = append(errs, fmt.Errorf("api: --max-fingerprint-chars must be at least 2 (got %d)", l.MaxFingerprintChars))
+	}
+	if l.MinLease < time.Millisecond || l.MaxLease < l.MinLease {
+		errs = append(errs, fmt.Errorf("api: lease bounds must satisfy 1ms <= --min-lease (%s) <= --max-lease (%s)", l.MinLease, l.MaxLease))
+	}
+	return errors.Join(errs...)
+}
+
+// limitsJSON is how /v1/config publishes the limits.
+type limitsJSON struct {
+	MaxScopeBytes          int   `json:"max_scope_bytes"`
+	MaxFingerprintChars    int   `json:"max_fingerprint_chars"`
+	MaxIDBytes             int   `json:"max_id_bytes"`
+	MinLeaseMs             int64 `json:"min_lease_ms"`
+	MaxLeaseMs             int64 `json:"max_lease_ms"`
+	MaxRequestBytes        int64 `json:"max_request_bytes"`
+	MaxResponseBytes       int   `json:"max_response_bytes"`
+	MaxResponseHeaders     int   `json:"max_response_headers"`
+	MaxResponseHeaderBytes int   `json:"max_response_header_bytes"`
+	MaxKeysPerPrincipal    int64 `json:"max_keys_per_principal"`
+}
+
+func (l Limits) json() limitsJSON {
+	return limitsJSON{l.MaxScopeBytes, l.MaxFingerprintChars, l.MaxIDBytes, l.MinLease.Milliseconds(),
+		l.MaxLease.Milliseconds(), l.MaxRequestBytes, l.MaxResponseBytes, l.MaxResponseHeaders,
+		l.MaxResponseHeaderBytes, l.MaxKeysPerPrincipal}
+}

@@ -1,0 +1,102 @@
+package api
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// Problem codes of API.md.
+const (
+	codeInvalid             = "invalid_request"
+	codeRequestTooLarge     = "request_too_large"
+	codeResponseTooLarge    = "response_too_large"
+	codeInProgress          = "in_progress"
+	codeFingerprintMismatch = "fingerprint_mismatch"
+	codeQuota               = "quota_exceeded"
+	codeUnavailable         = "unavailable"
+	codeTokenMismatch       = "token_mismatch"
+	codeAlreadyCompleted    = "already_completed"
+	codeNotFound            = "not_found"
+	codeUnauthorized        = "unauthorized"
+	codeMethod              = "method_not_allowed"
+	codeInternal            = "internal"
+)
+
+var titles = map[string]string{
+	codeInvalid:             "Invalid request",
+	codeRequestTooLarge:     "Request too large",
+	codeResponseTooLarge:    "Response too large to store",
+	codeInProgress:          "Another attempt is in progress",
+	codeFingerprintMismatch: "Key reused with a different request",
+	codeQuota:               "Live-key quota exceeded",
+	codeUnavailable:         "Service unavailable",
+	codeTokenMismatch:       "Token is not the current one",
+	codeAlreadyCompleted:    "Already completed",
+	codeNotFound:            "Not found",
+	codeUnauthorized:        "Unauthorized",
+	codeMethod:              "Method not allowed",
+	codeInternal:            "Internal error",
+}
+
+// problem is an RFC 9457 problem document with idem's `code` member.
+type problem struct {
+	Type           string `json:"type"`
+	Title          string `json:"title"`
+	Status         int    `json:"status"`
+	Detail         string `json:"detail"`
+	Code           string `json:"code"`
+	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
+
+	retryAfter int
+}
+
+func newProblem(status int, code, detail string) *problem {
+	return &problem{
+		Type:   "https://idem.dev/problems/" + code,
+		Title:  titles[code],
+		Status: status,
+		Detail: detail,
+		Code:   code,
+	}
+}
+
+func writeProblem(w http.ResponseWriter, p *problem) {
+	if p.retryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(p.retryAfter))
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(p.Status)
+	json.NewEncoder(w).Encode(p)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// storeProblem maps every error a Store returns to its HTTP answer. Every
+// store error that is not a decision means "try again": the operation either
+// did not happen or its outcome is unknown, and retrying a claim with the
+// same claim_id is always safe.
+func storeProblem(err error) *problem {
+	var p *problem
+	switch {
+	case errors.Is(err, raftfsm.ErrNoLeader), errors.Is(err, raftfsm.ErrNotLeader):
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "no leader is available; retry shortly")
+	case errors.Is(err, raftfsm.ErrUnknownOutcome):
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership changed while the request was in flight; its outcome is unknown, retry it (the same claim_id returns the same claim)")
+	case errors.Is(err, raftfsm.ErrTimeout):
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the cluster did not commit the request in time; retry it")
+	case errors.Is(err, raftfsm.ErrShutdown):
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the node is shutting down; retry on another node")
+	default:
+		return newProblem(http.StatusInternalServerError, codeInternal, "internal error")
+	}
+	p.retryAfter = 1
+	return p
+}

@@ -1,0 +1,264 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/idem-store/idem/engine"
+)
+
+type claimRequest struct {
+	Principal     string `json:"principal"`
+	Endpoint      string `json:"endpoint"`
+	Key           string `json:"key"`
+	Fingerprint   string `json:"fingerprint"`
+	LeaseMs       *int64 `json:"lease_ms"`
+	ClaimID       string `json:"claim_id"`
+	CorrelationID string `json:"correlation_id"`
+}
+
+type responseBody struct {
+	Status      int               `json:"status"`
+	ContentType string            `json:"content_type"`
+	Headers     map[string]string `json:"headers"`
+	Body        []byte            `json:"body"`
+}
+
+type completeRequest struct {
+	Principal string        `json:"principal"`
+	Endpoint  string        `json:"endpoint"`
+	Key       string        `json:"key"`
+	Token     string        `json:"token"`
+	Response  *responseBody `json:"response"`
+}
+
+type releaseRequest struct {
+	Principal string `json:"principal"`
+	Endpoint  string `json:"endpoint"`
+	Key       string `json:"key"`
+	Token     string `json:"token"`
+	Reason    string `json:"reason"`
+}
+
+type extendRequest struct {
+	Principal string `json:"principal"`
+	Endpoint  string `json:"endpoint"`
+	Key       string `json:"key"`
+	Token     string `json:"token"`
+	LeaseMs   *int64 `json:"lease_ms"`
+}
+
+type joinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+type removeRequest struct {
+	ID string `json:"id"`
+}
+
+// readBody reads the whole request body within the limit.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge,
+				fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+		}
+		return nil, invalid("request body could not be read: %v", err)
+	}
+	return body, nil
+}
+
+// decodeStrict decodes exactly one JSON object with no unknown fields and
+// names the offending field in its error.
+func decodeStrict(body []byte, dst any) *problem {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return invalid("request body is empty; expected a JSON object")
+		case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF):
+			return invalid("request body is not valid JSON: %v", err)
+		case errors.As(err, &te):
+			if te.Field == "" {
+				return invalid("request body must be a JSON object, not %s", te.Value)
+			}
+			return invalid("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			return invalid("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		default:
+			return invalid("request body is not valid: %v", err)
+		}
+	}
+	if dec.More() {
+		return invalid("request body has data after the JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalid("request body has data after the JSON object")
+	}
+	return nil
+}
+
+func jsonKind(k string) string {
+	switch k {
+	case "string":
+		return "a string"
+	case "int", "int64", "int32", "uint64", "uint32":
+		return "an integer"
+	case "map", "struct", "ptr":
+		return "an object"
+	case "slice":
+		return "a base64 string"
+	}
+	return k
+}
+
+func invalid(format string, args ...any) *problem {
+	return newProblem(http.StatusBadRequest, codeInvalid, fmt.Sprintf(format, args...))
+}
+
+// scope validates the three parts of a scope.
+func (s *Server) scope(principal, endpoint, key string) (engine.Scope, *problem) {
+	max := s.cfg.Limits.MaxScopeBytes
+	if p := checkText("principal", principal, max); p != nil {
+		return engine.Scope{}, p
+	}
+	if p := checkText("endpoint", endpoint, max); p != nil {
+		return engine.Scope{}, p
+	}
+	if len(key) < 1 || len(key) > max {
+		return engine.Scope{}, invalid("key must be 1 to %d bytes (got %d)", max, len(key))
+	}
+	for i := 0; i < len(key); i++ {
+		if key[i] < 0x20 || key[i] > 0x7e {
+			return engine.Scope{}, invalid("key must be printable ASCII (0x20-0x7E); byte %d is 0x%02x", i, key[i])
+		}
+	}
+	return engine.Scope{Principal: principal, Endpoint: endpoint, Key: key}, nil
+}
+
+// checkText: 1..max bytes of UTF-8 without control characters.
+func checkText(field, v string, max int) *problem {
+	if len(v) < 1 || len(v) > max {
+		return invalid("%s must be 1 to %d bytes (got %d)", field, max, len(v))
+	}
+	if !utf8.ValidString(v) {
+		return invalid("%s must be valid UTF-8", field)
+	}
+	for _, r := range v {
+		if r < 0x20 || (r >= 0x7f && r < 0xa0) {
+			return invalid("%s must not contain control characters", field)
+		}
+	}
+	return nil
+}
+
+func (s *Server) checkID(field, v string) *problem {
+	if len(v) > s.cfg.Limits.MaxIDBytes {
+		return invalid("%s must be at most %d bytes (got %d)", field, s.cfg.Limits.MaxIDBytes, len(v))
+	}
+	if !utf8.ValidString(v) {
+		return invalid("%s must be valid UTF-8", field)
+	}
+	return nil
+}
+
+func (s *Server) checkFingerprint(v string) *problem {
+	max := s.cfg.Limits.MaxFingerprintChars
+	if len(v) < 2 || len(v) > max || len(v)%2 != 0 {
+		return invalid("fingerprint must be hex of even length, 2 to %d characters (got %d)", max, len(v))
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return invalid("fingerprint must be hex; character %d is %q", i, c)
+		}
+	}
+	return nil
+}
+
+func (s *Server) checkLease(field string, v *int64, required bool) (int64, *problem) {
+	if v == nil {
+		if required {
+			return 0, invalid("%s is required", field)
+		}
+		return s.cfg.DefaultLease.Milliseconds(), nil
+	}
+	lo, hi := s.cfg.Limits.MinLease.Milliseconds(), s.cfg.Limits.MaxLease.Milliseconds()
+	if *v < lo || *v > hi {
+		return 0, invalid("%s must be between %d and %d (got %d)", field, lo, hi, *v)
+	}
+	return *v, nil
+}
+
+func parseToken(v string) (uint64, *problem) {
+	if v == "" {
+		return 0, invalid("token is required")
+	}
+	t, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || t == 0 {
+		return 0, invalid("token %q is not a token this server issued", truncate(v, 40))
+	}
+	return t, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
+
+// checkResponse validates a response to store against the limits.
+func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
+	if r == nil {
+		return nil, invalid("response is required")
+	}
+	if r.Status < 100 || r.Status > 599 {
+		return nil, invalid("response.status must be an HTTP status 100-599 (got %d)", r.Status)
+	}
+	l := s.cfg.Limits
+	if len(r.Body) > l.MaxResponseBytes {
+		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
+			fmt.Sprintf("response.body is %d bytes decoded; at most %d are stored (store a reference instead)", len(r.Body), l.MaxResponseBytes))
+	}
+	if len(r.Headers) > l.MaxResponseHeaders {
+		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
+			fmt.Sprintf("response.headers has %d entries; at most %d are stored", len(r.Headers), l.MaxResponseHeaders))
+	}
+	total := 0
+	for k, v := range r.Headers {
+		if k == "" {
+			return nil, invalid("response.headers has an empty header name")
+		}
+		if !utf8.ValidString(k) || !utf8.ValidString(v) {
+			return nil, invalid("response.headers must be valid UTF-8")
+		}
+		total += len(k) + len(v)
+	}
+	if total > l.MaxResponseHeaderBytes {
+		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
+			fmt.Sprintf("response.headers are %d bytes together; at most %d are stored", total, l.MaxResponseHeaderBytes))
+	}
+	if len(r.ContentType) > l.MaxResponseHeaderBytes || !utf8.ValidString(r.ContentType) {
+		return nil, invalid("response.content_type must be valid UTF-8 of at most %d bytes", l.MaxResponseHeaderBytes)
+	}
+	resp := &engine.Response{Status: r.Status, ContentType: r.ContentType, Body: r.Body}
+	if len(r.Headers) > 0 {
+		resp.Headers = r.Headers
+	}
+	return resp, nil
+}

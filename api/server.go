@@ -1,0 +1,441 @@
+package api
+
+import (
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/raftfsm"
+	"github.com/idem-store/idem/ttl"
+)
+
+// Config configures the HTTP server.
+type Config struct {
+	Retention      time.Duration
+	DefaultLease   time.Duration
+	BucketWidth    time.Duration
+	PrincipalScope bool // --scope principal: the endpoint is not part of uniqueness
+	Limits         Limits
+	// AuthTokens, when non-empty, are the bearer tokens accepted on every
+	// route but /healthz and /readyz.
+	AuthTokens []string
+	// LeaderWait is how long a request waits for a leader during an
+	// election before answering 503.
+	LeaderWait time.Duration
+	Logger     *slog.Logger
+	Gatherer   prometheus.Gatherer
+}
+
+// Server is the HTTP API of one node.
+type Server struct {
+	cfg   Config
+	store Store
+	log   *slog.Logger
+	mux   *http.ServeMux
+	fwd   *forwarder
+}
+
+// New returns a server over store.
+func New(store Store, cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.LeaderWait == 0 {
+		cfg.LeaderWait = 3 * time.Second
+	}
+	s := &Server{cfg: cfg, store: store, log: cfg.Logger, mux: http.NewServeMux()}
+	s.fwd = newForwarder(s)
+	s.route("/v1/claim", http.MethodPost, s.auth(s.handleClaim))
+	s.route("/v1/complete", http.MethodPost, s.auth(s.handleComplete))
+	s.route("/v1/release", http.MethodPost, s.auth(s.handleRelease))
+	s.route("/v1/extend", http.MethodPost, s.auth(s.handleExtend))
+	s.mux.HandleFunc("/v1/records", s.auth(s.handleRecords))
+	s.route("/v1/config", http.MethodGet, s.auth(s.handleConfig))
+	s.route("/v1/cluster", http.MethodGet, s.auth(s.handleCluster))
+	s.route("/v1/cluster/join", http.MethodPost, s.auth(s.handleJoin))
+	s.route("/v1/cluster/remove", http.MethodPost, s.auth(s.handleRemove))
+	s.route("/healthz", http.MethodGet, s.handleHealthz)
+	s.route("/readyz", http.MethodGet, s.handleReadyz)
+	if cfg.Gatherer != nil {
+		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
+		s.route("/metrics", http.MethodGet, s.auth(metrics.ServeHTTP))
+	}
+	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
+	})
+	return s
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// route registers h for exactly one method, answering others with a
+// problem document rather than the mux's plain text.
+func (s *Server) route(path, method string, h http.HandlerFunc) {
+	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
+			w.Header().Set("Allow", method)
+			writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, fmt.Sprintf("%s takes %s", path, method)))
+			return
+		}
+		h(w, r)
+	})
+}
+
+func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
+	if len(s.cfg.AuthTokens) == 0 {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if ok && s.tokenOK(got) {
+			h(w, r)
+			return
+		}
+		w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
+		writeProblem(w, newProblem(http.StatusUnauthorized, codeUnauthorized, "a valid Authorization: Bearer token is required"))
+	}
+}
+
+func (s *Server) tokenOK(got string) bool {
+	ok := false
+	for _, t := range s.cfg.AuthTokens {
+		if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
+			ok = true
+		}
+	}
+	return ok
+}
+
+func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req claimRequest
+	if p == nil {
+		p = decodeStrict(body, &req)
+	}
+	var scope engine.Scope
+	var lease int64
+	if p == nil {
+		scope, p = s.scope(req.Principal, req.Endpoint, req.Key)
+	}
+	if p == nil {
+		p = s.checkFingerprint(req.Fingerprint)
+	}
+	if p == nil {
+		p = s.checkID("claim_id", req.ClaimID)
+	}
+	if p == nil {
+		p = s.checkID("correlation_id", req.CorrelationID)
+	}
+	if p == nil {
+		lease, p = s.checkLease("lease_ms", req.LeaseMs, false)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	args := engine.ClaimArgs{
+		Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Fingerprint: strings.ToLower(req.Fingerprint),
+		ClaimID: req.ClaimID, CorrelationID: req.CorrelationID, LeaseMs: lease,
+		RetentionMs: s.cfg.Retention.Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
+	}
+	var res engine.Result
+	err := s.onLeader(w, r, body, func() (err error) {
+		res, _, err = s.store.Claim(args)
+		return err
+	})
+	if err != nil {
+		return
+	}
+	switch res.Outcome {
+	case engine.OutcomeClaimed:
+		writeJSON(w, http.StatusCreated, claimed(res.Record))
+	case engine.OutcomeReplay:
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "replay", Record: toJSON(res.Record)})
+	case engine.OutcomeInProgress:
+		p := newProblem(http.StatusConflict, codeInProgress, fmt.Sprintf("attempt %d holds the lease until %s", res.Record.Attempt, fmtTime(res.Record.LeaseMs)))
+		p.LeaseExpiresAt = fmtTime(res.Record.LeaseMs)
+		p.retryAfter = ttl.RetryAfter(res.Record.LeaseMs, res.NowMs)
+		writeProblem(w, p)
+	case engine.OutcomeFingerprintMismatch:
+		writeProblem(w, newProblem(http.StatusUnprocessableEntity, codeFingerprintMismatch,
+			"this key was first used with a different request fingerprint; use a new key for a new request"))
+	case engine.OutcomeQuotaExceeded:
+		p := newProblem(http.StatusTooManyRequests, codeQuota, fmt.Sprintf("principal %q holds %d live keys, the most allowed", scope.Principal, s.cfg.Limits.MaxKeysPerPrincipal))
+		p.retryAfter = 60
+		writeProblem(w, p)
+	default:
+		s.unexpected(w, res)
+	}
+}
+
+func (s *Server) unexpected(w http.ResponseWriter, res engine.Result) {
+	s.log.Error("unexpected outcome", "outcome", res.Outcome.String())
+	writeProblem(w, newProblem(http.StatusInternalServerError, codeInternal, "unexpected outcome "+res.Outcome.String()))
+}
+
+// tokenTarget validates the scope and token shared by complete, release and extend.
+func (s *Server) tokenTarget(principal, endpoint, key, token string) (engine.TokenArgs, *problem) {
+	scope, p := s.scope(principal, endpoint, key)
+	if p != nil {
+		return engine.TokenArgs{}, p
+	}
+	t, p := parseToken(token)
+	if p != nil {
+		return engine.TokenArgs{}, p
+	}
+	return engine.TokenArgs{Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Token: t}, nil
+}
+
+// tokenProblem answers the outcomes shared by complete, release and extend.
+func tokenProblem(res engine.Result) *problem {
+	switch res.Outcome {
+	case engine.OutcomeNotFound:
+		return newProblem(http.StatusNotFound, codeNotFound, "no live record for this scope")
+	case engine.OutcomeTokenMismatch:
+		return newProblem(http.StatusConflict, codeTokenMismatch, "the token is not the current attempt's (the lease ran out and another attempt took over, or the attempt was released)")
+	case engine.OutcomeAlreadyCompleted:
+		return newProblem(http.StatusConflict, codeAlreadyCompleted, "the attempt already completed with a different response")
+	}
+	return nil
+}
+
+func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req completeRequest
+	if p == nil {
+		p = decodeStrict(body, &req)
+	}
+	var t engine.TokenArgs
+	var resp *engine.Response
+	if p == nil {
+		t, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
+	}
+	if p == nil {
+		resp, p = s.checkResponse(req.Response)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var res engine.Result
+	if s.onLeader(w, r, body, func() (err error) { res, err = s.store.Complete(t, resp); return err }) != nil {
+		return
+	}
+	if res.Outcome == engine.OutcomeCompleted {
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "completed", Record: toJSON(res.Record)})
+		return
+	}
+	if p := tokenProblem(res); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	s.unexpected(w, res)
+}
+
+func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req releaseRequest
+	if p == nil {
+		p = decodeStrict(body, &req)
+	}
+	var t engine.TokenArgs
+	if p == nil {
+		t, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
+	}
+	if p == nil {
+		p = s.checkID("reason", req.Reason)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var res engine.Result
+	if s.onLeader(w, r, body, func() (err error) { res, err = s.store.Release(t); return err }) != nil {
+		return
+	}
+	if res.Outcome == engine.OutcomeReleased {
+		if req.Reason != "" {
+			s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", req.Reason)
+		}
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "released"})
+		return
+	}
+	if p := tokenProblem(res); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	s.unexpected(w, res)
+}
+
+func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req extendRequest
+	if p == nil {
+		p = decodeStrict(body, &req)
+	}
+	var t engine.TokenArgs
+	var lease int64
+	if p == nil {
+		t, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
+	}
+	if p == nil {
+		lease, p = s.checkLease("lease_ms", req.LeaseMs, true)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var res engine.Result
+	if s.onLeader(w, r, body, func() (err error) { res, err = s.store.Extend(t, lease); return err }) != nil {
+		return
+	}
+	if res.Outcome == engine.OutcomeExtended {
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "extended", LeaseExpiresAt: fmtTime(res.Record.LeaseMs)})
+		return
+	}
+	if p := tokenProblem(res); p != nil {
+		writeProblem(w, p)
+		return
+	}
+	s.unexpected(w, res)
+}
+
+func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodDelete {
+		w.Header().Set("Allow", "GET, DELETE")
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, "/v1/records takes GET or DELETE"))
+		return
+	}
+	q := r.URL.Query()
+	scope, p := s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key"))
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if r.Method == http.MethodDelete {
+		var res engine.Result
+		if s.onLeader(w, r, nil, func() (err error) { res, err = s.store.Delete(scope, s.cfg.PrincipalScope); return err }) != nil {
+			return
+		}
+		if res.Outcome == engine.OutcomeDeleted {
+			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "deleted"})
+			return
+		}
+		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, "no live record for this scope"))
+		return
+	}
+	linearizable := true
+	switch c := q.Get("consistency"); c {
+	case "", "linearizable":
+	case "stale":
+		linearizable = false
+	default:
+		writeProblem(w, invalid("consistency must be linearizable or stale (got %q)", truncate(c, 40)))
+		return
+	}
+	var rec *engine.Record
+	var found bool
+	do := func() (err error) {
+		rec, found, err = s.store.Lookup(r.Context(), scope, s.cfg.PrincipalScope, linearizable)
+		return err
+	}
+	if linearizable {
+		if s.onLeader(w, r, nil, do) != nil {
+			return
+		}
+	} else if err := do(); err != nil {
+		writeProblem(w, storeProblem(err))
+		return
+	}
+	if !found {
+		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, "no live record for this scope"))
+		return
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Record *recordJSON `json:"record"`
+	}{toJSON(rec)})
+}
+
+func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
+	scope := "endpoint"
+	if s.cfg.PrincipalScope {
+		scope = "principal"
+	}
+	writeJSON(w, http.StatusOK, configJSON{
+		Retention: s.cfg.Retention.String(), RetentionSeconds: durationSeconds(s.cfg.Retention),
+		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
+		BucketWidth: s.cfg.BucketWidth.String(), Limits: s.cfg.Limits.json(),
+	})
+}
+
+func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
+	st, err := s.store.Status()
+	if err != nil {
+		writeProblem(w, storeProblem(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req joinRequest
+	if p == nil {
+		p = decodeStrict(body, &req)
+	}
+	if p == nil && (req.ID == "" || req.RaftAddr == "" || req.HTTPAddr == "") {
+		p = invalid("id, raft_addr and http_addr are required")
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	info := raftfsm.NodeInfo{ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr}
+	if s.onLeader(w, r, body, func() error { return s.store.Join(info) }) != nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "joined"})
+}
+
+func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req removeRequest
+	if p == nil {
+		p = decodeStrict(body, &req)
+	}
+	if p == nil && req.ID == "" {
+		p = invalid("id is required")
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	if s.onLeader(w, r, body, func() error { return s.store.Remove(req.ID) }) != nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "removed"})
+}
+
+func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	if !s.store.Ready() {
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, "this node has no leader or has not applied the commit index"))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// errAnswered means onLeader already wrote the answer.
+var errAnswered = errors.New("api: answered")

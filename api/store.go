@@ -1,0 +1,27 @@
+package api
+
+import (
+	"context"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// Store is what the HTTP layer needs from a node.
+type Store interface {
+	Claim(engine.ClaimArgs) (engine.Result, uint64, error)
+	Complete(engine.TokenArgs, *engine.Response) (engine.Result, error)
+	Release(engine.TokenArgs) (engine.Result, error)
+	Extend(t engine.TokenArgs, leaseMs int64) (engine.Result, error)
+	Delete(s engine.Scope, principalScope bool) (engine.Result, error)
+	Lookup(ctx context.Context, s engine.Scope, principalScope, linearizable bool) (*engine.Record, bool, error)
+	NowMs() int64
+	Ready() bool
+	Status() (raftfsm.Status, error)
+	Leader() (raftfsm.NodeInfo, bool)
+	Self() raftfsm.NodeInfo
+	Join(raftfsm.NodeInfo) error
+	Remove(id string) error
+}
+
+var _ Store = (*raftfsm.Node)(nil)

@@ -1,0 +1,75 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// Op is the kind of a command.
+type Op uint8
+
+// Commands proposed through the log.
+const (
+	OpClaim Op = iota + 1
+	OpComplete
+	OpRelease
+	OpExtend
+	OpDelete
+	OpDropBucket
+	OpTick    // advances cluster time when the cluster is idle
+	OpSetNode // node metadata (HTTP address) travels through the log
+	OpRemoveNode
+)
+
+// Command is one log entry. NowMs is cluster time stamped by the leader that
+// proposed it; WidthMs is the bucket width the cluster was created with.
+type Command struct {
+	Op       Op                `json:"op"`
+	NowMs    int64             `json:"now"`
+	WidthMs  int64             `json:"w,omitempty"`
+	Claim    *engine.ClaimArgs `json:"claim,omitempty"`
+	Target   *engine.TokenArgs `json:"target,omitempty"`
+	Response *engine.Response  `json:"resp,omitempty"`
+	LeaseMs  int64             `json:"lease,omitempty"`
+	Bucket   uint64            `json:"bucket,omitempty"`
+	Node     *NodeInfo         `json:"node,omitempty"`
+}
+
+// NodeInfo is what every node knows of every other.
+type NodeInfo struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+}
+
+// Encode returns the log bytes of c.
+func (c *Command) Encode() ([]byte, error) {
+	b, err := json.Marshal(c)
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: encode command: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeCommand parses log bytes.
+func DecodeCommand(b []byte) (*Command, error) {
+	var c Command
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadCommand, err)
+	}
+	if c.Op < OpClaim || c.Op > OpRemoveNode {
+		return nil, fmt.Errorf("%w: op %d", ErrBadCommand, c.Op)
+	}
+	return &c, nil
+}
+
+// ApplyResult is what Apply returns for a command: the engine's decision,
+// the fencing token of a new claim (its raft index), or an error that is the
+// same on every replica (a malformed command).
+type ApplyResult struct {
+	engine.Result
+	Index uint64
+	Err   error
+}

@@ -1,0 +1,91 @@
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Config configures a Node.
+type Config struct {
+	NodeID        string
+	DataDir       string
+	RaftAddr      string // bind address of the raft transport
+	RaftAdvertise string // address other nodes dial; defaults to RaftAddr
+	HTTPAdvertise string // HTTP address other nodes forward to
+
+	// Bootstrap a one-node cluster when there is no state (no --join).
+	Bootstrap bool
+
+	BucketWidth time.Duration // fixed at the first command of a cluster
+
+	SnapshotThreshold uint64
+	SnapshotInterval  time.Duration
+	TrailingLogs      uint64
+	ApplyTimeout      time.Duration
+	// SweepInterval is how often the leader looks for expired buckets.
+	SweepInterval time.Duration
+	// TickInterval is how often an idle leader stamps cluster time into the log.
+	TickInterval time.Duration
+	// ClockOffset skews this node's wall clock, for tests of clock skew. Only
+	// the very first command of a new cluster reads a wall clock.
+	ClockOffset time.Duration
+	CacheBytes  int64
+
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+}
+
+// DefaultConfig returns a Config with sane defaults for one local node.
+func DefaultConfig() Config {
+	return Config{
+		NodeID:            "n1",
+		DataDir:           "idem-data",
+		RaftAddr:          "127.0.0.1:7071",
+		HTTPAdvertise:     "127.0.0.1:7070",
+		Bootstrap:         true,
+		BucketWidth:       time.Hour,
+		SnapshotThreshold: 8192,
+		SnapshotInterval:  2 * time.Minute,
+		TrailingLogs:      10240,
+		ApplyTimeout:      5 * time.Second,
+		SweepInterval:     time.Second,
+		TickInterval:      time.Second,
+	}
+}
+
+// Validate reports every problem with the config at once.
+func (c *Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrConfig}, args...)...))
+	}
+	if c.NodeID == "" {
+		bad("node id is empty")
+	}
+	if c.DataDir == "" {
+		bad("data dir is empty")
+	}
+	if c.RaftAddr == "" {
+		bad("raft address is empty")
+	}
+	if c.BucketWidth < time.Millisecond {
+		bad("bucket width %s is below 1ms", c.BucketWidth)
+	}
+	if c.ApplyTimeout <= 0 {
+		bad("apply timeout must be positive")
+	}
+	if c.SweepInterval <= 0 || c.TickInterval <= 0 {
+		bad("sweep and tick intervals must be positive")
+	}
+	if c.SnapshotThreshold == 0 || c.TrailingLogs == 0 {
+		bad("snapshot threshold and trailing logs must be positive")
+	}
+	if c.SnapshotInterval < 5*time.Millisecond {
+		bad("snapshot interval %s is too short", c.SnapshotInterval)
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,173 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/partition"
+	"github.com/idem-store/idem/ttl"
+)
+
+// FSM applies committed commands to the engine. See the package comment for
+// the contract it keeps.
+type FSM struct {
+	db      *engine.DB
+	clock   *ttl.Clock
+	log     *slog.Logger
+	metrics *Metrics
+	// dropped receives buckets this replica removed, for compaction.
+	dropped chan partition.Bucket
+}
+
+var (
+	_ raft.FSM         = (*FSM)(nil)
+	_ raft.BatchingFSM = (*FSM)(nil)
+)
+
+// NewFSM returns an FSM over db. clock is anchored to the cluster time of
+// every applied batch. metrics may be nil.
+func NewFSM(db *engine.DB, clock *ttl.Clock, log *slog.Logger, m *Metrics) *FSM {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	clock.Observe(db.Meta().NowMs)
+	return &FSM{db: db, clock: clock, log: log, metrics: m, dropped: make(chan partition.Bucket, 64)}
+}
+
+// Apply applies one entry.
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies a batch of entries as one Pebble batch: one commit, with
+// the applied index, per raft batch.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	out := make([]any, len(logs))
+	txn := f.db.Begin()
+	applied := txn.Meta().Applied
+	var last uint64
+	for i, l := range logs {
+		last = l.Index
+		if l.Index <= applied || l.Type != raft.LogCommand {
+			continue // replayed after a restart, or not ours
+		}
+		out[i] = f.apply(txn, l)
+	}
+	if last <= applied {
+		txn.Abort()
+		return out
+	}
+	if err := txn.Commit(last); err != nil {
+		// Losing an applied batch would make this replica diverge.
+		panic(fmt.Errorf("raftfsm: commit index %d: %w", last, err))
+	}
+	f.clock.Observe(txn.Meta().NowMs)
+	return out
+}
+
+func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
+	res := &ApplyResult{Index: l.Index}
+	c, err := DecodeCommand(l.Data)
+	if err != nil {
+		res.Err = err
+		return res
+	}
+	now := txn.Advance(c.NowMs)
+	if c.WidthMs > 0 {
+		txn.EnsureWidth(partition.Width(c.WidthMs))
+	}
+	missing := func(what string) *ApplyResult {
+		res.Err = fmt.Errorf("%w: op %d without %s", ErrBadCommand, c.Op, what)
+		return res
+	}
+	switch c.Op {
+	case OpClaim:
+		if c.Claim == nil || txn.Meta().Width == 0 {
+			return missing("claim")
+		}
+		res.Result = txn.Claim(*c.Claim, l.Index, now)
+	case OpComplete:
+		if c.Target == nil || c.Response == nil {
+			return missing("target")
+		}
+		res.Result = txn.Complete(*c.Target, c.Response, now)
+	case OpRelease:
+		if c.Target == nil {
+			return missing("target")
+		}
+		res.Result = txn.Release(*c.Target, now)
+	case OpExtend:
+		if c.Target == nil {
+			return missing("target")
+		}
+		res.Result = txn.Extend(*c.Target, c.LeaseMs, now)
+	case OpDelete:
+		if c.Target == nil {
+			return missing("target")
+		}
+		res.Result = txn.Delete(c.Target.Scope, c.Target.PrincipalScope, now)
+	case OpDropBucket:
+		res.Result = txn.DropBucket(partition.Bucket(c.Bucket), now)
+		if res.Outcome == engine.OutcomeDropped {
+			f.metrics.dropped(res.Dropped)
+			select {
+			case f.dropped <- partition.Bucket(c.Bucket):
+			default:
+			}
+		}
+	case OpTick:
+		res.NowMs = now
+	case OpSetNode:
+		if c.Node == nil || c.Node.ID == "" {
+			return missing("node")
+		}
+		b, _ := json.Marshal(c.Node)
+		txn.SetNamed("node/"+c.Node.ID, b)
+	case OpRemoveNode:
+		if c.Node == nil || c.Node.ID == "" {
+			return missing("node")
+		}
+		txn.DeleteNamed("node/" + c.Node.ID)
+	}
+	return res
+}
+
+// Snapshot returns at once: a Pebble snapshot, streamed later by Persist.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := f.db.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: snapshot: %w", err)
+	}
+	return &fsmSnapshot{s: s, log: f.log}, nil
+}
+
+// Restore replaces the state with a snapshot stream, atomically.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	if err := f.db.Restore(rc); err != nil {
+		return fmt.Errorf("raftfsm: restore: %w", err)
+	}
+	f.clock.Observe(f.db.Meta().NowMs)
+	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
+	return nil
+}
+
+type fsmSnapshot struct {
+	s   *engine.Snapshot
+	log *slog.Logger
+}
+
+func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	n, err := s.s.WriteTo(sink)
+	if err != nil {
+		sink.Cancel()
+		return fmt.Errorf("raftfsm: persist snapshot: %w", err)
+	}
+	s.log.Info("snapshot persisted", "bytes", n, "applied-index", s.s.Meta().Applied)
+	return sink.Close()
+}
+
+func (s *fsmSnapshot) Release() { s.s.Close() }

@@ -1,0 +1,81 @@
+package raftfsm
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// hclogAdapter sends hashicorp/raft's logs to slog. Raft is chatty at info
+// level about routine events, so its info lines go to slog at debug unless
+// they are warnings or errors.
+type hclogAdapter struct {
+	hclog.Logger // null logger: supplies the rarely used methods
+	l            *slog.Logger
+	name         string
+	args         []any
+}
+
+func newHCLog(l *slog.Logger) hclog.Logger {
+	return &hclogAdapter{Logger: hclog.NewNullLogger(), l: l.With("component", "raft")}
+}
+
+func (h *hclogAdapter) log(level slog.Level, msg string, args ...any) {
+	if !h.l.Enabled(context.Background(), level) {
+		return
+	}
+	h.l.Log(context.Background(), level, "raft: "+msg, append(append([]any(nil), h.args...), args...)...)
+}
+
+func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
+	switch level {
+	case hclog.Error:
+		h.Error(msg, args...)
+	case hclog.Warn:
+		h.Warn(msg, args...)
+	default:
+		h.Debug(msg, args...)
+	}
+}
+func (h *hclogAdapter) Trace(msg string, args ...any) {}
+func (h *hclogAdapter) Debug(msg string, args ...any) { h.log(slog.LevelDebug, msg, args...) }
+func (h *hclogAdapter) Info(msg string, args ...any)  { h.log(slog.LevelDebug, msg, args...) }
+func (h *hclogAdapter) Warn(msg string, args ...any)  { h.log(slog.LevelWarn, msg, args...) }
+func (h *hclogAdapter) Error(msg string, args ...any) { h.log(slog.LevelError, msg, args...) }
+func (h *hclogAdapter) IsTrace() bool                 { return false }
+func (h *hclogAdapter) IsDebug() bool {
+	return h.l.Enabled(context.Background(), slog.LevelDebug)
+}
+func (h *hclogAdapter) IsInfo() bool  { return h.IsDebug() }
+func (h *hclogAdapter) IsWarn() bool  { return true }
+func (h *hclogAdapter) IsError() bool { return true }
+func (h *hclogAdapter) With(args ...any) hclog.Logger {
+	c := *h
+	c.args = append(append([]any(nil), h.args...), args...)
+	return &c
+}
+func (h *hclogAdapter) Named(name string) hclog.Logger {
+	c := *h
+	c.name = name
+	c.l = h.l.With("raft-component", name)
+	return &c
+}
+func (h *hclogAdapter) ResetNamed(name string) hclog.Logger { return h.Named(name) }
+func (h *hclogAdapter) Name() string                        { return h.name }
+func (h *hclogAdapter) StandardLogger(*hclog.StandardLoggerOptions) *log.Logger {
+	return log.New(h.StandardWriter(nil), "", 0)
+}
+func (h *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
+	return writerFunc(func(p []byte) (int, error) {
+		h.log(slog.LevelDebug, fmt.Sprintf("%s", p))
+		return len(p), nil
+	})
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

@@ -1,0 +1,162 @@
+package raftfsm
+
+import (
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// Metrics are the node's Prometheus metrics. Counters of decisions are
+// counted where the decision is returned to a caller (the leader); gauges of
+// stored data are read from the engine at scrape time.
+type Metrics struct {
+	Claims        *prometheus.CounterVec
+	Completes     *prometheus.CounterVec
+	Releases      *prometheus.CounterVec
+	Extends       *prometheus.CounterVec
+	Takeovers     prometheus.Counter
+	ClaimLatency  prometheus.Histogram
+	BucketsDrop   prometheus.Counter
+	RecordsDrop   prometheus.Counter
+	DropsRefused  prometheus.Counter
+	applyFailures prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		Claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_claims_total", Help: "Claims decided, by outcome.",
+		}, []string{"outcome"}),
+		Completes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_completes_total", Help: "Complete requests decided, by outcome.",
+		}, []string{"outcome"}),
+		Releases: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_releases_total", Help: "Release requests decided, by outcome.",
+		}, []string{"outcome"}),
+		Extends: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "idem_extends_total", Help: "Extend requests decided, by outcome.",
+		}, []string{"outcome"}),
+		Takeovers: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_takeovers_total", Help: "Claims that took over an in-progress record whose lease ran out.",
+		}),
+		ClaimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "idem_claim_duration_seconds", Help: "Time from proposing a claim to its decision.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 14),
+		}),
+		BucketsDrop: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_buckets_dropped_total", Help: "Expired time buckets removed by range deletion on this replica.",
+		}),
+		RecordsDrop: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_records_dropped_total", Help: "Expired records removed with their buckets on this replica.",
+		}),
+		DropsRefused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_bucket_drops_refused_total", Help: "DropBucket commands refused because the bucket was not wholly expired.",
+		}),
+		applyFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_bad_commands_total", Help: "Log entries that did not decode (ignored identically on every replica).",
+		}),
+	}
+	for _, o := range []string{"claimed", "replay", "in_progress", "fingerprint_mismatch", "quota_exceeded"} {
+		m.Claims.WithLabelValues(o)
+	}
+	if reg != nil {
+		reg.MustRegister(m.Claims, m.Completes, m.Releases, m.Extends, m.Takeovers, m.ClaimLatency,
+			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.applyFailures)
+	}
+	return m
+}
+
+func (m *Metrics) dropped(records int64) {
+	if m == nil {
+		return
+	}
+	m.BucketsDrop.Inc()
+	m.RecordsDrop.Add(float64(records))
+}
+
+// stateCollector reads the engine and raft once per scrape.
+type stateCollector struct {
+	n  *Node
+	mu sync.Mutex
+
+	records, bytes, oldest, inProgress, oldestInProgress, disk, buckets *prometheus.Desc
+	state, term, commit, applied, fsmApplied, clusterTime, leader     *prometheus.Desc
+}
+
+func newStateCollector(n *Node) *stateCollector {
+	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
+	return &stateCollector{
+		n:                n,
+		records:          d("idem_records", "Records stored (expired ones count until their bucket is dropped)."),
+		bytes:            d("idem_record_bytes", "Bytes of stored records."),
+		oldest:           d("idem_oldest_record_age_seconds", "Age of the oldest stored record by cluster time; grows without bound if expiry stalls."),
+		inProgress:       d("idem_in_progress", "Records in progress (holding or having held a lease)."),
+		oldestInProgress: d("idem_oldest_in_progress_age_seconds", "Age of the oldest in-progress record."),
+		disk:             d("idem_disk_bytes", "Bytes Pebble uses on disk."),
+		buckets:          d("idem_buckets", "Time buckets holding data."),
+		state:            prometheus.NewDesc("idem_raft_state", "Raft state of this node (1 for the current state).", []string{"state"}, nil),
+		term:             d("idem_raft_term", "Current raft term."),
+		commit:           d("idem_raft_commit_index", "Raft commit index."),
+		applied:          d("idem_raft_applied_index", "Raft applied index."),
+		fsmApplied:       d("idem_fsm_applied_index", "Index stored with the data in Pebble."),
+		clusterTime:      d("idem_cluster_time_seconds", "Cluster time as this node sees it (Unix seconds)."),
+		leader:           d("idem_raft_has_leader", "1 when this node knows a leader."),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.inProgress, c.oldestInProgress,
+		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader} {
+		ch <- d
+	}
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	g := func(d *prometheus.Desc, v float64, lv ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, lv...)
+	}
+	now := c.n.clock.NowMs()
+	age := func(ms int64) float64 {
+		if ms == 0 || ms > now {
+			return 0
+		}
+		return float64(now-ms) / 1000
+	}
+	if s, err := c.n.db.Stats(); err == nil {
+		g(c.records, float64(s.Records))
+		g(c.bytes, float64(s.Bytes))
+		g(c.oldest, age(s.OldestCreatedMs))
+		g(c.inProgress, float64(s.InProgress))
+		g(c.oldestInProgress, age(s.OldestInProgressCreated))
+		g(c.disk, float64(s.DiskBytes))
+		g(c.buckets, float64(s.Buckets))
+	}
+	st := c.n.raft.State()
+	for _, s := range []raft.RaftState{raft.Follower, raft.Candidate, raft.Leader, raft.Shutdown} {
+		v := 0.0
+		if s == st {
+			v = 1
+		}
+		g(c.state, v, s.String())
+	}
+	g(c.term, float64(c.n.term()))
+	g(c.commit, float64(c.n.raft.CommitIndex()))
+	g(c.applied, float64(c.n.raft.AppliedIndex()))
+	g(c.fsmApplied, float64(c.n.db.Meta().Applied))
+	g(c.clusterTime, float64(now)/1000)
+	has := 0.0
+	if addr, _ := c.n.raft.LeaderWithID(); addr != "" {
+		has = 1
+	}
+	g(c.leader, has)
+}
+
+func observeSince(h prometheus.Histogram, t time.Time) { h.Observe(time.Since(t).Seconds()) }
+
+var _ = engine.OutcomeClaimed

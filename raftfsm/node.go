@@ -1,0 +1,589 @@
+package raftfsm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.etcd.io/bbolt"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/partition"
+	"github.com/idem-store/idem/ttl"
+)
+
+// Node is one idem server's raft node: the FSM over Pebble, the raft log in
+// bolt, snapshots on disk and the TCP transport.
+type Node struct {
+	cfg       Config
+	log       *slog.Logger
+	db        *engine.DB
+	fsm       *FSM
+	clock     *ttl.Clock
+	raft      *raft.Raft
+	trans     *raft.NetworkTransport
+	logStore  *raftboltdb.BoltStore
+	snaps     *raft.FileSnapshotStore
+	metrics   *Metrics
+	widthMs   int64
+	self      NodeInfo
+	lastWrite atomic.Int64 // unix nanos of the last proposal, for idle ticks
+
+	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
+
+	mu       sync.Mutex
+	unhealty map[raft.ServerID]bool
+
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	closing atomic.Bool
+}
+
+// Open starts a node. With cfg.Bootstrap and no existing state it bootstraps
+// a one-node cluster.
+func Open(cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RaftAdvertise == "" {
+		cfg.RaftAdvertise = cfg.RaftAddr
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftfsm: create data dir: %w", err)
+	}
+	n := &Node{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		clock:    ttl.NewClock(cfg.ClockOffset),
+		widthMs:  cfg.BucketWidth.Milliseconds(),
+		self:     NodeInfo{ID: cfg.NodeID, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAdvertise},
+		unhealty: map[raft.ServerID]bool{},
+		stop:     make(chan struct{}),
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			n.closeStores()
+		}
+	}()
+	var err error
+	if n.db, err = engine.Open(filepath.Join(cfg.DataDir, "fsm"), engine.Options{Logger: cfg.Logger, CacheBytes: cfg.CacheBytes}); err != nil {
+		return nil, err
+	}
+	n.metrics = newMetrics(cfg.Registry)
+	n.fsm = NewFSM(n.db, n.clock, cfg.Logger, n.metrics)
+	if n.logStore, err = raftboltdb.New(raftboltdb.Options{
+		Path:        filepath.Join(cfg.DataDir, "raft.db"),
+		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+	}); err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process", cfg.DataDir)
+		}
+		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
+	}
+	if n.snaps, err = raft.NewFileSnapshotStore(cfg.DataDir, 2, writerFunc(func(p []byte) (int, error) {
+		n.log.Debug("raft snapshots: " + string(p))
+		return len(p), nil
+	})); err != nil {
+		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
+	}
+	if err := n.catchUpFromSnapshot(); err != nil {
+		return nil, err
+	}
+	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise)
+	if err != nil {
+		return nil, err
+	}
+	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(cfg.Logger),
+	})
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.NodeID)
+	rc.Logger = newHCLog(cfg.Logger)
+	rc.SnapshotThreshold = cfg.SnapshotThreshold
+	rc.SnapshotInterval = cfg.SnapshotInterval
+	rc.TrailingLogs = cfg.TrailingLogs
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 512
+	// Pebble keeps the state across restarts; raft only replays the log
+	// above the snapshot and the FSM skips what it already has.
+	rc.NoSnapshotRestoreOnStart = true
+	if err := raft.ValidateConfig(rc); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	existing, err := raft.HasExistingState(n.logStore, n.logStore, n.snaps)
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: read raft state: %w", err)
+	}
+	if !existing && cfg.Bootstrap {
+		conf := raft.Configuration{Servers: []raft.Server{{
+			ID: rc.LocalID, Address: raft.ServerAddress(cfg.RaftAdvertise), Suffrage: raft.Voter,
+		}}}
+		if err := raft.BootstrapCluster(rc, n.logStore, n.logStore, n.snaps, n.trans, conf); err != nil {
+			return nil, fmt.Errorf("raftfsm: bootstrap: %w", err)
+		}
+		n.log.Info("bootstrapped a new one-node cluster", "node-id", cfg.NodeID)
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, n.logStore, n.logStore, n.snaps, n.trans); err != nil {
+		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
+	}
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(newStateCollector(n))
+	}
+	obs := make(chan raft.Observation, 64)
+	n.raft.RegisterObserver(raft.NewObserver(obs, false, nil))
+	n.wg.Add(3)
+	go n.observe(obs)
+	go n.leaderLoop()
+	go n.compactDropped()
+	ok = true
+	return n, nil
+}
+
+// catchUpFromSnapshot restores the newest snapshot when Pebble is behind it
+// (its directory was lost or replaced): raft would otherwise replay only
+// the log above the snapshot onto an older state.
+func (n *Node) catchUpFromSnapshot() error {
+	list, err := n.snaps.List()
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	if list[0].Index <= n.db.Meta().Applied {
+		return nil
+	}
+	_, rc, err := n.snaps.Open(list[0].ID)
+	if err != nil {
+		return fmt.Errorf("raftfsm: open snapshot %s: %w", list[0].ID, err)
+	}
+	n.log.Warn("state is behind the newest snapshot; restoring it", "snapshot-index", list[0].Index, "applied-index", n.db.Meta().Applied)
+	return n.fsm.Restore(rc)
+}
+
+// Close stops the node: leader duties, raft (which waits for the FSM), the
+// transport, the raft log and Pebble, in that order.
+func (n *Node) Close() error {
+	if !n.closing.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(n.stop)
+	var errs []error
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raftfsm: raft shutdown: %w", err))
+		}
+	}
+	n.wg.Wait()
+	errs = append(errs, n.closeStores())
+	return errors.Join(errs...)
+}
+
+func (n *Node) closeStores() error {
+	var errs []error
+	if n.trans != nil {
+		errs = append(errs, n.trans.Close())
+	}
+	if n.logStore != nil {
+		errs = append(errs, n.logStore.Close())
+	}
+	if n.db != nil {
+		errs = append(errs, n.db.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Self is this node's identity.
+func (n *Node) Self() NodeInfo { return n.self }
+
+// NowMs is cluster time as this node sees it.
+func (n *Node) NowMs() int64 { return n.clock.NowMs() }
+
+// Metrics returns the node's metrics.
+func (n *Node) Metrics() *Metrics { return n.metrics }
+
+// DB exposes the engine for read-only admin use (state hash, stats).
+func (n *Node) DB() *engine.DB { return n.db }
+
+// IsLeader reports whether this node is the leader.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// WaitLeader waits until some node is known as leader, or the timeout.
+func (n *Node) WaitLeader(timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if addr, _ := n.raft.LeaderWithID(); addr != "" {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return false
+}
+
+func (n *Node) term() uint64 { return n.raft.CurrentTerm() }
+
+// Leader returns what this node knows of the leader (zero when unknown).
+func (n *Node) Leader() (NodeInfo, bool) {
+	addr, id := n.raft.LeaderWithID()
+	if addr == "" {
+		return NodeInfo{}, false
+	}
+	info := NodeInfo{ID: string(id), RaftAddr: string(addr)}
+	if id == raft.ServerID(n.self.ID) {
+		return n.self, true
+	}
+	if v, err := n.db.Named("node/" + string(id)); err == nil {
+		if b, ok := v["node/"+string(id)]; ok {
+			json.Unmarshal(b, &info)
+		}
+	}
+	return info, true
+}
+
+// propose stamps a command with cluster time and the bucket width, commits
+// it through raft and returns the FSM's result.
+func (n *Node) propose(c *Command) (*ApplyResult, error) {
+	if n.closing.Load() {
+		return nil, ErrShutdown
+	}
+	if n.raft.State() != raft.Leader {
+		return nil, n.notLeader()
+	}
+	c.NowMs = n.clock.NowMs()
+	c.WidthMs = n.widthMs
+	data, err := c.Encode()
+	if err != nil {
+		return nil, err
+	}
+	n.lastWrite.Store(time.Now().UnixNano())
+	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	if err := f.Error(); err != nil {
+		return nil, mapRaftError(err)
+	}
+	r, ok := f.Response().(*ApplyResult)
+	if !ok || r == nil {
+		return nil, ErrUnknownOutcome
+	}
+	if r.Err != nil {
+		return r, r.Err
+	}
+	return r, nil
+}
+
+func (n *Node) notLeader() error {
+	if _, ok := n.Leader(); ok {
+		return ErrNotLeader
+	}
+	return ErrNoLeader
+}
+
+func mapRaftError(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader):
+		return ErrNotLeader
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return ErrTimeout
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return ErrShutdown
+	}
+	return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
+}
+
+// Claim decides a claim.
+func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
+	start := time.Now()
+	r, err := n.propose(&Command{Op: OpClaim, Claim: &a})
+	if err != nil {
+		return engine.Result{}, 0, err
+	}
+	observeSince(n.metrics.ClaimLatency, start)
+	n.metrics.Claims.WithLabelValues(r.Outcome.String()).Inc()
+	if r.Takeover {
+		n.metrics.Takeovers.Inc()
+	}
+	return r.Result, r.Index, nil
+}
+
+// Complete stores the response of the attempt holding the token.
+func (n *Node) Complete(t engine.TokenArgs, resp *engine.Response) (engine.Result, error) {
+	r, err := n.propose(&Command{Op: OpComplete, Target: &t, Response: resp})
+	if err != nil {
+		return engine.Result{}, err
+	}
+	n.metrics.Completes.WithLabelValues(r.Outcome.String()).Inc()
+	return r.Result, nil
+}
+
+// Release marks the attempt holding the token failed.
+func (n *Node) Release(t engine.TokenArgs) (engine.Result, error) {
+	r, err := n.propose(&Command{Op: OpRelease, Target: &t})
+	if err != nil {
+		return engine.Result{}, err
+	}
+	n.metrics.Releases.WithLabelValues(r.Outcome.String()).Inc()
+	return r.Result, nil
+}
+
+// Extend moves the lease of the attempt holding the token.
+func (n *Node) Extend(t engine.TokenArgs, leaseMs int64) (engine.Result, error) {
+	r, err := n.propose(&Command{Op: OpExtend, Target: &t, LeaseMs: leaseMs})
+	if err != nil {
+		return engine.Result{}, err
+	}
+	n.metrics.Extends.WithLabelValues(r.Outcome.String()).Inc()
+	return r.Result, nil
+}
+
+// Delete evicts a record.
+func (n *Node) Delete(s engine.Scope, principalScope bool) (engine.Result, error) {
+	r, err := n.propose(&Command{Op: OpDelete, Target: &engine.TokenArgs{Scope: s, PrincipalScope: principalScope}})
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return r.Result, nil
+}
+
+// Lookup reads a record. A linearizable read is served by the leader only,
+// after proving it still leads and has applied everything committed before
+// the read began; a stale read uses the local replica.
+func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linearizable bool) (*engine.Record, bool, error) {
+	if linearizable {
+		if err := n.readBarrier(ctx); err != nil {
+			return nil, false, err
+		}
+	}
+	r, ok := n.db.Lookup(s, principalScope, n.clock.NowMs())
+	return r, ok, nil
+}
+
+// readBarrier implements linearizable reads on hashicorp/raft: a Barrier
+// once per term (so entries of earlier terms are applied), the commit index
+// read before VerifyLeader proves no newer leader exists, then waiting for
+// the FSM to apply up to that index.
+func (n *Node) readBarrier(ctx context.Context) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	term := n.term()
+	if n.barrierTerm.Load() != term {
+		if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+			return mapRaftError(err)
+		}
+		n.barrierTerm.Store(term)
+	}
+	commit := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
+			return n.notLeader()
+		}
+		return mapRaftError(err)
+	}
+	for n.raft.AppliedIndex() < commit {
+		select {
+		case <-ctx.Done():
+			return ErrTimeout
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Ready reports whether this node knows a leader and has applied the commit
+// index as of the call.
+func (n *Node) Ready() bool {
+	if n.closing.Load() {
+		return false
+	}
+	if addr, _ := n.raft.LeaderWithID(); addr == "" {
+		return false
+	}
+	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+}
+
+// Member is one node as /v1/cluster shows it.
+type Member struct {
+	NodeInfo
+	Suffrage string `json:"suffrage"`
+	Healthy  bool   `json:"healthy"`
+}
+
+// Status is the cluster as this node sees it.
+type Status struct {
+	Leader       *NodeInfo `json:"leader"`
+	Nodes        []Member  `json:"nodes"`
+	Term         uint64    `json:"term"`
+	CommitIndex  uint64    `json:"commit_index"`
+	AppliedIndex uint64    `json:"applied_index"`
+}
+
+// Status returns the cluster membership and raft progress.
+func (n *Node) Status() (Status, error) {
+	st := Status{Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
+	if l, ok := n.Leader(); ok {
+		st.Leader = &l
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return st, mapRaftError(err)
+	}
+	named, _ := n.db.Named("node/")
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, s := range f.Configuration().Servers {
+		m := Member{NodeInfo: NodeInfo{ID: string(s.ID), RaftAddr: string(s.Address)}, Suffrage: s.Suffrage.String()}
+		if b, ok := named["node/"+string(s.ID)]; ok {
+			var info NodeInfo
+			if json.Unmarshal(b, &info) == nil {
+				m.HTTPAddr = info.HTTPAddr
+			}
+		}
+		if string(s.ID) == n.self.ID {
+			m.HTTPAddr = n.self.HTTPAddr
+		}
+		m.Healthy = !n.unhealty[s.ID]
+		st.Nodes = append(st.Nodes, m)
+	}
+	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
+	return st, nil
+}
+
+// Join adds a voter, recording its addresses in the log first so every node
+// can forward to it.
+func (n *Node) Join(info NodeInfo) error {
+	if _, err := n.propose(&Command{Op: OpSetNode, Node: &info}); err != nil {
+		return err
+	}
+	if err := n.raft.AddVoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return mapRaftError(err)
+	}
+	return nil
+}
+
+// Remove removes a node from the cluster.
+func (n *Node) Remove(id string) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+		return mapRaftError(err)
+	}
+	_, err := n.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: id}})
+	return err
+}
+
+func (n *Node) observe(ch chan raft.Observation) {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case o := <-ch:
+			n.mu.Lock()
+			switch v := o.Data.(type) {
+			case raft.FailedHeartbeatObservation:
+				n.unhealty[v.PeerID] = true
+			case raft.ResumedHeartbeatObservation:
+				delete(n.unhealty, v.PeerID)
+			case raft.LeaderObservation:
+				clear(n.unhealty)
+			}
+			n.mu.Unlock()
+		}
+	}
+}
+
+// leaderLoop runs the leader's duties while this node leads: record its own
+// address in the log, stamp cluster time when idle, and propose drops of
+// wholly expired buckets (etcd's lessor pattern: only the leader decides
+// expiry, and it decides it through the log).
+func (n *Node) leaderLoop() {
+	defer n.wg.Done()
+	sweep := time.NewTicker(n.cfg.SweepInterval)
+	defer sweep.Stop()
+	tick := time.NewTicker(n.cfg.TickInterval)
+	defer tick.Stop()
+	announced := uint64(0)
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-tick.C:
+			if !n.IsLeader() {
+				continue
+			}
+			if t := n.term(); announced != t {
+				if _, err := n.propose(&Command{Op: OpSetNode, Node: &n.self}); err == nil {
+					announced = t
+				}
+			}
+			if time.Since(time.Unix(0, n.lastWrite.Load())) >= n.cfg.TickInterval {
+				n.propose(&Command{Op: OpTick})
+			}
+		case <-sweep.C:
+			if n.IsLeader() {
+				n.sweep()
+			}
+		}
+	}
+}
+
+func (n *Node) sweep() {
+	buckets, err := n.db.ExpiredBuckets(n.clock.NowMs(), 16)
+	if err != nil {
+		n.log.Error("sweeper: list buckets", "error", err)
+		return
+	}
+	for _, b := range buckets {
+		r, err := n.propose(&Command{Op: OpDropBucket, Bucket: uint64(b)})
+		if err != nil {
+			n.log.Warn("sweeper: drop bucket", "bucket", b, "error", err)
+			return
+		}
+		if r.Outcome == engine.OutcomeDropRefused {
+			n.metrics.DropsRefused.Inc()
+			return
+		}
+		n.log.Debug("dropped expired bucket", "bucket", b, "records", r.Dropped, "bytes", r.Bytes)
+	}
+}
+
+func (n *Node) compactDropped() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case b := <-n.fsm.dropped:
+			if err := n.db.CompactBucket(b); err != nil && !errors.Is(err, engine.ErrClosed) {
+				n.log.Warn("compact dropped bucket", "bucket", b, "error", err)
+			}
+		}
+	}
+}
+
+// Snapshot forces a raft snapshot (and log compaction), for operators and tests.
+func (n *Node) Snapshot() error {
+	if err := n.raft.Snapshot().Error(); err != nil {
+		return fmt.Errorf("raftfsm: snapshot: %w", err)
+	}
+	return nil
+}
+
+var (
+	_ = partition.Of
+	_ prometheus.Collector = (*stateCollector)(nil)
+)
