@@ -1,0 +1,377 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/raftfsm"
+	"github.com/idem-store/idem/ttl"
+)
+
+// serveConfig is everything `idem serve` is told, from flags and IDEM_*
+// environment variables.
+type serveConfig struct {
+	nodeID, dataDir                 string
+	httpAddr, raftAddr              string
+	httpAdvertise, raftAdvertise    string
+	join                            string
+	retention, bucketWidth, lease   time.Duration
+	allowShortRetention             bool
+	scope                           string
+	authFile                        string
+	insecure                        bool
+	logLevel, logFormat             string
+	limits                          api.Limits
+	snapshotThreshold, trailingLogs uint64
+	snapshotInterval                time.Duration
+	cacheBytes                      int64
+	clockOffset                     time.Duration
+	shutdownTimeout                 time.Duration
+}
+
+func serveFlags(fs *flag.FlagSet) *serveConfig {
+	c := &serveConfig{limits: api.DefaultLimits()}
+	d := raftfsm.DefaultConfig()
+	fs.StringVar(&c.nodeID, "node-id", "n1", "unique id of this node in the cluster")
+	fs.StringVar(&c.dataDir, "data-dir", "./idem-data", "directory for the raft log, snapshots and Pebble state (created if missing)")
+	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:7070", "address the HTTP API listens on")
+	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address raft listens on")
+	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes forward to (default: --http-addr)")
+	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
+	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of cluster members to join (ignored once this node has state)")
+	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long a record is kept, from its first claim; the retry window promised to clients (at least 1m)")
+	fs.BoolVar(&c.allowShortRetention, "allow-short-retention", false, "allow --retention below 1m (tests and demos only)")
+	fs.DurationVar(&c.bucketWidth, "bucket-width", d.BucketWidth, "width of the time buckets expiry drops whole; fixed when the data dir is created")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second, "default lease of a claim when the request has no lease_ms")
+	fs.StringVar(&c.scope, "scope", "endpoint", "uniqueness scope: endpoint (principal+endpoint+key) or principal (principal+key)")
+	fs.StringVar(&c.authFile, "auth-file", "", "file of bearer tokens, one per line; when set every route but /healthz and /readyz needs one")
+	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address without --auth-file")
+	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
+	fs.IntVar(&c.limits.MaxScopeBytes, "max-scope-bytes", c.limits.MaxScopeBytes, "largest principal, endpoint and key, in bytes")
+	fs.IntVar(&c.limits.MaxFingerprintChars, "max-fingerprint-chars", c.limits.MaxFingerprintChars, "longest fingerprint, in hex characters")
+	fs.IntVar(&c.limits.MaxIDBytes, "max-id-bytes", c.limits.MaxIDBytes, "largest claim_id, correlation_id and reason, in bytes")
+	fs.DurationVar(&c.limits.MinLease, "min-lease", c.limits.MinLease, "shortest lease_ms a request may ask for")
+	fs.DurationVar(&c.limits.MaxLease, "max-lease", c.limits.MaxLease, "longest lease_ms a request may ask for")
+	fs.Int64Var(&c.limits.MaxRequestBytes, "max-request-bytes", c.limits.MaxRequestBytes, "largest request body, in bytes (413 request_too_large above)")
+	fs.IntVar(&c.limits.MaxResponseBytes, "max-response-bytes", c.limits.MaxResponseBytes, "largest stored response body, decoded bytes (413 response_too_large above)")
+	fs.IntVar(&c.limits.MaxResponseHeaders, "max-response-headers", c.limits.MaxResponseHeaders, "most stored response headers")
+	fs.IntVar(&c.limits.MaxResponseHeaderBytes, "max-response-header-bytes", c.limits.MaxResponseHeaderBytes, "largest stored response headers, names and values together")
+	fs.Int64Var(&c.limits.MaxKeysPerPrincipal, "max-keys-per-principal", c.limits.MaxKeysPerPrincipal, "live keys one principal may hold (429 quota_exceeded above)")
+	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", d.SnapshotThreshold, "raft log entries between snapshots")
+	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often raft checks whether to snapshot")
+	fs.Uint64Var(&c.trailingLogs, "trailing-logs", d.TrailingLogs, "raft log entries kept after a snapshot, for followers to catch up without one")
+	fs.Int64Var(&c.cacheBytes, "cache-bytes", 64<<20, "Pebble block cache size in bytes")
+	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
+	return c
+}
+
+// envName is the IDEM_* variable of a flag: --max-keys-per-principal -> IDEM_MAX_KEYS_PER_PRINCIPAL.
+func envName(flagName string) string {
+	return "IDEM_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// parseWithEnv parses args; flags not given on the command line take their
+// IDEM_* environment variable when set. It returns the names of flags set
+// either way.
+func parseWithEnv(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += fmt.Sprintf(" [$%s]", envName(f.Name)) })
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] {
+			return
+		}
+		if v, ok := os.LookupEnv(envName(f.Name)); ok {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("$%s (--%s): %w", envName(f.Name), f.Name, err))
+			}
+			set[f.Name] = true
+		}
+	})
+	return set, errors.Join(errs...)
+}
+
+var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// validate reports every bad flag at once, each naming its flag.
+func (c *serveConfig) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !nodeIDPattern.MatchString(c.nodeID) {
+		bad("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", c.nodeID)
+	}
+	if c.dataDir == "" {
+		bad("--data-dir must not be empty")
+	}
+	for name, addr := range map[string]string{"--http-addr": c.httpAddr, "--raft-addr": c.raftAddr} {
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			bad("%s %q is not host:port", name, addr)
+		}
+	}
+	if err := ttl.ValidateRetention(c.retention, c.allowShortRetention); err != nil {
+		bad("--retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
+	}
+	if c.bucketWidth < time.Millisecond {
+		bad("--bucket-width %s must be at least 1ms", c.bucketWidth)
+	}
+	if c.lease < c.limits.MinLease || c.lease > c.limits.MaxLease {
+		bad("--lease %s must be between --min-lease %s and --max-lease %s", c.lease, c.limits.MinLease, c.limits.MaxLease)
+	}
+	if c.scope != "endpoint" && c.scope != "principal" {
+		bad("--scope %q must be endpoint or principal", c.scope)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		bad("--log-format %q must be text or json", c.logFormat)
+	}
+	if _, err := parseLevel(c.logLevel); err != nil {
+		bad("--log-level: %v", err)
+	}
+	if err := c.limits.Validate(); err != nil {
+		bad("%s", strings.ReplaceAll(err.Error(), "api: ", ""))
+	}
+	if c.snapshotThreshold == 0 || c.trailingLogs == 0 {
+		bad("--snapshot-threshold and --trailing-logs must be at least 1")
+	}
+	if c.snapshotInterval < 5*time.Millisecond {
+		bad("--snapshot-interval %s is too short", c.snapshotInterval)
+	}
+	if c.cacheBytes < 1<<20 {
+		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
+	}
+	return errors.Join(errs...)
+}
+
+func parseLevel(s string) (slog.Level, error) {
+	var l slog.Level
+	err := l.UnmarshalText([]byte(s))
+	return l, err
+}
+
+func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
+	level, _ := parseLevel(c.logLevel)
+	opts := &slog.HandlerOptions{Level: level}
+	if c.logFormat == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := serveFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: idem serve [flags]\n\nRuns an idem node. With no flags: a one-node cluster in ./idem-data,\nHTTP on 127.0.0.1:7070, raft on 127.0.0.1:7071, 24h retention.\nEvery flag can also be set with the IDEM_* variable shown.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	set, err := parseWithEnv(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 2
+	}
+	if err := c.validate(); err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem serve: "))
+		return 2
+	}
+	log := newLogger(c, stderr)
+	if err := serve(ctx, c, set, log); err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// nodeFile records the settings fixed when a data dir is created.
+type nodeFile struct {
+	NodeID        string `json:"node_id"`
+	BucketWidthMs int64  `json:"bucket_width_ms"`
+}
+
+// fixedSettings loads or creates the node file. A bucket width given
+// explicitly that differs from the one the data dir was created with is
+// refused; without the flag the stored width is used.
+func fixedSettings(c *serveConfig, set map[string]bool) error {
+	path := filepath.Join(c.dataDir, "node.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
+			return fmt.Errorf("create --data-dir %s: %w", c.dataDir, err)
+		}
+		b, _ = json.Marshal(nodeFile{NodeID: c.nodeID, BucketWidthMs: c.bucketWidth.Milliseconds()})
+		tmp := path + ".tmp"
+		if err := os.WriteFile(tmp, b, 0o644); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		return os.Rename(tmp, path)
+	}
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var nf nodeFile
+	if err := json.Unmarshal(b, &nf); err != nil {
+		return fmt.Errorf("%s is corrupt: %w", path, err)
+	}
+	stored := time.Duration(nf.BucketWidthMs) * time.Millisecond
+	if set["bucket-width"] && stored != c.bucketWidth {
+		return fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)
+	}
+	c.bucketWidth = stored
+	if nf.NodeID != "" && nf.NodeID != c.nodeID {
+		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)
+	}
+	return nil
+}
+
+func readAuthFile(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("--auth-file: %w", err)
+	}
+	defer f.Close()
+	var tokens []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if t := strings.TrimSpace(sc.Text()); t != "" && !strings.HasPrefix(t, "#") {
+			tokens = append(tokens, t)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("--auth-file: %w", err)
+	}
+	if len(tokens) == 0 {
+		return nil, fmt.Errorf("--auth-file %s holds no token", path)
+	}
+	return tokens, nil
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.Logger) error {
+	var tokens []string
+	if c.authFile != "" {
+		var err error
+		if tokens, err = readAuthFile(c.authFile); err != nil {
+			return err
+		}
+	} else if !isLoopback(c.httpAddr) {
+		if !c.insecure {
+			return fmt.Errorf("refusing to listen on non-loopback --http-addr %s without --auth-file; pass --insecure to do it anyway", c.httpAddr)
+		}
+		log.Warn("serving without authentication on a non-loopback address (--insecure)", "http-addr", c.httpAddr)
+	} else {
+		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
+	}
+	if err := fixedSettings(c, set); err != nil {
+		return err
+	}
+	if c.httpAdvertise == "" {
+		c.httpAdvertise = c.httpAddr
+	}
+	if c.raftAdvertise == "" {
+		c.raftAdvertise = c.raftAddr
+	}
+	// Listen before starting raft so a busy port fails fast and cleanly.
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	defer ln.Close()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	rc := raftfsm.DefaultConfig()
+	rc.NodeID, rc.DataDir = c.nodeID, c.dataDir
+	rc.RaftAddr, rc.RaftAdvertise, rc.HTTPAdvertise = c.raftAddr, c.raftAdvertise, c.httpAdvertise
+	rc.Bootstrap = c.join == ""
+	rc.BucketWidth = c.bucketWidth
+	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
+	rc.ClockOffset = c.clockOffset
+	rc.CacheBytes = c.cacheBytes
+	rc.Logger, rc.Registry = log, reg
+	if w := c.bucketWidth / 4; w < rc.SweepInterval {
+		rc.SweepInterval = max(w, 100*time.Millisecond)
+	}
+	node, err := raftfsm.Open(rc)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err := node.Close(); err != nil {
+			log.Error("close node", "error", err)
+		}
+		log.Info("stopped")
+	}()
+	if c.clockOffset != 0 {
+		log.Warn("test-only --clock-offset is set", "clock-offset", c.clockOffset)
+	}
+
+	srv := api.New(node, api.Config{
+		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
+		PrincipalScope: c.scope == "principal", Limits: c.limits, AuthTokens: tokens,
+		Logger: log, Gatherer: reg,
+	})
+	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	log.Info("idem serving",
+		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
+		"data-dir", c.dataDir, "retention", c.retention.String(), "bucket-width", c.bucketWidth.String(),
+		"scope", c.scope, "version", version)
+	if c.join != "" {
+		go joinCluster(ctx, node, c, tokens, log)
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down: draining HTTP")
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		log.Warn("http drain incomplete", "error", err)
+	}
+	return nil
+}
