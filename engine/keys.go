@@ -1,7 +1,10 @@
 package engine
 
 import (
+	"context"
+
 	"encoding/binary"
+	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/idem-store/idem/partition"
 )
@@ -13,8 +16,6 @@ var (
 	keyWidth     = []byte("m/width")
 	keyMaxRet    = []byte("m/maxret")
 	keySchema    = []byte("m/schema")
-	metaStart    = []byte("m/")
-	metaEnd      = []byte("m0")
 	schemaVesion = uint64(1)
 )
 
@@ -99,4 +100,50 @@ func readBytes(b []byte) ([]byte, []byte, bool) {
 		return nil, nil, false
 	}
 	return append([]byte(nil), b[w:w+int(n)]...), b[w+int(n):], true
+}
+
+// Named meta values (node metadata and the like) live under m/x/.
+const namedMetaPrefix = "m/x/"
+
+// SetNamed stores a named meta value in the Txn (e.g. "node/<id>").
+func (t *Txn) SetNamed(name string, v []byte) { t.set([]byte(namedMetaPrefix+name), v) }
+
+// DeleteNamed removes a named meta value.
+func (t *Txn) DeleteNamed(name string) { t.del([]byte(namedMetaPrefix + name)) }
+
+// Named returns every named meta value whose name starts with prefix.
+func (d *DB) Named(prefix string) (map[string][]byte, error) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return nil, ErrClosed
+	}
+	lo := []byte(namedMetaPrefix + prefix)
+	hi := append(append([]byte(nil), lo...), 0xff)
+	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return nil, err
+	}
+	defer it.Close()
+	out := map[string][]byte{}
+	for ok := it.First(); ok; ok = it.Next() {
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return nil, err
+		}
+		out[string(it.Key()[len(namedMetaPrefix):])] = append([]byte(nil), v...)
+	}
+	return out, it.Error()
+}
+
+// CompactBucket asks Pebble to compact the range of a dropped bucket so its
+// space comes back now rather than whenever compaction gets there.
+func (d *DB) CompactBucket(b partition.Bucket) error {
+	start, end := partition.Range(b)
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return ErrClosed
+	}
+	return d.pdb.Compact(context.Background(), start, end, false)
 }

@@ -84,7 +84,7 @@ type stateCollector struct {
 	mu sync.Mutex
 
 	records, bytes, oldest, inProgress, oldestInProgress, disk, buckets *prometheus.Desc
-	state, term, commit, applied, fsmApplied, clusterTime, leader     *prometheus.Desc
+	state, term, commit, applied, fsmApplied, clusterTime, leader       *prometheus.Desc
 }
 
 func newStateCollector(n *Node) *stateCollector {

@@ -584,6 +584,6 @@ func (n *Node) Snapshot() error {
 }
 
 var (
-	_ = partition.Of
+	_                      = partition.Of
 	_ prometheus.Collector = (*stateCollector)(nil)
 )

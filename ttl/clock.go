@@ -8,8 +8,8 @@ import (
 // Clock is cluster time as seen by one node. It is anchored at the cluster
 // time of the last applied entry and advances by this node's monotonic clock
 // from the moment that entry was applied, so a node whose wall clock is
-// minutes off never moves cluster time by those minutes. It never goes
-// backwards.
+// minutes off never moves cluster time by those minutes. Once anchored it
+// never goes backwards.
 //
 // Only the very first command of a new cluster takes its time from a wall
 // clock (the bootstrap node's); from then on time flows through the log.
@@ -34,7 +34,16 @@ func NewClock(offset time.Duration) *Clock {
 func (c *Clock) Observe(ms int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.at.IsZero() || ms > c.nowLocked() {
+	if ms <= 0 {
+		return
+	}
+	if c.at.IsZero() {
+		// Reads before the first anchor were this node's wall clock: drop
+		// them, or a skewed wall clock would stay in cluster time.
+		c.anchorMs, c.at, c.lastMs = ms, time.Now(), 0
+		return
+	}
+	if ms > c.nowLocked() {
 		c.anchorMs, c.at = ms, time.Now()
 	}
 }
