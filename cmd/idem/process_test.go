@@ -1,0 +1,276 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// These tests build the real binary and run it as a process: real Pebble on
+// disk, real raft over TCP, real signals.
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "idem-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "idem")
+	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "build idem: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type proc struct {
+	cmd  *exec.Cmd
+	http string
+	logs *bytes.Buffer
+	done chan struct{}
+	err  error
+}
+
+// wait returns the exit error once the process has exited.
+func (p *proc) wait() error {
+	<-p.done
+	return p.err
+}
+
+// start runs `idem serve` with args and waits for /readyz.
+func start(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *proc {
+	t.Helper()
+	all := append([]string{"serve", "--data-dir", dataDir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, args...)
+	p := &proc{cmd: exec.Command(binary, all...), http: httpAddr, logs: &bytes.Buffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.wait()
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", httpAddr, p.logs)
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return p
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("node on %s never became ready; logs:\n%s", httpAddr, p.logs)
+	return nil
+}
+
+func post(t *testing.T, addr, path, body string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Post("http://"+addr+path, "application/json", strings.NewReader(body))
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, b
+}
+
+func get(t *testing.T, addr, path string) (int, []byte) {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, b
+}
+
+const claimBody = `{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","fingerprint":"9f86d081884c7d65"}`
+
+func TestKill9KeepsAcknowledgedWrites(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	var claimed struct{ Token string }
+	require.NoError(t, json.Unmarshal(body, &claimed))
+	code, body = post(t, httpAddr, "/v1/complete", `{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","token":"`+claimed.Token+
+		`","response":{"status":201,"content_type":"application/json","headers":{"Location":"/payments/py_1"},"body":"eyJpZCI6InB5XzEifQ=="}}`)
+	require.Equal(t, 200, code, "%s", body)
+	code, replay := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 200, code, "%s", replay)
+	// A second record, only claimed, must survive as in_progress.
+	code, body = post(t, httpAddr, "/v1/claim", `{"principal":"cus_7","endpoint":"POST /payments","key":"k2","fingerprint":"aa"}`)
+	require.Equal(t, 201, code, "%s", body)
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	p.wait()
+
+	start(t, dir, httpAddr, raftAddr)
+	code, again := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 200, code, "%s", again)
+	require.Equal(t, string(replay), string(again), "replay after kill -9 is not byte-identical")
+	code, body = get(t, httpAddr, "/v1/records?principal=cus_7&endpoint=POST%20/payments&key=k2")
+	require.Equal(t, 200, code, "%s", body)
+	require.Contains(t, string(body), `"state":"in_progress"`)
+	code, body = post(t, httpAddr, "/v1/claim", `{"principal":"cus_7","endpoint":"POST /payments","key":"k2","fingerprint":"aa"}`)
+	require.Equal(t, 409, code, "the lease of the claim before the crash must still hold: %s", body)
+}
+
+func metric(t *testing.T, addr, name string) float64 {
+	t.Helper()
+	_, body := get(t, addr, "/metrics")
+	for _, line := range strings.Split(string(body), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == name {
+			var v float64
+			fmt.Sscan(f[1], &v)
+			return v
+		}
+	}
+	t.Fatalf("metric %s not exposed", name)
+	return 0
+}
+
+func TestExpiredBucketIsDropped(t *testing.T) {
+	httpAddr := freePort(t)
+	start(t, t.TempDir(), httpAddr, freePort(t), "--retention", "2s", "--allow-short-retention", "--bucket-width", "1s")
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	const lookup = "/v1/records?principal=cus_42&endpoint=POST%20/payments&key=retry-1"
+	code, _ = get(t, httpAddr, lookup)
+	require.Equal(t, 200, code)
+	require.Equal(t, 1.0, metric(t, httpAddr, "idem_records"))
+
+	deadline := time.Now().Add(20 * time.Second)
+	for metric(t, httpAddr, "idem_buckets_dropped_total") < 1 || metric(t, httpAddr, "idem_records") != 0 {
+		require.True(t, time.Now().Before(deadline), "the expired bucket was never dropped")
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Equal(t, 1.0, metric(t, httpAddr, "idem_records_dropped_total"))
+	require.Equal(t, 0.0, metric(t, httpAddr, "idem_buckets"), "no bucket may remain on disk")
+	code, _ = get(t, httpAddr, lookup)
+	require.Equal(t, 404, code)
+	code, body = post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	require.Contains(t, string(body), `"attempt":1`)
+}
+
+func TestSIGTERMStopsCleanly(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+	code, _ := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+		require.NoError(t, p.err, "exit status after SIGTERM")
+	case <-time.After(20 * time.Second):
+		t.Fatal("no exit 20s after SIGTERM")
+	}
+	require.Contains(t, p.logs.String(), "msg=stopped")
+	start(t, dir, httpAddr, raftAddr)
+	code, _ = post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 409, code)
+}
+
+func TestServeRefusesBadSettings(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--bucket-width", "30m")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bucket-width", "1h"}, "--bucket-width 1h0m0s differs from 30m0s"},
+		{[]string{"--retention", "30s"}, "--allow-short-retention"},
+		{[]string{"--scope", "tenant"}, "--scope"},
+		{[]string{"--lease", "10ms"}, "--lease"},
+		{[]string{"--max-response-bytes", "0"}, "--max-response-bytes"},
+		{[]string{"--node-id", "bad id"}, "--node-id"},
+		{[]string{"--http-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "--auth-file"},
+	} {
+		args := append([]string{"serve", "--data-dir", dir, "--raft-addr", raftAddr}, tc.args...)
+		if !strings.Contains(strings.Join(tc.args, " "), "--http-addr") {
+			args = append(args, "--http-addr", httpAddr)
+		}
+		out, err := exec.Command(binary, args...).CombinedOutput()
+		require.Error(t, err, "idem %v must refuse", tc.args)
+		require.Contains(t, string(out), tc.want)
+	}
+	// The refused starts changed nothing: the node still starts as created.
+	start(t, dir, httpAddr, raftAddr)
+	var cfg struct{ BucketWidth string `json:"bucket_width"` }
+	_, body := get(t, httpAddr, "/v1/config")
+	require.NoError(t, json.Unmarshal(body, &cfg))
+	require.Equal(t, "30m0s", cfg.BucketWidth)
+}
+
+func TestEnvironmentVariablesSetFlags(t *testing.T) {
+	httpAddr := freePort(t)
+	cmd := exec.Command(binary, "serve")
+	cmd.Env = append(os.Environ(), "IDEM_DATA_DIR="+t.TempDir(), "IDEM_HTTP_ADDR="+httpAddr,
+		"IDEM_RAFT_ADDR="+freePort(t), "IDEM_RETENTION=36h", "IDEM_SCOPE=principal")
+	var logs bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	require.NoError(t, cmd.Start())
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/v1/config")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			require.Contains(t, string(b), `"retention":"36h0m0s"`)
+			require.Contains(t, string(b), `"scope":"principal"`)
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "never served; logs:\n%s", logs.String())
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func TestHelpExplainsEveryFlag(t *testing.T) {
+	out, err := exec.Command(binary, "serve", "--help").CombinedOutput()
+	require.NoError(t, err)
+	for _, f := range []string{"--node-id", "--data-dir", "--http-addr", "--raft-addr", "--join", "--retention",
+		"--allow-short-retention", "--lease", "--max-response-bytes", "--max-keys-per-principal", "--scope",
+		"--auth-file", "--insecure", "--bucket-width", "--log-level", "--log-format"} {
+		require.Contains(t, string(out), "  -"+f[2:], "serve --help lacks %s", f)
+		require.Contains(t, string(out), envName(f[2:]), "serve --help lacks the variable of %s", f)
+	}
+	out, err = exec.Command(binary, "version").CombinedOutput()
+	require.NoError(t, err)
+	require.Contains(t, string(out), "idem ")
+}

@@ -1,0 +1,254 @@
+package raftfsm
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/ttl"
+)
+
+func mustFSM(t testing.TB, dir string) (*FSM, *engine.DB) {
+	t.Helper()
+	db, err := engine.Open(dir, engine.Options{})
+	require.NoError(t, err)
+	return NewFSM(db, ttl.NewClock(0), nil, nil), db
+}
+
+func stateHash(t testing.TB, db *engine.DB) string {
+	t.Helper()
+	h, err := db.StateHash()
+	require.NoError(t, err)
+	return h
+}
+
+// genLog builds a deterministic, contended log: claims, completes, releases,
+// extends, deletes, ticks and bucket drops over a handful of scopes, with
+// cluster time moving forward (and sometimes backward, as a new leader's
+// stamp might) so that leases run out and buckets expire.
+func genLog(seed uint64, n int) []*raft.Log {
+	r := rand.New(rand.NewPCG(seed, 7))
+	const widthMs = 1000
+	now := int64(1_700_000_000_000)
+	logs := make([]*raft.Log, 0, n)
+	tokens := map[int]uint64{}
+	for i := 1; i <= n; i++ {
+		now += int64(r.IntN(300)) - 20
+		k := r.IntN(6)
+		scope := engine.Scope{Principal: fmt.Sprintf("p%d", k%2), Endpoint: "POST /x", Key: fmt.Sprintf("k%d", k)}
+		target := &engine.TokenArgs{Scope: scope, Token: tokens[k]}
+		if r.IntN(5) == 0 {
+			target.Token = uint64(r.IntN(i + 1)) // a stale or wrong token
+		}
+		c := &Command{NowMs: now, WidthMs: widthMs}
+		switch x := r.IntN(10); {
+		case x < 4:
+			c.Op = OpClaim
+			c.Claim = &engine.ClaimArgs{Scope: scope, Fingerprint: fmt.Sprintf("%02x", r.IntN(2)),
+				LeaseMs: int64(100 + r.IntN(900)), RetentionMs: int64(2000 + r.IntN(3000)), MaxKeys: 4}
+			tokens[k] = uint64(i)
+		case x < 6:
+			c.Op = OpComplete
+			c.Target = target
+			c.Response = &engine.Response{Status: 200 + r.IntN(2), Body: []byte{byte(r.IntN(3))}}
+		case x < 7:
+			c.Op, c.Target = OpRelease, target
+		case x < 8:
+			c.Op, c.Target, c.LeaseMs = OpExtend, target, int64(100+r.IntN(900))
+		case x < 9:
+			c.Op = OpDropBucket
+			c.Bucket = uint64(now/widthMs) - uint64(r.IntN(8))
+		default:
+			if r.IntN(2) == 0 {
+				c.Op, c.Target = OpDelete, target
+			} else {
+				c.Op = OpTick
+			}
+		}
+		b, err := c.Encode()
+		if err != nil {
+			panic(err)
+		}
+		logs = append(logs, &raft.Log{Index: uint64(i), Term: 1, Type: raft.LogCommand, Data: b})
+	}
+	return logs
+}
+
+// applyInBatches applies logs in batches of random size up to max.
+func applyInBatches(f *FSM, logs []*raft.Log, seed uint64, max int) []any {
+	r := rand.New(rand.NewPCG(seed, 1))
+	var out []any
+	for len(logs) > 0 {
+		n := 1 + r.IntN(max)
+		if n > len(logs) {
+			n = len(logs)
+		}
+		out = append(out, f.ApplyBatch(logs[:n])...)
+		logs = logs[n:]
+	}
+	return out
+}
+
+func TestApplyIsDeterministic(t *testing.T) {
+	for seed := uint64(1); seed <= 5; seed++ {
+		t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+			logs := genLog(seed, 600)
+			a, dbA := mustFSM(t, t.TempDir())
+			b, dbB := mustFSM(t, t.TempDir())
+			defer dbA.Close()
+			defer dbB.Close()
+			resA := applyInBatches(a, logs, seed, 1)
+			resB := applyInBatches(b, logs, seed+100, 64)
+			require.Equal(t, stateHash(t, dbA), stateHash(t, dbB), "same log, different state")
+			for i := range resA {
+				require.Equal(t, resA[i], resB[i], "entry %d decided differently", i+1)
+			}
+			require.Equal(t, uint64(len(logs)), dbA.Meta().Applied)
+			// The log must have exercised the interesting paths.
+			seen := map[engine.Outcome]bool{}
+			for _, r := range resA {
+				seen[r.(*ApplyResult).Outcome] = true
+			}
+			for _, o := range []engine.Outcome{engine.OutcomeClaimed, engine.OutcomeInProgress, engine.OutcomeReplay,
+				engine.OutcomeCompleted, engine.OutcomeTokenMismatch, engine.OutcomeDropped, engine.OutcomeDropRefused} {
+				require.True(t, seen[o], "log never produced %s", o)
+			}
+		})
+	}
+}
+
+func TestReplayAfterRestartChangesNothing(t *testing.T) {
+	dir := t.TempDir()
+	logs := genLog(42, 400)
+	f, db := mustFSM(t, dir)
+	applyInBatches(f, logs[:300], 1, 32)
+	want := stateHash(t, db)
+	require.NoError(t, db.Close())
+
+	// hashicorp/raft replays from its last snapshot after a restart: the
+	// entries the FSM already has must be skipped, whatever the batching.
+	f, db = mustFSM(t, dir)
+	require.Equal(t, uint64(300), db.Meta().Applied)
+	res := applyInBatches(f, logs[:300], 2, 17)
+	for _, r := range res {
+		require.Nil(t, r, "a replayed entry was applied again")
+	}
+	require.Equal(t, want, stateHash(t, db))
+
+	// A batch straddling the applied index applies only the new part.
+	applyInBatches(f, logs[250:], 3, 64)
+	ref, refDB := mustFSM(t, t.TempDir())
+	applyInBatches(ref, logs, 4, 1)
+	require.Equal(t, stateHash(t, refDB), stateHash(t, db))
+	refDB.Close()
+	db.Close()
+}
+
+type memSink struct {
+	bytes.Buffer
+	cancelled bool
+}
+
+func (s *memSink) ID() string    { return "mem" }
+func (s *memSink) Cancel() error { s.cancelled = true; return nil }
+func (s *memSink) Close() error  { return nil }
+
+func TestSnapshotRestoreReplacesState(t *testing.T) {
+	logs := genLog(9, 300)
+	src, srcDB := mustFSM(t, t.TempDir())
+	defer srcDB.Close()
+	applyInBatches(src, logs[:200], 1, 16)
+	snap, err := src.Snapshot()
+	require.NoError(t, err)
+	// Writes after Snapshot returns are not in it.
+	applyInBatches(src, logs[200:], 1, 16)
+	var sink memSink
+	require.NoError(t, snap.Persist(&sink))
+	snap.Release()
+
+	ref, refDB := mustFSM(t, t.TempDir())
+	defer refDB.Close()
+	applyInBatches(ref, logs[:200], 2, 1)
+
+	// The target has unrelated state of its own, which Restore must replace.
+	dst, dstDB := mustFSM(t, filepath.Join(t.TempDir(), "dst"))
+	defer dstDB.Close()
+	applyInBatches(dst, genLog(1234, 50), 1, 8)
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+	require.Equal(t, stateHash(t, refDB), stateHash(t, dstDB))
+	require.Equal(t, uint64(200), dstDB.Meta().Applied)
+
+	// And it continues exactly like the source.
+	applyInBatches(dst, logs[200:], 3, 5)
+	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
+}
+
+func TestBadCommandIsIgnoredEverywhere(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	before := stateHash(t, db)
+	res := f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: []byte("not json")})
+	require.ErrorIs(t, res.(*ApplyResult).Err, ErrBadCommand)
+	claimNoWidth, _ := (&Command{Op: OpClaim, NowMs: 5, Claim: &engine.ClaimArgs{}}).Encode()
+	res = f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: claimNoWidth})
+	require.ErrorIs(t, res.(*ApplyResult).Err, ErrBadCommand)
+	require.NotEqual(t, before, stateHash(t, db), "the applied index must still advance")
+	require.Equal(t, uint64(2), db.Meta().Applied)
+}
+
+func TestClusterTimeNeverGoesBack(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	stamp := func(i uint64, now int64) int64 {
+		b, _ := (&Command{Op: OpTick, NowMs: now}).Encode()
+		return f.Apply(&raft.Log{Index: i, Type: raft.LogCommand, Data: b}).(*ApplyResult).NowMs
+	}
+	require.Equal(t, int64(5000), stamp(1, 5000))
+	// A new leader whose stamp is behind cannot move cluster time back.
+	require.Equal(t, int64(5000), stamp(2, 4000))
+	require.Equal(t, int64(6000), stamp(3, 6000))
+	// The node's clock follows the applied time, not its wall clock.
+	require.GreaterOrEqual(t, f.clock.NowMs(), int64(6000))
+	require.Less(t, f.clock.NowMs(), int64(6000)+int64(time.Minute/time.Millisecond))
+}
+
+func benchClaims(b *testing.B, batch int) {
+	f, db := mustFSM(b, b.TempDir())
+	defer db.Close()
+	now := time.Now().UnixMilli()
+	logs := make([]*raft.Log, batch)
+	idx := uint64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for done := 0; done < b.N; done += batch {
+		b.StopTimer() // encoding is the leader's cost, not apply's
+		for i := range logs {
+			idx++
+			c := &Command{Op: OpClaim, NowMs: now, WidthMs: 3_600_000, Claim: &engine.ClaimArgs{
+				Scope:       engine.Scope{Principal: "cus_" + fmt.Sprint(idx%1000), Endpoint: "POST /payments", Key: fmt.Sprint("k-", idx)},
+				Fingerprint: "9f86d081884c7d65", LeaseMs: 30000, RetentionMs: 86_400_000, MaxKeys: 1 << 40}}
+			data, _ := c.Encode()
+			logs[i] = &raft.Log{Index: idx, Type: raft.LogCommand, Data: data}
+		}
+		b.StartTimer()
+		f.ApplyBatch(logs)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "claims/s")
+}
+
+// BenchmarkApplyClaims measures FSM apply of fresh claims in raft batches
+// of 1, 64 and 512 entries (one Pebble commit per batch).
+func BenchmarkApplyClaims(b *testing.B) {
+	for _, n := range []int{1, 64, 512} {
+		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n) })
+	}
+}
