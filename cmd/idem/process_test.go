@@ -231,7 +231,9 @@ func TestServeRefusesBadSettings(t *testing.T) {
 	}
 	// The refused starts changed nothing: the node still starts as created.
 	start(t, dir, httpAddr, raftAddr)
-	var cfg struct{ BucketWidth string `json:"bucket_width"` }
+	var cfg struct {
+		BucketWidth string `json:"bucket_width"`
+	}
 	_, body := get(t, httpAddr, "/v1/config")
 	require.NoError(t, json.Unmarshal(body, &cfg))
 	require.Equal(t, "30m0s", cfg.BucketWidth)
