@@ -113,8 +113,10 @@ func DecodeRecord(b []byte) (*Record, error) {
 		return bad("response flag")
 	}
 	resp := &Response{}
+	// Any status EncodeRecord wrote must come back: a record that cannot be
+	// read would panic every replica on the next read of its scope.
 	st := u()
-	if !ok || st > 999 {
+	if !ok {
 		return bad("status")
 	}
 	resp.Status = int(st)

@@ -95,6 +95,16 @@ func (d *DB) Close() error {
 
 // Sync makes every committed write durable.
 func (d *DB) Sync() error {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	if d.closed {
+		return ErrClosed // Pebble panics when used after Close
+	}
+	return d.sync()
+}
+
+// sync is Sync for callers that hold d.mu.
+func (d *DB) sync() error {
 	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("engine: sync: %w", err)
 	}

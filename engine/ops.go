@@ -95,8 +95,13 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 		}
 		r.LeaseMs = leaseUntil(nowMs, a.LeaseMs, r.ExpiresMs)
 		b := partition.Of(r.ExpiresMs, t.meta.Width)
-		t.put(b, scope, r, nil, 0)
-		t.addQuota(b, a.Scope.Principal, 1)
+		// An expired record of this scope may still sit in b: replace it
+		// rather than count it twice or leave its lease entry behind.
+		stale, staleSize := t.stored(b, scope)
+		t.put(b, scope, r, stale, staleSize)
+		if stale == nil {
+			t.addQuota(b, a.Scope.Principal, 1)
+		}
 		res.Outcome, res.Record = OutcomeClaimed, r
 		return res
 	}
@@ -131,6 +136,19 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	t.put(f.bucket, scope, &r, old, f.size)
 	res.Outcome, res.Record = OutcomeClaimed, &r
 	return res
+}
+
+// stored returns the record of scope stored in bucket b, live or not.
+func (t *Txn) stored(b partition.Bucket, scope []byte) (*Record, int) {
+	v, ok := getValue(t.b, RecordKey(b, scope))
+	if !ok {
+		return nil, 0
+	}
+	r, err := DecodeRecord(v)
+	if err != nil {
+		panic(fmt.Errorf("engine: bucket %d: %w", b, err))
+	}
+	return r, len(v)
 }
 
 // leaseUntil caps a lease at the record's expiry: past it the record is gone.

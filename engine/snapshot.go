@@ -36,7 +36,7 @@ func (d *DB) Snapshot() (*Snapshot, error) {
 	if d.closed {
 		return nil, ErrClosed
 	}
-	if err := d.Sync(); err != nil {
+	if err := d.sync(); err != nil {
 		return nil, err
 	}
 	return &Snapshot{snap: d.pdb.NewSnapshot(), meta: d.meta}, nil

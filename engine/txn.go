@@ -121,7 +121,7 @@ func findLive(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
 	if m.Width == 0 {
 		return found{}, false
 	}
-	first, last := partition.Span(nowMs, m.MaxRetentionMs, m.Width)
+	first, last := span(m, nowMs)
 	for b := first; b <= last; b++ {
 		v, ok := getValue(g, RecordKey(b, scope))
 		if !ok {
@@ -136,6 +136,16 @@ func findLive(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
 		}
 	}
 	return found{}, false
+}
+
+// span is the buckets that can hold a record live at nowMs. Records were
+// created up to cluster time m.NowMs, which can be later than nowMs (a read
+// racing an apply, a lagging caller), so the last bucket is counted from the
+// later of the two.
+func span(m Meta, nowMs int64) (first, last partition.Bucket) {
+	first, _ = partition.Span(nowMs, m.MaxRetentionMs, m.Width)
+	_, last = partition.Span(max(nowMs, m.NowMs), m.MaxRetentionMs, m.Width)
+	return first, last
 }
 
 // bucketStats is the bookkeeping of one bucket, kept so that metrics and
@@ -195,7 +205,7 @@ func (t *Txn) addQuota(b partition.Bucket, principal string, delta int64) {
 // record. Expired records of the oldest such bucket still count until their
 // bucket is dropped: the quota errs on the side of refusing.
 func (t *Txn) liveKeys(principal string, nowMs int64) int64 {
-	first, last := partition.Span(nowMs, t.meta.MaxRetentionMs, t.meta.Width)
+	first, last := span(t.meta, nowMs)
 	var n int64
 	for b := first; b <= last; b++ {
 		if v, ok := getValue(t.b, quotaKey(b, principal)); ok && len(v) == 8 {
