@@ -9,11 +9,15 @@
 //	b<bucket u64 BE>/l/<lease ms BE>/<scope>    in-progress claims by lease deadline; value: created ms
 //	b<bucket u64 BE>/q/<principal>              live-key count of the principal in that bucket
 //	b<bucket u64 BE>/s/                         bucket stats: records, bytes, oldest created_at
+//	q/<principal>                               the principal's stored keys over all buckets
 //
 // <scope> is length-prefixed (uvarint length before each of principal,
 // endpoint and key) so ("a","bc") and ("ab","c") never collide, and nothing is
 // ever looked up by key alone. Everything about a record lives under its
-// bucket, so DropBucket is one DeleteRange.
+// bucket, so DropBucket is one DeleteRange. The one exception is the
+// per-principal total q/<principal>, kept so a claim checks its quota with
+// one Get instead of one per bucket; a drop subtracts the bucket's
+// per-principal counts from it (one update per principal, not per key).
 //
 // The engine never reads a clock: every operation takes cluster time as an
 // argument. Writes go through a Txn (a Pebble indexed batch) so one raft

@@ -1266,3 +1266,30 @@ func TestRestoreSurvivesCrash(t *testing.T) {
 	require.Equal(t, src.hash(), got)
 	require.Equal(t, src.db.Meta(), crashed.Meta())
 }
+
+// Dropping a bucket gives its keys back to each principal's quota, and
+// only its keys: the totals are kept per principal across buckets.
+func TestDropBucketReleasesQuota(t *testing.T) {
+	h := newHarness(t)
+	q := func(p, key string, ret int64) ClaimArgs {
+		return with(args(Scope{Principal: p, Endpoint: "POST /x", Key: key}), func(a *ClaimArgs) {
+			a.MaxKeys, a.RetentionMs = 2, ret
+		})
+	}
+	short, long := int64(testWidth), 5*int64(testWidth)
+	require.Equal(t, OutcomeClaimed, h.claim(t0, q("alice", "a1", short)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claim(t0, q("alice", "a2", long)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claim(t0, q("bob", "b1", short)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claim(t0, q("bob", "b2", short)).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claim(t0+1, q("alice", "a3", long)).Outcome)
+
+	b := recordBucket(t0 + short)
+	later := b.End(testWidth)
+	require.Equal(t, OutcomeDropped, h.drop(later, b).Outcome)
+	// alice got one slot back (a2 still lives), bob both.
+	require.Equal(t, OutcomeClaimed, h.claim(later, q("alice", "a3", long)).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claim(later, q("alice", "a4", long)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claim(later, q("bob", "b3", long)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claim(later, q("bob", "b4", long)).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claim(later, q("bob", "b5", long)).Outcome)
+}

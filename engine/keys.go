@@ -77,6 +77,11 @@ func quotaKey(b partition.Bucket, principal string) []byte {
 	return appendString(k, principal)
 }
 
+// totalQuotaKey holds the principal's count of stored keys over all buckets.
+func totalQuotaKey(principal string) []byte {
+	return appendString([]byte("q/"), principal)
+}
+
 func statsKey(b partition.Bucket) []byte {
 	return bucketKey(make([]byte, 0, 12), b, kindStats)
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -82,9 +83,9 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	}
 	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
 	res := Result{NowMs: nowMs}
-	f, ok := findLive(t.b, t.meta, scope, nowMs)
-	if !ok {
-		if a.MaxKeys > 0 && t.liveKeys(a.Scope.Principal, nowMs) >= a.MaxKeys {
+	f, ok := probe(t.b, t.meta, scope, nowMs)
+	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {
+		if a.MaxKeys > 0 && t.liveKeys(a.Scope.Principal) >= a.MaxKeys {
 			res.Outcome = OutcomeQuotaExceeded
 			return res
 		}
@@ -95,9 +96,14 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 		}
 		r.LeaseMs = leaseUntil(nowMs, a.LeaseMs, r.ExpiresMs)
 		b := partition.Of(r.ExpiresMs, t.meta.Width)
-		// An expired record of this scope may still sit in b: replace it
+		// An expired record of this scope may still sit in b (the probe
+		// found the newest one, and b is never older than it): replace it
 		// rather than count it twice or leave its lease entry behind.
-		stale, staleSize := t.stored(b, scope)
+		var stale *Record
+		staleSize := 0
+		if ok && f.bucket == b {
+			stale, staleSize = f.rec, f.size
+		}
 		t.put(b, scope, r, stale, staleSize)
 		if stale == nil {
 			t.addQuota(b, a.Scope.Principal, 1)
@@ -136,19 +142,6 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	t.put(f.bucket, scope, &r, old, f.size)
 	res.Outcome, res.Record = OutcomeClaimed, &r
 	return res
-}
-
-// stored returns the record of scope stored in bucket b, live or not.
-func (t *Txn) stored(b partition.Bucket, scope []byte) (*Record, int) {
-	v, ok := getValue(t.b, RecordKey(b, scope))
-	if !ok {
-		return nil, 0
-	}
-	r, err := DecodeRecord(v)
-	if err != nil {
-		panic(fmt.Errorf("engine: bucket %d: %w", b, err))
-	}
-	return r, len(v)
 }
 
 // leaseUntil caps a lease at the record's expiry: past it the record is gone.
@@ -282,6 +275,7 @@ func (t *Txn) DropBucket(b partition.Bucket, nowMs int64) Result {
 	}
 	v, _ := getValue(t.b, statsKey(b))
 	s := decodeStats(v)
+	t.subtractQuotas(b)
 	start, end := partition.Range(b)
 	if err := t.b.DeleteRange(start, end, nil); err != nil {
 		panic(fmt.Errorf("engine: delete range: %w", err))
@@ -345,4 +339,35 @@ func (d *DB) eachBucket(fn func(it *pebble.Iterator, b partition.Bucket) bool) e
 		ok = it.SeekGE(next)
 	}
 	return it.Error()
+}
+
+// subtractQuotas removes bucket b's per-principal key counts from the
+// principals' totals before the bucket goes: one update per principal with
+// keys in b.
+func (t *Txn) subtractQuotas(b partition.Bucket) {
+	lo := bucketKey(nil, b, kindQuota)
+	hi := bucketKey(nil, b, kindQuota+1)
+	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		panic(fmt.Errorf("engine: quota iter: %w", err))
+	}
+	type count struct {
+		principal string
+		n         int64
+	}
+	var counts []count
+	for ok := it.First(); ok; ok = it.Next() {
+		p, _, good := readString(it.Key()[len(lo):])
+		v, verr := it.ValueAndErr()
+		if !good || verr != nil || len(v) != 8 {
+			panic(fmt.Errorf("%w: quota key %q", ErrCorrupt, it.Key()))
+		}
+		counts = append(counts, count{p, int64(binary.BigEndian.Uint64(v))})
+	}
+	if err := it.Close(); err != nil {
+		panic(fmt.Errorf("engine: quota iter: %w", err))
+	}
+	for _, c := range counts {
+		t.addCounter(totalQuotaKey(c.principal), -c.n)
+	}
 }

@@ -114,28 +114,40 @@ type found struct {
 	size   int
 }
 
-// findLive probes, with point Gets, every bucket that can hold a record of
-// scope still live at nowMs. Expired records not yet dropped are skipped:
-// they are absent to every caller (DESIGN.md invariant 3).
+// findLive returns the live record of scope at nowMs. Expired records not
+// yet dropped are absent to every caller (DESIGN.md invariant 3).
 func findLive(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
+	f, ok := probe(g, m, scope, nowMs)
+	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {
+		return found{}, false
+	}
+	return f, true
+}
+
+// probe returns the newest record stored for scope in the buckets that can
+// hold a record live at nowMs, live or not, with point Gets from the newest
+// bucket down. The first record found has the latest expiry of any stored
+// for the scope: if it has expired, every older one has too, so the probe
+// stops there. A scope with no record costs one Get per bucket.
+func probe(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
 	if m.Width == 0 {
 		return found{}, false
 	}
 	first, last := span(m, nowMs)
-	for b := first; b <= last; b++ {
-		v, ok := getValue(g, RecordKey(b, scope))
-		if !ok {
-			continue
-		}
-		r, err := DecodeRecord(v)
-		if err != nil {
-			panic(fmt.Errorf("engine: bucket %d: %w", b, err))
-		}
-		if ttl.Live(r.ExpiresMs, nowMs) {
+	key := RecordKey(last, scope)
+	for b := last; ; b-- {
+		binary.BigEndian.PutUint64(key[1:9], uint64(b))
+		if v, ok := getValue(g, key); ok {
+			r, err := DecodeRecord(v)
+			if err != nil {
+				panic(fmt.Errorf("engine: bucket %d: %w", b, err))
+			}
 			return found{rec: r, bucket: b, size: len(v)}, true
 		}
+		if b == first {
+			return found{}, false
+		}
 	}
-	return found{}, false
 }
 
 // span is the buckets that can hold a record live at nowMs. Records were
@@ -186,8 +198,15 @@ func (t *Txn) addStats(b partition.Bucket, records, bytes, created int64) {
 	t.set(k, s.encode())
 }
 
+// addQuota moves the principal's key count in bucket b and its total by
+// delta. The per-bucket counts let a drop subtract what it removes from the
+// totals: one update per principal in the bucket, never one per key.
 func (t *Txn) addQuota(b partition.Bucket, principal string, delta int64) {
-	k := quotaKey(b, principal)
+	t.addCounter(quotaKey(b, principal), delta)
+	t.addCounter(totalQuotaKey(principal), delta)
+}
+
+func (t *Txn) addCounter(k []byte, delta int64) {
 	v, _ := getValue(t.b, k)
 	var n int64
 	if len(v) == 8 {
@@ -201,18 +220,14 @@ func (t *Txn) addQuota(b partition.Bucket, principal string, delta int64) {
 	t.set(k, u64(uint64(n)))
 }
 
-// liveKeys counts the principal's keys in every bucket that can hold a live
-// record. Expired records of the oldest such bucket still count until their
-// bucket is dropped: the quota errs on the side of refusing.
-func (t *Txn) liveKeys(principal string, nowMs int64) int64 {
-	first, last := span(t.meta, nowMs)
-	var n int64
-	for b := first; b <= last; b++ {
-		if v, ok := getValue(t.b, quotaKey(b, principal)); ok && len(v) == 8 {
-			n += int64(binary.BigEndian.Uint64(v))
-		}
+// liveKeys is the principal's count of stored keys. Expired records still
+// count until their bucket is dropped (at most one bucket width after they
+// expire): the quota errs on the side of refusing.
+func (t *Txn) liveKeys(principal string) int64 {
+	if v, ok := getValue(t.b, totalQuotaKey(principal)); ok && len(v) == 8 {
+		return int64(binary.BigEndian.Uint64(v))
 	}
-	return n
+	return 0
 }
 
 // put writes r into bucket b, replacing a stored copy of oldSize bytes

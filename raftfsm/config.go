@@ -47,7 +47,7 @@ func DefaultConfig() Config {
 		RaftAddr:          "127.0.0.1:7071",
 		HTTPAdvertise:     "127.0.0.1:7070",
 		Bootstrap:         true,
-		BucketWidth:       time.Hour,
+		BucketWidth:       2 * time.Hour,
 		SnapshotThreshold: 8192,
 		SnapshotInterval:  2 * time.Minute,
 		TrailingLogs:      10240,

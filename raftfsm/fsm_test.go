@@ -220,7 +220,7 @@ func TestClusterTimeNeverGoesBack(t *testing.T) {
 	require.Less(t, f.clock.NowMs(), int64(6000)+int64(time.Minute/time.Millisecond))
 }
 
-func benchClaims(b *testing.B, batch int) {
+func benchClaims(b *testing.B, batch int, widthMs int64) {
 	f, db := mustFSM(b, b.TempDir())
 	defer db.Close()
 	now := time.Now().UnixMilli()
@@ -232,7 +232,7 @@ func benchClaims(b *testing.B, batch int) {
 		b.StopTimer() // encoding is the leader's cost, not apply's
 		for i := range logs {
 			idx++
-			c := &Command{Op: OpClaim, NowMs: now, WidthMs: 3_600_000, Claim: &engine.ClaimArgs{
+			c := &Command{Op: OpClaim, NowMs: now, WidthMs: widthMs, Claim: &engine.ClaimArgs{
 				Scope:       engine.Scope{Principal: "cus_" + fmt.Sprint(idx%1000), Endpoint: "POST /payments", Key: fmt.Sprint("k-", idx)},
 				Fingerprint: "9f86d081884c7d65", LeaseMs: 30000, RetentionMs: 86_400_000, MaxKeys: 1 << 40}}
 			data, _ := c.Encode()
@@ -249,6 +249,16 @@ func benchClaims(b *testing.B, batch int) {
 // of 1, 64 and 512 entries (one Pebble commit per batch).
 func BenchmarkApplyClaims(b *testing.B) {
 	for _, n := range []int{1, 64, 512} {
-		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n) })
+		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n, time.Hour.Milliseconds()) })
+	}
+}
+
+// BenchmarkApplyClaimsByWidth shows what the bucket width costs: a claim
+// probes one bucket per width in the retention (24h here), so the default
+// width trades probes per claim against how long after expiry a record
+// stays on disk.
+func BenchmarkApplyClaimsByWidth(b *testing.B) {
+	for _, w := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour, 6 * time.Hour} {
+		b.Run(fmt.Sprint("width=", w), func(b *testing.B) { benchClaims(b, 64, w.Milliseconds()) })
 	}
 }
