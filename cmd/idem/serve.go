@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -44,6 +45,7 @@ type serveConfig struct {
 	cacheBytes                      int64
 	clockOffset                     time.Duration
 	shutdownTimeout                 time.Duration
+	pprof                           bool
 }
 
 func serveFlags(fs *flag.FlagSet) *serveConfig {
@@ -80,6 +82,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", d.TrailingLogs, "raft log entries kept after a snapshot, for followers to catch up without one")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", 64<<20, "Pebble block cache size in bytes")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; no auth)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
 	return c
 }
@@ -351,7 +354,15 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		PrincipalScope: c.scope == "principal", Limits: c.limits, AuthTokens: tokens,
 		Logger: log, Gatherer: reg,
 	})
-	hs := &http.Server{Handler: srv, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	var handler http.Handler = srv
+	if c.pprof {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.Handle("/", srv)
+		handler = mux
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(ln) }()
 	log.Info("idem serving",

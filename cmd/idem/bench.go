@@ -1,0 +1,123 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idem-store/idem/bench"
+)
+
+func init() {
+	extraCommands["bench"] = command{Run: runBench, Summary: "load-test running nodes over HTTP and check correctness"}
+}
+
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idem bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (clients pick one at random per request)")
+	conc := fs.Int("concurrency", 64, "concurrent clients")
+	dur := fs.Duration("duration", 10*time.Second, "measured run length (after warm-up)")
+	ops := fs.Int("ops", 0, "stop after this many measured operations instead of --duration")
+	warm := fs.Duration("warmup", 2*time.Second, "unmeasured warm-up before the run")
+	mix := fs.String("mix", "fresh=100", "operation weights: fresh (new claim, must win), dup (re-claim of an owned key, must lose), complete (claim then complete), lookup")
+	principals := fs.Int("principals", 100, "number of principals the keys are spread over")
+	keyBytes := fs.Int("key-bytes", 32, "size of each key")
+	bodyBytes := fs.Int("body-bytes", 256, "size of each stored response body (complete)")
+	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token when the nodes use --auth-file")
+	asJSON := fs.Bool("json", false, "print the report as JSON")
+	quiet := fs.Bool("quiet", false, "no progress line")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles, errors by code and a correctness check. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return 0
+		}
+		return 2
+	}
+	m, err := bench.ParseMix(*mix)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem bench: --mix: %v\n", strings.TrimPrefix(err.Error(), "bench: "))
+		return 2
+	}
+	cfg := bench.Config{
+		Addrs: splitAddrs(*addrs), Concurrency: *conc, Duration: *dur, Ops: *ops, Warmup: *warm, Mix: m,
+		Principals: *principals, KeyBytes: *keyBytes, BodyBytes: *bodyBytes, AuthToken: *token,
+	}
+	if !*quiet {
+		cfg.Progress = stderr
+	}
+	rep, err := bench.Run(ctx, cfg)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
+		return 2
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		enc.Encode(rep)
+	} else {
+		printReport(stdout, &cfg, rep)
+	}
+	if !rep.OK() {
+		fmt.Fprintf(stderr, "idem bench: CORRECTNESS CHECK FAILED: %d fresh claims lost, %d duplicates won, %d wrong answers\n",
+			rep.LostFresh, rep.DupsWon, rep.WrongAnswer)
+		return 1
+	}
+	return 0
+}
+
+func printReport(w io.Writer, cfg *bench.Config, r *bench.Report) {
+	fmt.Fprintf(w, "nodes %s, %d clients, %.1fs\n", strings.Join(cfg.Addrs, ","), cfg.Concurrency, r.Elapsed)
+	fmt.Fprintf(w, "%-10s %9s %10s %8s %8s %8s %8s\n", "op", "count", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms")
+	line := func(name string, l bench.Latency) {
+		fmt.Fprintf(w, "%-10s %9d %10.0f %8.2f %8.2f %8.2f %8.2f\n", name, l.Count, float64(l.Count)/r.Elapsed, l.P50, l.P90, l.P99, l.Max)
+	}
+	ops := make([]string, 0, len(r.ByOp))
+	for op := range r.ByOp {
+		ops = append(ops, op)
+	}
+	sort.Strings(ops)
+	for _, op := range ops {
+		line(op, r.ByOp[op])
+	}
+	line("all", r.All)
+	if len(r.Errors) == 0 {
+		fmt.Fprintln(w, "errors: none")
+	} else {
+		fmt.Fprintf(w, "errors: %v\n", r.Errors)
+	}
+	verdict := "ok"
+	if !r.OK() {
+		verdict = "FAILED"
+	}
+	fmt.Fprintf(w, "correctness: %s (fresh claims lost %d, duplicates won %d, wrong answers %d)\n", verdict, r.LostFresh, r.DupsWon, r.WrongAnswer)
+}
+
+func splitAddrs(s string) []string {
+	var out []string
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			out = append(out, strings.TrimPrefix(a, "http://"))
+		}
+	}
+	return out
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# Starts one fresh node in a temporary data dir, runs `idem bench` against
+# it (64 clients, fresh claims by default), and stops the node.
+# Usage: scripts/bench-http.sh [idem bench flags...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+go build -o bin/idem ./cmd/idem
+dir=$(mktemp -d)
+http=${BENCH_HTTP_ADDR:-127.0.0.1:7170}
+raft=${BENCH_RAFT_ADDR:-127.0.0.1:7171}
+bin/idem serve --data-dir "$dir" --http-addr "$http" --raft-addr "$raft" --log-level warn &
+pid=$!
+trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
+for _ in $(seq 100); do
+  curl -fs "http://$http/readyz" >/dev/null 2>&1 && break
+  sleep 0.1
+done
+bin/idem bench --addr "$http" --concurrency 64 --duration 10s "$@"
