@@ -1,0 +1,320 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+)
+
+// DefaultAddr is where a node listens for HTTP unless told otherwise.
+const DefaultAddr = "127.0.0.1:7070"
+
+// maxAnswerBytes bounds how much of one answer is read. Stored responses are
+// small (64 KiB by default), but a server may be configured with more.
+const maxAnswerBytes = 64 << 20
+
+// Client talks to one idem node (any node: followers forward to the leader).
+type Client struct {
+	base  *url.URL
+	token string
+	hc    *http.Client
+}
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithToken sends "Authorization: Bearer token" on every request, as a
+// server started with --auth-file requires.
+func WithToken(token string) Option {
+	return func(c *Client) { c.token = token }
+}
+
+// WithHTTPClient replaces the default *http.Client, e.g. to share one
+// connection pool between clients of several nodes or to use TLS settings.
+// Prefer a context deadline to http.Client.Timeout.
+func WithHTTPClient(hc *http.Client) Option {
+	return func(c *Client) {
+		if hc != nil {
+			c.hc = hc
+		}
+	}
+}
+
+// New returns a client of the node at addr: "host:port" or a URL whose scheme
+// is http (the default) or https; a path in the URL prefixes every route.
+func New(addr string, opts ...Option) (*Client, error) {
+	base, err := parseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	c := &Client{base: base}
+	for _, o := range opts {
+		o(c)
+	}
+	if c.hc == nil {
+		c.hc = &http.Client{Transport: newTransport()}
+	}
+	return c, nil
+}
+
+// newTransport keeps many connections alive per host: a busy service sends
+// claims from many goroutines to the same node, and without idle connections
+// to reuse each one would open (and leave in TIME_WAIT) a new socket.
+func newTransport() *http.Transport {
+	return &http.Transport{
+		Proxy: http.ProxyFromEnvironment,
+		DialContext: (&net.Dialer{
+			Timeout:   5 * time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+func parseAddr(addr string) (*url.URL, error) {
+	s := strings.TrimSpace(addr)
+	if s == "" {
+		return nil, fmt.Errorf("%w: empty", ErrAddress)
+	}
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, fmt.Errorf("%w %q: %w", ErrAddress, addr, err)
+	}
+	switch {
+	case u.Scheme != "http" && u.Scheme != "https":
+		return nil, fmt.Errorf("%w %q: scheme must be http or https", ErrAddress, addr)
+	case u.Host == "":
+		return nil, fmt.Errorf("%w %q: no host", ErrAddress, addr)
+	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return nil, fmt.Errorf("%w %q: want host:port or scheme://host:port[/path]", ErrAddress, addr)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/")
+	u.RawPath = ""
+	return u, nil
+}
+
+// Addr returns the base URL the client sends to.
+func (c *Client) Addr() string { return c.base.String() }
+
+// Do sends one request to path (e.g. "/v1/claim") with query parameters and,
+// unless in is nil, in encoded as the JSON body. It returns the body of a 2xx
+// answer as received; any other status is a *Problem. The typed methods are
+// built on it; use it directly to print answers or reach routes they lack
+// (such as /metrics).
+func (c *Client) Do(ctx context.Context, method, path string, query url.Values, in any) (json.RawMessage, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, fmt.Errorf("client: encode %s %s: %w", method, path, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	u := *c.base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", "idem-client/1")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
+	}
+	if len(raw) > maxAnswerBytes {
+		return nil, fmt.Errorf("%w of %s %s: larger than %d bytes", ErrBadAnswer, method, path, maxAnswerBytes)
+	}
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return nil, newProblem(resp, raw, time.Now())
+	}
+	return raw, nil
+}
+
+// call is Do followed by decoding the answer into out.
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, in, out any) (json.RawMessage, error) {
+	raw, err := c.Do(ctx, method, path, query, in)
+	if err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return nil, badAnswer(method, path, err)
+	}
+	return raw, nil
+}
+
+// Claim asks for the right to run one attempt of a request. A nil error
+// means Outcome "claimed" (run it, then Complete or Release with Token) or
+// "replay" (send Record.Response). A 409 in_progress, 422
+// fingerprint_mismatch, 429 or 503 is a *Problem; after a 503 repeat the
+// claim with the same ClaimID.
+func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, error) {
+	var out ClaimResponse
+	raw, err := c.call(ctx, http.MethodPost, "/v1/claim", nil, req, &out)
+	if err != nil {
+		return nil, err
+	}
+	switch out.Outcome {
+	case OutcomeClaimed:
+		out.StatusCode = http.StatusCreated
+	case OutcomeReplay:
+		out.StatusCode = http.StatusOK
+		if out.Record == nil {
+			return nil, badAnswer(http.MethodPost, "/v1/claim", fmt.Errorf("replay without a record"))
+		}
+	default:
+		return nil, badAnswer(http.MethodPost, "/v1/claim", fmt.Errorf("unknown outcome %q", out.Outcome))
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+// Complete stores the response of the attempt that holds req.Token. It is
+// idempotent: repeating it with the same token and response succeeds again.
+func (c *Client) Complete(ctx context.Context, req CompleteRequest) (*CompleteResponse, error) {
+	if req.Response.Body == nil {
+		req.Response.Body = []byte{} // "" rather than null
+	}
+	var out CompleteResponse
+	raw, err := c.call(ctx, http.MethodPost, "/v1/complete", nil, req, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+// Release ends the attempt that holds req.Token without an effect: the
+// record becomes failed and the next claim with the same fingerprint runs.
+func (c *Client) Release(ctx context.Context, req ReleaseRequest) (*ReleaseResponse, error) {
+	var out ReleaseResponse
+	raw, err := c.call(ctx, http.MethodPost, "/v1/release", nil, req, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+// Extend renews the lease of the attempt that holds req.Token.
+func (c *Client) Extend(ctx context.Context, req ExtendRequest) (*ExtendResponse, error) {
+	var out ExtendResponse
+	raw, err := c.call(ctx, http.MethodPost, "/v1/extend", nil, req, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+func scopeQuery(principal, endpoint, key string) url.Values {
+	return url.Values{"principal": {principal}, "endpoint": {endpoint}, "key": {key}}
+}
+
+// Get returns the live record of a scope, or a *Problem with code not_found
+// (also for an expired one). consistency is "" (the server's default,
+// linearizable), ConsistencyLinearizable or ConsistencyStale.
+func (c *Client) Get(ctx context.Context, principal, endpoint, key, consistency string) (*Record, error) {
+	q := scopeQuery(principal, endpoint, key)
+	if consistency != "" {
+		q.Set("consistency", consistency)
+	}
+	var out struct {
+		Record *Record `json:"record"`
+	}
+	if _, err := c.call(ctx, http.MethodGet, "/v1/records", q, nil, &out); err != nil {
+		return nil, err
+	}
+	if out.Record == nil {
+		return nil, badAnswer(http.MethodGet, "/v1/records", fmt.Errorf("no record"))
+	}
+	return out.Record, nil
+}
+
+// Delete evicts the record of a scope (an operator's tool: a retry after it
+// runs the request again).
+func (c *Client) Delete(ctx context.Context, principal, endpoint, key string) (*DeleteResponse, error) {
+	var out DeleteResponse
+	raw, err := c.call(ctx, http.MethodDelete, "/v1/records", scopeQuery(principal, endpoint, key), nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+// Config returns the server's published settings, retention first.
+func (c *Client) Config(ctx context.Context) (*ServerConfig, error) {
+	var out ServerConfig
+	raw, err := c.call(ctx, http.MethodGet, "/v1/config", nil, nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+// Cluster returns the membership and raft progress as the node sees it.
+func (c *Client) Cluster(ctx context.Context) (*Cluster, error) {
+	var out Cluster
+	raw, err := c.call(ctx, http.MethodGet, "/v1/cluster", nil, nil, &out)
+	if err != nil {
+		return nil, err
+	}
+	out.Raw = raw
+	return &out, nil
+}
+
+// Join adds a voter to the cluster through the node (followers forward). It
+// returns the server's answer as received.
+func (c *Client) Join(ctx context.Context, req JoinRequest) (json.RawMessage, error) {
+	return c.Do(ctx, http.MethodPost, "/v1/cluster/join", nil, req)
+}
+
+// Remove removes the node with the given id from the cluster. It returns the
+// server's answer as received.
+func (c *Client) Remove(ctx context.Context, id string) (json.RawMessage, error) {
+	return c.Do(ctx, http.MethodPost, "/v1/cluster/remove", nil, struct {
+		ID string `json:"id"`
+	}{id})
+}
+
+// Healthz returns nil while the node's process serves.
+func (c *Client) Healthz(ctx context.Context) error {
+	_, err := c.Do(ctx, http.MethodGet, "/healthz", nil, nil)
+	return err
+}
+
+// Readyz returns nil when the node knows a leader and has caught up with
+// its commit index, and a *Problem (status 503) otherwise.
+func (c *Client) Readyz(ctx context.Context) error {
+	_, err := c.Do(ctx, http.MethodGet, "/readyz", nil, nil)
+	return err
+}

@@ -1,0 +1,36 @@
+// Package client speaks idem's HTTP API, version 1 (API.md), for Go
+// programs, the idem CLI, the benchmark and the chaos harness. It depends on
+// the standard library only.
+//
+// A Client is safe for concurrent use and keeps connections alive, so one
+// Client per process (or per target node) is enough:
+//
+//	c, err := client.New("127.0.0.1:7070", client.WithToken(token))
+//	res, err := c.Claim(ctx, client.ClaimRequest{
+//		Principal: "cus_42", Endpoint: "POST /payments", Key: "retry-1",
+//		Fingerprint: fp, ClaimID: attemptID,
+//	})
+//	var p *client.Problem
+//	switch {
+//	case errors.As(err, &p) && p.Code == client.CodeInProgress:
+//		// another attempt holds the lease; wait p.RetryAfter
+//	case err != nil:
+//		// transport error or another problem
+//	case res.Outcome == client.OutcomeReplay:
+//		// send res.Record.Response again
+//	default:
+//		// run the handler, then Complete with res.Token
+//	}
+//
+// Both a 201 claim and a 200 replay are successful answers. Every other
+// status is returned as a *Problem (the server's RFC 9457 document, or one
+// made from the status when the answer was not a problem document), so
+// callers branch with errors.As or errors.Is against the Err sentinels.
+//
+// The client never retries on its own: a claim answered 503 may or may not
+// have been applied, and only the caller knows whether to repeat it with the
+// same ClaimID (always safe) or to give up.
+//
+// Every typed answer keeps the bytes the server sent in its Raw field, and Do
+// returns the raw answer of any route, for callers that print the JSON.
+package client

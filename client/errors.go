@@ -1,0 +1,150 @@
+package client
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+var (
+	// ErrAddress is returned by New for an address it cannot use.
+	ErrAddress = errors.New("client: bad address")
+	// ErrBadAnswer is returned when a 2xx answer is not the JSON the route
+	// promises (or is too large to read).
+	ErrBadAnswer = errors.New("client: malformed answer")
+)
+
+// The machine-readable codes of API.md's problem documents.
+const (
+	CodeInvalidRequest      = "invalid_request"
+	CodeRequestTooLarge     = "request_too_large"
+	CodeResponseTooLarge    = "response_too_large"
+	CodeInProgress          = "in_progress"
+	CodeFingerprintMismatch = "fingerprint_mismatch"
+	CodeQuotaExceeded       = "quota_exceeded"
+	CodeUnavailable         = "unavailable"
+	CodeTokenMismatch       = "token_mismatch"
+	CodeAlreadyCompleted    = "already_completed"
+	CodeNotFound            = "not_found"
+	CodeUnauthorized        = "unauthorized"
+)
+
+// Sentinels for errors.Is: a *Problem matches the sentinel with its code.
+// They only carry a code; read the details from the *Problem by errors.As.
+var (
+	ErrInvalidRequest      = &Problem{Code: CodeInvalidRequest}
+	ErrRequestTooLarge     = &Problem{Code: CodeRequestTooLarge}
+	ErrResponseTooLarge    = &Problem{Code: CodeResponseTooLarge}
+	ErrInProgress          = &Problem{Code: CodeInProgress}
+	ErrFingerprintMismatch = &Problem{Code: CodeFingerprintMismatch}
+	ErrQuotaExceeded       = &Problem{Code: CodeQuotaExceeded}
+	ErrUnavailable         = &Problem{Code: CodeUnavailable}
+	ErrTokenMismatch       = &Problem{Code: CodeTokenMismatch}
+	ErrAlreadyCompleted    = &Problem{Code: CodeAlreadyCompleted}
+	ErrNotFound            = &Problem{Code: CodeNotFound}
+	ErrUnauthorized        = &Problem{Code: CodeUnauthorized}
+)
+
+// Problem is a non-2xx answer: the server's RFC 9457 problem document, or,
+// when the body was not one (a proxy's error page, a plain-text 503 from
+// /readyz), a document made from the HTTP status with the body as Detail.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"` // always the HTTP status of the answer
+	Detail string `json:"detail"`
+	Code   string `json:"code"` // empty when the answer was not a problem document
+
+	// LeaseExpiresAt is when the lease of the attempt that holds the key
+	// runs out (code in_progress); zero otherwise.
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+
+	// RetryAfter is the Retry-After header (in_progress, quota_exceeded,
+	// unavailable); zero when the header was absent.
+	RetryAfter time.Duration `json:"-"`
+
+	// Raw is the body of the answer as received.
+	Raw json.RawMessage `json:"-"`
+}
+
+// Error implements error.
+func (p *Problem) Error() string {
+	var b strings.Builder
+	b.WriteString("client:")
+	if p.Status != 0 {
+		b.WriteString(" " + strconv.Itoa(p.Status))
+	}
+	if p.Code != "" {
+		b.WriteString(" " + p.Code)
+	}
+	msg := p.Detail
+	if msg == "" {
+		msg = p.Title
+	}
+	if msg != "" {
+		b.WriteString(": " + msg)
+	}
+	return b.String()
+}
+
+// Is reports whether target is a *Problem with the same code, so that
+// errors.Is(err, client.ErrNotFound) works.
+func (p *Problem) Is(target error) bool {
+	t, ok := target.(*Problem)
+	return ok && t.Code != "" && t.Code == p.Code
+}
+
+// maxDetailBytes bounds the Detail made from a body that is not a problem
+// document.
+const maxDetailBytes = 512
+
+// newProblem decodes the non-2xx answer resp whose body is raw.
+func newProblem(resp *http.Response, raw []byte, now time.Time) *Problem {
+	p := &Problem{}
+	if err := json.Unmarshal(raw, p); err != nil || (p.Code == "" && p.Title == "" && p.Detail == "") {
+		p = &Problem{Detail: textDetail(raw)}
+	}
+	p.Status = resp.StatusCode
+	if p.Title == "" {
+		p.Title = http.StatusText(resp.StatusCode)
+	}
+	p.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
+	p.Raw = raw
+	return p
+}
+
+func textDetail(raw []byte) string {
+	s := strings.TrimSpace(string(raw))
+	if len(s) > maxDetailBytes {
+		s = s[:maxDetailBytes] + "…"
+	}
+	return strings.ToValidUTF8(s, string(utf8.RuneError))
+}
+
+// parseRetryAfter reads both forms of RFC 9110's Retry-After: delay seconds
+// (what idem sends) and an HTTP date.
+func parseRetryAfter(v string, now time.Time) time.Duration {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0
+	}
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+		if n <= 0 {
+			return 0
+		}
+		return time.Duration(n) * time.Second
+	}
+	if t, err := http.ParseTime(v); err == nil && t.After(now) {
+		return t.Sub(now)
+	}
+	return 0
+}
+
+func badAnswer(method, path string, err error) error {
+	return fmt.Errorf("%w of %s %s: %w", ErrBadAnswer, method, path, err)
+}

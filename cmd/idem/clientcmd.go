@@ -1,0 +1,469 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/idem-store/idem/client"
+)
+
+// clientCommands are the subcommands that speak the HTTP API of a running
+// node through package client. Run takes the arguments after the command
+// name and returns the exit status: 0 on a 2xx answer (its JSON on stdout),
+// 1 when the server answered with a problem or could not be reached (the
+// detail on stderr), 2 for a usage error.
+var clientCommands = map[string]struct {
+	Run     func(context.Context, []string, io.Writer, io.Writer) int
+	Summary string
+}{
+	"claim":    {runClaim, "claim a key for one attempt (or get the stored response)"},
+	"complete": {runComplete, "store the response of a claimed attempt"},
+	"release":  {runRelease, "end a claimed attempt without an effect"},
+	"extend":   {runExtend, "extend the lease of a claimed attempt"},
+	"get":      {runGet, "show the record of a key"},
+	"delete":   {runDelete, "evict the record of a key (operator)"},
+}
+
+// cliStdin is where --body-file - reads from; tests replace it.
+var cliStdin io.Reader = os.Stdin
+
+const (
+	cliExitAPI   = 1
+	cliExitUsage = 2
+)
+
+// cliCmd holds what every client subcommand shares: its flag set, the
+// connection flags and the scope of the record.
+type cliCmd struct {
+	name     string
+	synopsis string
+	fs       *flag.FlagSet
+	stdout   io.Writer
+	stderr   io.Writer
+
+	addr, authToken, tokenFile string
+	principal, endpoint, key   string
+	timeout                    time.Duration
+
+	problems []string // usage problems found after parsing
+}
+
+func newCLICmd(name, synopsis string, stdout, stderr io.Writer) *cliCmd {
+	c := &cliCmd{name: name, synopsis: synopsis, stdout: stdout, stderr: stderr}
+	c.fs = flag.NewFlagSet("idem "+name, flag.ContinueOnError)
+	c.fs.SetOutput(io.Discard) // parse errors and help are printed by parse
+	c.fs.Usage = func() {}
+
+	addr := os.Getenv("IDEM_ADDR")
+	if addr == "" {
+		addr = client.DefaultAddr
+	}
+	c.fs.StringVar(&c.addr, "addr", addr, "HTTP `address` of any node, host:port or URL (env IDEM_ADDR)")
+	c.fs.StringVar(&c.authToken, "auth-token", "", "bearer `token` for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
+	c.fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token from the first line of `path` that is not empty or a # comment")
+	c.fs.StringVar(&c.principal, "principal", "", "tenant the calling service acts for (required)")
+	c.fs.StringVar(&c.endpoint, "endpoint", "", "operation the key belongs to, e.g. 'POST /payments' (required)")
+	c.fs.StringVar(&c.key, "key", "", "idempotency key, printable ASCII (required)")
+	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up when the server has not answered within this `duration` (0: never)")
+	return c
+}
+
+// parse parses args and checks the scope flags. It returns done when the
+// command must return code right away (--help, or a parse error).
+func (c *cliCmd) parse(args []string) (code int, done bool) {
+	err := c.fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		c.usage(c.stdout)
+		return 0, true
+	case err != nil:
+		return c.usageError(err.Error()), true
+	case c.fs.NArg() > 0:
+		return c.usageError(fmt.Sprintf("unexpected argument %q (every value is given by a flag)", c.fs.Arg(0))), true
+	}
+	c.require("principal", c.principal == "")
+	c.require("endpoint", c.endpoint == "")
+	c.require("key", c.key == "")
+	if c.timeout < 0 {
+		c.invalid("timeout", "must not be negative")
+	}
+	return 0, false
+}
+
+// require notes that --name is missing when missing is true.
+func (c *cliCmd) require(name string, missing bool) {
+	if missing {
+		c.problems = append(c.problems, "--"+name+" is required")
+	}
+}
+
+func (c *cliCmd) invalid(name, why string) {
+	c.problems = append(c.problems, "--"+name+" "+why)
+}
+
+// checked reports the usage problems noted so far, all of them at once.
+func (c *cliCmd) checked() (code int, bad bool) {
+	if len(c.problems) == 0 {
+		return 0, false
+	}
+	for _, p := range c.problems {
+		fmt.Fprintf(c.stderr, "idem %s: %s\n", c.name, p)
+	}
+	fmt.Fprintf(c.stderr, "run 'idem %s --help' for usage\n", c.name)
+	return cliExitUsage, true
+}
+
+func (c *cliCmd) usageError(msg string) int {
+	fmt.Fprintf(c.stderr, "idem %s: %s\nrun 'idem %s --help' for usage\n", c.name, msg, c.name)
+	return cliExitUsage
+}
+
+// usage prints the synopsis and every flag with its usage string, as
+// --name rather than flag's -name, since that is how scripts write them.
+func (c *cliCmd) usage(w io.Writer) {
+	fmt.Fprintf(w, "Usage: idem %s [flags]\n\n%s\n\nFlags:\n", c.name, c.synopsis)
+	c.fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		switch f.DefValue {
+		case "", "0", "0s", "false":
+		default:
+			text += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(text, "\n", "\n    \t"))
+	})
+	fmt.Fprint(w, "\nExit status: 0 on success (the server's JSON answer on stdout), 1 when the\n"+
+		"server answered with a problem or could not be reached, 2 for a usage error.\n")
+}
+
+// bearer returns the bearer token: --auth-token, else --token-file, else
+// $IDEM_AUTH_TOKEN. The token is never a flag default, so --help never
+// prints it.
+func (c *cliCmd) bearer() (string, error) {
+	switch {
+	case c.authToken != "" && c.tokenFile != "":
+		return "", errors.New("--auth-token and --token-file exclude each other")
+	case c.authToken != "":
+		return c.authToken, nil
+	case c.tokenFile != "":
+		b, err := os.ReadFile(c.tokenFile)
+		if err != nil {
+			return "", fmt.Errorf("--token-file: %w", err)
+		}
+		sc := bufio.NewScanner(bytes.NewReader(b))
+		for sc.Scan() {
+			if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
+				return line, nil
+			}
+		}
+		return "", fmt.Errorf("--token-file %s holds no token", c.tokenFile)
+	}
+	return os.Getenv("IDEM_AUTH_TOKEN"), nil
+}
+
+// call connects, runs do within --timeout and prints its answer.
+func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Client) (json.RawMessage, error)) int {
+	token, err := c.bearer()
+	if err != nil {
+		return c.usageError(err.Error())
+	}
+	var opts []client.Option
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	cl, err := client.New(c.addr, opts...)
+	if err != nil {
+		return c.usageError("--addr: " + err.Error())
+	}
+	if c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
+	raw, err := do(ctx, cl)
+	if err != nil {
+		return c.fail(err)
+	}
+	cliWriteJSON(c.stdout, raw)
+	return 0
+}
+
+// fail prints why a call failed: the problem's detail and code, or the
+// transport error.
+func (c *cliCmd) fail(err error) int {
+	var p *client.Problem
+	if !errors.As(err, &p) {
+		if errors.Is(err, context.DeadlineExceeded) {
+			fmt.Fprintf(c.stderr, "idem %s: no answer from %s within --timeout %s (a write may or may not have happened)\n", c.name, c.addr, c.timeout)
+			return cliExitAPI
+		}
+		fmt.Fprintf(c.stderr, "idem %s: %v\n", c.name, err)
+		return cliExitAPI
+	}
+	msg := p.Detail
+	if msg == "" {
+		msg = p.Title
+	}
+	var facts []string
+	if p.Code != "" {
+		facts = append(facts, "code "+p.Code)
+	}
+	facts = append(facts, fmt.Sprintf("HTTP %d", p.Status))
+	if !p.LeaseExpiresAt.IsZero() {
+		facts = append(facts, "lease expires at "+p.LeaseExpiresAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+	}
+	if p.RetryAfter > 0 {
+		facts = append(facts, "retry after "+p.RetryAfter.String())
+	}
+	fmt.Fprintf(c.stderr, "idem %s: %s (%s)\n", c.name, msg, strings.Join(facts, ", "))
+	return cliExitAPI
+}
+
+// cliWriteJSON prints an answer indented, or as received when it is not JSON.
+func cliWriteJSON(w io.Writer, raw []byte) {
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, bytes.TrimSpace(raw), "", "  "); err != nil {
+		buf.Reset()
+		buf.Write(bytes.TrimRight(raw, "\n"))
+	}
+	buf.WriteByte('\n')
+	w.Write(buf.Bytes())
+}
+
+// leaseMs converts a --lease value to the lease_ms of API.md.
+func (c *cliCmd) leaseMs(name string, d time.Duration) int64 {
+	if d != 0 && d < time.Millisecond {
+		c.invalid(name, fmt.Sprintf("must be at least 1ms (got %s)", d))
+	}
+	return d.Milliseconds()
+}
+
+func runClaim(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCLICmd("claim", `Claim a key for one attempt of a request. The answer is either
+  {"outcome":"claimed","token":...}  (HTTP 201: run the request, then
+                                       'idem complete' or 'idem release')
+  {"outcome":"replay","record":...}  (HTTP 200: the stored response).
+Another live attempt (409 in_progress) or a different fingerprint (422) is an
+error. After a timeout or a 503, repeat the claim with the same --claim-id.`, stdout, stderr)
+	fingerprint := c.fs.String("fingerprint", "", "hex hash of the request, 2-128 characters (required)")
+	lease := c.fs.Duration("lease", 0, "how long the attempt may run before another may take over, e.g. 30s (0: the server's default)")
+	claimID := c.fs.String("claim-id", "", "`id` of this attempt: repeating a claim with it returns the same claim")
+	correlationID := c.fs.String("correlation-id", "", "`id` stored with the record, e.g. a request id for tracing")
+	if code, done := c.parse(args); done {
+		return code
+	}
+	c.require("fingerprint", *fingerprint == "")
+	if *lease < 0 {
+		c.invalid("lease", "must not be negative")
+	}
+	leaseMs := c.leaseMs("lease", *lease)
+	if code, bad := c.checked(); bad {
+		return code
+	}
+	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		res, err := cl.Claim(ctx, client.ClaimRequest{
+			Principal: c.principal, Endpoint: c.endpoint, Key: c.key,
+			Fingerprint: *fingerprint, LeaseMs: leaseMs,
+			ClaimID: *claimID, CorrelationID: *correlationID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return res.Raw, nil
+	})
+}
+
+// cliHeaders is the repeatable --header flag.
+type cliHeaders map[string]string
+
+func (h cliHeaders) String() string {
+	names := make([]string, 0, len(h))
+	for n := range h {
+		names = append(names, n+": "+h[n])
+	}
+	sort.Strings(names)
+	return strings.Join(names, ", ")
+}
+
+func (h cliHeaders) Set(v string) error {
+	name, value, ok := strings.Cut(v, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || strings.ContainsAny(name, " \t") {
+		return fmt.Errorf("want 'Name: value', got %q", v)
+	}
+	for n := range h {
+		if strings.EqualFold(n, name) {
+			return fmt.Errorf("header %q given twice", name)
+		}
+	}
+	h[name] = strings.TrimSpace(value)
+	return nil
+}
+
+func runComplete(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCLICmd("complete", `Store the response of the attempt that holds --token; later claims with the
+same fingerprint replay it. Repeating it with the same token and response
+succeeds again.`, stdout, stderr)
+	token := c.fs.String("token", "", "fencing `token` the claim returned (required)")
+	status := c.fs.Int("status", 0, "HTTP `status` of the response, 100-599 (required)")
+	contentType := c.fs.String("content-type", "", "media `type` of the response body, e.g. application/json")
+	headers := cliHeaders{}
+	c.fs.Var(headers, "header", "store the response header `'Name: value'`; repeat for more")
+	body := c.fs.String("body", "", "response body as a `string`")
+	bodyFile := c.fs.String("body-file", "", "read the response body from `path` ('-' for stdin)")
+	if code, done := c.parse(args); done {
+		return code
+	}
+	c.require("token", *token == "")
+	switch {
+	case *status == 0:
+		c.require("status", true)
+	case *status < 100 || *status > 599:
+		c.invalid("status", fmt.Sprintf("must be an HTTP status 100-599 (got %d)", *status))
+	}
+	var data []byte
+	switch {
+	case *body != "" && *bodyFile != "":
+		c.problems = append(c.problems, "--body and --body-file exclude each other")
+	case *bodyFile == "-":
+		b, err := io.ReadAll(cliStdin)
+		if err != nil {
+			c.invalid("body-file", "-: "+err.Error())
+		}
+		data = b
+	case *bodyFile != "":
+		b, err := os.ReadFile(*bodyFile)
+		if err != nil {
+			c.invalid("body-file", "cannot be read: "+err.Error())
+		}
+		data = b
+	default:
+		data = []byte(*body)
+	}
+	if code, bad := c.checked(); bad {
+		return code
+	}
+	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		res, err := cl.Complete(ctx, client.CompleteRequest{
+			Principal: c.principal, Endpoint: c.endpoint, Key: c.key, Token: *token,
+			Response: client.Response{Status: *status, ContentType: *contentType, Headers: headers, Body: data},
+		})
+		if err != nil {
+			return nil, err
+		}
+		return res.Raw, nil
+	})
+}
+
+func runRelease(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCLICmd("release", `End the attempt that holds --token without an effect (e.g. the handler
+failed before committing): the record becomes failed and the next claim with
+the same fingerprint runs again.`, stdout, stderr)
+	token := c.fs.String("token", "", "fencing `token` the claim returned (required)")
+	reason := c.fs.String("reason", "", "why the attempt ended, for the operator")
+	if code, done := c.parse(args); done {
+		return code
+	}
+	c.require("token", *token == "")
+	if code, bad := c.checked(); bad {
+		return code
+	}
+	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		res, err := cl.Release(ctx, client.ReleaseRequest{
+			Principal: c.principal, Endpoint: c.endpoint, Key: c.key, Token: *token, Reason: *reason,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return res.Raw, nil
+	})
+}
+
+func runExtend(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCLICmd("extend", `Extend the lease of the attempt that holds --token (the heartbeat of a long
+attempt). The new lease runs --lease from now.`, stdout, stderr)
+	token := c.fs.String("token", "", "fencing `token` the claim returned (required)")
+	lease := c.fs.Duration("lease", 0, "new lease from now, e.g. 30s (required)")
+	if code, done := c.parse(args); done {
+		return code
+	}
+	c.require("token", *token == "")
+	switch {
+	case *lease == 0:
+		c.require("lease", true)
+	case *lease < 0:
+		c.invalid("lease", "must be positive")
+	}
+	leaseMs := c.leaseMs("lease", *lease)
+	if code, bad := c.checked(); bad {
+		return code
+	}
+	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		res, err := cl.Extend(ctx, client.ExtendRequest{
+			Principal: c.principal, Endpoint: c.endpoint, Key: c.key, Token: *token, LeaseMs: leaseMs,
+		})
+		if err != nil {
+			return nil, err
+		}
+		return res.Raw, nil
+	})
+}
+
+func runGet(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCLICmd("get", `Show the live record of a key: its state, fingerprint, attempt, times and,
+once completed, the stored response (body in base64). Tokens are never shown.
+A missing or expired record is an error (404 not_found).`, stdout, stderr)
+	consistency := c.fs.String("consistency", "", "'linearizable' (the server's default: never misses an acknowledged write)\nor 'stale' (this node's replica)")
+	if code, done := c.parse(args); done {
+		return code
+	}
+	switch *consistency {
+	case "", client.ConsistencyLinearizable, client.ConsistencyStale:
+	default:
+		c.invalid("consistency", fmt.Sprintf("must be linearizable or stale (got %q)", *consistency))
+	}
+	if code, bad := c.checked(); bad {
+		return code
+	}
+	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		q := url.Values{"principal": {c.principal}, "endpoint": {c.endpoint}, "key": {c.key}}
+		if *consistency != "" {
+			q.Set("consistency", *consistency)
+		}
+		// Do rather than Get: the answer is printed as the server sent it.
+		return cl.Do(ctx, http.MethodGet, "/v1/records", q, nil)
+	})
+}
+
+func runDelete(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	c := newCLICmd("delete", `Evict the record of a key (an operator's tool): a retry after it runs the
+request again.`, stdout, stderr)
+	if code, done := c.parse(args); done {
+		return code
+	}
+	if code, bad := c.checked(); bad {
+		return code
+	}
+	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		res, err := cl.Delete(ctx, c.principal, c.endpoint, c.key)
+		if err != nil {
+			return nil, err
+		}
+		return res.Raw, nil
+	})
+}

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// apiFake answers every request with status and body and records the last
+// request's path, query, Authorization header and JSON body.
+type apiFake struct {
+	url    string
+	path   string
+	query  string
+	auth   string
+	body   map[string]any
+	status int
+	answer string
+}
+
+func newAPIFake(t *testing.T, status int, answer string) *apiFake {
+	t.Helper()
+	f := &apiFake{status: status, answer: answer}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		f.path, f.query, f.auth = r.URL.Path, r.URL.RawQuery, r.Header.Get("Authorization")
+		f.body = nil
+		if raw, _ := io.ReadAll(r.Body); len(raw) > 0 {
+			if err := json.Unmarshal(raw, &f.body); err != nil {
+				t.Errorf("request body: %v", err)
+			}
+		}
+		if f.status >= 400 {
+			w.Header().Set("Content-Type", "application/problem+json")
+		}
+		if f.status == http.StatusConflict {
+			w.Header().Set("Retry-After", "4")
+		}
+		w.WriteHeader(f.status)
+		io.WriteString(w, f.answer)
+	}))
+	t.Cleanup(srv.Close)
+	f.url = srv.URL
+	return f
+}
+
+func runClientCmd(t *testing.T, run func(context.Context, []string, io.Writer, io.Writer) int, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), args, &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestClaimCommand(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	answer := `{"outcome":"claimed","token":"7","attempt":1,"created_at":"2025-01-02T03:04:05.678Z","expires_at":"2025-01-03T03:04:05.678Z","lease_expires_at":"2025-01-02T03:04:35.678Z"}`
+	f := newAPIFake(t, http.StatusCreated, answer)
+	code, stdout, stderr := runClientCmd(t, runClaim, "--addr", f.url, "--principal", "cus_42", "--endpoint", "POST /payments",
+		"--key", "retry-1", "--fingerprint", "9f86", "--lease", "45s", "--claim-id", "a1", "--correlation-id", "req-77")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	want := map[string]any{"principal": "cus_42", "endpoint": "POST /payments", "key": "retry-1",
+		"fingerprint": "9f86", "lease_ms": 45000.0, "claim_id": "a1", "correlation_id": "req-77"}
+	if f.path != "/v1/claim" || !reflect.DeepEqual(f.body, want) {
+		t.Errorf("sent %s %v, want /v1/claim %v", f.path, f.body, want)
+	}
+	var printed, sent map[string]any
+	if err := json.Unmarshal([]byte(stdout), &printed); err != nil {
+		t.Fatalf("stdout is not JSON: %v\n%s", err, stdout)
+	}
+	json.Unmarshal([]byte(answer), &sent)
+	if !reflect.DeepEqual(printed, sent) {
+		t.Errorf("stdout %s, want the server's answer %s", stdout, answer)
+	}
+	if stderr != "" {
+		t.Errorf("stderr %q on success", stderr)
+	}
+}
+
+func TestClaimCommandInProgress(t *testing.T) {
+	f := newAPIFake(t, http.StatusConflict, `{"type":"t","title":"Another attempt is in progress","status":409,`+
+		`"detail":"another attempt holds the lease","code":"in_progress","lease_expires_at":"2025-01-02T03:04:35.678Z"}`)
+	code, stdout, stderr := runClientCmd(t, runClaim, "--addr", f.url, "--principal", "p", "--endpoint", "e", "--key", "k", "--fingerprint", "ab")
+	if code != 1 {
+		t.Fatalf("exit %d, want 1", code)
+	}
+	if stdout != "" {
+		t.Errorf("stdout %q on a problem", stdout)
+	}
+	for _, want := range []string{"idem claim: another attempt holds the lease", "code in_progress", "HTTP 409",
+		"lease expires at 2025-01-02T03:04:35.678Z", "retry after 4s"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr %q lacks %q", stderr, want)
+		}
+	}
+}
+
+func TestCommandsReportMissingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		run  func(context.Context, []string, io.Writer, io.Writer) int
+		args []string
+		want []string
+	}{
+		{"claim without principal", runClaim, []string{"--endpoint", "e", "--key", "k", "--fingerprint", "ab"},
+			[]string{"idem claim: --principal is required"}},
+		{"claim without anything", runClaim, nil, []string{"idem claim: --principal is required",
+			"idem claim: --endpoint is required", "idem claim: --key is required", "idem claim: --fingerprint is required"}},
+		{"complete without token and status", runComplete, []string{"--principal", "p", "--endpoint", "e", "--key", "k"},
+			[]string{"idem complete: --token is required", "idem complete: --status is required"}},
+		{"complete with a bad header", runComplete, []string{"--header", "nocolon"}, []string{"idem complete:", "-header", "Name: value"}},
+		{"extend without lease", runExtend, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--token", "1"},
+			[]string{"idem extend: --lease is required"}},
+		{"release without token", runRelease, []string{"--principal", "p", "--endpoint", "e", "--key", "k"},
+			[]string{"idem release: --token is required"}},
+		{"get with a bad consistency", runGet, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--consistency", "eventual"},
+			[]string{"idem get: --consistency must be linearizable or stale"}},
+		{"claim with a bad lease", runClaim, []string{"--lease", "soon"}, []string{"idem claim:", "-lease"}},
+		{"delete with a stray argument", runDelete, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "extra"},
+			[]string{`idem delete: unexpected argument "extra"`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runClientCmd(t, tc.run, tc.args...)
+			if code != 2 {
+				t.Errorf("exit %d, want 2", code)
+			}
+			if stdout != "" {
+				t.Errorf("stdout %q on a usage error", stdout)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr, w) {
+					t.Errorf("stderr %q lacks %q", stderr, w)
+				}
+			}
+		})
+	}
+}
+
+func TestCommandHelpListsEveryFlag(t *testing.T) {
+	for name, cmd := range clientCommands {
+		t.Run(name, func(t *testing.T) {
+			code, stdout, _ := runClientCmd(t, cmd.Run, "--help")
+			if code != 0 {
+				t.Fatalf("exit %d, want 0", code)
+			}
+			if cmd.Summary == "" {
+				t.Error("no summary")
+			}
+			want := []string{"Usage: idem " + name, "--addr", "--auth-token", "--token-file", "--principal", "--endpoint", "--key", "--timeout"}
+			want = append(want, map[string][]string{
+				"claim":    {"--fingerprint", "--lease", "--claim-id", "--correlation-id"},
+				"complete": {"--token", "--status", "--content-type", "--header", "--body", "--body-file"},
+				"release":  {"--token", "--reason"},
+				"extend":   {"--token", "--lease"},
+				"get":      {"--consistency"},
+			}[name]...)
+			for _, w := range want {
+				if !strings.Contains(stdout, w) {
+					t.Errorf("help lacks %q:\n%s", w, stdout)
+				}
+			}
+		})
+	}
+}
+
+func TestCompleteCommandSendsResponse(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	f := newAPIFake(t, http.StatusOK, `{"outcome":"completed","record":{"state":"completed"}}`)
+	dir := t.TempDir()
+	bodyFile := filepath.Join(dir, "body.json")
+	if err := os.WriteFile(bodyFile, []byte(`{"id":"py_1"}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte("# operators\n\ns3cret\nother\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, stdout, stderr := runClientCmd(t, runComplete, "--addr", f.url, "--token-file", tokenFile,
+		"--principal", "cus_42", "--endpoint", "POST /payments", "--key", "retry-1", "--token", "7",
+		"--status", "201", "--content-type", "application/json", "--header", "Location: /payments/py_1",
+		"--header", "X-Request-Id:  r1", "--body-file", bodyFile)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	want := map[string]any{"principal": "cus_42", "endpoint": "POST /payments", "key": "retry-1", "token": "7",
+		"response": map[string]any{"status": 201.0, "content_type": "application/json",
+			"headers": map[string]any{"Location": "/payments/py_1", "X-Request-Id": "r1"}, "body": "eyJpZCI6InB5XzEifQ=="}}
+	if f.path != "/v1/complete" || !reflect.DeepEqual(f.body, want) {
+		t.Errorf("sent %s %v\nwant /v1/complete %v", f.path, f.body, want)
+	}
+	if f.auth != "Bearer s3cret" {
+		t.Errorf("Authorization %q, want the first token of --token-file", f.auth)
+	}
+	if !strings.Contains(stdout, `"outcome": "completed"`) {
+		t.Errorf("stdout %q", stdout)
+	}
+}
+
+func TestCompleteCommandBodyFromStdin(t *testing.T) {
+	f := newAPIFake(t, http.StatusOK, `{"outcome":"completed","record":{}}`)
+	old := cliStdin
+	cliStdin = strings.NewReader("hello")
+	defer func() { cliStdin = old }()
+	code, _, stderr := runClientCmd(t, runComplete, "--addr", f.url, "--principal", "p", "--endpoint", "e", "--key", "k",
+		"--token", "7", "--status", "200", "--body-file", "-")
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+	if got := f.body["response"].(map[string]any)["body"]; got != "aGVsbG8=" {
+		t.Errorf("body %v, want base64 of stdin", got)
+	}
+}
+
+func TestGetCommand(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "from-env")
+	t.Run("found", func(t *testing.T) {
+		answer := `{"record":{"principal":"p","endpoint":"POST /x","key":"k","state":"in_progress"}}`
+		f := newAPIFake(t, http.StatusOK, answer)
+		t.Setenv("IDEM_ADDR", f.url)
+		code, stdout, stderr := runClientCmd(t, runGet, "--principal", "p", "--endpoint", "POST /x", "--key", "k", "--consistency", "stale")
+		if code != 0 {
+			t.Fatalf("exit %d, stderr %q", code, stderr)
+		}
+		if f.path != "/v1/records" || f.query != "consistency=stale&endpoint=POST+%2Fx&key=k&principal=p" {
+			t.Errorf("sent %s?%s", f.path, f.query)
+		}
+		if f.auth != "Bearer from-env" {
+			t.Errorf("Authorization %q, want the token of IDEM_AUTH_TOKEN", f.auth)
+		}
+		var printed map[string]any
+		if err := json.Unmarshal([]byte(stdout), &printed); err != nil || printed["record"] == nil {
+			t.Errorf("stdout %q is not the server's answer", stdout)
+		}
+	})
+	t.Run("not found", func(t *testing.T) {
+		f := newAPIFake(t, http.StatusNotFound, `{"type":"t","title":"Not found","status":404,"detail":"no live record for the scope","code":"not_found"}`)
+		code, stdout, stderr := runClientCmd(t, runGet, "--addr", f.url, "--principal", "p", "--endpoint", "e", "--key", "k")
+		if code != 1 || stdout != "" {
+			t.Fatalf("exit %d, stdout %q", code, stdout)
+		}
+		if want := "idem get: no live record for the scope (code not_found, HTTP 404)\n"; stderr != want {
+			t.Errorf("stderr %q, want %q", stderr, want)
+		}
+	})
+}
+
+func TestCommandUnreachableServer(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	addr := srv.URL
+	srv.Close()
+	code, _, stderr := runClientCmd(t, runDelete, "--addr", addr, "--principal", "p", "--endpoint", "e", "--key", "k", "--timeout", "2s")
+	if code != 1 || !strings.HasPrefix(stderr, "idem delete: ") {
+		t.Fatalf("exit %d, stderr %q", code, stderr)
+	}
+}
