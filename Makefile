@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: help run build test lint bench fuzz clean
+.PHONY: help run build test lint bench fuzz cluster clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
@@ -23,6 +23,9 @@ lint: ## gofmt and go vet
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
 
+cluster: ## three local nodes on 127.0.0.1/2/3 in the foreground (Ctrl-C stops all)
+	./scripts/cluster.sh
+
 bench: ## FSM apply benchmarks (batches of 1, 64, 512) and an HTTP run of idem bench
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./raftfsm
 	./scripts/bench-http.sh
@@ -35,4 +38,4 @@ fuzz: ## run every fuzzer for FUZZTIME each (default 10s)
 	done
 
 clean: ## remove build output and the default data dir
-	rm -rf bin idem-data
+	rm -rf bin idem-data cluster-data

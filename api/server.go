@@ -62,6 +62,8 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/cluster", http.MethodGet, s.auth(s.handleCluster))
 	s.route("/v1/cluster/join", http.MethodPost, s.auth(s.handleJoin))
 	s.route("/v1/cluster/remove", http.MethodPost, s.auth(s.handleRemove))
+	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.auth(s.handleTransfer))
+	s.route("/v1/admin/state", http.MethodGet, s.auth(s.handleState))
 	s.route("/healthz", http.MethodGet, s.handleHealthz)
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
@@ -423,6 +425,24 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "removed"})
+}
+
+func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
+	if s.onLeader(w, r, nil, s.store.TransferLeadership) != nil {
+		return
+	}
+	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "transferred"})
+}
+
+// handleState shows this replica's state hash and the applied index it was
+// taken at, to compare replicas (tests, chaos checks, operators).
+func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
+	h, applied, err := s.store.StateHash()
+	if err != nil {
+		writeProblem(w, storeProblem(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"node": s.store.Self().ID, "state_hash": h, "applied_index": applied})
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {

@@ -22,6 +22,8 @@ type Store interface {
 	Self() raftfsm.NodeInfo
 	Join(raftfsm.NodeInfo) error
 	Remove(id string) error
+	TransferLeadership() error
+	StateHash() (hash string, applied uint64, err error)
 }
 
 var _ Store = (*raftfsm.Node)(nil)

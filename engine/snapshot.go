@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -201,30 +202,42 @@ func (h *hashReader) ReadByte() (byte, error) {
 // StateHash is a SHA-256 over every key and value: two replicas that applied
 // the same log hash the same. For tests and the admin route.
 func (d *DB) StateHash() (string, error) {
+	h, _, err := d.StateHashApplied()
+	return h, err
+}
+
+// StateHashApplied is StateHash with the applied index of the same
+// point-in-time view, so replicas can be compared at equal indexes while
+// they keep applying.
+func (d *DB) StateHashApplied() (string, uint64, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
-		return "", ErrClosed
+		return "", 0, ErrClosed
 	}
 	it, err := d.pdb.NewIter(nil)
 	if err != nil {
-		return "", fmt.Errorf("engine: hash iter: %w", err)
+		return "", 0, fmt.Errorf("engine: hash iter: %w", err)
 	}
 	defer it.Close()
 	h := sha256.New()
+	var applied uint64
 	var hdr [binary.MaxVarintLen64]byte
 	for ok := it.First(); ok; ok = it.Next() {
 		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(it.Key())))])
 		h.Write(it.Key())
 		v, err := it.ValueAndErr()
 		if err != nil {
-			return "", fmt.Errorf("engine: hash value: %w", err)
+			return "", 0, fmt.Errorf("engine: hash value: %w", err)
+		}
+		if bytes.Equal(it.Key(), keyApplied) && len(v) == 8 {
+			applied = binary.BigEndian.Uint64(v)
 		}
 		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(v)))])
 		h.Write(v)
 	}
 	if err := it.Error(); err != nil {
-		return "", fmt.Errorf("engine: hash iter: %w", err)
+		return "", 0, fmt.Errorf("engine: hash iter: %w", err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil)), applied, nil
 }

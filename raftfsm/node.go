@@ -48,6 +48,10 @@ type Node struct {
 	stop    chan struct{}
 	wg      sync.WaitGroup
 	closing atomic.Bool
+	// member is whether the latest raft configuration includes this node.
+	// A node that is not a member (removed, or not yet joined) knows no
+	// leader as far as callers are concerned, so it accepts no writes.
+	member atomic.Bool
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps
@@ -144,10 +148,12 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newStateCollector(n))
 	}
+	n.refreshMembership()
 	obs := make(chan raft.Observation, 64)
 	n.raft.RegisterObserver(raft.NewObserver(obs, false, nil))
-	n.wg.Add(3)
+	n.wg.Add(4)
 	go n.observe(obs)
+	go n.watchMembership()
 	go n.leaderLoop()
 	go n.compactDropped()
 	ok = true
@@ -234,10 +240,11 @@ func (n *Node) WaitLeader(timeout time.Duration) bool {
 
 func (n *Node) term() uint64 { return n.raft.CurrentTerm() }
 
-// Leader returns what this node knows of the leader (zero when unknown).
+// Leader returns what this node knows of the leader (zero when unknown). A
+// node outside the cluster's configuration knows no leader.
 func (n *Node) Leader() (NodeInfo, bool) {
 	addr, id := n.raft.LeaderWithID()
-	if addr == "" {
+	if addr == "" || !n.member.Load() {
 		return NodeInfo{}, false
 	}
 	info := NodeInfo{ID: string(id), RaftAddr: string(addr)}
@@ -293,7 +300,10 @@ func mapRaftError(err error) error {
 	switch {
 	case errors.Is(err, raft.ErrNotLeader):
 		return ErrNotLeader
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Refused before it reached the log: retry once the new leader is known.
+		return ErrNoLeader
+	case errors.Is(err, raft.ErrLeadershipLost):
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
 		return ErrTimeout
@@ -423,6 +433,7 @@ type Member struct {
 
 // Status is the cluster as this node sees it.
 type Status struct {
+	Self         NodeInfo  `json:"self"`
 	Leader       *NodeInfo `json:"leader"`
 	Nodes        []Member  `json:"nodes"`
 	Term         uint64    `json:"term"`
@@ -432,7 +443,7 @@ type Status struct {
 
 // Status returns the cluster membership and raft progress.
 func (n *Node) Status() (Status, error) {
-	st := Status{Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
+	st := Status{Self: n.self, Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
 	if l, ok := n.Leader(); ok {
 		st.Leader = &l
 	}
@@ -483,6 +494,90 @@ func (n *Node) Remove(id string) error {
 	}
 	_, err := n.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: id}})
 	return err
+}
+
+// Bootstrap forms a new cluster of peers (this node among them). Every
+// peer may call it with the same list: raft accepts identical bootstrap
+// configurations. A node that already has state ignores it.
+func (n *Node) Bootstrap(peers []NodeInfo) error {
+	conf := raft.Configuration{}
+	for _, p := range peers {
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+	}
+	err := n.raft.BootstrapCluster(conf).Error()
+	if errors.Is(err, raft.ErrCantBootstrap) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("raftfsm: bootstrap: %w", err)
+	}
+	n.refreshMembership()
+	return nil
+}
+
+// HasState reports whether this node belongs to a cluster (bootstrapped,
+// joined, or restarted with state).
+func (n *Node) HasState() bool {
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && len(f.Configuration().Servers) > 0
+}
+
+// IsMember reports whether the latest configuration includes this node.
+func (n *Node) IsMember() bool { return n.member.Load() }
+
+// Registered reports whether the log holds this node's current addresses,
+// so every node can forward to it.
+func (n *Node) Registered() bool {
+	v, err := n.db.Named("node/" + n.self.ID)
+	if err != nil {
+		return false
+	}
+	var info NodeInfo
+	return json.Unmarshal(v["node/"+n.self.ID], &info) == nil && info == n.self
+}
+
+// StateHash is a hash of this replica's whole state and the applied index
+// it was taken at: replicas at the same index must hash the same.
+func (n *Node) StateHash() (string, uint64, error) { return n.db.StateHashApplied() }
+
+// TransferLeadership hands leadership to another voter (for rolling
+// restarts). Writes arriving meanwhile wait for the new leader.
+func (n *Node) TransferLeadership() error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+		return fmt.Errorf("raftfsm: leadership transfer: %w", err)
+	}
+	return nil
+}
+
+func (n *Node) refreshMembership() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	in := false
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.self.ID {
+			in = true
+		}
+	}
+	n.member.Store(in)
+}
+
+func (n *Node) watchMembership() {
+	defer n.wg.Done()
+	t := time.NewTicker(200 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			n.refreshMembership()
+		}
+	}
 }
 
 func (n *Node) observe(ch chan raft.Observation) {

@@ -4,58 +4,44 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"sort"
 	"strings"
 	"time"
 
 	"github.com/idem-store/idem/raftfsm"
 )
 
-// joinCluster asks the members named by --join to add this node, retrying
-// until one answers. A node that is already a member (it has state) skips it.
-func joinCluster(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens []string, log *slog.Logger) {
-	if isMember(node) {
-		log.Info("already a cluster member; --join ignored")
-		return
+// membership brings a node into its cluster and keeps its addresses in the
+// log, for the node's whole life:
+//
+//   - with --bootstrap-expect N and no state: ask the --join addresses who
+//     they are until N nodes (this one included) are known, then bootstrap
+//     all of them with the same configuration;
+//   - with --join and no membership: ask the members to add this node until
+//     one does;
+//   - once a member: make sure the log holds this node's current HTTP and
+//     raft addresses (so followers can forward to it), asking the leader to
+//     record them when they are missing or changed.
+func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens []string, log *slog.Logger) {
+	m := &member{node: node, c: c, log: log, client: &http.Client{Timeout: 5 * time.Second}}
+	if len(tokens) > 0 {
+		m.token = tokens[0]
 	}
-	body, _ := json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise})
-	client := &http.Client{Timeout: 10 * time.Second}
-	addrs := strings.Split(c.join, ",")
-	for attempt := 0; ; attempt++ {
-		for _, a := range addrs {
-			a = strings.TrimSpace(a)
-			if a == "" {
-				continue
+	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise})
+	for ctx.Err() == nil {
+		switch {
+		case !node.HasState() && c.bootstrapExpect > 1:
+			m.tryBootstrap(ctx)
+		case !node.IsMember() && c.join != "":
+			m.tryJoin(ctx, splitAddrs(c.join))
+		case node.IsMember() && !node.IsLeader() && !node.Registered():
+			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
+				m.tryJoin(ctx, []string{l.HTTPAddr})
 			}
-			if !strings.Contains(a, "://") {
-				a = "http://" + a
-			}
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, a+"/v1/cluster/join", bytes.NewReader(body))
-			if err != nil {
-				log.Error("join: bad --join address", "addr", a, "error", err)
-				continue
-			}
-			req.Header.Set("Content-Type", "application/json")
-			if len(tokens) > 0 {
-				req.Header.Set("Authorization", "Bearer "+tokens[0])
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				log.Debug("join: member unreachable", "addr", a, "error", err)
-				continue
-			}
-			msg, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				log.Info("joined the cluster", "via", a)
-				return
-			}
-			log.Warn("join refused", "addr", a, "status", resp.StatusCode, "answer", strings.TrimSpace(string(msg)))
-		}
-		if isMember(node) {
-			return
 		}
 		select {
 		case <-ctx.Done():
@@ -65,15 +51,84 @@ func joinCluster(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens
 	}
 }
 
-func isMember(node *raftfsm.Node) bool {
-	st, err := node.Status()
+type member struct {
+	node   *raftfsm.Node
+	c      *serveConfig
+	log    *slog.Logger
+	client *http.Client
+	token  string
+	self   []byte
+}
+
+func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
 	if err != nil {
-		return false
+		return nil, 0, err
 	}
-	for _, m := range st.Nodes {
-		if m.ID == node.Self().ID {
-			return true
+	req.Header.Set("Content-Type", "application/json")
+	if m.token != "" {
+		req.Header.Set("Authorization", "Bearer "+m.token)
+	}
+	resp, err := m.client.Do(req)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	return b, resp.StatusCode, err
+}
+
+func (m *member) tryJoin(ctx context.Context, addrs []string) {
+	for _, a := range addrs {
+		if a == m.c.httpAdvertise {
+			continue
+		}
+		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", m.self)
+		switch {
+		case err != nil:
+			m.log.Debug("join: member unreachable", "addr", a, "error", err)
+		case status == http.StatusOK:
+			m.log.Info("cluster membership recorded", "via", a)
+			return
+		default:
+			m.log.Warn("join refused", "addr", a, "status", status, "answer", strings.TrimSpace(string(b)))
 		}
 	}
-	return false
+}
+
+func (m *member) tryBootstrap(ctx context.Context) {
+	peers := map[string]raftfsm.NodeInfo{m.c.nodeID: m.node.Self()}
+	for _, a := range splitAddrs(m.c.join) {
+		if a == m.c.httpAdvertise {
+			continue
+		}
+		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
+		if err != nil || status != http.StatusOK {
+			continue
+		}
+		var st raftfsm.Status
+		if json.Unmarshal(b, &st) != nil || st.Self.ID == "" {
+			continue
+		}
+		if len(st.Nodes) > 0 {
+			// A cluster already exists there: join it instead.
+			m.tryJoin(ctx, []string{a})
+			return
+		}
+		peers[st.Self.ID] = st.Self
+	}
+	if len(peers) < m.c.bootstrapExpect {
+		m.log.Info("waiting for peers to bootstrap", "known", len(peers), "expect", m.c.bootstrapExpect)
+		return
+	}
+	list := make([]raftfsm.NodeInfo, 0, len(peers))
+	for _, p := range peers {
+		list = append(list, p)
+	}
+	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	if err := m.node.Bootstrap(list); err != nil {
+		m.log.Error("bootstrap failed", "error", err)
+		return
+	}
+	m.log.Info("bootstrapped the cluster", "nodes", fmt.Sprint(list))
 }

@@ -33,6 +33,7 @@ type serveConfig struct {
 	httpAddr, raftAddr              string
 	httpAdvertise, raftAdvertise    string
 	join                            string
+	bootstrapExpect                 int
 	retention, bucketWidth, lease   time.Duration
 	allowShortRetention             bool
 	scope                           string
@@ -58,6 +59,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes forward to (default: --http-addr)")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of cluster members to join (ignored once this node has state)")
+	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one included) are reachable through --join, without a designated first node")
 	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long a record is kept, from its first claim; the retry window promised to clients (at least 1m)")
 	fs.BoolVar(&c.allowShortRetention, "allow-short-retention", false, "allow --retention below 1m (tests and demos only)")
 	fs.DurationVar(&c.bucketWidth, "bucket-width", d.BucketWidth, "width of the time buckets expiry drops whole; fixed when the data dir is created")
@@ -136,6 +138,12 @@ func (c *serveConfig) validate() error {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			bad("%s %q is not host:port", name, addr)
 		}
+	}
+	if c.bootstrapExpect < 0 || c.bootstrapExpect > 9 {
+		bad("--bootstrap-expect %d must be between 0 and 9", c.bootstrapExpect)
+	}
+	if c.bootstrapExpect > 1 && c.join == "" {
+		bad("--bootstrap-expect %d needs --join with the HTTP addresses of the other nodes", c.bootstrapExpect)
 	}
 	if err := ttl.ValidateRetention(c.retention, c.allowShortRetention); err != nil {
 		bad("--retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
@@ -326,7 +334,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc := raftfsm.DefaultConfig()
 	rc.NodeID, rc.DataDir = c.nodeID, c.dataDir
 	rc.RaftAddr, rc.RaftAdvertise, rc.HTTPAdvertise = c.raftAddr, c.raftAdvertise, c.httpAdvertise
-	rc.Bootstrap = c.join == ""
+	rc.Bootstrap = c.join == "" && c.bootstrapExpect <= 1
 	rc.BucketWidth = c.bucketWidth
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
 	rc.ClockOffset = c.clockOffset
@@ -369,9 +377,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", c.retention.String(), "bucket-width", c.bucketWidth.String(),
 		"scope", c.scope, "version", version)
-	if c.join != "" {
-		go joinCluster(ctx, node, c, tokens, log)
-	}
+	go membership(ctx, node, c, tokens, log)
 
 	select {
 	case <-ctx.Done():
