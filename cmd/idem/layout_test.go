@@ -1,0 +1,61 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/idem-store/idem/"
+
+// TestImportsPointDown keeps DESIGN.md's layout: cmd -> api -> raftfsm ->
+// engine -> (partition, ttl), with partition and ttl on the standard
+// library only, and every package documented.
+func TestImportsPointDown(t *testing.T) {
+	out, err := exec.Command("go", "list", "-json", "../../...").Output()
+	require.NoError(t, err)
+	forbidden := map[string][]string{
+		"partition": {"*"},
+		"ttl":       {"*"},
+		"engine":    {"raftfsm", "api", "client", "bench", "cmd/idem"},
+		"raftfsm":   {"api", "client", "bench", "cmd/idem"},
+		"api":       {"client", "bench", "cmd/idem"},
+		"client":    {"engine", "raftfsm", "api", "partition", "ttl", "bench", "cmd/idem"},
+		"bench":     {"engine", "raftfsm", "api", "partition", "ttl", "cmd/idem"},
+	}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	seen := 0
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Doc        string
+			Imports    []string
+		}
+		require.NoError(t, dec.Decode(&p))
+		name := strings.TrimPrefix(p.ImportPath, module)
+		require.NotEmpty(t, p.Doc, "package %s has no package comment saying what it owns", name)
+		rules, ok := forbidden[name]
+		if !ok {
+			continue
+		}
+		seen++
+		for _, imp := range p.Imports {
+			if !strings.HasPrefix(imp, module) {
+				if rules[0] == "*" && strings.Contains(strings.Split(imp, "/")[0], ".") {
+					t.Errorf("%s must import the standard library only, imports %s", name, imp)
+				}
+				continue
+			}
+			dep := strings.TrimPrefix(imp, module)
+			for _, f := range rules {
+				if f == "*" || f == dep {
+					t.Errorf("%s must not import %s (imports point down: cmd -> api -> raftfsm -> engine -> partition, ttl)", name, dep)
+				}
+			}
+		}
+	}
+	require.Equal(t, len(forbidden), seen, "a package of the layout is missing")
+}
