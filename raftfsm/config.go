@@ -34,10 +34,21 @@ type Config struct {
 	// the very first command of a new cluster reads a wall clock.
 	ClockOffset time.Duration
 	CacheBytes  int64
+	// InjectBug deliberately breaks this node, to prove the chaos checker
+	// can fail: "local-reads" answers linearizable reads from the local
+	// replica without proving leadership; "skip-uniqueness" makes this
+	// node's Apply grant every claim. Never set it outside tests.
+	InjectBug string
 
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 }
+
+// Bugs that InjectBug can switch on.
+const (
+	BugLocalReads     = "local-reads"
+	BugSkipUniqueness = "skip-uniqueness"
+)
 
 // DefaultConfig returns a Config with sane defaults for one local node.
 func DefaultConfig() Config {
@@ -74,6 +85,11 @@ func (c *Config) Validate() error {
 	}
 	if c.BucketWidth < time.Millisecond {
 		bad("bucket width %s is below 1ms", c.BucketWidth)
+	}
+	switch c.InjectBug {
+	case "", BugLocalReads, BugSkipUniqueness:
+	default:
+		bad("unknown bug %q to inject (%s or %s)", c.InjectBug, BugLocalReads, BugSkipUniqueness)
 	}
 	if c.ApplyTimeout <= 0 {
 		bad("apply timeout must be positive")

@@ -22,6 +22,8 @@ type FSM struct {
 	metrics *Metrics
 	// dropped receives buckets this replica removed, for compaction.
 	dropped chan partition.Bucket
+	// skipUniqueness is the injected bug of Config.InjectBug.
+	skipUniqueness bool
 }
 
 var (
@@ -87,6 +89,9 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 	case OpClaim:
 		if c.Claim == nil || txn.Meta().Width == 0 {
 			return missing("claim")
+		}
+		if f.skipUniqueness {
+			txn.Delete(c.Claim.Scope, c.Claim.PrincipalScope, now) // INJECTED BUG
 		}
 		res.Result = txn.Claim(*c.Claim, l.Index, now)
 	case OpComplete:

@@ -90,6 +90,10 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.metrics = newMetrics(cfg.Registry)
 	n.fsm = NewFSM(n.db, n.clock, cfg.Logger, n.metrics)
+	n.fsm.skipUniqueness = cfg.InjectBug == BugSkipUniqueness
+	if cfg.InjectBug != "" {
+		n.log.Warn("THIS NODE RUNS WITH AN INJECTED BUG (test only)", "bug", cfg.InjectBug)
+	}
 	if n.logStore, err = raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.DataDir, "raft.db"),
 		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
@@ -371,7 +375,7 @@ func (n *Node) Delete(s engine.Scope, principalScope bool) (engine.Result, error
 // after proving it still leads and has applied everything committed before
 // the read began; a stale read uses the local replica.
 func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linearizable bool) (*engine.Record, bool, error) {
-	if linearizable {
+	if linearizable && n.cfg.InjectBug != BugLocalReads {
 		if err := n.readBarrier(ctx); err != nil {
 			return nil, false, err
 		}

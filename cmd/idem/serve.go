@@ -47,6 +47,7 @@ type serveConfig struct {
 	clockOffset                     time.Duration
 	shutdownTimeout                 time.Duration
 	pprof                           bool
+	injectBug                       string
 }
 
 func serveFlags(fs *flag.FlagSet) *serveConfig {
@@ -85,6 +86,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", 64<<20, "Pebble block cache size in bytes")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; no auth)")
+	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
 	return c
 }
@@ -171,6 +173,11 @@ func (c *serveConfig) validate() error {
 	}
 	if c.snapshotInterval < 5*time.Millisecond {
 		bad("--snapshot-interval %s is too short", c.snapshotInterval)
+	}
+	switch c.injectBug {
+	case "", raftfsm.BugLocalReads, raftfsm.BugSkipUniqueness:
+	default:
+		bad("--inject-bug %q must be %s or %s", c.injectBug, raftfsm.BugLocalReads, raftfsm.BugSkipUniqueness)
 	}
 	if c.cacheBytes < 1<<20 {
 		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
@@ -339,6 +346,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
 	rc.ClockOffset = c.clockOffset
 	rc.CacheBytes = c.cacheBytes
+	rc.InjectBug = c.injectBug
 	rc.Logger, rc.Registry = log, reg
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
 		rc.SweepInterval = max(w, 100*time.Millisecond)
