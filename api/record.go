@@ -52,8 +52,14 @@ func toJSON(r *engine.Record) *recordJSON {
 		if body == nil {
 			body = []byte{}
 		}
+		// A response stored without headers replays "headers":{} as it was
+		// sent, not null.
+		headers := r.Response.Headers
+		if headers == nil {
+			headers = map[string]string{}
+		}
 		j.Response = &responseBody{Status: r.Response.Status, ContentType: r.Response.ContentType,
-			Headers: r.Response.Headers, Body: body}
+			Headers: headers, Body: body}
 	}
 	return j
 }

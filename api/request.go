@@ -2,11 +2,13 @@ package api
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -87,6 +89,7 @@ func decodeStrict(body []byte, dst any) *problem {
 	if err := dec.Decode(dst); err != nil {
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
+		var be base64.CorruptInputError
 		switch {
 		case errors.Is(err, io.EOF):
 			return invalid("request body is empty; expected a JSON object")
@@ -97,6 +100,9 @@ func decodeStrict(body []byte, dst any) *problem {
 				return invalid("request body must be a JSON object, not %s", te.Value)
 			}
 			return invalid("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+		case errors.As(err, &be):
+			// The only []byte field of any request is response.body.
+			return invalid("field \"response.body\" must be standard base64 (%v)", err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			return invalid("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
 		default:
@@ -109,7 +115,133 @@ func decodeStrict(body []byte, dst any) *problem {
 	if _, err := dec.Token(); err != io.EOF {
 		return invalid("request body has data after the JSON object")
 	}
+	return checkRaw(body, reflect.TypeOf(dst))
+}
+
+// checkRaw refuses what encoding/json accepts silently: member names that
+// match a field only case-insensitively, a member given twice (the last one
+// wins), and strings with invalid UTF-8 or unpaired surrogate escapes (both
+// become U+FFFD, so "cus\xff" and "cus\xfe" would be one principal). Any of
+// these lets two different requests, or two tenants, collapse into one.
+// body is known to hold exactly one valid JSON value of dst's shape.
+func checkRaw(body []byte, dst reflect.Type) *problem {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	return walkRaw(dec, body, dst, "")
+}
+
+func walkRaw(dec *json.Decoder, body []byte, t reflect.Type, path string) *problem {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	name := func(p string) string {
+		if p == "" {
+			return "request body"
+		}
+		return fmt.Sprintf("field %q", p)
+	}
+	start := dec.InputOffset()
+	tok, err := dec.Token()
+	if err != nil {
+		return invalid("request body is not valid JSON: %v", err)
+	}
+	switch v := tok.(type) {
+	case string:
+		if !cleanString(body[start:dec.InputOffset()]) {
+			return invalid("%s must be valid UTF-8 without unpaired surrogates", name(path))
+		}
+	case json.Delim:
+		if v == '[' {
+			var elem reflect.Type
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+				elem = t.Elem()
+			}
+			for dec.More() {
+				if p := walkRaw(dec, body, elem, path); p != nil {
+					return p
+				}
+			}
+			dec.Token()
+			return nil
+		}
+		var fields map[string]reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = map[string]reflect.Type{}
+			for i := 0; i < t.NumField(); i++ {
+				f := t.Field(i)
+				if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n != "" && n != "-" {
+					fields[n] = f.Type
+				}
+			}
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			ks := dec.InputOffset()
+			kt, err := dec.Token()
+			if err != nil {
+				return invalid("request body is not valid JSON: %v", err)
+			}
+			k, _ := kt.(string)
+			if !cleanString(body[ks:dec.InputOffset()]) {
+				return invalid("a member name in %s is not valid UTF-8", name(path))
+			}
+			sub := k
+			if path != "" {
+				sub = path + "." + k
+			}
+			if seen[k] {
+				return invalid("%s has the member %q more than once", name(path), k)
+			}
+			seen[k] = true
+			var vt reflect.Type
+			switch {
+			case fields != nil:
+				ft, ok := fields[k]
+				if !ok {
+					return invalid("unknown field %q (names are case-sensitive)", sub)
+				}
+				vt = ft
+			case t != nil && t.Kind() == reflect.Map:
+				vt, sub = t.Elem(), path
+			}
+			if p := walkRaw(dec, body, vt, sub); p != nil {
+				return p
+			}
+		}
+		dec.Token()
+	}
 	return nil
+}
+
+// cleanString reports whether raw JSON text (a string token with the
+// separators before it) is valid UTF-8 and every \u escape of a surrogate
+// is part of a pair.
+func cleanString(raw []byte) bool {
+	if !utf8.Valid(raw) {
+		return false
+	}
+	for i := 0; i < len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		i++
+		if i >= len(raw) || raw[i] != 'u' || i+4 >= len(raw) {
+			continue
+		}
+		r, err := strconv.ParseUint(string(raw[i+1:i+5]), 16, 16)
+		if err != nil || r < 0xd800 || r > 0xdfff {
+			i += 4
+			continue
+		}
+		if r >= 0xdc00 || i+10 >= len(raw) || raw[i+5] != '\\' || raw[i+6] != 'u' {
+			return false
+		}
+		lo, err := strconv.ParseUint(string(raw[i+7:i+11]), 16, 16)
+		if err != nil || lo < 0xdc00 || lo > 0xdfff {
+			return false
+		}
+		i += 10
+	}
+	return true
 }
 
 func jsonKind(k string) string {

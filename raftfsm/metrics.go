@@ -63,6 +63,18 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	for _, o := range []string{"claimed", "replay", "in_progress", "fingerprint_mismatch", "quota_exceeded"} {
 		m.Claims.WithLabelValues(o)
 	}
+	// Every outcome an operator alerts on exists from the start, so a rate
+	// over it is 0 rather than absent on a fresh node.
+	tokenOutcomes := []string{"token_mismatch", "not_found", "already_completed"}
+	for _, o := range append([]string{"completed"}, tokenOutcomes...) {
+		m.Completes.WithLabelValues(o)
+	}
+	for _, o := range append([]string{"released"}, tokenOutcomes...) {
+		m.Releases.WithLabelValues(o)
+	}
+	for _, o := range append([]string{"extended"}, tokenOutcomes...) {
+		m.Extends.WithLabelValues(o)
+	}
 	if reg != nil {
 		reg.MustRegister(m.Claims, m.Completes, m.Releases, m.Extends, m.Takeovers, m.ClaimLatency,
 			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.applyFailures)
