@@ -76,7 +76,10 @@ func writeProblem(w http.ResponseWriter, p *problem) {
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	json.NewEncoder(w).Encode(v)
+	enc := json.NewEncoder(w)
+	// Stored strings come back exactly as sent, not with <, > and & escaped.
+	enc.SetEscapeHTML(false)
+	enc.Encode(v)
 }
 
 // storeProblem maps every error a Store returns to its HTTP answer. Every

@@ -379,18 +379,50 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		if !utf8.ValidString(k) || !utf8.ValidString(v) {
 			return nil, invalid("response.headers must be valid UTF-8")
 		}
+		// A stored header is replayed by the caller into a real response:
+		// refuse what would split it (header injection).
+		if !validHeaderName(k) {
+			return nil, invalid("response.headers name %q is not a valid HTTP header name", truncate(k, 40))
+		}
+		if !validHeaderValue(v) {
+			return nil, invalid("response.headers[%q] contains a control character (CR, LF or NUL)", truncate(k, 40))
+		}
 		total += len(k) + len(v)
 	}
 	if total > l.MaxResponseHeaderBytes {
 		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
 			fmt.Sprintf("response.headers are %d bytes together; at most %d are stored", total, l.MaxResponseHeaderBytes))
 	}
-	if len(r.ContentType) > l.MaxResponseHeaderBytes || !utf8.ValidString(r.ContentType) {
-		return nil, invalid("response.content_type must be valid UTF-8 of at most %d bytes", l.MaxResponseHeaderBytes)
+	if len(r.ContentType) > l.MaxResponseHeaderBytes || !utf8.ValidString(r.ContentType) || !validHeaderValue(r.ContentType) {
+		return nil, invalid("response.content_type must be valid UTF-8 without control characters, at most %d bytes", l.MaxResponseHeaderBytes)
 	}
 	resp := &engine.Response{Status: r.Status, ContentType: r.ContentType, Body: r.Body}
 	if len(r.Headers) > 0 {
 		resp.Headers = r.Headers
 	}
 	return resp, nil
+}
+
+// validHeaderName: an RFC 9110 token.
+func validHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// validHeaderValue: no control characters but horizontal tab.
+func validHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }

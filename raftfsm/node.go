@@ -406,7 +406,7 @@ func (n *Node) readBarrier(ctx context.Context) error {
 		}
 		return mapRaftError(err)
 	}
-	for n.raft.AppliedIndex() < commit {
+	for !n.fsmCaughtUp(commit) {
 		select {
 		case <-ctx.Done():
 			return ErrTimeout
@@ -425,7 +425,33 @@ func (n *Node) Ready() bool {
 	if addr, _ := n.raft.LeaderWithID(); addr == "" {
 		return false
 	}
-	return n.raft.AppliedIndex() >= n.raft.CommitIndex()
+	return n.fsmCaughtUp(n.raft.CommitIndex())
+}
+
+// fsmCaughtUp reports whether the FSM has applied every entry up to index
+// that changes its state. raft's own AppliedIndex counts entries handed to
+// the FSM's queue, not applied, and the FSM never sees no-op and barrier
+// entries, so: either the FSM's stored index has reached index, or raft has
+// handed over everything up to index and nothing between the FSM's index
+// and index is a command or configuration entry.
+func (n *Node) fsmCaughtUp(index uint64) bool {
+	applied := n.db.Meta().Applied
+	if applied >= index {
+		return true
+	}
+	if n.raft.AppliedIndex() < index || index-applied > 64 {
+		return false
+	}
+	for i := applied + 1; i <= index; i++ {
+		var l raft.Log
+		if err := n.logStore.GetLog(i, &l); err != nil {
+			return false
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return false
+		}
+	}
+	return true
 }
 
 // Member is one node as /v1/cluster shows it.
@@ -497,6 +523,14 @@ func (n *Node) Remove(id string) error {
 		return mapRaftError(err)
 	}
 	_, err := n.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: id}})
+	if err != nil && id == n.self.ID {
+		// A leader that removed itself has stepped down (raft shuts it
+		// down) and can propose nothing more: the removal is committed,
+		// and the address record left behind belongs to no member (a
+		// later join of the same id overwrites it).
+		n.log.Info("removed this node, the leader, from the cluster", "node-id", id)
+		return nil
+	}
 	return err
 }
 

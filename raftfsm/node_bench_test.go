@@ -13,7 +13,7 @@ import (
 	"github.com/idem-store/idem/engine"
 )
 
-func mustNode(tb testing.TB) *Node {
+func mustNode(tb testing.TB, opts ...func(*Config)) *Node {
 	tb.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(tb, err)
@@ -21,6 +21,9 @@ func mustNode(tb testing.TB) *Node {
 	ln.Close()
 	cfg := DefaultConfig()
 	cfg.DataDir, cfg.RaftAddr = tb.TempDir(), addr
+	for _, o := range opts {
+		o(&cfg)
+	}
 	n, err := Open(cfg)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { n.Close() })
