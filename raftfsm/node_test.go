@@ -28,7 +28,7 @@ func TestReadyAfterElectionWithoutCommands(t *testing.T) {
 func TestLinearizableReadSeesAcknowledgedClaims(t *testing.T) {
 	n := mustNode(t)
 	for i := 0; i < 50; i++ {
-		s := engine.Scope{Principal: "p", Endpoint: "e", Key: string(rune('a' + i%26)) + string(rune('0'+i/26))}
+		s := engine.Scope{Principal: "p", Endpoint: "e", Key: string(rune('a'+i%26)) + string(rune('0'+i/26))}
 		res, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 1000, RetentionMs: 60_000})
 		require.NoError(t, err)
 		require.Equal(t, engine.OutcomeClaimed, res.Outcome)
