@@ -1,9 +1,6 @@
 package raftfsm
 
 import (
-	"encoding/json"
-	"fmt"
-
 	"github.com/idem-store/idem/engine"
 )
 
@@ -42,27 +39,6 @@ type NodeInfo struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
-}
-
-// Encode returns the log bytes of c.
-func (c *Command) Encode() ([]byte, error) {
-	b, err := json.Marshal(c)
-	if err != nil {
-		return nil, fmt.Errorf("raftfsm: encode command: %w", err)
-	}
-	return b, nil
-}
-
-// DecodeCommand parses log bytes.
-func DecodeCommand(b []byte) (*Command, error) {
-	var c Command
-	if err := json.Unmarshal(b, &c); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadCommand, err)
-	}
-	if c.Op < OpClaim || c.Op > OpRemoveNode {
-		return nil, fmt.Errorf("%w: op %d", ErrBadCommand, c.Op)
-	}
-	return &c, nil
 }
 
 // ApplyResult is what Apply returns for a command: the engine's decision,
