@@ -21,8 +21,9 @@ import (
 //   - with --bootstrap-expect N and no state: ask the --join addresses who
 //     they are until N nodes (this one included) are known, then bootstrap
 //     all of them with the same configuration;
-//   - with --join and no membership: ask the members to add this node until
-//     one does;
+//   - with --join and no state: ask the members to add this node until one
+//     does (a node that has state but is not in the configuration was
+//     removed, and stays out until an operator adds it back);
 //   - once a member: make sure the log holds this node's current HTTP and
 //     raft addresses (so followers can forward to it), asking the leader to
 //     record them when they are missing or changed.
@@ -32,12 +33,26 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens 
 		m.token = tokens[0]
 	}
 	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise})
+	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
+		hasState := node.HasState()
+		if hasState && !node.IsMember() {
+			outside++
+		} else {
+			outside = 0
+		}
 		switch {
-		case !node.HasState() && c.bootstrapExpect > 1:
+		case !hasState && c.bootstrapExpect > 1:
 			m.tryBootstrap(ctx)
-		case !node.IsMember() && c.join != "":
+		case !hasState && c.join != "":
 			m.tryJoin(ctx, splitAddrs(c.join))
+		case outside > 0:
+			// Removed from the cluster: joining back on its own would undo
+			// the operator's removal. (A joining node can be outside for a
+			// moment while it replays entries older than its admission.)
+			if outside == 2 {
+				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back (POST /v1/cluster/join)")
+			}
 		case node.IsMember() && !node.IsLeader() && !node.Registered():
 			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
 				m.tryJoin(ctx, []string{l.HTTPAddr})

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -50,9 +51,28 @@ func freePort(t *testing.T) string {
 type proc struct {
 	cmd  *exec.Cmd
 	http string
-	logs *bytes.Buffer
+	logs *logBuffer
 	done chan struct{}
 	err  error
+}
+
+// logBuffer collects a process's output; tests may read it while the
+// process still writes.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // wait returns the exit error once the process has exited.
@@ -61,11 +81,11 @@ func (p *proc) wait() error {
 	return p.err
 }
 
-// start runs `idem serve` with args and waits for /readyz.
-func start(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *proc {
+// launch runs `idem serve` with args without waiting for it to be ready.
+func launch(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *proc {
 	t.Helper()
 	all := append([]string{"serve", "--data-dir", dataDir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, args...)
-	p := &proc{cmd: exec.Command(binary, all...), http: httpAddr, logs: &bytes.Buffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(binary, all...), http: httpAddr, logs: &logBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
@@ -73,9 +93,16 @@ func start(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *pr
 		p.cmd.Process.Kill()
 		p.wait()
 		if t.Failed() {
-			t.Logf("logs of %s:\n%s", httpAddr, p.logs)
+			t.Logf("logs of %s (%s):\n%s", httpAddr, strings.Join(args, " "), p.logs)
 		}
 	})
+	return p
+}
+
+// start runs `idem serve` with args and waits for /readyz.
+func start(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *proc {
+	t.Helper()
+	p := launch(t, dataDir, httpAddr, raftAddr, args...)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")

@@ -1,0 +1,1100 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// Three-node clusters of real `idem serve` processes, each node on its own
+// loopback IP (127.0.0.1, .2, .3) with real TCP between them: membership,
+// forwarding, one winner under concurrency, kill -9 of the leader, catch-up
+// by snapshot, full restart, removal, clock skew and leadership transfer.
+
+// ---- harness -----------------------------------------------------------
+
+type cnode struct {
+	id, ip     string
+	dir        string
+	http, raft string
+	args       []string // flags of the first start: membership and extras
+	p          *proc
+}
+
+type testCluster struct {
+	t     *testing.T
+	nodes []*cnode
+}
+
+// formation is how the three nodes form their cluster.
+type formation int
+
+const (
+	viaJoin            formation = iota // n1 bootstraps alone, n2 and n3 --join n1
+	viaBootstrapExpect                  // all three --bootstrap-expect 3 --join <all>
+)
+
+func (f formation) String() string {
+	if f == viaJoin {
+		return "join"
+	}
+	return "bootstrap-expect"
+}
+
+func freePortOn(t *testing.T, ip string) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", ip+":0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// newCluster starts n1..n3 on 127.0.0.1..3 with common flags plus each
+// node's own, and waits until every node shows three voters, one leader and
+// every HTTP address.
+func newCluster(t *testing.T, how formation, common []string, perNode map[string][]string) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t}
+	root := t.TempDir()
+	for i := 1; i <= 3; i++ {
+		ip := fmt.Sprintf("127.0.0.%d", i)
+		n := &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
+			http: freePortOn(t, ip), raft: freePortOn(t, ip)}
+		c.nodes = append(c.nodes, n)
+	}
+	var all []string
+	for _, n := range c.nodes {
+		all = append(all, n.http)
+	}
+	for i, n := range c.nodes {
+		n.args = []string{"--node-id", n.id}
+		switch {
+		case how == viaBootstrapExpect:
+			n.args = append(n.args, "--bootstrap-expect", "3", "--join", strings.Join(all, ","))
+		case i > 0:
+			n.args = append(n.args, "--join", c.nodes[0].http)
+		}
+		n.args = append(append(n.args, common...), perNode[n.id]...)
+	}
+	for i, n := range c.nodes {
+		if how == viaJoin && i == 0 {
+			n.p = start(t, n.dir, n.http, n.raft, n.args...)
+			continue
+		}
+		n.p = launch(t, n.dir, n.http, n.raft, n.args...)
+	}
+	c.waitStable(c.nodes...)
+	return c
+}
+
+func (c *testCluster) node(id string) *cnode {
+	for _, n := range c.nodes {
+		if n.id == id {
+			return n
+		}
+	}
+	c.t.Fatalf("no node %s", id)
+	return nil
+}
+
+func (c *testCluster) others(not ...*cnode) []*cnode {
+	var out []*cnode
+next:
+	for _, n := range c.nodes {
+		for _, x := range not {
+			if n == x {
+				continue next
+			}
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// restart starts a stopped node again on its data dir and addresses, with
+// args (its first-start flags when nil). It does not wait.
+func (c *testCluster) restart(n *cnode, args []string) {
+	c.t.Helper()
+	select {
+	case <-n.p.done:
+	default:
+		c.t.Fatalf("restart of %s while it still runs", n.id)
+	}
+	if args == nil {
+		args = n.args
+	}
+	n.p = launch(c.t, n.dir, n.http, n.raft, args...)
+}
+
+func (n *cnode) kill(t *testing.T) {
+	t.Helper()
+	require.NoError(t, n.p.cmd.Process.Signal(syscall.SIGKILL))
+	n.p.wait()
+}
+
+// stop sends SIGTERM and requires a clean exit.
+func (n *cnode) stop(t *testing.T) {
+	t.Helper()
+	require.NoError(t, n.p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-n.p.done:
+		require.NoError(t, n.p.err, "exit status of %s after SIGTERM", n.id)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s did not exit 30s after SIGTERM", n.id)
+	}
+}
+
+// waitFor polls cond every 100ms until it holds or timeout passes.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		ok, detail := cond()
+		if ok {
+			return
+		}
+		if detail != "" {
+			last = detail
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not reached in %s; last: %s", what, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+var clusterHTTP = &http.Client{
+	Timeout: 30 * time.Second,
+	Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: 2 * time.Second}).DialContext,
+		MaxIdleConns:        512,
+		MaxIdleConnsPerHost: 128,
+		IdleConnTimeout:     30 * time.Second,
+	},
+}
+
+type answer struct {
+	code int
+	hdr  http.Header
+	body []byte
+	err  error
+}
+
+func (a answer) String() string {
+	if a.err != nil {
+		return "error: " + a.err.Error()
+	}
+	return fmt.Sprintf("%d %s", a.code, strings.TrimSpace(string(a.body)))
+}
+
+// problemCode is the `code` of a problem document ("" when not one).
+func (a answer) problemCode() string {
+	var p struct{ Code string }
+	json.Unmarshal(a.body, &p)
+	return p.Code
+}
+
+// unavailable503 is a 503 `unavailable` with Retry-After: the answer that
+// says "retry", which clients must be ready for during elections.
+func (a answer) unavailable503() bool {
+	return a.err == nil && a.code == 503 && a.problemCode() == "unavailable" && a.hdr.Get("Retry-After") != ""
+}
+
+// call is a request that never fails the test, for use in goroutines and
+// against nodes that may be down.
+func call(method, addr, path, body string) answer {
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := clusterHTTP.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{code: resp.StatusCode, hdr: resp.Header, body: b, err: err}
+}
+
+const (
+	cPrincipal = "cus_cluster"
+	cEndpoint  = "POST /payments"
+	cFinger    = "c0ffee"
+)
+
+func claimReq(key, claimID string) string {
+	b, _ := json.Marshal(map[string]string{"principal": cPrincipal, "endpoint": cEndpoint, "key": key,
+		"fingerprint": cFinger, "claim_id": claimID})
+	return string(b)
+}
+
+func completeReq(key, token, body string) string {
+	b, _ := json.Marshal(map[string]any{"principal": cPrincipal, "endpoint": cEndpoint, "key": key, "token": token,
+		"response": map[string]any{"status": 201, "content_type": "application/json", "body": []byte(body)}})
+	return string(b)
+}
+
+func recordPath(key, consistency string) string {
+	q := url.Values{"principal": {cPrincipal}, "endpoint": {cEndpoint}, "key": {key}}
+	if consistency != "" {
+		q.Set("consistency", consistency)
+	}
+	return "/v1/records?" + q.Encode()
+}
+
+type claimedAnswer struct {
+	Outcome        string `json:"outcome"`
+	Token          string `json:"token"`
+	Attempt        int    `json:"attempt"`
+	CreatedAt      string `json:"created_at"`
+	ExpiresAt      string `json:"expires_at"`
+	LeaseExpiresAt string `json:"lease_expires_at"`
+}
+
+type recordAnswer struct {
+	Record struct {
+		Key      string `json:"key"`
+		State    string `json:"state"`
+		Response *struct {
+			Status int    `json:"status"`
+			Body   []byte `json:"body"`
+		} `json:"response"`
+	} `json:"record"`
+}
+
+// claimOK claims key through addr, retrying 503s with the same claim_id
+// (always safe), and requires a 201.
+func claimOK(t *testing.T, addr, key string) claimedAnswer {
+	t.Helper()
+	var a answer
+	waitFor(t, 30*time.Second, "claim "+key+" via "+addr, func() (bool, string) {
+		a = call("POST", addr, "/v1/claim", claimReq(key, "c-"+key))
+		if a.err == nil && a.code == 201 {
+			return true, ""
+		}
+		require.True(t, a.err != nil || a.unavailable503(), "claim %s via %s: %s", key, addr, a)
+		return false, a.String()
+	})
+	var c claimedAnswer
+	require.NoError(t, json.Unmarshal(a.body, &c))
+	return c
+}
+
+func completeOK(t *testing.T, addr, key, token, body string) {
+	t.Helper()
+	waitFor(t, 30*time.Second, "complete "+key+" via "+addr, func() (bool, string) {
+		a := call("POST", addr, "/v1/complete", completeReq(key, token, body))
+		if a.err == nil && a.code == 200 {
+			return true, ""
+		}
+		require.True(t, a.err != nil || a.unavailable503(), "complete %s via %s: %s", key, addr, a)
+		return false, a.String()
+	})
+}
+
+func (c *testCluster) status(n *cnode) (raftfsm.Status, error) {
+	a := call("GET", n.http, "/v1/cluster", "")
+	if a.err != nil {
+		return raftfsm.Status{}, a.err
+	}
+	if a.code != 200 {
+		return raftfsm.Status{}, fmt.Errorf("%s", a)
+	}
+	var st raftfsm.Status
+	err := json.Unmarshal(a.body, &st)
+	return st, err
+}
+
+// stableCheck reports whether every node of members shows exactly members
+// as voters with their HTTP addresses, the same leader (one of them, with
+// its HTTP address) and is ready.
+func (c *testCluster) stableCheck(members []*cnode) (*cnode, string) {
+	want := map[string]*cnode{}
+	for _, m := range members {
+		want[m.id] = m
+	}
+	var leader string
+	for _, n := range members {
+		st, err := c.status(n)
+		if err != nil {
+			return nil, fmt.Sprintf("%s: %v", n.id, err)
+		}
+		if len(st.Nodes) != len(members) {
+			return nil, fmt.Sprintf("%s sees %d nodes: %+v", n.id, len(st.Nodes), st.Nodes)
+		}
+		for _, m := range st.Nodes {
+			w, ok := want[m.ID]
+			if !ok || m.Suffrage != "Voter" || m.HTTPAddr != w.http || m.RaftAddr != w.raft {
+				return nil, fmt.Sprintf("%s sees member %+v", n.id, m)
+			}
+		}
+		if st.Leader == nil {
+			return nil, fmt.Sprintf("%s knows no leader", n.id)
+		}
+		l, ok := want[st.Leader.ID]
+		if !ok || st.Leader.HTTPAddr != l.http {
+			return nil, fmt.Sprintf("%s sees leader %+v", n.id, *st.Leader)
+		}
+		if leader != "" && leader != st.Leader.ID {
+			return nil, fmt.Sprintf("leaders differ: %s and %s", leader, st.Leader.ID)
+		}
+		leader = st.Leader.ID
+		if a := call("GET", n.http, "/readyz", ""); a.err != nil || a.code != 200 {
+			return nil, fmt.Sprintf("%s not ready: %s", n.id, a)
+		}
+	}
+	return want[leader], ""
+}
+
+// waitStable waits until members agree on membership and leader (see
+// stableCheck) and returns the leader.
+func (c *testCluster) waitStable(members ...*cnode) *cnode {
+	c.t.Helper()
+	var leader *cnode
+	waitFor(c.t, 45*time.Second, "stable cluster", func() (bool, string) {
+		l, why := c.stableCheck(members)
+		leader = l
+		return l != nil, why
+	})
+	return leader
+}
+
+func (c *testCluster) leader() *cnode { c.t.Helper(); return c.waitStable(c.nodes...) }
+
+type stateAnswer struct {
+	Node         string `json:"node"`
+	StateHash    string `json:"state_hash"`
+	AppliedIndex uint64 `json:"applied_index"`
+}
+
+func adminState(n *cnode) (stateAnswer, error) {
+	a := call("GET", n.http, "/v1/admin/state", "")
+	if a.err != nil || a.code != 200 {
+		return stateAnswer{}, fmt.Errorf("%s: %s", n.id, a)
+	}
+	var s stateAnswer
+	err := json.Unmarshal(a.body, &s)
+	return s, err
+}
+
+// waitSameState polls /v1/admin/state on every node until a moment where
+// all show the same applied index and the same state hash. Replicas at the
+// same applied index with different hashes have diverged: that fails at
+// once.
+func waitSameState(t *testing.T, nodes ...*cnode) uint64 {
+	t.Helper()
+	var applied uint64
+	waitFor(t, 30*time.Second, "identical state on every node", func() (bool, string) {
+		states := make([]stateAnswer, len(nodes))
+		errs := make([]error, len(nodes))
+		var wg sync.WaitGroup
+		for i, n := range nodes {
+			wg.Add(1)
+			go func() { defer wg.Done(); states[i], errs[i] = adminState(n) }()
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				return false, err.Error()
+			}
+		}
+		byIndex := map[uint64]string{}
+		for _, s := range states {
+			if h, ok := byIndex[s.AppliedIndex]; ok {
+				require.Equal(t, h, s.StateHash, "replicas diverged at applied index %d: %+v", s.AppliedIndex, states)
+			}
+			byIndex[s.AppliedIndex] = s.StateHash
+		}
+		if len(byIndex) != 1 {
+			return false, fmt.Sprintf("%+v", states)
+		}
+		applied = states[0].AppliedIndex
+		return true, ""
+	})
+	return applied
+}
+
+// ---- tests -------------------------------------------------------------
+
+// 1. Both ways of forming a cluster give three voters, one leader, and
+// every node knows the leader and every node's HTTP address.
+func TestClusterJoinAndStatus(t *testing.T) {
+	for _, how := range []formation{viaJoin, viaBootstrapExpect} {
+		t.Run(how.String(), func(t *testing.T) {
+			c := newCluster(t, how, nil, nil)
+			leader := c.leader()
+			for _, n := range c.nodes {
+				st, err := c.status(n)
+				require.NoError(t, err)
+				require.Equal(t, n.id, st.Self.ID)
+				require.Equal(t, n.http, st.Self.HTTPAddr)
+				require.Equal(t, n.raft, st.Self.RaftAddr)
+				require.Equal(t, leader.id, st.Leader.ID, "leader seen by %s", n.id)
+				require.Equal(t, leader.http, st.Leader.HTTPAddr)
+				require.Equal(t, leader.raft, st.Leader.RaftAddr)
+				require.Len(t, st.Nodes, 3)
+				for i, m := range st.Nodes {
+					require.Equal(t, c.nodes[i].id, m.ID)
+					require.Equal(t, c.nodes[i].http, m.HTTPAddr, "%s's view of %s", n.id, m.ID)
+					require.Equal(t, "Voter", m.Suffrage)
+				}
+			}
+			// The operator's view through the CLI, from a follower.
+			out, err := exec.Command(binary, "cluster", "status", "--addr", c.others(leader)[0].http).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			var st raftfsm.Status
+			require.NoError(t, json.Unmarshal(out, &st), "%s", out)
+			require.Equal(t, leader.id, st.Leader.ID)
+			// Only the designated node bootstrapped with --join; with
+			// --bootstrap-expect every node may have proposed the same
+			// configuration, and none formed a cluster of its own.
+			for _, n := range c.nodes {
+				require.NotContains(t, n.p.logs.String(), "bootstrap failed", n.id)
+			}
+			if how == viaJoin {
+				require.Contains(t, c.nodes[0].p.logs.String(), "bootstrapped a new one-node cluster")
+				for _, n := range c.nodes[1:] {
+					require.NotContains(t, n.p.logs.String(), "bootstrapped", n.id)
+				}
+			}
+		})
+	}
+}
+
+// 2. A follower forwards writes and linearizable reads; every node then
+// serves the record, and stale reads converge on every replica.
+func TestClusterWriteThroughFollower(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	fs := c.others(leader)
+	cl := claimOK(t, fs[0].http, "via-follower")
+	require.Equal(t, "claimed", cl.Outcome)
+	const body = `{"id":"py_follower"}`
+	completeOK(t, fs[1].http, "via-follower", cl.Token, body)
+
+	for _, n := range c.nodes {
+		a := call("GET", n.http, recordPath("via-follower", ""), "")
+		require.Equal(t, 200, a.code, "linearizable read on %s: %s", n.id, a)
+		var r recordAnswer
+		require.NoError(t, json.Unmarshal(a.body, &r))
+		require.Equal(t, "completed", r.Record.State, n.id)
+		require.Equal(t, body, string(r.Record.Response.Body), n.id)
+	}
+	for _, n := range c.nodes {
+		waitFor(t, 10*time.Second, "stale read on "+n.id, func() (bool, string) {
+			a := call("GET", n.http, recordPath("via-follower", "stale"), "")
+			if a.code != 200 || !strings.Contains(string(a.body), `"state":"completed"`) {
+				return false, a.String()
+			}
+			return true, ""
+		})
+	}
+	// Every node replays the stored response.
+	for _, n := range c.nodes {
+		a := call("POST", n.http, "/v1/claim", claimReq("via-follower", "other"))
+		require.Equal(t, 200, a.code, "replay via %s: %s", n.id, a)
+		require.Contains(t, string(a.body), `"outcome":"replay"`)
+	}
+}
+
+// 3. Concurrent claims of one scope spread over all nodes: one winner.
+func TestClusterConcurrentClaimsOneWinner(t *testing.T) {
+	c := newCluster(t, viaBootstrapExpect, nil, nil)
+	c.leader()
+	const racers, scopes = 64, 10
+	for s := 0; s < scopes; s++ {
+		key := fmt.Sprintf("race-%d", s)
+		results := make([]answer, racers)
+		gate := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := 0; i < racers; i++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				n := c.nodes[i%3]
+				<-gate
+				// A 503 means "unknown outcome": retrying with the same
+				// claim_id is safe and gets the same claim back if it won.
+				for try := 0; ; try++ {
+					results[i] = call("POST", n.http, "/v1/claim", claimReq(key, fmt.Sprintf("racer-%d", i)))
+					if !results[i].unavailable503() || try == 50 {
+						return
+					}
+					time.Sleep(100 * time.Millisecond)
+				}
+			}()
+		}
+		close(gate)
+		wg.Wait()
+		won, busy := 0, 0
+		for i, a := range results {
+			switch {
+			case a.err == nil && a.code == 201:
+				won++
+			case a.err == nil && a.code == 409 && a.problemCode() == "in_progress":
+				require.NotEmpty(t, a.hdr.Get("Retry-After"), "409 without Retry-After")
+				busy++
+			default:
+				t.Fatalf("racer %d on %s for %s: %s", i, c.nodes[i%3].id, key, a)
+			}
+		}
+		require.Equal(t, 1, won, "winners of %s", key)
+		require.Equal(t, racers-1, busy)
+	}
+}
+
+// loadResult is what a load generator saw acknowledged.
+type loadResult struct {
+	mu        sync.Mutex
+	claimed   map[string]string // key -> token, claim answered 201
+	completed map[string]string // key -> body, complete answered 200
+	bad       []string          // answers no client should ever get
+	counts    map[string]int
+}
+
+func newLoadResult() *loadResult {
+	return &loadResult{claimed: map[string]string{}, completed: map[string]string{}, counts: map[string]int{}}
+}
+
+func (r *loadResult) note(what string, a answer) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case a.err != nil:
+		r.counts[what+" conn-error"]++
+	default:
+		r.counts[fmt.Sprintf("%s %d", what, a.code)]++
+	}
+}
+
+func (r *loadResult) badf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.bad) < 20 {
+		r.bad = append(r.bad, fmt.Sprintf(format, args...))
+	}
+}
+
+// runLoad claims fresh keys (and completes every other one) through the
+// nodes pick chooses, until stop closes. A claim or complete is
+// acknowledged only by 201/200; connection errors and 503 unavailable are
+// "unknown outcome" and not retried; anything else is recorded as bad.
+func runLoad(workers int, prefix string, pause time.Duration, pick func() *cnode, stop chan struct{}) (*loadResult, *sync.WaitGroup) {
+	res := newLoadResult()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("%s-%d-%d", prefix, w, i)
+				n := pick()
+				a := call("POST", n.http, "/v1/claim", claimReq(key, "c-"+key))
+				res.note("claim", a)
+				switch {
+				case a.err == nil && a.code == 201:
+					var cl claimedAnswer
+					if err := json.Unmarshal(a.body, &cl); err != nil {
+						res.badf("claim %s via %s: %s", key, n.id, a)
+						continue
+					}
+					res.mu.Lock()
+					res.claimed[key] = cl.Token
+					res.mu.Unlock()
+					if i%2 == 0 {
+						body := `{"id":"` + key + `"}`
+						m := pick()
+						a := call("POST", m.http, "/v1/complete", completeReq(key, cl.Token, body))
+						res.note("complete", a)
+						switch {
+						case a.err == nil && a.code == 200:
+							res.mu.Lock()
+							res.completed[key] = body
+							res.mu.Unlock()
+						case a.err != nil || a.unavailable503():
+						default:
+							res.badf("complete %s via %s: %s", key, m.id, a)
+						}
+					}
+				case a.err != nil || a.unavailable503():
+				default:
+					res.badf("claim %s via %s: %s", key, n.id, a)
+				}
+				time.Sleep(pause)
+			}
+		}()
+	}
+	return res, &wg
+}
+
+// verifyAcknowledged requires every acknowledged claim on every node
+// (linearizable, and stale once replicas agree) and every acknowledged
+// complete to replay its response.
+func verifyAcknowledged(t *testing.T, nodes []*cnode, res *loadResult, consistency string) {
+	t.Helper()
+	keys := make([]string, 0, len(res.claimed))
+	for k := range res.claimed {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	jobs := make(chan string)
+	var mu sync.Mutex
+	var failures []string
+	fail := func(format string, args ...any) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(failures) < 20 {
+			failures = append(failures, fmt.Sprintf(format, args...))
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for key := range jobs {
+				for _, n := range nodes {
+					a := call("GET", n.http, recordPath(key, consistency), "")
+					if a.err != nil || a.code != 200 {
+						fail("acknowledged %s missing on %s (%s): %s", key, n.id, consistency, a)
+						continue
+					}
+					var r recordAnswer
+					json.Unmarshal(a.body, &r)
+					if body, ok := res.completed[key]; ok && (r.Record.State != "completed" || r.Record.Response == nil || string(r.Record.Response.Body) != body) {
+						fail("acknowledged complete of %s not on %s: %s", key, n.id, a)
+					}
+				}
+				if body, ok := res.completed[key]; ok && consistency == "" {
+					n := nodes[rand.IntN(len(nodes))]
+					a := call("POST", n.http, "/v1/claim", claimReq(key, "replay"))
+					if a.code != 200 || !strings.Contains(string(a.body), `"outcome":"replay"`) ||
+						!strings.Contains(string(a.body), `"body":"`+base64Of(body)+`"`) {
+						fail("acknowledged complete of %s does not replay via %s: %s", key, n.id, a)
+					}
+				}
+			}
+		}()
+	}
+	for _, k := range keys {
+		jobs <- k
+	}
+	close(jobs)
+	wg.Wait()
+	require.Empty(t, failures)
+}
+
+func base64Of(s string) string {
+	b, _ := json.Marshal([]byte(s))
+	return strings.Trim(string(b), `"`)
+}
+
+// 4. kill -9 of the leader under load loses no acknowledged claim or
+// complete, a new leader serves within a few election timeouts, and after
+// the killed node returns all replicas are identical.
+func TestClusterKill9LeaderUnderLoad(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	var dead atomic.Pointer[cnode]
+	pick := func() *cnode {
+		for {
+			n := c.nodes[rand.IntN(3)]
+			// Mostly avoid the dead node; still send it some requests.
+			if n != dead.Load() || rand.IntN(4) == 0 {
+				return n
+			}
+		}
+	}
+	stop := make(chan struct{})
+	res, wg := runLoad(4, "k9", 20*time.Millisecond, pick, stop)
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+
+	time.Sleep(2 * time.Second)
+	res.mu.Lock()
+	before := len(res.claimed)
+	res.mu.Unlock()
+	require.NotZero(t, before, "no claim acknowledged before the kill")
+	dead.Store(leader)
+	killedAt := time.Now()
+	leader.kill(t)
+	t.Logf("killed leader %s after %d acknowledged claims", leader.id, before)
+
+	// A new leader must serve claims within a few election timeouts
+	// (raft's default election timeout is 1s; allow plenty on a busy box).
+	survivors := c.others(leader)
+	for i := 0; ; i++ {
+		n := survivors[i%2]
+		a := call("POST", n.http, "/v1/claim", claimReq(fmt.Sprintf("probe-%d", i), ""))
+		if a.err == nil && a.code == 201 {
+			t.Logf("a claim through %s succeeded %s after the kill", n.id, time.Since(killedAt).Round(time.Millisecond))
+			break
+		}
+		require.True(t, a.err == nil && a.unavailable503(), "claim via %s after the kill: %s", n.id, a)
+		require.Less(t, time.Since(killedAt), 30*time.Second, "no new leader serves claims: %s", a)
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("load: %d claims and %d completes acknowledged; answers %v", len(res.claimed), len(res.completed), res.counts)
+	require.Empty(t, res.bad, "answers no client may get")
+	require.Greater(t, len(res.claimed), before, "no claim acknowledged after the kill")
+
+	c.restart(leader, nil)
+	c.waitStable(c.nodes...)
+	verifyAcknowledged(t, c.nodes, res, "")
+	waitSameState(t, c.nodes...)
+	verifyAcknowledged(t, c.nodes, res, "stale")
+}
+
+// snapshotIndexes lists the indexes of the raft snapshots in a data dir.
+func snapshotIndexes(dir string) []uint64 {
+	entries, _ := os.ReadDir(filepath.Join(dir, "snapshots"))
+	var out []uint64
+	for _, e := range entries {
+		parts := strings.Split(e.Name(), "-")
+		if len(parts) != 3 || strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		if i, err := strconv.ParseUint(parts[1], 10, 64); err == nil {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// 5. A follower that was down while the leader compacted its log past the
+// follower's last entry catches up by an installed snapshot.
+func TestClusterSnapshotCatchUp(t *testing.T) {
+	c := newCluster(t, viaBootstrapExpect, []string{"--snapshot-threshold", "64", "--trailing-logs", "16", "--snapshot-interval", "200ms"}, nil)
+	leader := c.leader()
+	f := c.others(leader)[0]
+	f.stop(t)
+	st, err := c.status(leader)
+	require.NoError(t, err)
+	downAt := st.CommitIndex // f has nothing above this
+
+	// A few hundred claims while f is down, through both live nodes.
+	live := c.others(f)
+	const n = 300
+	var wg sync.WaitGroup
+	errs := make(chan string, n)
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < n; i += 6 {
+				key := fmt.Sprintf("down-%d", i)
+				a := call("POST", live[i%2].http, "/v1/claim", claimReq(key, "c"))
+				if a.code != 201 {
+					errs <- fmt.Sprintf("claim %s: %s", key, a)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	require.False(t, t.Failed())
+	cl := claimOK(t, leader.http, "down-completed")
+	completeOK(t, leader.http, "down-completed", cl.Token, `{"id":"while-down"}`)
+
+	// The leader snapshots and keeps only 16 entries below the snapshot:
+	// f's next entry is gone from its log.
+	waitFor(t, 30*time.Second, "leader snapshot past the follower", func() (bool, string) {
+		idx := snapshotIndexes(leader.dir)
+		for _, i := range idx {
+			if i > downAt+16+1 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("snapshots %v, follower stopped at %d", idx, downAt)
+	})
+
+	c.restart(f, nil)
+	c.waitStable(c.nodes...)
+	waitSameState(t, c.nodes...)
+	for _, key := range []string{"down-0", "down-299", "down-completed"} {
+		a := call("GET", f.http, recordPath(key, "stale"), "")
+		require.Equal(t, 200, a.code, "stale read of %s on the caught-up %s: %s", key, f.id, a)
+	}
+	a := call("GET", f.http, recordPath("down-completed", "stale"), "")
+	require.Contains(t, string(a.body), `"state":"completed"`)
+	logs := f.p.logs.String()
+	require.Contains(t, logs, "restored snapshot", "%s caught up without installing a snapshot", f.id)
+	require.NotContains(t, logs, "state is behind the newest snapshot", "the snapshot must come from the leader, not %s's own", f.id)
+}
+
+// 6. All three stopped and started again: every record is there and new
+// claims work. A node with state restarts without --join, and with its
+// original --bootstrap-expect it just restarts too.
+func TestClusterFullRestart(t *testing.T) {
+	c := newCluster(t, viaBootstrapExpect, nil, nil)
+	c.leader()
+	bodies := map[string]string{}
+	for i := 0; i < 12; i++ {
+		key := fmt.Sprintf("fr-%d", i)
+		n := c.nodes[i%3]
+		cl := claimOK(t, n.http, key)
+		if i%2 == 0 {
+			bodies[key] = fmt.Sprintf(`{"id":"py_%d"}`, i)
+			completeOK(t, c.nodes[(i+1)%3].http, key, cl.Token, bodies[key])
+		} else {
+			bodies[key] = ""
+		}
+	}
+	before := waitSameState(t, c.nodes...)
+
+	// SIGTERM two, kill -9 the last (it has lost its quorum by then).
+	c.nodes[0].stop(t)
+	c.nodes[1].stop(t)
+	c.nodes[2].kill(t)
+
+	c.restart(c.nodes[0], []string{"--node-id", "n1"})
+	c.restart(c.nodes[1], nil) // the original --bootstrap-expect 3 --join ...
+	c.restart(c.nodes[2], []string{"--node-id", "n3"})
+	c.waitStable(c.nodes...)
+	for _, n := range c.nodes {
+		require.NotContains(t, n.p.logs.String(), "bootstrapped", "%s bootstrapped again", n.id)
+	}
+	for key, body := range bodies {
+		for _, n := range c.nodes {
+			a := call("GET", n.http, recordPath(key, ""), "")
+			require.Equal(t, 200, a.code, "%s after the restart, via %s: %s", key, n.id, a)
+			if body != "" {
+				a := call("POST", n.http, "/v1/claim", claimReq(key, "again"))
+				require.Equal(t, 200, a.code, "replay of %s via %s: %s", key, n.id, a)
+				require.Contains(t, string(a.body), base64Of(body))
+			} else {
+				require.Contains(t, string(a.body), `"state":"in_progress"`)
+				a := call("POST", n.http, "/v1/claim", claimReq(key, "again"))
+				require.Equal(t, 409, a.code, "the lease of %s must still hold: %s", key, a)
+			}
+		}
+	}
+	for _, n := range c.nodes {
+		claimOK(t, n.http, "after-restart-"+n.id)
+	}
+	after := waitSameState(t, c.nodes...)
+	require.Greater(t, after, before)
+}
+
+// 7. A removed node leaves the configuration, stops accepting writes and
+// does not come back by itself; the others keep working. First a follower
+// (n3) is removed from three nodes, then the leader of the remaining two,
+// which must step down and hand the cluster to the last node.
+func TestClusterRemoveNode(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	n3 := c.node("n3")
+	if c.leader() == n3 {
+		a := call("POST", n3.http, "/v1/cluster/transfer-leadership", "")
+		require.Equal(t, 200, a.code, "%s", a)
+		waitFor(t, 30*time.Second, "n3 no longer leads", func() (bool, string) {
+			l, why := c.stableCheck(c.nodes)
+			return l != nil && l != n3, why
+		})
+	}
+	claimOK(t, n3.http, "before-removal")
+	out, err := exec.Command(binary, "cluster", "remove", "--addr", c.node("n2").http, "--id", "n3").CombinedOutput()
+	require.NoError(t, err, "idem cluster remove: %s", out)
+	require.Contains(t, string(out), "removed")
+	rest := c.others(n3)
+	leader := c.waitStable(rest...)
+	watchRemoved(t, c, n3, rest)
+	for _, n := range rest {
+		claimOK(t, n.http, "after-removal-"+n.id)
+		a := call("GET", n.http, recordPath("before-removal", ""), "")
+		require.Equal(t, 200, a.code, "%s", a)
+	}
+	waitSameState(t, rest...)
+
+	// Now the leader, through the follower (which forwards).
+	last := c.others(n3, leader)[0]
+	a := call("POST", last.http, "/v1/cluster/remove", `{"id":"`+leader.id+`"}`)
+	require.Equal(t, 200, a.code, "removal of the leader %s: %s", leader.id, a)
+	c.waitStable(last)
+	watchRemoved(t, c, leader, []*cnode{last})
+	claimOK(t, last.http, "alone")
+	a = call("GET", last.http, recordPath("before-removal", ""), "")
+	require.Equal(t, 200, a.code, "%s", a)
+}
+
+// watchRemoved sends claims to a node just removed. Until it has seen its
+// removal it may still forward a claim to the leader, which decides it for
+// the remaining cluster: such a 201 must be real there. Within a few
+// seconds it refuses claims with 503, and from then on never acknowledges
+// one; the rest keep showing only themselves as voters all along (the
+// removed node does not join itself back).
+func watchRemoved(t *testing.T, c *testCluster, removed *cnode, rest []*cnode) {
+	t.Helper()
+	removedAt := time.Now()
+	var refusedAt time.Time
+	for i := 0; refusedAt.IsZero() || time.Since(refusedAt) < 3*time.Second; i++ {
+		key := fmt.Sprintf("to-removed-%s-%d", removed.id, i)
+		a := call("POST", removed.http, "/v1/claim", claimReq(key, ""))
+		require.NoError(t, a.err)
+		switch {
+		case a.code == 201 && refusedAt.IsZero():
+			t.Logf("claim via %s %s after its removal was forwarded and acknowledged", removed.id, time.Since(removedAt).Round(time.Millisecond))
+			r := call("GET", rest[0].http, recordPath(key, ""), "")
+			require.Equal(t, 200, r.code, "a claim %s acknowledged after its removal is not in the cluster: %s", removed.id, r)
+		case a.unavailable503():
+			if refusedAt.IsZero() {
+				refusedAt = time.Now()
+				t.Logf("%s refuses claims %s after its removal", removed.id, refusedAt.Sub(removedAt).Round(time.Millisecond))
+			}
+		default:
+			t.Fatalf("claim via the removed %s %s after removal (refusing since %v): %s", removed.id, time.Since(removedAt), refusedAt, a)
+		}
+		require.True(t, !refusedAt.IsZero() || time.Since(removedAt) < 10*time.Second, "%s still accepts claims %s after its removal", removed.id, time.Since(removedAt))
+		for _, n := range rest {
+			st, err := c.status(n)
+			require.NoError(t, err)
+			require.Len(t, st.Nodes, len(rest), "%s sees %+v", n.id, st.Nodes)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	require.Contains(t, removed.p.logs.String(), "not in the cluster's configuration")
+}
+
+// moveLeadership makes target the leader. Raft hands leadership to the
+// most up-to-date voter (the first in the configuration on a tie), so the
+// third node is stopped meanwhile: target is then the only candidate.
+func (c *testCluster) moveLeadership(target *cnode) {
+	t := c.t
+	t.Helper()
+	for try := 0; try < 5; try++ {
+		l := c.leader()
+		if l == target {
+			t.Logf("%s leads", target.id)
+			return
+		}
+		t.Logf("moving leadership from %s to %s", l.id, target.id)
+		third := c.others(l, target)[0]
+		third.stop(t)
+		// A write the target acknowledges and the stopped node cannot:
+		// the target is now strictly ahead.
+		claimOK(t, l.http, fmt.Sprintf("move-%s-%d", target.id, try))
+		a := call("POST", l.http, "/v1/cluster/transfer-leadership", "")
+		require.True(t, a.code == 200 || a.unavailable503(), "transfer-leadership: %s", a)
+		c.restart(third, nil)
+	}
+	require.Equal(t, target, c.leader(), "leadership never moved to %s", target.id)
+}
+
+// 8. A leader whose wall clock is skewed stamps cluster time, not its own
+// wall clock: created_at stays near real time, expires_at = created_at +
+// retention.
+func TestClusterClockSkew(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, map[string][]string{
+		"n2": {"--clock-offset", "-10m"},
+		"n3": {"--clock-offset", "10m"},
+	})
+	var cfg struct {
+		RetentionSeconds int64 `json:"retention_seconds"`
+		LeaseDefaultMs   int64 `json:"lease_default_ms"`
+	}
+	a := call("GET", c.nodes[0].http, "/v1/config", "")
+	require.NoError(t, json.Unmarshal(a.body, &cfg))
+	require.NotZero(t, cfg.RetentionSeconds)
+
+	for _, target := range []*cnode{c.node("n3"), c.node("n2")} {
+		c.moveLeadership(target)
+		require.Contains(t, target.p.logs.String(), "clock-offset")
+		for i, via := range []*cnode{target, c.others(target)[0], target} {
+			key := fmt.Sprintf("skew-%s-%d", target.id, i)
+			cl := claimOK(t, via.http, key)
+			now := time.Now()
+			created, err := time.Parse(time.RFC3339, cl.CreatedAt)
+			require.NoError(t, err)
+			expires, err := time.Parse(time.RFC3339, cl.ExpiresAt)
+			require.NoError(t, err)
+			lease, err := time.Parse(time.RFC3339, cl.LeaseExpiresAt)
+			require.NoError(t, err)
+			skew := now.Sub(created)
+			t.Logf("leader %s, claim via %s: created_at %s, %s before real time", target.id, via.id, cl.CreatedAt, skew.Round(time.Millisecond))
+			require.Less(t, skew.Abs(), 5*time.Second,
+				"leader %s (skewed) stamped created_at %s at real time %s", target.id, cl.CreatedAt, now.UTC().Format(time.RFC3339Nano))
+			require.Equal(t, time.Duration(cfg.RetentionSeconds)*time.Second, expires.Sub(created), "expires_at - created_at")
+			require.Equal(t, time.Duration(cfg.LeaseDefaultMs)*time.Millisecond, lease.Sub(created), "lease_expires_at - created_at")
+		}
+	}
+}
+
+// 9. Leadership transfer under load: clients of the old leader see only
+// 201 or 503-with-Retry-After, and the old leader forwards afterwards.
+func TestClusterTransferUnderLoad(t *testing.T) {
+	c := newCluster(t, viaBootstrapExpect, nil, nil)
+	old := c.leader()
+	stop := make(chan struct{})
+	res, wg := runLoad(4, "tr", 5*time.Millisecond, func() *cnode { return old }, stop)
+	defer func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}()
+	time.Sleep(time.Second)
+	a := call("POST", old.http, "/v1/cluster/transfer-leadership", "")
+	require.Equal(t, 200, a.code, "transfer-leadership: %s", a)
+	var newLeader *cnode
+	waitFor(t, 30*time.Second, "a new leader", func() (bool, string) {
+		l, why := c.stableCheck(c.nodes)
+		newLeader = l
+		return l != nil && l != old, why
+	})
+	time.Sleep(2 * time.Second)
+	close(stop)
+	wg.Wait()
+	t.Logf("leadership %s -> %s; answers %v", old.id, newLeader.id, res.counts)
+	require.Empty(t, res.bad, "answers no client may get")
+	require.Zero(t, res.counts["claim conn-error"]+res.counts["complete conn-error"], "connection errors")
+
+	// The old leader, now a follower, forwards: claims through it succeed.
+	for i := 0; i < 5; i++ {
+		a := call("POST", old.http, "/v1/claim", claimReq(fmt.Sprintf("after-transfer-%d", i), ""))
+		require.Equal(t, 201, a.code, "claim via the old leader %s: %s", old.id, a)
+	}
+	verifyAcknowledged(t, c.nodes, res, "")
+	waitSameState(t, c.nodes...)
+}
