@@ -1,21 +1,17 @@
-// Package bench is idem's load generator: concurrent clients speaking the
-// HTTP API with a mix of fresh claims, duplicate claims that must lose,
-// claim+complete pairs and lookups. It measures throughput and latency and
-// checks correctness as it goes: no fresh claim may be lost and no
-// duplicate may ever win.
+// Package bench is idem's load generator: concurrent clients driving a
+// store through a Driver (idem's HTTP API by default; Redis, PostgreSQL
+// and etcd drivers live in the separate bench/compare module) with a mix
+// of fresh claims, duplicate claims that must lose, claim+complete pairs
+// and lookups. It measures throughput and latency and checks correctness
+// as it goes: no fresh claim may be lost and no duplicate may ever win.
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
-	"net/http"
-	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +22,10 @@ import (
 
 // Mix weights the operations.
 type Mix struct {
-	Fresh, Dup, Complete, Lookup int
+	Fresh    int `json:"fresh"`
+	Dup      int `json:"dup"`
+	Complete int `json:"complete"`
+	Lookup   int `json:"lookup"`
 }
 
 // ParseMix reads "fresh=70,dup=10,complete=10,lookup=10".
@@ -34,11 +33,11 @@ func ParseMix(s string) (Mix, error) {
 	var m Mix
 	for _, part := range strings.Split(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(part), "=")
-		n, err := strconv.Atoi(val)
+		n, err := strconv.Atoi(strings.TrimSpace(val))
 		if !ok || err != nil || n < 0 {
 			return m, fmt.Errorf("bench: mix entry %q is not name=weight", part)
 		}
-		switch name {
+		switch strings.TrimSpace(name) {
 		case "fresh":
 			m.Fresh = n
 		case "dup":
@@ -57,9 +56,28 @@ func ParseMix(s string) (Mix, error) {
 	return m, nil
 }
 
+// String is the mix in ParseMix's syntax, zero weights left out.
+func (m Mix) String() string {
+	var parts []string
+	for _, p := range []struct {
+		n string
+		w int
+	}{{"fresh", m.Fresh}, {"dup", m.Dup}, {"complete", m.Complete}, {"lookup", m.Lookup}} {
+		if p.w > 0 {
+			parts = append(parts, p.n+"="+strconv.Itoa(p.w))
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
 // Config of a run.
 type Config struct {
+	// Driver is the store under load. When nil, Run speaks idem's HTTP
+	// API to Addrs (with AuthToken).
+	Driver      Driver
 	Addrs       []string
+	AuthToken   string
+	Endpoint    string // the scope's endpoint; "POST /bench" when empty
 	Concurrency int
 	Duration    time.Duration // run length after warm-up (ignored when Ops > 0)
 	Ops         int           // stop after this many measured operations
@@ -68,14 +86,13 @@ type Config struct {
 	Principals  int
 	KeyBytes    int
 	BodyBytes   int
-	AuthToken   string
 	Progress    io.Writer // a progress line every second; nil for none
 }
 
 // Validate reports every bad setting, naming its flag.
 func (c *Config) Validate() error {
 	var errs []error
-	if len(c.Addrs) == 0 {
+	if c.Driver == nil && len(c.Addrs) == 0 {
 		errs = append(errs, errors.New("--addr names no node"))
 	}
 	if c.Concurrency < 1 {
@@ -83,6 +100,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Ops <= 0 && c.Duration <= 0 {
 		errs = append(errs, errors.New("--duration or --ops must be positive"))
+	}
+	if c.Warmup < 0 {
+		errs = append(errs, errors.New("--warmup must not be negative"))
+	}
+	if c.Mix.Fresh+c.Mix.Dup+c.Mix.Complete+c.Mix.Lookup <= 0 {
+		errs = append(errs, errors.New("--mix has no weight"))
 	}
 	if c.Principals < 1 {
 		errs = append(errs, errors.New("--principals must be at least 1"))
@@ -107,20 +130,33 @@ type Latency struct {
 
 // Report is the result of a run.
 type Report struct {
-	Elapsed     float64            `json:"elapsed_s"`
-	Ops         int                `json:"ops"`
-	OpsPerSec   float64            `json:"ops_per_s"`
-	All         Latency            `json:"latency"`
-	ByOp        map[string]Latency `json:"by_op"`
-	Errors      map[string]int     `json:"errors"`
-	LostFresh   int                `json:"lost_fresh_claims"`
-	DupsWon     int                `json:"duplicates_won"`
-	WrongAnswer int                `json:"wrong_answers"`
-	Latencies   []float64          `json:"-"` // every measured latency, ms, for histograms
+	Concurrency   int                `json:"concurrency"`
+	Mix           string             `json:"mix"`
+	Elapsed       float64            `json:"elapsed_s"`
+	Ops           int                `json:"ops"`
+	OpsPerSec     float64            `json:"ops_per_s"`
+	All           Latency            `json:"latency"`
+	ByOp          map[string]Latency `json:"by_op"`
+	Errors        map[string]int     `json:"errors"`
+	ErrorExamples map[string]string  `json:"error_examples,omitempty"` // the first message of each code
+	Indeterminate int                `json:"indeterminate"`
+	LostFresh     int                `json:"lost_fresh_claims"`
+	DupsWon       int                `json:"duplicates_won"`
+	WrongAnswer   int                `json:"wrong_answers"`
+	Latencies     []float64          `json:"-"` // every measured latency, ms, sorted, for histograms
 }
 
 // OK reports whether the correctness checks held.
 func (r *Report) OK() bool { return r.LostFresh == 0 && r.DupsWon == 0 && r.WrongAnswer == 0 }
+
+// ErrorCount is the number of failed measured operations.
+func (r *Report) ErrorCount() int {
+	n := 0
+	for _, v := range r.Errors {
+		n += v
+	}
+	return n
+}
 
 type sample struct {
 	op string
@@ -128,46 +164,54 @@ type sample struct {
 }
 
 type worker struct {
-	id      int
-	cfg     *Config
-	client  *http.Client
-	rng     *rand.Rand
-	n       int
-	owned   []ownedKey // keys this worker claimed and may re-claim or look up
-	samples []sample
-	errs    map[string]int
-	lost    int
-	dupWon  int
-	wrong   int
-	body    string
+	id       int
+	cfg      *Config
+	d        Driver
+	endpoint string
+	// principalPrefix holds the run's id, so that a second run against
+	// the same store never meets the keys of the first.
+	principalPrefix string
+	rng             *rand.Rand
+	n               int
+	owned           []Scope // keys this worker claimed and may re-claim or look up
+	samples         []sample
+	errs            map[string]int
+	examples        map[string]string
+	indet           int
+	lost            int
+	dupWon          int
+	wrong           int
+	body            []byte
 
 	completed *atomic.Int64
-	ctx       context.Context
+	failed    *atomic.Int64
 }
 
-type ownedKey struct {
-	principal, key string
-}
-
-// Run drives the load and returns the report.
+// Run drives the load and returns the report. It stops at the end of the
+// run, after Ops measured operations, or when ctx is done (the report
+// then covers what was measured).
 func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        cfg.Concurrency * 2,
-		MaxIdleConnsPerHost: cfg.Concurrency * 2,
+	d := cfg.Driver
+	if d == nil {
+		hd := NewHTTPDriver(cfg.Addrs, cfg.AuthToken, cfg.Concurrency)
+		defer hd.Close()
+		d = hd
 	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	body := strings.Repeat("x", cfg.BodyBytes)
-	var measured atomic.Int64
-	var completed atomic.Int64 // measured operations that finished, for progress
+	endpoint := cfg.Endpoint
+	if endpoint == "" {
+		endpoint = "POST /bench"
+	}
+	body := []byte(strings.Repeat("x", cfg.BodyBytes))
+	var measured, completed, failed atomic.Int64
+	seed := uint64(time.Now().UnixNano())
+	prefix := "bench-" + strconv.FormatUint(rand.Uint64()>>24, 36) + "-p"
 	workers := make([]*worker, cfg.Concurrency)
 	for i := range workers {
-		workers[i] = &worker{id: i, cfg: &cfg, client: client, rng: rand.New(rand.NewPCG(uint64(i), uint64(time.Now().UnixNano()))),
-			errs: map[string]int{}, body: encodeBody(body), completed: &completed}
+		workers[i] = &worker{id: i, cfg: &cfg, d: d, endpoint: endpoint, principalPrefix: prefix, rng: rand.New(rand.NewPCG(uint64(i), seed)),
+			errs: map[string]int{}, body: body, completed: &completed, failed: &failed}
 	}
 	var measuring atomic.Bool
 	runCtx, cancel := context.WithCancel(ctx)
@@ -180,8 +224,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			for runCtx.Err() == nil {
 				m := measuring.Load()
 				if m && cfg.Ops > 0 && measured.Add(1) > int64(cfg.Ops) {
-					cancel()
-					return
+					return // the operations in flight elsewhere still finish and count
 				}
 				w.step(runCtx, m)
 			}
@@ -199,6 +242,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if cfg.Ops <= 0 {
 		stopAt = time.After(cfg.Duration)
 	}
+	allDone := make(chan struct{})
+	go func() { wg.Wait(); close(allDone) }()
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 loop:
@@ -209,11 +254,13 @@ loop:
 			break loop
 		case <-runCtx.Done():
 			break loop
+		case <-allDone:
+			break loop
 		case <-tick.C:
 			if cfg.Progress != nil {
 				n := completed.Load()
 				el := time.Since(start).Seconds()
-				fmt.Fprintf(cfg.Progress, "\r%6.1fs %10d ops %9.0f ops/s", el, n, float64(n)/el)
+				fmt.Fprintf(cfg.Progress, "\r%6.1fs %10d ops %9.0f ops/s %7d errors", el, n, float64(n)/el, failed.Load())
 			}
 		}
 	}
@@ -222,7 +269,10 @@ loop:
 	if cfg.Progress != nil {
 		fmt.Fprintln(cfg.Progress)
 	}
-	return report(workers, elapsed), nil
+	r := report(workers, elapsed)
+	r.Concurrency = cfg.Concurrency
+	r.Mix = cfg.Mix.String()
+	return r, nil
 }
 
 func report(ws []*worker, elapsed float64) *Report {
@@ -237,6 +287,15 @@ func report(ws []*worker, elapsed float64) *Report {
 		for k, v := range w.errs {
 			r.Errors[k] += v
 		}
+		for k, v := range w.examples {
+			if _, ok := r.ErrorExamples[k]; !ok {
+				if r.ErrorExamples == nil {
+					r.ErrorExamples = map[string]string{}
+				}
+				r.ErrorExamples[k] = v
+			}
+		}
+		r.Indeterminate += w.indet
 		r.LostFresh += w.lost
 		r.DupsWon += w.dupWon
 		r.WrongAnswer += w.wrong
@@ -253,32 +312,34 @@ func report(ws []*worker, elapsed float64) *Report {
 	return r
 }
 
+// summarize sorts ms in place and reads its percentiles (nearest rank).
 func summarize(ms []float64) Latency {
 	if len(ms) == 0 {
 		return Latency{}
 	}
 	slices.Sort(ms)
-	q := func(p float64) float64 { return ms[min(len(ms)-1, int(p*float64(len(ms))))] }
-	return Latency{Count: len(ms), P50: q(0.50), P90: q(0.90), P99: q(0.99), Max: ms[len(ms)-1]}
+	return Latency{Count: len(ms), P50: percentile(ms, 0.50), P90: percentile(ms, 0.90), P99: percentile(ms, 0.99), Max: ms[len(ms)-1]}
 }
 
-func encodeBody(s string) string {
-	b, _ := json.Marshal([]byte(s))
-	return string(b) // a JSON string holding base64
+// percentile of sorted values by nearest rank: the smallest value with at
+// least p of the values at or below it.
+func percentile(sorted []float64, p float64) float64 {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(p*float64(len(sorted))+0.999999999) - 1
+	return sorted[min(len(sorted)-1, max(0, i))]
 }
 
-func (w *worker) addr() string { return w.cfg.Addrs[w.rng.IntN(len(w.cfg.Addrs))] }
-
-func (w *worker) newKey() ownedKey {
+func (w *worker) newKey() Scope {
 	w.n++
-	p := fmt.Sprintf("bench-p%d", w.rng.IntN(w.cfg.Principals))
-	k := fmt.Sprintf("w%d-%d-", w.id, w.n)
+	p := w.principalPrefix + strconv.Itoa(w.rng.IntN(w.cfg.Principals))
+	k := "w" + strconv.Itoa(w.id) + "-" + strconv.Itoa(w.n) + "-"
 	k += strings.Repeat("k", max(0, w.cfg.KeyBytes-len(k)))
-	return ownedKey{p, k}
+	return Scope{Principal: p, Endpoint: w.endpoint, Key: k}
 }
 
-func (w *worker) step(ctx context.Context, measure bool) {
-	w.ctx = ctx
+func (w *worker) pickOp() string {
 	mx := w.cfg.Mix
 	x := w.rng.IntN(mx.Fresh + mx.Dup + mx.Complete + mx.Lookup)
 	op := "fresh"
@@ -294,143 +355,133 @@ func (w *worker) step(ctx context.Context, measure bool) {
 	if (op == "dup" || op == "lookup") && len(w.owned) == 0 {
 		op = "fresh"
 	}
-	start := time.Now()
-	errs := w.errs
-	if !measure {
-		w.errs = map[string]int{} // warm-up errors are not reported
-	}
-	ok := w.do(ctx, op)
-	w.errs = errs
-	if ctx.Err() != nil || !measure {
-		return // cut off by the end of the run: not an error, not timed
-	}
-	if ok {
-		w.samples = append(w.samples, sample{op, float64(time.Since(start).Microseconds()) / 1000})
-		w.completed.Add(1)
-	}
+	return op
 }
 
-// do runs one operation and checks its answer. It returns whether the
-// operation completed (errors are counted by code, not timed).
-func (w *worker) do(ctx context.Context, op string) bool {
+func (w *worker) step(ctx context.Context, measure bool) {
+	op := w.pickOp()
+	start := time.Now()
+	err := w.do(ctx, op)
+	ms := float64(time.Since(start).Microseconds()) / 1000
+	if ctx.Err() != nil || !measure {
+		return // cut off by the end of the run, or warm-up: not counted, not timed
+	}
+	if err == nil {
+		w.samples = append(w.samples, sample{op, ms})
+		w.completed.Add(1)
+		return
+	}
+	var c *checkError
+	if errors.As(err, &c) {
+		switch c.kind {
+		case checkLost:
+			w.lost++
+		case checkDupWon:
+			w.dupWon++
+		default:
+			w.wrong++
+		}
+		err = c.err
+	}
+	code, indet := errorInfo(err)
+	if indet {
+		w.indet++
+	}
+	w.errs[code]++
+	if _, ok := w.examples[code]; !ok && len(w.examples) < 32 {
+		if w.examples == nil {
+			w.examples = map[string]string{}
+		}
+		w.examples[code] = strings.TrimPrefix(err.Error(), code+": ")
+	}
+	w.failed.Add(1)
+}
+
+type checkKind int
+
+const (
+	checkLost checkKind = iota
+	checkDupWon
+	checkWrong
+)
+
+// checkError is a correctness failure: a definite answer that breaks the
+// rules. err names it in the error counts.
+type checkError struct {
+	kind checkKind
+	err  error
+}
+
+func (c *checkError) Error() string { return c.err.Error() }
+
+// do runs one operation and checks its answer: nil when the operation
+// completed as it must, an indeterminate *Error (counted, never a
+// correctness failure), or a *checkError.
+func (w *worker) do(ctx context.Context, op string) error {
 	switch op {
 	case "fresh", "complete":
 		k := w.newKey()
-		status, body, code := w.claim(ctx, k, "c1")
-		if status != 201 {
-			if !indeterminate(status) && ctx.Err() == nil {
-				w.lost++ // a fresh key must always win
+		res, err := w.d.Claim(ctx, k, "c1")
+		if err != nil {
+			if _, indet := errorInfo(err); indet {
+				return err
 			}
-			w.countErr(status, code)
-			return false
+			return &checkError{checkLost, err} // a fresh key must always win
+		}
+		if res.Outcome != Won {
+			if res.Outcome == Indeterminate {
+				return Indeterminately("indeterminate", nil)
+			}
+			return &checkError{checkLost, Definitely("fresh_"+res.Outcome.String(), nil)}
 		}
 		w.remember(k)
 		if op == "fresh" {
-			return true
+			return nil
 		}
-		var c struct{ Token string }
-		json.Unmarshal(body, &c)
-		req := fmt.Sprintf(`{"principal":%q,"endpoint":"POST /bench","key":%q,"token":%q,"response":{"status":201,"content_type":"application/json","body":%s}}`,
-			k.principal, k.key, c.Token, w.body)
-		status, _, code = w.post(ctx, "/v1/complete", req)
-		if status != 200 {
-			if !indeterminate(status) && ctx.Err() == nil {
-				w.wrong++
+		if err := w.d.Complete(ctx, k, res.Token, w.body); err != nil {
+			if _, indet := errorInfo(err); indet {
+				return err
 			}
-			w.countErr(status, code)
-			return false
+			return &checkError{checkWrong, err}
 		}
-		return true
+		return nil
 	case "dup":
 		k := w.owned[w.rng.IntN(len(w.owned))]
-		status, _, code := w.claim(ctx, k, fmt.Sprintf("dup-%d", w.rng.Uint32()))
-		switch {
-		case status == 409 || status == 200:
-			return true
-		case status == 201:
-			w.dupWon++ // another attempt of an owned key won: never allowed
-		case !indeterminate(status) && ctx.Err() == nil:
-			w.wrong++
+		res, err := w.d.Claim(ctx, k, "dup-"+strconv.FormatUint(uint64(w.rng.Uint32()), 10))
+		if err != nil {
+			if _, indet := errorInfo(err); indet {
+				return err
+			}
+			return &checkError{checkWrong, err}
 		}
-		w.countErr(status, code)
-		return false
-	default: // lookup
+		switch res.Outcome {
+		case Lost, Replay:
+			return nil
+		case Won:
+			return &checkError{checkDupWon, Definitely("duplicate_won", nil)} // never allowed
+		default:
+			return Indeterminately("indeterminate", nil)
+		}
+	default: // lookup of a key this worker claimed: it must be there
 		k := w.owned[w.rng.IntN(len(w.owned))]
-		q := url.Values{"principal": {k.principal}, "endpoint": {"POST /bench"}, "key": {k.key}}
-		status, _, code := w.do1(ctx, http.MethodGet, "/v1/records?"+q.Encode(), "")
-		if status == 200 {
-			return true
+		found, err := w.d.Lookup(ctx, k)
+		if err != nil {
+			if _, indet := errorInfo(err); indet {
+				return err
+			}
+			return &checkError{checkWrong, err}
 		}
-		if !indeterminate(status) && ctx.Err() == nil {
-			w.wrong++
+		if !found {
+			return &checkError{checkWrong, Definitely("lookup_missing", nil)}
 		}
-		w.countErr(status, code)
-		return false
+		return nil
 	}
 }
 
-func (w *worker) cancelled() bool { return w.ctx != nil && w.ctx.Err() != nil }
-
-func (w *worker) remember(k ownedKey) {
+func (w *worker) remember(k Scope) {
 	if len(w.owned) < 1024 {
 		w.owned = append(w.owned, k)
 	} else {
 		w.owned[w.rng.IntN(len(w.owned))] = k
 	}
-}
-
-// indeterminate answers say nothing about correctness: the request may or
-// may not have been decided.
-func indeterminate(status int) bool { return status == 0 || status == 503 }
-
-func (w *worker) countErr(status int, code string) {
-	if status == 0 && code == "" && w.cancelled() {
-		return
-	}
-	if code == "" {
-		code = strconv.Itoa(status)
-		if status == 0 {
-			code = "transport"
-		}
-	}
-	w.errs[code]++
-}
-
-func (w *worker) claim(ctx context.Context, k ownedKey, claimID string) (int, []byte, string) {
-	body := fmt.Sprintf(`{"principal":%q,"endpoint":"POST /bench","key":%q,"fingerprint":"9f86d081884c7d65","claim_id":%q}`,
-		k.principal, k.key, claimID)
-	return w.post(ctx, "/v1/claim", body)
-}
-
-func (w *worker) post(ctx context.Context, path, body string) (int, []byte, string) {
-	return w.do1(ctx, http.MethodPost, path, body)
-}
-
-func (w *worker) do1(ctx context.Context, method, path, body string) (int, []byte, string) {
-	var rd io.Reader
-	if body != "" {
-		rd = strings.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+w.addr()+path, rd)
-	if err != nil {
-		return 0, nil, "request"
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if w.cfg.AuthToken != "" {
-		req.Header.Set("Authorization", "Bearer "+w.cfg.AuthToken)
-	}
-	resp, err := w.client.Do(req)
-	if err != nil {
-		return 0, nil, ""
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	code := ""
-	if resp.StatusCode >= 300 {
-		var p struct{ Code string }
-		if json.Unmarshal(b, &p) == nil {
-			code = p.Code
-		}
-	}
-	return resp.StatusCode, bytes.TrimSpace(b), code
 }

@@ -16,7 +16,7 @@ import (
 )
 
 func init() {
-	extraCommands["bench"] = command{Run: runBench, Summary: "load-test running nodes over HTTP and check correctness"}
+	extraCommands["bench"] = command{Run: runBench, Summary: "load-test running nodes over HTTP, check correctness, draw a latency histogram"}
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -33,9 +33,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	bodyBytes := fs.Int("body-bytes", 256, "size of each stored response body (complete)")
 	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token when the nodes use --auth-file")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
+	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles, errors by code and a correctness check. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -44,6 +45,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fs.Usage()
 			return 0
 		}
+		return 2
+	}
+	if h := strings.ToLower(*hist); h != "" && !strings.HasSuffix(h, ".svg") && !strings.HasSuffix(h, ".png") {
+		fmt.Fprintf(stderr, "idem bench: --hist %q must end in .svg or .png\n", *hist)
 		return 2
 	}
 	m, err := bench.ParseMix(*mix)
@@ -63,6 +68,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return 2
 	}
+	if *hist != "" {
+		title := fmt.Sprintf("idem bench: %s, %d clients, %s, %.0f ops/s", strings.Join(cfg.Addrs, ","), cfg.Concurrency, m, rep.OpsPerSec)
+		if err := bench.WriteHistogramFile(*hist, title, rep); err != nil {
+			fmt.Fprintf(stderr, "idem bench: --hist: %v\n", err)
+			return 2
+		}
+	}
 	if *asJSON {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -79,7 +91,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 func printReport(w io.Writer, cfg *bench.Config, r *bench.Report) {
-	fmt.Fprintf(w, "nodes %s, %d clients, %.1fs\n", strings.Join(cfg.Addrs, ","), cfg.Concurrency, r.Elapsed)
+	fmt.Fprintf(w, "nodes %s, %d clients, mix %s, %.1fs\n", strings.Join(cfg.Addrs, ","), cfg.Concurrency, r.Mix, r.Elapsed)
 	fmt.Fprintf(w, "%-10s %9s %10s %8s %8s %8s %8s\n", "op", "count", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms")
 	line := func(name string, l bench.Latency) {
 		fmt.Fprintf(w, "%-10s %9d %10.0f %8.2f %8.2f %8.2f %8.2f\n", name, l.Count, float64(l.Count)/r.Elapsed, l.P50, l.P90, l.P99, l.Max)
@@ -96,7 +108,15 @@ func printReport(w io.Writer, cfg *bench.Config, r *bench.Report) {
 	if len(r.Errors) == 0 {
 		fmt.Fprintln(w, "errors: none")
 	} else {
-		fmt.Fprintf(w, "errors: %v\n", r.Errors)
+		fmt.Fprintf(w, "errors: %v (%d indeterminate)\n", r.Errors, r.Indeterminate)
+		codes := make([]string, 0, len(r.ErrorExamples))
+		for c := range r.ErrorExamples {
+			codes = append(codes, c)
+		}
+		sort.Strings(codes)
+		for _, c := range codes {
+			fmt.Fprintf(w, "  e.g. %s: %s\n", c, r.ErrorExamples[c])
+		}
 	}
 	verdict := "ok"
 	if !r.OK() {

@@ -1,0 +1,172 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HTTPDriver speaks idem's HTTP API (shared/API.md) to one or several
+// nodes; each request goes to a node picked at random.
+type HTTPDriver struct {
+	addrs  []string
+	token  string
+	client *http.Client
+	tr     *http.Transport
+}
+
+// NewHTTPDriver returns a driver for the nodes at addrs (host:port, an
+// "http://" prefix is accepted). authToken is sent as a bearer token when
+// set; conns sizes the keep-alive pool (the number of concurrent clients).
+func NewHTTPDriver(addrs []string, authToken string, conns int) *HTTPDriver {
+	clean := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		if a = strings.TrimPrefix(strings.TrimSpace(a), "http://"); a != "" {
+			clean = append(clean, a)
+		}
+	}
+	conns = max(conns, 1)
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:        conns * 2 * max(1, len(clean)),
+		MaxIdleConnsPerHost: conns * 2,
+		IdleConnTimeout:     90 * time.Second,
+	}
+	return &HTTPDriver{addrs: clean, token: authToken, tr: tr, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+}
+
+// Close drops the idle connections.
+func (d *HTTPDriver) Close() error {
+	d.tr.CloseIdleConnections()
+	return nil
+}
+
+const benchFingerprint = "9f86d081884c7d65"
+
+// Claim is POST /v1/claim: 201 won, 409 in_progress lost, 200 replay.
+func (d *HTTPDriver) Claim(ctx context.Context, s Scope, claimID string) (ClaimResult, error) {
+	body := fmt.Sprintf(`{"principal":%q,"endpoint":%q,"key":%q,"fingerprint":%q,"claim_id":%q}`,
+		s.Principal, s.Endpoint, s.Key, benchFingerprint, claimID)
+	status, b, err := d.do(ctx, http.MethodPost, "/v1/claim", body)
+	if err != nil {
+		return ClaimResult{}, err
+	}
+	switch status {
+	case http.StatusCreated:
+		var c struct{ Token string }
+		if json.Unmarshal(b, &c) != nil || c.Token == "" {
+			return ClaimResult{}, Definitely("bad_answer", fmt.Errorf("201 without a token: %.200s", b))
+		}
+		return ClaimResult{Outcome: Won, Token: c.Token}, nil
+	case http.StatusOK:
+		return ClaimResult{Outcome: Replay}, nil
+	case http.StatusConflict:
+		if code := problemCode(b); code != "in_progress" {
+			return ClaimResult{}, Definitely(orStatus(code, status), nil)
+		}
+		return ClaimResult{Outcome: Lost}, nil
+	}
+	return ClaimResult{}, statusError(status, b)
+}
+
+// Complete is POST /v1/complete with a 201 application/json response.
+func (d *HTTPDriver) Complete(ctx context.Context, s Scope, token string, body []byte) error {
+	enc, _ := json.Marshal(body) // a JSON string holding base64
+	req := fmt.Sprintf(`{"principal":%q,"endpoint":%q,"key":%q,"token":%q,"response":{"status":201,"content_type":"application/json","body":%s}}`,
+		s.Principal, s.Endpoint, s.Key, token, enc)
+	status, b, err := d.do(ctx, http.MethodPost, "/v1/complete", req)
+	if err != nil {
+		return err
+	}
+	if status == http.StatusOK {
+		return nil
+	}
+	return statusError(status, b)
+}
+
+// Lookup is GET /v1/records (linearizable): 200 found, 404 not found.
+func (d *HTTPDriver) Lookup(ctx context.Context, s Scope) (bool, error) {
+	q := url.Values{"principal": {s.Principal}, "endpoint": {s.Endpoint}, "key": {s.Key}}
+	status, b, err := d.do(ctx, http.MethodGet, "/v1/records?"+q.Encode(), "")
+	if err != nil {
+		return false, err
+	}
+	switch status {
+	case http.StatusOK:
+		return true, nil
+	case http.StatusNotFound:
+		if code := problemCode(b); code == "not_found" || code == "" {
+			return false, nil
+		}
+	}
+	return false, statusError(status, b)
+}
+
+// statusError turns an unexpected answer into an *Error named by the
+// problem document's code (or the status): 503 is indeterminate.
+func statusError(status int, b []byte) error {
+	code := orStatus(problemCode(b), status)
+	if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
+		return Indeterminately(code, nil)
+	}
+	return Definitely(code, nil)
+}
+
+func orStatus(code string, status int) string {
+	if code != "" {
+		return code
+	}
+	return strconv.Itoa(status)
+}
+
+func problemCode(b []byte) string {
+	var p struct{ Code string }
+	if json.Unmarshal(b, &p) != nil {
+		return ""
+	}
+	return p.Code
+}
+
+func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []byte, error) {
+	if len(d.addrs) == 0 {
+		return 0, nil, Definitely("no_address", errors.New("no node address"))
+	}
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	addr := d.addrs[0]
+	if len(d.addrs) > 1 {
+		addr = d.addrs[rand.IntN(len(d.addrs))]
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	if err != nil {
+		return 0, nil, Definitely("request", err)
+	}
+	if body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if d.token != "" {
+		req.Header.Set("Authorization", "Bearer "+d.token)
+	}
+	resp, err := d.client.Do(req)
+	if err != nil {
+		return 0, nil, Indeterminately("transport", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, Indeterminately("transport", err)
+	}
+	return resp.StatusCode, bytes.TrimSpace(b), nil
+}
