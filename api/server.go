@@ -228,12 +228,23 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	s.tokenOp(w, r, body, engine.OutcomeCompleted,
+		func() (engine.Result, error) { return s.store.Complete(t, resp) },
+		func(res engine.Result) {
+			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "completed", Record: toJSON(res.Record)})
+		})
+}
+
+// tokenOp has the leader decide an operation on the current attempt and
+// answers it: ok for the wanted outcome, the shared problems otherwise.
+func (s *Server) tokenOp(w http.ResponseWriter, r *http.Request, body []byte, want engine.Outcome,
+	do func() (engine.Result, error), ok func(engine.Result)) {
 	var res engine.Result
-	if s.onLeader(w, r, body, func() (err error) { res, err = s.store.Complete(t, resp); return err }) != nil {
+	if s.onLeader(w, r, body, func() (err error) { res, err = do(); return err }) != nil {
 		return
 	}
-	if res.Outcome == engine.OutcomeCompleted {
-		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "completed", Record: toJSON(res.Record)})
+	if res.Outcome == want {
+		ok(res)
 		return
 	}
 	if p := tokenProblem(res); p != nil {
@@ -260,22 +271,14 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	var res engine.Result
-	if s.onLeader(w, r, body, func() (err error) { res, err = s.store.Release(t); return err }) != nil {
-		return
-	}
-	if res.Outcome == engine.OutcomeReleased {
-		if req.Reason != "" {
-			s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", req.Reason)
-		}
-		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "released"})
-		return
-	}
-	if p := tokenProblem(res); p != nil {
-		writeProblem(w, p)
-		return
-	}
-	s.unexpected(w, res)
+	s.tokenOp(w, r, body, engine.OutcomeReleased,
+		func() (engine.Result, error) { return s.store.Release(t) },
+		func(engine.Result) {
+			if req.Reason != "" {
+				s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", req.Reason)
+			}
+			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "released"})
+		})
 }
 
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
@@ -296,19 +299,11 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	var res engine.Result
-	if s.onLeader(w, r, body, func() (err error) { res, err = s.store.Extend(t, lease); return err }) != nil {
-		return
-	}
-	if res.Outcome == engine.OutcomeExtended {
-		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "extended", LeaseExpiresAt: fmtTime(res.Record.LeaseMs)})
-		return
-	}
-	if p := tokenProblem(res); p != nil {
-		writeProblem(w, p)
-		return
-	}
-	s.unexpected(w, res)
+	s.tokenOp(w, r, body, engine.OutcomeExtended,
+		func() (engine.Result, error) { return s.store.Extend(t, lease) },
+		func(res engine.Result) {
+			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "extended", LeaseExpiresAt: fmtTime(res.Record.LeaseMs)})
+		})
 }
 
 func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
