@@ -4,10 +4,10 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: help run build test lint bench fuzz cluster clean
+.PHONY: help run build test lint bench fuzz cluster chaos chaos-ci clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-9s %s\n", $$1, $$2}'
 
 run: ## start a one-node store on 127.0.0.1:7070 with data in ./idem-data
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/idem serve
@@ -37,5 +37,20 @@ fuzz: ## run every fuzzer for FUZZTIME each (default 10s)
 	  done; \
 	done
 
+CHAOS_DURATION ?= 30m
+chaos: ## long failure test: 3 nodes, every nemesis, CHAOS_DURATION (30m); results in chaos-out/
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/idem chaos --duration $(CHAOS_DURATION) --nemesis all --out chaos-out
+
+chaos-ci: build ## short failure test (~4 min): a broken build must be caught, then every nemesis once on a sound one
+	@echo "== chaos-ci 1/2: --inject-bug skip-uniqueness must be caught (exit 1 with violations)"
+	@rc=0; bin/idem chaos --quiet --duration 30s --nemesis kill --interval 4s --seed 11 \
+	  --inject-bug skip-uniqueness --inject-into all --out chaos-out/ci-broken > chaos-out-broken.txt 2>&1 || rc=$$?; \
+	cat chaos-out-broken.txt; \
+	if [ $$rc -ne 1 ] || ! grep -q '^VIOLATIONS' chaos-out-broken.txt; then \
+	  rm -f chaos-out-broken.txt; echo "chaos-ci: the injected bug was NOT detected (exit $$rc)"; exit 1; fi; \
+	rm -f chaos-out-broken.txt; echo "chaos-ci: the injected bug was detected, as it must be"
+	@echo "== chaos-ci 2/2: every nemesis once, no violation allowed"
+	bin/idem chaos --duration 110s --nemesis all --interval 4s --seed 42 --out chaos-out/ci
+
 clean: ## remove build output and the default data dir
-	rm -rf bin idem-data cluster-data
+	rm -rf bin idem-data cluster-data chaos-out

@@ -20,11 +20,12 @@ func TestImportsPointDown(t *testing.T) {
 	forbidden := map[string][]string{
 		"partition": {"*"},
 		"ttl":       {"*"},
-		"engine":    {"raftfsm", "api", "client", "bench", "cmd/idem"},
-		"raftfsm":   {"api", "client", "bench", "cmd/idem"},
-		"api":       {"client", "bench", "cmd/idem"},
-		"client":    {"engine", "raftfsm", "api", "partition", "ttl", "bench", "cmd/idem"},
-		"bench":     {"engine", "raftfsm", "api", "partition", "ttl", "cmd/idem"},
+		"engine":    {"raftfsm", "api", "client", "bench", "chaos", "cmd/idem"},
+		"raftfsm":   {"api", "client", "bench", "chaos", "cmd/idem"},
+		"api":       {"client", "bench", "chaos", "cmd/idem"},
+		"client":    {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem"},
+		"bench":     {"engine", "raftfsm", "api", "partition", "ttl", "chaos", "cmd/idem"},
+		"chaos":     {"engine", "raftfsm", "api", "partition", "ttl", "bench", "cmd/idem"},
 	}
 	dec := json.NewDecoder(strings.NewReader(string(out)))
 	seen := 0

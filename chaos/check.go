@@ -1,0 +1,383 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+)
+
+// Violation is one thing the store did wrong.
+type Violation struct {
+	Kind   string `json:"kind"`
+	Scope  string `json:"scope,omitempty"`
+	Detail string `json:"detail"`
+	Ops    []int  `json:"ops,omitempty"` // ids of the operations involved
+	At     int64  `json:"at_ns"`
+}
+
+// Kinds of violation.
+const (
+	VLinearizability = "not-linearizable"
+	VTwoWinners      = "two-live-winners"
+	VTokenOrder      = "token-not-increasing"
+	VEarlyAbsence    = "absent-before-expiry"
+	VOtherTenant     = "response-of-another-scope"
+	VLostComplete    = "acknowledged-complete-not-replayed"
+	VDiverged        = "replicas-diverged"
+	VUnexpected      = "unexpected-answer"
+	VNotConverged    = "replicas-not-converged"
+)
+
+// CheckResult is the verdict on a history.
+type CheckResult struct {
+	Checked      int // operations given to porcupine
+	Scopes       int
+	Linearizable porcupine.CheckResult
+	Unknown      []string // scopes porcupine could not decide in time
+	CheckTime    time.Duration
+	Violations   []Violation
+	info         porcupine.LinearizationInfo
+	infoOK       bool
+}
+
+// farFuture is the return time of an operation whose answer was lost: it
+// may take effect at any point after its call.
+func farFuture(ops []*Op) int64 {
+	var m int64
+	for _, o := range ops {
+		m = max(m, o.Return)
+	}
+	return m + int64(time.Hour)
+}
+
+// porcupineOps converts the history: Fail operations never happened, Info
+// lookups constrain nothing, other Info operations stay open forever.
+func porcupineOps(ops []*Op) []porcupine.Operation {
+	end := farFuture(ops)
+	var out []porcupine.Operation
+	for _, o := range ops {
+		if o.Outcome == Fail || (o.Outcome == Info && o.Kind == KindLookup) {
+			continue
+		}
+		ret := o.Return
+		if o.Outcome == Info {
+			ret = end
+		}
+		out = append(out, porcupine.Operation{ClientId: o.Process, Input: o, Output: o, Call: o.Call, Return: ret})
+	}
+	return out
+}
+
+// Check runs porcupine per scope and the invariant checks on ops. timeout
+// bounds porcupine on each scope; visualize also computes the whole
+// history's linearization info for the HTML timeline.
+func Check(ops []*Op, timeout time.Duration, visualize bool) *CheckResult {
+	t0 := time.Now()
+	res := &CheckResult{Linearizable: porcupine.Ok}
+	model := Model()
+	pops := porcupineOps(ops)
+	res.Checked = len(pops)
+	parts := partitionByScope(pops)
+	res.Scopes = len(parts)
+
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, runtime.NumCPU())
+	for _, p := range parts {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			single := model
+			single.Partition = nil
+			r := porcupine.CheckOperationsTimeout(single, p, timeout)
+			if r == porcupine.Ok {
+				return
+			}
+			o := p[0].Input.(*Op)
+			mu.Lock()
+			defer mu.Unlock()
+			if r == porcupine.Unknown {
+				res.Unknown = append(res.Unknown, o.Scope())
+				if res.Linearizable == porcupine.Ok {
+					res.Linearizable = porcupine.Unknown
+				}
+				return
+			}
+			res.Linearizable = porcupine.Illegal
+			var idsOf []int
+			for _, x := range p {
+				idsOf = append(idsOf, x.Input.(*Op).ID)
+			}
+			res.Violations = append(res.Violations, Violation{Kind: VLinearizability, Scope: o.Scope(), At: o.Call,
+				Detail: fmt.Sprintf("the %d operations on this scope have no linearization against the model (see timeline.html)", len(p)), Ops: idsOf})
+		}()
+	}
+	wg.Wait()
+	sort.Strings(res.Unknown)
+	res.Violations = append(res.Violations, invariants(ops)...)
+	sort.SliceStable(res.Violations, func(i, j int) bool { return res.Violations[i].At < res.Violations[j].At })
+	if visualize {
+		_, res.info = porcupine.CheckOperationsVerbose(model, pops, timeout)
+		res.infoOK = true
+	}
+	res.CheckTime = time.Since(t0)
+	return res
+}
+
+// invariants checks what holds whatever the interleaving, scope by scope.
+func invariants(ops []*Op) []Violation {
+	var out []Violation
+	by := map[string][]*Op{}
+	for _, o := range ops {
+		by[o.Scope()] = append(by[o.Scope()], o)
+	}
+	scopes := make([]string, 0, len(by))
+	for s := range by {
+		scopes = append(scopes, s)
+	}
+	sort.Strings(scopes)
+	for _, s := range scopes {
+		out = append(out, scopeInvariants(s, by[s])...)
+	}
+	return out
+}
+
+func scopeInvariants(scope string, ops []*Op) []Violation {
+	var out []Violation
+	bad := func(kind, detail string, at int64, ids ...int) {
+		out = append(out, Violation{Kind: kind, Scope: scope, Detail: detail, At: at, Ops: ids})
+	}
+	var claims, completes []*Op // acknowledged 201 claims and 200 completes
+	for _, o := range ops {
+		if o.Outcome != OK {
+			continue
+		}
+		// No answer may show another scope's record or response.
+		if o.RecScope != "" && o.RecScope != scope {
+			bad(VOtherTenant, fmt.Sprintf("op %d on %s got the record of %s", o.ID, scope, o.RecScope), o.Call, o.ID)
+		}
+		if o.RecResp != nil && !bytes.HasPrefix(o.RecResp.Body, []byte(scope+"|")) {
+			bad(VOtherTenant, fmt.Sprintf("op %d on %s got the response %q", o.ID, scope, o.RecResp.Body), o.Call, o.ID)
+		}
+		if o.Kind == KindClaim && o.Status == 201 {
+			claims = append(claims, o)
+		}
+		if o.Kind == KindComplete && o.Status == 200 {
+			completes = append(completes, o)
+		}
+		if !expectedStatus(o) {
+			bad(VUnexpected, fmt.Sprintf("op %d: %s answered %d %s", o.ID, o.Kind, o.Status, o.Code), o.Call, o.ID)
+		}
+	}
+	for _, o := range ops {
+		if o.Outcome != OK {
+			continue
+		}
+		for _, c := range claims {
+			if c.Return >= o.Call || c == o {
+				continue // not acknowledged before o began
+			}
+			// The record exists from c on: no 404, no fresh first attempt.
+			if o.Status == 404 {
+				bad(VEarlyAbsence, fmt.Sprintf("op %d (%s) answered 404 after claim op %d was acknowledged (token %s)", o.ID, o.Kind, c.ID, c.ResToken), o.Call, c.ID, o.ID)
+				break
+			}
+			if o.Kind != KindClaim || o.Status != 201 || o.ResToken == c.ResToken {
+				continue
+			}
+			if o.Attempt == 1 {
+				bad(VEarlyAbsence, fmt.Sprintf("claim op %d won attempt 1 (token %s) after claim op %d was acknowledged (token %s)", o.ID, o.ResToken, c.ID, c.ResToken), o.Call, c.ID, o.ID)
+				break
+			}
+			if parseTok(o.ResToken) < parseTok(c.ResToken) {
+				bad(VTokenOrder, fmt.Sprintf("claim op %d got token %s after claim op %d got %s", o.ID, o.ResToken, c.ID, c.ResToken), o.Call, c.ID, o.ID)
+			}
+			if !released(ops, c.ResToken, o.Return) {
+				bad(VTwoWinners, fmt.Sprintf("claim op %d won token %s while token %s (claim op %d) was never released", o.ID, o.ResToken, c.ResToken, c.ID), o.Call, c.ID, o.ID)
+				break
+			}
+		}
+		// Once a complete is acknowledged, every answer shows its response.
+		for _, c := range completes {
+			if c.Return >= o.Call || c.RecResp == nil {
+				continue
+			}
+			want := c.RecResp.Body
+			switch {
+			case o.Kind == KindClaim && o.Status == 201:
+				bad(VLostComplete, fmt.Sprintf("claim op %d won a new attempt after complete op %d was acknowledged", o.ID, c.ID), o.Call, c.ID, o.ID)
+			case (o.Kind == KindClaim || o.Kind == KindLookup) && o.Status == 200 && (o.RecResp == nil || !bytes.Equal(o.RecResp.Body, want)):
+				got := "no response"
+				if o.RecResp != nil {
+					got = fmt.Sprintf("%q", o.RecResp.Body)
+				}
+				bad(VLostComplete, fmt.Sprintf("op %d (%s) answered %s after complete op %d stored %q", o.ID, o.Kind, got, c.ID, want), o.Call, c.ID, o.ID)
+			default:
+				continue
+			}
+			break
+		}
+	}
+	return out
+}
+
+// released reports whether some release of tok may have taken effect
+// before t: acknowledged, or with a lost answer.
+func released(ops []*Op, tok string, t int64) bool {
+	for _, o := range ops {
+		if o.Kind == KindRelease && o.Token == tok && o.Call < t && (o.Outcome == Info || (o.Outcome == OK && o.Status == 200)) {
+			return true
+		}
+	}
+	return false
+}
+
+func expectedStatus(o *Op) bool {
+	switch o.Kind {
+	case KindClaim:
+		return o.Status == 201 || o.Status == 200 || (o.Status == 409 && o.Code == "in_progress") || (o.Status == 422 && o.Code == "fingerprint_mismatch")
+	case KindComplete, KindRelease, KindExtend:
+		return o.Status == 200 || o.Status == 404 || (o.Status == 409 && (o.Code == "token_mismatch" || o.Code == "already_completed"))
+	case KindLookup:
+		return o.Status == 200 || o.Status == 404
+	}
+	return false
+}
+
+// FinalChecks runs, after healing, a claim (which must replay) and a lookup
+// of every scope with an acknowledged complete, recording them in the
+// history as Final operations. It returns the scopes it could not reach.
+func FinalChecks(ctx context.Context, w *Workload, cl *Cluster, h *History, limit int) (checked int, unreached []string) {
+	latest := map[string]*Op{}
+	var order []string
+	for _, o := range h.Ops() {
+		if o.Kind == KindComplete && o.Outcome == OK && o.Status == 200 {
+			if _, ok := latest[o.Scope()]; !ok {
+				order = append(order, o.Scope())
+			}
+			latest[o.Scope()] = o
+		}
+	}
+	sort.Strings(order)
+	// Contended scopes first, then fresh ones up to limit.
+	sort.SliceStable(order, func(i, j int) bool {
+		return !strings.Contains(order[i], "|fresh-") && strings.Contains(order[j], "|fresh-")
+	})
+	if len(order) > limit {
+		order = order[:limit]
+	}
+	proc := h.NewProcess()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for i, s := range order {
+		c := latest[s]
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			ok := true
+			for _, kind := range []string{KindClaim, KindLookup} {
+				done := false
+				for try := 0; try < 6 && !done && ctx.Err() == nil; try++ {
+					op := &Op{Kind: kind, Final: true, Principal: c.Principal, Endpoint: c.Endpoint, Key: c.Key}
+					if kind == KindClaim {
+						op.Fingerprint, op.ClaimID = c.RecFP, fmt.Sprintf("final-%d-%d", i, try)
+					}
+					mu.Lock()
+					p := proc
+					proc = h.NewProcess()
+					mu.Unlock()
+					live := cl.Live()
+					if len(live) == 0 {
+						break
+					}
+					w.Exec(ctx, live[(i+try)%len(live)], op, p)
+					h.Add(op)
+					done = op.Outcome == OK
+					if !done {
+						sleep(ctx, 500*time.Millisecond)
+					}
+				}
+				ok = ok && done
+			}
+			mu.Lock()
+			if ok {
+				checked++
+			} else {
+				unreached = append(unreached, s)
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return checked, unreached
+}
+
+// Converge polls /v1/admin/state of every node until all report the same
+// applied index with the same state hash. Two nodes reporting different
+// hashes at the same index is a divergence.
+func Converge(ctx context.Context, cl *Cluster, timeout time.Duration) (detail string, v *Violation) {
+	type state struct {
+		Node    string `json:"node"`
+		Hash    string `json:"state_hash"`
+		Applied uint64 `json:"applied_index"`
+	}
+	seen := map[uint64]map[string]string{} // index -> node -> hash
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		states := make([]*state, len(cl.Nodes))
+		var wg sync.WaitGroup
+		for i, n := range cl.Nodes {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				var st state
+				raw, err := n.Client.Do(rctx, "GET", "/v1/admin/state", nil, nil)
+				if err == nil && jsonUnmarshal(raw, &st) == nil {
+					states[i] = &st
+				}
+			}()
+		}
+		wg.Wait()
+		for i, st := range states {
+			if st == nil {
+				continue
+			}
+			m := seen[st.Applied]
+			if m == nil {
+				m = map[string]string{}
+				seen[st.Applied] = m
+			}
+			m[cl.Nodes[i].ID] = st.Hash
+			for other, h := range m {
+				if h != st.Hash {
+					return "", &Violation{Kind: VDiverged, Detail: fmt.Sprintf("at applied index %d %s has state hash %s and %s has %s",
+						st.Applied, cl.Nodes[i].ID, short16(st.Hash), other, short16(h))}
+				}
+			}
+			if len(m) == len(cl.Nodes) {
+				return fmt.Sprintf("all %d replicas have state hash %s at applied index %d", len(cl.Nodes), short16(st.Hash), st.Applied), nil
+			}
+		}
+		sleep(ctx, 150*time.Millisecond)
+	}
+	return "", &Violation{Kind: VNotConverged, Detail: fmt.Sprintf("the replicas did not all report one applied index within %s after healing", timeout)}
+}
+
+func short16(s string) string {
+	if len(s) > 16 {
+		return s[:16]
+	}
+	return s
+}

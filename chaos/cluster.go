@@ -1,0 +1,429 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/idem-store/idem/client"
+)
+
+// Node is one `idem serve` process of the cluster, on its own loopback IP.
+type Node struct {
+	ID       string
+	IP       string
+	HTTPAddr string
+	RaftAddr string
+	DataDir  string
+	LogPath  string
+	Client   *client.Client
+
+	mu          sync.Mutex
+	cmd         *exec.Cmd
+	done        chan struct{} // closed when the process has exited
+	paused      bool
+	clockOffset time.Duration
+	injectBug   string
+}
+
+// Running reports whether the process is alive (paused or not).
+func (n *Node) Running() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.runningLocked()
+}
+
+func (n *Node) runningLocked() bool {
+	if n.done == nil {
+		return false
+	}
+	select {
+	case <-n.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Paused reports whether the process is stopped by SIGSTOP.
+func (n *Node) Paused() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.paused && n.runningLocked()
+}
+
+// ClusterConfig says how to start the nodes.
+type ClusterConfig struct {
+	Binary    string
+	Nodes     int
+	Dir       string // data dirs and logs go under it
+	HTTPPort  int    // each node listens on 127.0.0.<i>:HTTPPort
+	RaftPort  int    // and 127.0.0.<i>:RaftPort
+	InjectBug string // passed to the nodes in InjectInto
+	// InjectInto is "all" or a node id.
+	InjectInto string
+	// ExtraArgs go to every `idem serve`.
+	ExtraArgs []string
+}
+
+// Cluster is a set of real `idem serve` processes.
+type Cluster struct {
+	cfg   ClusterConfig
+	Nodes []*Node
+	hc    *http.Client
+}
+
+// NewCluster prepares (but does not start) the nodes of cfg.
+func NewCluster(cfg ClusterConfig) (*Cluster, error) {
+	if err := os.MkdirAll(cfg.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	c := &Cluster{cfg: cfg, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 512}}}
+	for i := 1; i <= cfg.Nodes; i++ {
+		ip := fmt.Sprintf("127.0.0.%d", i)
+		n := &Node{
+			ID: fmt.Sprintf("n%d", i), IP: ip,
+			HTTPAddr: fmt.Sprintf("%s:%d", ip, cfg.HTTPPort),
+			RaftAddr: fmt.Sprintf("%s:%d", ip, cfg.RaftPort),
+			DataDir:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i)),
+			LogPath:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i)),
+		}
+		if cfg.InjectBug != "" && (cfg.InjectInto == "all" || cfg.InjectInto == n.ID) {
+			n.injectBug = cfg.InjectBug
+		}
+		cl, err := client.New(n.HTTPAddr, client.WithHTTPClient(c.hc))
+		if err != nil {
+			return nil, err
+		}
+		n.Client = cl
+		c.Nodes = append(c.Nodes, n)
+	}
+	return c, nil
+}
+
+// Node returns the node with the given id, or nil.
+func (c *Cluster) Node(id string) *Node {
+	for _, n := range c.Nodes {
+		if n.ID == id {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) args(n *Node) []string {
+	var peers []string
+	for _, m := range c.Nodes {
+		peers = append(peers, m.HTTPAddr)
+	}
+	a := []string{"serve",
+		"--node-id", n.ID, "--data-dir", n.DataDir,
+		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr,
+		"--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(peers, ","),
+		// Small snapshots always, so nemeses exercise compaction and
+		// catch-up by snapshot.
+		"--snapshot-threshold", "64", "--trailing-logs", "16", "--snapshot-interval", "2s",
+	}
+	if n.clockOffset != 0 {
+		a = append(a, "--clock-offset", n.clockOffset.String())
+	}
+	if n.injectBug != "" {
+		a = append(a, "--inject-bug", n.injectBug)
+	}
+	return append(a, c.cfg.ExtraArgs...)
+}
+
+// Start starts the node's process (it must not be running).
+func (c *Cluster) Start(n *Node) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.runningLocked() {
+		return fmt.Errorf("chaos: %s is already running", n.ID)
+	}
+	lf, err := os.OpenFile(n.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := c.args(n)
+	fmt.Fprintf(lf, "\n=== chaos %s: start %s %s\n", time.Now().Format(time.RFC3339Nano), c.cfg.Binary, strings.Join(args, " "))
+	cmd := exec.Command(c.cfg.Binary, args...)
+	cmd.Stdout, cmd.Stderr = lf, lf
+	// The nodes die with the harness, even if it is killed.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("chaos: start %s: %w", n.ID, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		fmt.Fprintf(lf, "=== chaos %s: exited: %v\n", time.Now().Format(time.RFC3339Nano), err)
+		lf.Close()
+		close(done)
+	}()
+	n.cmd, n.done, n.paused = cmd, done, false
+	return nil
+}
+
+// Kill sends SIGKILL and waits for the process to exit.
+func (c *Cluster) Kill(n *Node) { c.signalAndWait(n, syscall.SIGKILL, 0) }
+
+// Stop sends SIGTERM, and SIGKILL after a grace period.
+func (c *Cluster) Stop(n *Node) { c.signalAndWait(n, syscall.SIGTERM, 10*time.Second) }
+
+func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, grace time.Duration) {
+	n.mu.Lock()
+	if !n.runningLocked() {
+		n.mu.Unlock()
+		return
+	}
+	cmd, done, paused := n.cmd, n.done, n.paused
+	n.mu.Unlock()
+	cmd.Process.Signal(sig)
+	if paused {
+		cmd.Process.Signal(syscall.SIGCONT)
+	}
+	if grace > 0 {
+		select {
+		case <-done:
+			return
+		case <-time.After(grace):
+			cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	<-done
+	n.mu.Lock()
+	n.paused = false
+	n.mu.Unlock()
+}
+
+// Pause stops the process with SIGSTOP.
+func (c *Cluster) Pause(n *Node) error { return c.sig(n, syscall.SIGSTOP, true) }
+
+// Resume continues a paused process with SIGCONT.
+func (c *Cluster) Resume(n *Node) error { return c.sig(n, syscall.SIGCONT, false) }
+
+func (c *Cluster) sig(n *Node, s syscall.Signal, paused bool) error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if !n.runningLocked() {
+		return fmt.Errorf("chaos: %s is not running", n.ID)
+	}
+	if err := n.cmd.Process.Signal(s); err != nil {
+		return err
+	}
+	n.paused = paused
+	return nil
+}
+
+// Restart kills (SIGKILL) and starts the node again.
+func (c *Cluster) Restart(n *Node) error {
+	c.Kill(n)
+	return c.Start(n)
+}
+
+// SetClockOffset sets the --clock-offset the node gets at its next start.
+func (c *Cluster) SetClockOffset(n *Node, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.clockOffset = d
+}
+
+// Wipe removes the node's data dir (the node must be down).
+func (c *Cluster) Wipe(n *Node) error {
+	if n.Running() {
+		return fmt.Errorf("chaos: wipe %s while it runs", n.ID)
+	}
+	return os.RemoveAll(n.DataDir)
+}
+
+// StartAll starts every node.
+func (c *Cluster) StartAll() error {
+	for _, n := range c.Nodes {
+		if err := c.Start(n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// StopAll stops every node gracefully (in parallel).
+func (c *Cluster) StopAll() {
+	var wg sync.WaitGroup
+	for _, n := range c.Nodes {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Stop(n) }()
+	}
+	wg.Wait()
+}
+
+// Live returns the nodes whose process runs and is not paused.
+func (c *Cluster) Live() []*Node {
+	var out []*Node
+	for _, n := range c.Nodes {
+		if n.Running() && !n.Paused() {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Status asks one node for its view of the cluster.
+func (c *Cluster) Status(ctx context.Context, n *Node) (*client.Cluster, error) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return n.Client.Cluster(ctx)
+}
+
+// Leader returns the node that live nodes name as leader, if any, asking
+// them in turn.
+func (c *Cluster) Leader(ctx context.Context) (*Node, error) {
+	for _, n := range c.Live() {
+		st, err := c.Status(ctx, n)
+		if err != nil || st.Leader == nil {
+			continue
+		}
+		if l := c.Node(st.Leader.ID); l != nil {
+			return l, nil
+		}
+	}
+	return nil, errors.New("chaos: no node knows a leader")
+}
+
+// WaitLeader polls until some node names a leader that itself answers as
+// leader, or the timeout passes.
+func (c *Cluster) WaitLeader(ctx context.Context, timeout time.Duration) (*Node, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		l, err := c.Leader(ctx)
+		if err == nil {
+			if st, err2 := c.Status(ctx, l); err2 == nil && st.Leader != nil && st.Leader.ID == l.ID {
+				return l, nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, fmt.Errorf("chaos: no leader within %s", timeout)
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+// Followers returns the live members that are not the leader.
+func (c *Cluster) Followers(ctx context.Context) ([]*Node, *Node, error) {
+	l, err := c.WaitLeader(ctx, 10*time.Second)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out []*Node
+	for _, n := range c.Live() {
+		if n != l {
+			out = append(out, n)
+		}
+	}
+	return out, l, nil
+}
+
+// WaitReady polls /readyz of the given nodes until all answer 200.
+func (c *Cluster) WaitReady(ctx context.Context, nodes []*Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for _, n := range nodes {
+		for {
+			rctx, cancel := context.WithTimeout(ctx, time.Second)
+			err := n.Client.Readyz(rctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if !n.Running() {
+				return fmt.Errorf("chaos: %s exited: %s", n.ID, tailLog(n.LogPath, 4))
+			}
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("chaos: %s not ready within %s: %v", n.ID, timeout, err)
+			}
+			sleep(ctx, 200*time.Millisecond)
+		}
+	}
+	return nil
+}
+
+// IsMember reports whether the leader's configuration lists the node.
+func (c *Cluster) IsMember(ctx context.Context, n *Node) bool {
+	l, err := c.Leader(ctx)
+	if err != nil {
+		return false
+	}
+	st, err := c.Status(ctx, l)
+	if err != nil {
+		return false
+	}
+	for _, m := range st.Nodes {
+		if m.ID == n.ID {
+			return true
+		}
+	}
+	return false
+}
+
+func pick[T any](r *rand.Rand, xs []T) T { return xs[r.IntN(len(xs))] }
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// AppliedIndex is the index the node's state was taken at
+// (/v1/admin/state).
+func (c *Cluster) AppliedIndex(ctx context.Context, n *Node) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	raw, err := n.Client.Do(ctx, "GET", "/v1/admin/state", nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	var st struct {
+		Applied uint64 `json:"applied_index"`
+	}
+	err = jsonUnmarshal(raw, &st)
+	return st.Applied, err
+}
+
+// WaitApplied polls until the node has applied index.
+func (c *Cluster) WaitApplied(ctx context.Context, n *Node, index uint64, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		a, err := c.AppliedIndex(ctx, n)
+		if err == nil && a >= index {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("chaos: %s did not apply index %d within %s (at %d, %v)", n.ID, index, timeout, a, err)
+		}
+		sleep(ctx, 100*time.Millisecond)
+	}
+}
+
+// tailLog is the last lines of a node's log, on one line.
+func tailLog(path string, lines int) string {
+	b, _ := os.ReadFile(path)
+	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, " | ")
+}
