@@ -2,7 +2,10 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -94,4 +97,33 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
+}
+
+// leaderCommit asks the leader for its commit index.
+func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/cluster", nil)
+	if err != nil {
+		return 0, err
+	}
+	if len(f.s.cfg.AuthTokens) > 0 {
+		req.Header.Set("Authorization", "Bearer "+f.s.cfg.AuthTokens[0])
+	}
+	req.Header.Set(forwardedHeader, f.s.store.Self().ID)
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("leader answered %s", resp.Status)
+	}
+	var st struct {
+		CommitIndex uint64 `json:"commit_index"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
+		return 0, err
+	}
+	return st.CommitIndex, nil
 }

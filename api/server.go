@@ -444,10 +444,33 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 }
 
+// handleReadyz: ready means this node knows a leader and has applied the
+// leader's commit index as of the call. A follower's own commit index can
+// lag far behind after a restart (it learns the leader's only once its log
+// matches), so a follower asks the leader.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
+	unready := func(detail string) {
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, detail))
+	}
 	if !s.store.Ready() {
-		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, "this node has no leader or has not applied the commit index"))
+		unready("this node has no leader or has not applied its commit index")
 		return
+	}
+	if !s.store.IsLeader() {
+		l, ok := s.store.Leader()
+		if !ok || l.HTTPAddr == "" {
+			unready("this node does not know the leader's address yet")
+			return
+		}
+		commit, err := s.fwd.leaderCommit(r.Context(), l.HTTPAddr)
+		if err != nil {
+			unready("the leader did not tell its commit index: " + err.Error())
+			return
+		}
+		if !s.store.CaughtUp(commit) {
+			unready(fmt.Sprintf("this node has not applied the leader's commit index %d yet", commit))
+			return
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 }

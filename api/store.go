@@ -17,6 +17,9 @@ type Store interface {
 	Lookup(ctx context.Context, s engine.Scope, principalScope, linearizable bool) (*engine.Record, bool, error)
 	NowMs() int64
 	Ready() bool
+	IsLeader() bool
+	// CaughtUp reports whether this replica has applied everything up to index.
+	CaughtUp(index uint64) bool
 	Status() (raftfsm.Status, error)
 	Leader() (raftfsm.NodeInfo, bool)
 	Self() raftfsm.NodeInfo

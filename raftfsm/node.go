@@ -428,6 +428,9 @@ func (n *Node) Ready() bool {
 	return n.fsmCaughtUp(n.raft.CommitIndex())
 }
 
+// CaughtUp reports whether this replica has applied every entry up to index.
+func (n *Node) CaughtUp(index uint64) bool { return n.fsmCaughtUp(index) }
+
 // fsmCaughtUp reports whether the FSM has applied every entry up to index
 // that changes its state. raft's own AppliedIndex counts entries handed to
 // the FSM's queue, not applied, and the FSM never sees no-op and barrier

@@ -850,6 +850,20 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	})
 
 	c.restart(f, nil)
+	// /readyz promises the leader's commit index is applied: the moment the
+	// restarted follower says ready, it must serve what was written while
+	// it was down (its own commit index lags until its log matches).
+	waitFor(t, 60*time.Second, "restarted follower ready", func() (bool, string) {
+		a := call("GET", f.http, "/readyz", "")
+		if a.code != 200 {
+			return false, a.String()
+		}
+		for _, key := range []string{"down-0", "down-299", "down-completed"} {
+			b := call("GET", f.http, recordPath(key, "stale"), "")
+			require.Equal(t, 200, b.code, "%s said ready but has no %s yet: %s", f.id, key, b)
+		}
+		return true, ""
+	})
 	c.waitStable(c.nodes...)
 	waitSameState(t, c.nodes...)
 	for _, key := range []string{"down-0", "down-299", "down-completed"} {
