@@ -31,7 +31,7 @@ bench: ## FSM apply benchmarks (batches of 1, 64, 512) and an HTTP run of idem b
 	./scripts/bench-http.sh
 
 fuzz: ## run every fuzzer for FUZZTIME each (default 10s)
-	@for pkg in ./engine ./api ./partition; do \
+	@for pkg in ./engine ./api ./partition ./raftfsm; do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
