@@ -23,10 +23,13 @@ type Node struct {
 	ID       string
 	IP       string
 	HTTPAddr string
-	RaftAddr string
-	DataDir  string
-	LogPath  string
-	Client   *client.Client
+	RaftAddr string // the raft address peers dial (--raft-advertise)
+	// RaftListen is where the node's raft listens (--raft-addr): RaftAddr,
+	// or behind a proxy RaftAddr's port + ProxyRaftOffset.
+	RaftListen string
+	DataDir    string
+	LogPath    string
+	Client     *client.Client
 
 	mu          sync.Mutex
 	cmd         *exec.Cmd
@@ -64,11 +67,14 @@ func (n *Node) Paused() bool {
 
 // ClusterConfig says how to start the nodes.
 type ClusterConfig struct {
-	Binary    string
-	Nodes     int
-	Dir       string // data dirs and logs go under it
-	HTTPPort  int    // each node listens on 127.0.0.<i>:HTTPPort
-	RaftPort  int    // and 127.0.0.<i>:RaftPort
+	Binary   string
+	Nodes    int
+	Dir      string // data dirs and logs go under it
+	HTTPPort int    // each node listens on 127.0.0.<i>:HTTPPort
+	RaftPort int    // and 127.0.0.<i>:RaftPort
+	// RaftProxy puts each node's real raft listener on RaftPort +
+	// ProxyRaftOffset, for a Proxy on RaftPort (see ProxyNet).
+	RaftProxy bool
 	InjectBug string // passed to the nodes in InjectInto
 	// InjectInto is "all" or a node id.
 	InjectInto string
@@ -97,6 +103,10 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 			RaftAddr: fmt.Sprintf("%s:%d", ip, cfg.RaftPort),
 			DataDir:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d", i)),
 			LogPath:  filepath.Join(cfg.Dir, fmt.Sprintf("n%d.log", i)),
+		}
+		n.RaftListen = n.RaftAddr
+		if cfg.RaftProxy {
+			n.RaftListen = fmt.Sprintf("%s:%d", ip, cfg.RaftPort+ProxyRaftOffset)
 		}
 		if cfg.InjectBug != "" && (cfg.InjectInto == "all" || cfg.InjectInto == n.ID) {
 			n.injectBug = cfg.InjectBug
@@ -128,7 +138,7 @@ func (c *Cluster) args(n *Node) []string {
 	}
 	a := []string{"serve",
 		"--node-id", n.ID, "--data-dir", n.DataDir,
-		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftAddr,
+		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftListen, "--raft-advertise", n.RaftAddr,
 		"--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(peers, ","),
 		// Small snapshots always, so nemeses exercise compaction and
 		// catch-up by snapshot.

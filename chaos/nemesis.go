@@ -30,7 +30,7 @@ var nemeses = map[string]nemesis{
 // env is what a nemesis acts on.
 type env struct {
 	cl  *Cluster
-	net *Net // nil when partitions are unavailable
+	net Partitioner // nil when partitions are unavailable
 	rnd *rand.Rand
 }
 
@@ -166,6 +166,7 @@ func partitionNemesis(ctx context.Context, e *env) (string, error) {
 	hold := 5*time.Second + time.Duration(e.rnd.IntN(3000))*time.Millisecond
 	sleep(ctx, hold)
 	detail += fmt.Sprintf(" for %s", hold.Round(100*time.Millisecond))
+	detail += " via " + e.net.Name()
 	if err := e.net.Heal(); err != nil {
 		return detail, err
 	}
@@ -302,14 +303,13 @@ func ids(nodes []*Node) string {
 }
 
 // Net cuts raft links between nodes with iptables rules in a chain of its
-// own (IDEM-CHAOS), jumped to from INPUT and OUTPUT, matching the nodes'
+// own (IDEM-CHAOS-<raft port>), jumped to from INPUT and OUTPUT, matching the nodes'
 // loopback addresses and the raft port. Client and forwarding traffic (HTTP)
 // is left alone.
 type Net struct {
 	raftPort int
+	chain    string
 }
-
-const chain = "IDEM-CHAOS"
 
 var netUnavailable = "partitions need root and iptables"
 
@@ -329,14 +329,16 @@ func SetupNet(raftPort int, logf func(string, ...any)) (*Net, error) {
 			return nil, fmt.Errorf("%s: %s", netUnavailable, lastLine(out))
 		}
 	}
-	n := &Net{raftPort: raftPort}
+	// One chain per raft port, so runs on different ports never touch
+	// each other's rules.
+	n := &Net{raftPort: raftPort, chain: fmt.Sprintf("IDEM-CHAOS-%d", raftPort)}
 	n.Teardown() // a chain left by a killed run
-	if err := ipt("-N", chain); err != nil {
+	if err := ipt("-N", n.chain); err != nil {
 		netUnavailable = "iptables does not work here (" + err.Error() + "); the partition nemesis is skipped"
 		return nil, errors.New(netUnavailable)
 	}
 	for _, hook := range []string{"INPUT", "OUTPUT"} {
-		if err := ipt("-I", hook, "-j", chain); err != nil {
+		if err := ipt("-I", hook, "-j", n.chain); err != nil {
 			n.Teardown()
 			netUnavailable = "iptables does not work here (" + err.Error() + "); the partition nemesis is skipped"
 			return nil, errors.New(netUnavailable)
@@ -352,7 +354,7 @@ func (n *Net) Cut(from, to []*Node) error {
 	for _, a := range from {
 		for _, b := range to {
 			for _, dir := range []string{"--dport", "--sport"} {
-				if err := ipt("-A", chain, "-p", "tcp", "-s", a.IP, "-d", b.IP, dir, port, "-j", "DROP"); err != nil {
+				if err := ipt("-A", n.chain, "-p", "tcp", "-s", a.IP, "-d", b.IP, dir, port, "-j", "DROP"); err != nil {
 					return err
 				}
 			}
@@ -367,16 +369,19 @@ func (n *Net) Split(a, b []*Node) error {
 }
 
 // Heal removes every rule of the chain.
-func (n *Net) Heal() error { return ipt("-F", chain) }
+func (n *Net) Heal() error { return ipt("-F", n.chain) }
+
+// Name is "iptables".
+func (n *Net) Name() string { return PartitionIPTables }
 
 // Teardown removes the jumps and the chain, and nothing else.
 func (n *Net) Teardown() {
 	for _, hook := range []string{"INPUT", "OUTPUT"} {
-		for ipt("-D", hook, "-j", chain) == nil {
+		for ipt("-D", hook, "-j", n.chain) == nil {
 		}
 	}
-	ipt("-F", chain)
-	ipt("-X", chain)
+	ipt("-F", n.chain)
+	ipt("-X", n.chain)
 }
 
 func ipt(args ...string) error {

@@ -16,22 +16,26 @@ import (
 
 // Config is one chaos run.
 type Config struct {
-	Binary       string        `json:"binary"`
-	Nodes        int           `json:"nodes"`
-	Duration     time.Duration `json:"duration"`
-	Clients      int           `json:"clients"`
-	Rate         float64       `json:"rate"`
-	Nemeses      []string      `json:"nemeses"`
-	Interval     time.Duration `json:"interval"`
-	Seed         uint64        `json:"seed"`
-	InjectBug    string        `json:"inject_bug,omitempty"`
-	InjectInto   string        `json:"inject_into,omitempty"`
-	Out          string        `json:"out"`
-	KeepData     bool          `json:"keep_data"`
-	HTTPPort     int           `json:"http_port"`
-	RaftPort     int           `json:"raft_port"`
-	Timeout      time.Duration `json:"request_timeout"`
-	CheckTimeout time.Duration `json:"check_timeout"`
+	Binary     string        `json:"binary"`
+	Nodes      int           `json:"nodes"`
+	Duration   time.Duration `json:"duration"`
+	Clients    int           `json:"clients"`
+	Rate       float64       `json:"rate"`
+	Nemeses    []string      `json:"nemeses"`
+	Interval   time.Duration `json:"interval"`
+	Seed       uint64        `json:"seed"`
+	InjectBug  string        `json:"inject_bug,omitempty"`
+	InjectInto string        `json:"inject_into,omitempty"`
+	Out        string        `json:"out"`
+	KeepData   bool          `json:"keep_data"`
+	HTTPPort   int           `json:"http_port"`
+	RaftPort   int           `json:"raft_port"`
+	// PartitionMode is how the partition nemesis cuts links: auto
+	// (iptables when root and iptables works, else proxy), iptables or
+	// proxy.
+	PartitionMode string        `json:"partition_mode,omitempty"`
+	Timeout       time.Duration `json:"request_timeout"`
+	CheckTimeout  time.Duration `json:"check_timeout"`
 	// Progress, when set, receives a progress line while the run goes on;
 	// TTY rewrites one line in place.
 	Progress io.Writer `json:"-"`
@@ -71,6 +75,16 @@ func (c *Config) Validate() error {
 	if c.Out == "" {
 		bad("--out is required")
 	}
+	switch c.PartitionMode {
+	case "", PartitionAuto, PartitionIPTables, PartitionProxy:
+	default:
+		bad("--partition-mode %q must be auto, iptables or proxy", c.PartitionMode)
+	}
+	if c.PartitionMode == PartitionProxy || c.PartitionMode == PartitionAuto || c.PartitionMode == "" {
+		if c.RaftPort+ProxyRaftOffset > 65535 {
+			bad("--raft-port %d: the proxy mode needs --raft-port+%d free as well", c.RaftPort, ProxyRaftOffset)
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -108,23 +122,57 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	var nw *Net
+	// Partitions: iptables rules, or a proxy in front of every raft
+	// listener, which must be in place before the nodes start.
+	var nw Partitioner
+	useProxy, why := false, ""
 	if slices.Contains(cfg.Nemeses, "partition") {
-		var err error
-		if nw, err = SetupNet(cfg.RaftPort, logf); err != nil {
-			rep.Notes = append(rep.Notes, "partition nemesis skipped: "+err.Error())
-			logf("partition nemesis skipped: %v", err)
-		} else {
-			defer nw.Teardown()
+		switch cfg.PartitionMode {
+		case PartitionProxy:
+			useProxy = true
+		case PartitionIPTables:
+			ipt, err := SetupNet(cfg.RaftPort, logf)
+			if err != nil {
+				return nil, fmt.Errorf("%w: --partition-mode iptables: %w", ErrHarness, err)
+			}
+			defer ipt.Teardown()
+			nw = ipt
+		default:
+			if ipt, err := SetupNet(cfg.RaftPort, logf); err != nil {
+				why = strings.TrimSuffix(err.Error(), "; the partition nemesis is skipped")
+				useProxy = true
+			} else {
+				defer ipt.Teardown()
+				nw = ipt
+			}
 		}
 	}
 
 	cl, err := NewCluster(ClusterConfig{Binary: cfg.Binary, Nodes: cfg.Nodes, Dir: dataDir,
-		HTTPPort: cfg.HTTPPort, RaftPort: cfg.RaftPort, InjectBug: cfg.InjectBug, InjectInto: cfg.InjectInto})
+		HTTPPort: cfg.HTTPPort, RaftPort: cfg.RaftPort, RaftProxy: useProxy, InjectBug: cfg.InjectBug, InjectInto: cfg.InjectInto})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHarness, err)
 	}
 	defer cl.StopAll()
+	if useProxy {
+		pn, err := SetupProxyNet(cl.Nodes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: partition proxies: %w", ErrHarness, err)
+		}
+		defer pn.Teardown()
+		nw = pn
+	}
+	if nw != nil {
+		note := fmt.Sprintf("partitions by iptables (chain IDEM-CHAOS-%d)", cfg.RaftPort)
+		if useProxy {
+			note = fmt.Sprintf("partitions by a TCP proxy on each node's raft port %d (nodes listen on %d)", cfg.RaftPort, cfg.RaftPort+ProxyRaftOffset)
+			if why != "" {
+				note += "; iptables: " + why
+			}
+		}
+		rep.Notes = append(rep.Notes, note)
+		logf("%s", note)
+	}
 	logf("starting %d nodes of %s (data and logs in %s)", cfg.Nodes, cfg.Binary, dataDir)
 	if err := cl.StartAll(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHarness, err)
@@ -250,7 +298,7 @@ func (r *Report) writeHistory() error {
 
 // heal undoes every fault: network rules, SIGSTOP, dead and removed nodes,
 // clock offsets; then waits for a leader and every node ready.
-func heal(ctx context.Context, cl *Cluster, nw *Net) error {
+func heal(ctx context.Context, cl *Cluster, nw Partitioner) error {
 	var errs []error
 	if nw != nil {
 		if err := nw.Heal(); err != nil {

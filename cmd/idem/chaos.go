@@ -36,6 +36,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.BoolVar(&cfg.KeepData, "keep-data", false, "keep the nodes' data dirs and logs (always kept after a violation)")
 	fs.IntVar(&cfg.HTTPPort, "http-port", 17070, "HTTP port of every node (each on its own loopback IP)")
 	fs.IntVar(&cfg.RaftPort, "raft-port", 17071, "raft port of every node")
+	fs.StringVar(&cfg.PartitionMode, "partition-mode", chaos.PartitionAuto, "how the partition nemesis cuts raft links: auto (iptables as root when it works, else proxy), iptables, or proxy (a TCP proxy on --raft-port in front of each node, which then listens on --raft-port+10)")
 	fs.DurationVar(&cfg.Timeout, "request-timeout", 2*time.Second, "per-request timeout; a timed-out operation counts as possibly applied")
 	fs.DurationVar(&cfg.CheckTimeout, "check-timeout", 2*time.Minute, "how long porcupine may search for a linearization of one scope")
 	quiet := fs.Bool("quiet", false, "no progress line")
@@ -44,12 +45,12 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 Starts a local cluster of real 'idem serve' processes, drives clients that
 contend on a few scopes, injects faults on a seeded schedule (kill -9,
-SIGSTOP, iptables partitions as root, clock skew, membership changes,
-catch-up by snapshot), heals, and checks the history: linearizability
-against a model of one idempotency record per scope (porcupine), one live
-winner per scope, no record absent early, no response shown to another
-scope, every acknowledged complete replayed byte-identically, the same state
-on every replica. Writes history.json and timeline.html into --out.
+SIGSTOP, partitions by iptables as root or a TCP proxy otherwise, clock
+skew, membership changes, catch-up by snapshot), heals, and checks the
+history: linearizability against a model of one idempotency record per
+scope (porcupine), one live winner per scope, no record absent early, no
+response shown to another scope, every acknowledged complete replayed
+byte-identically, the same state on every replica. Writes history.json and timeline.html into --out.
 
 Exit status: 0 no violation, 1 violations found, 2 usage error, 3 the run
 was interrupted or the harness itself failed (e.g. the cluster did not start).
