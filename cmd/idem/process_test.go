@@ -303,3 +303,22 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(out), "idem ")
 }
+
+// idem bench works against a real node and its correctness check holds:
+// no fresh claim lost, no duplicate won, no wrong answer. (A smoke run: the
+// figures it prints are not asserted.)
+func TestBenchRunsAndChecksCorrectness(t *testing.T) {
+	httpAddr := freePort(t)
+	start(t, t.TempDir(), httpAddr, freePort(t))
+	hist := filepath.Join(t.TempDir(), "latency.svg")
+	out, err := exec.Command(binary, "bench", "--addr", httpAddr, "--duration", "2s", "--warmup", "0s",
+		"--concurrency", "16", "--mix", "fresh=40,dup=20,complete=20,lookup=20", "--quiet", "--hist", hist).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "correctness: ok")
+	for _, op := range []string{"fresh", "dup", "complete", "lookup"} {
+		require.Contains(t, string(out), op)
+	}
+	svg, err := os.ReadFile(hist)
+	require.NoError(t, err)
+	require.Contains(t, string(svg), "<svg")
+}
