@@ -12,7 +12,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -68,16 +67,6 @@ func leaderless(wait time.Duration) nodeOpt {
 	}
 }
 
-// freePort returns a loopback address nobody listened on a moment ago.
-func freePort(tb testing.TB) string {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := ln.Addr().String()
-	require.NoError(tb, ln.Close())
-	return addr
-}
-
 // logWriter sends the node's warnings to the test log, and nothing once
 // the test is over (raft's goroutines may outlive a log call by a moment).
 type logWriter struct {
@@ -112,7 +101,7 @@ func mustNode(tb testing.TB, opts ...nodeOpt) *testNode {
 
 	rc := raftfsm.DefaultConfig()
 	rc.DataDir = tb.TempDir()
-	rc.RaftAddr = freePort(tb)
+	rc.RaftAddr = "127.0.0.1:0" // the kernel picks a free port: no race with other processes
 	rc.Bootstrap = true
 	rc.BucketWidth = time.Hour
 	rc.TickInterval = time.Hour

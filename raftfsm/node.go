@@ -116,6 +116,8 @@ func Open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.RaftAdvertise = stream.Addr().String()
+	n.self.RaftAddr = cfg.RaftAdvertise
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(cfg.Logger),
 	})

@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,12 +14,8 @@ import (
 
 func mustNode(tb testing.TB, opts ...func(*Config)) *Node {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(tb, err)
-	addr := ln.Addr().String()
-	ln.Close()
 	cfg := DefaultConfig()
-	cfg.DataDir, cfg.RaftAddr = tb.TempDir(), addr
+	cfg.DataDir, cfg.RaftAddr = tb.TempDir(), "127.0.0.1:0"
 	for _, o := range opts {
 		o(&cfg)
 	}

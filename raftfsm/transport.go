@@ -28,6 +28,10 @@ func newStreamLayer(bind, advertise string) (*streamLayer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
 	}
+	if adv.Port == 0 {
+		// Port 0 asks the kernel for a free port (tests): advertise the one bound.
+		adv.Port = ln.Addr().(*net.TCPAddr).Port
+	}
 	if adv.IP == nil || adv.IP.IsUnspecified() {
 		ln.Close()
 		return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP", ErrConfig, advertise)
