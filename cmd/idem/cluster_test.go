@@ -26,7 +26,7 @@ import (
 )
 
 // Three-node clusters of real `idem serve` processes, each node on its own
-// loopback IP (127.0.0.1, .2, .3) with real TCP between them: membership,
+// loopback IP (127.0.0.11, .12, .13) with real TCP between them: membership,
 // forwarding, one winner under concurrency, kill -9 of the leader, catch-up
 // by snapshot, full restart, removal, clock skew and leadership transfer.
 
@@ -68,7 +68,7 @@ func freePortOn(t *testing.T, ip string) string {
 	return ln.Addr().String()
 }
 
-// newCluster starts n1..n3 on 127.0.0.1..3 with common flags plus each
+// newCluster starts n1..n3 on 127.0.0.11..13 with common flags plus each
 // node's own, and waits until every node shows three voters, one leader and
 // every HTTP address.
 func newCluster(t *testing.T, how formation, common []string, perNode map[string][]string) *testCluster {
@@ -76,7 +76,9 @@ func newCluster(t *testing.T, how formation, common []string, perNode map[string
 	c := &testCluster{t: t}
 	root := t.TempDir()
 	for i := 1; i <= 3; i++ {
-		ip := fmt.Sprintf("127.0.0.%d", i)
+		// 127.0.0.11-13 rather than .1-.3: out of the way of anything else
+		// on the machine (a chaos run, make cluster) that uses the low ones.
+		ip := fmt.Sprintf("127.0.0.%d", 10+i)
 		n := &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
 			http: freePortOn(t, ip), raft: freePortOn(t, ip)}
 		c.nodes = append(c.nodes, n)

@@ -40,9 +40,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// freePort returns a port that was free a moment ago on 127.0.0.9, an
+// address nothing else on the machine uses, so no other process's
+// ephemeral ports can take it before the node binds it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", "127.0.0.9:0")
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()
