@@ -21,7 +21,7 @@ func init() {
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors and help are printed below, once
 	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (clients pick one at random per request)")
 	conc := fs.Int("concurrency", 64, "concurrent clients")
 	dur := fs.Duration("duration", 10*time.Second, "measured run length (after warm-up)")
@@ -45,6 +45,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "idem bench: %v (see idem bench --help)\n", err)
 		return 2
 	}
 	if h := strings.ToLower(*hist); h != "" && !strings.HasSuffix(h, ".svg") && !strings.HasSuffix(h, ".png") {

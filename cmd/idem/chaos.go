@@ -19,7 +19,7 @@ func init() {
 
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem chaos", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // errors and help are printed below, once
 	self, _ := os.Executable()
 	cfg := chaos.Config{}
 	fs.IntVar(&cfg.Nodes, "nodes", 3, "cluster size: 3 or 5 (nodes on 127.0.0.1..N)")
@@ -65,6 +65,7 @@ Flags:
 			fs.Usage()
 			return 0
 		}
+		fmt.Fprintf(stderr, "idem chaos: %v (see idem chaos --help)\n", err)
 		return 2
 	}
 	if fs.NArg() > 0 {
