@@ -246,6 +246,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"--bucket-width", "1h"}, "--bucket-width 1h0m0s differs from 30m0s"},
 		{[]string{"--retention", "30s"}, "--allow-short-retention"},
 		{[]string{"--scope", "tenant"}, "--scope"},
+		{[]string{"--scope", "principal"}, "--scope principal differs from endpoint"},
 		{[]string{"--lease", "10ms"}, "--lease"},
 		{[]string{"--max-response-bytes", "0"}, "--max-response-bytes"},
 		{[]string{"--node-id", "bad id"}, "--node-id"},

@@ -65,7 +65,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.allowShortRetention, "allow-short-retention", false, "allow --retention below 1m (tests and demos only)")
 	fs.DurationVar(&c.bucketWidth, "bucket-width", d.BucketWidth, "width of the time buckets expiry drops whole; fixed when the data dir is created")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "default lease of a claim when the request has no lease_ms")
-	fs.StringVar(&c.scope, "scope", "endpoint", "uniqueness scope: endpoint (principal+endpoint+key) or principal (principal+key)")
+	fs.StringVar(&c.scope, "scope", "endpoint", "uniqueness scope: endpoint (principal+endpoint+key) or principal (principal+key); fixed when the data dir is created")
 	fs.StringVar(&c.authFile, "auth-file", "", "file of bearer tokens, one per line; when set every route but /healthz and /readyz needs one")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address without --auth-file")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -234,11 +234,14 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 type nodeFile struct {
 	NodeID        string `json:"node_id"`
 	BucketWidthMs int64  `json:"bucket_width_ms"`
+	// Scope is fixed too: switching it would make every existing record
+	// unreachable under the other mode and silently re-run their retries.
+	Scope string `json:"scope,omitempty"`
 }
 
-// fixedSettings loads or creates the node file. A bucket width given
-// explicitly that differs from the one the data dir was created with is
-// refused; without the flag the stored width is used.
+// fixedSettings loads or creates the node file. A bucket width or scope
+// given explicitly that differs from the one the data dir was created with
+// is refused; without the flag the stored value is used.
 func fixedSettings(c *serveConfig, set map[string]bool) error {
 	path := filepath.Join(c.dataDir, "node.json")
 	b, err := os.ReadFile(path)
@@ -246,7 +249,7 @@ func fixedSettings(c *serveConfig, set map[string]bool) error {
 		if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
 			return fmt.Errorf("create --data-dir %s: %w", c.dataDir, err)
 		}
-		b, _ = json.Marshal(nodeFile{NodeID: c.nodeID, BucketWidthMs: c.bucketWidth.Milliseconds()})
+		b, _ = json.Marshal(nodeFile{NodeID: c.nodeID, BucketWidthMs: c.bucketWidth.Milliseconds(), Scope: c.scope})
 		tmp := path + ".tmp"
 		if err := os.WriteFile(tmp, b, 0o644); err != nil {
 			return fmt.Errorf("write %s: %w", path, err)
@@ -265,6 +268,12 @@ func fixedSettings(c *serveConfig, set map[string]bool) error {
 		return fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)
 	}
 	c.bucketWidth = stored
+	if nf.Scope != "" && nf.Scope != c.scope {
+		if set["scope"] {
+			return fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, nf.Scope, c.dataDir)
+		}
+		c.scope = nf.Scope
+	}
 	if nf.NodeID != "" && nf.NodeID != c.nodeID {
 		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)
 	}
