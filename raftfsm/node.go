@@ -468,17 +468,20 @@ type Member struct {
 
 // Status is the cluster as this node sees it.
 type Status struct {
-	Self         NodeInfo  `json:"self"`
-	Leader       *NodeInfo `json:"leader"`
-	Nodes        []Member  `json:"nodes"`
-	Term         uint64    `json:"term"`
-	CommitIndex  uint64    `json:"commit_index"`
-	AppliedIndex uint64    `json:"applied_index"`
+	Self   NodeInfo  `json:"self"`
+	Leader *NodeInfo `json:"leader"`
+	Nodes  []Member  `json:"nodes"`
+	// WallMs is this node's wall clock, for nodes agreeing on a new
+	// cluster's first time (see ttl.Clock.Correct).
+	WallMs       int64  `json:"wall_ms"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
 }
 
 // Status returns the cluster membership and raft progress.
 func (n *Node) Status() (Status, error) {
-	st := Status{Self: n.self, Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
+	st := Status{Self: n.self, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
 	if l, ok := n.Leader(); ok {
 		st.Leader = &l
 	}
@@ -557,6 +560,12 @@ func (n *Node) Bootstrap(peers []NodeInfo) error {
 	n.refreshMembership()
 	return nil
 }
+
+// CorrectClock shifts this node's unanchored clock (see ttl.Clock.Correct).
+func (n *Node) CorrectClock(d time.Duration) { n.clock.Correct(d) }
+
+// WallMs is this node's own wall clock.
+func (n *Node) WallMs() int64 { return n.clock.WallMs() }
 
 // HasState reports whether this node belongs to a cluster (bootstrapped,
 // joined, or restarted with state).

@@ -20,6 +20,7 @@ type Clock struct {
 	lastMs   int64     // last value handed out, for monotonicity
 	wall     func() time.Time
 	offset   time.Duration // test-only skew of this node's wall clock
+	correct  time.Duration // agreed correction of the wall clock before anchoring
 }
 
 // NewClock returns a clock with no anchor. Until Observe is called it reads
@@ -48,6 +49,20 @@ func (c *Clock) Observe(ms int64) {
 	}
 }
 
+// WallMs is this node's own wall clock (with its test offset), uncorrected:
+// what it tells peers agreeing on a new cluster's first time.
+func (c *Clock) WallMs() int64 { return c.wall().Add(c.offset).UnixMilli() }
+
+// Correct shifts the unanchored reading by d. Nodes forming a new cluster
+// together agree on the median of their wall clocks, so a single node whose
+// wall clock is off cannot start cluster time off; once anchored, time comes
+// from the log and the correction no longer matters.
+func (c *Clock) Correct(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.correct = d
+}
+
 // Anchored reports whether the clock has seen any cluster time.
 func (c *Clock) Anchored() bool {
 	c.mu.Lock()
@@ -69,7 +84,7 @@ func (c *Clock) NowMs() int64 {
 
 func (c *Clock) nowLocked() int64 {
 	if c.at.IsZero() {
-		return c.wall().Add(c.offset).UnixMilli()
+		return c.wall().Add(c.offset + c.correct).UnixMilli()
 	}
 	return c.anchorMs + time.Since(c.at).Milliseconds()
 }

@@ -315,3 +315,18 @@ func TestClockObserveZeroDoesNotAnchor(t *testing.T) {
 	require.False(t, c.Anchored())
 	require.Equal(t, wall0.UnixMilli(), c.NowMs())
 }
+
+// A correction agreed with peers moves the unanchored reading (the first
+// command of a new cluster) but not the node's own wall reading, and stops
+// mattering once the clock is anchored.
+func TestClockCorrectionBeforeAnchor(t *testing.T) {
+	c := NewClock(10 * time.Minute)
+	real := time.Now().UnixMilli()
+	require.InDelta(t, real+10*60_000, c.WallMs(), 1000)
+	c.Correct(-10 * time.Minute)
+	require.InDelta(t, real, c.NowMs(), 1000, "the corrected first reading is the agreed time")
+	require.InDelta(t, real+10*60_000, c.WallMs(), 1000, "the node still reports its own wall clock")
+	c.Observe(real + 5000)
+	c.Correct(time.Hour)
+	require.InDelta(t, real+5000, c.NowMs(), 1000, "an anchored clock ignores corrections")
+}

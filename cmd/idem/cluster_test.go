@@ -1075,6 +1075,25 @@ func TestClusterClockSkew(t *testing.T) {
 	}
 }
 
+// 8b. Three fresh nodes forming a cluster with skewed wall clocks (+10m,
+// -10m, none): the first command's time comes from whichever leads first,
+// so the nodes agree on the median of their wall clocks before
+// bootstrapping, and cluster time starts at real time.
+func TestClusterSkewedBootstrap(t *testing.T) {
+	c := newCluster(t, viaBootstrapExpect, nil, map[string][]string{
+		"n1": {"--clock-offset", "10m"},
+		"n2": {"--clock-offset", "-10m"},
+	})
+	for i, n := range c.nodes {
+		cl := claimOK(t, n.http, fmt.Sprintf("boot-skew-%d", i))
+		created, err := time.Parse(time.RFC3339, cl.CreatedAt)
+		require.NoError(t, err)
+		skew := time.Since(created)
+		t.Logf("leader %s, claim via %s: created_at %s, %s before real time", c.leader().id, n.id, cl.CreatedAt, skew.Round(time.Millisecond))
+		require.Less(t, skew.Abs(), 5*time.Second, "a cluster formed by skewed nodes started cluster time off real time")
+	}
+}
+
 // 9. Leadership transfer under load: clients of the old leader see only
 // 201 or 503-with-Retry-After, and the old leader forwards afterwards.
 func TestClusterTransferUnderLoad(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -113,6 +114,8 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 
 func (m *member) tryBootstrap(ctx context.Context) {
 	peers := map[string]raftfsm.NodeInfo{m.c.nodeID: m.node.Self()}
+	own := m.node.WallMs()
+	walls := []int64{own}
 	for _, a := range splitAddrs(m.c.join) {
 		if a == m.c.httpAdvertise {
 			continue
@@ -131,6 +134,7 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			return
 		}
 		peers[st.Self.ID] = st.Self
+		walls = append(walls, st.WallMs)
 	}
 	if len(peers) < m.c.bootstrapExpect {
 		m.log.Info("waiting for peers to bootstrap", "known", len(peers), "expect", m.c.bootstrapExpect)
@@ -141,6 +145,12 @@ func (m *member) tryBootstrap(ctx context.Context) {
 		list = append(list, p)
 	}
 	sort.Slice(list, func(i, j int) bool { return list[i].ID < list[j].ID })
+	// The first command of the cluster takes its time from its first
+	// leader's wall clock: start every node from the median of the wall
+	// clocks, so one node running minutes off cannot start cluster time off.
+	slices.Sort(walls)
+	median := walls[len(walls)/2]
+	m.node.CorrectClock(time.Duration(median-own) * time.Millisecond)
 	if err := m.node.Bootstrap(list); err != nil {
 		m.log.Error("bootstrap failed", "error", err)
 		return
