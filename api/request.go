@@ -67,6 +67,16 @@ type removeRequest struct {
 	ID string `json:"id"`
 }
 
+// readJSON reads the request body within the limit and decodes it strictly
+// into dst. The raw body is returned for forwarding to the leader.
+func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, dst any) ([]byte, *problem) {
+	body, p := s.readBody(w, r)
+	if p == nil {
+		p = decodeStrict(body, dst)
+	}
+	return body, p
+}
+
 // readBody reads the whole request body within the limit.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes))

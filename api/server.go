@@ -118,11 +118,8 @@ func (s *Server) tokenOK(got string) bool {
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
-	body, p := s.readBody(w, r)
 	var req claimRequest
-	if p == nil {
-		p = decodeStrict(body, &req)
-	}
+	body, p := s.readJSON(w, r, &req)
 	var scope engine.Scope
 	var lease int64
 	if p == nil {
@@ -211,11 +208,8 @@ func tokenProblem(res engine.Result) *problem {
 }
 
 func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
-	body, p := s.readBody(w, r)
 	var req completeRequest
-	if p == nil {
-		p = decodeStrict(body, &req)
-	}
+	body, p := s.readJSON(w, r, &req)
 	var t engine.TokenArgs
 	var resp *engine.Response
 	if p == nil {
@@ -255,11 +249,8 @@ func (s *Server) tokenOp(w http.ResponseWriter, r *http.Request, body []byte, wa
 }
 
 func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
-	body, p := s.readBody(w, r)
 	var req releaseRequest
-	if p == nil {
-		p = decodeStrict(body, &req)
-	}
+	body, p := s.readJSON(w, r, &req)
 	var t engine.TokenArgs
 	if p == nil {
 		t, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
@@ -282,11 +273,8 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
-	body, p := s.readBody(w, r)
 	var req extendRequest
-	if p == nil {
-		p = decodeStrict(body, &req)
-	}
+	body, p := s.readJSON(w, r, &req)
 	var t engine.TokenArgs
 	var lease int64
 	if p == nil {
@@ -384,11 +372,8 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
-	body, p := s.readBody(w, r)
 	var req joinRequest
-	if p == nil {
-		p = decodeStrict(body, &req)
-	}
+	body, p := s.readJSON(w, r, &req)
 	if p == nil && (req.ID == "" || req.RaftAddr == "" || req.HTTPAddr == "") {
 		p = invalid("id, raft_addr and http_addr are required")
 	}
@@ -404,11 +389,8 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	body, p := s.readBody(w, r)
 	var req removeRequest
-	if p == nil {
-		p = decodeStrict(body, &req)
-	}
+	body, p := s.readJSON(w, r, &req)
 	if p == nil && req.ID == "" {
 		p = invalid("id is required")
 	}
