@@ -6,8 +6,6 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/idem-store/idem/engine"
 )
 
 // Metrics are the node's Prometheus metrics. Counters of decisions are
@@ -171,4 +169,4 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 
 func observeSince(h prometheus.Histogram, t time.Time) { h.Observe(time.Since(t).Seconds()) }
 
-var _ = engine.OutcomeClaimed
+var _ prometheus.Collector = (*stateCollector)(nil)

@@ -15,11 +15,9 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
 	"github.com/idem-store/idem/engine"
-	"github.com/idem-store/idem/partition"
 	"github.com/idem-store/idem/ttl"
 )
 
@@ -729,8 +727,3 @@ func (n *Node) Snapshot() error {
 	}
 	return nil
 }
-
-var (
-	_                      = partition.Of
-	_ prometheus.Collector = (*stateCollector)(nil)
-)
