@@ -22,6 +22,10 @@ type Options struct {
 	CacheBytes int64
 	// Logger receives Pebble's events at debug level.
 	Logger *slog.Logger
+	// FilterBytes is the size of each bucket's in-memory probe filter
+	// (see probeFilter); 0 means DefaultFilterBytes, negative disables the
+	// filters (every claim then probes every bucket of its span in Pebble).
+	FilterBytes int
 }
 
 // Meta is the FSM metadata stored beside the data, always written in the same
@@ -42,6 +46,7 @@ type DB struct {
 	mu     sync.RWMutex
 	meta   Meta
 	closed bool
+	filter *probeFilter // nil when disabled
 }
 
 // Open opens (creating if needed) the store in dir.
@@ -70,12 +75,35 @@ func Open(dir string, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
 	}
-	d := &DB{pdb: pdb, dir: dir, fs: o.FS}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &DB{pdb: pdb, dir: dir, fs: o.FS, filter: newProbeFilter(o.FilterBytes, o.Logger)}
 	if d.meta, err = d.readMeta(); err != nil {
 		pdb.Close()
 		return nil, err
 	}
+	if err := d.rebuildFilter(); err != nil {
+		pdb.Close()
+		return nil, err
+	}
 	return d, nil
+}
+
+// rebuildFilter starts building the probe filters from the state as it is
+// now. Callers make sure no write is committed before it returns: Open,
+// and Restore under d.mu.
+func (d *DB) rebuildFilter() error {
+	if d.filter == nil {
+		return nil
+	}
+	lo, hi := partition.AllRange()
+	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return fmt.Errorf("engine: filter iter: %w", err)
+	}
+	d.filter.rebuild(it)
+	return nil
 }
 
 // Close closes the store after syncing it.
@@ -86,6 +114,7 @@ func (d *DB) Close() error {
 		return nil
 	}
 	d.closed = true
+	d.filter.halt()
 	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
 		d.pdb.Close()
 		return fmt.Errorf("engine: sync on close: %w", err)

@@ -83,7 +83,7 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	}
 	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
 	res := Result{NowMs: nowMs}
-	f, ok := probe(t.b, t.meta, scope, nowMs)
+	f, ok := probe(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {
 		if a.MaxKeys > 0 && t.liveKeys(a.Scope.Principal) >= a.MaxKeys {
 			res.Outcome = OutcomeQuotaExceeded
@@ -156,7 +156,7 @@ func leaseUntil(nowMs, leaseMs, expiresMs int64) int64 {
 func (t *Txn) current(a TokenArgs, nowMs int64) (found, []byte, Result, bool) {
 	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
 	res := Result{NowMs: nowMs}
-	f, ok := findLive(t.b, t.meta, scope, nowMs)
+	f, ok := findLive(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok {
 		res.Outcome = OutcomeNotFound
 		return f, scope, res, false
@@ -249,7 +249,7 @@ func (t *Txn) Extend(a TokenArgs, leaseMs, nowMs int64) Result {
 func (t *Txn) Delete(s Scope, principalScope bool, nowMs int64) Result {
 	scope := AppendScope(nil, s, principalScope)
 	res := Result{NowMs: nowMs}
-	f, ok := findLive(t.b, t.meta, scope, nowMs)
+	f, ok := findLive(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok {
 		res.Outcome = OutcomeNotFound
 		return res
@@ -280,6 +280,7 @@ func (t *Txn) DropBucket(b partition.Bucket, nowMs int64) Result {
 	if err := t.b.DeleteRange(start, end, nil); err != nil {
 		panic(fmt.Errorf("engine: delete range: %w", err))
 	}
+	t.dropped = append(t.dropped, b)
 	res.Outcome, res.Dropped, res.Bytes = OutcomeDropped, s.Records, s.Bytes
 	return res
 }
@@ -291,7 +292,7 @@ func (d *DB) Lookup(s Scope, principalScope bool, nowMs int64) (*Record, bool) {
 	if d.closed {
 		return nil, false
 	}
-	f, ok := findLive(d.pdb, d.meta, AppendScope(nil, s, principalScope), nowMs)
+	f, ok := findLive(d.pdb, d.filter, d.meta, AppendScope(nil, s, principalScope), nowMs)
 	return f.rec, ok
 }
 

@@ -176,7 +176,7 @@ func (d *DB) Restore(r io.Reader) error {
 		return err
 	}
 	d.meta = m
-	return nil
+	return d.rebuildFilter()
 }
 
 // hashReader checksums exactly the bytes consumed from it.

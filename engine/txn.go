@@ -21,9 +21,10 @@ type getter interface {
 // it see its own earlier writes. The FSM opens one Txn per raft batch.
 // A Txn is not safe for concurrent use.
 type Txn struct {
-	d    *DB
-	b    *pebble.Batch
-	meta Meta
+	d       *DB
+	b       *pebble.Batch
+	meta    Meta
+	dropped []partition.Bucket // whose probe filters go once committed
 }
 
 // Begin starts a Txn.
@@ -74,6 +75,9 @@ func (t *Txn) Commit(applied uint64) error {
 		return fmt.Errorf("engine: commit: %w", err)
 	}
 	t.d.meta = t.meta
+	for _, b := range t.dropped {
+		t.d.filter.drop(b)
+	}
 	return t.b.Close()
 }
 
@@ -116,8 +120,8 @@ type found struct {
 
 // findLive returns the live record of scope at nowMs. Expired records not
 // yet dropped are absent to every caller (DESIGN.md invariant 3).
-func findLive(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
-	f, ok := probe(g, m, scope, nowMs)
+func findLive(g getter, pf *probeFilter, m Meta, scope []byte, nowMs int64) (found, bool) {
+	f, ok := probe(g, pf, m, scope, nowMs)
 	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {
 		return found{}, false
 	}
@@ -128,21 +132,25 @@ func findLive(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
 // hold a record live at nowMs, live or not, with point Gets from the newest
 // bucket down. The first record found has the latest expiry of any stored
 // for the scope: if it has expired, every older one has too, so the probe
-// stops there. A scope with no record costs one Get per bucket.
-func probe(g getter, m Meta, scope []byte, nowMs int64) (found, bool) {
+// stops there. A scope with no record costs one Get per bucket whose probe
+// filter (pf, nil for none) cannot rule the scope out.
+func probe(g getter, pf *probeFilter, m Meta, scope []byte, nowMs int64) (found, bool) {
 	if m.Width == 0 {
 		return found{}, false
 	}
 	first, last := span(m, nowMs)
 	key := RecordKey(last, scope)
+	h := pf.hash(scope)
 	for b := last; ; b-- {
 		binary.BigEndian.PutUint64(key[1:9], uint64(b))
-		if v, ok := getValue(g, key); ok {
-			r, err := DecodeRecord(v)
-			if err != nil {
-				panic(fmt.Errorf("engine: bucket %d: %w", b, err))
+		if pf.mayHold(b, h) {
+			if v, ok := getValue(g, key); ok {
+				r, err := DecodeRecord(v)
+				if err != nil {
+					panic(fmt.Errorf("engine: bucket %d: %w", b, err))
+				}
+				return found{rec: r, bucket: b, size: len(v)}, true
 			}
-			return found{rec: r, bucket: b, size: len(v)}, true
 		}
 		if b == first {
 			return found{}, false
@@ -233,6 +241,7 @@ func (t *Txn) liveKeys(principal string) int64 {
 // put writes r into bucket b, replacing a stored copy of oldSize bytes
 // (0 when new), and keeps the lease index in step with the state.
 func (t *Txn) put(b partition.Bucket, scope []byte, r *Record, old *Record, oldSize int) {
+	t.d.filter.add(b, t.d.filter.hash(scope)) // before the write can be seen
 	v := EncodeRecord(r)
 	t.set(RecordKey(b, scope), v)
 	if old != nil && old.State == StateInProgress {
