@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -115,9 +116,10 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		}
 		res.Result = txn.Delete(c.Target.Scope, c.Target.PrincipalScope, now)
 	case OpDropBucket:
+		start := time.Now() // for the metric only: nothing decided here reads it
 		res.Result = txn.DropBucket(partition.Bucket(c.Bucket), now)
 		if res.Outcome == engine.OutcomeDropped {
-			f.metrics.dropped(res.Dropped)
+			f.metrics.dropped(res.Dropped, time.Since(start))
 			select {
 			case f.dropped <- partition.Bucket(c.Bucket):
 			default:

@@ -21,6 +21,7 @@ type Metrics struct {
 	BucketsDrop   prometheus.Counter
 	RecordsDrop   prometheus.Counter
 	DropsRefused  prometheus.Counter
+	DropApply     prometheus.Histogram
 	applyFailures prometheus.Counter
 }
 
@@ -54,6 +55,10 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 		DropsRefused: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_bucket_drops_refused_total", Help: "DropBucket commands refused because the bucket was not wholly expired.",
 		}),
+		DropApply: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "idem_bucket_drop_apply_seconds", Help: "Time Apply spends on one DropBucket command (quota subtraction and the range deletion), before the batch commit.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
 		applyFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_bad_commands_total", Help: "Log entries that did not decode (ignored identically on every replica).",
 		}),
@@ -75,15 +80,16 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Claims, m.Completes, m.Releases, m.Extends, m.Takeovers, m.ClaimLatency,
-			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.applyFailures)
+			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.DropApply, m.applyFailures)
 	}
 	return m
 }
 
-func (m *Metrics) dropped(records int64) {
+func (m *Metrics) dropped(records int64, took time.Duration) {
 	if m == nil {
 		return
 	}
+	m.DropApply.Observe(took.Seconds())
 	m.BucketsDrop.Inc()
 	m.RecordsDrop.Add(float64(records))
 }
