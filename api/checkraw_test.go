@@ -1,0 +1,165 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// The token walk over json.Decoder that checkRaw replaced, kept as the oracle
+// the byte scanner must agree with on every input encoding/json accepts.
+// checkRawOracle refuses what encoding/json accepts silently: member names that
+// match a field only case-insensitively, a member given twice (the last one
+// wins), and strings with invalid UTF-8 or unpaired surrogate escapes (both
+// become U+FFFD, so "cus\xff" and "cus\xfe" would be one principal). Any of
+// these lets two different requests, or two tenants, collapse into one.
+// body is known to hold exactly one valid JSON value of dst's shape.
+func checkRawOracle(body []byte, dst reflect.Type) *problem {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	return walkRaw(dec, body, dst, "")
+}
+
+func walkRaw(dec *json.Decoder, body []byte, t reflect.Type, path string) *problem {
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	name := func(p string) string {
+		if p == "" {
+			return "request body"
+		}
+		return fmt.Sprintf("field %q", p)
+	}
+	start := dec.InputOffset()
+	tok, err := dec.Token()
+	if err != nil {
+		return invalid("request body is not valid JSON: %v", err)
+	}
+	switch v := tok.(type) {
+	case string:
+		if !cleanString(body[start:dec.InputOffset()]) {
+			return invalid("%s must be valid UTF-8 without unpaired surrogates", name(path))
+		}
+	case json.Delim:
+		if v == '[' {
+			var elem reflect.Type
+			if t != nil && (t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+				elem = t.Elem()
+			}
+			for dec.More() {
+				if p := walkRaw(dec, body, elem, path); p != nil {
+					return p
+				}
+			}
+			dec.Token()
+			return nil
+		}
+		var fields map[string]reflect.Type
+		if t != nil && t.Kind() == reflect.Struct {
+			fields = map[string]reflect.Type{}
+			for i := 0; i < t.NumField(); i++ {
+				f := t.Field(i)
+				if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n != "" && n != "-" {
+					fields[n] = f.Type
+				}
+			}
+		}
+		seen := map[string]bool{}
+		for dec.More() {
+			ks := dec.InputOffset()
+			kt, err := dec.Token()
+			if err != nil {
+				return invalid("request body is not valid JSON: %v", err)
+			}
+			k, _ := kt.(string)
+			if !cleanString(body[ks:dec.InputOffset()]) {
+				return invalid("a member name in %s is not valid UTF-8", name(path))
+			}
+			sub := k
+			if path != "" {
+				sub = path + "." + k
+			}
+			if seen[k] {
+				return invalid("%s has the member %q more than once", name(path), k)
+			}
+			seen[k] = true
+			var vt reflect.Type
+			switch {
+			case fields != nil:
+				ft, ok := fields[k]
+				if !ok {
+					return invalid("unknown field %q (names are case-sensitive)", sub)
+				}
+				vt = ft
+			case t != nil && t.Kind() == reflect.Map:
+				vt, sub = t.Elem(), path
+			}
+			if p := walkRaw(dec, body, vt, sub); p != nil {
+				return p
+			}
+		}
+		dec.Token()
+	}
+	return nil
+}
+
+// checkRawBoth decodes body as the handlers do and, when encoding/json
+// accepts it, requires the scanner and the oracle to give the same answer.
+func checkRawBoth(t *testing.T, body []byte, dst any) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if dec.Decode(dst) != nil {
+		return
+	}
+	typ := reflect.TypeOf(dst)
+	got, want := checkRaw(body, typ), checkRawOracle(body, typ)
+	if (got == nil) != (want == nil) || (got != nil && got.Detail != want.Detail) {
+		t.Fatalf("%q as %v: scanner says %v, oracle says %v", body, typ, detail(got), detail(want))
+	}
+}
+
+func detail(p *problem) string {
+	if p == nil {
+		return "ok"
+	}
+	return p.Detail
+}
+
+var rawSeeds = []string{
+	`{"principal":"cus_42","endpoint":"POST /payments","key":"k1","fingerprint":"9f86d081884c7d65"}`,
+	`{"principal":"cus_42","Principal":"x","endpoint":"e","key":"k","fingerprint":"f"}`,
+	`{"principal":"cus_42","principal":"cus_43","endpoint":"e","key":"k","fingerprint":"f"}`,
+	"{\"principal\":\"cus\xff42\",\"endpoint\":\"e\",\"key\":\"k\",\"fingerprint\":\"f\"}",
+	`{"principal":"cus\ud800","endpoint":"e","key":"k","fingerprint":"f"}`,
+	`{"principal":"cus\ud83d\ude00","endpoint":"e","key":"k","fingerprint":"f"}`,
+	`{"\u0070rincipal":"a","principal":"b"}`,
+	`{"pr\u0069ncipal":"a","endpoint":"e","key":"k","fingerprint":"f","lease_ms":1e3}`,
+	` { "principal" : "a" , "lease_ms" : null , "key" : "k\"\\" } `,
+	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"headers":{"A":"1","A":"2"},"body":"eyJ9"}}`,
+	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"headers":{"A":"\udc00"}}}`,
+	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"Headers":{}}}`,
+	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"headers":{"\u00e9":"v"},"content_type":"text/plain"}}`,
+	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"status":202}}`,
+	`{}`, `null`, `{"lease_ms":-0.5e-3}`, `{"key":"\u00e9\t\/"}`,
+}
+
+func TestCheckRawAgreesWithTokenWalk(t *testing.T) {
+	for _, s := range rawSeeds {
+		checkRawBoth(t, []byte(s), &claimRequest{})
+		checkRawBoth(t, []byte(s), &completeRequest{})
+	}
+}
+
+func FuzzCheckRaw(f *testing.F) {
+	for _, s := range rawSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		checkRawBoth(t, body, &claimRequest{})
+		checkRawBoth(t, body, &completeRequest{})
+		checkRawBoth(t, body, &extendRequest{})
+	})
+}
