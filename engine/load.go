@@ -73,6 +73,9 @@ type LoadStats struct {
 // Tokens are the caller's: a served store hands out raft indexes, so
 // tokens at or below 1 keep every scope's tokens increasing.
 //
+// Every record goes into its bucket's probe filter before it is written,
+// so the open DB finds loaded records at once.
+//
 // Batches are unindexed and committed without fsync; Finish writes the
 // counters and the metadata, then syncs. A load that fails part-way leaves
 // a partial store: throw the directory away.
@@ -158,6 +161,7 @@ func (l *Loader) Add(r *Record) error {
 		l.cur, l.started, l.stats = b, true, bucketStats{}
 		l.st.Buckets++
 	}
+	l.d.filter.add(b, l.d.filter.hash(scope)) // before the write can be seen
 	v := EncodeRecord(r)
 	if err := l.b.Set(key, v, nil); err != nil {
 		return fmt.Errorf("engine: load: %w", err)

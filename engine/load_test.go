@@ -228,12 +228,7 @@ func TestLoadedStoreServesLookupsAndRefusesDuplicates(t *testing.T) {
 		}
 	}
 	loadCases(t, db, cases, last, false)
-	require.NoError(t, db.Close())
-	db = mustOpenFS(t, fs, "db")
-	require.Equal(t, uint64(0), db.Meta().Applied)
-	require.Equal(t, last, db.Meta().NowMs)
-
-	// The newest record of each scope, as seen at the last loaded instant.
+	// The newest record of each scope (a lookup finds the newest).
 	newest := map[Scope]*Record{}
 	for i := range cases {
 		r := &cases[i].rec
@@ -241,6 +236,15 @@ func TestLoadedStoreServesLookupsAndRefusesDuplicates(t *testing.T) {
 			newest[r.Scope] = r
 		}
 	}
+	for s, r := range newest { // found at once by the DB that loaded them (probe filters)
+		got, ok := db.Lookup(s, false, r.CreatedMs)
+		require.True(t, ok, "loaded scope %v not found before reopening", s)
+		require.Equal(t, r.Token, got.Token)
+	}
+	require.NoError(t, db.Close())
+	db = mustOpenFS(t, fs, "db")
+	require.Equal(t, uint64(0), db.Meta().Applied)
+	require.Equal(t, last, db.Meta().NowMs)
 	checked := 0
 	for s, r := range newest {
 		got, ok := db.Lookup(s, false, r.CreatedMs)
