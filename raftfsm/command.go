@@ -48,4 +48,5 @@ type ApplyResult struct {
 	engine.Result
 	Index uint64
 	Err   error
+	nodes bool // the entry changed the stored node addresses
 }

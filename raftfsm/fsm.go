@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -25,6 +26,9 @@ type FSM struct {
 	dropped chan partition.Bucket
 	// skipUniqueness is the injected bug of Config.InjectBug.
 	skipUniqueness bool
+	// nodesGen moves after every committed change of the stored node
+	// addresses (SetNode, RemoveNode, Restore), so readers can cache them.
+	nodesGen atomic.Uint64
 }
 
 var (
@@ -52,12 +56,15 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	txn := f.db.Begin()
 	applied := txn.Meta().Applied
 	var last uint64
+	nodes := false
 	for i, l := range logs {
 		last = l.Index
 		if l.Index <= applied || l.Type != raft.LogCommand {
 			continue // replayed after a restart, or not ours
 		}
-		out[i] = f.apply(txn, l)
+		r := f.apply(txn, l)
+		out[i] = r
+		nodes = nodes || r.nodes
 	}
 	if last <= applied {
 		txn.Abort()
@@ -66,6 +73,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if err := txn.Commit(last); err != nil {
 		// Losing an applied batch would make this replica diverge.
 		panic(fmt.Errorf("raftfsm: commit index %d: %w", last, err))
+	}
+	if nodes {
+		f.nodesGen.Add(1)
 	}
 	f.clock.Observe(txn.Meta().NowMs)
 	return out
@@ -133,11 +143,13 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		}
 		b, _ := json.Marshal(c.Node)
 		txn.SetNamed("node/"+c.Node.ID, b)
+		res.nodes = true
 	case OpRemoveNode:
 		if c.Node == nil || c.Node.ID == "" {
 			return missing("node")
 		}
 		txn.DeleteNamed("node/" + c.Node.ID)
+		res.nodes = true
 	}
 	return res
 }
@@ -157,6 +169,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := f.db.Restore(rc); err != nil {
 		return fmt.Errorf("raftfsm: restore: %w", err)
 	}
+	f.nodesGen.Add(1)
 	f.clock.Observe(f.db.Meta().NowMs)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
 	return nil

@@ -263,3 +263,42 @@ func BenchmarkApplyClaimsByWidth(b *testing.B) {
 		b.Run(fmt.Sprint("width=", w), func(b *testing.B) { benchClaims(b, 64, w.Milliseconds()) })
 	}
 }
+
+// Node.Leader caches the leader's stored addresses per nodesGen: it must
+// move after every committed change of them, and only then.
+func TestNodesGenMovesWithStoredAddresses(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	idx := uint64(0)
+	apply := func(c *Command) {
+		t.Helper()
+		b, err := c.Encode()
+		require.NoError(t, err)
+		idx++
+		f.ApplyBatch([]*raft.Log{{Index: idx, Type: raft.LogCommand, Data: b}})
+	}
+	node := &NodeInfo{ID: "n2", RaftAddr: "127.0.0.2:7071", HTTPAddr: "127.0.0.2:7070"}
+	gen := f.nodesGen.Load()
+	apply(&Command{Op: OpTick, NowMs: 1000, WidthMs: 1000})
+	apply(&Command{Op: OpClaim, NowMs: 1000, WidthMs: 1000, Claim: &engine.ClaimArgs{
+		Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}, Fingerprint: "f", LeaseMs: 10, RetentionMs: 100}})
+	require.Equal(t, gen, f.nodesGen.Load(), "claims and ticks leave the addresses alone")
+	apply(&Command{Op: OpSetNode, NowMs: 1000, Node: node})
+	require.Greater(t, f.nodesGen.Load(), gen, "SetNode")
+	gen = f.nodesGen.Load()
+	apply(&Command{Op: OpRemoveNode, NowMs: 1000, Node: node})
+	require.Greater(t, f.nodesGen.Load(), gen, "RemoveNode")
+	gen = f.nodesGen.Load()
+	// A replayed entry (already applied) changes nothing and moves nothing.
+	b, _ := (&Command{Op: OpSetNode, NowMs: 1000, Node: node}).Encode()
+	f.ApplyBatch([]*raft.Log{{Index: idx, Type: raft.LogCommand, Data: b}})
+	require.Equal(t, gen, f.nodesGen.Load(), "replay")
+
+	snap, err := f.Snapshot()
+	require.NoError(t, err)
+	var sink memSink
+	require.NoError(t, snap.Persist(&sink))
+	snap.Release()
+	require.NoError(t, f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+	require.Greater(t, f.nodesGen.Load(), gen, "Restore")
+}

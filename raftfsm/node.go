@@ -39,6 +39,7 @@ type Node struct {
 	lastWrite atomic.Int64 // unix nanos of the last proposal, for idle ticks
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
+	leaderCache atomic.Pointer[leaderEntry]
 
 	mu       sync.Mutex
 	unhealty map[raft.ServerID]bool
@@ -255,12 +256,28 @@ func (n *Node) Leader() (NodeInfo, bool) {
 	if id == raft.ServerID(n.self.ID) {
 		return n.self, true
 	}
+	// A follower asks this for every request it forwards: the stored
+	// addresses are read once per leader and per change of them. The
+	// generation is read first, so a change committed during the read
+	// makes the entry stale rather than wrong.
+	gen := n.fsm.nodesGen.Load()
+	if e := n.leaderCache.Load(); e != nil && e.gen == gen && e.id == id && e.addr == addr {
+		return e.info, true
+	}
 	if v, err := n.db.Named("node/" + string(id)); err == nil {
 		if b, ok := v["node/"+string(id)]; ok {
 			json.Unmarshal(b, &info)
 		}
 	}
+	n.leaderCache.Store(&leaderEntry{gen: gen, id: id, addr: addr, info: info})
 	return info, true
+}
+
+type leaderEntry struct {
+	gen  uint64
+	id   raft.ServerID
+	addr raft.ServerAddress
+	info NodeInfo
 }
 
 // propose stamps a command with cluster time and the bucket width, commits
