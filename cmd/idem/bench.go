@@ -20,6 +20,9 @@ func init() {
 }
 
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "scale" {
+		return runBenchScale(ctx, args[1:], stdout, stderr)
+	}
 	fs := flag.NewFlagSet("idem bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed below, once
 	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (clients pick one at random per request)")
@@ -36,7 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
+		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
