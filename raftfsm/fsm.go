@@ -181,6 +181,16 @@ type fsmSnapshot struct {
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	if _, ok := sink.(markerSink); ok {
+		// Pebble holds this state durably (engine.Snapshot synced it):
+		// raft only needs to know it may truncate its log.
+		if err := writeMarker(sink, s.s.Meta().Applied); err != nil {
+			sink.Cancel()
+			return fmt.Errorf("raftfsm: persist snapshot: %w", err)
+		}
+		s.log.Debug("snapshot marker persisted", "applied-index", s.s.Meta().Applied)
+		return sink.Close()
+	}
 	n, err := s.s.WriteTo(sink)
 	if err != nil {
 		sink.Cancel()

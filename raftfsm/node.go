@@ -32,7 +32,7 @@ type Node struct {
 	raft      *raft.Raft
 	trans     *raft.NetworkTransport
 	logStore  *raftboltdb.BoltStore
-	snaps     *raft.FileSnapshotStore
+	snaps     *snapshotStore
 	metrics   *Metrics
 	widthMs   int64
 	self      NodeInfo
@@ -102,10 +102,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
 	}
-	if n.snaps, err = raft.NewFileSnapshotStore(cfg.DataDir, 2, writerFunc(func(p []byte) (int, error) {
-		n.log.Debug("raft snapshots: " + string(p))
-		return len(p), nil
-	})); err != nil {
+	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
 	if err := n.catchUpFromSnapshot(); err != nil {
@@ -177,6 +174,10 @@ func (n *Node) catchUpFromSnapshot() error {
 		return nil
 	}
 	_, rc, err := n.snaps.Open(list[0].ID)
+	if errors.Is(err, errNoData) {
+		return fmt.Errorf("raftfsm: the state in %s (applied index %d) is older than the raft log's snapshot %s (index %d) and cannot be rebuilt here: the fsm directory was lost or replaced. Remove the whole data dir and join the node again (idem cluster remove, then --join)",
+			filepath.Join(n.cfg.DataDir, "fsm"), n.db.Meta().Applied, list[0].ID, list[0].Index)
+	}
 	if err != nil {
 		return fmt.Errorf("raftfsm: open snapshot %s: %w", list[0].ID, err)
 	}

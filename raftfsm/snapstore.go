@@ -1,0 +1,152 @@
+package raftfsm
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// snapshotStore keeps raft's snapshots cheap whatever the size of the state.
+//
+// Pebble already holds the whole state durably (engine.Snapshot syncs it,
+// and the FSM skips entries at or below its stored applied index), so a
+// snapshot this node takes of itself only has to let raft truncate its log.
+// It is stored as a marker of a few bytes: taking one costs the same at 50 M
+// records as at none, which lets snapshots run often enough to keep the
+// raft log (and bolt's memory map of it) small.
+//
+// The data is produced only when a snapshot is opened: a leader sending it
+// to a follower that fell behind the log. Open then streams the current
+// state, at an applied index J at least the marker's index I, into a
+// temporary file (raft must know the size before sending). The follower
+// restores state J and raft replays the entries above I onto it; the FSM
+// skips those up to J, which it already holds, exactly as after a restart.
+//
+// Snapshots received from a leader are full streams and are stored and
+// opened as they are.
+type snapshotStore struct {
+	*raft.FileSnapshotStore
+	dir string
+	db  *engine.DB
+	log *slog.Logger
+}
+
+// liveMagic starts a marker; it cannot start an engine stream ("IDEMSNP1").
+var liveMagic = []byte("IDEMLIVE")
+
+// errNoData is opening a marker when the state is older than it: Pebble was
+// lost or replaced under a node whose raft log was kept.
+var errNoData = errors.New("the newest snapshot is a marker of this node's own state, which is now older than it")
+
+func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotStore, error) {
+	fs, err := raft.NewFileSnapshotStore(dir, 2, writerFunc(func(p []byte) (int, error) {
+		log.Debug("raft snapshots: " + string(bytes.TrimSpace(p)))
+		return len(p), nil
+	}))
+	if err != nil {
+		return nil, err
+	}
+	// Streams left by a send that was cut short by a crash.
+	old, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+	for _, f := range old {
+		os.Remove(f)
+	}
+	return &snapshotStore{FileSnapshotStore: fs, dir: dir, db: db, log: log}, nil
+}
+
+// writeMarker is what Persist writes into a sink of this store.
+func writeMarker(w io.Writer, applied uint64) error {
+	_, err := w.Write(binary.BigEndian.AppendUint64(append([]byte(nil), liveMagic...), applied))
+	return err
+}
+
+// Open returns a full engine stream: a stored one as it is, a marker
+// expanded from the current state.
+func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.FileSnapshotStore.Open(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	br := bufio.NewReaderSize(rc, 1<<20)
+	head, _ := br.Peek(len(liveMagic))
+	if !bytes.Equal(head, liveMagic) {
+		return meta, struct {
+			io.Reader
+			io.Closer
+		}{br, rc}, nil
+	}
+	rc.Close()
+	return s.expand(meta)
+}
+
+// expand writes the current state to a temporary file and returns it with
+// meta's size set to its length; closing it removes the file.
+func (s *snapshotStore) expand(meta *raft.SnapshotMeta) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	snap, err := s.db.Snapshot()
+	if err != nil {
+		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
+	}
+	defer snap.Close()
+	if snap.Meta().Applied < meta.Index {
+		return nil, nil, fmt.Errorf("raftfsm: snapshot %s (index %d): %w (applied %d)", meta.ID, meta.Index, errNoData, snap.Meta().Applied)
+	}
+	f, err := os.CreateTemp(s.dir, "send-*.snap")
+	if err != nil {
+		return nil, nil, fmt.Errorf("raftfsm: expand snapshot: %w", err)
+	}
+	fail := func(err error) (*raft.SnapshotMeta, io.ReadCloser, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	n, err := snap.WriteTo(bw)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		_, err = f.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	s.log.Info("snapshot expanded from the current state", "id", meta.ID, "snapshot-index", meta.Index,
+		"applied-index", snap.Meta().Applied, "bytes", n)
+	m := *meta
+	m.Size = n
+	return &m, &tempStream{File: f}, nil
+}
+
+// tempStream is an expanded snapshot; Close removes it.
+type tempStream struct{ *os.File }
+
+func (t *tempStream) Close() error {
+	err := t.File.Close()
+	os.Remove(t.Name())
+	return err
+}
+
+// markerSink is a sink of this store: the FSM writes a marker into it
+// instead of the state. Snapshots installed from a leader come through
+// Create too, but raft writes the received stream into them directly.
+type markerSink struct{ raft.SnapshotSink }
+
+// Create is FileSnapshotStore's, with the sink marked as this store's.
+func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64, conf raft.Configuration,
+	confIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := s.FileSnapshotStore.Create(version, index, term, conf, confIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	return markerSink{sink}, nil
+}

@@ -1,0 +1,144 @@
+package raftfsm
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+)
+
+func mustStore(t *testing.T, f *FSM, dir string) *snapshotStore {
+	t.Helper()
+	s, err := newSnapshotStore(dir, f.db, slog.New(slog.DiscardHandler))
+	require.NoError(t, err)
+	return s
+}
+
+// takeSnapshot does what raft's takeSnapshot does with this store.
+func takeSnapshot(t *testing.T, f *FSM, s *snapshotStore) *raft.SnapshotMeta {
+	t.Helper()
+	applied := f.db.Meta().Applied
+	snap, err := f.Snapshot()
+	require.NoError(t, err)
+	sink, err := s.Create(raft.SnapshotVersionMax, applied, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	require.NoError(t, snap.Persist(sink))
+	snap.Release()
+	list, err := s.List()
+	require.NoError(t, err)
+	require.Equal(t, applied, list[0].Index)
+	return list[0]
+}
+
+// A node's own snapshot is a marker of a few bytes, whatever the state;
+// opening it streams the current state, which restores to a replica that
+// then continues exactly like the source, the entries between the marker
+// and the stream's state being skipped.
+func TestMarkerSnapshotExpandsToTheCurrentState(t *testing.T) {
+	logs := genLog(21, 600)
+	src, srcDB := mustFSM(t, t.TempDir())
+	defer srcDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, src, dir)
+	applyInBatches(src, logs[:300], 1, 16)
+	meta := takeSnapshot(t, src, store)
+	require.Less(t, meta.Size, int64(64), "a marker, not the state")
+	applyInBatches(src, logs[300:400], 1, 16) // after the snapshot
+
+	openMeta, rc, err := store.Open(meta.ID)
+	require.NoError(t, err)
+	stream, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Equal(t, int64(len(stream)), openMeta.Size, "raft sends exactly Size bytes")
+	require.Equal(t, meta.Index, openMeta.Index)
+	left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+	require.Empty(t, left, "the expanded stream is removed on Close")
+
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	applyInBatches(dst, genLog(99, 40), 1, 8) // unrelated state, replaced
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(stream))))
+	require.Equal(t, uint64(400), dstDB.Meta().Applied, "the state as of Open, not as of the marker")
+	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
+	// raft replays from the marker's index: the FSM skips what it holds.
+	applyInBatches(dst, logs[300:], 3, 7)
+	applyInBatches(src, logs[400:], 2, 16)
+	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
+}
+
+// A snapshot installed from a leader is a full stream: stored and opened
+// byte for byte, and restored by a node whose state lags it.
+func TestInstalledSnapshotIsKeptAsSent(t *testing.T) {
+	src, srcDB := mustFSM(t, t.TempDir())
+	defer srcDB.Close()
+	applyInBatches(src, genLog(5, 200), 1, 16)
+	snap, err := srcDB.Snapshot()
+	require.NoError(t, err)
+	var full bytes.Buffer
+	_, err = snap.WriteTo(&full)
+	require.NoError(t, err)
+	snap.Close()
+
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	store := mustStore(t, dst, t.TempDir())
+	sink, err := store.Create(raft.SnapshotVersionMax, 200, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(full.Bytes())) // what installSnapshot does
+	require.NoError(t, err)
+	require.NoError(t, sink.Close())
+	list, err := store.List()
+	require.NoError(t, err)
+	meta, rc, err := store.Open(list[0].ID)
+	require.NoError(t, err)
+	got, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Equal(t, full.Bytes(), got)
+	require.Equal(t, int64(full.Len()), meta.Size)
+
+	n := &Node{db: dstDB, fsm: dst, snaps: store, log: slog.New(slog.DiscardHandler)}
+	require.NoError(t, n.catchUpFromSnapshot())
+	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
+}
+
+// A marker cannot rebuild a state older than itself: the node says so
+// instead of starting on a state that misses acknowledged writes.
+func TestMarkerNewerThanStateIsRefused(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	applyInBatches(f, genLog(8, 100), 1, 16)
+	dir := t.TempDir()
+	store := mustStore(t, f, dir)
+	takeSnapshot(t, f, store)
+	require.NoError(t, db.Close())
+
+	// The fsm directory is replaced by an empty one under the same raft dir.
+	f2, db2 := mustFSM(t, t.TempDir())
+	defer db2.Close()
+	store2 := mustStore(t, f2, dir)
+	list, err := store2.List()
+	require.NoError(t, err)
+	_, _, err = store2.Open(list[0].ID)
+	require.ErrorIs(t, err, errNoData)
+	n := &Node{db: db2, fsm: f2, snaps: store2, log: slog.New(slog.DiscardHandler), cfg: Config{DataDir: dir}}
+	err = n.catchUpFromSnapshot()
+	require.ErrorContains(t, err, "join the node again")
+	left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+	require.Empty(t, left)
+}
+
+func TestLeftoverExpandedStreamsAreRemoved(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "send-123.snap"), []byte("x"), 0o644))
+	mustStore(t, f, dir)
+	left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+	require.Empty(t, left)
+}
