@@ -119,8 +119,7 @@ func (g *gen) record(s span, principal, endpoint string, seq uint64) engine.Reco
 	for i := 0; i < len(rnd); i += 8 {
 		binary.LittleEndian.PutUint64(rnd[i:], g.rng.Uint64())
 	}
-	key := fmt.Sprintf("%08x-%04x-%04x-%s-%s", uint32(s.b), uint16(seq>>16), uint16(seq),
-		hex.EncodeToString(rnd[:2]), hex.EncodeToString(rnd[2:8]))
+	key := uuidKey(uint32(s.b), uint32(seq), rnd[:8])
 	exp := s.lo + g.rng.Int64N(s.hi-s.lo)
 	created := exp - g.retention
 	r := engine.Record{
@@ -160,7 +159,30 @@ func (g *gen) body(id string, created int64) []byte {
 	b = strconv.AppendInt(b, created/1000, 10)
 	b = append(b, `,"metadata":{"order":"`...)
 	for len(b) < g.bodyBytes-3 {
-		b = append(b, alnum[g.rng.IntN(len(alnum))])
+		// Ten characters per random word: 6 bits each, folded into alnum.
+		for x, i := g.rng.Uint64(), 0; i < 10 && len(b) < g.bodyBytes-3; i, x = i+1, x>>6 {
+			b = append(b, alnum[int(x&63)%len(alnum)])
+		}
 	}
 	return append(b, `"}}`...)
+}
+
+// uuidKey is "bbbbbbbb-ssss-ssss-rrrr-rrrrrrrrrrrr": the bucket and the
+// sequence number in hex (so keys sort in generation order), then random.
+func uuidKey(bucket, seq uint32, rnd []byte) string {
+	var k [36]byte
+	var raw [16]byte
+	binary.BigEndian.PutUint32(raw[0:], bucket)
+	binary.BigEndian.PutUint32(raw[4:], seq)
+	copy(raw[8:], rnd[:8])
+	hex.Encode(k[0:8], raw[0:4])
+	k[8] = '-'
+	hex.Encode(k[9:13], raw[4:6])
+	k[13] = '-'
+	hex.Encode(k[14:18], raw[6:8])
+	k[18] = '-'
+	hex.Encode(k[19:23], raw[8:10])
+	k[23] = '-'
+	hex.Encode(k[24:36], raw[10:16])
+	return string(k[:])
 }

@@ -105,3 +105,10 @@ func TestScaleRunTiny(t *testing.T) {
 		require.Contains(t, string(b), want)
 	}
 }
+
+func BenchmarkGenerate(b *testing.B) {
+	g := newGen(1, 10000, 256, 0, 7_200_000, 86_400_000, time.Now().UnixMilli(), int64(b.N))
+	b.ResetTimer()
+	n := 0
+	g.each(g.liveSpans(int64(b.N)), func(rs []engine.Record) error { n += len(rs); return nil })
+}
