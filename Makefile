@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: help run build test lint bench fuzz cluster chaos chaos-ci clean
+.PHONY: help run build test lint bench bench-scale fuzz cluster chaos chaos-ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-9s %s\n", $$1, $$2}'
@@ -29,6 +29,12 @@ cluster: ## three local nodes on 127.0.0.1/2/3 in the foreground (Ctrl-C stops a
 bench: ## FSM apply benchmarks (batches of 1, 64, 512) and an HTTP run of idem bench
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./raftfsm
 	./scripts/bench-http.sh
+
+SCALE_SIZES ?= 1M,10M,50M
+SCALE_DROP  ?= 10M
+SCALE_DIR   ?= scale-data
+bench-scale: build ## scale benchmark: claims, memory, disk per record at SCALE_SIZES live records, and a SCALE_DROP-record bucket drop (~10 GB per 50 M in SCALE_DIR)
+	bin/idem bench scale --sizes $(SCALE_SIZES) --drop-records $(SCALE_DROP) --dir $(SCALE_DIR) --out $(SCALE_DIR)/results.md
 
 fuzz: ## run every fuzzer for FUZZTIME each (default 10s)
 	@for pkg in ./engine ./api ./partition ./raftfsm; do \
