@@ -60,7 +60,7 @@ func DefaultConfig() Config {
 		Bootstrap:         true,
 		BucketWidth:       2 * time.Hour,
 		SnapshotThreshold: 8192,
-		SnapshotInterval:  2 * time.Minute,
+		SnapshotInterval:  10 * time.Second,
 		TrailingLogs:      10240,
 		ApplyTimeout:      5 * time.Second,
 		SweepInterval:     time.Second,
