@@ -2,9 +2,11 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -303,4 +305,38 @@ func sortedKeys(m map[string]int64) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// Settle flushes the memtable and waits until Pebble owes no compaction
+// (none running, no estimated debt, at most one L0 sublevel), or ctx ends.
+// After a bulk load it lets a node started on the store serve without first
+// compacting gigabytes of freshly written tables.
+func (d *DB) Settle(ctx context.Context) error {
+	d.mu.RLock()
+	if d.closed {
+		d.mu.RUnlock()
+		return ErrClosed
+	}
+	err := d.pdb.Flush()
+	d.mu.RUnlock()
+	if err != nil {
+		return fmt.Errorf("engine: flush: %w", err)
+	}
+	for {
+		d.mu.RLock()
+		if d.closed {
+			d.mu.RUnlock()
+			return ErrClosed
+		}
+		m := d.pdb.Metrics()
+		d.mu.RUnlock()
+		if m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0 && m.Levels[0].Sublevels <= 1 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -364,6 +365,9 @@ func BenchmarkLoader(b *testing.B) {
 		}
 	}
 	if _, err := l.Finish(); err != nil {
+		b.Fatal(err)
+	}
+	if err := db.Settle(context.Background()); err != nil {
 		b.Fatal(err)
 	}
 }

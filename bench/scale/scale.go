@@ -56,6 +56,9 @@ type Config struct {
 	ReclaimTimeout time.Duration // how long to wait for the space to come back
 
 	ReadyTimeout time.Duration // for /readyz after start
+	// SettleTimeout bounds the wait for Pebble's compactions after a load;
+	// the run goes on when it passes.
+	SettleTimeout time.Duration
 	// StartSlack is how long the drop scenario allows the server to start
 	// before cluster time must be DropAfter short of the bucket's end;
 	// 0 means 10 s.
@@ -128,6 +131,9 @@ func (c *Config) Validate() error {
 	if c.ReadyTimeout <= 0 {
 		bad("--ready-timeout must be positive")
 	}
+	if c.SettleTimeout <= 0 {
+		bad("--settle-timeout must be positive")
+	}
 	return errors.Join(errs...)
 }
 
@@ -138,6 +144,7 @@ type SizeResult struct {
 	Principals    int     `json:"principals"`
 	LoadSeconds   float64 `json:"load_s"`
 	LoadPerSec    float64 `json:"load_records_per_s"`
+	SettleSeconds float64 `json:"settle_s"`       // waiting for Pebble's compactions after the load
 	LoadAvgBefore string  `json:"loadavg_before"` // /proc/loadavg before the claim run
 	StartSeconds  float64 `json:"start_s"`        // server start to /readyz 200
 	Claims        int     `json:"claims"`
@@ -165,6 +172,7 @@ type DropResult struct {
 	Records          int64   `json:"records"`
 	LoadSeconds      float64 `json:"load_s"`
 	LoadPerSec       float64 `json:"load_records_per_s"`
+	SettleSeconds    float64 `json:"settle_s"`
 	LoadAvgBefore    string  `json:"loadavg_before"`
 	Dropped          bool    `json:"dropped"`
 	DropAtSeconds    float64 `json:"drop_at_s"` // into the claim load, when the drop was first seen
@@ -295,17 +303,17 @@ func splitLines(s string) []string {
 }
 
 // load writes the records of spans into dataDir/fsm with the bulk loader.
-func load(c *Config, g *gen, spans []span, dataDir string, nowMs int64) (engine.LoadStats, time.Duration, error) {
+func load(c *Config, g *gen, spans []span, dataDir string, nowMs int64) (st engine.LoadStats, loaded, settled time.Duration, err error) {
 	start := time.Now()
 	db, err := engine.Open(filepath.Join(dataDir, "fsm"), engine.Options{CacheBytes: c.CacheBytes})
 	if err != nil {
-		return engine.LoadStats{}, 0, err
+		return st, 0, 0, err
 	}
 	l, err := db.NewLoader(engine.LoadOptions{Width: partition.Width(c.BucketWidth.Milliseconds()),
 		NowMs: nowMs, RetentionMs: c.Retention.Milliseconds()})
 	if err != nil {
 		db.Close()
-		return engine.LoadStats{}, 0, err
+		return st, 0, 0, err
 	}
 	// Generate on one goroutine, load on another.
 	batches := make(chan []engine.Record, 4)
@@ -364,17 +372,26 @@ func load(c *Config, g *gen, spans []span, dataDir string, nowMs int64) (engine.
 	}
 	if loadErr != nil {
 		db.Close()
-		return engine.LoadStats{}, 0, loadErr
+		return st, 0, 0, loadErr
 	}
-	st, err := l.Finish()
+	st, err = l.Finish()
 	if err != nil {
 		db.Close()
-		return st, 0, err
+		return st, 0, 0, err
 	}
+	loaded = time.Since(start)
+	c.progress("loaded %d records in %.1fs; waiting for Pebble's compactions to settle", st.Records, loaded.Seconds())
+	sctx, cancel := context.WithTimeout(context.Background(), c.SettleTimeout)
+	defer cancel()
+	if err := db.Settle(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		db.Close()
+		return st, 0, 0, err
+	}
+	settled = time.Since(start) - loaded
 	if err := db.Close(); err != nil {
-		return st, 0, err
+		return st, 0, 0, err
 	}
-	return st, time.Since(start), nil
+	return st, loaded, settled, nil
 }
 
 func runSize(ctx context.Context, c *Config, n int64) (*SizeResult, error) {
@@ -390,12 +407,12 @@ func runSize(ctx context.Context, c *Config, n int64) (*SizeResult, error) {
 		c.BucketWidth.Milliseconds(), c.Retention.Milliseconds(), nowMs, n)
 	spans := g.liveSpans(n)
 	c.progress("%d records: loading into %s", n, dataDir)
-	st, took, err := load(c, g, spans, dataDir, nowMs)
+	st, took, settled, err := load(c, g, spans, dataDir, nowMs)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
 	r := &SizeResult{Records: st.Records, Buckets: st.Buckets, Principals: st.Principals,
-		LoadSeconds: took.Seconds(), LoadPerSec: float64(st.Records) / took.Seconds(), HeapBytes: -1}
+		LoadSeconds: took.Seconds(), LoadPerSec: float64(st.Records) / took.Seconds(), SettleSeconds: settled.Seconds(), HeapBytes: -1}
 	c.progress("%d records: loaded in %.1fs (%.0f/s)", n, r.LoadSeconds, r.LoadPerSec)
 	if r.FSMBytes, err = diskUsage(filepath.Join(dataDir, "fsm")); err != nil {
 		return nil, err
@@ -537,11 +554,11 @@ func runDrop(ctx context.Context, c *Config) (*DropResult, error) {
 	spans := []span{{b: b, lo: b.Start(w), hi: b.End(w), n: c.DropRecords}}
 	c.progress("drop: loading %d records into bucket %d (expires at %s)", c.DropRecords, b,
 		time.UnixMilli(b.End(w)).UTC().Format(time.RFC3339))
-	st, took, err := load(c, g, spans, dataDir, nowMs)
+	st, took, settled, err := load(c, g, spans, dataDir, nowMs)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
-	d := &DropResult{Records: st.Records, LoadSeconds: took.Seconds(), LoadPerSec: float64(st.Records) / took.Seconds()}
+	d := &DropResult{Records: st.Records, LoadSeconds: took.Seconds(), LoadPerSec: float64(st.Records) / took.Seconds(), SettleSeconds: settled.Seconds()}
 	if d.FSMLoaded, err = diskUsage(filepath.Join(dataDir, "fsm")); err != nil {
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func TestScaleRunTiny(t *testing.T) {
 		Retention: 24 * time.Hour, BucketWidth: 2 * time.Hour, CacheBytes: 16 << 20, Seed: 3,
 		Concurrency: 8, Duration: time.Second, BenchPrincipals: 10,
 		DropRecords: 20_000, DropAfter: 2 * time.Second, DropLoad: 5 * time.Second, ReclaimTimeout: 2 * time.Second,
-		ReadyTimeout: 30 * time.Second, StartSlack: 3 * time.Second, Progress: &progress,
+		ReadyTimeout: 30 * time.Second, SettleTimeout: time.Minute, StartSlack: 3 * time.Second, Progress: &progress,
 	})
 	t.Log(progress.String())
 	require.NoError(t, err)

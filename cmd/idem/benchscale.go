@@ -39,6 +39,7 @@ func runBenchScale(ctx context.Context, args []string, stdout, stderr io.Writer)
 	dropLoad := fs.Duration("drop-load", 45*time.Second, "drop scenario: length of the claim load")
 	reclaim := fs.Duration("reclaim-timeout", 5*time.Minute, "drop scenario: how long to wait for the fsm dir to shrink below half after the drop")
 	ready := fs.Duration("ready-timeout", 5*time.Minute, "how long to wait for the server's /readyz")
+	settle := fs.Duration("settle-timeout", 15*time.Minute, "after a load, how long to wait for Pebble's compactions to finish before serving (the run goes on after it)")
 	out := fs.String("out", "", "also write the markdown table to this file")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of markdown")
 	quiet := fs.Bool("quiet", false, "no progress lines on stderr")
@@ -93,7 +94,7 @@ Flags:
 		Sizes: ns, Binary: *binary, Dir: *dir, Keep: *keep, Principals: *loadPrincipals, BodyBytes: *bodyBytes,
 		InProgressPct: *inProgress, Retention: *retention, BucketWidth: *width, CacheBytes: *cache, Seed: *seed,
 		Concurrency: *conc, Duration: *dur, Warmup: *warm, BenchPrincipals: *principals,
-		DropRecords: dn, DropAfter: *dropAfter, DropLoad: *dropLoad, ReclaimTimeout: *reclaim, ReadyTimeout: *ready,
+		DropRecords: dn, DropAfter: *dropAfter, DropLoad: *dropLoad, ReclaimTimeout: *reclaim, ReadyTimeout: *ready, SettleTimeout: *settle,
 	}
 	if err := cfg.Validate(); err != nil {
 		fmt.Fprintf(stderr, "idem bench scale: %v\n", strings.ReplaceAll(err.Error(), "\n", "; "))
