@@ -307,10 +307,11 @@ func sortedKeys(m map[string]int64) []string {
 	return ks
 }
 
-// Settle flushes the memtable and waits until Pebble owes no compaction
-// (none running, no estimated debt, at most one L0 sublevel), or ctx ends.
+// Settle flushes the memtable and waits until Pebble has run no compaction
+// for two seconds (none in progress and no new one finished), or ctx ends.
 // After a bulk load it lets a node started on the store serve without first
-// compacting gigabytes of freshly written tables.
+// compacting what was just written. (Pebble's estimated debt is no guide:
+// after a sorted load it stays in the gigabytes with nothing scheduled.)
 func (d *DB) Settle(ctx context.Context) error {
 	d.mu.RLock()
 	if d.closed {
@@ -322,6 +323,8 @@ func (d *DB) Settle(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("engine: flush: %w", err)
 	}
+	var last int64 = -1
+	quiet := time.Now()
 	for {
 		d.mu.RLock()
 		if d.closed {
@@ -330,7 +333,9 @@ func (d *DB) Settle(ctx context.Context) error {
 		}
 		m := d.pdb.Metrics()
 		d.mu.RUnlock()
-		if m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0 && m.Levels[0].Sublevels <= 1 {
+		if m.Compact.NumInProgress > 0 || m.Compact.Count != last {
+			last, quiet = m.Compact.Count, time.Now()
+		} else if time.Since(quiet) >= 2*time.Second {
 			return nil
 		}
 		select {

@@ -303,7 +303,7 @@ func splitLines(s string) []string {
 }
 
 // load writes the records of spans into dataDir/fsm with the bulk loader.
-func load(c *Config, g *gen, spans []span, dataDir string, nowMs int64) (st engine.LoadStats, loaded, settled time.Duration, err error) {
+func load(ctx context.Context, c *Config, g *gen, spans []span, dataDir string, nowMs int64) (st engine.LoadStats, loaded, settled time.Duration, err error) {
 	start := time.Now()
 	db, err := engine.Open(filepath.Join(dataDir, "fsm"), engine.Options{CacheBytes: c.CacheBytes})
 	if err != nil {
@@ -345,6 +345,12 @@ func load(c *Config, g *gen, spans []span, dataDir string, nowMs int64) (st engi
 	next := time.Now().Add(5 * time.Second)
 	var loadErr error
 	for b := range batches {
+		if loadErr = ctx.Err(); loadErr != nil {
+			close(stop)
+			for range batches {
+			}
+			break
+		}
 		for i := range b {
 			if loadErr = l.Add(&b[i]); loadErr != nil {
 				break
@@ -381,9 +387,9 @@ func load(c *Config, g *gen, spans []span, dataDir string, nowMs int64) (st engi
 	}
 	loaded = time.Since(start)
 	c.progress("loaded %d records in %.1fs; waiting for Pebble's compactions to settle", st.Records, loaded.Seconds())
-	sctx, cancel := context.WithTimeout(context.Background(), c.SettleTimeout)
+	sctx, cancel := context.WithTimeout(ctx, c.SettleTimeout)
 	defer cancel()
-	if err := db.Settle(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+	if err := db.Settle(sctx); err != nil && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
 		db.Close()
 		return st, 0, 0, err
 	}
@@ -407,7 +413,7 @@ func runSize(ctx context.Context, c *Config, n int64) (*SizeResult, error) {
 		c.BucketWidth.Milliseconds(), c.Retention.Milliseconds(), nowMs, n)
 	spans := g.liveSpans(n)
 	c.progress("%d records: loading into %s", n, dataDir)
-	st, took, settled, err := load(c, g, spans, dataDir, nowMs)
+	st, took, settled, err := load(ctx, c, g, spans, dataDir, nowMs)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
@@ -554,7 +560,7 @@ func runDrop(ctx context.Context, c *Config) (*DropResult, error) {
 	spans := []span{{b: b, lo: b.Start(w), hi: b.End(w), n: c.DropRecords}}
 	c.progress("drop: loading %d records into bucket %d (expires at %s)", c.DropRecords, b,
 		time.UnixMilli(b.End(w)).UTC().Format(time.RFC3339))
-	st, took, settled, err := load(c, g, spans, dataDir, nowMs)
+	st, took, settled, err := load(ctx, c, g, spans, dataDir, nowMs)
 	if err != nil {
 		return nil, fmt.Errorf("load: %w", err)
 	}
