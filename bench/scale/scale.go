@@ -189,7 +189,7 @@ type DropResult struct {
 	WindowMax        float64 `json:"window_max_ms"`
 	Over50ms         int     `json:"window_claims_over_50ms"`
 	FSMLoaded        int64   `json:"fsm_bytes_loaded"` // the fsm dir after the load, before serving
-	FSMBefore        int64   `json:"fsm_bytes_before"`
+	FSMBefore        int64   `json:"fsm_bytes_before"` // the largest size seen before the drop
 	FSMAfterDrop     int64   `json:"fsm_bytes_after_drop"`
 	FSMAfterCompact  int64   `json:"fsm_bytes_after_compaction"`
 	ReclaimSeconds   float64 `json:"reclaim_s"` // drop until the fsm dir gave back half of FSMLoaded
@@ -610,10 +610,13 @@ func runDrop(ctx context.Context, c *Config) (*DropResult, error) {
 		t := time.NewTicker(200 * time.Millisecond)
 		defer t.Stop()
 		for {
-			p := poll{at: time.Since(td.t0), dropped: -1}
+			// at is when the counter was read: a scrape can wait behind
+			// the FSM (it takes the store's lock), so its start says little.
+			p := poll{dropped: -1}
 			if m, err := srv.metrics(pollCtx); err == nil {
 				p.dropped = m["idem_buckets_dropped_total"]
 			}
+			p.at = time.Since(td.t0)
 			p.fsm, _ = diskUsage(filepath.Join(dataDir, "fsm"))
 			pmu.Lock()
 			polls = append(polls, p)
@@ -638,16 +641,23 @@ func runDrop(ctx context.Context, c *Config) (*DropResult, error) {
 	d.P50, d.P99, d.Max = br.All.P50, br.All.P99, br.All.Max
 	d.Errors, d.BenchOK = br.ErrorCount(), br.OK()
 
-	// Wait for the space to come back: the fsm dir smaller than before the
-	// drop by at least half of what the loaded bucket took.
-	back := func(before, now poll) bool { return now.fsm <= before.fsm-d.FSMLoaded/2 }
+	// Wait for the space to come back: the fsm dir smaller than its
+	// largest size before the drop by at least half of what the loaded
+	// bucket took.
+	peak := func(ps []poll, i int) (pk int64) {
+		for _, p := range ps[:i] {
+			pk = max(pk, p.fsm)
+		}
+		return pk
+	}
+	back := func(peak int64, now poll) bool { return now.fsm <= peak-d.FSMLoaded/2 }
 	deadline := time.Now().Add(c.ReclaimTimeout)
 	for {
 		time.Sleep(time.Second)
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			break
 		}
-		if ps := snapshot(); firstDrop(ps) > 0 && back(ps[firstDrop(ps)-1], ps[len(ps)-1]) {
+		if ps := snapshot(); firstDrop(ps) > 0 && back(peak(ps, firstDrop(ps)), ps[len(ps)-1]) {
 			break
 		}
 	}
@@ -664,11 +674,11 @@ func runDrop(ctx context.Context, c *Config) (*DropResult, error) {
 	d.Dropped = true
 	before, after := polls[i-1], polls[i]
 	d.DropAtSeconds = after.at.Seconds()
-	d.FSMBefore, d.FSMAfterDrop = before.fsm, after.fsm
+	d.FSMBefore, d.FSMAfterDrop = peak(polls, i), after.fsm
 	last := polls[len(polls)-1]
 	d.FSMAfterCompact = last.fsm
 	for _, p := range polls[i:] {
-		if back(before, p) {
+		if back(d.FSMBefore, p) {
 			d.Reclaimed, d.ReclaimSeconds = true, (p.at - before.at).Seconds()
 			break
 		}

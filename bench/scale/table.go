@@ -62,7 +62,7 @@ func Markdown(r *Report) string {
 				d.WindowClaims, d.WindowP99, d.WindowMax, d.Over50ms, mib(d.FSMBefore), mib(d.FSMAfterDrop), mib(d.FSMAfterCompact), re)
 		}
 		fmt.Fprintf(&b, "\napply s: idem_bucket_drop_apply_seconds (Apply's DropBucket: per-principal quota subtraction and one range deletion). "+
-			"±2 s: claims in flight within 2 s of the drop (between the last /metrics poll before it and the first after, 200 ms apart). "+
+			"±2 s: claims in flight from 2 s before the last /metrics read that did not see the drop to 2 s after the first that did (reads every 200 ms; a read waits while the store's lock is held, so the window widens with a stall). fsm before: the largest size seen before the drop. "+
 			"Reclaimed: the fsm dir smaller than before the drop by half of what the loaded bucket took (%s MiB), polled every 200 ms. "+
 			"Load average before: %s. Records dropped as counted by the server match: %v.\n", mib(d.FSMLoaded), d.LoadAvgBefore, d.DroppedRecordsOK)
 	}
