@@ -9,6 +9,7 @@
 //	compare run   --system redis|postgres|etcd|idem --target ... [workload flags] --out r.json
 //	compare ping  --system ... --target ... --timeout 30s
 //	compare table r1.json r2.json ... > results.md
+//	compare pg-expiry --target DSN --data-dir D --rows N --live M   (pg-expiry.sh starts the server)
 package main
 
 import (
@@ -45,6 +46,8 @@ func main() {
 		code = cmdPing(ctx, os.Args[2:])
 	case "table":
 		code = cmdTable(os.Args[2:], os.Stdout)
+	case "pg-expiry":
+		code = cmdPGExpiry(ctx, os.Args[2:])
 	case "-h", "--help", "help":
 		usage(os.Stdout)
 	default:
@@ -60,6 +63,7 @@ func usage(w io.Writer) {
   compare run   --system redis|postgres|etcd|idem --target T [flags]   load one store, print and save the result
   compare ping  --system S --target T [--timeout 30s]                  wait until the store answers
   compare table RESULT.json...                                         markdown table of saved results
+  compare pg-expiry --target DSN [--data-dir D] [--rows N] [--live M]   PostgreSQL expiring N rows of the seed's table
 
 --target: redis host:port; postgres DSN (postgres://user@host:port/db); etcd and idem
 comma-separated host:port of every node. "compare run --help" lists the workload flags.
