@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"context"
-
 	"encoding/binary"
 	"github.com/cockroachdb/pebble/v2"
 
@@ -145,10 +143,15 @@ func (d *DB) Named(prefix string) (map[string][]byte, error) {
 // space comes back now rather than whenever compaction gets there.
 func (d *DB) CompactBucket(b partition.Bucket) error {
 	start, end := partition.Range(b)
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
+	if !d.use() {
 		return ErrClosed
 	}
-	return d.pdb.Compact(context.Background(), start, end, false)
+	defer d.users.Done()
+	if err := d.pdb.Compact(d.ctx, start, end, false); err != nil {
+		if d.ctx.Err() != nil {
+			return ErrClosed
+		}
+		return err
+	}
+	return nil
 }

@@ -317,11 +317,10 @@ func (d *DB) ExpiredBuckets(nowMs int64, max int) ([]partition.Bucket, error) {
 // eachBucket calls fn for every bucket that has at least one key, in order,
 // seeking from bucket to bucket rather than scanning keys.
 func (d *DB) eachBucket(fn func(it *pebble.Iterator, b partition.Bucket) bool) error {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
+	if !d.use() {
 		return ErrClosed
 	}
+	defer d.users.Done()
 	lo, hi := partition.AllRange()
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {

@@ -210,12 +210,11 @@ func (d *DB) StateHash() (string, error) {
 // point-in-time view, so replicas can be compared at equal indexes while
 // they keep applying.
 func (d *DB) StateHashApplied() (string, uint64, error) {
-	d.mu.RLock()
-	defer d.mu.RUnlock()
-	if d.closed {
+	if !d.use() {
 		return "", 0, ErrClosed
 	}
-	it, err := d.pdb.NewIter(nil)
+	defer d.users.Done()
+	it, err := d.pdb.NewIter(nil) // a consistent view: data and applied index agree
 	if err != nil {
 		return "", 0, fmt.Errorf("engine: hash iter: %w", err)
 	}
@@ -223,7 +222,11 @@ func (d *DB) StateHashApplied() (string, uint64, error) {
 	h := sha256.New()
 	var applied uint64
 	var hdr [binary.MaxVarintLen64]byte
+	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
+		if n++; n%4096 == 0 && d.ctx.Err() != nil {
+			return "", 0, ErrClosed
+		}
 		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(it.Key())))])
 		h.Write(it.Key())
 		v, err := it.ValueAndErr()
