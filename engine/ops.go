@@ -273,13 +273,14 @@ func (t *Txn) DropBucket(b partition.Bucket, nowMs int64) Result {
 		res.Outcome = OutcomeDropRefused
 		return res
 	}
-	v, _ := getValue(t.b, statsKey(b))
+	v, _ := t.get(statsKey(b))
 	s := decodeStats(v)
 	t.subtractQuotas(b)
 	start, end := partition.Range(b)
 	if err := t.b.DeleteRange(start, end, nil); err != nil {
 		panic(fmt.Errorf("engine: delete range: %w", err))
 	}
+	t.forget(b)
 	t.dropped = append(t.dropped, b)
 	res.Outcome, res.Dropped, res.Bytes = OutcomeDropped, s.Records, s.Bytes
 	return res
@@ -347,6 +348,7 @@ func (d *DB) eachBucket(fn func(it *pebble.Iterator, b partition.Bucket) bool) e
 func (t *Txn) subtractQuotas(b partition.Bucket) {
 	lo := bucketKey(nil, b, kindQuota)
 	hi := bucketKey(nil, b, kindQuota+1)
+	t.flush() // the iterator reads the batch
 	it, err := t.b.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		panic(fmt.Errorf("engine: quota iter: %w", err))

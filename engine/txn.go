@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -25,6 +26,72 @@ type Txn struct {
 	b       *pebble.Batch
 	meta    Meta
 	dropped []partition.Bucket // whose probe filters go once committed
+
+	// kv caches the bookkeeping keys (bucket stats, quota counters) for
+	// the life of the Txn: every claim of a raft batch updates the same
+	// few, and each read was a Pebble Get. Written to the batch by flush.
+	kv map[string]cached
+}
+
+type cached struct {
+	v       []byte
+	present bool
+	dirty   bool
+}
+
+// get reads a bookkeeping key through the cache.
+func (t *Txn) get(k []byte) ([]byte, bool) {
+	if e, ok := t.kv[string(k)]; ok {
+		return e.v, e.present
+	}
+	v, ok := getValue(t.b, k)
+	if t.kv == nil {
+		t.kv = map[string]cached{}
+	}
+	t.kv[string(k)] = cached{v: v, present: ok}
+	return v, ok
+}
+
+// put and remove write a bookkeeping key to the cache, for flush.
+func (t *Txn) putCached(k, v []byte) {
+	if t.kv == nil {
+		t.kv = map[string]cached{}
+	}
+	t.kv[string(k)] = cached{v: v, present: true, dirty: true}
+}
+
+func (t *Txn) removeCached(k []byte) {
+	if t.kv == nil {
+		t.kv = map[string]cached{}
+	}
+	t.kv[string(k)] = cached{dirty: true}
+}
+
+// flush writes the cached changes into the batch: before Commit, and
+// before anything reads the batch other than through get.
+func (t *Txn) flush() {
+	for k, e := range t.kv {
+		if !e.dirty {
+			continue
+		}
+		if e.present {
+			t.set([]byte(k), e.v)
+		} else {
+			t.del([]byte(k))
+		}
+		e.dirty = false
+		t.kv[k] = e
+	}
+}
+
+// forget drops cached keys of bucket b, after a range deletion of it.
+func (t *Txn) forget(b partition.Bucket) {
+	p := string(partition.Prefix(b))
+	for k := range t.kv {
+		if strings.HasPrefix(k, p) {
+			delete(t.kv, k)
+		}
+	}
 }
 
 // Begin starts a Txn.
@@ -57,6 +124,7 @@ func (t *Txn) EnsureWidth(w partition.Width) partition.Width {
 // synced: the raft log is the durable copy and entries above the stored
 // applied index are replayed after a crash (DESIGN.md invariant 5).
 func (t *Txn) Commit(applied uint64) error {
+	t.flush()
 	if applied > t.meta.Applied {
 		t.meta.Applied = applied
 	}
@@ -196,14 +264,14 @@ func (s bucketStats) encode() []byte {
 
 func (t *Txn) addStats(b partition.Bucket, records, bytes, created int64) {
 	k := statsKey(b)
-	v, _ := getValue(t.b, k)
+	v, _ := t.get(k)
 	s := decodeStats(v)
 	s.Records += records
 	s.Bytes += bytes
 	if created != 0 && (s.MinCreated == 0 || created < s.MinCreated) {
 		s.MinCreated = created
 	}
-	t.set(k, s.encode())
+	t.putCached(k, s.encode())
 }
 
 // addQuota moves the principal's key count in bucket b and its total by
@@ -215,24 +283,24 @@ func (t *Txn) addQuota(b partition.Bucket, principal string, delta int64) {
 }
 
 func (t *Txn) addCounter(k []byte, delta int64) {
-	v, _ := getValue(t.b, k)
+	v, _ := t.get(k)
 	var n int64
 	if len(v) == 8 {
 		n = int64(binary.BigEndian.Uint64(v))
 	}
 	n += delta
 	if n <= 0 {
-		t.del(k)
+		t.removeCached(k)
 		return
 	}
-	t.set(k, u64(uint64(n)))
+	t.putCached(k, u64(uint64(n)))
 }
 
 // liveKeys is the principal's count of stored keys. Expired records still
 // count until their bucket is dropped (at most one bucket width after they
 // expire): the quota errs on the side of refusing.
 func (t *Txn) liveKeys(principal string) int64 {
-	if v, ok := getValue(t.b, totalQuotaKey(principal)); ok && len(v) == 8 {
+	if v, ok := t.get(totalQuotaKey(principal)); ok && len(v) == 8 {
 		return int64(binary.BigEndian.Uint64(v))
 	}
 	return 0
