@@ -77,6 +77,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if nodes {
 		f.nodesGen.Add(1)
 	}
+	f.metrics.batch(len(logs))
 	f.clock.Observe(txn.Meta().NowMs)
 	return out
 }

@@ -22,6 +22,7 @@ type Metrics struct {
 	RecordsDrop   prometheus.Counter
 	DropsRefused  prometheus.Counter
 	DropApply     prometheus.Histogram
+	ApplyBatch    prometheus.Histogram
 	applyFailures prometheus.Counter
 }
 
@@ -59,6 +60,10 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idem_bucket_drop_apply_seconds", Help: "Time Apply spends on one DropBucket command (quota subtraction and the range deletion), before the batch commit.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		ApplyBatch: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "idem_fsm_apply_batch_entries", Help: "Raft log entries per FSM batch (one Pebble commit each): how well raft batches under load.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
+		}),
 		applyFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_bad_commands_total", Help: "Log entries that did not decode (ignored identically on every replica).",
 		}),
@@ -80,9 +85,15 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Claims, m.Completes, m.Releases, m.Extends, m.Takeovers, m.ClaimLatency,
-			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.DropApply, m.applyFailures)
+			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.DropApply, m.ApplyBatch, m.applyFailures)
 	}
 	return m
+}
+
+func (m *Metrics) batch(entries int) {
+	if m != nil {
+		m.ApplyBatch.Observe(float64(entries))
+	}
 }
 
 func (m *Metrics) dropped(records int64, took time.Duration) {
