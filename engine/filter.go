@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 
@@ -169,6 +170,7 @@ func (f *probeFilter) halt() {
 func (f *probeFilter) build(it *pebble.Iterator, stop, done chan struct{}) {
 	defer close(done)
 	defer it.Close()
+	start := time.Now()
 	n := 0
 	ok := it.First()
 	for ok {
@@ -199,8 +201,12 @@ func (f *probeFilter) build(it *pebble.Iterator, stop, done chan struct{}) {
 		return
 	}
 	f.ready.Store(true)
-	f.log.Debug("engine: probe filter ready", "keys", n)
+	f.log.Info("probe filters ready", "buckets", f.buckets(), "took", time.Since(start).Round(time.Millisecond))
 }
+
+// FilterReady reports whether the probe filters are built (true when they
+// are disabled): until then every claim probes every bucket of its span.
+func (d *DB) FilterReady() bool { return d.filter == nil || d.filter.ready.Load() }
 
 // buckets returns how many bucket filters are held (for tests and metrics).
 func (f *probeFilter) buckets() int {

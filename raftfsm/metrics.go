@@ -112,6 +112,7 @@ type stateCollector struct {
 
 	records, bytes, oldest, inProgress, oldestInProgress, disk, buckets *prometheus.Desc
 	state, term, commit, applied, fsmApplied, clusterTime, leader       *prometheus.Desc
+	filterReady                                                         *prometheus.Desc
 }
 
 func newStateCollector(n *Node) *stateCollector {
@@ -131,13 +132,14 @@ func newStateCollector(n *Node) *stateCollector {
 		applied:          d("idem_raft_applied_index", "Raft applied index."),
 		fsmApplied:       d("idem_fsm_applied_index", "Index stored with the data in Pebble."),
 		clusterTime:      d("idem_cluster_time_seconds", "Cluster time as this node sees it (Unix seconds)."),
+		filterReady:      d("idem_probe_filter_ready", "1 once the in-memory probe filters are built after a start or a snapshot restore; until then claims probe every bucket in Pebble."),
 		leader:           d("idem_raft_has_leader", "1 when this node knows a leader."),
 	}
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.inProgress, c.oldestInProgress,
-		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader} {
+		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader, c.filterReady} {
 		ch <- d
 	}
 }
@@ -177,6 +179,11 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	g(c.applied, float64(c.n.raft.AppliedIndex()))
 	g(c.fsmApplied, float64(c.n.db.Meta().Applied))
 	g(c.clusterTime, float64(now)/1000)
+	ready := 0.0
+	if c.n.db.FilterReady() {
+		ready = 1
+	}
+	g(c.filterReady, ready)
 	has := 0.0
 	if addr, _ := c.n.raft.LeaderWithID(); addr != "" {
 		has = 1

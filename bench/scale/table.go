@@ -33,17 +33,17 @@ func Markdown(r *Report) string {
 		r.Machine, c.InProgressPct, c.Principals, c.BodyBytes, c.Retention, c.BucketWidth, mib(c.CacheBytes),
 		c.Concurrency, c.Duration, c.Warmup)
 	if len(r.Sizes) > 0 {
-		b.WriteString("| live records | load s | load rec/s | settle s | claims/s | p50 ms | p99 ms | max ms | errors | RSS MiB | VmHWM MiB | Go heap MiB | fsm MiB | data dir MiB | B/record | load avg |\n")
-		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		b.WriteString("| live records | load s | load rec/s | settle s | filters s | claims/s | p50 ms | p99 ms | max ms | errors | RSS MiB | VmHWM MiB | Go heap MiB | fsm MiB | data dir MiB | B/record | load avg |\n")
+		b.WriteString("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, s := range r.Sizes {
-			fmt.Fprintf(&b, "| %s | %.1f | %.0f | %.1f | %.0f | %.2f | %.2f | %.2f | %d | %s | %s | %s | %s | %s | %.0f | %s |\n",
-				count(s.Records), s.LoadSeconds, s.LoadPerSec, s.SettleSeconds, s.ClaimsPerSec, s.P50, s.P99, s.Max, s.Errors,
+			fmt.Fprintf(&b, "| %s | %.1f | %.0f | %.1f | %.1f | %.0f | %.2f | %.2f | %.2f | %d | %s | %s | %s | %s | %s | %.0f | %s |\n",
+				count(s.Records), s.LoadSeconds, s.LoadPerSec, s.SettleSeconds, s.FilterSeconds, s.ClaimsPerSec, s.P50, s.P99, s.Max, s.Errors,
 				mib(s.RSSBytes), mib(s.HWMBytes), mib(s.HeapBytes), mib(s.FSMBytes), mib(s.DataBytes), s.BytesPerRec, s.LoadAvgBefore)
 		}
 		if r.P99Ratio > 0 {
 			fmt.Fprintf(&b, "\nClaim p99 at the largest size / at the smallest: **%.2f×** (target ≤ 1.5×).\n", r.P99Ratio)
 		}
-		b.WriteString("\nB/record: the fsm dir (Pebble) after the load and its compactions (settle s), divided by the records. RSS and VmHWM: /proc/PID/status of the server after the claim run; Go heap: go_memstats_heap_inuse_bytes.\n")
+		b.WriteString("\nB/record: the fsm dir (Pebble) after the load and its compactions (settle s), divided by the records. RSS and VmHWM: /proc/PID/status of the server after the claim run; Go heap: go_memstats_heap_inuse_bytes. filters s: server start until its probe filters were built from the loaded store (idem_probe_filter_ready); claims were measured after it.\n")
 	}
 	if d := r.Drop; d != nil {
 		b.WriteString("\n### Dropping an expired bucket under claim load\n\n")
