@@ -40,9 +40,10 @@ type Meta struct {
 
 // DB is the Pebble store of idem.
 type DB struct {
-	pdb *pebble.DB
-	dir string
-	fs  vfs.FS
+	pdb  *pebble.DB
+	dir  string
+	fs   vfs.FS
+	opts *pebble.Options // for writing tables to ingest (Restore)
 
 	mu     sync.RWMutex
 	meta   Meta
@@ -87,7 +88,7 @@ func Open(dir string, o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{pdb: pdb, dir: dir, fs: o.FS, filter: newProbeFilter(o.FilterBytes, o.Logger)}
+	d := &DB{pdb: pdb, dir: dir, fs: o.FS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if d.meta, err = d.readMeta(); err != nil {
 		pdb.Close()

@@ -1,7 +1,11 @@
 package engine
 
 import (
+	"bytes"
+	"encoding/binary"
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -74,4 +78,49 @@ func TestCloseDuringStateHash(t *testing.T) {
 	_, err := db.StateHash()
 	require.ErrorIs(t, err, ErrClosed)
 	require.ErrorIs(t, db.CompactBucket(1), ErrClosed)
+}
+
+// A large state restores through many ingested tables (a Pebble batch
+// would cap it at 4 GiB), replaces what was there, and leaves no files.
+func TestRestoreThroughManyTables(t *testing.T) {
+	old := restoreTableBytes
+	restoreTableBytes = 64 << 10
+	defer func() { restoreTableBytes = old }()
+
+	src := mustOpenDir(t, t.TempDir())
+	loadBucket(t, src, 20_000)
+	want, err := src.StateHash()
+	require.NoError(t, err)
+	snap, err := src.Snapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	require.NoError(t, snap.Close())
+
+	dir := filepath.Join(t.TempDir(), "fsm")
+	dst := &harness{t: t, db: mustOpenDir(t, dir)}
+	for i := range 50 {
+		dst.claim(t0+int64(i), args(scope(fmt.Sprint("junk", i))))
+	}
+	require.NoError(t, dst.db.Restore(bytes.NewReader(buf.Bytes())))
+	got, err := dst.db.StateHash()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.Greater(t, dst.db.pdb.Metrics().Ingest.Count, uint64(0), "ingested, not batched")
+	_, err = os.Stat(dir + ".restore")
+	require.True(t, os.IsNotExist(err), "the restore's tables are gone")
+
+	// Keys out of order are refused before anything changes.
+	bad := append([]byte(nil), buf.Bytes()[:len(snapMagic)]...)
+	for _, k := range []string{"b", "a"} {
+		bad = binary.AppendUvarint(bad, uint64(len(k)))
+		bad = append(bad, k...)
+		bad = binary.AppendUvarint(bad, 1)
+		bad = append(bad, 'v')
+	}
+	require.ErrorIs(t, dst.db.Restore(bytes.NewReader(bad)), ErrSnapshot)
+	got, err = dst.db.StateHash()
+	require.NoError(t, err)
+	require.Equal(t, want, got)
 }

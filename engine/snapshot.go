@@ -3,6 +3,7 @@ package engine
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,6 +13,9 @@ import (
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
+	"github.com/cockroachdb/pebble/v2/sstable"
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // Snapshot stream format:
@@ -99,9 +103,20 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Restore replaces the whole state with a snapshot stream. The stream is
-// read into one batch and checked before anything is committed, so a
-// truncated or corrupt stream changes nothing; the commit is synced.
+// restoreTableBytes is the size at which Restore starts a new table.
+var restoreTableBytes int64 = 256 << 20
+
+// Restore replaces the whole state with a snapshot stream. The stream's
+// pairs (in key order) are written into sstables beside the store and
+// checked to the last byte before anything changes, so a truncated or
+// corrupt stream changes nothing. Then one synced range deletion removes
+// the old state and the tables are ingested, both under d.mu, so no
+// reader sees the state in between. A crash between the two leaves an
+// empty store, applied index 0, below the snapshot raft recorded: the node
+// restores it again at start (raftfsm's catchUpFromSnapshot).
+//
+// Tables rather than one batch: a Pebble batch holds at most 4 GiB, which
+// is ~14 M records, and would hold the whole state in memory.
 func (d *DB) Restore(r io.Reader) error {
 	hr := &hashReader{br: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(castagnoli)}
 	bad := func(what string, err error) error {
@@ -114,12 +129,18 @@ func (d *DB) Restore(r io.Reader) error {
 	if _, err := io.ReadFull(hr, magic); err != nil || string(magic) != string(snapMagic) {
 		return bad("magic", err)
 	}
-	b := d.pdb.NewBatch()
-	defer b.Close()
-	if err := b.DeleteRange([]byte{}, []byte{0xff, 0xff, 0xff, 0xff}, nil); err != nil {
+	tmp := d.dir + ".restore"
+	if err := d.fs.RemoveAll(tmp); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
+	if err := d.fs.MkdirAll(tmp, 0o755); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
+	defer d.fs.RemoveAll(tmp)
+	tw := &tableWriter{d: d, dir: tmp}
+	defer tw.abort()
 	var n uint64
+	var prev []byte
 	for {
 		kl, err := binary.ReadUvarint(hr)
 		if err != nil {
@@ -143,9 +164,13 @@ func (d *DB) Restore(r io.Reader) error {
 		if _, err := io.ReadFull(hr, v); err != nil {
 			return bad("value", err)
 		}
-		if err := b.Set(k, v, nil); err != nil {
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			return bad("keys out of order", nil)
+		}
+		if err := tw.set(k, v); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}
+		prev = k
 		n++
 	}
 	var cnt [8]byte
@@ -163,13 +188,27 @@ func (d *DB) Restore(r io.Reader) error {
 	if binary.BigEndian.Uint32(sum[:]) != want {
 		return bad("checksum mismatch", nil)
 	}
+	paths, err := tw.finish()
+	if err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
 		return ErrClosed
 	}
+	b := d.pdb.NewBatch()
+	defer b.Close()
+	if err := b.DeleteRange([]byte{}, []byte{0xff, 0xff, 0xff, 0xff}, nil); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
 	if err := b.Commit(pebble.Sync); err != nil {
 		return fmt.Errorf("engine: restore commit: %w", err)
+	}
+	if len(paths) > 0 {
+		if err := d.pdb.Ingest(context.Background(), paths); err != nil {
+			return fmt.Errorf("engine: restore ingest: %w", err)
+		}
 	}
 	m, err := d.readMeta()
 	if err != nil {
@@ -177,6 +216,59 @@ func (d *DB) Restore(r io.Reader) error {
 	}
 	d.meta = m
 	return d.rebuildFilter()
+}
+
+// tableWriter writes sorted pairs into sstables of about restoreTableBytes
+// each, for ingestion.
+type tableWriter struct {
+	d     *DB
+	dir   string
+	w     *sstable.Writer
+	size  int64
+	paths []string
+}
+
+func (t *tableWriter) set(k, v []byte) error {
+	if t.w == nil || t.size >= restoreTableBytes {
+		if err := t.closeTable(); err != nil {
+			return err
+		}
+		path := t.d.fs.PathJoin(t.dir, fmt.Sprintf("%06d.sst", len(t.paths)))
+		f, err := t.d.fs.Create(path, vfs.WriteCategoryUnspecified)
+		if err != nil {
+			return err
+		}
+		format := t.d.pdb.FormatMajorVersion().MaxTableFormat()
+		t.w = sstable.NewWriter(objstorageprovider.NewFileWritable(f), t.d.opts.MakeWriterOptions(6, format))
+		t.paths = append(t.paths, path)
+		t.size = 0
+	}
+	t.size += int64(len(k) + len(v))
+	return t.w.Set(k, v)
+}
+
+func (t *tableWriter) closeTable() error {
+	if t.w == nil {
+		return nil
+	}
+	err := t.w.Close()
+	t.w = nil
+	return err
+}
+
+func (t *tableWriter) finish() ([]string, error) {
+	if err := t.closeTable(); err != nil {
+		return nil, err
+	}
+	return t.paths, nil
+}
+
+// abort closes a table left open by an error (its files go with the dir).
+func (t *tableWriter) abort() {
+	if t.w != nil {
+		t.w.Close()
+		t.w = nil
+	}
 }
 
 // hashReader checksums exactly the bytes consumed from it.
