@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -42,14 +41,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "idem bench: %v (see idem bench --help)\n", err)
-		return 2
+	if code, done := parseArgs(fs, args, "idem bench", stdout, stderr); done {
+		return code
 	}
 	if h := strings.ToLower(*hist); h != "" && !strings.HasSuffix(h, ".svg") && !strings.HasSuffix(h, ".png") {
 		fmt.Fprintf(stderr, "idem bench: --hist %q must end in .svg or .png\n", *hist)

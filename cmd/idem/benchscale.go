@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -60,18 +59,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "idem bench scale: %v (see idem bench scale --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idem bench scale: unexpected argument %q (see idem bench scale --help)\n", fs.Arg(0))
-		return 2
+	if code, done := parseArgs(fs, args, "idem bench scale", stdout, stderr); done {
+		return code
 	}
 	var ns []int64
 	for _, s := range strings.Split(*sizes, ",") {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,18 +58,8 @@ Flags:
 `)
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stdout)
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "idem chaos: %v (see idem chaos --help)\n", err)
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idem chaos: unexpected argument %q\n", fs.Arg(0))
-		return 2
+	if code, done := parseArgs(fs, args, "idem chaos", stdout, stderr); done {
+		return code
 	}
 	var err error
 	if cfg.Nemeses, err = chaos.ParseNemeses(*nem); err != nil {

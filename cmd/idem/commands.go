@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -87,4 +89,24 @@ func goVersion() string {
 		return bi.GoVersion
 	}
 	return "unknown"
+}
+
+// parseArgs parses the flags of command name. It returns done when the
+// command must return code at once: 0 after --help (printed to stdout), 2
+// after a usage error (named on stderr with a pointer to --help).
+func parseArgs(fs *flag.FlagSet, args []string, name string, stdout, stderr io.Writer) (code int, done bool) {
+	err := fs.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0, true
+	case err != nil:
+		fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", name, err, name)
+		return 2, true
+	case fs.NArg() > 0:
+		fmt.Fprintf(stderr, "%s: unexpected argument %q (see %s --help)\n", name, fs.Arg(0), name)
+		return 2, true
+	}
+	return 0, false
 }
