@@ -45,25 +45,16 @@ func (t *Txn) get(k []byte) ([]byte, bool) {
 		return e.v, e.present
 	}
 	v, ok := getValue(t.b, k)
-	if t.kv == nil {
-		t.kv = map[string]cached{}
-	}
 	t.kv[string(k)] = cached{v: v, present: ok}
 	return v, ok
 }
 
 // put and remove write a bookkeeping key to the cache, for flush.
 func (t *Txn) putCached(k, v []byte) {
-	if t.kv == nil {
-		t.kv = map[string]cached{}
-	}
 	t.kv[string(k)] = cached{v: v, present: true, dirty: true}
 }
 
 func (t *Txn) removeCached(k []byte) {
-	if t.kv == nil {
-		t.kv = map[string]cached{}
-	}
 	t.kv[string(k)] = cached{dirty: true}
 }
 
@@ -96,7 +87,7 @@ func (t *Txn) forget(b partition.Bucket) {
 
 // Begin starts a Txn.
 func (d *DB) Begin() *Txn {
-	return &Txn{d: d, b: d.pdb.NewIndexedBatch(), meta: d.Meta()}
+	return &Txn{d: d, b: d.pdb.NewIndexedBatch(), meta: d.Meta(), kv: map[string]cached{}}
 }
 
 // Meta returns the metadata as this Txn sees it.
