@@ -94,12 +94,18 @@ func Open(dir string, o Options) (*DB, error) {
 		pdb.Close()
 		return nil, err
 	}
-	if err := d.rebuildFilter(); err != nil {
-		pdb.Close()
-		return nil, err
+	if !d.filter.load(o.FS, d.filterPath(), d.meta.Applied) {
+		if err := d.rebuildFilter(); err != nil {
+			pdb.Close()
+			return nil, err
+		}
 	}
 	return d, nil
 }
+
+// filterPath is where a clean Close saves the probe filters, beside the
+// Pebble directory.
+func (d *DB) filterPath() string { return d.dir + ".filters" }
 
 // rebuildFilter starts building the probe filters from the state as it is
 // now. Callers make sure no write is committed before it returns: Open,
@@ -132,6 +138,11 @@ func (d *DB) Close() error {
 	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
 		d.pdb.Close()
 		return fmt.Errorf("engine: sync on close: %w", err)
+	}
+	// Every write is in and synced: the filters describe exactly this
+	// state. Failing to save them only costs the next start a build.
+	if err := d.filter.save(d.fs, d.filterPath(), d.meta.Applied); err != nil {
+		d.filter.log.Warn("probe filters not saved; the next start builds them", "error", err)
 	}
 	return d.pdb.Close()
 }

@@ -1,13 +1,21 @@
 package engine
 
 import (
-	"hash/maphash"
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
 
 	"github.com/idem-store/idem/partition"
 )
@@ -36,7 +44,6 @@ const DefaultFilterBytes = 2 << 20
 // replaced leave their bits behind (a false positive at worst); a dropped
 // bucket's filter is freed once the drop is committed.
 type probeFilter struct {
-	seed   maphash.Seed
 	words  int // uint64 words per bucket, a power of two and at least 8
 	log    *slog.Logger
 	mu     sync.RWMutex
@@ -62,14 +69,17 @@ func newProbeFilter(bytesPerBucket int, log *slog.Logger) *probeFilter {
 	for words*2*8 <= bytesPerBucket {
 		words *= 2
 	}
-	return &probeFilter{seed: maphash.MakeSeed(), words: words, log: log, filter: map[partition.Bucket][]uint64{}}
+	return &probeFilter{words: words, log: log, filter: map[partition.Bucket][]uint64{}}
 }
 
+// hash is deterministic so that saved filters stay valid across restarts.
+// Clients choose keys, so they could aim at one filter block: that costs
+// them false positives (a Get each), never a wrong answer.
 func (f *probeFilter) hash(scope []byte) uint64 {
 	if f == nil {
 		return 0
 	}
-	return maphash.Bytes(f.seed, scope)
+	return xxhash.Sum64(scope)
 }
 
 // bits sets or tests the four bits of hash h, all in one 64-byte block of w
@@ -216,4 +226,154 @@ func (f *probeFilter) buckets() int {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return len(f.filter)
+}
+
+// Saved filters let a clean restart skip the build (114 s at 50 M records).
+// They are trusted only by the next Open after a clean Close: Open removes
+// the file, durably, before the store takes any write, so after a crash
+// there is no file and the filters are built again. The file also carries
+// the applied index it was saved at, which must match the store's.
+//
+//	"IDEMFLT1", u64 applied, u32 words per bucket, u32 buckets,
+//	per bucket: u64 bucket, words × u64; u32 CRC-32C of all before it
+var filterMagic = []byte("IDEMFLT1")
+
+// save writes the filters to path (through a temporary file and a rename).
+// Only filters whose build finished hold every record; others are not saved.
+func (f *probeFilter) save(fs vfs.FS, path string, applied uint64) error {
+	if f == nil {
+		return nil
+	}
+	if !f.ready.Load() {
+		fs.Remove(path) // none should be there; never leave a stale one
+		return nil
+	}
+	tmp := path + ".tmp"
+	file, err := fs.Create(tmp, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	crc := crc32.New(castagnoli)
+	bw := bufio.NewWriterSize(io.MultiWriter(file, crc), 1<<20)
+	var buf []byte
+	buf = append(buf, filterMagic...)
+	buf = binary.BigEndian.AppendUint64(buf, applied)
+	buf = binary.BigEndian.AppendUint32(buf, uint32(f.words))
+	f.mu.RLock()
+	buf = binary.BigEndian.AppendUint32(buf, uint32(len(f.filter)))
+	bw.Write(buf)
+	for b, w := range f.filter {
+		buf = binary.BigEndian.AppendUint64(buf[:0], uint64(b))
+		for _, x := range w {
+			buf = binary.LittleEndian.AppendUint64(buf, x)
+		}
+		bw.Write(buf)
+	}
+	f.mu.RUnlock()
+	err = bw.Flush()
+	if err == nil {
+		_, err = file.Write(binary.BigEndian.AppendUint32(nil, crc.Sum32()))
+	}
+	if err == nil {
+		err = file.Sync()
+	}
+	if cerr := file.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(fs, path)
+	}
+	if err != nil {
+		fs.Remove(tmp)
+		return fmt.Errorf("engine: save probe filters: %w", err)
+	}
+	return nil
+}
+
+// load takes the filters saved at path if they are whole and were saved at
+// applied with this filter's size, removing the file first. It reports
+// whether the filters are ready; if not, the caller builds them.
+func (f *probeFilter) load(fs vfs.FS, path string, applied uint64) bool {
+	if f == nil {
+		return false
+	}
+	data, err := readAll(fs, path)
+	if errors.Is(err, errNoFile) {
+		return false
+	}
+	// Whatever it holds, the file must be gone before any write.
+	if rerr := fs.Remove(path); rerr != nil || syncDir(fs, path) != nil {
+		f.log.Warn("engine: could not remove saved probe filters; building them", "path", path, "error", rerr)
+		return false
+	}
+	if err != nil {
+		f.log.Warn("engine: saved probe filters unreadable; building them", "error", err)
+		return false
+	}
+	bad := func(why string) bool {
+		f.log.Warn("engine: saved probe filters not used; building them", "reason", why)
+		return false
+	}
+	const head = 8 + 8 + 4 + 4
+	if len(data) < head+4 || string(data[:8]) != string(filterMagic) {
+		return bad("not a filter file")
+	}
+	body, sum := data[:len(data)-4], binary.BigEndian.Uint32(data[len(data)-4:])
+	if crc32.Checksum(body, castagnoli) != sum {
+		return bad("checksum mismatch")
+	}
+	if got := binary.BigEndian.Uint64(data[8:]); got != applied {
+		return bad(fmt.Sprintf("saved at applied index %d, the store is at %d", got, applied))
+	}
+	if int(binary.BigEndian.Uint32(data[16:])) != f.words {
+		return bad("saved with another filter size")
+	}
+	n := int(binary.BigEndian.Uint32(data[20:]))
+	rest := body[head:]
+	if len(rest) != n*(8+8*f.words) {
+		return bad("truncated")
+	}
+	filters := make(map[partition.Bucket][]uint64, n)
+	for range n {
+		b := partition.Bucket(binary.BigEndian.Uint64(rest))
+		w := make([]uint64, f.words)
+		for i := range w {
+			w[i] = binary.LittleEndian.Uint64(rest[8+8*i:])
+		}
+		filters[b] = w
+		rest = rest[8+8*f.words:]
+	}
+	f.mu.Lock()
+	f.filter = filters
+	f.mu.Unlock()
+	f.ready.Store(true)
+	f.log.Info("probe filters loaded from the last clean shutdown", "buckets", n)
+	return true
+}
+
+var errNoFile = errors.New("no file")
+
+func readAll(fs vfs.FS, path string) ([]byte, error) {
+	file, err := fs.Open(path)
+	if err != nil {
+		if _, serr := fs.Stat(path); serr != nil {
+			return nil, errNoFile
+		}
+		return nil, err
+	}
+	defer file.Close()
+	return io.ReadAll(file)
+}
+
+// syncDir makes a rename or removal in path's directory durable.
+func syncDir(fs vfs.FS, path string) error {
+	dir, err := fs.OpenDir(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return dir.Sync()
 }

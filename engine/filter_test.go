@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -66,6 +68,7 @@ func TestProbeFilterRebuiltOnOpen(t *testing.T) {
 	}
 	idx := h.idx
 	require.NoError(t, h.db.Close())
+	require.NoError(t, os.Remove(dir+".filters"), "as after a crash: no saved filters")
 
 	h = &harness{t: t, db: mustOpenDir(t, dir), idx: idx}
 	// Straight away, while the build may still run, and again once ready.
@@ -94,6 +97,7 @@ func TestProbeFilterBuildRacesApplies(t *testing.T) {
 	}
 	require.NoError(t, tx.Commit(1))
 	require.NoError(t, h.db.Close())
+	require.NoError(t, os.Remove(dir+".filters"), "as after a crash: no saved filters")
 
 	h = &harness{t: t, db: mustOpenDir(t, dir), idx: 1}
 	var wg sync.WaitGroup
@@ -198,4 +202,80 @@ func TestProbeFilterDoesNotChangeState(t *testing.T) {
 	}
 	require.Equal(t, hashes[0], hashes[1], "64-byte filters (many false positives)")
 	require.Equal(t, hashes[0], hashes[2], "default filters")
+}
+
+// A clean Close saves the filters and the next Open takes them at once
+// (no build), consuming the file.
+func TestProbeFiltersSavedAtCloseAreLoadedAtOpen(t *testing.T) {
+	dir := t.TempDir()
+	h := &harness{t: t, db: mustOpenDir(t, dir)}
+	const n = 2000
+	for i := range n {
+		h.claim(t0+int64(i), args(scope(fmt.Sprintf("k%d", i))))
+	}
+	waitFilterReady(t, h.db)
+	idx := h.idx
+	require.NoError(t, h.db.Close())
+	require.FileExists(t, dir+".filters")
+
+	h = &harness{t: t, db: mustOpenDir(t, dir), idx: idx}
+	require.True(t, h.db.FilterReady(), "loaded, not built")
+	require.NoFileExists(t, dir+".filters", "consumed by Open")
+	for i := range n {
+		res := h.claim(t0+n, with(args(scope(fmt.Sprintf("k%d", i))), func(a *ClaimArgs) { a.ClaimID = "other" }))
+		require.Equal(t, OutcomeInProgress, res.Outcome, "k%d", i)
+	}
+	// Most absent scopes are ruled out without a Get: the bits came back.
+	no := 0
+	for i := range 1000 {
+		s := AppendScope(nil, scope(fmt.Sprintf("absent%d", i)), false)
+		if !h.db.filter.mayHold(recordBucket(t0+testRet), h.db.filter.hash(s)) {
+			no++
+		}
+	}
+	require.Greater(t, no, 900)
+}
+
+// Saved filters are for the next Open only. After a crash there is no file
+// (Open removed it durably), and a file saved at another applied index, or
+// damaged, is not used: the filters are built.
+func TestSavedFiltersAreNotTrustedAfterACrash(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	db := mustOpenFS(t, fs, "db")
+	h := &harness{t: t, db: db}
+	for i := range 100 {
+		h.claim(t0+int64(i), args(scope(fmt.Sprintf("a%d", i))))
+	}
+	waitFilterReady(t, db)
+	require.NoError(t, db.Close())
+
+	db = mustOpenFS(t, fs, "db") // takes the saved filters
+	require.True(t, db.FilterReady())
+	h = &harness{t: t, db: db, idx: h.idx}
+	for i := range 100 {
+		h.claim(t0+200+int64(i), args(scope(fmt.Sprintf("b%d", i))))
+	}
+	require.NoError(t, db.Sync())
+	crashed := fs.CrashClone(vfs.CrashCloneCfg{UnsyncedDataPercent: 0, RNG: rand.New(rand.NewPCG(1, 1))})
+	_, err := crashed.Stat("db.filters")
+	require.Error(t, err, "the consumed file does not come back after a crash")
+	db2 := mustOpenFS(t, crashed, "db")
+	waitFilterReady(t, db2)
+	for _, p := range []string{"a", "b"} {
+		for i := range 100 {
+			_, ok := db2.Lookup(scope(fmt.Sprintf("%s%d", p, i)), false, t0+300)
+			require.True(t, ok, "%s%d", p, i)
+		}
+	}
+
+	// A file saved at another applied index is removed and not used.
+	require.NoError(t, db2.filter.save(crashed, "db.filters", db2.Meta().Applied+1))
+	require.NoError(t, db2.Close()) // saves the right one over it
+	require.NoError(t, db2.filter.save(crashed, "db.filters", 12345))
+	db3 := mustOpenFS(t, crashed, "db")
+	_, err = crashed.Stat("db.filters")
+	require.Error(t, err)
+	waitFilterReady(t, db3)
+	_, ok := db3.Lookup(scope("b99"), false, t0+300)
+	require.True(t, ok)
 }
