@@ -313,26 +313,17 @@ func sortedKeys(m map[string]int64) []string {
 // compacting what was just written. (Pebble's estimated debt is no guide:
 // after a sorted load it stays in the gigabytes with nothing scheduled.)
 func (d *DB) Settle(ctx context.Context) error {
-	d.mu.RLock()
-	if d.closed {
-		d.mu.RUnlock()
+	if !d.use() {
 		return ErrClosed
 	}
-	err := d.pdb.Flush()
-	d.mu.RUnlock()
-	if err != nil {
+	defer d.users.Done()
+	if err := d.pdb.Flush(); err != nil {
 		return fmt.Errorf("engine: flush: %w", err)
 	}
 	var last int64 = -1
 	quiet := time.Now()
 	for {
-		d.mu.RLock()
-		if d.closed {
-			d.mu.RUnlock()
-			return ErrClosed
-		}
 		m := d.pdb.Metrics()
-		d.mu.RUnlock()
 		if m.Compact.NumInProgress > 0 || m.Compact.Count != last {
 			last, quiet = m.Compact.Count, time.Now()
 		} else if time.Since(quiet) >= 2*time.Second {
@@ -341,6 +332,8 @@ func (d *DB) Settle(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-d.ctx.Done():
+			return ErrClosed
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
