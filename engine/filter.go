@@ -8,6 +8,7 @@ import (
 	"hash/crc32"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -301,7 +302,7 @@ func (f *probeFilter) load(fs vfs.FS, path string, applied uint64) bool {
 		return false
 	}
 	data, err := readAll(fs, path)
-	if errors.Is(err, errNoFile) {
+	if errors.Is(err, os.ErrNotExist) {
 		return false
 	}
 	// Whatever it holds, the file must be gone before any write.
@@ -354,14 +355,9 @@ func (f *probeFilter) load(fs vfs.FS, path string, applied uint64) bool {
 	return true
 }
 
-var errNoFile = errors.New("no file")
-
 func readAll(fs vfs.FS, path string) ([]byte, error) {
 	file, err := fs.Open(path)
 	if err != nil {
-		if _, serr := fs.Stat(path); serr != nil {
-			return nil, errNoFile
-		}
 		return nil, err
 	}
 	defer file.Close()
