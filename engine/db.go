@@ -114,14 +114,20 @@ func (d *DB) rebuildFilter() error {
 	if d.filter == nil {
 		return nil
 	}
+	// The old filters describe another state: if no iterator can be had,
+	// the answers stay "maybe" rather than trusting them.
+	d.filter.invalidate()
 	lo, hi := partition.AllRange()
-	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	it, err := newFilterIter(d.pdb, &pebble.IterOptions{LowerBound: lo, UpperBound: hi})
 	if err != nil {
 		return fmt.Errorf("engine: filter iter: %w", err)
 	}
 	d.filter.rebuild(it)
 	return nil
 }
+
+// newFilterIter is pdb.NewIter; a variable so tests can make it fail.
+var newFilterIter = (*pebble.DB).NewIter
 
 // Close closes the store after syncing it.
 func (d *DB) Close() error {

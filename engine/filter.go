@@ -157,13 +157,22 @@ func (f *probeFilter) rebuild(it *pebble.Iterator) {
 		it.Close()
 		return
 	}
+	f.invalidate()
+	f.stop, f.done = make(chan struct{}), make(chan struct{})
+	go f.build(it, f.stop, f.done)
+}
+
+// invalidate stops a build in progress and forgets every filter: until a
+// build completes, every answer is "maybe".
+func (f *probeFilter) invalidate() {
+	if f == nil {
+		return
+	}
 	f.halt()
 	f.ready.Store(false)
 	f.mu.Lock()
 	f.filter = map[partition.Bucket][]uint64{}
 	f.mu.Unlock()
-	f.stop, f.done = make(chan struct{}), make(chan struct{})
-	go f.build(it, f.stop, f.done)
 }
 
 // halt stops a build in progress and waits for it to release its iterator.

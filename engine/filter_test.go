@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
 
@@ -278,4 +280,51 @@ func TestSavedFiltersAreNotTrustedAfterACrash(t *testing.T) {
 	waitFilterReady(t, db3)
 	_, ok := db3.Lookup(scope("b99"), false, t0+300)
 	require.True(t, ok)
+}
+
+// Bug: a Restore that failed after its synced range deletion left the
+// metadata and the probe filters describing the deleted state, so the
+// node would skip entries it no longer held and trust filters of records
+// that were gone. Both must describe the empty store.
+func TestFailedRestoreLeavesNoStaleMetaOrFilters(t *testing.T) {
+	src := newHarness(t)
+	for i := range 20 {
+		src.claim(t0, args(scope(fmt.Sprintf("src%d", i))))
+	}
+	snap, err := src.db.Snapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	require.NoError(t, snap.Close())
+
+	dst := &harness{t: t, db: mustOpenFS(t, vfs.NewMem(), "dst")}
+	for i := range 50 {
+		dst.claim(t0, args(scope(fmt.Sprintf("dst%d", i))))
+	}
+	waitFilterReady(t, dst.db)
+	require.Equal(t, uint64(50), dst.db.Meta().Applied)
+
+	orig := restoreIngest
+	restoreIngest = func(*pebble.DB, []string) error { return errors.New("injected ingest failure") }
+	defer func() { restoreIngest = orig }()
+	require.ErrorContains(t, dst.db.Restore(bytes.NewReader(buf.Bytes())), "injected ingest failure")
+	require.Equal(t, Meta{}, dst.db.Meta(), "the metadata describes the empty store left behind")
+	require.False(t, dst.db.FilterReady(), "filters of the deleted state are not trusted")
+}
+
+// Bug: rebuildFilter kept the old filters trusted when it could not open
+// its iterator.
+func TestFilterRebuildFailureDistrustsOldFilters(t *testing.T) {
+	h := newHarness(t)
+	h.claim(t0, args(scope("a")))
+	waitFilterReady(t, h.db)
+	orig := newFilterIter
+	newFilterIter = func(*pebble.DB, *pebble.IterOptions) (*pebble.Iterator, error) {
+		return nil, errors.New("injected iterator failure")
+	}
+	defer func() { newFilterIter = orig }()
+	require.Error(t, h.db.rebuildFilter())
+	require.False(t, h.db.FilterReady())
+	require.NotNil(t, h.lookup(scope("a"), t0+1), "a maybe still finds the record")
 }

@@ -118,12 +118,22 @@ var restoreTableBytes int64 = 256 << 20
 // Tables rather than one batch: a Pebble batch holds at most 4 GiB, which
 // is ~14 M records, and would hold the whole state in memory.
 func (d *DB) Restore(r io.Reader) error {
+	_, err := d.restore(r, false)
+	return err
+}
+
+// RestoreIfNewer is Restore when the stream's state is newer than the
+// store's (a higher applied index), and otherwise changes nothing and
+// reports false. The stream is checked to its last byte either way.
+func (d *DB) RestoreIfNewer(r io.Reader) (bool, error) { return d.restore(r, true) }
+
+func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 	hr := &hashReader{br: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(castagnoli)}
-	bad := func(what string, err error) error {
+	bad := func(what string, err error) (bool, error) {
 		if err != nil {
-			return fmt.Errorf("%w: %s: %w", ErrSnapshot, what, err)
+			return false, fmt.Errorf("%w: %s: %w", ErrSnapshot, what, err)
 		}
-		return fmt.Errorf("%w: %s", ErrSnapshot, what)
+		return false, fmt.Errorf("%w: %s", ErrSnapshot, what)
 	}
 	magic := make([]byte, len(snapMagic))
 	if _, err := io.ReadFull(hr, magic); err != nil || string(magic) != string(snapMagic) {
@@ -131,15 +141,15 @@ func (d *DB) Restore(r io.Reader) error {
 	}
 	tmp := d.dir + ".restore"
 	if err := d.fs.RemoveAll(tmp); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+		return false, fmt.Errorf("engine: restore: %w", err)
 	}
 	if err := d.fs.MkdirAll(tmp, 0o755); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+		return false, fmt.Errorf("engine: restore: %w", err)
 	}
 	defer d.fs.RemoveAll(tmp)
 	tw := &tableWriter{d: d, dir: tmp}
 	defer tw.abort()
-	var n uint64
+	var n, streamApplied uint64
 	var prev []byte
 	for {
 		kl, err := binary.ReadUvarint(hr)
@@ -168,7 +178,10 @@ func (d *DB) Restore(r io.Reader) error {
 			return bad("keys out of order", nil)
 		}
 		if err := tw.set(k, v); err != nil {
-			return fmt.Errorf("engine: restore: %w", err)
+			return false, fmt.Errorf("engine: restore: %w", err)
+		}
+		if bytes.Equal(k, keyApplied) && len(v) == 8 {
+			streamApplied = binary.BigEndian.Uint64(v)
 		}
 		prev = k
 		n++
@@ -190,32 +203,48 @@ func (d *DB) Restore(r io.Reader) error {
 	}
 	paths, err := tw.finish()
 	if err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+		return false, fmt.Errorf("engine: restore: %w", err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.closed {
-		return ErrClosed
+		return false, ErrClosed
 	}
+	if onlyNewer && streamApplied <= d.meta.Applied {
+		return false, nil
+	}
+	// From the range deletion on, the old state is gone: what describes
+	// it in memory goes first, so a failure below leaves an empty store
+	// described as empty (applied 0, every probe a "maybe"), which the
+	// node restores again at start.
+	d.filter.invalidate()
 	b := d.pdb.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange([]byte{}, []byte{0xff, 0xff, 0xff, 0xff}, nil); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+		return false, fmt.Errorf("engine: restore: %w", err)
 	}
 	if err := b.Commit(pebble.Sync); err != nil {
-		return fmt.Errorf("engine: restore commit: %w", err)
+		return false, fmt.Errorf("engine: restore commit: %w", err)
 	}
-	if len(paths) > 0 {
-		if err := d.pdb.Ingest(context.Background(), paths); err != nil {
-			return fmt.Errorf("engine: restore ingest: %w", err)
-		}
+	d.meta = Meta{}
+	if err := restoreIngest(d.pdb, paths); err != nil {
+		return false, fmt.Errorf("engine: restore ingest: %w", err)
 	}
 	m, err := d.readMeta()
 	if err != nil {
-		return err
+		return false, err
 	}
 	d.meta = m
-	return d.rebuildFilter()
+	return true, d.rebuildFilter()
+}
+
+// restoreIngest ingests the restored tables; a variable so tests can make
+// it fail after the old state is deleted.
+var restoreIngest = func(pdb *pebble.DB, paths []string) error {
+	if len(paths) == 0 {
+		return nil
+	}
+	return pdb.Ingest(context.Background(), paths)
 }
 
 // tableWriter writes sorted pairs into sstables of about restoreTableBytes
