@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -164,24 +165,48 @@ func Open(cfg Config) (*Node, error) {
 // catchUpFromSnapshot restores the newest snapshot when Pebble is behind it
 // (its directory was lost or replaced): raft would otherwise replay only
 // the log above the snapshot onto an older state.
+//
+// A snapshot's raft index counts no-op and barrier entries the FSM never
+// sees, so it is not compared with the applied index: a marker carries the
+// applied index of the state it stands for, and a full stream is restored
+// only when the state it holds is newer than Pebble's.
 func (n *Node) catchUpFromSnapshot() error {
 	list, err := n.snaps.List()
 	if err != nil || len(list) == 0 {
 		return err
 	}
-	if list[0].Index <= n.db.Meta().Applied {
+	newest, applied := list[0], n.db.Meta().Applied
+	if newest.Index <= applied {
 		return nil
 	}
-	_, rc, err := n.snaps.Open(list[0].ID)
-	if errors.Is(err, errNoData) {
-		return fmt.Errorf("raftfsm: the state in %s (applied index %d) is older than the raft log's snapshot %s (index %d) and cannot be rebuilt here: the fsm directory was lost or replaced. Remove the whole data dir and join the node again (idem cluster remove, then --join)",
-			filepath.Join(n.cfg.DataDir, "fsm"), n.db.Meta().Applied, list[0].ID, list[0].Index)
-	}
+	_, rc, err := n.snaps.FileSnapshotStore.Open(newest.ID)
 	if err != nil {
-		return fmt.Errorf("raftfsm: open snapshot %s: %w", list[0].ID, err)
+		return fmt.Errorf("raftfsm: open snapshot %s: %w", newest.ID, err)
 	}
-	n.log.Warn("state is behind the newest snapshot; restoring it", "snapshot-index", list[0].Index, "applied-index", n.db.Meta().Applied)
-	return n.fsm.Restore(rc)
+	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 1<<20)
+	stateIndex, marker, err := readMarker(br)
+	if err != nil {
+		return fmt.Errorf("raftfsm: snapshot %s: %w", newest.ID, err)
+	}
+	if marker {
+		if stateIndex <= applied {
+			return nil // the entries between are no-ops and barriers
+		}
+		return fmt.Errorf("raftfsm: the state in %s (applied index %d) is older than the state this node recorded in its own snapshot %s (applied index %d): "+
+			"the fsm directory was lost, replaced or restored from an older copy, and this node cannot rebuild it from its own files. Nothing was changed. "+
+			"If other members of the cluster are healthy, move this node's data dir aside (keep it: mv it to a new name) and start the node with an empty data dir and --join, so the leader sends it the state; "+
+			"if this is the only node, put back the fsm directory that belongs with this raft log, or build a new data dir from a backup (idem snapshot restore)",
+			filepath.Join(n.cfg.DataDir, "fsm"), applied, newest.ID, stateIndex)
+	}
+	restored, err := n.db.RestoreIfNewer(br)
+	if err != nil {
+		return fmt.Errorf("raftfsm: restore snapshot %s: %w", newest.ID, err)
+	}
+	if restored {
+		n.log.Warn("state was behind the newest snapshot; restored it", "snapshot-index", newest.Index, "applied-before", applied, "applied-index", n.db.Meta().Applied)
+	}
+	return nil
 }
 
 // Close stops the node: leader duties, raft (which waits for the FSM), the

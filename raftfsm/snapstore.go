@@ -44,9 +44,10 @@ type snapshotStore struct {
 // liveMagic starts a marker; it cannot start an engine stream ("IDEMSNP1").
 var liveMagic = []byte("IDEMLIVE")
 
-// errNoData is opening a marker when the state is older than it: Pebble was
-// lost or replaced under a node whose raft log was kept.
-var errNoData = errors.New("the newest snapshot is a marker of this node's own state, which is now older than it")
+// errNoData is opening a marker when the state is older than the state it
+// stands for: Pebble was lost or replaced under a node whose raft log was
+// kept.
+var errNoData = errors.New("the snapshot is a marker of this node's own state, which is now older than it")
 
 func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotStore, error) {
 	fs, err := raft.NewFileSnapshotStore(dir, 2, writerFunc(func(p []byte) (int, error) {
@@ -64,10 +65,26 @@ func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotSto
 	return &snapshotStore{FileSnapshotStore: fs, dir: dir, db: db, log: log}, nil
 }
 
-// writeMarker is what Persist writes into a sink of this store.
+// writeMarker is what Persist writes into a sink of this store: the magic
+// and the applied index of the state the marker stands for. That index can
+// be below the snapshot's raft index, which also counts the no-op and
+// barrier entries the FSM never sees.
 func writeMarker(w io.Writer, applied uint64) error {
 	_, err := w.Write(binary.BigEndian.AppendUint64(append([]byte(nil), liveMagic...), applied))
 	return err
+}
+
+// readMarker returns the applied index a marker at the head of br stands
+// for, and false when br holds a full engine stream instead.
+func readMarker(br *bufio.Reader) (uint64, bool, error) {
+	head, _ := br.Peek(len(liveMagic) + 8)
+	if len(head) < len(liveMagic) || !bytes.Equal(head[:len(liveMagic)], liveMagic) {
+		return 0, false, nil
+	}
+	if len(head) < len(liveMagic)+8 {
+		return 0, true, fmt.Errorf("raftfsm: snapshot marker is truncated (%d bytes)", len(head))
+	}
+	return binary.BigEndian.Uint64(head[len(liveMagic):]), true, nil
 }
 
 // Open returns a full engine stream: a stored one as it is, a marker
@@ -78,27 +95,32 @@ func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 		return nil, nil, err
 	}
 	br := bufio.NewReaderSize(rc, 1<<20)
-	head, _ := br.Peek(len(liveMagic))
-	if !bytes.Equal(head, liveMagic) {
+	stateIndex, marker, err := readMarker(br)
+	if err != nil || !marker {
+		if err != nil {
+			rc.Close()
+			return nil, nil, err
+		}
 		return meta, struct {
 			io.Reader
 			io.Closer
 		}{br, rc}, nil
 	}
 	rc.Close()
-	return s.expand(meta)
+	return s.expand(meta, stateIndex)
 }
 
-// expand writes the current state to a temporary file and returns it with
-// meta's size set to its length; closing it removes the file.
-func (s *snapshotStore) expand(meta *raft.SnapshotMeta) (*raft.SnapshotMeta, io.ReadCloser, error) {
+// expand writes the current state, which must hold at least the state of
+// the marker (applied index stateIndex), to a temporary file and returns
+// it with meta's size set to its length; closing it removes the file.
+func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	snap, err := s.db.Snapshot()
 	if err != nil {
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
 	defer snap.Close()
-	if snap.Meta().Applied < meta.Index {
-		return nil, nil, fmt.Errorf("raftfsm: snapshot %s (index %d): %w (applied %d)", meta.ID, meta.Index, errNoData, snap.Meta().Applied)
+	if snap.Meta().Applied < stateIndex {
+		return nil, nil, fmt.Errorf("raftfsm: snapshot %s (index %d, state applied %d): %w (applied %d)", meta.ID, meta.Index, stateIndex, errNoData, snap.Meta().Applied)
 	}
 	f, err := os.CreateTemp(s.dir, "send-*.snap")
 	if err != nil {
