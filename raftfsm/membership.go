@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -159,4 +160,10 @@ func (n *Node) observe(ch chan raft.Observation) {
 			n.mu.Unlock()
 		}
 	}
+}
+
+// peerState is what this node, while it leads, has measured of the other
+// members (see healthLoop).
+type peerState struct {
+	mu sync.Mutex
 }

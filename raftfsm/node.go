@@ -43,6 +43,7 @@ type Node struct {
 
 	mu       sync.Mutex
 	unhealty map[raft.ServerID]bool
+	peers    peerState // membership.go: measured health of the members, promotions
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -128,6 +129,9 @@ func Open(cfg Config) (*Node, error) {
 	// Pebble keeps the state across restarts; raft only replays the log
 	// above the snapshot and the FSM skips what it already has.
 	rc.NoSnapshotRestoreOnStart = true
+	// A removed node keeps running outside the configuration, so an
+	// operator can add it back without restarting it (membership.go).
+	rc.ShutdownOnRemove = false
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
