@@ -1,4 +1,4 @@
-// Package api serves idem's HTTP contract (shared/API.md): JSON requests
+// Package api serves idem's HTTP API (docs/API.md): JSON requests
 // validated against the limits, decisions taken by the Store, answers as
 // JSON or RFC 9457 problem documents, and transparent forwarding of writes
 // and linearizable reads from a follower to the leader.

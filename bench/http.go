@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// HTTPDriver speaks idem's HTTP API (shared/API.md) to one or several
+// HTTPDriver speaks idem's HTTP API (docs/API.md) to one or several
 // nodes; each request goes to a node picked at random.
 type HTTPDriver struct {
 	addrs  []string

@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// schema is the seed's table (shared/seed/idempotency-storage.txt), with
-// its expiry index and the partial index of in-progress claims.
+// schema is the textbook PostgreSQL idempotency-key table: unique on the
+// full scope, with its expiry index and the partial index of in-progress
+// claims.
 const schema = `
 CREATE TABLE IF NOT EXISTS idempotency_keys (
   id              bigserial PRIMARY KEY,
@@ -47,7 +48,7 @@ WHERE id = $1 AND state = 'in_progress'`
 WHERE principal_id = $1 AND endpoint = $2 AND key = $3 AND expires_at > now()`
 )
 
-// postgresDriver claims with the seed's single INSERT ... ON CONFLICT DO
+// postgresDriver claims with the textbook single INSERT ... ON CONFLICT DO
 // NOTHING RETURNING id (the id is the token), completes with an UPDATE
 // fenced by that id, looks up with a SELECT on the full scope.
 type postgresDriver struct {
