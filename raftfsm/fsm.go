@@ -46,12 +46,20 @@ func NewFSM(db *engine.DB, clock *ttl.Clock, log *slog.Logger, m *Metrics) *FSM 
 	return &FSM{db: db, clock: clock, log: log, metrics: m, dropped: make(chan partition.Bucket, 64)}
 }
 
+// applyHook, when set (tests only), runs before each batch is applied: a
+// slow FSM opens the window between a leader's election and its FSM
+// catching up.
+var applyHook func([]*raft.Log)
+
 // Apply applies one entry.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch applies a batch of entries as one Pebble batch: one commit, with
 // the applied index, per raft batch.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	if applyHook != nil {
+		applyHook(logs)
+	}
 	out := make([]any, len(logs))
 	txn := f.db.Begin()
 	applied := txn.Meta().Applied
@@ -89,7 +97,7 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		res.Err = err
 		return res
 	}
-	now := txn.Advance(c.NowMs)
+	now := txn.Advance(ttl.Step(txn.Meta().NowMs, c.NowMs))
 	if c.WidthMs > 0 {
 		txn.EnsureWidth(partition.Width(c.WidthMs))
 	}

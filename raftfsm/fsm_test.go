@@ -215,9 +215,13 @@ func TestClusterTimeNeverGoesBack(t *testing.T) {
 	// A new leader whose stamp is behind cannot move cluster time back.
 	require.Equal(t, int64(5000), stamp(2, 4000))
 	require.Equal(t, int64(6000), stamp(3, 6000))
+	// A stamp an hour ahead moves time by ttl.MaxStep only, the same on
+	// every replica.
+	require.Equal(t, int64(6000)+ttl.MaxStep.Milliseconds(), stamp(4, 6000+3_600_000))
+	require.Equal(t, int64(6000)+2*ttl.MaxStep.Milliseconds(), stamp(5, 6000+3_600_000))
 	// The node's clock follows the applied time, not its wall clock.
 	require.GreaterOrEqual(t, f.clock.NowMs(), int64(6000))
-	require.Less(t, f.clock.NowMs(), int64(6000)+int64(time.Minute/time.Millisecond))
+	require.Less(t, f.clock.NowMs(), int64(6000)+3*ttl.MaxStep.Milliseconds()+int64(time.Minute/time.Millisecond))
 }
 
 func benchClaims(b *testing.B, batch int, widthMs int64) {

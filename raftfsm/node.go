@@ -39,6 +39,7 @@ type Node struct {
 	lastWrite atomic.Int64 // unix nanos of the last proposal, for idle ticks
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
+	barrierMu   sync.Mutex
 	leaderCache atomic.Pointer[leaderEntry]
 
 	mu       sync.Mutex
@@ -318,6 +319,13 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if n.raft.State() != raft.Leader {
 		return nil, n.notLeader()
 	}
+	// Cluster time comes from the applied log: until this leader has
+	// applied everything committed before its term, its clock may not be
+	// anchored (a lost fsm dir, a fresh voter) and would stamp its own
+	// wall clock.
+	if err := n.termBarrier(); err != nil {
+		return nil, err
+	}
 	c.NowMs = n.clock.NowMs()
 	c.WidthMs = n.widthMs
 	data, err := c.Encode()
@@ -426,7 +434,11 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 			return nil, false, err
 		}
 	}
-	r, ok := n.db.Lookup(s, principalScope, n.clock.NowMs())
+	// Expiry is judged at the cluster time of the applied log, not by this
+	// node's clock, which runs ahead of it: every later claim is decided
+	// at that time or later, so a record read as expired is expired for
+	// every claim that follows the read.
+	r, ok := n.db.Lookup(s, principalScope, n.db.Meta().NowMs)
 	return r, ok, nil
 }
 
@@ -438,12 +450,8 @@ func (n *Node) readBarrier(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
-	term := n.term()
-	if n.barrierTerm.Load() != term {
-		if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
-			return mapRaftError(err)
-		}
-		n.barrierTerm.Store(term)
+	if err := n.termBarrier(); err != nil {
+		return err
 	}
 	commit := n.raft.CommitIndex()
 	if err := n.raft.VerifyLeader().Error(); err != nil {
@@ -459,6 +467,25 @@ func (n *Node) readBarrier(ctx context.Context) error {
 		case <-time.After(time.Millisecond):
 		}
 	}
+	return nil
+}
+
+// termBarrier makes sure this leader has applied every entry committed
+// before its term: a Barrier once per term, shared by concurrent callers.
+func (n *Node) termBarrier() error {
+	term := n.term()
+	if n.barrierTerm.Load() == term {
+		return nil
+	}
+	n.barrierMu.Lock()
+	defer n.barrierMu.Unlock()
+	if n.barrierTerm.Load() == term {
+		return nil
+	}
+	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+		return mapRaftError(err)
+	}
+	n.barrierTerm.Store(term)
 	return nil
 }
 

@@ -2,9 +2,12 @@ package raftfsm
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-store/idem/engine"
@@ -52,4 +55,65 @@ func TestRestartAfterSnapshotAtBarrierIndex(t *testing.T) {
 	_, found, err = m.Lookup(context.Background(), s, false, true)
 	require.NoError(t, err)
 	require.True(t, found)
+}
+
+// Bug: a leader whose FSM had applied nothing yet (its fsm directory lost,
+// the raft log kept) stamped its own wall clock before replaying the log,
+// and cluster time jumped by that clock's skew: with +1 h, a record with
+// ten minutes of retention was claimed again seconds after its first claim.
+func TestLeaderWithLostStateDoesNotStampItsWallClock(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval = 20 * time.Millisecond })
+	s := engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}
+	a := engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 600_000, RetentionMs: 600_000}
+	res, _, err := n.Claim(a)
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	before := n.db.Meta().NowMs
+
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(cfg.DataDir, "fsm")))
+	require.NoError(t, os.RemoveAll(filepath.Join(cfg.DataDir, "fsm.filters")))
+	cfg.ClockOffset = time.Hour
+	// A slow FSM: the new leader's first proposals come before it has
+	// replayed the log.
+	applyHook = func([]*raft.Log) { time.Sleep(300 * time.Millisecond) }
+	defer func() { applyHook = nil }()
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Eventually(t, m.IsLeader, 10*time.Second, time.Millisecond)
+	again, _, err := m.Claim(a)
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeInProgress, again.Outcome, "the first claim's lease and record are still live")
+	require.Less(t, m.db.Meta().NowMs-before, int64(time.Minute/time.Millisecond), "cluster time moved by the wall clock's skew")
+}
+
+// Bug: lookups judged expiry by the node's own clock, which runs ahead of
+// the applied cluster time, so a record read as expired could still be
+// live to a claim decided a moment later (by a leader whose stamps are
+// behind that clock). A read must never call a record expired before the
+// cluster time every later claim is decided at.
+func TestLookupJudgesExpiryAtAppliedClusterTime(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
+	s := engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}
+	res, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 100, RetentionMs: 200})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	time.Sleep(400 * time.Millisecond) // the node's clock passes expires_at; nothing is applied
+	for _, linearizable := range []bool{false, true} {
+		_, found, err := n.Lookup(context.Background(), s, false, linearizable)
+		require.NoError(t, err)
+		applied := n.db.Meta().NowMs
+		require.Equal(t, applied < res.Record.ExpiresMs, found, "linearizable=%v: found must agree with the applied cluster time %d (expires %d)", linearizable, applied, res.Record.ExpiresMs)
+	}
+	// Once time moves in the log, it is expired for reads and claims alike.
+	_, err = n.propose(&Command{Op: OpTick})
+	require.NoError(t, err)
+	_, found, err := n.Lookup(context.Background(), s, false, true)
+	require.NoError(t, err)
+	require.False(t, found)
+	again, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 100, RetentionMs: 200})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, again.Outcome)
 }

@@ -31,6 +31,28 @@ func ValidateRetention(r time.Duration, allowShort bool) error {
 	return nil
 }
 
+// MaxStep is the most one log entry can move cluster time forward. A
+// healthy leader stamps entries at least every tick (a second), so honest
+// steps are small; a leader whose clock is wrong moves time by at most this
+// much per entry instead of by its whole error at once, and time that
+// truly passed (a cluster down for an hour) is caught up by the following
+// entries. The cap errs on the safe side: records live longer, never less.
+const MaxStep = 10 * time.Second
+
+// Step returns the cluster time after an entry stamped proposedMs is
+// applied at cluster time curMs: never back, and never more than MaxStep
+// forward. The first time of a new log (curMs 0) is taken as it is.
+// Deterministic: it reads no clock.
+func Step(curMs, proposedMs int64) int64 {
+	switch {
+	case proposedMs <= curMs:
+		return curMs
+	case curMs > 0 && proposedMs-curMs > MaxStep.Milliseconds():
+		return curMs + MaxStep.Milliseconds()
+	}
+	return proposedMs
+}
+
 // Live reports whether a record expiring at expiresMs is still live at nowMs.
 // A record is live up to, not including, its expires_at.
 func Live(expiresMs, nowMs int64) bool { return nowMs < expiresMs }

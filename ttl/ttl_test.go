@@ -330,3 +330,35 @@ func TestClockCorrectionBeforeAnchor(t *testing.T) {
 	c.Correct(time.Hour)
 	require.InDelta(t, real+5000, c.NowMs(), 1000, "an anchored clock ignores corrections")
 }
+
+// One entry moves cluster time forward by at most MaxStep, never back; a
+// new log takes its first time as it is; time that truly passed is caught
+// up entry by entry.
+func TestStepCapsHowFarOneEntryMovesTime(t *testing.T) {
+	step := MaxStep.Milliseconds()
+	cases := []struct {
+		name          string
+		cur, proposed int64
+		want          int64
+	}{
+		{"first time of a new log", 0, 1_700_000_000_000, 1_700_000_000_000},
+		{"forward by less than the cap", 5000, 5000 + step - 1, 5000 + step - 1},
+		{"forward by exactly the cap", 5000, 5000 + step, 5000 + step},
+		{"a clock an hour ahead moves time by the cap only", 5000, 5000 + 3_600_000, 5000 + step},
+		{"behind never moves time back", 5000, 4000, 5000},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Step(c.cur, c.proposed); got != c.want {
+				t.Fatalf("Step(%d, %d) = %d, want %d", c.cur, c.proposed, got, c.want)
+			}
+		})
+	}
+	now := int64(5000)
+	for i := 0; i < 6; i++ {
+		now = Step(now, 5000+60_000)
+	}
+	if now != 5000+60_000 {
+		t.Fatalf("a minute of real time is caught up in six entries: got %d", now)
+	}
+}
