@@ -194,16 +194,27 @@ func (s *Server) tokenTarget(principal, endpoint, key, token string) (engine.Tok
 }
 
 // tokenProblem answers the outcomes shared by complete, release and extend.
-func tokenProblem(res engine.Result) *problem {
+func tokenProblem(res engine.Result, want engine.Outcome) *problem {
 	switch res.Outcome {
 	case engine.OutcomeNotFound:
 		return newProblem(http.StatusNotFound, codeNotFound, "no live record for this scope")
 	case engine.OutcomeTokenMismatch:
 		return newProblem(http.StatusConflict, codeTokenMismatch, "the token is not the current attempt's (the lease ran out and another attempt took over, or the attempt was released)")
 	case engine.OutcomeAlreadyCompleted:
+		if want != engine.OutcomeCompleted {
+			return newProblem(http.StatusConflict, codeAlreadyCompleted, "the attempt already completed and its response is stored: a completed record cannot be "+verbOf(want))
+		}
 		return newProblem(http.StatusConflict, codeAlreadyCompleted, "the attempt already completed with a different response")
 	}
 	return nil
+}
+
+// verbOf names what an operation would have done, for problem details.
+func verbOf(o engine.Outcome) string {
+	if o == engine.OutcomeExtended {
+		return "extended"
+	}
+	return "released"
 }
 
 func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
@@ -240,7 +251,7 @@ func (s *Server) tokenOp(w http.ResponseWriter, r *http.Request, body []byte, wa
 		ok(res)
 		return
 	}
-	if p := tokenProblem(res); p != nil {
+	if p := tokenProblem(res, want); p != nil {
 		writeProblem(w, p)
 		return
 	}
