@@ -1,0 +1,157 @@
+package engine
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/idem-store/idem/partition"
+)
+
+// Records counts the records the snapshot holds from the per-bucket stats,
+// seeking from bucket to bucket: cheap whatever the number of records, so a
+// backup can say up front how many it carries.
+func (s *Snapshot) Records() (int64, error) {
+	lo, hi := partition.AllRange()
+	it, err := s.snap.NewIter(&pebble.IterOptions{LowerBound: lo, UpperBound: hi})
+	if err != nil {
+		return 0, fmt.Errorf("engine: snapshot iter: %w", err)
+	}
+	defer it.Close()
+	var n int64
+	for ok := it.First(); ok; {
+		b, _, good := partition.Parse(it.Key())
+		if !good {
+			return 0, fmt.Errorf("%w: key %q", ErrCorrupt, it.Key())
+		}
+		sk := statsKey(b)
+		if it.SeekGE(sk) && bytes.Equal(it.Key(), sk) {
+			v, err := it.ValueAndErr()
+			if err != nil {
+				return 0, fmt.Errorf("engine: snapshot value: %w", err)
+			}
+			n += decodeStats(v).Records
+		}
+		_, next := partition.Range(b)
+		ok = it.SeekGE(next)
+	}
+	return n, it.Error()
+}
+
+// StreamInfo is what a snapshot stream holds, as ScanStream found it.
+type StreamInfo struct {
+	Pairs   uint64 // keys of every kind
+	Records int64  // idempotency records (one per live or expired scope)
+	Meta    Meta   // the metadata stored in the stream
+	Bytes   int64  // length of the stream
+}
+
+// ScanStream reads a whole snapshot stream (Snapshot.WriteTo's format) and
+// checks it as Restore does, without a store: magic, lengths, key order,
+// pair count and checksum. It may read ahead of the stream's end: give it a
+// reader that ends there.
+func ScanStream(r io.Reader) (StreamInfo, error) {
+	var info StreamInfo
+	cr := &countReader{r: r}
+	hr := &hashReader{br: bufio.NewReaderSize(cr, 1<<20), crc: crc32.New(castagnoli)}
+	bad := func(what string, err error) (StreamInfo, error) {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return info, fmt.Errorf("%w: %s: %w", ErrSnapshot, what, err)
+		}
+		return info, fmt.Errorf("%w: %s", ErrSnapshot, what)
+	}
+	magic := make([]byte, len(snapMagic))
+	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, snapMagic) {
+		return bad("magic", err)
+	}
+	var prev, k, v []byte
+	for {
+		kl, err := binary.ReadUvarint(hr)
+		if err != nil {
+			return bad("key length", err)
+		}
+		if kl == 0 {
+			break
+		}
+		if kl > 1<<20 {
+			return bad("key too long", nil)
+		}
+		k = grow(k, int(kl))
+		if _, err := io.ReadFull(hr, k); err != nil {
+			return bad("key", err)
+		}
+		vl, err := binary.ReadUvarint(hr)
+		if err != nil || vl > 64<<20 {
+			return bad("value length", err)
+		}
+		v = grow(v, int(vl))
+		if _, err := io.ReadFull(hr, v); err != nil {
+			return bad("value", err)
+		}
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			return bad("keys out of order", nil)
+		}
+		prev = append(prev[:0], k...)
+		info.Pairs++
+		if _, rest, ok := partition.Parse(k); ok && len(rest) > 0 && rest[0] == kindRecord {
+			info.Records++
+		}
+		if len(v) == 8 {
+			u := binary.BigEndian.Uint64(v)
+			switch {
+			case bytes.Equal(k, keyApplied):
+				info.Meta.Applied = u
+			case bytes.Equal(k, keyNow):
+				info.Meta.NowMs = int64(u)
+			case bytes.Equal(k, keyWidth):
+				info.Meta.Width = partition.Width(u)
+			case bytes.Equal(k, keyMaxRet):
+				info.Meta.MaxRetentionMs = int64(u)
+			}
+		}
+	}
+	var cnt [8]byte
+	if _, err := io.ReadFull(hr, cnt[:]); err != nil {
+		return bad("count", err)
+	}
+	if binary.BigEndian.Uint64(cnt[:]) != info.Pairs {
+		return bad("pair count", nil)
+	}
+	want := hr.crc.Sum32()
+	var sum [4]byte
+	if _, err := io.ReadFull(hr.br, sum[:]); err != nil {
+		return bad("checksum", err)
+	}
+	if binary.BigEndian.Uint32(sum[:]) != want {
+		return bad("checksum mismatch", nil)
+	}
+	// What the buffer read ahead is not part of the stream.
+	info.Bytes = cr.n - int64(hr.br.Buffered())
+	return info, nil
+}
+
+func grow(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
+}
+
+type countReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}

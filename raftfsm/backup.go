@@ -1,0 +1,411 @@
+package raftfsm
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// Backup file format (what GET /v1/admin/snapshot streams and `idem
+// snapshot save` stores):
+//
+//	"IDEMBACK"
+//	u32 BE format version (1)
+//	u32 BE header length, header (JSON, BackupHeader)
+//	frames: u32 BE length (1..maxFrame), that many bytes of the engine's
+//	        snapshot stream ("IDEMSNP1"..., CRC-checked on its own)
+//	u32 BE 0 (end of frames)
+//	SHA-256 of every byte before it
+//
+// The frames let a reader find the end of the engine stream without
+// parsing it, and the trailer makes any truncation or damaged byte, header
+// included, detectable: a file is good only if it reads to its last byte.
+var backupMagic = []byte("IDEMBACK")
+
+// BackupFormat is the format version this binary writes and reads.
+const BackupFormat = 1
+
+const (
+	maxBackupHeader = 64 << 10
+	maxFrame        = 4 << 20
+)
+
+// ErrBackup means a backup file is not a whole, intact idem backup.
+var ErrBackup = errors.New("raftfsm: bad backup")
+
+// BackupHeader describes a backup; it is readable before the data.
+type BackupHeader struct {
+	Format    int       `json:"format"`
+	CreatedAt time.Time `json:"created_at"`
+	// NodeID is the leader that took it.
+	NodeID       string `json:"node_id"`
+	AppliedIndex uint64 `json:"applied_index"`
+	// ClusterTimeMs is cluster time as of the last applied command: a node
+	// restored from the backup continues from it.
+	ClusterTimeMs  int64 `json:"cluster_time_ms"`
+	BucketWidthMs  int64 `json:"bucket_width_ms"`
+	MaxRetentionMs int64 `json:"max_retention_ms"`
+	// Scope is the uniqueness scope (endpoint or principal) of the node
+	// that took it; a restored node must use the same.
+	Scope   string `json:"scope,omitempty"`
+	Records int64  `json:"records"`
+}
+
+// BackupInfo is what reading a whole backup found.
+type BackupInfo struct {
+	Header BackupHeader
+	Stream engine.StreamInfo // filled by VerifyBackup
+	Bytes  int64             // length of the file
+	SHA256 string
+}
+
+// Backup takes a consistent snapshot of the whole state for a backup. It
+// runs on the leader after a linearizable read barrier, so the snapshot
+// holds every write acknowledged before the call. The caller closes it.
+func (n *Node) Backup(ctx context.Context) (*engine.Snapshot, error) {
+	if err := n.readBarrier(ctx); err != nil {
+		return nil, err
+	}
+	s, err := n.db.Snapshot()
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: backup: %w", err)
+	}
+	return s, nil
+}
+
+// NewBackupHeader describes snap, taken by node nodeID with scope mode scope.
+func NewBackupHeader(snap *engine.Snapshot, nodeID, scope string) (BackupHeader, error) {
+	records, err := snap.Records()
+	if err != nil {
+		return BackupHeader{}, err
+	}
+	m := snap.Meta()
+	return BackupHeader{
+		Format: BackupFormat, CreatedAt: time.Now().UTC(), NodeID: nodeID,
+		AppliedIndex: m.Applied, ClusterTimeMs: m.NowMs, BucketWidthMs: int64(m.Width),
+		MaxRetentionMs: m.MaxRetentionMs, Scope: scope, Records: records,
+	}, nil
+}
+
+// WriteBackup streams a backup of snap with header h to w and returns the
+// bytes written. It holds at most a few MiB in memory whatever the state's
+// size.
+func WriteBackup(w io.Writer, h BackupHeader, snap *engine.Snapshot) (int64, error) {
+	sum := sha256.New()
+	cw := &countingWriter{w: io.MultiWriter(w, sum)}
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return 0, fmt.Errorf("raftfsm: backup header: %w", err)
+	}
+	head := append([]byte(nil), backupMagic...)
+	head = binary.BigEndian.AppendUint32(head, BackupFormat)
+	head = binary.BigEndian.AppendUint32(head, uint32(len(hb)))
+	head = append(head, hb...)
+	if _, err := cw.Write(head); err != nil {
+		return cw.n, fmt.Errorf("raftfsm: write backup: %w", err)
+	}
+	if _, err := snap.WriteTo(&frameWriter{w: cw}); err != nil {
+		return cw.n, fmt.Errorf("raftfsm: write backup: %w", err)
+	}
+	if _, err := cw.Write([]byte{0, 0, 0, 0}); err != nil {
+		return cw.n, fmt.Errorf("raftfsm: write backup: %w", err)
+	}
+	if _, err := w.Write(sum.Sum(nil)); err != nil {
+		return cw.n, fmt.Errorf("raftfsm: write backup: %w", err)
+	}
+	return cw.n + sha256.Size, nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// frameWriter writes each Write as frames of at most maxFrame bytes.
+type frameWriter struct{ w io.Writer }
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	done := 0
+	for len(p) > 0 {
+		n := min(len(p), maxFrame)
+		if _, err := f.w.Write(binary.BigEndian.AppendUint32(nil, uint32(n))); err != nil {
+			return done, err
+		}
+		if _, err := f.w.Write(p[:n]); err != nil {
+			return done, err
+		}
+		done += n
+		p = p[n:]
+	}
+	return done, nil
+}
+
+// BackupReader reads a backup: the header at once, the engine stream
+// through Read, then Finish checks the trailer.
+type BackupReader struct {
+	Header BackupHeader
+	br     *bufio.Reader
+	sum    hash.Hash
+	n      int64 // bytes consumed
+	frame  int   // bytes left in the current frame
+	ended  bool  // the end-of-frames marker was read
+}
+
+// OpenBackup reads and checks the head of a backup.
+func OpenBackup(r io.Reader) (*BackupReader, error) {
+	b := &BackupReader{br: bufio.NewReaderSize(r, 1<<20), sum: sha256.New()}
+	head := make([]byte, len(backupMagic)+8)
+	if err := b.read(head); err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(head[:len(backupMagic)], backupMagic) {
+		return nil, fmt.Errorf("%w: not an idem backup (it starts with %q, not %q)", ErrBackup, printable(head[:len(backupMagic)]), backupMagic)
+	}
+	if v := binary.BigEndian.Uint32(head[len(backupMagic):]); v != BackupFormat {
+		return nil, fmt.Errorf("%w: format version %d; this idem reads version %d", ErrBackup, v, BackupFormat)
+	}
+	hl := binary.BigEndian.Uint32(head[len(backupMagic)+4:])
+	if hl == 0 || hl > maxBackupHeader {
+		return nil, fmt.Errorf("%w: header length %d is out of range (damaged file)", ErrBackup, hl)
+	}
+	hb := make([]byte, hl)
+	if err := b.read(hb); err != nil {
+		return nil, err
+	}
+	if err := json.Unmarshal(hb, &b.Header); err != nil {
+		return nil, fmt.Errorf("%w: header does not decode (damaged file): %w", ErrBackup, err)
+	}
+	return b, nil
+}
+
+func printable(b []byte) string {
+	out := make([]byte, len(b))
+	for i, c := range b {
+		if c < 0x20 || c > 0x7e {
+			c = '.'
+		}
+		out[i] = c
+	}
+	return string(out)
+}
+
+// read fills p from the file, into the checksum.
+func (b *BackupReader) read(p []byte) error {
+	n, err := io.ReadFull(b.br, p)
+	b.sum.Write(p[:n])
+	b.n += int64(n)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: truncated: the file ends after %d bytes", ErrBackup, b.n)
+		}
+		return fmt.Errorf("raftfsm: read backup: %w", err)
+	}
+	return nil
+}
+
+// Read returns the engine stream, frame by frame; io.EOF at its end.
+func (b *BackupReader) Read(p []byte) (int, error) {
+	for b.frame == 0 {
+		if b.ended {
+			return 0, io.EOF
+		}
+		var l [4]byte
+		if err := b.read(l[:]); err != nil {
+			return 0, err
+		}
+		n := binary.BigEndian.Uint32(l[:])
+		if n == 0 {
+			b.ended = true
+			return 0, io.EOF
+		}
+		if n > maxFrame {
+			return 0, fmt.Errorf("%w: frame of %d bytes at offset %d (damaged file)", ErrBackup, n, b.n-4)
+		}
+		b.frame = int(n)
+	}
+	if len(p) > b.frame {
+		p = p[:b.frame]
+	}
+	if err := b.read(p); err != nil {
+		return 0, err
+	}
+	b.frame -= len(p)
+	return len(p), nil
+}
+
+// Finish reads what is left of the stream and checks the trailer: the
+// SHA-256 of everything before it, and nothing after it. It returns the
+// file's length and checksum.
+func (b *BackupReader) Finish() (int64, string, error) {
+	if _, err := io.Copy(io.Discard, b); err != nil {
+		return b.n, "", err
+	}
+	want := b.sum.Sum(nil)
+	var got [sha256.Size]byte
+	n, err := io.ReadFull(b.br, got[:])
+	if err != nil {
+		return b.n + int64(n), "", fmt.Errorf("%w: truncated: the file ends after %d bytes, inside its checksum", ErrBackup, b.n+int64(n))
+	}
+	if !bytes.Equal(got[:], want) {
+		return b.n + sha256.Size, "", fmt.Errorf("%w: SHA-256 mismatch: the file was changed or damaged after it was written", ErrBackup)
+	}
+	if _, err := b.br.ReadByte(); err == nil {
+		return b.n + sha256.Size, "", fmt.Errorf("%w: data after the checksum (two files joined?)", ErrBackup)
+	}
+	return b.n + sha256.Size, hex.EncodeToString(want), nil
+}
+
+// VerifyBackup reads a whole backup and checks it: the trailer's SHA-256,
+// the engine stream's own checksum and structure, and that the header
+// agrees with the data.
+func VerifyBackup(r io.Reader) (BackupInfo, error) {
+	b, err := OpenBackup(r)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	info := BackupInfo{Header: b.Header}
+	info.Stream, err = engine.ScanStream(b)
+	if err != nil {
+		// A damaged byte shows as a bad engine stream before the trailer
+		// is reached; say which it is when the trailer is readable.
+		if _, _, ferr := b.Finish(); ferr != nil {
+			return info, ferr
+		}
+		return info, fmt.Errorf("%w: %w", ErrBackup, err)
+	}
+	if info.Bytes, info.SHA256, err = b.Finish(); err != nil {
+		return info, err
+	}
+	if info.Stream.Meta.Applied != b.Header.AppliedIndex {
+		return info, fmt.Errorf("%w: header says applied index %d, the data holds %d", ErrBackup, b.Header.AppliedIndex, info.Stream.Meta.Applied)
+	}
+	return info, nil
+}
+
+// RestoreOptions say which node a restored data dir is for.
+type RestoreOptions struct {
+	NodeID string
+	// RaftAddr is the raft address the node will advertise: the address
+	// of the one-node configuration written into the data dir.
+	RaftAddr string
+	Logger   *slog.Logger
+}
+
+// RestoreBackup builds, in the empty directory dir, the data dir of a
+// one-node cluster holding the backup's state, from which Open starts. The
+// caller builds into a temporary directory and renames it when this
+// returns nil: on error dir holds a partial build.
+//
+// The state's applied index J is above 0, so the raft log must continue
+// above J: a fresh BootstrapCluster would start it at 1, and the FSM would
+// skip every entry up to J as already applied. So dir gets what a node
+// that had taken its own snapshot at J would have: a snapshot marker at
+// index J, term 1, holding the one-node configuration, and a stable store
+// whose current term is 1. raft then starts with its last index at J.
+func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if o.NodeID == "" || o.RaftAddr == "" {
+		return BackupInfo{}, fmt.Errorf("%w: restore needs a node id and a raft address", ErrConfig)
+	}
+	b, err := OpenBackup(r)
+	if err != nil {
+		return BackupInfo{}, err
+	}
+	info := BackupInfo{Header: b.Header}
+	db, err := engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: log})
+	if err != nil {
+		return info, err
+	}
+	defer func() {
+		if db != nil {
+			db.Close()
+		}
+	}()
+	if err := db.Restore(b); err != nil {
+		if _, _, ferr := b.Finish(); ferr != nil {
+			return info, ferr
+		}
+		return info, fmt.Errorf("%w: %w", ErrBackup, err)
+	}
+	if info.Bytes, info.SHA256, err = b.Finish(); err != nil {
+		return info, err
+	}
+	meta := db.Meta()
+	if meta.Applied != b.Header.AppliedIndex {
+		return info, fmt.Errorf("%w: header says applied index %d, the data holds %d", ErrBackup, b.Header.AppliedIndex, meta.Applied)
+	}
+	info.Stream.Meta = meta
+
+	logStore, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	if err != nil {
+		return info, fmt.Errorf("raftfsm: restore: create raft log: %w", err)
+	}
+	defer logStore.Close()
+	snaps, err := newSnapshotStore(dir, db, log)
+	if err != nil {
+		return info, fmt.Errorf("raftfsm: restore: create snapshot store: %w", err)
+	}
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(o.RaftAddr))
+	defer trans.Close()
+	conf := raft.Configuration{Servers: []raft.Server{{
+		ID: raft.ServerID(o.NodeID), Address: raft.ServerAddress(o.RaftAddr), Suffrage: raft.Voter,
+	}}}
+	if meta.Applied == 0 {
+		// A state no command ever reached: nothing to skip, so a plain
+		// bootstrap is right.
+		rc := raft.DefaultConfig()
+		rc.LocalID = raft.ServerID(o.NodeID)
+		rc.Logger = newHCLog(log)
+		if err := raft.BootstrapCluster(rc, logStore, logStore, snaps, trans, conf); err != nil {
+			return info, fmt.Errorf("raftfsm: restore: bootstrap: %w", err)
+		}
+	} else {
+		const term = 1
+		if err := logStore.SetUint64([]byte("CurrentTerm"), term); err != nil {
+			return info, fmt.Errorf("raftfsm: restore: write raft term: %w", err)
+		}
+		sink, err := snaps.Create(raft.SnapshotVersionMax, meta.Applied, term, conf, meta.Applied, trans)
+		if err != nil {
+			return info, fmt.Errorf("raftfsm: restore: create raft snapshot: %w", err)
+		}
+		if err := writeMarker(sink, meta.Applied); err != nil {
+			sink.Cancel()
+			return info, fmt.Errorf("raftfsm: restore: write raft snapshot: %w", err)
+		}
+		if err := sink.Close(); err != nil {
+			return info, fmt.Errorf("raftfsm: restore: write raft snapshot: %w", err)
+		}
+	}
+	err = db.Close()
+	db = nil
+	if err != nil {
+		return info, fmt.Errorf("raftfsm: restore: close state: %w", err)
+	}
+	log.Info("restored a backup into a new data dir", "dir", dir, "applied-index", meta.Applied, "records", b.Header.Records)
+	return info, nil
+}

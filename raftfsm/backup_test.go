@@ -1,0 +1,203 @@
+package raftfsm
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+func freeRaftAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// backupOf takes a backup of n into memory.
+func backupOf(t *testing.T, n *Node) []byte {
+	t.Helper()
+	snap, err := n.Backup(context.Background())
+	require.NoError(t, err)
+	defer snap.Close()
+	h, err := NewBackupHeader(snap, n.Self().ID, "endpoint")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	written, err := WriteBackup(&buf, h, snap)
+	require.NoError(t, err)
+	require.Equal(t, int64(buf.Len()), written)
+	return buf.Bytes()
+}
+
+func scopeN(i int) engine.Scope {
+	return engine.Scope{Principal: "p", Endpoint: "POST /x", Key: fmt.Sprintf("k%03d", i)}
+}
+
+// fill claims n scopes and completes the even ones.
+func fill(t *testing.T, n *Node, count int) map[engine.Scope]*engine.Record {
+	t.Helper()
+	out := map[engine.Scope]*engine.Record{}
+	for i := range count {
+		s := scopeN(i)
+		res, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+		if i%2 == 0 {
+			resp := &engine.Response{Status: 201, ContentType: "application/json", Body: []byte(fmt.Sprintf(`{"i":%d}`, i))}
+			_, err := n.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, resp)
+			require.NoError(t, err)
+		}
+		r, ok, err := n.Lookup(context.Background(), s, false, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		out[s] = r
+	}
+	return out
+}
+
+func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
+	n := mustNode(t)
+	want := fill(t, n, 40)
+	data := backupOf(t, n)
+
+	info, err := VerifyBackup(bytes.NewReader(data))
+	require.NoError(t, err)
+	require.Equal(t, int64(40), info.Header.Records)
+	require.Equal(t, int64(40), info.Stream.Records)
+	require.Equal(t, n.db.Meta().Applied, info.Header.AppliedIndex)
+	require.Equal(t, int64(len(data)), info.Bytes)
+	require.Len(t, info.SHA256, 64)
+
+	dir := filepath.Join(t.TempDir(), "restored")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	addr := freeRaftAddr(t)
+	rinfo, err := RestoreBackup(bytes.NewReader(data), dir, RestoreOptions{NodeID: "r1", RaftAddr: addr})
+	require.NoError(t, err)
+	require.Equal(t, info.Header.AppliedIndex, rinfo.Stream.Meta.Applied)
+	J := info.Header.AppliedIndex
+	require.NotZero(t, J)
+
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr = "r1", dir, addr
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	require.GreaterOrEqual(t, m.NowMs(), info.Header.ClusterTimeMs, "cluster time went back")
+	for s, r := range want {
+		got, ok, err := m.Lookup(context.Background(), s, false, true)
+		require.NoError(t, err)
+		require.True(t, ok, "%v lost", s)
+		require.Equal(t, r, got)
+	}
+	// New writes are applied, above J: a log restarted at index 1 would
+	// have them skipped as already applied.
+	res, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1000), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	require.Greater(t, idx, J)
+	res, _, err = m.Claim(engine.ClaimArgs{Scope: scopeN(0), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeReplay, res.Outcome)
+	require.Equal(t, want[scopeN(0)].Response, res.Record.Response)
+
+	// And it keeps doing so across a restart.
+	m = reopen(t, m)
+	res, _, err = m.Claim(engine.ClaimArgs{Scope: scopeN(1001), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	_, ok, err := m.Lookup(context.Background(), scopeN(1000), false, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+}
+
+func TestBadBackupsAreRefused(t *testing.T) {
+	n := mustNode(t)
+	fill(t, n, 10)
+	data := backupOf(t, n)
+	hl := int(data[12])<<24 | int(data[13])<<16 | int(data[14])<<8 | int(data[15])
+	flip := func(at int) []byte {
+		b := bytes.Clone(data)
+		b[at] ^= 0x01
+		return b
+	}
+	cases := map[string]struct {
+		data []byte
+		want string
+	}{
+		"empty":                 {nil, "truncated"},
+		"magic only":            {data[:8], "truncated"},
+		"truncated header":      {data[:20], "truncated"},
+		"truncated stream":      {data[:len(data)/2], "truncated"},
+		"no end of frames":      {data[:len(data)-32-4], "truncated"},
+		"truncated checksum":    {data[:len(data)-5], "truncated"},
+		"wrong magic":           {append([]byte("IDEMSNP1"), data[8:]...), "not an idem backup"},
+		"future version":        {flip(11), "format version"},
+		"flipped header byte":   {flip(16 + hl/2), ""},
+		"flipped stream byte":   {flip(16 + hl + 4 + 100), ""},
+		"flipped last data":     {flip(len(data) - 32 - 5), ""},
+		"flipped checksum byte": {flip(len(data) - 1), "SHA-256 mismatch"},
+		"data after checksum":   {append(bytes.Clone(data), 0), "after the checksum"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := VerifyBackup(bytes.NewReader(tc.data))
+			require.ErrorIs(t, err, ErrBackup)
+			require.ErrorContains(t, err, tc.want)
+			dir := t.TempDir()
+			_, err = RestoreBackup(bytes.NewReader(tc.data), dir, RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+			require.ErrorIs(t, err, ErrBackup)
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// A one-node cluster that added an absent voter has lost its quorum for
+// good (two voters, one alive). Recover rewrites its configuration to
+// itself alone; it then leads again with every record.
+func TestRecoverOneSurvivor(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.ApplyTimeout = 500 * time.Millisecond })
+	want := fill(t, n, 20)
+	n.raft.AddVoter("ghost", "127.0.0.1:1", 0, 500*time.Millisecond).Error() // committed or not, quorum is lost
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+
+	before, err := ReadOfflineState(cfg.DataDir)
+	require.NoError(t, err)
+	require.Len(t, before.Configuration, 2, "%+v", before.Configuration)
+
+	_, err = Recover(cfg.DataDir, "n1", []Peer{{ID: "other", RaftAddr: "127.0.0.1:2"}}, nil)
+	require.ErrorContains(t, err, "must include this node")
+	addr := freeRaftAddr(t)
+	st, err := Recover(cfg.DataDir, "n1", []Peer{{ID: "n1", RaftAddr: addr}}, nil)
+	require.NoError(t, err)
+	require.Equal(t, before.Applied, st.Applied)
+	after, err := ReadOfflineState(cfg.DataDir)
+	require.NoError(t, err)
+	require.Equal(t, []Peer{{ID: "n1", RaftAddr: addr, Suffrage: "Voter"}}, after.Configuration)
+	require.GreaterOrEqual(t, after.Applied, before.Applied)
+
+	cfg.RaftAddr = addr
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	for s, r := range want {
+		got, ok, err := m.Lookup(context.Background(), s, false, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, r, got)
+	}
+	res, _, err := m.Claim(engine.ClaimArgs{Scope: scopeN(500), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+}

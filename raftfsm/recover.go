@@ -1,0 +1,285 @@
+package raftfsm
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/ttl"
+)
+
+// Peer is a member of a raft configuration.
+type Peer struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Suffrage string `json:"suffrage,omitempty"`
+}
+
+// OfflineState is what a stopped node's data dir holds, as Recover needs
+// to know it.
+type OfflineState struct {
+	// Configuration is the latest raft configuration in the data dir
+	// (committed or not).
+	Configuration []Peer
+	// LastIndex and LastTerm are the raft log's end (or the newest
+	// snapshot's, when the log is empty).
+	LastIndex, LastTerm uint64
+	// Applied is the state's applied index.
+	Applied     uint64
+	CurrentTerm uint64
+}
+
+// offline is a stopped node's stores, opened without starting raft.
+type offline struct {
+	dir   string
+	log   *slog.Logger
+	db    *engine.DB
+	logs  *raftboltdb.BoltStore
+	snaps *snapshotStore
+}
+
+func openOffline(dir string, log *slog.Logger) (*offline, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	o := &offline{dir: dir, log: log}
+	raftPath := filepath.Join(dir, "raft.db")
+	if !exists(raftPath) || !exists(filepath.Join(dir, "fsm")) {
+		return nil, fmt.Errorf("raftfsm: %s holds no node's state (no raft.db and fsm directory): is the data dir right?", dir)
+	}
+	// The raft log first: it is locked by a running node, and says so
+	// clearly (Pebble's lock would say "resource temporarily unavailable").
+	var err error
+	o.logs, err = raftboltdb.New(raftboltdb.Options{Path: raftPath, BoltOptions: &bbolt.Options{Timeout: 2 * time.Second}})
+	if err != nil {
+		if errors.Is(err, bbolt.ErrTimeout) {
+			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process: stop the node first", dir)
+		}
+		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
+	}
+	if o.db, err = engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: log}); err != nil {
+		o.logs.Close()
+		return nil, err
+	}
+	if o.snaps, err = newSnapshotStore(dir, o.db, log); err != nil {
+		o.close()
+		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
+	}
+	return o, nil
+}
+
+func (o *offline) close() error {
+	return errors.Join(o.logs.Close(), o.db.Close())
+}
+
+// state reads the latest configuration and the log's end.
+func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
+	var st OfflineState
+	st.Applied = o.db.Meta().Applied
+	term, err := o.logs.GetUint64([]byte("CurrentTerm"))
+	if err == nil {
+		st.CurrentTerm = term
+	}
+	list, err := o.snaps.List()
+	if err != nil {
+		return st, nil, fmt.Errorf("raftfsm: list snapshots: %w", err)
+	}
+	var conf raft.Configuration
+	var from uint64
+	if len(list) > 0 {
+		conf, from = list[0].Configuration, list[0].Index
+		st.LastIndex, st.LastTerm = list[0].Index, list[0].Term
+	}
+	last, err := o.logs.LastIndex()
+	if err != nil {
+		return st, nil, fmt.Errorf("raftfsm: read raft log: %w", err)
+	}
+	first, err := o.logs.FirstIndex()
+	if err != nil {
+		return st, nil, fmt.Errorf("raftfsm: read raft log: %w", err)
+	}
+	for i := max(from+1, first); i <= last && i > 0; i++ {
+		var l raft.Log
+		if err := o.logs.GetLog(i, &l); err != nil {
+			return st, nil, fmt.Errorf("raftfsm: read raft log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogConfiguration {
+			conf = raft.DecodeConfiguration(l.Data)
+		}
+		st.LastIndex, st.LastTerm = l.Index, l.Term
+	}
+	for _, s := range conf.Servers {
+		st.Configuration = append(st.Configuration, Peer{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
+	}
+	return st, list, nil
+}
+
+// ReadOfflineState reads a stopped node's data dir without changing it.
+func ReadOfflineState(dir string) (OfflineState, error) {
+	o, err := openOffline(dir, nil)
+	if err != nil {
+		return OfflineState{}, err
+	}
+	defer o.close()
+	st, _, err := o.state()
+	return st, err
+}
+
+// Recover rewrites the raft configuration of a stopped node to peers, for
+// a cluster that lost its quorum for good (the peers.json of Consul), with
+// raft's RecoverCluster: every entry of the node's log, committed or not,
+// is applied to the state, a snapshot carrying the new configuration is
+// taken, and the log is compacted. The state is never deleted or replaced:
+// it only moves forward by the entries of its own log. Every node named in
+// peers must be recovered with the same peers before any is started.
+//
+// It returns the state before the change.
+func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	conf := raft.Configuration{}
+	self := false
+	for _, p := range peers {
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr), Suffrage: raft.Voter})
+		self = self || p.ID == nodeID
+	}
+	if !self {
+		return OfflineState{}, fmt.Errorf("%w: the new configuration must include this node (%s)", ErrConfig, nodeID)
+	}
+	o, err := openOffline(dir, log)
+	if err != nil {
+		return OfflineState{}, err
+	}
+	defer o.close()
+	st, list, err := o.state()
+	if err != nil {
+		return st, err
+	}
+	if len(list) > 0 {
+		if err := o.checkNewest(list[0]); err != nil {
+			return st, err
+		}
+	}
+	// The state can be past the log's end: a follower that installed a
+	// leader's snapshot (state J above its index I) and stopped before it
+	// received the entries above I. The old cluster committed those
+	// entries; the recovered cluster's log must not reuse their indexes,
+	// or the FSM would skip its new entries there as already applied. So
+	// the log is extended with no-ops up to J: RecoverCluster's snapshot
+	// then sits at J or above.
+	if st.Applied > st.LastIndex {
+		pad := make([]*raft.Log, 0, st.Applied-st.LastIndex)
+		for i := st.LastIndex + 1; i <= st.Applied; i++ {
+			pad = append(pad, &raft.Log{Index: i, Term: max(st.LastTerm, 1), Type: raft.LogNoop, AppendedAt: time.Now()})
+		}
+		if err := o.logs.StoreLogs(pad); err != nil {
+			return st, fmt.Errorf("raftfsm: recover: extend raft log to the state's index %d: %w", st.Applied, err)
+		}
+		log.Info("extended the raft log with no-ops to the state's applied index", "from", st.LastIndex+1, "to", st.Applied)
+	}
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(nodeID)
+	rc.Logger = newHCLog(log)
+	_, trans := raft.NewInmemTransport(raft.ServerAddress(peers[0].RaftAddr))
+	defer trans.Close()
+	fsm := &recoverFSM{FSM: NewFSM(o.db, ttl.NewClock(0), log, nil), db: o.db}
+	defer fsm.release()
+	if err := raft.RecoverCluster(rc, fsm, o.logs, o.logs, recoverSnaps{o.snaps}, trans, conf); err != nil {
+		return st, fmt.Errorf("raftfsm: recover: %w", err)
+	}
+	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
+	return st, nil
+}
+
+// checkNewest refuses a data dir whose state is older than the state its
+// newest snapshot marker stands for: its own files cannot rebuild it.
+func (o *offline) checkNewest(newest *raft.SnapshotMeta) error {
+	_, rc, err := o.snaps.FileSnapshotStore.Open(newest.ID)
+	if err != nil {
+		return fmt.Errorf("raftfsm: open snapshot %s: %w", newest.ID, err)
+	}
+	defer rc.Close()
+	stateIndex, marker, err := readMarker(bufio.NewReader(rc))
+	if err != nil {
+		return fmt.Errorf("raftfsm: snapshot %s: %w", newest.ID, err)
+	}
+	if applied := o.db.Meta().Applied; marker && stateIndex > applied {
+		return fmt.Errorf("raftfsm: the state in %s (applied index %d) is older than the state this node recorded in its snapshot %s (applied index %d): "+
+			"its fsm directory was lost or replaced, and it cannot be recovered from its own files. Nothing was changed. Recover another survivor, or restore a backup (idem snapshot restore)",
+			filepath.Join(o.dir, "fsm"), applied, newest.ID, stateIndex)
+	}
+	return nil
+}
+
+// recoverFSM is the node's FSM as RecoverCluster needs it. Pebble already
+// holds the state: restoring a snapshot means checking that the state is
+// at least as new as it (a marker), or installing a full stream only when
+// it is newer. The snapshot RecoverCluster takes is released by release.
+type recoverFSM struct {
+	*FSM
+	db    *engine.DB
+	snaps []raft.FSMSnapshot
+}
+
+func (f *recoverFSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	br := bufio.NewReaderSize(rc, 1<<20)
+	stateIndex, marker, err := readMarker(br)
+	if err != nil {
+		return err
+	}
+	if marker {
+		if stateIndex > f.db.Meta().Applied {
+			return errNoData
+		}
+		return nil
+	}
+	_, err = f.db.RestoreIfNewer(br)
+	return err
+}
+
+func (f *recoverFSM) Snapshot() (raft.FSMSnapshot, error) {
+	s, err := f.FSM.Snapshot()
+	if err == nil {
+		f.snaps = append(f.snaps, s)
+	}
+	return s, err
+}
+
+func (f *recoverFSM) release() {
+	for _, s := range f.snaps {
+		s.Release()
+	}
+}
+
+// recoverSnaps hands RecoverCluster the newest snapshot only, as stored:
+// a marker is not expanded into a copy of the whole state.
+type recoverSnaps struct{ *snapshotStore }
+
+func (s recoverSnaps) List() ([]*raft.SnapshotMeta, error) {
+	list, err := s.snapshotStore.List()
+	if len(list) > 1 {
+		list = list[:1]
+	}
+	return list, err
+}
+
+func (s recoverSnaps) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	return s.FileSnapshotStore.Open(id)
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
