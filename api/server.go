@@ -63,6 +63,7 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/cluster/remove", http.MethodPost, s.auth(s.handleRemove))
 	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.auth(s.handleTransfer))
 	s.route("/v1/admin/state", http.MethodGet, s.auth(s.handleState))
+	s.route("/v1/admin/snapshot", http.MethodGet, s.auth(s.handleSnapshot))
 	s.route("/healthz", http.MethodGet, s.handleHealthz)
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
@@ -364,6 +365,9 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 	scope := "endpoint"
 	if s.cfg.PrincipalScope {
 		scope = "principal"
+	}
+	if pinned, ok := s.store.ScopeMode(); ok {
+		scope = pinned // what every write is decided in, whatever this node was started with
 	}
 	writeJSON(w, http.StatusOK, configJSON{
 		Retention: s.cfg.Retention.String(), RetentionSeconds: durationSeconds(s.cfg.Retention),

@@ -23,10 +23,19 @@ type Store interface {
 	Status() (raftfsm.Status, error)
 	Leader() (raftfsm.NodeInfo, bool)
 	Self() raftfsm.NodeInfo
-	Join(raftfsm.NodeInfo) error
-	Remove(id string) error
+	// Join adds a node as a non-voter (or records a member's addresses);
+	// Remove removes one. Both refuse, unless force, a change that would
+	// leave no quorum of healthy voters (raftfsm.QuorumError).
+	Join(info raftfsm.NodeInfo, force bool) (raftfsm.JoinResult, error)
+	Remove(id string, force bool) error
 	TransferLeadership() error
 	StateHash() (hash string, applied uint64, err error)
+	// ScopeMode is the cluster's scope mode and whether its first write
+	// has pinned it yet.
+	ScopeMode() (mode string, pinned bool)
+	// Backup takes a snapshot of the whole state holding every write
+	// acknowledged before the call (leader only); the caller closes it.
+	Backup(ctx context.Context) (*engine.Snapshot, error)
 }
 
 var _ Store = (*raftfsm.Node)(nil)

@@ -36,6 +36,39 @@ type Meta struct {
 	NowMs          int64           // cluster time of the last applied command
 	Width          partition.Width // bucket width, fixed at the first command
 	MaxRetentionMs int64           // longest retention any record was created with
+	Scope          ScopeMode       // how scopes are encoded, fixed by the first write naming one
+}
+
+// ScopeMode is how a scope is encoded, and so what is unique: with the
+// endpoint (serve --scope endpoint) or without it (--scope principal).
+// Records written in one mode are invisible to the other, so a cluster
+// pins its mode once and keeps it.
+type ScopeMode uint8
+
+// Scope modes. ScopeUnset is a store that has not written a scope yet.
+const (
+	ScopeUnset ScopeMode = iota
+	ScopeEndpoint
+	ScopePrincipal
+)
+
+// ScopeModeOf is the mode of a PrincipalScope flag.
+func ScopeModeOf(principal bool) ScopeMode {
+	if principal {
+		return ScopePrincipal
+	}
+	return ScopeEndpoint
+}
+
+// String is the mode's --scope name ("" when unset).
+func (m ScopeMode) String() string {
+	switch m {
+	case ScopeEndpoint:
+		return "endpoint"
+	case ScopePrincipal:
+		return "principal"
+	}
+	return ""
 }
 
 // DB is the Pebble store of idem.
@@ -213,6 +246,7 @@ func (d *DB) readMeta() (Meta, error) {
 	m.NowMs = int64(get(keyNow))
 	m.Width = partition.Width(get(keyWidth))
 	m.MaxRetentionMs = int64(get(keyMaxRet))
+	m.Scope = ScopeMode(get(keyScope))
 	if s := get(keySchema); err == nil && s != 0 && s != schemaVesion {
 		return m, fmt.Errorf("engine: schema version %d, this binary reads %d", s, schemaVesion)
 	}

@@ -14,6 +14,7 @@ var (
 	keyWidth     = []byte("m/width")
 	keyMaxRet    = []byte("m/maxret")
 	keySchema    = []byte("m/schema")
+	keyScope     = []byte("m/scope")
 	schemaVesion = uint64(1)
 )
 

@@ -282,10 +282,13 @@ func (l *Loader) Finish() (LoadStats, error) {
 	m.NowMs = max(m.NowMs, l.o.NowMs)
 	m.Width = l.o.Width
 	m.MaxRetentionMs = max(m.MaxRetentionMs, l.o.RetentionMs)
-	// The same five keys Txn.Commit writes.
+	if m.Scope == ScopeUnset {
+		m.Scope = ScopeModeOf(l.o.PrincipalScope)
+	}
+	// The same keys Txn.Commit writes.
 	for _, kv := range [][2][]byte{
 		{keyApplied, u64(m.Applied)}, {keyNow, u64(uint64(m.NowMs))}, {keyWidth, u64(uint64(m.Width))},
-		{keyMaxRet, u64(uint64(m.MaxRetentionMs))}, {keySchema, u64(schemaVesion)},
+		{keyMaxRet, u64(uint64(m.MaxRetentionMs))}, {keySchema, u64(schemaVesion)}, {keyScope, u64(uint64(m.Scope))},
 	} {
 		if err := l.b.Set(kv[0], kv[1], nil); err != nil {
 			return l.st, fmt.Errorf("engine: load: %w", err)

@@ -81,7 +81,7 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	if a.RetentionMs > t.meta.MaxRetentionMs {
 		t.meta.MaxRetentionMs = a.RetentionMs
 	}
-	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
+	scope := AppendScope(nil, a.Scope, t.PinScope(a.PrincipalScope))
 	res := Result{NowMs: nowMs}
 	f, ok := probe(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {
@@ -154,7 +154,7 @@ func leaseUntil(nowMs, leaseMs, expiresMs int64) int64 {
 
 // current finds the live record and checks the caller holds its token.
 func (t *Txn) current(a TokenArgs, nowMs int64) (found, []byte, Result, bool) {
-	scope := AppendScope(nil, a.Scope, a.PrincipalScope)
+	scope := AppendScope(nil, a.Scope, t.PinScope(a.PrincipalScope))
 	res := Result{NowMs: nowMs}
 	f, ok := findLive(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok {
@@ -247,7 +247,7 @@ func (t *Txn) Extend(a TokenArgs, leaseMs, nowMs int64) Result {
 
 // Delete evicts the live record of a scope (an operator action).
 func (t *Txn) Delete(s Scope, principalScope bool, nowMs int64) Result {
-	scope := AppendScope(nil, s, principalScope)
+	scope := AppendScope(nil, s, t.PinScope(principalScope))
 	res := Result{NowMs: nowMs}
 	f, ok := findLive(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok {
@@ -292,6 +292,9 @@ func (d *DB) Lookup(s Scope, principalScope bool, nowMs int64) (*Record, bool) {
 	defer d.mu.RUnlock()
 	if d.closed {
 		return nil, false
+	}
+	if d.meta.Scope != ScopeUnset {
+		principalScope = d.meta.Scope == ScopePrincipal // the pinned mode wins
 	}
 	f, ok := findLive(d.pdb, d.filter, d.meta, AppendScope(nil, s, principalScope), nowMs)
 	return f.rec, ok

@@ -111,6 +111,17 @@ func (t *Txn) EnsureWidth(w partition.Width) partition.Width {
 	return t.meta.Width
 }
 
+// PinScope fixes the scope mode on the first write that names a scope and
+// returns whether the mode in force is principal scope: every operation
+// encodes its scope in the pinned mode, whatever mode its command asked
+// for, so one scope is never encoded two ways (and replicas agree).
+func (t *Txn) PinScope(principal bool) bool {
+	if t.meta.Scope == ScopeUnset {
+		t.meta.Scope = ScopeModeOf(principal)
+	}
+	return t.meta.Scope == ScopePrincipal
+}
+
 // Commit writes the metadata with the data and commits. Pebble's WAL is not
 // synced: the raft log is the durable copy and entries above the stored
 // applied index are replayed after a crash (DESIGN.md invariant 5).
@@ -124,6 +135,9 @@ func (t *Txn) Commit(applied uint64) error {
 	t.set(keyWidth, u64(uint64(t.meta.Width)))
 	t.set(keyMaxRet, u64(uint64(t.meta.MaxRetentionMs)))
 	t.set(keySchema, u64(schemaVesion))
+	if t.meta.Scope != ScopeUnset {
+		t.set(keyScope, u64(uint64(t.meta.Scope)))
+	}
 	t.d.mu.Lock()
 	defer t.d.mu.Unlock()
 	if t.d.closed {

@@ -306,3 +306,28 @@ func TestNodesGenMovesWithStoredAddresses(t *testing.T) {
 	require.NoError(t, f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
 	require.Greater(t, f.nodesGen.Load(), gen, "Restore")
 }
+
+// Bug: the scope mode travelled in each command, so a node configured with
+// another --scope, once leader, encoded the same scope differently and it
+// was claimed twice. The first write naming a scope pins the mode for
+// every replica.
+func TestScopeModeIsPinnedByTheFirstScopedWrite(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	idx := uint64(0)
+	claim := func(principalScope bool, endpoint string) engine.Outcome {
+		idx++
+		b, err := (&Command{Op: OpClaim, NowMs: 1000, WidthMs: 1000, Claim: &engine.ClaimArgs{
+			Scope: engine.Scope{Principal: "p", Endpoint: endpoint, Key: "k"}, PrincipalScope: principalScope,
+			Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 60_000}}).Encode()
+		require.NoError(t, err)
+		return f.Apply(&raft.Log{Index: idx, Type: raft.LogCommand, Data: b}).(*ApplyResult).Outcome
+	}
+	require.Equal(t, engine.OutcomeClaimed, claim(true, "POST /a"))
+	require.Equal(t, engine.ScopePrincipal, db.Meta().Scope)
+	// A leader configured with --scope endpoint proposes the same key on
+	// another endpoint: in the pinned principal mode it is the same scope.
+	require.Equal(t, engine.OutcomeInProgress, claim(false, "POST /b"))
+	require.Equal(t, engine.OutcomeInProgress, claim(false, "POST /a"))
+	require.Equal(t, engine.ScopePrincipal, db.Meta().Scope, "the pin never moves")
+}

@@ -246,6 +246,14 @@ func (n *Node) closeStores() error {
 	return errors.Join(errs...)
 }
 
+// ScopeMode is the cluster's scope mode ("endpoint" or "principal") and
+// whether it is pinned yet: it is fixed by the first write that names a
+// scope, and a node configured otherwise must not serve or join.
+func (n *Node) ScopeMode() (string, bool) {
+	m := n.db.Meta().Scope
+	return m.String(), m != engine.ScopeUnset
+}
+
 // Self is this node's identity.
 func (n *Node) Self() NodeInfo { return n.self }
 
