@@ -373,6 +373,9 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if c.clockOffset != 0 {
 		log.Warn("test-only --clock-offset is set", "clock-offset", c.clockOffset)
 	}
+	if mode, pinned := node.ScopeMode(); pinned && mode != c.scope {
+		return fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it with --scope %s", mode, c.scope, mode)
+	}
 
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
