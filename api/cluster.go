@@ -1,39 +1,203 @@
 package api
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
+	"strings"
+	"time"
 
 	"github.com/idem-store/idem/raftfsm"
 )
 
+// Problem codes of membership changes.
+const (
+	codeWouldLoseQuorum = "would_lose_quorum"
+	codeScopeMismatch   = "scope_mismatch"
+	codeAddressInUse    = "address_in_use"
+)
+
+// clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
+// joining node's --scope, checked against the cluster's; Force skips the
+// quorum check.
+type clusterJoinRequest struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	HTTPAddr string `json:"http_addr"`
+	Scope    string `json:"scope"`
+	Force    bool   `json:"force"`
+}
+
+type clusterRemoveRequest struct {
+	ID    string `json:"id"`
+	Force bool   `json:"force"`
+}
+
+type joinAnswer struct {
+	Outcome  string `json:"outcome"`
+	Suffrage string `json:"suffrage"`
+	Detail   string `json:"detail"`
+}
+
+// handleCluster answers the cluster's membership and progress. Only the
+// leader measures health: a follower asks it and shows its measurements,
+// unless the request itself comes from a node (a leader measuring this
+// one, a follower asking the leader), which gets this node's own view.
 func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	st, err := s.store.Status()
 	if err != nil {
 		writeProblem(w, storeProblem(err))
 		return
 	}
+	if r.Header.Get(forwardedHeader) == "" && st.HealthFrom == "" {
+		s.mergeLeaderHealth(r.Context(), &st)
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
+func (s *Server) mergeLeaderHealth(ctx context.Context, st *raftfsm.Status) {
+	note := func(why string) {
+		for i := range st.Nodes {
+			if st.Nodes[i].ID != st.Self.ID {
+				st.Nodes[i].UnhealthyReason = "not measured: " + why
+			}
+		}
+	}
+	if st.Leader == nil || st.Leader.HTTPAddr == "" {
+		note("this node knows no leader to ask")
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ls, err := s.fwd.peerStatus(ctx, st.Leader.HTTPAddr)
+	if err != nil {
+		note(fmt.Sprintf("could not ask the leader %s: %v", st.Leader.ID, err))
+		return
+	}
+	if ls.HealthFrom == "" {
+		note(fmt.Sprintf("%s no longer leads", st.Leader.ID))
+		return
+	}
+	st.MergeHealth(ls)
+}
+
+// peerStatus is GET /v1/cluster on another node, marked as coming from a
+// node so that it answers its own view without asking anyone else.
+func (f *forwarder) peerStatus(ctx context.Context, addr string) (raftfsm.Status, error) {
+	return peerStatus(ctx, f.client, addr, f.s.cfg.AuthTokens, f.s.store.Self().ID)
+}
+
+func peerStatus(ctx context.Context, c *http.Client, addr string, tokens []string, self string) (raftfsm.Status, error) {
+	var st raftfsm.Status
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/cluster", nil)
+	if err != nil {
+		return st, err
+	}
+	if len(tokens) > 0 {
+		req.Header.Set("Authorization", "Bearer "+tokens[0])
+	}
+	req.Header.Set(forwardedHeader, self)
+	resp, err := c.Do(req)
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return st, fmt.Errorf("%s answered %s", addr, resp.Status)
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&st); err != nil {
+		return st, fmt.Errorf("%s answered a status that does not decode: %w", addr, err)
+	}
+	return st, nil
+}
+
+// NewPeerProbe returns how a leader measures the other members (see
+// raftfsm.Node.SetPeerProbe): their GET /v1/cluster, with the first of
+// tokens when the nodes require one, and selfID as the asking node.
+func NewPeerProbe(tokens []string, selfID string) raftfsm.PeerProbe {
+	c := &http.Client{Transport: &http.Transport{
+		Proxy:               nil,
+		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
+		MaxIdleConnsPerHost: 2,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+	return func(ctx context.Context, addr string) (raftfsm.Status, error) {
+		return peerStatus(ctx, c, addr, tokens, selfID)
+	}
+}
+
+// clusterScope is the uniqueness scope of the cluster, which a joining
+// node must share: the same scope encoded two ways would be claimed twice.
+//
+// Hook: the lead is pinning the mode in the replicated state, exposed as
+// Node.ScopeMode() (mode string, pinned bool). A store offering it is
+// asked first; until then (or until the mode is pinned) this node's own
+// --scope stands in.
+func (s *Server) clusterScope() string {
+	if sm, ok := s.store.(interface{ ScopeMode() (string, bool) }); ok {
+		if mode, pinned := sm.ScopeMode(); pinned {
+			return mode
+		}
+	}
+	if s.cfg.PrincipalScope {
+		return "principal"
+	}
+	return "endpoint"
+}
+
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
-	var req joinRequest
+	var req clusterJoinRequest
 	body, p := s.readJSON(w, r, &req)
 	if p == nil && (req.ID == "" || req.RaftAddr == "" || req.HTTPAddr == "") {
 		p = invalid("id, raft_addr and http_addr are required")
+	}
+	if p == nil && req.Scope != "" && req.Scope != "endpoint" && req.Scope != "principal" {
+		p = invalid("scope %q must be endpoint or principal", req.Scope)
+	}
+	if p == nil && req.Scope != "" && req.Scope != s.clusterScope() {
+		p = newProblem(http.StatusConflict, codeScopeMismatch, fmt.Sprintf(
+			"node %s runs with --scope %s but this cluster's scope is %s: the same key would be scoped two ways and claimed twice; start %s with --scope %s (on an empty data dir if it was created with %s)",
+			req.ID, req.Scope, s.clusterScope(), req.ID, s.clusterScope(), req.Scope))
+		p.Title = "Scope mode differs from the cluster's"
 	}
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	info := raftfsm.NodeInfo{ID: req.ID, RaftAddr: req.RaftAddr, HTTPAddr: req.HTTPAddr}
-	if s.onLeader(w, r, body, func() error { return s.store.Join(info) }) != nil {
+	var res raftfsm.JoinResult
+	var refused error
+	if s.onLeader(w, r, body, func() (err error) {
+		res, err = s.store.Join(info, req.Force)
+		if membershipProblem(err) != nil {
+			refused, err = err, nil
+		}
+		return err
+	}) != nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "joined"})
+	if refused != nil {
+		writeProblem(w, membershipProblem(refused))
+		return
+	}
+	a := joinAnswer{Outcome: "joined", Suffrage: res.Suffrage}
+	switch {
+	case res.Suffrage == "voter":
+		a.Detail = fmt.Sprintf("%s is a voter already; its addresses are recorded", req.ID)
+	case res.Existing:
+		a.Detail = fmt.Sprintf("%s is a non-voter already; its addresses are recorded, and it will be promoted to voter when it has caught up", req.ID)
+	default:
+		a.Detail = fmt.Sprintf("%s joined as non-voter; it will be promoted to voter when it answers and has caught up", req.ID)
+	}
+	writeJSON(w, http.StatusOK, a)
 }
 
 func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
-	var req removeRequest
+	var req clusterRemoveRequest
 	body, p := s.readJSON(w, r, &req)
 	if p == nil && req.ID == "" {
 		p = invalid("id is required")
@@ -42,10 +206,49 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	if s.onLeader(w, r, body, func() error { return s.store.Remove(req.ID) }) != nil {
+	var refused error
+	if s.onLeader(w, r, body, func() error {
+		err := s.store.Remove(req.ID, req.Force)
+		if membershipProblem(err) != nil {
+			refused, err = err, nil
+		}
+		return err
+	}) != nil {
 		return
 	}
-	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "removed"})
+	var pending *raftfsm.PendingError
+	switch {
+	case errors.As(refused, &pending):
+		writeJSON(w, http.StatusAccepted, map[string]string{"outcome": "pending", "detail": pending.Error()})
+	case refused != nil:
+		writeProblem(w, membershipProblem(refused))
+	default:
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "removed"})
+	}
+}
+
+// membershipProblem maps the refusals of a membership change to their
+// answers; nil for any other error (storeProblem's).
+func membershipProblem(err error) *problem {
+	var qe *raftfsm.QuorumError
+	var pending *raftfsm.PendingError
+	var p *problem
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &pending):
+		// Not a problem: answered 202 by the caller.
+		return &problem{}
+	case errors.As(err, &qe):
+		p = newProblem(http.StatusConflict, codeWouldLoseQuorum, qe.Error())
+		p.Title = "The change would leave the cluster without a quorum"
+	case errors.Is(err, raftfsm.ErrUnknownMember):
+		p = newProblem(http.StatusNotFound, codeNotFound, strings.TrimPrefix(err.Error(), "raftfsm: "))
+	case errors.Is(err, raftfsm.ErrAddressInUse):
+		p = newProblem(http.StatusConflict, codeAddressInUse, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		p.Title = "Address in use by another member"
+	}
+	return p
 }
 
 func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {

@@ -1,21 +1,64 @@
 package raftfsm
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// Member is one node as /v1/cluster shows it.
+// Membership that an operator cannot get wrong (DESIGN.md invariant 9):
+//
+//   - a new node joins as a non-voter, and the leader promotes it to voter
+//     only once it answers and has caught up (etcd's learners, Consul's
+//     autopilot), so an absent or mistyped node never counts towards the
+//     quorum;
+//   - a change that would leave fewer healthy voters than a quorum is
+//     refused unless forced, and the last voter can never be removed;
+//   - health is measured by the leader, which asks every member for its
+//     own view (through the PeerProbe the api package provides) every
+//     half second: a node is healthy when it answered recently, has heard
+//     from the leader recently, and is not falling behind.
+//
+// Every leader measures for itself and finishes the promotions its
+// predecessors left, so nothing depends on the node that took the join.
+
+// Timings of the health measurement. A node is unhealthy after about
+// three seconds of silence: long enough to ride out a busy moment, short
+// enough that status shows a stopped node within a few seconds.
+const (
+	probeEvery    = 500 * time.Millisecond
+	probeTimeout  = time.Second
+	silentAfter   = 3 * time.Second // no answer (or no contact from the leader) for longer: unhealthy
+	behindWindow  = 5 * time.Second // applied less than the leader had committed this long ago: unhealthy
+	promoteStable = time.Second     // healthy and caught up for this long before a promotion
+)
+
+// Member is one node as /v1/cluster shows it. The fields after Healthy are
+// the measurements healthy is judged by, taken by the leader (Status's
+// HealthFrom) at CheckedAt; they are null where nothing was measured.
 type Member struct {
 	NodeInfo
 	Suffrage string `json:"suffrage"`
 	Healthy  bool   `json:"healthy"`
+	// LastContactMs is how long ago the node last heard from the leader.
+	LastContactMs *int64 `json:"last_contact_ms"`
+	// AppliedIndex is the node's applied index at CheckedAt, and Lag how far
+	// it was behind the leader's commit index then.
+	AppliedIndex *uint64 `json:"applied_index"`
+	Lag          *uint64 `json:"lag"`
+	// CheckedAt is the leader's last attempt to measure the node, and
+	// CheckedMsAgo its age when this status was made.
+	CheckedAt    *time.Time `json:"checked_at"`
+	CheckedMsAgo *int64     `json:"checked_ms_ago"`
+	// UnhealthyReason says why Healthy is false.
+	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 }
 
 // Status is the cluster as this node sees it.
@@ -29,21 +72,126 @@ type Status struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// LastLeaderContactMs is how long ago this node last heard from a
+	// leader (0 on the leader, null when it never has): what the leader's
+	// measurement of this node reads.
+	LastLeaderContactMs *int64 `json:"last_leader_contact_ms"`
+	// HealthFrom is the node whose measurements the nodes' health shows:
+	// the leader. Empty when no leader's measurements were available.
+	HealthFrom string `json:"health_from,omitempty"`
 }
 
-// Status returns the cluster membership and raft progress.
+// PeerProbe asks the node at httpAddr for its own Status, as it answers
+// GET /v1/cluster to another node (without asking anyone else in turn).
+type PeerProbe func(ctx context.Context, httpAddr string) (Status, error)
+
+// SetPeerProbe sets how the leader reaches the other members to measure
+// their health. Until it is set, every other member shows unhealthy and no
+// non-voter is promoted.
+func (n *Node) SetPeerProbe(p PeerProbe) {
+	n.peers.mu.Lock()
+	n.peers.probe = p
+	n.peers.mu.Unlock()
+}
+
+// Errors of membership changes. (They live here rather than in errors.go
+// because they carry the details the operator needs.)
+var (
+	// ErrUnknownMember means no node of that id is in the configuration.
+	ErrUnknownMember = errors.New("raftfsm: no such member")
+	// ErrWouldLoseQuorum means the change was refused (see QuorumError).
+	ErrWouldLoseQuorum = errors.New("raftfsm: would lose quorum")
+	// ErrAddressInUse means another member already has that address.
+	ErrAddressInUse = errors.New("raftfsm: address in use by another member")
+)
+
+// QuorumError is a refused membership change: afterwards fewer voters than
+// a quorum would be healthy, or no voter would be left at all. It wraps
+// ErrWouldLoseQuorum.
+type QuorumError struct {
+	Change    string            // "removing n2", "adding n4"
+	Voters    []string          // voters after the change
+	Healthy   []string          // those of them measured healthy
+	Unhealthy map[string]string // the others, with why
+	// LastVoter: the change would leave no voter; no force overrides it.
+	LastVoter bool
+}
+
+func (e *QuorumError) Error() string {
+	if e.LastVoter {
+		return fmt.Sprintf("%s would leave no voter: the cluster could decide nothing more, and force does not change that; add another node first (it is promoted to voter once it has caught up), then repeat", e.Change)
+	}
+	var b strings.Builder
+	need := len(e.Voters)/2 + 1
+	healthy := "none is healthy"
+	if len(e.Healthy) > 0 {
+		healthy = fmt.Sprintf("only %s %s healthy", strings.Join(e.Healthy, ", "), isAre(len(e.Healthy)))
+	}
+	fmt.Fprintf(&b, "%s would leave %d voter%s (%s) of which %s, fewer than the %d a quorum needs",
+		e.Change, len(e.Voters), plural(len(e.Voters)), strings.Join(e.Voters, ", "), healthy, need)
+	if len(e.Unhealthy) > 0 {
+		ids := make([]string, 0, len(e.Unhealthy))
+		for id := range e.Unhealthy {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		b.WriteString("; unhealthy: ")
+		for i, id := range ids {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "%s (%s)", id, e.Unhealthy[id])
+		}
+	}
+	b.WriteString(". Bring the unhealthy nodes back first; force makes the change anyway, and the cluster then accepts no writes until a quorum of its voters answers")
+	return b.String()
+}
+
+func (e *QuorumError) Unwrap() error { return ErrWouldLoseQuorum }
+
+// PendingError is a forced change that is in the leader's log but could not
+// commit: the remaining voters have no quorum. It takes effect once enough
+// of them answer.
+type PendingError struct{ Change string }
+
+func (e *PendingError) Error() string {
+	return fmt.Sprintf("%s is in the log but not committed: too few of the remaining voters answer; it takes effect once a quorum of them does", e.Change)
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func isAre(n int) string {
+	if n == 1 {
+		return "is"
+	}
+	return "are"
+}
+
+// Status returns the cluster membership and raft progress, with the
+// members' health as this node measured it when it leads.
 func (n *Node) Status() (Status, error) {
 	st := Status{Self: n.self, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
-	if l, ok := n.Leader(); ok {
-		st.Leader = &l
+	leader, hasLeader := n.Leader()
+	if hasLeader {
+		st.Leader = &leader
+	}
+	now := time.Now()
+	isLeader := n.IsLeader()
+	if isLeader {
+		st.LastLeaderContactMs = ptr(int64(0))
+	} else if lc := n.raft.LastContact(); !lc.IsZero() {
+		st.LastLeaderContactMs = ptr(now.Sub(lc).Milliseconds())
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return st, mapRaftError(err)
 	}
 	named, _ := n.db.Named("node/")
-	n.mu.Lock()
-	defer n.mu.Unlock()
 	for _, s := range f.Configuration().Servers {
 		m := Member{NodeInfo: NodeInfo{ID: string(s.ID), RaftAddr: string(s.Address)}, Suffrage: s.Suffrage.String()}
 		if b, ok := named["node/"+string(s.ID)]; ok {
@@ -55,43 +203,267 @@ func (n *Node) Status() (Status, error) {
 		if string(s.ID) == n.self.ID {
 			m.HTTPAddr = n.self.HTTPAddr
 		}
-		m.Healthy = !n.unhealty[s.ID]
 		st.Nodes = append(st.Nodes, m)
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
+	if isLeader {
+		st.HealthFrom = n.self.ID
+		n.peers.mu.Lock()
+		fresh := n.peers.term == st.Term
+		for i := range st.Nodes {
+			m := &st.Nodes[i]
+			if m.ID == n.self.ID {
+				m.Healthy = true
+				m.LastContactMs, m.AppliedIndex, m.Lag = ptr(int64(0)), ptr(st.AppliedIndex), ptr(sub(st.CommitIndex, st.AppliedIndex))
+				m.CheckedAt, m.CheckedMsAgo = ptr(now.UTC()), ptr(int64(0))
+				continue
+			}
+			h := n.peers.byID[m.ID]
+			if !fresh || h == nil {
+				m.UnhealthyReason = "not measured yet (this node became leader moments ago)"
+				continue
+			}
+			h.fill(m, now)
+			m.Healthy, m.UnhealthyReason = n.judge(h, raft.ServerID(m.ID), now)
+		}
+		n.peers.mu.Unlock()
+		return st, nil
+	}
+	// A follower measures only itself; the api package asks the leader for
+	// the rest (MergeHealth).
+	for i := range st.Nodes {
+		m := &st.Nodes[i]
+		if m.ID != n.self.ID {
+			m.UnhealthyReason = "not measured by this node: only the leader measures health"
+			continue
+		}
+		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), ptr(now.UTC()), ptr(int64(0))
+		m.LastContactMs = st.LastLeaderContactMs
+		switch {
+		case !hasLeader:
+			m.UnhealthyReason = "knows no leader"
+		case st.LastLeaderContactMs == nil || *st.LastLeaderContactMs > silentAfter.Milliseconds():
+			m.UnhealthyReason = "no recent contact from the leader"
+		default:
+			m.Healthy = true
+		}
+	}
 	return st, nil
 }
 
-// Join adds a voter, recording its addresses in the log first so every node
-// can forward to it.
-func (n *Node) Join(info NodeInfo) error {
-	if _, err := n.propose(&Command{Op: OpSetNode, Node: &info}); err != nil {
-		return err
+// MergeHealth takes the members' health from the leader's status, for a
+// follower showing the whole cluster. Members the leader does not show
+// keep this node's view.
+func (s *Status) MergeHealth(leader Status) {
+	byID := map[string]Member{}
+	for _, m := range leader.Nodes {
+		byID[m.ID] = m
 	}
-	if err := n.raft.AddVoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), 0, n.cfg.ApplyTimeout).Error(); err != nil {
-		return mapRaftError(err)
+	for i := range s.Nodes {
+		m := &s.Nodes[i]
+		if l, ok := byID[m.ID]; ok {
+			m.Healthy, m.LastContactMs, m.AppliedIndex, m.Lag = l.Healthy, l.LastContactMs, l.AppliedIndex, l.Lag
+			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason
+		}
 	}
-	return nil
+	s.HealthFrom = leader.HealthFrom
 }
 
-// Remove removes a node from the cluster.
-func (n *Node) Remove(id string) error {
+func ptr[T any](v T) *T { return &v }
+
+func sub(a, b uint64) uint64 {
+	if b > a {
+		return 0
+	}
+	return a - b
+}
+
+// JoinResult is how a node stands after Join.
+type JoinResult struct {
+	// Suffrage is "voter" or "nonvoter".
+	Suffrage string
+	// Existing: the node was a member already; only its addresses were
+	// recorded (and its raft address changed when it differed).
+	Existing bool
+}
+
+// Join adds a node as a non-voter (the leader promotes it once it has
+// caught up), recording its addresses in the log first so every node can
+// forward to it. A member joining again only has its addresses recorded.
+// Unless force, a change of the configuration is refused (QuorumError)
+// when the cluster has no quorum of healthy voters.
+func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
+	if n.raft.State() != raft.Leader {
+		return JoinResult{}, n.notLeader()
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return JoinResult{}, mapRaftError(err)
+	}
+	conf, confIndex := f.Configuration(), f.Index()
+	named, _ := n.db.Named("node/")
+	var existing *raft.Server
+	for i, s := range conf.Servers {
+		if string(s.ID) == info.ID {
+			existing = &conf.Servers[i]
+			continue
+		}
+		if string(s.Address) == info.RaftAddr {
+			return JoinResult{}, fmt.Errorf("%w: raft address %s is %s's", ErrAddressInUse, info.RaftAddr, s.ID)
+		}
+		var other NodeInfo
+		if json.Unmarshal(named["node/"+string(s.ID)], &other) == nil && other.HTTPAddr == info.HTTPAddr {
+			return JoinResult{}, fmt.Errorf("%w: HTTP address %s is %s's", ErrAddressInUse, info.HTTPAddr, s.ID)
+		}
+	}
+	res := JoinResult{Suffrage: "nonvoter", Existing: existing != nil}
+	if existing != nil && existing.Suffrage == raft.Voter {
+		res.Suffrage = "voter"
+	}
+	var change func() raft.IndexFuture
+	switch {
+	case existing != nil && string(existing.Address) == info.RaftAddr:
+		// Only the addresses in the log change.
+	case existing != nil && existing.Suffrage == raft.Voter:
+		// A voter moving to a raft address nobody has measured counts as
+		// unhealthy until it answers there.
+		if !force {
+			if err := n.checkQuorum("moving voter "+info.ID+" to raft address "+info.RaftAddr, voters(conf, ""), info.ID); err != nil {
+				return res, err
+			}
+		}
+		change = func() raft.IndexFuture {
+			return n.raft.AddVoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), confIndex, n.cfg.ApplyTimeout)
+		}
+	default:
+		// A non-voter never counts towards the quorum, so adding one cannot
+		// lose it; but a cluster that has none could not commit the change.
+		if !force && existing == nil {
+			if err := n.checkQuorum("adding "+info.ID, voters(conf, ""), ""); err != nil {
+				return res, err
+			}
+		}
+		change = func() raft.IndexFuture {
+			return n.raft.AddNonvoter(raft.ServerID(info.ID), raft.ServerAddress(info.RaftAddr), confIndex, n.cfg.ApplyTimeout)
+		}
+	}
+	if _, err := n.propose(&Command{Op: OpSetNode, Node: &info}); err != nil {
+		return res, err
+	}
+	if change != nil {
+		if err := change().Error(); err != nil {
+			return res, mapRaftError(err)
+		}
+		n.log.Info("cluster membership changed", "node-id", info.ID, "raft-addr", info.RaftAddr, "http-addr", info.HTTPAddr, "suffrage", res.Suffrage)
+	}
+	return res, nil
+}
+
+// Remove removes a node from the cluster. Unless force, removing a voter is
+// refused (QuorumError) when fewer than a quorum of the remaining voters
+// would be healthy; removing the last voter is always refused. A forced
+// removal that cannot commit returns a PendingError.
+func (n *Node) Remove(id string, force bool) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
-	if err := n.raft.RemoveServer(raft.ServerID(id), 0, n.cfg.ApplyTimeout).Error(); err != nil {
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
 		return mapRaftError(err)
 	}
+	conf, confIndex := f.Configuration(), f.Index()
+	var target *raft.Server
+	var members []string
+	for i, s := range conf.Servers {
+		members = append(members, string(s.ID))
+		if string(s.ID) == id {
+			target = &conf.Servers[i]
+		}
+	}
+	if target == nil {
+		sort.Strings(members)
+		return fmt.Errorf("%w: %s is not in the cluster (members: %s)", ErrUnknownMember, id, strings.Join(members, ", "))
+	}
+	change := "removing " + id
+	if target.Suffrage == raft.Voter {
+		after := voters(conf, id)
+		if len(after) == 0 {
+			return &QuorumError{Change: change, LastVoter: true}
+		}
+		if !force {
+			if err := n.checkQuorum(change, after, ""); err != nil {
+				return err
+			}
+		}
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), confIndex, n.cfg.ApplyTimeout).Error(); err != nil {
+		if force && (errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrNotLeader)) {
+			return &PendingError{Change: change}
+		}
+		return mapRaftError(err)
+	}
+	n.log.Info("removed a node from the cluster", "node-id", id, "forced", force)
 	_, err := n.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: id}})
 	if err != nil && id == n.self.ID {
-		// A leader that removed itself has stepped down (raft shuts it
-		// down) and can propose nothing more: the removal is committed,
-		// and the address record left behind belongs to no member (a
-		// later join of the same id overwrites it).
-		n.log.Info("removed this node, the leader, from the cluster", "node-id", id)
+		// A leader that removed itself has stepped down and can propose
+		// nothing more: the removal is committed, and the address record
+		// left behind belongs to no member (a later join of the same id
+		// overwrites it).
+		n.log.Info("removed this node, the leader, from the cluster; it keeps running outside it until an operator adds it back", "node-id", id)
 		return nil
 	}
 	return err
+}
+
+// voters lists the voters of conf but the one with id except.
+func voters(conf raft.Configuration, except string) []raft.Server {
+	var out []raft.Server
+	for _, s := range conf.Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != except {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// checkQuorum returns a QuorumError unless a quorum of after (the voters
+// once the change is made) is measured healthy now. unmeasured names a
+// voter that counts as unhealthy whatever its measurement.
+func (n *Node) checkQuorum(change string, after []raft.Server, unmeasured string) error {
+	// A decision needs measurements from this term and this moment.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	n.measure(ctx)
+	cancel()
+	e := &QuorumError{Change: change, Unhealthy: map[string]string{}}
+	now := time.Now()
+	n.peers.mu.Lock()
+	fresh := n.peers.term == n.term()
+	for _, s := range after {
+		id := string(s.ID)
+		e.Voters = append(e.Voters, id)
+		why := ""
+		switch h := n.peers.byID[id]; {
+		case id == unmeasured:
+			why = "not yet measured at its new address"
+		case id == n.self.ID:
+		case !fresh || h == nil:
+			why = "not measured yet"
+		default:
+			_, why = n.judge(h, s.ID, now)
+		}
+		if why == "" {
+			e.Healthy = append(e.Healthy, id)
+		} else {
+			e.Unhealthy[id] = why
+		}
+	}
+	n.peers.mu.Unlock()
+	sort.Strings(e.Voters)
+	sort.Strings(e.Healthy)
+	if len(e.Healthy) >= len(after)/2+1 {
+		return nil
+	}
+	return e
 }
 
 // Bootstrap forms a new cluster of peers (this node among them). Every
@@ -129,6 +501,11 @@ func (n *Node) refreshMembership() {
 
 func (n *Node) watchMembership() {
 	defer n.wg.Done()
+	// The health loop is started here rather than in Open: it belongs to
+	// membership. The counter is positive (this goroutine holds it), so
+	// adding to it is safe even while Close waits.
+	n.wg.Add(1)
+	go n.healthLoop()
 	t := time.NewTicker(200 * time.Millisecond)
 	defer t.Stop()
 	for {
@@ -141,6 +518,8 @@ func (n *Node) watchMembership() {
 	}
 }
 
+// observe keeps, for the leader, which peers raft's heartbeats fail to
+// reach: a peer that answers HTTP but not raft is not healthy either.
 func (n *Node) observe(ch chan raft.Observation) {
 	defer n.wg.Done()
 	for {
@@ -163,7 +542,238 @@ func (n *Node) observe(ch chan raft.Observation) {
 }
 
 // peerState is what this node, while it leads, has measured of the other
-// members (see healthLoop).
+// members.
 type peerState struct {
-	mu sync.Mutex
+	mu      sync.Mutex
+	probe   PeerProbe
+	term    uint64 // the term byID and commits were measured in
+	byID    map[string]*peerHealth
+	commits []commitSample // this leader's commit index, one per round, oldest first
+
+	round sync.Mutex // one measuring round at a time
+}
+
+type commitSample struct {
+	at    time.Time
+	index uint64
+}
+
+// peerHealth is the leader's measurement of one peer.
+type peerHealth struct {
+	checkedAt  time.Time // last attempt
+	answeredAt time.Time // last answer (zero: never)
+	contactAt  time.Time // when the peer last heard from the leader, by this node's clock (zero: never)
+	applied    uint64    // at answeredAt
+	lag        uint64    // the leader's commit index minus applied, at answeredAt
+	caughtUp   bool      // applied, at answeredAt, what was committed one round earlier
+	err        string    // why the last attempt failed ("" when it answered)
+	goodSince  time.Time // start of the current streak of healthy, caught-up answers
+}
+
+func (h *peerHealth) fill(m *Member, now time.Time) {
+	m.CheckedAt, m.CheckedMsAgo = ptr(h.checkedAt.UTC()), ptr(now.Sub(h.checkedAt).Milliseconds())
+	if !h.contactAt.IsZero() {
+		m.LastContactMs = ptr(now.Sub(h.contactAt).Milliseconds())
+	}
+	if !h.answeredAt.IsZero() {
+		m.AppliedIndex, m.Lag = ptr(h.applied), ptr(h.lag)
+	}
+}
+
+// judge says whether the measured peer is healthy now, and why not. The
+// caller holds n.peers.mu.
+func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, string) {
+	n.mu.Lock()
+	hbFailing := n.unhealty[id]
+	n.mu.Unlock()
+	switch {
+	case h.answeredAt.IsZero():
+		return false, "has never answered: " + h.err
+	case now.Sub(h.answeredAt) > silentAfter:
+		return false, fmt.Sprintf("not answering for %s: %s", now.Sub(h.answeredAt).Round(100*time.Millisecond), h.err)
+	case h.contactAt.IsZero():
+		return false, "answers, but has never heard from this leader"
+	case now.Sub(h.contactAt) > silentAfter:
+		return false, fmt.Sprintf("answers, but has not heard from the leader for %s", now.Sub(h.contactAt).Round(100*time.Millisecond))
+	case hbFailing:
+		return false, "answers, but the leader's raft heartbeats to it fail"
+	}
+	if c, ok := n.peers.commitBefore(h.answeredAt.Add(-behindWindow)); ok && h.applied < c {
+		return false, fmt.Sprintf("falling behind: had applied %d when the leader had committed %d %s earlier", h.applied, c, behindWindow)
+	}
+	return true, ""
+}
+
+// commitBefore is the newest commit index sampled at or before t.
+func (p *peerState) commitBefore(t time.Time) (uint64, bool) {
+	for i := len(p.commits) - 1; i >= 0; i-- {
+		if !p.commits[i].at.After(t) {
+			return p.commits[i].index, true
+		}
+	}
+	return 0, false
+}
+
+// healthLoop measures the members and promotes caught-up non-voters, while
+// this node leads.
+func (n *Node) healthLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(probeEvery)
+	defer t.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { <-n.stop; cancel() }()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case <-t.C:
+			if !n.IsLeader() {
+				continue
+			}
+			n.measure(ctx)
+			n.promote()
+		}
+	}
+}
+
+// measure asks every other member for its status, in parallel, and
+// records what it learned.
+func (n *Node) measure(ctx context.Context) {
+	n.peers.round.Lock()
+	defer n.peers.round.Unlock()
+	if !n.IsLeader() {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	named, _ := n.db.Named("node/")
+	term := n.term()
+	commit := n.raft.CommitIndex()
+	start := time.Now()
+
+	n.peers.mu.Lock()
+	if n.peers.term != term || n.peers.byID == nil {
+		n.peers.term, n.peers.byID, n.peers.commits = term, map[string]*peerHealth{}, nil
+	}
+	prevCommit, hasPrev := uint64(0), len(n.peers.commits) > 0
+	if hasPrev {
+		prevCommit = n.peers.commits[len(n.peers.commits)-1].index
+	}
+	n.peers.commits = append(n.peers.commits, commitSample{at: start, index: commit})
+	// Keep a little more than the window the judgement looks back on.
+	for len(n.peers.commits) > 2 && start.Sub(n.peers.commits[1].at) > behindWindow+2*probeEvery {
+		n.peers.commits = n.peers.commits[1:]
+	}
+	probe := n.peers.probe
+	n.peers.mu.Unlock()
+
+	type result struct {
+		id  string
+		st  Status
+		err error
+		at  time.Time
+	}
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		results []result
+	)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for _, s := range f.Configuration().Servers {
+		id := string(s.ID)
+		if id == n.self.ID {
+			continue
+		}
+		var info NodeInfo
+		json.Unmarshal(named["node/"+id], &info)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := result{id: id}
+			switch {
+			case probe == nil:
+				r.err = errors.New("this node cannot reach its peers' HTTP API yet")
+			case info.HTTPAddr == "":
+				r.err = errors.New("its HTTP address is not in the log")
+			default:
+				r.st, r.err = probe(pctx, info.HTTPAddr)
+				if r.err == nil && r.st.Self.ID != id {
+					r.err = fmt.Errorf("%s answered as node %q", info.HTTPAddr, r.st.Self.ID)
+				}
+			}
+			r.at = time.Now()
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	if n.peers.term != term {
+		return
+	}
+	for _, r := range results {
+		h := n.peers.byID[r.id]
+		if h == nil {
+			h = &peerHealth{}
+			n.peers.byID[r.id] = h
+		}
+		h.checkedAt = r.at
+		if r.err != nil {
+			h.err, h.goodSince = r.err.Error(), time.Time{}
+			continue
+		}
+		h.err, h.answeredAt = "", r.at
+		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
+		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit
+		// Its last contact from a leader counts only when it follows this one.
+		if r.st.LastLeaderContactMs != nil && r.st.Leader != nil && r.st.Leader.ID == n.self.ID {
+			h.contactAt = r.at.Add(-time.Duration(*r.st.LastLeaderContactMs) * time.Millisecond)
+		}
+		if ok, _ := n.judge(h, raft.ServerID(r.id), r.at); ok && h.caughtUp {
+			if h.goodSince.IsZero() {
+				h.goodSince = r.at
+			}
+		} else {
+			h.goodSince = time.Time{}
+		}
+	}
+}
+
+// promote makes one healthy, caught-up non-voter a voter. One per round:
+// raft takes one configuration change at a time.
+func (n *Node) promote() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	now := time.Now()
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Nonvoter {
+			continue
+		}
+		n.peers.mu.Lock()
+		h := n.peers.byID[string(s.ID)]
+		ready := n.peers.term == n.term() && h != nil && !h.goodSince.IsZero() && now.Sub(h.goodSince) >= promoteStable
+		var applied, lag uint64
+		if h != nil {
+			applied, lag = h.applied, h.lag
+		}
+		n.peers.mu.Unlock()
+		if !ready {
+			continue
+		}
+		if err := n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
+			n.log.Warn("promotion of a caught-up non-voter failed; retrying", "node-id", s.ID, "error", err)
+			return
+		}
+		n.log.Info("promoted a caught-up non-voter to voter", "node-id", s.ID, "applied-index", applied, "lag", lag)
+		return
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -23,17 +24,25 @@ import (
 //     they are until N nodes (this one included) are known, then bootstrap
 //     all of them with the same configuration;
 //   - with --join and no state: ask the members to add this node until one
-//     does (a node that has state but is not in the configuration was
-//     removed, and stays out until an operator adds it back);
+//     does; it joins as a non-voter, and the leader promotes it once it has
+//     caught up (a node that has state but is not in the configuration was
+//     removed, and stays out until an operator adds it back: it keeps
+//     running, and serves again as soon as that happens);
 //   - once a member: make sure the log holds this node's current HTTP and
 //     raft addresses (so followers can forward to it), asking the leader to
 //     record them when they are missing or changed.
+//
+// It also gives the node the means to measure its peers' health whenever
+// it leads (their GET /v1/cluster).
 func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens []string, log *slog.Logger) {
+	node.SetPeerProbe(api.NewPeerProbe(tokens, c.nodeID))
 	m := &member{node: node, c: c, log: log, client: &http.Client{Timeout: 5 * time.Second}}
 	if len(tokens) > 0 {
 		m.token = tokens[0]
 	}
-	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise})
+	// The scope goes along so that the cluster refuses a node that would
+	// scope keys differently from it.
+	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope})
 	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
 		hasState := node.HasState()
@@ -52,7 +61,8 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens 
 			// the operator's removal. (A joining node can be outside for a
 			// moment while it replays entries older than its admission.)
 			if outside == 2 {
-				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back (POST /v1/cluster/join)")
+				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
+					"add-back", fmt.Sprintf("idem cluster join --id %s --raft-addr %s --node-http-addr %s --addr <a member's HTTP address>", c.nodeID, c.raftAdvertise, c.httpAdvertise))
 			}
 		case node.IsMember() && !node.IsLeader() && !node.Registered():
 			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
@@ -74,6 +84,9 @@ type member struct {
 	client *http.Client
 	token  string
 	self   []byte
+	// refused is the last refusal logged, so that a join retried every
+	// second logs a refusal once rather than every time.
+	refused string
 }
 
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
@@ -104,10 +117,19 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		case err != nil:
 			m.log.Debug("join: member unreachable", "addr", a, "error", err)
 		case status == http.StatusOK:
-			m.log.Info("cluster membership recorded", "via", a)
+			var ans struct{ Suffrage, Detail string }
+			json.Unmarshal(b, &ans)
+			m.log.Info("cluster membership recorded", "via", a, "suffrage", ans.Suffrage, "detail", ans.Detail)
+			m.refused = ""
 			return
 		default:
-			m.log.Warn("join refused", "addr", a, "status", status, "answer", strings.TrimSpace(string(b)))
+			answer := strings.TrimSpace(string(b))
+			if answer != m.refused {
+				var p struct{ Detail, Code string }
+				json.Unmarshal(b, &p)
+				m.log.Error("join refused; retrying every second", "addr", a, "status", status, "code", p.Code, "detail", p.Detail)
+				m.refused = answer
+			}
 		}
 	}
 }
