@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/idem-store/idem/raftfsm"
+)
+
+func init() {
+	extraCommands["recover"] = command{Run: runRecover, Summary: "offline: rewrite a stopped node's membership after the cluster lost its quorum for good"}
+}
+
+const recoverUsage = `Usage: idem recover --data-dir DIR --node-id ID --peers ID=RAFTADDR[,ID=RAFTADDR...] [--yes]
+
+For a cluster that lost its quorum for good (most voters destroyed). Run it
+on a survivor whose 'idem serve' is STOPPED: it rewrites the raft
+configuration in DIR to the --peers given, after applying every entry of the
+node's own log to its state. It changes membership only: no record is
+deleted. Without --yes it only prints what it would do.
+
+Safest: recover ONE survivor (the one with the highest applied index, which
+this command prints) with --peers naming only itself, start it, then join
+the other nodes with empty data dirs (move their old ones aside). If several
+survivors are named in --peers, run the same command on each of them before
+starting any.
+
+Flags:
+`
+
+func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const name = "idem recover"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	dataDir := fs.String("data-dir", "", "data dir of the stopped node")
+	nodeID := fs.String("node-id", "", "id of that node")
+	peersFlag := fs.String("peers", "", "the new voters: comma-separated ID=RAFTADDR, this node included (its RAFTADDR is the --raft-addr it will start with)")
+	yes := fs.Bool("yes", false, "do it (without: print the plan and change nothing)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), recoverUsage)
+		fs.PrintDefaults()
+	}
+	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
+		return code
+	}
+	var bad []string
+	if *dataDir == "" {
+		bad = append(bad, "--data-dir is required")
+	}
+	if !nodeIDPattern.MatchString(*nodeID) {
+		bad = append(bad, fmt.Sprintf("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", *nodeID))
+	}
+	peers, err := parsePeers(*peersFlag)
+	if err != nil {
+		bad = append(bad, err.Error())
+	} else if !hasPeer(peers, *nodeID) {
+		bad = append(bad, fmt.Sprintf("--peers must include this node (%s), with the raft address it will start with", *nodeID))
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(stderr, "%s: %s\n", name, strings.Join(bad, "\n"+name+": "))
+		return 2
+	}
+	if err := checkNodeFile(*dataDir, *nodeID); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	st, err := raftfsm.ReadOfflineState(*dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
+	fmt.Fprintf(stdout, "applied index:         %d (raft log ends at %d, term %d)\n", st.Applied, st.LastIndex, st.CurrentTerm)
+	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
+	fmt.Fprintf(stdout, "new configuration:     %s\n", fmtPeers(peers))
+	if !*yes {
+		fmt.Fprintf(stdout, "\nThis rewrites the membership recorded in %s: every entry of its raft log, committed or not, is applied to its state, then the log is compacted into a snapshot carrying the new configuration. Records are not deleted. Make sure the nodes left out are gone for good: if they came back they would not be part of this cluster.\n", *dataDir)
+		if len(peers) > 1 {
+			fmt.Fprintf(stdout, "Every node in the new configuration must be recovered with the same --peers before any is started.\n")
+		}
+		fmt.Fprintf(stderr, "%s: nothing was changed; run again with --yes to do it\n", name)
+		return 1
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	if _, err := raftfsm.Recover(*dataDir, *nodeID, peers, log); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	after, err := raftfsm.ReadOfflineState(*dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: recovered, but reading the result failed: %v\n", name, err)
+		return 1
+	}
+	var self raftfsm.Peer
+	for _, p := range peers {
+		if p.ID == *nodeID {
+			self = p
+		}
+	}
+	fmt.Fprintf(stdout, "\nrecovered: configuration is now %s, applied index %d\n", fmtPeers(after.Configuration), after.Applied)
+	fmt.Fprintf(stdout, "start it with: idem serve --data-dir %s --node-id %s --raft-addr %s\n", *dataDir, *nodeID, self.RaftAddr)
+	if len(peers) == 1 {
+		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (idem serve ... --join %s's HTTP address)\n", *nodeID)
+	}
+	return 0
+}
+
+// parsePeers parses ID=RAFTADDR[,ID=RAFTADDR...].
+func parsePeers(s string) ([]raftfsm.Peer, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, errors.New("--peers is required (ID=RAFTADDR[,ID=RAFTADDR...])")
+	}
+	var out []raftfsm.Peer
+	ids, addrs := map[string]bool{}, map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		id, addr, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || !nodeIDPattern.MatchString(id) {
+			return nil, fmt.Errorf("--peers: %q is not ID=RAFTADDR with a valid node id", part)
+		}
+		if host, _, err := net.SplitHostPort(addr); err != nil || host == "" {
+			return nil, fmt.Errorf("--peers: raft address %q of %s is not host:port", addr, id)
+		}
+		if ids[id] || addrs[addr] {
+			return nil, fmt.Errorf("--peers: %s or %s is named twice", id, addr)
+		}
+		ids[id], addrs[addr] = true, true
+		out = append(out, raftfsm.Peer{ID: id, RaftAddr: addr})
+	}
+	return out, nil
+}
+
+func hasPeer(peers []raftfsm.Peer, id string) bool {
+	for _, p := range peers {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+func fmtPeers(peers []raftfsm.Peer) string {
+	if len(peers) == 0 {
+		return "(none)"
+	}
+	parts := make([]string, len(peers))
+	for i, p := range peers {
+		parts[i] = p.ID + "=" + p.RaftAddr
+		if p.Suffrage != "" && p.Suffrage != "Voter" {
+			parts[i] += " (" + p.Suffrage + ")"
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// checkNodeFile refuses a --node-id that differs from the one the data dir
+// was created for.
+func checkNodeFile(dir, nodeID string) error {
+	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var nf nodeFile
+	if err := json.Unmarshal(b, &nf); err != nil {
+		return fmt.Errorf("%s/node.json is corrupt: %w", dir, err)
+	}
+	if nf.NodeID != "" && nf.NodeID != nodeID {
+		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", nodeID, nf.NodeID, dir)
+	}
+	return nil
+}

@@ -1,0 +1,365 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/raftfsm"
+)
+
+func init() {
+	extraCommands["snapshot"] = command{Run: runSnapshot, Summary: "backups: save, inspect, restore (see idem snapshot --help)"}
+}
+
+const snapshotUsage = `Usage:
+  idem snapshot save FILE [--addr ADDR] [--auth-token TOKEN] [--force]
+      Stream a consistent snapshot of the whole state from a running
+      cluster (any node; followers forward to the leader) into FILE. It is
+      written to FILE.tmp, synced, verified, then renamed; an existing FILE
+      is kept unless --force.
+  idem snapshot inspect FILE [--json]
+      Verify FILE's checksums and print what it holds.
+  idem snapshot restore FILE --data-dir DIR --node-id ID [--raft-addr ADDR]
+      Build, offline, a new data dir DIR (absent or empty) holding the
+      snapshot's state as a one-node cluster. Start it with
+      'idem serve --data-dir DIR --node-id ID --raft-addr ADDR'; other
+      nodes may then join it. On any error DIR is left as it was.
+
+Flags:
+`
+
+func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idem snapshot", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "save: HTTP address of any node (env IDEM_ADDR)")
+	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "save: bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
+	force := fs.Bool("force", false, "save: replace FILE if it exists")
+	asJSON := fs.Bool("json", false, "inspect: print the header and counts as JSON")
+	dataDir := fs.String("data-dir", "", "restore: the data dir to create (absent or empty)")
+	nodeID := fs.String("node-id", "", "restore: id of the node that will serve DIR")
+	raftAddr := fs.String("raft-addr", "127.0.0.1:7071", "restore: raft address the node will advertise (its --raft-addr, or --raft-advertise)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), snapshotUsage)
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub := args[0]
+	name := "idem snapshot " + sub
+	files, err := parseInterspersed(fs, args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v (see idem snapshot --help)\n", name, err)
+		return 2
+	}
+	if sub != "save" && sub != "inspect" && sub != "restore" {
+		fmt.Fprintf(stderr, "idem snapshot: unknown subcommand %q (save, inspect or restore; see idem snapshot --help)\n", sub)
+		return 2
+	}
+	if len(files) != 1 || files[0] == "" {
+		fmt.Fprintf(stderr, "%s: want exactly one FILE argument, got %d (see idem snapshot --help)\n", name, len(files))
+		return 2
+	}
+	file := files[0]
+	switch sub {
+	case "save":
+		return snapshotSave(ctx, file, *addr, *token, *force, stdout, stderr)
+	case "inspect":
+		return snapshotInspect(file, *asJSON, stdout, stderr)
+	default:
+		return snapshotRestore(file, *dataDir, *nodeID, *raftAddr, stdout, stderr)
+	}
+}
+
+// parseInterspersed parses flags before, between and after positional
+// arguments (the flag package stops at the first positional one).
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+func snapshotSave(ctx context.Context, file, addr, token string, force bool, stdout, stderr io.Writer) int {
+	const name = "idem snapshot save"
+	if _, err := os.Lstat(file); err == nil && !force {
+		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
+		return 1
+	}
+	base := strings.TrimRight(strings.TrimSpace(addr), "/")
+	if base == "" {
+		fmt.Fprintf(stderr, "%s: --addr is empty\n", name)
+		return 2
+	}
+	if !strings.Contains(base, "://") {
+		base = "http://" + base
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/admin/snapshot", nil)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: --addr %q: %v\n", name, addr, err)
+		return 2
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	hc := &http.Client{Transport: &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		ResponseHeaderTimeout: time.Minute,
+	}}
+	resp, err := hc.Do(req)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+		var p struct{ Detail, Code string }
+		if json.Unmarshal(raw, &p) == nil && p.Detail != "" {
+			fmt.Fprintf(stderr, "%s: %s (code %s, HTTP %d)\n", name, p.Detail, p.Code, resp.StatusCode)
+		} else {
+			fmt.Fprintf(stderr, "%s: %s answered %s: %s\n", name, addr, resp.Status, strings.TrimSpace(string(raw)))
+		}
+		return 1
+	}
+	tmp := file + ".tmp"
+	keep := false
+	defer func() {
+		if !keep {
+			os.Remove(tmp)
+		}
+	}()
+	// A backup holds every record: readable by its owner only.
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	bw := bufio.NewWriterSize(f, 1<<20)
+	_, err = io.Copy(bw, resp.Body)
+	if err == nil {
+		err = bw.Flush()
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: receiving into %s: %v (nothing was saved)\n", name, tmp, err)
+		return 1
+	}
+	info, err := verifyFile(tmp)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: the snapshot received from %s is incomplete or damaged: %v (nothing was saved)\n", name, addr, err)
+		return 1
+	}
+	if force {
+		err = os.Rename(tmp, file)
+	} else if err = os.Link(tmp, file); err == nil {
+		// A link fails rather than replace a FILE created meanwhile.
+		os.Remove(tmp)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v (the verified snapshot is left in %s)\n", name, err, tmp)
+		keep = true
+		return 1
+	}
+	syncDir(filepath.Dir(file))
+	fmt.Fprintf(stdout, "saved %s: %d records, applied index %d, cluster time %s, %d bytes, sha256 %s\n",
+		file, info.Header.Records, info.Header.AppliedIndex, fmtClusterTime(info.Header.ClusterTimeMs), info.Bytes, info.SHA256)
+	return 0
+}
+
+func verifyFile(path string) (raftfsm.BackupInfo, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return raftfsm.BackupInfo{}, err
+	}
+	defer f.Close()
+	return raftfsm.VerifyBackup(f)
+}
+
+func syncDir(dir string) {
+	if d, err := os.Open(dir); err == nil {
+		d.Sync()
+		d.Close()
+	}
+}
+
+func fmtClusterTime(ms int64) string {
+	if ms == 0 {
+		return "none (no command applied)"
+	}
+	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
+}
+
+func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
+	info, err := verifyFile(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem snapshot inspect: %s: %v\n", file, err)
+		return 1
+	}
+	h := info.Header
+	if asJSON {
+		b, _ := json.MarshalIndent(map[string]any{
+			"file": file, "header": h, "keys": info.Stream.Pairs, "records_counted": info.Stream.Records,
+			"bytes": info.Bytes, "sha256": info.SHA256, "checksums": "ok",
+		}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+		return 0
+	}
+	scope := h.Scope
+	if scope == "" {
+		scope = "not recorded"
+	}
+	w := func(k, format string, a ...any) { fmt.Fprintf(stdout, "%-15s %s\n", k+":", fmt.Sprintf(format, a...)) }
+	w("file", "%s", file)
+	w("format", "%d", h.Format)
+	w("created at", "%s", h.CreatedAt.UTC().Format(time.RFC3339))
+	w("taken on node", "%s", h.NodeID)
+	w("applied index", "%d", h.AppliedIndex)
+	w("cluster time", "%s", fmtClusterTime(h.ClusterTimeMs))
+	w("bucket width", "%s", time.Duration(h.BucketWidthMs)*time.Millisecond)
+	w("max retention", "%s", time.Duration(h.MaxRetentionMs)*time.Millisecond)
+	w("scope", "%s", scope)
+	w("records", "%d", info.Stream.Records)
+	w("keys", "%d", info.Stream.Pairs)
+	w("size", "%d bytes", info.Bytes)
+	w("sha256", "%s", info.SHA256)
+	w("checksums", "ok")
+	if info.Stream.Records != h.Records {
+		fmt.Fprintf(stdout, "note: the header counted %d records (from the bucket stats), the data holds %d\n", h.Records, info.Stream.Records)
+	}
+	return 0
+}
+
+func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.Writer) int {
+	const name = "idem snapshot restore"
+	var bad []string
+	if dataDir == "" {
+		bad = append(bad, "--data-dir is required")
+	}
+	if !nodeIDPattern.MatchString(nodeID) {
+		bad = append(bad, fmt.Sprintf("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", nodeID))
+	}
+	if host, _, err := net.SplitHostPort(raftAddr); err != nil || host == "" {
+		bad = append(bad, fmt.Sprintf("--raft-addr %q is not host:port", raftAddr))
+	}
+	if len(bad) > 0 {
+		fmt.Fprintf(stderr, "%s: %s\n", name, strings.Join(bad, "\n"+name+": "))
+		return 2
+	}
+	existed := false
+	if st, err := os.Stat(dataDir); err == nil {
+		if !st.IsDir() {
+			fmt.Fprintf(stderr, "%s: --data-dir %s exists and is not a directory\n", name, dataDir)
+			return 1
+		}
+		entries, err := os.ReadDir(dataDir)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
+			return 1
+		}
+		if len(entries) > 0 {
+			fmt.Fprintf(stderr, "%s: --data-dir %s is not empty; a restore only creates a new data dir and never replaces one (it may hold the only copy of a node's data): name an absent or empty directory\n", name, dataDir)
+			return 1
+		}
+		existed = true
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	defer f.Close()
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
+		return 1
+	}
+	parent := filepath.Dir(abs)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
+		return 1
+	}
+	// Built beside DIR and renamed into place: DIR never holds half a restore.
+	tmp, err := os.MkdirTemp(parent, filepath.Base(abs)+".restore-*")
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	done := false
+	defer func() {
+		if !done {
+			os.RemoveAll(tmp)
+		}
+	}()
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	info, err := raftfsm.RestoreBackup(bufio.NewReaderSize(f, 1<<20), tmp, raftfsm.RestoreOptions{NodeID: nodeID, RaftAddr: raftAddr, Logger: log})
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %s: %v (nothing was written to %s)\n", name, file, err, dataDir)
+		return 1
+	}
+	h := info.Header
+	if h.BucketWidthMs > 0 {
+		// The settings fixed at a data dir's creation are the backup's:
+		// idem serve then refuses a --bucket-width or --scope that differs.
+		nf := nodeFile{NodeID: nodeID, BucketWidthMs: h.BucketWidthMs, Scope: h.Scope}
+		b, _ := json.Marshal(nf)
+		if err := os.WriteFile(filepath.Join(tmp, "node.json"), b, 0o644); err != nil {
+			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+			return 1
+		}
+	}
+	if existed {
+		if err := os.Remove(abs); err != nil {
+			fmt.Fprintf(stderr, "%s: --data-dir: %v (nothing was written to %s)\n", name, err, dataDir)
+			return 1
+		}
+	}
+	if err := os.Rename(tmp, abs); err != nil {
+		fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+		return 1
+	}
+	done = true
+	syncDir(parent)
+	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s\n",
+		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs))
+	fmt.Fprintf(stdout, "start it with: idem serve --data-dir %s --node-id %s --raft-addr %s\n", dataDir, nodeID, raftAddr)
+	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
+	return 0
+}
