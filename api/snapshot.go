@@ -54,11 +54,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *engine.Snapshot) {
 	defer snap.Close()
-	scope := "endpoint"
-	if s.cfg.PrincipalScope {
-		scope = "principal"
-	}
-	h, err := raftfsm.NewBackupHeader(snap, s.store.Self().ID, scope)
+	h, err := raftfsm.NewBackupHeader(snap, s.store.Self().ID)
 	if err != nil {
 		s.log.Error("snapshot: describe state", "error", err)
 		writeProblem(w, newProblem(http.StatusInternalServerError, codeInternal, "the snapshot could not be taken: "+err.Error()))

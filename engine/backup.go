@@ -115,6 +115,8 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 				info.Meta.Width = partition.Width(u)
 			case bytes.Equal(k, keyMaxRet):
 				info.Meta.MaxRetentionMs = int64(u)
+			case bytes.Equal(k, keyScope):
+				info.Meta.Scope = ScopeMode(u)
 			}
 		}
 	}

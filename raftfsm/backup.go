@@ -61,8 +61,8 @@ type BackupHeader struct {
 	ClusterTimeMs  int64 `json:"cluster_time_ms"`
 	BucketWidthMs  int64 `json:"bucket_width_ms"`
 	MaxRetentionMs int64 `json:"max_retention_ms"`
-	// Scope is the uniqueness scope (endpoint or principal) of the node
-	// that took it; a restored node must use the same.
+	// Scope is the uniqueness scope the state pinned (endpoint or
+	// principal; empty before its first write): a restored node keeps it.
 	Scope   string `json:"scope,omitempty"`
 	Records int64  `json:"records"`
 }
@@ -89,8 +89,8 @@ func (n *Node) Backup(ctx context.Context) (*engine.Snapshot, error) {
 	return s, nil
 }
 
-// NewBackupHeader describes snap, taken by node nodeID with scope mode scope.
-func NewBackupHeader(snap *engine.Snapshot, nodeID, scope string) (BackupHeader, error) {
+// NewBackupHeader describes snap, taken by node nodeID.
+func NewBackupHeader(snap *engine.Snapshot, nodeID string) (BackupHeader, error) {
 	records, err := snap.Records()
 	if err != nil {
 		return BackupHeader{}, err
@@ -99,7 +99,7 @@ func NewBackupHeader(snap *engine.Snapshot, nodeID, scope string) (BackupHeader,
 	return BackupHeader{
 		Format: BackupFormat, CreatedAt: time.Now().UTC(), NodeID: nodeID,
 		AppliedIndex: m.Applied, ClusterTimeMs: m.NowMs, BucketWidthMs: int64(m.Width),
-		MaxRetentionMs: m.MaxRetentionMs, Scope: scope, Records: records,
+		MaxRetentionMs: m.MaxRetentionMs, Scope: m.Scope.String(), Records: records,
 	}, nil
 }
 

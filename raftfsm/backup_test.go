@@ -29,7 +29,7 @@ func backupOf(t *testing.T, n *Node) []byte {
 	snap, err := n.Backup(context.Background())
 	require.NoError(t, err)
 	defer snap.Close()
-	h, err := NewBackupHeader(snap, n.Self().ID, "endpoint")
+	h, err := NewBackupHeader(snap, n.Self().ID)
 	require.NoError(t, err)
 	var buf bytes.Buffer
 	written, err := WriteBackup(&buf, h, snap)
@@ -76,6 +76,8 @@ func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	require.Equal(t, n.db.Meta().Applied, info.Header.AppliedIndex)
 	require.Equal(t, int64(len(data)), info.Bytes)
 	require.Len(t, info.SHA256, 64)
+	require.Equal(t, "endpoint", info.Header.Scope)
+	require.Equal(t, engine.ScopeEndpoint, info.Stream.Meta.Scope)
 
 	dir := filepath.Join(t.TempDir(), "restored")
 	require.NoError(t, os.Mkdir(dir, 0o755))
@@ -198,6 +200,38 @@ func TestRecoverOneSurvivor(t *testing.T) {
 		require.Equal(t, r, got)
 	}
 	res, _, err := m.Claim(engine.ClaimArgs{Scope: scopeN(500), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+}
+
+// A state no command ever reached (applied index 0) restores with a plain
+// bootstrap.
+func TestRestoreOfUntouchedState(t *testing.T) {
+	db, err := engine.Open(t.TempDir(), engine.Options{})
+	require.NoError(t, err)
+	snap, err := db.Snapshot()
+	require.NoError(t, err)
+	h, err := NewBackupHeader(snap, "n1")
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = WriteBackup(&buf, h, snap)
+	require.NoError(t, err)
+	snap.Close()
+	require.NoError(t, db.Close())
+	require.Zero(t, h.AppliedIndex)
+	require.Empty(t, h.Scope)
+
+	dir := t.TempDir()
+	addr := freeRaftAddr(t)
+	_, err = RestoreBackup(bytes.NewReader(buf.Bytes()), dir, RestoreOptions{NodeID: "e1", RaftAddr: addr})
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr = "e1", dir, addr
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	res, _, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
 }
