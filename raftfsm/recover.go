@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -34,7 +35,8 @@ type OfflineState struct {
 	// LastIndex and LastTerm are the raft log's end (or the newest
 	// snapshot's, when the log is empty).
 	LastIndex, LastTerm uint64
-	// Applied is the state's applied index.
+	// Applied is the state's applied index as stored; entries of the log
+	// above it are applied at start (or by Recover).
 	Applied     uint64
 	CurrentTerm uint64
 }
@@ -121,6 +123,7 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	for _, s := range conf.Servers {
 		st.Configuration = append(st.Configuration, Peer{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
 	}
+	sort.Slice(st.Configuration, func(i, j int) bool { return st.Configuration[i].ID < st.Configuration[j].ID })
 	return st, list, nil
 }
 

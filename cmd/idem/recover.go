@@ -28,8 +28,9 @@ configuration in DIR to the --peers given, after applying every entry of the
 node's own log to its state. It changes membership only: no record is
 deleted. Without --yes it only prints what it would do.
 
-Safest: recover ONE survivor (the one with the highest applied index, which
-this command prints) with --peers naming only itself, start it, then join
+Safest: recover ONE survivor (the one whose raft log ends highest: the
+latest term, then the highest index; this command prints both) with --peers
+naming only itself, start it, then join
 the other nodes with empty data dirs (move their old ones aside). If several
 survivors are named in --peers, run the same command on each of them before
 starting any.
@@ -79,7 +80,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
-	fmt.Fprintf(stdout, "applied index:         %d (raft log ends at %d, term %d)\n", st.Applied, st.LastIndex, st.CurrentTerm)
+	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
 	fmt.Fprintf(stdout, "new configuration:     %s\n", fmtPeers(peers))
 	if !*yes {
@@ -106,7 +107,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			self = p
 		}
 	}
-	fmt.Fprintf(stdout, "\nrecovered: configuration is now %s, applied index %d\n", fmtPeers(after.Configuration), after.Applied)
+	fmt.Fprintf(stdout, "\nrecovered: configuration is now %s, state applied to index %d\n", fmtPeers(after.Configuration), after.Applied)
 	fmt.Fprintf(stdout, "start it with: idem serve --data-dir %s --node-id %s --raft-addr %s\n", *dataDir, *nodeID, self.RaftAddr)
 	if len(peers) == 1 {
 		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (idem serve ... --join %s's HTTP address)\n", *nodeID)
