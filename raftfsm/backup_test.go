@@ -235,3 +235,47 @@ func TestRestoreOfUntouchedState(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
 }
+
+// A node whose state is past its raft log's end (it installed a leader's
+// snapshot, state J above the snapshot's index, and stopped before the
+// entries up to J arrived) is recovered with its log extended to J: the
+// recovered cluster's new entries then land above J instead of being
+// skipped as already applied.
+func TestRecoverStatePastTheLogsEnd(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
+	want := fill(t, n, 10)
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+	o, err := openOffline(cfg.DataDir, nil)
+	require.NoError(t, err)
+	st, _, err := o.state()
+	require.NoError(t, err)
+	require.NoError(t, o.logs.DeleteRange(st.LastIndex-8, st.LastIndex))
+	require.NoError(t, o.close())
+	before, err := ReadOfflineState(cfg.DataDir)
+	require.NoError(t, err)
+	require.Greater(t, before.Applied, before.LastIndex, "the test needs a state past the log")
+
+	addr := freeRaftAddr(t)
+	_, err = Recover(cfg.DataDir, "n1", []Peer{{ID: "n1", RaftAddr: addr}}, nil)
+	require.NoError(t, err)
+	after, err := ReadOfflineState(cfg.DataDir)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, after.LastIndex, before.Applied)
+
+	cfg.RaftAddr = addr
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	res, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(700), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	require.Greater(t, idx, before.Applied)
+	for s, r := range want {
+		got, ok, err := m.Lookup(context.Background(), s, false, true)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.Equal(t, r, got)
+	}
+}
