@@ -132,16 +132,11 @@ func NewPeerProbe(tokens []string, selfID string) raftfsm.PeerProbe {
 
 // clusterScope is the uniqueness scope of the cluster, which a joining
 // node must share: the same scope encoded two ways would be claimed twice.
-//
-// Hook: the lead is pinning the mode in the replicated state, exposed as
-// Node.ScopeMode() (mode string, pinned bool). A store offering it is
-// asked first; until then (or until the mode is pinned) this node's own
-// --scope stands in.
+// It is the mode the first write pinned in the replicated state; before
+// any write, this node's own --scope, which that write will pin.
 func (s *Server) clusterScope() string {
-	if sm, ok := s.store.(interface{ ScopeMode() (string, bool) }); ok {
-		if mode, pinned := sm.ScopeMode(); pinned {
-			return mode
-		}
+	if mode, pinned := s.store.ScopeMode(); pinned {
+		return mode
 	}
 	if s.cfg.PrincipalScope {
 		return "principal"

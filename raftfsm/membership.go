@@ -23,21 +23,22 @@ import (
 //     refused unless forced, and the last voter can never be removed;
 //   - health is measured by the leader, which asks every member for its
 //     own view (through the PeerProbe the api package provides) every
-//     half second: a node is healthy when it answered recently, has heard
-//     from the leader recently, and is not falling behind.
+//     half second: a node is healthy when it answered the last check, has
+//     heard from the leader recently, and is not falling behind.
 //
 // Every leader measures for itself and finishes the promotions its
 // predecessors left, so nothing depends on the node that took the join.
 
-// Timings of the health measurement. A node is unhealthy after about
-// three seconds of silence: long enough to ride out a busy moment, short
-// enough that status shows a stopped node within a few seconds.
+// Timings of the health measurement. A node that misses one check is
+// unhealthy at once (a healthy node answers within probeTimeout); one that
+// answers but has not heard from the leader for three seconds (a raft
+// link cut while HTTP works) is unhealthy too.
 const (
 	probeEvery    = 500 * time.Millisecond
 	probeTimeout  = time.Second
-	silentAfter   = 3 * time.Second // no answer (or no contact from the leader) for longer: unhealthy
+	silentAfter   = 3 * time.Second // no contact from the leader (or no check) for longer: unhealthy
 	behindWindow  = 5 * time.Second // applied less than the leader had committed this long ago: unhealthy
-	promoteStable = time.Second     // healthy and caught up for this long before a promotion
+	promoteStable = probeEvery      // healthy and caught up this long (two answers in a row) before a promotion
 )
 
 // Member is one node as /v1/cluster shows it. The fields after Healthy are
@@ -589,8 +590,13 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 	switch {
 	case h.answeredAt.IsZero():
 		return false, "has never answered: " + h.err
+	case h.err != "":
+		// One missed check is enough: a decision must not count a node
+		// that stopped a moment ago, and a healthy node answers within
+		// probeTimeout.
+		return false, fmt.Sprintf("did not answer the last check (last answer %s ago): %s", now.Sub(h.answeredAt).Round(100*time.Millisecond), h.err)
 	case now.Sub(h.answeredAt) > silentAfter:
-		return false, fmt.Sprintf("not answering for %s: %s", now.Sub(h.answeredAt).Round(100*time.Millisecond), h.err)
+		return false, fmt.Sprintf("not checked for %s", now.Sub(h.answeredAt).Round(100*time.Millisecond))
 	case h.contactAt.IsZero():
 		return false, "answers, but has never heard from this leader"
 	case now.Sub(h.contactAt) > silentAfter:

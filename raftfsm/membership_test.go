@@ -1,0 +1,286 @@
+package raftfsm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// Real raft nodes over TCP in one process. The leader's health probe,
+// which the api package makes an HTTP call, here asks the peer node
+// directly: each node's "HTTP address" is its key in the registry.
+
+type memCluster struct {
+	t     *testing.T
+	mu    sync.Mutex
+	nodes map[string]*Node // by HTTP address; absent while stopped
+}
+
+func newMemCluster(t *testing.T) *memCluster {
+	return &memCluster{t: t, nodes: map[string]*Node{}}
+}
+
+func (c *memCluster) probe(_ context.Context, addr string) (Status, error) {
+	c.mu.Lock()
+	n := c.nodes[addr]
+	c.mu.Unlock()
+	if n == nil {
+		return Status{}, fmt.Errorf("dial %s: connection refused", addr)
+	}
+	return n.Status()
+}
+
+// open starts node id on raftAddr ("" for any port), bootstrapping a
+// one-node cluster when bootstrap is set.
+func (c *memCluster) open(id, raftAddr string, bootstrap bool) *Node {
+	c.t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, c.t.TempDir(), bootstrap
+	cfg.RaftAddr, cfg.HTTPAdvertise = raftAddr, "mem-"+id
+	if raftAddr == "" {
+		cfg.RaftAddr = "127.0.0.1:0"
+	}
+	n, err := Open(cfg)
+	require.NoError(c.t, err)
+	n.SetPeerProbe(c.probe)
+	c.mu.Lock()
+	c.nodes[cfg.HTTPAdvertise] = n
+	c.mu.Unlock()
+	c.t.Cleanup(func() { c.stop(n) })
+	return n
+}
+
+func (c *memCluster) stop(n *Node) {
+	c.mu.Lock()
+	delete(c.nodes, n.self.HTTPAddr)
+	c.mu.Unlock()
+	n.Close()
+}
+
+// leader waits until one of nodes leads and returns it.
+func (c *memCluster) leader(nodes ...*Node) *Node {
+	c.t.Helper()
+	var l *Node
+	require.Eventually(c.t, func() bool {
+		for _, n := range nodes {
+			if n.IsLeader() {
+				l = n
+				return true
+			}
+		}
+		return false
+	}, 15*time.Second, 10*time.Millisecond, "no leader")
+	return l
+}
+
+// join adds n through the leader among via and waits until n is a voter.
+func (c *memCluster) join(n *Node, via ...*Node) {
+	c.t.Helper()
+	l := c.leader(via...)
+	res, err := l.Join(n.Self(), false)
+	require.NoError(c.t, err)
+	require.Equal(c.t, "nonvoter", res.Suffrage)
+	c.waitSuffrage(l, n.self.ID, "Voter")
+}
+
+func (c *memCluster) waitSuffrage(from *Node, id, want string) {
+	c.t.Helper()
+	require.Eventually(c.t, func() bool { return member(c.t, from, id).Suffrage == want }, 20*time.Second, 20*time.Millisecond,
+		"%s never became %s", id, want)
+}
+
+func member(t *testing.T, n *Node, id string) Member {
+	t.Helper()
+	st, err := n.Status()
+	require.NoError(t, err)
+	for _, m := range st.Nodes {
+		if m.ID == id {
+			return m
+		}
+	}
+	return Member{}
+}
+
+// absentAddr is a raft address nothing listens on.
+func absentAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+func claim(n *Node, key string) error {
+	_, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 1000, RetentionMs: 60_000})
+	return err
+}
+
+// A join of a node that never starts must not cost the cluster its
+// quorum: it stays a non-voter, shown unhealthy, and a one-node cluster
+// keeps deciding. A node that does start is promoted once caught up.
+func TestJoinedNodeVotesOnlyOnceCaughtUp(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	res, err := n1.Join(NodeInfo{ID: "ghost", RaftAddr: absentAddr(t), HTTPAddr: "mem-ghost"}, false)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		require.NoError(t, claim(n1, fmt.Sprintf("k%d", i)), "the cluster stopped deciding after an absent node joined")
+		time.Sleep(50 * time.Millisecond)
+	}
+	g := member(t, n1, "ghost")
+	require.Equal(t, "Nonvoter", g.Suffrage, "an absent node was promoted")
+	require.False(t, g.Healthy)
+	require.Contains(t, g.UnhealthyReason, "never answered")
+	require.NotNil(t, g.CheckedAt)
+
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	m := member(t, n1, "n2")
+	require.True(t, m.Healthy, "%+v", m)
+	require.NotNil(t, m.AppliedIndex)
+	require.NotNil(t, m.LastContactMs)
+	require.Equal(t, "Nonvoter", member(t, n1, "ghost").Suffrage)
+	require.NoError(t, claim(n1, "after-promotion"))
+}
+
+// A removal leaving fewer healthy voters than a quorum is refused and
+// names the unhealthy node; an unknown id is not found; the last voter
+// can never be removed, even by force.
+func TestRemoveRefusedWithoutQuorum(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	c.join(n2, n1)
+	c.join(n3, n1, n2)
+	l := c.leader(n1, n2, n3)
+	var down, other *Node
+	for _, n := range []*Node{n1, n2, n3} {
+		if n != l && down == nil {
+			down = n
+		} else if n != l {
+			other = n
+		}
+	}
+	c.stop(down)
+	require.Eventually(t, func() bool { return !member(t, l, down.self.ID).Healthy }, 10*time.Second, 50*time.Millisecond)
+
+	err := l.Remove(other.self.ID, false)
+	var qe *QuorumError
+	require.ErrorAs(t, err, &qe)
+	require.ErrorIs(t, err, ErrWouldLoseQuorum)
+	require.Contains(t, err.Error(), down.self.ID)
+	require.Contains(t, qe.Unhealthy, down.self.ID)
+	require.Equal(t, "Voter", member(t, l, other.self.ID).Suffrage, "a refused removal changed the configuration")
+
+	require.ErrorIs(t, l.Remove("nobody", false), ErrUnknownMember)
+
+	// Removing the stopped node leaves two healthy voters: allowed.
+	require.NoError(t, l.Remove(down.self.ID, false))
+	require.NoError(t, l.Remove(other.self.ID, false))
+	err = l.Remove(l.self.ID, true)
+	require.ErrorAs(t, err, &qe)
+	require.True(t, qe.LastVoter)
+	require.NoError(t, claim(l, "still-deciding"))
+}
+
+// A removed node, even the leader, keeps running outside the cluster and
+// serves again as soon as it is added back, without a restart.
+func TestRemovedLeaderRejoinsWithoutRestart(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	c.join(n2, n1)
+	c.join(n3, n1, n2)
+	old := c.leader(n1, n2, n3)
+	require.NoError(t, claim(old, "before"))
+	require.NoError(t, old.Remove(old.self.ID, false))
+	var rest []*Node
+	for _, n := range []*Node{n1, n2, n3} {
+		if n != old {
+			rest = append(rest, n)
+		}
+	}
+	l := c.leader(rest...)
+	require.Eventually(t, func() bool { return !old.IsMember() }, 5*time.Second, 20*time.Millisecond)
+	require.Error(t, claim(old, "while-out"))
+	require.NoError(t, claim(l, "while-out"))
+
+	res, err := l.Join(old.Self(), false)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	c.waitSuffrage(l, old.self.ID, "Voter")
+	require.Eventually(t, func() bool { return old.Ready() }, 10*time.Second, 20*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, found, err := old.Lookup(ctx, engine.Scope{Principal: "p", Endpoint: "e", Key: "while-out"}, false, false)
+	require.NoError(t, err)
+	require.True(t, found, "the re-added node did not catch up")
+}
+
+// Promotion is the leader's job, whichever node leads: a node that joined
+// under one leader and started only after another took over is promoted
+// by the new one.
+func TestNewLeaderFinishesPromotion(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	addr := absentAddr(t)
+	_, err := n1.Join(NodeInfo{ID: "n3", RaftAddr: addr, HTTPAddr: "mem-n3"}, false)
+	require.NoError(t, err)
+	require.NoError(t, n1.TransferLeadership())
+	require.Eventually(t, func() bool { return n2.IsLeader() }, 10*time.Second, 10*time.Millisecond)
+	require.Equal(t, "Nonvoter", member(t, n2, "n3").Suffrage)
+	n3 := c.open("n3", addr, false)
+	c.waitSuffrage(n2, "n3", "Voter")
+	require.True(t, n3.IsMember())
+}
+
+// Forcing a removal that the remaining voters cannot commit says so
+// instead of claiming success or an unknown outcome.
+func TestForcedRemovalWithoutQuorumIsPending(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	c.join(n2, n1)
+	c.join(n3, n1, n2)
+	l := c.leader(n1, n2, n3)
+	var others []*Node
+	for _, n := range []*Node{n1, n2, n3} {
+		if n != l {
+			others = append(others, n)
+		}
+	}
+	c.stop(others[0])
+	err := l.Remove(others[1].self.ID, true)
+	var pending *PendingError
+	require.True(t, errors.As(err, &pending), "forced removal: %v", err)
+	// The entry is in the log; the configuration the old leader holds
+	// already lacks the removed node.
+	f := l.raft.GetConfiguration()
+	require.NoError(t, f.Error())
+	for _, s := range f.Configuration().Servers {
+		require.NotEqual(t, raft.ServerID(others[1].self.ID), s.ID)
+	}
+}
