@@ -292,18 +292,25 @@ func (c *Client) Cluster(ctx context.Context) (*Cluster, error) {
 	return &out, nil
 }
 
-// Join adds a voter to the cluster through the node (followers forward). It
-// returns the server's answer as received.
+// Join adds a node to the cluster through any member (followers forward):
+// as a non-voter, which the leader promotes to voter once it answers and
+// has caught up. It returns the server's answer as received
+// ({"outcome":"joined","suffrage":"nonvoter",...}).
 func (c *Client) Join(ctx context.Context, req JoinRequest) (json.RawMessage, error) {
 	return c.Do(ctx, http.MethodPost, "/v1/cluster/join", nil, req)
 }
 
-// Remove removes the node with the given id from the cluster. It returns the
-// server's answer as received.
+// Remove removes the node with the given id from the cluster, refusing
+// (409 would_lose_quorum) when the remaining voters would have no healthy
+// quorum. It returns the server's answer as received.
 func (c *Client) Remove(ctx context.Context, id string) (json.RawMessage, error) {
-	return c.Do(ctx, http.MethodPost, "/v1/cluster/remove", nil, struct {
-		ID string `json:"id"`
-	}{id})
+	return c.RemoveNode(ctx, RemoveRequest{ID: id})
+}
+
+// RemoveNode is Remove with its options. A forced removal that the
+// remaining voters cannot commit yet answers 202 {"outcome":"pending"}.
+func (c *Client) RemoveNode(ctx context.Context, req RemoveRequest) (json.RawMessage, error) {
+	return c.Do(ctx, http.MethodPost, "/v1/cluster/remove", nil, req)
 }
 
 // Healthz returns nil while the node's process serves.

@@ -175,9 +175,25 @@ type Cluster struct {
 	Raw          json.RawMessage `json:"-"`
 }
 
-// JoinRequest is the body of POST /v1/cluster/join.
+// JoinRequest is the body of POST /v1/cluster/join. A new node joins as a
+// non-voter; the leader promotes it once it answers and has caught up.
 type JoinRequest struct {
 	ID       string `json:"id"`
 	RaftAddr string `json:"raft_addr"`
 	HTTPAddr string `json:"http_addr"`
+	// Scope is the joining node's --scope ("endpoint" or "principal"); the
+	// cluster refuses a node whose scope differs from its own (409
+	// scope_mismatch). Empty: not checked.
+	Scope string `json:"scope,omitempty"`
+	// Force skips the check that the cluster has a quorum of healthy voters.
+	Force bool `json:"force,omitempty"`
+}
+
+// RemoveRequest is the body of POST /v1/cluster/remove.
+type RemoveRequest struct {
+	ID string `json:"id"`
+	// Force removes a voter even when fewer than a quorum of the remaining
+	// voters are healthy (409 would_lose_quorum otherwise). The last voter
+	// can never be removed.
+	Force bool `json:"force,omitempty"`
 }

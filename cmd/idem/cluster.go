@@ -9,9 +9,13 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/raftfsm"
 )
 
 func init() {
@@ -20,9 +24,14 @@ func init() {
 
 const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadership> [flags]
 
-  status                 members, leader, term, commit and applied index
-  join                   add a voter: --id, --raft-addr, --node-http-addr
-  remove                 remove a node: --id
+  status                 members, their health (measured by the leader) and lag
+  join                   add a node: --id, --raft-addr, --node-http-addr. It joins
+                         as a non-voter; the leader promotes it to voter once it
+                         answers and has caught up, so a node that never starts
+                         never counts towards the quorum
+  remove                 remove a node: --id. Refused when the remaining voters
+                         would not have a healthy quorum, unless --force; the
+                         last voter is never removed
   transfer-leadership    hand leadership to another voter (for rolling restarts)
 
 Any node answers; followers forward to the leader.
@@ -38,6 +47,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	id := fs.String("id", "", "node id (join, remove)")
 	raftAddr := fs.String("raft-addr", "", "raft address of the node to add (join)")
 	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add (join)")
+	scope := fs.String("scope", "", "scope mode of the node to add, endpoint or principal (join; refused when it differs from the cluster's)")
+	force := fs.Bool("force", false, "make the change even if it leaves the cluster without a quorum of healthy voters (join, remove)")
+	asJSON := fs.Bool("json", false, "print the server's JSON answer instead of a table or sentence")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), clusterUsage)
@@ -56,6 +68,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "idem cluster %s: unexpected argument %q (flags go as --name value)\n", sub, fs.Arg(0))
 		return 2
 	}
 	var opts []client.Option
@@ -78,13 +94,17 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintln(stderr, "idem cluster join: --id, --raft-addr and --node-http-addr are required")
 			return 2
 		}
-		raw, err = cl.Join(ctx, client.JoinRequest{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr})
+		if *scope != "" && *scope != "endpoint" && *scope != "principal" {
+			fmt.Fprintf(stderr, "idem cluster join: --scope %q must be endpoint or principal\n", *scope)
+			return 2
+		}
+		raw, err = cl.Join(ctx, client.JoinRequest{ID: *id, RaftAddr: *raftAddr, HTTPAddr: *httpAddr, Scope: *scope, Force: *force})
 	case "remove":
 		if *id == "" {
 			fmt.Fprintln(stderr, "idem cluster remove: --id is required")
 			return 2
 		}
-		raw, err = cl.Remove(ctx, *id)
+		raw, err = cl.RemoveNode(ctx, client.RemoveRequest{ID: *id, Force: *force})
 	case "transfer-leadership":
 		raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, nil)
 	default:
@@ -97,11 +117,113 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		var p *client.Problem
 		if errors.As(err, &p) {
 			fmt.Fprintf(stderr, "idem cluster %s: %s (code %s, HTTP %d)\n", sub, p.Detail, p.Code, p.Status)
+			if p.Code == "would_lose_quorum" && !strings.Contains(p.Detail, "force does not") {
+				fmt.Fprintf(stderr, "idem cluster %s: nothing was changed; see `idem cluster status`, or repeat with --force\n", sub)
+			}
 		} else {
 			fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, err)
 		}
 		return 1
 	}
-	cliWriteJSON(stdout, raw)
+	if *asJSON {
+		cliWriteJSON(stdout, raw)
+		return 0
+	}
+	switch sub {
+	case "status":
+		var st raftfsm.Status
+		if err := json.Unmarshal(raw, &st); err != nil {
+			fmt.Fprintf(stderr, "idem cluster status: the answer does not decode (%v); --json prints it as received\n", err)
+			return 1
+		}
+		printStatus(stdout, st)
+	case "join", "remove":
+		var a struct{ Outcome, Suffrage, Detail string }
+		json.Unmarshal(raw, &a)
+		switch {
+		case a.Detail != "":
+			fmt.Fprintf(stdout, "%s: %s\n", a.Outcome, a.Detail)
+		case a.Outcome == "removed":
+			fmt.Fprintf(stdout, "removed %s from the cluster\n", *id)
+		default:
+			cliWriteJSON(stdout, raw)
+		}
+	default:
+		cliWriteJSON(stdout, raw)
+	}
 	return 0
+}
+
+// printStatus writes the cluster as a table, one node a line, with the
+// leader's measurements and why each unhealthy node is so.
+func printStatus(w io.Writer, st raftfsm.Status) {
+	leader := "none"
+	if st.Leader != nil {
+		leader = st.Leader.ID
+	}
+	fmt.Fprintf(w, "leader %s, term %d, commit index %d (as seen by %s)\n", leader, st.Term, st.CommitIndex, st.Self.ID)
+	voters, healthy := 0, 0
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tHTTP\tRAFT")
+	var reasons []string
+	for _, m := range st.Nodes {
+		name := m.ID
+		if st.Leader != nil && m.ID == st.Leader.ID {
+			name += " (leader)"
+		}
+		h := "yes"
+		if !m.Healthy {
+			h = "NO"
+			reasons = append(reasons, fmt.Sprintf("  %s: %s", m.ID, m.UnhealthyReason))
+		}
+		if m.Suffrage == "Voter" {
+			voters++
+			if m.Healthy {
+				healthy++
+			}
+		}
+		checked := "never"
+		if m.CheckedMsAgo != nil {
+			checked = msAge(*m.CheckedMsAgo) + " ago"
+		}
+		contact := "never"
+		if m.LastContactMs != nil {
+			contact = msAge(*m.LastContactMs) + " ago"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.ToLower(m.Suffrage), h,
+			optUint(m.Lag), optUint(m.AppliedIndex), contact, checked, m.HTTPAddr, m.RaftAddr)
+	}
+	tw.Flush()
+	need := voters/2 + 1
+	verdict := "can decide"
+	if healthy < need {
+		verdict = "CANNOT decide: no quorum"
+	}
+	from := st.HealthFrom
+	if from == "" {
+		from = "nobody (no leader's measurements)"
+	}
+	fmt.Fprintf(w, "%d of %d voters healthy, %d needed: the cluster %s. Health measured by %s.\n", healthy, voters, need, verdict, from)
+	if len(reasons) > 0 {
+		fmt.Fprintln(w, "unhealthy:")
+		for _, r := range reasons {
+			fmt.Fprintln(w, r)
+		}
+	}
+}
+
+func optUint(v *uint64) string {
+	if v == nil {
+		return "-"
+	}
+	return strconv.FormatUint(*v, 10)
+}
+
+// msAge is a duration in ms, short: "0s", "1.2s", "3m4s".
+func msAge(ms int64) string {
+	d := time.Duration(ms) * time.Millisecond
+	if d < time.Minute {
+		return d.Round(100 * time.Millisecond).String()
+	}
+	return d.Round(time.Second).String()
 }

@@ -1,0 +1,264 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Membership done the way an operator might get it wrong, on real
+// processes: a join of a node that never starts, a removal that would lose
+// the quorum, removing the leader and adding it back, and a stopped node
+// in `idem cluster status`.
+
+// cli runs `idem cluster args...` and returns its output and exit code.
+func cli(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	out, err := exec.Command(binary, append([]string{"cluster"}, args...)...).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); ok {
+		return string(out), ee.ExitCode()
+	}
+	require.NoError(t, err, "%s", out)
+	return string(out), 0
+}
+
+// clusterView is the part of GET /v1/cluster these tests read, decoded
+// here rather than into raftfsm.Status so that they run unchanged against
+// older servers.
+type clusterView struct {
+	Leader *struct {
+		ID string `json:"id"`
+	} `json:"leader"`
+	Nodes      []memberView `json:"nodes"`
+	HealthFrom string       `json:"health_from"`
+}
+
+type memberView struct {
+	ID              string     `json:"id"`
+	Suffrage        string     `json:"suffrage"`
+	Healthy         bool       `json:"healthy"`
+	UnhealthyReason string     `json:"unhealthy_reason"`
+	CheckedAt       *time.Time `json:"checked_at"`
+	Lag             *uint64    `json:"lag"`
+}
+
+// memberAt is id as addr's /v1/cluster shows it (zero when absent).
+func memberAt(t *testing.T, addr, id string) (memberView, clusterView) {
+	t.Helper()
+	a := call("GET", addr, "/v1/cluster", "")
+	require.NoError(t, a.err)
+	require.Equal(t, 200, a.code, "%s", a)
+	var st clusterView
+	require.NoError(t, json.Unmarshal(a.body, &st), "%s", a.body)
+	for _, m := range st.Nodes {
+		if m.ID == id {
+			return m, st
+		}
+	}
+	return memberView{}, st
+}
+
+// writable requires claims through addr to keep succeeding for d: each
+// within 10 s (an election may pass), never a refusal.
+func writable(t *testing.T, addr, prefix string, d time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for i := 0; i == 0 || time.Now().Before(deadline); i++ {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		waitFor(t, 10*time.Second, "the cluster decides claim "+key, func() (bool, string) {
+			a := call("POST", addr, "/v1/claim", claimReq(key, "c-"+key))
+			return a.err == nil && a.code == 201, a.String()
+		})
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A join of a node that never starts leaves a one-node cluster deciding:
+// the node is a non-voter, shown unhealthy. The last voter cannot be
+// removed, even by force; an unknown id is not found.
+func TestMembershipAbsentJoinOneNode(t *testing.T) {
+	t.Parallel()
+	http, raft := freePort(t), freePort(t)
+	start(t, t.TempDir(), http, raft, "--node-id", "n1")
+	out, code := cli(t, "join", "--addr", http, "--id", "n4", "--raft-addr", freePort(t), "--node-http-addr", freePort(t))
+	require.Equal(t, 0, code, "%s", out)
+	writable(t, http, "after-absent-join", 3*time.Second)
+	require.Contains(t, out, "non-voter")
+
+	n4, st := memberAt(t, http, "n4")
+	require.Equal(t, "Nonvoter", n4.Suffrage)
+	require.False(t, n4.Healthy)
+	require.Contains(t, n4.UnhealthyReason, "never answered")
+	require.NotNil(t, n4.CheckedAt)
+	n1, _ := memberAt(t, http, "n1")
+	require.True(t, n1.Healthy, "%+v", st)
+
+	out, code = cli(t, "remove", "--addr", http, "--id", "n1", "--force")
+	require.Equal(t, 1, code, "%s", out)
+	require.Contains(t, out, "would_lose_quorum")
+	require.Contains(t, out, "no voter")
+	a := call("POST", http, "/v1/cluster/remove", `{"id":"n9"}`)
+	require.Equal(t, 404, a.code, "%s", a)
+	require.Equal(t, "not_found", a.problemCode())
+	// The non-voter goes as it came.
+	out, code = cli(t, "remove", "--addr", http, "--id", "n4")
+	require.Equal(t, 0, code, "%s", out)
+	writable(t, http, "after-removal", 0)
+}
+
+// Three nodes, and everything an operator can do wrong with them.
+func TestMembershipThreeNodes(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, viaJoin, nil, nil) // n2 and n3 joined as non-voters and were promoted
+	leader := c.leader()
+	fs := c.others(leader)
+
+	// 1. A fourth node is joined but not started: it does not vote, so
+	// losing one of the three real nodes still leaves a quorum.
+	n4 := &cnode{id: "n4", ip: "127.0.0.14", dir: t.TempDir()}
+	n4.http, n4.raft = freePortOn(t, n4.ip), freePortOn(t, n4.ip)
+	n4.args = []string{"--node-id", "n4", "--join", c.nodes[0].http}
+	out, code := cli(t, "join", "--addr", fs[0].http, "--id", "n4", "--raft-addr", n4.raft, "--node-http-addr", n4.http)
+	require.Equal(t, 0, code, "%s", out)
+	down, other := fs[0], fs[1]
+	stoppedAt := time.Now()
+	down.stop(t)
+	writable(t, leader.http, "one-of-three-down", 2*time.Second)
+	require.Contains(t, out, "non-voter")
+	m, _ := memberAt(t, leader.http, "n4")
+	require.Equal(t, "Nonvoter", m.Suffrage)
+	require.False(t, m.Healthy)
+
+	// 2. The stopped node shows unhealthy within a few seconds, from the
+	// leader and from a follower (which shows the leader's measurements).
+	for _, via := range []*cnode{leader, other} {
+		waitFor(t, 10*time.Second, down.id+" unhealthy as seen via "+via.id, func() (bool, string) {
+			m, st := memberAt(t, via.http, down.id)
+			return !m.Healthy, fmt.Sprintf("%+v (health from %q)", m, st.HealthFrom)
+		})
+	}
+	t.Logf("%s shows unhealthy %s after it stopped", down.id, time.Since(stoppedAt).Round(100*time.Millisecond))
+	m, st := memberAt(t, other.http, down.id)
+	require.Equal(t, leader.id, st.HealthFrom)
+	require.NotEmpty(t, m.UnhealthyReason)
+	require.NotNil(t, m.CheckedAt)
+	out, code = cli(t, "status", "--addr", other.http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Regexp(t, `(?m)^`+down.id+`\s+voter\s+NO\s`, out)
+	require.Regexp(t, `(?m)^n4\s+nonvoter\s+NO\s`, out)
+	require.Regexp(t, `(?m)^`+leader.id+` \(leader\)\s+voter\s+yes\s+\d+\s`, out, "the leader's row shows its lag")
+	require.Contains(t, out, "2 of 3 voters healthy")
+
+	// 3. Removing the other live follower would leave the leader and the
+	// stopped node: refused, naming the stopped one. An unknown id is 404.
+	out, code = cli(t, "remove", "--addr", leader.http, "--id", other.id)
+	writable(t, leader.http, "after-refused-removal", 0)
+	require.Equal(t, 1, code, "%s", out)
+	require.Contains(t, out, "would_lose_quorum")
+	require.Contains(t, out, down.id+" (")
+	require.Contains(t, out, "--force")
+	m, _ = memberAt(t, leader.http, other.id)
+	require.Equal(t, "Voter", m.Suffrage, "a refused removal changed the configuration")
+	a := call("POST", other.http, "/v1/cluster/remove", `{"id":"nope"}`)
+	require.Equal(t, 404, a.code, "%s", a)
+	c.restart(down, nil)
+	waitFor(t, 20*time.Second, down.id+" healthy again", func() (bool, string) {
+		m, _ := memberAt(t, leader.http, down.id)
+		return m.Healthy, fmt.Sprintf("%+v", m)
+	})
+
+	// 4. Remove the leader, then add it back as its log says: it serves
+	// again without a restart.
+	out, code = cli(t, "remove", "--addr", leader.http, "--id", leader.id)
+	require.Equal(t, 0, code, "%s", out)
+	newLeader := waitLeaderAmong(t, c, c.others(leader))
+	waitFor(t, 10*time.Second, leader.id+" refuses writes once removed", func() (bool, string) {
+		a := call("POST", leader.http, "/v1/claim", claimReq("to-removed", ""))
+		return a.unavailable503(), a.String()
+	})
+	p := leader.p
+	waitFor(t, 10*time.Second, leader.id+" logs how to add it back", func() (bool, string) {
+		return strings.Contains(p.logs.String(), "idem cluster join --id "+leader.id), ""
+	})
+	out, code = cli(t, "join", "--addr", newLeader.http, "--id", leader.id, "--raft-addr", leader.raft, "--node-http-addr", leader.http)
+	require.Equal(t, 0, code, "%s", out)
+	waitFor(t, 30*time.Second, leader.id+" a voter again", func() (bool, string) {
+		m, _ := memberAt(t, newLeader.http, leader.id)
+		return m.Suffrage == "Voter" && m.Healthy, fmt.Sprintf("%+v", m)
+	})
+	waitLeaderAmong(t, c, c.nodes)
+	require.Same(t, p, leader.p)
+	select {
+	case <-p.done:
+		t.Fatalf("%s exited", leader.id)
+	default:
+	}
+	claimOK(t, leader.http, "through-readded-"+leader.id)
+
+	// 5. n4 starts at last: the leader of now (not the one that took the
+	// join) promotes it.
+	n4.p = launch(t, n4.dir, n4.http, n4.raft, n4.args...)
+	c.nodes = append(c.nodes, n4)
+	c.waitStable(c.nodes...)
+	require.Contains(t, c.nodes[0].p.logs.String()+c.nodes[1].p.logs.String()+c.nodes[2].p.logs.String(), "promoted a caught-up non-voter to voter")
+	out, code = cli(t, "remove", "--addr", n4.http, "--id", "n4")
+	require.Equal(t, 0, code, "%s", out)
+	c.nodes = c.nodes[:3]
+	l := c.waitStable(c.nodes...)
+
+	// 6. --force makes a removal that loses the quorum; it takes effect
+	// once the remaining voters answer.
+	a1, a2 := c.others(l)[0], c.others(l)[1]
+	a1.stop(t)
+	out, code = cli(t, "remove", "--addr", l.http, "--id", a2.id)
+	require.Equal(t, 1, code, "%s", out)
+	require.Contains(t, out, "would_lose_quorum")
+	out, code = cli(t, "remove", "--addr", l.http, "--id", a2.id, "--force")
+	require.Equal(t, 0, code, "%s", out)
+	require.Regexp(t, "removed|pending", out)
+	// a2 is out; a1 comes back, and l and a1 decide again.
+	a2.stop(t)
+	c.restart(a1, nil)
+	c.waitStable(l, a1)
+	claimOK(t, l.http, "after-forced-removal")
+}
+
+// waitLeaderAmong waits until every node of nodes knows the same leader,
+// one of them, and is ready; unlike waitStable it allows members beyond
+// them (a non-voter that never started).
+func waitLeaderAmong(t *testing.T, c *testCluster, nodes []*cnode) *cnode {
+	t.Helper()
+	var leader *cnode
+	waitFor(t, 30*time.Second, "a leader among the nodes", func() (bool, string) {
+		leader = nil
+		for _, n := range nodes {
+			st, err := c.status(n)
+			if err != nil {
+				return false, err.Error()
+			}
+			if st.Leader == nil {
+				return false, n.id + " knows no leader"
+			}
+			var l *cnode
+			for _, m := range nodes {
+				if m.id == st.Leader.ID {
+					l = m
+				}
+			}
+			if l == nil || (leader != nil && l != leader) {
+				return false, fmt.Sprintf("%s sees leader %s", n.id, st.Leader.ID)
+			}
+			leader = l
+			if a := call("GET", n.http, "/readyz", ""); a.err != nil || a.code != 200 {
+				return false, fmt.Sprintf("%s not ready: %s", n.id, a)
+			}
+		}
+		return true, ""
+	})
+	return leader
+}
