@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/idem-store/idem/raftfsm"
@@ -31,29 +32,46 @@ func newForwarder(s *Server) *forwarder {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &forwarder{s: s, client: &http.Client{Transport: tr, Timeout: 15 * time.Second}}
+	return &forwarder{s: s, client: &http.Client{Transport: tr}}
 }
+
+// notAppliedHeader marks the answer to a forwarded request that the node
+// provably did not apply (it was not the leader, or it refused before
+// proposing), so the follower that forwarded it may try the new leader.
+const notAppliedHeader = "X-Idem-Not-Applied"
+
+// minForwardWait is the least time a forwarded request is given, even
+// when the wait for a leader used up most of LeaderWait.
+const minForwardWait = time.Second
 
 // onLeader runs do, which must be decided by the leader. A follower
 // forwards the original request to the leader and passes its answer
-// through unchanged; during an election it waits up to LeaderWait for a
-// leader and then answers 503. A non-nil return means the answer is
-// written.
+// through unchanged. During an election, or when the leader it forwarded
+// to provably did not take the request (refused the connection, or
+// answered that it is no longer the leader), it waits for a leader and
+// tries again, up to LeaderWait in all; then it answers 503. It answers
+// "outcome unknown" only when the request may have reached a leader. A
+// non-nil return means the answer is written.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, do func() error) error {
 	deadline := time.Now().Add(s.cfg.LeaderWait)
+	forwarded := r.Header.Get(forwardedHeader) != ""
 	for {
 		err := do()
 		if err == nil {
 			return nil
 		}
 		leaderless := errors.Is(err, raftfsm.ErrNotLeader) || errors.Is(err, raftfsm.ErrNoLeader)
-		if errors.Is(err, raftfsm.ErrNotLeader) && r.Header.Get(forwardedHeader) == "" {
+		if errors.Is(err, raftfsm.ErrNotLeader) && !forwarded {
 			if l, ok := s.store.Leader(); ok && l.HTTPAddr != "" && l.ID != s.store.Self().ID {
-				s.fwd.forward(w, r, body, l.HTTPAddr)
-				return errAnswered
+				if !s.fwd.forward(w, r, body, l.HTTPAddr, deadline) {
+					return errAnswered
+				}
+				// Not taken by that leader: wait for the next one.
 			}
 		}
-		if leaderless && time.Now().Before(deadline) {
+		// A forwarded request that found no leader here goes straight back:
+		// the follower that sent it knows better whom to try next.
+		if leaderless && !forwarded && time.Now().Before(deadline) {
 			select {
 			case <-r.Context().Done():
 				writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
@@ -65,16 +83,25 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		if leaderless {
 			err = raftfsm.ErrNoLeader
 		}
+		if forwarded && (leaderless || errors.Is(err, raftfsm.ErrNotProposed)) {
+			w.Header().Set(notAppliedHeader, "1")
+		}
 		writeProblem(w, storeProblem(err))
 		return errAnswered
 	}
 }
 
-func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte, addr string) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+// forward passes the request to the leader at addr and its answer back.
+// It returns true, having written nothing, when the leader provably did
+// not apply the request and there is time left to try another: the caller
+// waits for a leader and tries again.
+func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte, addr string, deadline time.Time) bool {
+	ctx, cancel := context.WithDeadline(r.Context(), later(deadline, time.Now().Add(minForwardWait)))
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
 	if err != nil {
 		writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
-		return
+		return false
 	}
 	for _, h := range []string{"Authorization", "Content-Type", "Accept"} {
 		if v := r.Header.Get(h); v != "" {
@@ -83,13 +110,25 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 	req.Header.Set(forwardedHeader, f.s.store.Self().ID)
 	resp, err := f.client.Do(req)
+	retry := time.Now().Before(deadline) && r.Context().Err() == nil
 	if err != nil {
+		if neverDelivered(err) || r.Method == http.MethodGet {
+			if retry {
+				return true
+			}
+			writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
+			return false
+		}
 		// The leader may or may not have decided: same answer as a lost leadership.
-		f.s.log.Warn("forward to leader failed", "leader", addr, "error", err)
+		f.s.log.Warn("forward to leader failed; outcome unknown", "leader", addr, "error", err)
 		writeProblem(w, storeProblem(raftfsm.ErrUnknownOutcome))
-		return
+		return false
 	}
 	defer resp.Body.Close()
+	if resp.Header.Get(notAppliedHeader) != "" && retry {
+		io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		return true
+	}
 	for _, h := range []string{"Content-Type", "Retry-After", "Allow", "WWW-Authenticate"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
@@ -97,6 +136,25 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
+	return false
+}
+
+// neverDelivered reports whether a failed forward provably never reached
+// the leader's handler: the connection was refused or could not be made,
+// or the leader closed an idle connection before reading the request.
+func neverDelivered(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return strings.Contains(err.Error(), "server closed idle connection")
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // leaderCommit asks the leader for its commit index.

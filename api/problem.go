@@ -97,6 +97,8 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the cluster did not commit the request in time; retry it")
 	case errors.Is(err, raftfsm.ErrShutdown):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the node is shutting down; retry on another node")
+	case errors.Is(err, raftfsm.ErrNotProposed):
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership is changing and the request was not applied; retry it")
 	default:
 		return newProblem(http.StatusInternalServerError, codeInternal, "internal error")
 	}

@@ -18,6 +18,10 @@ var (
 	ErrShutdown = errors.New("raftfsm: shutting down")
 	// ErrBadCommand is the result of a log entry that does not decode.
 	ErrBadCommand = errors.New("raftfsm: bad command")
+	// ErrNotProposed wraps errors returned before the command entered the
+	// raft log: it was certainly not applied, so it may be retried on
+	// another node (or a new leader) without any doubt about its outcome.
+	ErrNotProposed = errors.New("raftfsm: not proposed")
 	// ErrConfig reports an invalid node configuration.
 	ErrConfig = errors.New("raftfsm: invalid config")
 )

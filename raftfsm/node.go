@@ -322,7 +322,7 @@ type leaderEntry struct {
 // it through raft and returns the FSM's result.
 func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if n.closing.Load() {
-		return nil, ErrShutdown
+		return nil, fmt.Errorf("%w: %w", ErrShutdown, ErrNotProposed)
 	}
 	if n.raft.State() != raft.Leader {
 		return nil, n.notLeader()
@@ -332,7 +332,13 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	// anchored (a lost fsm dir, a fresh voter) and would stamp its own
 	// wall clock.
 	if err := n.termBarrier(); err != nil {
-		return nil, err
+		if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) {
+			return nil, err
+		}
+		// Only the Barrier entry was proposed, never this command: the
+		// cause is kept as text so the error does not read as an unknown
+		// outcome.
+		return nil, fmt.Errorf("%w: the term's barrier failed: %s", ErrNotProposed, err)
 	}
 	c.NowMs = n.clock.NowMs()
 	c.WidthMs = n.widthMs
@@ -372,7 +378,7 @@ func mapRaftError(err error) error {
 	case errors.Is(err, raft.ErrLeadershipLost):
 		return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return ErrTimeout
+		return fmt.Errorf("%w: %w", ErrTimeout, ErrNotProposed)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrShutdown
 	}

@@ -405,6 +405,16 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)
 	}
+	// A leader hands over first: writes in flight through followers then
+	// reach the new leader instead of a closing one, and the cluster does
+	// not wait an election timeout for a leader.
+	if node.IsLeader() {
+		if err := node.TransferLeadership(); err != nil {
+			log.Info("no leadership transfer before stopping", "reason", err)
+		} else {
+			log.Info("handed leadership to another voter before stopping")
+		}
+	}
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
 	defer cancel()
 	if err := hs.Shutdown(sctx); err != nil {
