@@ -116,7 +116,7 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
-		return nil, fmt.Errorf("engine: open %s: %w", dir, err)
+		return nil, openError(dir, err)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
