@@ -23,6 +23,7 @@ type Metrics struct {
 	DropsRefused  prometheus.Counter
 	DropApply     prometheus.Histogram
 	ApplyBatch    prometheus.Histogram
+	LeaderChanges prometheus.Counter
 	applyFailures prometheus.Counter
 }
 
@@ -64,6 +65,9 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idem_fsm_apply_batch_entries", Help: "Raft log entries per FSM batch (one Pebble commit each): how well raft batches under load.",
 			Buckets: prometheus.ExponentialBuckets(1, 2, 11),
 		}),
+		LeaderChanges: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "idem_raft_leader_changes_total", Help: "Times this node learned of a leader other than the last one it knew (the first leader after a start counts once).",
+		}),
 		applyFailures: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "idem_bad_commands_total", Help: "Log entries that did not decode (ignored identically on every replica).",
 		}),
@@ -85,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	if reg != nil {
 		reg.MustRegister(m.Claims, m.Completes, m.Releases, m.Extends, m.Takeovers, m.ClaimLatency,
-			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.DropApply, m.ApplyBatch, m.applyFailures)
+			m.BucketsDrop, m.RecordsDrop, m.DropsRefused, m.DropApply, m.ApplyBatch, m.LeaderChanges, m.applyFailures)
 	}
 	return m
 }
@@ -113,9 +117,13 @@ type stateCollector struct {
 	records, bytes, oldest, inProgress, oldestInProgress, disk, buckets *prometheus.Desc
 	state, term, commit, applied, fsmApplied, clusterTime, leader       *prometheus.Desc
 	filterReady                                                         *prometheus.Desc
+	applyLag, maxRetention, width                                       *prometheus.Desc
 }
 
+// newStateCollector is called once per node, right after raft starts; it
+// also starts counting leader changes (countLeaderChanges).
 func newStateCollector(n *Node) *stateCollector {
+	countLeaderChanges(n.raft, n.metrics.LeaderChanges)
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &stateCollector{
 		n:                n,
@@ -134,12 +142,39 @@ func newStateCollector(n *Node) *stateCollector {
 		clusterTime:      d("idem_cluster_time_seconds", "Cluster time as this node sees it (Unix seconds)."),
 		filterReady:      d("idem_probe_filter_ready", "1 once the in-memory probe filters are built after a start or a snapshot restore; until then claims probe every bucket in Pebble."),
 		leader:           d("idem_raft_has_leader", "1 when this node knows a leader."),
+		applyLag:         d("idem_apply_lag_entries", "Log entries this node's raft has committed that its state does not reflect yet (0 when only no-op and barrier entries remain)."),
+		maxRetention:     d("idem_max_retention_seconds", "Longest retention any stored record was created with (replicated state; 0 before the first claim)."),
+		width:            d("idem_bucket_width_seconds", "Width of the time buckets expiry drops whole (replicated state; 0 before the first command): a record stays stored at most this long past its expiry."),
 	}
+}
+
+// countLeaderChanges counts, in c, each time r learns of a leader other
+// than the last one it knew. It works in raft's observer filter, which raft
+// calls synchronously for every observation, so no goroutine or channel is
+// needed and nothing is missed between scrapes (a gauge sampled at scrape
+// time would miss a change and its change back).
+func countLeaderChanges(r *raft.Raft, c prometheus.Counter) {
+	var mu sync.Mutex
+	var last raft.ServerID
+	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
+		lo, ok := o.Data.(raft.LeaderObservation)
+		if !ok || lo.LeaderID == "" {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if lo.LeaderID != last {
+			last = lo.LeaderID
+			c.Inc()
+		}
+		return false
+	}))
 }
 
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.inProgress, c.oldestInProgress,
-		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader, c.filterReady} {
+		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader, c.filterReady,
+		c.applyLag, c.maxRetention, c.width} {
 		ch <- d
 	}
 }
@@ -175,9 +210,21 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.state, v, s.String())
 	}
 	g(c.term, float64(c.n.term()))
-	g(c.commit, float64(c.n.raft.CommitIndex()))
+	commit := c.n.raft.CommitIndex()
+	meta := c.n.db.Meta()
+	g(c.commit, float64(commit))
 	g(c.applied, float64(c.n.raft.AppliedIndex()))
-	g(c.fsmApplied, float64(c.n.db.Meta().Applied))
+	g(c.fsmApplied, float64(meta.Applied))
+	// The FSM never sees no-op and barrier entries, so commit - applied
+	// stays above 0 on an idle node whose last entries are such; the check
+	// that readiness uses (at most 64 log reads) tells that case apart.
+	lag := 0.0
+	if commit > meta.Applied && !c.n.fsmCaughtUp(commit) {
+		lag = float64(commit - meta.Applied)
+	}
+	g(c.applyLag, lag)
+	g(c.maxRetention, float64(meta.MaxRetentionMs)/1000)
+	g(c.width, float64(meta.Width)/1000)
 	g(c.clusterTime, float64(now)/1000)
 	ready := 0.0
 	if c.n.db.FilterReady() {
