@@ -34,6 +34,10 @@ type Config struct {
 	// the very first command of a new cluster reads a wall clock.
 	ClockOffset time.Duration
 	CacheBytes  int64
+	// MinFreeDisk is the free space under which the leader refuses client
+	// writes with ErrStorageFull; a ballast of a quarter of it is kept in
+	// the data dir (disk.go). 0 turns the guard off.
+	MinFreeDisk uint64
 	// InjectBug deliberately breaks this node, to prove the chaos checker
 	// can fail: "local-reads" answers linearizable reads from the local
 	// replica without proving leadership; "skip-uniqueness" makes this
@@ -65,6 +69,7 @@ func DefaultConfig() Config {
 		ApplyTimeout:      5 * time.Second,
 		SweepInterval:     time.Second,
 		TickInterval:      time.Second,
+		MinFreeDisk:       DefaultMinFreeDisk,
 	}
 }
 

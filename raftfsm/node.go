@@ -34,6 +34,7 @@ type Node struct {
 	logStore  *raftboltdb.BoltStore
 	snaps     *snapshotStore
 	metrics   *Metrics
+	disk      *diskGuard // disk.go: free space, ballast, storage full
 	widthMs   int64
 	self      NodeInfo
 	lastWrite atomic.Int64 // unix nanos of the last proposal, for idle ticks
@@ -86,7 +87,10 @@ func Open(cfg Config) (*Node, error) {
 		}
 	}()
 	var err error
-	if n.db, err = engine.Open(filepath.Join(cfg.DataDir, "fsm"), engine.Options{Logger: cfg.Logger, CacheBytes: cfg.CacheBytes}); err != nil {
+	if n.disk, err = openDiskGuard(cfg); err != nil {
+		return nil, err
+	}
+	if n.db, err = engine.Open(filepath.Join(cfg.DataDir, "fsm"), n.disk.engineOptions(engine.Options{Logger: cfg.Logger, CacheBytes: cfg.CacheBytes}, n.stop)); err != nil {
 		return nil, err
 	}
 	n.metrics = newMetrics(cfg.Registry)
@@ -149,7 +153,7 @@ func Open(cfg Config) (*Node, error) {
 		}
 		n.log.Info("bootstrapped a new one-node cluster", "node-id", cfg.NodeID)
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, n.logStore, n.logStore, n.snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), n.logStore, n.logStore, n.snaps, n.trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
 	if cfg.Registry != nil {
@@ -163,6 +167,8 @@ func Open(cfg Config) (*Node, error) {
 	go n.watchMembership()
 	go n.leaderLoop()
 	go n.compactDropped()
+	n.wg.Add(1)
+	go n.watchDisk()
 	ok = true
 	return n, nil
 }
@@ -326,6 +332,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	}
 	if n.raft.State() != raft.Leader {
 		return nil, n.notLeader()
+	}
+	if err := n.disk.admit(c.Op); err != nil {
+		return nil, err
 	}
 	// Cluster time comes from the applied log: until this leader has
 	// applied everything committed before its term, its clock may not be

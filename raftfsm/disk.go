@@ -1,0 +1,326 @@
+package raftfsm
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// ErrStorageFull means the leader's disk has less free space than
+// Config.MinFreeDisk: the write was refused before it was proposed, so
+// nothing changed. Reads still work, and writes are accepted again by
+// themselves once space is freed.
+var ErrStorageFull = errors.New("raftfsm: storage full")
+
+// BallastFile is the name of the ballast in the data dir: space reserved
+// at start that the node gives back when its disk fills, so it can still
+// apply expiry, flush Pebble and restart. An operator may delete it to make
+// room; the node creates it again once there is space for it.
+const BallastFile = "ballast"
+
+// How often the free space is read: writes are refused at most this late.
+const diskRefresh = time.Second
+
+// How often a state that lasts (storage full, applies waiting for space) is
+// logged again: a line per request or per retry would flood the log.
+const diskRemind = time.Minute
+
+// diskGuard keeps a full disk from crashing the node or losing anything.
+// Below MinFreeDisk (M) the leader refuses client writes with
+// ErrStorageFull, while ticks, bucket drops and membership, which are small
+// or free space, still go through. The ballast (M/4) is removed when free
+// space falls under the floor (M/8) or a Pebble write fails with ENOSPC.
+// Under the floor with no ballast left, applies wait for space before they
+// start, outside the engine's locks, so reads of applied data go on; a
+// Pebble write that still meets ENOSPC waits inside Pebble's filesystem
+// rather than failing, since a failed Pebble write is fatal and returning a
+// different result would let replicas diverge.
+type diskGuard struct {
+	dir         string
+	ballast     string
+	minFree     uint64 // 0: no guard, no ballast
+	ballastSize int64
+	floor       uint64
+	log         *slog.Logger
+
+	free atomic.Uint64
+	full atomic.Bool
+
+	mu          sync.Mutex // ballast changes and state transitions
+	waiting     bool       // applies or Pebble writes wait for space
+	lastRemind  time.Time
+	lastWaitLog time.Time
+}
+
+// openDiskGuard reads the free space of cfg.DataDir before the stores open.
+// When the disk is nearly full it removes the ballast so they can; when
+// even that leaves less than the floor it refuses to start rather than hang
+// in Pebble's open with the HTTP port bound and silent.
+func openDiskGuard(cfg Config) (*diskGuard, error) {
+	g := &diskGuard{
+		dir:         cfg.DataDir,
+		ballast:     filepath.Join(cfg.DataDir, BallastFile),
+		minFree:     cfg.MinFreeDisk,
+		ballastSize: int64(cfg.MinFreeDisk / 4),
+		floor:       cfg.MinFreeDisk / 8,
+		log:         cfg.Logger,
+	}
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "idem_disk_free_bytes", Help: "Bytes free on the filesystem of the data dir (as df shows available), read every second.",
+			}, func() float64 { return float64(g.free.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "idem_storage_full", Help: "1 while free space is below --min-free-disk and the leader refuses writes with 507 storage_full.",
+			}, func() float64 {
+				if g.full.Load() {
+					return 1
+				}
+				return 0
+			}))
+	}
+	if err := g.read(); err != nil {
+		return nil, err
+	}
+	if g.minFree == 0 {
+		return g, nil
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if size, err := engine.BallastSize(g.ballast); err != nil {
+		return nil, fmt.Errorf("raftfsm: %w", err)
+	} else if size != 0 && size != g.ballastSize {
+		// --min-free-disk changed: the next refresh makes one of the new size.
+		if err := engine.RemoveBallast(g.ballast); err != nil {
+			return nil, fmt.Errorf("raftfsm: %w", err)
+		}
+	}
+	if g.free.Load() < g.floor {
+		g.releaseLocked("so the node can start")
+		if err := g.read(); err != nil {
+			return nil, err
+		}
+		if free := g.free.Load(); free < g.floor {
+			return nil, fmt.Errorf("raftfsm: the disk holding %s has %d bytes free, less than the %d bytes (an eighth of the minimum free disk space, %d) the node needs to open its stores safely, and no ballast is left to remove; nothing was changed: free some space on that disk and start the node again",
+				g.dir, free, g.floor, g.minFree)
+		}
+	}
+	g.settleLocked()
+	return g, nil
+}
+
+// read refreshes the cached free space.
+func (g *diskGuard) read() error {
+	free, err := engine.DiskFree(g.dir)
+	if err != nil {
+		return fmt.Errorf("raftfsm: %w", err)
+	}
+	g.free.Store(free)
+	return nil
+}
+
+// refresh reads the free space and acts on it: release or re-create the
+// ballast, refuse or accept writes again, logging each change once.
+func (g *diskGuard) refresh() {
+	if err := g.read(); err != nil {
+		g.log.Warn("cannot read free disk space", "data-dir", g.dir, "error", err)
+		return
+	}
+	if g.minFree == 0 {
+		return
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.free.Load() < g.floor {
+		if g.releaseLocked("to keep room for expiry and Pebble's flushes") {
+			g.read()
+		}
+	}
+	g.settleLocked()
+}
+
+// settleLocked sets the storage-full state from the cached free space and
+// re-creates the ballast when there is room for it above the minimum.
+func (g *diskGuard) settleLocked() {
+	free := g.free.Load()
+	full := free < g.minFree
+	switch was := g.full.Swap(full); {
+	case full && !was:
+		g.log.Error("disk space low: writes are refused with 507 storage_full until space is freed; reads still work",
+			"free-bytes", free, "min-free-disk", g.minFree, "data-dir", g.dir)
+		g.lastRemind = time.Now()
+	case full && time.Since(g.lastRemind) >= diskRemind:
+		g.log.Error("disk space still low: writes are refused with 507 storage_full",
+			"free-bytes", free, "min-free-disk", g.minFree, "data-dir", g.dir)
+		g.lastRemind = time.Now()
+	case !full && was:
+		g.log.Info("disk space recovered: writes are accepted again", "free-bytes", free, "min-free-disk", g.minFree)
+	}
+	if full || free < g.minFree+uint64(g.ballastSize) {
+		return
+	}
+	if size, err := engine.BallastSize(g.ballast); err != nil || size != 0 {
+		return
+	}
+	if err := engine.CreateBallast(g.ballast, g.ballastSize); err != nil {
+		g.log.Warn("no ballast: it could not be created", "path", g.ballast, "error", err)
+		return
+	}
+	g.log.Info("ballast in place: it is removed to make room if the disk fills", "path", g.ballast, "bytes", g.ballastSize)
+	g.read()
+}
+
+// releaseLocked removes the ballast if there is one and reports whether it
+// did.
+func (g *diskGuard) releaseLocked(why string) bool {
+	size, err := engine.BallastSize(g.ballast)
+	if err != nil || size == 0 {
+		return false
+	}
+	if err := engine.RemoveBallast(g.ballast); err != nil {
+		g.log.Error("disk nearly full and the ballast cannot be removed", "path", g.ballast, "error", err)
+		return false
+	}
+	g.log.Warn("disk nearly full: removed the ballast "+why, "ballast-bytes", size, "free-bytes-before", g.free.Load(), "data-dir", g.dir)
+	return true
+}
+
+// run refreshes the free space every second until stop.
+func (g *diskGuard) run(stop <-chan struct{}) {
+	t := time.NewTicker(diskRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+			g.refresh()
+		}
+	}
+}
+
+// admit refuses the client writes while the disk is below the minimum.
+func (g *diskGuard) admit(op Op) error {
+	if !g.full.Load() {
+		return nil
+	}
+	switch op {
+	case OpClaim, OpComplete, OpRelease, OpExtend, OpDelete:
+		return fmt.Errorf("%w: %d bytes free on the leader's disk, under the minimum %d", ErrStorageFull, g.free.Load(), g.minFree)
+	}
+	return nil
+}
+
+// waitForSpace holds an apply while the disk is under the floor with no
+// ballast left. It delays the state, never changes it, so every replica
+// still applies the same entries to the same result. It waits through a
+// shutdown too: the entries are committed, and skipping them would lose
+// them, while kill -9 loses nothing (they stay in the raft log).
+func (g *diskGuard) waitForSpace(what string, stop <-chan struct{}) {
+	if g.minFree == 0 || g.free.Load() >= g.floor {
+		return
+	}
+	stopping := false
+	for {
+		g.refresh()
+		free := g.free.Load()
+		if free >= g.floor {
+			g.mu.Lock()
+			if g.waiting {
+				g.waiting = false
+				g.log.Info("disk space is back: "+what+" go on", "free-bytes", free)
+			}
+			g.mu.Unlock()
+			return
+		}
+		g.mu.Lock()
+		if !g.waiting || time.Since(g.lastWaitLog) >= diskRemind {
+			g.log.Error("disk full: "+what+" wait for free space; applied data can still be read and nothing is lost",
+				"free-bytes", free, "needed-bytes", g.floor, "data-dir", g.dir)
+			g.waiting, g.lastWaitLog = true, time.Now()
+		}
+		g.mu.Unlock()
+		select {
+		case <-stop:
+			if !stopping {
+				stopping = true
+				g.log.Error("stopping waits for free disk space: committed raft entries must be applied first. kill -9 is safe: they are in the raft log and are applied at the next start",
+					"data-dir", g.dir)
+			}
+			time.Sleep(diskRefresh)
+		case <-time.After(diskRefresh):
+		}
+	}
+}
+
+// engineOptions gives the engine a filesystem on which a write that meets
+// ENOSPC first removes the ballast, or else waits for space, and is then
+// retried.
+func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine.Options {
+	if g.minFree == 0 {
+		return o
+	}
+	o.FS = engine.DiskFullFS(func() {
+		g.mu.Lock()
+		released := g.releaseLocked("after a write failed for lack of space")
+		g.mu.Unlock()
+		if released {
+			g.read()
+			return
+		}
+		// The retry happens once: wait at least a moment, so a flush
+		// that keeps failing cannot spin.
+		time.Sleep(diskRefresh)
+		g.waitForSpace("Pebble writes", stop)
+	})
+	return o
+}
+
+// gatedFSM is the FSM as raft sees it: each batch waits for disk space
+// before it starts.
+type gatedFSM struct {
+	*FSM
+	g    *diskGuard
+	stop <-chan struct{}
+}
+
+func (f gatedFSM) Apply(l *raft.Log) any {
+	f.g.waitForSpace("raft log applies", f.stop)
+	return f.FSM.Apply(l)
+}
+
+func (f gatedFSM) ApplyBatch(logs []*raft.Log) []any {
+	f.g.waitForSpace("raft log applies", f.stop)
+	return f.FSM.ApplyBatch(logs)
+}
+
+// gate wraps the FSM for raft.
+func (g *diskGuard) gate(f *FSM, stop <-chan struct{}) raft.FSM {
+	if g.minFree == 0 {
+		return f
+	}
+	return gatedFSM{FSM: f, g: g, stop: stop}
+}
+
+// watchDisk keeps the free space current while the node runs.
+func (n *Node) watchDisk() {
+	defer n.wg.Done()
+	n.disk.run(n.stop)
+}
+
+// DefaultMinFreeDisk is the default Config.MinFreeDisk: 256 MiB. Under it
+// the node still needs room for what frees space or keeps it alive: one
+// memtable flush (32 MiB of memtable, its WAL beside it), the compaction
+// after a bucket drop, bolt growing its file. The ballast (64 MiB) covers a
+// flush and a restart when something else fills the disk; the floor
+// (32 MiB) is where applies start to wait.
+const DefaultMinFreeDisk = 256 << 20
