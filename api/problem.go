@@ -24,6 +24,7 @@ const (
 	codeUnauthorized        = "unauthorized"
 	codeMethod              = "method_not_allowed"
 	codeInternal            = "internal"
+	codeStorageFull         = "storage_full"
 )
 
 var titles = map[string]string{
@@ -40,6 +41,7 @@ var titles = map[string]string{
 	codeUnauthorized:        "Unauthorized",
 	codeMethod:              "Method not allowed",
 	codeInternal:            "Internal error",
+	codeStorageFull:         "Insufficient storage",
 }
 
 // problem is an RFC 9457 problem document with idem's `code` member.
@@ -89,6 +91,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func storeProblem(err error) *problem {
 	var p *problem
 	switch {
+	case errors.Is(err, raftfsm.ErrStorageFull):
+		// Space comes back by expiry or by an operator, not in a second:
+		// a client retrying at once would only be refused again.
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's disk is below its minimum free space (--min-free-disk), so the write was refused and nothing changed; reads still work, and writes are accepted again once space is freed")
+		p.retryAfter = 30
+		return p
 	case errors.Is(err, raftfsm.ErrNoLeader), errors.Is(err, raftfsm.ErrNotLeader):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "no leader is available; retry shortly")
 	case errors.Is(err, raftfsm.ErrUnknownOutcome):
