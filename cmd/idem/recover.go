@@ -30,10 +30,9 @@ deleted. Without --yes it only prints what it would do.
 
 Safest: recover ONE survivor (the one whose raft log ends highest: the
 latest term, then the highest index; this command prints both) with --peers
-naming only itself, start it, then join
-the other nodes with empty data dirs (move their old ones aside). If several
-survivors are named in --peers, run the same command on each of them before
-starting any.
+naming only itself, start it, then join the other nodes with empty data dirs
+(move their old ones aside). If several survivors are named in --peers, run
+the same command on each of them before starting any.
 
 Flags:
 `
