@@ -71,7 +71,9 @@ func (s *Server) mergeLeaderHealth(ctx context.Context, st *raftfsm.Status) {
 		note("this node knows no leader to ask")
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	// Briefly: a status must come back quickly when the leader is stuck
+	// (callers poll it with short timeouts to find the leader).
+	ctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 	defer cancel()
 	ls, err := s.fwd.peerStatus(ctx, st.Leader.HTTPAddr)
 	if err != nil {

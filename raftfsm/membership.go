@@ -589,7 +589,7 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 	n.mu.Unlock()
 	switch {
 	case h.answeredAt.IsZero():
-		return false, "has never answered: " + h.err
+		return false, "has never answered this leader: " + h.err
 	case h.err != "":
 		// One missed check is enough: a decision must not count a node
 		// that stopped a moment ago, and a healthy node answers within

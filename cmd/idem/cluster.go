@@ -194,16 +194,14 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 			optUint(m.Lag), optUint(m.AppliedIndex), contact, checked, m.HTTPAddr, m.RaftAddr)
 	}
 	tw.Flush()
-	need := voters/2 + 1
-	verdict := "can decide"
-	if healthy < need {
-		verdict = "CANNOT decide: no quorum"
-	}
 	from := st.HealthFrom
 	if from == "" {
 		from = "nobody (no leader's measurements)"
 	}
-	fmt.Fprintf(w, "%d of %d voters healthy, %d needed: the cluster %s. Health measured by %s.\n", healthy, voters, need, verdict, from)
+	fmt.Fprintf(w, "%d of %d voters healthy (a quorum is %d); health measured by %s.\n", healthy, voters, voters/2+1, from)
+	if healthy < voters/2+1 {
+		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
+	}
 	if len(reasons) > 0 {
 		fmt.Fprintln(w, "unhealthy:")
 		for _, r := range reasons {

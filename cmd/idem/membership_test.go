@@ -152,7 +152,7 @@ func TestMembershipThreeNodes(t *testing.T) {
 	require.Regexp(t, `(?m)^`+down.id+`\s+voter\s+NO\s`, out)
 	require.Regexp(t, `(?m)^n4\s+nonvoter\s+NO\s`, out)
 	require.Regexp(t, `(?m)^`+leader.id+` \(leader\)\s+voter\s+yes\s+\d+\s`, out, "the leader's row shows its lag")
-	require.Contains(t, out, "2 of 3 voters healthy")
+	require.Contains(t, out, "2 of 3 voters healthy (a quorum is 2)")
 
 	// 3. Removing the other live follower would leave the leader and the
 	// stopped node: refused, naming the stopped one. An unknown id is 404.
