@@ -33,15 +33,6 @@ const (
 	dashboardFile = "grafana/idem-dashboard.json"
 )
 
-// notYetExported are metrics the operator files may name before the server
-// exports them. Both are being added by the disk-full work of issue 9 in
-// another file of raftfsm; delete this exception once they exist. Any other
-// missing name fails the test.
-var notYetExported = map[string]bool{
-	"idem_disk_free_bytes": true,
-	"idem_storage_full":    true,
-}
-
 // synthesised are series Prometheus makes itself rather than scraping.
 var synthesised = map[string]bool{"up": true}
 
@@ -122,19 +113,14 @@ func references(where, expr string) []reference {
 	return out
 }
 
-// missing lists every reference the scrape does not hold, and apart from
-// them the allowed ones (notYetExported).
-func (s scrape) missing(refs []reference) (bad, allowed []string) {
+// missing lists every reference the scrape does not hold.
+func (s scrape) missing(refs []reference) (bad []string) {
 	for _, r := range refs {
 		if synthesised[r.name] {
 			continue
 		}
 		got, ok := s[r.name]
 		if !ok {
-			if notYetExported[r.name] {
-				allowed = append(allowed, fmt.Sprintf("%s: %s is not exported yet (allowed: see notYetExported)", r.where, r.name))
-				continue
-			}
 			bad = append(bad, fmt.Sprintf("%s: metric %s is not in /metrics", r.where, r.name))
 			continue
 		}
@@ -151,17 +137,13 @@ func (s scrape) missing(refs []reference) (bad, allowed []string) {
 			}
 		}
 	}
-	return bad, allowed
+	return bad
 }
 
 // check fails for every reference the scrape does not hold.
 func (s scrape) check(t *testing.T, refs []reference) {
 	t.Helper()
-	bad, allowed := s.missing(refs)
-	for _, a := range allowed {
-		t.Log(a)
-	}
-	for _, b := range bad {
+	for _, b := range s.missing(refs) {
 		t.Error(b)
 	}
 }
@@ -178,12 +160,11 @@ func TestReferencesAreFound(t *testing.T) {
 	require.Equal(t, map[string]string{"outcome": "claimed"}, refs[0].labels)
 
 	s := scrape{"idem_claims_total": {{name: "idem_claims_total", labels: map[string]string{"outcome": "claimed"}}}}
-	bad, allowed := s.missing(references("x", `idem_claims_total{outcome="claimd"} + idem_recrods + idem_storage_full`))
+	bad := s.missing(references("x", `idem_claims_total{outcome="claimd"} + idem_recrods + up`))
 	require.Equal(t, []string{
 		`x: no series idem_claims_total{outcome="claimd"} in /metrics`,
 		`x: metric idem_recrods is not in /metrics`,
 	}, bad, "a misspelled label value and metric must be reported")
-	require.Len(t, allowed, 1)
 }
 
 // alertRules is the shape of a Prometheus rule file.
