@@ -156,7 +156,7 @@ func (e *QuorumError) Unwrap() error { return ErrWouldLoseQuorum }
 type PendingError struct{ Change string }
 
 func (e *PendingError) Error() string {
-	return fmt.Sprintf("%s is in the log but not committed: too few of the remaining voters answer; it takes effect once a quorum of them does", e.Change)
+	return fmt.Sprintf("%s is in the old leader's log but not committed: too few of the remaining voters answer. It takes effect once a quorum of them answers and elects a leader holding it (the old leader, usually); check with idem cluster status, and repeat it if it did not", e.Change)
 }
 
 func plural(n int) string {
@@ -398,7 +398,9 @@ func (n *Node) Remove(id string, force bool) error {
 		}
 	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), confIndex, n.cfg.ApplyTimeout).Error(); err != nil {
-		if force && (errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrNotLeader)) {
+		// Leadership lost after the change was appended: it is in this
+		// node's log and commits when the remaining voters can.
+		if force && errors.Is(err, raft.ErrLeadershipLost) {
 			return &PendingError{Change: change}
 		}
 		return mapRaftError(err)
