@@ -109,6 +109,16 @@ func TestMembershipAbsentJoinOneNode(t *testing.T) {
 	out, code = cli(t, "remove", "--addr", http, "--id", "n4")
 	require.Equal(t, 0, code, "%s", out)
 	writable(t, http, "after-removal", 0)
+
+	// A node started with another scope mode is refused, naming both, and
+	// says so in its log; the cluster does not change.
+	n5 := launch(t, t.TempDir(), freePort(t), freePort(t), "--node-id", "n5", "--scope", "principal", "--join", http)
+	waitFor(t, 10*time.Second, "n5 logs its refusal", func() (bool, string) {
+		return strings.Contains(n5.logs.String(), "scope_mismatch"), ""
+	})
+	require.Contains(t, n5.logs.String(), "--scope principal but this cluster's scope is endpoint")
+	_, st = memberAt(t, http, "n5")
+	require.Len(t, st.Nodes, 1, "%+v", st.Nodes)
 }
 
 // Three nodes, and everything an operator can do wrong with them.
