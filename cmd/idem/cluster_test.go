@@ -466,7 +466,7 @@ func TestClusterJoinAndStatus(t *testing.T) {
 				}
 			}
 			// The operator's view through the CLI, from a follower.
-			out, err := exec.Command(binary, "cluster", "status", "--addr", c.others(leader)[0].http).CombinedOutput()
+			out, err := exec.Command(binary, "cluster", "status", "--json", "--addr", c.others(leader)[0].http).CombinedOutput()
 			require.NoError(t, err, "%s", out)
 			var st raftfsm.Status
 			require.NoError(t, json.Unmarshal(out, &st), "%s", out)
