@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Limits are the request limits of API.md, each a server flag.
+// Limits are the request limits of docs/API.md, each a server flag.
 type Limits struct {
 	MaxScopeBytes          int           // principal, endpoint, key: 1..N bytes
 	MaxFingerprintChars    int           // hex, 2..N characters, even
@@ -20,7 +20,7 @@ type Limits struct {
 	MaxKeysPerPrincipal    int64         // live keys of one principal
 }
 
-// DefaultLimits are API.md's defaults.
+// DefaultLimits are docs/docs/API.md's defaults.
 func DefaultLimits() Limits {
 	return Limits{
 		MaxScopeBytes:          255,

@@ -9,7 +9,7 @@ import (
 	"github.com/idem-store/idem/raftfsm"
 )
 
-// Problem codes of API.md.
+// Problem codes of docs/API.md.
 const (
 	codeInvalid             = "invalid_request"
 	codeRequestTooLarge     = "request_too_large"

@@ -8,7 +8,7 @@ import (
 	"github.com/idem-store/idem/ttl"
 )
 
-// timeLayout is RFC 3339 UTC with milliseconds, as API.md requires.
+// timeLayout is RFC 3339 UTC with milliseconds, as docs/API.md requires.
 const timeLayout = "2006-01-02T15:04:05.000Z07:00"
 
 func fmtTime(ms int64) string { return ttl.Time(ms).Format(timeLayout) }
@@ -21,7 +21,7 @@ func fmtTimePtr(ms int64) *string {
 	return &s
 }
 
-// recordJSON is a record as API.md shows it. Tokens are never shown.
+// recordJSON is a record as docs/docs/API.md'shows it. Tokens are never shown.
 type recordJSON struct {
 	Principal      string        `json:"principal"`
 	Endpoint       string        `json:"endpoint"`

@@ -96,7 +96,7 @@ func TestDefaultTransportKeepsConnectionsAlive(t *testing.T) {
 }
 
 // TestRequestShapes checks every route's method, path, query and body
-// against API.md, with exactly the documented members.
+// against docs/API.md, with exactly the documented members.
 func TestRequestShapes(t *testing.T) {
 	ctx := context.Background()
 	scope := map[string]any{"principal": "cus_42", "endpoint": "POST /payments", "key": "retry-1"}

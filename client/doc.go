@@ -1,4 +1,4 @@
-// Package client speaks idem's HTTP API, version 1 (API.md), for Go
+// Package client speaks idem's HTTP API, version 1 (docs/API.md), for Go
 // programs, the idem CLI, the benchmark and the chaos harness. It depends on
 // the standard library only.
 //

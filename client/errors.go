@@ -19,7 +19,7 @@ var (
 	ErrBadAnswer = errors.New("client: malformed answer")
 )
 
-// The machine-readable codes of API.md's problem documents.
+// The machine-readable codes of docs/docs/API.md's problem documents.
 const (
 	CodeInvalidRequest      = "invalid_request"
 	CodeRequestTooLarge     = "request_too_large"

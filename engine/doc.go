@@ -1,4 +1,4 @@
-// Package engine is idem's storage: Pebble with the key layout of DESIGN.md,
+// Package engine is idem's storage: Pebble with the key layout of docs/DESIGN.md,
 // the record codec, and the state transitions of an idempotency record
 // (compare-and-insert claim, complete, release, extend, delete, bucket drop).
 //

@@ -928,7 +928,7 @@ func TestMetaPersistsAcrossReopen(t *testing.T) {
 
 // Commits skip fsync (raft's log is durable); Snapshot syncs first, so a
 // crash right after a snapshot keeps everything the snapshot covered, and
-// the applied index always matches the data (DESIGN.md invariant 5).
+// the applied index always matches the data (docs/DESIGN.md invariant 5).
 func TestCrashKeepsAppliedIndexWithItsData(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	db := mustOpenFS(t, fs, "db")

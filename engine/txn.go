@@ -124,7 +124,7 @@ func (t *Txn) PinScope(principal bool) bool {
 
 // Commit writes the metadata with the data and commits. Pebble's WAL is not
 // synced: the raft log is the durable copy and entries above the stored
-// applied index are replayed after a crash (DESIGN.md invariant 5).
+// applied index are replayed after a crash (docs/DESIGN.md invariant 5).
 func (t *Txn) Commit(applied uint64) error {
 	t.flush()
 	if applied > t.meta.Applied {
@@ -192,7 +192,7 @@ type found struct {
 }
 
 // findLive returns the live record of scope at nowMs. Expired records not
-// yet dropped are absent to every caller (DESIGN.md invariant 3).
+// yet dropped are absent to every caller (docs/DESIGN.md invariant 3).
 func findLive(g getter, pf *probeFilter, m Meta, scope []byte, nowMs int64) (found, bool) {
 	f, ok := probe(g, pf, m, scope, nowMs)
 	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {

@@ -125,7 +125,7 @@ func TestWhollyExpired(t *testing.T) {
 }
 
 // A bucket reported wholly expired holds no record that is still live
-// (live means now < expires_at): DESIGN.md invariant 3.
+// (live means now < expires_at): docs/DESIGN.md invariant 3.
 func TestWhollyExpiredNeverExpiresALiveRecord(t *testing.T) {
 	for _, w := range []partition.Width{1, 3, 10, 97} {
 		for expires := int64(1); expires < 5*int64(w)+3; expires++ {

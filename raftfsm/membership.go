@@ -13,7 +13,7 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Membership that an operator cannot get wrong (DESIGN.md invariant 9):
+// Membership that an operator cannot get wrong (docs/DESIGN.md invariant 9):
 //
 //   - a new node joins as a non-voter, and the leader promotes it to voter
 //     only once it answers and has caught up (etcd's learners, Consul's

@@ -11,7 +11,7 @@ import (
 // streamLayer is raft's TCP stream layer with one change: outgoing dials are
 // bound to this node's own IP, so on one machine with nodes on 127.0.0.1/2/3
 // each node's traffic carries its own source address and iptables rules can
-// cut links between them (DESIGN.md pitfalls).
+// cut links between them (docs/DESIGN.md pitfalls).
 type streamLayer struct {
 	net.Listener
 	advertise net.Addr

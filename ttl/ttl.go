@@ -1,7 +1,7 @@
 // Package ttl owns the time rules of idem: how long a record is kept, when a
 // lease or a record has run out, how long a loser should wait, and cluster
 // time — the clock every node agrees on, which never jumps with one node's
-// wall clock (DESIGN.md invariant 3).
+// wall clock (docs/DESIGN.md invariant 3).
 //
 // The decision functions are pure and take time as an argument.
 package ttl

@@ -240,7 +240,7 @@ func TestClockObserveNeverMovesBackwards(t *testing.T) {
 }
 
 // A node whose wall clock is ten minutes ahead agrees with cluster time once
-// it has seen an applied entry (DESIGN.md invariant 3).
+// it has seen an applied entry (docs/DESIGN.md invariant 3).
 func TestClockOffsetIgnoredOnceAnchored(t *testing.T) {
 	for _, offset := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
 		t.Run(offset.String(), func(t *testing.T) {

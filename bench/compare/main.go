@@ -1,7 +1,7 @@
 // Command compare runs idem's load generator (package bench) against
 // idem and against the stores people use for idempotency keys instead:
 // Redis (SET NX PX), PostgreSQL (INSERT ... ON CONFLICT DO NOTHING
-// RETURNING on the seed's table) and etcd (a CreateRevision==0 txn), and
+// RETURNING on the classic idempotency-key table) and etcd (a CreateRevision==0 txn), and
 // turns the results into one markdown table. It is a separate module so
 // that the drivers' dependencies never enter idem's go.mod; run.sh starts
 // the servers and calls it.
@@ -63,7 +63,7 @@ func usage(w io.Writer) {
   compare run   --system redis|postgres|etcd|idem --target T [flags]   load one store, print and save the result
   compare ping  --system S --target T [--timeout 30s]                  wait until the store answers
   compare table RESULT.json...                                         markdown table of saved results
-  compare pg-expiry --target DSN [--data-dir D] [--rows N] [--live M]   PostgreSQL expiring N rows of the seed's table
+  compare pg-expiry --target DSN [--data-dir D] [--rows N] [--live M]   PostgreSQL expiring N rows of the classic idempotency-key table
 
 --target: redis host:port; postgres DSN (postgres://user@host:port/db); etcd and idem
 comma-separated host:port of every node. "compare run --help" lists the workload flags.

@@ -8,7 +8,7 @@
 # markdown table to bench/compare/results.md (and prints it).
 #
 #   Redis 7      AOF appendfsync always; then appendfsync everysec (not durable)
-#   PostgreSQL   the seed's table, INSERT ... ON CONFLICT DO NOTHING RETURNING,
+#   PostgreSQL   the classic idempotency-key table, INSERT ... ON CONFLICT DO NOTHING RETURNING,
 #                fsync=on, synchronous_commit=on
 #   etcd         one node, then three; claim = txn If(CreateRevision==0) Then(Put with lease)
 #   idem         one node, then three (--bootstrap-expect 3)

@@ -245,7 +245,7 @@ func cliWriteJSON(w io.Writer, raw []byte) {
 	w.Write(buf.Bytes())
 }
 
-// leaseMs converts a --lease value to the lease_ms of API.md.
+// leaseMs converts a --lease value to the lease_ms of docs/API.md.
 func (c *cliCmd) leaseMs(name string, d time.Duration) int64 {
 	if d != 0 && d < time.Millisecond {
 		c.invalid(name, fmt.Sprintf("must be at least 1ms (got %s)", d))

@@ -11,7 +11,7 @@ import (
 
 const module = "github.com/idem-store/idem/"
 
-// TestImportsPointDown keeps DESIGN.md's layout: cmd -> api -> raftfsm ->
+// TestImportsPointDown keeps docs/DESIGN.md's layout: cmd -> api -> raftfsm ->
 // engine -> (partition, ttl), with partition and ttl on the standard
 // library only, and every package documented.
 func TestImportsPointDown(t *testing.T) {
