@@ -1296,3 +1296,18 @@ func TestDropBucketReleasesQuota(t *testing.T) {
 	require.Equal(t, OutcomeClaimed, h.claim(later, q("bob", "b4", long)).Outcome)
 	require.Equal(t, OutcomeQuotaExceeded, h.claim(later, q("bob", "b5", long)).Outcome)
 }
+
+// In-progress records whose lease ran out by the applied cluster time are
+// counted apart: attempts nobody completed or released.
+func TestStatsCountsLapsedLeases(t *testing.T) {
+	h := newHarness(t)
+	a := h.claim(t0, with(args(scope("a")), func(a *ClaimArgs) { a.LeaseMs = 1000 }))
+	h.claim(t0, with(args(scope("b")), func(a *ClaimArgs) { a.LeaseMs = 5000 }))
+	require.Zero(t, h.stats().LeaseExpired)
+	h.claim(t0+1000, args(scope("c"))) // moves cluster time to a's lease deadline
+	st := h.stats()
+	require.Equal(t, int64(3), st.InProgress)
+	require.Equal(t, int64(1), st.LeaseExpired)
+	h.complete(t0+1001, scope("a"), a.Record.Token, resp("late but done"))
+	require.Zero(t, h.stats().LeaseExpired, "a completed attempt is not stuck")
+}

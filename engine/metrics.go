@@ -18,6 +18,10 @@ type Stats struct {
 	OldestCreatedMs         int64 // 0 when empty
 	InProgress              int64
 	OldestInProgressCreated int64 // 0 when none
+	// LeaseExpired counts in-progress records whose lease ran out by the
+	// applied cluster time: attempts whose caller neither completed nor
+	// released them (it crashed, or lost its answer) and no retry took over.
+	LeaseExpired int64
 	DiskBytes               uint64
 }
 
@@ -25,6 +29,7 @@ type Stats struct {
 // claims are counted from the lease index, which is small.
 func (d *DB) Stats() (Stats, error) {
 	var s Stats
+	now := d.Meta().NowMs
 	err := d.eachBucket(func(it *pebble.Iterator, b partition.Bucket) bool {
 		s.Buckets++
 		sk := statsKey(b)
@@ -41,6 +46,9 @@ func (d *DB) Stats() (Stats, error) {
 		lp := bucketKey(nil, b, kindLease)
 		for ok := it.SeekGE(lp); ok && bytes.HasPrefix(it.Key(), lp); ok = it.Next() {
 			s.InProgress++
+			if k := it.Key()[len(lp):]; len(k) >= 8 && int64(binary.BigEndian.Uint64(k)) <= now {
+				s.LeaseExpired++
+			}
 			if v, err := it.ValueAndErr(); err == nil && len(v) == 8 {
 				c := int64(binary.BigEndian.Uint64(v))
 				if s.OldestInProgressCreated == 0 || c < s.OldestInProgressCreated {

@@ -118,6 +118,7 @@ type stateCollector struct {
 	state, term, commit, applied, fsmApplied, clusterTime, leader       *prometheus.Desc
 	filterReady                                                         *prometheus.Desc
 	applyLag, maxRetention, width                                       *prometheus.Desc
+	leaseExpired                                                        *prometheus.Desc
 }
 
 // newStateCollector is called once per node, right after raft starts; it
@@ -132,6 +133,7 @@ func newStateCollector(n *Node) *stateCollector {
 		oldest:           d("idem_oldest_record_age_seconds", "Age of the oldest stored record by cluster time; grows without bound if expiry stalls."),
 		inProgress:       d("idem_in_progress", "Records in progress (holding or having held a lease)."),
 		oldestInProgress: d("idem_oldest_in_progress_age_seconds", "Age of the oldest in-progress record."),
+		leaseExpired:     d("idem_in_progress_lease_expired", "In-progress records whose lease ran out: attempts neither completed nor released (the caller crashed or lost its answer) that no retry has taken over yet."),
 		disk:             d("idem_disk_bytes", "Bytes Pebble uses on disk."),
 		buckets:          d("idem_buckets", "Time buckets holding data."),
 		state:            prometheus.NewDesc("idem_raft_state", "Raft state of this node (1 for the current state).", []string{"state"}, nil),
@@ -174,7 +176,7 @@ func countLeaderChanges(r *raft.Raft, c prometheus.Counter) {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.inProgress, c.oldestInProgress,
 		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader, c.filterReady,
-		c.applyLag, c.maxRetention, c.width} {
+		c.applyLag, c.maxRetention, c.width, c.leaseExpired} {
 		ch <- d
 	}
 }
@@ -198,6 +200,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		g(c.oldest, age(s.OldestCreatedMs))
 		g(c.inProgress, float64(s.InProgress))
 		g(c.oldestInProgress, age(s.OldestInProgressCreated))
+		g(c.leaseExpired, float64(s.LeaseExpired))
 		g(c.disk, float64(s.DiskBytes))
 		g(c.buckets, float64(s.Buckets))
 	}
