@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -57,6 +58,7 @@ type diskGuard struct {
 
 	mu          sync.Mutex // ballast changes and state transitions
 	waiting     bool       // applies or Pebble writes wait for space
+	cleared     bool       // a leftover ballast was removed (guard off)
 	lastRemind  time.Time
 	lastWaitLog time.Time
 }
@@ -94,16 +96,10 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 	if g.minFree == 0 {
 		return g, nil
 	}
+	// Nothing else is changed before the stores are open: until then
+	// another process may hold this data dir.
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if size, err := engine.BallastSize(g.ballast); err != nil {
-		return nil, fmt.Errorf("raftfsm: %w", err)
-	} else if size != 0 && size != g.ballastSize {
-		// --min-free-disk changed: the next refresh makes one of the new size.
-		if err := engine.RemoveBallast(g.ballast); err != nil {
-			return nil, fmt.Errorf("raftfsm: %w", err)
-		}
-	}
 	if g.free.Load() < g.floor {
 		g.releaseLocked("so the node can start")
 		if err := g.read(); err != nil {
@@ -114,7 +110,7 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 				g.dir, free, g.floor, g.minFree)
 		}
 	}
-	g.settleLocked()
+	g.settleStateLocked()
 	return g, nil
 }
 
@@ -135,11 +131,18 @@ func (g *diskGuard) refresh() {
 		g.log.Warn("cannot read free disk space", "data-dir", g.dir, "error", err)
 		return
 	}
-	if g.minFree == 0 {
-		return
-	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.minFree == 0 {
+		if !g.cleared {
+			// The guard is off: a ballast left from an earlier run goes.
+			g.cleared = true
+			if size, _ := engine.BallastSize(g.ballast); size > 0 && engine.RemoveBallast(g.ballast) == nil {
+				g.log.Info("removed the ballast: --min-free-disk is 0", "path", g.ballast)
+			}
+		}
+		return
+	}
 	if g.free.Load() < g.floor {
 		if g.releaseLocked("to keep room for expiry and Pebble's flushes") {
 			g.read()
@@ -151,6 +154,34 @@ func (g *diskGuard) refresh() {
 // settleLocked sets the storage-full state from the cached free space and
 // re-creates the ballast when there is room for it above the minimum.
 func (g *diskGuard) settleLocked() {
+	full, free := g.settleStateLocked(), g.free.Load()
+	size, err := engine.BallastSize(g.ballast)
+	if err != nil || full || size == g.ballastSize {
+		return
+	}
+	if size != 0 {
+		// --min-free-disk changed: make one of the new size.
+		if err := engine.RemoveBallast(g.ballast); err != nil {
+			g.log.Warn("ballast of the wrong size cannot be removed", "path", g.ballast, "error", err)
+			return
+		}
+		g.read()
+		free = g.free.Load()
+	}
+	if free < g.minFree+uint64(g.ballastSize) {
+		return
+	}
+	if err := engine.CreateBallast(g.ballast, g.ballastSize); err != nil {
+		g.log.Warn("no ballast: it could not be created", "path", g.ballast, "error", err)
+		return
+	}
+	g.log.Info("ballast in place: it is removed to make room if the disk fills", "path", g.ballast, "bytes", g.ballastSize)
+	g.read()
+}
+
+// settleStateLocked sets the storage-full state from the cached free
+// space, logging a change once and a lasting shortage once a minute.
+func (g *diskGuard) settleStateLocked() bool {
 	free := g.free.Load()
 	full := free < g.minFree
 	switch was := g.full.Swap(full); {
@@ -165,18 +196,7 @@ func (g *diskGuard) settleLocked() {
 	case !full && was:
 		g.log.Info("disk space recovered: writes are accepted again", "free-bytes", free, "min-free-disk", g.minFree)
 	}
-	if full || free < g.minFree+uint64(g.ballastSize) {
-		return
-	}
-	if size, err := engine.BallastSize(g.ballast); err != nil || size != 0 {
-		return
-	}
-	if err := engine.CreateBallast(g.ballast, g.ballastSize); err != nil {
-		g.log.Warn("no ballast: it could not be created", "path", g.ballast, "error", err)
-		return
-	}
-	g.log.Info("ballast in place: it is removed to make room if the disk fills", "path", g.ballast, "bytes", g.ballastSize)
-	g.read()
+	return full
 }
 
 // releaseLocked removes the ballast if there is one and reports whether it
@@ -285,6 +305,17 @@ func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine
 	return o
 }
 
+// mapApplyError is mapRaftError for a proposal, which may also fail
+// because the leader could not write it to its own raft log for lack of
+// space: bolt stores a batch in one transaction and raft sends followers
+// only what the leader stored, so the command was certainly not applied.
+func mapApplyError(err error) error {
+	if errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("%w: the leader could not write its raft log: %w", ErrStorageFull, err)
+	}
+	return mapRaftError(err)
+}
+
 // gatedFSM is the FSM as raft sees it: each batch waits for disk space
 // before it starts.
 type gatedFSM struct {
@@ -314,6 +345,7 @@ func (g *diskGuard) gate(f *FSM, stop <-chan struct{}) raft.FSM {
 // watchDisk keeps the free space current while the node runs.
 func (n *Node) watchDisk() {
 	defer n.wg.Done()
+	n.disk.refresh() // the stores are open: the ballast is this node's to make
 	n.disk.run(n.stop)
 }
 

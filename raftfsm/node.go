@@ -358,7 +358,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	n.lastWrite.Store(time.Now().UnixNano())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	if err := f.Error(); err != nil {
-		return nil, mapRaftError(err)
+		return nil, mapApplyError(err)
 	}
 	r, ok := f.Response().(*ApplyResult)
 	if !ok || r == nil {

@@ -1,0 +1,101 @@
+package raftfsm
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The guard on a real, small tmpfs: the ballast comes and goes with the
+// free space, client writes are refused below the minimum while ticks and
+// drops are not, and an apply waits under the floor until space returns.
+func TestDiskGuardBallastRefusalAndWait(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to mount a small tmpfs (mount -t tmpfs); CI runs the tests as root")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("skipped: cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	fill := func(name string) {
+		f, err := os.Create(filepath.Join(mnt, name))
+		require.NoError(t, err)
+		defer f.Close()
+		for _, n := range []int{1 << 20, 4096} {
+			buf := make([]byte, n)
+			for {
+				if _, err := f.Write(buf); err != nil {
+					require.ErrorIs(t, err, syscall.ENOSPC)
+					break
+				}
+			}
+		}
+	}
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(mnt, "data")
+	cfg.MinFreeDisk = 8 << 20 // ballast 2 MiB, floor 1 MiB
+	cfg.Logger = slog.New(slog.NewTextHandler(t.Output(), nil))
+	require.NoError(t, os.MkdirAll(cfg.DataDir, 0o755))
+	g, err := openDiskGuard(cfg)
+	require.NoError(t, err)
+	ballast := filepath.Join(cfg.DataDir, BallastFile)
+
+	g.refresh()
+	fi, err := os.Stat(ballast)
+	require.NoError(t, err, "no ballast with room for it")
+	require.EqualValues(t, 2<<20, fi.Size())
+	require.False(t, g.full.Load())
+	require.NoError(t, g.admit(OpClaim))
+
+	fill("a")
+	g.refresh()
+	_, err = os.Stat(ballast)
+	require.ErrorIs(t, err, os.ErrNotExist, "the ballast stays on a full disk")
+	require.True(t, g.full.Load())
+	for _, op := range []Op{OpClaim, OpComplete, OpRelease, OpExtend, OpDelete} {
+		require.ErrorIs(t, g.admit(op), ErrStorageFull, "op %d", op)
+	}
+	for _, op := range []Op{OpTick, OpDropBucket, OpSetNode, OpRemoveNode} {
+		require.NoError(t, g.admit(op), "op %d frees space or is tiny: it must pass", op)
+	}
+	require.GreaterOrEqual(t, g.free.Load(), g.floor, "the ballast gave back its space")
+
+	// No ballast left and nothing free: an apply waits, and goes on once
+	// space returns.
+	fill("b")
+	g.refresh()
+	done := make(chan struct{})
+	go func() { g.waitForSpace("test applies", make(chan struct{})); close(done) }()
+	select {
+	case <-done:
+		t.Fatal("an apply went ahead on a disk with no space")
+	case <-time.After(1500 * time.Millisecond):
+	}
+	require.NoError(t, os.Remove(filepath.Join(mnt, "b")))
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the apply still waits after space came back")
+	}
+
+	// With the disk full and no ballast a node refuses to start, and says so.
+	fill("b")
+	_, err = openDiskGuard(cfg)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "free some space")
+
+	require.NoError(t, errors.Join(os.Remove(filepath.Join(mnt, "a")), os.Remove(filepath.Join(mnt, "b"))))
+	g.refresh()
+	require.False(t, g.full.Load())
+	_, err = os.Stat(ballast)
+	require.NoError(t, err, "the ballast comes back with the space")
+}
