@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
 )
@@ -44,6 +45,7 @@ type serveConfig struct {
 	snapshotThreshold, trailingLogs uint64
 	snapshotInterval                time.Duration
 	cacheBytes                      int64
+	minFreeDisk                     uint64
 	clockOffset                     time.Duration
 	shutdownTimeout                 time.Duration
 	pprof                           bool
@@ -84,6 +86,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often raft checks whether to snapshot")
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", d.TrailingLogs, "raft log entries kept after a snapshot, for followers to catch up without one")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", 64<<20, "Pebble block cache size in bytes")
+	fs.Uint64Var(&c.minFreeDisk, "min-free-disk", d.MinFreeDisk, "free bytes the data dir's disk keeps: below it the leader refuses writes with 507 storage_full; a ballast file of a quarter of it is kept in the data dir and removed when the disk fills (0 turns both off)")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; no auth)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
@@ -355,6 +358,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
 	rc.ClockOffset = c.clockOffset
 	rc.CacheBytes = c.cacheBytes
+	rc.MinFreeDisk = c.minFreeDisk
 	rc.InjectBug = c.injectBug
 	rc.Logger, rc.Registry = log, reg
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
@@ -362,7 +366,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	}
 	node, err := raftfsm.Open(rc)
 	if err != nil {
-		return err
+		return inUse(c.dataDir, err)
 	}
 	defer func() {
 		if err := node.Close(); err != nil {
@@ -421,4 +425,18 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Warn("http drain incomplete", "error", err)
 	}
 	return nil
+}
+
+// inUse says which process holds a data dir another idem serve tried to
+// open, instead of the lock's "resource temporarily unavailable".
+func inUse(dataDir string, err error) error {
+	var e *engine.InUseError
+	if !errors.As(err, &e) {
+		return err
+	}
+	who := "its pid is not known"
+	if e.PID > 0 {
+		who = fmt.Sprintf("pid %d", e.PID)
+	}
+	return fmt.Errorf("--data-dir %s is in use by another idem process (%s): stop that process first, or give this node a data dir of its own", dataDir, who)
 }

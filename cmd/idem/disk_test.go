@@ -1,0 +1,383 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A full disk, on a small tmpfs, under real processes: writes are refused
+// with 507 storage_full, reads go on, the node neither crashes nor loses
+// what it acknowledged, and it takes writes again by itself once space is
+// back; it also starts with its disk full. And a second `idem serve` on a
+// data dir in use says which process holds it.
+
+// tmpfs mounts a tmpfs of size at a fresh directory, for the length of the
+// test. Mounting needs root (CI runs tests as root).
+func tmpfs(t *testing.T, size string) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to mount a small tmpfs (mount -t tmpfs) and fill it; CI runs the tests as root")
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", dir).CombinedOutput(); err != nil {
+		t.Skipf("skipped: cannot mount a tmpfs here (%v: %s); run as root where mount works", err, strings.TrimSpace(string(out)))
+	}
+	// Cleanups run last first: the processes (registered later) are
+	// killed, then this unmounts, then TempDir is removed.
+	t.Cleanup(func() { exec.Command("umount", "-l", dir).Run() })
+	return dir
+}
+
+// fillDisk writes a file at path until the filesystem has no byte left.
+func fillDisk(t *testing.T, path string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	require.NoError(t, err)
+	defer f.Close()
+	for _, chunk := range []int{1 << 20, 4096} {
+		buf := make([]byte, chunk)
+		for {
+			if _, err := f.Write(buf); err != nil {
+				require.ErrorIs(t, err, syscall.ENOSPC)
+				break
+			}
+		}
+	}
+	var st syscall.Statfs_t
+	require.NoError(t, syscall.Statfs(filepath.Dir(path), &st))
+	require.Zero(t, st.Bavail, "the disk is not full")
+}
+
+// diskKeys are keys whose writes were acknowledged, with the stored
+// response of those that were completed.
+type diskKeys struct {
+	mu    sync.Mutex
+	acked map[string]string // key -> completed response body ("" if only claimed)
+}
+
+func (k *diskKeys) add(key, body string) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.acked[key] = body
+}
+
+func (k *diskKeys) snapshot() map[string]string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	m := make(map[string]string, len(k.acked))
+	for key, v := range k.acked {
+		m[key] = v
+	}
+	return m
+}
+
+// requireAcked reads every acknowledged key back (linearizable reads,
+// retried through a leader change) and checks completed responses
+// byte for byte.
+func requireAcked(t *testing.T, addr string, keys *diskKeys) {
+	t.Helper()
+	for key, body := range keys.snapshot() {
+		var a answer
+		waitFor(t, 15*time.Second, "read of acknowledged "+key, func() (bool, string) {
+			a = call("GET", addr, recordPath(key, ""), "")
+			if a.err == nil && a.code == 200 {
+				return true, ""
+			}
+			require.True(t, a.err != nil || a.unavailable503(), "read of acknowledged %s: %s", key, a)
+			return false, a.String()
+		})
+		var r recordAnswer
+		require.NoError(t, json.Unmarshal(a.body, &r))
+		if body == "" {
+			continue
+		}
+		require.Equal(t, "completed", r.Record.State, "%s", a)
+		require.NotNil(t, r.Record.Response)
+		require.Equal(t, body, string(r.Record.Response.Body), "stored response of %s", key)
+	}
+}
+
+// writeLoad claims fresh keys (and completes every fourth) until stop,
+// recording what was acknowledged and counting 507s.
+func writeLoad(addr, prefix string, keys *diskKeys, stop chan struct{}) (*sync.WaitGroup, *int64) {
+	var wg sync.WaitGroup
+	full := new(int64)
+	var mu sync.Mutex
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			key := fmt.Sprintf("%s-%d", prefix, i)
+			a := call("POST", addr, "/v1/claim", claimReq(key, "c-"+key))
+			if a.err != nil || a.code != 201 {
+				if a.code == 507 {
+					mu.Lock()
+					*full++
+					mu.Unlock()
+				}
+				time.Sleep(20 * time.Millisecond)
+				continue
+			}
+			if i%4 != 0 {
+				keys.add(key, "")
+				continue
+			}
+			var c claimedAnswer
+			json.Unmarshal(a.body, &c)
+			body := strings.Repeat("r", 512) + key
+			if a := call("POST", addr, "/v1/complete", completeReq(key, c.Token, body)); a.err == nil && a.code == 200 {
+				keys.add(key, body)
+			} else {
+				keys.add(key, "")
+			}
+		}
+	}()
+	return &wg, full
+}
+
+// storageFull507 is the 507 storage_full problem document.
+func storageFull507(a answer) bool {
+	return a.err == nil && a.code == 507 && a.problemCode() == "storage_full" &&
+		strings.HasPrefix(a.hdr.Get("Content-Type"), "application/problem+json") && a.hdr.Get("Retry-After") != ""
+}
+
+func TestDiskFullRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
+	mnt := tmpfs(t, "128m")
+	dir := filepath.Join(mnt, "data")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	// 16 MiB: writes are refused under it, the ballast is 4 MiB.
+	args := []string{"--min-free-disk", strconv.Itoa(16 << 20)}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	waitFor(t, 10*time.Second, "the ballast", func() (bool, string) {
+		fi, err := os.Stat(filepath.Join(dir, "ballast"))
+		return err == nil && fi.Size() == 4<<20, fmt.Sprint(err)
+	})
+
+	keys := &diskKeys{acked: map[string]string{}}
+	stop := make(chan struct{})
+	wg, refused := writeLoad(httpAddr, "before", keys, stop)
+	waitFor(t, 10*time.Second, "some writes acknowledged", func() (bool, string) {
+		return len(keys.snapshot()) >= 20, ""
+	})
+
+	// Another process fills the disk while the node takes writes.
+	fillDisk(t, filepath.Join(mnt, "filler"))
+	probe := 0
+	waitFor(t, 10*time.Second, "507 storage_full for a write", func() (bool, string) {
+		probe++
+		a := call("POST", httpAddr, "/v1/claim", claimReq(fmt.Sprintf("probe-%d", probe), ""))
+		require.True(t, a.err != nil || a.code == 507 || a.code == 201 || a.unavailable503(), "write on a full disk: %s", a)
+		return storageFull507(a), a.String()
+	})
+	for _, op := range []struct{ path, body string }{
+		{"/v1/complete", completeReq("before-0", "1", "x")},
+		{"/v1/release", `{"principal":"` + cPrincipal + `","endpoint":"` + cEndpoint + `","key":"before-0","token":"1"}`},
+	} {
+		a := call("POST", httpAddr, op.path, op.body)
+		require.True(t, storageFull507(a), "%s on a full disk: %s", op.path, a)
+	}
+	time.Sleep(1500 * time.Millisecond) // let the writer meet a few hundred 507s
+	close(stop)
+	wg.Wait()
+	require.Positive(t, *refused, "the writer never met 507")
+
+	select {
+	case <-p.done:
+		t.Fatalf("the node exited on a full disk: %v", p.err)
+	default:
+	}
+	requireAcked(t, httpAddr, keys)
+	code, body := get(t, httpAddr, "/healthz")
+	require.Equal(t, 200, code, "%s", body)
+	require.Equal(t, 1.0, metric(t, httpAddr, "idem_storage_full"))
+	require.Less(t, metric(t, httpAddr, "idem_disk_free_bytes"), float64(16<<20))
+	logs := p.logs.String()
+	require.Contains(t, logs, "removed the ballast")
+	require.Equal(t, 1, strings.Count(logs, "disk space low"), "one line, not one per refused write:\n%s", logs)
+	require.NotContains(t, logs, "panic")
+
+	// Space comes back: writes resume by themselves, the ballast returns.
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	waitFor(t, 10*time.Second, "writes accepted again", func() (bool, string) {
+		a := call("POST", httpAddr, "/v1/claim", claimReq("after-space", "c-after-space"))
+		if a.code == 201 {
+			keys.add("after-space", "")
+			return true, ""
+		}
+		return false, a.String()
+	})
+	require.Equal(t, 0.0, metric(t, httpAddr, "idem_storage_full"))
+	waitFor(t, 10*time.Second, "the ballast made again", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(dir, "ballast"))
+		return err == nil, fmt.Sprint(err)
+	})
+	requireAcked(t, httpAddr, keys)
+
+	// Restart with the disk full: kill -9 (the node gets no chance to see
+	// it), fill the disk, start. It gives its ballast back to start, then
+	// serves health, readiness and reads. Opening Pebble frees the space
+	// its old WAL files held (it preallocates them), so the disk is filled
+	// again: writes are refused with 507, and reads still work.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGKILL))
+	p.wait()
+	fillDisk(t, filepath.Join(mnt, "filler"))
+	p = start(t, dir, httpAddr, raftAddr, args...)
+	require.Contains(t, p.logs.String(), "removed the ballast so the node can start")
+	code, body = get(t, httpAddr, "/healthz")
+	require.Equal(t, 200, code, "%s", body)
+	requireAcked(t, httpAddr, keys)
+	fillDisk(t, filepath.Join(mnt, "filler3"))
+	waitFor(t, 10*time.Second, "507 after a restart on a full disk", func() (bool, string) {
+		probe++
+		a := call("POST", httpAddr, "/v1/claim", claimReq(fmt.Sprintf("probe-%d", probe), ""))
+		require.True(t, a.err != nil || a.code == 507 || a.code == 201 || a.unavailable503(), "write on a full disk: %s", a)
+		return storageFull507(a), a.String()
+	})
+	requireAcked(t, httpAddr, keys)
+
+	// With no ballast left and the disk full it refuses to start, saying
+	// why, rather than hang with its port open.
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait(), "stop on a full disk")
+	require.Contains(t, p.logs.String(), "stopped")
+	fillDisk(t, filepath.Join(mnt, "filler2"))
+	q := launch(t, dir, httpAddr, raftAddr, args...)
+	select {
+	case <-q.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("start with a full disk and no ballast neither served nor exited:\n%s", q.logs)
+	}
+	require.Error(t, q.err)
+	require.Contains(t, q.logs.String(), "free some space")
+
+	for _, f := range []string{"filler", "filler2", "filler3"} {
+		require.NoError(t, os.Remove(filepath.Join(mnt, f)))
+	}
+	start(t, dir, httpAddr, raftAddr, args...)
+	claimOK(t, httpAddr, "after-restart")
+	requireAcked(t, httpAddr, keys)
+}
+
+// A follower whose disk fills must not crash: the cluster goes on with the
+// other two, and the follower catches up by itself once space is back.
+func TestDiskFullFollowerCatchesUp(t *testing.T) {
+	mnt := tmpfs(t, "128m")
+	root := t.TempDir()
+	var nodes []*cnode
+	for i := 1; i <= 3; i++ {
+		ip := fmt.Sprintf("127.0.0.%d", 10+i)
+		n := &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
+			http: freePortOn(t, ip), raft: freePortOn(t, ip)}
+		// Frequent snapshots compact the raft log, so bolt has free pages
+		// to store new entries in while the disk is full, and the entries
+		// reach Pebble: that is how a follower used to die (a WAL write
+		// failed, and Pebble panicked at the next commit).
+		n.args = []string{"--node-id", n.id, "--min-free-disk", strconv.Itoa(16 << 20),
+			"--snapshot-threshold", "64", "--trailing-logs", "16", "--snapshot-interval", "500ms"}
+		if i > 1 {
+			n.args = append(n.args, "--join", "")
+		}
+		nodes = append(nodes, n)
+	}
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
+	n3.dir = filepath.Join(mnt, "n3")
+	n2.args[len(n2.args)-1], n3.args[len(n3.args)-1] = n1.http, n1.http
+	c := &testCluster{t: t, nodes: nodes}
+	n1.p = start(t, n1.dir, n1.http, n1.raft, n1.args...)
+	n2.p = launch(t, n2.dir, n2.http, n2.raft, n2.args...)
+	n3.p = launch(t, n3.dir, n3.http, n3.raft, n3.args...)
+	leader := c.waitStable(nodes...)
+	require.NotEqual(t, n3, leader, "n1 bootstrapped and leads")
+
+	keys := &diskKeys{acked: map[string]string{}}
+	write := func(via, key string, i int) {
+		body := strings.Repeat(fmt.Sprintf("%05d", i), 16<<10/5)
+		completeOK(t, via, key, claimOK(t, via, key).Token, body)
+		keys.add(key, body)
+	}
+	for i := 0; i < 64; i++ {
+		write(leader.http, fmt.Sprintf("pre-%d", i), i)
+	}
+	time.Sleep(1500 * time.Millisecond) // snapshots compact the log
+	// Full, then full again once n3 gave its ballast back: it can neither
+	// store nor apply anything more.
+	fillDisk(t, filepath.Join(mnt, "filler"))
+	waitFor(t, 10*time.Second, "n3 sees its disk full", func() (bool, string) {
+		a := call("GET", n3.http, "/metrics", "")
+		return a.err == nil && strings.Contains(string(a.body), "\nidem_storage_full 1\n"), ""
+	})
+	waitFor(t, 10*time.Second, "n3 removes its ballast", func() (bool, string) {
+		_, err := os.Stat(filepath.Join(n3.dir, "ballast"))
+		return os.IsNotExist(err), fmt.Sprint(err)
+	})
+	fillDisk(t, filepath.Join(mnt, "filler2"))
+	// The leader's disk is fine: writes go on, through n3 too. A MiB of
+	// them, more than n3's Pebble holds in the space it already has.
+	for i := 0; i < 64; i++ {
+		via := leader.http
+		if i%3 == 0 {
+			via = n3.http
+		}
+		write(via, fmt.Sprintf("during-%d", i), i)
+	}
+	select {
+	case <-n3.p.done:
+		t.Fatalf("the follower exited on a full disk: %v", n3.p.err)
+	default:
+	}
+	requireAcked(t, leader.http, keys)
+
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler2")))
+	claimOK(t, leader.http, "after")
+	waitSameState(t, nodes...)
+	for _, k := range []string{"pre-0", "during-63", "after"} {
+		a := call("GET", n3.http, recordPath(k, "stale"), "")
+		require.Equal(t, 200, a.code, "n3's own replica lacks %s: %s", k, a)
+	}
+	require.NotContains(t, n3.p.logs.String(), "panic")
+}
+
+// A second `idem serve` on a data dir in use names the process holding it,
+// instead of "resource temporarily unavailable", and changes nothing.
+func TestDataDirInUseNamesThePID(t *testing.T) {
+	dir := t.TempDir()
+	first := start(t, dir, freePort(t), freePort(t))
+	before, err := os.ReadDir(dir)
+	require.NoError(t, err)
+
+	second := launch(t, dir, freePort(t), freePort(t))
+	select {
+	case <-second.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second serve on a data dir in use did not exit:\n%s", second.logs)
+	}
+	require.Error(t, second.err)
+	out := second.logs.String()
+	require.Contains(t, out, "is in use by another idem process")
+	require.Regexp(t, regexp.MustCompile(`\(pid `+strconv.Itoa(first.cmd.Process.Pid)+`\)`), out)
+	require.NotContains(t, out, "resource temporarily unavailable")
+
+	after, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Equal(t, len(before), len(after), "the second process changed the data dir")
+	code, body := post(t, first.http, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "the first node must be untouched: %s", body)
+}
