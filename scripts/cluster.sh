@@ -3,26 +3,41 @@
 # n1 on 127.0.0.1, n2 on 127.0.0.2, n3 on 127.0.0.3 (HTTP :7070, raft :7071),
 # data in ./cluster-data/<id>. The three form the cluster together
 # (--bootstrap-expect 3). Logs are prefixed with the node id. Ctrl-C stops
-# all three. Extra arguments go to every `idem serve`.
+# all three cleanly: each node gets SIGTERM, drains, closes raft and Pebble,
+# saves its probe filters and logs "stopped"; the script waits for each.
+# Extra arguments go to every `idem serve`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/idem ./cmd/idem
 data=${CLUSTER_DATA:-./cluster-data}
 peers=127.0.0.1:7070,127.0.0.2:7070,127.0.0.3:7070
-pids=()
+# Each node writes into a fifo read by its own prefixer, so $! is the
+# node's PID (with `idem | sed &` it is sed's, and stopping sed killed the
+# node by SIGPIPE before it could log its stop).
+fifos=$(mktemp -d)
+nodes=()
+prefixers=()
 stop() {
   trap - INT TERM EXIT
   echo "stopping the cluster"
-  kill "${pids[@]}" 2>/dev/null || true
-  wait 2>/dev/null || true
+  for pid in "${nodes[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${nodes[@]}"; do wait "$pid" 2>/dev/null || true; done
+  # The prefixers end when their node's output closes: wait for the last lines.
+  for pid in "${prefixers[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$fifos"
 }
 trap stop INT TERM EXIT
 for i in 1 2 3; do
   mkdir -p "$data/n$i"
+  mkfifo "$fifos/n$i"
+  # The prefixer ignores INT and TERM: a Ctrl-C or a signal to the whole
+  # process group must not end it before its node has logged its stop.
+  (trap '' INT TERM; exec sed -u "s/^/[n$i] /" <"$fifos/n$i") &
+  prefixers+=($!)
   bin/idem serve --node-id "n$i" --data-dir "$data/n$i" \
     --http-addr "127.0.0.$i:7070" --raft-addr "127.0.0.$i:7071" \
-    --bootstrap-expect 3 --join "$peers" "$@" 2>&1 | sed -u "s/^/[n$i] /" &
-  pids+=($!)
+    --bootstrap-expect 3 --join "$peers" "$@" >"$fifos/n$i" 2>&1 &
+  nodes+=($!)
 done
 echo "cluster starting: HTTP on 127.0.0.1:7070, 127.0.0.2:7070, 127.0.0.3:7070 (Ctrl-C stops it)"
-wait
+wait "${nodes[@]}"
