@@ -82,6 +82,10 @@ type DB struct {
 	meta   Meta
 	closed bool
 	filter *probeFilter // nil when disabled
+	// principals is how many principals hold stored keys: derived from
+	// the state (counted at open and restore, kept by each commit), so
+	// every replica at the same applied index has the same count.
+	principals int64
 
 	// Long reads and compactions must not hold mu: a commit waits for mu,
 	// and every apply with it (a 10 M-record bucket's compaction held it
@@ -124,6 +128,10 @@ func Open(dir string, o Options) (*DB, error) {
 	d := &DB{pdb: pdb, dir: dir, fs: o.FS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger)}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if d.meta, err = d.readMeta(); err != nil {
+		pdb.Close()
+		return nil, err
+	}
+	if d.principals, err = d.countPrincipals(); err != nil {
 		pdb.Close()
 		return nil, err
 	}

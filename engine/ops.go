@@ -30,11 +30,12 @@ const (
 	OutcomeDeleted
 	OutcomeDropped
 	OutcomeDropRefused
+	OutcomePrincipalLimit // a claim that would add a principal beyond ClaimArgs.MaxPrincipals
 )
 
 var outcomeNames = [...]string{"", "claimed", "replay", "in_progress", "fingerprint_mismatch",
 	"quota_exceeded", "completed", "already_completed", "token_mismatch", "not_found",
-	"released", "extended", "deleted", "dropped", "drop_refused"}
+	"released", "extended", "deleted", "dropped", "drop_refused", "principal_limit"}
 
 func (o Outcome) String() string {
 	if int(o) < len(outcomeNames) {
@@ -65,6 +66,10 @@ type ClaimArgs struct {
 	LeaseMs        int64
 	RetentionMs    int64
 	MaxKeys        int64 // live keys per principal; 0 = unlimited
+	// MaxPrincipals bounds the principals holding stored keys, cluster
+	// wide; 0 = unlimited. It travels in the command (like MaxKeys) so
+	// every replica decides with the leader's value, never its own flag.
+	MaxPrincipals int64
 }
 
 // TokenArgs address the current attempt of a record.
@@ -85,8 +90,14 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	res := Result{NowMs: nowMs}
 	f, ok := probe(t.b, t.d.filter, t.meta, scope, nowMs)
 	if !ok || !ttl.Live(f.rec.ExpiresMs, nowMs) {
-		if a.MaxKeys > 0 && t.liveKeys(a.Scope.Principal) >= a.MaxKeys {
+		keys := t.liveKeys(a.Scope.Principal)
+		if a.MaxKeys > 0 && keys >= a.MaxKeys {
 			res.Outcome = OutcomeQuotaExceeded
+			return res
+		}
+		// Only a principal with no stored key is a new one (principals.go).
+		if a.MaxPrincipals > 0 && keys == 0 && t.principals >= a.MaxPrincipals {
+			res.Outcome = OutcomePrincipalLimit
 			return res
 		}
 		r := &Record{
@@ -373,6 +384,6 @@ func (t *Txn) subtractQuotas(b partition.Bucket) {
 		panic(fmt.Errorf("engine: quota iter: %w", err))
 	}
 	for _, c := range counts {
-		t.addCounter(totalQuotaKey(c.principal), -c.n)
+		t.addTotal(c.principal, -c.n)
 	}
 }

@@ -227,6 +227,7 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 		return false, fmt.Errorf("engine: restore commit: %w", err)
 	}
 	d.meta = Meta{}
+	d.principals = 0
 	if err := restoreIngest(d.pdb, paths); err != nil {
 		return false, fmt.Errorf("engine: restore ingest: %w", err)
 	}
@@ -235,6 +236,9 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 		return false, err
 	}
 	d.meta = m
+	if d.principals, err = d.countPrincipals(); err != nil {
+		return false, err
+	}
 	return true, d.rebuildFilter()
 }
 

@@ -31,6 +31,10 @@ type Txn struct {
 	// the life of the Txn: every claim of a raft batch updates the same
 	// few, and each read was a Pebble Get. Written to the batch by flush.
 	kv map[string]cached
+
+	// principals counts the principals with a total quota counter, as
+	// this Txn sees them (principals.go); Commit hands it to the DB.
+	principals int64
 }
 
 type cached struct {
@@ -87,7 +91,7 @@ func (t *Txn) forget(b partition.Bucket) {
 
 // Begin starts a Txn.
 func (d *DB) Begin() *Txn {
-	return &Txn{d: d, b: d.pdb.NewIndexedBatch(), meta: d.Meta(), kv: map[string]cached{}}
+	return &Txn{d: d, b: d.pdb.NewIndexedBatch(), meta: d.Meta(), kv: map[string]cached{}, principals: d.livePrincipals()}
 }
 
 // Meta returns the metadata as this Txn sees it.
@@ -148,6 +152,7 @@ func (t *Txn) Commit(applied uint64) error {
 		return fmt.Errorf("engine: commit: %w", err)
 	}
 	t.d.meta = t.meta
+	t.d.principals = t.principals
 	for _, b := range t.dropped {
 		t.d.filter.drop(b)
 	}
@@ -284,7 +289,7 @@ func (t *Txn) addStats(b partition.Bucket, records, bytes, created int64) {
 // totals: one update per principal in the bucket, never one per key.
 func (t *Txn) addQuota(b partition.Bucket, principal string, delta int64) {
 	t.addCounter(quotaKey(b, principal), delta)
-	t.addCounter(totalQuotaKey(principal), delta)
+	t.addTotal(principal, delta)
 }
 
 func (t *Txn) addCounter(k []byte, delta int64) {
