@@ -43,6 +43,9 @@ type Config struct {
 	// replica without proving leadership; "skip-uniqueness" makes this
 	// node's Apply grant every claim. Never set it outside tests.
 	InjectBug string
+	// Keyring encrypts stored responses and correlation ids at rest
+	// (crypt.go); nil stores them in plaintext.
+	Keyring *Keyring
 
 	Logger   *slog.Logger
 	Registry prometheus.Registerer

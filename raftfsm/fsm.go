@@ -26,6 +26,8 @@ type FSM struct {
 	dropped chan partition.Bucket
 	// skipUniqueness is the injected bug of Config.InjectBug.
 	skipUniqueness bool
+	// keys counts sealed values per bucket and key id (keyuse.go).
+	keys keyUse
 	// nodesGen moves after every committed change of the stored node
 	// addresses (SetNode, RemoveNode, Restore), so readers can cache them.
 	nodesGen atomic.Uint64
@@ -43,7 +45,11 @@ func NewFSM(db *engine.DB, clock *ttl.Clock, log *slog.Logger, m *Metrics) *FSM 
 		log = slog.New(slog.DiscardHandler)
 	}
 	clock.Observe(db.Meta().NowMs)
-	return &FSM{db: db, clock: clock, log: log, metrics: m, dropped: make(chan partition.Bucket, 64)}
+	f := &FSM{db: db, clock: clock, log: log, metrics: m, dropped: make(chan partition.Bucket, 64)}
+	if err := f.keys.load(db); err != nil {
+		log.Error("read encryption key use", "error", err)
+	}
+	return f
 }
 
 // applyHook, when set (tests only), runs before each batch is applied: a
@@ -160,6 +166,7 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		txn.DeleteNamed("node/" + c.Node.ID)
 		res.nodes = true
 	}
+	f.keys.track(txn, c, res)
 	return res
 }
 
@@ -179,6 +186,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return fmt.Errorf("raftfsm: restore: %w", err)
 	}
 	f.nodesGen.Add(1)
+	if err := f.keys.load(f.db); err != nil {
+		return err
+	}
 	f.clock.Observe(f.db.Meta().NowMs)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
 	return nil

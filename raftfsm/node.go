@@ -68,9 +68,10 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.RaftAdvertise == "" {
 		cfg.RaftAdvertise = cfg.RaftAddr
 	}
-	if err := os.MkdirAll(cfg.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftfsm: create data dir: %w", err)
 	}
+	tightenDataDir(cfg.DataDir, cfg.Logger)
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -112,6 +113,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
 	if err := n.catchUpFromSnapshot(); err != nil {
+		return nil, err
+	}
+	if err := n.checkKeys(); err != nil {
 		return nil, err
 	}
 	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise)
@@ -158,6 +162,7 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newStateCollector(n))
+		cfg.Registry.MustRegister(newKeyCollector(n))
 	}
 	n.refreshMembership()
 	obs := make(chan raft.Observation, 64)
@@ -397,6 +402,7 @@ func mapRaftError(err error) error {
 // Claim decides a claim.
 func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	start := time.Now()
+	n.sealClaim(&a)
 	r, err := n.propose(&Command{Op: OpClaim, Claim: &a})
 	if err != nil {
 		return engine.Result{}, 0, err
@@ -406,17 +412,18 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	if r.Takeover {
 		n.metrics.Takeovers.Inc()
 	}
-	return r.Result, r.Index, nil
+	res, err := n.opened("claim", r.Result, r.Outcome == engine.OutcomeReplay)
+	return res, r.Index, err
 }
 
 // Complete stores the response of the attempt holding the token.
 func (n *Node) Complete(t engine.TokenArgs, resp *engine.Response) (engine.Result, error) {
-	r, err := n.propose(&Command{Op: OpComplete, Target: &t, Response: resp})
+	r, err := n.propose(&Command{Op: OpComplete, Target: &t, Response: n.sealComplete(t, resp)})
 	if err != nil {
 		return engine.Result{}, err
 	}
 	n.metrics.Completes.WithLabelValues(r.Outcome.String()).Inc()
-	return r.Result, nil
+	return n.opened("complete", r.Result, r.Outcome == engine.OutcomeCompleted)
 }
 
 // Release marks the attempt holding the token failed.
@@ -426,7 +433,7 @@ func (n *Node) Release(t engine.TokenArgs) (engine.Result, error) {
 		return engine.Result{}, err
 	}
 	n.metrics.Releases.WithLabelValues(r.Outcome.String()).Inc()
-	return r.Result, nil
+	return n.opened("release", r.Result, false)
 }
 
 // Extend moves the lease of the attempt holding the token.
@@ -436,7 +443,7 @@ func (n *Node) Extend(t engine.TokenArgs, leaseMs int64) (engine.Result, error) 
 		return engine.Result{}, err
 	}
 	n.metrics.Extends.WithLabelValues(r.Outcome.String()).Inc()
-	return r.Result, nil
+	return n.opened("extend", r.Result, false)
 }
 
 // Delete evicts a record.
@@ -445,7 +452,7 @@ func (n *Node) Delete(s engine.Scope, principalScope bool) (engine.Result, error
 	if err != nil {
 		return engine.Result{}, err
 	}
-	return r.Result, nil
+	return n.opened("delete", r.Result, false)
 }
 
 // Lookup reads a record. A linearizable read is served by the leader only,
@@ -462,7 +469,11 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 	// at that time or later, so a record read as expired is expired for
 	// every claim that follows the read.
 	r, ok := n.db.Lookup(s, principalScope, n.db.Meta().NowMs)
-	return r, ok, nil
+	if !ok {
+		return nil, false, nil
+	}
+	r, err := n.openResult("lookup", r, true)
+	return r, err == nil, err
 }
 
 // readBarrier implements linearizable reads on hashicorp/raft: a Barrier
