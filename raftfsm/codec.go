@@ -21,6 +21,7 @@ import (
 //	delete:   target
 //	drop:     uvarint bucket
 //	set/remove node: id, raft address, HTTP address
+//	set secret: secret bytes
 //
 // target is flags, principal, endpoint, key, uvarint token; strings are
 // uvarint length + bytes; flags bit 0 is principal scope. Entries written as
@@ -92,6 +93,12 @@ func (c *Command) Encode() ([]byte, error) {
 		b = appendStr(b, c.Node.ID)
 		b = appendStr(b, c.Node.RaftAddr)
 		b = appendStr(b, c.Node.HTTPAddr)
+	case OpSetSecret:
+		if len(c.Secret) == 0 {
+			return nil, missing("secret")
+		}
+		b = binary.AppendUvarint(b, uint64(len(c.Secret)))
+		b = append(b, c.Secret...)
 	default:
 		return nil, fmt.Errorf("raftfsm: encode unknown op %d", c.Op)
 	}
@@ -147,6 +154,8 @@ func DecodeCommand(b []byte) (*Command, error) {
 	case OpTick:
 	case OpSetNode, OpRemoveNode:
 		c.Node = &NodeInfo{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
+	case OpSetSecret:
+		c.Secret = d.bytes()
 	default:
 		return nil, fmt.Errorf("%w: op %d", ErrBadCommand, c.Op)
 	}

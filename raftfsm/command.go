@@ -18,6 +18,7 @@ const (
 	OpTick    // advances cluster time when the cluster is idle
 	OpSetNode // node metadata (HTTP address) travels through the log
 	OpRemoveNode
+	OpSetSecret // the cluster's fencing-token key (secret.go); the first one applied stays
 )
 
 // Command is one log entry. NowMs is cluster time stamped by the leader that
@@ -32,6 +33,7 @@ type Command struct {
 	LeaseMs  int64             `json:"lease,omitempty"`
 	Bucket   uint64            `json:"bucket,omitempty"`
 	Node     *NodeInfo         `json:"node,omitempty"`
+	Secret   []byte            `json:"secret,omitempty"` // OpSetSecret: random bytes chosen by the proposing leader
 }
 
 // NodeInfo is what every node knows of every other.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,6 +32,12 @@ type FSM struct {
 	// nodesGen moves after every committed change of the stored node
 	// addresses (SetNode, RemoveNode, Restore), so readers can cache them.
 	nodesGen atomic.Uint64
+	// secret (secret.go) is the fencing-token key once it is known, and
+	// secretTxn the Txn that set it, so a second proposal applied in the
+	// same batch is seen as coming second.
+	secret    atomic.Pointer[ClusterSecret]
+	secretTxn *engine.Txn
+	secretMu  sync.Mutex // one proposal at a time from this node
 }
 
 var (
@@ -165,6 +172,11 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		}
 		txn.DeleteNamed("node/" + c.Node.ID)
 		res.nodes = true
+	case OpSetSecret:
+		if len(c.Secret) != secretBytes {
+			return missing("a secret of 32 bytes")
+		}
+		f.applySecret(txn, l.Index, c.Secret)
 	}
 	f.keys.track(txn, c, res)
 	return res
@@ -189,6 +201,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := f.keys.load(f.db); err != nil {
 		return err
 	}
+	f.secret.Store(nil) // read again from the restored state
 	f.clock.Observe(f.db.Meta().NowMs)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
 	return nil
