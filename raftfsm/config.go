@@ -47,6 +47,10 @@ type Config struct {
 	// (crypt.go); nil stores them in plaintext.
 	Keyring *Keyring
 
+	// TLS, when set, makes the raft transport mutual TLS against its CA
+	// (transport.go); nil is plain TCP.
+	TLS *TLS
+
 	Logger   *slog.Logger
 	Registry prometheus.Registerer
 }

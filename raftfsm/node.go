@@ -118,7 +118,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.checkKeys(); err != nil {
 		return nil, err
 	}
-	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise)
+	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.TLS, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}

@@ -1,24 +1,36 @@
 package raftfsm
 
 import (
+	"crypto/tls"
 	"fmt"
+	"log/slog"
 	"net"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
-// streamLayer is raft's TCP stream layer with one change: outgoing dials are
-// bound to this node's own IP, so on one machine with nodes on 127.0.0.1/2/3
-// each node's traffic carries its own source address and iptables rules can
-// cut links between them (docs/DESIGN.md pitfalls).
+// streamLayer is raft's TCP stream layer with two changes: outgoing dials
+// are bound to this node's own IP, so on one machine with nodes on
+// 127.0.0.1/2/3 each node's traffic carries its own source address and
+// iptables rules can cut links between them (docs/DESIGN.md pitfalls);
+// and with TLS every connection, both ways, is mutual TLS 1.3 against the
+// cluster's CA, so a peer without a node certificate from that CA cannot
+// send raft a single message.
 type streamLayer struct {
 	net.Listener
 	advertise net.Addr
 	dialer    net.Dialer
+	tls       *TLS // nil: plain TCP
+	log       *slog.Logger
 }
 
-func newStreamLayer(bind, advertise string) (*streamLayer, error) {
+// handshakeTimeout bounds a TLS handshake on the raft port, so a peer that
+// connects and says nothing holds a connection only that long.
+const handshakeTimeout = 10 * time.Second
+
+func newStreamLayer(bind, advertise string, t *TLS, log *slog.Logger) (*streamLayer, error) {
 	ln, err := net.Listen("tcp", bind)
 	if err != nil {
 		return nil, fmt.Errorf("raftfsm: listen on raft address %s: %w", bind, err)
@@ -36,7 +48,10 @@ func newStreamLayer(bind, advertise string) (*streamLayer, error) {
 		ln.Close()
 		return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP", ErrConfig, advertise)
 	}
-	s := &streamLayer{Listener: ln, advertise: adv}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: tcp.IP}
 	}
@@ -45,8 +60,73 @@ func newStreamLayer(bind, advertise string) (*streamLayer, error) {
 
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
 
+// Accept hands raft the connection at once and leaves the TLS handshake
+// to its first read, in raft's goroutine for that connection: a peer that
+// stalls its handshake must not hold up the accept loop.
+func (s *streamLayer) Accept() (net.Conn, error) {
+	c, err := s.Listener.Accept()
+	if err != nil || s.tls == nil {
+		return c, err
+	}
+	return &serverConn{Conn: tls.Server(c, s.tls.raftServerConfig()), log: s.log}, nil
+}
+
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	d := s.dialer
 	d.Timeout = timeout
-	return d.Dial("tcp", string(address))
+	c, err := d.Dial("tcp", string(address))
+	if err != nil || s.tls == nil {
+		return c, err
+	}
+	host, _, err := net.SplitHostPort(string(address))
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	tc := tls.Client(c, s.tls.raftClientConfig(host))
+	tc.SetDeadline(time.Now().Add(min(timeout, handshakeTimeout)))
+	if err := tc.Handshake(); err != nil {
+		c.Close()
+		return nil, fmt.Errorf("raftfsm: tls handshake with raft peer %s: %w", address, err)
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
+}
+
+// serverConn completes the server side of the handshake before the first
+// byte is read or written, within handshakeTimeout, and logs a refused
+// peer once with the reason.
+type serverConn struct {
+	*tls.Conn
+	log  *slog.Logger
+	once sync.Once
+	err  error
+}
+
+func (c *serverConn) handshake() error {
+	c.once.Do(func() {
+		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
+		if c.err = c.Conn.Handshake(); c.err != nil {
+			c.log.Warn("refused a raft connection: no valid node certificate from the cluster's CA",
+				"remote-addr", c.Conn.RemoteAddr().String(), "error", c.err)
+			c.Conn.Close()
+			return
+		}
+		c.Conn.SetDeadline(time.Time{})
+	})
+	return c.err
+}
+
+func (c *serverConn) Read(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *serverConn) Write(b []byte) (int, error) {
+	if err := c.handshake(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
 }

@@ -1,0 +1,242 @@
+package raftfsm
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// TLS is a node's certificate, its key and the cluster's CA, read from
+// files and read again by Reload (SIGHUP). Every listener and dialer built
+// from it asks for the current files at each handshake, so a renewed
+// certificate takes effect without a restart, and connections already
+// open keep the certificate they started with.
+//
+// One CA is the trust boundary of a cluster (docs/DESIGN.md invariant 8):
+// only a peer holding a certificate it signed speaks raft, so it must sign
+// nothing but this cluster's nodes and operators.
+type TLS struct {
+	certFile, keyFile, caFile string
+	log                       *slog.Logger
+	cur                       atomic.Pointer[tlsMaterial]
+	reload                    sync.Mutex
+}
+
+type tlsMaterial struct {
+	cert     tls.Certificate
+	pool     *x509.CertPool
+	notAfter time.Time
+}
+
+// ErrTLS marks a certificate, key or CA file that cannot be used.
+var ErrTLS = errors.New("raftfsm: tls")
+
+// LoadTLS reads a node's certificate and key (PEM) and the CA (PEM, one
+// or more certificates) that signed every node's certificate. The node's
+// certificate must be valid now and signed by that CA.
+func LoadTLS(certFile, keyFile, caFile string, log *slog.Logger) (*TLS, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	t := &TLS{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log}
+	m, err := t.read()
+	if err != nil {
+		return nil, err
+	}
+	t.cur.Store(m)
+	return t, nil
+}
+
+// Reload reads the files again. When they are not usable (a half-written
+// renewal, a key that does not match) it keeps the certificates in use and
+// returns why.
+func (t *TLS) Reload() error {
+	t.reload.Lock()
+	defer t.reload.Unlock()
+	m, err := t.read()
+	if err != nil {
+		return err
+	}
+	t.cur.Store(m)
+	return nil
+}
+
+// NotAfter is when the certificate in use expires.
+func (t *TLS) NotAfter() time.Time { return t.cur.Load().notAfter }
+
+// Files names the certificate, key and CA files, for messages.
+func (t *TLS) Files() (cert, key, ca string) { return t.certFile, t.keyFile, t.caFile }
+
+func (t *TLS) read() (*tlsMaterial, error) {
+	cert, err := tls.LoadX509KeyPair(t.certFile, t.keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: certificate %s with key %s: %w", ErrTLS, t.certFile, t.keyFile, err)
+	}
+	leaf := cert.Leaf
+	if leaf == nil {
+		if leaf, err = x509.ParseCertificate(cert.Certificate[0]); err != nil {
+			return nil, fmt.Errorf("%w: certificate %s: %w", ErrTLS, t.certFile, err)
+		}
+	}
+	pool, err := readCAFile(t.caFile)
+	if err != nil {
+		return nil, err
+	}
+	inter := x509.NewCertPool()
+	for _, der := range cert.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{
+		Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}); err != nil {
+		// Expired, not yet valid, or from another CA: other nodes would
+		// refuse it, so refuse it here with the reason.
+		return nil, fmt.Errorf("%w: certificate %s does not verify against --tls-ca-file %s: %w", ErrTLS, t.certFile, t.caFile, err)
+	}
+	return &tlsMaterial{cert: cert, pool: pool, notAfter: leaf.NotAfter}, nil
+}
+
+// readCAFile reads a PEM file of one or more CA certificates.
+func readCAFile(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: CA file: %w", ErrTLS, err)
+	}
+	pool := x509.NewCertPool()
+	n := 0
+	for rest := b; ; {
+		var blk *pem.Block
+		blk, rest = pem.Decode(rest)
+		if blk == nil {
+			break
+		}
+		if blk.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%w: CA file %s: %w", ErrTLS, path, err)
+		}
+		pool.AddCert(c)
+		n++
+	}
+	if n == 0 {
+		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrTLS, path)
+	}
+	return pool, nil
+}
+
+// ServerConfig is for a listener of the HTTP API: TLS 1.2 or later (API
+// clients may be older than the nodes), HTTP/1.1, and client certificates
+// as clientAuth says, verified against the CA.
+func (t *TLS) ServerConfig(clientAuth tls.ClientAuthType) *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		NextProtos: []string{"http/1.1"},
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := t.cur.Load()
+			return &tls.Config{
+				MinVersion:   tls.VersionTLS12,
+				NextProtos:   []string{"http/1.1"},
+				Certificates: []tls.Certificate{m.cert},
+				ClientCAs:    m.pool,
+				ClientAuth:   clientAuth,
+			}, nil
+		},
+	}
+}
+
+// ClientConfig is for one connection from this node to another (HTTP
+// between nodes, raft) at host: it presents this node's certificate and
+// accepts only a server whose certificate the CA signed for host (an IP
+// SAN when host is an IP).
+func (t *TLS) ClientConfig(host string) *tls.Config {
+	m := t.cur.Load()
+	return &tls.Config{
+		MinVersion:   tls.VersionTLS12,
+		ServerName:   host,
+		RootCAs:      m.pool,
+		Certificates: []tls.Certificate{m.cert},
+	}
+}
+
+// raftServerConfig is mutual TLS 1.3 for the raft port: the peer must
+// present a certificate the CA signed for a node (server and client use),
+// not merely an operator's client certificate.
+func (t *TLS) raftServerConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			m := t.cur.Load()
+			return &tls.Config{
+				MinVersion:       tls.VersionTLS13,
+				Certificates:     []tls.Certificate{m.cert},
+				ClientCAs:        m.pool,
+				ClientAuth:       tls.RequireAndVerifyClientCert,
+				VerifyConnection: requireNodeCert,
+			}, nil
+		},
+	}
+}
+
+func (t *TLS) raftClientConfig(host string) *tls.Config {
+	c := t.ClientConfig(host)
+	c.MinVersion = tls.VersionTLS13
+	return c
+}
+
+// requireNodeCert refuses a verified peer whose certificate is not a
+// node's: `idem tls cert` gives nodes server and client use, operators'
+// certificates client use only.
+func requireNodeCert(cs tls.ConnectionState) error {
+	if len(cs.PeerCertificates) == 0 {
+		return errors.New("raftfsm: raft peer presented no certificate")
+	}
+	leaf := cs.PeerCertificates[0]
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
+		return fmt.Errorf("raftfsm: raft peer's certificate %q is not a node certificate (no server use)", leaf.Subject.CommonName)
+	}
+	return nil
+}
+
+// HasVerifiedClientCert reports whether a TLS connection's client
+// presented a certificate the CA signed.
+func HasVerifiedClientCert(cs *tls.ConnectionState) bool {
+	return cs != nil && len(cs.VerifiedChains) > 0
+}
+
+// DialTLSContext returns a dial function for an http.Transport between
+// nodes: TCP through d, then a TLS handshake with the current files. A
+// failed handshake is reported as a failed dial, since no request reached
+// the other node (callers retry those on another leader).
+func (t *TLS) DialTLSContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		raw, err := d.DialContext(ctx, network, addr)
+		if err != nil {
+			return nil, err
+		}
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			raw.Close()
+			return nil, err
+		}
+		c := tls.Client(raw, t.ClientConfig(host))
+		if err := c.HandshakeContext(ctx); err != nil {
+			raw.Close()
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: raw.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}
+		}
+		return c, nil
+	}
+}

@@ -1,0 +1,270 @@
+package raftfsm
+
+import (
+	"crypto/tls"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+)
+
+// testPKI is a CA in a temp dir that signs certificates for tests.
+type testPKI struct {
+	t   *testing.T
+	dir string
+	ca  PEMPair
+}
+
+func newTestPKI(t *testing.T, name string) *testPKI {
+	t.Helper()
+	ca, err := NewCA(name, 24*time.Hour)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	require.NoError(t, ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"), false))
+	return &testPKI{t: t, dir: dir, ca: ca}
+}
+
+// files signs a certificate and returns the cert, key and CA file names.
+func (p *testPKI) files(req CertRequest) (cert, key, ca string) {
+	p.t.Helper()
+	pair, err := NewCert(p.ca, req)
+	require.NoError(p.t, err)
+	cert = filepath.Join(p.dir, req.CommonName+".pem")
+	key = filepath.Join(p.dir, req.CommonName+"-key.pem")
+	require.NoError(p.t, pair.WriteFiles(cert, key, true))
+	return cert, key, filepath.Join(p.dir, "ca.pem")
+}
+
+func (p *testPKI) node(name string) *TLS {
+	p.t.Helper()
+	c, k, ca := p.files(CertRequest{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	tl, err := LoadTLS(c, k, ca, nil)
+	require.NoError(p.t, err)
+	return tl
+}
+
+func (c *memCluster) openTLS(id string, bootstrap bool, tl *TLS, opts ...func(*Config)) *Node {
+	c.t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, c.t.TempDir(), bootstrap
+	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-"+id
+	cfg.TLS = tl
+	for _, o := range opts {
+		o(&cfg)
+	}
+	n, err := Open(cfg)
+	require.NoError(c.t, err)
+	n.SetPeerProbe(c.probe)
+	c.mu.Lock()
+	c.nodes[cfg.HTTPAdvertise] = n
+	c.mu.Unlock()
+	c.t.Cleanup(func() { c.stop(n) })
+	return n
+}
+
+// Nodes with certificates from the cluster's CA form a cluster and
+// replicate over mutual TLS.
+func TestTLSClusterReplicates(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	c := newMemCluster(t)
+	n1 := c.openTLS("n1", true, pki.node("n1"))
+	c.leader(n1)
+	n2 := c.openTLS("n2", false, pki.node("n2"))
+	n3 := c.openTLS("n3", false, pki.node("n3"))
+	c.join(n2, n1)
+	c.join(n3, n1)
+	l := c.leader(n1, n2, n3)
+	for _, k := range []string{"a", "b", "c"} {
+		require.NoError(t, claim(l, k))
+	}
+	want, idx, err := l.StateHash()
+	require.NoError(t, err)
+	for _, n := range []*Node{n1, n2, n3} {
+		require.Eventually(t, func() bool {
+			h, i, err := n.StateHash()
+			return err == nil && i == idx && h == want
+		}, 10*time.Second, 20*time.Millisecond, "%s did not replicate over TLS", n.self.ID)
+	}
+}
+
+// rogueStream is a raft stream layer an attacker controls: dial decides
+// how it connects (plain TCP, or TLS with whatever certificate it has).
+type rogueStream struct {
+	net.Listener
+	dial func(addr string, timeout time.Duration) (net.Conn, error)
+}
+
+func (r *rogueStream) Dial(a raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return r.dial(string(a), timeout)
+}
+
+func rogueTransport(t *testing.T, dial func(addr string, timeout time.Duration) (net.Conn, error)) *raft.NetworkTransport {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tr := raft.NewNetworkTransport(&rogueStream{Listener: ln, dial: dial}, 1, 2*time.Second, io.Discard)
+	t.Cleanup(func() { tr.Close() })
+	return tr
+}
+
+// attack sends what the attacker of issue 10 sent: a vote request and
+// entries with a far higher term, claiming leadership. It returns the
+// errors of both RPCs.
+func attack(tr *raft.NetworkTransport, target *Node) (voteErr, appendErr error) {
+	id, addr := raft.ServerID(target.self.ID), raft.ServerAddress(target.self.RaftAddr)
+	term := target.term() + 100
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(tr.LocalAddr())}
+	var vr raft.RequestVoteResponse
+	voteErr = tr.RequestVote(id, addr, &raft.RequestVoteRequest{
+		RPCHeader: hdr, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term,
+	}, &vr)
+	var ar raft.AppendEntriesResponse
+	last := target.raft.LastIndex()
+	appendErr = tr.AppendEntries(id, addr, &raft.AppendEntriesRequest{
+		RPCHeader: hdr, Term: term + 1, PrevLogEntry: 0, PrevLogTerm: 0, LeaderCommitIndex: last + 1,
+		Entries: []*raft.Log{{Index: 1, Term: term + 1, Type: raft.LogCommand, Data: []byte("rogue entry")}},
+	}, &ar)
+	return voteErr, appendErr
+}
+
+// A raft peer without a node certificate from the cluster's CA — plain
+// TCP, TLS without a certificate, a certificate from another CA, an
+// operator's client-only certificate from the cluster's own CA — cannot
+// make a TLS node step down or accept an entry: every RPC fails and the
+// term, the leader and the state are unchanged. Without TLS the same
+// attack succeeds (the control), so the test can tell.
+func TestRoguePeerCannotSpeakRaftToTLSNode(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	other := newTestPKI(t, "attacker CA")
+	c := newMemCluster(t)
+	// No ticks or sweeps: the log must move only if the attack moves it.
+	quiet := func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour }
+	n1 := c.openTLS("n1", true, pki.node("n1"), quiet)
+	c.leader(n1)
+	require.NoError(t, claim(n1, "before"))
+
+	otherCert := other.node("rogue")
+	opc, opk, _ := pki.files(CertRequest{CommonName: "operator", Client: true})
+	opPair, err := tls.LoadX509KeyPair(opc, opk)
+	require.NoError(t, err)
+	caPool, err := readCAFile(filepath.Join(pki.dir, "ca.pem"))
+	require.NoError(t, err)
+
+	tlsDial := func(cfg func(host string) *tls.Config) func(string, time.Duration) (net.Conn, error) {
+		return func(addr string, timeout time.Duration) (net.Conn, error) {
+			host, _, _ := net.SplitHostPort(addr)
+			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, cfg(host))
+		}
+	}
+	rogues := map[string]func(string, time.Duration) (net.Conn, error){
+		"plain tcp": func(addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, timeout)
+		},
+		"tls without a certificate": tlsDial(func(host string) *tls.Config {
+			return &tls.Config{ServerName: host, RootCAs: caPool}
+		}),
+		"certificate from another CA": tlsDial(func(host string) *tls.Config {
+			return otherCert.raftClientConfig(host)
+		}),
+		"another CA, skipping server verification": tlsDial(func(host string) *tls.Config {
+			cfg := otherCert.raftClientConfig(host)
+			cfg.InsecureSkipVerify = true
+			return cfg
+		}),
+		"operator's client certificate from the cluster CA": tlsDial(func(host string) *tls.Config {
+			return &tls.Config{ServerName: host, RootCAs: caPool, Certificates: []tls.Certificate{opPair}}
+		}),
+	}
+	for name, dial := range rogues {
+		hash, idx, err := n1.StateHash()
+		require.NoError(t, err)
+		term, last := n1.term(), n1.raft.LastIndex()
+		voteErr, appendErr := attack(rogueTransport(t, dial), n1)
+		require.Error(t, voteErr, "%s: RequestVote got an answer", name)
+		require.Error(t, appendErr, "%s: AppendEntries got an answer", name)
+		time.Sleep(300 * time.Millisecond) // let anything the attack set off happen
+		require.True(t, n1.IsLeader(), "%s: the node stepped down", name)
+		require.Equal(t, term, n1.term(), "%s: the term moved", name)
+		require.Equal(t, last, n1.raft.LastIndex(), "%s: the log moved", name)
+		h, i, err := n1.StateHash()
+		require.NoError(t, err)
+		require.Equal(t, hash, h, "%s: the state changed", name)
+		require.Equal(t, idx, i, "%s: the applied index moved", name)
+	}
+	require.NoError(t, claim(n1, "after"), "the node stopped deciding after the attacks")
+
+	t.Run("control: without TLS the attack lands", func(t *testing.T) {
+		pc := newMemCluster(t)
+		plain := pc.open("p1", "", true)
+		pc.leader(plain)
+		term := plain.term()
+		voteErr, _ := attack(rogueTransport(t, rogues["plain tcp"]), plain)
+		require.NoError(t, voteErr)
+		require.Greater(t, plain.term(), term, "a plain node must take the rogue's term, else this test proves nothing")
+	})
+}
+
+// A renewed certificate is used by the next handshake; a file that does
+// not verify keeps the one in use.
+func TestTLSReloadKeepsOldOnBadFile(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	c, k, ca := pki.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: time.Hour})
+	tl, err := LoadTLS(c, k, ca, nil)
+	require.NoError(t, err)
+	before := tl.NotAfter()
+
+	require.NoError(t, os.WriteFile(c, []byte("half a file"), 0o600))
+	err = tl.Reload()
+	require.ErrorIs(t, err, ErrTLS)
+	require.Equal(t, before, tl.NotAfter())
+
+	other := newTestPKI(t, "other CA")
+	oc, ok, _ := other.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	copyFile(t, oc, c)
+	copyFile(t, ok, k)
+	err = tl.Reload()
+	require.ErrorContains(t, err, "does not verify against --tls-ca-file")
+	require.Equal(t, before, tl.NotAfter())
+
+	pki.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: 2 * time.Hour})
+	require.NoError(t, tl.Reload())
+	require.True(t, tl.NotAfter().After(before.Add(30*time.Minute)), "the renewed certificate is not in use")
+}
+
+func copyFile(t *testing.T, from, to string) {
+	b, err := os.ReadFile(from)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(to, b, 0o600))
+}
+
+// The CA and node certificates are what the transport needs: P-256,
+// node certificates for server and client use with their SANs, client
+// certificates for client use only, and key files 0600.
+func TestGeneratedCertificates(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	c, k, _ := pki.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.ParseIP("10.0.0.5")}, DNSNames: []string{"n1.example"}})
+	pair, err := tls.LoadX509KeyPair(c, k)
+	require.NoError(t, err)
+	leaf := pair.Leaf
+	require.Equal(t, "10.0.0.5", leaf.IPAddresses[0].String())
+	require.Equal(t, []string{"n1.example"}, leaf.DNSNames)
+	require.Len(t, leaf.ExtKeyUsage, 2)
+	for _, f := range []string{c, k, filepath.Join(pki.dir, "ca-key.pem")} {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
+	}
+	_, err = NewCert(pki.ca, CertRequest{CommonName: "n2"})
+	require.ErrorContains(t, err, "at least one IP or DNS name")
+	err = pki.ca.WriteFiles(filepath.Join(pki.dir, "ca.pem"), filepath.Join(pki.dir, "x.pem"), false)
+	require.True(t, err != nil && strings.Contains(err.Error(), "exists"), "an existing CA must not be overwritten: %v", err)
+}
