@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,6 +26,7 @@ type Client struct {
 	base  *url.URL
 	token string
 	hc    *http.Client
+	tls   *tls.Config // WithTLS
 }
 
 // Option configures a Client.
@@ -58,8 +60,13 @@ func New(addr string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(c)
 	}
+	if err := c.applyTLS(addr, strings.Contains(addr, "://")); err != nil {
+		return nil, err
+	}
 	if c.hc == nil {
-		c.hc = &http.Client{Transport: newTransport()}
+		tr := newTransport()
+		tr.TLSClientConfig = c.tls
+		c.hc = &http.Client{Transport: tr}
 	}
 	return c, nil
 }

@@ -1,0 +1,70 @@
+package client
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"os"
+)
+
+// WithTLS makes the client speak HTTPS with cfg: its RootCAs verify the
+// node's certificate (nil: the system's CAs), its Certificates are sent
+// to a node that asks for a client certificate. An address given as
+// host:port becomes https://host:port; one given with http:// is refused
+// by New. It cannot be combined with WithHTTPClient (set TLS on that
+// client's transport instead). LoadTLSConfig reads a cfg from PEM files.
+func WithTLS(cfg *tls.Config) Option {
+	return func(c *Client) { c.tls = cfg }
+}
+
+// LoadTLSConfig reads what idem tls makes: the CA that signed the nodes'
+// certificates (caFile, the nodes' --tls-ca-file), and, for nodes started
+// with --tls-client-auth require (or to join a node), a client
+// certificate and its key. Empty names are skipped; certFile and keyFile
+// go together.
+func LoadTLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		b, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("client: --ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(b) {
+			return nil, fmt.Errorf("client: --ca-file %s holds no PEM certificate", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case certFile != "" && keyFile == "":
+		return nil, errors.New("client: --cert-file needs --key-file")
+	case keyFile != "" && certFile == "":
+		return nil, errors.New("client: --key-file needs --cert-file")
+	case certFile != "":
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client: --cert-file %s with --key-file %s: %w", certFile, keyFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// applyTLS settles the scheme once the options are known: explicit
+// says whether addr carried a scheme.
+func (c *Client) applyTLS(addr string, explicit bool) error {
+	if c.tls == nil {
+		return nil
+	}
+	if c.hc != nil {
+		return fmt.Errorf("%w %q: WithTLS and WithHTTPClient exclude each other (set TLS on the http.Client's transport)", ErrAddress, addr)
+	}
+	switch {
+	case !explicit:
+		c.base.Scheme = "https"
+	case c.base.Scheme != "https":
+		return fmt.Errorf("%w %q: TLS settings given (--ca-file) for an http:// address: use https://", ErrAddress, addr)
+	}
+	return nil
+}
