@@ -22,7 +22,7 @@ type Stats struct {
 	// applied cluster time: attempts whose caller neither completed nor
 	// released them (it crashed, or lost its answer) and no retry took over.
 	LeaseExpired int64
-	DiskBytes               uint64
+	DiskBytes    uint64
 }
 
 // Stats walks bucket by bucket (seeks, not a scan of records). In-progress
