@@ -438,7 +438,7 @@ func TestClaimCreatesRecordWithPublishedTimes(t *testing.T) {
 	c := r.obj(t)
 	require.ElementsMatch(t, []string{"outcome", "token", "attempt", "created_at", "expires_at", "lease_expires_at"}, keys(c))
 	require.Equal(t, "claimed", c["outcome"])
-	require.Regexp(t, `^[0-9]+$`, c["token"])
+	require.Regexp(t, `^[0-9]{20}\.[0-9a-f]{32}$`, c["token"], "raft index, then the MAC over scope and index")
 	require.Equal(t, int64(1), num(t, c["attempt"]))
 	created, expires, lease := ts(t, c, "created_at"), ts(t, c, "expires_at"), ts(t, c, "lease_expires_at")
 	require.Equal(t, 24*time.Hour, expires.Sub(created))
@@ -678,7 +678,8 @@ func TestComplete(t *testing.T) {
 
 func mustUint(t *testing.T, s string) uint64 {
 	t.Helper()
-	v, err := strconv.ParseUint(s, 10, 64)
+	index, _, _ := strings.Cut(s, ".") // a token is "<raft index>.<MAC>"
+	v, err := strconv.ParseUint(index, 10, 64)
 	require.NoError(t, err)
 	return v
 }
@@ -1112,7 +1113,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{name: "lease_ms overflows int64", path: "/v1/claim", body: claim(``)[:len(claim(``))-len(`30000}`)] + `99999999999999999999}`, detail: "lease_ms"},
 		{name: "request body over 1 MiB", path: "/v1/claim", body: big, status: 413, code: "request_too_large"},
 
-		{name: "complete: token as a number", path: "/v1/complete", body: `{"principal":"cus_42","endpoint":"POST /payments","key":"live","token":` + tok + `,"response":{"status":200}}`, detail: "token"},
+		{name: "complete: token as a number", path: "/v1/complete", body: `{"principal":"cus_42","endpoint":"POST /payments","key":"live","token":` + strconv.FormatUint(mustUint(t, tok), 10) + `,"response":{"status":200}}`, detail: "token"},
 		{name: "complete: token missing", path: "/v1/complete", body: `{"principal":"cus_42","endpoint":"POST /payments","key":"live","response":{"status":200}}`, detail: "token"},
 		{name: "complete: response missing", path: "/v1/complete", body: `{` + target + `}`, detail: "response"},
 		{name: "complete: response null", path: "/v1/complete", body: complete(`null`), detail: "response"},

@@ -148,6 +148,9 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	var res engine.Result
 	err := s.onLeader(w, r, body, func() (err error) {
+		if err = s.store.EnsureClusterSecret(); err != nil { // every token is made with it
+			return err
+		}
 		res, _, err = s.store.Claim(args)
 		return err
 	})
@@ -156,7 +159,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	switch res.Outcome {
 	case engine.OutcomeClaimed:
-		writeJSON(w, http.StatusCreated, claimed(res.Record))
+		s.writeClaimed(w, res.Record)
 	case engine.OutcomeReplay:
 		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "replay", Record: toJSON(res.Record)})
 	case engine.OutcomeInProgress:
@@ -233,19 +236,20 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	s.tokenOp(w, r, body, engine.OutcomeCompleted,
-		func() (engine.Result, error) { return s.store.Complete(t, resp) },
+	s.tokenOp(w, r, body, t, req.Token, engine.OutcomeCompleted,
+		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Complete(t, resp) },
 		func(res engine.Result) {
 			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "completed", Record: toJSON(res.Record)})
 		})
 }
 
-// tokenOp has the leader decide an operation on the current attempt and
-// answers it: ok for the wanted outcome, the shared problems otherwise.
-func (s *Server) tokenOp(w http.ResponseWriter, r *http.Request, body []byte, want engine.Outcome,
-	do func() (engine.Result, error), ok func(engine.Result)) {
+// tokenOp has the leader decide an operation on the current attempt, once
+// token is known good for t's scope (fenced), and answers it: ok for the
+// wanted outcome, the shared problems otherwise.
+func (s *Server) tokenOp(w http.ResponseWriter, r *http.Request, body []byte, t engine.TokenArgs, token string, want engine.Outcome,
+	do func(engine.TokenArgs) (engine.Result, error), ok func(engine.Result)) {
 	var res engine.Result
-	if s.onLeader(w, r, body, func() (err error) { res, err = do(); return err }) != nil {
+	if s.onLeader(w, r, body, func() (err error) { res, err = s.fenced(r.Context(), t, token, do); return err }) != nil {
 		return
 	}
 	if res.Outcome == want {
@@ -273,8 +277,8 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	s.tokenOp(w, r, body, engine.OutcomeReleased,
-		func() (engine.Result, error) { return s.store.Release(t) },
+	s.tokenOp(w, r, body, t, req.Token, engine.OutcomeReleased,
+		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Release(t) },
 		func(engine.Result) {
 			if req.Reason != "" {
 				s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", req.Reason)
@@ -298,8 +302,8 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	s.tokenOp(w, r, body, engine.OutcomeExtended,
-		func() (engine.Result, error) { return s.store.Extend(t, lease) },
+	s.tokenOp(w, r, body, t, req.Token, engine.OutcomeExtended,
+		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Extend(t, lease) },
 		func(res engine.Result) {
 			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "extended", LeaseExpiresAt: fmtTime(res.Record.LeaseMs)})
 		})

@@ -36,6 +36,11 @@ type Store interface {
 	// Backup takes a snapshot of the whole state holding every write
 	// acknowledged before the call (leader only); the caller closes it.
 	Backup(ctx context.Context) (*engine.Snapshot, error)
+	// ClusterSecret is the key of the fencing tokens' MACs (fencing.go),
+	// once the cluster has one; EnsureClusterSecret has the leader set one
+	// when it has none.
+	ClusterSecret() (raftfsm.ClusterSecret, bool, error)
+	EnsureClusterSecret() error
 }
 
 var _ Store = (*raftfsm.Node)(nil)

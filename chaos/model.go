@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/anishathalye/porcupine"
 )
@@ -59,8 +60,12 @@ func tokenString(t uint64) string {
 	return strconv.FormatUint(t, 10)
 }
 
+// parseTok reads the raft index a token starts with ("<index>.<MAC>"; a
+// bare index from servers before fencing tokens had MACs): tokens of one
+// scope order as their indexes.
 func parseTok(s string) uint64 {
-	t, _ := strconv.ParseUint(s, 10, 64)
+	index, _, _ := strings.Cut(s, ".")
+	t, _ := strconv.ParseUint(index, 10, 64)
 	return t
 }
 
