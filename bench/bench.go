@@ -8,6 +8,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -87,6 +88,9 @@ type Config struct {
 	KeyBytes    int
 	BodyBytes   int
 	Progress    io.Writer // a progress line every second; nil for none
+	// TLS, when set, makes the HTTP driver speak HTTPS with it: the
+	// nodes' CA, and a client certificate where they ask for one.
+	TLS *tls.Config
 }
 
 // Validate reports every bad setting, naming its flag.
@@ -197,6 +201,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	d := cfg.Driver
 	if d == nil {
 		hd := NewHTTPDriver(cfg.Addrs, cfg.AuthToken, cfg.Concurrency)
+		if cfg.TLS != nil {
+			hd.UseTLS(cfg.TLS)
+		}
 		defer hd.Close()
 		d = hd
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ type HTTPDriver struct {
 	token  string
 	client *http.Client
 	tr     *http.Transport
+	scheme string // http, or https after UseTLS
 }
 
 // NewHTTPDriver returns a driver for the nodes at addrs (host:port, an
@@ -31,7 +33,8 @@ type HTTPDriver struct {
 func NewHTTPDriver(addrs []string, authToken string, conns int) *HTTPDriver {
 	clean := make([]string, 0, len(addrs))
 	for _, a := range addrs {
-		if a = strings.TrimPrefix(strings.TrimSpace(a), "http://"); a != "" {
+		a = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "https://")
+		if a != "" {
 			clean = append(clean, a)
 		}
 	}
@@ -42,7 +45,13 @@ func NewHTTPDriver(addrs []string, authToken string, conns int) *HTTPDriver {
 		MaxIdleConnsPerHost: conns * 2,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &HTTPDriver{addrs: clean, token: authToken, tr: tr, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}}
+	return &HTTPDriver{addrs: clean, token: authToken, tr: tr, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, scheme: "http"}
+}
+
+// UseTLS makes the driver speak HTTPS with cfg; call it before the load.
+func (d *HTTPDriver) UseTLS(cfg *tls.Config) {
+	d.tr.TLSClientConfig = cfg
+	d.scheme = "https"
 }
 
 // Close drops the idle connections.
@@ -149,7 +158,7 @@ func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []
 	if len(d.addrs) > 1 {
 		addr = d.addrs[rand.IntN(len(d.addrs))]
 	}
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, d.scheme+"://"+addr+path, rd)
 	if err != nil {
 		return 0, nil, Definitely("request", err)
 	}

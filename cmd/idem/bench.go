@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	keyBytes := fs.Int("key-bytes", 32, "size of each key")
 	bodyBytes := fs.Int("body-bytes", 256, "size of each stored response body (complete)")
 	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token when the nodes use --auth-file")
+	tlsFlags := addClientTLSFlags(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")
@@ -53,9 +55,17 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem bench: --mix: %v\n", strings.TrimPrefix(err.Error(), "bench: "))
 		return 2
 	}
+	tlsCfg, err := tlsFlags.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "idem bench: %v\n", err)
+		return 2
+	}
+	if tlsCfg == nil && strings.Contains(*addrs, "https://") {
+		tlsCfg = &tls.Config{} // https:// without --ca-file: the system's CAs
+	}
 	cfg := bench.Config{
 		Addrs: splitAddrs(*addrs), Concurrency: *conc, Duration: *dur, Ops: *ops, Warmup: *warm, Mix: m,
-		Principals: *principals, KeyBytes: *keyBytes, BodyBytes: *bodyBytes, AuthToken: *token,
+		Principals: *principals, KeyBytes: *keyBytes, BodyBytes: *bodyBytes, AuthToken: *token, TLS: tlsCfg,
 	}
 	if !*quiet {
 		cfg.Progress = stderr

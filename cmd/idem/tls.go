@@ -1,0 +1,403 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/raftfsm"
+)
+
+func init() {
+	extraCommands["tls"] = command{Run: runTLS, Summary: "make a development CA and node or client certificates for --tls-* flags"}
+}
+
+// ---- idem serve: --tls-cert-file, --tls-key-file, --tls-ca-file, --tls-client-auth
+
+// serveTLSFlags are idem serve's TLS flags; loaded is set by load.
+type serveTLSFlags struct {
+	certFile, keyFile, caFile string
+	clientAuth                string
+	loaded                    *raftfsm.TLS
+}
+
+func (f *serveTLSFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.certFile, "tls-cert-file", "", "PEM certificate of this node (idem tls cert): with --tls-key-file and --tls-ca-file, the API is HTTPS, nodes call each other over HTTPS and raft is mutual TLS. Reloaded on SIGHUP")
+	fs.StringVar(&f.keyFile, "tls-key-file", "", "PEM private key of --tls-cert-file")
+	fs.StringVar(&f.caFile, "tls-ca-file", "", "PEM CA that signed every node's certificate: the only CA whose certificates may speak raft or join")
+	fs.StringVar(&f.clientAuth, "tls-client-auth", "request", "client certificates on the API: request (verified against --tls-ca-file when presented; joining a node needs one) or require (every connection must present one)")
+}
+
+// validate names the missing flag when only some of the three are given.
+func (f *serveTLSFlags) validate() []error {
+	var errs []error
+	given := map[string]string{"--tls-cert-file": f.certFile, "--tls-key-file": f.keyFile, "--tls-ca-file": f.caFile}
+	var have, missing []string
+	for _, name := range []string{"--tls-cert-file", "--tls-key-file", "--tls-ca-file"} {
+		if given[name] != "" {
+			have = append(have, name)
+		} else {
+			missing = append(missing, name)
+		}
+	}
+	if len(have) > 0 && len(missing) > 0 {
+		errs = append(errs, fmt.Errorf("%s given without %s: TLS needs all three of --tls-cert-file, --tls-key-file and --tls-ca-file", strings.Join(have, " and "), strings.Join(missing, " and ")))
+	}
+	if _, err := clientAuthType(f.clientAuth); err != nil {
+		errs = append(errs, err)
+	}
+	return errs
+}
+
+func clientAuthType(s string) (tls.ClientAuthType, error) {
+	switch s {
+	case "request":
+		return tls.VerifyClientCertIfGiven, nil
+	case "require":
+		return tls.RequireAndVerifyClientCert, nil
+	}
+	return 0, fmt.Errorf("--tls-client-auth %q must be request or require", s)
+}
+
+func (f *serveTLSFlags) on() bool { return f.certFile != "" }
+
+// load reads the files (nil without TLS) and checks the raft address:
+// raft without TLS is a port anyone who reaches it can take the cluster
+// over with (issue 10), so it must be loopback unless --insecure.
+func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, error) {
+	if !f.on() {
+		for _, a := range []struct{ flag, addr string }{{"--raft-addr", c.raftAddr}, {"--raft-advertise", c.raftAdvertise}} {
+			if a.addr == "" || isLoopback(a.addr) {
+				continue
+			}
+			if !c.insecure {
+				return nil, fmt.Errorf("refusing plaintext raft on non-loopback %s %s: anyone who reaches it can send raft messages and rewrite the cluster's state; give --tls-cert-file, --tls-key-file and --tls-ca-file (idem tls --help), or pass --insecure to do it anyway", a.flag, a.addr)
+			}
+			log.Warn("raft is plaintext and unauthenticated on a non-loopback address (--insecure): anyone who reaches it can rewrite the cluster's state", a.flag[2:], a.addr)
+			return nil, nil
+		}
+		log.Info("no TLS: the API is plain HTTP and raft plaintext, on loopback")
+		return nil, nil
+	}
+	t, err := raftfsm.LoadTLS(f.certFile, f.keyFile, f.caFile, log)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert-file: %s", strings.TrimPrefix(err.Error(), "raftfsm: tls: "))
+	}
+	f.loaded = t
+	log.Info("TLS on: the API is HTTPS, nodes call each other over HTTPS, raft is mutual TLS against --tls-ca-file",
+		"tls-cert-file", f.certFile, "not-after", t.NotAfter().UTC().Format(time.RFC3339), "tls-client-auth", f.clientAuth)
+	warnExpiry(t, log)
+	return t, nil
+}
+
+func warnExpiry(t *raftfsm.TLS, log *slog.Logger) {
+	if left := time.Until(t.NotAfter()); left < 30*24*time.Hour {
+		log.Warn("this node's certificate expires soon: renew it (idem tls cert) and send SIGHUP", "not-after", t.NotAfter().UTC().Format(time.RFC3339), "hours-left", int(left.Hours()))
+	}
+}
+
+// listener wraps the API listener in TLS when TLS is on.
+func (f *serveTLSFlags) listener(ln net.Listener) net.Listener {
+	if f.loaded == nil {
+		return ln
+	}
+	ca, _ := clientAuthType(f.clientAuth)
+	return tls.NewListener(ln, f.loaded.ServerConfig(ca))
+}
+
+// reloadOnHUP reads the certificate files again on every SIGHUP; running
+// listeners and dialers use them from their next handshake. Files that
+// do not verify keep the previous ones in use, and the log says why.
+func (f *serveTLSFlags) reloadOnHUP(ctx context.Context, log *slog.Logger) {
+	if f.loaded == nil {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+			}
+			if err := f.loaded.Reload(); err != nil {
+				log.Error("TLS reload failed: keeping the certificates in use", "error", err)
+				continue
+			}
+			log.Info("TLS certificates reloaded", "not-after", f.loaded.NotAfter().UTC().Format(time.RFC3339))
+			warnExpiry(f.loaded, log)
+		}
+	}()
+}
+
+// scheme is the scheme of calls between nodes.
+func (f *serveTLSFlags) scheme() string {
+	if f.loaded != nil {
+		return "https"
+	}
+	return "http"
+}
+
+// httpClient is a client for calls between nodes (join, bootstrap).
+func (f *serveTLSFlags) httpClient(timeout time.Duration) *http.Client {
+	if f.loaded == nil {
+		return &http.Client{Timeout: timeout}
+	}
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &http.Client{Timeout: timeout, Transport: &http.Transport{
+		Proxy: nil, DialContext: d.DialContext, DialTLSContext: f.loaded.DialTLSContext(d),
+		MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
+	}}
+}
+
+// requireCertToJoin answers 403 to POST /v1/cluster/join over a connection
+// without a client certificate from the CA: with TLS on, adding a member
+// needs the CA's certificate as well as an admin token, so a stolen token
+// alone cannot put an address of its choosing into the configuration.
+// Nodes joining present their own; operators one from idem tls cert --client.
+func (f *serveTLSFlags) requireCertToJoin(next http.Handler) http.Handler {
+	if f.loaded == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/cluster/join" && !raftfsm.HasVerifiedClientCert(r.TLS) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(http.StatusForbidden)
+			json.NewEncoder(w).Encode(map[string]any{
+				"type": "about:blank", "title": "Forbidden", "status": http.StatusForbidden, "code": "forbidden",
+				"detail": "with TLS on, joining a node needs a client certificate from the cluster's CA (the node's own, or an operator's from idem tls cert --client, given with --cert-file and --key-file)",
+			})
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// ---- clients: --ca-file, --cert-file, --key-file
+
+// clientTLSFlags are the TLS flags of every command that calls a node.
+type clientTLSFlags struct{ caFile, certFile, keyFile string }
+
+func addClientTLSFlags(fs *flag.FlagSet) *clientTLSFlags {
+	f := &clientTLSFlags{}
+	fs.StringVar(&f.caFile, "ca-file", os.Getenv("IDEM_CA_FILE"), "PEM CA to verify the nodes' certificates with (their --tls-ca-file); with it --addr defaults to https:// (env IDEM_CA_FILE)")
+	fs.StringVar(&f.certFile, "cert-file", os.Getenv("IDEM_CERT_FILE"), "PEM client certificate, for nodes that ask for one (--tls-client-auth require, or joining a node) (env IDEM_CERT_FILE)")
+	fs.StringVar(&f.keyFile, "key-file", os.Getenv("IDEM_KEY_FILE"), "PEM private key of --cert-file (env IDEM_KEY_FILE)")
+	return f
+}
+
+// config is the TLS configuration the flags ask for: nil when none is
+// given (https:// in --addr then verifies against the system's CAs).
+func (f *clientTLSFlags) config() (*tls.Config, error) {
+	if f.caFile == "" && f.certFile == "" && f.keyFile == "" {
+		return nil, nil
+	}
+	cfg, err := client.LoadTLSConfig(f.caFile, f.certFile, f.keyFile)
+	if err != nil {
+		return nil, errors.New(strings.TrimPrefix(err.Error(), "client: "))
+	}
+	return cfg, nil
+}
+
+// options are the client options of the flags.
+func (f *clientTLSFlags) options() ([]client.Option, error) {
+	cfg, err := f.config()
+	if err != nil || cfg == nil {
+		return nil, err
+	}
+	return []client.Option{client.WithTLS(cfg)}, nil
+}
+
+// ---- idem tls ca | cert
+
+const tlsUsage = `Usage: idem tls ca   [flags]   make a development CA
+       idem tls cert [flags]   make a node (or --client) certificate signed by it
+
+A CA and certificates for idem serve's --tls-* flags, as 'consul tls' makes
+them: ECDSA P-256, PEM, every file mode 0600, existing files never replaced
+without --force. Keep idem-ca-key.pem off the nodes: whoever holds it can
+make certificates that speak raft to the cluster.
+
+  idem tls ca --dir certs
+  idem tls cert --dir certs --name n1 --ip 10.0.0.1 --dns n1.example.com
+  idem tls cert --dir certs --name ops --client
+
+A node certificate must name, as --ip or --dns, every address other nodes
+and clients use to reach it (its --raft-advertise and --http-advertise).
+`
+
+func runTLS(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		w := stderr
+		if len(args) > 0 {
+			w = stdout
+		}
+		fmt.Fprint(w, tlsUsage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	switch args[0] {
+	case "ca":
+		return runTLSCA(args[1:], stdout, stderr)
+	case "cert":
+		return runTLSCert(args[1:], stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "idem tls: unknown subcommand %q: ca or cert (see idem tls --help)\n", args[0])
+	return 2
+}
+
+func runTLSCA(args []string, stdout, stderr io.Writer) int {
+	const name = "idem tls ca"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", ".", "directory to write idem-ca.pem and idem-ca-key.pem to (created if missing)")
+	cn := fs.String("name", "idem development CA", "common name of the CA")
+	days := fs.Int("days", int(raftfsm.DefaultCALifetime/(24*time.Hour)), "days the CA is valid")
+	force := fs.Bool("force", false, "replace existing files (every certificate the old CA signed stops being trusted)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: idem tls ca [flags]\n\nMakes a development CA: idem-ca.pem (give it to nodes as --tls-ca-file and to\nclients as --ca-file) and idem-ca-key.pem (keep it off the nodes).\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
+		return code
+	}
+	if *days < 1 {
+		fmt.Fprintf(stderr, "%s: --days %d must be at least 1\n", name, *days)
+		return 2
+	}
+	if err := os.MkdirAll(*dir, 0o700); err != nil {
+		fmt.Fprintf(stderr, "%s: --dir: %v\n", name, err)
+		return 1
+	}
+	ca, err := raftfsm.NewCA(*cn, time.Duration(*days)*24*time.Hour)
+	if err == nil {
+		err = ca.WriteFiles(filepath.Join(*dir, "idem-ca.pem"), filepath.Join(*dir, "idem-ca-key.pem"), *force)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %s\n", name, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		return 1
+	}
+	fmt.Fprintf(stdout, "wrote %s and %s (valid %d days)\n", filepath.Join(*dir, "idem-ca.pem"), filepath.Join(*dir, "idem-ca-key.pem"), *days)
+	return 0
+}
+
+func runTLSCert(args []string, stdout, stderr io.Writer) int {
+	const name = "idem tls cert"
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	dir := fs.String("dir", ".", "directory to write NAME.pem and NAME-key.pem to, where --ca and --ca-key are looked for by default")
+	cn := fs.String("name", "", "name of the holder (node id, or operator): the common name and the file names (required)")
+	ips := fs.String("ip", "", "comma-separated IP addresses the certificate is valid for (the node's raft and HTTP addresses)")
+	dns := fs.String("dns", "", "comma-separated DNS names the certificate is valid for")
+	clientOnly := fs.Bool("client", false, "a client certificate (operator, application): reaches an API that asks for one, never the raft port")
+	caFile := fs.String("ca", "", "CA certificate (default DIR/idem-ca.pem)")
+	caKey := fs.String("ca-key", "", "CA private key (default DIR/idem-ca-key.pem)")
+	days := fs.Int("days", int(raftfsm.DefaultCertLifetime/(24*time.Hour)), "days the certificate is valid (at most the CA's remaining life)")
+	force := fs.Bool("force", false, "replace existing files (renewal: then send SIGHUP to the node)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: idem tls cert --name NAME [flags]\n\nMakes a certificate signed by the CA of idem tls ca: for a node (server and\nclient use; give it as --tls-cert-file and --tls-key-file) or, with --client,\nfor an operator or application (--cert-file and --key-file).\nWithout --ip and --dns a node certificate is valid for 127.0.0.1 and localhost.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
+		return code
+	}
+	var problems []string
+	if *cn == "" {
+		problems = append(problems, "--name is required")
+	} else if !nodeIDPattern.MatchString(*cn) {
+		problems = append(problems, fmt.Sprintf("--name %q must be 1-64 letters, digits, '.', '_' or '-' (it names the files)", *cn))
+	}
+	var ipList []net.IP
+	for _, s := range splitList(*ips) {
+		ip := net.ParseIP(s)
+		if ip == nil {
+			problems = append(problems, fmt.Sprintf("--ip %q is not an IP address", s))
+			continue
+		}
+		ipList = append(ipList, ip)
+	}
+	dnsList := splitList(*dns)
+	for _, d := range dnsList {
+		if net.ParseIP(d) != nil || strings.ContainsAny(d, " /:") {
+			problems = append(problems, fmt.Sprintf("--dns %q is not a DNS name (IPs go in --ip)", d))
+		}
+	}
+	if *days < 1 {
+		problems = append(problems, fmt.Sprintf("--days %d must be at least 1", *days))
+	}
+	if len(problems) > 0 {
+		for _, p := range problems {
+			fmt.Fprintf(stderr, "%s: %s\n", name, p)
+		}
+		return 2
+	}
+	if *caFile == "" {
+		*caFile = filepath.Join(*dir, "idem-ca.pem")
+	}
+	if *caKey == "" {
+		*caKey = filepath.Join(*dir, "idem-ca-key.pem")
+	}
+	ca, err := raftfsm.ReadPEMPair(*caFile, *caKey)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: --ca/--ca-key: %s (make a CA with idem tls ca)\n", name, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		return 1
+	}
+	if !*clientOnly && len(ipList) == 0 && len(dnsList) == 0 {
+		ipList, dnsList = []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"}
+		fmt.Fprintf(stderr, "%s: no --ip or --dns: the certificate is valid for 127.0.0.1 and localhost only\n", name)
+	}
+	pair, err := raftfsm.NewCert(ca, raftfsm.CertRequest{
+		CommonName: *cn, IPs: ipList, DNSNames: dnsList, Client: *clientOnly, Lifetime: time.Duration(*days) * 24 * time.Hour,
+	})
+	certFile, keyFile := filepath.Join(*dir, *cn+".pem"), filepath.Join(*dir, *cn+"-key.pem")
+	if err == nil {
+		err = pair.WriteFiles(certFile, keyFile, *force)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %s\n", name, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		return 1
+	}
+	kind := "node certificate (server and client use)"
+	if *clientOnly {
+		kind = "client certificate"
+	}
+	var sans []string
+	for _, ip := range ipList {
+		sans = append(sans, ip.String())
+	}
+	sans = append(sans, dnsList...)
+	fmt.Fprintf(stdout, "wrote %s and %s: %s for %s", certFile, keyFile, kind, *cn)
+	if len(sans) > 0 {
+		fmt.Fprintf(stdout, ", valid for %s", strings.Join(sans, ", "))
+	}
+	fmt.Fprintln(stdout)
+	return 0
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
