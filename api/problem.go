@@ -90,6 +90,7 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // same claim_id is always safe.
 func storeProblem(err error) *problem {
 	var p *problem
+	var sealed *raftfsm.SealedError
 	switch {
 	case errors.Is(err, raftfsm.ErrStorageFull):
 		// Space comes back by expiry or by an operator, not in a second:
@@ -107,6 +108,10 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the node is shutting down; retry on another node")
 	case errors.Is(err, raftfsm.ErrNotProposed):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership is changing and the request was not applied; retry it")
+	case errors.As(err, &sealed):
+		// Not retryable and not the caller's fault: an operator must give
+		// this node the key (the node logged it too).
+		return newProblem(http.StatusInternalServerError, codeInternal, sealed.Detail())
 	default:
 		return newProblem(http.StatusInternalServerError, codeInternal, "internal error")
 	}

@@ -33,6 +33,8 @@ const (
 	VDiverged        = "replicas-diverged"
 	VUnexpected      = "unexpected-answer"
 	VNotConverged    = "replicas-not-converged"
+	VNotReady        = "node-not-ready"
+	VNoProgress      = "cluster-made-no-progress"
 )
 
 // CheckResult is the verdict on a history.

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -37,6 +38,9 @@ type Node struct {
 	paused      bool
 	clockOffset time.Duration
 	injectBug   string
+	// noSnapshots: the node never takes a snapshot of its own, so its raft
+	// log goes back to index 1 (the fsm-loss nemesis needs such a node).
+	noSnapshots bool
 }
 
 // Running reports whether the process is alive (paused or not).
@@ -80,6 +84,8 @@ type ClusterConfig struct {
 	InjectInto string
 	// ExtraArgs go to every `idem serve`.
 	ExtraArgs []string
+	// NoSnapshots names a node that takes no snapshots of its own.
+	NoSnapshots string
 }
 
 // Cluster is a set of real `idem serve` processes.
@@ -108,6 +114,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		if cfg.RaftProxy {
 			n.RaftListen = fmt.Sprintf("%s:%d", ip, cfg.RaftPort+ProxyRaftOffset)
 		}
+		n.noSnapshots = n.ID == cfg.NoSnapshots
 		if cfg.InjectBug != "" && (cfg.InjectInto == "all" || cfg.InjectInto == n.ID) {
 			n.injectBug = cfg.InjectBug
 		}
@@ -140,9 +147,14 @@ func (c *Cluster) args(n *Node) []string {
 		"--node-id", n.ID, "--data-dir", n.DataDir,
 		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftListen, "--raft-advertise", n.RaftAddr,
 		"--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(peers, ","),
-		// Small snapshots always, so nemeses exercise compaction and
-		// catch-up by snapshot.
-		"--snapshot-threshold", "64", "--trailing-logs", "16", "--snapshot-interval", "2s",
+		// Snapshots always, so nemeses exercise compaction and catch-up
+		// by snapshot; a threshold of one entry makes a quiet node
+		// snapshot too (there is no way to force one from outside), which
+		// the quiet-restart nemesis needs.
+		"--snapshot-threshold", "1", "--trailing-logs", "16", "--snapshot-interval", "2s",
+	}
+	if n.noSnapshots {
+		a = append(a, "--snapshot-threshold", strconv.FormatUint(1<<62, 10), "--snapshot-interval", "24h")
 	}
 	if n.clockOffset != 0 {
 		a = append(a, "--clock-offset", n.clockOffset.String())
@@ -268,13 +280,69 @@ func (c *Cluster) StartAll() error {
 }
 
 // StopAll stops every node gracefully (in parallel).
-func (c *Cluster) StopAll() {
+func (c *Cluster) StopAll() { c.StopNodes(c.Nodes) }
+
+// StopNodes stops the given nodes gracefully (SIGTERM), in parallel, and
+// waits for them.
+func (c *Cluster) StopNodes(nodes []*Node) {
 	var wg sync.WaitGroup
-	for _, n := range c.Nodes {
+	for _, n := range nodes {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.Stop(n) }()
 	}
 	wg.Wait()
+}
+
+// StartNodes starts the given nodes that are not running.
+func (c *Cluster) StartNodes(nodes []*Node) error {
+	var errs []error
+	for _, n := range nodes {
+		if !n.Running() {
+			errs = append(errs, c.Start(n))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Transfer asks the leader l to hand leadership to another voter.
+func (c *Cluster) Transfer(ctx context.Context, l *Node) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := l.Client.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, nil)
+	return err
+}
+
+// SnapshotInfo is the newest raft snapshot in a node's data dir.
+type SnapshotInfo struct {
+	Index  uint64
+	Marker bool // a marker of the node's own state, not a received stream
+}
+
+// Snapshots lists the raft snapshots in the node's data dir (read from
+// disk: the node may be down), newest first.
+func (c *Cluster) Snapshots(n *Node) []SnapshotInfo {
+	metas, _ := filepath.Glob(filepath.Join(n.DataDir, "snapshots", "*", "meta.json"))
+	var out []SnapshotInfo
+	for _, m := range metas {
+		b, err := os.ReadFile(m)
+		if err != nil {
+			continue
+		}
+		var meta struct{ Index uint64 }
+		if jsonUnmarshal(b, &meta) != nil {
+			continue
+		}
+		si := SnapshotInfo{Index: meta.Index}
+		if f, err := os.Open(filepath.Join(filepath.Dir(m), "state.bin")); err == nil {
+			head := make([]byte, 8)
+			k, _ := f.Read(head)
+			f.Close()
+			si.Marker = string(head[:k]) == "IDEMLIVE"
+		}
+		out = append(out, si)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Index > out[j].Index })
+	return out
 }
 
 // Live returns the nodes whose process runs and is not paused.

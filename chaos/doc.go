@@ -4,21 +4,29 @@
 // contend on a small set of scopes and record every operation with its
 // invocation and completion time (workload.go, history.go), injects faults
 // on a seeded schedule — kill -9, SIGSTOP, network partitions with
-// iptables, skewed clocks, membership changes, catch-up by snapshot
-// (nemesis.go) — and then checks the history: linearizability against a
-// model of one idempotency record per scope with porcupine (model.go), plus
-// invariants the model cannot see: one live winner per scope, no record
-// absent early, no response shown to another tenant, every acknowledged
-// complete replayed byte-identically after healing, and the same state on
-// every replica (check.go). report.go prints the summary and writes
+// iptables or a proxy, skewed clocks, a wiped node rejoining, catch-up by
+// snapshot (nemesis.go); a lost fsm directory, a clean restart of the whole
+// cluster, careless membership changes (operator.go) — and then checks the
+// history: linearizability against a model of one idempotency record per
+// scope with porcupine (model.go), plus invariants the model cannot see:
+// one live winner per scope, no record absent early, no response shown to
+// another tenant, every acknowledged complete replayed byte-identically
+// after healing, and the same state on every replica (check.go). Liveness
+// is checked from a record too (liveness.go): every node's /readyz is
+// polled throughout, and a node unready for longer than a bound after a
+// nemesis heals, or a cluster on which no operation succeeds for that
+// long, is a violation. report.go prints the summary and writes
 // history.json and an HTML timeline.
 //
-// The package speaks to the nodes only over HTTP through package client; it
-// imports nothing of the server.
+// The package speaks to the nodes only over HTTP through package client
+// (and reads their data dirs' snapshot metadata from disk); it imports
+// nothing of the server.
 //
-// The workload uses long leases (5 minutes) and the default 24h retention
-// and rotates its contended keys every 30 s, so within a run no lease and no
-// record may expire: the model needs no clock, and any takeover or absence
-// it sees is a bug (a clock nemesis that made a node's leases run out would
-// show up as one).
+// The workload uses long leases (5 minutes) and a retention longer than
+// the run (RetentionFor) and rotates its contended keys every 15 s, so
+// within a run no lease and no record may expire: the model needs no
+// clock, and any takeover or absence it sees is a bug. The retention is
+// also shorter than the hour the fsm-loss nemesis skews a clock by, so a
+// cluster time that followed that clock would expire every record, and the
+// checker would see the records vanish.
 package chaos

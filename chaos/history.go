@@ -78,11 +78,14 @@ func (o *Op) Scope() string { return scopeString(o.Principal, o.Endpoint, o.Key)
 
 func scopeString(p, e, k string) string { return p + "|" + e + "|" + k }
 
-// Event is one nemesis action with its window.
+// Event is one nemesis action with its window. Healed is when the fault
+// was undone (processes restarted, links restored); a nemesis may go on
+// observing after it, until End. Liveness is measured from Healed.
 type Event struct {
 	Kind   string `json:"kind"`
 	Detail string `json:"detail"`
 	Start  int64  `json:"start_ns"`
+	Healed int64  `json:"healed_ns"`
 	End    int64  `json:"end_ns"`
 	Error  string `json:"error,omitempty"`
 }
@@ -143,22 +146,23 @@ func (h *History) Events() []Event {
 
 // historyFile is the JSON form of a history.
 type historyFile struct {
-	Start      time.Time   `json:"start"`
-	Config     any         `json:"config"`
-	Ops        []*Op       `json:"ops"`
-	Events     []Event     `json:"nemesis"`
-	Violations []Violation `json:"violations"`
+	Start      time.Time     `json:"start"`
+	Config     any           `json:"config"`
+	Ops        []*Op         `json:"ops"`
+	Events     []Event       `json:"nemesis"`
+	Readiness  []ReadySample `json:"readiness,omitempty"`
+	Violations []Violation   `json:"violations"`
 }
 
 // WriteJSON writes the history, the run's config and the violations found.
-func (h *History) WriteJSON(path string, cfg any, v []Violation) error {
+func (h *History) WriteJSON(path string, cfg any, ready []ReadySample, v []Violation) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	enc := json.NewEncoder(f)
 	enc.SetIndent("", " ")
-	if err := enc.Encode(historyFile{Start: h.start, Config: cfg, Ops: h.Ops(), Events: h.Events(), Violations: v}); err != nil {
+	if err := enc.Encode(historyFile{Start: h.start, Config: cfg, Ops: h.Ops(), Events: h.Events(), Readiness: ready, Violations: v}); err != nil {
 		f.Close()
 		return err
 	}

@@ -8,23 +8,44 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"time"
 )
 
-// Nemesis kinds, in the order `--nemesis all` cycles through them.
-var NemesisKinds = []string{"kill", "pause", "partition", "clock", "membership", "snapshot"}
+// Nemesis kinds, in the order `--nemesis all` lists them (each cycle runs
+// them in a seeded order).
+var NemesisKinds = []string{"kill", "pause", "partition", "clock", "rejoin", "snapshot", "fsm-loss", "quiet-restart", "membership"}
 
-// A nemesis injects one fault and heals it before it returns.
+// NemesisHelp is one line per kind, for --help and the docs.
+var NemesisHelp = map[string]string{
+	"kill":          "kill -9 the leader or a random node, restart it 2-5s later",
+	"pause":         "SIGSTOP the leader for 3s, then SIGCONT",
+	"partition":     "isolate the leader, split majority/minority, or one-way loss from the leader",
+	"clock":         "restart a node with --clock-offset +-10m for 8s",
+	"rejoin":        "remove a follower, wipe its data dir, re-add it with --join",
+	"snapshot":      "kill a follower while the leader writes 200+ entries and compacts, so it catches up by snapshot",
+	"fsm-loss":      "stop the cluster (a minority first), delete the fsm directory of the node that takes no snapshots (raft log kept), restart it first with its clock an hour ahead",
+	"quiet-restart": "pause the clients, transfer leadership, linearizable reads, stop the followers then the leader once it has snapshotted, restart all",
+	"membership":    "as a careless operator: join an absent node, remove the leader and re-add it with the same id, remove the absent node",
+}
+
+// A nemesis injects one fault and heals it before it returns. It calls
+// e.healed() once the fault is undone (processes back, links restored):
+// liveness is measured from then, while the nemesis may go on waiting for
+// the cluster to settle.
 type nemesis func(ctx context.Context, e *env) (detail string, err error)
 
 var nemeses = map[string]nemesis{
-	"kill":       killNemesis,
-	"pause":      pauseNemesis,
-	"partition":  partitionNemesis,
-	"clock":      clockNemesis,
-	"membership": membershipNemesis,
-	"snapshot":   snapshotNemesis,
+	"kill":          killNemesis,
+	"pause":         pauseNemesis,
+	"partition":     partitionNemesis,
+	"clock":         clockNemesis,
+	"rejoin":        rejoinNemesis,
+	"snapshot":      snapshotNemesis,
+	"fsm-loss":      fsmLossNemesis,
+	"quiet-restart": quietRestartNemesis,
+	"membership":    membershipNemesis,
 }
 
 // env is what a nemesis acts on.
@@ -32,9 +53,18 @@ type env struct {
 	cl  *Cluster
 	net Partitioner // nil when partitions are unavailable
 	rnd *rand.Rand
+	w   *Workload // paused by quiet-restart; nil when there is none
+	// bound is how long a node may take to be ready after a heal; a
+	// nemesis waits at most that long for the cluster between its steps.
+	bound time.Duration
+	// skew is the clock offset of the fsm-loss nemesis: more than the
+	// retention, so a cluster time that followed it expires every record.
+	skew time.Duration
+	// healed marks the current event's heal time (set by schedule).
+	healed func()
 }
 
-// ParseNemeses turns "kill,pause" or "all" into a list of kinds.
+// ParseNemeses turns "kill,pause" or "all" into a list of kinds, each once.
 func ParseNemeses(s string) ([]string, error) {
 	if s == "" || s == "none" {
 		return nil, nil
@@ -46,35 +76,60 @@ func ParseNemeses(s string) ([]string, error) {
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
 		if _, ok := nemeses[k]; !ok {
-			return nil, fmt.Errorf("unknown nemesis %q (want %s or all)", k, strings.Join(NemesisKinds, ","))
+			return nil, fmt.Errorf("unknown nemesis %q (want %s, all or none)", k, strings.Join(NemesisKinds, ","))
+		}
+		if slices.Contains(out, k) {
+			return nil, fmt.Errorf("nemesis %q is listed twice", k)
 		}
 		out = append(out, k)
 	}
 	return out, nil
 }
 
-// schedule runs the nemeses one after another, each kind once per cycle in
-// a seeded order, with interval between them, until ctx ends or less than
-// reserve remains before deadline.
-func schedule(ctx context.Context, e *env, h *History, kinds []string, interval time.Duration, deadline time.Time, reserve time.Duration, current func(string)) {
+// picker hands out nemesis kinds: every kind once per cycle, each cycle in
+// a seeded order, so a run of n events covers every kind as soon as n
+// reaches the number of kinds.
+type picker struct {
+	rnd   *rand.Rand
+	kinds []string
+	cycle []string
+}
+
+func (p *picker) next() string {
+	if len(p.cycle) == 0 {
+		p.cycle = append([]string(nil), p.kinds...)
+		p.rnd.Shuffle(len(p.cycle), func(i, j int) { p.cycle[i], p.cycle[j] = p.cycle[j], p.cycle[i] })
+	}
+	k := p.cycle[0]
+	p.cycle = p.cycle[1:]
+	return k
+}
+
+// schedule runs the nemeses one after another, with interval between them,
+// until ctx ends or less than reserve remains before deadline, but at
+// least minEvents events.
+func schedule(ctx context.Context, e *env, h *History, kinds []string, interval time.Duration, deadline time.Time, reserve time.Duration, minEvents int, current func(string)) {
 	if len(kinds) == 0 {
 		return
 	}
 	if !sleep(ctx, interval) {
 		return
 	}
-	var cycle []string
-	for ctx.Err() == nil && time.Until(deadline) > reserve {
-		if len(cycle) == 0 {
-			cycle = append([]string(nil), kinds...)
-			e.rnd.Shuffle(len(cycle), func(i, j int) { cycle[i], cycle[j] = cycle[j], cycle[i] })
-		}
-		kind := cycle[0]
-		cycle = cycle[1:]
+	p := &picker{rnd: e.rnd, kinds: kinds}
+	for n := 0; ctx.Err() == nil && (time.Until(deadline) > reserve || n < minEvents); n++ {
+		kind := p.next()
 		current(kind)
 		ev := Event{Kind: kind, Start: h.Now()}
+		e.healed = func() {
+			if ev.Healed == 0 {
+				ev.Healed = h.Now()
+			}
+		}
 		detail, err := nemeses[kind](ctx, e)
 		ev.End, ev.Detail = h.Now(), detail
+		if ev.Healed == 0 {
+			ev.Healed = ev.End
+		}
 		if err != nil {
 			ev.Error = err.Error()
 		}
@@ -115,7 +170,8 @@ func killNemesis(ctx context.Context, e *env) (string, error) {
 	if err := e.cl.Start(n); err != nil {
 		return detail, err
 	}
-	return detail, e.cl.WaitReady(ctx, []*Node{n}, 30*time.Second)
+	e.healed()
+	return detail, e.cl.WaitReady(ctx, []*Node{n}, e.bound)
 }
 
 func pauseNemesis(ctx context.Context, e *env) (string, error) {
@@ -131,7 +187,8 @@ func pauseNemesis(ctx context.Context, e *env) (string, error) {
 	if err := e.cl.Resume(l); err != nil {
 		return detail, err
 	}
-	return detail, e.cl.WaitReady(ctx, []*Node{l}, 30*time.Second)
+	e.healed()
+	return detail, e.cl.WaitReady(ctx, []*Node{l}, e.bound)
 }
 
 func partitionNemesis(ctx context.Context, e *env) (string, error) {
@@ -170,7 +227,8 @@ func partitionNemesis(ctx context.Context, e *env) (string, error) {
 	if err := e.net.Heal(); err != nil {
 		return detail, err
 	}
-	return detail, e.cl.WaitReady(ctx, e.cl.Live(), 30*time.Second)
+	e.healed()
+	return detail, e.cl.WaitReady(ctx, e.cl.Live(), e.bound)
 }
 
 func clockNemesis(ctx context.Context, e *env) (string, error) {
@@ -187,19 +245,22 @@ func clockNemesis(ctx context.Context, e *env) (string, error) {
 	if err := e.cl.Restart(n); err != nil {
 		return detail, err
 	}
-	err = e.cl.WaitReady(ctx, []*Node{n}, 30*time.Second)
+	err = e.cl.WaitReady(ctx, []*Node{n}, e.bound)
 	sleep(ctx, 8*time.Second)
 	e.cl.SetClockOffset(n, 0)
 	if err2 := e.cl.Restart(n); err2 != nil {
 		return detail, err2
 	}
-	return detail, errors.Join(err, e.cl.WaitReady(ctx, []*Node{n}, 30*time.Second))
+	e.healed()
+	return detail, errors.Join(err, e.cl.WaitReady(ctx, []*Node{n}, e.bound))
 }
 
-func membershipNemesis(ctx context.Context, e *env) (string, error) {
+// rejoinNemesis is the careful way to replace a node's data: remove it
+// first, wipe it, start it empty with --join.
+func rejoinNemesis(ctx context.Context, e *env) (string, error) {
 	fs, l, err := e.cl.Followers(ctx)
 	if err != nil || len(fs) == 0 {
-		return "membership: no follower", err
+		return "rejoin: no follower", err
 	}
 	f := pick(e.rnd, fs)
 	detail := fmt.Sprintf("remove %s, wipe its data, re-add it with --join", f.ID)
@@ -214,7 +275,27 @@ func membershipNemesis(ctx context.Context, e *env) (string, error) {
 		return detail, err
 	}
 	sleep(ctx, time.Second)
-	return detail, e.cl.Rejoin(ctx, f)
+	if err := e.cl.Start(f); err != nil {
+		return detail, err
+	}
+	err = e.cl.WaitMember(ctx, f, 45*time.Second)
+	e.healed()
+	if err != nil {
+		return detail, err
+	}
+	return detail, e.cl.WaitReady(ctx, []*Node{f}, e.bound)
+}
+
+// WaitMember polls until the leader's configuration lists the node.
+func (c *Cluster) WaitMember(ctx context.Context, n *Node, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !c.IsMember(ctx, n) {
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not rejoin within %s", n.ID, timeout)
+		}
+		sleep(ctx, 300*time.Millisecond)
+	}
+	return nil
 }
 
 // Rejoin starts a node that has no state and waits until it is a member
@@ -223,12 +304,8 @@ func (c *Cluster) Rejoin(ctx context.Context, n *Node) error {
 	if err := c.Start(n); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(45 * time.Second)
-	for !c.IsMember(ctx, n) {
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("%s did not rejoin within 45s", n.ID)
-		}
-		sleep(ctx, 300*time.Millisecond)
+	if err := c.WaitMember(ctx, n, 45*time.Second); err != nil {
+		return err
 	}
 	return c.WaitReady(ctx, []*Node{n}, 30*time.Second)
 }
@@ -244,11 +321,12 @@ func snapshotNemesis(ctx context.Context, e *env) (string, error) {
 	st, err := e.cl.Status(ctx, l)
 	if err != nil {
 		e.cl.Start(f)
+		e.healed()
 		return "snapshot: leader status", err
 	}
 	// Enough entries for the leader to compact past the follower
-	// (--snapshot-threshold 64, --trailing-logs 16), then a snapshot
-	// interval (2s, randomised up to 2x) for it to happen.
+	// (--trailing-logs 16), then a snapshot interval (2s, randomised up
+	// to 2x) for it to happen.
 	start := st.CommitIndex
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
@@ -269,9 +347,10 @@ func snapshotNemesis(ctx context.Context, e *env) (string, error) {
 	if err := e.cl.Start(f); err != nil {
 		return "snapshot: restart " + f.ID, err
 	}
+	e.healed()
 	// Not /readyz alone: it can answer 200 before a restarted follower has
 	// caught up (see the report of issue #4), so wait for the index too.
-	err = errors.Join(e.cl.WaitReady(ctx, []*Node{f}, 30*time.Second), e.cl.WaitApplied(ctx, f, target, 30*time.Second))
+	err = errors.Join(e.cl.WaitReady(ctx, []*Node{f}, e.bound), e.cl.WaitApplied(ctx, f, target, e.bound))
 	by := "from the log"
 	if countInLog(f.LogPath, "restored snapshot") > before {
 		by = "by snapshot"

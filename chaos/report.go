@@ -24,6 +24,8 @@ type Report struct {
 	FinalScopes int      // scopes whose completed response was replayed after healing
 	Unreached   []string // scopes the final check could not reach
 	Notes       []string // partitions skipped, data kept, ...
+	Readiness   []ReadySample
+	Missing     []string // nemesis kinds asked for that never ran
 	HistoryPath string
 	HTMLPath    string
 }
@@ -42,6 +44,7 @@ func (r *Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "idem chaos: %d nodes, %d clients, %s (ran %s), seed %d, nemesis %s%s\n",
 		c.Nodes, c.Clients, c.Duration, r.Elapsed.Round(time.Second), c.Seed, orNone(strings.Join(c.Nemeses, ",")), bug)
+	fmt.Fprintf(w, "retention %s, ready bound %s, binary %s\n", c.Retention, c.ReadyBound, c.Binary)
 
 	type row struct {
 		ok, info, fail int
@@ -106,8 +109,14 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, " (%s)", strings.Join(cs, ", "))
 	}
 	fmt.Fprintln(w)
+	if len(r.Missing) > 0 {
+		fmt.Fprintf(w, "  NOT EVERY NEMESIS RAN: %s never ran (the run was too short for a whole cycle)\n", strings.Join(r.Missing, ", "))
+	}
 	for _, e := range r.Events {
-		line := fmt.Sprintf("  %s..%s  %-10s %s", secs(e.Start), strings.TrimSpace(secs(e.End)), e.Kind, e.Detail)
+		line := fmt.Sprintf("  %s..%s  %-13s %s", secs(e.Start), strings.TrimSpace(secs(e.End)), e.Kind, e.Detail)
+		if e.Healed != 0 && e.End-e.Healed >= int64(time.Second) {
+			line += fmt.Sprintf(" (healed at %s)", strings.TrimSpace(secs(e.Healed)))
+		}
 		if e.Error != "" {
 			line += "  [nemesis error: " + e.Error + "]"
 		}
@@ -128,6 +137,26 @@ func (r *Report) Summary(w io.Writer) {
 	if r.Converged != "" {
 		fmt.Fprintf(w, "replicas: %s\n", r.Converged)
 	}
+	var unready, stalls int
+	for _, x := range r.Violations() {
+		switch x.Kind {
+		case VNotReady:
+			unready++
+		case VNoProgress:
+			stalls++
+		}
+	}
+	changes := 0
+	for _, s := range r.Readiness {
+		if !s.Ready {
+			changes++
+		}
+	}
+	verdict := fmt.Sprintf("every node ready within %s of each heal, and operations succeeded throughout", c.ReadyBound)
+	if unready+stalls > 0 {
+		verdict = fmt.Sprintf("%d spells of a node unready too long, %d stalls of the whole cluster (see VIOLATIONS)", unready, stalls)
+	}
+	fmt.Fprintf(w, "liveness: /readyz of every node polled throughout (%d unready spells); %s\n", changes, verdict)
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

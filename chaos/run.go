@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -36,6 +37,15 @@ type Config struct {
 	PartitionMode string        `json:"partition_mode,omitempty"`
 	Timeout       time.Duration `json:"request_timeout"`
 	CheckTimeout  time.Duration `json:"check_timeout"`
+	// ReadyBound is how long a node may stay unready (GET /readyz not
+	// 200) after a nemesis heals, not counting time inside the next
+	// nemeses' windows, before it is a liveness violation.
+	ReadyBound time.Duration `json:"ready_bound"`
+	// EveryNemesis keeps the run going past Duration until every nemesis
+	// kind has run once.
+	EveryNemesis bool `json:"every_nemesis,omitempty"`
+	// Retention is the nodes' --retention; zero picks RetentionFor.
+	Retention time.Duration `json:"retention"`
 	// Progress, when set, receives a progress line while the run goes on;
 	// TTY rewrites one line in place.
 	Progress io.Writer `json:"-"`
@@ -60,6 +70,12 @@ func (c *Config) Validate() error {
 	}
 	if c.Interval < 0 {
 		bad("--interval must not be negative")
+	}
+	if c.ReadyBound < 5*time.Second {
+		bad("--ready-bound %s must be at least 5s (an election and a catch-up take seconds)", c.ReadyBound)
+	}
+	if c.Retention != 0 && c.Retention < RetentionFor(c.Duration) {
+		bad("--retention %s must be at least %s: no record may expire during a run of --duration %s (the checker has no clock)", c.Retention, RetentionFor(c.Duration), c.Duration)
 	}
 	if c.Binary == "" {
 		bad("--binary is required")
@@ -87,6 +103,17 @@ func (c *Config) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// RetentionFor is the retention a run of duration d gives its nodes: short
+// enough that a cluster time pushed an hour ahead expires every record
+// (the fsm-loss nemesis skews a clock by at least an hour), long enough
+// that nothing expires during the run, its healing and its final checks.
+func RetentionFor(d time.Duration) time.Duration {
+	return max(10*time.Minute, (d + 10*time.Minute).Round(time.Minute))
+}
+
+// SkewFor is the clock offset of the fsm-loss nemesis for a retention.
+func SkewFor(retention time.Duration) time.Duration { return max(time.Hour, 2*retention) }
 
 // ErrHarness wraps failures of the harness itself (the cluster did not
 // start), as opposed to violations by the store.
@@ -148,8 +175,18 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}
 
-	cl, err := NewCluster(ClusterConfig{Binary: cfg.Binary, Nodes: cfg.Nodes, Dir: dataDir,
-		HTTPPort: cfg.HTTPPort, RaftPort: cfg.RaftPort, RaftProxy: useProxy, InjectBug: cfg.InjectBug, InjectInto: cfg.InjectInto})
+	if cfg.Retention == 0 {
+		cfg.Retention = RetentionFor(cfg.Duration)
+		rep.Config.Retention = cfg.Retention
+	}
+	ccfg := ClusterConfig{Binary: cfg.Binary, Nodes: cfg.Nodes, Dir: dataDir,
+		HTTPPort: cfg.HTTPPort, RaftPort: cfg.RaftPort, RaftProxy: useProxy, InjectBug: cfg.InjectBug, InjectInto: cfg.InjectInto,
+		ExtraArgs: []string{"--retention", cfg.Retention.String()}}
+	if slices.Contains(cfg.Nemeses, "fsm-loss") {
+		ccfg.NoSnapshots = fmt.Sprintf("n%d", cfg.Nodes)
+		rep.Notes = append(rep.Notes, ccfg.NoSnapshots+" takes no snapshots of its own (the fsm-loss nemesis's node: its raft log goes back to index 1)")
+	}
+	cl, err := NewCluster(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHarness, err)
 	}
@@ -182,22 +219,38 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	h := NewHistory()
+	mon := NewMonitor(cl, h, 250*time.Millisecond)
+	mctx, mcancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer mcancel()
+	monDone := make(chan struct{})
+	go func() { defer close(monDone); mon.Run(mctx) }()
 	w := NewWorkload(WorkloadConfig{Clients: cfg.Clients, Rate: cfg.Rate, Seed: cfg.Seed, Timeout: cfg.Timeout,
 		LeaseMs: 300_000, Epoch: 15 * time.Second}, cl, h)
 	deadline := time.Now().Add(cfg.Duration)
-	wctx, cancel := context.WithDeadline(ctx, deadline)
+	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 
 	var current sync.Map
 	setCurrent := func(k string) { current.Store("k", k) }
-	e := &env{cl: cl, net: nw, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e656d))}
+	e := &env{cl: cl, net: nw, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e656d)), w: w,
+		bound: cfg.ReadyBound, skew: SkewFor(cfg.Retention)}
+	workStart := h.Now()
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); w.Run(wctx) }()
 	go func() {
 		defer wg.Done()
-		// Leave time at the end for the last event to heal under load.
-		schedule(ctx, e, h, cfg.Nemeses, cfg.Interval, deadline, 8*time.Second, setCurrent)
+		// The clients stop at the deadline, or when the last nemesis has
+		// healed if that is later: every fault heals under load.
+		defer func() {
+			sleep(ctx, time.Until(deadline))
+			cancel()
+		}()
+		minEvents := 0
+		if cfg.EveryNemesis {
+			minEvents = len(cfg.Nemeses)
+		}
+		schedule(ctx, e, h, cfg.Nemeses, cfg.Interval, deadline, 8*time.Second, minEvents, setCurrent)
 	}()
 	stopProgress := make(chan struct{})
 	go func() {
@@ -223,6 +276,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		}
 	}()
 	wg.Wait()
+	workEnd := h.Now()
 	close(stopProgress)
 	if cfg.TTY && cfg.Progress != nil {
 		fmt.Fprintln(cfg.Progress)
@@ -234,7 +288,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	hctx, hcancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Minute)
 	defer hcancel()
 	logf("healing: network, paused and dead nodes, clocks")
-	if herr := heal(hctx, cl, nw); herr != nil {
+	healWin := Window{Label: "final healing", Start: h.Now()}
+	notes, herr := heal(hctx, cl, nw, cfg.ReadyBound)
+	healWin.End = h.Now()
+	rep.Notes = append(rep.Notes, notes...)
+	if herr != nil {
 		rep.Notes = append(rep.Notes, "healing: "+herr.Error())
 	}
 	if !interrupted {
@@ -246,17 +304,33 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 			v.At = h.Now()
 			rep.Converged = v.Kind + ": " + v.Detail
 		}
+		// A node the final checks found unready gets the rest of its bound.
+		mon.Settle(hctx, healWin.End, cfg.ReadyBound)
 	} else {
 		rep.Notes = append(rep.Notes, "interrupted: no final checks")
 	}
+	monEnd := h.Now()
+	mcancel()
+	<-monDone
 	cl.StopAll()
 	rep.Elapsed = time.Duration(h.Now())
-	rep.Ops, rep.Events = h.Ops(), h.Events()
+	rep.Ops, rep.Events, rep.Readiness = h.Ops(), h.Events(), mon.Samples()
+	for _, k := range cfg.Nemeses {
+		if !slices.ContainsFunc(rep.Events, func(e Event) bool { return e.Kind == k }) {
+			rep.Missing = append(rep.Missing, k)
+		}
+	}
 
 	logf("checking %d operations", len(rep.Ops))
 	rep.Check = Check(rep.Ops, cfg.CheckTimeout, true)
 	if diverged != nil {
 		rep.Check.Violations = append(rep.Check.Violations, *diverged)
+	}
+	windows := append(Windows(rep.Events), healWin)
+	if !interrupted {
+		rep.Check.Violations = append(rep.Check.Violations, Liveness(rep.Readiness, windows, cfg.ReadyBound, monEnd)...)
+		rep.Check.Violations = append(rep.Check.Violations, Progress(rep.Ops, windows, cfg.ReadyBound, workStart, workEnd)...)
+		sort.SliceStable(rep.Check.Violations, func(i, j int) bool { return rep.Check.Violations[i].At < rep.Check.Violations[j].At })
 	}
 	return rep, nil
 }
@@ -293,13 +367,17 @@ func Finish(rep *Report) error {
 func (r *Report) writeHistory() error {
 	ops := r.Ops
 	h := &History{ops: ops, events: r.Events}
-	return h.WriteJSON(r.HistoryPath, r.Config, r.Violations())
+	return h.WriteJSON(r.HistoryPath, r.Config, r.Readiness, r.Violations())
 }
 
 // heal undoes every fault: network rules, SIGSTOP, dead and removed nodes,
-// clock offsets; then waits for a leader and every node ready.
-func heal(ctx context.Context, cl *Cluster, nw Partitioner) error {
+// clock offsets, members the harness does not run (an absent node a
+// membership event joined); then waits for a leader and every node ready,
+// restarting once a node that is running but stays unready (as an operator
+// would). It returns what it had to do beyond the usual.
+func heal(ctx context.Context, cl *Cluster, nw Partitioner, bound time.Duration) ([]string, error) {
 	var errs []error
+	var notes []string
 	if nw != nil {
 		if err := nw.Heal(); err != nil {
 			errs = append(errs, err)
@@ -322,8 +400,24 @@ func heal(ctx context.Context, cl *Cluster, nw Partitioner) error {
 			}
 		}
 	}
-	if _, err := cl.WaitLeader(ctx, 30*time.Second); err != nil {
-		return errors.Join(append(errs, err)...)
+	l, err := cl.WaitLeader(ctx, 30*time.Second)
+	if err != nil {
+		// A node stuck unready can be what keeps the quorum away.
+		notes = append(notes, restartUnready(ctx, cl)...)
+		if l, err = cl.WaitLeader(ctx, 30*time.Second); err != nil {
+			return notes, errors.Join(append(errs, err)...)
+		}
+	}
+	if st, err := cl.Status(ctx, l); err == nil {
+		for _, m := range st.Nodes {
+			if cl.Node(m.ID) != nil {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+			_, err := l.Client.Remove(rctx, m.ID)
+			cancel()
+			notes = append(notes, fmt.Sprintf("healing removed %s, a member no process of the harness runs (%v)", m.ID, errOr(err, "ok")))
+		}
 	}
 	for _, n := range cl.Nodes {
 		if !cl.IsMember(ctx, n) {
@@ -333,13 +427,42 @@ func heal(ctx context.Context, cl *Cluster, nw Partitioner) error {
 				errs = append(errs, err)
 				continue
 			}
+			notes = append(notes, fmt.Sprintf("healing wiped %s and joined it again: it was not a member", n.ID))
 			if err := cl.Rejoin(ctx, n); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	if err := cl.WaitReady(ctx, cl.Nodes, 60*time.Second); err != nil {
-		errs = append(errs, err)
+	if err := cl.WaitReady(ctx, cl.Nodes, bound); err != nil {
+		notes = append(notes, restartUnready(ctx, cl)...)
+		if err := cl.WaitReady(ctx, cl.Nodes, bound); err != nil {
+			errs = append(errs, err)
+		}
 	}
-	return errors.Join(errs...)
+	return notes, errors.Join(errs...)
+}
+
+// restartUnready stops (SIGTERM) and starts every node that does not
+// answer /readyz 200 now.
+func restartUnready(ctx context.Context, cl *Cluster) []string {
+	var notes []string
+	for _, n := range cl.Nodes {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := n.Client.Readyz(rctx)
+		cancel()
+		if err == nil {
+			continue
+		}
+		cl.Stop(n)
+		notes = append(notes, fmt.Sprintf("healing restarted %s: not ready (%v)", n.ID, err))
+		cl.Start(n)
+	}
+	return notes
+}
+
+func errOr(err error, ok string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return ok
 }

@@ -44,6 +44,11 @@ type Workload struct {
 	mu     sync.Mutex
 	tokens map[string][]string // scope -> tokens seen in 201 answers, oldest first
 
+	// gate is read-held around every client operation; Pause takes it
+	// for writing, which waits for the operations in flight and holds
+	// the clients until Resume.
+	gate sync.RWMutex
+
 	Count, Infos atomic.Int64
 }
 
@@ -86,9 +91,15 @@ func (c *worker) run(ctx context.Context) {
 		if d := time.Until(next); d < -5*gap {
 			next = time.Now() // behind after a long stall: don't burst
 		}
+		c.w.gate.RLock()
+		if ctx.Err() != nil {
+			c.w.gate.RUnlock()
+			return
+		}
 		op := c.nextOp()
 		node := pick(c.rnd, c.w.cl.Nodes)
 		c.w.Exec(ctx, node, op, c.proc)
+		c.w.gate.RUnlock()
 		c.w.h.Add(op)
 		c.w.Count.Add(1)
 		if op.Outcome == Info {
@@ -98,6 +109,13 @@ func (c *worker) run(ctx context.Context) {
 		c.followUp(op)
 	}
 }
+
+// Pause waits for the operations in flight to finish and holds every
+// client until Resume.
+func (w *Workload) Pause() { w.gate.Lock() }
+
+// Resume lets the clients go on after Pause.
+func (w *Workload) Resume() { w.gate.Unlock() }
 
 // nextOp chooses the next operation: a follow-up of the last one, a claim
 // of a fresh key, or an operation on a contended scope.

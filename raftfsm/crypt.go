@@ -532,3 +532,12 @@ func (n *Node) opened(op string, res engine.Result, need bool) (engine.Result, e
 	res.Record = r
 	return res, nil
 }
+
+// Detail says what went wrong for a problem document: the key id and what
+// an operator does about it, without the package prefix.
+func (e *SealedError) Detail() string {
+	if e.Missing {
+		return fmt.Sprintf("the stored record is encrypted with key %q, which this node does not hold; an operator must add that key to the node's --encryption-key-file", e.KeyID)
+	}
+	return fmt.Sprintf("the stored record does not decrypt with this node's key %q (a different key under that id, or altered data); nothing is shown rather than a wrong response", e.KeyID)
+}

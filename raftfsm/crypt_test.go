@@ -338,5 +338,3 @@ func TestKeyUseLeavesWithItsBuckets(t *testing.T) {
 type nopCloser struct{ *bytes.Buffer }
 
 func (nopCloser) Close() error { return nil }
-
-

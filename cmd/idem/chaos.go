@@ -16,6 +16,14 @@ func init() {
 	extraCommands["chaos"] = command{Run: runChaos, Summary: "Jepsen-style failure test: a local cluster under faults, checked for linearizability"}
 }
 
+func nemesisHelp() string {
+	var b strings.Builder
+	for _, k := range chaos.NemesisKinds {
+		fmt.Fprintf(&b, "  %-14s %s\n", k, chaos.NemesisHelp[k])
+	}
+	return b.String()
+}
+
 func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem chaos", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed below, once
@@ -27,6 +35,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Float64Var(&cfg.Rate, "rate", 100, "operations per second, all clients together")
 	nem := fs.String("nemesis", "all", "faults to inject, comma-separated: "+strings.Join(chaos.NemesisKinds, ",")+", all or none")
 	fs.DurationVar(&cfg.Interval, "interval", 5*time.Second, "quiet time between nemesis events")
+	fs.BoolVar(&cfg.EveryNemesis, "every-nemesis", false, "run past --duration if needed until every nemesis has run once")
 	seed := fs.Uint64("seed", 0, "seed of the nemesis schedule and the workload (0: pick one and print it)")
 	fs.StringVar(&cfg.Binary, "binary", self, "idem binary the nodes run (default: this executable)")
 	fs.StringVar(&cfg.InjectBug, "inject-bug", "", "TEST ONLY: start nodes with --inject-bug local-reads|skip-uniqueness, to prove the checker fails")
@@ -38,19 +47,23 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.PartitionMode, "partition-mode", chaos.PartitionAuto, "how the partition nemesis cuts raft links: auto (iptables as root when it works, else proxy), iptables, or proxy (a TCP proxy on --raft-port in front of each node, which then listens on --raft-port+10)")
 	fs.DurationVar(&cfg.Timeout, "request-timeout", 2*time.Second, "per-request timeout; a timed-out operation counts as possibly applied")
 	fs.DurationVar(&cfg.CheckTimeout, "check-timeout", 2*time.Minute, "how long porcupine may search for a linearization of one scope")
+	fs.DurationVar(&cfg.ReadyBound, "ready-bound", 30*time.Second, "liveness: how long a node may stay unready (GET /readyz not 200) after a nemesis heals, and the cluster may go without a successful operation, not counting time inside nemesis windows")
+	fs.DurationVar(&cfg.Retention, "retention", 0, "the nodes' --retention (default: the run's duration + 10m, at least 10m, so the fsm-loss nemesis's hour of skew would expire every record)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem chaos [flags]
 
 Starts a local cluster of real 'idem serve' processes, drives clients that
-contend on a few scopes, injects faults on a seeded schedule (kill -9,
-SIGSTOP, partitions by iptables as root or a TCP proxy otherwise, clock
-skew, membership changes, catch-up by snapshot), heals, and checks the
-history: linearizability against a model of one idempotency record per
-scope (porcupine), one live winner per scope, no record absent early, no
-response shown to another scope, every acknowledged complete replayed
-byte-identically, the same state on every replica. Writes history.json and timeline.html into --out.
+contend on a few scopes, injects faults on a seeded schedule, heals, and
+checks the history: linearizability against a model of one idempotency
+record per scope (porcupine), one live winner per scope, no record absent
+early, no response shown to another scope, every acknowledged complete
+replayed byte-identically, the same state on every replica; and liveness:
+every node ready again within --ready-bound of each heal, operations
+succeeding throughout. Writes history.json and timeline.html into --out.
 
+Nemeses (each cycle runs every one given, in a seeded order):
+`+nemesisHelp()+`
 Exit status: 0 no violation, 1 violations found, 2 usage error, 3 the run
 was interrupted or the harness itself failed (e.g. the cluster did not start).
 

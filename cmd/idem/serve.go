@@ -45,6 +45,7 @@ type serveConfig struct {
 	snapshotThreshold, trailingLogs uint64
 	snapshotInterval                time.Duration
 	cacheBytes                      int64
+	encryptionKeyFile               string
 	minFreeDisk                     uint64
 	clockOffset                     time.Duration
 	shutdownTimeout                 time.Duration
@@ -86,6 +87,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often raft checks whether to snapshot")
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", d.TrailingLogs, "raft log entries kept after a snapshot, for followers to catch up without one")
 	fs.Int64Var(&c.cacheBytes, "cache-bytes", 64<<20, "Pebble block cache size in bytes")
+	fs.StringVar(&c.encryptionKeyFile, "encryption-key-file", "", `JSON {"keys":[{"id":"k2","key":"<base64 of 32 bytes>"},...]}: stored responses and correlation ids are encrypted (AES-256-GCM) with the first key; the others only decrypt older records (idem keys --help)`)
 	fs.Uint64Var(&c.minFreeDisk, "min-free-disk", d.MinFreeDisk, "free bytes the data dir's disk keeps: below it the leader refuses writes with 507 storage_full; a ballast file of a quarter of it is kept in the data dir and removed when the disk fills (0 turns both off)")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; no auth)")
@@ -318,6 +320,11 @@ func isLoopback(addr string) bool {
 }
 
 func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.Logger) error {
+	restrictUmask()
+	keyring, err := loadKeyFile(c.encryptionKeyFile, log)
+	if err != nil {
+		return err
+	}
 	var tokens []string
 	if c.authFile != "" {
 		var err error
@@ -358,6 +365,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
 	rc.ClockOffset = c.clockOffset
 	rc.CacheBytes = c.cacheBytes
+	rc.Keyring = keyring
 	rc.MinFreeDisk = c.minFreeDisk
 	rc.InjectBug = c.injectBug
 	rc.Logger, rc.Registry = log, reg

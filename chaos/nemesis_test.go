@@ -1,0 +1,98 @@
+package chaos
+
+import (
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseNemeses(t *testing.T) {
+	all, err := ParseNemeses("all")
+	require.NoError(t, err)
+	require.Equal(t, NemesisKinds, all)
+	for _, k := range []string{"pause", "fsm-loss", "quiet-restart", "membership", "rejoin"} {
+		require.Contains(t, all, k, "--nemesis all must include %s", k)
+	}
+
+	got, err := ParseNemeses(" kill, fsm-loss ,quiet-restart")
+	require.NoError(t, err)
+	require.Equal(t, []string{"kill", "fsm-loss", "quiet-restart"}, got)
+
+	for _, s := range []string{"", "none"} {
+		got, err := ParseNemeses(s)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	}
+
+	_, err = ParseNemeses("kill,fsmloss")
+	require.ErrorContains(t, err, `unknown nemesis "fsmloss"`)
+	require.ErrorContains(t, err, "quiet-restart", "the error lists the kinds there are")
+	_, err = ParseNemeses("kill,kill")
+	require.ErrorContains(t, err, `"kill" is listed twice`)
+}
+
+// Every kind runs something and is documented; nothing runs that --nemesis
+// all leaves out.
+func TestEveryNemesisKindIsWiredAndDocumented(t *testing.T) {
+	require.Len(t, nemeses, len(NemesisKinds))
+	require.Len(t, NemesisHelp, len(NemesisKinds))
+	for _, k := range NemesisKinds {
+		require.NotNil(t, nemeses[k], k)
+		require.NotEmpty(t, NemesisHelp[k], k)
+	}
+}
+
+// The schedule runs every kind once per cycle, so a run with as many
+// events as kinds has run each; the order depends on the seed only.
+func TestPickerRunsEveryKindOncePerCycle(t *testing.T) {
+	seq := func(seed uint64, n int) []string {
+		p := &picker{rnd: rand.New(rand.NewPCG(seed, 0x6e656d)), kinds: NemesisKinds}
+		var out []string
+		for range n {
+			out = append(out, p.next())
+		}
+		return out
+	}
+	k := len(NemesisKinds)
+	s := seq(42, 3*k)
+	for c := 0; c < 3; c++ {
+		cycle := slices.Clone(s[c*k : (c+1)*k])
+		slices.Sort(cycle)
+		want := slices.Clone(NemesisKinds)
+		slices.Sort(want)
+		require.Equal(t, want, cycle, "cycle %d", c)
+	}
+	require.Equal(t, s, seq(42, 3*k), "the same seed gives the same schedule")
+	differs := false
+	for seed := uint64(1); seed < 10 && !differs; seed++ {
+		differs = !slices.Equal(s[:k], seq(seed+100, k))
+	}
+	require.True(t, differs, "the order depends on the seed")
+
+	p := &picker{rnd: rand.New(rand.NewPCG(1, 2)), kinds: []string{"pause"}}
+	require.Equal(t, "pause", p.next())
+	require.Equal(t, "pause", p.next())
+}
+
+// Nothing may expire within a run (the checker has no clock), and the
+// fsm-loss skew must be more than the retention, or a cluster time that
+// followed the skewed clock would expire nothing and go unnoticed.
+func TestRetentionOutlastsTheRunAndTheSkewExceedsIt(t *testing.T) {
+	for _, d := range []time.Duration{5 * time.Second, time.Minute, 150 * time.Second, 30 * time.Minute, 2 * time.Hour} {
+		r := RetentionFor(d)
+		require.GreaterOrEqual(t, r, d+9*time.Minute+30*time.Second, "duration %s", d)
+		require.GreaterOrEqual(t, r, 10*time.Minute)
+		require.Greater(t, SkewFor(r), r, "duration %s", d)
+		cfg := Config{Nodes: 3, Duration: d, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x", ReadyBound: 30 * time.Second, RaftPort: 17071}
+		require.NoError(t, cfg.Validate())
+		cfg.Retention = d
+		require.ErrorContains(t, cfg.Validate(), "--retention")
+	}
+	require.Equal(t, time.Hour, SkewFor(11*time.Minute), "issue 9's bug 2 was found with an hour")
+
+	cfg := Config{Nodes: 3, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x", ReadyBound: time.Second, RaftPort: 17071}
+	require.ErrorContains(t, cfg.Validate(), "--ready-bound 1s must be at least 5s")
+}

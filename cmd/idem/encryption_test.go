@@ -1,0 +1,374 @@
+package main
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Encryption at rest, with real processes: what reaches the disk of every
+// node (raft log, Pebble WAL, sst and MANIFEST, snapshots received from a
+// leader, probe filters) and a backup holds no response or correlation id
+// in plaintext when a key is configured, and does without one (so the
+// grep is shown to find them). Replays are byte-identical either way.
+
+// The plaintext the grep looks for: a body, a stored header's value and a
+// correlation id.
+const (
+	plainBody   = "BODY-PLAINTEXT-8d1f"
+	plainHeader = "HDR-PLAINTEXT-3c9e"
+	plainCorr   = "CORR-PLAINTEXT-55ae"
+)
+
+func writeKeyFile(t *testing.T, path string, ids ...string) {
+	t.Helper()
+	var keys []map[string]string
+	for _, id := range ids {
+		k := make([]byte, 32)
+		rand.Read(k)
+		keys = append(keys, map[string]string{"id": id, "key": base64.StdEncoding.EncodeToString(k)})
+	}
+	b, _ := json.Marshal(map[string]any{"keys": keys})
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+}
+
+// mergeKeyFiles writes a key file holding the keys of files, in order.
+func mergeKeyFiles(t *testing.T, out string, files ...string) {
+	t.Helper()
+	var all []json.RawMessage
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		var kf struct{ Keys []json.RawMessage }
+		require.NoError(t, json.Unmarshal(b, &kf))
+		all = append(all, kf.Keys...)
+	}
+	b, _ := json.Marshal(map[string]any{"keys": all})
+	require.NoError(t, os.WriteFile(out, b, 0o600))
+}
+
+func encClaim(key string) string {
+	b, _ := json.Marshal(map[string]string{"principal": cPrincipal, "endpoint": cEndpoint, "key": key,
+		"fingerprint": cFinger, "claim_id": "c-" + key, "correlation_id": plainCorr + "-" + key})
+	return string(b)
+}
+
+// encResponse is the stored response of key, exactly as the API shows it.
+func encResponse(key string) string {
+	body := base64.StdEncoding.EncodeToString([]byte(`{"id":"` + plainBody + "-" + key + `"}`))
+	return `{"status":201,"content_type":"application/json","headers":{"X-Secret":"` + plainHeader + `"},"body":"` + body + `"}`
+}
+
+// writeEncRecord claims key with a correlation id and completes it with its
+// response, through addr.
+func writeEncRecord(t *testing.T, addr, key string) {
+	t.Helper()
+	var tok string
+	waitFor(t, 30*time.Second, "claim "+key, func() (bool, string) {
+		a := call("POST", addr, "/v1/claim", encClaim(key))
+		if a.code != 201 {
+			return false, a.String()
+		}
+		var c claimedAnswer
+		require.NoError(t, json.Unmarshal(a.body, &c))
+		tok = c.Token
+		return true, ""
+	})
+	req := `{"principal":"` + cPrincipal + `","endpoint":"` + cEndpoint + `","key":"` + key + `","token":"` + tok + `","response":` + encResponse(key) + `}`
+	waitFor(t, 30*time.Second, "complete "+key, func() (bool, string) {
+		a := call("POST", addr, "/v1/complete", req)
+		return a.code == 200, a.String()
+	})
+}
+
+// requireReplay checks a replay through addr gives the stored response and
+// correlation id byte for byte.
+func requireReplay(t *testing.T, addr, key string) {
+	t.Helper()
+	a := call("POST", addr, "/v1/claim", encClaim(key))
+	require.Equal(t, 200, a.code, "replay of %s via %s: %s", key, addr, a)
+	var r struct {
+		Outcome string
+		Record  struct {
+			CorrelationID string          `json:"correlation_id"`
+			Response      json.RawMessage `json:"response"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(a.body, &r))
+	require.Equal(t, "replay", r.Outcome)
+	require.Equal(t, encResponse(key), string(r.Record.Response), "the replay must be byte-identical")
+	require.Equal(t, plainCorr+"-"+key, r.Record.CorrelationID)
+}
+
+// grepDataFiles reads every file under roots and returns, per file, which
+// plaintexts it holds; kinds counts the files of each kind seen, so a test
+// can require that every kind of data file was looked at.
+func grepDataFiles(t *testing.T, roots ...string) (found map[string][]string, kinds map[string]int) {
+	t.Helper()
+	found, kinds = map[string][]string{}, map[string]int{}
+	for _, root := range roots {
+		require.NoError(t, filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			require.NoError(t, err)
+			if d.IsDir() {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			name := d.Name()
+			switch {
+			case name == "raft.db":
+				kinds["raft.db"]++
+			case strings.HasSuffix(name, ".log") && filepath.Base(filepath.Dir(path)) == "fsm":
+				kinds["wal"]++
+			case strings.HasSuffix(name, ".sst"):
+				kinds["sst"]++
+			case strings.HasPrefix(name, "MANIFEST"):
+				kinds["manifest"]++
+			case name == "state.bin":
+				kinds["snapshot"]++
+			case strings.HasSuffix(name, ".filters"):
+				kinds["filters"]++
+			case strings.HasSuffix(name, ".backup"):
+				kinds["backup"]++
+			}
+			for _, p := range []string{plainBody, plainHeader, plainCorr} {
+				if bytes.Contains(b, []byte(p)) {
+					found[path] = append(found[path], p)
+				}
+			}
+			return nil
+		}))
+	}
+	return found, kinds
+}
+
+// copyReceivedSnapshots copies the full snapshots (not markers) in dir's
+// snapshot store to a new directory, and requires at least one.
+func copyReceivedSnapshots(t *testing.T, dir string) string {
+	t.Helper()
+	out := t.TempDir()
+	paths, err := filepath.Glob(filepath.Join(dir, "snapshots", "*", "state.bin"))
+	require.NoError(t, err)
+	copied := 0
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil || bytes.HasPrefix(b, []byte("IDEMLIVE")) {
+			continue // reaped meanwhile, or a marker of the node's own state
+		}
+		d := filepath.Join(out, filepath.Base(filepath.Dir(p)))
+		require.NoError(t, os.Mkdir(d, 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(d, "state.bin"), b, 0o600))
+		copied++
+	}
+	require.Positive(t, copied, "no received snapshot in %s (%v)", dir, paths)
+	return out
+}
+
+// requirePrivate checks every file under roots is 0600 (no group or other
+// access) and every directory 0700.
+func requirePrivate(t *testing.T, roots ...string) {
+	t.Helper()
+	for _, root := range roots {
+		require.NoError(t, filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+			require.NoError(t, err)
+			info, err := d.Info()
+			require.NoError(t, err)
+			require.Zero(t, info.Mode().Perm()&0o077, "%s is %s: group and others must have no access", path, info.Mode().Perm())
+			return nil
+		}))
+	}
+}
+
+func TestEncryptionAtRestNothingPlainOnDisk(t *testing.T) {
+	for _, keyed := range []bool{true, false} {
+		name := "with-key"
+		if !keyed {
+			name = "without-key"
+		}
+		t.Run(name, func(t *testing.T) {
+			common := []string{"--snapshot-threshold", "32", "--trailing-logs", "8", "--snapshot-interval", "100ms", "--min-free-disk", "0"}
+			if keyed {
+				kf := filepath.Join(t.TempDir(), "keys.json")
+				writeKeyFile(t, kf, "k1")
+				common = append(common, "--encryption-key-file", kf)
+			}
+			c := newCluster(t, viaBootstrapExpect, common, nil)
+			leader := c.leader()
+			f := c.others(leader)[0]
+			f.stop(t)
+			st, err := c.status(leader)
+			require.NoError(t, err)
+			downAt := st.CommitIndex
+
+			// Written while f is down, through the leader and the other
+			// follower, then snapshots past f: f catches up by snapshot.
+			live := c.others(f)
+			const n = 40
+			for i := range n {
+				writeEncRecord(t, live[i%2].http, fmt.Sprintf("r%02d", i))
+			}
+			waitFor(t, 30*time.Second, "leader snapshot past the follower", func() (bool, string) {
+				for _, i := range snapshotIndexes(leader.dir) {
+					if i > downAt+8+1 {
+						return true, ""
+					}
+				}
+				return false, fmt.Sprint(snapshotIndexes(leader.dir))
+			})
+			c.restart(f, nil)
+			c.waitStable(c.nodes...)
+			waitSameState(t, c.nodes...)
+			require.Contains(t, f.p.logs.String(), "restored snapshot", "the follower must catch up by snapshot")
+			// The follower keeps only its two newest snapshots, and its own
+			// are markers: take the one it received now, before later ones
+			// replace it.
+			received := copyReceivedSnapshots(t, f.dir)
+			for i := range n {
+				key := fmt.Sprintf("r%02d", i)
+				requireReplay(t, c.nodes[i%3].http, key)
+				a := call("GET", f.http, recordPath(key, "stale"), "")
+				require.Equal(t, 200, a.code, "stale read on the restored follower: %s", a)
+				require.Contains(t, string(a.body), plainCorr)
+			}
+
+			backup := filepath.Join(t.TempDir(), "state.backup")
+			out, err := exec.Command(binary, "snapshot", "save", backup, "--addr", leader.http).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+
+			for _, node := range c.nodes {
+				node.stop(t)
+			}
+			roots := []string{backup}
+			for _, node := range c.nodes {
+				roots = append(roots, node.dir)
+			}
+			requirePrivate(t, roots...)
+			found, kinds := grepDataFiles(t, append(roots, received)...)
+			for _, k := range []string{"raft.db", "wal", "sst", "manifest", "snapshot", "filters", "backup"} {
+				require.Positive(t, kinds[k], "no %s file was grepped (%v): the test must look at every kind", k, kinds)
+			}
+			if keyed {
+				require.Empty(t, found, "plaintext on disk with a key configured")
+				return
+			}
+			// Without a key the same grep finds them, in the raft log, in
+			// Pebble, in the received snapshot and in the backup.
+			where := map[string]bool{}
+			for path := range found {
+				switch {
+				case strings.HasSuffix(path, "raft.db"):
+					where["raft.db"] = true
+				case strings.HasSuffix(path, "state.bin"):
+					where["snapshot"] = true
+				case strings.HasSuffix(path, ".backup"):
+					where["backup"] = true
+				case strings.Contains(path, string(filepath.Separator)+"fsm"+string(filepath.Separator)):
+					where["pebble"] = true
+				}
+			}
+			require.Equal(t, map[string]bool{"raft.db": true, "snapshot": true, "backup": true, "pebble": true}, where, "found in %v", found)
+		})
+	}
+}
+
+// A node missing a key its records need refuses to start and names it;
+// with the old key kept after a new first key, old records stay readable
+// and new ones use the new key; idem keys status shows which keys are
+// needed; a data dir with loose permissions is tightened at start; and a
+// node that joins without the key answers its reads with a 500 naming it.
+func TestEncryptionKeysMissingRotationAndStatus(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "n1")
+	k1, k2, k12, k21 := filepath.Join(root, "k1.json"), filepath.Join(root, "k2.json"), filepath.Join(root, "k12.json"), filepath.Join(root, "k21.json")
+	out, err := exec.Command(binary, "keys", "generate", "--id", "k1", "--out", k1).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	st, err := os.Stat(k1)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), st.Mode().Perm())
+	out, err = exec.Command(binary, "keys", "generate", "--id", "k1", "--out", k1).CombinedOutput()
+	require.Error(t, err, "an existing key file is never overwritten")
+	require.Contains(t, string(out), "never overwritten")
+	writeKeyFile(t, k2, "k2")
+	mergeKeyFiles(t, k12, k1, k2)
+	mergeKeyFiles(t, k21, k2, k1)
+
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--encryption-key-file", k1, "--min-free-disk", "0")
+	writeEncRecord(t, httpAddr, "old")
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, p.wait())
+
+	for _, args := range [][]string{nil, {"--encryption-key-file", k2}} {
+		cmd := exec.Command(binary, append([]string{"serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--min-free-disk", "0"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		require.Error(t, err, "started without key k1: %s", out)
+		require.Contains(t, string(out), `encrypted with key "k1"`, "the refusal names the key")
+		require.Contains(t, string(out), "nothing was changed")
+	}
+
+	// Loosen the data dir as an older version or a careless copy would.
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if d.IsDir() {
+			return os.Chmod(path, 0o755)
+		}
+		return os.Chmod(path, 0o644)
+	}))
+	p = start(t, dir, httpAddr, raftAddr, "--encryption-key-file", k21, "--min-free-disk", "0")
+	requirePrivate(t, dir)
+	requireReplay(t, httpAddr, "old")
+	writeEncRecord(t, httpAddr, "new")
+	requireReplay(t, httpAddr, "new")
+
+	status := func(args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"keys", "status", "--addr", httpAddr}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	text, err := status("--json")
+	require.NoError(t, err, text)
+	var ks struct{ Keys []keyStatus }
+	require.NoError(t, json.Unmarshal([]byte(text), &ks))
+	require.Len(t, ks.Keys, 2)
+	require.Equal(t, "k1", ks.Keys[0].ID)
+	require.Equal(t, "decrypt", ks.Keys[0].Node)
+	require.Equal(t, uint64(2), ks.Keys[0].Values, "the old record's response and correlation id")
+	require.Equal(t, "k2", ks.Keys[1].ID)
+	require.Equal(t, "encrypt", ks.Keys[1].Node)
+	require.Equal(t, uint64(2), ks.Keys[1].Values)
+	text, err = status()
+	require.NoError(t, err, text)
+	require.Contains(t, text, "k1: still needed until")
+	text, err = status("--encryption-key-file", k2)
+	require.Error(t, err, "a key file without k1 must fail the check: %s", text)
+	require.Contains(t, text, "lacks a key id")
+	_, err = status("--encryption-key-file", k12)
+	require.NoError(t, err)
+
+	// A node that joins without the keys gets the records through the log
+	// and answers a read of them with a 500 naming the key, never bytes it
+	// cannot decrypt.
+	h2, r2 := freePort(t), freePort(t)
+	p2 := launch(t, filepath.Join(root, "n2"), h2, r2, "--node-id", "n2", "--join", httpAddr, "--min-free-disk", "0")
+	var a answer
+	waitFor(t, 30*time.Second, "n2 has the record", func() (bool, string) {
+		a = call("GET", h2, recordPath("new", "stale"), "")
+		return a.code == 500, a.String()
+	})
+	require.Contains(t, string(a.body), `key \"k2\"`)
+	require.NotContains(t, string(a.body), plainBody)
+	waitFor(t, 10*time.Second, "n2 logs the read it could not decrypt", func() (bool, string) {
+		l := p2.logs.String()
+		return strings.Contains(l, "cannot decrypt a stored record") && strings.Contains(l, "key-id=k2"), ""
+	})
+	require.Contains(t, p2.logs.String(), "the leader stores values encrypted with a key this node does not hold", "said as soon as it learned of the key")
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/raftfsm"
+)
+
+func init() {
+	extraCommands["keys"] = command{Run: runKeys, Summary: "encryption at rest: generate a key, show which key ids stored records still need"}
+}
+
+const keysUsage = `Usage: idem keys <status|generate> [flags]
+
+  status     which encryption key ids the stored records still need, from any
+             node (GET /metrics: an operator or admin token). A key id with no
+             values left may be removed from every node's --encryption-key-file
+             (keep it as long as you keep backups taken while it was in use).
+             With --encryption-key-file, also checks that file holds every
+             key id still needed, and exits 1 if it does not: run it on a new
+             key file before rolling it out.
+  generate   print a new key file with one random 256-bit key (--id), or
+             write it to --out (created 0600, never overwritten)
+
+Key rotation, with nodes restarted one at a time at each step:
+  1. add the new key to every node's key file AFTER the current first key
+     (every node can then read what the new key will write);
+  2. move the new key first on every node (new values are encrypted with it);
+  3. wait until idem keys status shows no values for the old key (at most the
+     retention plus one bucket width), then remove it from the files.
+
+Flags:
+`
+
+func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idem keys", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "HTTP address of any node (status; env IDEM_ADDR)")
+	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token with access to /metrics (status; env IDEM_AUTH_TOKEN)")
+	keyFile := fs.String("encryption-key-file", "", "a key file to check against the key ids still needed (status)")
+	asJSON := fs.Bool("json", false, "print the key use as JSON (status)")
+	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long (status)")
+	id := fs.String("id", "", "id of the new key: 1-64 letters, digits, '.', '_' or '-' (generate)")
+	out := fs.String("out", "", "write the key file here, mode 0600, instead of to stdout (generate)")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), keysUsage)
+		fs.PrintDefaults()
+	}
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	sub := args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "idem keys %s: unexpected argument %q (flags go as --name value)\n", sub, fs.Arg(0))
+		return 2
+	}
+	switch sub {
+	case "status":
+		return keysStatus(ctx, *addr, *token, *keyFile, *asJSON, *timeout, stdout, stderr)
+	case "generate":
+		return keysGenerate(*id, *out, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "idem keys: unknown subcommand %q\n", sub)
+	fs.SetOutput(stderr)
+	fs.Usage()
+	return 2
+}
+
+func keysGenerate(id, out string, stdout, stderr io.Writer) int {
+	if id == "" {
+		fmt.Fprintln(stderr, "idem keys generate: --id is required (it is stored with every value the key encrypts)")
+		return 2
+	}
+	key := make([]byte, 32)
+	rand.Read(key)
+	b, _ := json.MarshalIndent(raftfsm.KeyFile{Keys: []raftfsm.KeyFileEntry{{ID: id, Key: base64.StdEncoding.EncodeToString(key)}}}, "", "  ")
+	b = append(b, '\n')
+	if _, err := raftfsm.ParseKeyring(b); err != nil {
+		fmt.Fprintf(stderr, "idem keys generate: --id: %v\n", strings.TrimPrefix(err.Error(), raftfsm.ErrKeyFile.Error()+": "))
+		return 2
+	}
+	if out == "" {
+		stdout.Write(b)
+		return 0
+	}
+	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem keys generate: --out: %v (an existing key file is never overwritten)\n", err)
+		return 1
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		fmt.Fprintf(stderr, "idem keys generate: --out: %v\n", err)
+		return 1
+	}
+	if err := f.Close(); err != nil {
+		fmt.Fprintf(stderr, "idem keys generate: --out: %v\n", err)
+		return 1
+	}
+	fmt.Fprintf(stderr, "wrote key %q to %s (mode 0600); keep a copy where you keep secrets: without it the records it encrypts cannot be read\n", id, out)
+	return 0
+}
+
+// keyStatus is one key id as `idem keys status` shows it.
+type keyStatus struct {
+	ID      string `json:"id"`
+	Values  uint64 `json:"values"`
+	Buckets uint64 `json:"buckets"`
+	// NeededUntil is when every value under the key has expired (cluster
+	// time), absent when no value needs it.
+	NeededUntil string `json:"needed_until,omitempty"`
+	// Node is how the node asked uses it: encrypt, decrypt, or missing
+	// (values need it and the node does not hold it).
+	Node string `json:"node"`
+	// InFile is whether --encryption-key-file holds it (when given).
+	InFile *bool `json:"in_file,omitempty"`
+}
+
+func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) int {
+	var file *raftfsm.Keyring
+	if keyFile != "" {
+		var err error
+		if file, err = raftfsm.LoadKeyring(keyFile); err != nil {
+			fmt.Fprintf(stderr, "idem keys status: --encryption-key-file: %v\n", err)
+			return 2
+		}
+	}
+	var opts []client.Option
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	cl, err := client.New(addr, opts...)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem keys status: --addr: %v\n", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	raw, err := cl.Do(ctx, http.MethodGet, "/metrics", nil, nil)
+	if err != nil {
+		var p *client.Problem
+		if errors.As(err, &p) {
+			fmt.Fprintf(stderr, "idem keys status: %s (code %s, HTTP %d)\n", p.Detail, p.Code, p.Status)
+		} else {
+			fmt.Fprintf(stderr, "idem keys status: %v\n", err)
+		}
+		return 1
+	}
+	keys := parseKeyMetrics(string(raw))
+	missingInFile := false
+	for i := range keys {
+		if file != nil {
+			in := file.Has(keys[i].ID)
+			keys[i].InFile = &in
+			if !in && keys[i].Values > 0 {
+				missingInFile = true
+			}
+		}
+	}
+	if asJSON {
+		b, _ := json.MarshalIndent(struct {
+			Keys []keyStatus `json:"keys"`
+		}{keys}, "", "  ")
+		fmt.Fprintf(stdout, "%s\n", b)
+	} else {
+		printKeyStatus(stdout, keys, file != nil)
+	}
+	if missingInFile {
+		fmt.Fprintf(stderr, "idem keys status: %s lacks a key id that stored values need: a node started with it would refuse to start\n", keyFile)
+		return 1
+	}
+	return 0
+}
+
+// parseKeyMetrics reads the idem_encryption_* series of a Prometheus text
+// exposition (key ids are plain names, so no label escaping arises).
+func parseKeyMetrics(text string) []keyStatus {
+	by := map[string]*keyStatus{}
+	get := func(id string) *keyStatus {
+		if by[id] == nil {
+			by[id] = &keyStatus{ID: id, Node: "missing"}
+		}
+		return by[id]
+	}
+	sc := bufio.NewScanner(strings.NewReader(text))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "idem_encryption_") {
+			continue
+		}
+		name, rest, ok := strings.Cut(line, "{")
+		if !ok {
+			continue
+		}
+		labelText, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		labels := map[string]string{}
+		for _, kv := range strings.Split(labelText, ",") {
+			k, v, _ := strings.Cut(kv, "=")
+			labels[k] = strings.Trim(v, `"`)
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil || labels["key_id"] == "" {
+			continue
+		}
+		k := get(labels["key_id"])
+		switch name {
+		case "idem_encryption_key_values":
+			k.Values = uint64(v)
+		case "idem_encryption_key_buckets":
+			k.Buckets = uint64(v)
+		case "idem_encryption_key_needed_until_seconds":
+			k.NeededUntil = time.UnixMilli(int64(v * 1000)).UTC().Format(time.RFC3339)
+		case "idem_encryption_keyring":
+			k.Node = labels["use"]
+		}
+	}
+	out := make([]keyStatus, 0, len(by))
+	for _, k := range by {
+		if k.Values == 0 {
+			k.NeededUntil = ""
+		}
+		out = append(out, *k)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
+	if len(keys) == 0 {
+		fmt.Fprintln(w, "no stored value is encrypted, and this node runs without --encryption-key-file")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	head := "KEY ID\tTHIS NODE\tVALUES\tBUCKETS\tNEEDED UNTIL (cluster time)"
+	if withFile {
+		head += "\tIN FILE"
+	}
+	fmt.Fprintln(tw, head)
+	var notes []string
+	for _, k := range keys {
+		until := k.NeededUntil
+		if until == "" {
+			until = "-"
+		}
+		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%s", k.ID, k.Node, k.Values, k.Buckets, until)
+		if withFile {
+			in := "no"
+			if *k.InFile {
+				in = "yes"
+			}
+			line += "\t" + in
+		}
+		fmt.Fprintln(tw, line)
+		switch {
+		case k.Node == "missing":
+			notes = append(notes, fmt.Sprintf("%s: stored values need it and this node does not hold it: its reads of them fail, and it will not start again without it", k.ID))
+		case k.Values == 0 && k.Node == "decrypt":
+			notes = append(notes, fmt.Sprintf("%s: no stored value needs it: it may be removed from every node's key file (keep it while you keep backups taken when it was in use)", k.ID))
+		case k.Values > 0 && k.Node == "decrypt":
+			notes = append(notes, fmt.Sprintf("%s: still needed until %s; keep it in every node's key file", k.ID, k.NeededUntil))
+		}
+	}
+	tw.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(w, n)
+	}
+	fmt.Fprintln(w, "VALUES counts encrypted responses and correlation ids written into buckets not dropped yet (an upper bound on the records that need the key).")
+}
+
+// loadKeyFile reads --encryption-key-file ("" means no encryption) and
+// warns when the file is readable by others.
+func loadKeyFile(path string, log *slog.Logger) (*raftfsm.Keyring, error) {
+	if path == "" {
+		return nil, nil
+	}
+	kr, err := raftfsm.LoadKeyring(path)
+	if err != nil {
+		return nil, fmt.Errorf("--encryption-key-file: %w", err)
+	}
+	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
+		log.Warn("--encryption-key-file is readable by other users: make it mode 0600, owned by the user idem runs as", "path", path, "mode", st.Mode().Perm().String())
+	}
+	return kr, nil
+}
