@@ -56,6 +56,7 @@ type cliCmd struct {
 	addr, authToken, tokenFile string
 	principal, endpoint, key   string
 	timeout                    time.Duration
+	tls                        *clientTLSFlags
 
 	problems []string // usage problems found after parsing
 }
@@ -77,6 +78,7 @@ func newCLICmd(name, synopsis string, stdout, stderr io.Writer) *cliCmd {
 	c.fs.StringVar(&c.endpoint, "endpoint", "", "operation the key belongs to, e.g. 'POST /payments' (required)")
 	c.fs.StringVar(&c.key, "key", "", "idempotency key, printable ASCII (required)")
 	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up when the server has not answered within this `duration` (0: never)")
+	c.tls = addClientTLSFlags(c.fs)
 	return c
 }
 
@@ -186,7 +188,11 @@ func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Clie
 	if token != "" {
 		opts = append(opts, client.WithToken(token))
 	}
-	cl, err := client.New(c.addr, opts...)
+	tlsOpts, err := c.tls.options()
+	if err != nil {
+		return c.usageError(err.Error())
+	}
+	cl, err := client.New(c.addr, append(opts, tlsOpts...)...)
 	if err != nil {
 		return c.usageError("--addr: " + err.Error())
 	}

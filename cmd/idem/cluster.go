@@ -51,6 +51,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	force := fs.Bool("force", false, "make the change even if it leaves the cluster without a quorum of healthy voters (join, remove)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer instead of a table or sentence")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
+	tlsFlags := addClientTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), clusterUsage)
 		fs.PrintDefaults()
@@ -78,7 +79,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *token != "" {
 		opts = append(opts, client.WithToken(*token))
 	}
-	cl, err := client.New(*addr, opts...)
+	tlsOpts, err := tlsFlags.options()
+	if err != nil {
+		fmt.Fprintf(stderr, "idem cluster: %v\n", err)
+		return 2
+	}
+	cl, err := client.New(*addr, append(opts, tlsOpts...)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "idem cluster: --addr: %v\n", err)
 		return 2

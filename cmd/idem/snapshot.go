@@ -47,6 +47,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "save: HTTP address of any node (env IDEM_ADDR)")
 	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "save: bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
 	force := fs.Bool("force", false, "save: replace FILE if it exists")
+	tlsFlags := addClientTLSFlags(fs)
 	asJSON := fs.Bool("json", false, "inspect: print the header and counts as JSON")
 	dataDir := fs.String("data-dir", "", "restore: the data dir to create (absent or empty)")
 	nodeID := fs.String("node-id", "", "restore: id of the node that will serve DIR")
@@ -86,7 +87,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	file := files[0]
 	switch sub {
 	case "save":
-		return snapshotSave(ctx, file, *addr, *token, *force, stdout, stderr)
+		return snapshotSave(ctx, file, *addr, *token, *force, tlsFlags, stdout, stderr)
 	case "inspect":
 		return snapshotInspect(file, *asJSON, stdout, stderr)
 	default:
@@ -111,7 +112,7 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func snapshotSave(ctx context.Context, file, addr, token string, force bool, stdout, stderr io.Writer) int {
+func snapshotSave(ctx context.Context, file, addr, token string, force bool, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
 	const name = "idem snapshot save"
 	if _, err := os.Lstat(file); err == nil && !force {
 		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
@@ -122,8 +123,16 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, std
 		fmt.Fprintf(stderr, "%s: --addr is empty\n", name)
 		return 2
 	}
+	tlsCfg, err := tlsFlags.config()
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
 	if !strings.Contains(base, "://") {
 		base = "http://" + base
+		if tlsCfg != nil {
+			base = "https://" + strings.TrimPrefix(base, "http://")
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/admin/snapshot", nil)
 	if err != nil {
@@ -137,6 +146,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, std
 		Proxy:                 http.ProxyFromEnvironment,
 		DialContext:           (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
 		ResponseHeaderTimeout: time.Minute,
+		TLSClientConfig:       tlsCfg,
 	}}
 	resp, err := hc.Do(req)
 	if err != nil {
