@@ -248,9 +248,50 @@ func membershipProblem(err error) *problem {
 	return p
 }
 
+// codeNoTransferTarget: a leadership transfer with no other voter to take it.
+const codeNoTransferTarget = "no_transfer_target"
+
 func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
-	if s.onLeader(w, r, nil, s.store.TransferLeadership) != nil {
+	var refused *problem
+	if s.onLeader(w, r, nil, func() error {
+		if !s.store.IsLeader() {
+			return s.store.TransferLeadership() // not the leader: forwarded
+		}
+		if refused = s.noTransferTarget(); refused != nil {
+			return nil
+		}
+		if err := s.store.TransferLeadership(); err != nil {
+			s.log.Error("leadership transfer failed", "error", err)
+			return err
+		}
+		return nil
+	}) != nil {
 		return
 	}
+	if refused != nil {
+		writeProblem(w, refused)
+		return
+	}
+	s.log.Info("leadership transferred on request")
 	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "transferred"})
+}
+
+// noTransferTarget refuses a transfer when no other voter could take the
+// leadership (a one-node cluster, or only non-voters besides the leader):
+// raft would only fail it.
+func (s *Server) noTransferTarget() *problem {
+	st, err := s.store.Status()
+	if err != nil {
+		return nil // let the transfer itself say what is wrong
+	}
+	for _, m := range st.Nodes {
+		if m.ID != st.Self.ID && strings.EqualFold(m.Suffrage, "voter") {
+			return nil
+		}
+	}
+	detail := fmt.Sprintf("%s is the only voter of this cluster: there is no other voter to hand the leadership to; join another node first (it becomes a voter once it has caught up)", st.Self.ID)
+	s.log.Warn("leadership transfer refused", "reason", "no other voter")
+	p := newProblem(http.StatusConflict, codeNoTransferTarget, detail)
+	p.Title = "No other voter to take the leadership"
+	return p
 }
