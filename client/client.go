@@ -159,6 +159,9 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	if len(raw) > maxAnswerBytes {
 		return nil, fmt.Errorf("%w of %s %s: larger than %d bytes", ErrBadAnswer, method, path, maxAnswerBytes)
 	}
+	if err := c.plainToHTTPS(resp.StatusCode, raw); err != nil {
+		return nil, err
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, newProblem(resp, raw, time.Now())
 	}

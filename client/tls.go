@@ -1,10 +1,12 @@
 package client
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 )
 
@@ -65,6 +67,16 @@ func (c *Client) applyTLS(addr string, explicit bool) error {
 		c.base.Scheme = "https"
 	case c.base.Scheme != "https":
 		return fmt.Errorf("%w %q: TLS settings given (--ca-file) for an http:// address: use https://", ErrAddress, addr)
+	}
+	return nil
+}
+
+// plainToHTTPS turns Go's answer to plain HTTP sent to an HTTPS port into
+// an error that says what to do, rather than a 400 without a code.
+func (c *Client) plainToHTTPS(status int, raw []byte) error {
+	if c.base.Scheme == "http" && status == http.StatusBadRequest &&
+		bytes.HasPrefix(raw, []byte("Client sent an HTTP request to an HTTPS server")) {
+		return fmt.Errorf("%w %s: the node speaks HTTPS: use https:// and its CA (WithTLS; the CLI's --ca-file)", ErrAddress, c.base)
 	}
 	return nil
 }

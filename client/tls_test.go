@@ -48,8 +48,8 @@ func TestTLSClientVerifiesAgainstCAFile(t *testing.T) {
 		t.Fatalf("without the CA the certificate must not verify, got %v", err)
 	}
 	plain, _ := New(hostPort)
-	if _, err := plain.Do(ctx, http.MethodGet, "/healthz", nil, nil); err == nil {
-		t.Fatal("plain HTTP to a TLS server must fail")
+	if _, err := plain.Do(ctx, http.MethodGet, "/healthz", nil, nil); !errors.Is(err, ErrAddress) || !strings.Contains(err.Error(), "speaks HTTPS") {
+		t.Fatalf("plain HTTP to a TLS server must fail saying it speaks HTTPS, got %v", err)
 	}
 	if _, err := New("http://"+hostPort, WithTLS(cfg)); !errors.Is(err, ErrAddress) {
 		t.Fatalf("TLS with an http:// address must be refused, got %v", err)
