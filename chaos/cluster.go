@@ -423,7 +423,7 @@ func (c *Cluster) WaitReady(ctx context.Context, nodes []*Node, timeout time.Dur
 				break
 			}
 			if !n.Running() {
-				return fmt.Errorf("chaos: %s exited: %s", n.ID, tailLog(n.LogPath, 4))
+				return fmt.Errorf("chaos: %s is not running: %s", n.ID, n.exitTail())
 			}
 			if time.Now().After(deadline) || ctx.Err() != nil {
 				return fmt.Errorf("chaos: %s not ready within %s: %v", n.ID, timeout, err)
@@ -494,14 +494,4 @@ func (c *Cluster) WaitApplied(ctx context.Context, n *Node, index uint64, timeou
 		}
 		sleep(ctx, 100*time.Millisecond)
 	}
-}
-
-// tailLog is the last lines of a node's log, on one line.
-func tailLog(path string, lines int) string {
-	b, _ := os.ReadFile(path)
-	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(ls) > lines {
-		ls = ls[len(ls)-lines:]
-	}
-	return strings.Join(ls, " | ")
 }

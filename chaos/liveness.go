@@ -257,34 +257,59 @@ func (m *Monitor) Settle(ctx context.Context, since int64, bound time.Duration) 
 	}
 }
 
-// exitTail is how the node's process ended and its last log lines, on one
-// line (read from the end of the log, which can be large).
+// exitTail is what the node's process said last and how it exited, on one
+// line: the warnings and errors of its latest run (read from the end of
+// its log, which can be large) and the harness's "exited" line.
 func (n *Node) exitTail() string {
 	f, err := os.Open(n.LogPath)
 	if err != nil {
 		return "no log"
 	}
 	defer f.Close()
-	const tail = 4096
+	const tail = 16 << 10
 	if st, err := f.Stat(); err == nil && st.Size() > tail {
 		f.Seek(st.Size()-tail, io.SeekStart)
 	}
 	b, _ := io.ReadAll(f)
-	ls := strings.Split(strings.TrimSpace(string(b)), "\n")
-	// The last "=== chaos" line says how it exited; the lines before it are
-	// the node's own last words.
-	var keep []string
-	for i := len(ls) - 1; i >= 0 && len(keep) < 3; i-- {
-		l := strings.TrimSpace(ls[i])
-		if l == "" || strings.Contains(l, "level=INFO") || strings.Contains(l, "level=DEBUG") ||
-			strings.Contains(l, "failed to heartbeat") || strings.Contains(l, "failed to appendEntries") {
-			continue
+	return lastWords(string(b))
+}
+
+// lastWords picks from a node's log the lines that say why its latest run
+// ended: after the harness's last start line, no info, debug or raft
+// chatter, at most two of them, then how the process exited.
+func lastWords(log string) string {
+	ls := strings.Split(strings.TrimSpace(log), "\n")
+	for i := len(ls) - 1; i >= 0; i-- {
+		if strings.HasPrefix(ls[i], "=== chaos ") && strings.Contains(ls[i], ": start ") {
+			ls = ls[i+1:]
+			break
 		}
-		keep = append([]string{l}, keep...)
 	}
-	s := strings.Join(keep, " | ")
-	if len(s) > 600 {
-		s = "…" + s[len(s)-600:]
+	var said []string
+	exited := ""
+	for _, l := range ls {
+		l = strings.TrimSpace(l)
+		switch {
+		case l == "", strings.Contains(l, "level=INFO"), strings.Contains(l, "level=DEBUG"),
+			strings.Contains(l, "component=raft"):
+		case strings.HasPrefix(l, "=== chaos ") && strings.Contains(l, ": exited: "):
+			exited = "exited: " + l[strings.Index(l, ": exited: ")+len(": exited: "):]
+		default:
+			said = append(said, l)
+		}
+	}
+	if len(said) > 2 {
+		said = said[len(said)-2:]
+	}
+	if exited != "" {
+		said = append(said, exited)
+	}
+	s := strings.Join(said, " | ")
+	if len(s) > 700 {
+		s = "…" + s[len(s)-700:]
+	}
+	if s == "" {
+		return "nothing in its log"
 	}
 	return s
 }

@@ -143,3 +143,21 @@ func TestWindowsRunFromStartToHeal(t *testing.T) {
 	})
 	require.Equal(t, []Window{{Label: "kill", Start: 1, End: 5}, {Label: "pause", Start: 10, End: 12}}, ws)
 }
+
+// The summary shows why a node is down in one line: its own last words of
+// its latest run, not the raft chatter or an earlier run's.
+func TestLastWordsOfALogShowWhyTheNodeStopped(t *testing.T) {
+	log := `=== chaos 2026-11-30T20:41:00Z: start /tmp/idem serve --node-id n2
+time=2026-11-30T20:41:00Z level=INFO msg="listening"
+time=2026-11-30T20:41:10Z level=ERROR msg="an earlier run's error"
+=== chaos 2026-11-30T20:41:20Z: exited: signal: terminated
+
+=== chaos 2026-11-30T20:41:21Z: start /tmp/idem serve --node-id n2 --snapshot-threshold 1
+time=2026-11-30T20:41:21.240Z level=INFO msg="no --auth-file: the API is open to anyone who can reach the loopback address"
+time=2026-11-30T20:41:21.250Z level=ERROR msg="raft: failed to heartbeat to" component=raft peer=127.0.0.1:17071
+idem serve: raftfsm: the state in n2/fsm (applied index 328) is older than the raft log's snapshot 3-329 (index 329). Remove the whole data dir and join the node again
+=== chaos 2026-11-30T20:41:21.33Z: exited: exit status 1
+`
+	require.Equal(t, "idem serve: raftfsm: the state in n2/fsm (applied index 328) is older than the raft log's snapshot 3-329 (index 329). Remove the whole data dir and join the node again | exited: exit status 1", lastWords(log))
+	require.Equal(t, "nothing in its log", lastWords("=== chaos x: start idem serve\ntime=1 level=INFO msg=up\n"))
+}
