@@ -247,9 +247,12 @@ func TestRotationAndTurningEncryptionOn(t *testing.T) {
 		use[u.ID] = u.Values
 		require.Positive(t, u.UntilMs)
 	}
-	// A response and a correlation id under each key, and under k1 the
-	// repeated complete too: counts are of writes, an upper bound.
-	require.Equal(t, map[string]uint64{"k1": 3, "k2": 2}, use)
+	// A response and a correlation id under each key. The repeated
+	// complete under k1 counts again if it reached the log (counts are of
+	// writes, an upper bound), not if the leader answered it from state.
+	require.Equal(t, uint64(2), use["k2"])
+	require.Contains(t, []uint64{2, 3}, use["k1"])
+	require.Len(t, use, 2)
 
 	// Without k1 the node refuses to start and names it; nothing changed.
 	cfg := n.cfg
@@ -338,3 +341,25 @@ func TestKeyUseLeavesWithItsBuckets(t *testing.T) {
 type nopCloser struct{ *bytes.Buffer }
 
 func (nopCloser) Close() error { return nil }
+
+// The CPU a sealed value costs the leader (seal) and a reader (open), for
+// a response like idem bench's (256-byte body, one header).
+func BenchmarkSealResponse256(b *testing.B) {
+	kr := testRing(b, "k1")
+	r := &engine.Response{Status: 201, ContentType: "application/json", Headers: map[string]string{"Location": "/p/1"}, Body: bytes.Repeat([]byte("x"), 256)}
+	b.ReportAllocs()
+	for b.Loop() {
+		kr.sealResponse("cus_1", "key-000001", r)
+	}
+}
+
+func BenchmarkOpenResponse256(b *testing.B) {
+	kr := testRing(b, "k1")
+	r := kr.sealResponse("cus_1", "key-000001", &engine.Response{Status: 201, ContentType: "application/json", Headers: map[string]string{"Location": "/p/1"}, Body: bytes.Repeat([]byte("x"), 256)})
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := kr.openResponse("cus_1", "key-000001", r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

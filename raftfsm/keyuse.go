@@ -67,7 +67,15 @@ func (k *keyUse) load(db *engine.DB) error {
 	}
 	k.mu.Lock()
 	k.m = m
+	onNew := k.onNew
 	k.mu.Unlock()
+	// A state restored from a snapshot may bring key ids this node has
+	// never seen: say so now, not at the first read that fails.
+	if onNew != nil {
+		for _, u := range k.usage(1) {
+			onNew(u.ID)
+		}
+	}
 	return nil
 }
 
