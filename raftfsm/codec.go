@@ -14,7 +14,7 @@ import (
 // apply path, where JSON cost a sixth of the time. The format:
 //
 //	byte codecV1, byte op, varint now, varint width, then by op:
-//	claim:    flags, principal, endpoint, key, fingerprint, claim_id, correlation_id, varint lease, retention, max keys
+//	claim:    flags, principal, endpoint, key, fingerprint, claim_id, correlation_id, varint lease, retention, max keys[, max principals]
 //	complete: target, response (uvarint status, content type, uvarint n, n×(name, value) sorted, body)
 //	release:  target
 //	extend:   target, varint lease
@@ -27,6 +27,11 @@ import (
 // uvarint length + bytes; flags bit 0 is principal scope. Entries written as
 // JSON (a leading '{') by earlier builds still decode.
 const codecV1 = 0x01
+
+// flagMaxPrincipals (claim flags bit 1) says a varint max principals ends
+// the claim; entries written before the bound existed lack it and decode
+// as unlimited.
+const flagMaxPrincipals = 0x02
 
 var errShort = errors.New("truncated")
 
@@ -45,13 +50,20 @@ func (c *Command) Encode() ([]byte, error) {
 		if a == nil {
 			return nil, missing("claim")
 		}
-		b = append(b, flags(a.PrincipalScope))
+		fl := flags(a.PrincipalScope)
+		if a.MaxPrincipals != 0 {
+			fl |= flagMaxPrincipals
+		}
+		b = append(b, fl)
 		for _, s := range [...]string{a.Scope.Principal, a.Scope.Endpoint, a.Scope.Key, a.Fingerprint, a.ClaimID, a.CorrelationID} {
 			b = appendStr(b, s)
 		}
 		b = binary.AppendVarint(b, a.LeaseMs)
 		b = binary.AppendVarint(b, a.RetentionMs)
 		b = binary.AppendVarint(b, a.MaxKeys)
+		if a.MaxPrincipals != 0 {
+			b = binary.AppendVarint(b, a.MaxPrincipals)
+		}
 	case OpComplete:
 		if c.Target == nil || c.Response == nil {
 			return nil, missing("target and response")
@@ -120,11 +132,15 @@ func DecodeCommand(b []byte) (*Command, error) {
 	c.WidthMs = d.varint()
 	switch c.Op {
 	case OpClaim:
-		a := &engine.ClaimArgs{PrincipalScope: d.byte()&1 == 1}
+		fl := d.byte()
+		a := &engine.ClaimArgs{PrincipalScope: fl&1 == 1}
 		for _, s := range [...]*string{&a.Scope.Principal, &a.Scope.Endpoint, &a.Scope.Key, &a.Fingerprint, &a.ClaimID, &a.CorrelationID} {
 			*s = d.str()
 		}
 		a.LeaseMs, a.RetentionMs, a.MaxKeys = d.varint(), d.varint(), d.varint()
+		if fl&flagMaxPrincipals != 0 {
+			a.MaxPrincipals = d.varint()
+		}
 		c.Claim = a
 	case OpComplete:
 		c.Target = d.target()

@@ -399,11 +399,13 @@ func mapRaftError(err error) error {
 	return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 }
 
-// Claim decides a claim.
+// Claim decides a claim. What the applied state already refuses (or
+// replays) is answered without a log entry (precheck.go), as are the
+// refusals of Complete, Release, Extend and Delete.
 func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	start := time.Now()
 	n.sealClaim(&a)
-	r, err := n.propose(&Command{Op: OpClaim, Claim: &a})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a})
 	if err != nil {
 		return engine.Result{}, 0, err
 	}
@@ -418,7 +420,7 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 
 // Complete stores the response of the attempt holding the token.
 func (n *Node) Complete(t engine.TokenArgs, resp *engine.Response) (engine.Result, error) {
-	r, err := n.propose(&Command{Op: OpComplete, Target: &t, Response: n.sealComplete(t, resp)})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpComplete, Target: &t, Response: n.sealComplete(t, resp)})
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -428,7 +430,7 @@ func (n *Node) Complete(t engine.TokenArgs, resp *engine.Response) (engine.Resul
 
 // Release marks the attempt holding the token failed.
 func (n *Node) Release(t engine.TokenArgs) (engine.Result, error) {
-	r, err := n.propose(&Command{Op: OpRelease, Target: &t})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpRelease, Target: &t})
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -438,7 +440,7 @@ func (n *Node) Release(t engine.TokenArgs) (engine.Result, error) {
 
 // Extend moves the lease of the attempt holding the token.
 func (n *Node) Extend(t engine.TokenArgs, leaseMs int64) (engine.Result, error) {
-	r, err := n.propose(&Command{Op: OpExtend, Target: &t, LeaseMs: leaseMs})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpExtend, Target: &t, LeaseMs: leaseMs})
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -448,7 +450,7 @@ func (n *Node) Extend(t engine.TokenArgs, leaseMs int64) (engine.Result, error) 
 
 // Delete evicts a record.
 func (n *Node) Delete(s engine.Scope, principalScope bool) (engine.Result, error) {
-	r, err := n.propose(&Command{Op: OpDelete, Target: &engine.TokenArgs{Scope: s, PrincipalScope: principalScope}})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpDelete, Target: &engine.TokenArgs{Scope: s, PrincipalScope: principalScope}})
 	if err != nil {
 		return engine.Result{}, err
 	}
