@@ -199,13 +199,14 @@ func (t *TLS) raftClientConfig(host string) *tls.Config {
 
 // requireNodeCert refuses a verified peer whose certificate is not a
 // node's: `idem tls cert` gives nodes server and client use, operators'
-// certificates client use only.
+// certificates client use only. (A certificate without extended key
+// usage is good for any use, as x509 has it.)
 func requireNodeCert(cs tls.ConnectionState) error {
 	if len(cs.PeerCertificates) == 0 {
 		return errors.New("raftfsm: raft peer presented no certificate")
 	}
 	leaf := cs.PeerCertificates[0]
-	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
+	if len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
 		return fmt.Errorf("raftfsm: raft peer's certificate %q is not a node certificate (no server use)", leaf.Subject.CommonName)
 	}
 	return nil
