@@ -90,17 +90,17 @@ func (s *Server) mergeLeaderHealth(ctx context.Context, st *raftfsm.Status) {
 // peerStatus is GET /v1/cluster on another node, marked as coming from a
 // node so that it answers its own view without asking anyone else.
 func (f *forwarder) peerStatus(ctx context.Context, addr string) (raftfsm.Status, error) {
-	return peerStatus(ctx, f.client, addr, f.s.cfg.AuthTokens, f.s.store.Self().ID)
+	return peerStatus(ctx, f.client, addr, f.s.cfg.NodeToken, f.s.store.Self().ID)
 }
 
-func peerStatus(ctx context.Context, c *http.Client, addr string, tokens []string, self string) (raftfsm.Status, error) {
+func peerStatus(ctx context.Context, c *http.Client, addr string, token string, self string) (raftfsm.Status, error) {
 	var st raftfsm.Status
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/cluster", nil)
 	if err != nil {
 		return st, err
 	}
-	if len(tokens) > 0 {
-		req.Header.Set("Authorization", "Bearer "+tokens[0])
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	req.Header.Set(forwardedHeader, self)
 	resp, err := c.Do(req)
@@ -118,9 +118,10 @@ func peerStatus(ctx context.Context, c *http.Client, addr string, tokens []strin
 }
 
 // NewPeerProbe returns how a leader measures the other members (see
-// raftfsm.Node.SetPeerProbe): their GET /v1/cluster, with the first of
-// tokens when the nodes require one, and selfID as the asking node.
-func NewPeerProbe(tokens []string, selfID string) raftfsm.PeerProbe {
+// raftfsm.Node.SetPeerProbe): their GET /v1/cluster, with the node's own
+// token (Config.NodeToken) when the nodes require one, and selfID as the
+// asking node.
+func NewPeerProbe(token string, selfID string) raftfsm.PeerProbe {
 	c := &http.Client{Transport: &http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
@@ -128,7 +129,7 @@ func NewPeerProbe(tokens []string, selfID string) raftfsm.PeerProbe {
 		IdleConnTimeout:     90 * time.Second,
 	}}
 	return func(ctx context.Context, addr string) (raftfsm.Status, error) {
-		return peerStatus(ctx, c, addr, tokens, selfID)
+		return peerStatus(ctx, c, addr, token, selfID)
 	}
 }
 

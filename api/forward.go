@@ -165,8 +165,8 @@ func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, erro
 	if err != nil {
 		return 0, err
 	}
-	if len(f.s.cfg.AuthTokens) > 0 {
-		req.Header.Set("Authorization", "Bearer "+f.s.cfg.AuthTokens[0])
+	if t := f.s.cfg.NodeToken; t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
 	}
 	req.Header.Set(forwardedHeader, f.s.store.Self().ID)
 	resp, err := f.client.Do(req)

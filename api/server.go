@@ -1,7 +1,6 @@
 package api
 
 import (
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,9 +22,17 @@ type Config struct {
 	BucketWidth    time.Duration
 	PrincipalScope bool // --scope principal: the endpoint is not part of uniqueness
 	Limits         Limits
-	// AuthTokens, when non-empty, are the bearer tokens accepted on every
-	// route but /healthz and /readyz.
+	// Auth, when set, holds the credentials (auth.go) every route but
+	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
+	Auth *Auth
+	// AuthTokens are plain bearer tokens, each an admin token (the old auth
+	// file format): used when Auth is nil.
 	AuthTokens []string
+	// NodeToken is the bearer token this node sends on its own calls to
+	// other nodes (a follower's readiness check, health measurements); it
+	// must be an admin token of the other nodes. Default: the first plain
+	// token of an old-format file.
+	NodeToken string
 	// LeaderWait is how long a request waits for a leader during an
 	// election before answering 503.
 	LeaderWait time.Duration
@@ -51,24 +58,26 @@ func New(store Store, cfg Config) *Server {
 		cfg.LeaderWait = 3 * time.Second
 	}
 	s := &Server{cfg: cfg, store: store, log: cfg.Logger, mux: http.NewServeMux()}
+	s.setupAuth()
 	s.fwd = newForwarder(s)
-	s.route("/v1/claim", http.MethodPost, s.auth(s.handleClaim))
-	s.route("/v1/complete", http.MethodPost, s.auth(s.handleComplete))
-	s.route("/v1/release", http.MethodPost, s.auth(s.handleRelease))
-	s.route("/v1/extend", http.MethodPost, s.auth(s.handleExtend))
-	s.mux.HandleFunc("/v1/records", s.auth(s.handleRecords))
-	s.route("/v1/config", http.MethodGet, s.auth(s.handleConfig))
-	s.route("/v1/cluster", http.MethodGet, s.auth(s.handleCluster))
-	s.route("/v1/cluster/join", http.MethodPost, s.auth(s.handleJoin))
-	s.route("/v1/cluster/remove", http.MethodPost, s.auth(s.handleRemove))
-	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.auth(s.handleTransfer))
-	s.route("/v1/admin/state", http.MethodGet, s.auth(s.handleState))
-	s.route("/v1/admin/snapshot", http.MethodGet, s.auth(s.handleSnapshot))
+	// Who may call what: auth.go and the role table of docs/API.md.
+	s.route("/v1/claim", http.MethodPost, s.app(s.handleClaim))
+	s.route("/v1/complete", http.MethodPost, s.app(s.handleComplete))
+	s.route("/v1/release", http.MethodPost, s.app(s.handleRelease))
+	s.route("/v1/extend", http.MethodPost, s.app(s.handleExtend))
+	s.mux.HandleFunc("/v1/records", s.records(s.handleRecords))
+	s.route("/v1/config", http.MethodGet, s.operator(s.handleConfig))
+	s.route("/v1/cluster", http.MethodGet, s.operator(s.handleCluster))
+	s.route("/v1/cluster/join", http.MethodPost, s.admin(s.handleJoin))
+	s.route("/v1/cluster/remove", http.MethodPost, s.admin(s.handleRemove))
+	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.admin(s.handleTransfer))
+	s.route("/v1/admin/state", http.MethodGet, s.admin(s.handleState))
+	s.route("/v1/admin/snapshot", http.MethodGet, s.admin(s.handleSnapshot))
 	s.route("/healthz", http.MethodGet, s.handleHealthz)
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
 		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
-		s.route("/metrics", http.MethodGet, s.auth(metrics.ServeHTTP))
+		s.route("/metrics", http.MethodGet, s.operator(metrics.ServeHTTP))
 	}
 	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
@@ -90,31 +99,6 @@ func (s *Server) route(path, method string, h http.HandlerFunc) {
 		}
 		h(w, r)
 	})
-}
-
-func (s *Server) auth(h http.HandlerFunc) http.HandlerFunc {
-	if len(s.cfg.AuthTokens) == 0 {
-		return h
-	}
-	return func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if ok && s.tokenOK(got) {
-			h(w, r)
-			return
-		}
-		w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
-		writeProblem(w, newProblem(http.StatusUnauthorized, codeUnauthorized, "a valid Authorization: Bearer token is required"))
-	}
-}
-
-func (s *Server) tokenOK(got string) bool {
-	ok := false
-	for _, t := range s.cfg.AuthTokens {
-		if subtle.ConstantTimeCompare([]byte(got), []byte(t)) == 1 {
-			ok = true
-		}
-	}
-	return ok
 }
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {

@@ -33,13 +33,11 @@ import (
 //     record them when they are missing or changed.
 //
 // It also gives the node the means to measure its peers' health whenever
-// it leads (their GET /v1/cluster).
-func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, tokens []string, log *slog.Logger) {
-	node.SetPeerProbe(api.NewPeerProbe(tokens, c.nodeID))
-	m := &member{node: node, c: c, log: log, client: &http.Client{Timeout: 5 * time.Second}}
-	if len(tokens) > 0 {
-		m.token = tokens[0]
-	}
+// it leads (their GET /v1/cluster). Every call carries nodeToken, the
+// node's own admin credential (--node-token-file), when it has one.
+func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeToken string, log *slog.Logger) {
+	node.SetPeerProbe(api.NewPeerProbe(nodeToken, c.nodeID))
+	m := &member{node: node, c: c, log: log, client: &http.Client{Timeout: 5 * time.Second}, token: nodeToken}
 	// The scope goes along so that the cluster refuses a node that would
 	// scope keys differently from it.
 	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope})

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -38,7 +37,7 @@ type serveConfig struct {
 	retention, bucketWidth, lease   time.Duration
 	allowShortRetention             bool
 	scope                           string
-	authFile                        string
+	authFile, nodeTokenFile         string
 	insecure                        bool
 	logLevel, logFormat             string
 	limits                          api.Limits
@@ -69,7 +68,8 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.bucketWidth, "bucket-width", d.BucketWidth, "width of the time buckets expiry drops whole; fixed when the data dir is created")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "default lease of a claim when the request has no lease_ms")
 	fs.StringVar(&c.scope, "scope", "endpoint", "uniqueness scope: endpoint (principal+endpoint+key) or principal (principal+key); fixed when the data dir is created")
-	fs.StringVar(&c.authFile, "auth-file", "", "file of bearer tokens, one per line; when set every route but /healthz and /readyz needs one")
+	fs.StringVar(&c.authFile, "auth-file", "", "JSON file of hashed bearer tokens with roles (app, operator, admin; see idem token); when set every route but /healthz and /readyz needs a token. Reloaded on SIGHUP. A file of plain tokens, one per line, still works: each is an admin token")
+	fs.StringVar(&c.nodeTokenFile, "node-token-file", "", "file holding this node's own bearer token (one line), sent on its calls to other nodes (join, health, readiness); its SHA-256 must be an admin entry of --auth-file")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback address without --auth-file")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -90,7 +90,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.encryptionKeyFile, "encryption-key-file", "", `JSON {"keys":[{"id":"k2","key":"<base64 of 32 bytes>"},...]}: stored responses and correlation ids are encrypted (AES-256-GCM) with the first key; the others only decrypt older records (idem keys --help)`)
 	fs.Uint64Var(&c.minFreeDisk, "min-free-disk", d.MinFreeDisk, "free bytes the data dir's disk keeps: below it the leader refuses writes with 507 storage_full; a ballast file of a quarter of it is kept in the data dir and removed when the disk fills (0 turns both off)")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
-	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; no auth)")
+	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
 	return c
@@ -285,28 +285,6 @@ func fixedSettings(c *serveConfig, set map[string]bool) error {
 	return nil
 }
 
-func readAuthFile(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("--auth-file: %w", err)
-	}
-	defer f.Close()
-	var tokens []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if t := strings.TrimSpace(sc.Text()); t != "" && !strings.HasPrefix(t, "#") {
-			tokens = append(tokens, t)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("--auth-file: %w", err)
-	}
-	if len(tokens) == 0 {
-		return nil, fmt.Errorf("--auth-file %s holds no token", path)
-	}
-	return tokens, nil
-}
-
 func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
@@ -325,18 +303,16 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if err != nil {
 		return err
 	}
-	var tokens []string
-	if c.authFile != "" {
-		var err error
-		if tokens, err = readAuthFile(c.authFile); err != nil {
-			return err
-		}
-	} else if !isLoopback(c.httpAddr) {
+	auth, nodeToken, err := loadAuth(c, log) // token.go
+	if err != nil {
+		return err
+	}
+	if auth == nil && !isLoopback(c.httpAddr) {
 		if !c.insecure {
 			return fmt.Errorf("refusing to listen on non-loopback --http-addr %s without --auth-file; pass --insecure to do it anyway", c.httpAddr)
 		}
 		log.Warn("serving without authentication on a non-loopback address (--insecure)", "http-addr", c.httpAddr)
-	} else {
+	} else if auth == nil {
 		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
 	}
 	if err := fixedSettings(c, set); err != nil {
@@ -391,14 +367,14 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
-		PrincipalScope: c.scope == "principal", Limits: c.limits, AuthTokens: tokens,
+		PrincipalScope: c.scope == "principal", Limits: c.limits, Auth: auth, NodeToken: nodeToken,
 		Logger: log, Gatherer: reg,
 	})
 	var handler http.Handler = srv
 	if c.pprof {
 		mux := http.NewServeMux()
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.Handle("/debug/pprof/", srv.Admin(http.HandlerFunc(pprof.Index)))
+		mux.Handle("/debug/pprof/profile", srv.Admin(http.HandlerFunc(pprof.Profile)))
 		mux.Handle("/", srv)
 		handler = mux
 	}
@@ -409,7 +385,10 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", c.retention.String(), "bucket-width", c.bucketWidth.String(),
 		"scope", c.scope, "version", version)
-	go membership(ctx, node, c, tokens, log)
+	go membership(ctx, node, c, nodeToken, log)
+	if auth != nil {
+		go reloadAuthOnHUP(ctx, c.authFile, auth, nodeToken, log)
+	}
 
 	select {
 	case <-ctx.Done():

@@ -1,0 +1,471 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// Authentication and roles. With an auth file every route but /healthz and
+// /readyz needs "Authorization: Bearer <token>" (the scheme in any case).
+// A missing or unknown token is 401; a known token outside its role or its
+// principals is 403 forbidden. Both are decided before anything is read
+// from the store, so a refusal writes nothing and says nothing of whether
+// a record exists. A refusal decided from the headers alone is sent before
+// the body is read, with Connection: close, and the connection is not kept
+// to drain the body: a client sending a slow body without credentials
+// holds nothing.
+//
+// The file is JSON, tokens stored only as the hex SHA-256 of the token:
+//
+//	{"tokens":[{"name":"payments-api","sha256":"<hex>","role":"app","principals":["cus_*"]},
+//	           {"name":"oncall","sha256":"<hex>","role":"operator"},
+//	           {"name":"deploy","sha256":"<hex>","role":"admin"}]}
+//
+// An older file of one plain token per line still works: each is an admin
+// token. docs/SECURITY.md says how to make, store and rotate tokens.
+
+// Role is what a credential may do; each role may do everything the roles
+// below it may.
+type Role int
+
+// The roles, from least to most.
+const (
+	// RoleApp may claim, complete, release, extend and look up records of
+	// the principals its patterns match.
+	RoleApp Role = iota + 1
+	// RoleOperator may do what an app may for every principal, evict
+	// records, and read /metrics, /v1/config and GET /v1/cluster.
+	RoleOperator
+	// RoleAdmin may do everything: membership, leadership transfer,
+	// /v1/admin/* (state hash, snapshots) and /debug/pprof.
+	RoleAdmin
+)
+
+var roleNames = map[Role]string{RoleApp: "app", RoleOperator: "operator", RoleAdmin: "admin"}
+
+func (r Role) String() string {
+	if n, ok := roleNames[r]; ok {
+		return n
+	}
+	return fmt.Sprintf("role(%d)", int(r))
+}
+
+// ParseRole reads a role name: app, operator or admin.
+func ParseRole(s string) (Role, error) {
+	for r, n := range roleNames {
+		if n == s {
+			return r, nil
+		}
+	}
+	return 0, fmt.Errorf("api: unknown role %q (want app, operator or admin)", s)
+}
+
+// Credential is one token of the auth file.
+type Credential struct {
+	Name string
+	Role Role
+	// Principals limits an app token: exact principal names, or a prefix
+	// ending in '*' ("cus_*"; "*" alone matches every principal).
+	Principals []string
+	hash       [sha256.Size]byte
+}
+
+// Allows reports whether c may act for principal.
+func (c *Credential) Allows(principal string) bool {
+	if c.Role != RoleApp {
+		return true
+	}
+	for _, p := range c.Principals {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(principal, prefix) {
+				return true
+			}
+		} else if p == principal {
+			return true
+		}
+	}
+	return false
+}
+
+// Credentials are the tokens of one auth file. They never change: a reload
+// makes new ones and swaps them in (Auth).
+type Credentials struct {
+	list []Credential
+	// legacy holds the plain tokens of an old-format file, in file order.
+	legacy []string
+}
+
+// HashToken returns the hex SHA-256 of a token: what the auth file stores.
+func HashToken(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// LegacyCredentials are plain tokens, each an admin token (the old auth
+// file format, and tests).
+func LegacyCredentials(tokens []string) *Credentials {
+	c := &Credentials{legacy: slices.Clone(tokens)}
+	for i, t := range tokens {
+		c.list = append(c.list, Credential{Name: fmt.Sprintf("line-%d", i+1), Role: RoleAdmin, hash: sha256.Sum256([]byte(t))})
+	}
+	return c
+}
+
+// Legacy reports whether the credentials come from an old-format file.
+func (c *Credentials) Legacy() bool { return c.legacy != nil }
+
+// List returns the tokens (names, roles, principals) in file order.
+func (c *Credentials) List() []Credential { return slices.Clone(c.list) }
+
+// Len is the number of tokens.
+func (c *Credentials) Len() int { return len(c.list) }
+
+// FirstLegacyToken is the first plain token of an old-format file ("" for
+// a JSON file, which holds no plain token): with the old format, nodes
+// used it for their calls to each other, and still do.
+func (c *Credentials) FirstLegacyToken() string {
+	if len(c.legacy) == 0 {
+		return ""
+	}
+	return c.legacy[0]
+}
+
+// Authenticate returns the credential of token. It compares the token's
+// hash with every entry in constant time, without stopping at a match, so
+// the time taken says nothing of which entry matched or how closely.
+func (c *Credentials) Authenticate(token string) (*Credential, bool) {
+	if token == "" {
+		return nil, false
+	}
+	h := sha256.Sum256([]byte(token))
+	found := -1
+	for i := range c.list {
+		if subtle.ConstantTimeCompare(h[:], c.list[i].hash[:]) == 1 {
+			found = i
+		}
+	}
+	if found < 0 {
+		return nil, false
+	}
+	return &c.list[found], true
+}
+
+// authFileJSON is the JSON auth file.
+type authFileJSON struct {
+	Tokens []authEntryJSON `json:"tokens"`
+}
+
+type authEntryJSON struct {
+	Name       string   `json:"name"`
+	SHA256     string   `json:"sha256"`
+	Role       string   `json:"role"`
+	Principals []string `json:"principals,omitempty"`
+}
+
+// maxPatternBytes bounds a principal pattern (a principal is at most 255
+// bytes by default, and a pattern longer than any principal matches none).
+const maxPatternBytes = 1024
+
+// ParseAuthFile reads an auth file: JSON when its first non-blank character
+// is '{', else the old format (one plain token per line; blank lines and
+// lines starting with '#' ignored). Every error names the entry at fault.
+func ParseAuthFile(b []byte) (*Credentials, error) {
+	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
+		return parseAuthJSON(t)
+	}
+	var tokens []string
+	for line := range strings.Lines(string(b)) {
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
+			tokens = append(tokens, t)
+		}
+	}
+	if len(tokens) == 0 {
+		return nil, errors.New("api: the auth file holds no token")
+	}
+	return LegacyCredentials(tokens), nil
+}
+
+func parseAuthJSON(b []byte) (*Credentials, error) {
+	var f authFileJSON
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("api: the auth file is not valid JSON of the form {\"tokens\":[{\"name\",\"sha256\",\"role\",\"principals\"}]}: %w", err)
+	}
+	if dec.More() {
+		return nil, errors.New("api: the auth file has data after its JSON object")
+	}
+	if len(f.Tokens) == 0 {
+		return nil, errors.New("api: the auth file holds no token (\"tokens\" is empty or missing)")
+	}
+	c := &Credentials{}
+	names := map[string]int{}
+	hashes := map[[sha256.Size]byte]int{}
+	var errs []error
+	for i, e := range f.Tokens {
+		at := fmt.Sprintf("tokens[%d]", i)
+		if e.Name != "" {
+			at += fmt.Sprintf(" (%q)", e.Name)
+		}
+		bad := func(format string, args ...any) {
+			errs = append(errs, fmt.Errorf("api: auth file %s: %s", at, fmt.Sprintf(format, args...)))
+		}
+		cred := Credential{Name: e.Name}
+		switch {
+		case e.Name == "":
+			bad("name is required (it names the token in logs and errors)")
+		case len(e.Name) > 64 || !utf8.ValidString(e.Name) || strings.ContainsFunc(e.Name, isControl):
+			bad("name must be 1-64 bytes of UTF-8 without control characters")
+		default:
+			if j, dup := names[e.Name]; dup {
+				bad("name is also the name of tokens[%d]", j)
+			}
+			names[e.Name] = i
+		}
+		raw, err := hex.DecodeString(e.SHA256)
+		switch {
+		case e.SHA256 == "":
+			bad("sha256 is required: the hex SHA-256 of the token (make it with: idem token hash < token-file)")
+		case err != nil || len(raw) != sha256.Size:
+			bad("sha256 must be 64 hex digits, the SHA-256 of the token, not the token itself (make it with: idem token hash < token-file)")
+		default:
+			copy(cred.hash[:], raw)
+			if j, dup := hashes[cred.hash]; dup {
+				bad("the same token as tokens[%d] (each token must be listed once, with one role)", j)
+			}
+			hashes[cred.hash] = i
+		}
+		if cred.Role, err = ParseRole(e.Role); err != nil {
+			bad("role %q is not app, operator or admin", e.Role)
+		}
+		switch {
+		case cred.Role == RoleApp && len(e.Principals) == 0:
+			bad("an app token needs principals: the principal names it may act for, or prefixes ending in '*' (\"*\" alone for all)")
+		case cred.Role != RoleApp && cred.Role != 0 && len(e.Principals) > 0:
+			bad("principals limit app tokens only; an %s token acts for every principal (remove principals, or make it an app token)", cred.Role)
+		}
+		for _, p := range e.Principals {
+			switch {
+			case p == "":
+				bad("a principal pattern is empty")
+			case strings.Contains(strings.TrimSuffix(p, "*"), "*"):
+				bad("principal pattern %q: '*' may only end a pattern", p)
+			case len(p) > maxPatternBytes || !utf8.ValidString(p):
+				bad("principal pattern %q is not 1-%d bytes of UTF-8", truncate(p, 40), maxPatternBytes)
+			}
+		}
+		cred.Principals = slices.Clone(e.Principals)
+		c.list = append(c.list, cred)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func isControl(r rune) bool { return r < 0x20 || r == 0x7f }
+
+// LoadAuthFile reads and parses the auth file at path.
+func LoadAuthFile(path string) (*Credentials, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("api: %w", err)
+	}
+	c, err := ParseAuthFile(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Auth holds the credentials a server checks. Set swaps them whole
+// (SIGHUP): a request is decided by one version, never a mix.
+type Auth struct {
+	cur atomic.Pointer[Credentials]
+}
+
+// NewAuth returns an Auth holding c.
+func NewAuth(c *Credentials) *Auth {
+	a := &Auth{}
+	a.cur.Store(c)
+	return a
+}
+
+// Set replaces the credentials.
+func (a *Auth) Set(c *Credentials) { a.cur.Store(c) }
+
+// Credentials returns the credentials in force.
+func (a *Auth) Credentials() *Credentials { return a.cur.Load() }
+
+// setupAuth turns Config.AuthTokens (plain admin tokens) into an Auth, and
+// gives the node the first plain token for its calls to other nodes when
+// it has no node token of its own (the old format's behaviour).
+func (s *Server) setupAuth() {
+	if s.cfg.Auth == nil && len(s.cfg.AuthTokens) > 0 {
+		s.cfg.Auth = NewAuth(LegacyCredentials(s.cfg.AuthTokens))
+	}
+	if s.cfg.NodeToken == "" && s.cfg.Auth != nil {
+		s.cfg.NodeToken = s.cfg.Auth.Credentials().FirstLegacyToken()
+	}
+}
+
+// codeForbidden is the problem code of a known token outside its role or
+// its principals.
+const codeForbidden = "forbidden"
+
+// where an app token's request names the principal it acts for.
+type principalIn int
+
+const (
+	principalNowhere principalIn = iota // the route is not for app tokens
+	principalInBody                     // the JSON body's "principal"
+	principalInQuery                    // the "principal" query parameter
+)
+
+// app guards a route any role may call, an app token only for its
+// principals, named in the JSON body.
+func (s *Server) app(h http.HandlerFunc) http.HandlerFunc {
+	return s.guard(h, func(*http.Request) (Role, principalIn) { return RoleApp, principalInBody })
+}
+
+// operator guards a route for operators and admins.
+func (s *Server) operator(h http.HandlerFunc) http.HandlerFunc {
+	return s.guard(h, func(*http.Request) (Role, principalIn) { return RoleOperator, principalNowhere })
+}
+
+// admin guards a route for admins only. Routes not in the role table of
+// docs/API.md are guarded so.
+func (s *Server) admin(h http.HandlerFunc) http.HandlerFunc {
+	return s.guard(h, func(*http.Request) (Role, principalIn) { return RoleAdmin, principalNowhere })
+}
+
+// records guards /v1/records: a lookup is an app's (principal in the
+// query), an eviction an operator's. Other methods need only a valid token
+// to be told 405.
+func (s *Server) records(h http.HandlerFunc) http.HandlerFunc {
+	return s.guard(h, func(r *http.Request) (Role, principalIn) {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead:
+			return RoleApp, principalInQuery
+		case http.MethodDelete:
+			return RoleOperator, principalNowhere
+		}
+		return RoleApp, principalNowhere
+	})
+}
+
+// Admin guards h (e.g. /debug/pprof) like the admin routes: with auth on,
+// only an admin token passes.
+func (s *Server) Admin(h http.Handler) http.Handler { return s.admin(h.ServeHTTP) }
+
+// guard authenticates a request and checks its role and, for an app
+// token, its principal, before h reads anything. policy says the least
+// role of the request and where an app names its principal
+// (principalNowhere with RoleApp: any valid token).
+func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, principalIn)) http.HandlerFunc {
+	if s.cfg.Auth == nil {
+		return h
+	}
+	return func(w http.ResponseWriter, r *http.Request) {
+		cred, ok := s.cfg.Auth.Credentials().Authenticate(bearerToken(r.Header.Get("Authorization")))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
+			s.refuseUnread(w, r, newProblem(http.StatusUnauthorized, codeUnauthorized, "a valid Authorization: Bearer token is required"))
+			return
+		}
+		least, where := policy(r)
+		if cred.Role < least {
+			s.log.Info("request refused: role", "token", cred.Name, "role", cred.Role.String(), "method", r.Method, "path", r.URL.Path)
+			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
+			return
+		}
+		if cred.Role == RoleApp && where != principalNowhere {
+			principal, ok := s.principalOf(w, r, where)
+			if !ok {
+				return // answered
+			}
+			if principal != nil && !cred.Allows(*principal) {
+				s.log.Info("request refused: principal", "token", cred.Name, "principal", truncate(*principal, 64), "path", r.URL.Path)
+				writeProblem(w, forbidden(fmt.Sprintf("the app token %q may act only for the principals %s, not %q",
+					cred.Name, strings.Join(cred.Principals, ", "), truncate(*principal, 64))))
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+// principalOf returns the principal a request names. A body is read (up
+// to the request limit) and put back for the handler. It returns a nil
+// principal for a body that is not a JSON object with a string principal:
+// the handler's stricter decoding refuses that body with 400 before it
+// reads or writes anything. ok is false when the answer is written.
+func (s *Server) principalOf(w http.ResponseWriter, r *http.Request, where principalIn) (*string, bool) {
+	if where == principalInQuery {
+		p := r.URL.Query().Get("principal") // exactly what the handler reads
+		return &p, true
+	}
+	body, p := s.readBody(w, r)
+	if p != nil {
+		writeProblem(w, p)
+		return nil, false
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	// The same decoder and field tag as the handler's (case-insensitive
+	// match, the last of repeated members), so both see one principal.
+	var named struct {
+		Principal *string `json:"principal"`
+	}
+	if json.Unmarshal(body, &named) != nil {
+		return nil, true
+	}
+	if named.Principal == nil {
+		empty := "" // no principal acts for none: refused, as the handler would refuse it
+		return &empty, true
+	}
+	return named.Principal, true
+}
+
+// refuseUnread answers a refusal decided from the headers alone. The body
+// is not read: the connection closes after the answer, and the server does
+// not wait for the rest of the body (which it would otherwise drain).
+func (s *Server) refuseUnread(w http.ResponseWriter, r *http.Request, p *problem) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		// net/http drains up to 256 KiB of an unread body after the
+		// handler, even on a connection it then closes; an expired read
+		// deadline makes that drain fail at once. Unsupported (HTTP/2,
+		// which resets the stream instead): nothing to do.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	writeProblem(w, p)
+}
+
+func forbidden(detail string) *problem {
+	p := newProblem(http.StatusForbidden, codeForbidden, detail)
+	p.Title = "Forbidden"
+	return p
+}
+
+// bearerToken returns the token of an Authorization header of the Bearer
+// scheme, whose name is case-insensitive (RFC 9110 11.1); "" otherwise.
+func bearerToken(h string) string {
+	scheme, token, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimLeft(token, " \t")
+}

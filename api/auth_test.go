@@ -1,0 +1,359 @@
+package api_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+)
+
+// The tokens of the auth tests, and the file that lists their hashes.
+const (
+	appToken      = "app-token-0123456789"
+	operatorToken = "operator-token-0123456789"
+	adminToken    = "admin-token-0123456789"
+	unknownToken  = "unknown-token-0123456789"
+)
+
+func authFile(extra ...string) string {
+	entries := []string{
+		fmt.Sprintf(`{"name":"payments","sha256":%q,"role":"app","principals":["cus_a*","exact_b"]}`, api.HashToken(appToken)),
+		fmt.Sprintf(`{"name":"oncall","sha256":%q,"role":"operator"}`, api.HashToken(operatorToken)),
+		fmt.Sprintf(`{"name":"deploy","sha256":%q,"role":"admin"}`, api.HashToken(adminToken)),
+	}
+	return `{"tokens":[` + strings.Join(append(entries, extra...), ",") + `]}`
+}
+
+func withAuthFile(tb testing.TB, file string) nodeOpt {
+	creds, err := api.ParseAuthFile([]byte(file))
+	require.NoError(tb, err)
+	return withAPI(func(c *api.Config) { c.Auth = api.NewAuth(creds) })
+}
+
+func (n *testNode) as(token string) *testNode {
+	c := *n
+	c.bearer = token
+	return &c
+}
+
+// A case of the matrix: who calls which route for which principal.
+type authCase struct {
+	caller, token string
+	method, path  string
+	body          any
+	want          int // 401, 403, or 0: passes authorization (then 2xx)
+}
+
+// The whole route × role × principal matrix: each route answers 401
+// without a valid token, 403 forbidden to a valid token outside its role
+// or principals, and a 2xx otherwise; every refusal leaves the state hash
+// (applied index included) as it was.
+func TestRouteRolePrincipalMatrix(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	admin := n.as(adminToken)
+	self := n.node.Self()
+
+	callers := []struct {
+		name, token string
+		role        api.Role // 0: no valid token
+	}{
+		{"no token", "", 0}, {"unknown token", unknownToken, 0},
+		{"app", appToken, api.RoleApp}, {"operator", operatorToken, api.RoleOperator}, {"admin", adminToken, api.RoleAdmin},
+	}
+	// Principals the app token may act for (cus_a1 and cus_a by the prefix
+	// cus_a*, exact_b exactly) and may not (cus_b1; exact_bb, which only
+	// starts like an exact name; cus_, shorter than the prefix; CUS_A1,
+	// principals being case-sensitive).
+	principals := []struct {
+		name  string
+		appOK bool
+	}{{"cus_a1", true}, {"cus_a", true}, {"exact_b", true}, {"cus_b1", false}, {"exact_bb", false}, {"cus_", false}, {"CUS_A1", false}}
+
+	seq := 0
+	fresh := func(principal string) scope {
+		seq++
+		return scope{principal, "POST /payments", fmt.Sprintf("k%d", seq)}
+	}
+	// live claims a record as admin and returns its scope and token.
+	live := func(principal string) (scope, string) {
+		s := fresh(principal)
+		return s, admin.mustClaim(s, fp1, "lease_ms", 600000)["token"].(string)
+	}
+	check := func(c authCase) {
+		t.Helper()
+		caller := n.as(c.token)
+		before := n.stateHash()
+		r := caller.do(c.method, c.path, c.body)
+		what := fmt.Sprintf("%s: %s %s", c.caller, c.method, c.path)
+		if c.method == "HEAD" && c.want != 0 { // no body to read the problem from
+			require.Equal(t, c.want, r.status, what)
+			require.Equal(t, before, n.stateHash(), "%s: a refusal changed the state", what)
+			return
+		}
+		switch c.want {
+		case 401:
+			requireProblem(t, r, http.StatusUnauthorized, "unauthorized")
+			require.Contains(t, r.header.Get("WWW-Authenticate"), "Bearer", what)
+		case 403:
+			requireProblem(t, r, http.StatusForbidden, "forbidden")
+		default:
+			require.True(t, r.status >= 200 && r.status < 300, "%s must pass: %s", what, r)
+			return
+		}
+		require.Equal(t, before, n.stateHash(), "%s: a refusal changed the state", what)
+	}
+	want := func(role, least api.Role) int {
+		switch {
+		case role == 0:
+			return 401
+		case role < least:
+			return 403
+		}
+		return 0
+	}
+
+	for _, c := range callers {
+		// Routes for apps, with the principal in the body or the query.
+		for _, p := range principals {
+			w := want(c.role, api.RoleApp)
+			if c.role == api.RoleApp && !p.appOK {
+				w = 403
+			}
+			label := c.name + " for " + p.name
+			s := fresh(p.name)
+			check(authCase{label, c.token, "POST", "/v1/claim", s.body("fingerprint", fp1), w})
+			s, tok := live(p.name)
+			check(authCase{label, c.token, "POST", "/v1/extend", s.body("token", tok, "lease_ms", 60000), w})
+			check(authCase{label, c.token, "POST", "/v1/complete", s.body("token", tok, "response", okResponse), w})
+			s, tok = live(p.name)
+			check(authCase{label, c.token, "POST", "/v1/release", s.body("token", tok), w})
+			check(authCase{label, c.token, "GET", s.query(), nil, w})
+			check(authCase{label, c.token, "HEAD", s.query(), nil, w})
+			// Evictions are an operator's, whatever the principal.
+			check(authCase{label, c.token, "DELETE", s.query(), nil, want(c.role, api.RoleOperator)})
+		}
+		for _, route := range []struct {
+			method, path string
+			body         any
+			least        api.Role
+		}{
+			{"GET", "/v1/config", nil, api.RoleOperator},
+			{"GET", "/v1/cluster", nil, api.RoleOperator},
+			{"GET", "/metrics", nil, api.RoleOperator},
+			// A join of a member already in: records its addresses again.
+			{"POST", "/v1/cluster/join", map[string]any{"id": self.ID, "raft_addr": self.RaftAddr, "http_addr": self.HTTPAddr}, api.RoleAdmin},
+			{"GET", "/v1/admin/state", nil, api.RoleAdmin},
+			{"GET", "/v1/admin/snapshot", nil, api.RoleAdmin},
+		} {
+			check(authCase{c.name, c.token, route.method, route.path, route.body, want(c.role, route.least)})
+		}
+		// Removal and transfer are refused on a one-node cluster, once
+		// past authorization (404 and 409, not 401 or 403).
+		for _, route := range []struct{ path, body string }{
+			{"/v1/cluster/remove", `{"id":"nobody"}`}, {"/v1/cluster/transfer-leadership", ""},
+		} {
+			before := n.stateHash()
+			r := n.as(c.token).post(route.path, route.body)
+			switch w := want(c.role, api.RoleAdmin); w {
+			case 0:
+				require.Contains(t, []int{404, 409}, r.status, "%s: %s", c.name, r)
+			default:
+				require.Equal(t, w, r.status, "%s %s: %s", c.name, route.path, r)
+			}
+			require.Equal(t, before, n.stateHash())
+		}
+		// Never a token for these.
+		for _, path := range []string{"/healthz", "/readyz"} {
+			require.Equal(t, http.StatusOK, n.as(c.token).do("GET", path, nil).status)
+		}
+	}
+}
+
+// A 403 says nothing of whether the record exists: the answers for a live
+// record and for none are the same bytes.
+func TestForbiddenRevealsNothing(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	admin, app := n.as(adminToken), n.as(appToken)
+	there := scope{"cus_other", "POST /payments", "there"}
+	absent := scope{"cus_other", "POST /payments", "absent"}
+	tok := admin.mustClaim(there, fp1)["token"].(string)
+	for _, pair := range [][2]reply{
+		{app.lookup(there), app.lookup(absent)},
+		{app.complete(there, tok, okResponse), app.complete(absent, tok, okResponse)},
+		{app.claim(there, fp1), app.claim(absent, fp1)},
+		{app.post("/v1/release", there.body("token", tok)), app.post("/v1/release", absent.body("token", tok))},
+	} {
+		requireProblem(t, pair[0], http.StatusForbidden, "forbidden")
+		require.Equal(t, string(pair[0].raw), string(pair[1].raw))
+	}
+}
+
+// The Bearer scheme is case-insensitive; anything else is 401.
+func TestBearerSchemeAnyCase(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	for _, h := range []string{"Bearer " + adminToken, "bearer " + adminToken, "BEARER " + adminToken, "bEaReR  " + adminToken} {
+		require.Equal(t, http.StatusOK, rawGet(t, n, h).StatusCode, "Authorization: %q", h)
+	}
+	for _, h := range []string{adminToken, "Basic " + adminToken, "Bearer", "Bearer ", "Bearer " + adminToken + "x", "Bearer" + adminToken} {
+		require.Equal(t, http.StatusUnauthorized, rawGet(t, n, h).StatusCode, "Authorization: %q", h)
+	}
+}
+
+func rawGet(t *testing.T, n *testNode, authorization string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", n.url+"/v1/config", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", authorization)
+	resp, err := n.client.Do(req)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// A refusal decided from the headers is sent before the body is read, and
+// the connection is closed rather than kept to drain a body that may never
+// come: a slow body without credentials holds nothing.
+func TestRefusalDoesNotWaitForTheBody(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	for _, c := range []struct {
+		token, path string
+		status      int
+	}{
+		{"", "/v1/claim", 401},
+		{unknownToken, "/v1/claim", 401},
+		{appToken, "/v1/cluster/join", 403},
+	} {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
+		require.NoError(t, err)
+		head := "POST " + c.path + " HTTP/1.1\r\nHost: idem\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n"
+		if c.token != "" {
+			head += "Authorization: Bearer " + c.token + "\r\n"
+		}
+		_, err = io.WriteString(conn, head+"\r\n{\"principal\":")
+		require.NoError(t, err)
+		// The rest of the body never comes.
+		require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+		br := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err, "no answer before the body")
+		require.Equal(t, c.status, resp.StatusCode)
+		require.True(t, resp.Close, "answered with Connection: close")
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		// Then the server closes the connection: EOF, not a timeout.
+		_, err = br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "the server kept the connection of a refused request open")
+		conn.Close()
+	}
+}
+
+// Credentials swap whole: a token added works at once, a token removed no
+// longer does.
+func TestAuthSwap(t *testing.T) {
+	t.Parallel()
+	creds, err := api.ParseAuthFile([]byte(authFile()))
+	require.NoError(t, err)
+	auth := api.NewAuth(creds)
+	n := mustNode(t, withAPI(func(c *api.Config) { c.Auth = auth }))
+	require.Equal(t, http.StatusUnauthorized, n.as(unknownToken).do("GET", "/v1/config", nil).status)
+	next, err := api.ParseAuthFile([]byte(fmt.Sprintf(`{"tokens":[{"name":"new","sha256":%q,"role":"operator"}]}`, api.HashToken(unknownToken))))
+	require.NoError(t, err)
+	auth.Set(next)
+	require.Equal(t, http.StatusOK, n.as(unknownToken).do("GET", "/v1/config", nil).status)
+	require.Equal(t, http.StatusUnauthorized, n.as(adminToken).do("GET", "/v1/config", nil).status)
+}
+
+// Admin wraps other handlers (/debug/pprof) as an admin route.
+func TestAdminWrapsOtherHandlers(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	h := n.api.Admin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "profile") }))
+	for token, status := range map[string]int{"": 401, unknownToken: 401, appToken: 403, operatorToken: 403, adminToken: 200} {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest("GET", "/debug/pprof/heap", nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		h.ServeHTTP(rec, req)
+		require.Equal(t, status, rec.Code, "token %q", token)
+	}
+	// Without an auth file, the handler is open (the loopback guard applies).
+	open := mustNode(t)
+	rec := httptest.NewRecorder()
+	open.api.Admin(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})).ServeHTTP(rec, httptest.NewRequest("GET", "/debug/pprof/", nil))
+	require.Equal(t, 200, rec.Code)
+}
+
+// Every mistake in an auth file is refused, naming the entry.
+func TestAuthFileValidation(t *testing.T) {
+	t.Parallel()
+	h := api.HashToken("t")
+	for _, c := range []struct{ file, want string }{
+		{`{"tokens":[]}`, "holds no token"},
+		{`{}`, "holds no token"},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app","principals":["x"]}],"extra":1}`, "unknown field"},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"root"}]}`, `tokens[0] ("a"): role "root" is not app, operator or admin`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app"}]}`, `tokens[0] ("a"): an app token needs principals`},
+		{`{"tokens":[{"name":"a","sha256":"s3cret","role":"admin"}]}`, `tokens[0] ("a"): sha256 must be 64 hex digits`},
+		{`{"tokens":[{"name":"a","sha256":"` + h[:62] + `zz","role":"admin"}]}`, `sha256 must be 64 hex digits`},
+		{`{"tokens":[{"name":"a","role":"admin"}]}`, `sha256 is required`},
+		{`{"tokens":[{"sha256":"` + h + `","role":"admin"}]}`, `tokens[0]: name is required`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"admin"},{"name":"a","sha256":"` + api.HashToken("u") + `","role":"admin"}]}`, `tokens[1] ("a"): name is also the name of tokens[0]`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"admin"},{"name":"b","sha256":"` + h + `","role":"app","principals":["x"]}]}`, `tokens[1] ("b"): the same token as tokens[0]`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"operator","principals":["x"]}]}`, `principals limit app tokens only`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app","principals":["cus_*_x"]}]}`, `'*' may only end a pattern`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app","principals":[""]}]}`, `a principal pattern is empty`},
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app","principals":["x"]}]} {}`, "data after"},
+		{`{"tokens":[{"name":"a"`, "not valid JSON"},
+		{"# only comments\n\n", "holds no token"},
+	} {
+		_, err := api.ParseAuthFile([]byte(c.file))
+		require.Error(t, err, c.file)
+		require.Contains(t, err.Error(), c.want, c.file)
+	}
+	// Several mistakes are all named at once.
+	_, err := api.ParseAuthFile([]byte(`{"tokens":[{"name":"a","sha256":"x","role":"app"},{"name":"b","sha256":"` + h + `","role":"boss"}]}`))
+	require.ErrorContains(t, err, `tokens[0] ("a"): sha256`)
+	require.ErrorContains(t, err, `tokens[0] ("a"): an app token needs principals`)
+	require.ErrorContains(t, err, `tokens[1] ("b"): role "boss"`)
+
+	// The old format: plain tokens, each an admin token.
+	creds, err := api.ParseAuthFile([]byte("# tokens\nfirst\n\n  second  \n"))
+	require.NoError(t, err)
+	require.True(t, creds.Legacy())
+	require.Equal(t, 2, creds.Len())
+	require.Equal(t, "first", creds.FirstLegacyToken())
+	c, ok := creds.Authenticate("second")
+	require.True(t, ok)
+	require.Equal(t, api.RoleAdmin, c.Role)
+	_, ok = creds.Authenticate("# tokens")
+	require.False(t, ok)
+
+	creds, err = api.ParseAuthFile([]byte(authFile()))
+	require.NoError(t, err)
+	require.False(t, creds.Legacy())
+	require.Equal(t, "", creds.FirstLegacyToken(), "a hashed file holds no plain token")
+	c, ok = creds.Authenticate(appToken)
+	require.True(t, ok)
+	require.Equal(t, "payments", c.Name)
+	require.True(t, c.Allows("cus_a42"))
+	require.True(t, c.Allows("exact_b"))
+	require.False(t, c.Allows("exact_b2"))
+	require.False(t, c.Allows("cus_b"))
+	_, ok = creds.Authenticate(api.HashToken(appToken))
+	require.False(t, ok, "the hash itself is not a token")
+}

@@ -1,0 +1,274 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/idem-store/idem/api"
+)
+
+func init() {
+	extraCommands["token"] = command{Run: runToken, Summary: "credentials: make a token and its auth file entry, hash a token, check an auth file"}
+}
+
+const tokenUsage = `Usage:
+  idem token new --name NAME --role app|operator|admin [--principals 'cus_*,acme'] [--token-file FILE]
+  idem token hash < TOKEN-FILE
+  idem token check AUTH-FILE
+
+new    makes a random token and prints it with its --auth-file entry (the
+       entry holds only the token's SHA-256). With --token-file the token is
+       written to FILE (mode 0600, never overwritten) and only the entry is
+       printed, for scripts.
+hash   prints the hex SHA-256 of the token read from stdin (one line), for
+       writing an auth file entry by hand.
+check  validates an auth file as idem serve would, and lists its tokens.
+
+Roles: app (claim, complete, release, extend, look up: only for its
+principals, exact names or prefixes ending in '*'), operator (all
+principals, evictions, /metrics, /v1/config, cluster status) and admin
+(everything: membership, leadership transfer, snapshots, /debug/pprof).
+See docs/SECURITY.md.
+`
+
+func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, tokenUsage)
+		return 2
+	}
+	switch args[0] {
+	case "new":
+		return runTokenNew(args[1:], stdout, stderr)
+	case "hash":
+		return runTokenHash(args[1:], os.Stdin, stdout, stderr)
+	case "check":
+		return runTokenCheck(args[1:], stdout, stderr)
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, tokenUsage)
+		return 0
+	}
+	fmt.Fprintf(stderr, "idem token: unknown subcommand %q\n\n%s", args[0], tokenUsage)
+	return 2
+}
+
+// authEntry is one token of the JSON auth file.
+type authEntry struct {
+	Name       string   `json:"name"`
+	SHA256     string   `json:"sha256"`
+	Role       string   `json:"role"`
+	Principals []string `json:"principals,omitempty"`
+}
+
+func runTokenNew(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("idem token new", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	name := fs.String("name", "", "name of the token in the auth file, logs and errors (e.g. payments-api)")
+	role := fs.String("role", "", "app, operator or admin")
+	principals := fs.String("principals", "", "app only: comma-separated principals it may act for, exact names or prefixes ending in '*'")
+	tokenFile := fs.String("token-file", "", "write the token to this new file (mode 0600) instead of printing it")
+	fs.Usage = func() { fmt.Fprint(fs.Output(), tokenUsage+"\nFlags of new:\n"); fs.PrintDefaults() }
+	if code, done := parseArgs(fs, args, "idem token new", stdout, stderr); done {
+		return code
+	}
+	e := authEntry{Name: *name, Role: *role}
+	if *principals != "" {
+		for p := range strings.SplitSeq(*principals, ",") {
+			e.Principals = append(e.Principals, strings.TrimSpace(p))
+		}
+	}
+	token, err := newToken()
+	if err != nil {
+		fmt.Fprintf(stderr, "idem token new: %v\n", err)
+		return 1
+	}
+	e.SHA256 = api.HashToken(token)
+	entry, _ := json.Marshal(e)
+	// The server's own validation, so a mistake shows now and not at the
+	// next start or reload.
+	if _, err := api.ParseAuthFile([]byte(`{"tokens":[` + string(entry) + `]}`)); err != nil {
+		msg := strings.NewReplacer("api: auth file tokens[0]", "", "api: ", "").Replace(err.Error())
+		msg = strings.NewReplacer("name is", "--name is", "role ", "--role ", "principals", "--principals").Replace(strings.TrimLeft(msg, " :"))
+		fmt.Fprintf(stderr, "idem token new: %s\n", msg)
+		return 2
+	}
+	if *tokenFile != "" {
+		f, err := os.OpenFile(*tokenFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			fmt.Fprintf(stderr, "idem token new: --token-file: %v\n", err)
+			return 1
+		}
+		_, werr := fmt.Fprintln(f, token)
+		if err := errors.Join(werr, f.Close()); err != nil {
+			fmt.Fprintf(stderr, "idem token new: --token-file: %v\n", err)
+			return 1
+		}
+		fmt.Fprintln(stdout, string(entry))
+		return 0
+	}
+	fmt.Fprintf(stdout, "token (give it to the client and keep it as a secret: idem stores only its hash, and it is not shown again):\n%s\n\n", token)
+	fmt.Fprintf(stdout, "auth file entry (add it to \"tokens\" in --auth-file, then send SIGHUP to every node):\n%s\n", entry)
+	return 0
+}
+
+// newToken returns 32 random bytes, URL-safe base64, with a prefix that
+// secret scanners and people can recognise.
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("random token: %w", err)
+	}
+	return "idem_" + base64.RawURLEncoding.EncodeToString(b), nil
+}
+
+func runTokenHash(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "--help" || args[0] == "-help" {
+			fmt.Fprint(stdout, tokenUsage)
+			return 0
+		}
+		fmt.Fprintf(stderr, "idem token hash: the token is read from stdin, not from arguments (they end up in shell history): idem token hash < TOKEN-FILE\n")
+		return 2
+	}
+	token, err := readOneToken(stdin)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem token hash: stdin: %v\n", err)
+		return 2
+	}
+	fmt.Fprintln(stdout, api.HashToken(token))
+	return 0
+}
+
+// readOneToken reads a token: one non-empty line, surrounding blanks and
+// the line end not part of it.
+func readOneToken(r io.Reader) (string, error) {
+	b, err := io.ReadAll(io.LimitReader(r, 64<<10))
+	if err != nil {
+		return "", err
+	}
+	t := strings.TrimSpace(string(b))
+	switch {
+	case t == "":
+		return "", errors.New("holds no token")
+	case strings.ContainsAny(t, "\r\n"):
+		return "", errors.New("holds more than one line; a token is one line")
+	case strings.ContainsAny(t, " \t"):
+		return "", errors.New("the token contains a blank; a bearer token has none")
+	}
+	return t, nil
+}
+
+func runTokenCheck(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 || strings.HasPrefix(args[0], "-") {
+		if len(args) == 1 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
+			fmt.Fprint(stdout, tokenUsage)
+			return 0
+		}
+		fmt.Fprint(stderr, "idem token check: give one auth file: idem token check AUTH-FILE\n")
+		return 2
+	}
+	creds, err := api.LoadAuthFile(args[0])
+	if err != nil {
+		fmt.Fprintf(stderr, "idem token check: %s\n", strings.ReplaceAll(strings.ReplaceAll(err.Error(), "api: ", ""), "\n", "\nidem token check: "))
+		return 1
+	}
+	if creds.Legacy() {
+		fmt.Fprintf(stdout, "%s: %d plain tokens in the old format, each an admin token; move to the JSON format (docs/SECURITY.md)\n", args[0], creds.Len())
+		return 0
+	}
+	fmt.Fprintf(stdout, "%s: %d tokens\n", args[0], creds.Len())
+	for _, c := range creds.List() {
+		line := fmt.Sprintf("  %-24s %s", c.Name, c.Role)
+		if len(c.Principals) > 0 {
+			line += "  principals " + strings.Join(c.Principals, ", ")
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	return 0
+}
+
+// loadAuth reads --auth-file and --node-token-file for idem serve: the
+// credentials to check, and the token this node sends to other nodes.
+func loadAuth(c *serveConfig, log *slog.Logger) (*api.Auth, string, error) {
+	var nodeToken string
+	if c.nodeTokenFile != "" {
+		f, err := os.Open(c.nodeTokenFile)
+		if err != nil {
+			return nil, "", fmt.Errorf("--node-token-file: %w", err)
+		}
+		nodeToken, err = readOneToken(bufio.NewReader(f))
+		f.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("--node-token-file %s: %w", c.nodeTokenFile, err)
+		}
+	}
+	if c.authFile == "" {
+		return nil, nodeToken, nil
+	}
+	creds, err := api.LoadAuthFile(c.authFile)
+	if err != nil {
+		return nil, "", fmt.Errorf("--auth-file: %s", strings.ReplaceAll(err.Error(), "api: ", ""))
+	}
+	switch {
+	case nodeToken != "":
+		if cred, ok := creds.Authenticate(nodeToken); !ok || cred.Role != api.RoleAdmin {
+			return nil, "", fmt.Errorf("--node-token-file %s: its token is not an admin token of --auth-file %s; add the entry {\"name\":\"nodes\",\"sha256\":\"%s\",\"role\":\"admin\"} to the auth file of every node",
+				c.nodeTokenFile, c.authFile, api.HashToken(nodeToken))
+		}
+	case creds.Legacy():
+		// The old format's behaviour: nodes call each other with its first token.
+		nodeToken = creds.FirstLegacyToken()
+	default:
+		log.Warn("no --node-token-file: this node has no credential for its calls to other nodes, so it cannot join a cluster, its peers' health cannot be measured when it leads (non-voters are not promoted), and /readyz on a follower stays 503; give every node --node-token-file with a token whose SHA-256 is an admin entry of --auth-file (idem token new --role admin)",
+			"auth-file", c.authFile)
+	}
+	logAuth(log, "auth file loaded", c.authFile, creds)
+	return api.NewAuth(creds), nodeToken, nil
+}
+
+func logAuth(log *slog.Logger, msg, path string, creds *api.Credentials) {
+	if creds.Legacy() {
+		log.Warn(msg+": it is in the old format (plain tokens, one per line), and each of its tokens is an admin token; move to the JSON format of hashed tokens with roles (docs/SECURITY.md)",
+			"auth-file", path, "tokens", creds.Len())
+		return
+	}
+	log.Info(msg, "auth-file", path, "tokens", creds.Len())
+}
+
+// reloadAuthOnHUP reads the auth file again on every SIGHUP. A file that
+// does not load leaves the credentials in force unchanged, and says why.
+func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken string, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		creds, err := api.LoadAuthFile(path)
+		if err != nil {
+			log.Error("auth file not reloaded: the tokens loaded before stay in force", "auth-file", path, "error", strings.ReplaceAll(err.Error(), "api: ", ""))
+			continue
+		}
+		if nodeToken != "" {
+			if cred, ok := creds.Authenticate(nodeToken); !ok || cred.Role != api.RoleAdmin {
+				log.Warn("the reloaded auth file has no admin entry for this node's --node-token-file: other nodes with the same file will refuse this node's calls", "auth-file", path)
+			}
+		}
+		auth.Set(creds)
+		logAuth(log, "auth file reloaded", path, creds)
+	}
+}

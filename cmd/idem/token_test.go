@@ -1,0 +1,303 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// ---- idem token ----------------------------------------------------------
+
+func runTokenCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := runToken(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func TestTokenNewHashCheck(t *testing.T) {
+	dir := t.TempDir()
+	code, out, stderr := runTokenCmd(t, "new", "--name", "payments-api", "--role", "app", "--principals", "cus_*, acme")
+	require.Equal(t, 0, code, stderr)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	token := lines[1]
+	require.Regexp(t, `^idem_[A-Za-z0-9_-]{43}$`, token)
+	var e authEntry
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &e))
+	require.Equal(t, authEntry{Name: "payments-api", SHA256: api.HashToken(token), Role: "app", Principals: []string{"cus_*", "acme"}}, e)
+
+	// The entry, once in a file, authenticates the token with its role.
+	file := filepath.Join(dir, "auth.json")
+	require.NoError(t, os.WriteFile(file, []byte(`{"tokens":[`+lines[len(lines)-1]+`]}`), 0o600))
+	creds, err := api.LoadAuthFile(file)
+	require.NoError(t, err)
+	c, ok := creds.Authenticate(token)
+	require.True(t, ok)
+	require.Equal(t, api.RoleApp, c.Role)
+	code, out, _ = runTokenCmd(t, "check", file)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "1 tokens")
+	require.Contains(t, out, "payments-api")
+
+	// --token-file: the token goes to a new 0600 file, the entry to stdout.
+	tf := filepath.Join(dir, "node.token")
+	code, out, stderr = runTokenCmd(t, "new", "--name", "nodes", "--role", "admin", "--token-file", tf)
+	require.Equal(t, 0, code, stderr)
+	b, err := os.ReadFile(tf)
+	require.NoError(t, err)
+	fi, err := os.Stat(tf)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
+	require.NoError(t, json.Unmarshal([]byte(out), &e))
+	require.Equal(t, api.HashToken(strings.TrimSpace(string(b))), e.SHA256)
+	code, _, stderr = runTokenCmd(t, "new", "--name", "nodes", "--role", "admin", "--token-file", tf)
+	require.Equal(t, 1, code, "an existing token file is never overwritten")
+	require.Contains(t, stderr, "--token-file")
+
+	// hash reads stdin only.
+	var hout, herr bytes.Buffer
+	require.Equal(t, 0, runTokenHash(nil, strings.NewReader(" s3cret\n"), &hout, &herr))
+	require.Equal(t, api.HashToken("s3cret")+"\n", hout.String())
+	require.Equal(t, 2, runTokenHash([]string{"s3cret"}, strings.NewReader(""), &hout, &herr))
+	require.Contains(t, herr.String(), "stdin")
+	herr.Reset()
+	require.Equal(t, 2, runTokenHash(nil, strings.NewReader("a\nb\n"), &hout, &herr))
+	require.Contains(t, herr.String(), "one line")
+
+	// Mistakes are named by their flag, and nothing is printed as a token.
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"new", "--name", "x", "--role", "app"}, "--principals"},
+		{[]string{"new", "--name", "x", "--role", "root"}, "--role"},
+		{[]string{"new", "--role", "admin"}, "--name"},
+		{[]string{"new", "--name", "x", "--role", "operator", "--principals", "a"}, "--principals"},
+		{[]string{"new", "--name", "x", "--role", "app", "--principals", "a*b"}, "'*' may only end"},
+	} {
+		code, out, stderr := runTokenCmd(t, c.args...)
+		require.Equal(t, 2, code, "%v", c.args)
+		require.Contains(t, stderr, c.want, "%v", c.args)
+		require.Empty(t, out)
+	}
+	bad := filepath.Join(dir, "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"tokens":[{"name":"ops","sha256":"abc","role":"operator"}]}`), 0o600))
+	code, _, stderr = runTokenCmd(t, "check", bad)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `tokens[0] ("ops"): sha256 must be 64 hex digits`)
+}
+
+// ---- idem serve with an auth file --------------------------------------
+
+// authCall is a request with a bearer token (none when token is "").
+func authCall(method, addr, path, token, body string) answer {
+	req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	if err != nil {
+		return answer{err: err}
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := clusterHTTP.Do(req)
+	if err != nil {
+		return answer{err: err}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	return answer{code: resp.StatusCode, hdr: resp.Header, body: b, err: err}
+}
+
+func entry(name, token, role string, principals ...string) string {
+	b, _ := json.Marshal(authEntry{Name: name, SHA256: api.HashToken(token), Role: role, Principals: principals})
+	return string(b)
+}
+
+func writeAuth(t *testing.T, path string, entries ...string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, []byte(`{"tokens":[`+strings.Join(entries, ",")+`]}`), 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+func claimFor(principal, key string) string {
+	return fmt.Sprintf(`{"principal":%q,"endpoint":"POST /payments","key":%q,"fingerprint":"aa"}`, principal, key)
+}
+
+// A hashed auth file with roles: app tokens act for their principals only,
+// pprof is an admin's; SIGHUP swaps the tokens; a file that does not load
+// on SIGHUP keeps the old tokens and says why.
+func TestServeAuthFileRolesAndReload(t *testing.T) {
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth.json")
+	writeAuth(t, auth, entry("deploy", "admin-1", "admin"), entry("oncall", "operator-1", "operator"), entry("payments", "app-1", "app", "cus_a*"))
+	httpAddr := freePort(t)
+	p := start(t, filepath.Join(dir, "data"), httpAddr, freePort(t), "--auth-file", auth, "--pprof")
+	require.Contains(t, p.logs.String(), "no --node-token-file", "a node without its own credential says what it cannot do")
+
+	require.Equal(t, 201, authCall("POST", httpAddr, "/v1/claim", "app-1", claimFor("cus_a1", "k1")).code)
+	a := authCall("POST", httpAddr, "/v1/claim", "app-1", claimFor("cus_b1", "k1"))
+	require.Equal(t, 403, a.code, "%s", a)
+	require.Equal(t, "forbidden", a.problemCode())
+	require.Equal(t, 201, authCall("POST", httpAddr, "/v1/claim", "operator-1", claimFor("cus_b1", "k1")).code)
+	for token, code := range map[string]int{"": 401, "app-1": 403, "operator-1": 403, "admin-1": 200} {
+		a := authCall("GET", httpAddr, "/debug/pprof/", token, "")
+		require.Equal(t, code, a.code, "pprof with %q: %s", token, a)
+	}
+
+	// Rotate the app token: the new one works once SIGHUP is handled, the
+	// old one no longer does.
+	writeAuth(t, auth, entry("deploy", "admin-1", "admin"), entry("payments", "app-2", "app", "cus_a*"))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, 10*time.Second, "the reloaded token accepted", func() (bool, string) {
+		a := authCall("GET", httpAddr, "/v1/records?principal=cus_a1&endpoint=POST%20/payments&key=k1", "app-2", "")
+		return a.code == 200, a.String()
+	})
+	require.Equal(t, 401, authCall("GET", httpAddr, "/v1/records?principal=cus_a1&endpoint=POST%20/payments&key=k1", "app-1", "").code)
+	require.Equal(t, 401, authCall("GET", httpAddr, "/v1/config", "operator-1", "").code)
+	require.Contains(t, p.logs.String(), "auth file reloaded")
+
+	// A broken file: refused with the entry named, the tokens stay.
+	require.NoError(t, os.WriteFile(auth, []byte(`{"tokens":[{"name":"deploy","sha256":"`+api.HashToken("admin-1")+`","role":"root"}]}`), 0o600))
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGHUP))
+	waitFor(t, 10*time.Second, "the bad file reported", func() (bool, string) {
+		return strings.Contains(p.logs.String(), "auth file not reloaded"), ""
+	})
+	require.Contains(t, p.logs.String(), `tokens[0] (\"deploy\"): role \"root\"`)
+	require.Equal(t, 200, authCall("GET", httpAddr, "/v1/records?principal=cus_a1&endpoint=POST%20/payments&key=k1", "app-2", "").code)
+}
+
+// The old format still works, every token an admin's, with a warning at
+// start; the scheme is case-insensitive.
+func TestServeOldAuthFileWarns(t *testing.T) {
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(auth, []byte("# old\nplain-1\nplain-2\n"), 0o600))
+	httpAddr := freePort(t)
+	p := start(t, filepath.Join(dir, "data"), httpAddr, freePort(t), "--auth-file", auth)
+	require.Contains(t, p.logs.String(), "old format")
+	require.NotContains(t, p.logs.String(), "no --node-token-file", "the old format's nodes use its first token")
+	require.Equal(t, 200, authCall("GET", httpAddr, "/v1/admin/state", "plain-2", "").code)
+	req, _ := http.NewRequest("GET", "http://"+httpAddr+"/v1/admin/state", nil)
+	req.Header.Set("Authorization", "bearer plain-1")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, 200, resp.StatusCode, "lower-case bearer")
+	require.Equal(t, 401, authCall("GET", httpAddr, "/v1/admin/state", "# old", "").code)
+}
+
+// A node token that is not an admin of the auth file is refused at start,
+// naming the entry to add.
+func TestServeRefusesANodeTokenThatIsNotAdmin(t *testing.T) {
+	dir := t.TempDir()
+	auth, nodeToken := filepath.Join(dir, "auth.json"), filepath.Join(dir, "node.token")
+	writeAuth(t, auth, entry("deploy", "admin-1", "admin"), entry("oncall", "operator-1", "operator"))
+	require.NoError(t, os.WriteFile(nodeToken, []byte("operator-1\n"), 0o600))
+	out, err := runServeOnce(t, dir, "--auth-file", auth, "--node-token-file", nodeToken)
+	require.Error(t, err)
+	require.Contains(t, out, "--node-token-file")
+	require.Contains(t, out, api.HashToken("operator-1"))
+	out, err = runServeOnce(t, dir, "--auth-file", auth, "--node-token-file", filepath.Join(dir, "missing"))
+	require.Error(t, err)
+	require.Contains(t, out, "--node-token-file")
+}
+
+func runServeOnce(t *testing.T, dir string, args ...string) (string, error) {
+	t.Helper()
+	all := append([]string{"serve", "--data-dir", filepath.Join(dir, "data"), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, args...)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, all...)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+// Three nodes with a hashed auth file: they join, measure each other and
+// answer /readyz with their own admin credential (--node-token-file); a
+// follower forwards an app's request with the app's token, and refuses
+// another tenant's itself. A fourth node without a node token cannot join,
+// and its log says what to configure.
+func TestClusterWithNodeTokens(t *testing.T) {
+	dir := t.TempDir()
+	auth, nodeTok := filepath.Join(dir, "auth.json"), filepath.Join(dir, "node.token")
+	writeAuth(t, auth, entry("nodes", "node-secret", "admin"), entry("oncall", "operator-1", "operator"), entry("payments", "app-1", "app", "cus_a*"))
+	require.NoError(t, os.WriteFile(nodeTok, []byte("node-secret\n"), 0o600))
+	common := []string{"--auth-file", auth, "--node-token-file", nodeTok}
+	var nodes []*cnode
+	for i := 1; i <= 3; i++ {
+		ip := fmt.Sprintf("127.0.0.%d", 20+i)
+		nodes = append(nodes, &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(dir, fmt.Sprintf("n%d", i)), http: freePortOn(t, ip), raft: freePortOn(t, ip)})
+	}
+	nodes[0].p = start(t, nodes[0].dir, nodes[0].http, nodes[0].raft, append([]string{"--node-id", "n1"}, common...)...)
+	for _, n := range nodes[1:] {
+		n.p = launch(t, n.dir, n.http, n.raft, append([]string{"--node-id", n.id, "--join", nodes[0].http}, common...)...)
+	}
+	waitFor(t, 60*time.Second, "three healthy voters", func() (bool, string) {
+		a := authCall("GET", nodes[0].http, "/v1/cluster", "operator-1", "")
+		var st raftfsm.Status
+		if a.err != nil || a.code != 200 || json.Unmarshal(a.body, &st) != nil {
+			return false, a.String()
+		}
+		voters := 0
+		for _, m := range st.Nodes {
+			if strings.EqualFold(m.Suffrage, "voter") && m.Healthy {
+				voters++
+			}
+		}
+		return voters == 3, a.String()
+	})
+	for _, n := range nodes {
+		waitFor(t, 20*time.Second, n.id+" ready", func() (bool, string) {
+			a := authCall("GET", n.http, "/readyz", "", "")
+			return a.code == 200, a.String()
+		})
+	}
+	leader := ""
+	a := authCall("GET", nodes[0].http, "/v1/cluster", "operator-1", "")
+	var st raftfsm.Status
+	require.NoError(t, json.Unmarshal(a.body, &st))
+	require.NotNil(t, st.Leader)
+	leader = st.Leader.ID
+	var followers []*cnode
+	for _, n := range nodes {
+		if n.id != leader {
+			followers = append(followers, n)
+		}
+	}
+	var claimed claimedAnswer
+	waitFor(t, 20*time.Second, "claim through a follower", func() (bool, string) {
+		a := authCall("POST", followers[0].http, "/v1/claim", "app-1", claimFor("cus_a1", "k1"))
+		if a.code == 201 {
+			require.NoError(t, json.Unmarshal(a.body, &claimed))
+		}
+		return a.code == 201, a.String()
+	})
+	body := fmt.Sprintf(`{"principal":"cus_a1","endpoint":"POST /payments","key":"k1","token":%q,"response":{"status":201,"body":""}}`, claimed.Token)
+	require.Equal(t, 200, authCall("POST", followers[1].http, "/v1/complete", "app-1", body).code)
+	a = authCall("POST", followers[1].http, "/v1/claim", "app-1", claimFor("cus_b1", "k1"))
+	require.Equal(t, 403, a.code, "%s", a)
+	require.Equal(t, 403, authCall("POST", followers[0].http, "/v1/cluster/transfer-leadership", "operator-1", "").code)
+
+	// A fourth node without --node-token-file.
+	ip := "127.0.0.24"
+	n4 := launch(t, filepath.Join(dir, "n4"), freePortOn(t, ip), freePortOn(t, ip), "--node-id", "n4", "--join", nodes[0].http, "--auth-file", auth)
+	waitFor(t, 20*time.Second, "n4 says why it cannot join", func() (bool, string) {
+		logs := n4.logs.String()
+		return strings.Contains(logs, "no --node-token-file") && strings.Contains(logs, "join refused") && strings.Contains(logs, "unauthorized"), ""
+	})
+}
