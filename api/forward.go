@@ -174,6 +174,9 @@ func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, erro
 		return 0, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		return 0, fmt.Errorf("leader answered %s: give this node --node-token-file, a token whose SHA-256 is an admin entry of the leader's --auth-file", resp.Status)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("leader answered %s", resp.Status)
 	}

@@ -293,7 +293,22 @@ func TestClusterWithNodeTokens(t *testing.T) {
 	require.Equal(t, 403, a.code, "%s", a)
 	require.Equal(t, 403, authCall("POST", followers[0].http, "/v1/cluster/transfer-leadership", "operator-1", "").code)
 
-	// A fourth node without --node-token-file.
+	// A member restarted without its node token still serves clients (a
+	// follower forwards with the client's own token), and its /readyz says
+	// what it lacks.
+	f := followers[1]
+	f.stop(t)
+	f.p = launch(t, f.dir, f.http, f.raft, "--node-id", f.id, "--auth-file", auth)
+	waitFor(t, 20*time.Second, f.id+" serves without a node token", func() (bool, string) {
+		a := authCall("POST", f.http, "/v1/claim", "app-1", claimFor("cus_a2", "k2"))
+		return a.code == 201, a.String()
+	})
+	a = authCall("GET", f.http, "/readyz", "", "")
+	require.Equal(t, 503, a.code, "%s", a)
+	require.Contains(t, string(a.body), "--node-token-file")
+	require.Contains(t, f.p.logs.String(), "no --node-token-file")
+
+	// A fourth node without --node-token-file cannot join.
 	ip := "127.0.0.24"
 	n4 := launch(t, filepath.Join(dir, "n4"), freePortOn(t, ip), freePortOn(t, ip), "--node-id", "n4", "--join", nodes[0].http, "--auth-file", auth)
 	waitFor(t, 20*time.Second, "n4 says why it cannot join", func() (bool, string) {
