@@ -210,6 +210,15 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		rep.Notes = append(rep.Notes, note)
 		logf("%s", note)
 	}
+	// Another cluster on these ports would answer for ours and its answers
+	// would read as violations.
+	for _, n := range cl.Nodes {
+		for _, addr := range []string{n.HTTPAddr, n.RaftListen} {
+			if answers(addr) {
+				return nil, fmt.Errorf("%w: %s is already in use by another process: stop it or choose --http-port and --raft-port", ErrHarness, addr)
+			}
+		}
+	}
 	logf("starting %d nodes of %s (data and logs in %s)", cfg.Nodes, cfg.Binary, dataDir)
 	if err := cl.StartAll(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHarness, err)
