@@ -90,12 +90,12 @@ func (s *Server) mergeLeaderHealth(ctx context.Context, st *raftfsm.Status) {
 // peerStatus is GET /v1/cluster on another node, marked as coming from a
 // node so that it answers its own view without asking anyone else.
 func (f *forwarder) peerStatus(ctx context.Context, addr string) (raftfsm.Status, error) {
-	return peerStatus(ctx, f.client, addr, f.s.cfg.NodeToken, f.s.store.Self().ID)
+	return peerStatus(ctx, f.client, peerURL(f.s.cfg.PeerTLS, addr, "/v1/cluster"), addr, f.s.cfg.NodeToken, f.s.store.Self().ID)
 }
 
-func peerStatus(ctx context.Context, c *http.Client, addr string, token string, self string) (raftfsm.Status, error) {
+func peerStatus(ctx context.Context, c *http.Client, url, addr string, token string, self string) (raftfsm.Status, error) {
 	var st raftfsm.Status
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/cluster", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return st, err
 	}
@@ -120,16 +120,16 @@ func peerStatus(ctx context.Context, c *http.Client, addr string, token string, 
 // NewPeerProbe returns how a leader measures the other members (see
 // raftfsm.Node.SetPeerProbe): their GET /v1/cluster, with the node's own
 // token (Config.NodeToken) when the nodes require one, and selfID as the
-// asking node.
-func NewPeerProbe(token string, selfID string) raftfsm.PeerProbe {
-	c := &http.Client{Transport: &http.Transport{
+// asking node; over HTTPS with this node's certificate when t is set.
+func NewPeerProbe(token string, selfID string, t *raftfsm.TLS) raftfsm.PeerProbe {
+	c := &http.Client{Transport: withPeerTLS(&http.Transport{
 		Proxy:               nil,
 		DialContext:         (&net.Dialer{Timeout: time.Second}).DialContext,
 		MaxIdleConnsPerHost: 2,
 		IdleConnTimeout:     90 * time.Second,
-	}}
+	}, t, time.Second)}
 	return func(ctx context.Context, addr string) (raftfsm.Status, error) {
-		return peerStatus(ctx, c, addr, token, selfID)
+		return peerStatus(ctx, c, peerURL(t, addr, "/v1/cluster"), addr, token, selfID)
 	}
 }
 

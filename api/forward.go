@@ -20,8 +20,9 @@ import (
 const forwardedHeader = "X-Idem-Forwarded-By"
 
 type forwarder struct {
-	s      *Server
-	client *http.Client
+	s         *Server
+	client    *http.Client
+	snapshots *http.Client // snapshotClient's settings, with this node's TLS
 }
 
 func newForwarder(s *Server) *forwarder {
@@ -32,7 +33,28 @@ func newForwarder(s *Server) *forwarder {
 		MaxIdleConnsPerHost: 256,
 		IdleConnTimeout:     90 * time.Second,
 	}
-	return &forwarder{s: s, client: &http.Client{Transport: tr}}
+	snap := snapshotClient.Transport.(*http.Transport).Clone()
+	return &forwarder{s: s,
+		client:    &http.Client{Transport: withPeerTLS(tr, s.cfg.PeerTLS, 2*time.Second)},
+		snapshots: &http.Client{Transport: withPeerTLS(snap, s.cfg.PeerTLS, 2*time.Second)},
+	}
+}
+
+// withPeerTLS makes tr dial other nodes over TLS with this node's
+// certificate when t is set (URLs from peerURL then say https).
+func withPeerTLS(tr *http.Transport, t *raftfsm.TLS, dialTimeout time.Duration) *http.Transport {
+	if t != nil {
+		tr.DialTLSContext = t.DialTLSContext(&net.Dialer{Timeout: dialTimeout, KeepAlive: 30 * time.Second})
+	}
+	return tr
+}
+
+// peerURL is the URL of uri on the node at addr: https when nodes speak TLS.
+func peerURL(t *raftfsm.TLS, addr, uri string) string {
+	if t != nil {
+		return "https://" + addr + uri
+	}
+	return "http://" + addr + uri
 }
 
 // notAppliedHeader marks the answer to a forwarded request that the node
@@ -98,7 +120,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte, addr string, deadline time.Time) bool {
 	ctx, cancel := context.WithDeadline(r.Context(), later(deadline, time.Now().Add(minForwardWait)))
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, r.Method, "http://"+addr+r.URL.RequestURI(), bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, r.Method, peerURL(f.s.cfg.PeerTLS, addr, r.URL.RequestURI()), bytes.NewReader(body))
 	if err != nil {
 		writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
 		return false
@@ -161,7 +183,7 @@ func later(a, b time.Time) time.Time {
 func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/v1/cluster", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(f.s.cfg.PeerTLS, addr, "/v1/cluster"), nil)
 	if err != nil {
 		return 0, err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
 )
 
@@ -33,6 +34,10 @@ type Config struct {
 	// must be an admin token of the other nodes. Default: the first plain
 	// token of an old-format file.
 	NodeToken string
+	// PeerTLS, when set, makes this node's calls to other nodes
+	// (forwarding, readiness, health, snapshots) HTTPS with its own
+	// certificate, verified against the cluster's CA.
+	PeerTLS *raftfsm.TLS
 	// LeaderWait is how long a request waits for a leader during an
 	// election before answering 503.
 	LeaderWait time.Duration

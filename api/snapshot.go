@@ -90,7 +90,7 @@ var snapshotClient = &http.Client{Transport: &http.Transport{
 }}
 
 func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr string) {
-	req, err := http.NewRequestWithContext(r.Context(), r.Method, "http://"+addr+r.URL.RequestURI(), nil)
+	req, err := http.NewRequestWithContext(r.Context(), r.Method, peerURL(s.cfg.PeerTLS, addr, r.URL.RequestURI()), nil)
 	if err != nil {
 		writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
 		return
@@ -99,7 +99,7 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 		req.Header.Set("Authorization", v)
 	}
 	req.Header.Set(forwardedHeader, s.store.Self().ID)
-	resp, err := snapshotClient.Do(req)
+	resp, err := s.fwd.snapshots.Do(req)
 	if err != nil {
 		s.log.Warn("forward snapshot to leader failed", "leader", addr, "error", err)
 		writeProblem(w, storeProblem(raftfsm.ErrNoLeader))

@@ -36,8 +36,8 @@ import (
 // it leads (their GET /v1/cluster). Every call carries nodeToken, the
 // node's own admin credential (--node-token-file), when it has one.
 func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeToken string, log *slog.Logger) {
-	node.SetPeerProbe(api.NewPeerProbe(nodeToken, c.nodeID))
-	m := &member{node: node, c: c, log: log, client: &http.Client{Timeout: 5 * time.Second}, token: nodeToken}
+	node.SetPeerProbe(api.NewPeerProbe(nodeToken, c.nodeID, c.tls.loaded))
+	m := &member{node: node, c: c, log: log, client: c.tls.httpClient(5 * time.Second), token: nodeToken}
 	// The scope goes along so that the cluster refuses a node that would
 	// scope keys differently from it.
 	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope})
@@ -88,7 +88,7 @@ type member struct {
 }
 
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://"+addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, m.c.tls.scheme()+"://"+addr+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, err
 	}
