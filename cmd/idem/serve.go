@@ -50,6 +50,7 @@ type serveConfig struct {
 	shutdownTimeout                 time.Duration
 	pprof                           bool
 	injectBug                       string
+	tls                             serveTLSFlags // tls.go
 }
 
 func serveFlags(fs *flag.FlagSet) *serveConfig {
@@ -93,6 +94,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
+	c.tls.register(fs)
 	return c
 }
 
@@ -187,6 +189,7 @@ func (c *serveConfig) validate() error {
 	if c.cacheBytes < 1<<20 {
 		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
 	}
+	errs = append(errs, c.tls.validate()...)
 	return errors.Join(errs...)
 }
 
@@ -324,6 +327,10 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if c.raftAdvertise == "" {
 		c.raftAdvertise = c.raftAddr
 	}
+	tlsConf, err := c.tls.load(c, log) // tls.go; refuses plaintext raft off loopback
+	if err != nil {
+		return err
+	}
 	// Listen before starting raft so a busy port fails fast and cleanly.
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -344,6 +351,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.Keyring = keyring
 	rc.MinFreeDisk = c.minFreeDisk
 	rc.InjectBug = c.injectBug
+	rc.TLS = tlsConf
 	rc.Logger, rc.Registry = log, reg
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
 		rc.SweepInterval = max(w, 100*time.Millisecond)
@@ -368,7 +376,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
 		PrincipalScope: c.scope == "principal", Limits: c.limits, Auth: auth, NodeToken: nodeToken,
-		Logger: log, Gatherer: reg,
+		Logger: log, Gatherer: reg, PeerTLS: tlsConf,
 	})
 	var handler http.Handler = srv
 	if c.pprof {
@@ -378,14 +386,15 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		mux.Handle("/", srv)
 		handler = mux
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs := &http.Server{Handler: c.tls.requireCertToJoin(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	go func() { errc <- hs.Serve(c.tls.listener(ln)) }()
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", c.retention.String(), "bucket-width", c.bucketWidth.String(),
 		"scope", c.scope, "version", version)
 	go membership(ctx, node, c, nodeToken, log)
+	c.tls.reloadOnHUP(ctx, log)
 	if auth != nil {
 		go reloadAuthOnHUP(ctx, c.authFile, auth, nodeToken, log)
 	}

@@ -1,0 +1,304 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/client"
+)
+
+// The attack suite of issue 10 for the transport: real idem serve
+// processes with TLS, certificates made by idem tls itself.
+
+// pki is a CA made with `idem tls ca` in its own directory.
+type pki struct {
+	t   *testing.T
+	dir string
+}
+
+func newPKI(t *testing.T) *pki {
+	t.Helper()
+	p := &pki{t: t, dir: t.TempDir()}
+	out, err := exec.Command(binary, "tls", "ca", "--dir", p.dir).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return p
+}
+
+func (p *pki) ca() string { return filepath.Join(p.dir, "idem-ca.pem") }
+
+// cert makes NAME.pem and NAME-key.pem with `idem tls cert`.
+func (p *pki) cert(name string, args ...string) (cert, key string) {
+	p.t.Helper()
+	out, err := exec.Command(binary, append([]string{"tls", "cert", "--dir", p.dir, "--name", name}, args...)...).CombinedOutput()
+	require.NoError(p.t, err, "%s", out)
+	return filepath.Join(p.dir, name+".pem"), filepath.Join(p.dir, name+"-key.pem")
+}
+
+// serveArgs are the --tls-* flags of node name (its certificate for
+// 127.0.0.9, where freePort puts every test node).
+func (p *pki) serveArgs(name string) []string {
+	c, k := p.cert(name, "--ip", "127.0.0.9")
+	return []string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", p.ca()}
+}
+
+// httpsClient trusts the CA and presents cert when given.
+func (p *pki) httpsClient(cert, key string) *http.Client {
+	p.t.Helper()
+	cfg, err := client.LoadTLSConfig(p.ca(), cert, key)
+	require.NoError(p.t, err)
+	return &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+func getJSON(t *testing.T, hc *http.Client, url string, out any) int {
+	t.Helper()
+	resp, err := hc.Get(url)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if out != nil && resp.StatusCode == http.StatusOK {
+		require.NoError(t, json.Unmarshal(b, out), "%s", b)
+	}
+	return resp.StatusCode
+}
+
+func waitReadyTLS(t *testing.T, hc *http.Client, p *proc) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if resp, err := hc.Get("https://" + p.http + "/readyz"); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("node on %s never became ready over HTTPS; logs:\n%s", p.http, p.logs)
+}
+
+type clusterFacts struct {
+	Term   uint64 `json:"term"`
+	Leader *struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+	} `json:"leader"`
+	Self struct {
+		ID       string `json:"id"`
+		RaftAddr string `json:"raft_addr"`
+	} `json:"self"`
+}
+
+// A TLS cluster of three processes: a rogue raft peer — plain TCP, TLS
+// without a certificate, a node certificate from another CA — reaches
+// neither the leader nor a follower: every RPC fails, and the term, the
+// leader and the records stay as they were. Over HTTPS the API works with
+// the CA, not without it, not in plain HTTP, and joining a node needs a
+// client certificate from the CA.
+func TestTLSClusterRefusesRogueRaftPeer(t *testing.T) {
+	t.Parallel()
+	ca, other := newPKI(t), newPKI(t)
+	hc := ca.httpsClient("", "")
+	var nodes []*proc
+	var https []string
+	for range 3 {
+		https = append(https, freePort(t))
+	}
+	for i, h := range https {
+		id := fmt.Sprintf("n%d", i+1)
+		args := append([]string{"--node-id", id, "--bootstrap-expect", "3", "--join", strings.Join(https, ",")}, ca.serveArgs(id)...)
+		nodes = append(nodes, launch(t, t.TempDir(), h, freePort(t), args...))
+	}
+	for _, n := range nodes {
+		waitReadyTLS(t, hc, n)
+	}
+
+	// Clients: plain HTTP and a client without the CA fail, with the CA it works.
+	claimArgs := []string{"claim", "--addr", nodes[1].http, "--principal", "p", "--endpoint", "e", "--key", "before", "--fingerprint", "aa", "--lease", "1h"}
+	out, err := exec.Command(binary, claimArgs...).CombinedOutput()
+	require.Error(t, err, "plain HTTP to a TLS node must fail: %s", out)
+	require.Contains(t, string(out), "speaks HTTPS")
+	out, err = exec.Command(binary, append(claimArgs[:2:2], append([]string{"https://" + nodes[1].http}, claimArgs[3:]...)...)...).CombinedOutput()
+	require.Error(t, err, "a client without the CA must not trust the node: %s", out)
+	require.Contains(t, string(out), "certificate signed by unknown authority")
+	out, err = exec.Command(binary, append(claimArgs, "--ca-file", ca.ca())...).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), `"outcome": "claimed"`)
+	resp, err := http.Get("http://" + nodes[0].http + "/v1/records?principal=p&endpoint=e&key=before")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.NotContains(t, string(b), "in_progress", "plain HTTP must not reach the API")
+
+	// Joining a node: refused without a client certificate, let through
+	// (to the handler, which refuses the empty id) with one.
+	joinBody := `{"id":"","raft_addr":"127.0.0.9:1","http_addr":"127.0.0.9:2"}`
+	post := func(c *http.Client) int {
+		resp, err := c.Post("https://"+nodes[2].http+"/v1/cluster/join", "application/json", strings.NewReader(joinBody))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusForbidden, post(hc))
+	require.Equal(t, http.StatusBadRequest, post(ca.httpsClient(ca.cert("ops", "--client"))))
+
+	facts := func() (before []clusterFacts) {
+		for _, n := range nodes {
+			var f clusterFacts
+			require.Equal(t, http.StatusOK, getJSON(t, hc, "https://"+n.http+"/v1/cluster", &f))
+			before = append(before, f)
+		}
+		return before
+	}
+	before := facts()
+	require.NotNil(t, before[0].Leader)
+	record := func() map[string]any {
+		var rec map[string]any
+		require.Equal(t, http.StatusOK, getJSON(t, hc, "https://"+nodes[0].http+"/v1/records?principal=p&endpoint=e&key=before", &rec))
+		return rec
+	}
+	recBefore := record()
+	require.Equal(t, "in_progress", recBefore["record"].(map[string]any)["state"], "%v", recBefore)
+
+	// The rogue peers, each against every node.
+	rc, rk := other.cert("rogue", "--ip", "127.0.0.9")
+	rogueCert, err := tls.LoadX509KeyPair(rc, rk)
+	require.NoError(t, err)
+	dialers := map[string]func(addr string, timeout time.Duration) (net.Conn, error){
+		"plain tcp": func(addr string, timeout time.Duration) (net.Conn, error) {
+			return net.DialTimeout("tcp", addr, timeout)
+		},
+		"tls without a certificate": func(addr string, timeout time.Duration) (net.Conn, error) {
+			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, &tls.Config{InsecureSkipVerify: true})
+		},
+		"node certificate from another CA": func(addr string, timeout time.Duration) (net.Conn, error) {
+			return tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, &tls.Config{InsecureSkipVerify: true, Certificates: []tls.Certificate{rogueCert}})
+		},
+	}
+	for name, dial := range dialers {
+		for _, f := range before {
+			voteErr, appendErr := rogueRaft(t, dial, f.Self.ID, f.Self.RaftAddr, f.Term+100)
+			require.Error(t, voteErr, "%s: %s answered a RequestVote", name, f.Self.ID)
+			require.Error(t, appendErr, "%s: %s answered an AppendEntries", name, f.Self.ID)
+		}
+	}
+	time.Sleep(time.Second) // whatever the attacks set off has happened
+	after := facts()
+	for i := range nodes {
+		require.Equal(t, before[i].Term, after[i].Term, "%s: the term moved", before[i].Self.ID)
+		require.NotNil(t, after[i].Leader)
+		require.Equal(t, before[0].Leader.ID, after[i].Leader.ID, "%s: the leader changed", before[i].Self.ID)
+	}
+	require.Equal(t, recBefore, record(), "the record claimed before the attacks changed")
+	require.Contains(t, nodes[0].logs.String(), "refused a raft connection")
+}
+
+// rogueRaft speaks hashicorp/raft's transport to the node at addr as a
+// peer claiming leadership with term: a vote request, then an entry.
+func rogueRaft(t *testing.T, dial func(string, time.Duration) (net.Conn, error), id, addr string, term uint64) (voteErr, appendErr error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	tr := raft.NewNetworkTransport(&rogueStream{Listener: ln, dial: dial}, 1, 2*time.Second, io.Discard)
+	defer tr.Close()
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("rogue"), Addr: []byte(tr.LocalAddr())}
+	var vr raft.RequestVoteResponse
+	voteErr = tr.RequestVote(raft.ServerID(id), raft.ServerAddress(addr),
+		&raft.RequestVoteRequest{RPCHeader: hdr, Term: term, LastLogIndex: 1 << 40, LastLogTerm: term}, &vr)
+	var ar raft.AppendEntriesResponse
+	appendErr = tr.AppendEntries(raft.ServerID(id), raft.ServerAddress(addr), &raft.AppendEntriesRequest{
+		RPCHeader: hdr, Term: term + 1, LeaderCommitIndex: 1 << 40,
+		Entries: []*raft.Log{{Index: 1 << 39, Term: term + 1, Type: raft.LogCommand, Data: []byte("rogue")}},
+	}, &ar)
+	return voteErr, appendErr
+}
+
+type rogueStream struct {
+	net.Listener
+	dial func(string, time.Duration) (net.Conn, error)
+}
+
+func (r *rogueStream) Dial(a raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return r.dial(string(a), timeout)
+}
+
+// A renewed certificate is served after SIGHUP without a restart; a bad
+// file on a later SIGHUP keeps the renewed one. With --tls-client-auth
+// require, a client without a certificate is refused and one with an
+// operator's certificate served.
+func TestTLSReloadOnSIGHUPAndRequiredClientCerts(t *testing.T) {
+	t.Parallel()
+	ca := newPKI(t)
+	args := append(ca.serveArgs("n1"), "--tls-client-auth", "require")
+	n := launch(t, t.TempDir(), freePort(t), freePort(t), args...)
+	ops := ca.httpsClient(ca.cert("ops", "--client"))
+	waitReadyTLS(t, ops, n)
+
+	_, err := ca.httpsClient("", "").Get("https://" + n.http + "/healthz")
+	require.Error(t, err, "--tls-client-auth require must refuse a client without a certificate")
+
+	served := func() time.Time {
+		t.Helper()
+		conn, err := tls.Dial("tcp", n.http, ops.Transport.(*http.Transport).TLSClientConfig.Clone())
+		require.NoError(t, err)
+		defer conn.Close()
+		return conn.ConnectionState().PeerCertificates[0].NotAfter
+	}
+	first := served()
+	ca.cert("n1", "--ip", "127.0.0.9", "--days", "30", "--force")
+	require.NoError(t, n.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return served().Before(first.Add(-24 * time.Hour)) }, 5*time.Second, 50*time.Millisecond,
+		"the renewed certificate is not served after SIGHUP; logs:\n%s", n.logs)
+	renewed := served()
+
+	require.NoError(t, os.WriteFile(filepath.Join(ca.dir, "n1.pem"), []byte("not a certificate"), 0o600))
+	require.NoError(t, n.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(n.logs.String(), "TLS reload failed") }, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, renewed, served(), "a bad file replaced the certificate in use")
+	require.Equal(t, http.StatusOK, getJSON(t, ops, "https://"+n.http+"/readyz", nil), "the node stopped serving")
+}
+
+// Half the TLS flags, a bad --tls-client-auth, files that do not verify,
+// and plaintext raft off loopback are refused at start, naming the flag;
+// --insecure lets plaintext raft through with a warning.
+func TestServeTLSFlagsRefused(t *testing.T) {
+	t.Parallel()
+	ca, other := newPKI(t), newPKI(t)
+	c, k := ca.cert("n1", "--ip", "127.0.0.9")
+	oc, ok := other.cert("n1", "--ip", "127.0.0.9")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tls-cert-file", c}, "--tls-cert-file given without --tls-key-file and --tls-ca-file"},
+		{[]string{"--tls-cert-file", c, "--tls-key-file", k}, "without --tls-ca-file"},
+		{[]string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", ca.ca(), "--tls-client-auth", "maybe"}, "--tls-client-auth \"maybe\" must be request or require"},
+		{[]string{"--tls-cert-file", oc, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "does not verify against --tls-ca-file"},
+		{[]string{"--tls-cert-file", c, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "private key does not match"},
+		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "refusing plaintext raft on non-loopback --raft-addr"},
+		{[]string{"--raft-advertise", "10.1.2.3:7071"}, "refusing plaintext raft on non-loopback --raft-advertise"},
+	} {
+		args := append([]string{"serve", "--data-dir", t.TempDir(), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, tc.args...)
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+		cancel()
+		require.Error(t, err, "idem %v must refuse", tc.args)
+		require.Contains(t, string(out), tc.want)
+	}
+	p := launch(t, t.TempDir(), freePort(t), "0.0.0.0:"+strings.Split(freePort(t), ":")[1], "--insecure", "--raft-advertise", freePort(t))
+	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "raft is plaintext and unauthenticated") }, 10*time.Second, 50*time.Millisecond)
+}
