@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: help run build test lint bench bench-scale fuzz cluster chaos chaos-ci clean
+.PHONY: help run build test lint bench bench-scale fuzz cluster cluster-tls chaos chaos-ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-9s %s\n", $$1, $$2}'
@@ -25,6 +25,9 @@ lint: ## gofmt and go vet
 
 cluster: ## three local nodes on 127.0.0.1/2/3 in the foreground (Ctrl-C stops all)
 	./scripts/cluster.sh
+
+cluster-tls: ## the same three nodes with TLS everywhere: HTTPS, mutual TLS on raft (a dev CA and certificates in cluster-data/tls)
+	./scripts/cluster-tls.sh
 
 bench: ## FSM apply benchmarks (batches of 1, 64, 512) and an HTTP run of idem bench
 	$(GO) test -run '^$$' -bench . -benchtime 20000x ./raftfsm

@@ -5,7 +5,8 @@
 # (--bootstrap-expect 3). Logs are prefixed with the node id. Ctrl-C stops
 # all three cleanly: each node gets SIGTERM, drains, closes raft and Pebble,
 # saves its probe filters and logs "stopped"; the script waits for each.
-# Extra arguments go to every `idem serve`.
+# Extra arguments go to every `idem serve`; {id} in them becomes the
+# node's id (scripts/cluster-tls.sh gives each node its own certificate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -o bin/idem ./cmd/idem
@@ -36,7 +37,7 @@ for i in 1 2 3; do
   prefixers+=($!)
   bin/idem serve --node-id "n$i" --data-dir "$data/n$i" \
     --http-addr "127.0.0.$i:7070" --raft-addr "127.0.0.$i:7071" \
-    --bootstrap-expect 3 --join "$peers" "$@" >"$fifos/n$i" 2>&1 &
+    --bootstrap-expect 3 --join "$peers" "${@//\{id\}/n$i}" >"$fifos/n$i" 2>&1 &
   nodes+=($!)
 done
 echo "cluster starting: HTTP on 127.0.0.1:7070, 127.0.0.2:7070, 127.0.0.3:7070 (Ctrl-C stops it)"
