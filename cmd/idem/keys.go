@@ -57,6 +57,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("encryption-key-file", "", "a key file to check against the key ids still needed (status)")
 	asJSON := fs.Bool("json", false, "print the key use as JSON (status)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long (status)")
+	tlsFlags := addClientTLSFlags(fs)
 	id := fs.String("id", "", "id of the new key: 1-64 letters, digits, '.', '_' or '-' (generate)")
 	out := fs.String("out", "", "write the key file here, mode 0600, instead of to stdout (generate)")
 	fs.Usage = func() {
@@ -84,7 +85,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch sub {
 	case "status":
-		return keysStatus(ctx, *addr, *token, *keyFile, *asJSON, *timeout, stdout, stderr)
+		return keysStatus(ctx, *addr, *token, *keyFile, *asJSON, *timeout, tlsFlags, stdout, stderr)
 	case "generate":
 		return keysGenerate(*id, *out, stdout, stderr)
 	}
@@ -144,7 +145,7 @@ type keyStatus struct {
 	InFile *bool `json:"in_file,omitempty"`
 }
 
-func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, timeout time.Duration, stdout, stderr io.Writer) int {
+func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, timeout time.Duration, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
 	var file *raftfsm.Keyring
 	if keyFile != "" {
 		var err error
@@ -157,7 +158,12 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 	if token != "" {
 		opts = append(opts, client.WithToken(token))
 	}
-	cl, err := client.New(addr, opts...)
+	tlsOpts, err := tlsFlags.options()
+	if err != nil {
+		fmt.Fprintf(stderr, "idem keys status: %v\n", err)
+		return 2
+	}
+	cl, err := client.New(addr, append(opts, tlsOpts...)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "idem keys status: --addr: %v\n", err)
 		return 2
