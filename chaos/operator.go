@@ -77,8 +77,11 @@ func fsmLossNemesis(ctx context.Context, e *env) (string, error) {
 	l, lerr := e.cl.WaitLeader(ctx, e.bound)
 	if lerr == nil {
 		detail += fmt.Sprintf(": %s led first", l.ID)
-		if l == v {
-			detail += " (before applying anything)"
+		switch {
+		case l == v && len(snaps) == 0:
+			detail += " (its state empty: nothing applied yet)"
+		case l == v:
+			detail += " (its state restored from that snapshot first)"
 		}
 	}
 	detail += fmt.Sprintf("; start %s", ids(rest))
