@@ -86,6 +86,9 @@ type ClusterConfig struct {
 	ExtraArgs []string
 	// NoSnapshots names a node that takes no snapshots of its own.
 	NoSnapshots string
+	// TLSDir, when set, holds what MakeTLS wrote: the nodes run with TLS
+	// and the harness speaks HTTPS (tls.go).
+	TLSDir string
 }
 
 // Cluster is a set of real `idem serve` processes.
@@ -101,6 +104,15 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		return nil, err
 	}
 	c := &Cluster{cfg: cfg, hc: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxIdleConns: 512}}}
+	scheme := "http://"
+	if cfg.TLSDir != "" {
+		tc, err := harnessTLS(cfg.TLSDir)
+		if err != nil {
+			return nil, err
+		}
+		c.hc.Transport.(*http.Transport).TLSClientConfig = tc
+		scheme = "https://"
+	}
 	for i := 1; i <= cfg.Nodes; i++ {
 		ip := fmt.Sprintf("127.0.0.%d", i)
 		n := &Node{
@@ -118,7 +130,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		if cfg.InjectBug != "" && (cfg.InjectInto == "all" || cfg.InjectInto == n.ID) {
 			n.injectBug = cfg.InjectBug
 		}
-		cl, err := client.New(n.HTTPAddr, client.WithHTTPClient(c.hc))
+		cl, err := client.New(scheme+n.HTTPAddr, client.WithHTTPClient(c.hc))
 		if err != nil {
 			return nil, err
 		}
@@ -161,6 +173,9 @@ func (c *Cluster) args(n *Node) []string {
 	}
 	if n.injectBug != "" {
 		a = append(a, "--inject-bug", n.injectBug)
+	}
+	if c.cfg.TLSDir != "" {
+		a = append(a, tlsArgs(c.cfg.TLSDir, n.ID)...)
 	}
 	return append(a, c.cfg.ExtraArgs...)
 }

@@ -46,6 +46,9 @@ type Config struct {
 	EveryNemesis bool `json:"every_nemesis,omitempty"`
 	// Retention is the nodes' --retention; zero picks RetentionFor.
 	Retention time.Duration `json:"retention"`
+	// TLS runs the nodes with TLS everywhere, with a CA and certificates
+	// the run makes in Out/tls (tls.go).
+	TLS bool `json:"tls,omitempty"`
 	// Progress, when set, receives a progress line while the run goes on;
 	// TTY rewrites one line in place.
 	Progress io.Writer `json:"-"`
@@ -182,6 +185,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	ccfg := ClusterConfig{Binary: cfg.Binary, Nodes: cfg.Nodes, Dir: dataDir,
 		HTTPPort: cfg.HTTPPort, RaftPort: cfg.RaftPort, RaftProxy: useProxy, InjectBug: cfg.InjectBug, InjectInto: cfg.InjectInto,
 		ExtraArgs: []string{"--retention", cfg.Retention.String()}}
+	if cfg.TLS {
+		ccfg.TLSDir = filepath.Join(cfg.Out, "tls")
+		if err := MakeTLS(ccfg.TLSDir, cfg.Nodes); err != nil {
+			return nil, fmt.Errorf("%w: --tls: %w", ErrHarness, err)
+		}
+		rep.Notes = append(rep.Notes, "TLS everywhere (HTTPS, mutual TLS on raft): the run's CA and certificates are in "+ccfg.TLSDir)
+	}
 	if slices.Contains(cfg.Nemeses, "fsm-loss") {
 		ccfg.NoSnapshots = fmt.Sprintf("n%d", cfg.Nodes)
 		rep.Notes = append(rep.Notes, ccfg.NoSnapshots+" takes no snapshots of its own (the fsm-loss nemesis's node: its raft log goes back to index 1)")
