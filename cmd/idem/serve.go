@@ -387,6 +387,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		handler = mux
 	}
 	hs := &http.Server{Handler: c.tls.requireCertToJoin(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs.ErrorLog = httpErrorLog(log) // tls.go
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(c.tls.listener(ln)) }()
 	log.Info("idem serving",

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -187,6 +188,26 @@ func (f *serveTLSFlags) requireCertToJoin(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// httpErrorLog gives net/http's own messages to the node's logger: a
+// failed TLS handshake (a port scanner, a load balancer's TCP check, a
+// client without the CA) at debug, since anyone can cause one; the rest,
+// rare, as warnings.
+func httpErrorLog(log *slog.Logger) *stdlog.Logger {
+	return stdlog.New(httpLogWriter{log}, "", 0)
+}
+
+type httpLogWriter struct{ log *slog.Logger }
+
+func (w httpLogWriter) Write(p []byte) (int, error) {
+	msg := strings.TrimSpace(strings.TrimPrefix(string(p), "http: "))
+	if strings.Contains(msg, "TLS handshake error") {
+		w.log.Debug("tls handshake failed", "detail", msg)
+	} else {
+		w.log.Warn("http server", "detail", msg)
+	}
+	return len(p), nil
 }
 
 // ---- clients: --ca-file, --cert-file, --key-file
