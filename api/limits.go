@@ -18,6 +18,11 @@ type Limits struct {
 	MaxResponseHeaders     int           // stored response headers, entries
 	MaxResponseHeaderBytes int           // stored response headers, names+values together
 	MaxKeysPerPrincipal    int64         // live keys of one principal
+	MaxPrincipals          int64         // principals holding live keys, cluster wide
+
+	// What protects the node itself (limits_conn.go); not published.
+	MaxInFlight     int           // requests handled at once, /healthz and /readyz aside
+	BodyReadTimeout time.Duration // the whole request body must arrive within it
 }
 
 // DefaultLimits are docs/docs/API.md's defaults.
@@ -33,6 +38,9 @@ func DefaultLimits() Limits {
 		MaxResponseHeaders:     32,
 		MaxResponseHeaderBytes: 8 << 10,
 		MaxKeysPerPrincipal:    100000,
+		MaxPrincipals:          1_000_000,
+		MaxInFlight:            2048,
+		BodyReadTimeout:        10 * time.Second,
 	}
 }
 
@@ -51,6 +59,11 @@ func (l Limits) Validate() error {
 	pos("--max-response-headers", int64(l.MaxResponseHeaders))
 	pos("--max-response-header-bytes", int64(l.MaxResponseHeaderBytes))
 	pos("--max-keys-per-principal", l.MaxKeysPerPrincipal)
+	pos("--max-principals", l.MaxPrincipals)
+	pos("--max-inflight", int64(l.MaxInFlight))
+	if l.BodyReadTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("api: --body-read-timeout must be at least 10ms (got %s)", l.BodyReadTimeout))
+	}
 	if l.MaxFingerprintChars < 2 {
 		errs = append(errs, fmt.Errorf("api: --max-fingerprint-chars must be at least 2 (got %d)", l.MaxFingerprintChars))
 	}
@@ -72,10 +85,11 @@ type limitsJSON struct {
 	MaxResponseHeaders     int   `json:"max_response_headers"`
 	MaxResponseHeaderBytes int   `json:"max_response_header_bytes"`
 	MaxKeysPerPrincipal    int64 `json:"max_keys_per_principal"`
+	MaxPrincipals          int64 `json:"max_principals"`
 }
 
 func (l Limits) json() limitsJSON {
 	return limitsJSON{l.MaxScopeBytes, l.MaxFingerprintChars, l.MaxIDBytes, l.MinLease.Milliseconds(),
 		l.MaxLease.Milliseconds(), l.MaxRequestBytes, l.MaxResponseBytes, l.MaxResponseHeaders,
-		l.MaxResponseHeaderBytes, l.MaxKeysPerPrincipal}
+		l.MaxResponseHeaderBytes, l.MaxKeysPerPrincipal, l.MaxPrincipals}
 }

@@ -52,6 +52,8 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	fwd   *forwarder
+	// guards: the connection and load limits (limits_conn.go).
+	guards connGuard
 }
 
 // New returns a server over store.
@@ -91,7 +93,7 @@ func New(store Store, cfg Config) *Server {
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.shield(w, r, s.mux) }
 
 // route registers h for exactly one method, answering others with a
 // problem document rather than the mux's plain text.
@@ -134,6 +136,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 		Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Fingerprint: strings.ToLower(req.Fingerprint),
 		ClaimID: req.ClaimID, CorrelationID: req.CorrelationID, LeaseMs: lease,
 		RetentionMs: s.cfg.Retention.Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
+		MaxPrincipals: s.cfg.Limits.MaxPrincipals,
 	}
 	var res engine.Result
 	err := s.onLeader(w, r, body, func() (err error) {
@@ -161,6 +164,10 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 			"this key was first used with a different request fingerprint; use a new key for a new request"))
 	case engine.OutcomeQuotaExceeded:
 		p := newProblem(http.StatusTooManyRequests, codeQuota, fmt.Sprintf("principal %q holds %d live keys, the most allowed", scope.Principal, s.cfg.Limits.MaxKeysPerPrincipal))
+		p.retryAfter = 60
+		writeProblem(w, p)
+	case engine.OutcomePrincipalLimit:
+		p := newProblem(http.StatusTooManyRequests, codePrincipalLimit, fmt.Sprintf("the cluster holds keys of %d principals, the most allowed (--max-principals); principal %q has none", s.cfg.Limits.MaxPrincipals, scope.Principal))
 		p.retryAfter = 60
 		writeProblem(w, p)
 	default:

@@ -1,0 +1,124 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// The limits that protect the node itself, applied to every request before
+// its route (Server.ServeHTTP):
+//
+//   - a connection in the listener's health headroom (conns.go) is served
+//     /healthz and /readyz only, once;
+//   - a request carrying both Content-Length and Transfer-Encoding is 400
+//     and its connection closed; any chunked request closes its connection
+//     after the answer (RFC 9112 §6.3, see sniffer);
+//   - at most Limits.MaxInFlight requests are handled at once; beyond it
+//     503 unavailable with Retry-After: 1, decided before anything is read;
+//   - the whole body must arrive within Limits.BodyReadTimeout of the
+//     handler's start. The deadline is cleared once the body is read, so
+//     a long answer (a snapshot download) is never cut by it.
+//
+// /healthz and /readyz are never counted nor refused for load: they are how
+// an operator and a load balancer see the node under pressure.
+
+// Problem codes of these limits.
+const codePrincipalLimit = "principal_limit"
+
+func init() {
+	titles[codePrincipalLimit] = "Principal limit reached"
+}
+
+// connGuard holds the state of the limits.
+type connGuard struct {
+	inFlight atomic.Int64
+}
+
+// exempt reports the routes that are never refused for load.
+func exempt(r *http.Request) bool {
+	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
+}
+
+// shield applies the limits above, then next.
+func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	lc := limitedConnOf(r.Context())
+	if lc != nil && lc.overflow() {
+		w.Header().Set("Connection", "close")
+		if !exempt(r) {
+			p := newProblem(http.StatusServiceUnavailable, codeUnavailable, "too many open connections; this one only serves /healthz and /readyz")
+			p.retryAfter = 1
+			refuseNow(w, r, p)
+			return
+		}
+	}
+	if len(r.TransferEncoding) > 0 {
+		w.Header().Set("Connection", "close")
+		if both, _ := lc.clte(); both {
+			refuseNow(w, r, invalid("a request may not carry both Content-Length and Transfer-Encoding"))
+			return
+		}
+	}
+	if !exempt(r) {
+		max := int64(s.cfg.Limits.MaxInFlight)
+		if max > 0 {
+			n := s.guards.inFlight.Add(1)
+			defer s.guards.inFlight.Add(-1)
+			if n > max {
+				p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+					fmt.Sprintf("the node is handling %d requests, the most it takes at once (--max-inflight); retry shortly", max))
+				p.retryAfter = 1
+				refuseNow(w, r, p)
+				return
+			}
+		}
+	}
+	if d := s.cfg.Limits.BodyReadTimeout; d > 0 && r.Body != nil && r.Body != http.NoBody {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(d)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: d}
+		}
+	}
+	next.ServeHTTP(w, r)
+}
+
+// refuseNow answers p without reading the request's body, and closes the
+// connection rather than draining the body: net/http drains up to 256 KiB
+// of an unread body after the handler, even on a connection it then
+// closes, and a slow body would hold the connection for that long. An
+// expired read deadline makes the drain fail at once (HTTP/2 does not
+// support it and resets the stream instead: nothing to do).
+func refuseNow(w http.ResponseWriter, r *http.Request, p *problem) {
+	if r.ContentLength != 0 {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	}
+	writeProblem(w, p)
+}
+
+// deadlineBody clears the body's read deadline once the body is read to
+// its end, and names the limit when a body does not arrive in time.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+	once    sync.Once
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(func() { b.rc.SetReadDeadline(time.Time{}) })
+	}
+	// On any other error the deadline stays: the server then gives up
+	// draining the rest of the body at once, answers and closes.
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("the body did not arrive within %s (--body-read-timeout)", b.timeout)
+	}
+	return n, err
+}
