@@ -41,6 +41,7 @@ type serveConfig struct {
 	insecure                        bool
 	logLevel, logFormat             string
 	limits                          api.Limits
+	conns                           connConfig // listen.go: connection caps and timeouts
 	snapshotThreshold, trailingLogs uint64
 	snapshotInterval                time.Duration
 	cacheBytes                      int64
@@ -94,6 +95,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
+	connFlags(fs, c) // listen.go
 	c.tls.register(fs)
 	return c
 }
@@ -186,6 +188,7 @@ func (c *serveConfig) validate() error {
 	default:
 		bad("--inject-bug %q must be %s or %s", c.injectBug, raftfsm.BugLocalReads, raftfsm.BugSkipUniqueness)
 	}
+	errs = append(errs, c.conns.validate()...)
 	if c.cacheBytes < 1<<20 {
 		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
 	}
@@ -337,6 +340,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 	defer ln.Close()
+	cl := limitConns(ln, c.conns, log) // listen.go
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -386,10 +390,10 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		mux.Handle("/", srv)
 		handler = mux
 	}
-	hs := &http.Server{Handler: c.tls.requireCertToJoin(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	hs := httpServer(c.tls.requireCertToJoin(handler), cl, c.conns)
 	hs.ErrorLog = httpErrorLog(log) // tls.go
 	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(c.tls.listener(ln)) }()
+	go func() { errc <- hs.Serve(c.tls.listener(cl)) }()
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", c.retention.String(), "bucket-width", c.bucketWidth.String(),

@@ -1,0 +1,196 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// launchWithFiles is launch under an open-files limit of files (soft and
+// hard), as on a host whose limit is 1,024.
+func launchWithFiles(t *testing.T, files int, dataDir, httpAddr, raftAddr string, args ...string) *proc {
+	t.Helper()
+	all := append([]string{"-c", fmt.Sprintf(`ulimit -n %d && exec "$0" "$@"`, files), binary,
+		"serve", "--data-dir", dataDir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, args...)
+	p := &proc{cmd: exec.Command("sh", all...), http: httpAddr, logs: &logBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.wait()
+		if t.Failed() {
+			t.Logf("logs of %s:\n%s", httpAddr, p.logs)
+		}
+	})
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, 20*time.Second, 50*time.Millisecond, "the node never became ready")
+	return p
+}
+
+// The attack of issue 10 on a node limited to 1,024 open files: 1,100
+// connections that send a claim's headers and then a body one byte at a
+// time, without credentials. Before the connection cap and the body
+// timeout they held every descriptor, and /healthz and claims timed out.
+// Now the node keeps descriptors for itself: claims keep being served on
+// the clients' open connections, /healthz answers on a new one, the slow
+// bodies are refused after --body-read-timeout and their connections
+// closed, and new connections are served again.
+func TestSlowBodiesDoNotTakeANodeDown(t *testing.T) {
+	const slow = 1100
+	soft, hard, err := raiseOpenFiles() // this process holds the attackers' ends
+	if err != nil || soft < slow+300 {
+		t.Skipf("this test needs %d open files in the test process (soft %d, hard %d, %v)", slow+300, soft, hard, err)
+	}
+	addr := freePort(t)
+	p := launchWithFiles(t, 1024, t.TempDir(), addr, freePort(t), "--body-read-timeout", "3s", "--log-level", "warn")
+	require.Contains(t, p.logs.String(), "--max-conns lowered to fit the open-files limit")
+
+	// The clients' connections, open before the attack.
+	const workers = 8
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: workers, MaxConnsPerHost: workers}}
+	defer client.CloseIdleConnections()
+	var keys atomic.Int64
+	claim := func() (int, string) {
+		body := fmt.Sprintf(`{"principal":"p%d","endpoint":"e","key":"k%d","fingerprint":"aa"}`, keys.Load()%50, keys.Add(1))
+		resp, err := client.Post("http://"+addr+"/v1/claim", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err.Error()
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	var warm sync.WaitGroup
+	for range workers {
+		warm.Add(1)
+		go func() { defer warm.Done(); claim() }()
+	}
+	warm.Wait()
+
+	// The attack.
+	conns := make([]net.Conn, 0, slow)
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for range slow {
+		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+		if err != nil {
+			break // the kernel's backlog is full: the node keeps serving anyway
+		}
+		conns = append(conns, c)
+		c.SetWriteDeadline(time.Now().Add(time.Second))
+		io.WriteString(c, "POST /v1/claim HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+	}
+	require.GreaterOrEqual(t, len(conns), 1000)
+	stop := time.Now().Add(1500 * time.Millisecond)
+	go func() { // one more byte now and then: the bodies never finish
+		for time.Now().Before(stop) {
+			for _, c := range conns {
+				c.SetWriteDeadline(time.Now().Add(10 * time.Millisecond))
+				c.Write([]byte(" "))
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+
+	// Meanwhile: claims are served, and /healthz answers on a new connection.
+	var served, failed atomic.Int64
+	var firstFailure atomic.Value
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if status, body := claim(); status == http.StatusCreated {
+					served.Add(1)
+				} else {
+					failed.Add(1)
+					firstFailure.CompareAndSwap(nil, fmt.Sprintf("%d %s", status, body))
+				}
+			}
+		}()
+	}
+	probe := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for i := range 5 {
+		resp, err := probe.Get("http://" + addr + "/healthz")
+		require.NoError(t, err, "/healthz during the attack (%d)", i)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		time.Sleep(200 * time.Millisecond)
+	}
+	wg.Wait()
+	require.Zero(t, failed.Load(), "claims failed during the attack, first: %v", firstFailure.Load())
+	require.Greater(t, served.Load(), int64(workers))
+	t.Logf("%d slow connections; %d claims served meanwhile", len(conns), served.Load())
+
+	// Past the body timeout each slow body is refused and closed.
+	var refused atomic.Int64
+	var rg sync.WaitGroup
+	for _, c := range conns {
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			c.SetReadDeadline(time.Now().Add(6 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err == nil && resp.StatusCode == http.StatusBadRequest {
+				refused.Add(1)
+			} else if err == nil && resp.StatusCode == http.StatusServiceUnavailable {
+				refused.Add(1) // beyond the cap: refused at once
+			}
+		}()
+	}
+	rg.Wait()
+	require.Equal(t, int64(len(conns)), refused.Load(), "every slow body is answered and closed")
+	for _, c := range conns {
+		c.Close()
+	}
+	// New connections are served again.
+	require.Eventually(t, func() bool {
+		resp, err := probe.Post("http://"+addr+"/v1/claim", "application/json",
+			strings.NewReader(`{"principal":"p","endpoint":"e","key":"after","fingerprint":"aa"}`))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusCreated
+	}, 10*time.Second, 100*time.Millisecond)
+}
+
+// A request with both Content-Length and Transfer-Encoding is 400 and its
+// connection closed, on a real node.
+func TestContentLengthAndTransferEncodingCloseTheConnection(t *testing.T) {
+	addr := freePort(t)
+	start(t, t.TempDir(), addr, freePort(t), "--log-level", "warn")
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	io.WriteString(c, "POST /v1/claim HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	io.Copy(io.Discard, resp.Body)
+	_, err = br.ReadByte()
+	require.ErrorIs(t, err, io.EOF, "the connection is closed")
+}

@@ -1,0 +1,84 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/idem-store/idem/api"
+)
+
+// connConfig is how `idem serve` bounds what clients can hold: open
+// connections, and how long headers, bodies and idle connections may take.
+// The in-flight cap and the body timeout are api.Limits (the handler
+// applies them); docs/API.md lists every limit.
+type connConfig struct {
+	maxConns          int
+	readHeaderTimeout time.Duration
+	idleTimeout       time.Duration
+}
+
+// connFlags registers the flags of the connection and abuse limits.
+func connFlags(fs *flag.FlagSet, c *serveConfig) {
+	c.conns = connConfig{maxConns: 4096, readHeaderTimeout: 10 * time.Second, idleTimeout: 60 * time.Second}
+	fs.IntVar(&c.conns.maxConns, "max-conns", c.conns.maxConns, fmt.Sprintf("most open HTTP connections; %d more are kept for /healthz and /readyz, and beyond those a connection is answered 503 and closed at once. Lowered to fit the open-files limit (RLIMIT_NOFILE, raised to its hard limit at start)", api.HealthHeadroom))
+	fs.IntVar(&c.limits.MaxInFlight, "max-inflight", c.limits.MaxInFlight, "most HTTP requests handled at once, /healthz and /readyz aside (503 unavailable with Retry-After: 1 above); a request counts from its headers, while its body arrives too")
+	fs.DurationVar(&c.conns.readHeaderTimeout, "read-header-timeout", c.conns.readHeaderTimeout, "time a client has to send a request's headers")
+	fs.DurationVar(&c.limits.BodyReadTimeout, "body-read-timeout", c.limits.BodyReadTimeout, "time a client has to send a whole request body, from the end of its headers (400 invalid_request, connection closed, after it)")
+	fs.DurationVar(&c.conns.idleTimeout, "idle-timeout", c.conns.idleTimeout, "how long an idle keep-alive connection is kept open")
+	fs.Int64Var(&c.limits.MaxPrincipals, "max-principals", c.limits.MaxPrincipals, "principals that may hold live keys, cluster wide (429 principal_limit for a claim of a new principal above)")
+}
+
+// validate names every impossible connection limit.
+func (c connConfig) validate() []error {
+	var errs []error
+	if c.maxConns < 1 {
+		errs = append(errs, fmt.Errorf("--max-conns %d must be at least 1", c.maxConns))
+	}
+	if c.readHeaderTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--read-header-timeout %s must be at least 10ms", c.readHeaderTimeout))
+	}
+	if c.idleTimeout < 10*time.Millisecond {
+		errs = append(errs, fmt.Errorf("--idle-timeout %s must be at least 10ms", c.idleTimeout))
+	}
+	return errs
+}
+
+// fdReserve is how many descriptors are kept from the HTTP connections
+// for everything else a node opens: Pebble's tables and WAL, the raft log,
+// snapshots, raft's connections to its peers, forwarding to the leader.
+func fdReserve(limit uint64) uint64 {
+	return min(max(limit/4, 256), 2048)
+}
+
+// limitConns raises the open-files limit as far as allowed and wraps ln in
+// the connection cap, lowered when the limit cannot hold it. It logs both.
+func limitConns(ln net.Listener, c connConfig, log *slog.Logger) *api.ConnListener {
+	soft, hard, err := raiseOpenFiles()
+	limit := c.maxConns
+	switch {
+	case errors.Is(err, errNoRlimit):
+	case err != nil:
+		log.Warn("cannot read or raise the open-files limit", "error", err)
+	default:
+		if room := int64(soft) - int64(fdReserve(soft)) - api.HealthHeadroom; int64(limit) > room {
+			limit = int(max(room, 16))
+			log.Warn("--max-conns lowered to fit the open-files limit; raise the hard limit (ulimit -Hn, LimitNOFILE=) to allow more",
+				"max-conns", c.maxConns, "lowered-to", limit, "open-files", soft, "hard-limit", hard)
+		}
+		log.Info("connection limits", "open-files", soft, "hard-limit", hard, "max-conns", limit)
+	}
+	return api.Listen(ln, limit, log)
+}
+
+// httpServer is the server of the API with the header and idle timeouts.
+// There is no ReadTimeout or WriteTimeout: a body is bounded by the
+// handler (--body-read-timeout, cleared once read) and a long answer (a
+// snapshot download) must not be cut.
+func httpServer(h http.Handler, cl *api.ConnListener, c connConfig) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout, ConnContext: cl.ConnContext}
+}
