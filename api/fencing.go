@@ -7,8 +7,13 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/idem-store/idem/engine"
 )
@@ -25,10 +30,16 @@ import (
 //
 // The MAC is checked on the node that decides (the leader), against its
 // applied state, and a token that does not verify is refused without a
-// log entry (fenced). Claims decided before the cluster had a secret (a
-// data dir from an older idem) returned a bare raft index: such a token is
-// still accepted for those claims, and only for them (an index below the
-// secret's), so attempts in flight across an upgrade can finish.
+// log entry (fenced).
+//
+// The secret is made by the first claim once every member runs a version
+// whose Apply knows the secret's entry (they say so on /healthz): a node
+// of an older version would skip that entry and never hold the secret,
+// even after its own upgrade. Until then, during a rolling upgrade or on a
+// data dir from an older idem, claims return a bare raft index as before.
+// A bare index is accepted for the claims made before the secret, and only
+// for them (an index below the secret's), so attempts in flight across an
+// upgrade can finish.
 
 const (
 	tokenIndexDigits = 20
@@ -87,58 +98,34 @@ func allDigits(s string) bool {
 // (pinned by its first write, the one that made any token), as records are.
 func (s *Server) principalOnly() bool { return s.clusterScope() == "principal" }
 
-// verifyToken returns the raft index token stands for when it was issued
-// for scope sc: a MAC that verifies under the cluster secret, or a bare
-// raft index below the secret's (a claim decided before the cluster had
-// one). A bare index is never accepted while the state holds no secret:
-// the caller makes sure there is one first (fenced).
-func (s *Server) verifyToken(sc engine.Scope, token string) (uint64, bool) {
-	sec, ok, err := s.store.ClusterSecret()
-	if !ok || err != nil {
-		return 0, false
-	}
-	if index, mac, shaped := splitToken(token); shaped {
-		return index, hmac.Equal(mac, tokenMAC(sec.Key, s.principalOnly(), sc, index))
-	}
-	if !allDigits(token) {
-		return 0, false
-	}
-	index, err := strconv.ParseUint(token, 10, 64)
-	return index, err == nil && index > 0 && index < sec.Index
-}
-
 // fenced runs do, an operation on the attempt holding token, with the
 // token's raft index once the token is known good for t's scope. A token
-// that is not (another scope's, a forgery, a bare index issued after the
-// cluster had a secret) is refused exactly as a stale token is, 404
-// not_found without a live record and 409 token_mismatch with one, decided
-// on the applied state without proposing anything. On a follower every
-// path ends in ErrNotLeader, and the request is forwarded to the leader,
-// which decides it.
+// that is not (another scope's, a forgery, a bare index that is not the
+// current attempt's of before the secret) is refused exactly as a stale
+// token is, 404 not_found without a live record and 409 token_mismatch
+// with one, decided on the applied state without proposing anything. On a
+// follower every path ends in ErrNotLeader, and the request is forwarded
+// to the leader, which decides it.
 func (s *Server) fenced(ctx context.Context, t engine.TokenArgs, token string,
 	do func(engine.TokenArgs) (engine.Result, error)) (engine.Result, error) {
-	if index, mac, shaped := splitToken(token); shaped {
+	if s.macVerifies(t.Scope, token) {
 		// The secret never changes once set: a MAC that verifies needs no
 		// fresher state.
-		if sec, ok, err := s.store.ClusterSecret(); ok && err == nil &&
-			hmac.Equal(mac, tokenMAC(sec.Key, s.principalOnly(), t.Scope, index)) {
-			t.Token = index
-			return do(t)
-		}
+		t.Token, _, _ = splitToken(token)
+		return do(t)
 	}
-	// Judge it on the leader's state: a bare index is good only below the
-	// secret's index, so there must be a secret (a one-time entry for a
-	// cluster upgraded from an older idem), and the read barrier of a
-	// linearizable lookup makes the state hold every entry committed
-	// before (the secret, the record) without adding one.
-	if err := s.store.EnsureClusterSecret(); err != nil {
-		return engine.Result{}, err
-	}
+	// Judge it on the leader's state after a read barrier, which makes the
+	// state hold every entry committed before (the secret, the record)
+	// without adding one.
 	rec, found, err := s.store.Lookup(ctx, t.Scope, t.PrincipalScope, true)
 	if err != nil {
 		return engine.Result{}, err
 	}
-	if index, ok := s.verifyToken(t.Scope, token); ok {
+	if s.macVerifies(t.Scope, token) {
+		t.Token, _, _ = splitToken(token)
+		return do(t)
+	}
+	if index, ok := s.bareIndex(token); ok && found && rec.Token == index {
 		t.Token = index
 		return do(t)
 	}
@@ -149,20 +136,160 @@ func (s *Server) fenced(ctx context.Context, t engine.TokenArgs, token string,
 	return res, nil
 }
 
-// writeClaimed answers a won claim with its token.
+// macVerifies reports whether token carries a MAC of its index and scope
+// sc under the cluster secret.
+func (s *Server) macVerifies(sc engine.Scope, token string) bool {
+	index, mac, shaped := splitToken(token)
+	if !shaped {
+		return false
+	}
+	sec, ok, err := s.store.ClusterSecret()
+	return ok && err == nil && hmac.Equal(mac, tokenMAC(sec.Key, s.principalOnly(), sc, index))
+}
+
+// bareIndex reads the token of a claim made while the cluster had no
+// secret: a bare raft index, good only below the secret's index (every
+// claim after the secret has a larger one). The caller also requires it to
+// be the token of the record it read after its barrier, so a claim made
+// since (the first one after a new secret, say) is never reached by its
+// index.
+func (s *Server) bareIndex(token string) (uint64, bool) {
+	if !allDigits(token) {
+		return 0, false
+	}
+	index, err := strconv.ParseUint(token, 10, 64)
+	if err != nil || index == 0 {
+		return 0, false
+	}
+	sec, ok, err := s.store.ClusterSecret()
+	if err != nil {
+		return 0, false
+	}
+	return index, !ok || index < sec.Index
+}
+
+// writeClaimed answers a won claim with its token: a bare raft index while
+// the cluster has no secret.
 func (s *Server) writeClaimed(w http.ResponseWriter, rec *engine.Record) {
 	sec, ok, err := s.store.ClusterSecret()
-	if !ok || err != nil {
-		// The claim ensured a secret first, so this is a bug or a read
-		// failure: the claim is committed, and repeating it with its
-		// claim_id returns it with its token.
-		s.log.Error("no cluster secret to make a claim's token", "error", err)
+	if err != nil {
+		// The claim is committed, and repeating it with its claim_id
+		// returns it with its token.
+		s.log.Error("the cluster secret could not be read to make a claim's token", "error", err)
 		p := newProblem(http.StatusServiceUnavailable, codeUnavailable, "the claim's token could not be made; retry the claim (the same claim_id returns the same claim)")
 		p.retryAfter = 1
 		writeProblem(w, p)
 		return
 	}
 	c := claimed(rec)
-	c.Token = FormatToken(sec.Key, s.principalOnly(), engine.Scope{Principal: rec.Principal, Endpoint: rec.Endpoint, Key: rec.Key}, rec.Token)
+	if ok {
+		c.Token = FormatToken(sec.Key, s.principalOnly(), engine.Scope{Principal: rec.Principal, Endpoint: rec.Endpoint, Key: rec.Key}, rec.Token)
+	}
 	writeJSON(w, http.StatusCreated, c)
+}
+
+// featuresHeader lists, on /healthz, what this node's Apply knows that
+// older versions do not; featureSecret is the cluster secret's entry.
+const (
+	featuresHeader = "X-Idem-Features"
+	featureSecret  = "cluster-secret"
+)
+
+// withFeatures answers h with this node's features.
+func withFeatures(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set(featuresHeader, featureSecret)
+		h(w, r)
+	}
+}
+
+// secretGate decides when the leader may make the cluster secret: once
+// every member says on /healthz that it knows the secret's entry. While a
+// member does not (or does not answer), it is asked again after a pause,
+// and claims return bare raft indexes, as older versions did.
+type secretGate struct {
+	mu        sync.Mutex
+	notBefore time.Time
+	waiting   string // the members last found lacking, to log each change once
+}
+
+// secretGateRetry is how long a leader waits before asking members again
+// (a variable for tests).
+var secretGateRetry = 10 * time.Second
+
+// ensureSecret makes sure, on the leader, that the cluster has a secret
+// before a claim, when every member can hold one. Otherwise it does
+// nothing: a follower's claim is forwarded, and a leader with members of
+// an older version hands out bare indexes.
+func (s *Server) ensureSecret(ctx context.Context) error {
+	if _, ok, err := s.store.ClusterSecret(); ok || err != nil || !s.store.IsLeader() {
+		return err
+	}
+	g := &s.gate
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok, err := s.store.ClusterSecret(); ok || err != nil {
+		return err
+	}
+	if time.Now().Before(g.notBefore) {
+		return nil
+	}
+	if lacking := s.membersWithoutSecret(ctx); lacking != "" {
+		g.notBefore = time.Now().Add(secretGateRetry)
+		if lacking != g.waiting {
+			s.log.Info("fencing tokens stay bare raft indexes until every member runs a version that knows the cluster secret", "members", lacking)
+			g.waiting = lacking
+		}
+		return nil
+	}
+	return s.store.EnsureClusterSecret()
+}
+
+// membersWithoutSecret names the other members that do not say they know
+// the secret's entry (an older version, or no answer); "" when none.
+func (s *Server) membersWithoutSecret(ctx context.Context) string {
+	st, err := s.store.Status()
+	if err != nil {
+		return "(the configuration could not be read)"
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var lacking []string
+	var wg sync.WaitGroup
+	for _, m := range st.Nodes {
+		if m.ID == st.Self.ID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !s.knowsSecret(ctx, m.HTTPAddr) {
+				mu.Lock()
+				lacking = append(lacking, m.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(lacking)
+	return strings.Join(lacking, ",")
+}
+
+// knowsSecret asks the node at addr whether it knows the secret's entry.
+func (s *Server) knowsSecret(ctx context.Context, addr string) bool {
+	if addr == "" {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(s.cfg.PeerTLS, addr, "/healthz"), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.fwd.client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode == http.StatusOK && slices.Contains(strings.Split(resp.Header.Get(featuresHeader), ","), featureSecret)
 }

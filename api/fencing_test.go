@@ -104,39 +104,55 @@ func TestTokensFollowThePrincipalScopeMode(t *testing.T) {
 }
 
 // A data dir from before fencing tokens had MACs: attempts claimed then
-// hold a bare raft index, and finish with it after the upgrade; a bare
-// index of an attempt claimed after the upgrade is refused.
+// hold a bare raft index, and finish with it after the upgrade, but only
+// the current attempt's index; a bare index of an attempt claimed after
+// the cluster made its secret is refused.
 func TestBareIndexTokensOfClaimsBeforeTheSecret(t *testing.T) {
 	t.Parallel()
 	n := mustNode(t)
 	old := scope{"cus_1", "POST /payments", "before-upgrade"}
 	oldScope := engine.Scope{Principal: old.principal, Endpoint: old.endpoint, Key: old.key}
-	// A claim decided as the older server did: no secret in the state.
-	res, index, err := n.node.Claim(engine.ClaimArgs{Scope: oldScope, Fingerprint: fp1, LeaseMs: 600000,
-		RetentionMs: 86_400_000, MaxKeys: 100})
+	// Claims decided as the older server did: no secret in the state.
+	claimOld := func() uint64 {
+		res, index, err := n.node.Claim(engine.ClaimArgs{Scope: oldScope, Fingerprint: fp1, LeaseMs: 600000,
+			RetentionMs: 86_400_000, MaxKeys: 100})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+		return index
+	}
+	first := claimOld()
+	_, err := n.node.Release(engine.TokenArgs{Scope: oldScope, Token: first})
 	require.NoError(t, err)
-	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	index := claimOld() // attempt 2: the first attempt's index is stale
 	_, has, err := n.node.ClusterSecret()
 	require.NoError(t, err)
 	require.False(t, has)
 
 	bare := strconv.FormatUint(index, 10)
+	before := n.stateHash()
+	for _, tok := range []string{strconv.FormatUint(first, 10), strconv.FormatUint(index+1, 10), bare + "0"} {
+		requireProblem(t, n.post("/v1/extend", old.body("token", tok, "lease_ms", 60000)), http.StatusConflict, "token_mismatch")
+	}
+	require.Equal(t, before, n.stateHash(), "refused without a log entry")
 	require.Equal(t, http.StatusOK, n.post("/v1/extend", old.body("token", bare, "lease_ms", 60000)).status)
+
+	// The first claim through the API makes the secret (no other member).
+	fresh := scope{"cus_1", "POST /payments", "after-upgrade"}
+	tok := n.mustClaim(fresh, fp1)["token"].(string)
 	sec, has, err := n.node.ClusterSecret()
 	require.NoError(t, err)
-	require.True(t, has, "judging a bare index made the cluster's secret")
+	require.True(t, has)
 	require.Greater(t, sec.Index, index)
+	require.Less(t, sec.Index, tokenIndex(t, tok))
 
-	// The same attempt is also reachable with its token in the new form
-	// (a repeated claim would return that).
+	// The old attempt is reachable with its bare index, and with the new
+	// form a repeated claim would return.
 	newForm := api.FormatToken(sec.Key, false, oldScope, index)
 	require.Equal(t, http.StatusOK, n.complete(old, newForm, okResponse).status)
 	require.Equal(t, http.StatusOK, n.complete(old, bare, okResponse).status, "complete is idempotent under either form")
 
-	// After the upgrade, the bare index of a new attempt is worth nothing.
-	fresh := scope{"cus_1", "POST /payments", "after-upgrade"}
-	tok := n.mustClaim(fresh, fp1)["token"].(string)
-	before := n.stateHash()
+	// The bare index of an attempt claimed after the secret is worth nothing.
+	before = n.stateHash()
 	requireProblem(t, n.complete(fresh, strconv.FormatUint(tokenIndex(t, tok), 10), okResponse), http.StatusConflict, "token_mismatch")
 	require.Equal(t, before, n.stateHash())
 	require.Equal(t, http.StatusOK, n.complete(fresh, tok, okResponse).status)

@@ -52,6 +52,8 @@ type Server struct {
 	log   *slog.Logger
 	mux   *http.ServeMux
 	fwd   *forwarder
+	// gate says when the leader may make the cluster secret (fencing.go).
+	gate secretGate
 	// guards: the connection and load limits (limits_conn.go).
 	guards connGuard
 }
@@ -80,7 +82,7 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.admin(s.handleTransfer))
 	s.route("/v1/admin/state", http.MethodGet, s.admin(s.handleState))
 	s.route("/v1/admin/snapshot", http.MethodGet, s.admin(s.handleSnapshot))
-	s.route("/healthz", http.MethodGet, s.handleHealthz)
+	s.route("/healthz", http.MethodGet, withFeatures(s.handleHealthz))
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
 		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
@@ -140,7 +142,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	var res engine.Result
 	err := s.onLeader(w, r, body, func() (err error) {
-		if err = s.store.EnsureClusterSecret(); err != nil { // every token is made with it
+		if err = s.ensureSecret(r.Context()); err != nil { // the key of the claim's token
 			return err
 		}
 		res, _, err = s.store.Claim(args)

@@ -287,6 +287,7 @@ func TestClusterWithNodeTokens(t *testing.T) {
 		}
 		return a.code == 201, a.String()
 	})
+	require.Regexp(t, `^[0-9]{20}\.[0-9a-f]{32}$`, claimed.Token, "every member knows the cluster secret: tokens carry a MAC")
 	body := fmt.Sprintf(`{"principal":"cus_a1","endpoint":"POST /payments","key":"k1","token":%q,"response":{"status":201,"body":""}}`, claimed.Token)
 	require.Equal(t, 200, authCall("POST", followers[1].http, "/v1/complete", "app-1", body).code)
 	a = authCall("POST", followers[1].http, "/v1/claim", "app-1", claimFor("cus_b1", "k1"))
