@@ -177,6 +177,11 @@ func TestDiskFullRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 		return len(keys.snapshot()) >= 20, ""
 	})
 
+	// An attempt whose token is valid: complete and release of it are
+	// writes the full disk must refuse (an invalid token would be refused
+	// earlier, from the applied state, without a write).
+	held := claimOK(t, httpAddr, "held-before-full")
+
 	// Another process fills the disk while the node takes writes.
 	fillDisk(t, filepath.Join(mnt, "filler"))
 	probe := 0
@@ -187,8 +192,8 @@ func TestDiskFullRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 		return storageFull507(a), a.String()
 	})
 	for _, op := range []struct{ path, body string }{
-		{"/v1/complete", completeReq("before-0", "1", "x")},
-		{"/v1/release", `{"principal":"` + cPrincipal + `","endpoint":"` + cEndpoint + `","key":"before-0","token":"1"}`},
+		{"/v1/complete", completeReq("held-before-full", held.Token, "x")},
+		{"/v1/release", `{"principal":"` + cPrincipal + `","endpoint":"` + cEndpoint + `","key":"held-before-full","token":"` + held.Token + `"}`},
 	} {
 		a := call("POST", httpAddr, op.path, op.body)
 		require.True(t, storageFull507(a), "%s on a full disk: %s", op.path, a)
