@@ -38,7 +38,16 @@ func init() {
 // connGuard holds the state of the limits.
 type connGuard struct {
 	inFlight atomic.Int64
+	refused  atomic.Int64 // requests refused for --max-inflight
+	lastLog  atomic.Int64 // unix nanos of the last warning about it
 }
+
+// InFlight is the number of requests being handled now (/healthz and
+// /readyz aside), for metrics.
+func (s *Server) InFlight() int64 { return s.guards.inFlight.Load() }
+
+// RefusedInFlight is how many requests were refused for --max-inflight.
+func (s *Server) RefusedInFlight() int64 { return s.guards.refused.Load() }
 
 // exempt reports the routes that are never refused for load.
 func exempt(r *http.Request) bool {
@@ -70,6 +79,11 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 			n := s.guards.inFlight.Add(1)
 			defer s.guards.inFlight.Add(-1)
 			if n > max {
+				s.guards.refused.Add(1)
+				now := time.Now().UnixNano()
+				if last := s.guards.lastLog.Load(); now-last > int64(10*time.Second) && s.guards.lastLog.CompareAndSwap(last, now) {
+					s.log.Warn("refusing requests: too many in flight", "max-inflight", max, "refused-total", s.guards.refused.Load())
+				}
 				p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
 					fmt.Sprintf("the node is handling %d requests, the most it takes at once (--max-inflight); retry shortly", max))
 				p.retryAfter = 1

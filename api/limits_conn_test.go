@@ -147,6 +147,8 @@ func TestInFlightCap(t *testing.T) {
 	require.Contains(t, body, `"code":"unavailable"`)
 	require.Contains(t, body, "--max-inflight")
 	require.True(t, resp.Close, "a refused body is not drained: the connection closes")
+	require.EqualValues(t, 1, s.RefusedInFlight())
+	require.EqualValues(t, 2, s.InFlight())
 
 	probe := dial(t, addr)
 	probe.send("GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")

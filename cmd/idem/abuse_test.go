@@ -174,6 +174,16 @@ func TestSlowBodiesDoNotTakeANodeDown(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusCreated
 	}, 10*time.Second, 100*time.Millisecond)
+	// The metrics say the cap bit.
+	status, metrics := get(t, addr, "/metrics")
+	require.Equal(t, http.StatusOK, status)
+	var refusedConns float64
+	for _, line := range strings.Split(string(metrics), "\n") {
+		if v, ok := strings.CutPrefix(line, "idem_http_connections_refused_total "); ok {
+			fmt.Sscan(v, &refusedConns)
+		}
+	}
+	require.Positive(t, refusedConns, "1,100 connections exceed what 1,024 files allow")
 }
 
 // A request with both Content-Length and Transfer-Encoding is 400 and its

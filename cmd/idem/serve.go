@@ -382,6 +382,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		PrincipalScope: c.scope == "principal", Limits: c.limits, Auth: auth, NodeToken: nodeToken,
 		Logger: log, Gatherer: reg, PeerTLS: tlsConf,
 	})
+	connMetrics(reg, cl, srv) // listen.go
 	var handler http.Handler = srv
 	if c.pprof {
 		mux := http.NewServeMux()
