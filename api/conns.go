@@ -18,9 +18,9 @@ import (
 // Listen holds at most max connections for the API, plus HealthHeadroom
 // more that serve only /healthz and /readyz (one request each, for a few
 // seconds), so a probe still gets an answer when the API is full. Beyond
-// both a connection is answered 503 and closed at once: refusing costs one
-// descriptor for a moment, and a client learns at once to come back rather
-// than waiting in the kernel's backlog.
+// both a connection waits a moment for a headroom slot, then is answered
+// 503 and closed: refusing costs one descriptor for a moment, and a client
+// learns at once to come back rather than waiting in the kernel's backlog.
 
 // HealthHeadroom is how many connections beyond the cap are kept for
 // /healthz and /readyz.
@@ -28,6 +28,14 @@ const HealthHeadroom = 64
 
 // overflowLife is how long a connection in the headroom may live.
 const overflowLife = 3 * time.Second
+
+// headroomWait is how long a connection waits for a slot in a full
+// headroom before it is refused. Connections there are answered as soon as
+// their request line arrives, so slots come back quickly; under a flood of
+// new connections the accept loop then moves at the pace they are answered
+// (the others wait in the kernel's backlog) instead of refusing a probe
+// that arrives behind them.
+const headroomWait = 250 * time.Millisecond
 
 // refusedAnswer is what a connection beyond every limit gets before it is
 // closed: no request was read, so it is the same for everyone.
@@ -41,10 +49,12 @@ var refusedAnswer = func() []byte {
 // Listen; Serve the http.Server with ConnContext set to its ConnContext.
 type ConnListener struct {
 	net.Listener
-	max     int64
-	log     *slog.Logger
-	open    atomic.Int64
-	refused atomic.Int64
+	max      int64
+	log      *slog.Logger
+	api      atomic.Int64  // connections in the cap
+	headroom chan struct{} // a slot per connection in the headroom
+	open     atomic.Int64
+	refused  atomic.Int64
 
 	lastLog atomic.Int64 // unix nanos of the last "refusing" warning
 }
@@ -54,7 +64,7 @@ func Listen(ln net.Listener, max int, log *slog.Logger) *ConnListener {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &ConnListener{Listener: ln, max: int64(max), log: log}
+	return &ConnListener{Listener: ln, max: int64(max), log: log, headroom: make(chan struct{}, HealthHeadroom)}
 }
 
 // Open is the number of connections open now.
@@ -71,20 +81,38 @@ func (l *ConnListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		n := l.open.Add(1)
-		if n > l.max+HealthHeadroom {
-			l.open.Add(-1)
+		if l.api.Add(1) <= l.max {
+			l.open.Add(1)
+			return &limitedConn{Conn: c, l: l}, nil
+		}
+		l.api.Add(-1)
+		if !l.takeHeadroom() {
 			l.refuse(c)
 			continue
 		}
-		lc := &limitedConn{Conn: c, l: l}
-		if n > l.max {
-			// Headroom: one short request, for a probe. The deadline
-			// bounds the whole connection, whatever the server sets.
-			lc.until = time.Now().Add(overflowLife)
-			lc.Conn.SetDeadline(lc.until)
-		}
+		l.open.Add(1)
+		// Headroom: one short request, for a probe. The deadline bounds
+		// the whole connection, whatever the server sets.
+		lc := &limitedConn{Conn: c, l: l, until: time.Now().Add(overflowLife)}
+		lc.Conn.SetDeadline(lc.until)
 		return lc, nil
+	}
+}
+
+// takeHeadroom takes a headroom slot, waiting up to headroomWait for one.
+func (l *ConnListener) takeHeadroom() bool {
+	select {
+	case l.headroom <- struct{}{}:
+		return true
+	default:
+	}
+	t := time.NewTimer(headroomWait)
+	defer t.Stop()
+	select {
+	case l.headroom <- struct{}{}:
+		return true
+	case <-t.C:
+		return false
 	}
 }
 
@@ -178,6 +206,11 @@ func (c *limitedConn) clamp(t time.Time) time.Time {
 func (c *limitedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
 		c.l.open.Add(-1)
+		if c.overflow() {
+			<-c.l.headroom
+		} else {
+			c.l.api.Add(-1)
+		}
 	}
 	return c.Conn.Close()
 }
