@@ -777,7 +777,7 @@ func (n *Node) promote() {
 		if !ready {
 			continue
 		}
-		if err := n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
+		if err := n.wait(n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout)); err != nil {
 			n.log.Warn("promotion of a caught-up non-voter failed; retrying", "node-id", s.ID, "error", err)
 			return
 		}

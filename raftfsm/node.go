@@ -362,7 +362,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	}
 	n.lastWrite.Store(time.Now().UnixNano())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-	if err := f.Error(); err != nil {
+	if err := n.wait(f); err != nil {
 		return nil, mapApplyError(err)
 	}
 	r, ok := f.Response().(*ApplyResult)
@@ -506,6 +506,22 @@ func (n *Node) readBarrier(ctx context.Context) error {
 	return nil
 }
 
+// wait waits for a raft future, or until the node stops. hashicorp/raft
+// never resolves a future still in its apply buffer when it shuts down
+// (hashicorp/raft#498), and Close waits for the node's own goroutines,
+// which propose ticks, drops and promotions: without this a stop racing a
+// proposal hung forever.
+func (n *Node) wait(f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.stop:
+		return raft.ErrRaftShutdown
+	}
+}
+
 // termBarrier makes sure this leader has applied every entry committed
 // before its term: a Barrier once per term, shared by concurrent callers.
 func (n *Node) termBarrier() error {
@@ -518,7 +534,7 @@ func (n *Node) termBarrier() error {
 	if n.barrierTerm.Load() == term {
 		return nil
 	}
-	if err := n.raft.Barrier(n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.wait(n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
 		return mapRaftError(err)
 	}
 	n.barrierTerm.Store(term)
