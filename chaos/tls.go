@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/idem-store/idem/certgen"
 	"github.com/idem-store/idem/client"
-	"github.com/idem-store/idem/raftfsm"
 )
 
 // With --tls a run makes its own CA in --out/tls, a node certificate for
@@ -24,19 +24,19 @@ func MakeTLS(dir string, nodes int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("chaos: tls dir: %w", err)
 	}
-	ca, err := raftfsm.NewCA("idem chaos CA", 24*time.Hour)
+	ca, err := certgen.NewCA("idem chaos CA", 24*time.Hour)
 	if err != nil {
 		return err
 	}
 	if err := ca.WriteFiles(filepath.Join(dir, "idem-ca.pem"), filepath.Join(dir, "idem-ca-key.pem"), true); err != nil {
 		return err
 	}
-	reqs := []raftfsm.CertRequest{{CommonName: "chaos", Client: true}}
+	reqs := []certgen.CertRequest{{CommonName: "chaos", Client: true}}
 	for i := 1; i <= nodes; i++ {
-		reqs = append(reqs, raftfsm.CertRequest{CommonName: fmt.Sprintf("n%d", i), IPs: []net.IP{net.IPv4(127, 0, 0, byte(i))}})
+		reqs = append(reqs, certgen.CertRequest{CommonName: fmt.Sprintf("n%d", i), IPs: []net.IP{net.IPv4(127, 0, 0, byte(i))}})
 	}
 	for _, r := range reqs {
-		pair, err := raftfsm.NewCert(ca, r)
+		pair, err := certgen.NewCert(ca, r)
 		if err != nil {
 			return err
 		}

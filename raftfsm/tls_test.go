@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/idem-store/idem/certgen"
+
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 )
@@ -18,12 +20,12 @@ import (
 type testPKI struct {
 	t   *testing.T
 	dir string
-	ca  PEMPair
+	ca  certgen.PEMPair
 }
 
 func newTestPKI(t *testing.T, name string) *testPKI {
 	t.Helper()
-	ca, err := NewCA(name, 24*time.Hour)
+	ca, err := certgen.NewCA(name, 24*time.Hour)
 	require.NoError(t, err)
 	dir := t.TempDir()
 	require.NoError(t, ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"), false))
@@ -31,9 +33,9 @@ func newTestPKI(t *testing.T, name string) *testPKI {
 }
 
 // files signs a certificate and returns the cert, key and CA file names.
-func (p *testPKI) files(req CertRequest) (cert, key, ca string) {
+func (p *testPKI) files(req certgen.CertRequest) (cert, key, ca string) {
 	p.t.Helper()
-	pair, err := NewCert(p.ca, req)
+	pair, err := certgen.NewCert(p.ca, req)
 	require.NoError(p.t, err)
 	cert = filepath.Join(p.dir, req.CommonName+".pem")
 	key = filepath.Join(p.dir, req.CommonName+"-key.pem")
@@ -43,7 +45,7 @@ func (p *testPKI) files(req CertRequest) (cert, key, ca string) {
 
 func (p *testPKI) node(name string) *TLS {
 	p.t.Helper()
-	c, k, ca := p.files(CertRequest{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	c, k, ca := p.files(certgen.CertRequest{CommonName: name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	tl, err := LoadTLS(c, k, ca, nil)
 	require.NoError(p.t, err)
 	return tl
@@ -151,7 +153,7 @@ func TestRoguePeerCannotSpeakRaftToTLSNode(t *testing.T) {
 	require.NoError(t, claim(n1, "before"))
 
 	otherCert := other.node("rogue")
-	opc, opk, _ := pki.files(CertRequest{CommonName: "operator", Client: true})
+	opc, opk, _ := pki.files(certgen.CertRequest{CommonName: "operator", Client: true})
 	opPair, err := tls.LoadX509KeyPair(opc, opk)
 	require.NoError(t, err)
 	caPool, err := readCAFile(filepath.Join(pki.dir, "ca.pem"))
@@ -216,7 +218,7 @@ func TestRoguePeerCannotSpeakRaftToTLSNode(t *testing.T) {
 func TestTLSReloadKeepsOldOnBadFile(t *testing.T) {
 	t.Parallel()
 	pki := newTestPKI(t, "cluster CA")
-	c, k, ca := pki.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: time.Hour})
+	c, k, ca := pki.files(certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: time.Hour})
 	tl, err := LoadTLS(c, k, ca, nil)
 	require.NoError(t, err)
 	before := tl.NotAfter()
@@ -227,14 +229,14 @@ func TestTLSReloadKeepsOldOnBadFile(t *testing.T) {
 	require.Equal(t, before, tl.NotAfter())
 
 	other := newTestPKI(t, "other CA")
-	oc, ok, _ := other.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	oc, ok, _ := other.files(certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 	copyFile(t, oc, c)
 	copyFile(t, ok, k)
 	err = tl.Reload()
 	require.ErrorContains(t, err, "does not verify against --tls-ca-file")
 	require.Equal(t, before, tl.NotAfter())
 
-	pki.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: 2 * time.Hour})
+	pki.files(certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: 2 * time.Hour})
 	require.NoError(t, tl.Reload())
 	require.True(t, tl.NotAfter().After(before.Add(30*time.Minute)), "the renewed certificate is not in use")
 }
@@ -251,7 +253,7 @@ func copyFile(t *testing.T, from, to string) {
 func TestGeneratedCertificates(t *testing.T) {
 	t.Parallel()
 	pki := newTestPKI(t, "cluster CA")
-	c, k, _ := pki.files(CertRequest{CommonName: "n1", IPs: []net.IP{net.ParseIP("10.0.0.5")}, DNSNames: []string{"n1.example"}})
+	c, k, _ := pki.files(certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.ParseIP("10.0.0.5")}, DNSNames: []string{"n1.example"}})
 	pair, err := tls.LoadX509KeyPair(c, k)
 	require.NoError(t, err)
 	leaf := pair.Leaf
@@ -263,7 +265,7 @@ func TestGeneratedCertificates(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), f)
 	}
-	_, err = NewCert(pki.ca, CertRequest{CommonName: "n2"})
+	_, err = certgen.NewCert(pki.ca, certgen.CertRequest{CommonName: "n2"})
 	require.ErrorContains(t, err, "at least one IP or DNS name")
 	err = pki.ca.WriteFiles(filepath.Join(pki.dir, "ca.pem"), filepath.Join(pki.dir, "x.pem"), false)
 	require.True(t, err != nil && strings.Contains(err.Error(), "exists"), "an existing CA must not be overwritten: %v", err)

@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/idem-store/idem/certgen"
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/raftfsm"
 )
@@ -291,7 +292,7 @@ func runTLSCA(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(io.Discard)
 	dir := fs.String("dir", ".", "directory to write idem-ca.pem and idem-ca-key.pem to (created if missing)")
 	cn := fs.String("name", "idem development CA", "common name of the CA")
-	days := fs.Int("days", int(raftfsm.DefaultCALifetime/(24*time.Hour)), "days the CA is valid")
+	days := fs.Int("days", int(certgen.DefaultCALifetime/(24*time.Hour)), "days the CA is valid")
 	force := fs.Bool("force", false, "replace existing files (every certificate the old CA signed stops being trusted)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem tls ca [flags]\n\nMakes a development CA: idem-ca.pem (give it to nodes as --tls-ca-file and to\nclients as --ca-file) and idem-ca-key.pem (keep it off the nodes).\n\nFlags:\n")
@@ -308,7 +309,7 @@ func runTLSCA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: --dir: %v\n", name, err)
 		return 1
 	}
-	ca, err := raftfsm.NewCA(*cn, time.Duration(*days)*24*time.Hour)
+	ca, err := certgen.NewCA(*cn, time.Duration(*days)*24*time.Hour)
 	if err == nil {
 		err = ca.WriteFiles(filepath.Join(*dir, "idem-ca.pem"), filepath.Join(*dir, "idem-ca-key.pem"), *force)
 	}
@@ -331,7 +332,7 @@ func runTLSCert(args []string, stdout, stderr io.Writer) int {
 	clientOnly := fs.Bool("client", false, "a client certificate (operator, application): reaches an API that asks for one, never the raft port")
 	caFile := fs.String("ca", "", "CA certificate (default DIR/idem-ca.pem)")
 	caKey := fs.String("ca-key", "", "CA private key (default DIR/idem-ca-key.pem)")
-	days := fs.Int("days", int(raftfsm.DefaultCertLifetime/(24*time.Hour)), "days the certificate is valid (at most the CA's remaining life)")
+	days := fs.Int("days", int(certgen.DefaultCertLifetime/(24*time.Hour)), "days the certificate is valid (at most the CA's remaining life)")
 	force := fs.Bool("force", false, "replace existing files (renewal: then send SIGHUP to the node)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem tls cert --name NAME [flags]\n\nMakes a certificate signed by the CA of idem tls ca: for a node (server and\nclient use; give it as --tls-cert-file and --tls-key-file) or, with --client,\nfor an operator or application (--cert-file and --key-file).\nWithout --ip and --dns a node certificate is valid for 127.0.0.1 and localhost.\n\nFlags:\n")
@@ -376,7 +377,7 @@ func runTLSCert(args []string, stdout, stderr io.Writer) int {
 	if *caKey == "" {
 		*caKey = filepath.Join(*dir, "idem-ca-key.pem")
 	}
-	ca, err := raftfsm.ReadPEMPair(*caFile, *caKey)
+	ca, err := certgen.ReadPEMPair(*caFile, *caKey)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: --ca/--ca-key: %s (make a CA with idem tls ca)\n", name, strings.TrimPrefix(err.Error(), "raftfsm: "))
 		return 1
@@ -385,7 +386,7 @@ func runTLSCert(args []string, stdout, stderr io.Writer) int {
 		ipList, dnsList = []net.IP{net.IPv4(127, 0, 0, 1)}, []string{"localhost"}
 		fmt.Fprintf(stderr, "%s: no --ip or --dns: the certificate is valid for 127.0.0.1 and localhost only\n", name)
 	}
-	pair, err := raftfsm.NewCert(ca, raftfsm.CertRequest{
+	pair, err := certgen.NewCert(ca, certgen.CertRequest{
 		CommonName: *cn, IPs: ipList, DNSNames: dnsList, Client: *clientOnly, Lifetime: time.Duration(*days) * 24 * time.Hour,
 	})
 	certFile, keyFile := filepath.Join(*dir, *cn+".pem"), filepath.Join(*dir, *cn+"-key.pem")

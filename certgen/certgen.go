@@ -1,4 +1,7 @@
-package raftfsm
+// Package certgen makes a development CA and node and client certificates
+// (ECDSA P-256 PEM files) for `idem tls`, the chaos harness and tests. It
+// imports the standard library only, so any package may use it.
+package certgen
 
 import (
 	"crypto/ecdsa"
