@@ -85,7 +85,7 @@ type DB struct {
 	// principals is how many principals hold stored keys: derived from
 	// the state (counted at open and restore, kept by each commit), so
 	// every replica at the same applied index has the same count.
-	principals int64
+	principals principalStats
 
 	// Long reads and compactions must not hold mu: a commit waits for mu,
 	// and every apply with it (a 10 M-record bucket's compaction held it

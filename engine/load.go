@@ -298,7 +298,7 @@ func (l *Loader) Finish() (LoadStats, error) {
 		return l.st, fmt.Errorf("engine: load commit: %w", err)
 	}
 	l.d.meta = m
-	l.d.principals = int64(len(l.totals)) // the store was fresh: these are all
+	l.d.principals = loadedPrincipals(l.totals) // the store was fresh: these are all
 	return l.st, nil
 }
 

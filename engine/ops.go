@@ -96,7 +96,7 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 			return res
 		}
 		// Only a principal with no stored key is a new one (principals.go).
-		if a.MaxPrincipals > 0 && keys == 0 && t.principals >= a.MaxPrincipals {
+		if a.MaxPrincipals > 0 && keys == 0 && t.principals.live >= a.MaxPrincipals {
 			res.Outcome = OutcomePrincipalLimit
 			return res
 		}

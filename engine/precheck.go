@@ -50,11 +50,19 @@ func (d *DB) PeekClaim(a ClaimArgs, proposedMs int64) (Result, bool) {
 	res := Result{NowMs: now}
 	f, found := probe(d.pdb, d.filter, m, scope, now)
 	if !found || !ttl.Live(f.rec.ExpiresMs, now) {
+		// The principal's count is a Pebble read on every new claim: read
+		// it only when some principal may be at its quota or the cluster
+		// at its bound (otherwise neither refusal can apply).
+		quota := a.MaxKeys > 0 && d.principals.mostKeys >= a.MaxKeys
+		bound := a.MaxPrincipals > 0 && d.principals.live >= a.MaxPrincipals
+		if !quota && !bound {
+			return Result{}, false // a new record
+		}
 		keys := storedKeys(d.pdb, a.Scope.Principal)
 		switch {
 		case a.MaxKeys > 0 && keys >= a.MaxKeys:
 			res.Outcome = OutcomeQuotaExceeded
-		case a.MaxPrincipals > 0 && keys == 0 && d.principals >= a.MaxPrincipals:
+		case a.MaxPrincipals > 0 && keys == 0 && d.principals.live >= a.MaxPrincipals:
 			res.Outcome = OutcomePrincipalLimit
 		default:
 			return Result{}, false // a new record

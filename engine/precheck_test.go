@@ -88,6 +88,7 @@ func TestPrincipalCountSurvivesReopenAndRestore(t *testing.T) {
 
 	db = mustOpenDir(t, dir)
 	require.EqualValues(t, 5, db.Principals(), "counted again at open")
+	require.EqualValues(t, 2, db.livePrincipals().mostKeys, "p0 and p1 hold two keys each")
 
 	dst := newHarness(t)
 	dst.claim(t0, args(Scope{Principal: "other", Endpoint: "e", Key: "k"}))
@@ -183,6 +184,9 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 			tokens[s] = got.Record.Token
 		}
 		require.Equal(t, countQuotaTotals(t, h.db), h.db.Principals(), "op %d", i)
+		counted, err := h.db.countPrincipals()
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, h.db.livePrincipals().mostKeys, counted.mostKeys, "op %d: mostKeys must bound every total", i)
 	}
 	require.NotZero(t, answered)
 	require.NotZero(t, proposed)

@@ -20,28 +20,50 @@ import (
 // replicas at the same applied index agree on it and the on-disk format
 // (and the state hash) is unchanged.
 
+// principalStats is what the engine keeps in memory about principals.
+type principalStats struct {
+	live int64 // principals with a total quota counter
+	// mostKeys bounds from above every principal's total: the most any
+	// had at open (or restore, or load) or reached since. It only goes
+	// down when counted again; it lets a peek skip reading a principal's
+	// count while no principal can be at a quota (see PeekClaim).
+	mostKeys int64
+}
+
 // totalQuotaRange bounds the q/<principal> keys.
 var totalQuotaRange = [2][]byte{[]byte("q/"), []byte("q0")}
 
 // countPrincipals counts the total quota counters. Callers make sure no
 // commit runs meanwhile (Open, or Restore under d.mu).
-func (d *DB) countPrincipals() (int64, error) {
+func (d *DB) countPrincipals() (principalStats, error) {
+	var st principalStats
 	it, err := d.pdb.NewIter(&pebble.IterOptions{LowerBound: totalQuotaRange[0], UpperBound: totalQuotaRange[1]})
 	if err != nil {
-		return 0, fmt.Errorf("engine: count principals: %w", err)
+		return st, fmt.Errorf("engine: count principals: %w", err)
 	}
-	var n int64
 	for ok := it.First(); ok; ok = it.Next() {
-		n++
+		st.live++
+		if v, err := it.ValueAndErr(); err == nil && len(v) == 8 {
+			st.mostKeys = max(st.mostKeys, int64(binary.BigEndian.Uint64(v)))
+		}
 	}
 	if err := errors.Join(it.Error(), it.Close()); err != nil {
-		return 0, fmt.Errorf("engine: count principals: %w", err)
+		return principalStats{}, fmt.Errorf("engine: count principals: %w", err)
 	}
-	return n, nil
+	return st, nil
+}
+
+// loadedPrincipals is the count of a bulk load's totals.
+func loadedPrincipals(totals map[string]int64) principalStats {
+	st := principalStats{live: int64(len(totals))}
+	for _, n := range totals {
+		st.mostKeys = max(st.mostKeys, n)
+	}
+	return st
 }
 
 // livePrincipals is the committed count.
-func (d *DB) livePrincipals() int64 {
+func (d *DB) livePrincipals() principalStats {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	return d.principals
@@ -49,7 +71,7 @@ func (d *DB) livePrincipals() int64 {
 
 // Principals is how many principals hold stored keys (expired keys count
 // until their bucket is dropped), as of the last commit.
-func (d *DB) Principals() int64 { return d.livePrincipals() }
+func (d *DB) Principals() int64 { return d.livePrincipals().live }
 
 // addTotal moves the principal's total key count by delta, and the count
 // of live principals when the total appears or goes.
@@ -60,10 +82,11 @@ func (t *Txn) addTotal(principal string, delta int64) {
 	after := before + delta
 	switch {
 	case before <= 0 && after > 0:
-		t.principals++
+		t.principals.live++
 	case before > 0 && after <= 0:
-		t.principals--
+		t.principals.live--
 	}
+	t.principals.mostKeys = max(t.principals.mostKeys, after)
 }
 
 // storedKeys reads a principal's total key count from committed state

@@ -227,7 +227,7 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 		return false, fmt.Errorf("engine: restore commit: %w", err)
 	}
 	d.meta = Meta{}
-	d.principals = 0
+	d.principals = principalStats{}
 	if err := restoreIngest(d.pdb, paths); err != nil {
 		return false, fmt.Errorf("engine: restore ingest: %w", err)
 	}

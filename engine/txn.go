@@ -34,7 +34,7 @@ type Txn struct {
 
 	// principals counts the principals with a total quota counter, as
 	// this Txn sees them (principals.go); Commit hands it to the DB.
-	principals int64
+	principals principalStats
 }
 
 type cached struct {
