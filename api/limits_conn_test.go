@@ -4,15 +4,19 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // guarded serves a Server with no store (only the routes a test adds and
@@ -296,4 +300,50 @@ func TestConnCap(t *testing.T) {
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		return err == nil && resp.StatusCode == 200
 	}, 2*overflowLife, 100*time.Millisecond)
+}
+
+// The principal bound is carried in claim entries only once the cluster
+// has its secret, i.e. once every member runs a version that decodes it:
+// an older member would refuse the entry and fall out of step.
+func TestPrincipalBoundWaitsForEveryMember(t *testing.T) {
+	retry := secretGateRetry
+	secretGateRetry = 50 * time.Millisecond
+	t.Cleanup(func() { secretGateRetry = retry })
+	var knows atomic.Bool
+	old := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if knows.Load() {
+			w.Header().Set(featuresHeader, featureSecret)
+		}
+		io.WriteString(w, `{"status":"ok"}`)
+	}))
+	defer old.Close()
+
+	rc := raftfsm.DefaultConfig()
+	rc.DataDir, rc.RaftAddr, rc.Bootstrap = t.TempDir(), "127.0.0.1:0", true
+	rc.TickInterval, rc.SweepInterval = time.Hour, time.Hour
+	node, err := raftfsm.Open(rc)
+	require.NoError(t, err)
+	defer node.Close()
+	require.Eventually(t, func() bool { return node.IsLeader() && node.Ready() }, 10*time.Second, 10*time.Millisecond)
+	lim := DefaultLimits()
+	lim.MaxPrincipals = 1
+	srv := httptest.NewServer(New(&withMember{Node: node, addr: strings.TrimPrefix(old.URL, "http://")}, Config{
+		Retention: 24 * time.Hour, DefaultLease: 30 * time.Second, BucketWidth: rc.BucketWidth,
+		Limits: lim, Logger: slog.New(slog.DiscardHandler),
+	}))
+	defer srv.Close()
+	claim := func(principal string) int {
+		resp, err := http.Post(srv.URL+"/v1/claim", "application/json", strings.NewReader(
+			`{"principal":"`+principal+`","endpoint":"POST /x","key":"k","fingerprint":"aa"}`))
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, 201, claim("cus_1"))
+	require.Equal(t, 201, claim("cus_2"), "not bounded while a member could not decode the bound")
+
+	knows.Store(true)
+	time.Sleep(2 * secretGateRetry)
+	require.Equal(t, 429, claim("cus_3"), "bounded once every member knows the bound")
+	require.EqualValues(t, 2, node.DB().Principals())
 }

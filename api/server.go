@@ -145,7 +145,15 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 		if err = s.ensureSecret(r.Context()); err != nil { // the key of the claim's token
 			return err
 		}
-		res, _, err = s.store.Claim(args)
+		a := args
+		if _, ok, _ := s.store.ClusterSecret(); !ok {
+			// The principal bound travels in the claim's entry, which an
+			// older member cannot decode. Every member knows it once the
+			// cluster has its secret (the same version brought both, and
+			// the secret waits for every member: fencing.go).
+			a.MaxPrincipals = 0
+		}
+		res, _, err = s.store.Claim(a)
 		return err
 	})
 	if err != nil {
