@@ -1,11 +1,9 @@
 package engine
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"hash/crc32"
 	"io"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -57,50 +55,7 @@ type StreamInfo struct {
 // reader that ends there.
 func ScanStream(r io.Reader) (StreamInfo, error) {
 	var info StreamInfo
-	cr := &countReader{r: r}
-	hr := &hashReader{br: bufio.NewReaderSize(cr, 1<<20), crc: crc32.New(castagnoli)}
-	bad := func(what string, err error) (StreamInfo, error) {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
-		}
-		if err != nil {
-			return info, fmt.Errorf("%w: %s: %w", ErrSnapshot, what, err)
-		}
-		return info, fmt.Errorf("%w: %s", ErrSnapshot, what)
-	}
-	magic := make([]byte, len(snapMagic))
-	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, snapMagic) {
-		return bad("magic", err)
-	}
-	var prev, k, v []byte
-	for {
-		kl, err := binary.ReadUvarint(hr)
-		if err != nil {
-			return bad("key length", err)
-		}
-		if kl == 0 {
-			break
-		}
-		if kl > 1<<20 {
-			return bad("key too long", nil)
-		}
-		k = grow(k, int(kl))
-		if _, err := io.ReadFull(hr, k); err != nil {
-			return bad("key", err)
-		}
-		vl, err := binary.ReadUvarint(hr)
-		if err != nil || vl > 64<<20 {
-			return bad("value length", err)
-		}
-		v = grow(v, int(vl))
-		if _, err := io.ReadFull(hr, v); err != nil {
-			return bad("value", err)
-		}
-		if prev != nil && bytes.Compare(k, prev) <= 0 {
-			return bad("keys out of order", nil)
-		}
-		prev = append(prev[:0], k...)
-		info.Pairs++
+	pairs, n, err := readStream(r, func(k, v []byte) error {
 		if _, rest, ok := partition.Parse(k); ok && len(rest) > 0 && rest[0] == kindRecord {
 			info.Records++
 		}
@@ -119,25 +74,10 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 				info.Meta.Scope = ScopeMode(u)
 			}
 		}
-	}
-	var cnt [8]byte
-	if _, err := io.ReadFull(hr, cnt[:]); err != nil {
-		return bad("count", err)
-	}
-	if binary.BigEndian.Uint64(cnt[:]) != info.Pairs {
-		return bad("pair count", nil)
-	}
-	want := hr.crc.Sum32()
-	var sum [4]byte
-	if _, err := io.ReadFull(hr.br, sum[:]); err != nil {
-		return bad("checksum", err)
-	}
-	if binary.BigEndian.Uint32(sum[:]) != want {
-		return bad("checksum mismatch", nil)
-	}
-	// What the buffer read ahead is not part of the stream.
-	info.Bytes = cr.n - int64(hr.br.Buffered())
-	return info, nil
+		return nil
+	})
+	info.Pairs, info.Bytes = pairs, n
+	return info, err
 }
 
 func grow(b []byte, n int) []byte {

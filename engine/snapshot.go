@@ -128,17 +128,6 @@ func (d *DB) Restore(r io.Reader) error {
 func (d *DB) RestoreIfNewer(r io.Reader) (bool, error) { return d.restore(r, true) }
 
 func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
-	hr := &hashReader{br: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(castagnoli)}
-	bad := func(what string, err error) (bool, error) {
-		if err != nil {
-			return false, fmt.Errorf("%w: %s: %w", ErrSnapshot, what, err)
-		}
-		return false, fmt.Errorf("%w: %s", ErrSnapshot, what)
-	}
-	magic := make([]byte, len(snapMagic))
-	if _, err := io.ReadFull(hr, magic); err != nil || string(magic) != string(snapMagic) {
-		return bad("magic", err)
-	}
 	tmp := d.dir + ".restore"
 	if err := d.fs.RemoveAll(tmp); err != nil {
 		return false, fmt.Errorf("engine: restore: %w", err)
@@ -149,57 +138,17 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 	defer d.fs.RemoveAll(tmp)
 	tw := &tableWriter{d: d, dir: tmp}
 	defer tw.abort()
-	var n, streamApplied uint64
-	var prev []byte
-	for {
-		kl, err := binary.ReadUvarint(hr)
-		if err != nil {
-			return bad("key length", err)
-		}
-		if kl == 0 {
-			break
-		}
-		if kl > 1<<20 {
-			return bad("key too long", nil)
-		}
-		k := make([]byte, kl)
-		if _, err := io.ReadFull(hr, k); err != nil {
-			return bad("key", err)
-		}
-		vl, err := binary.ReadUvarint(hr)
-		if err != nil || vl > 64<<20 {
-			return bad("value length", err)
-		}
-		v := make([]byte, vl)
-		if _, err := io.ReadFull(hr, v); err != nil {
-			return bad("value", err)
-		}
-		if prev != nil && bytes.Compare(k, prev) <= 0 {
-			return bad("keys out of order", nil)
-		}
+	var streamApplied uint64
+	if _, _, err := readStream(r, func(k, v []byte) error {
 		if err := tw.set(k, v); err != nil {
-			return false, fmt.Errorf("engine: restore: %w", err)
+			return fmt.Errorf("engine: restore: %w", err)
 		}
 		if bytes.Equal(k, keyApplied) && len(v) == 8 {
 			streamApplied = binary.BigEndian.Uint64(v)
 		}
-		prev = k
-		n++
-	}
-	var cnt [8]byte
-	if _, err := io.ReadFull(hr, cnt[:]); err != nil {
-		return bad("count", err)
-	}
-	if binary.BigEndian.Uint64(cnt[:]) != n {
-		return bad("pair count", nil)
-	}
-	want := hr.crc.Sum32()
-	var sum [4]byte
-	if _, err := io.ReadFull(hr.br, sum[:]); err != nil {
-		return bad("checksum", err)
-	}
-	if binary.BigEndian.Uint32(sum[:]) != want {
-		return bad("checksum mismatch", nil)
+		return nil
+	}); err != nil {
+		return false, err
 	}
 	paths, err := tw.finish()
 	if err != nil {
@@ -249,6 +198,82 @@ var restoreIngest = func(pdb *pebble.DB, paths []string) error {
 		return nil
 	}
 	return pdb.Ingest(context.Background(), paths)
+}
+
+// readStream reads a snapshot stream (Snapshot.WriteTo's format) and calls
+// pair for each key and value in order, checking everything a corrupt or
+// truncated stream could get wrong: magic, lengths, key order, pair count
+// and checksum. k and v are reused between calls. It returns the number of
+// pairs and the bytes of the stream (it may read ahead of the stream's
+// end: give it a reader that ends there). An error from pair is returned
+// as it is; every other error is an ErrSnapshot.
+func readStream(r io.Reader, pair func(k, v []byte) error) (uint64, int64, error) {
+	cr := &countReader{r: r}
+	hr := &hashReader{br: bufio.NewReaderSize(cr, 1<<20), crc: crc32.New(castagnoli)}
+	var n uint64
+	bad := func(what string, err error) (uint64, int64, error) {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		if err != nil {
+			return n, 0, fmt.Errorf("%w: %s: %w", ErrSnapshot, what, err)
+		}
+		return n, 0, fmt.Errorf("%w: %s", ErrSnapshot, what)
+	}
+	magic := make([]byte, len(snapMagic))
+	if _, err := io.ReadFull(hr, magic); err != nil || !bytes.Equal(magic, snapMagic) {
+		return bad("magic", err)
+	}
+	var prev, k, v []byte
+	for {
+		kl, err := binary.ReadUvarint(hr)
+		if err != nil {
+			return bad("key length", err)
+		}
+		if kl == 0 {
+			break
+		}
+		if kl > 1<<20 {
+			return bad("key too long", nil)
+		}
+		k = grow(k, int(kl))
+		if _, err := io.ReadFull(hr, k); err != nil {
+			return bad("key", err)
+		}
+		vl, err := binary.ReadUvarint(hr)
+		if err != nil || vl > 64<<20 {
+			return bad("value length", err)
+		}
+		v = grow(v, int(vl))
+		if _, err := io.ReadFull(hr, v); err != nil {
+			return bad("value", err)
+		}
+		if prev != nil && bytes.Compare(k, prev) <= 0 {
+			return bad("keys out of order", nil)
+		}
+		if err := pair(k, v); err != nil {
+			return n, 0, err
+		}
+		prev = append(prev[:0], k...)
+		n++
+	}
+	var cnt [8]byte
+	if _, err := io.ReadFull(hr, cnt[:]); err != nil {
+		return bad("count", err)
+	}
+	if binary.BigEndian.Uint64(cnt[:]) != n {
+		return bad("pair count", nil)
+	}
+	want := hr.crc.Sum32()
+	var sum [4]byte
+	if _, err := io.ReadFull(hr.br, sum[:]); err != nil {
+		return bad("checksum", err)
+	}
+	if binary.BigEndian.Uint32(sum[:]) != want {
+		return bad("checksum mismatch", nil)
+	}
+	// What the buffer read ahead is not part of the stream.
+	return n, cr.n - int64(hr.br.Buffered()), nil
 }
 
 // tableWriter writes sorted pairs into sstables of about restoreTableBytes
