@@ -56,24 +56,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprint(fs.Output(), clusterUsage)
 		fs.PrintDefaults()
 	}
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idem cluster %s: unexpected argument %q (flags go as --name value)\n", sub, fs.Arg(0))
-		return 2
+	sub, code, done := parseSubcommand(fs, "idem cluster", args, stdout, stderr)
+	if done {
+		return code
 	}
 	var opts []client.Option
 	if *token != "" {

@@ -110,3 +110,29 @@ func parseArgs(fs *flag.FlagSet, args []string, name string, stdout, stderr io.W
 	}
 	return 0, false
 }
+
+// parseSubcommand parses `name SUB [flags]`: with no arguments or a help
+// word it prints the usage (exit 2 and 0); otherwise it parses the flags
+// after SUB. done means the command returns code at once.
+func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stderr io.Writer) (sub string, code int, done bool) {
+	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
+		fs.SetOutput(stdout)
+		fs.Usage()
+		if len(args) == 0 {
+			return "", 2, true
+		}
+		return "", 0, true
+	}
+	sub = args[0]
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return sub, 0, true
+		}
+		return sub, 2, true
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "%s %s: unexpected argument %q (flags go as --name value)\n", name, sub, fs.Arg(0))
+		return sub, 2, true
+	}
+	return sub, 0, false
+}

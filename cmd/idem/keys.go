@@ -64,24 +64,9 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(fs.Output(), keysUsage)
 		fs.PrintDefaults()
 	}
-	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
-		fs.SetOutput(stdout)
-		fs.Usage()
-		if len(args) == 0 {
-			return 2
-		}
-		return 0
-	}
-	sub := args[0]
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "idem keys %s: unexpected argument %q (flags go as --name value)\n", sub, fs.Arg(0))
-		return 2
+	sub, code, done := parseSubcommand(fs, "idem keys", args, stdout, stderr)
+	if done {
+		return code
 	}
 	switch sub {
 	case "status":
