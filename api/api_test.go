@@ -296,8 +296,9 @@ func (n *testNode) stateHash() string {
 }
 
 // dataHash hashes every stored key and value except the FSM metadata (m/...):
-// a decision that loses (409, 404, 422, 429) still goes through the log and
-// moves the applied index and cluster time, but must change no data.
+// a decision that loses (409, 404, 422, 429) must change no data, whether the
+// leader refused it from its own state without a log entry (engine's peeks)
+// or it went through the log and only moved the applied index and cluster time.
 func (n *testNode) dataHash() string {
 	n.tb.Helper()
 	h, err := dataHash(n.node)

@@ -19,7 +19,7 @@ var (
 	ErrBadAnswer = errors.New("client: malformed answer")
 )
 
-// The machine-readable codes of docs/docs/API.md's problem documents.
+// The machine-readable codes of docs/API.md's problem documents.
 const (
 	CodeInvalidRequest      = "invalid_request"
 	CodeRequestTooLarge     = "request_too_large"
@@ -32,6 +32,15 @@ const (
 	CodeAlreadyCompleted    = "already_completed"
 	CodeNotFound            = "not_found"
 	CodeUnauthorized        = "unauthorized"
+	CodeForbidden           = "forbidden"
+	CodePrincipalLimit      = "principal_limit"
+	CodeStorageFull         = "storage_full"
+	CodeMethodNotAllowed    = "method_not_allowed"
+	CodeInternal            = "internal"
+	CodeWouldLoseQuorum     = "would_lose_quorum"
+	CodeScopeMismatch       = "scope_mismatch"
+	CodeAddressInUse        = "address_in_use"
+	CodeNoTransferTarget    = "no_transfer_target"
 )
 
 // Sentinels for errors.Is: a *Problem matches the sentinel with its code.
@@ -48,6 +57,11 @@ var (
 	ErrAlreadyCompleted    = &Problem{Code: CodeAlreadyCompleted}
 	ErrNotFound            = &Problem{Code: CodeNotFound}
 	ErrUnauthorized        = &Problem{Code: CodeUnauthorized}
+	ErrForbidden           = &Problem{Code: CodeForbidden}
+	ErrPrincipalLimit      = &Problem{Code: CodePrincipalLimit}
+	ErrStorageFull         = &Problem{Code: CodeStorageFull}
+	ErrWouldLoseQuorum     = &Problem{Code: CodeWouldLoseQuorum}
+	ErrNoTransferTarget    = &Problem{Code: CodeNoTransferTarget}
 )
 
 // Problem is a non-2xx answer: the server's RFC 9457 problem document, or,

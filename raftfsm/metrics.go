@@ -72,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "idem_bad_commands_total", Help: "Log entries that did not decode (ignored identically on every replica).",
 		}),
 	}
-	for _, o := range []string{"claimed", "replay", "in_progress", "fingerprint_mismatch", "quota_exceeded"} {
+	for _, o := range []string{"claimed", "replay", "in_progress", "fingerprint_mismatch", "quota_exceeded", "principal_limit"} {
 		m.Claims.WithLabelValues(o)
 	}
 	// Every outcome an operator alerts on exists from the start, so a rate
