@@ -361,9 +361,14 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	}
 	info.Stream.Meta = meta
 
-	logStore, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
+	stable, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	if err != nil {
 		return info, fmt.Errorf("raftfsm: restore: create raft log: %w", err)
+	}
+	defer stable.Close()
+	logStore, err := openLogStore(dir, stable, log)
+	if err != nil {
+		return info, fmt.Errorf("raftfsm: restore: %w", err)
 	}
 	defer logStore.Close()
 	snaps, err := newSnapshotStore(dir, db, log)
@@ -381,12 +386,12 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 		rc := raft.DefaultConfig()
 		rc.LocalID = raft.ServerID(o.NodeID)
 		rc.Logger = newHCLog(log)
-		if err := raft.BootstrapCluster(rc, logStore, logStore, snaps, trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, logStore, stable, snaps, trans, conf); err != nil {
 			return info, fmt.Errorf("raftfsm: restore: bootstrap: %w", err)
 		}
 	} else {
 		const term = 1
-		if err := logStore.SetUint64([]byte("CurrentTerm"), term); err != nil {
+		if err := stable.SetUint64([]byte("CurrentTerm"), term); err != nil {
 			return info, fmt.Errorf("raftfsm: restore: write raft term: %w", err)
 		}
 		sink, err := snaps.Create(raft.SnapshotVersionMax, meta.Applied, term, conf, meta.Applied, trans)

@@ -19,6 +19,7 @@ const (
 	OpSetNode // node metadata (HTTP address) travels through the log
 	OpRemoveNode
 	OpSetSecret // the cluster's fencing-token key (secret.go); the first one applied stays
+	OpBatch     // client operations of one batch in one entry, applied in order (batch.go)
 )
 
 // Command is one log entry. NowMs is cluster time stamped by the leader that
@@ -50,5 +51,7 @@ type ApplyResult struct {
 	engine.Result
 	Index uint64
 	Err   error
+	// Batch holds the result of each operation of an OpBatch entry, in order.
+	Batch []*ApplyResult
 	nodes bool // the entry changed the stored node addresses
 }

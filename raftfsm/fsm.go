@@ -104,16 +104,31 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 }
 
 func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
-	res := &ApplyResult{Index: l.Index}
+	if isBatchEntry(l.Data) {
+		return f.applyBatch(txn, l)
+	}
 	c, err := DecodeCommand(l.Data)
 	if err != nil {
-		res.Err = err
-		return res
+		return &ApplyResult{Index: l.Index, Err: err}
 	}
-	now := txn.Advance(ttl.Step(txn.Meta().NowMs, c.NowMs))
-	if c.WidthMs > 0 {
-		txn.EnsureWidth(partition.Width(c.WidthMs))
+	return f.applyOp(txn, c, l.Index, f.advance(txn, c.NowMs, c.WidthMs))
+}
+
+// advance moves cluster time to an entry's stamp and fixes the bucket
+// width with the first entry that carries one; it returns the time the
+// entry is decided at.
+func (f *FSM) advance(txn *engine.Txn, nowMs, widthMs int64) int64 {
+	now := txn.Advance(ttl.Step(txn.Meta().NowMs, nowMs))
+	if widthMs > 0 {
+		txn.EnsureWidth(partition.Width(widthMs))
 	}
+	return now
+}
+
+// applyOp applies one command decided at now; index is its entry's raft
+// index (the fencing token of a claim it makes).
+func (f *FSM) applyOp(txn *engine.Txn, c *Command, index uint64, now int64) *ApplyResult {
+	res := &ApplyResult{Index: index}
 	missing := func(what string) *ApplyResult {
 		res.Err = fmt.Errorf("%w: op %d without %s", ErrBadCommand, c.Op, what)
 		return res
@@ -126,7 +141,7 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		if f.skipUniqueness {
 			txn.Delete(c.Claim.Scope, c.Claim.PrincipalScope, now) // INJECTED BUG
 		}
-		res.Result = txn.Claim(*c.Claim, l.Index, now)
+		res.Result = txn.Claim(*c.Claim, index, now)
 	case OpComplete:
 		if c.Target == nil || c.Response == nil {
 			return missing("target")
@@ -176,7 +191,7 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 		if len(c.Secret) != secretBytes {
 			return missing("a secret of 32 bytes")
 		}
-		f.applySecret(txn, l.Index, c.Secret)
+		f.applySecret(txn, index, c.Secret)
 	}
 	f.keys.track(txn, c, res)
 	return res

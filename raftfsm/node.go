@@ -31,7 +31,8 @@ type Node struct {
 	clock     *ttl.Clock
 	raft      *raft.Raft
 	trans     *raft.NetworkTransport
-	logStore  *raftboltdb.BoltStore
+	stable    *raftboltdb.BoltStore // raft.db: term and vote
+	logStore  *LogStore             // raft-log/ (logstore.go)
 	snaps     *snapshotStore
 	metrics   *Metrics
 	disk      *diskGuard // disk.go: free space, ballast, storage full
@@ -100,7 +101,7 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.InjectBug != "" {
 		n.log.Warn("THIS NODE RUNS WITH AN INJECTED BUG (test only)", "bug", cfg.InjectBug)
 	}
-	if n.logStore, err = raftboltdb.New(raftboltdb.Options{
+	if n.stable, err = raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.DataDir, "raft.db"),
 		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
 	}); err != nil {
@@ -108,6 +109,9 @@ func Open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process", cfg.DataDir)
 		}
 		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
+	}
+	if n.logStore, err = openLogStore(cfg.DataDir, n.stable, cfg.Logger); err != nil {
+		return nil, err
 	}
 	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
@@ -144,7 +148,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	existing, err := raft.HasExistingState(n.logStore, n.logStore, n.snaps)
+	existing, err := raft.HasExistingState(n.logStore, n.stable, n.snaps)
 	if err != nil {
 		return nil, fmt.Errorf("raftfsm: read raft state: %w", err)
 	}
@@ -152,12 +156,12 @@ func Open(cfg Config) (*Node, error) {
 		conf := raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(cfg.RaftAdvertise), Suffrage: raft.Voter,
 		}}}
-		if err := raft.BootstrapCluster(rc, n.logStore, n.logStore, n.snaps, n.trans, conf); err != nil {
+		if err := raft.BootstrapCluster(rc, n.logStore, n.stable, n.snaps, n.trans, conf); err != nil {
 			return nil, fmt.Errorf("raftfsm: bootstrap: %w", err)
 		}
 		n.log.Info("bootstrapped a new one-node cluster", "node-id", cfg.NodeID)
 	}
-	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), n.logStore, n.logStore, n.snaps, n.trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), n.logStore, n.stable, n.snaps, n.trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
 	if cfg.Registry != nil {
@@ -250,6 +254,9 @@ func (n *Node) closeStores() error {
 	}
 	if n.logStore != nil {
 		errs = append(errs, n.logStore.Close())
+	}
+	if n.stable != nil {
+		errs = append(errs, n.stable.Close())
 	}
 	if n.db != nil {
 		errs = append(errs, n.db.Close())

@@ -41,16 +41,25 @@ type OfflineState struct {
 	CurrentTerm uint64
 }
 
-// offline is a stopped node's stores, opened without starting raft.
+// offline is a stopped node's stores, opened without starting raft:
+// stable is raft.db (term, vote), logs the raft log (logstore.go).
 type offline struct {
-	dir   string
-	log   *slog.Logger
-	db    *engine.DB
-	logs  *raftboltdb.BoltStore
-	snaps *snapshotStore
+	dir       string
+	log       *slog.Logger
+	db        *engine.DB
+	stable    *raftboltdb.BoltStore
+	logs      raft.LogStore
+	closeLogs func() error
+	snaps     *snapshotStore
 }
 
 func openOffline(dir string, log *slog.Logger) (*offline, error) {
+	return openOfflineMode(dir, log, true)
+}
+
+// openOfflineMode opens dir's stores; with write false it changes nothing
+// (an older version's log is read where it is, not moved).
+func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -62,15 +71,35 @@ func openOffline(dir string, log *slog.Logger) (*offline, error) {
 	// The raft log first: it is locked by a running node, and says so
 	// clearly (Pebble's lock would say "resource temporarily unavailable").
 	var err error
-	o.logs, err = raftboltdb.New(raftboltdb.Options{Path: raftPath, BoltOptions: &bbolt.Options{Timeout: 2 * time.Second}})
+	o.stable, err = raftboltdb.New(raftboltdb.Options{Path: raftPath, BoltOptions: &bbolt.Options{Timeout: 2 * time.Second}})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process: stop the node first", dir)
 		}
 		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
 	}
+	// A data dir of an older version has its log in raft.db: it moves
+	// here as at a node's start (crash-safe, see migrateFromBolt), so the
+	// recovery reads and writes the one log the node will use.
+	if write {
+		var s *LogStore
+		s, err = openLogStore(dir, o.stable, log)
+		o.logs, o.closeLogs = s, func() error {
+			if s == nil {
+				return nil
+			}
+			return s.Close()
+		}
+	} else {
+		o.logs, o.closeLogs, err = openLogStoreReadOnly(dir, o.stable, log)
+	}
+	if err != nil {
+		o.stable.Close()
+		return nil, err
+	}
 	if o.db, err = engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: log}); err != nil {
-		o.logs.Close()
+		o.closeLogs()
+		o.stable.Close()
 		return nil, err
 	}
 	if o.snaps, err = newSnapshotStore(dir, o.db, log); err != nil {
@@ -81,14 +110,14 @@ func openOffline(dir string, log *slog.Logger) (*offline, error) {
 }
 
 func (o *offline) close() error {
-	return errors.Join(o.logs.Close(), o.db.Close())
+	return errors.Join(o.closeLogs(), o.stable.Close(), o.db.Close())
 }
 
 // state reads the latest configuration and the log's end.
 func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	var st OfflineState
 	st.Applied = o.db.Meta().Applied
-	term, err := o.logs.GetUint64([]byte("CurrentTerm"))
+	term, err := o.stable.GetUint64([]byte("CurrentTerm"))
 	if err == nil {
 		st.CurrentTerm = term
 	}
@@ -129,7 +158,7 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 
 // ReadOfflineState reads a stopped node's data dir without changing it.
 func ReadOfflineState(dir string) (OfflineState, error) {
-	o, err := openOffline(dir, nil)
+	o, err := openOfflineMode(dir, nil, false)
 	if err != nil {
 		return OfflineState{}, err
 	}
@@ -198,7 +227,7 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	defer trans.Close()
 	fsm := &recoverFSM{FSM: NewFSM(o.db, ttl.NewClock(0), log, nil), db: o.db}
 	defer fsm.release()
-	if err := raft.RecoverCluster(rc, fsm, o.logs, o.logs, recoverSnaps{o.snaps}, trans, conf); err != nil {
+	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: %w", err)
 	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
