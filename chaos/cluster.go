@@ -93,9 +93,10 @@ type ClusterConfig struct {
 
 // Cluster is a set of real `idem serve` processes.
 type Cluster struct {
-	cfg   ClusterConfig
-	Nodes []*Node
-	hc    *http.Client
+	cfg    ClusterConfig
+	Nodes  []*Node
+	hc     *http.Client
+	scheme string // "http://" or "https://"
 }
 
 // NewCluster prepares (but does not start) the nodes of cfg.
@@ -113,6 +114,7 @@ func NewCluster(cfg ClusterConfig) (*Cluster, error) {
 		c.hc.Transport.(*http.Transport).TLSClientConfig = tc
 		scheme = "https://"
 	}
+	c.scheme = scheme
 	for i := 1; i <= cfg.Nodes; i++ {
 		ip := fmt.Sprintf("127.0.0.%d", i)
 		n := &Node{
@@ -164,6 +166,8 @@ func (c *Cluster) args(n *Node) []string {
 		// snapshot too (there is no way to force one from outside), which
 		// the quiet-restart nemesis needs.
 		"--snapshot-threshold", "1", "--trailing-logs", "16", "--snapshot-interval", "2s",
+		// Goroutine dumps of a node that stays unready (diag.go).
+		"--pprof",
 	}
 	if n.noSnapshots {
 		a = append(a, "--snapshot-threshold", strconv.FormatUint(1<<62, 10), "--snapshot-interval", "24h")

@@ -164,6 +164,9 @@ type Monitor struct {
 	mu      sync.Mutex
 	samples []ReadySample
 	last    map[string]int // node -> index of its latest sample
+
+	// diag, when set, captures a node that stays unready (diag.go).
+	diag *diagnoser
 }
 
 // NewMonitor prepares a monitor of cl's nodes on h's clock.
@@ -196,6 +199,7 @@ func (m *Monitor) Probe(ctx context.Context, n *Node) bool {
 		return ready
 	}
 	m.record(n.ID, m.h.Now(), ready, detail)
+	m.diag.observe(n, ready)
 	return ready
 }
 

@@ -26,6 +26,7 @@ type Report struct {
 	Notes       []string // partitions skipped, data kept, ...
 	Readiness   []ReadySample
 	Missing     []string // nemesis kinds asked for that never ran
+	Diags       []Diag   // captures of nodes that stayed unready (diag.go)
 	HistoryPath string
 	HTMLPath    string
 }
@@ -157,6 +158,14 @@ func (r *Report) Summary(w io.Writer) {
 		verdict = fmt.Sprintf("%d spells of a node unready too long, %d stalls of the whole cluster (see VIOLATIONS)", unready, stalls)
 	}
 	fmt.Fprintf(w, "liveness: /readyz of every node polled throughout (%d unready spells); %s\n", changes, verdict)
+	for _, d := range r.Diags {
+		line := fmt.Sprintf("  %s unready (running) for %s at %s: goroutines, status and metrics of every node in %s",
+			d.Node, d.Unready.Round(100*time.Millisecond), strings.TrimSpace(secs(d.At)), d.Dir)
+		if d.Note != "" {
+			line += " (" + d.Note + ")"
+		}
+		fmt.Fprintln(w, line)
+	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
 	}

@@ -129,9 +129,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: --out: %w", ErrHarness, err)
 	}
-	dataDir := filepath.Join(cfg.Out, "data")
-	if err := os.RemoveAll(dataDir); err != nil {
-		return nil, fmt.Errorf("%w: clear %s: %w", ErrHarness, dataDir, err)
+	dataDir, diagDir := filepath.Join(cfg.Out, "data"), filepath.Join(cfg.Out, "diag")
+	for _, d := range []string{dataDir, diagDir} {
+		if err := os.RemoveAll(d); err != nil {
+			return nil, fmt.Errorf("%w: clear %s: %w", ErrHarness, d, err)
+		}
 	}
 	rep := &Report{Config: cfg}
 	progress := func(format string, a ...any) {
@@ -239,6 +241,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 
 	h := NewHistory()
 	mon := NewMonitor(cl, h, 250*time.Millisecond)
+	mon.diag = newDiagnoser(cl, h, diagDir, cfg.ReadyBound/2)
 	mctx, mcancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer mcancel()
 	monDone := make(chan struct{})
@@ -334,6 +337,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	cl.StopAll()
 	rep.Elapsed = time.Duration(h.Now())
 	rep.Ops, rep.Events, rep.Readiness = h.Ops(), h.Events(), mon.Samples()
+	rep.Diags = mon.diag.Diags()
 	for _, k := range cfg.Nemeses {
 		if !slices.ContainsFunc(rep.Events, func(e Event) bool { return e.Kind == k }) {
 			rep.Missing = append(rep.Missing, k)
@@ -347,7 +351,12 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 	windows := append(Windows(rep.Events), healWin)
 	if !interrupted {
-		rep.Check.Violations = append(rep.Check.Violations, Liveness(rep.Readiness, windows, cfg.ReadyBound, monEnd)...)
+		for _, v := range Liveness(rep.Readiness, windows, cfg.ReadyBound, monEnd) {
+			if dirs := diagsFor(rep.Diags, v.Scope, v.At, cfg.ReadyBound); len(dirs) > 0 {
+				v.Detail += "; goroutine dumps and status of every node while it was stuck: " + strings.Join(dirs, ", ")
+			}
+			rep.Check.Violations = append(rep.Check.Violations, v)
+		}
 		rep.Check.Violations = append(rep.Check.Violations, Progress(rep.Ops, windows, cfg.ReadyBound, workStart, workEnd)...)
 		sort.SliceStable(rep.Check.Violations, func(i, j int) bool { return rep.Check.Violations[i].At < rep.Check.Violations[j].At })
 	}

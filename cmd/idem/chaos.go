@@ -40,7 +40,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&cfg.Binary, "binary", self, "idem binary the nodes run (default: this executable)")
 	fs.StringVar(&cfg.InjectBug, "inject-bug", "", "TEST ONLY: start nodes with --inject-bug local-reads|skip-uniqueness, to prove the checker fails")
 	fs.StringVar(&cfg.InjectInto, "inject-into", "n1", "which nodes get --inject-bug: a node id or all")
-	fs.StringVar(&cfg.Out, "out", "chaos-out", "directory for history.json, timeline.html, and the nodes' data and logs")
+	fs.StringVar(&cfg.Out, "out", "chaos-out", "directory for history.json, timeline.html, the nodes' data and logs, and diag/ (goroutines, status and metrics of every node, taken while a running node stays unready for half of --ready-bound)")
 	fs.BoolVar(&cfg.KeepData, "keep-data", false, "keep the nodes' data dirs and logs (always kept after a violation)")
 	fs.IntVar(&cfg.HTTPPort, "http-port", 17070, "HTTP port of every node (each on its own loopback IP)")
 	fs.IntVar(&cfg.RaftPort, "raft-port", 17071, "raft port of every node")
