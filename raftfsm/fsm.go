@@ -38,6 +38,8 @@ type FSM struct {
 	secret    atomic.Pointer[ClusterSecret]
 	secretTxn *engine.Txn
 	secretMu  sync.Mutex // one proposal at a time from this node
+	// busy is the call raft is in now, for the watchdog (fsmwatch.go).
+	busy fsmBusy
 }
 
 var (
@@ -61,8 +63,8 @@ func NewFSM(db *engine.DB, clock *ttl.Clock, log *slog.Logger, m *Metrics) *FSM 
 
 // applyHook, when set (tests only), runs before each batch is applied: a
 // slow FSM opens the window between a leader's election and its FSM
-// catching up.
-var applyHook func([]*raft.Log)
+// catching up. It is given the FSM, so a test can slow one node only.
+var applyHook func(*FSM, []*raft.Log)
 
 // Apply applies one entry.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
@@ -70,8 +72,11 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 // ApplyBatch applies a batch of entries as one Pebble batch: one commit, with
 // the applied index, per raft batch.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	if len(logs) > 0 {
+		defer f.busy.begin("apply", logs[0].Index, logs[len(logs)-1].Index)()
+	}
 	if applyHook != nil {
-		applyHook(logs)
+		applyHook(f, logs)
 	}
 	out := make([]any, len(logs))
 	txn := f.db.Begin()
@@ -199,6 +204,7 @@ func (f *FSM) applyOp(txn *engine.Txn, c *Command, index uint64, now int64) *App
 
 // Snapshot returns at once: a Pebble snapshot, streamed later by Persist.
 func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	defer f.busy.begin("snapshot", 0, 0)()
 	s, err := f.db.Snapshot()
 	if err != nil {
 		return nil, fmt.Errorf("raftfsm: snapshot: %w", err)
@@ -208,6 +214,7 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 
 // Restore replaces the state with a snapshot stream, atomically.
 func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer f.busy.begin("restore", 0, 0)()
 	defer rc.Close()
 	if err := f.db.Restore(rc); err != nil {
 		return fmt.Errorf("raftfsm: restore: %w", err)

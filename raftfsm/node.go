@@ -176,8 +176,9 @@ func Open(cfg Config) (*Node, error) {
 	go n.watchMembership()
 	go n.leaderLoop()
 	go n.compactDropped()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.watchDisk()
+	go n.watchFSM()
 	ok = true
 	return n, nil
 }

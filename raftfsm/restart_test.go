@@ -77,7 +77,7 @@ func TestLeaderWithLostStateDoesNotStampItsWallClock(t *testing.T) {
 	cfg.ClockOffset = time.Hour
 	// A slow FSM: the new leader's first proposals come before it has
 	// replayed the log.
-	applyHook = func([]*raft.Log) { time.Sleep(300 * time.Millisecond) }
+	applyHook = func(*FSM, []*raft.Log) { time.Sleep(300 * time.Millisecond) }
 	defer func() { applyHook = nil }()
 	m, err := Open(cfg)
 	require.NoError(t, err)

@@ -1,0 +1,197 @@
+package raftfsm
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// logBuffer is a node's log, kept for the test to read.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// openAt starts node id on dir and raftAddr with snapshots as chaos runs
+// them: after every entry, at most 16 trailing entries kept.
+func (c *memCluster) openAt(id, dir, raftAddr string, bootstrap bool, logs *logBuffer) *Node {
+	c.t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dir, bootstrap, raftAddr, "mem-"+id
+	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1, 16, 200*time.Millisecond
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	n, err := Open(cfg)
+	require.NoError(c.t, err)
+	n.SetPeerProbe(c.probe)
+	c.mu.Lock()
+	c.nodes[cfg.HTTPAdvertise] = n
+	c.mu.Unlock()
+	c.t.Cleanup(func() { c.stop(n) })
+	return n
+}
+
+// Issue 9, bug 5: a follower stopped under load and started again is
+// caught up by the leader's snapshot, whose state (expanded from the
+// leader's current state) is past the snapshot's raft index, and must go on
+// applying the log above it, here with its FSM slow enough that raft's
+// apply queue fills: it must apply what the leader committed within a
+// generous bound. A chaos run once saw such a follower apply nothing for
+// 35 s.
+func TestFollowerCaughtUpBySnapshotPastItsIndexKeepsApplying(t *testing.T) {
+	c := newMemCluster(t)
+	var logs [3]logBuffer
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	n1 := c.openAt("n1", dirs[0], "127.0.0.1:0", true, &logs[0])
+	c.leader(n1)
+	n2 := c.openAt("n2", dirs[1], "127.0.0.1:0", false, &logs[1])
+	c.join(n2, n1)
+	n3 := c.openAt("n3", dirs[2], "127.0.0.1:0", false, &logs[2])
+	c.join(n3, n1)
+	f3Addr := n3.self.RaftAddr
+
+	// Load on the leader, from several callers so raft batches.
+	var leader atomic.Pointer[Node]
+	leader.Store(n1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var acked atomic.Int64
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				l := leader.Load()
+				_, _, err := l.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("k-%d-%d", w, i)},
+					Fingerprint: "aa", LeaseMs: 600_000, RetentionMs: 3_600_000})
+				if err == nil {
+					acked.Add(1)
+				} else {
+					time.Sleep(5 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	stopLoad := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopLoad()
+
+	time.Sleep(500 * time.Millisecond)
+	c.stop(n3)
+	stoppedAt := n1.raft.LastIndex()
+	// The leader compacts far past n3 (16 trailing entries, a snapshot
+	// every 200-400 ms).
+	require.Eventually(t, func() bool {
+		first, err := n1.logStore.FirstIndex()
+		return err == nil && first > stoppedAt+100
+	}, 20*time.Second, 10*time.Millisecond, "the leader never compacted past the stopped follower")
+
+	// n3's FSM is slow from its restart on: every batch waits.
+	var slow atomic.Pointer[FSM]
+	applyHook = func(f *FSM, _ []*raft.Log) {
+		if slow.Load() == f {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	defer func() { applyHook = nil }()
+	n3 = c.openAt("n3", dirs[2], f3Addr, false, &logs[2])
+	slow.Store(n3.fsm)
+
+	// The install: a stream whose state is past the snapshot's index.
+	require.Eventually(t, func() bool { return strings.Contains(logs[2].String(), "restored snapshot") },
+		30*time.Second, 10*time.Millisecond, "n3 was never sent a snapshot")
+	restoredAt := time.Now()
+	snapIndex, _ := n3.raft.Stats()["last_snapshot_index"], 0
+	t.Logf("n3 restored a snapshot at raft index %s; its state is at applied index %d", snapIndex, n3.db.Meta().Applied)
+
+	// Liveness under load: what the leader has committed now, n3 applies
+	// within the bound (correctness, not speed: the bound is generous).
+	const bound = 20 * time.Second
+	target := n1.raft.CommitIndex()
+	waitApplied := func(what string, index uint64) {
+		t.Helper()
+		deadline := time.Now().Add(bound)
+		for !n3.CaughtUp(index) {
+			if time.Now().After(deadline) {
+				st := n3.raft.Stats()
+				t.Fatalf("%s: n3 applied %d of %d within %s (raft: commit %s, applied %s, last log %s, fsm queue %s, last contact %s)\nn3's log tail:\n%s",
+					what, n3.db.Meta().Applied, index, bound, st["commit_index"], st["applied_index"], st["last_log_index"], st["fsm_pending"], st["last_contact"], tail(logs[2].String(), 40))
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitApplied("under load", target)
+	t.Logf("n3 applied the leader's commit index %d of its restore %s later", target, time.Since(restoredAt).Round(time.Millisecond))
+	stopLoad()
+	waitApplied("after the load", n1.raft.CommitIndex())
+	t.Logf("claims acknowledged: %d", acked.Load())
+
+	h1, i1, err := n1.StateHash()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		h3, i3, err := n3.StateHash()
+		return err == nil && i3 == i1 && h3 == h1
+	}, bound, 50*time.Millisecond, "n3's state differs from the leader's at the same index")
+}
+
+func tail(s string, lines int) string {
+	ls := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(ls) > lines {
+		ls = ls[len(ls)-lines:]
+	}
+	return strings.Join(ls, "\n")
+}
+
+// An FSM call that does not return is logged while it lasts, with what
+// raft has queued behind it, and once more when it returns.
+func TestWatchdogLogsASlowFSMCall(t *testing.T) {
+	defer func(a, e, k time.Duration) { fsmSlowAfter, fsmSlowEvery, fsmWatchTick = a, e, k }(fsmSlowAfter, fsmSlowEvery, fsmWatchTick)
+	fsmSlowAfter, fsmSlowEvery, fsmWatchTick = 200*time.Millisecond, time.Hour, 20*time.Millisecond
+	var logs logBuffer
+	n := mustNode(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.TickInterval = time.Hour
+	})
+	var stall atomic.Bool
+	applyHook = func(f *FSM, _ []*raft.Log) {
+		if f == n.fsm && stall.Load() {
+			time.Sleep(time.Second)
+		}
+	}
+	defer func() { applyHook = nil }()
+	stall.Store(true)
+	_, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}, Fingerprint: "aa", LeaseMs: 1000, RetentionMs: 60_000})
+	require.NoError(t, err)
+	stall.Store(false)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "a slow call returned") }, 5*time.Second, 10*time.Millisecond)
+	out := logs.String()
+	require.Contains(t, out, "fsm: a call has been running for")
+	require.Contains(t, out, "call=apply")
+	require.Contains(t, out, "raft-commit-index=")
+	require.Equal(t, 1, strings.Count(out, "fsm: a call has been running"), "logged once per fsmSlowEvery")
+}
