@@ -59,8 +59,7 @@ func walkRaw(dec *json.Decoder, body []byte, t reflect.Type, path string) *probl
 		var fields map[string]reflect.Type
 		if t != nil && t.Kind() == reflect.Struct {
 			fields = map[string]reflect.Type{}
-			for i := 0; i < t.NumField(); i++ {
-				f := t.Field(i)
+			for _, f := range reflect.VisibleFields(t) { // outer fields hide embedded ones
 				if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n != "" && n != "-" {
 					fields[n] = f.Type
 				}

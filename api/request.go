@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"reflect"
 	"slices"
@@ -16,57 +17,30 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/wire"
 )
 
+// The bodies are wire's, the one definition the client shares. claim and
+// extend decode lease_ms as a pointer, so an explicit 0 or null is refused
+// rather than taken for "absent"; complete decodes response as a pointer, so
+// a missing one is named. The outer field wins over the embedded one.
 type claimRequest struct {
-	Principal     string `json:"principal"`
-	Endpoint      string `json:"endpoint"`
-	Key           string `json:"key"`
-	Fingerprint   string `json:"fingerprint"`
-	LeaseMs       *int64 `json:"lease_ms"`
-	ClaimID       string `json:"claim_id"`
-	CorrelationID string `json:"correlation_id"`
+	wire.ClaimRequest
+	LeaseMs *int64 `json:"lease_ms"`
 }
 
-type responseBody struct {
-	Status      int               `json:"status"`
-	ContentType string            `json:"content_type"`
-	Headers     map[string]string `json:"headers"`
-	Body        []byte            `json:"body"`
-}
+type responseBody = wire.Response
 
 type completeRequest struct {
-	Principal string        `json:"principal"`
-	Endpoint  string        `json:"endpoint"`
-	Key       string        `json:"key"`
-	Token     string        `json:"token"`
-	Response  *responseBody `json:"response"`
+	wire.CompleteRequest
+	Response *responseBody `json:"response"`
 }
 
-type releaseRequest struct {
-	Principal string `json:"principal"`
-	Endpoint  string `json:"endpoint"`
-	Key       string `json:"key"`
-	Token     string `json:"token"`
-	Reason    string `json:"reason"`
-}
+type releaseRequest = wire.ReleaseRequest
 
 type extendRequest struct {
-	Principal string `json:"principal"`
-	Endpoint  string `json:"endpoint"`
-	Key       string `json:"key"`
-	Token     string `json:"token"`
-	LeaseMs   *int64 `json:"lease_ms"`
-}
-
-type joinRequest struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-}
-
-type removeRequest struct {
-	ID string `json:"id"`
+	wire.ExtendRequest
+	LeaseMs *int64 `json:"lease_ms"`
 }
 
 // readJSON reads the request body within the limit and decodes it strictly
@@ -190,6 +164,13 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 		return v.(map[string]reflect.Type)
 	}
 	fields := map[string]reflect.Type{}
+	// Members of an embedded struct first, so the outer struct's own
+	// fields win as they do in encoding/json.
+	for i := 0; i < t.NumField(); i++ {
+		if f := t.Field(i); f.Anonymous && f.Tag.Get("json") == "" && f.Type.Kind() == reflect.Struct {
+			maps.Copy(fields, fieldsOf(f.Type))
+		}
+	}
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		if n, _, _ := strings.Cut(f.Tag.Get("json"), ","); n != "" && n != "-" {
@@ -484,27 +465,57 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
 			fmt.Sprintf("response.body is %d bytes decoded; at most %d are stored (store a reference instead)", len(r.Body), l.MaxResponseBytes))
 	}
-	if len(r.Headers) > l.MaxResponseHeaders {
+	// Every value counts against the limits: a header sent twice is two
+	// entries and twice its name's bytes, as it is on the wire.
+	if n := r.HeaderCount(); n > l.MaxResponseHeaders {
 		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
-			fmt.Sprintf("response.headers has %d entries; at most %d are stored", len(r.Headers), l.MaxResponseHeaders))
+			fmt.Sprintf("response.headers has %d values; at most %d are stored", n, l.MaxResponseHeaders))
 	}
 	total := 0
-	for k, v := range r.Headers {
-		if k == "" {
-			return nil, invalid("response.headers has an empty header name")
+	check := func(k, v string) *problem {
+		if !utf8.ValidString(v) {
+			return invalid("response.headers must be valid UTF-8")
 		}
-		if !utf8.ValidString(k) || !utf8.ValidString(v) {
-			return nil, invalid("response.headers must be valid UTF-8")
+		if !validHeaderValue(v) {
+			return invalid("response.headers[%q] contains a control character (CR, LF or NUL)", truncate(k, 40))
+		}
+		total += len(k) + len(v)
+		return nil
+	}
+	checkName := func(k string) *problem {
+		if k == "" {
+			return invalid("response.headers has an empty header name")
+		}
+		if !utf8.ValidString(k) {
+			return invalid("response.headers must be valid UTF-8")
 		}
 		// A stored header is replayed by the caller into a real response:
 		// refuse what would split it (header injection).
 		if !validHeaderName(k) {
-			return nil, invalid("response.headers name %q is not a valid HTTP header name", truncate(k, 40))
+			return invalid("response.headers name %q is not a valid HTTP header name", truncate(k, 40))
 		}
-		if !validHeaderValue(v) {
-			return nil, invalid("response.headers[%q] contains a control character (CR, LF or NUL)", truncate(k, 40))
+		return nil
+	}
+	for k, v := range r.Headers {
+		if p := checkName(k); p != nil {
+			return nil, p
 		}
-		total += len(k) + len(v)
+		if p := check(k, v); p != nil {
+			return nil, p
+		}
+	}
+	for k, vs := range r.HeaderLists {
+		if p := checkName(k); p != nil {
+			return nil, p
+		}
+		if _, dup := r.Headers[k]; dup || len(vs) == 0 {
+			return nil, invalid("response.headers[%q] must be a string or a non-empty array of strings", truncate(k, 40))
+		}
+		for _, v := range vs {
+			if p := check(k, v); p != nil {
+				return nil, p
+			}
+		}
 	}
 	if total > l.MaxResponseHeaderBytes {
 		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
@@ -516,6 +527,9 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 	resp := &engine.Response{Status: r.Status, ContentType: r.ContentType, Body: r.Body}
 	if len(r.Headers) > 0 {
 		resp.Headers = r.Headers
+	}
+	if len(r.HeaderLists) > 0 {
+		resp.HeaderLists = r.HeaderLists
 	}
 	return resp, nil
 }

@@ -1,199 +1,65 @@
 package client
 
-import (
-	"encoding/json"
-	"time"
-)
+import "github.com/idem-store/idem/wire"
+
+// The bodies of the API are defined once, in package wire, and shared with
+// the server; these names keep the client's API as it was.
 
 // Outcomes of successful answers.
 const (
-	OutcomeClaimed   = "claimed"
-	OutcomeReplay    = "replay"
-	OutcomeCompleted = "completed"
-	OutcomeReleased  = "released"
-	OutcomeExtended  = "extended"
-	OutcomeDeleted   = "deleted"
+	OutcomeClaimed   = wire.OutcomeClaimed
+	OutcomeReplay    = wire.OutcomeReplay
+	OutcomeCompleted = wire.OutcomeCompleted
+	OutcomeReleased  = wire.OutcomeReleased
+	OutcomeExtended  = wire.OutcomeExtended
+	OutcomeDeleted   = wire.OutcomeDeleted
 )
 
 // States of a record.
 const (
-	StateInProgress = "in_progress"
-	StateCompleted  = "completed"
-	StateFailed     = "failed"
+	StateInProgress = wire.StateInProgress
+	StateCompleted  = wire.StateCompleted
+	StateFailed     = wire.StateFailed
 )
 
 // Consistency levels of Get.
 const (
-	ConsistencyLinearizable = "linearizable" // the server's default
-	ConsistencyStale        = "stale"
+	ConsistencyLinearizable = wire.ConsistencyLinearizable // the server's default
+	ConsistencyStale        = wire.ConsistencyStale
 )
 
-// ClaimRequest is the body of POST /v1/claim.
-type ClaimRequest struct {
-	Principal   string `json:"principal"`
-	Endpoint    string `json:"endpoint"`
-	Key         string `json:"key"`
-	Fingerprint string `json:"fingerprint"`
-	// LeaseMs is the lease in milliseconds; 0 leaves it to the server's
-	// default.
-	LeaseMs int64 `json:"lease_ms,omitempty"`
-	// ClaimID names this attempt: repeating a claim with the same ClaimID
-	// after a timeout or a 503 returns the same claim instead of a 409.
-	ClaimID       string `json:"claim_id,omitempty"`
-	CorrelationID string `json:"correlation_id,omitempty"`
-}
-
-// ClaimResponse is a successful claim: Outcome "claimed" (201: the caller
-// owns the attempt and holds Token) or "replay" (200: Record is the completed
-// record whose response to send again).
-type ClaimResponse struct {
-	Outcome        string    `json:"outcome"`
-	Token          string    `json:"token,omitempty"`
-	Attempt        int       `json:"attempt,omitempty"`
-	CreatedAt      time.Time `json:"created_at,omitzero"`
-	ExpiresAt      time.Time `json:"expires_at,omitzero"`
-	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
-	Record         *Record   `json:"record,omitempty"`
-	// StatusCode is the HTTP status that goes with Outcome: 201 claimed,
-	// 200 replay.
-	StatusCode int `json:"-"`
-	// Raw is the body of the answer as received.
-	Raw json.RawMessage `json:"-"`
-}
-
-// Response is an HTTP response stored by Complete and replayed verbatim.
-// Body travels as standard base64 in JSON.
-type Response struct {
-	Status      int               `json:"status"`
-	ContentType string            `json:"content_type"`
-	Headers     map[string]string `json:"headers,omitempty"`
-	Body        []byte            `json:"body"`
-}
-
-// CompleteRequest is the body of POST /v1/complete.
-type CompleteRequest struct {
-	Principal string   `json:"principal"`
-	Endpoint  string   `json:"endpoint"`
-	Key       string   `json:"key"`
-	Token     string   `json:"token"`
-	Response  Response `json:"response"`
-}
-
-// CompleteResponse is a successful complete: Outcome "completed" and the
-// stored record.
-type CompleteResponse struct {
-	Outcome string          `json:"outcome"`
-	Record  *Record         `json:"record,omitempty"`
-	Raw     json.RawMessage `json:"-"`
-}
-
-// ReleaseRequest is the body of POST /v1/release.
-type ReleaseRequest struct {
-	Principal string `json:"principal"`
-	Endpoint  string `json:"endpoint"`
-	Key       string `json:"key"`
-	Token     string `json:"token"`
-	Reason    string `json:"reason,omitempty"`
-}
-
-// ReleaseResponse is a successful release: Outcome "released".
-type ReleaseResponse struct {
-	Outcome string          `json:"outcome"`
-	Raw     json.RawMessage `json:"-"`
-}
-
-// ExtendRequest is the body of POST /v1/extend.
-type ExtendRequest struct {
-	Principal string `json:"principal"`
-	Endpoint  string `json:"endpoint"`
-	Key       string `json:"key"`
-	Token     string `json:"token"`
-	LeaseMs   int64  `json:"lease_ms"` // required by the server
-}
-
-// ExtendResponse is a successful extend: Outcome "extended" and the new end
-// of the lease.
-type ExtendResponse struct {
-	Outcome        string          `json:"outcome"`
-	LeaseExpiresAt time.Time       `json:"lease_expires_at,omitzero"`
-	Raw            json.RawMessage `json:"-"`
-}
-
-// DeleteResponse is a successful eviction: Outcome "deleted".
-type DeleteResponse struct {
-	Outcome string          `json:"outcome"`
-	Raw     json.RawMessage `json:"-"`
-}
-
-// Record is an idempotency record as a lookup shows it (never with a token).
-// LeaseExpiresAt is set only while in_progress; CompletedAt and Response only
-// when completed. Zero times are absent.
-type Record struct {
-	Principal      string    `json:"principal"`
-	Endpoint       string    `json:"endpoint"`
-	Key            string    `json:"key"`
-	State          string    `json:"state"`
-	Fingerprint    string    `json:"fingerprint"`
-	Attempt        int       `json:"attempt"`
-	CorrelationID  string    `json:"correlation_id,omitempty"`
-	CreatedAt      time.Time `json:"created_at"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
-	CompletedAt    time.Time `json:"completed_at,omitzero"`
-	Response       *Response `json:"response,omitempty"`
-}
-
-// ServerConfig is the answer of GET /v1/config.
-type ServerConfig struct {
-	Retention        string `json:"retention"` // Go duration syntax, e.g. "24h0m0s"
-	RetentionSeconds int64  `json:"retention_seconds"`
-	LeaseDefaultMs   int64  `json:"lease_default_ms"`
-	Scope            string `json:"scope"` // "endpoint" or "principal"
-	BucketWidth      string `json:"bucket_width,omitempty"`
-	// Limits are the server's limits by name; their set may grow.
-	Limits map[string]any  `json:"limits,omitempty"`
-	Raw    json.RawMessage `json:"-"`
-}
-
-// Node is a member of the cluster. Leader answers carry only the addresses.
-type Node struct {
-	ID       string `json:"id"`
-	HTTPAddr string `json:"http_addr"`
-	RaftAddr string `json:"raft_addr"`
-	Suffrage string `json:"suffrage,omitempty"`
-	Healthy  bool   `json:"healthy,omitempty"`
-}
-
-// Cluster is the answer of GET /v1/cluster. Leader is nil while there is
-// none.
-type Cluster struct {
-	Leader       *Node           `json:"leader"`
-	Nodes        []Node          `json:"nodes"`
-	Term         uint64          `json:"term"`
-	CommitIndex  uint64          `json:"commit_index"`
-	AppliedIndex uint64          `json:"applied_index"`
-	Raw          json.RawMessage `json:"-"`
-}
-
-// JoinRequest is the body of POST /v1/cluster/join. A new node joins as a
-// non-voter; the leader promotes it once it answers and has caught up.
-type JoinRequest struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-	// Scope is the joining node's --scope ("endpoint" or "principal"); the
-	// cluster refuses a node whose scope differs from its own (409
-	// scope_mismatch). Empty: not checked.
-	Scope string `json:"scope,omitempty"`
-	// Force skips the check that the cluster has a quorum of healthy voters.
-	Force bool `json:"force,omitempty"`
-}
-
-// RemoveRequest is the body of POST /v1/cluster/remove.
-type RemoveRequest struct {
-	ID string `json:"id"`
-	// Force removes a voter even when fewer than a quorum of the remaining
-	// voters are healthy (409 would_lose_quorum otherwise). The last voter
-	// can never be removed.
-	Force bool `json:"force,omitempty"`
-}
+type (
+	// ClaimRequest is the body of POST /v1/claim.
+	ClaimRequest = wire.ClaimRequest
+	// ClaimResponse is a successful claim: "claimed" (201) or "replay" (200).
+	ClaimResponse = wire.ClaimResponse
+	// Response is an HTTP response stored by Complete and replayed verbatim;
+	// a header sent more than once goes in HeaderLists (Response.SetHeader).
+	Response = wire.Response
+	// CompleteRequest is the body of POST /v1/complete.
+	CompleteRequest = wire.CompleteRequest
+	// CompleteResponse is a successful complete.
+	CompleteResponse = wire.CompleteResponse
+	// ReleaseRequest is the body of POST /v1/release.
+	ReleaseRequest = wire.ReleaseRequest
+	// ReleaseResponse is a successful release.
+	ReleaseResponse = wire.ReleaseResponse
+	// ExtendRequest is the body of POST /v1/extend.
+	ExtendRequest = wire.ExtendRequest
+	// ExtendResponse is a successful extend.
+	ExtendResponse = wire.ExtendResponse
+	// DeleteResponse is a successful eviction.
+	DeleteResponse = wire.DeleteResponse
+	// Record is an idempotency record as a lookup shows it.
+	Record = wire.Record
+	// ServerConfig is the answer of GET /v1/config.
+	ServerConfig = wire.ServerConfig
+	// Node is a member of the cluster.
+	Node = wire.Node
+	// Cluster is the answer of GET /v1/cluster.
+	Cluster = wire.Cluster
+	// JoinRequest is the body of POST /v1/cluster/join.
+	JoinRequest = wire.JoinRequest
+	// RemoveRequest is the body of POST /v1/cluster/remove.
+	RemoveRequest = wire.RemoveRequest
+)

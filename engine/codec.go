@@ -6,7 +6,15 @@ import (
 	"slices"
 )
 
-const codecVersion = 1
+// Record encodings. Version 2 adds, after the headers stored as strings, the
+// headers stored as arrays (uvarint n, n×(name, uvarint m, m×value), names
+// sorted). A record without them is still written as version 1, byte for
+// byte what earlier builds wrote, so such records, their snapshots and
+// replicas running an earlier build agree; both versions decode.
+const (
+	codecVersion1 = 1
+	codecVersion2 = 2
+)
 
 // EncodeRecord returns the binary encoding of r. The encoding is
 // deterministic (headers sorted), so equal records encode to equal bytes and
@@ -19,9 +27,19 @@ func EncodeRecord(r *Record) []byte {
 		for k, v := range r.Response.Headers {
 			n += 4 + len(k) + len(v)
 		}
+		for k, vs := range r.Response.HeaderLists {
+			n += 4 + len(k)
+			for _, v := range vs {
+				n += 2 + len(v)
+			}
+		}
+	}
+	version := byte(codecVersion1)
+	if r.Response != nil && len(r.Response.HeaderLists) > 0 {
+		version = codecVersion2
 	}
 	b := make([]byte, 0, n)
-	b = append(b, codecVersion, byte(r.State))
+	b = append(b, version, byte(r.State))
 	b = binary.AppendUvarint(b, uint64(r.Attempt))
 	b = binary.AppendUvarint(b, r.Token)
 	b = binary.AppendVarint(b, r.CreatedMs)
@@ -47,6 +65,22 @@ func EncodeRecord(r *Record) []byte {
 		b = appendString(b, k)
 		b = appendString(b, r.Response.Headers[k])
 	}
+	if version == codecVersion2 {
+		keys = keys[:0]
+		for k := range r.Response.HeaderLists {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = appendString(b, k)
+			vs := r.Response.HeaderLists[k]
+			b = binary.AppendUvarint(b, uint64(len(vs)))
+			for _, v := range vs {
+				b = appendString(b, v)
+			}
+		}
+	}
 	b = binary.AppendUvarint(b, uint64(len(r.Response.Body)))
 	return append(b, r.Response.Body...)
 }
@@ -54,9 +88,10 @@ func EncodeRecord(r *Record) []byte {
 // DecodeRecord decodes a record encoded by EncodeRecord.
 func DecodeRecord(b []byte) (*Record, error) {
 	bad := func(what string) (*Record, error) { return nil, fmt.Errorf("%w: record %s", ErrCorrupt, what) }
-	if len(b) < 2 || b[0] != codecVersion {
+	if len(b) < 2 || (b[0] != codecVersion1 && b[0] != codecVersion2) {
 		return bad("version")
 	}
+	version := b[0]
 	r := &Record{State: State(b[1])}
 	if r.State < StateInProgress || r.State > StateFailed {
 		return bad("state")
@@ -143,6 +178,36 @@ func DecodeRecord(b []byte) (*Record, error) {
 			}
 			prev = k
 			resp.Headers[k] = v
+		}
+	}
+	if version == codecVersion2 {
+		nl := u()
+		// Version 2 is written only with at least one list.
+		if !ok || nl == 0 || nl > uint64(len(b)) {
+			return bad("header lists")
+		}
+		resp.HeaderLists = make(map[string][]string, nl)
+		prev := ""
+		for j := uint64(0); j < nl; j++ {
+			var k string
+			if k, b, ok = readString(b); !ok {
+				return bad("header list name")
+			}
+			if j > 0 && k <= prev {
+				return bad("header list order")
+			}
+			prev = k
+			m := u()
+			if !ok || m > uint64(len(b)) {
+				return bad("header list")
+			}
+			vs := make([]string, m)
+			for x := range vs {
+				if vs[x], b, ok = readString(b); !ok {
+					return bad("header list value")
+				}
+			}
+			resp.HeaderLists[k] = vs
 		}
 	}
 	if resp.Body, b, ok = readBytes(b); !ok {

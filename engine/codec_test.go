@@ -2,9 +2,12 @@ package engine
 
 import (
 	"bytes"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -34,6 +37,13 @@ func sampleRecords() map[string]*Record {
 			CreatedMs: t0, ExpiresMs: t0 + testRet, CompletedMs: t0 + 9,
 			Response: &Response{Status: 201, ContentType: "application/json",
 				Headers: map[string]string{"Location": "/p/1", "A": "", "": "empty name"}, Body: []byte{0, 1, 0xff}},
+		},
+		"completed with headers sent twice": {
+			Scope: Scope{Principal: "carol", Endpoint: "POST /login", Key: "k2"},
+			State: StateCompleted, Attempt: 1, Token: 7, CreatedMs: t0, ExpiresMs: t0 + testRet, CompletedMs: t0 + 1,
+			Response: &Response{Status: 200, Headers: map[string]string{"Location": "/s/1"},
+				HeaderLists: map[string][]string{"Set-Cookie": {"a=1; Path=/", "b=2"}, "Vary": {"Accept"}, "X-Empty": {}},
+				Body:        []byte("ok")},
 		},
 		"completed without headers or body": {
 			State: StateCompleted, Attempt: 1, Token: 1, Response: &Response{Status: 204},
@@ -82,10 +92,10 @@ func TestDecodeRecordRefusesDamage(t *testing.T) {
 	noResp := EncodeRecord(&Record{State: StateFailed})
 	cases := map[string][]byte{
 		"empty":           {},
-		"version only":    {codecVersion},
-		"wrong version":   append([]byte{codecVersion + 1}, good[1:]...),
-		"state zero":      append([]byte{codecVersion, 0}, good[2:]...),
-		"state unknown":   append([]byte{codecVersion, 4}, good[2:]...),
+		"version only":    {codecVersion1},
+		"wrong version":   append([]byte{codecVersion2 + 1}, good[1:]...),
+		"state zero":      append([]byte{codecVersion1, 0}, good[2:]...),
+		"state unknown":   append([]byte{codecVersion1, 4}, good[2:]...),
 		"trailing byte":   append(append([]byte(nil), good...), 0),
 		"response flag 2": append(noResp[:len(noResp)-1:len(noResp)-1], 2),
 	}
@@ -100,6 +110,47 @@ func TestDecodeRecordRefusesDamage(t *testing.T) {
 			require.True(t, errors.Is(err, ErrCorrupt), "want ErrCorrupt, got %v", err)
 		})
 	}
+}
+
+// Records written by the builds before header lists (version 1) are on
+// disks and in snapshots: they must keep decoding to the same record, and a
+// record without lists must still be written byte for byte as they were.
+// testdata/record-v1.hex was encoded by that code.
+func TestRecordCodecReadsVersion1(t *testing.T) {
+	raw, err := os.ReadFile("testdata/record-v1.hex")
+	require.NoError(t, err)
+	enc, err := hex.DecodeString(strings.TrimSpace(string(raw)))
+	require.NoError(t, err)
+	want := &Record{Scope: Scope{Principal: "cus_42", Endpoint: "POST /payments", Key: "retry-1"},
+		State: StateCompleted, Fingerprint: "9f86d081884c7d65", Attempt: 2, Token: 17, ClaimID: "a1b2", CorrelationID: "req-77",
+		CreatedMs: 1796019298856, ExpiresMs: 1796105698856, CompletedMs: 1796019299001,
+		Response: &Response{Status: 201, ContentType: "application/json",
+			Headers: map[string]string{"Location": "/payments/py_1", "Set-Cookie": "a=1"}, Body: []byte(`{"id":"py_1"}`)}}
+	got, err := DecodeRecord(enc)
+	require.NoError(t, err)
+	require.True(t, recordsEqual(want, got), "got %+v", got)
+	require.Equal(t, enc, EncodeRecord(want), "a record without header lists is still written as version 1")
+
+	want.Response.HeaderLists = map[string][]string{"Vary": {"Accept", "Cookie"}}
+	v2 := EncodeRecord(want)
+	require.Equal(t, byte(codecVersion2), v2[0])
+	got, err = DecodeRecord(v2)
+	require.NoError(t, err)
+	require.True(t, recordsEqual(want, got), "got %+v", got)
+}
+
+func TestDecodeRecordRefusesDamagedHeaderLists(t *testing.T) {
+	good := EncodeRecord(sampleRecords()["completed with headers sent twice"])
+	for n := 0; n < len(good); n++ {
+		_, err := DecodeRecord(good[:n])
+		require.ErrorIs(t, err, ErrCorrupt, "truncated to %d", n)
+	}
+	// Version 2 without any list is never written.
+	r := &Record{State: StateCompleted, Response: &Response{Status: 200}}
+	enc := EncodeRecord(r)
+	enc[0] = codecVersion2
+	_, err := DecodeRecord(append(enc[:len(enc)-1:len(enc)-1], 0, 0))
+	require.ErrorIs(t, err, ErrCorrupt)
 }
 
 func TestDecodeRecordRefusesUnsortedHeaders(t *testing.T) {
@@ -145,7 +196,7 @@ func FuzzRecordCodec(f *testing.F) {
 	}
 	f.Add([]byte{}, byte(0), uint32(0), uint64(0), int64(0), int64(0), int64(0), int64(0),
 		"", "", "", "", "", "", false, 0, "", []byte(nil), []byte(nil))
-	f.Add([]byte{codecVersion, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, byte(9), uint32(math.MaxUint32),
+	f.Add([]byte{codecVersion1, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01}, byte(9), uint32(math.MaxUint32),
 		uint64(math.MaxUint64), int64(math.MinInt64), int64(math.MaxInt64), int64(-1), int64(1),
 		"\xff", "\x00", "k", "", "", "", true, -7, "", []byte{0, 0, 0}, []byte{})
 	f.Fuzz(func(t *testing.T, raw []byte, state byte, attempt uint32, token uint64, created, expires, lease, completed int64,

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"maps"
+	"slices"
 )
 
 // State is the lifecycle state of a record.
@@ -38,10 +39,14 @@ type Scope struct {
 }
 
 // Response is the stored answer of a completed attempt, replayed verbatim.
+// A header is stored in the form it was given: one string in Headers, or an
+// array (a header sent more than once, e.g. Set-Cookie) in HeaderLists; a
+// name is in one of the two.
 type Response struct {
 	Status      int
 	ContentType string
 	Headers     map[string]string
+	HeaderLists map[string][]string
 	Body        []byte
 }
 
@@ -51,7 +56,8 @@ func (r *Response) Equal(o *Response) bool {
 		return r == o
 	}
 	return r.Status == o.Status && r.ContentType == o.ContentType &&
-		maps.Equal(r.Headers, o.Headers) && bytes.Equal(r.Body, o.Body)
+		maps.Equal(r.Headers, o.Headers) && bytes.Equal(r.Body, o.Body) &&
+		maps.EqualFunc(r.HeaderLists, o.HeaderLists, slices.Equal[[]string])
 }
 
 // Record is one idempotency record. Times are Unix milliseconds of cluster

@@ -26,7 +26,16 @@ import (
 // target is flags, principal, endpoint, key, uvarint token; strings are
 // uvarint length + bytes; flags bit 0 is principal scope. Entries written as
 // JSON (a leading '{') by earlier builds still decode.
-const codecV1 = 0x01
+//
+// codecV2 is codecV1 with one addition: a complete's response carries, after
+// its string headers, the headers stored as arrays (uvarint n, n×(name,
+// uvarint m, m×value), names sorted). Only a complete with such headers is
+// written as codecV2, so every other entry stays readable by earlier builds.
+// (0x02 starts a batch entry: batch.go.)
+const (
+	codecV1 = 0x01
+	codecV2 = 0x03
+)
 
 // flagMaxPrincipals (claim flags bit 1) says a varint max principals ends
 // the claim; entries written before the bound existed lack it and decode
@@ -38,7 +47,11 @@ var errShort = errors.New("truncated")
 // Encode returns the log bytes of c.
 func (c *Command) Encode() ([]byte, error) {
 	b := make([]byte, 0, 192)
-	b = append(b, codecV1, byte(c.Op))
+	version := byte(codecV1)
+	if c.Op == OpComplete && c.Response != nil && len(c.Response.HeaderLists) > 0 {
+		version = codecV2
+	}
+	b = append(b, version, byte(c.Op))
 	b = binary.AppendVarint(b, c.NowMs)
 	b = binary.AppendVarint(b, c.WidthMs)
 	missing := func(what string) error {
@@ -82,6 +95,21 @@ func (c *Command) Encode() ([]byte, error) {
 			b = appendStr(b, k)
 			b = appendStr(b, r.Headers[k])
 		}
+		if version == codecV2 {
+			names = names[:0]
+			for k := range r.HeaderLists {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			b = binary.AppendUvarint(b, uint64(len(names)))
+			for _, k := range names {
+				b = appendStr(b, k)
+				b = binary.AppendUvarint(b, uint64(len(r.HeaderLists[k])))
+				for _, v := range r.HeaderLists[k] {
+					b = appendStr(b, v)
+				}
+			}
+		}
 		b = binary.AppendUvarint(b, uint64(len(r.Body)))
 		b = append(b, r.Body...)
 	case OpRelease, OpDelete:
@@ -124,10 +152,14 @@ func DecodeCommand(b []byte) (*Command, error) {
 		return decodeJSON(b)
 	}
 	d := decoder{b: b}
-	if d.byte() != codecV1 {
+	version := d.byte()
+	if version != codecV1 && version != codecV2 {
 		return nil, fmt.Errorf("%w: unknown encoding", ErrBadCommand)
 	}
 	c := &Command{Op: Op(d.byte())}
+	if version == codecV2 && c.Op != OpComplete {
+		return nil, fmt.Errorf("%w: op %d in the encoding of header lists", ErrBadCommand, c.Op)
+	}
 	c.NowMs = d.varint()
 	c.WidthMs = d.varint()
 	switch c.Op {
@@ -156,6 +188,28 @@ func DecodeCommand(b []byte) (*Command, error) {
 			}
 			if d.err == nil && uint64(len(r.Headers)) != n {
 				return nil, fmt.Errorf("%w: repeated header", ErrBadCommand)
+			}
+		}
+		if version == codecV2 {
+			n := d.uvarint()
+			if n == 0 || n > uint64(len(d.b)) {
+				return nil, fmt.Errorf("%w: header list count", ErrBadCommand)
+			}
+			r.HeaderLists = make(map[string][]string, n)
+			for i := uint64(0); i < n && d.err == nil; i++ {
+				k := d.str()
+				m := d.uvarint()
+				if m > uint64(len(d.b)) {
+					return nil, fmt.Errorf("%w: header list length", ErrBadCommand)
+				}
+				vs := make([]string, m)
+				for j := range vs {
+					vs[j] = d.str()
+				}
+				r.HeaderLists[k] = vs
+			}
+			if d.err == nil && uint64(len(r.HeaderLists)) != n {
+				return nil, fmt.Errorf("%w: repeated header list", ErrBadCommand)
 			}
 		}
 		r.Body = d.bytes()

@@ -17,6 +17,8 @@ func sampleCommands() []*Command {
 		{Op: OpComplete, NowMs: 5, Target: t, Response: &engine.Response{Status: 201, ContentType: "application/json",
 			Headers: map[string]string{"Location": "/p/1", "X-A": ""}, Body: []byte(`{"id":1}`)}},
 		{Op: OpComplete, NowMs: 5, Target: t, Response: &engine.Response{Status: 204}},
+		{Op: OpComplete, NowMs: 6, Target: t, Response: &engine.Response{Status: 200, Headers: map[string]string{"Location": "/s/1"},
+			HeaderLists: map[string][]string{"Set-Cookie": {"a=1", "b=2"}, "Vary": {"Accept"}}, Body: []byte("ok")}},
 		{Op: OpRelease, NowMs: -3, Target: t},
 		{Op: OpExtend, NowMs: 9, Target: t, LeaseMs: 1000},
 		{Op: OpDelete, Target: &engine.TokenArgs{Scope: s}},
@@ -47,6 +49,27 @@ func TestCommandCodecRoundTrip(t *testing.T) {
 	}
 	_, err := (&Command{Op: OpClaim}).Encode()
 	require.Error(t, err)
+}
+
+// Only a complete with headers stored as arrays needs encoding 2: every
+// other entry is written as before, so members of an earlier build read it.
+func TestCommandCodecWritesVersion2OnlyForHeaderLists(t *testing.T) {
+	for _, c := range sampleCommands() {
+		b, err := c.Encode()
+		require.NoError(t, err)
+		want := byte(codecV1)
+		if c.Response != nil && len(c.Response.HeaderLists) > 0 {
+			want = codecV2
+		}
+		require.Equal(t, want, b[0], "op %d", c.Op)
+		if want == codecV1 {
+			b[0] = codecV2
+			if c.Op != OpComplete {
+				_, err := DecodeCommand(b)
+				require.ErrorIs(t, err, ErrBadCommand, "op %d in the encoding of header lists", c.Op)
+			}
+		}
+	}
 }
 
 func TestCommandCodecReadsJSONEntries(t *testing.T) {

@@ -350,14 +350,26 @@ func (k *Keyring) openResponse(principal, key string, r *engine.Response) (*engi
 func mustKeyID(b []byte) string { id, _ := sealedKeyID(b); return id }
 
 // encodeResponse is the plaintext that is sealed: deterministic, headers
-// sorted, so equal responses seal to equal bytes.
+// sorted, so equal responses seal to equal bytes. Version 2 adds the headers
+// stored as arrays after the string headers (n, n×(name, m, m×value)); a
+// response without them is still version 1, as earlier builds sealed it.
 func encodeResponse(r *engine.Response) []byte {
 	n := 16 + len(r.ContentType) + len(r.Body)
 	for k, v := range r.Headers {
 		n += 4 + len(k) + len(v)
 	}
+	version := byte(1)
+	if len(r.HeaderLists) > 0 {
+		version = 2
+		for k, vs := range r.HeaderLists {
+			n += 4 + len(k)
+			for _, v := range vs {
+				n += 2 + len(v)
+			}
+		}
+	}
 	b := make([]byte, 0, n)
-	b = append(b, 1)
+	b = append(b, version)
 	b = binary.AppendUvarint(b, uint64(r.Status))
 	b = appendLen(b, r.ContentType)
 	names := make([]string, 0, len(r.Headers))
@@ -370,6 +382,21 @@ func encodeResponse(r *engine.Response) []byte {
 		b = appendLen(b, k)
 		b = appendLen(b, r.Headers[k])
 	}
+	if version == 2 {
+		names = names[:0]
+		for k := range r.HeaderLists {
+			names = append(names, k)
+		}
+		slices.Sort(names)
+		b = binary.AppendUvarint(b, uint64(len(names)))
+		for _, k := range names {
+			b = appendLen(b, k)
+			b = binary.AppendUvarint(b, uint64(len(r.HeaderLists[k])))
+			for _, v := range r.HeaderLists[k] {
+				b = appendLen(b, v)
+			}
+		}
+	}
 	return append(b, r.Body...)
 }
 
@@ -380,9 +407,10 @@ func appendLen(b []byte, s string) []byte {
 
 func decodeResponse(b []byte) (*engine.Response, error) {
 	bad := errors.New("raftfsm: sealed response encoding")
-	if len(b) < 1 || b[0] != 1 {
+	if len(b) < 1 || (b[0] != 1 && b[0] != 2) {
 		return nil, bad
 	}
+	version := b[0]
 	b = b[1:]
 	u := func() (uint64, bool) {
 		v, w := binary.Uvarint(b)
@@ -422,6 +450,27 @@ func decodeResponse(b []byte) (*engine.Response, error) {
 				return nil, bad
 			}
 			r.Headers[k] = v
+		}
+	}
+	if version == 2 {
+		nl, ok := u()
+		if !ok || nl == 0 || nl > uint64(len(b)) {
+			return nil, bad
+		}
+		r.HeaderLists = make(map[string][]string, nl)
+		for range nl {
+			k, ok1 := str()
+			m, ok2 := u()
+			if !ok1 || !ok2 || m > uint64(len(b)) {
+				return nil, bad
+			}
+			vs := make([]string, m)
+			for j := range vs {
+				if vs[j], ok = str(); !ok {
+					return nil, bad
+				}
+			}
+			r.HeaderLists[k] = vs
 		}
 	}
 	r.Body = append([]byte{}, b...)

@@ -92,6 +92,8 @@ func TestSealedResponseRoundTrip(t *testing.T) {
 		{Status: 201, ContentType: "application/json", Headers: map[string]string{"Location": "/p/1", "X-A": ""}, Body: []byte(`{"id":"p1"}`)},
 		{Status: 204},
 		{Status: 599, Body: bytes.Repeat([]byte{0, 0xff}, 1000)},
+		{Status: 200, Headers: map[string]string{"Location": "/s/1"},
+			HeaderLists: map[string][]string{"Set-Cookie": {"a=1", "b=2"}, "Vary": {"Accept"}}, Body: []byte("ok")},
 	} {
 		s := kr.sealResponse("p", "k", r)
 		require.True(t, isSealedResponse(s))

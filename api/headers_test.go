@@ -1,0 +1,99 @@
+package api_test
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A header sent more than once (two Set-Cookie) is stored as an array and
+// every lookup and replay gives it back in the form it was sent: arrays as
+// arrays (even of one value), strings as strings.
+func TestCompleteStoresHeadersSentMoreThanOnce(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	s := sc("set-cookie-twice")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	headers := map[string]any{"Location": "/p/1", "Set-Cookie": []any{"a=1; Path=/", "b=2"}, "Vary": []any{"Accept"}}
+	r := n.complete(s, tok, map[string]any{"status": 201, "headers": headers, "body": base64.StdEncoding.EncodeToString([]byte("ok"))})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+
+	want := `{"Location":"/p/1","Set-Cookie":["a=1; Path=/","b=2"],"Vary":["Accept"]}`
+	got := n.record(s)["response"].(map[string]any)["headers"]
+	require.JSONEq(t, want, mustJSON(t, got))
+	replay := n.claim(s, fp1)
+	require.Equal(t, http.StatusOK, replay.status)
+	got = replay.obj(t)["record"].(map[string]any)["response"].(map[string]any)["headers"]
+	require.JSONEq(t, want, mustJSON(t, got))
+
+	// The same complete again is the same response: 200, nothing changes.
+	before := n.stateHash()
+	r = n.complete(s, tok, map[string]any{"status": 201, "headers": headers, "body": base64.StdEncoding.EncodeToString([]byte("ok"))})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, before, n.stateHash())
+	// The same values in the other form are another response.
+	r = n.complete(s, tok, map[string]any{"status": 201, "headers": map[string]any{"Location": "/p/1", "Set-Cookie": []any{"a=1; Path=/", "b=2"}, "Vary": "Accept"},
+		"body": base64.StdEncoding.EncodeToString([]byte("ok"))})
+	requireProblem(t, r, http.StatusConflict, "already_completed")
+}
+
+// The limits count every value of a header: 33 values under one name are
+// over 32 entries, and each value counts its name's bytes again.
+func TestHeaderLimitsCountEveryValue(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	s := sc("header-values")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	many := make([]any, 33)
+	for i := range many {
+		many[i] = fmt.Sprint(i)
+	}
+	big := []any{strings.Repeat("v", 4090), strings.Repeat("v", 4090)} // 2×(10+4090) > 8 KiB
+	bad := map[string]struct {
+		headers map[string]any
+		status  int
+		code    string
+		detail  string
+	}{
+		"33 values of one header":       {map[string]any{"Set-Cookie": many}, 413, "response_too_large", "values"},
+		"31 strings and a list of two":  {manyStrings(31, "Set-Cookie", []any{"a", "b"}), 413, "response_too_large", "values"},
+		"values over 8 KiB together":    {map[string]any{"Set-Cookie": big}, 413, "response_too_large", "bytes"},
+		"an empty list":                 {map[string]any{"Set-Cookie": []any{}}, 400, "invalid_request", "Set-Cookie"},
+		"a number in a list":            {map[string]any{"Set-Cookie": []any{"a", 1}}, 400, "invalid_request", "headers"},
+		"null in a list":                {map[string]any{"Set-Cookie": []any{"a", nil}}, 400, "invalid_request", "headers"},
+		"a value with CRLF in a list":   {map[string]any{"Set-Cookie": []any{"a", "b\r\nX: y"}}, 400, "invalid_request", "control character"},
+		"a bad name with a list":        {map[string]any{"Bad Name": []any{"a", "b"}}, 400, "invalid_request", "header name"},
+		"a list nested in a list":       {map[string]any{"Set-Cookie": []any{[]any{"a"}}}, 400, "invalid_request", "headers"},
+		"an object as a header's value": {map[string]any{"Set-Cookie": map[string]any{"a": "b"}}, 400, "invalid_request", "headers"},
+	}
+	for name, c := range bad {
+		t.Run(name, func(t *testing.T) {
+			before := n.stateHash()
+			p := requireProblem(t, n.complete(s, tok, map[string]any{"status": 200, "headers": c.headers}), c.status, c.code)
+			require.Contains(t, p["detail"], c.detail)
+			require.Equal(t, before, n.stateHash())
+		})
+	}
+	r := n.complete(s, tok, map[string]any{"status": 200, "headers": manyStrings(30, "Set-Cookie", []any{"a", "b"})})
+	require.Equal(t, http.StatusOK, r.status, "32 values at the limit: %s", r)
+}
+
+func manyStrings(n int, list string, values []any) map[string]any {
+	h := map[string]any{list: values}
+	for i := range n {
+		h[fmt.Sprintf("X-H%02d", i)] = "v"
+	}
+	return h
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
