@@ -23,6 +23,9 @@ type Config struct {
 	BucketWidth    time.Duration
 	PrincipalScope bool // --scope principal: the endpoint is not part of uniqueness
 	Limits         Limits
+	// MaxBatchOps bounds the ops of one POST /v1/batch (--max-batch-ops);
+	// 0 means DefaultMaxBatchOps.
+	MaxBatchOps int
 	// Auth, when set, holds the credentials (auth.go) every route but
 	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
 	Auth *Auth
@@ -74,6 +77,9 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/complete", http.MethodPost, s.app(s.handleComplete))
 	s.route("/v1/release", http.MethodPost, s.app(s.handleRelease))
 	s.route("/v1/extend", http.MethodPost, s.app(s.handleExtend))
+	// Any valid token may send a batch; each op is then authorized as its
+	// own route would be (batch.go).
+	s.route("/v1/batch", http.MethodPost, s.guard(s.handleBatch, func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere }))
 	s.mux.HandleFunc("/v1/records", s.records(s.handleRecords))
 	s.route("/v1/config", http.MethodGet, s.operator(s.handleConfig))
 	s.route("/v1/cluster", http.MethodGet, s.operator(s.handleCluster))
@@ -113,11 +119,32 @@ func (s *Server) route(path, method string, h http.HandlerFunc) {
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	var req claimRequest
 	body, p := s.readJSON(w, r, &req)
-	var scope engine.Scope
-	var lease int64
+	var args engine.ClaimArgs
 	if p == nil {
-		scope, p = s.scope(req.Principal, req.Endpoint, req.Key)
+		args, p = s.claimArgs(&req)
 	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var res engine.Result
+	err := s.onLeader(w, r, body, func() (err error) {
+		if err = s.ensureSecret(r.Context()); err != nil { // the key of the claim's token
+			return err
+		}
+		res, _, err = s.store.Claim(s.claimBound(args))
+		return err
+	})
+	if err != nil {
+		return
+	}
+	s.answerClaim(w, args.Scope, res)
+}
+
+// claimArgs validates a claim (the route's body, or a batch's claim op).
+func (s *Server) claimArgs(req *claimRequest) (engine.ClaimArgs, *problem) {
+	scope, p := s.scope(req.Principal, req.Endpoint, req.Key)
+	var lease int64
 	if p == nil {
 		p = s.checkFingerprint(req.Fingerprint)
 	}
@@ -131,34 +158,31 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 		lease, p = s.checkLease("lease_ms", req.LeaseMs, false)
 	}
 	if p != nil {
-		writeProblem(w, p)
-		return
+		return engine.ClaimArgs{}, p
 	}
-	args := engine.ClaimArgs{
+	return engine.ClaimArgs{
 		Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Fingerprint: strings.ToLower(req.Fingerprint),
 		ClaimID: req.ClaimID, CorrelationID: req.CorrelationID, LeaseMs: lease,
 		RetentionMs: s.cfg.Retention.Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
 		MaxPrincipals: s.cfg.Limits.MaxPrincipals,
+	}, nil
+}
+
+// claimBound is a claim as the leader proposes it once it has tried to
+// make the cluster secret (ensureSecret).
+func (s *Server) claimBound(a engine.ClaimArgs) engine.ClaimArgs {
+	if _, ok, _ := s.store.ClusterSecret(); !ok {
+		// The principal bound travels in the claim's entry, which an
+		// older member cannot decode. Every member knows it once the
+		// cluster has its secret (the same version brought both, and
+		// the secret waits for every member: fencing.go).
+		a.MaxPrincipals = 0
 	}
-	var res engine.Result
-	err := s.onLeader(w, r, body, func() (err error) {
-		if err = s.ensureSecret(r.Context()); err != nil { // the key of the claim's token
-			return err
-		}
-		a := args
-		if _, ok, _ := s.store.ClusterSecret(); !ok {
-			// The principal bound travels in the claim's entry, which an
-			// older member cannot decode. Every member knows it once the
-			// cluster has its secret (the same version brought both, and
-			// the secret waits for every member: fencing.go).
-			a.MaxPrincipals = 0
-		}
-		res, _, err = s.store.Claim(a)
-		return err
-	})
-	if err != nil {
-		return
-	}
+	return a
+}
+
+// answerClaim answers a decided claim on scope.
+func (s *Server) answerClaim(w http.ResponseWriter, scope engine.Scope, res engine.Result) {
 	switch res.Outcome {
 	case engine.OutcomeClaimed:
 		s.writeClaimed(w, res.Record)
@@ -243,10 +267,30 @@ func (s *Server) handleComplete(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.tokenOp(w, r, body, t, req.Token, engine.OutcomeCompleted,
-		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Complete(t, resp) },
-		func(res engine.Result) {
-			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "completed", Record: toJSON(res.Record)})
-		})
+		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Complete(t, resp) }, completedAnswer(w))
+}
+
+// completedAnswer, releasedAnswer and extendedAnswer answer the wanted
+// outcome of complete, release and extend.
+func completedAnswer(w http.ResponseWriter) func(engine.Result) {
+	return func(res engine.Result) {
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "completed", Record: toJSON(res.Record)})
+	}
+}
+
+func (s *Server) releasedAnswer(w http.ResponseWriter, t engine.TokenArgs, reason string) func(engine.Result) {
+	return func(engine.Result) {
+		if reason != "" {
+			s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", reason)
+		}
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "released"})
+	}
+}
+
+func extendedAnswer(w http.ResponseWriter) func(engine.Result) {
+	return func(res engine.Result) {
+		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "extended", LeaseExpiresAt: fmtTime(res.Record.LeaseMs)})
+	}
 }
 
 // tokenOp has the leader decide an operation on the current attempt, once
@@ -258,6 +302,12 @@ func (s *Server) tokenOp(w http.ResponseWriter, r *http.Request, body []byte, t 
 	if s.onLeader(w, r, body, func() (err error) { res, err = s.fenced(r.Context(), t, token, do); return err }) != nil {
 		return
 	}
+	s.answerToken(w, res, want, ok)
+}
+
+// answerToken answers a decided operation on the current attempt: ok for
+// the wanted outcome, the shared problems otherwise.
+func (s *Server) answerToken(w http.ResponseWriter, res engine.Result, want engine.Outcome, ok func(engine.Result)) {
 	if res.Outcome == want {
 		ok(res)
 		return
@@ -284,13 +334,7 @@ func (s *Server) handleRelease(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.tokenOp(w, r, body, t, req.Token, engine.OutcomeReleased,
-		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Release(t) },
-		func(engine.Result) {
-			if req.Reason != "" {
-				s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", req.Reason)
-			}
-			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "released"})
-		})
+		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Release(t) }, s.releasedAnswer(w, t, req.Reason))
 }
 
 func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
@@ -309,10 +353,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.tokenOp(w, r, body, t, req.Token, engine.OutcomeExtended,
-		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Extend(t, lease) },
-		func(res engine.Result) {
-			writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "extended", LeaseExpiresAt: fmtTime(res.Record.LeaseMs)})
-		})
+		func(t engine.TokenArgs) (engine.Result, error) { return s.store.Extend(t, lease) }, extendedAnswer(w))
 }
 
 func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
@@ -362,6 +403,11 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, storeProblem(err))
 		return
 	}
+	answerLookup(w, rec, found)
+}
+
+// answerLookup answers a lookup.
+func answerLookup(w http.ResponseWriter, rec *engine.Record, found bool) {
 	if !found {
 		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, "no live record for this scope"))
 		return

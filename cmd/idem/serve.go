@@ -41,6 +41,7 @@ type serveConfig struct {
 	insecure                        bool
 	logLevel, logFormat             string
 	limits                          api.Limits
+	maxBatchOps                     int
 	conns                           connConfig // listen.go: connection caps and timeouts
 	snapshotThreshold, trailingLogs uint64
 	snapshotInterval                time.Duration
@@ -85,6 +86,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.IntVar(&c.limits.MaxResponseHeaders, "max-response-headers", c.limits.MaxResponseHeaders, "most stored response headers")
 	fs.IntVar(&c.limits.MaxResponseHeaderBytes, "max-response-header-bytes", c.limits.MaxResponseHeaderBytes, "largest stored response headers, names and values together")
 	fs.Int64Var(&c.limits.MaxKeysPerPrincipal, "max-keys-per-principal", c.limits.MaxKeysPerPrincipal, "live keys one principal may hold (429 quota_exceeded above)")
+	fs.IntVar(&c.maxBatchOps, "max-batch-ops", api.DefaultMaxBatchOps, "most operations in one POST /v1/batch (413 request_too_large above)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", d.SnapshotThreshold, "raft log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often raft checks whether to snapshot")
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", d.TrailingLogs, "raft log entries kept after a snapshot, for followers to catch up without one")
@@ -173,6 +175,9 @@ func (c *serveConfig) validate() error {
 	}
 	if _, err := parseLevel(c.logLevel); err != nil {
 		bad("--log-level: %v", err)
+	}
+	if c.maxBatchOps < 1 {
+		bad("--max-batch-ops must be at least 1 (got %d)", c.maxBatchOps)
 	}
 	if err := c.limits.Validate(); err != nil {
 		bad("%s", strings.ReplaceAll(err.Error(), "api: ", ""))
@@ -379,7 +384,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
-		PrincipalScope: c.scope == "principal", Limits: c.limits, Auth: auth, NodeToken: nodeToken,
+		PrincipalScope: c.scope == "principal", Limits: c.limits, MaxBatchOps: c.maxBatchOps, Auth: auth, NodeToken: nodeToken,
 		Logger: log, Gatherer: reg, PeerTLS: tlsConf,
 	})
 	connMetrics(reg, cl, srv) // listen.go

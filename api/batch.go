@@ -1,0 +1,519 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+
+	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/raftfsm"
+	"github.com/idem-store/idem/wire"
+)
+
+// POST /v1/batch: several operations in one request, each decided exactly
+// as if it had been sent alone, in the order given, and answered with the
+// status and body its own route would have answered.
+//
+// Each op is authorized by the single route's own guard (auth.go), run on
+// the op as a request of that route, then validated by the route's own
+// decoding and checks; a refusal is that op's result alone. The ops that
+// write go to the leader together (raftfsm.Node.Batch: one raft entry for
+// the lot, refusals and replays from the applied state without one).
+//
+// Order. Writes are gathered into a group and decided together; a read an
+// op needs from the state of its record (a get, or judging a token whose
+// MAC does not verify) first has the group decided when an op of the group
+// touches that record (same principal and key), so the read sees the
+// batch's earlier writes and none of its later ones, exactly as in-order
+// single requests would. A read of a record no pending op touches is
+// decided at once: nothing in the batch could change its answer. Every
+// linearizable read is still a read-barrier read (raftfsm.Node.Lookup).
+//
+// Leaders. A follower forwards the whole request, as onLeader does for a
+// single one. While no op has been decided, a batch that finds no leader
+// waits for one and is tried again (or forwarded) whole; once an op has
+// been decided, a later failure is that op's own 503 and the others stand.
+// The request answers 503 unavailable as a whole when no op could be
+// decided.
+
+// DefaultMaxBatchOps is the default of --max-batch-ops.
+const DefaultMaxBatchOps = 256
+
+// batchStore is the part of a Store that decides a batch's writes together
+// (raftfsm.Node); a Store without it decides them one at a time.
+type batchStore interface {
+	Batch([]raftfsm.BatchOp) []raftfsm.BatchResult
+}
+
+var _ batchStore = (*raftfsm.Node)(nil)
+
+// batchBody is what the server reads of a batch: each op stays raw until
+// its own route's decoding reads it, so a malformed op refuses only itself.
+type batchBody struct {
+	Ops []json.RawMessage `json:"ops"`
+}
+
+// batchItem is one op, authorized and validated (or answered: done).
+type batchItem struct {
+	kind   string
+	done   bool
+	answer wire.BatchResult
+
+	claim  engine.ClaimArgs
+	target engine.TokenArgs
+	token  string
+	resp   *engine.Response
+	lease  int64
+	reason string
+	linear bool // a get: linearizable
+}
+
+func (s *Server) maxBatchOps() int {
+	if s.cfg.MaxBatchOps > 0 {
+		return s.cfg.MaxBatchOps
+	}
+	return DefaultMaxBatchOps
+}
+
+func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var ops []json.RawMessage
+	if p == nil {
+		ops, p = s.batchOps(body)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	items := make([]batchItem, len(ops))
+	for i, raw := range ops {
+		items[i] = s.prepareOp(r, raw)
+	}
+	var results []wire.BatchResult
+	if s.onLeader(w, r, body, func() (err error) { results, err = s.runBatch(r.Context(), items); return err }) != nil {
+		return
+	}
+	for _, res := range results {
+		if res.Status != http.StatusServiceUnavailable {
+			writeJSON(w, http.StatusOK, wire.BatchResponse{Results: results})
+			return
+		}
+	}
+	// No op could be decided: the first op's 503 answers the request.
+	var p0 problem
+	json.Unmarshal(results[0].Body, &p0)
+	p0.retryAfter = results[0].RetryAfter
+	writeProblem(w, &p0)
+}
+
+// batchOps reads the request's ops: the whole request is refused only when
+// it is not a JSON object of ops, has none, or has too many.
+func (s *Server) batchOps(body []byte) ([]json.RawMessage, *problem) {
+	var b batchBody
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&b)
+	if err == nil {
+		if _, err2 := dec.Token(); err2 != io.EOF {
+			return nil, invalid("request body has data after the JSON object")
+		}
+	}
+	if err != nil {
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, invalid("request body is empty; expected a JSON object with ops")
+		case errors.As(err, &te) && te.Field == "ops":
+			return nil, invalid("field \"ops\" must be an array of operations, not %s", te.Value)
+		case errors.As(err, &te):
+			return nil, invalid("request body must be a JSON object with ops, not %s", te.Value)
+		default:
+			return nil, invalid("request body is not a JSON object of ops: %v", err)
+		}
+	}
+	if len(b.Ops) == 0 {
+		return nil, invalid("ops is empty: a batch needs at least one operation")
+	}
+	if max := s.maxBatchOps(); len(b.Ops) > max {
+		return nil, newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge,
+			fmt.Sprintf("the batch has %d ops; at most %d are taken in one request (--max-batch-ops)", len(b.Ops), max))
+	}
+	return b.Ops, nil
+}
+
+// prepareOp authorizes and validates one op as its own route would.
+func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
+	it := batchItem{}
+	refuse := func(p *problem) batchItem {
+		rec := newOpRecorder()
+		writeProblem(rec, p)
+		it.done, it.answer = true, rec.result()
+		return it
+	}
+	kind, rest, p := cutOp(raw)
+	if p != nil {
+		return refuse(p)
+	}
+	it.kind = kind
+	var get wire.Lookup
+	if kind == wire.OpGet {
+		if p := decodeStrict(rest, &get); p != nil {
+			return refuse(p)
+		}
+	}
+	if rec := s.authorizeOp(r, kind, rest, get); rec != nil {
+		it.done, it.answer = true, rec.result()
+		return it
+	}
+	switch kind {
+	case wire.OpClaim:
+		var req claimRequest
+		if p = decodeStrict(rest, &req); p == nil {
+			it.claim, p = s.claimArgs(&req)
+		}
+	case wire.OpComplete:
+		var req completeRequest
+		if p = decodeStrict(rest, &req); p == nil {
+			it.target, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
+			it.token = req.Token
+		}
+		if p == nil {
+			it.resp, p = s.checkResponse(req.Response)
+		}
+	case wire.OpRelease:
+		var req releaseRequest
+		if p = decodeStrict(rest, &req); p == nil {
+			it.target, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
+			it.token, it.reason = req.Token, req.Reason
+		}
+		if p == nil {
+			p = s.checkID("reason", req.Reason)
+		}
+	case wire.OpExtend:
+		var req extendRequest
+		if p = decodeStrict(rest, &req); p == nil {
+			it.target, p = s.tokenTarget(req.Principal, req.Endpoint, req.Key, req.Token)
+			it.token = req.Token
+		}
+		if p == nil {
+			it.lease, p = s.checkLease("lease_ms", req.LeaseMs, true)
+		}
+	case wire.OpGet:
+		var scope engine.Scope
+		scope, p = s.scope(get.Principal, get.Endpoint, get.Key)
+		it.target = engine.TokenArgs{Scope: scope, PrincipalScope: s.cfg.PrincipalScope}
+		switch get.Consistency {
+		case "", wire.ConsistencyLinearizable:
+			it.linear = true
+		case wire.ConsistencyStale:
+		default:
+			p = invalid("consistency must be linearizable or stale (got %q)", truncate(get.Consistency, 40))
+		}
+	}
+	if p != nil {
+		return refuse(p)
+	}
+	return it
+}
+
+// cutOp reads an op's "op" member and returns the op without it: the body
+// of that op's route.
+func cutOp(raw json.RawMessage) (string, []byte, *problem) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return "", nil, invalid("an operation must be a JSON object with an \"op\" member")
+	}
+	var kind *string
+	var cutFrom, cutTo int64
+	for dec.More() {
+		start := dec.InputOffset() // just after '{' or the previous value
+		t, err := dec.Token()
+		if err != nil {
+			return "", nil, invalid("an operation is not valid JSON: %v", err)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return "", nil, invalid("an operation is not valid JSON: %v", err)
+		}
+		if t != "op" {
+			continue
+		}
+		if kind != nil {
+			return "", nil, invalid("the operation has the member \"op\" more than once")
+		}
+		var k string
+		if json.Unmarshal(v, &k) != nil {
+			return "", nil, invalid("field \"op\" must be a string: claim, complete, release, extend or get")
+		}
+		kind, cutFrom, cutTo = &k, start, dec.InputOffset()
+	}
+	if kind == nil {
+		return "", nil, invalid("the operation has no \"op\" member: claim, complete, release, extend or get")
+	}
+	switch *kind {
+	case wire.OpClaim, wire.OpComplete, wire.OpRelease, wire.OpExtend, wire.OpGet:
+	default:
+		return "", nil, invalid("op must be claim, complete, release, extend or get (got %q)", truncate(*kind, 40))
+	}
+	rest := make([]byte, 0, len(raw))
+	rest = append(rest, raw[:cutFrom]...)
+	tail := raw[cutTo:]
+	if bytes.IndexByte(bytes.TrimSpace(raw[:cutFrom]), ',') < 0 {
+		// "op" was the first member: drop the comma after it instead.
+		tail = bytes.TrimLeft(tail, " \t\r\n")
+		tail = bytes.TrimPrefix(tail, []byte(","))
+	}
+	return *kind, append(rest, tail...), nil
+}
+
+// authorizeOp runs the guard of the op's own route on the op, with the
+// batch's credentials; nil when the op may go on, else the guard's answer.
+func (s *Server) authorizeOp(r *http.Request, kind string, body []byte, get wire.Lookup) *opRecorder {
+	if s.cfg.Auth == nil {
+		return nil
+	}
+	var req *http.Request
+	var guard func(http.HandlerFunc) http.HandlerFunc
+	if kind == wire.OpGet {
+		q := url.Values{"principal": {get.Principal}, "endpoint": {get.Endpoint}, "key": {get.Key}}
+		req, _ = http.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/records?"+q.Encode(), nil)
+		guard = s.records
+	} else {
+		req, _ = http.NewRequestWithContext(r.Context(), http.MethodPost, "/v1/"+kind, bytes.NewReader(body))
+		guard = s.app
+	}
+	req.Header.Set("Authorization", r.Header.Get("Authorization"))
+	allowed := false
+	rec := newOpRecorder()
+	guard(func(http.ResponseWriter, *http.Request) { allowed = true })(rec, req)
+	if allowed {
+		return nil
+	}
+	return rec
+}
+
+// errQueued stops fenced from deciding: the op joins the pending group.
+var errQueued = errors.New("api: queued")
+
+// runBatch decides the items in order (see the top of this file). It
+// returns an error, and decides nothing, only while no op has been decided
+// and the store says this node cannot decide now: onLeader then forwards
+// the request, or waits for a leader and runs it again.
+func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchResult, error) {
+	out := make([]wire.BatchResult, len(items))
+	decided := false
+	var pending []int
+	var ops []raftfsm.BatchOp
+	touched := map[string]bool{}
+	answer := func(i int, f func(http.ResponseWriter)) {
+		rec := newOpRecorder()
+		f(rec)
+		out[i] = rec.result()
+	}
+	failed := func(i int, err error) error {
+		if !decided && undecided(err) {
+			return err
+		}
+		answer(i, func(w http.ResponseWriter) { writeProblem(w, storeProblem(err)) })
+		return nil
+	}
+	flush := func() error {
+		if len(pending) == 0 {
+			return nil
+		}
+		rs := s.decideBatch(ops)
+		if !decided {
+			all := true
+			for _, r := range rs {
+				all = all && r.Err != nil && undecided(r.Err)
+			}
+			if all {
+				return rs[0].Err
+			}
+		}
+		decided = true
+		for j, i := range pending {
+			s.answerBatchOp(out, i, &items[i], rs[j])
+		}
+		pending, ops, touched = pending[:0], ops[:0], map[string]bool{}
+		return nil
+	}
+	secretTried := false
+	for i := range items {
+		it := &items[i]
+		if it.done {
+			out[i] = it.answer
+			continue
+		}
+		key := recordKey(it)
+		switch it.kind {
+		case wire.OpClaim:
+			if !secretTried {
+				secretTried = true
+				if err := s.ensureSecret(ctx); err != nil {
+					if err := failed(i, err); err != nil {
+						return nil, err
+					}
+					continue
+				}
+			}
+			a := s.claimBound(it.claim)
+			ops = append(ops, raftfsm.BatchOp{Op: raftfsm.OpClaim, Claim: &a})
+		case wire.OpComplete, wire.OpRelease, wire.OpExtend:
+			if touched[key] && !s.macVerifies(it.target.Scope, it.token) {
+				// fenced reads the record: the batch's earlier writes first.
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+			var t engine.TokenArgs
+			res, err := s.fenced(ctx, it.target, it.token, func(ft engine.TokenArgs) (engine.Result, error) {
+				t = ft
+				return engine.Result{}, errQueued
+			})
+			switch {
+			case errors.Is(err, errQueued):
+			case err != nil:
+				if err := failed(i, err); err != nil {
+					return nil, err
+				}
+				continue
+			default:
+				decided = true
+				s.answerBatchOp(out, i, it, raftfsm.BatchResult{Result: res})
+				continue
+			}
+			op := raftfsm.BatchOp{Target: &t}
+			switch it.kind {
+			case wire.OpComplete:
+				op.Op, op.Response = raftfsm.OpComplete, it.resp
+			case wire.OpRelease:
+				op.Op = raftfsm.OpRelease
+			case wire.OpExtend:
+				op.Op, op.LeaseMs = raftfsm.OpExtend, it.lease
+			}
+			ops = append(ops, op)
+		case wire.OpGet:
+			if touched[key] {
+				if err := flush(); err != nil {
+					return nil, err
+				}
+			}
+			rec, found, err := s.store.Lookup(ctx, it.target.Scope, it.target.PrincipalScope, it.linear)
+			if err != nil {
+				if err := failed(i, err); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			decided = true
+			answer(i, func(w http.ResponseWriter) { answerLookup(w, rec, found) })
+			continue
+		}
+		pending = append(pending, i)
+		touched[key] = true
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// undecided reports whether err says the op was certainly not decided and
+// this node cannot decide it now: another node may, or a later leader.
+func undecided(err error) bool {
+	return errors.Is(err, raftfsm.ErrNotLeader) || errors.Is(err, raftfsm.ErrNoLeader) ||
+		errors.Is(err, raftfsm.ErrNotProposed)
+}
+
+// recordKey names the record an op reads or writes, as raftfsm orders
+// them: principal and key (the endpoint aside, which only orders more).
+func recordKey(it *batchItem) string {
+	s := it.target.Scope
+	if it.kind == wire.OpClaim {
+		s = it.claim.Scope
+	}
+	return string(engine.AppendScope(nil, engine.Scope{Principal: s.Principal, Key: s.Key}, true))
+}
+
+// decideBatch has the store decide the writes: together when it can.
+//
+// Claims of one raft entry share its index, and a token is that index with
+// a MAC of its scope; without the cluster secret (an upgrade in progress) a
+// token is the bare index, so the ops go one entry each, as singles do.
+func (s *Server) decideBatch(ops []raftfsm.BatchOp) []raftfsm.BatchResult {
+	if b, ok := s.store.(batchStore); ok {
+		if _, secret, _ := s.store.ClusterSecret(); secret {
+			return b.Batch(ops)
+		}
+	}
+	out := make([]raftfsm.BatchResult, len(ops))
+	for i, op := range ops {
+		r := &out[i]
+		switch op.Op {
+		case raftfsm.OpClaim:
+			r.Result, r.Index, r.Err = s.store.Claim(*op.Claim)
+		case raftfsm.OpComplete:
+			r.Result, r.Err = s.store.Complete(*op.Target, op.Response)
+		case raftfsm.OpRelease:
+			r.Result, r.Err = s.store.Release(*op.Target)
+		case raftfsm.OpExtend:
+			r.Result, r.Err = s.store.Extend(*op.Target, op.LeaseMs)
+		}
+	}
+	return out
+}
+
+// answerBatchOp answers a decided write op as its route does.
+func (s *Server) answerBatchOp(out []wire.BatchResult, i int, it *batchItem, r raftfsm.BatchResult) {
+	rec := newOpRecorder()
+	switch {
+	case r.Err != nil:
+		writeProblem(rec, storeProblem(r.Err))
+	case it.kind == wire.OpClaim:
+		s.answerClaim(rec, it.claim.Scope, r.Result)
+	case it.kind == wire.OpComplete:
+		s.answerToken(rec, r.Result, engine.OutcomeCompleted, completedAnswer(rec))
+	case it.kind == wire.OpRelease:
+		s.answerToken(rec, r.Result, engine.OutcomeReleased, s.releasedAnswer(rec, it.target, it.reason))
+	case it.kind == wire.OpExtend:
+		s.answerToken(rec, r.Result, engine.OutcomeExtended, extendedAnswer(rec))
+	}
+	out[i] = rec.result()
+}
+
+// opRecorder is the http.ResponseWriter an op's answer is written to, by
+// the same code that writes its route's answer.
+type opRecorder struct {
+	h      http.Header
+	status int
+	buf    bytes.Buffer
+}
+
+func newOpRecorder() *opRecorder { return &opRecorder{h: http.Header{}} }
+
+func (o *opRecorder) Header() http.Header { return o.h }
+
+func (o *opRecorder) WriteHeader(code int) {
+	if o.status == 0 {
+		o.status = code
+	}
+}
+
+func (o *opRecorder) Write(b []byte) (int, error) {
+	if o.status == 0 {
+		o.status = http.StatusOK
+	}
+	return o.buf.Write(b)
+}
+
+func (o *opRecorder) result() wire.BatchResult {
+	ra, _ := strconv.Atoi(o.h.Get("Retry-After"))
+	return wire.BatchResult{Status: o.status, Body: json.RawMessage(bytes.TrimRight(o.buf.Bytes(), "\n")), RetryAfter: ra}
+}

@@ -1,0 +1,282 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+)
+
+// batchResult is one op's answer in a batch.
+type batchResult struct {
+	Status     int             `json:"status"`
+	Body       json.RawMessage `json:"body"`
+	RetryAfter int             `json:"retry_after"`
+}
+
+func (n *testNode) batch(ops ...any) []batchResult {
+	n.tb.Helper()
+	r := n.post("/v1/batch", map[string]any{"ops": ops})
+	require.Equal(n.tb, http.StatusOK, r.status, "%s", r)
+	var out struct{ Results []batchResult }
+	require.NoError(n.tb, json.Unmarshal(r.raw, &out))
+	require.Len(n.tb, out.Results, len(ops))
+	return out.Results
+}
+
+// op is a batch op: the route's body with "op".
+func op(kind string, s scope, kv ...any) map[string]any {
+	m := s.body(kv...)
+	m["op"] = kind
+	return m
+}
+
+var (
+	batchTimeRE  = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z`)
+	batchTokenRE = regexp.MustCompile(`"\d{20}\.[0-9a-f]{32}"`)
+)
+
+// normal is an answer with what differs between two nodes by nature (times,
+// tokens) replaced.
+func normal(status int, body []byte, retry int) string {
+	b := batchTimeRE.ReplaceAllString(strings.TrimSpace(string(body)), "TIME")
+	b = batchTokenRE.ReplaceAllString(b, `"TOKEN"`)
+	return fmt.Sprintf("%d retry=%v %s", status, retry > 0, b)
+}
+
+// The oracle: the same ops, sent as batches to one fresh node and one by
+// one to another, get the same status and body each, in order (times and
+// tokens aside). Tokens an op needs are those of claims of earlier rounds,
+// each node's own.
+func TestBatchAnswersAsSingleRequests(t *testing.T) {
+	const tokA, tokB, tokC, tokD, bad = "$a", "$b", "$c", "$d", "$bad"
+	resp := map[string]any{"status": 201, "content_type": "application/json", "headers": map[string]any{"Location": "/p/1"}, "body": "eyJpZCI6MX0="}
+	other := map[string]any{"status": 500, "body": ""}
+	a, b, c, d, e := sc("a"), sc("b"), sc("c"), sc("d"), sc("e")
+	rounds := [][]map[string]any{{
+		op("claim", a, "fingerprint", fp1, "claim_id", "x"),
+		op("claim", a, "fingerprint", fp1, "claim_id", "x"), // the same claim back
+		op("claim", a, "fingerprint", fp1),                  // in_progress
+		op("claim", a, "fingerprint", fp2),                  // fingerprint_mismatch
+		op("get", a),
+		op("claim", b, "fingerprint", fp1, "lease_ms", 5000),
+		op("claim", c, "fingerprint", fp1),
+		op("claim", d, "fingerprint", fp1, "correlation_id", "req-1"),
+		op("get", e),
+		op("claim", scope{"cus_43", "POST /payments", "a"}, "fingerprint", fp1, "lease_ms", 10), // 400
+		op("release", e, "token", "1"),                   // 404
+		op("frobnicate", a),                              // 400
+		op("claim", a, "fingerprint", fp1, "unknown", 1), // 400
+		op("get", a, "consistency", "stale"),
+	}, {
+		op("complete", a, "token", tokA, "response", resp),
+		op("claim", a, "fingerprint", fp1),                  // replay of what this batch stored
+		op("complete", a, "token", tokA, "response", resp),  // repeat: 200
+		op("complete", a, "token", tokA, "response", other), // already_completed
+		op("release", b, "token", tokB, "reason", "failed"), // released
+		op("get", b), // failed
+		op("claim", b, "fingerprint", fp1, "claim_id", "b2"), // attempt 2, in the same batch
+		op("release", b, "token", tokB),                      // the old token is dead now
+		op("complete", b, "token", bad, "response", resp),    // a forged token: 409
+		op("extend", c, "token", tokC, "lease_ms", 60000),
+		op("extend", c, "token", tokC),                     // 400: lease_ms required
+		op("complete", d, "token", tokC, "response", resp), // another scope's token: 409
+		op("complete", e, "token", bad, "response", resp),  // no record: 404
+		op("get", d),
+		op("release", d, "token", tokD),
+		op("claim", d, "fingerprint", fp1), // attempt 2
+		op("get", d),
+	}, {
+		op("claim", b, "fingerprint", fp1, "claim_id", "b2"), // the same claim back
+		op("get", a), op("get", b), op("get", c), op("get", d),
+	}}
+
+	run := func(n *testNode, batched bool) []string {
+		toks := map[string]string{bad: "00000000000000000001.00000000000000000000000000000000"}
+		var got []string
+		for _, round := range rounds {
+			ops := make([]any, len(round))
+			for i, o := range round {
+				c := map[string]any{}
+				for k, v := range o {
+					if s, ok := v.(string); ok && strings.HasPrefix(s, "$") {
+						v = toks[s]
+					}
+					c[k] = v
+				}
+				ops[i] = c
+			}
+			var answers []batchResult
+			if batched {
+				answers = n.batch(ops...)
+			} else {
+				for _, o := range ops {
+					m := o.(map[string]any)
+					body := map[string]any{}
+					for k, v := range m {
+						if k != "op" {
+							body[k] = v
+						}
+					}
+					var r reply
+					if m["op"] == "get" {
+						s := scope{m["principal"].(string), m["endpoint"].(string), m["key"].(string)}
+						var extra []string
+						if c, ok := m["consistency"]; ok {
+							extra = append(extra, "consistency="+c.(string))
+						}
+						r = n.lookup(s, extra...)
+					} else if m["op"] == "frobnicate" {
+						r = reply{status: 400, raw: []byte("FROB")}
+					} else {
+						r = n.post("/v1/"+m["op"].(string), body)
+					}
+					ra := 0
+					if h := r.header.Get("Retry-After"); h != "" {
+						ra = 1
+					}
+					answers = append(answers, batchResult{Status: r.status, Body: r.raw, RetryAfter: ra})
+				}
+			}
+			for i, a := range answers {
+				if round[i]["op"] == "frobnicate" {
+					require.Equal(t, 400, a.Status)
+					a.Body = []byte("FROB")
+				}
+				got = append(got, normal(a.Status, a.Body, a.RetryAfter))
+				if a.Status == http.StatusCreated {
+					var cl struct{ Token string }
+					require.NoError(t, json.Unmarshal(a.Body, &cl))
+					toks["$"+round[i]["key"].(string)] = cl.Token
+				}
+			}
+		}
+		return got
+	}
+	singles := run(mustNode(t), false)
+	batched := run(mustNode(t), true)
+	for i := range singles {
+		require.Equal(t, singles[i], batched[i], "op %d", i)
+	}
+	t.Log(strings.Join(singles, "\n"))
+	// The table covers what it claims to.
+	all := strings.Join(singles, "\n")
+	for _, want := range []string{"201 ", "200 ", `"code":"in_progress"`, `"code":"fingerprint_mismatch"`, `"code":"token_mismatch"`,
+		`"code":"already_completed"`, `"code":"not_found"`, `"code":"invalid_request"`, `"outcome":"replay"`,
+		`"state":"failed"`, `"attempt":2`, `"outcome":"extended"`, `"outcome":"released"`} {
+		require.Contains(t, all, want)
+	}
+}
+
+func TestBatchWholeRequestRefusals(t *testing.T) {
+	n := mustNode(t, withAPI(func(c *api.Config) { c.MaxBatchOps = 3 }), withLimits(func(l *api.Limits) { l.MaxRequestBytes = 4 << 10 }))
+	before := n.dataHash()
+	claim := op("claim", sc("k"), "fingerprint", fp1)
+	requireProblem(t, n.post("/v1/batch", "not json"), 400, "invalid_request")
+	requireProblem(t, n.post("/v1/batch", `{"ops":[]}`), 400, "invalid_request")
+	requireProblem(t, n.post("/v1/batch", `{}`), 400, "invalid_request")
+	requireProblem(t, n.post("/v1/batch", `{"ops":{}}`), 400, "invalid_request")
+	requireProblem(t, n.post("/v1/batch", `{"ops":[],"more":1}`), 400, "invalid_request")
+	requireProblem(t, n.post("/v1/batch", map[string]any{"ops": []any{claim, claim, claim, claim}}), 413, "request_too_large")
+	requireProblem(t, n.post("/v1/batch", map[string]any{"ops": []any{op("claim", sc(strings.Repeat("k", 5000)), "fingerprint", fp1)}}), 413, "request_too_large")
+	requireProblem(t, n.do("GET", "/v1/batch", nil), 405, "method_not_allowed")
+	require.Equal(t, before, n.dataHash(), "a refused batch changes nothing")
+
+	// A malformed op answers alone; the others are decided.
+	rs := n.batch(`not an object`, claim, map[string]any{"principal": "p"})
+	require.Equal(t, 400, rs[0].Status)
+	require.Equal(t, 201, rs[1].Status)
+	require.Equal(t, 400, rs[2].Status)
+	require.Contains(t, string(rs[2].Body), `no \"op\" member`)
+	rs = n.batch(map[string]any{"op": "claim", "principal": "cus_42", "endpoint": "e", "key": "k2", "fingerprint": fp1, "Key": "x"})
+	require.Equal(t, 400, rs[0].Status, "%s", rs[0].Body)
+	rs = n.batch(json.RawMessage(`{"principal":"cus_42","op":"claim","endpoint":"e","key":"k3","fingerprint":"aa","op":"get"}`))
+	require.Equal(t, 400, rs[0].Status, "%s", rs[0].Body)
+	require.Contains(t, string(rs[0].Body), "more than once")
+}
+
+// With no leader, no op can be decided: the whole request is 503 (and
+// retrying each claim with its claim_id is then safe).
+func TestBatchWithoutLeaderIs503(t *testing.T) {
+	n := mustNode(t, leaderless(200_000_000))
+	r := n.post("/v1/batch", map[string]any{"ops": []any{op("claim", sc("k"), "fingerprint", fp1), op("get", sc("k"))}})
+	requireProblem(t, r, 503, "unavailable")
+	require.NotEmpty(t, r.header.Get("Retry-After"))
+}
+
+// Each op is authorized as its own route: an app token acts only for its
+// principals, op by op, and a refused op writes nothing.
+func TestBatchAuthorizesEachOp(t *testing.T) {
+	admin := mustNode(t, withAuthFile(t, authFile()))
+	n := admin.as(appToken)
+	admin = admin.as(adminToken)
+	mine, theirs := scope{"cus_a1", "e", "k"}, scope{"cus_z", "e", "k"}
+	cl := admin.mustClaim(theirs, fp1)
+	rs := n.batch(
+		op("claim", mine, "fingerprint", fp1),
+		op("claim", theirs, "fingerprint", fp1),
+		op("get", theirs),
+		op("release", theirs, "token", cl["token"]),
+		op("get", mine),
+	)
+	require.Equal(t, 201, rs[0].Status, "%s", rs[0].Body)
+	for _, i := range []int{1, 2, 3} {
+		require.Equal(t, 403, rs[i].Status, "op %d: %s", i, rs[i].Body)
+		require.Contains(t, string(rs[i].Body), `"code":"forbidden"`)
+	}
+	require.Equal(t, 200, rs[4].Status)
+	require.Equal(t, "in_progress", admin.record(theirs)["state"], "the refused release changed nothing")
+	r := admin.as(unknownToken).post("/v1/batch", map[string]any{"ops": []any{op("get", mine)}})
+	requireProblem(t, r, 401, "unauthorized")
+}
+
+// One winner per record among batches and single claims racing on the
+// same keys.
+func TestBatchOneWinnerPerScope(t *testing.T) {
+	n := mustNode(t)
+	const keys, callers = 16, 8
+	var mu sync.Mutex
+	wins := map[string]int{}
+	var wg sync.WaitGroup
+	for c := 0; c < callers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var ops []any
+			for k := 0; k < keys; k++ {
+				s := sc(fmt.Sprint("race-", k))
+				if c%3 == 0 {
+					if r := n.claim(s, fp1); r.status == 201 {
+						mu.Lock()
+						wins[s.key]++
+						mu.Unlock()
+					}
+					continue
+				}
+				ops = append(ops, op("claim", s, "fingerprint", fp1), op("get", s))
+			}
+			if len(ops) == 0 {
+				return
+			}
+			for i, r := range n.batch(ops...) {
+				if r.Status == 201 {
+					mu.Lock()
+					wins[ops[i].(map[string]any)["key"].(string)]++
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	require.Len(t, wins, keys)
+	for k, w := range wins {
+		require.Equal(t, 1, w, "key %s", k)
+	}
+}

@@ -1,0 +1,374 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-store/idem/wire"
+)
+
+// Batcher sends the calls of many goroutines together: concurrent Claim,
+// Complete, Release, Extend and Get calls are coalesced into POST /v1/batch
+// requests, which the server decides in one raft entry. Each call returns
+// what the same call on the Client would (the same answer types, the same
+// *Problem values for errors.Is), because the server answers each op of a
+// batch exactly as its own route would.
+//
+// A call waits at most Linger for others to join it (none when a batch is
+// already full), so batching pays when many goroutines call at once, the
+// way a fleet of API servers talks to one store. A caller whose context ends
+// gets ctx.Err() at once and never holds up the others; an op already sent
+// may still be decided (retry a claim with its ClaimID, as after a timeout).
+//
+// Batcher is opt-in: create it with Client.NewBatcher and Close it when done.
+type Batcher struct {
+	c        *Client
+	cfg      BatcherConfig
+	queue    chan *batchCall
+	slots    chan struct{}
+	stop     chan struct{}
+	done     chan struct{}
+	closeMu  sync.Once
+	inflight sync.WaitGroup
+}
+
+// BatcherConfig tunes a Batcher; zero fields take the defaults.
+type BatcherConfig struct {
+	// Linger is how long the first call of a batch waits for others
+	// (default 500µs).
+	Linger time.Duration
+	// MaxOps is the most ops in one request (default 256, the server's
+	// default --max-batch-ops; keep it at or below the server's).
+	MaxOps int
+	// MaxBytes bounds a request's body (default 512 KiB, half the server's
+	// default request limit); an op larger than it goes alone.
+	MaxBytes int
+	// MaxInFlight is the most batch requests outstanding at once (default
+	// 8); calls arriving meanwhile gather into the next batches.
+	MaxInFlight int
+	// Timeout bounds one batch request (default 30 s); a caller's own
+	// context bounds its wait.
+	Timeout time.Duration
+}
+
+func (c BatcherConfig) withDefaults() BatcherConfig {
+	if c.Linger <= 0 {
+		c.Linger = 500 * time.Microsecond
+	}
+	if c.MaxOps <= 0 {
+		c.MaxOps = 256
+	}
+	if c.MaxBytes <= 0 {
+		c.MaxBytes = 512 << 10
+	}
+	if c.MaxInFlight <= 0 {
+		c.MaxInFlight = 8
+	}
+	if c.Timeout <= 0 {
+		c.Timeout = 30 * time.Second
+	}
+	return c
+}
+
+// ErrBatcherClosed is returned by calls on a closed Batcher.
+var ErrBatcherClosed = errors.New("client: batcher closed")
+
+// batchCall is one caller's op and where its answer goes (buffered: the
+// caller may have gone).
+type batchCall struct {
+	ctx   context.Context
+	op    []byte // the op's JSON
+	done  chan batchAnswer
+	taken atomic.Bool // the loop has it: an answer will come
+}
+
+type batchAnswer struct {
+	res wire.BatchResult
+	err error
+}
+
+// NewBatcher returns a Batcher sending through c.
+func (c *Client) NewBatcher(cfg BatcherConfig) *Batcher {
+	cfg = cfg.withDefaults()
+	b := &Batcher{c: c, cfg: cfg, queue: make(chan *batchCall, cfg.MaxOps),
+		slots: make(chan struct{}, cfg.MaxInFlight), stop: make(chan struct{}), done: make(chan struct{})}
+	go b.loop()
+	return b
+}
+
+// Close stops the Batcher after the batches already sent are answered;
+// calls made after it return ErrBatcherClosed.
+func (b *Batcher) Close() error {
+	b.closeMu.Do(func() { close(b.stop) })
+	<-b.done
+	b.inflight.Wait()
+	return nil
+}
+
+// Claim is Client.Claim through the batch.
+func (b *Batcher) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, error) {
+	raw, status, err := b.do(ctx, wire.OpClaim, &req)
+	if err != nil {
+		return nil, err
+	}
+	var out ClaimResponse
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, badAnswer(http.MethodPost, "/v1/batch", err)
+	}
+	switch {
+	case out.Outcome == OutcomeClaimed && status == http.StatusCreated:
+	case out.Outcome == OutcomeReplay && status == http.StatusOK && out.Record != nil:
+	default:
+		return nil, badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("claim answered %d with outcome %q", status, out.Outcome))
+	}
+	out.StatusCode, out.Raw = status, raw
+	return &out, nil
+}
+
+// Complete is Client.Complete through the batch.
+func (b *Batcher) Complete(ctx context.Context, req CompleteRequest) (*CompleteResponse, error) {
+	if req.Response.Body == nil {
+		req.Response.Body = []byte{} // "" rather than null, as Client.Complete sends
+	}
+	var out CompleteResponse
+	if err := b.typed(ctx, wire.OpComplete, &req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Release is Client.Release through the batch.
+func (b *Batcher) Release(ctx context.Context, req ReleaseRequest) (*ReleaseResponse, error) {
+	var out ReleaseResponse
+	if err := b.typed(ctx, wire.OpRelease, &req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Extend is Client.Extend through the batch.
+func (b *Batcher) Extend(ctx context.Context, req ExtendRequest) (*ExtendResponse, error) {
+	var out ExtendResponse
+	if err := b.typed(ctx, wire.OpExtend, &req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// Get is Client.Get through the batch.
+func (b *Batcher) Get(ctx context.Context, principal, endpoint, key, consistency string) (*Record, error) {
+	raw, _, err := b.do(ctx, wire.OpGet, &wire.Lookup{Principal: principal, Endpoint: endpoint, Key: key, Consistency: consistency})
+	if err != nil {
+		return nil, err
+	}
+	var out struct {
+		Record *Record `json:"record"`
+	}
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return nil, badAnswer(http.MethodPost, "/v1/batch", err)
+	}
+	if out.Record == nil {
+		return nil, badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("get answered without a record"))
+	}
+	return out.Record, nil
+}
+
+// typed decodes a 2xx answer into out and sets its Raw.
+func (b *Batcher) typed(ctx context.Context, kind string, in, out any) error {
+	raw, _, err := b.do(ctx, kind, in)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, out); err != nil {
+		return badAnswer(http.MethodPost, "/v1/batch", err)
+	}
+	switch o := out.(type) {
+	case *CompleteResponse:
+		o.Raw = raw
+	case *ReleaseResponse:
+		o.Raw = raw
+	case *ExtendResponse:
+		o.Raw = raw
+	}
+	return nil
+}
+
+// do queues one op and waits for its answer: the 2xx body and status, or
+// the error a single call would return.
+func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessage, int, error) {
+	op, err := json.Marshal(wire.BatchOp{Op: kind, Body: body})
+	if err != nil {
+		return nil, 0, fmt.Errorf("client: encode %s: %w", kind, err)
+	}
+	call := &batchCall{ctx: ctx, op: op, done: make(chan batchAnswer, 1)}
+	select {
+	case <-b.stop:
+		return nil, 0, ErrBatcherClosed
+	default:
+	}
+	select {
+	case b.queue <- call:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-b.stop:
+		return nil, 0, ErrBatcherClosed
+	}
+	var a batchAnswer
+	select {
+	case a = <-call.done:
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	case <-b.done:
+		// Closed: a call the loop never took gets no answer.
+		if !call.taken.Load() {
+			return nil, 0, ErrBatcherClosed
+		}
+		select {
+		case a = <-call.done:
+		case <-ctx.Done():
+			return nil, 0, ctx.Err()
+		}
+	}
+	if a.err != nil {
+		return nil, 0, a.err
+	}
+	if a.res.Status < 200 || a.res.Status > 299 {
+		h := http.Header{}
+		if a.res.RetryAfter > 0 {
+			h.Set("Retry-After", strconv.Itoa(a.res.RetryAfter))
+		}
+		return nil, 0, newProblem(&http.Response{StatusCode: a.res.Status, Header: h}, a.res.Body, time.Now())
+	}
+	return a.res.Body, a.res.Status, nil
+}
+
+// take receives a call from the queue for the loop.
+func (b *Batcher) take(c *batchCall) *batchCall {
+	c.taken.Store(true)
+	return c
+}
+
+// loop gathers calls into batches and sends each on its own goroutine,
+// at most MaxInFlight at once.
+func (b *Batcher) loop() {
+	defer close(b.done)
+	var carry *batchCall // a call that did not fit the last batch
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case c := <-b.queue:
+				first = b.take(c)
+			case <-b.stop:
+				b.drain()
+				return
+			}
+		}
+		batch := []*batchCall{first}
+		size := len(first.op)
+		full := func() bool { return len(batch) >= b.cfg.MaxOps || size >= b.cfg.MaxBytes }
+		add := func(c *batchCall) bool {
+			if size+len(c.op)+1 > b.cfg.MaxBytes {
+				carry = c
+				return false
+			}
+			batch, size = append(batch, c), size+len(c.op)+1
+			return true
+		}
+		// Linger for company, unless the batch is full already.
+		timer := time.NewTimer(b.cfg.Linger)
+	linger:
+		for !full() && carry == nil {
+			select {
+			case c := <-b.queue:
+				add(b.take(c))
+			case <-timer.C:
+				break linger
+			case <-b.stop:
+				break linger
+			}
+		}
+		timer.Stop()
+		// Wait for a free slot; calls arriving meanwhile join this batch.
+		b.slots <- struct{}{}
+	more:
+		for !full() && carry == nil {
+			select {
+			case c := <-b.queue:
+				add(b.take(c))
+			default:
+				break more
+			}
+		}
+		b.inflight.Add(1)
+		go func() {
+			defer func() { <-b.slots; b.inflight.Done() }()
+			b.send(batch)
+		}()
+	}
+}
+
+// drain answers the calls still queued at Close.
+func (b *Batcher) drain() {
+	for {
+		select {
+		case c := <-b.queue:
+			b.take(c).done <- batchAnswer{err: ErrBatcherClosed}
+		default:
+			return
+		}
+	}
+}
+
+// send posts one batch and hands each caller its result. Calls whose
+// context ended before the send are left out.
+func (b *Batcher) send(batch []*batchCall) {
+	live := batch[:0]
+	for _, c := range batch {
+		if err := c.ctx.Err(); err != nil {
+			c.done <- batchAnswer{err: err}
+			continue
+		}
+		live = append(live, c)
+	}
+	if len(live) == 0 {
+		return
+	}
+	var body bytes.Buffer
+	body.WriteString(`{"ops":[`)
+	for i, c := range live {
+		if i > 0 {
+			body.WriteByte(',')
+		}
+		body.Write(c.op)
+	}
+	body.WriteString(`]}`)
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	defer cancel()
+	raw, err := b.c.Do(ctx, http.MethodPost, "/v1/batch", nil, json.RawMessage(body.Bytes()))
+	var out wire.BatchResponse
+	if err == nil {
+		if err = json.Unmarshal(raw, &out); err == nil && len(out.Results) != len(live) {
+			err = fmt.Errorf("%d results for %d ops", len(out.Results), len(live))
+		}
+		if err != nil {
+			err = badAnswer(http.MethodPost, "/v1/batch", err)
+		}
+	}
+	for i, c := range live {
+		if err != nil {
+			c.done <- batchAnswer{err: err} // a whole-request refusal or a transport error is every op's
+			continue
+		}
+		c.done <- batchAnswer{res: out.Results[i]}
+	}
+}

@@ -1,0 +1,191 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-store/idem/wire"
+)
+
+// batchFake answers POST /v1/batch op by op with answer, recording each
+// request's op count. gate, when set, holds every request until closed.
+func batchFake(t *testing.T, gate chan struct{}, answer func(op map[string]any) wire.BatchResult) (*Client, func() []int) {
+	t.Helper()
+	var mu sync.Mutex
+	var sizes []int
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/v1/batch" || r.Method != http.MethodPost {
+			t.Errorf("unexpected %s %s", r.Method, r.URL.Path)
+		}
+		var req struct{ Ops []map[string]any }
+		raw, _ := io.ReadAll(r.Body)
+		if err := json.Unmarshal(raw, &req); err != nil {
+			t.Errorf("batch body: %v: %s", err, raw)
+		}
+		mu.Lock()
+		sizes = append(sizes, len(req.Ops))
+		mu.Unlock()
+		if gate != nil {
+			<-gate
+		}
+		out := wire.BatchResponse{}
+		for _, op := range req.Ops {
+			out.Results = append(out.Results, answer(op))
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(out)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, func() []int { mu.Lock(); defer mu.Unlock(); return append([]int(nil), sizes...) }
+}
+
+func claimedFor(op map[string]any) wire.BatchResult {
+	return wire.BatchResult{Status: 201, Body: json.RawMessage(fmt.Sprintf(`{"outcome":"claimed","token":"tok-%s","attempt":1}`, op["key"]))}
+}
+
+// Concurrent calls share requests, and each caller gets its own op's answer.
+func TestBatcherCoalescesAndAnswersEachCaller(t *testing.T) {
+	c, sizes := batchFake(t, nil, func(op map[string]any) wire.BatchResult {
+		if op["op"] != "claim" {
+			t.Errorf("op %v", op)
+		}
+		return claimedFor(op)
+	})
+	b := c.NewBatcher(BatcherConfig{Linger: 20 * time.Millisecond, MaxOps: 16})
+	defer b.Close()
+	const callers = 64
+	var wg sync.WaitGroup
+	for i := 0; i < callers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			key := fmt.Sprint("k", i)
+			res, err := b.Claim(context.Background(), ClaimRequest{Principal: "p", Endpoint: "e", Key: key, Fingerprint: "aa"})
+			if err != nil {
+				t.Errorf("claim %s: %v", key, err)
+				return
+			}
+			if res.Token != "tok-"+key || res.StatusCode != 201 || res.Outcome != OutcomeClaimed {
+				t.Errorf("claim %s got %+v", key, res)
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for _, n := range sizes() {
+		if n > 16 {
+			t.Errorf("a request of %d ops, over MaxOps 16", n)
+		}
+		total += n
+	}
+	if total != callers || len(sizes()) >= callers {
+		t.Errorf("%d ops in %d requests: want %d ops in fewer requests", total, len(sizes()), callers)
+	}
+}
+
+// An op's problem is the error the single call would return, Retry-After
+// included; a whole-request refusal is every op's.
+func TestBatcherMapsProblemsAsSingleCalls(t *testing.T) {
+	c, _ := batchFake(t, nil, func(op map[string]any) wire.BatchResult {
+		switch op["key"] {
+		case "busy":
+			return wire.BatchResult{Status: 409, RetryAfter: 2, Body: json.RawMessage(`{"type":"x","title":"t","status":409,"detail":"d","code":"in_progress","lease_expires_at":"2026-12-01T00:00:00.000Z"}`)}
+		case "gone":
+			return wire.BatchResult{Status: 404, Body: json.RawMessage(`{"status":404,"code":"not_found","detail":"no live record"}`)}
+		}
+		if op["op"] == "get" {
+			return wire.BatchResult{Status: 200, Body: json.RawMessage(`{"record":{"principal":"p","endpoint":"e","key":"k","state":"failed","attempt":2}}`)}
+		}
+		return wire.BatchResult{Status: 200, Body: json.RawMessage(`{"outcome":"released"}`)}
+	})
+	b := c.NewBatcher(BatcherConfig{})
+	defer b.Close()
+	ctx := context.Background()
+	_, err := b.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: "busy", Fingerprint: "aa"})
+	var p *Problem
+	if !errors.Is(err, ErrInProgress) || !errors.As(err, &p) || p.RetryAfter != 2*time.Second || p.Status != 409 || p.LeaseExpiresAt.IsZero() {
+		t.Fatalf("busy claim: %v %+v", err, p)
+	}
+	if _, err := b.Release(ctx, ReleaseRequest{Principal: "p", Endpoint: "e", Key: "gone", Token: "1"}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("release of nothing: %v", err)
+	}
+	if r, err := b.Release(ctx, ReleaseRequest{Principal: "p", Endpoint: "e", Key: "k", Token: "1"}); err != nil || r.Outcome != OutcomeReleased {
+		t.Fatalf("release: %+v %v", r, err)
+	}
+	if rec, err := b.Get(ctx, "p", "e", "k", ""); err != nil || rec.State != StateFailed || rec.Attempt != 2 {
+		t.Fatalf("get: %+v %v", rec, err)
+	}
+
+	whole := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Retry-After", "1")
+		w.WriteHeader(503)
+		io.WriteString(w, `{"status":503,"code":"unavailable","detail":"no leader"}`)
+	}))
+	defer whole.Close()
+	c2, _ := New(whole.URL)
+	b2 := c2.NewBatcher(BatcherConfig{})
+	defer b2.Close()
+	if _, err := b2.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: "k", Fingerprint: "aa"}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("whole 503: %v", err)
+	}
+}
+
+// A caller whose context ends gets ctx.Err() at once, and the others of its
+// batch still get their answers.
+func TestBatcherHonoursCancellation(t *testing.T) {
+	gate := make(chan struct{})
+	c, _ := batchFake(t, gate, claimedFor)
+	b := c.NewBatcher(BatcherConfig{Linger: 10 * time.Millisecond})
+	defer b.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() {
+		_, err := b.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: "cancelled", Fingerprint: "aa"})
+		errc <- err
+	}()
+	other := make(chan error, 1)
+	go func() {
+		res, err := b.Claim(context.Background(), ClaimRequest{Principal: "p", Endpoint: "e", Key: "other", Fingerprint: "aa"})
+		if err == nil && res.Token != "tok-other" {
+			err = fmt.Errorf("got %+v", res)
+		}
+		other <- err
+	}()
+	time.Sleep(50 * time.Millisecond) // both are in the request the gate holds
+	cancel()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("cancelled caller: %v", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a cancelled caller waited for its batch")
+	}
+	close(gate)
+	if err := <-other; err != nil {
+		t.Fatalf("the other caller: %v", err)
+	}
+	// An op whose context ended before it was sent is not sent.
+	done, stop := context.WithCancel(context.Background())
+	stop()
+	if _, err := b.Claim(done, ClaimRequest{Principal: "p", Endpoint: "e", Key: "late", Fingerprint: "aa"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a call with an ended context: %v", err)
+	}
+	b.Close()
+	if _, err := b.Claim(context.Background(), ClaimRequest{Principal: "p", Endpoint: "e", Key: "k", Fingerprint: "aa"}); !errors.Is(err, ErrBatcherClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}
