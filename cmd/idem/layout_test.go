@@ -28,8 +28,12 @@ func TestImportsPointDown(t *testing.T) {
 		"raftfsm": {"api", "client", "bench", "chaos", "cmd/idem"},
 		"api":     {"client", "bench", "chaos", "cmd/idem"},
 		"client":  {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem"},
-		"bench":   {"engine", "raftfsm", "api", "partition", "ttl", "chaos", "cmd/idem"},
-		"chaos":   {"engine", "raftfsm", "api", "partition", "ttl", "bench", "cmd/idem"},
+		// The application side links the client only, never the server.
+		"middleware": {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem", "conformance", "internal/idemtest"},
+		// Black-box tests over HTTP, run against the middleware and idem proxy.
+		"conformance": {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem", "middleware", "internal/idemtest"},
+		"bench":       {"engine", "raftfsm", "api", "partition", "ttl", "chaos", "cmd/idem"},
+		"chaos":       {"engine", "raftfsm", "api", "partition", "ttl", "bench", "cmd/idem"},
 		// The scale benchmark loads stores with the engine and drives a
 		// server process over HTTP: never the server packages.
 		"bench/scale": {"api", "raftfsm", "chaos", "cmd/idem"},

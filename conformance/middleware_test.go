@@ -1,0 +1,54 @@
+package conformance_test
+
+import (
+	"net"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/conformance"
+	"github.com/idem-store/idem/internal/idemtest"
+	"github.com/idem-store/idem/middleware"
+)
+
+// The suite against the Go middleware, with real idem nodes as its store:
+// one with the default retention, one that keeps records for two seconds,
+// and an address where nothing listens.
+func TestMiddlewareConforms(t *testing.T) {
+	up := conformance.NewUpstream()
+	front := func(storeURL string) string {
+		store, err := client.New(storeURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(idem(up))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+	const shortRetention = 2 * time.Second
+	node := idemtest.Start(t, idemtest.Options{})
+	short := idemtest.Start(t, idemtest.Options{Retention: shortRetention})
+	conformance.Run(t, conformance.Target{
+		URL:               front(node.URL),
+		Upstream:          up,
+		DownURL:           front("http://" + deadAddr(t)),
+		ShortRetentionURL: front(short.URL),
+		ShortRetention:    shortRetention,
+	})
+}
+
+// deadAddr is a loopback address where nothing listens.
+func deadAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}

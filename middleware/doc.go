@@ -1,0 +1,89 @@
+// Package middleware makes a net/http handler idempotent in the way of
+// draft-ietf-httpapi-idempotency-key-header (Stripe's Idempotency-Key),
+// with an idem cluster as the store. It is built on package client only, so
+// an application that imports it never links Pebble or raft; `idem proxy` is
+// this middleware in front of a reverse proxy.
+//
+//	store, _ := client.New("127.0.0.1:7070")
+//	idem, _ := middleware.New(middleware.Options{Store: store, Principal: tenantOf})
+//	mux.Handle("POST /payments", idem(http.HandlerFunc(pay)))
+//
+// # What a request goes through
+//
+// Requests whose method is not in Options.Methods (default POST and PATCH)
+// pass through untouched; an Idempotency-Key on them is ignored. The others
+// need exactly one Idempotency-Key header: a structured-field string
+// ("abc"), or a bare token (abc) for clients that do not quote. Missing:
+// 400 idempotency_key_missing; empty, over 255 bytes, not printable ASCII or
+// sent more than once: 400 idempotency_key_invalid. The handler does not run.
+//
+// The record's scope is (principal, endpoint, key):
+//
+//   - principal comes from Options.Principal, the application's own
+//     authentication (never from what the end user typed). The default is
+//     AuthorizationPrincipal: a hash of the Authorization header.
+//   - endpoint is the method and the route pattern when the middleware wraps
+//     a handler registered on a Go 1.22 ServeMux (r.Pattern), so
+//     POST /payments/{id} is one endpoint; otherwise the method and path.
+//     Wrap each route (mux.Handle(pattern, idem(h))) to get patterns; wrapping
+//     the whole mux keys by path. With the store's --scope principal, the
+//     endpoint is stored but a key is unique per principal across endpoints.
+//
+// The fingerprint binds a key to one request: by default SHA-256 of the
+// method, endpoint, query, Content-Type and body (Options.Fingerprint
+// replaces it, e.g. with a canonical JSON form that ignores key order).
+//
+// Then the key is claimed:
+//
+//   - claimed: the handler runs, its answer passes through to the client as
+//     it is written and is recorded. A status below 500 is stored with a
+//     complete whose context the client's disconnect cannot cancel (a lost
+//     complete would run the payment again on retry). A 5xx or a panic
+//     releases the claim (then the panic goes on), so a retry runs again.
+//   - replay: Options.Reauthorize, when set, decides whether this caller may
+//     still see the stored answer (403 reauthorization_failed otherwise);
+//     then the stored status, headers (a header sent twice, two Set-Cookie,
+//     comes back twice) and body are written with Idempotency-Replayed: true.
+//   - another attempt holds the key: 409 in_progress with Retry-After, or
+//     with Options.WaitInProgress the request waits up to that long for the
+//     first attempt and replays its answer.
+//   - the key was used with another request: 422 fingerprint_mismatch; the
+//     first request's record is untouched.
+//   - the principal's quota is full: 429 with Retry-After.
+//   - the store is unreachable or answers 5xx: 503 unavailable with
+//     Retry-After, and the handler does not run (fail closed). FailOpen runs
+//     the handler unprotected instead: unsafe, a retry may run it twice.
+//
+// An answer larger than Options.MaxStoredBody (or one the store refuses as
+// too large) reaches the first caller untouched and is stored with its
+// status and headers but an empty body; replays carry
+// Idempotency-Body-Omitted: too-large. An answer the handler flushed while
+// writing (streaming) is stored the same way with
+// Idempotency-Body-Omitted: streamed: it is never replayed as if complete.
+// A hijacked connection (WebSocket) releases the claim.
+//
+// While the handler runs, the lease is extended in the background every
+// third of Options.Lease. If the store says the lease is lost (another
+// attempt took the key over after the lease ran out), the handler's context
+// is cancelled with ErrLeaseLost: its effect must not commit.
+//
+// # Fencing the effect
+//
+// The claim lives in idem, the payment in the application's database. The
+// handler reads its attempt with FromContext and writes Attempt.Number (and
+// Token) in its own transaction, guarded so that an older attempt can never
+// overwrite a newer one:
+//
+//	a, _ := middleware.FromContext(r.Context())
+//	UPDATE payments SET ..., attempt = $n WHERE key = $k AND attempt <= $n
+//
+// # Problems
+//
+// Every answer the middleware makes itself is an RFC 9457 problem document
+// (application/problem+json) with type, title, status, detail and code:
+// idempotency_key_missing, idempotency_key_invalid (400), unauthorized
+// (401, Options.Principal failed), reauthorization_failed (403),
+// request_too_large (413, over Options.MaxBodyBytes), in_progress (409),
+// fingerprint_mismatch (422), quota_exceeded or principal_limit (429),
+// invalid_request (400, the store refused the scope), unavailable (503).
+package middleware

@@ -1,0 +1,632 @@
+package middleware
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/idem-store/idem/client"
+)
+
+// Store is what the middleware needs of idem: *client.Client is one. An
+// implementation may fail over between several clients (idem proxy does).
+type Store interface {
+	Claim(ctx context.Context, req client.ClaimRequest) (*client.ClaimResponse, error)
+	Complete(ctx context.Context, req client.CompleteRequest) (*client.CompleteResponse, error)
+	Release(ctx context.Context, req client.ReleaseRequest) (*client.ReleaseResponse, error)
+	Extend(ctx context.Context, req client.ExtendRequest) (*client.ExtendResponse, error)
+}
+
+var _ Store = (*client.Client)(nil)
+
+// Options configure the middleware. Only Store is required.
+type Options struct {
+	// Store is the idem cluster (a *client.Client).
+	Store Store
+
+	// Principal returns the tenant the request acts for, from the
+	// application's own authentication. An error answers 401 and the
+	// handler does not run. Default: AuthorizationPrincipal.
+	Principal func(r *http.Request) (string, error)
+
+	// Endpoint names the operation; default DefaultEndpoint (method and
+	// route pattern, else method and path).
+	Endpoint func(r *http.Request) string
+
+	// Fingerprint returns the hex fingerprint of the request; body is the
+	// whole request body (r.Body is read already). An error answers 400.
+	// Default: DefaultFingerprint.
+	Fingerprint func(r *http.Request, endpoint string, body []byte) (string, error)
+
+	// Reauthorize, when set, runs before a stored answer is replayed: the
+	// answer was authorized when it was computed, and the caller's
+	// permissions may have changed since. An error answers 403.
+	Reauthorize func(r *http.Request, rec *client.Record) error
+
+	// Methods that need an Idempotency-Key; default POST and PATCH.
+	Methods []string
+
+	// Lease of an attempt, extended in the background while the handler
+	// runs; default 30s.
+	Lease time.Duration
+
+	// WaitInProgress, when positive, makes a request whose key another
+	// attempt holds wait up to this long for that attempt's answer instead
+	// of answering 409 at once.
+	WaitInProgress time.Duration
+
+	// MaxBodyBytes bounds the request body read for the fingerprint;
+	// larger requests get 413. Default 1 MiB.
+	MaxBodyBytes int64
+
+	// MaxStoredBody is the largest answer body stored for replays: set it
+	// to the store's --max-response-bytes (default 65,536). Larger answers
+	// are stored without their body (see the package doc).
+	MaxStoredBody int
+
+	// StoreTimeout bounds each claim, and the whole of a complete or
+	// release with its retries; default 5s.
+	StoreTimeout time.Duration
+
+	// FailOpen runs the handler without protection when the store is
+	// unreachable, instead of answering 503. UNSAFE: a retry during the
+	// outage runs the handler again (a second payment). Use it only for
+	// operations whose repetition is harmless.
+	FailOpen bool
+
+	// Logger receives the middleware's warnings; default slog.Default().
+	Logger *slog.Logger
+}
+
+// ErrLeaseLost is the cause of a handler's cancelled context when another
+// attempt took its key over: the handler must not commit its effect.
+var ErrLeaseLost = errors.New("middleware: the attempt's lease was lost to another attempt")
+
+// Headers the middleware writes.
+const (
+	HeaderKey         = "Idempotency-Key"
+	HeaderReplayed    = "Idempotency-Replayed"
+	HeaderBodyOmitted = "Idempotency-Body-Omitted"
+)
+
+// The values of HeaderBodyOmitted.
+const (
+	OmittedTooLarge = "too-large"
+	OmittedStreamed = "streamed"
+)
+
+// maxKeyBytes is the longest key the store accepts.
+const maxKeyBytes = 255
+
+type mw struct {
+	o       Options
+	methods map[string]bool
+	log     *slog.Logger
+}
+
+// New returns the middleware configured by o, or an error naming every
+// option that is wrong.
+func New(o Options) (func(http.Handler) http.Handler, error) {
+	var errs []error
+	if o.Store == nil {
+		errs = append(errs, errors.New("middleware: Options.Store is required"))
+	}
+	if o.Lease == 0 {
+		o.Lease = 30 * time.Second
+	}
+	if o.Lease < 100*time.Millisecond || o.Lease > time.Hour {
+		errs = append(errs, fmt.Errorf("middleware: Options.Lease must be between 100ms and 1h (got %s)", o.Lease))
+	}
+	if o.WaitInProgress < 0 {
+		errs = append(errs, fmt.Errorf("middleware: Options.WaitInProgress must not be negative (got %s)", o.WaitInProgress))
+	}
+	if o.MaxBodyBytes == 0 {
+		o.MaxBodyBytes = 1 << 20
+	}
+	if o.MaxBodyBytes < 0 {
+		errs = append(errs, fmt.Errorf("middleware: Options.MaxBodyBytes must be positive (got %d)", o.MaxBodyBytes))
+	}
+	if o.MaxStoredBody == 0 {
+		o.MaxStoredBody = 65536
+	}
+	if o.MaxStoredBody < 0 {
+		errs = append(errs, fmt.Errorf("middleware: Options.MaxStoredBody must be positive (got %d)", o.MaxStoredBody))
+	}
+	if o.StoreTimeout == 0 {
+		o.StoreTimeout = 5 * time.Second
+	}
+	if o.StoreTimeout < 0 {
+		errs = append(errs, fmt.Errorf("middleware: Options.StoreTimeout must be positive (got %s)", o.StoreTimeout))
+	}
+	if len(o.Methods) == 0 {
+		o.Methods = []string{http.MethodPost, http.MethodPatch}
+	}
+	methods := map[string]bool{}
+	for _, m := range o.Methods {
+		if m == "" || strings.ToUpper(m) != m {
+			errs = append(errs, fmt.Errorf("middleware: Options.Methods: %q is not an upper-case method", m))
+		}
+		methods[m] = true
+	}
+	if o.Principal == nil {
+		o.Principal = AuthorizationPrincipal
+	}
+	if o.Endpoint == nil {
+		o.Endpoint = DefaultEndpoint
+	}
+	if o.Fingerprint == nil {
+		o.Fingerprint = DefaultFingerprint
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	m := &mw{o: o, methods: methods, log: o.Logger}
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
+	}, nil
+}
+
+// AuthorizationPrincipal is the default principal: a hash of the
+// Authorization header, so each credential is its own tenant; requests
+// without one share the principal "anonymous".
+func AuthorizationPrincipal(r *http.Request) (string, error) {
+	a := r.Header.Get("Authorization")
+	if a == "" {
+		return "anonymous", nil
+	}
+	sum := sha256.Sum256([]byte(a))
+	return "authz:" + hex.EncodeToString(sum[:16]), nil
+}
+
+// HeaderPrincipal returns a Principal that reads the named header, set by a
+// trusted gateway; a request without it is refused with 401.
+func HeaderPrincipal(name string) func(*http.Request) (string, error) {
+	return func(r *http.Request) (string, error) {
+		if v := r.Header.Get(name); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("middleware: the request has no %s header", name)
+	}
+}
+
+// DefaultEndpoint is the method and route pattern (r.Pattern, set by a Go
+// 1.22 ServeMux for the handler it routes to), else the method and path.
+func DefaultEndpoint(r *http.Request) string {
+	if p := r.Pattern; p != "" {
+		if m, rest, ok := strings.Cut(p, " "); ok && m == r.Method {
+			return m + " " + strings.TrimLeft(rest, " ")
+		}
+		return r.Method + " " + p
+	}
+	return r.Method + " " + r.URL.EscapedPath()
+}
+
+// DefaultFingerprint is SHA-256 of the method, endpoint, raw query,
+// Content-Type and body, each length-prefixed so no two requests collide by
+// moving bytes between fields.
+func DefaultFingerprint(r *http.Request, endpoint string, body []byte) (string, error) {
+	h := sha256.New()
+	var n [8]byte
+	for _, part := range [][]byte{[]byte(r.Method), []byte(endpoint), []byte(r.URL.RawQuery), []byte(r.Header.Get("Content-Type")), body} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
+		h.Write(n[:])
+		h.Write(part)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ParseKey reads the Idempotency-Key header values of a request: exactly one
+// field holding a structured-field string ("abc") or a bare token (abc), of
+// 1 to 255 printable ASCII characters.
+func ParseKey(values []string) (string, error) {
+	switch len(values) {
+	case 0:
+		return "", errKeyMissing
+	case 1:
+	default:
+		return "", fmt.Errorf("%w: the header is sent %d times; send it once", errKeyInvalid, len(values))
+	}
+	v := strings.Trim(values[0], " \t")
+	var key string
+	if strings.HasPrefix(v, `"`) {
+		var b strings.Builder
+		i := 1
+		for ; i < len(v); i++ {
+			c := v[i]
+			if c == '\\' {
+				i++
+				if i >= len(v) || (v[i] != '"' && v[i] != '\\') {
+					return "", fmt.Errorf(`%w: only \" and \\ may be escaped in a structured-field string`, errKeyInvalid)
+				}
+				b.WriteByte(v[i])
+				continue
+			}
+			if c == '"' {
+				break
+			}
+			if c < 0x20 || c > 0x7e {
+				return "", fmt.Errorf("%w: the key must be printable ASCII (0x20-0x7E)", errKeyInvalid)
+			}
+			b.WriteByte(c)
+		}
+		if i >= len(v) {
+			return "", fmt.Errorf("%w: the string has no closing quote", errKeyInvalid)
+		}
+		// Parameters of the item (;a=1) carry nothing the key needs;
+		// anything else after the string (a list) is refused.
+		if rest := strings.TrimLeft(v[i+1:], " \t"); rest != "" && rest[0] != ';' {
+			return "", fmt.Errorf("%w: one structured-field string is expected, got more after it", errKeyInvalid)
+		}
+		key = b.String()
+	} else {
+		if v, _, _ = strings.Cut(v, ";"); strings.ContainsAny(v, ", \t\"") {
+			return "", fmt.Errorf("%w: a bare key must be one token; quote it as a structured-field string (\"...\")", errKeyInvalid)
+		}
+		for i := 0; i < len(v); i++ {
+			if v[i] < 0x21 || v[i] > 0x7e {
+				return "", fmt.Errorf("%w: the key must be printable ASCII (0x20-0x7E)", errKeyInvalid)
+			}
+		}
+		key = v
+	}
+	if key == "" {
+		return "", fmt.Errorf("%w: the key is empty", errKeyInvalid)
+	}
+	if len(key) > maxKeyBytes {
+		return "", fmt.Errorf("%w: the key is %d bytes, at most %d are allowed", errKeyInvalid, len(key), maxKeyBytes)
+	}
+	return key, nil
+}
+
+var (
+	errKeyMissing = errors.New("middleware: the Idempotency-Key header is required")
+	errKeyInvalid = errors.New("middleware: the Idempotency-Key header is not valid")
+)
+
+func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
+	if !m.methods[r.Method] {
+		next.ServeHTTP(w, r)
+		return
+	}
+	key, err := ParseKey(r.Header.Values(HeaderKey))
+	if err != nil {
+		code := "idempotency_key_invalid"
+		if errors.Is(err, errKeyMissing) {
+			code = "idempotency_key_missing"
+		}
+		writeProblem(w, http.StatusBadRequest, code, strings.TrimPrefix(err.Error(), "middleware: "), 0)
+		return
+	}
+	principal, err := m.o.Principal(r)
+	if err != nil || principal == "" {
+		detail := "the request's principal could not be determined"
+		if err != nil {
+			detail = strings.TrimPrefix(err.Error(), "middleware: ")
+		}
+		writeProblem(w, http.StatusUnauthorized, "unauthorized", detail, 0)
+		return
+	}
+	endpoint := m.o.Endpoint(r)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.o.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			writeProblem(w, http.StatusRequestEntityTooLarge, "request_too_large",
+				fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit), 0)
+			return
+		}
+		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request body could not be read: "+err.Error(), 0)
+		return
+	}
+	r.Body = io.NopCloser(strings.NewReader(string(body)))
+	fp, err := m.o.Fingerprint(r, endpoint, body)
+	if err != nil {
+		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request could not be fingerprinted: "+err.Error(), 0)
+		return
+	}
+	s := scope{principal: principal, endpoint: endpoint, key: key}
+	req := client.ClaimRequest{Principal: principal, Endpoint: endpoint, Key: key, Fingerprint: fp,
+		LeaseMs: m.o.Lease.Milliseconds(), ClaimID: newClaimID(), CorrelationID: correlationID(r)}
+
+	var deadline time.Time
+	if m.o.WaitInProgress > 0 {
+		deadline = time.Now().Add(m.o.WaitInProgress)
+	}
+	pause := 25 * time.Millisecond
+	for {
+		res, err := m.claim(r.Context(), req)
+		if err == nil && res.Outcome == client.OutcomeClaimed {
+			m.run(w, r, next, s, res)
+			return
+		}
+		if err == nil { // a replay
+			m.replay(w, r, res.Record)
+			return
+		}
+		var p *client.Problem
+		if errors.As(err, &p) && p.Code == client.CodeInProgress && !deadline.IsZero() && time.Now().Before(deadline) {
+			wait := min(pause, time.Until(deadline))
+			pause = min(pause*2, 500*time.Millisecond)
+			select {
+			case <-time.After(wait):
+				// The same claim_id would give the same answer only to
+				// the attempt that holds the lease; a new one is a new
+				// claim once the holder's lease is gone.
+				continue
+			case <-r.Context().Done():
+				return
+			}
+		}
+		m.refuse(w, r, next, err)
+		return
+	}
+}
+
+type scope struct{ principal, endpoint, key string }
+
+func (m *mw) claim(ctx context.Context, req client.ClaimRequest) (*client.ClaimResponse, error) {
+	ctx, cancel := context.WithTimeout(ctx, m.o.StoreTimeout)
+	defer cancel()
+	return m.o.Store.Claim(ctx, req)
+}
+
+// refuse answers a claim that did not give this request the key.
+func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, err error) {
+	var p *client.Problem
+	if errors.As(err, &p) {
+		switch {
+		case p.Code == client.CodeInProgress:
+			writeProblem(w, http.StatusConflict, p.Code,
+				"a request with this Idempotency-Key is still being processed; retry after Retry-After", retrySeconds(p.RetryAfter))
+			return
+		case p.Code == client.CodeFingerprintMismatch:
+			writeProblem(w, http.StatusUnprocessableEntity, p.Code,
+				"this Idempotency-Key was used with a different request; use a new key for a new request", 0)
+			return
+		case p.Status == http.StatusTooManyRequests:
+			writeProblem(w, http.StatusTooManyRequests, p.Code, "too many idempotency keys are live for this principal; retry later", retrySeconds(p.RetryAfter))
+			return
+		case p.Status == http.StatusBadRequest:
+			// The scope the application made is not one the store takes
+			// (a principal too long, say): the caller cannot fix it by
+			// retrying, and the details are the application's.
+			m.log.Warn("idempotency store refused the request's scope", "detail", p.Detail)
+			writeProblem(w, http.StatusBadRequest, "invalid_request", "the request's idempotency scope is not valid: "+p.Detail, 0)
+			return
+		}
+	}
+	if r.Context().Err() != nil {
+		return // the client went away while we asked
+	}
+	if m.o.FailOpen {
+		m.log.Warn("idempotency store unreachable: running the handler unprotected (FailOpen)", "error", err)
+		next.ServeHTTP(w, r)
+		return
+	}
+	m.log.Warn("idempotency store unreachable: refusing the request", "error", err)
+	writeProblem(w, http.StatusServiceUnavailable, "unavailable",
+		"the idempotency store is unreachable, so the request was not processed; retry it with the same Idempotency-Key", 1)
+}
+
+func retrySeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
+}
+
+// replay writes a stored answer.
+func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) {
+	if m.o.Reauthorize != nil {
+		if err := m.o.Reauthorize(r, rec); err != nil {
+			writeProblem(w, http.StatusForbidden, "reauthorization_failed",
+				"the stored answer of this Idempotency-Key may not be shown to this caller: "+strings.TrimPrefix(err.Error(), "middleware: "), 0)
+			return
+		}
+	}
+	resp := rec.Response
+	if resp == nil { // a completed record always has one; be safe
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the stored answer could not be read; retry", 1)
+		return
+	}
+	h := w.Header()
+	for k, v := range resp.Headers {
+		h[k] = []string{v}
+	}
+	for k, v := range resp.HeaderLists {
+		h[k] = slices.Clone(v)
+	}
+	if resp.ContentType != "" {
+		h.Set("Content-Type", resp.ContentType)
+	} else if _, ok := h["Content-Type"]; !ok {
+		h["Content-Type"] = nil // no sniffed type: replay what was sent
+	}
+	h.Set(HeaderReplayed, "true")
+	w.WriteHeader(resp.Status)
+	if len(resp.Body) > 0 && r.Method != http.MethodHead {
+		_, _ = w.Write(resp.Body)
+	}
+}
+
+// attemptKey is the context key of the running attempt.
+type attemptKey struct{}
+
+// Attempt is the claim a handler runs under.
+type Attempt struct {
+	Principal, Endpoint, Key string
+	// Token is the attempt's fencing token: opaque, only the current
+	// attempt's is accepted by the store.
+	Token string
+	// Number counts the attempts of this key (1, 2, ...): a later attempt
+	// has a larger number, which an application's database can compare.
+	Number int
+}
+
+// FromContext returns the attempt a handler runs under.
+func FromContext(ctx context.Context) (Attempt, bool) {
+	a, ok := ctx.Value(attemptKey{}).(Attempt)
+	return a, ok
+}
+
+// run runs the handler under the claim and stores or releases its answer.
+func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s scope, c *client.ClaimResponse) {
+	a := Attempt{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: c.Token, Number: c.Attempt}
+	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), attemptKey{}, a))
+	defer cancel(nil)
+	stop := m.keepLease(ctx, cancel, s, c.Token)
+	rec := newRecorder(w, m.o.MaxStoredBody)
+	done := false
+	defer func() {
+		stop()
+		if done {
+			return
+		}
+		// The handler panicked (http.ErrAbortHandler included) or its
+		// goroutine exited: release, so a retry runs again, then go on
+		// panicking.
+		v := recover()
+		m.release(r, s, c.Token, "handler panicked")
+		if v != nil {
+			panic(v)
+		}
+	}()
+	next.ServeHTTP(rec, r.WithContext(ctx))
+	done = true
+	stop()
+	switch {
+	case rec.hijacked:
+		m.release(r, s, c.Token, "connection hijacked")
+	case rec.status() >= 500:
+		m.release(r, s, c.Token, fmt.Sprintf("handler answered %d", rec.status()))
+	default:
+		m.complete(r, s, c.Token, rec)
+	}
+}
+
+// keepLease extends the lease every third of it until stop; a lost lease
+// cancels the handler's context.
+func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string) (stop func()) {
+	quit := make(chan struct{})
+	finished := make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(m.o.Lease / 3)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.StoreTimeout)
+			_, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+				Token: token, LeaseMs: m.o.Lease.Milliseconds()})
+			ecancel()
+			if errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound) {
+				m.log.Error("idempotency lease lost while the handler ran: cancelling it", "endpoint", s.endpoint, "error", err)
+				cancel(ErrLeaseLost)
+				return
+			}
+			if err != nil {
+				m.log.Warn("idempotency lease extension failed; retrying", "endpoint", s.endpoint, "error", err)
+			}
+		}
+	}()
+	var once bool
+	return func() {
+		if !once {
+			once = true
+			close(quit)
+			<-finished
+		}
+	}
+}
+
+// storeCtx is the context of a complete or release: the client's
+// disconnect must not cancel it (a lost complete runs the payment again on
+// the client's retry), so it keeps only the request's values.
+func (m *mw) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(r.Context()), m.o.StoreTimeout)
+}
+
+// retry calls f until it succeeds, a problem other than unavailable comes
+// back, or ctx ends: complete and release are idempotent with their token.
+func retry(ctx context.Context, f func() error) error {
+	pause := 50 * time.Millisecond
+	for {
+		err := f()
+		var p *client.Problem
+		if err == nil || (errors.As(err, &p) && p.Status < 500) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(pause):
+			pause = min(pause*2, time.Second)
+		}
+	}
+}
+
+func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
+	ctx, cancel := m.storeCtx(r)
+	defer cancel()
+	resp := rec.response()
+	send := func() error {
+		_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+			Token: token, Response: resp})
+		return err
+	}
+	err := retry(ctx, send)
+	if errors.Is(err, client.ErrResponseTooLarge) {
+		// Over the store's limits after all (its --max-response-bytes is
+		// below MaxStoredBody, or the headers are too many): keep the
+		// status, and say what is missing.
+		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
+		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
+		err = retry(ctx, send)
+	}
+	if err != nil {
+		m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
+	}
+}
+
+func (m *mw) release(r *http.Request, s scope, token, reason string) {
+	ctx, cancel := m.storeCtx(r)
+	defer cancel()
+	err := retry(ctx, func() error {
+		_, err := m.o.Store.Release(ctx, client.ReleaseRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: token, Reason: reason})
+		return err
+	})
+	if err != nil && !errors.Is(err, client.ErrTokenMismatch) {
+		m.log.Warn("idempotency release failed: the key stays taken until its lease runs out", "endpoint", s.endpoint, "error", err)
+	}
+}
+
+func newClaimID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// correlationID links the record to the request in the application's logs.
+func correlationID(r *http.Request) string {
+	id := r.Header.Get("X-Request-Id")
+	if len(id) > 255 {
+		return id[:255]
+	}
+	return id
+}
