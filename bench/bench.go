@@ -91,6 +91,10 @@ type Config struct {
 	// TLS, when set, makes the HTTP driver speak HTTPS with it: the
 	// nodes' CA, and a client certificate where they ask for one.
 	TLS *tls.Config
+	// Batch, when positive, sends the clients' calls through the Go
+	// client's Batcher in POST /v1/batch requests of at most Batch ops
+	// (BatchDriver) instead of one request each.
+	Batch int
 }
 
 // Validate reports every bad setting, naming its flag.
@@ -119,6 +123,9 @@ func (c *Config) Validate() error {
 	}
 	if c.BodyBytes < 0 || c.BodyBytes > 1<<20 {
 		errs = append(errs, errors.New("--body-bytes must be 0..1048576"))
+	}
+	if c.Batch < 0 {
+		errs = append(errs, errors.New("--batch must not be negative"))
 	}
 	return errors.Join(errs...)
 }
@@ -199,6 +206,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	d := cfg.Driver
+	if d == nil && cfg.Batch > 0 {
+		bd, err := NewBatchDriver(cfg.Addrs, cfg.AuthToken, cfg.Batch, cfg.TLS)
+		if err != nil {
+			return nil, err
+		}
+		defer bd.Close()
+		d = bd
+	}
 	if d == nil {
 		hd := NewHTTPDriver(cfg.Addrs, cfg.AuthToken, cfg.Concurrency)
 		if cfg.TLS != nil {

@@ -39,6 +39,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")
+	batch := fs.Int("batch", 0, "coalesce the clients' calls into POST /v1/batch requests of at most this many ops, with the Go client's batcher (0: one request per call)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -66,6 +67,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	cfg := bench.Config{
 		Addrs: splitAddrs(*addrs), Concurrency: *conc, Duration: *dur, Ops: *ops, Warmup: *warm, Mix: m,
 		Principals: *principals, KeyBytes: *keyBytes, BodyBytes: *bodyBytes, AuthToken: *token, TLS: tlsCfg,
+		Batch: *batch,
 	}
 	if !*quiet {
 		cfg.Progress = stderr
@@ -98,7 +100,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 func printReport(w io.Writer, cfg *bench.Config, r *bench.Report) {
-	fmt.Fprintf(w, "nodes %s, %d clients, mix %s, %.1fs\n", strings.Join(cfg.Addrs, ","), cfg.Concurrency, r.Mix, r.Elapsed)
+	batched := ""
+	if cfg.Batch > 0 {
+		batched = fmt.Sprintf(", batches of up to %d ops", cfg.Batch)
+	}
+	fmt.Fprintf(w, "nodes %s, %d clients%s, mix %s, %.1fs\n", strings.Join(cfg.Addrs, ","), cfg.Concurrency, batched, r.Mix, r.Elapsed)
 	fmt.Fprintf(w, "%-10s %9s %10s %8s %8s %8s %8s\n", "op", "count", "ops/s", "p50 ms", "p90 ms", "p99 ms", "max ms")
 	line := func(name string, l bench.Latency) {
 		fmt.Fprintf(w, "%-10s %9d %10.0f %8.2f %8.2f %8.2f %8.2f\n", name, l.Count, float64(l.Count)/r.Elapsed, l.P50, l.P90, l.P99, l.Max)
