@@ -30,8 +30,8 @@
 //     endpoint is stored but a key is unique per principal across endpoints.
 //
 // The fingerprint binds a key to one request: by default SHA-256 of the
-// method, endpoint, query, Content-Type and body (Options.Fingerprint
-// replaces it, e.g. with a canonical JSON form that ignores key order).
+// method, path, query, Content-Type and body (Options.Fingerprint replaces
+// it, e.g. with a canonical JSON form that ignores key order).
 //
 // Then the key is claimed:
 //

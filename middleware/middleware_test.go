@@ -1,0 +1,351 @@
+package middleware_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/idemtest"
+	"github.com/idem-store/idem/middleware"
+)
+
+func TestParseKey(t *testing.T) {
+	good := map[string]string{
+		`"abc"`:               "abc",
+		`abc`:                 "abc",
+		` "a b" `:             "a b",
+		`"a\"b\\c"`:           `a"b\c`,
+		`"k";p=1`:             "k",
+		`tok:en/1`:            "tok:en/1",
+		`"` + long(255) + `"`: long(255),
+	}
+	for in, want := range good {
+		got, err := middleware.ParseKey([]string{in})
+		require.NoError(t, err, "%q", in)
+		require.Equal(t, want, got, "%q", in)
+	}
+	bad := map[string][]string{
+		"missing":          nil,
+		"twice":            {`"a"`, `"a"`},
+		"empty string":     {`""`},
+		"empty field":      {""},
+		"a list":           {`"a", "b"`},
+		"bare list":        {"a,b"},
+		"unterminated":     {`"abc`},
+		"bad escape":       {`"a\nb"`},
+		"control":          {"\"a\x01\""},
+		"non-ASCII":        {"\"caf\xc3\xa9\""},
+		"bare with space":  {"a b"},
+		"bare with quote":  {`a"b`},
+		"256 bytes":        {`"` + long(256) + `"`},
+		"256 bytes, bare":  {long(256)},
+		"trailing garbage": {`"a" b`},
+	}
+	for name, in := range bad {
+		_, err := middleware.ParseKey(in)
+		require.Error(t, err, name)
+	}
+}
+
+func long(n int) string { return strings.Repeat("k", n) }
+
+func TestNewReportsEveryBadOption(t *testing.T) {
+	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, Methods: []string{"post"}})
+	require.Error(t, err)
+	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", `"post"`} {
+		require.Contains(t, err.Error(), want)
+	}
+}
+
+// env is a real store with a middleware in front of a handler.
+type env struct {
+	t     *testing.T
+	store *client.Client
+	url   string
+}
+
+func newEnv(t *testing.T, o middleware.Options, h http.Handler) *env {
+	t.Helper()
+	if o.Store == nil {
+		node := idemtest.Start(t, idemtest.Options{})
+		store, err := client.New(node.URL)
+		require.NoError(t, err)
+		o.Store = store
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	idem, err := middleware.New(o)
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/", idem(h))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	e := &env{t: t, url: srv.URL}
+	e.store, _ = o.Store.(*client.Client)
+	return e
+}
+
+type answer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func (e *env) post(path, key, body string) answer {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, e.url+path, strings.NewReader(body))
+	require.NoError(e.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(e.t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(e.t, err)
+	return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+func problemCode(t *testing.T, a answer) string {
+	t.Helper()
+	var p struct{ Code string }
+	require.NoError(t, json.Unmarshal([]byte(a.body), &p), a.body)
+	return p.Code
+}
+
+// A panicking handler releases its claim before the panic goes on, so a
+// retry runs again, as attempt 2.
+func TestPanicReleasesAndRepanics(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	var attempts []int
+	var mu sync.Mutex
+	e := newEnv(t, middleware.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, ok := middleware.FromContext(r.Context())
+		require.True(t, ok)
+		require.NotEmpty(t, a.Token)
+		mu.Lock()
+		attempts = append(attempts, a.Number)
+		mu.Unlock()
+		if runs.Add(1) == 1 {
+			panic(http.ErrAbortHandler) // the server closes the connection
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", `"p1"`)
+	req.Header.Set("Content-Type", "application/json")
+	_, err := http.DefaultClient.Do(req)
+	require.Error(t, err, "the aborted answer never arrives")
+	require.Equal(t, http.StatusCreated, e.post("/pay", `"p1"`, "{}").status)
+	require.Equal(t, int32(2), runs.Load())
+	require.Equal(t, []int{1, 2}, attempts, "the retry is attempt 2: the fencing number grew")
+}
+
+// An operator deleting the record (or another attempt taking it over) makes
+// the next extension fail: the handler's context ends with ErrLeaseLost.
+func TestLostLeaseCancelsTheHandler(t *testing.T) {
+	t.Parallel()
+	started := make(chan middleware.Attempt, 1)
+	cause := make(chan error, 1)
+	e := newEnv(t, middleware.Options{Lease: 300 * time.Millisecond}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a, _ := middleware.FromContext(r.Context())
+		started <- a
+		select {
+		case <-r.Context().Done():
+			cause <- context.Cause(r.Context())
+		case <-time.After(10 * time.Second):
+			cause <- nil
+		}
+		w.WriteHeader(http.StatusConflict)
+	}))
+	done := make(chan answer, 1)
+	go func() { done <- e.post("/long", `"l1"`, "{}") }()
+	a := <-started
+	// The handler outlives its lease several times: the extensions keep it.
+	time.Sleep(700 * time.Millisecond)
+	rec, err := e.store.Get(context.Background(), a.Principal, a.Endpoint, a.Key, "")
+	require.NoError(t, err)
+	require.Equal(t, client.StateInProgress, rec.State)
+	_, err = e.store.Delete(context.Background(), a.Principal, a.Endpoint, a.Key)
+	require.NoError(t, err)
+	require.ErrorIs(t, <-cause, middleware.ErrLeaseLost)
+	<-done
+}
+
+func TestReauthorizeGuardsReplays(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, middleware.Options{
+		Principal: middleware.HeaderPrincipal("X-Tenant"),
+		Reauthorize: func(r *http.Request, rec *client.Record) error {
+			if r.Header.Get("X-Role") == "revoked" {
+				return errors.New("the caller's role was revoked")
+			}
+			return nil
+		},
+	}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	do := func(role, tenant string) answer {
+		req, _ := http.NewRequest(http.MethodPost, e.url+"/pay", strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "r1")
+		req.Header.Set("X-Role", role)
+		if tenant != "" {
+			req.Header.Set("X-Tenant", tenant)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return answer{resp.StatusCode, resp.Header, string(b)}
+	}
+	require.Equal(t, http.StatusCreated, do("admin", "t1").status)
+	a := do("revoked", "t1")
+	require.Equal(t, http.StatusForbidden, a.status)
+	require.Equal(t, "reauthorization_failed", problemCode(t, a))
+	require.Equal(t, "true", do("admin", "t1").header.Get("Idempotency-Replayed"))
+	a = do("admin", "")
+	require.Equal(t, http.StatusUnauthorized, a.status, "no principal")
+	require.Equal(t, "unauthorized", problemCode(t, a))
+}
+
+// WaitInProgress turns a concurrent duplicate's 409 into the first
+// attempt's answer.
+func TestWaitInProgressReplaysTheFirstAnswer(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	e := newEnv(t, middleware.Options{WaitInProgress: 5 * time.Second}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		time.Sleep(400 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "run %d", n)
+	}))
+	first := make(chan answer, 1)
+	go func() { first <- e.post("/w", "w1", "{}") }()
+	for runs.Load() == 0 {
+		time.Sleep(5 * time.Millisecond)
+	}
+	second := e.post("/w", "w1", "{}")
+	require.Equal(t, http.StatusCreated, second.status, second.body)
+	require.Equal(t, "run 1", second.body)
+	require.Equal(t, "true", second.header.Get("Idempotency-Replayed"))
+	require.Equal(t, "run 1", (<-first).body)
+	require.Equal(t, int32(1), runs.Load())
+}
+
+func TestFailOpenRunsTheHandlerWithoutTheStore(t *testing.T) {
+	t.Parallel()
+	store, err := client.New("127.0.0.1:1") // nothing listens on port 1
+	require.NoError(t, err)
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) })
+	closed := newEnv(t, middleware.Options{Store: store}, h)
+	a := closed.post("/p", "f1", "{}")
+	require.Equal(t, http.StatusServiceUnavailable, a.status)
+	require.Equal(t, "unavailable", problemCode(t, a))
+	require.Equal(t, int32(0), runs.Load(), "fail closed: the handler does not run")
+	open := newEnv(t, middleware.Options{Store: store, FailOpen: true}, h)
+	require.Equal(t, http.StatusCreated, open.post("/p", "f1", "{}").status)
+	require.Equal(t, int32(1), runs.Load())
+}
+
+// The endpoint of a ServeMux route is its pattern: two payments under
+// /payments/{id} with one key are one record.
+func TestEndpointIsTheRoutePattern(t *testing.T) {
+	t.Parallel()
+	node := idemtest.Start(t, idemtest.Options{})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	idem, err := middleware.New(middleware.Options{Store: store})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments/{id}/capture", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	})))
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	e := &env{t: t, url: srv.URL, store: store}
+	require.Equal(t, http.StatusOK, e.post("/payments/p1/capture", "c1", "{}").status)
+	rec, err := store.Get(context.Background(), "anonymous", "POST /payments/{id}/capture", "c1", "")
+	require.NoError(t, err)
+	require.Equal(t, client.StateCompleted, rec.State)
+	// Another id under the same key is another request of the same
+	// endpoint: its fingerprint differs.
+	require.Equal(t, http.StatusUnprocessableEntity, e.post("/payments/p2/capture", "c1", "{}").status)
+}
+
+// A custom fingerprint that ignores JSON member order makes a reordered
+// body the same request.
+func TestFingerprintHook(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	e := newEnv(t, middleware.Options{Fingerprint: func(r *http.Request, endpoint string, body []byte) (string, error) {
+		var v any
+		if err := json.Unmarshal(body, &v); err != nil {
+			return "", fmt.Errorf("the body is not JSON: %w", err)
+		}
+		canon, _ := json.Marshal(v) // maps marshal with sorted keys
+		return middleware.DefaultFingerprint(r, endpoint, canon)
+	}}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) }))
+	require.Equal(t, http.StatusCreated, e.post("/p", "j1", `{"a":1,"b":2}`).status)
+	a := e.post("/p", "j1", `{"b":2, "a":1}`)
+	require.Equal(t, "true", a.header.Get("Idempotency-Replayed"))
+	require.Equal(t, int32(1), runs.Load())
+	bad := e.post("/p", "j2", `not json`)
+	require.Equal(t, http.StatusBadRequest, bad.status)
+	require.Equal(t, "invalid_request", problemCode(t, bad))
+}
+
+// A hijacked connection (a WebSocket upgrade, say) is the handler's: the
+// claim is released rather than a made-up answer stored.
+func TestHijackReleases(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	e := newEnv(t, middleware.Options{}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		c, rw, err := http.NewResponseController(w).Hijack()
+		require.NoError(t, err)
+		rw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nhi")
+		rw.Flush()
+		c.Close()
+	}))
+	send := func() int {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+		require.NoError(t, err)
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /ws HTTP/1.1\r\nHost: x\r\nIdempotency-Key: h1\r\nContent-Length: 0\r\n\r\n")
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, send())
+	// The release follows the handler's return, which the client may beat.
+	require.Eventually(t, func() bool { return send() == http.StatusOK }, 5*time.Second, 20*time.Millisecond)
+	require.Equal(t, int32(2), runs.Load(), "the retry ran again")
+}
+
+func TestOversizedRequestBodyIs413(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, middleware.Options{MaxBodyBytes: 10}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the handler ran")
+	}))
+	a := e.post("/p", "b1", strings.Repeat("x", 11))
+	require.Equal(t, http.StatusRequestEntityTooLarge, a.status)
+	require.Equal(t, "request_too_large", problemCode(t, a))
+}
