@@ -25,7 +25,7 @@ func TestHeaderListsThroughTheLog(t *testing.T) {
 			mk := func() *engine.Response {
 				return &engine.Response{Status: 200, ContentType: "text/plain", Headers: map[string]string{"Location": "/home"},
 					HeaderLists: map[string][]string{"Set-Cookie": {"session=SECRET_COOKIE_1; HttpOnly", "theme=dark"}, "Vary": {"Cookie"}},
-					Body: []byte("welcome")}
+					Body:        []byte("welcome")}
 			}
 			c, err := n.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, mk())
 			require.NoError(t, err)
