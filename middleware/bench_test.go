@@ -22,7 +22,9 @@ import (
 // BenchmarkAddedLatency measures what the middleware adds to a no-op
 // handler against a local one-node store: every request carries a new key,
 // so each is a claim and a complete (two raft commits). direct is the same
-// handler without the middleware. p50 and p99 are per request, in µs.
+// handler without the middleware; replay sends one key again and again (a
+// retry: one claim answered from the leader's state, no commit). p50 and
+// p99 are per request, in µs.
 //
 //	go test ./middleware -run '^$' -bench AddedLatency -benchtime 2000x
 func BenchmarkAddedLatency(b *testing.B) {
@@ -36,14 +38,15 @@ func BenchmarkAddedLatency(b *testing.B) {
 		b.Fatal(err)
 	}
 	noop := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) })
-	fronts := map[string]*httptest.Server{"direct": httptest.NewServer(noop), "middleware": httptest.NewServer(idem(noop))}
+	wrapped := httptest.NewServer(idem(noop))
+	fronts := map[string]*httptest.Server{"direct": httptest.NewServer(noop), "middleware": wrapped, "replay": wrapped}
 	for _, s := range fronts {
 		defer s.Close()
 	}
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 256}}
 	var seq atomic.Int64
 	for _, clients := range []int{1, 64} {
-		for _, name := range []string{"direct", "middleware"} {
+		for _, name := range []string{"direct", "middleware", "replay"} {
 			url := fronts[name].URL + "/payments"
 			b.Run(fmt.Sprintf("%s/clients=%d", name, clients), func(b *testing.B) {
 				lat := make([]time.Duration, b.N)
@@ -61,7 +64,11 @@ func BenchmarkAddedLatency(b *testing.B) {
 							}
 							req, _ := http.NewRequest(http.MethodPost, url, strings.NewReader(`{"amount":100}`))
 							req.Header.Set("Content-Type", "application/json")
-							req.Header.Set("Idempotency-Key", "bench-"+strconv.FormatInt(seq.Add(1), 10))
+							key := "bench-" + strconv.FormatInt(seq.Add(1), 10)
+							if name == "replay" {
+								key = "bench-replay"
+							}
+							req.Header.Set("Idempotency-Key", key)
 							start := time.Now()
 							resp, err := hc.Do(req)
 							if err != nil {
