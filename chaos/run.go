@@ -49,6 +49,9 @@ type Config struct {
 	// TLS runs the nodes with TLS everywhere, with a CA and certificates
 	// the run makes in Out/tls (tls.go).
 	TLS bool `json:"tls,omitempty"`
+	// Batch, when positive, has the workload send through the Go client's
+	// Batcher (POST /v1/batch), at most Batch ops a request.
+	Batch int `json:"batch,omitempty"`
 	// Progress, when set, receives a progress line while the run goes on;
 	// TTY rewrites one line in place.
 	Progress io.Writer `json:"-"`
@@ -67,6 +70,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Clients < 1 || c.Clients > 256 {
 		bad("--clients %d must be between 1 and 256", c.Clients)
+	}
+	if c.Batch < 0 {
+		bad("--batch %d must not be negative", c.Batch)
 	}
 	if c.Rate <= 0 {
 		bad("--rate must be positive")
@@ -247,7 +253,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	monDone := make(chan struct{})
 	go func() { defer close(monDone); mon.Run(mctx) }()
 	w := NewWorkload(WorkloadConfig{Clients: cfg.Clients, Rate: cfg.Rate, Seed: cfg.Seed, Timeout: cfg.Timeout,
-		LeaseMs: 300_000, Epoch: 15 * time.Second}, cl, h)
+		LeaseMs: 300_000, Epoch: 15 * time.Second, Batch: cfg.Batch}, cl, h)
 	deadline := time.Now().Add(cfg.Duration)
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

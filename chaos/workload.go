@@ -26,6 +26,9 @@ type WorkloadConfig struct {
 	// move to fresh ones (it keeps each scope's history short enough for
 	// the checker, and shorter than a lease).
 	Epoch time.Duration
+	// Batch, when positive, sends the operations through each node's
+	// client's Batcher, at most Batch ops a request (batch.go).
+	Batch int
 }
 
 // Contended scopes: every principal × endpoint × key of the current epoch.
@@ -249,7 +252,7 @@ func (w *Workload) Exec(ctx context.Context, node *Node, op *Op, proc int) {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
 	defer cancel()
 	op.Call = w.h.Now()
-	err := w.send(rctx, node.Client, op)
+	err := w.send(rctx, w.via(node), op)
 	op.Return = w.h.Now()
 	classify(op, err)
 	if op.Kind == KindClaim && op.Status == 201 && op.ResToken != "" {
@@ -257,7 +260,7 @@ func (w *Workload) Exec(ctx context.Context, node *Node, op *Op, proc int) {
 	}
 }
 
-func (w *Workload) send(ctx context.Context, c *client.Client, op *Op) error {
+func (w *Workload) send(ctx context.Context, c caller, op *Op) error {
 	switch op.Kind {
 	case KindClaim:
 		res, err := c.Claim(ctx, client.ClaimRequest{Principal: op.Principal, Endpoint: op.Endpoint, Key: op.Key,

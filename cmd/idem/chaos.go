@@ -50,6 +50,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.ReadyBound, "ready-bound", 30*time.Second, "liveness: how long a node may stay unready (GET /readyz not 200) after a nemesis heals, and the cluster may go without a successful operation, not counting time inside nemesis windows")
 	fs.DurationVar(&cfg.Retention, "retention", 0, "the nodes' --retention (default: the run's duration + 10m, at least 10m, so the fsm-loss nemesis's hour of skew would expire every record)")
 	fs.BoolVar(&cfg.TLS, "tls", false, "run the nodes with TLS everywhere (HTTPS, mutual TLS on raft); the run makes its own CA and certificates in --out/tls")
+	fs.IntVar(&cfg.Batch, "batch", 0, "send the workload's operations through the Go client's batcher (POST /v1/batch), at most this many ops a request (0: one request each)")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), `Usage: idem chaos [flags]
