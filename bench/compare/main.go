@@ -79,12 +79,16 @@ type Result struct {
 	Nodes      int           `json:"nodes"`
 	Target     string        `json:"target"`
 	Report     *bench.Report `json:"report"`
+	// Batch is idem's --batch: the Go client's batcher sent at most Batch
+	// ops per POST /v1/batch (0: one request per claim).
+	Batch int `json:"batch,omitempty"`
 }
 
 type driverOpts struct {
 	system, target string
 	conns          int
 	retention      time.Duration
+	batch          int // idem only: see Result.Batch
 }
 
 func openDriver(ctx context.Context, o driverOpts) (bench.Driver, error) {
@@ -130,6 +134,7 @@ func cmdRun(ctx context.Context, args []string) int {
 	out := fs.String("out", "", "save the result as JSON to this file")
 	hist := fs.String("hist", "", "write a latency histogram (.svg or .png)")
 	quiet := fs.Bool("quiet", false, "no progress line")
+	batch := fs.Int("batch", 0, "idem only: send the clients' claims through the Go client's batcher, at most this many ops per POST /v1/batch (0: one request each)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -141,7 +146,11 @@ func cmdRun(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "compare run: --mix: %v\n", err)
 		return 2
 	}
-	d, err := openDriver(ctx, driverOpts{system: *system, target: *target, conns: *conc, retention: *retention})
+	if *batch < 0 || (*batch > 0 && *system != "idem") {
+		fmt.Fprintf(os.Stderr, "compare run: --batch %d: a positive --batch is for --system idem only\n", *batch)
+		return 2
+	}
+	d, err := openDriver(ctx, driverOpts{system: *system, target: *target, conns: *conc, retention: *retention, batch: *batch})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "compare run: %s at %s: %v\n", *system, *target, err)
 		return 2
@@ -163,7 +172,7 @@ func cmdRun(ctx context.Context, args []string) int {
 		return 2
 	}
 	res := Result{System: name, Kind: *system, Durability: *durability, Durable: *durable,
-		Nodes: max(1, len(splitList(*target))), Target: *target, Report: rep}
+		Nodes: max(1, len(splitList(*target))), Target: *target, Batch: *batch, Report: rep}
 	if *system == "postgres" || *system == "redis" {
 		res.Nodes = 1
 	}

@@ -11,13 +11,15 @@
 #   PostgreSQL   the classic idempotency-key table, INSERT ... ON CONFLICT DO NOTHING RETURNING,
 #                fsync=on, synchronous_commit=on
 #   etcd         one node, then three; claim = txn If(CreateRevision==0) Then(Put with lease)
-#   idem         one node, then three (--bootstrap-expect 3)
+#   idem         one node, then three (--bootstrap-expect 3); idem1-batch and idem3-batch run
+#                the same nodes with the Go client's batcher (POST /v1/batch, up to BATCH ops)
 #
 # Usage: bench/compare/run.sh [--clients N] [--duration 10s] [--warmup 2s]
-#          [--mix fresh=100] [--systems "redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3"]
+#          [--mix fresh=100] [--batch 256]
+#          [--systems "redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3 idem1-batch idem3-batch"]
 #          [--no-install] [--keep] [-- extra flags for `compare run`]
 # The same settings as environment variables: CLIENTS, DURATION, WARMUP, MIX,
-# SYSTEMS, INSTALL=0, KEEP=1, READY_TIMEOUT (seconds, default 60), RESULTS (file),
+# SYSTEMS, BATCH, INSTALL=0, KEEP=1, READY_TIMEOUT (seconds, default 60), RESULTS (file),
 # PORT_BASE (default 24600: Redis BASE+1, PostgreSQL +2, etcd client/peer +3/+4,
 # idem HTTP/raft +5/+6; three-node systems on 127.0.0.1, .2 and .3). A port
 # already taken stops the script before anything starts on it.
@@ -30,7 +32,8 @@ CLIENTS=${CLIENTS:-64}
 DURATION=${DURATION:-10s}
 WARMUP=${WARMUP:-2s}
 MIX=${MIX:-fresh=100}
-SYSTEMS=${SYSTEMS:-"redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3"}
+SYSTEMS=${SYSTEMS:-"redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3 idem1-batch idem3-batch"}
+BATCH=${BATCH:-256}
 INSTALL=${INSTALL:-1}
 KEEP=${KEEP:-0}
 READY_TIMEOUT=${READY_TIMEOUT:-60}
@@ -45,6 +48,7 @@ while [ $# -gt 0 ]; do
     --warmup) WARMUP=$2; shift 2 ;;
     --mix) MIX=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
+    --batch) BATCH=$2; shift 2 ;;
     --results) RESULTS=$2; shift 2 ;;
     --port-base) PORT_BASE=$2; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
@@ -153,11 +157,11 @@ ready() { # ready SYSTEM TARGET NAME
 
 results=()
 failed=()
-bench() { # bench NAME SYSTEM TARGET LABEL DURABILITY DURABLE
+bench() { # bench NAME SYSTEM TARGET LABEL DURABILITY DURABLE [compare run flags...]
   log "$1: loading for $DURATION after $WARMUP warm-up with $CLIENTS clients, mix $MIX"
   if "$compare" run --system "$2" --target "$3" --label "$4" --durability "$5" --durable="$6" \
     --concurrency "$CLIENTS" --duration "$DURATION" --warmup "$WARMUP" --mix "$MIX" \
-    --out "$work/$1.json" --quiet ${extra[@]+"${extra[@]}"}; then
+    --out "$work/$1.json" --quiet "${@:7}" ${extra[@]+"${extra[@]}"}; then
     :
   else
     local rc=$?
@@ -225,8 +229,12 @@ run_etcd() { # run_etcd N
   stop_all
 }
 
-run_idem() { # run_idem N
-  local n=$1 name=idem$1 peers="" i hport=$((PORT_BASE + 5)) rport=$((PORT_BASE + 6))
+run_idem() { # run_idem N [BATCH]: BATCH > 0 loads through the Go client's batcher
+  local n=$1 batch=${2:-0} name=idem$1 peers="" i hport=$((PORT_BASE + 5)) rport=$((PORT_BASE + 6))
+  local label="" flags=()
+  if [ "$batch" -gt 0 ]; then
+    name=idem$1-batch label=", batched (Go client, ≤$batch ops a request)" flags=(--batch "$batch")
+  fi
   for i in $(seq "$n"); do
     port_free "127.0.0.$i" $hport
     port_free "127.0.0.$i" $rport
@@ -245,9 +253,9 @@ run_idem() { # run_idem N
   done
   ready idem "$peers" "$name"
   if [ "$n" = 1 ]; then
-    bench "$name" idem "$peers" "idem, 1 node" "raft log fsync" true
+    bench "$name" idem "$peers" "idem, 1 node$label" "raft log fsync" true ${flags[@]+"${flags[@]}"}
   else
-    bench "$name" idem "$peers" "idem, $n nodes" "raft log fsync on a quorum" true
+    bench "$name" idem "$peers" "idem, $n nodes$label" "raft log fsync on a quorum" true ${flags[@]+"${flags[@]}"}
   fi
   stop_all
 }
@@ -262,7 +270,9 @@ for s in $SYSTEMS; do
     etcd3) run_etcd 3 ;;
     idem1) run_idem 1 ;;
     idem3) run_idem 3 ;;
-    *) die "unknown system $s (redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3)" ;;
+    idem1-batch) run_idem 1 "$BATCH" ;;
+    idem3-batch) run_idem 3 "$BATCH" ;;
+    *) die "unknown system $s (redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3 idem1-batch idem3-batch)" ;;
   esac
 done
 

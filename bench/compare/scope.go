@@ -43,5 +43,8 @@ func newIdemDriver(_ context.Context, o driverOpts) (bench.Driver, error) {
 	if len(addrs) == 0 {
 		return nil, errors.New("--target names no node")
 	}
+	if o.batch > 0 {
+		return bench.NewBatchDriver(addrs, "", o.batch, nil)
+	}
 	return bench.NewHTTPDriver(addrs, "", o.conns), nil
 }

@@ -13,7 +13,8 @@ import (
 // cmdTable prints the markdown table of the saved results, in the order
 // given. The last column is idem's claims/s divided by the row's, against
 // idem with the same number of nodes (one-node rows against idem on one
-// node, three-node rows against idem on three).
+// node, three-node rows against idem on three); idem's batched rows say
+// how many times the unbatched row's claims/s they did.
 func cmdTable(files []string, w io.Writer) int {
 	var rs []Result
 	for _, f := range files {
@@ -40,7 +41,7 @@ func cmdTable(files []string, w io.Writer) int {
 func writeTable(w io.Writer, rs []Result) {
 	idem := map[int]float64{}
 	for _, r := range rs {
-		if r.Kind == "idem" {
+		if r.Kind == "idem" && r.Batch == 0 {
 			idem[r.Nodes] = r.Report.OpsPerSec
 		}
 	}
@@ -54,9 +55,12 @@ func writeTable(w io.Writer, rs []Result) {
 		}
 		ratio := "—"
 		if base, ok := idem[r.Nodes]; ok && rep.OpsPerSec > 0 {
-			if r.Kind == "idem" {
+			switch {
+			case r.Kind == "idem" && r.Batch > 0:
+				ratio = fmt.Sprintf("%.2f× unbatched", rep.OpsPerSec/base)
+			case r.Kind == "idem":
 				ratio = "1.00×"
-			} else {
+			default:
 				ratio = fmt.Sprintf("%.2f×", base/rep.OpsPerSec)
 			}
 		}
