@@ -22,7 +22,7 @@ func TestMiddlewareConforms(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: 2 * time.Second})
+		idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}

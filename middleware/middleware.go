@@ -75,8 +75,10 @@ type Options struct {
 	// are stored without their body (see the package doc).
 	MaxStoredBody int
 
-	// StoreTimeout bounds each claim, and the whole of a complete or
-	// release with its retries; default 5s.
+	// StoreTimeout bounds a claim, complete or release with its retries:
+	// an unreachable store (or one electing a leader) is asked again until
+	// then, so with the store down a request gets its 503 after
+	// StoreTimeout. Default 5s.
 	StoreTimeout time.Duration
 
 	// FailOpen runs the handler without protection when the store is
@@ -365,9 +367,9 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			pause = min(pause*2, 500*time.Millisecond)
 			select {
 			case <-time.After(wait):
-				// The same claim_id would give the same answer only to
-				// the attempt that holds the lease; a new one is a new
-				// claim once the holder's lease is gone.
+				// The same claim again: a replay once the first attempt
+				// completed; the key itself once that attempt was
+				// released or its lease ran out.
 				continue
 			case <-r.Context().Done():
 				return
@@ -380,10 +382,19 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 
 type scope struct{ principal, endpoint, key string }
 
+// claim asks the store for the key. An unreachable store or a 503 (an
+// election) is asked again within StoreTimeout: a claim repeated with its
+// claim_id is always safe, and returns the same claim if the first one
+// was decided.
 func (m *mw) claim(ctx context.Context, req client.ClaimRequest) (*client.ClaimResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.o.StoreTimeout)
 	defer cancel()
-	return m.o.Store.Claim(ctx, req)
+	var res *client.ClaimResponse
+	err := retry(ctx, func() (err error) {
+		res, err = m.o.Store.Claim(ctx, req)
+		return err
+	})
+	return res, err
 }
 
 // refuse answers a claim that did not give this request the key.

@@ -254,12 +254,12 @@ func TestFailOpenRunsTheHandlerWithoutTheStore(t *testing.T) {
 	require.NoError(t, err)
 	var runs atomic.Int32
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) })
-	closed := newEnv(t, middleware.Options{Store: store}, h)
+	closed := newEnv(t, middleware.Options{Store: store, StoreTimeout: 300 * time.Millisecond}, h)
 	a := closed.post("/p", "f1", "{}")
 	require.Equal(t, http.StatusServiceUnavailable, a.status)
 	require.Equal(t, "unavailable", problemCode(t, a))
 	require.Equal(t, int32(0), runs.Load(), "fail closed: the handler does not run")
-	open := newEnv(t, middleware.Options{Store: store, FailOpen: true}, h)
+	open := newEnv(t, middleware.Options{Store: store, FailOpen: true, StoreTimeout: 300 * time.Millisecond}, h)
 	require.Equal(t, http.StatusCreated, open.post("/p", "f1", "{}").status)
 	require.Equal(t, int32(1), runs.Load())
 }
