@@ -9,7 +9,11 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
+	"sync"
+	"time"
 
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
@@ -327,7 +331,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 		if len(pending) == 0 {
 			return nil
 		}
-		rs := s.decideBatch(ops)
+		rs := s.decideBatch(ctx, ops)
 		if !decided {
 			all := true
 			for _, r := range rs {
@@ -447,9 +451,13 @@ func recordKey(it *batchItem) string {
 // Claims of one raft entry share its index, and a token is that index with
 // a MAC of its scope; without the cluster secret (an upgrade in progress) a
 // token is the bare index, so the ops go one entry each, as singles do.
-func (s *Server) decideBatch(ops []raftfsm.BatchOp) []raftfsm.BatchResult {
-	if b, ok := s.store.(batchStore); ok {
-		if _, secret, _ := s.store.ClusterSecret(); secret {
+//
+// A member of an older version cannot decode a batch entry and would skip
+// it for good, so batch entries wait, like the secret, until every member
+// says on /healthz that it knows them (batchGate).
+func (s *Server) decideBatch(ctx context.Context, ops []raftfsm.BatchOp) []raftfsm.BatchResult {
+	if b, ok := s.store.(batchStore); ok && len(ops) > 1 {
+		if _, secret, _ := s.store.ClusterSecret(); secret && s.batchEntriesAllowed(ctx) {
 			return b.Batch(ops)
 		}
 	}
@@ -516,4 +524,118 @@ func (o *opRecorder) Write(b []byte) (int, error) {
 func (o *opRecorder) result() wire.BatchResult {
 	ra, _ := strconv.Atoi(o.h.Get("Retry-After"))
 	return wire.BatchResult{Status: o.status, Body: json.RawMessage(bytes.TrimRight(o.buf.Bytes(), "\n")), RetryAfter: ra}
+}
+
+// featureBatch, on /healthz, says this node's Apply knows batch entries.
+const featureBatch = "batch-entry"
+
+// withBatchFeature adds featureBatch to the features withFeatures lists.
+func withBatchFeature(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if f := w.Header().Get(featuresHeader); f != "" {
+			w.Header().Set(featuresHeader, f+","+featureBatch)
+		} else {
+			w.Header().Set(featuresHeader, featureBatch)
+		}
+		h(w, r)
+	}
+}
+
+// batchGate remembers whether every member knows batch entries. A member
+// found lacking (an older version, or not answering) is asked again after
+// batchGateRetry; meanwhile a batch's ops are proposed one entry each, as
+// single requests are. Members are asked again every batchGateRecheck even
+// once all knew, so a member of an older version added later stops batch
+// entries within that time.
+type batchGate struct {
+	mu       sync.Mutex
+	ok       bool
+	checked  time.Time
+	checking bool   // one caller asks; the others go on with the last answer
+	waiting  string // the members last found lacking, to log each change once
+}
+
+// Variables for tests.
+var (
+	batchGateRetry   = 10 * time.Second
+	batchGateRecheck = 30 * time.Second
+)
+
+// batchEntriesAllowed reports whether the leader may propose batch
+// entries: every member of the configuration says it knows them.
+func (s *Server) batchEntriesAllowed(ctx context.Context) bool {
+	g := &s.batches
+	g.mu.Lock()
+	wait := batchGateRetry
+	if g.ok {
+		wait = batchGateRecheck
+	}
+	if g.checking || (!g.checked.IsZero() && time.Since(g.checked) < wait) {
+		ok := g.ok
+		g.mu.Unlock()
+		return ok
+	}
+	g.checking = true
+	g.mu.Unlock()
+	lacking := s.membersLacking(ctx, featureBatch)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.ok, g.checked, g.checking = lacking == "", time.Now(), false
+	if lacking != g.waiting {
+		if lacking != "" {
+			s.log.Info("batches are proposed one entry per op until every member runs a version that knows batch entries", "members", lacking)
+		}
+		g.waiting = lacking
+	}
+	return g.ok
+}
+
+// membersLacking names the other members whose /healthz does not list
+// feature (an older version, or no answer); "" when none. It asks them in
+// parallel, within a second.
+func (s *Server) membersLacking(ctx context.Context, feature string) string {
+	st, err := s.store.Status()
+	if err != nil {
+		return "(the configuration could not be read)"
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var lacking []string
+	var wg sync.WaitGroup
+	for _, m := range st.Nodes {
+		if m.ID == st.Self.ID {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if !s.hasFeature(ctx, m.HTTPAddr, feature) {
+				mu.Lock()
+				lacking = append(lacking, m.ID)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	slices.Sort(lacking)
+	return strings.Join(lacking, ",")
+}
+
+// hasFeature asks the node at addr whether its /healthz lists feature.
+func (s *Server) hasFeature(ctx context.Context, addr, feature string) bool {
+	if addr == "" {
+		return false
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(s.cfg.PeerTLS, addr, "/healthz"), nil)
+	if err != nil {
+		return false
+	}
+	resp, err := s.fwd.client.Do(req)
+	if err != nil {
+		return false
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+	return resp.StatusCode == http.StatusOK && slices.Contains(strings.Split(resp.Header.Get(featuresHeader), ","), feature)
 }

@@ -59,6 +59,8 @@ type Server struct {
 	gate secretGate
 	// guards: the connection and load limits (limits_conn.go).
 	guards connGuard
+	// batches says when the leader may propose batch entries (batch.go).
+	batches batchGate
 }
 
 // New returns a server over store.
@@ -88,7 +90,7 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.admin(s.handleTransfer))
 	s.route("/v1/admin/state", http.MethodGet, s.admin(s.handleState))
 	s.route("/v1/admin/snapshot", http.MethodGet, s.admin(s.handleSnapshot))
-	s.route("/healthz", http.MethodGet, withFeatures(s.handleHealthz))
+	s.route("/healthz", http.MethodGet, withFeatures(withBatchFeature(s.handleHealthz)))
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
 		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
