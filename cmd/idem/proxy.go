@@ -1,0 +1,429 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/middleware"
+)
+
+func init() {
+	extraCommands["proxy"] = command{runProxy, "a reverse proxy that makes any HTTP API idempotent (Idempotency-Key)"}
+}
+
+const proxyUsage = `Usage: idem proxy --listen ADDR --upstream URL --store URL[,URL...] [flags]
+
+A reverse proxy that gives any HTTP service Idempotency-Key semantics
+(draft-ietf-httpapi-idempotency-key-header), with a running idem cluster as
+its store. POST and PATCH (--methods) need an Idempotency-Key header; the
+first request runs and its answer is stored, a retry gets the stored answer
+back with Idempotency-Replayed: true, a retry while the first still runs gets
+409, the same key with another request 422. Other methods pass through.
+
+  idem proxy --listen :8080 --upstream http://127.0.0.1:9000 --store 127.0.0.1:7070
+
+The principal (whose keys these are) is the --principal-header value, or else
+a hash of the Authorization header (requests without one share one anonymous
+principal). The endpoint is the method and path. When no store node answers,
+the proxy answers 503 and does not call the upstream.
+
+Flags:
+`
+
+// proxyConfig is what idem proxy's flags say.
+type proxyConfig struct {
+	listen, upstream, stores   string
+	principalHeader, methods   string
+	storeToken, storeTokenFile string
+	storeTLS                   *clientTLSFlags
+	tlsCert, tlsKey            string
+	storeTimeout               time.Duration
+	maxStoredBody              int
+	shutdownTimeout            time.Duration
+	upstreamTimeout            time.Duration
+	logLevel                   string
+}
+
+func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	const name = "idem proxy"
+	c := proxyConfig{}
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), proxyUsage)
+		fs.SetOutput(fs.Output())
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&c.listen, "listen", os.Getenv("IDEM_PROXY_LISTEN"), "`address` to listen on, host:port (required; env IDEM_PROXY_LISTEN)")
+	fs.StringVar(&c.upstream, "upstream", os.Getenv("IDEM_PROXY_UPSTREAM"), "`URL` of the service behind the proxy, http:// or https:// (required; env IDEM_PROXY_UPSTREAM)")
+	fs.StringVar(&c.stores, "store", os.Getenv("IDEM_PROXY_STORE"), "comma-separated `addresses` of idem nodes, host:port or URL; a node that cannot be reached or answers 503 is skipped for the next (required; env IDEM_PROXY_STORE)")
+	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway); without it the principal is a hash of the Authorization header")
+	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
+	fs.StringVar(&c.storeToken, "store-token", os.Getenv("IDEM_STORE_TOKEN"), "bearer `token` for a store started with --auth-file (an app token needs the principals the proxy uses; env IDEM_STORE_TOKEN)")
+	fs.StringVar(&c.storeTokenFile, "store-token-file", "", "read the store's bearer token from the first line of `path` that is not empty or a # comment")
+	c.storeTLS = addClientTLSFlags(fs)
+	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM `file` of the certificate to serve HTTPS on --listen with (with --tls-key-file)")
+	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM `file` of the key of --tls-cert-file")
+	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
+	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 502 and a retry runs again; 0: never). A call goes on when its caller disconnects, so its answer is stored for the retry")
+	fs.IntVar(&c.maxStoredBody, "max-stored-body", 65536, "largest answer body, in `bytes`, stored for replays: the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
+		return code
+	}
+	p, problems := c.build()
+	if len(problems) > 0 {
+		for _, e := range problems {
+			fmt.Fprintf(stderr, "%s: %v\n", name, e)
+		}
+		fmt.Fprintf(stderr, "(see %s --help)\n", name)
+		return 2
+	}
+	if err := p.run(ctx); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	return 0
+}
+
+// proxy is a validated configuration, ready to listen.
+type proxy struct {
+	cfg       proxyConfig
+	upstream  *url.URL
+	store     *client.Client
+	failover  *storeFailover
+	methods   []string
+	listenTLS *tls.Config
+	log       *slog.Logger
+}
+
+// build checks every flag and names each one that is wrong; nothing is
+// started until all are right.
+func (c proxyConfig) build() (*proxy, []error) {
+	var problems []error
+	bad := func(flag, format string, a ...any) {
+		problems = append(problems, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, a...)))
+	}
+	p := &proxy{cfg: c}
+
+	if c.listen == "" {
+		bad("listen", "required (e.g. --listen 127.0.0.1:8080)")
+	} else if _, port, err := net.SplitHostPort(c.listen); err != nil || port == "" {
+		bad("listen", "%q is not host:port", c.listen)
+	}
+
+	if c.upstream == "" {
+		bad("upstream", "required (e.g. --upstream http://127.0.0.1:9000)")
+	} else if u, err := url.Parse(c.upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		bad("upstream", "%q must be an http:// or https:// URL with a host", c.upstream)
+	} else if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+		bad("upstream", "%q: a base URL takes no query, fragment or user info", c.upstream)
+	} else {
+		p.upstream = u
+	}
+
+	storeTLS, err := c.storeTLS.config()
+	if err != nil {
+		problems = append(problems, err) // names --ca-file, --cert-file or --key-file
+	}
+	if c.stores == "" {
+		bad("store", "required: the address of at least one idem node (e.g. --store 127.0.0.1:7070)")
+	} else if nodes, err := parseStores(c.stores, storeTLS != nil); err != nil {
+		bad("store", "%v", err)
+	} else if err == nil {
+		p.failover = newStoreFailover(nodes, storeTLS)
+	}
+
+	token := c.storeToken
+	if c.storeTokenFile != "" {
+		if token != "" && c.storeToken != "" {
+			bad("store-token-file", "give --store-token or --store-token-file, not both")
+		} else if t, err := proxyReadTokenFile(c.storeTokenFile); err != nil {
+			bad("store-token-file", "%v", err)
+		} else {
+			token = t
+		}
+	}
+	if strings.ContainsAny(token, " \t\r\n") {
+		bad("store-token", "a bearer token holds no spaces or line breaks")
+	}
+
+	for _, m := range strings.Split(c.methods, ",") {
+		m = strings.ToUpper(strings.TrimSpace(m))
+		switch {
+		case m == "":
+			continue
+		case !proxyIsToken(m):
+			bad("methods", "%q is not an HTTP method", m)
+		case m == http.MethodGet || m == http.MethodHead || m == http.MethodOptions || m == http.MethodTrace || m == http.MethodConnect:
+			bad("methods", "%s is safe or a transport method: it has no effect to make idempotent", m)
+		default:
+			p.methods = append(p.methods, m)
+		}
+	}
+	if len(p.methods) == 0 && c.methods != "" && len(problems) == 0 {
+		bad("methods", "no method given")
+	}
+	if len(p.methods) == 0 && c.methods == "" {
+		bad("methods", "no method given (the default is POST,PATCH)")
+	}
+
+	if c.principalHeader != "" && !proxyIsToken(c.principalHeader) {
+		bad("principal-header", "%q is not a header name", c.principalHeader)
+	}
+	if strings.EqualFold(c.principalHeader, "Idempotency-Key") {
+		bad("principal-header", "the principal cannot be the key itself")
+	}
+
+	switch {
+	case c.tlsCert != "" && c.tlsKey == "":
+		bad("tls-key-file", "required with --tls-cert-file")
+	case c.tlsKey != "" && c.tlsCert == "":
+		bad("tls-cert-file", "required with --tls-key-file")
+	case c.tlsCert != "":
+		pair, err := tls.LoadX509KeyPair(c.tlsCert, c.tlsKey)
+		if err != nil {
+			bad("tls-cert-file", "%s with --tls-key-file %s: %v", c.tlsCert, c.tlsKey, err)
+		} else {
+			p.listenTLS = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}}
+		}
+	}
+	if c.storeTimeout <= 0 {
+		bad("store-timeout", "must be positive")
+	}
+	if c.maxStoredBody <= 0 {
+		bad("max-stored-body", "must be positive")
+	}
+	if c.upstreamTimeout < 0 {
+		bad("upstream-timeout", "must not be negative")
+	}
+	if c.shutdownTimeout < 0 {
+		bad("shutdown-timeout", "must not be negative")
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
+		bad("log-level", "%q: want debug, info, warn or error", c.logLevel)
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	p.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: p.failover})}
+	if token != "" {
+		opts = append(opts, client.WithToken(token))
+	}
+	p.store, err = client.New(p.failover.base(), opts...)
+	if err != nil {
+		return nil, []error{fmt.Errorf("--store: %w", err)}
+	}
+	return p, nil
+}
+
+// proxyReadTokenFile reads the first line of path that is not empty or a comment.
+func proxyReadTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("%s holds no token", path)
+}
+
+// proxyIsToken says whether s is an RFC 9110 token (a method or header name).
+func proxyIsToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= 0x20 || strings.ContainsRune(`"(),/:;<=>?@[\]{}`, r) {
+			return false
+		}
+	}
+	return true
+}
+
+// principal is the scope's principal of a request: the configured header,
+// or a hash of the credential the caller presented, so that two callers
+// with different credentials never share a key. The header sent twice is
+// refused rather than read: a gateway that appends its value instead of
+// replacing the caller's would otherwise let the caller pick the tenant.
+func (p *proxy) principal(r *http.Request) (string, error) {
+	if h := p.cfg.principalHeader; h != "" {
+		vals := r.Header.Values(h)
+		switch {
+		case len(vals) == 0 || strings.TrimSpace(vals[0]) == "":
+			return "", fmt.Errorf("the %s header (--principal-header) is required", h)
+		case len(vals) > 1:
+			return "", fmt.Errorf("the %s header (--principal-header) is sent more than once", h)
+		}
+		return strings.TrimSpace(vals[0]), nil
+	}
+	return middleware.AuthorizationPrincipal(r)
+}
+
+// reverseProxy forwards to the upstream. An answer without Content-Length
+// (chunked) or of type text/event-stream is flushed to the caller as it
+// arrives (ReverseProxy's own rule with FlushInterval 0), so a stream
+// reaches the caller as it is produced; the middleware then stores it
+// without its body and marks replays Idempotency-Body-Omitted: streamed,
+// since a stream is never replayed as if it were complete. An answer with a
+// Content-Length is not flushed early and is stored whole. A transport
+// error is a 502 problem, which is not stored (5xx): a retry runs again.
+func (p *proxy) reverseProxy() *httputil.ReverseProxy {
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(p.upstream)
+			pr.SetXForwarded()
+			pr.Out.Host = pr.In.Host // the upstream sees the name the caller used
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+				p.log.Debug("caller went away", "path", r.URL.Path)
+			} else {
+				p.log.Warn("upstream failed", "path", r.URL.Path, "err", err)
+			}
+			proxyProblem(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream did not answer: "+err.Error())
+		},
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	}
+}
+
+// proxyProblem writes a problem document of the proxy's own.
+func proxyProblem(w http.ResponseWriter, status int, code, title, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(map[string]any{
+		"type": "https://idem.dev/problems/" + code, "title": title, "status": status, "detail": detail, "code": code,
+	})
+}
+
+// run listens until ctx is done (SIGTERM, Ctrl-C), then stops taking new
+// requests and lets those in flight finish, so an attempt is completed or
+// released rather than left to its lease.
+func (p *proxy) run(ctx context.Context) error {
+	h, err := p.handler()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", p.cfg.listen)
+	if err != nil {
+		return fmt.Errorf("--listen: %w", err)
+	}
+	scheme := "http"
+	if p.listenTLS != nil {
+		ln = tls.NewListener(ln, p.listenTLS)
+		scheme = "https"
+	}
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       60 * time.Second,
+		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+	}
+	var stores []string
+	for _, n := range p.failover.nodes {
+		stores = append(stores, n.String())
+	}
+	p.log.Info("proxy listening", "addr", scheme+"://"+ln.Addr().String(), "upstream", p.upstream.String(),
+		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	p.log.Info("proxy stopping", "in-flight-grace", p.cfg.shutdownTimeout.String())
+	sctx, cancel := context.WithTimeout(context.Background(), p.cfg.shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+		return fmt.Errorf("shutdown: requests still running after --shutdown-timeout %s: %w", p.cfg.shutdownTimeout, err)
+	}
+	p.log.Info("proxy stopped")
+	return nil
+}
+
+// handler is the idempotency middleware in front of the reverse proxy.
+func (p *proxy) handler() (http.Handler, error) {
+	mw, err := middleware.New(middleware.Options{
+		Store:         p.store,
+		Principal:     p.principal,
+		Methods:       p.methods,
+		StoreTimeout:  p.cfg.storeTimeout,
+		MaxStoredBody: p.cfg.maxStoredBody,
+		Logger:        p.log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("middleware: %w", err)
+	}
+	return mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout)), nil
+}
+
+// finishUpstream lets an upstream call run to its end when the caller goes
+// away. The upstream's effect (a payment) happens whether or not the caller
+// still listens, so cancelling the call would only lose its answer: the
+// attempt would be released and the caller's retry would run it a second
+// time. Instead the answer is read whole and stored, and the retry replays
+// it. The call is bounded by --upstream-timeout when set.
+func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx := context.WithoutCancel(r.Context())
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		next.ServeHTTP(&keepReading{ResponseWriter: w}, r.WithContext(ctx))
+	})
+}
+
+// keepReading hides from ReverseProxy that the caller has gone, so it goes
+// on copying the upstream's answer into the middleware's recorder (which
+// records before it writes to the connection). A stream (an answer flushed
+// as it is written) is stored without its body anyway, so once its caller
+// is gone it is cut off instead of being read to an end that may never come.
+type keepReading struct {
+	http.ResponseWriter
+	flushed bool
+}
+
+func (k *keepReading) Write(b []byte) (int, error) {
+	n, err := k.ResponseWriter.Write(b)
+	if err != nil && !k.flushed {
+		return len(b), nil
+	}
+	return n, err
+}
+
+func (k *keepReading) FlushError() error {
+	k.flushed = true
+	err := http.NewResponseController(k.ResponseWriter).Flush()
+	if errors.Is(err, http.ErrNotSupported) {
+		return nil
+	}
+	return err
+}
+
+// Unwrap lets ReverseProxy reach the connection for a protocol switch
+// (WebSocket), which the middleware sees as a hijack.
+func (k *keepReading) Unwrap() http.ResponseWriter { return k.ResponseWriter }

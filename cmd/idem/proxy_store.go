@@ -1,0 +1,149 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// storeFailover is the proxy's transport to the store: one idem node at a
+// time, the next one when a node cannot be reached or answers 503. Every
+// call the middleware makes is safe to send again to another node: a claim
+// carries its claim_id (a repeat gets the same claim back), and complete,
+// release and extend are idempotent for their token. The node that last
+// answered is tried first, so a dead node costs one failed dial, not one
+// per request.
+type storeFailover struct {
+	nodes []*url.URL
+	rt    http.RoundTripper
+	cur   atomic.Int64
+}
+
+// parseStores reads --store: comma-separated host:port or URLs. With TLS
+// settings a host:port means https, as for every command that calls a node.
+func parseStores(list string, withTLS bool) ([]*url.URL, error) {
+	var out []*url.URL
+	seen := map[string]bool{}
+	for _, part := range strings.Split(list, ",") {
+		s := strings.TrimSpace(part)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			if withTLS {
+				s = "https://" + s
+			} else {
+				s = "http://" + s
+			}
+		}
+		u, err := url.Parse(s)
+		switch {
+		case err != nil:
+			return nil, fmt.Errorf("%q: %w", part, err)
+		case u.Scheme != "http" && u.Scheme != "https":
+			return nil, fmt.Errorf("%q: the scheme must be http or https", part)
+		case u.Host == "":
+			return nil, fmt.Errorf("%q: no host", part)
+		case u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/"):
+			return nil, fmt.Errorf("%q: want host:port or scheme://host:port", part)
+		case u.Port() == "":
+			return nil, fmt.Errorf("%q: no port (idem serve listens on 7070 by default)", part)
+		case withTLS && u.Scheme == "http":
+			return nil, fmt.Errorf("%q: TLS settings given (--ca-file, --cert-file) for an http:// address: use https://", part)
+		}
+		u.Path = ""
+		if seen[u.String()] {
+			return nil, fmt.Errorf("%q is given twice", part)
+		}
+		seen[u.String()] = true
+		out = append(out, u)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no address given")
+	}
+	return out, nil
+}
+
+func newStoreFailover(nodes []*url.URL, tlsCfg *tls.Config) *storeFailover {
+	return &storeFailover{nodes: nodes, rt: &http.Transport{
+		DialContext: (&net.Dialer{
+			// A node that does not answer a dial within a second is
+			// skipped for the next one: the caller is waiting.
+			Timeout:   time.Second,
+			KeepAlive: 30 * time.Second,
+		}).DialContext,
+		TLSClientConfig:     tlsCfg,
+		TLSHandshakeTimeout: 2 * time.Second,
+		ForceAttemptHTTP2:   true,
+		MaxIdleConns:        1024,
+		MaxIdleConnsPerHost: 256,
+		IdleConnTimeout:     90 * time.Second,
+	}}
+}
+
+// base is the URL the store client is made with; RoundTrip replaces its
+// host by the node it picks.
+func (f *storeFailover) base() string { return f.nodes[0].String() }
+
+// RoundTrip sends req to the current node and fails over to the others,
+// each once, when a node cannot be reached or answers 503.
+func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
+	start := int(f.cur.Load())
+	var lastErr error
+	var last *http.Response
+	for i := range f.nodes {
+		if err := req.Context().Err(); err != nil {
+			break
+		}
+		idx := (start + i) % len(f.nodes)
+		n := f.nodes[idx]
+		r := req.Clone(req.Context())
+		r.URL.Scheme, r.URL.Host, r.Host = n.Scheme, n.Host, ""
+		if req.Body != nil && req.Body != http.NoBody {
+			if req.GetBody == nil {
+				return f.rt.RoundTrip(r) // cannot be sent twice: one node only
+			}
+			b, err := req.GetBody()
+			if err != nil {
+				return nil, fmt.Errorf("proxy: store request body: %w", err)
+			}
+			r.Body = b
+		}
+		resp, err := f.rt.RoundTrip(r)
+		if err == nil && resp.StatusCode != http.StatusServiceUnavailable {
+			if last != nil {
+				last.Body.Close()
+			}
+			f.cur.CompareAndSwap(int64(start), int64(idx))
+			return resp, nil
+		}
+		if last != nil {
+			last.Body.Close()
+		}
+		last, lastErr = nil, err
+		if err == nil {
+			// Keep the 503 to pass on if no node does better; read it
+			// whole so the connection can be reused.
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+			resp.Body.Close()
+			resp.Body = io.NopCloser(strings.NewReader(string(b)))
+			last = resp
+		} else {
+			lastErr = fmt.Errorf("store %s: %w", n.Host, err)
+		}
+	}
+	if last != nil {
+		return last, nil
+	}
+	if lastErr == nil {
+		lastErr = req.Context().Err()
+	}
+	return nil, lastErr
+}

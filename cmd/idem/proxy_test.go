@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/conformance"
+)
+
+// These tests run `idem proxy` as a process in front of a real `idem
+// serve` process and an upstream in the test that counts how often each
+// of its handlers ran.
+
+// upstream is a fixture service: POST /pay answers 201 with a body that
+// names the run, POST /slow waits for release, POST /fail answers 500,
+// POST /stream writes an event, then waits for release before the next.
+type pxUpstream struct {
+	srv     *httptest.Server
+	runs    atomic.Int64
+	release chan struct{}
+	started chan struct{}
+}
+
+func newUpstream(t *testing.T) *pxUpstream {
+	u := &pxUpstream{release: make(chan struct{}), started: make(chan struct{}, 16)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /pay", func(w http.ResponseWriter, r *http.Request) {
+		n := u.runs.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, `{"run":%d,"got":%q}`, n, body)
+	})
+	mux.HandleFunc("POST /slow", func(w http.ResponseWriter, r *http.Request) {
+		u.runs.Add(1)
+		u.started <- struct{}{}
+		<-u.release
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "slow done")
+	})
+	mux.HandleFunc("POST /big", func(w http.ResponseWriter, r *http.Request) {
+		// Over net/http's 2 KiB buffer: sent chunked, without Content-Length.
+		u.runs.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprintf(w, `{"pad":%q}`, strings.Repeat("x", 10000))
+	})
+	mux.HandleFunc("POST /fail", func(w http.ResponseWriter, r *http.Request) {
+		u.runs.Add(1)
+		w.WriteHeader(http.StatusInternalServerError)
+	})
+	mux.HandleFunc("POST /stream", func(w http.ResponseWriter, r *http.Request) {
+		u.runs.Add(1)
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: first\n\n")
+		w.(http.Flusher).Flush()
+		<-u.release
+		io.WriteString(w, "data: second\n\n")
+	})
+	mux.HandleFunc("GET /pay", func(w http.ResponseWriter, r *http.Request) {
+		u.runs.Add(1)
+		io.WriteString(w, "read")
+	})
+	u.srv = httptest.NewServer(mux)
+	t.Cleanup(func() {
+		select {
+		case <-u.release:
+		default:
+			close(u.release)
+		}
+		u.srv.Close()
+	})
+	return u
+}
+
+// proxyProc is a running `idem proxy`.
+type proxyProc struct {
+	*proc
+	url string
+}
+
+// startProxy runs `idem proxy --listen <free> args...` and waits until it
+// accepts connections.
+func startProxy(t *testing.T, args ...string) *proxyProc {
+	t.Helper()
+	addr := freePort(t)
+	all := append([]string{"proxy", "--listen", addr}, args...)
+	p := &proc{cmd: exec.Command(binary, all...), http: addr, logs: &logBuffer{}, done: make(chan struct{})}
+	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
+	require.NoError(t, p.cmd.Start())
+	go func() { p.err = p.cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.wait()
+		if t.Failed() {
+			t.Logf("logs of the proxy (%s):\n%s", strings.Join(args, " "), p.logs)
+		}
+	})
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return &proxyProc{proc: p, url: "http://" + addr}
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("proxy exited: %v\n%s", p.err, p.logs)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Fatalf("proxy never listened; logs:\n%s", p.logs)
+	return nil
+}
+
+type pxAnswer struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func pxSend(t *testing.T, method, url, key, body string, hdr ...string) pxAnswer {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Idempotency-Key", key)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Add(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return pxAnswer{resp.StatusCode, resp.Header, string(b)}
+}
+
+// deadAddr is an address where nothing listens (refused at once).
+func deadAddr(t *testing.T) string { return freePort(t) }
+
+func startStore(t *testing.T) *proc {
+	t.Helper()
+	return start(t, filepath.Join(t.TempDir(), "data"), freePort(t), freePort(t))
+}
+
+// TestProxyFailsOverBetweenStores gives the proxy a dead store first and
+// a live one second: requests are protected through the live one (first
+// runs, retry replays, 5xx is not stored), and with every store dead the
+// proxy answers 503 without calling the upstream.
+func TestProxyFailsOverBetweenStores(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", deadAddr(t)+","+node.http)
+
+	first := pxSend(t, "POST", px.url+"/pay", "k-1", `{"amount":100}`)
+	require.Equal(t, 201, first.status, first.body)
+	require.Equal(t, int64(1), up.runs.Load())
+	require.Empty(t, first.header.Get("Idempotency-Replayed"))
+
+	again := pxSend(t, "POST", px.url+"/pay", `"k-1"`, `{"amount":100}`) // quoted: the same key
+	require.Equal(t, 201, again.status, again.body)
+	require.Equal(t, "true", again.header.Get("Idempotency-Replayed"))
+	require.Equal(t, first.body, again.body)
+	require.Equal(t, []string{"a=1", "b=2"}, again.header.Values("Set-Cookie"), "both cookies replayed, in order")
+	require.Equal(t, int64(1), up.runs.Load(), "a replay does not call the upstream")
+
+	other := pxSend(t, "POST", px.url+"/pay", "k-1", `{"amount":999}`)
+	require.Equal(t, 422, other.status, other.body)
+	require.Contains(t, other.header.Get("Content-Type"), "application/problem+json")
+
+	// A 5xx is not stored: the retry runs again.
+	require.Equal(t, 500, pxSend(t, "POST", px.url+"/fail", "k-2", `{}`).status)
+	require.Equal(t, 500, pxSend(t, "POST", px.url+"/fail", "k-2", `{}`).status)
+	require.Equal(t, int64(3), up.runs.Load())
+
+	// A chunked answer (no Content-Length) may be a stream: it passes
+	// through whole, and a replay gives its status and headers but never
+	// its body as if it were complete.
+	big := pxSend(t, "POST", px.url+"/big", "k-big", `{}`)
+	require.Equal(t, 200, big.status)
+	require.Len(t, big.body, len(`{"pad":""}`)+10000)
+	bigAgain := pxSend(t, "POST", px.url+"/big", "k-big", `{}`)
+	require.Equal(t, "true", bigAgain.header.Get("Idempotency-Replayed"))
+	require.Equal(t, "streamed", bigAgain.header.Get("Idempotency-Body-Omitted"))
+	require.Empty(t, bigAgain.body)
+	require.Equal(t, int64(4), up.runs.Load())
+
+	// No key on a POST: 400 problem, upstream not called; GET passes through.
+	nokey := pxSend(t, "POST", px.url+"/pay", "", `{}`)
+	require.Equal(t, 400, nokey.status, nokey.body)
+	require.Contains(t, nokey.header.Get("Content-Type"), "application/problem+json")
+	require.Equal(t, int64(4), up.runs.Load())
+	require.Equal(t, "read", pxSend(t, "GET", px.url+"/pay", "k-1", "").body)
+	require.Equal(t, int64(5), up.runs.Load())
+
+	// Every store dead: 503, the upstream is not called.
+	dead := startProxy(t, "--upstream", up.srv.URL, "--store", deadAddr(t)+","+deadAddr(t))
+	down := pxSend(t, "POST", dead.url+"/pay", "k-3", `{}`)
+	require.Equal(t, 503, down.status, down.body)
+	require.Contains(t, down.header.Get("Content-Type"), "application/problem+json")
+	require.Equal(t, int64(5), up.runs.Load())
+}
+
+// TestProxyConcurrentRetryAndStreaming: a retry while the first request
+// runs gets 409 with Retry-After; a text/event-stream pxAnswer reaches the
+// caller while the upstream is still writing it.
+func TestProxyConcurrentRetryAndStreaming(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http)
+
+	var wg sync.WaitGroup
+	var first pxAnswer
+	wg.Add(1)
+	go func() { defer wg.Done(); first = pxSend(t, "POST", px.url+"/slow", "s-1", `{}`) }()
+	<-up.started
+	dup := pxSend(t, "POST", px.url+"/slow", "s-1", `{}`)
+	require.Equal(t, 409, dup.status, dup.body)
+	require.NotEmpty(t, dup.header.Get("Retry-After"))
+
+	// The stream's first event arrives before the upstream finishes it.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, "POST", px.url+"/stream", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "st-1")
+	got := make(chan string, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			got <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		line, _ := bufio.NewReader(resp.Body).ReadString('\n')
+		got <- line
+	}()
+	select {
+	case line := <-got:
+		require.Equal(t, "data: first\n", line)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first event of a stream did not pass through while the upstream was still writing")
+	}
+	close(up.release)
+	wg.Wait()
+	require.Equal(t, 201, first.status, first.body)
+	require.Equal(t, "slow done", first.body)
+}
+
+// TestProxySIGTERMFinishesInFlight: on SIGTERM the proxy stops listening,
+// lets the request in flight finish (and store its pxAnswer), and exits 0.
+func TestProxySIGTERMFinishesInFlight(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http)
+
+	done := make(chan pxAnswer, 1)
+	go func() { done <- pxSend(t, "POST", px.url+"/slow", "t-1", `{}`) }()
+	<-up.started
+	require.NoError(t, px.cmd.Process.Signal(syscall.SIGTERM))
+	time.Sleep(200 * time.Millisecond) // the proxy is shutting down meanwhile
+	close(up.release)
+	a := <-done
+	require.Equal(t, 201, a.status, a.body)
+	select {
+	case <-px.done:
+		require.NoError(t, px.err, px.logs.String())
+	case <-time.After(10 * time.Second):
+		t.Fatal("proxy did not exit after SIGTERM")
+	}
+	require.Contains(t, px.logs.String(), "proxy stopped")
+
+	// The pxAnswer was stored before the proxy exited: a new proxy replays it.
+	px2 := startProxy(t, "--upstream", up.srv.URL, "--store", node.http)
+	again := pxSend(t, "POST", px2.url+"/slow", "t-1", `{}`)
+	require.Equal(t, "true", again.header.Get("Idempotency-Replayed"), again.body)
+	require.Equal(t, int64(1), up.runs.Load())
+}
+
+// TestProxyRefusesBadFlags: each bad flag exits 2 with a message naming it,
+// before anything listens.
+func TestProxyRefusesBadFlags(t *testing.T) {
+	ok := []string{"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--store", "127.0.0.1:7070"}
+	with := func(flag, value string) []string {
+		out := []string{"proxy"}
+		replaced := false
+		for i := 0; i < len(ok); i += 2 {
+			if ok[i] == flag {
+				replaced = true
+				if value != "<none>" {
+					out = append(out, flag, value)
+				}
+				continue
+			}
+			out = append(out, ok[i], ok[i+1])
+		}
+		if !replaced {
+			out = append(out, flag, value)
+		}
+		return out
+	}
+	cases := []struct {
+		args []string
+		want string
+	}{
+		{with("--listen", "<none>"), "--listen: required"},
+		{with("--listen", "nope"), "--listen:"},
+		{with("--upstream", "<none>"), "--upstream: required"},
+		{with("--upstream", "ftp://x"), "--upstream:"},
+		{with("--upstream", "http://"), "--upstream:"},
+		{with("--store", "<none>"), "--store: required"},
+		{with("--store", "127.0.0.1"), "--store:"},
+		{with("--store", "gopher://h:1"), "--store:"},
+		{with("--store", "127.0.0.1:7070,127.0.0.1:7070"), "--store:"},
+		{with("--methods", "GET"), "--methods:"},
+		{with("--methods", "PO ST"), "--methods:"},
+		{with("--principal-header", "X Tenant"), "--principal-header:"},
+		{with("--tls-cert-file", "/nonexistent.pem"), "--tls-key-file: required"},
+		{with("--ca-file", "/nonexistent-ca.pem"), "--ca-file"},
+		{with("--store-timeout", "0s"), "--store-timeout:"},
+		{with("--max-stored-body", "0"), "--max-stored-body:"},
+		{with("--log-level", "loud"), "--log-level:"},
+		{with("--store-token-file", "/nonexistent-token"), "--store-token-file:"},
+		{with("--bogus", "1"), "-bogus"},
+	}
+	for _, c := range cases {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := exec.CommandContext(ctx, binary, c.args...).CombinedOutput()
+		cancel()
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee, "%v: %s", c.args, out)
+		require.Equal(t, 2, ee.ExitCode(), "%v: %s", c.args, out)
+		require.Contains(t, string(out), c.want, "%v", c.args)
+	}
+	out, err := exec.Command(binary, "proxy", "--help").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file"} {
+		require.Contains(t, string(out), "-"+strings.TrimLeft(f, "-"), "--help lists %s", f)
+	}
+}
+
+// TestProxyConformance runs the conformance suite against `idem proxy`
+// processes in front of the suite's fixture upstream: one with a real
+// `idem serve` store, one whose store keeps records for 3 s (the expiry
+// case), and one whose only store is down.
+func TestProxyConformance(t *testing.T) {
+	up := conformance.NewUpstream()
+	upSrv := httptest.NewServer(up)
+	t.Cleanup(upSrv.Close)
+
+	node := startStore(t)
+	short := start(t, filepath.Join(t.TempDir(), "short"), freePort(t), freePort(t),
+		"--retention", "3s", "--allow-short-retention", "--lease", "2s")
+	front := startProxy(t, "--upstream", upSrv.URL, "--store", node.http)
+	shortFront := startProxy(t, "--upstream", upSrv.URL, "--store", short.http)
+	downFront := startProxy(t, "--upstream", upSrv.URL, "--store", deadAddr(t))
+
+	conformance.Run(t, conformance.Target{
+		URL:               front.url,
+		Upstream:          up,
+		ShortRetentionURL: shortFront.url,
+		ShortRetention:    3 * time.Second,
+		DownURL:           downFront.url,
+	})
+}
