@@ -310,6 +310,16 @@ var errQueued = errors.New("api: queued")
 // and the store says this node cannot decide now: onLeader then forwards
 // the request, or waits for a leader and runs it again.
 func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchResult, error) {
+	if !s.store.IsLeader() {
+		for i := range items {
+			if it := &items[i]; !it.done && (it.kind != wire.OpGet || it.linear) {
+				// Only the leader decides it: the whole batch goes there
+				// (onLeader forwards it, or waits for a leader), so no op
+				// is decided here before the others are sent on.
+				return nil, raftfsm.ErrNotLeader
+			}
+		}
+	}
 	out := make([]wire.BatchResult, len(items))
 	decided := false
 	var pending []int

@@ -57,6 +57,17 @@ func TestBatchThroughAFollower(t *testing.T) {
 		got = append(got, r.Status)
 	}
 	require.Equal(t, []int{201, 201, 409, 200}, got, "%s", a)
+	// A stale read first does not keep the writes after it from the leader.
+	a = call("POST", fs[1].http, "/v1/batch", batchOps(
+		batchOp("get", "fb-3", `,"consistency":"stale"`), batchOp("claim", "fb-3", fp), batchOp("get", "fb-3", "")))
+	require.Equal(t, 200, a.code, "%s", a)
+	out.Results = nil
+	require.NoError(t, json.Unmarshal(a.body, &out))
+	got = got[:0]
+	for _, r := range out.Results {
+		got = append(got, r.Status)
+	}
+	require.Equal(t, []int{404, 201, 200}, got, "%s", a)
 	// The other follower reads both records (linearizable: via the leader).
 	for _, k := range []string{"fb-1", "fb-2"} {
 		a := call("GET", fs[1].http, "/v1/records?principal="+cPrincipal+"&endpoint=POST%20/payments&key="+k, "")
