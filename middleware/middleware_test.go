@@ -349,3 +349,25 @@ func TestOversizedRequestBodyIs413(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, a.status)
 	require.Equal(t, "request_too_large", problemCode(t, a))
 }
+
+// Whatever a client sends, ParseKey never panics and accepts only what the
+// store accepts: 1 to 255 bytes of printable ASCII.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{`"abc"`, `abc`, `"a\"b"`, `"k";p=1`, `""`, `"a", "b"`, "\"\xff\"", `"` + long(300) + `"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		key, err := middleware.ParseKey([]string{in})
+		if err != nil {
+			return
+		}
+		if len(key) < 1 || len(key) > 255 {
+			t.Fatalf("%q accepted as a key of %d bytes", in, len(key))
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x20 || key[i] > 0x7e {
+				t.Fatalf("%q accepted with byte 0x%02x", in, key[i])
+			}
+		}
+	})
+}

@@ -119,3 +119,38 @@ func TestTimesHaveMilliseconds(t *testing.T) {
 		t.Errorf("claim response %s", c)
 	}
 }
+
+// Any headers object that decodes re-encodes to one that decodes to the
+// same response: no header changes its form or its values on the way.
+func FuzzResponseHeaders(f *testing.F) {
+	f.Add(`{"A":"1","Set-Cookie":["a","b"],"V":["x"]}`)
+	f.Add(`{}`)
+	f.Add(`{"A":[]}`)
+	f.Fuzz(func(t *testing.T, headers string) {
+		var r Response
+		if json.Unmarshal([]byte(`{"status":200,"headers":`+headers+`}`), &r) != nil {
+			return
+		}
+		out, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back Response
+		if err := json.Unmarshal(out, &back); err != nil {
+			t.Fatalf("%s does not decode: %v", out, err)
+		}
+		if len(back.Headers) != len(r.Headers) || len(back.HeaderLists) != len(r.HeaderLists) {
+			t.Fatalf("forms changed: %+v -> %+v", r, back)
+		}
+		for k, v := range r.Headers {
+			if back.Headers[k] != v {
+				t.Fatalf("%q: %q -> %q", k, v, back.Headers[k])
+			}
+		}
+		for k, v := range r.HeaderLists {
+			if strings.Join(back.HeaderLists[k], "\x00") != strings.Join(v, "\x00") || len(back.HeaderLists[k]) != len(v) {
+				t.Fatalf("%q: %q -> %q", k, v, back.HeaderLists[k])
+			}
+		}
+	})
+}
