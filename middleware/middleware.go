@@ -403,8 +403,11 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 	if errors.As(err, &p) {
 		switch {
 		case p.Code == client.CodeInProgress:
+			// The store's Retry-After is when the lease would run out, the
+			// worst case; the attempt usually ends far sooner, so the
+			// client is told to come back in a second.
 			writeProblem(w, http.StatusConflict, p.Code,
-				"a request with this Idempotency-Key is still being processed; retry after Retry-After", retrySeconds(p.RetryAfter))
+				"a request with this Idempotency-Key is still being processed; retry after Retry-After", 1)
 			return
 		case p.Code == client.CodeFingerprintMismatch:
 			writeProblem(w, http.StatusUnprocessableEntity, p.Code,
