@@ -1,8 +1,12 @@
 // Package conformance is a black-box test suite of an idempotent HTTP front:
 // the Go middleware around a handler, or `idem proxy` in front of a service.
-// It checks, over real HTTP, every MUST and SHOULD of
-// draft-ietf-httpapi-idempotency-key-header-07 that a resource server has,
-// and idem's profile of it (docs/API.md, "idem proxy"): a missing or
+// It checks, over real HTTP, the MUSTs and SHOULDs of
+// draft-ietf-httpapi-idempotency-key-header-07 that a resource server has
+// and a client can observe (the key is one structured-field string; a
+// missing key is 400 and a reused one 422, both problem documents whose type
+// links to documentation; a retry during processing is 409; a processed
+// request's answer is returned again), and idem's profile of it
+// (docs/API.md, "idem proxy"): a missing or
 // malformed key is a 400 problem, a key on GET is ignored, a retry replays
 // the stored answer without running the handler, a concurrent duplicate gets
 // 409, the same key with another request gets 422 and leaves the original
