@@ -4,11 +4,18 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // A header sent more than once (two Set-Cookie) is stored as an array and
@@ -96,4 +103,47 @@ func mustJSON(t *testing.T, v any) string {
 	b, err := json.Marshal(v)
 	require.NoError(t, err)
 	return string(b)
+}
+
+// A complete with a header stored as an array is written in an encoding an
+// older member would refuse: while a member does not list header-lists on
+// its /healthz, it is refused with 503 and nothing is written; once every
+// member lists it, it is stored.
+func TestHeaderListsWaitForEveryMember(t *testing.T) {
+	old := api.SetListsGateRetry(100 * time.Millisecond)
+	t.Cleanup(func() { api.SetListsGateRetry(old) })
+	var upgraded atomic.Bool
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		features := "cluster-secret,batch-entry"
+		if upgraded.Load() {
+			features += ",header-lists"
+		}
+		w.Header().Set("X-Idem-Features", features)
+		io.WriteString(w, "{}")
+	}))
+	defer member.Close()
+	n := mustNode(t)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true)
+	require.NoError(t, err)
+
+	s := sc("rolling-upgrade")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	lists := map[string]any{"status": 200, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}}
+	before := n.dataHash()
+	p := requireProblem(t, n.complete(s, tok, lists), http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, p["detail"], "n-old")
+	require.Equal(t, before, n.dataHash(), "nothing written")
+	require.Equal(t, "in_progress", n.record(s)["state"])
+
+	upgraded.Store(true)
+	require.Eventually(t, func() bool { return n.complete(s, tok, lists).status == http.StatusOK }, 5*time.Second, 50*time.Millisecond)
+	require.JSONEq(t, `{"Set-Cookie":["a=1","b=2"]}`, mustJSON(t, n.record(s)["response"].(map[string]any)["headers"]))
+}
+
+func TestHealthzListsHeaderLists(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	r := n.do("GET", "/healthz", nil)
+	require.Equal(t, http.StatusOK, r.status)
+	require.Contains(t, strings.Split(r.header.Get("X-Idem-Features"), ","), "header-lists")
 }

@@ -529,6 +529,9 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		resp.Headers = r.Headers
 	}
 	if len(r.HeaderLists) > 0 {
+		if p := s.headerListsProblem(); p != nil {
+			return nil, p
+		}
 		resp.HeaderLists = r.HeaderLists
 	}
 	return resp, nil

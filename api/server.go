@@ -61,6 +61,8 @@ type Server struct {
 	guards connGuard
 	// batches says when the leader may propose batch entries (batch.go).
 	batches batchGate
+	// lists says when headers stored as arrays may be proposed (headerlists.go).
+	lists listsGate
 }
 
 // New returns a server over store.
@@ -90,7 +92,7 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.admin(s.handleTransfer))
 	s.route("/v1/admin/state", http.MethodGet, s.admin(s.handleState))
 	s.route("/v1/admin/snapshot", http.MethodGet, s.admin(s.handleSnapshot))
-	s.route("/healthz", http.MethodGet, withFeatures(withBatchFeature(s.handleHealthz)))
+	s.route("/healthz", http.MethodGet, withFeatures(withBatchFeature(withHeaderListsFeature(s.handleHealthz))))
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
 		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
