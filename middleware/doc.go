@@ -44,15 +44,17 @@
 //     still see the stored answer (403 reauthorization_failed otherwise);
 //     then the stored status, headers (a header sent twice, two Set-Cookie,
 //     comes back twice) and body are written with Idempotency-Replayed: true.
-//   - another attempt holds the key: 409 in_progress with Retry-After, or
+//   - another attempt holds the key: 409 in_progress with Retry-After: 1, or
 //     with Options.WaitInProgress the request waits up to that long for the
 //     first attempt and replays its answer.
 //   - the key was used with another request: 422 fingerprint_mismatch; the
 //     first request's record is untouched.
 //   - the principal's quota is full: 429 with Retry-After.
-//   - the store is unreachable or answers 5xx: 503 unavailable with
-//     Retry-After, and the handler does not run (fail closed). FailOpen runs
-//     the handler unprotected instead: unsafe, a retry may run it twice.
+//   - the store is unreachable or answers 5xx: the claim is asked again
+//     (with the same claim_id, which is always safe) until
+//     Options.StoreTimeout, then 503 unavailable with Retry-After, and the
+//     handler does not run (fail closed). FailOpen runs the handler
+//     unprotected instead: unsafe, a retry may run it twice.
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
 // too large) reaches the first caller untouched and is stored with its
