@@ -531,8 +531,10 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	}
 }
 
-// keepLease extends the lease every third of it until stop; a lost lease
-// cancels the handler's context.
+// keepLease extends the lease every third of it until stop, that is until
+// the handler returns: not until the client goes away, since a handler
+// that goes on (a payment committing) must keep its key, or a retry would
+// run it a second time. A lost lease cancels the handler's context.
 func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string) (stop func()) {
 	quit := make(chan struct{})
 	finished := make(chan struct{})
@@ -543,8 +545,6 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 		for {
 			select {
 			case <-quit:
-				return
-			case <-ctx.Done():
 				return
 			case <-t.C:
 			}

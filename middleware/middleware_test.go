@@ -371,3 +371,31 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
+
+// A client that goes away does not end the attempt's lease while the
+// handler still runs: a duplicate arriving after several leases gets 409,
+// not a second run, and then the first answer.
+func TestLeaseOutlivesTheClientsDisconnect(t *testing.T) {
+	t.Parallel()
+	var runs atomic.Int32
+	e := newEnv(t, middleware.Options{Lease: 300 * time.Millisecond}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(1500 * time.Millisecond) // a payment that commits whatever the client does
+		w.WriteHeader(http.StatusCreated)
+	}))
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, e.url+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Idempotency-Key", "d1")
+	_, err := http.DefaultClient.Do(req)
+	require.Error(t, err)
+	time.Sleep(900 * time.Millisecond) // three leases after the disconnect
+	dup := e.post("/pay", "d1", "{}")
+	require.Equal(t, http.StatusConflict, dup.status, dup.body)
+	require.Eventually(t, func() bool {
+		a := e.post("/pay", "d1", "{}")
+		return a.status == http.StatusCreated && a.header.Get("Idempotency-Replayed") == "true"
+	}, 5*time.Second, 50*time.Millisecond)
+	require.Equal(t, int32(1), runs.Load())
+}
