@@ -37,7 +37,10 @@ type Options struct {
 
 	// Principal returns the tenant the request acts for, from the
 	// application's own authentication. An error answers 401 and the
-	// handler does not run. Default: AuthorizationPrincipal.
+	// handler does not run. Default: AuthorizationPrincipal, a hash of the
+	// credential itself: set Principal to the tenant's id when credentials
+	// rotate (short-lived bearer tokens), or a retry sent with a fresh
+	// token is another tenant's request and runs again.
 	Principal func(r *http.Request) (string, error)
 
 	// Endpoint names the operation; default DefaultEndpoint (method and
