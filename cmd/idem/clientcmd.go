@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"sort"
 	"strings"
 	"time"
 
@@ -294,31 +293,55 @@ error. After a timeout or a 503, repeat the claim with the same --claim-id.`, st
 	})
 }
 
-// cliHeaders is the repeatable --header flag.
-type cliHeaders map[string]string
-
-func (h cliHeaders) String() string {
-	names := make([]string, 0, len(h))
-	for n := range h {
-		names = append(names, n+": "+h[n])
-	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+// cliHeaders is the repeatable --header flag. A name given more than once
+// (Set-Cookie) is stored as an array of its values, in the order given; the
+// first spelling of a name is kept, as HTTP names are case-insensitive.
+type cliHeaders struct {
+	names  []string
+	values map[string][]string
 }
 
-func (h cliHeaders) Set(v string) error {
+func (h *cliHeaders) String() string {
+	if h == nil {
+		return ""
+	}
+	var parts []string
+	for _, n := range h.names {
+		for _, v := range h.values[n] {
+			parts = append(parts, n+": "+v)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func (h *cliHeaders) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	name = strings.TrimSpace(name)
 	if !ok || name == "" || strings.ContainsAny(name, " \t") {
 		return fmt.Errorf("want 'Name: value', got %q", v)
 	}
-	for n := range h {
+	if h.values == nil {
+		h.values = map[string][]string{}
+	}
+	for _, n := range h.names {
 		if strings.EqualFold(n, name) {
-			return fmt.Errorf("header %q given twice", name)
+			name = n
+			break
 		}
 	}
-	h[name] = strings.TrimSpace(value)
+	if _, seen := h.values[name]; !seen {
+		h.names = append(h.names, name)
+	}
+	h.values[name] = append(h.values[name], strings.TrimSpace(value))
 	return nil
+}
+
+// apply stores the headers in r: a name given once as a string, several
+// times as an array.
+func (h *cliHeaders) apply(r *client.Response) {
+	for _, n := range h.names {
+		r.SetHeader(n, h.values[n]...)
+	}
 }
 
 func runComplete(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -328,8 +351,8 @@ succeeds again.`, stdout, stderr)
 	token := c.fs.String("token", "", "fencing `token` the claim returned (required)")
 	status := c.fs.Int("status", 0, "HTTP `status` of the response, 100-599 (required)")
 	contentType := c.fs.String("content-type", "", "media `type` of the response body, e.g. application/json")
-	headers := cliHeaders{}
-	c.fs.Var(headers, "header", "store the response header `'Name: value'`; repeat for more")
+	headers := &cliHeaders{}
+	c.fs.Var(headers, "header", "store the response header `'Name: value'`; repeat for more, and repeat a name (Set-Cookie) to store its values as a list")
 	body := c.fs.String("body", "", "response body as a `string`")
 	bodyFile := c.fs.String("body-file", "", "read the response body from `path` ('-' for stdin)")
 	if code, done := c.parse(args); done {
@@ -365,9 +388,10 @@ succeeds again.`, stdout, stderr)
 		return code
 	}
 	return c.call(ctx, func(ctx context.Context, cl *client.Client) (json.RawMessage, error) {
+		resp := client.Response{Status: *status, ContentType: *contentType, Body: data}
+		headers.apply(&resp)
 		res, err := cl.Complete(ctx, client.CompleteRequest{
-			Principal: c.principal, Endpoint: c.endpoint, Key: c.key, Token: *token,
-			Response: client.Response{Status: *status, ContentType: *contentType, Headers: headers, Body: data},
+			Principal: c.principal, Endpoint: c.endpoint, Key: c.key, Token: *token, Response: resp,
 		})
 		if err != nil {
 			return nil, err

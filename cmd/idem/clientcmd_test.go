@@ -186,13 +186,13 @@ func TestCompleteCommandSendsResponse(t *testing.T) {
 	code, stdout, stderr := runClientCmd(t, runComplete, "--addr", f.url, "--token-file", tokenFile,
 		"--principal", "cus_42", "--endpoint", "POST /payments", "--key", "retry-1", "--token", "7",
 		"--status", "201", "--content-type", "application/json", "--header", "Location: /payments/py_1",
-		"--header", "X-Request-Id:  r1", "--body-file", bodyFile)
+		"--header", "X-Request-Id:  r1", "--header", "Set-Cookie: a=1", "--header", "set-cookie: b=2", "--body-file", bodyFile)
 	if code != 0 {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 	want := map[string]any{"principal": "cus_42", "endpoint": "POST /payments", "key": "retry-1", "token": "7",
 		"response": map[string]any{"status": 201.0, "content_type": "application/json",
-			"headers": map[string]any{"Location": "/payments/py_1", "X-Request-Id": "r1"}, "body": "eyJpZCI6InB5XzEifQ=="}}
+			"headers": map[string]any{"Location": "/payments/py_1", "X-Request-Id": "r1", "Set-Cookie": []any{"a=1", "b=2"}}, "body": "eyJpZCI6InB5XzEifQ=="}}
 	if f.path != "/v1/complete" || !reflect.DeepEqual(f.body, want) {
 		t.Errorf("sent %s %v\nwant /v1/complete %v", f.path, f.body, want)
 	}
