@@ -212,4 +212,3 @@ func randomID() string {
 	rand.Read(b)
 	return hex.EncodeToString(b)
 }
-
