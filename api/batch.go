@@ -105,7 +105,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, res := range results {
 		if res.Status != http.StatusServiceUnavailable {
-			writeJSON(w, http.StatusOK, wire.BatchResponse{Results: results})
+			writeResults(w, results)
 			return
 		}
 	}
@@ -227,35 +227,64 @@ func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
 }
 
 // cutOp reads an op's "op" member and returns the op without it: the body
-// of that op's route.
+// of that op's route. raw is one element of the envelope, so it is valid
+// JSON: a byte scan of its top level is enough (a json.Decoder token walk
+// was a tenth of a node's CPU under batched load).
 func cutOp(raw json.RawMessage) (string, []byte, *problem) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	sc := rawScanner{b: raw}
+	sc.space()
+	if sc.i >= len(raw) || raw[sc.i] != '{' {
 		return "", nil, invalid("an operation must be a JSON object with an \"op\" member")
 	}
+	sc.i++
 	var kind *string
-	var cutFrom, cutTo int64
-	for dec.More() {
-		start := dec.InputOffset() // just after '{' or the previous value
-		t, err := dec.Token()
-		if err != nil {
-			return "", nil, invalid("an operation is not valid JSON: %v", err)
+	var cutFrom, cutTo int
+	first := true
+	for {
+		memberStart := sc.i // at the ',' before a member, or just after '{'
+		sc.space()
+		if sc.i >= len(raw) || raw[sc.i] == '}' {
+			break
 		}
-		var v json.RawMessage
-		if err := dec.Decode(&v); err != nil {
-			return "", nil, invalid("an operation is not valid JSON: %v", err)
+		if raw[sc.i] == ',' {
+			sc.i++
+			sc.space()
 		}
-		if t != "op" {
+		name, ok := sc.str()
+		if !ok {
+			return "", nil, notJSON()
+		}
+		sc.space()
+		if sc.i >= len(raw) || raw[sc.i] != ':' {
+			return "", nil, notJSON()
+		}
+		sc.i++
+		sc.space()
+		valStart := sc.i
+		if p := sc.value(nil, strings.Trim(string(name), `"`)); p != nil {
+			return "", nil, p
+		}
+		isFirst := first
+		first = false
+		if string(name) != `"op"` {
 			continue
 		}
 		if kind != nil {
 			return "", nil, invalid("the operation has the member \"op\" more than once")
 		}
 		var k string
-		if json.Unmarshal(v, &k) != nil {
+		if json.Unmarshal(raw[valStart:sc.i], &k) != nil {
 			return "", nil, invalid("field \"op\" must be a string: claim, complete, release, extend or get")
 		}
-		kind, cutFrom, cutTo = &k, start, dec.InputOffset()
+		kind, cutFrom, cutTo = &k, memberStart, sc.i
+		if isFirst {
+			// The first member: cut the comma after it instead of before.
+			rest := rawScanner{b: raw, i: sc.i}
+			rest.space()
+			if rest.i < len(raw) && raw[rest.i] == ',' {
+				cutTo = rest.i + 1
+			}
+		}
 	}
 	if kind == nil {
 		return "", nil, invalid("the operation has no \"op\" member: claim, complete, release, extend or get")
@@ -265,15 +294,9 @@ func cutOp(raw json.RawMessage) (string, []byte, *problem) {
 	default:
 		return "", nil, invalid("op must be claim, complete, release, extend or get (got %q)", truncate(*kind, 40))
 	}
-	rest := make([]byte, 0, len(raw))
+	rest := make([]byte, 0, len(raw)-(cutTo-cutFrom))
 	rest = append(rest, raw[:cutFrom]...)
-	tail := raw[cutTo:]
-	if bytes.IndexByte(bytes.TrimSpace(raw[:cutFrom]), ',') < 0 {
-		// "op" was the first member: drop the comma after it instead.
-		tail = bytes.TrimLeft(tail, " \t\r\n")
-		tail = bytes.TrimPrefix(tail, []byte(","))
-	}
-	return *kind, append(rest, tail...), nil
+	return *kind, append(rest, raw[cutTo:]...), nil
 }
 
 // authorizeOp runs the guard of the op's own route on the op, with the
@@ -648,4 +671,34 @@ func (s *Server) hasFeature(ctx context.Context, addr, feature string) bool {
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 	return resp.StatusCode == http.StatusOK && slices.Contains(strings.Split(resp.Header.Get(featuresHeader), ","), feature)
+}
+
+// writeResults answers wire.BatchResponse{Results: results}. The bodies are
+// this server's own JSON, so they are written as they are rather than
+// checked and compacted again by encoding/json.
+func writeResults(w http.ResponseWriter, results []wire.BatchResult) {
+	n := 16
+	for _, r := range results {
+		n += len(r.Body) + 48
+	}
+	b := make([]byte, 0, n)
+	b = append(b, `{"results":[`...)
+	for i, r := range results {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"status":`...)
+		b = strconv.AppendInt(b, int64(r.Status), 10)
+		b = append(b, `,"body":`...)
+		b = append(b, r.Body...)
+		if r.RetryAfter > 0 {
+			b = append(b, `,"retry_after":`...)
+			b = strconv.AppendInt(b, int64(r.RetryAfter), 10)
+		}
+		b = append(b, '}')
+	}
+	b = append(b, "]}\n"...)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	w.Write(b)
 }

@@ -31,3 +31,24 @@ func TestBatchFeatureIsAdvertisedAndRequired(t *testing.T) {
 		t.Fatal("a member that does not answer must not count as knowing batch entries")
 	}
 }
+
+// cutOp leaves exactly the route's body, wherever "op" stands.
+func TestCutOpLeavesTheRouteBody(t *testing.T) {
+	for _, tc := range []struct{ in, kind, rest string }{
+		{`{"op":"claim","key":"k"}`, "claim", `{"key":"k"}`},
+		{`{ "op" : "get" , "key":"k" }`, "get", `{ "key":"k" }`},
+		{`{"key":"k","op":"release"}`, "release", `{"key":"k"}`},
+		{`{"a":{"op":1},"op":"extend","b":[1,"op"]}`, "extend", `{"a":{"op":1},"b":[1,"op"]}`},
+		{`{"op":"complete"}`, "complete", `{}`},
+	} {
+		kind, rest, p := cutOp([]byte(tc.in))
+		if p != nil || kind != tc.kind || string(rest) != tc.rest {
+			t.Errorf("cutOp(%s) = %q, %s, %v; want %q, %s", tc.in, kind, rest, p, tc.kind, tc.rest)
+		}
+	}
+	for _, in := range []string{`[1]`, `"op"`, `{"key":"k"}`, `{"op":1}`, `{"op":"drop"}`, `{"op":"get","op":"get"}`} {
+		if _, _, p := cutOp([]byte(in)); p == nil || p.Status != 400 {
+			t.Errorf("cutOp(%s) is not refused with 400: %v", in, p)
+		}
+	}
+}
