@@ -397,7 +397,7 @@ func TestOperatorFilesNameRealMetrics(t *testing.T) {
 	for _, x := range s["idem_claims_total"] {
 		counts[x.labels["outcome"]] = x.value
 	}
-	require.Equal(t, map[string]float64{"claimed": 3, "replay": 1, "in_progress": 1, "fingerprint_mismatch": 1, "quota_exceeded": 0}, counts)
+	require.Equal(t, map[string]float64{"claimed": 3, "replay": 1, "in_progress": 1, "fingerprint_mismatch": 1, "quota_exceeded": 0, "principal_limit": 0}, counts)
 
 	// The metrics added for the operator files measure what they say.
 	require.Equal(t, 1.0, s.value(t, "idem_raft_leader_changes_total"), "one node: one leader learned since the start")
