@@ -381,3 +381,42 @@ func TestProxyConformance(t *testing.T) {
 		DownURL:           downFront.url,
 	})
 }
+
+// TestProxyTLS: the proxy reaches a store that requires client
+// certificates (--ca-file, --cert-file, --key-file; a host:port then means
+// https) and serves HTTPS itself (--tls-cert-file, --tls-key-file).
+func TestProxyTLS(t *testing.T) {
+	ca := newPKI(t)
+	args := append(ca.serveArgs("n1"), "--tls-client-auth", "require")
+	node := launch(t, t.TempDir(), freePort(t), freePort(t), args...)
+	opsCert, opsKey := ca.cert("ops", "--client")
+	waitReadyTLS(t, ca.httpsClient(opsCert, opsKey), node)
+	up := newUpstream(t)
+	proxyCert, proxyKey := ca.cert("proxy", "--ip", "127.0.0.9")
+
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http,
+		"--ca-file", ca.ca(), "--cert-file", opsCert, "--key-file", opsKey,
+		"--tls-cert-file", proxyCert, "--tls-key-file", proxyKey)
+	hc := ca.httpsClient("", "")
+	post := func() *http.Response {
+		req, err := http.NewRequest("POST", "https://"+px.http+"/pay", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "tls-1")
+		resp, err := hc.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	require.Equal(t, 201, post().StatusCode)
+	again := post()
+	require.Equal(t, 201, again.StatusCode)
+	require.Equal(t, "true", again.Header.Get("Idempotency-Replayed"))
+	require.Equal(t, int64(1), up.runs.Load())
+
+	// Without the client certificate the store refuses the proxy: 503, and
+	// the upstream is not called.
+	bare := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--ca-file", ca.ca())
+	require.Equal(t, 503, pxSend(t, "POST", bare.url+"/pay", "tls-2", `{}`).status)
+	require.Equal(t, int64(1), up.runs.Load())
+}
