@@ -95,6 +95,11 @@ func (f *storeFailover) base() string { return f.nodes[0].String() }
 // RoundTrip sends req to the current node and fails over to the others,
 // each once, when a node cannot be reached or answers 503.
 func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Body != nil && req.GetBody != nil {
+		// Each attempt sends its own copy from GetBody; the original is
+		// closed here, as a RoundTripper must.
+		defer req.Body.Close()
+	}
 	start := int(f.cur.Load())
 	var lastErr error
 	var last *http.Response
