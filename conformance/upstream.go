@@ -86,6 +86,9 @@ func (u *Upstream) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out, _ = json.Marshal(map[string]any{"path": path, "run": run, "method": r.Method, "body": string(body)})
 	}
 	if q.Get("flush") == "1" {
+		// A stream: flushed as it is written, and of a streaming type, which
+		// is how a proxy (that sees no flush) tells it from a long answer.
+		h.Set("Content-Type", "text/event-stream")
 		w.WriteHeader(status)
 		_, _ = w.Write(out[:len(out)/2])
 		_ = http.NewResponseController(w).Flush()

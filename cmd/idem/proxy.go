@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -280,13 +281,13 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 	return middleware.AuthorizationPrincipal(r)
 }
 
-// reverseProxy forwards to the upstream. An answer without Content-Length
-// (chunked) or of type text/event-stream is flushed to the caller as it
-// arrives (ReverseProxy's own rule with FlushInterval 0), so a stream
-// reaches the caller as it is produced; the middleware then stores it
-// without its body and marks replays Idempotency-Body-Omitted: streamed,
-// since a stream is never replayed as if it were complete. An answer with a
-// Content-Length is not flushed early and is stored whole. A transport
+// reverseProxy forwards to the upstream. An answer of a streaming type
+// (text/event-stream, NDJSON, gRPC: streamingType) is flushed to the caller
+// as it arrives, so a stream reaches the caller as it is produced; the
+// middleware then stores it without its body and marks replays
+// Idempotency-Body-Omitted: streamed, since a stream is never replayed as if
+// it were complete. Any other answer, with a Content-Length or chunked, is
+// stored whole (up to --max-stored-body). A transport
 // error is a 502 problem, which is not stored (5xx): a retry runs again.
 func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
@@ -416,12 +417,35 @@ func (k *keepReading) Write(b []byte) (int, error) {
 }
 
 func (k *keepReading) FlushError() error {
+	if !streamingType(k.Header().Get("Content-Type")) {
+		// ReverseProxy flushes every answer without Content-Length as it
+		// copies it, but a Go service sends any answer over 2 KiB chunked:
+		// that is a complete answer (a payment's JSON) which must be stored
+		// and replayed whole, not a stream. Its bytes still go out as
+		// they are copied; only the flush, which marks a stream, is skipped.
+		return nil
+	}
 	k.flushed = true
 	err := http.NewResponseController(k.ResponseWriter).Flush()
 	if errors.Is(err, http.ErrNotSupported) {
 		return nil
 	}
 	return err
+}
+
+// streamingType reports whether a Content-Type is one of a stream, whose
+// answer goes on for as long as the upstream likes: Server-Sent Events,
+// newline-delimited JSON, multipart replace, gRPC.
+func streamingType(ct string) bool {
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	switch mt {
+	case "text/event-stream", "application/x-ndjson", "application/jsonl", "application/stream+json", "multipart/x-mixed-replace":
+		return true
+	}
+	return strings.HasPrefix(mt, "application/grpc")
 }
 
 // Unwrap lets ReverseProxy reach the connection for a protocol switch
