@@ -347,3 +347,31 @@ func syncDir(path string) error {
 	}
 	return nil
 }
+
+// errLogDiskFull refuses a follower's append while its disk is full.
+var errLogDiskFull = errors.New("raftfsm: disk full: this follower's raft log takes no entries until space is freed")
+
+// guardedLogStore refuses a follower's appends while the disk guard says
+// the data dir's disk is full (under --min-free-disk, disk.go). raft-wal
+// writes into preallocated segments, so it would go on taking entries on a
+// full disk (bolt could not grow and failed), and their applies would then
+// wait for space inside Pebble holding the state's lock, so reads of
+// applied data would hang. Refusing the append is what a slow follower
+// does: it falls behind and catches up once space is back; an entry is
+// acknowledged only once stored, so nothing acknowledged is at stake. The
+// leader's appends go on: on a full disk it still proposes what frees
+// space (bucket drops) and refuses client writes before they reach the log.
+type guardedLogStore struct {
+	*LogStore
+	g        *diskGuard
+	isLeader func() bool
+}
+
+func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
+	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() {
+		return errLogDiskFull
+	}
+	return s.LogStore.StoreLogs(logs)
+}
+
+func (s guardedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
