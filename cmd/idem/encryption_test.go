@@ -129,6 +129,8 @@ func grepDataFiles(t *testing.T, roots ...string) (found map[string][]string, ki
 			switch {
 			case name == "raft.db":
 				kinds["raft.db"]++
+			case strings.HasSuffix(name, ".wal") && filepath.Base(filepath.Dir(path)) == "raft-wal":
+				kinds["raft-wal"]++
 			case strings.HasSuffix(name, ".log") && filepath.Base(filepath.Dir(path)) == "fsm":
 				kinds["wal"]++
 			case strings.HasSuffix(name, ".sst"):
@@ -255,20 +257,22 @@ func TestEncryptionAtRestNothingPlainOnDisk(t *testing.T) {
 			}
 			requirePrivate(t, roots...)
 			found, kinds := grepDataFiles(t, append(roots, received)...)
-			for _, k := range []string{"raft.db", "wal", "sst", "manifest", "snapshot", "filters", "backup"} {
+			for _, k := range []string{"raft.db", "raft-wal", "wal", "sst", "manifest", "snapshot", "filters", "backup"} {
 				require.Positive(t, kinds[k], "no %s file was grepped (%v): the test must look at every kind", k, kinds)
 			}
 			if keyed {
 				require.Empty(t, found, "plaintext on disk with a key configured")
 				return
 			}
-			// Without a key the same grep finds them, in the raft log, in
+			// Without a key the same grep finds them, in the raft log (raft-wal/; raft.db is only the term and vote), in
 			// Pebble, in the received snapshot and in the backup.
 			where := map[string]bool{}
 			for path := range found {
 				switch {
 				case strings.HasSuffix(path, "raft.db"):
 					where["raft.db"] = true
+				case strings.Contains(path, string(filepath.Separator)+"raft-wal"+string(filepath.Separator)):
+					where["raft-wal"] = true
 				case strings.HasSuffix(path, "state.bin"):
 					where["snapshot"] = true
 				case strings.HasSuffix(path, ".backup"):
@@ -277,7 +281,7 @@ func TestEncryptionAtRestNothingPlainOnDisk(t *testing.T) {
 					where["pebble"] = true
 				}
 			}
-			require.Equal(t, map[string]bool{"raft.db": true, "snapshot": true, "backup": true, "pebble": true}, where, "found in %v", found)
+			require.Equal(t, map[string]bool{"raft-wal": true, "snapshot": true, "backup": true, "pebble": true}, where, "found in %v", found)
 		})
 	}
 }
