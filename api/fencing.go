@@ -7,11 +7,8 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
-	"io"
 	"net/http"
-	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -234,7 +231,7 @@ func (s *Server) ensureSecret(ctx context.Context) error {
 	if time.Now().Before(g.notBefore) {
 		return nil
 	}
-	if lacking := s.membersWithoutSecret(ctx); lacking != "" {
+	if lacking := s.membersLacking(ctx, featureSecret); lacking != "" {
 		g.notBefore = time.Now().Add(secretGateRetry)
 		if lacking != g.waiting {
 			s.log.Info("fencing tokens stay bare raft indexes until every member runs a version that knows the cluster secret", "members", lacking)
@@ -243,53 +240,4 @@ func (s *Server) ensureSecret(ctx context.Context) error {
 		return nil
 	}
 	return s.store.EnsureClusterSecret()
-}
-
-// membersWithoutSecret names the other members that do not say they know
-// the secret's entry (an older version, or no answer); "" when none.
-func (s *Server) membersWithoutSecret(ctx context.Context) string {
-	st, err := s.store.Status()
-	if err != nil {
-		return "(the configuration could not be read)"
-	}
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
-	defer cancel()
-	var mu sync.Mutex
-	var lacking []string
-	var wg sync.WaitGroup
-	for _, m := range st.Nodes {
-		if m.ID == st.Self.ID {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if !s.knowsSecret(ctx, m.HTTPAddr) {
-				mu.Lock()
-				lacking = append(lacking, m.ID)
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	slices.Sort(lacking)
-	return strings.Join(lacking, ",")
-}
-
-// knowsSecret asks the node at addr whether it knows the secret's entry.
-func (s *Server) knowsSecret(ctx context.Context, addr string) bool {
-	if addr == "" {
-		return false
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(s.cfg.PeerTLS, addr, "/healthz"), nil)
-	if err != nil {
-		return false
-	}
-	resp, err := s.fwd.client.Do(req)
-	if err != nil {
-		return false
-	}
-	defer resp.Body.Close()
-	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	return resp.StatusCode == http.StatusOK && slices.Contains(strings.Split(resp.Header.Get(featuresHeader), ","), featureSecret)
 }
