@@ -18,7 +18,9 @@ type Store interface {
 	NowMs() int64
 	Ready() bool
 	IsLeader() bool
-	// CaughtUp reports whether this replica has applied everything up to index.
+	// CaughtUp reports whether this replica applies everything up to index
+	// within a short wait (a replica under load always trails a commit index
+	// by a replication round; see raftfsm.Node.CaughtUp).
 	CaughtUp(index uint64) bool
 	Status() (raftfsm.Status, error)
 	Leader() (raftfsm.NodeInfo, bool)
