@@ -62,6 +62,13 @@ func peerURL(t *raftfsm.TLS, addr, uri string) string {
 // proposing), so the follower that forwarded it may try the new leader.
 const notAppliedHeader = "X-Idem-Not-Applied"
 
+// LeaderHeader names, on the answer to a write, the HTTP address of the
+// leader that decided it (or the node's own, when it decided as leader). A
+// client given several nodes sends its next writes there directly: a
+// follower's forwarding costs a second HTTP exchange on two nodes, which
+// on a loaded cluster is a third of the work per write.
+const LeaderHeader = "Idem-Leader"
+
 // minForwardWait is the least time a forwarded request is given, even
 // when the wait for a leader used up most of LeaderWait.
 const minForwardWait = time.Second
@@ -80,11 +87,15 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 	for {
 		err := do()
 		if err == nil {
+			if a := s.store.Self().HTTPAddr; a != "" {
+				w.Header().Set(LeaderHeader, a)
+			}
 			return nil
 		}
 		leaderless := errors.Is(err, raftfsm.ErrNotLeader) || errors.Is(err, raftfsm.ErrNoLeader)
 		if errors.Is(err, raftfsm.ErrNotLeader) && !forwarded {
 			if l, ok := s.store.Leader(); ok && l.HTTPAddr != "" && l.ID != s.store.Self().ID {
+				w.Header().Set(LeaderHeader, l.HTTPAddr)
 				if !s.fwd.forward(w, r, body, l.HTTPAddr, deadline) {
 					return errAnswered
 				}
@@ -96,6 +107,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		if leaderless && !forwarded && time.Now().Before(deadline) {
 			select {
 			case <-r.Context().Done():
+				w.Header().Del(LeaderHeader)
 				writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
 				return errAnswered
 			case <-time.After(50 * time.Millisecond):
@@ -108,6 +120,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		if forwarded && (leaderless || errors.Is(err, raftfsm.ErrNotProposed)) {
 			w.Header().Set(notAppliedHeader, "1")
 		}
+		w.Header().Del(LeaderHeader) // undecided: name no leader
 		writeProblem(w, storeProblem(err))
 		return errAnswered
 	}

@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/tls"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,13 +23,19 @@ const DefaultAddr = "127.0.0.1:7070"
 // small (64 KiB by default), but a server may be configured with more.
 const maxAnswerBytes = 64 << 20
 
-// Client talks to one idem node (any node: followers forward to the leader).
+// Client talks to one idem node (any node: followers forward to the leader),
+// or to several nodes of one cluster: then it sends to the leader.
 type Client struct {
-	base  *url.URL
+	nodes []*url.URL   // one or more; nodes[cur] is sent to next
+	cur   atomic.Int32 // the node that named itself leader, or answered last
 	token string
 	hc    *http.Client
 	tls   *tls.Config // WithTLS
 }
+
+// LeaderHeader is the header with which a node names, on the answer to a
+// write, the HTTP address of the leader that decided it.
+const LeaderHeader = "Idem-Leader"
 
 // Option configures a Client.
 type Option func(*Client)
@@ -51,17 +59,43 @@ func WithHTTPClient(hc *http.Client) Option {
 
 // New returns a client of the node at addr: "host:port" or a URL whose scheme
 // is http (the default) or https; a path in the URL prefixes every route.
+//
+// addr may list several nodes of one cluster, comma-separated. The client
+// then sends each request to one node: the leader, once an answer has
+// named it (LeaderHeader), so that no write pays for a follower's
+// forwarding; the first node until then. A request that provably never
+// reached a node (the connection was refused or could not be made) goes
+// to the next; nothing that may have reached a node is sent again.
 func New(addr string, opts ...Option) (*Client, error) {
-	base, err := parseAddr(addr)
-	if err != nil {
-		return nil, err
+	c := &Client{}
+	seen := map[string]bool{}
+	for _, part := range strings.Split(addr, ",") {
+		if strings.TrimSpace(part) == "" && strings.Contains(addr, ",") {
+			continue // "a,b," or "a,,b": a stray comma, not an empty address
+		}
+		u, err := parseAddr(part)
+		if err != nil {
+			return nil, err
+		}
+		if seen[u.String()] {
+			continue
+		}
+		seen[u.String()] = true
+		c.nodes = append(c.nodes, u)
 	}
-	c := &Client{base: base}
+	if len(c.nodes) == 0 {
+		return nil, fmt.Errorf("%w: empty", ErrAddress)
+	}
 	for _, o := range opts {
 		o(c)
 	}
-	if err := c.applyTLS(addr, strings.Contains(addr, "://")); err != nil {
-		return nil, err
+	for _, part := range strings.Split(addr, ",") {
+		if strings.TrimSpace(part) == "" {
+			continue
+		}
+		if err := c.applyTLS(part, strings.Contains(part, "://")); err != nil {
+			return nil, err
+		}
 	}
 	if c.hc == nil {
 		tr := newTransport()
@@ -115,8 +149,32 @@ func parseAddr(addr string) (*url.URL, error) {
 	return u, nil
 }
 
-// Addr returns the base URL the client sends to.
-func (c *Client) Addr() string { return c.base.String() }
+// Addr returns the base URL the client sends to next.
+func (c *Client) Addr() string { return c.node(int(c.cur.Load())).String() }
+
+func (c *Client) node(i int) *url.URL { return c.nodes[i%len(c.nodes)] }
+
+// follow makes the node named by an answer's LeaderHeader the one sent to
+// next, if it is one of the client's nodes (compared by host:port, as the
+// node advertises its --http-addr).
+func (c *Client) follow(leader string) {
+	if leader == "" || len(c.nodes) < 2 {
+		return
+	}
+	for i, u := range c.nodes {
+		if u.Host == leader {
+			c.cur.Store(int32(i))
+			return
+		}
+	}
+}
+
+// neverDelivered reports whether a failed request provably never reached
+// the node: the connection could not be made.
+func neverDelivered(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
 
 // Do sends one request to path (e.g. "/v1/claim") with query parameters and,
 // unless in is nil, in encoded as the JSON body. It returns the body of a 2xx
@@ -124,34 +182,32 @@ func (c *Client) Addr() string { return c.base.String() }
 // built on it; use it directly to print answers or reach routes they lack
 // (such as /metrics).
 func (c *Client) Do(ctx context.Context, method, path string, query url.Values, in any) (json.RawMessage, error) {
-	var body io.Reader
+	var b []byte
 	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
+		var err error
+		if b, err = json.Marshal(in); err != nil {
 			return nil, fmt.Errorf("client: encode %s %s: %w", method, path, err)
 		}
-		body = bytes.NewReader(b)
 	}
-	u := *c.base
-	u.Path += path
-	u.RawQuery = query.Encode()
-	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
-	if err != nil {
-		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
-	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json, application/problem+json")
-	req.Header.Set("User-Agent", "idem-client/1")
-	if c.token != "" {
-		req.Header.Set("Authorization", "Bearer "+c.token)
-	}
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+	start := int(c.cur.Load())
+	var resp *http.Response
+	for i := 0; ; i++ {
+		n := (start + i) % len(c.nodes)
+		var err error
+		resp, err = c.send(ctx, c.nodes[n], method, path, query, b, in != nil)
+		if err == nil {
+			if i > 0 {
+				c.cur.CompareAndSwap(int32(start), int32(n))
+			}
+			break
+		}
+		if i+1 < len(c.nodes) && neverDelivered(err) && ctx.Err() == nil {
+			continue
+		}
+		return nil, err
 	}
 	defer resp.Body.Close()
+	c.follow(resp.Header.Get(LeaderHeader))
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
@@ -166,6 +222,34 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 		return nil, newProblem(resp, raw, time.Now())
 	}
 	return raw, nil
+}
+
+// send makes one request to the node at base.
+func (c *Client) send(ctx context.Context, base *url.URL, method, path string, query url.Values, b []byte, hasBody bool) (*http.Response, error) {
+	var body io.Reader
+	if hasBody {
+		body = bytes.NewReader(b)
+	}
+	u := *base
+	u.Path += path
+	u.RawQuery = query.Encode()
+	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
+	if err != nil {
+		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+	}
+	if hasBody {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json, application/problem+json")
+	req.Header.Set("User-Agent", "idem-client/1")
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	return resp, nil
 }
 
 // call is Do followed by decoding the answer into out.

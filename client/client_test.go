@@ -66,6 +66,11 @@ func TestNewAddress(t *testing.T) {
 		{addr: "ftp://x:1", bad: true},
 		{addr: "http://", bad: true},
 		{addr: "http://x:1/?a=b", bad: true},
+		// Several nodes of one cluster: the first is sent to first.
+		{addr: "127.0.0.1:7070,127.0.0.2:7070", want: "http://127.0.0.1:7070"},
+		{addr: " 127.0.0.2:7070 ,, 127.0.0.1:7070,", want: "http://127.0.0.2:7070"},
+		{addr: ",", bad: true},
+		{addr: "127.0.0.1:7070,ftp://x:1", bad: true},
 	} {
 		c, err := New(tc.addr)
 		if tc.bad {
@@ -81,6 +86,57 @@ func TestNewAddress(t *testing.T) {
 		if c.Addr() != tc.want {
 			t.Errorf("New(%q).Addr() = %q, want %q", tc.addr, c.Addr(), tc.want)
 		}
+	}
+}
+
+// A client of several nodes sends to the one an answer names as leader,
+// and skips a node it cannot connect to; it never sends a request that
+// reached a node (here: answered 503) to another.
+func TestSeveralNodesFollowTheLeader(t *testing.T) {
+	hits := make([]int, 3)
+	var srvs []*httptest.Server
+	for i := range 3 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i]++
+			w.Header().Set(LeaderHeader, strings.TrimPrefix(srvs[2].URL, "http://"))
+			if r.URL.Path == "/v1/unavailable" {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"status":503,"code":"unavailable"}`)
+				return
+			}
+			io.WriteString(w, `{}`)
+		}))
+		t.Cleanup(srv.Close)
+		srvs = append(srvs, srv)
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close() // its port now refuses connections
+	c, err := New(deadURL + "," + srvs[0].URL + "," + srvs[1].URL + "," + srvs[2].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Do(ctx, http.MethodGet, "/v1/x", nil, nil); err != nil {
+		t.Fatalf("first request (dead node first): %v", err)
+	}
+	if hits[0] != 1 || c.Addr() != srvs[2].URL {
+		t.Fatalf("after one request: hits %v, next %s; want one hit on the first live node, next the leader %s", hits, c.Addr(), srvs[2].URL)
+	}
+	for range 3 {
+		if _, err := c.Do(ctx, http.MethodGet, "/v1/x", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if hits[2] != 3 || hits[1] != 0 {
+		t.Fatalf("hits %v: want the next three on the leader only", hits)
+	}
+	if _, err := c.Do(ctx, http.MethodGet, "/v1/unavailable", nil, nil); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("503: got %v, want ErrUnavailable", err)
+	}
+	if hits[2] != 4 || hits[0] != 1 || hits[1] != 0 {
+		t.Fatalf("hits %v: a 503 must not be sent to another node", hits)
 	}
 }
 

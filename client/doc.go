@@ -27,6 +27,12 @@
 // made from the status when the answer was not a problem document), so
 // callers branch with errors.As or errors.Is against the Err sentinels.
 //
+// Given several nodes of one cluster, comma-separated (New("10.0.0.1:7070,
+// 10.0.0.2:7070,10.0.0.3:7070")), a Client sends to the leader once an
+// answer has named it (the Idem-Leader header), so writes skip a
+// follower's forwarding, and moves on to the next node when one refuses
+// the connection.
+//
 // The client never retries on its own: a claim answered 503 may or may not
 // have been applied, and only the caller knows whether to repeat it with the
 // same ClaimID (always safe) or to give up.

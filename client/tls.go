@@ -62,11 +62,20 @@ func (c *Client) applyTLS(addr string, explicit bool) error {
 	if c.hc != nil {
 		return fmt.Errorf("%w %q: WithTLS and WithHTTPClient exclude each other (set TLS on the http.Client's transport)", ErrAddress, addr)
 	}
-	switch {
-	case !explicit:
-		c.base.Scheme = "https"
-	case c.base.Scheme != "https":
-		return fmt.Errorf("%w %q: TLS settings given (--ca-file) for an http:// address: use https://", ErrAddress, addr)
+	u, err := parseAddr(addr)
+	if err != nil {
+		return err
+	}
+	for _, n := range c.nodes {
+		if n.Host != u.Host || n.Path != u.Path {
+			continue
+		}
+		switch {
+		case !explicit:
+			n.Scheme = "https"
+		case n.Scheme != "https":
+			return fmt.Errorf("%w %q: TLS settings given (--ca-file) for an http:// address: use https://", ErrAddress, addr)
+		}
 	}
 	return nil
 }
@@ -74,9 +83,9 @@ func (c *Client) applyTLS(addr string, explicit bool) error {
 // plainToHTTPS turns Go's answer to plain HTTP sent to an HTTPS port into
 // an error that says what to do, rather than a 400 without a code.
 func (c *Client) plainToHTTPS(status int, raw []byte) error {
-	if c.base.Scheme == "http" && status == http.StatusBadRequest &&
+	if base := c.node(int(c.cur.Load())); base.Scheme == "http" && status == http.StatusBadRequest &&
 		bytes.HasPrefix(raw, []byte("Client sent an HTTP request to an HTTPS server")) {
-		return fmt.Errorf("%w %s: the node speaks HTTPS: use https:// and its CA (WithTLS; the CLI's --ca-file)", ErrAddress, c.base)
+		return fmt.Errorf("%w %s: the node speaks HTTPS: use https:// and its CA (WithTLS; the CLI's --ca-file)", ErrAddress, base)
 	}
 	return nil
 }

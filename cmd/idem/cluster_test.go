@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -515,12 +517,30 @@ func TestClusterWriteThroughFollower(t *testing.T) {
 			return true, ""
 		})
 	}
-	// Every node replays the stored response.
+	// Every node replays the stored response, and names the leader that
+	// decided it, so that a client can send its next writes there.
 	for _, n := range c.nodes {
 		a := call("POST", n.http, "/v1/claim", claimReq("via-follower", "other"))
 		require.Equal(t, 200, a.code, "replay via %s: %s", n.id, a)
 		require.Contains(t, string(a.body), `"outcome":"replay"`)
+		require.Equal(t, leader.http, a.hdr.Get(client.LeaderHeader), "via %s", n.id)
 	}
+
+	// A Go client given every node (a dead one first) skips the one it
+	// cannot reach and then sends to the leader, not through a follower.
+	all := "127.0.0.1:1"
+	for _, n := range fs {
+		all += "," + n.http
+	}
+	all += "," + leader.http
+	cl2, err := client.New(all)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := cl2.Claim(ctx, client.ClaimRequest{Principal: "p", Endpoint: "POST /e", Key: "via-client", Fingerprint: "9f86d081"})
+	require.NoError(t, err)
+	require.Equal(t, client.OutcomeClaimed, res.Outcome)
+	require.Equal(t, "http://"+leader.http, cl2.Addr())
 }
 
 // 3. Concurrent claims of one scope spread over all nodes: one winner.
