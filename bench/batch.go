@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"math/rand/v2"
 	"strconv"
 	"strings"
 
@@ -20,41 +19,37 @@ type BatchDriver struct {
 	batchers []*client.Batcher
 }
 
-// NewBatchDriver returns a driver batching to the nodes at addrs (one
-// Batcher per node; each call goes to one picked at random).
+// NewBatchDriver returns a driver batching to the nodes at addrs: one
+// client of them all, so every batch goes to the leader once an answer has
+// named it (a follower would forward it), and one Batcher, so the calls of
+// all load clients share batches.
 func NewBatchDriver(addrs []string, authToken string, maxOps int, tlsCfg *tls.Config) (*BatchDriver, error) {
-	d := &BatchDriver{}
+	var list []string
 	for _, a := range addrs {
 		a = strings.TrimSpace(a)
 		if a == "" {
 			continue
 		}
-		opts := []client.Option{client.WithToken(authToken)}
-		if tlsCfg != nil {
-			if !strings.Contains(a, "://") {
-				a = "https://" + a
-			}
-			opts = append(opts, client.WithTLS(tlsCfg))
+		if tlsCfg != nil && !strings.Contains(a, "://") {
+			a = "https://" + a
 		}
-		c, err := client.New(a, opts...)
-		if err != nil {
-			d.Close()
-			return nil, err
-		}
-		d.batchers = append(d.batchers, c.NewBatcher(client.BatcherConfig{MaxOps: maxOps}))
+		list = append(list, a)
 	}
-	if len(d.batchers) == 0 {
+	if len(list) == 0 {
 		return nil, errors.New("bench: --addr names no node")
 	}
-	return d, nil
+	opts := []client.Option{client.WithToken(authToken)}
+	if tlsCfg != nil {
+		opts = append(opts, client.WithTLS(tlsCfg))
+	}
+	c, err := client.New(strings.Join(list, ","), opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &BatchDriver{batchers: []*client.Batcher{c.NewBatcher(client.BatcherConfig{MaxOps: maxOps})}}, nil
 }
 
-func (d *BatchDriver) pick() *client.Batcher {
-	if len(d.batchers) == 1 {
-		return d.batchers[0]
-	}
-	return d.batchers[rand.IntN(len(d.batchers))]
-}
+func (d *BatchDriver) pick() *client.Batcher { return d.batchers[0] }
 
 // Close stops the batchers.
 func (d *BatchDriver) Close() error {

@@ -14,13 +14,19 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"github.com/idem-store/idem/client"
 )
 
 // HTTPDriver speaks idem's HTTP API (docs/API.md) to one or several
-// nodes; each request goes to a node picked at random.
+// nodes: each request goes to the leader once an answer has named it
+// (the Idem-Leader header), as the Go client sends it; to a node picked
+// at random until then, and after the leader could not be reached.
 type HTTPDriver struct {
 	addrs  []string
+	leader atomic.Int32 // index in addrs + 1; 0: not known
 	token  string
 	client *http.Client
 	tr     *http.Transport
@@ -154,10 +160,15 @@ func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []
 	if body != "" {
 		rd = strings.NewReader(body)
 	}
-	addr := d.addrs[0]
+	idx := 0
 	if len(d.addrs) > 1 {
-		addr = d.addrs[rand.IntN(len(d.addrs))]
+		if l := int(d.leader.Load()); l > 0 {
+			idx = l - 1
+		} else {
+			idx = rand.IntN(len(d.addrs))
+		}
 	}
+	addr := d.addrs[idx]
 	req, err := http.NewRequestWithContext(ctx, method, d.scheme+"://"+addr+path, rd)
 	if err != nil {
 		return 0, nil, Definitely("request", err)
@@ -170,9 +181,18 @@ func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []
 	}
 	resp, err := d.client.Do(req)
 	if err != nil {
+		d.leader.CompareAndSwap(int32(idx+1), 0) // try the others
 		return 0, nil, Indeterminately("transport", err)
 	}
 	defer resp.Body.Close()
+	if l := resp.Header.Get(client.LeaderHeader); l != "" && len(d.addrs) > 1 {
+		for i, a := range d.addrs {
+			if a == l {
+				d.leader.Store(int32(i + 1))
+				break
+			}
+		}
+	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {
 		return 0, nil, Indeterminately("transport", err)

@@ -25,7 +25,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fs := flag.NewFlagSet("idem bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed below, once
-	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (clients pick one at random per request)")
+	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (requests go to the leader once an answer names it, the Idem-Leader header; to a node picked at random until then)")
 	conc := fs.Int("concurrency", 64, "concurrent clients")
 	dur := fs.Duration("duration", 10*time.Second, "measured run length (after warm-up)")
 	ops := fs.Int("ops", 0, "stop after this many measured operations instead of --duration")

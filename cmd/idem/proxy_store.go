@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-store/idem/client"
 )
 
 // storeFailover is the proxy's transport to the store: one idem node at a
@@ -92,6 +94,21 @@ func newStoreFailover(nodes []*url.URL, tlsCfg *tls.Config) *storeFailover {
 // host by the node it picks.
 func (f *storeFailover) base() string { return f.nodes[0].String() }
 
+// follow makes the leader an answer names the node tried first, when it
+// is one of --store's: a follower's forwarding costs both nodes a second
+// HTTP exchange per write.
+func (f *storeFailover) follow(leader string) {
+	if leader == "" {
+		return
+	}
+	for i, u := range f.nodes {
+		if u.Host == leader {
+			f.cur.Store(int64(i))
+			return
+		}
+	}
+}
+
 // RoundTrip sends req to the current node and fails over to the others,
 // each once, when a node cannot be reached or answers 503.
 func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -127,6 +144,7 @@ func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
 				last.Body.Close()
 			}
 			f.cur.CompareAndSwap(int64(start), int64(idx))
+			f.follow(resp.Header.Get(client.LeaderHeader))
 			return resp, nil
 		}
 		if last != nil {
