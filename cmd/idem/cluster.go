@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"strconv"
@@ -38,6 +39,32 @@ Any node answers; followers forward to the leader.
 
 Flags:
 `
+
+// joinFlagsProblem names what is wrong with the flags of a join, or returns
+// "". The addresses are checked here because the server records whatever
+// it is given: a node added with --raft-addr "nonsense" (or a URL) sits in
+// the configuration as a non-voter that can never be reached.
+func joinFlagsProblem(id, raftAddr, httpAddr string) string {
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"--id", id}, {"--raft-addr", raftAddr}, {"--node-http-addr", httpAddr}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return strings.Join(missing, ", ") + " required (a join needs --id, --raft-addr and --node-http-addr)"
+	}
+	for _, f := range []struct{ name, v, serveFlag, example string }{
+		{"--raft-addr", raftAddr, "--raft-addr", "10.0.0.4:7071"},
+		{"--node-http-addr", httpAddr, "--http-addr", "10.0.0.4:7070"},
+	} {
+		host, port, err := net.SplitHostPort(f.v)
+		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+			return fmt.Sprintf("%s %q must be host:port, the node's own %s (e.g. %s)", f.name, f.v, f.serveFlag, f.example)
+		}
+	}
+	return ""
+}
 
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem cluster", flag.ContinueOnError)
@@ -81,8 +108,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "status":
 		raw, err = cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
 	case "join":
-		if *id == "" || *raftAddr == "" || *httpAddr == "" {
-			fmt.Fprintln(stderr, "idem cluster join: --id, --raft-addr and --node-http-addr are required")
+		if msg := joinFlagsProblem(*id, *raftAddr, *httpAddr); msg != "" {
+			fmt.Fprintf(stderr, "idem cluster join: %s\n", msg)
 			return 2
 		}
 		if *scope != "" && *scope != "endpoint" && *scope != "principal" {

@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Trips of a new user following the README, each a CLI answer that did
+// not say what was wrong.
+
+// TestClusterJoinNamesTheBadFlag: a join with a flag missing named all
+// three, and one with --raft-addr "nonsense" was sent and recorded.
+func TestClusterJoinNamesTheBadFlag(t *testing.T) {
+	// Nothing listens on --addr: every case must be refused before a call.
+	addr := freePort(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:7071"}, "--node-http-addr required"},
+		{[]string{"--raft-addr", "127.0.0.9:7071", "--node-http-addr", "127.0.0.9:7070"}, "--id required"},
+		{[]string{"--id", "n7", "--raft-addr", "nonsense", "--node-http-addr", "127.0.0.9:7070"}, `--raft-addr "nonsense" must be host:port`},
+		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:7071", "--node-http-addr", "http://127.0.0.9:7070"}, `--node-http-addr "http://127.0.0.9:7070" must be host:port`},
+		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:0", "--node-http-addr", "127.0.0.9:7070"}, `--raft-addr "127.0.0.9:0" must be host:port`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := runCluster(context.Background(), append([]string{"join", "--addr", addr, "--timeout", "2s"}, tc.args...), &stdout, &stderr)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
+		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+		require.NotContains(t, stderr.String(), "unreachable", "%v: refused before any call", tc.args)
+	}
+}
