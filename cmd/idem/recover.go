@@ -40,7 +40,7 @@ Flags:
 func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const name = "idem recover"
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // parseArgs prints errors and help, once
 	dataDir := fs.String("data-dir", "", "data dir of the stopped node")
 	nodeID := fs.String("node-id", "", "id of that node")
 	peersFlag := fs.String("peers", "", "the new voters: comma-separated ID=RAFTADDR, this node included (its RAFTADDR is the --raft-addr it will start with)")

@@ -73,7 +73,7 @@ type authEntry struct {
 
 func runTokenNew(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem token new", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(io.Discard) // parseArgs prints errors and help, once
 	name := fs.String("name", "", "name of the token in the auth file, logs and errors (e.g. payments-api)")
 	role := fs.String("role", "", "app, operator or admin")
 	principals := fs.String("principals", "", "app only: comma-separated principals it may act for, exact names or prefixes ending in '*'")

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -31,5 +32,27 @@ func TestClusterJoinNamesTheBadFlag(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
 		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
 		require.NotContains(t, stderr.String(), "unreachable", "%v: refused before any call", tc.args)
+	}
+}
+
+// TestHelpIsPrintedOnce: `idem token new --help` and `idem recover --help`
+// printed their usage twice (the flag package's copy on stderr, then
+// parseArgs's on stdout).
+func TestHelpIsPrintedOnce(t *testing.T) {
+	for _, run := range []struct {
+		name string
+		f    func(args []string, stdout, stderr *bytes.Buffer) int
+	}{
+		{"token new", func(a []string, o, e *bytes.Buffer) int { return runTokenNew(a, o, e) }},
+		{"recover", func(a []string, o, e *bytes.Buffer) int { return runRecover(context.Background(), a, o, e) }},
+	} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 0, run.f([]string{"--help"}, &stdout, &stderr), run.name)
+		require.Equal(t, 1, strings.Count(stdout.String()+stderr.String(), "Usage"), "%s --help:\n%s%s", run.name, stdout.String(), stderr.String())
+		stdout.Reset()
+		stderr.Reset()
+		require.Equal(t, 2, run.f([]string{"--bogus"}, &stdout, &stderr), run.name)
+		require.Contains(t, stderr.String(), "-bogus", run.name)
+		require.Equal(t, 1, strings.Count(stderr.String(), "-bogus"), "%s --bogus:\n%s", run.name, stderr.String())
 	}
 }
