@@ -85,6 +85,11 @@ type member struct {
 	// refused is the last refusal logged, so that a join retried every
 	// second logs a refusal once rather than every time.
 	refused string
+	// unreachable is the last error logged per --join address, for the
+	// same reason: a typo in --join, a member speaking HTTPS to a node
+	// without TLS, or a certificate from another CA would otherwise leave
+	// a node waiting forever with nothing in its log.
+	unreachable map[string]string
 }
 
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
@@ -113,7 +118,13 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", m.self)
 		switch {
 		case err != nil:
-			m.log.Debug("join: member unreachable", "addr", a, "error", err)
+			if ctx.Err() == nil && m.unreachable[a] != err.Error() {
+				if m.unreachable == nil {
+					m.unreachable = map[string]string{}
+				}
+				m.unreachable[a] = err.Error()
+				m.log.Warn("join: this --join address did not answer; retrying every second until a member accepts the join", "addr", a, "error", err)
+			}
 		case status == http.StatusOK:
 			var ans struct{ Suffrage, Detail string }
 			json.Unmarshal(b, &ans)

@@ -3,8 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -55,4 +57,22 @@ func TestHelpIsPrintedOnce(t *testing.T) {
 		require.Contains(t, stderr.String(), "-bogus", run.name)
 		require.Equal(t, 1, strings.Count(stderr.String(), "-bogus"), "%s --bogus:\n%s", run.name, stderr.String())
 	}
+}
+
+// TestJoinToAnUnreachableMemberIsLogged: a node whose --join address does
+// not answer (a typo, nothing listening) waited forever and logged nothing
+// above debug level.
+func TestJoinToAnUnreachableMemberIsLogged(t *testing.T) {
+	nobody := freePort(t) // nothing listens here
+	p := launch(t, filepath.Join(t.TempDir(), "d"), freePort(t), freePort(t), "--join", nobody)
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) && !strings.Contains(p.logs.String(), "did not answer") {
+		time.Sleep(100 * time.Millisecond)
+	}
+	logs := p.logs.String()
+	require.Contains(t, logs, "join: this --join address did not answer", logs)
+	require.Contains(t, logs, nobody, logs)
+	// Retried every second, logged once while the error stays the same.
+	time.Sleep(2500 * time.Millisecond)
+	require.Equal(t, 1, strings.Count(p.logs.String(), "did not answer"), p.logs.String())
 }
