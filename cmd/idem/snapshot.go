@@ -32,7 +32,7 @@ const snapshotUsage = `Usage:
       is kept unless --force.
   idem snapshot inspect FILE [--json]
       Verify FILE's checksums and print what it holds.
-  idem snapshot restore FILE --data-dir DIR --node-id ID [--raft-addr ADDR]
+  idem snapshot restore FILE --data-dir DIR --node-id ID --raft-addr ADDR
       Build, offline, a new data dir DIR (absent or empty) holding the
       snapshot's state as a one-node cluster. Start it with
       'idem serve --data-dir DIR --node-id ID --raft-addr ADDR'; other
@@ -51,7 +51,10 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	asJSON := fs.Bool("json", false, "inspect: print the header and counts as JSON")
 	dataDir := fs.String("data-dir", "", "restore: the data dir to create (absent or empty)")
 	nodeID := fs.String("node-id", "", "restore: id of the node that will serve DIR")
-	raftAddr := fs.String("raft-addr", "127.0.0.1:7071", "restore: raft address the node will advertise (its --raft-addr, or --raft-advertise)")
+	// No default: the address is written into the restored configuration,
+	// and a node served on another one runs with a configuration that
+	// names an address it does not listen on (nodes joining it dial that).
+	raftAddr := fs.String("raft-addr", "", "restore: raft address the node will advertise (its --raft-addr, or --raft-advertise), e.g. 127.0.0.1:7071 (required)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), snapshotUsage)
 		fs.PrintDefaults()
@@ -286,7 +289,9 @@ func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.W
 	if !nodeIDPattern.MatchString(nodeID) {
 		bad = append(bad, fmt.Sprintf("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", nodeID))
 	}
-	if host, _, err := net.SplitHostPort(raftAddr); err != nil || host == "" {
+	if raftAddr == "" {
+		bad = append(bad, "--raft-addr is required: the raft address the restored node will serve on (its idem serve --raft-addr), e.g. 127.0.0.1:7071")
+	} else if host, _, err := net.SplitHostPort(raftAddr); err != nil || host == "" {
 		bad = append(bad, fmt.Sprintf("--raft-addr %q is not host:port", raftAddr))
 	}
 	if len(bad) > 0 {

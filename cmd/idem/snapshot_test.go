@@ -179,7 +179,7 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	out, err = idemCmd(t, "snapshot", "save", file, "--addr", j2.http, "--force")
 	require.NoError(t, err, out)
 	require.Greater(t, inspectJSON(t, file).Header.AppliedIndex, in.Header.AppliedIndex)
-	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", r1.dir, "--node-id", "x1")
+	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", r1.dir, "--node-id", "x1", "--raft-addr", r1.raft)
 	require.Error(t, err)
 	require.Contains(t, out, "is not empty")
 
@@ -201,7 +201,7 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 		require.Contains(t, out, bad+": raftfsm: bad backup", name)
 		target := filepath.Join(dir, "target-"+name)
 		require.NoError(t, os.Mkdir(target, 0o755))
-		out, err = idemCmd(t, "snapshot", "restore", bad, "--data-dir", target, "--node-id", "x1")
+		out, err = idemCmd(t, "snapshot", "restore", bad, "--data-dir", target, "--node-id", "x1", "--raft-addr", "127.0.0.9:7071")
 		require.Error(t, err, name)
 		require.Contains(t, out, bad+": raftfsm: bad backup", name)
 		entries, err := os.ReadDir(target)
@@ -235,9 +235,15 @@ func TestSnapshotOfEmptyStore(t *testing.T) {
 	require.Equal(t, 201, code, "%s", body)
 
 	// Usage errors name the flag.
-	out, err = idemCmd(t, "snapshot", "restore", file, "--node-id", "e2")
+	out, err = idemCmd(t, "snapshot", "restore", file, "--node-id", "e2", "--raft-addr", raftAddr)
 	require.Error(t, err)
 	require.Contains(t, out, "--data-dir is required")
+	// No default raft address: one that is not the served --raft-addr
+	// would be written into the restored configuration.
+	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", filepath.Join(dir, "y"), "--node-id", "e2")
+	require.Error(t, err)
+	require.Contains(t, out, "--raft-addr is required")
+	require.NoDirExists(t, filepath.Join(dir, "y"))
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", filepath.Join(dir, "x"), "--node-id", "bad id")
 	require.Error(t, err)
 	require.Contains(t, out, "--node-id")
