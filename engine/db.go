@@ -87,6 +87,16 @@ type DB struct {
 	// every replica at the same applied index has the same count.
 	principals principalStats
 
+	// counters keeps the committed values of bookkeeping keys (bucket
+	// stats, quota counters) between Txns: a raft batch touches each
+	// principal's two counters once, and reading them from Pebble (the
+	// memtable's skiplist, then the tables) was a tenth of a node's CPU
+	// under load. It is a cache of what Pebble holds, filled and updated
+	// by Commit, emptied by anything that writes those keys any other
+	// way (a bucket drop, a restore, a load) and when it grows past
+	// maxCounters, so memory stays bounded whatever the principal count.
+	counters map[string]cached
+
 	// Long reads and compactions must not hold mu: a commit waits for mu,
 	// and every apply with it (a 10 M-record bucket's compaction held it
 	// for 23 s). They register in users instead; Close waits for them

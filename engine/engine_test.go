@@ -1311,3 +1311,30 @@ func TestStatsCountsLapsedLeases(t *testing.T) {
 	h.complete(t0+1001, scope("a"), a.Record.Token, resp("late but done"))
 	require.Zero(t, h.stats().LeaseExpired, "a completed attempt is not stuck")
 }
+
+// The DB keeps committed counters between Txns; a restore replaces them
+// all. A principal at its quota, restored to a state where it held no
+// keys, can claim again (a stale cached total said 2 and refused).
+func TestCountersFollowRestore(t *testing.T) {
+	h := newHarness(t)
+	q := func(key string) ClaimArgs {
+		return with(args(scope(key)), func(a *ClaimArgs) { a.MaxKeys = 2 })
+	}
+	other := with(args(scope("o1")), func(a *ClaimArgs) { a.Scope.Principal = "someone-else" })
+	require.Equal(t, OutcomeClaimed, h.claim(t0, other).Outcome)
+	snap, err := h.db.Snapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	snap.Close()
+
+	require.Equal(t, OutcomeClaimed, h.claim(t0+1, q("k1")).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claim(t0+2, q("k2")).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claim(t0+3, q("k3")).Outcome)
+
+	require.NoError(t, h.db.Restore(bytes.NewReader(buf.Bytes())))
+	require.Equal(t, OutcomeClaimed, h.claim(t0+4, q("k3")).Outcome, "the restored state holds no key of the principal")
+	require.Equal(t, OutcomeClaimed, h.claim(t0+5, q("k4")).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claim(t0+6, q("k5")).Outcome, "and counts again from there")
+}

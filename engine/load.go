@@ -297,6 +297,7 @@ func (l *Loader) Finish() (LoadStats, error) {
 	if err := l.b.Commit(pebble.Sync); err != nil {
 		return l.st, fmt.Errorf("engine: load commit: %w", err)
 	}
+	l.d.counters = nil // the load wrote counters past the cache
 	l.d.meta = m
 	l.d.principals = loadedPrincipals(l.totals) // the store was fresh: these are all
 	return l.st, nil

@@ -167,6 +167,7 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 	// described as empty (applied 0, every probe a "maybe"), which the
 	// node restores again at start.
 	d.filter.invalidate()
+	d.counters = nil
 	b := d.pdb.NewBatch()
 	defer b.Close()
 	if err := b.DeleteRange([]byte{}, []byte{0xff, 0xff, 0xff, 0xff}, nil); err != nil {

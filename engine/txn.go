@@ -43,14 +43,48 @@ type cached struct {
 	dirty   bool
 }
 
-// get reads a bookkeeping key through the cache.
+// get reads a bookkeeping key through the Txn's cache, then the DB's
+// (bypassed once the Txn has dropped a bucket: the range deletion is in
+// the batch, not yet in the committed values the DB's cache holds).
 func (t *Txn) get(k []byte) ([]byte, bool) {
 	if e, ok := t.kv[string(k)]; ok {
 		return e.v, e.present
 	}
+	if len(t.dropped) == 0 {
+		if e, ok := t.d.counter(k); ok {
+			t.kv[string(k)] = e
+			return e.v, e.present
+		}
+	}
 	v, ok := getValue(t.b, k)
 	t.kv[string(k)] = cached{v: v, present: ok}
 	return v, ok
+}
+
+// maxCounters bounds DB.counters: about 100 bytes an entry, so ~6 MiB.
+const maxCounters = 1 << 16
+
+// counter is the committed value of a bookkeeping key, if cached.
+func (d *DB) counter(k []byte) (cached, bool) {
+	d.mu.RLock()
+	defer d.mu.RUnlock()
+	e, ok := d.counters[string(k)]
+	return e, ok
+}
+
+// keepCounters records, under d.mu, the values a committed Txn read or
+// wrote (its dirty entries are in Pebble now).
+func (d *DB) keepCounters(kv map[string]cached, dropped bool) {
+	if dropped || d.counters == nil || len(d.counters)+len(kv) > maxCounters {
+		d.counters = make(map[string]cached, len(kv))
+	}
+	if dropped {
+		return // the Txn's view of the dropped bucket's keys is gone
+	}
+	for k, e := range kv {
+		e.dirty = false
+		d.counters[k] = e
+	}
 }
 
 // put and remove write a bookkeeping key to the cache, for flush.
@@ -153,6 +187,7 @@ func (t *Txn) Commit(applied uint64) error {
 	}
 	t.d.meta = t.meta
 	t.d.principals = t.principals
+	t.d.keepCounters(t.kv, len(t.dropped) > 0)
 	for _, b := range t.dropped {
 		t.d.filter.drop(b)
 	}
