@@ -7,7 +7,7 @@ FUZZTIME ?= 10s
 .PHONY: help run build test lint bench bench-scale fuzz cluster cluster-tls chaos chaos-ci clean
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-9s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 run: ## start a one-node store on 127.0.0.1:7070 with data in ./idem-data
 	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/idem serve
