@@ -60,7 +60,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			// moment while it replays entries older than its admission.)
 			if outside == 2 {
 				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
-					"add-back", fmt.Sprintf("idem cluster join --id %s --raft-addr %s --node-http-addr %s --addr <a member's HTTP address>", c.nodeID, c.raftAdvertise, c.httpAdvertise))
+					"add-back", addBackCommand(c))
 			}
 		case node.IsMember() && !node.IsLeader() && !node.Registered():
 			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
@@ -73,6 +73,21 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// addBackCommand is the command that adds a removed node back, ready to
+// paste: the member to ask is one of --join (not the node itself), else a
+// placeholder without angle brackets, which a shell would take for a
+// redirection.
+func addBackCommand(c *serveConfig) string {
+	member := "MEMBER_HTTP_ADDR"
+	for _, a := range splitAddrs(c.join) {
+		if a != c.httpAdvertise {
+			member = a
+			break
+		}
+	}
+	return fmt.Sprintf("idem cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", c.nodeID, c.raftAdvertise, c.httpAdvertise, member)
 }
 
 type member struct {

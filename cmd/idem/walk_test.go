@@ -76,3 +76,17 @@ func TestJoinToAnUnreachableMemberIsLogged(t *testing.T) {
 	time.Sleep(2500 * time.Millisecond)
 	require.Equal(t, 1, strings.Count(p.logs.String(), "did not answer"), p.logs.String())
 }
+
+// TestAddBackCommandPastes: the command a removed node logs ended with
+// "--addr <a member's HTTP address>", which a shell reads as a redirection
+// from a file and an unterminated quote.
+func TestAddBackCommandPastes(t *testing.T) {
+	c := &serveConfig{nodeID: "n3", raftAdvertise: "127.0.0.3:7071", httpAdvertise: "127.0.0.3:7070",
+		join: "127.0.0.3:7070,127.0.0.1:7070,127.0.0.2:7070"}
+	require.Equal(t, "idem cluster join --id n3 --raft-addr 127.0.0.3:7071 --node-http-addr 127.0.0.3:7070 --addr 127.0.0.1:7070", addBackCommand(c))
+	c.join = ""
+	cmd := addBackCommand(c)
+	require.NotContains(t, cmd, "<")
+	require.NotContains(t, cmd, "'")
+	require.Contains(t, cmd, "--addr MEMBER_HTTP_ADDR")
+}
