@@ -15,12 +15,23 @@ import (
 // The suite against the Go middleware, with real idem nodes as its store:
 // one with the default retention, one that keeps records for two seconds,
 // and an address where nothing listens.
-func TestMiddlewareConforms(t *testing.T) {
+func TestMiddlewareConforms(t *testing.T) { conforms(t, false) }
+
+// The same with the store calls sent through a client.Batcher.
+func TestMiddlewareConformsBatched(t *testing.T) { conforms(t, true) }
+
+func conforms(t *testing.T, batched bool) {
 	up := conformance.NewUpstream()
 	front := func(storeURL string) string {
-		store, err := client.New(storeURL)
+		c, err := client.New(storeURL)
 		if err != nil {
 			t.Fatal(err)
+		}
+		var store middleware.Store = c
+		if batched {
+			b := c.NewBatcher(client.BatcherConfig{MaxOps: 16})
+			t.Cleanup(func() { b.Close() })
+			store = b
 		}
 		idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: time.Second})
 		if err != nil {

@@ -28,11 +28,17 @@ type Store interface {
 	Extend(ctx context.Context, req client.ExtendRequest) (*client.ExtendResponse, error)
 }
 
-var _ Store = (*client.Client)(nil)
+var (
+	_ Store = (*client.Client)(nil)
+	_ Store = (*client.Batcher)(nil)
+)
 
 // Options configure the middleware. Only Store is required.
 type Options struct {
-	// Store is the idem cluster (a *client.Client).
+	// Store is the idem cluster: a *client.Client, or a *client.Batcher
+	// made from one to send the store calls of many concurrent requests
+	// together (fewer, larger requests to the store; each call waits up
+	// to the batcher's linger, 0.5 ms by default).
 	Store Store
 
 	// Principal returns the tenant the request acts for, from the
