@@ -21,7 +21,8 @@ import (
 // no-op upstream directly and through the proxy (a fresh key per request:
 // claim, forward, complete), and retries through the proxy (a replay: one
 // claim answered from the store), at 1 and 64 clients, with a local
-// one-node `idem serve`. It asserts nothing about speed; it prints a table.
+// one-node `idem serve`; and the same through a proxy that batches its
+// store calls (--store-batch 64). It asserts nothing about speed; it prints a table.
 //
 //	IDEM_PROXY_BENCH=10s go test -run TestProxyLatency -v ./cmd/idem
 func TestProxyLatency(t *testing.T) {
@@ -39,6 +40,7 @@ func TestProxyLatency(t *testing.T) {
 	defer upstream.Close()
 	node := startStore(t)
 	px := startProxy(t, "--upstream", upstream.URL, "--store", node.http, "--log-level", "warn")
+	pxb := startProxy(t, "--upstream", upstream.URL, "--store", node.http, "--log-level", "warn", "--store-batch", "64")
 
 	t.Logf("%-28s %8s %10s %10s %10s %8s", "target", "clients", "req/s", "p50 ms", "p99 ms", "errors")
 	for _, clients := range []int{1, 64} {
@@ -49,6 +51,8 @@ func TestProxyLatency(t *testing.T) {
 			{"upstream directly", upstream.URL, false},
 			{"proxy, fresh key", px.url, false},
 			{"proxy, replay", px.url, true},
+			{"proxy --store-batch 64, fresh", pxb.url, false},
+			{"proxy --store-batch 64, replay", pxb.url, true},
 		} {
 			r := pxLoadRun(t, c.url+"/pay", clients, d, c.replay)
 			t.Logf("%-28s %8d %10.0f %10.2f %10.2f %8d", c.name, clients, r.rate, r.p50, r.p99, r.errors)

@@ -336,6 +336,8 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--ca-file", "/nonexistent-ca.pem"), "--ca-file"},
 		{with("--store-timeout", "0s"), "--store-timeout:"},
 		{with("--max-stored-body", "0"), "--max-stored-body:"},
+		{with("--store-batch", "-1"), "--store-batch:"},
+		{with("--store-batch", "100000"), "--store-batch:"},
 		{with("--log-level", "loud"), "--log-level:"},
 		{with("--store-token-file", "/nonexistent-token"), "--store-token-file:"},
 		{with("--bogus", "1"), "-bogus"},
@@ -351,7 +353,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 	}
 	out, err := exec.Command(binary, "proxy", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file"} {
+	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch"} {
 		require.Contains(t, string(out), "-"+strings.TrimLeft(f, "-"), "--help lists %s", f)
 	}
 }
@@ -368,17 +370,20 @@ func TestProxyConformance(t *testing.T) {
 	node := startStore(t)
 	short := start(t, filepath.Join(t.TempDir(), "short"), freePort(t), freePort(t),
 		"--retention", "3s", "--allow-short-retention", "--lease", "2s")
-	front := startProxy(t, "--upstream", upSrv.URL, "--store", node.http)
-	shortFront := startProxy(t, "--upstream", upSrv.URL, "--store", short.http)
-	downFront := startProxy(t, "--upstream", upSrv.URL, "--store", deadAddr(t))
-
-	conformance.Run(t, conformance.Target{
-		URL:               front.url,
-		Upstream:          up,
-		ShortRetentionURL: shortFront.url,
-		ShortRetention:    3 * time.Second,
-		DownURL:           downFront.url,
-	})
+	for _, extra := range [][]string{nil, {"--store-batch", "16"}} {
+		t.Run(strings.Join(append([]string{"proxy"}, extra...), " "), func(t *testing.T) {
+			front := startProxy(t, append([]string{"--upstream", upSrv.URL, "--store", node.http}, extra...)...)
+			shortFront := startProxy(t, append([]string{"--upstream", upSrv.URL, "--store", short.http}, extra...)...)
+			downFront := startProxy(t, append([]string{"--upstream", upSrv.URL, "--store", deadAddr(t)}, extra...)...)
+			conformance.Run(t, conformance.Target{
+				URL:               front.url,
+				Upstream:          up,
+				ShortRetentionURL: shortFront.url,
+				ShortRetention:    3 * time.Second,
+				DownURL:           downFront.url,
+			})
+		})
+	}
 }
 
 // TestProxyTLS: the proxy reaches a store that requires client
