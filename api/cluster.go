@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -147,11 +148,36 @@ func (s *Server) clusterScope() string {
 	return "endpoint"
 }
 
+// hostPort refuses a member address that is not host:port with a port
+// number: the cluster would record it, and every node would dial it in
+// vain (a scheme, a missing port or a typo left an unreachable non-voter).
+func hostPort(field, v, flag string) *problem {
+	host, port, err := net.SplitHostPort(v)
+	if err == nil && host == "" {
+		err = fmt.Errorf("no host")
+	}
+	if err == nil {
+		if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
+		}
+	}
+	if err != nil {
+		return invalid("%s %q must be host:port, the joining node's %s (e.g. 10.0.0.4:7071 or node-4:7071): %v", field, v, flag, err)
+	}
+	return nil
+}
+
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	var req clusterJoinRequest
 	body, p := s.readJSON(w, r, &req)
 	if p == nil && (req.ID == "" || req.RaftAddr == "" || req.HTTPAddr == "") {
 		p = invalid("id, raft_addr and http_addr are required")
+	}
+	if p == nil {
+		p = hostPort("raft_addr", req.RaftAddr, "--raft-addr")
+	}
+	if p == nil {
+		p = hostPort("http_addr", req.HTTPAddr, "--http-addr")
 	}
 	if p == nil && req.Scope != "" && req.Scope != "endpoint" && req.Scope != "principal" {
 		p = invalid("scope %q must be endpoint or principal", req.Scope)
