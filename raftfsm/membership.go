@@ -220,8 +220,12 @@ func (n *Node) Status() (Status, error) {
 				continue
 			}
 			h := n.peers.byID[m.ID]
-			if !fresh || h == nil {
+			if !fresh {
 				m.UnhealthyReason = "not measured yet (this node became leader moments ago)"
+				continue
+			}
+			if h == nil {
+				m.UnhealthyReason = "not measured yet (it joined after the leader's last health check, or has never answered one)"
 				continue
 			}
 			h.fill(m, now)
