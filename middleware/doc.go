@@ -55,6 +55,10 @@
 //     Options.StoreTimeout, then 503 unavailable with Retry-After, and the
 //     handler does not run (fail closed). FailOpen runs the handler
 //     unprotected instead: unsafe, a retry may run it twice.
+//   - the store refuses the client's credentials (401 or 403: a wrong store
+//     token, or an app token whose principal patterns miss this principal):
+//     logged at error as a credentials problem, 503 unavailable, and the
+//     handler does not run, with FailOpen too.
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
 // too large) reaches the first caller untouched and is stored with its

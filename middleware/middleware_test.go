@@ -264,6 +264,25 @@ func TestFailOpenRunsTheHandlerWithoutTheStore(t *testing.T) {
 	require.Equal(t, int32(1), runs.Load())
 }
 
+// A store that refuses the middleware's credentials is a misconfiguration,
+// not an outage: the request is refused and the handler does not run,
+// even with FailOpen (which would otherwise run every request unprotected).
+func TestStoreCredentialsRefusedNeverRunsTheHandler(t *testing.T) {
+	t.Parallel()
+	node := idemtest.Start(t, idemtest.Options{AuthTokens: []string{"the-right-token"}})
+	store, err := client.New(node.URL, client.WithToken("a-wrong-token"))
+	require.NoError(t, err)
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) })
+	for _, failOpen := range []bool{false, true} {
+		e := newEnv(t, middleware.Options{Store: store, FailOpen: failOpen, StoreTimeout: 2 * time.Second}, h)
+		a := e.post("/p", "cred-"+fmt.Sprint(failOpen), "{}")
+		require.Equal(t, http.StatusServiceUnavailable, a.status, "FailOpen %v", failOpen)
+		require.Equal(t, "unavailable", problemCode(t, a))
+		require.Equal(t, int32(0), runs.Load(), "FailOpen %v: the handler must not run", failOpen)
+	}
+}
+
 // The endpoint of a ServeMux route is its pattern: two payments under
 // /payments/{id} with one key are one record.
 func TestEndpointIsTheRoutePattern(t *testing.T) {

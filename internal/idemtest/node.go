@@ -27,6 +27,9 @@ type Options struct {
 	Retention time.Duration
 	// MaxResponseBytes is --max-response-bytes (default 65,536).
 	MaxResponseBytes int
+	// AuthTokens, when set, are the only bearer tokens the node accepts
+	// (each an admin token, as in the old one-token-per-line auth file).
+	AuthTokens []string
 }
 
 // Node is a running one-node store.
@@ -62,6 +65,7 @@ func Start(tb testing.TB, o Options) *Node {
 	if o.Retention > 0 {
 		cfg.Retention = o.Retention
 	}
+	cfg.AuthTokens = o.AuthTokens
 	if o.MaxResponseBytes > 0 {
 		cfg.Limits.MaxResponseBytes = o.MaxResponseBytes
 	}
