@@ -375,6 +375,7 @@ func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.W
 	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s\n",
 		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs))
 	fmt.Fprintf(stdout, "start it with: idem serve --data-dir %s --node-id %s --raft-addr %s\n", dataDir, nodeID, raftAddr)
+	fmt.Fprintln(stdout, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
 }
