@@ -178,7 +178,7 @@ func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
 	switch kind {
 	case wire.OpClaim:
 		var req claimRequest
-		if p = decodeStrict(rest, &req); p == nil {
+		if p = decodeClaim(rest, &req); p == nil {
 			it.claim, p = s.claimArgs(&req)
 		}
 	case wire.OpComplete:

@@ -182,7 +182,9 @@ func (s *Server) writeClaimed(w http.ResponseWriter, rec *engine.Record) {
 	if ok {
 		c.Token = FormatToken(sec.Key, s.principalOnly(), engine.Scope{Principal: rec.Principal, Endpoint: rec.Endpoint, Key: rec.Key}, rec.Token)
 	}
-	writeJSON(w, http.StatusCreated, c)
+	if !writeClaimedJSON(w, &c) {
+		writeJSON(w, http.StatusCreated, c)
+	}
 }
 
 // featuresHeader lists, on /healthz, what this node's Apply knows that

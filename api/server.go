@@ -122,7 +122,10 @@ func (s *Server) route(path, method string, h http.HandlerFunc) {
 
 func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	var req claimRequest
-	body, p := s.readJSON(w, r, &req)
+	body, p := s.readBody(w, r)
+	if p == nil {
+		p = decodeClaim(body, &req)
+	}
 	var args engine.ClaimArgs
 	if p == nil {
 		args, p = s.claimArgs(&req)

@@ -1,0 +1,123 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/idem-store/idem/wire"
+)
+
+// claimBodies are claim bodies the fast path must take, and bodies it
+// must leave to decodeStrict (which accepts some and refuses the others).
+var claimBodies = []string{
+	// taken
+	`{"principal":"cus_42","endpoint":"POST /payments","key":"k-1","fingerprint":"9f86d081884c7d65"}`,
+	`{"principal":"cus_42","endpoint":"POST /payments","key":"k-1","fingerprint":"9f86d081","claim_id":"c1","correlation_id":"r1","lease_ms":30000}`,
+	" \n{ \"key\" : \"k\" , \"principal\":\"p\",\"endpoint\":\"e\",\"fingerprint\":\"ab\",\"lease_ms\":-5 }\t",
+	`{"principal":"ｃｕｓ","endpoint":"POST /€","key":"ключ","fingerprint":"ab"}`,
+	`{}`,
+	`{"lease_ms":0}`,
+	// left to decodeStrict
+	`{"principal":"cus\u0034","endpoint":"e","key":"k","fingerprint":"ab"}`,
+	`{"principal":"a\"b","endpoint":"e","key":"k","fingerprint":"ab"}`,
+	`{"Principal":"p","endpoint":"e","key":"k","fingerprint":"ab"}`,
+	`{"principal":"p","principal":"q","endpoint":"e","key":"k","fingerprint":"ab"}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","extra":1}`,
+	`{"principal":null,"endpoint":"e","key":"k","fingerprint":"ab"}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","lease_ms":null}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","lease_ms":1.5}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","lease_ms":1e3}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","lease_ms":01}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","lease_ms":"5"}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab","lease_ms":99999999999999999999}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab"} {}`,
+	`{"principal":"p","endpoint":"e","key":"k","fingerprint":"ab",}`,
+	`{"principal":"p" "endpoint":"e"}`,
+	`{"principal":"p\xff","endpoint":"e","key":"k","fingerprint":"ab"}`,
+	"{\"principal\":\"p\tq\",\"endpoint\":\"e\",\"key\":\"k\",\"fingerprint\":\"ab\"}",
+	`{"principal":123,"endpoint":"e","key":"k","fingerprint":"ab"}`,
+	`[]`,
+	`"x"`,
+	``,
+	`{`,
+	`{"principal":"p"`,
+	`{"principal":"p`,
+	`{"lease_ms":-}`,
+	`{"lease_ms":-0}`,
+}
+
+// fastClaim takes what it should, and whatever it takes decodeStrict
+// takes too, with the same result.
+func TestFastClaimAgreesWithDecodeStrict(t *testing.T) {
+	for i, body := range claimBodies {
+		checkFastClaim(t, []byte(body), i < 6)
+	}
+	// What the Go client and idem bench send.
+	c, err := json.Marshal(wire.ClaimRequest{Principal: "cus_1", Endpoint: "POST /payments", Key: "abc", Fingerprint: "9f86d081884c7d65", ClaimID: "x", LeaseMs: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkFastClaim(t, c, true)
+}
+
+func checkFastClaim(t *testing.T, body []byte, wantFast bool) {
+	t.Helper()
+	var fast claimRequest
+	took := fastClaim(body, &fast)
+	if wantFast && !took {
+		t.Errorf("fastClaim left %s to the slow path", body)
+	}
+	var slow claimRequest
+	p := decodeStrict(body, &slow)
+	if took && p != nil {
+		t.Errorf("fastClaim took %s, which decodeStrict refuses: %s", body, p.Detail)
+	}
+	if took && !reflect.DeepEqual(fast, slow) {
+		t.Errorf("%s: fastClaim %+v, decodeStrict %+v", body, fast, slow)
+	}
+}
+
+func FuzzFastClaim(f *testing.F) {
+	for _, b := range claimBodies {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { checkFastClaim(t, body, false) })
+}
+
+// writeClaimedJSON writes the bytes writeJSON writes, and takes the usual
+// answer.
+func TestWriteClaimedJSONAgreesWithWriteJSON(t *testing.T) {
+	at := time.Date(2026, 12, 1, 4, 30, 0, 123_000_000, time.UTC)
+	cases := []struct {
+		c    wire.ClaimResponse
+		fast bool
+	}{
+		{wire.ClaimResponse{Outcome: wire.OutcomeClaimed, Token: "00000000000000000009.74e0aa", Attempt: 1, CreatedAt: at, ExpiresAt: at.Add(24 * time.Hour), LeaseExpiresAt: at.Add(30 * time.Second)}, true},
+		{wire.ClaimResponse{Outcome: wire.OutcomeClaimed, Token: "12", Attempt: 3, CreatedAt: at.In(time.FixedZone("x", 3600)), ExpiresAt: at, LeaseExpiresAt: at}, true},
+		{wire.ClaimResponse{Outcome: wire.OutcomeClaimed, Token: "a<b", Attempt: 1, CreatedAt: at, ExpiresAt: at, LeaseExpiresAt: at}, false},
+		{wire.ClaimResponse{Outcome: wire.OutcomeClaimed, Token: "1", Attempt: 1, CreatedAt: at, ExpiresAt: at}, false},
+		{wire.ClaimResponse{Outcome: wire.OutcomeReplay, Record: &wire.Record{}}, false},
+	}
+	for _, tc := range cases {
+		want := httptest.NewRecorder()
+		writeJSON(want, 201, tc.c)
+		got := httptest.NewRecorder()
+		took := writeClaimedJSON(got, &tc.c)
+		if took != tc.fast {
+			t.Errorf("%+v: took %v, want %v", tc.c, took, tc.fast)
+		}
+		if !took {
+			if got.Body.Len() != 0 || len(got.Header()) != 0 {
+				t.Errorf("declined but wrote %q", got.Body.String())
+			}
+			continue
+		}
+		if got.Code != want.Code || got.Body.String() != want.Body.String() || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") {
+			t.Errorf("fast %d %q %q\nslow %d %q %q", got.Code, got.Header().Get("Content-Type"), got.Body.String(),
+				want.Code, want.Header().Get("Content-Type"), want.Body.String())
+		}
+	}
+}
