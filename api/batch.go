@@ -590,7 +590,7 @@ type batchGate struct {
 
 // Variables for tests.
 var (
-	batchGateRetry   = 10 * time.Second
+	batchGateRetry   = time.Second
 	batchGateRecheck = 30 * time.Second
 )
 

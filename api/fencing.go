@@ -214,7 +214,7 @@ type secretGate struct {
 
 // secretGateRetry is how long a leader waits before asking members again
 // (a variable for tests).
-var secretGateRetry = 10 * time.Second
+var secretGateRetry = time.Second
 
 // ensureSecret makes sure, on the leader, that the cluster has a secret
 // before a claim, when every member can hold one. Otherwise it does
