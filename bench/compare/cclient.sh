@@ -99,11 +99,14 @@ wait_for() { # wait_for DESCRIPTION CMD...: up to 60 s
 rows=()
 
 # ---------------------------------------------------------------- idem + wrk
-# The Lua script makes every request a fresh scope: the thread's id and a
-# counter in the key, 100 principals. With BATCH > 0 one request carries
+# The Lua script makes every request a fresh scope: the run's name, the
+# thread's id and a counter in the key, 100 principals (without the run's
+# name the batched run, on the same node, re-claimed the first run's keys
+# and counted them as lost). With BATCH > 0 one request carries
 # BATCH claims; the response callback counts the results that are not 201.
 cat >"$work/claims.lua" <<'EOF'
 local batch = tonumber(os.getenv("BATCH") or "0")
+local run = os.getenv("RUN") or "r"
 local threads = {}
 local counter, bad, tid = 0, 0, 0
 function setup(thread)
@@ -112,7 +115,7 @@ function setup(thread)
 end
 function init(args) tid = wrk.thread:get("tid") end
 local function claim(i)
-  return string.format('{"principal":"p%d","endpoint":"POST /x","key":"t%d-%d","fingerprint":"aa"}', i % 100, tid, i)
+  return string.format('{"principal":"p%d","endpoint":"POST /x","key":"%s-t%d-%d","fingerprint":"aa"}', i % 100, run, tid, i)
 end
 request = function()
   if batch == 0 then
@@ -147,7 +150,7 @@ EOF
 
 run_wrk() { # run_wrk LABEL BATCH URL
   local out=$work/wrk-$2.txt
-  BATCH=$2 wrk -t "$THREADS" -c "$CLIENTS" -d "$DURATION" --latency -s "$work/claims.lua" "$3" >"$out" 2>&1 || { cat "$out" >&2; die "wrk failed"; }
+  RUN=b$2 BATCH=$2 wrk -t "$THREADS" -c "$CLIENTS" -d "$DURATION" --latency -s "$work/claims.lua" "$3" >"$out" 2>&1 || { cat "$out" >&2; die "wrk failed"; }
   local rps non2xx errs bad p50 p99 per=1
   rps=$(awk '/^Requests\/sec/ {print $2}' "$out")
   non2xx=$(awk '/Non-2xx or 3xx responses/ {print $NF}' "$out"); non2xx=${non2xx:-0}
