@@ -120,8 +120,11 @@ func (b *Batcher) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, 
 		return nil, err
 	}
 	var out ClaimResponse
-	if err := json.Unmarshal(raw, &out); err != nil {
-		return nil, badAnswer(http.MethodPost, "/v1/batch", err)
+	if !fastClaimed(raw, &out) {
+		out = ClaimResponse{}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/batch", err)
+		}
 	}
 	switch {
 	case out.Outcome == OutcomeClaimed && status == http.StatusCreated:
@@ -204,7 +207,8 @@ func (b *Batcher) typed(ctx context.Context, kind string, in, out any) error {
 // do queues one op and waits for its answer: the 2xx body and status, or
 // the error a single call would return.
 func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessage, int, error) {
-	op, err := json.Marshal(wire.BatchOp{Op: kind, Body: body})
+	// MarshalJSON directly: json.Marshal would compact and copy its output.
+	op, err := wire.BatchOp{Op: kind, Body: body}.MarshalJSON()
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: encode %s: %w", kind, err)
 	}
@@ -354,7 +358,7 @@ func (b *Batcher) send(batch []*batchCall) {
 	body.WriteString(`]}`)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 	defer cancel()
-	raw, err := b.c.Do(ctx, http.MethodPost, "/v1/batch", nil, json.RawMessage(body.Bytes()))
+	raw, err := b.c.exchange(ctx, http.MethodPost, "/v1/batch", nil, body.Bytes(), true)
 	var out wire.BatchResponse
 	if err == nil {
 		if err = json.Unmarshal(raw, &out); err == nil && len(out.Results) != len(live) {

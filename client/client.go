@@ -189,12 +189,18 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 			return nil, fmt.Errorf("client: encode %s %s: %w", method, path, err)
 		}
 	}
+	return c.exchange(ctx, method, path, query, b, in != nil)
+}
+
+// exchange is Do with the body already encoded (the Batcher builds its
+// JSON itself: through Do, json.Marshal would check and copy it again).
+func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, b []byte, hasBody bool) (json.RawMessage, error) {
 	start := int(c.cur.Load())
 	var resp *http.Response
 	for i := 0; ; i++ {
 		n := (start + i) % len(c.nodes)
 		var err error
-		resp, err = c.send(ctx, c.nodes[n], method, path, query, b, in != nil)
+		resp, err = c.send(ctx, c.nodes[n], method, path, query, b, hasBody)
 		if err == nil {
 			if i > 0 {
 				c.cur.CompareAndSwap(int32(start), int32(n))
