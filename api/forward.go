@@ -121,6 +121,10 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			w.Header().Set(notAppliedHeader, "1")
 		}
 		w.Header().Del(LeaderHeader) // undecided: name no leader
+		if leaderless && s.outsideCluster() {
+			writeProblem(w, notMemberProblem())
+			return errAnswered
+		}
 		writeProblem(w, storeProblem(err))
 		return errAnswered
 	}
@@ -222,4 +226,23 @@ func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, erro
 		return 0, err
 	}
 	return st.CommitIndex, nil
+}
+
+// outsideCluster reports whether this node has state but is not in the
+// cluster's configuration: an operator removed it (or it has not been
+// admitted yet). Such a node knows no leader, and "no leader is available"
+// sent callers to wait for an election that would never include it.
+func (s *Server) outsideCluster() bool {
+	m, ok := s.store.(interface {
+		HasState() bool
+		IsMember() bool
+	})
+	return ok && m.HasState() && !m.IsMember()
+}
+
+func notMemberProblem() *problem {
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+		"this node is not in the cluster's configuration (it was removed, or has not been admitted yet), so it cannot take writes: send them to a member; an operator adds it back with idem cluster join")
+	p.retryAfter = 5
+	return p
 }

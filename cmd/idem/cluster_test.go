@@ -1029,6 +1029,10 @@ func watchRemoved(t *testing.T, c *testCluster, removed *cnode, rest []*cnode) {
 		time.Sleep(200 * time.Millisecond)
 	}
 	require.Contains(t, removed.p.logs.String(), "not in the cluster's configuration")
+	// And the refusal says why: no election will ever give it a leader.
+	a := call("POST", removed.http, "/v1/claim", claimReq("to-removed-final-"+removed.id, ""))
+	require.True(t, a.unavailable503(), "%s", a)
+	require.Contains(t, string(a.body), "not in the cluster's configuration", "%s", a)
 }
 
 // moveLeadership makes target the leader. Raft hands leadership to the
