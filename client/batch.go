@@ -46,7 +46,9 @@ type BatcherConfig struct {
 	// (default 500µs).
 	Linger time.Duration
 	// MaxOps is the most ops in one request (default 256, the server's
-	// default --max-batch-ops; keep it at or below the server's).
+	// default --max-batch-ops). Keep it at or below the server's: a batch
+	// the server refuses as too large is sent again in halves, which
+	// works but costs a request.
 	MaxOps int
 	// MaxBytes bounds a request's body (default 512 KiB, half the server's
 	// default request limit); an op larger than it goes alone.
@@ -347,6 +349,13 @@ func (b *Batcher) send(batch []*batchCall) {
 	if len(live) == 0 {
 		return
 	}
+	b.post(live)
+}
+
+// post sends the calls as one request. A batch the server refuses whole as
+// too large (more ops than its --max-batch-ops, or more bytes than its
+// request limit) decided nothing, so it is sent again in halves.
+func (b *Batcher) post(live []*batchCall) {
 	var body bytes.Buffer
 	body.WriteString(`{"ops":[`)
 	for i, c := range live {
@@ -359,6 +368,13 @@ func (b *Batcher) send(batch []*batchCall) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 	defer cancel()
 	raw, err := b.c.exchange(ctx, http.MethodPost, "/v1/batch", nil, body.Bytes(), true)
+	if p := (*Problem)(nil); errors.As(err, &p) && p.Status == http.StatusRequestEntityTooLarge && len(live) > 1 {
+		cancel()
+		half := len(live) / 2
+		b.post(live[:half])
+		b.post(live[half:])
+		return
+	}
 	var out wire.BatchResponse
 	if err == nil {
 		if err = json.Unmarshal(raw, &out); err == nil && len(out.Results) != len(live) {

@@ -442,6 +442,15 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 			writeProblem(w, http.StatusServiceUnavailable, "unavailable",
 				"the idempotency store cannot be used for this request, so it was not processed", 1)
 			return
+		case p.Status >= 400 && p.Status < 500 && p.Status != http.StatusRequestTimeout:
+			// Any other refusal (413: a batch above the store's
+			// --max-batch-ops, say) is an answer from a store that works:
+			// a configuration problem, never a reason to run unprotected.
+			m.log.Error("idempotency store refused the call: a configuration problem, not an outage; refusing the request",
+				"status", p.Status, "code", p.Code, "detail", p.Detail)
+			writeProblem(w, http.StatusServiceUnavailable, "unavailable",
+				"the idempotency store cannot be used for this request, so it was not processed", 1)
+			return
 		}
 	}
 	if r.Context().Err() != nil {

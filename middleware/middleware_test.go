@@ -418,3 +418,37 @@ func TestLeaseOutlivesTheClientsDisconnect(t *testing.T) {
 	}, 5*time.Second, 50*time.Millisecond)
 	require.Equal(t, int32(1), runs.Load())
 }
+
+// A Batcher whose batches exceed the store's --max-batch-ops gets them
+// refused whole (413): it sends them again in halves, and whatever the
+// store answers, one Idempotency-Key runs the handler once, with FailOpen
+// too (a 413 was taken for an outage and every request ran unprotected).
+func TestBatcherAboveTheStoresBatchLimit(t *testing.T) {
+	t.Parallel()
+	node := idemtest.Start(t, idemtest.Options{MaxBatchOps: 4})
+	c, err := client.New(node.URL)
+	require.NoError(t, err)
+	b := c.NewBatcher(client.BatcherConfig{MaxOps: 64, Linger: 5 * time.Millisecond})
+	t.Cleanup(func() { b.Close() })
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		time.Sleep(50 * time.Millisecond)
+		w.WriteHeader(http.StatusCreated)
+	})
+	e := newEnv(t, middleware.Options{Store: b, FailOpen: true, StoreTimeout: 5 * time.Second}, h)
+	var wg sync.WaitGroup
+	statuses := make([]int, 40)
+	for i := range statuses {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i] = e.post("/p", "over-the-limit", "{}").status
+		}()
+	}
+	wg.Wait()
+	require.Equal(t, int32(1), runs.Load(), "statuses %v", statuses)
+	for _, s := range statuses {
+		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, s, "statuses %v", statuses)
+	}
+}

@@ -27,6 +27,8 @@ type Options struct {
 	Retention time.Duration
 	// MaxResponseBytes is --max-response-bytes (default 65,536).
 	MaxResponseBytes int
+	// MaxBatchOps is --max-batch-ops (default 256).
+	MaxBatchOps int
 	// AuthTokens, when set, are the only bearer tokens the node accepts
 	// (each an admin token, as in the old one-token-per-line auth file).
 	AuthTokens []string
@@ -66,6 +68,9 @@ func Start(tb testing.TB, o Options) *Node {
 		cfg.Retention = o.Retention
 	}
 	cfg.AuthTokens = o.AuthTokens
+	if o.MaxBatchOps > 0 {
+		cfg.MaxBatchOps = o.MaxBatchOps
+	}
 	if o.MaxResponseBytes > 0 {
 		cfg.Limits.MaxResponseBytes = o.MaxResponseBytes
 	}
