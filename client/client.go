@@ -99,6 +99,11 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	if c.hc == nil {
 		tr := newTransport()
+		if len(c.nodes) > 1 {
+			// A node that drops packets should cost a caller a second, not
+			// the whole of its deadline, before the next node is tried.
+			tr.DialContext = (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext
+		}
 		tr.TLSClientConfig = c.tls
 		c.hc = &http.Client{Transport: tr}
 	}
@@ -197,8 +202,10 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, b []byte, hasBody bool) (json.RawMessage, error) {
 	start := int(c.cur.Load())
 	var resp *http.Response
+	used := start
 	for i := 0; ; i++ {
 		n := (start + i) % len(c.nodes)
+		used = n
 		var err error
 		resp, err = c.send(ctx, c.nodes[n], method, path, query, b, hasBody)
 		if err == nil {
@@ -207,13 +214,26 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 			}
 			break
 		}
-		if i+1 < len(c.nodes) && neverDelivered(err) && ctx.Err() == nil {
-			continue
+		if neverDelivered(err) {
+			// Later requests start at the next node, even when this one
+			// gives up (its deadline may have run out in the dial: a node
+			// that drops packets kept every caller waiting on it).
+			c.cur.CompareAndSwap(int32(n), int32((n+1)%len(c.nodes)))
+			if i+1 < len(c.nodes) && ctx.Err() == nil {
+				continue
+			}
 		}
 		return nil, err
 	}
 	defer resp.Body.Close()
-	c.follow(resp.Header.Get(LeaderHeader))
+	if l := resp.Header.Get(LeaderHeader); l != "" {
+		c.follow(l)
+	} else if resp.StatusCode == http.StatusServiceUnavailable && len(c.nodes) > 1 {
+		// A node that knows no leader (cut off from the majority, or
+		// removed) would keep every request: the next ones try another.
+		// This one is not sent again (it may have been decided).
+		c.cur.CompareAndSwap(int32(used), int32((used+1)%len(c.nodes)))
+	}
 	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
 	if err != nil {
 		return nil, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
@@ -221,7 +241,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 	if len(raw) > maxAnswerBytes {
 		return nil, fmt.Errorf("%w of %s %s: larger than %d bytes", ErrBadAnswer, method, path, maxAnswerBytes)
 	}
-	if err := c.plainToHTTPS(resp.StatusCode, raw); err != nil {
+	if err := plainToHTTPS(c.nodes[used], resp.StatusCode, raw); err != nil {
 		return nil, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {

@@ -656,3 +656,41 @@ func TestPathPrefix(t *testing.T) {
 		t.Fatalf("path %q, want /idem/healthz", path)
 	}
 }
+
+// A node that answers 503 without naming a leader (cut off from the
+// majority, or removed) keeps no client: the request is not sent again,
+// but the next one goes to the next node.
+func TestSeveralNodesLeaveANodeWithoutALeader(t *testing.T) {
+	hits := make([]int, 2)
+	var srvs []*httptest.Server
+	for i := range 2 {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			hits[i]++
+			if i == 0 {
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"status":503,"code":"unavailable"}`)
+				return
+			}
+			io.WriteString(w, `{}`)
+		}))
+		t.Cleanup(srv.Close)
+		srvs = append(srvs, srv)
+	}
+	c, err := New(srvs[0].URL + "," + srvs[1].URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do(context.Background(), http.MethodPost, "/v1/claim", nil, map[string]string{}); !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("first: %v, want the 503", err)
+	}
+	if hits[0] != 1 || hits[1] != 0 {
+		t.Fatalf("hits %v: the 503 must not be sent again elsewhere", hits)
+	}
+	if _, err := c.Do(context.Background(), http.MethodPost, "/v1/claim", nil, map[string]string{}); err != nil {
+		t.Fatalf("second: %v", err)
+	}
+	if hits[0] != 1 || hits[1] != 1 {
+		t.Fatalf("hits %v: the second request goes to the other node", hits)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 )
 
@@ -82,8 +83,8 @@ func (c *Client) applyTLS(addr string, explicit bool) error {
 
 // plainToHTTPS turns Go's answer to plain HTTP sent to an HTTPS port into
 // an error that says what to do, rather than a 400 without a code.
-func (c *Client) plainToHTTPS(status int, raw []byte) error {
-	if base := c.node(int(c.cur.Load())); base.Scheme == "http" && status == http.StatusBadRequest &&
+func plainToHTTPS(base *url.URL, status int, raw []byte) error {
+	if base.Scheme == "http" && status == http.StatusBadRequest &&
 		bytes.HasPrefix(raw, []byte("Client sent an HTTP request to an HTTPS server")) {
 		return fmt.Errorf("%w %s: the node speaks HTTPS: use https:// and its CA (WithTLS; the CLI's --ca-file)", ErrAddress, base)
 	}
