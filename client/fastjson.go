@@ -24,7 +24,7 @@ func fastClaimed(raw []byte, out *ClaimResponse) bool {
 		return false
 	}
 	i := bytes.IndexByte(b, ',')
-	if i < 1 || i > 9 || (i > 1 && b[0] == '0') {
+	if i < 1 || i > 9 || b[0] < '1' || b[0] > '9' { // JSON has no "+1" or "01"; Atoi takes both
 		return false
 	}
 	attempt, err := strconv.Atoi(string(b[:i]))

@@ -20,6 +20,7 @@ var claimedAnswers = []string{
 	`{"outcome":"claimed","token":"1","attempt":1,"created_at":"2026-12-01T04:30:00.000Z","expires_at":"2026-12-01T04:30:00.000Z","lease_expires_at":"2026-12-01T04:30:00.000Z","extra":1}`,
 	`{"outcome":"claimed","token":"1","attempt":1,"created_at":"2026-12-01T04:30:00.000Z","expires_at":"2026-12-01T04:30:00.000Z"}`,
 	`{"outcome":"claimed","token":"1","attempt":-1,"created_at":"2026-12-01T04:30:00.000Z","expires_at":"2026-12-01T04:30:00.000Z","lease_expires_at":"2026-12-01T04:30:00.000Z"}`,
+	`{"outcome":"claimed","token":"1","attempt":+1,"created_at":"2026-12-01T04:30:00.000Z","expires_at":"2026-12-01T04:30:00.000Z","lease_expires_at":"2026-12-01T04:30:00.000Z"}`,
 	`{"outcome":"claimed"`,
 	``,
 }
