@@ -210,6 +210,8 @@ type secretGate struct {
 	mu        sync.Mutex
 	notBefore time.Time
 	waiting   string // the members last found lacking, to log each change once
+	checking  bool   // one caller is asking the members
+	open      bool   // every member said it knows the secret
 }
 
 // secretGateRetry is how long a leader waits before asking members again
@@ -226,14 +228,29 @@ func (s *Server) ensureSecret(ctx context.Context) error {
 	}
 	g := &s.gate
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	if _, ok, err := s.store.ClusterSecret(); ok || err != nil {
+		g.mu.Unlock()
 		return err
 	}
-	if time.Now().Before(g.notBefore) {
+	if g.open {
+		// Every member knows the secret: make it (once; the others wait
+		// for it, so none of them hands out a bare index meanwhile).
+		defer g.mu.Unlock()
+		return s.store.EnsureClusterSecret()
+	}
+	if g.checking || time.Now().Before(g.notBefore) {
+		g.mu.Unlock()
 		return nil
 	}
-	if lacking := s.membersLacking(ctx, featureSecret); lacking != "" {
+	// One caller asks the members, without holding the lock: a member that
+	// drops packets takes the whole second, and every claim waited on it.
+	g.checking = true
+	g.mu.Unlock()
+	lacking := s.membersLacking(ctx, featureSecret)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.checking = false
+	if lacking != "" {
 		g.notBefore = time.Now().Add(secretGateRetry)
 		if lacking != g.waiting {
 			s.log.Info("fencing tokens stay bare raft indexes until every member runs a version that knows the cluster secret", "members", lacking)
@@ -241,5 +258,6 @@ func (s *Server) ensureSecret(ctx context.Context) error {
 		}
 		return nil
 	}
+	g.open = true
 	return s.store.EnsureClusterSecret()
 }

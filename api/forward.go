@@ -95,7 +95,6 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		leaderless := errors.Is(err, raftfsm.ErrNotLeader) || errors.Is(err, raftfsm.ErrNoLeader)
 		if errors.Is(err, raftfsm.ErrNotLeader) && !forwarded {
 			if l, ok := s.store.Leader(); ok && l.HTTPAddr != "" && l.ID != s.store.Self().ID {
-				w.Header().Set(LeaderHeader, l.HTTPAddr)
 				if !s.fwd.forward(w, r, body, l.HTTPAddr, deadline) {
 					return errAnswered
 				}
@@ -172,6 +171,11 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
 		}
+	}
+	// The leader names itself on what it decided (a 503 decided nothing,
+	// and names no leader a client should follow).
+	if v := resp.Header.Get(LeaderHeader); v != "" {
+		w.Header().Set(LeaderHeader, v)
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
