@@ -1156,7 +1156,8 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{name: "join: raft_addr with a scheme", path: "/v1/cluster/join", body: `{"id":"n8","raft_addr":"http://127.0.0.9:7071","http_addr":"127.0.0.9:7070"}`, detail: "raft_addr"},
 		{name: "join: http_addr without a port", path: "/v1/cluster/join", body: `{"id":"n8","raft_addr":"127.0.0.9:7071","http_addr":"127.0.0.9"}`, detail: "http_addr"},
 		{name: "join: http_addr port 0", path: "/v1/cluster/join", body: `{"id":"n8","raft_addr":"127.0.0.9:7071","http_addr":"127.0.0.9:0"}`, detail: "http_addr"},
-		{name: "join: raft_addr without a host", path: "/v1/cluster/join", body: `{"id":"n8","raft_addr":":7071","http_addr":"127.0.0.9:7070"}`, detail: "raft_addr"},
+		{name: "join: raft_addr with a signed port", path: "/v1/cluster/join", body: `{"id":"n8","raft_addr":"10.0.0.4:+80","http_addr":"127.0.0.9:7070"}`, detail: "raft_addr"},
+		{name: "join: http_addr with a service name", path: "/v1/cluster/join", body: `{"id":"n8","raft_addr":"127.0.0.9:7071","http_addr":"node-4:http"}`, detail: "http_addr"},
 		{name: "remove: missing id", path: "/v1/cluster/remove", body: `{}`, detail: "id"},
 
 		{name: "GET /v1/claim", method: "GET", path: "/v1/claim", status: 405, code: "method_not_allowed"},

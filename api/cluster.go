@@ -151,13 +151,13 @@ func (s *Server) clusterScope() string {
 // hostPort refuses a member address that is not host:port with a port
 // number: the cluster would record it, and every node would dial it in
 // vain (a scheme, a missing port or a typo left an unreachable non-voter).
+// An empty host (":7071", what --http-addr :7071 advertises) is this
+// machine to a dialer, which a cluster on one machine relies on.
 func hostPort(field, v, flag string) *problem {
-	host, port, err := net.SplitHostPort(v)
-	if err == nil && host == "" {
-		err = fmt.Errorf("no host")
-	}
+	_, port, err := net.SplitHostPort(v)
 	if err == nil {
-		if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 {
+		n, perr := strconv.Atoi(port)
+		if perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
 			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
 		}
 	}
