@@ -94,8 +94,9 @@ type DB struct {
 	// under load. It is a cache of what Pebble holds, filled and updated
 	// by Commit, emptied by anything that writes those keys any other
 	// way (a bucket drop, a restore, a load) and when it grows past
-	// maxCounters, so memory stays bounded whatever the principal count.
-	counters map[string]cached
+	// maxCounterBytes, so memory stays bounded whatever the principals.
+	counters     map[string]cached
+	counterBytes int
 
 	// Long reads and compactions must not hold mu: a commit waits for mu,
 	// and every apply with it (a 10 M-record bucket's compaction held it

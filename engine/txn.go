@@ -61,8 +61,12 @@ func (t *Txn) get(k []byte) ([]byte, bool) {
 	return v, ok
 }
 
-// maxCounters bounds DB.counters: about 100 bytes an entry, so ~6 MiB.
-const maxCounters = 1 << 16
+// maxCounterBytes bounds DB.counters by its keys' and values' bytes (plus
+// a map entry's overhead each): principals may be long (--max-scope-bytes),
+// so a bound on entries alone is not a bound on memory.
+const maxCounterBytes = 8 << 20
+
+const counterOverhead = 64 // a map entry and its string header, roughly
 
 // counter is the committed value of a bookkeeping key, if cached.
 func (d *DB) counter(k []byte) (cached, bool) {
@@ -75,13 +79,16 @@ func (d *DB) counter(k []byte) (cached, bool) {
 // keepCounters records, under d.mu, the values a committed Txn read or
 // wrote (its dirty entries are in Pebble now).
 func (d *DB) keepCounters(kv map[string]cached, dropped bool) {
-	if dropped || d.counters == nil || len(d.counters)+len(kv) > maxCounters {
-		d.counters = make(map[string]cached, len(kv))
+	if dropped || d.counters == nil || d.counterBytes > maxCounterBytes {
+		d.counters, d.counterBytes = make(map[string]cached, len(kv)), 0
 	}
 	if dropped {
 		return // the Txn's view of the dropped bucket's keys is gone
 	}
 	for k, e := range kv {
+		if _, ok := d.counters[k]; !ok {
+			d.counterBytes += len(k) + len(e.v) + counterOverhead
+		}
 		e.dirty = false
 		d.counters[k] = e
 	}
