@@ -39,7 +39,7 @@ type HTTPDriver struct {
 func NewHTTPDriver(addrs []string, authToken string, conns int) *HTTPDriver {
 	clean := make([]string, 0, len(addrs))
 	for _, a := range addrs {
-		a = strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "https://")
+		a = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "https://"), "/")
 		if a != "" {
 			clean = append(clean, a)
 		}
@@ -187,11 +187,13 @@ func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []
 	defer resp.Body.Close()
 	if l := resp.Header.Get(client.LeaderHeader); l != "" && len(d.addrs) > 1 {
 		for i, a := range d.addrs {
-			if a == l {
+			if a == strings.TrimSuffix(l, "/") {
 				d.leader.Store(int32(i + 1))
 				break
 			}
 		}
+	} else if resp.StatusCode == http.StatusServiceUnavailable {
+		d.leader.CompareAndSwap(int32(idx+1), 0) // it knows no leader: spread again
 	}
 	b, err := io.ReadAll(resp.Body)
 	if err != nil {

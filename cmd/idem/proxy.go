@@ -379,7 +379,9 @@ func (p *proxy) run(ctx context.Context) error {
 func (p *proxy) handler() (http.Handler, error) {
 	var store middleware.Store = p.store
 	if p.cfg.storeBatch > 0 {
-		b := p.store.NewBatcher(client.BatcherConfig{MaxOps: p.cfg.storeBatch})
+		// A batch gets --store-timeout, as a single call does: a store that
+		// hangs must not hold the batcher's slots (or the shutdown) longer.
+		b := p.store.NewBatcher(client.BatcherConfig{MaxOps: p.cfg.storeBatch, Timeout: p.cfg.storeTimeout})
 		p.closers = append(p.closers, b.Close)
 		store = b
 	}
