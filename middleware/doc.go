@@ -56,9 +56,11 @@
 //     handler does not run (fail closed). FailOpen runs the handler
 //     unprotected instead: unsafe, a retry may run it twice.
 //   - the store refuses the client's credentials (401 or 403: a wrong store
-//     token, or an app token whose principal patterns miss this principal):
-//     logged at error as a credentials problem, 503 unavailable, and the
-//     handler does not run, with FailOpen too.
+//     token, or an app token whose principal patterns miss this principal)
+//     or the call (another 4xx): logged at error as a configuration
+//     problem, 503 unavailable, and the handler does not run, with FailOpen
+//     too. (A client.Batcher sends a batch the store refuses as too large
+//     again in halves, so a MaxOps above --max-batch-ops only costs.)
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
 // too large) reaches the first caller untouched and is stored with its
