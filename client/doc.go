@@ -30,8 +30,9 @@
 // Given several nodes of one cluster, comma-separated (New("10.0.0.1:7070,
 // 10.0.0.2:7070,10.0.0.3:7070")), a Client sends to the leader once an
 // answer has named it (the Idem-Leader header), so writes skip a
-// follower's forwarding, and moves on to the next node when one refuses
-// the connection.
+// follower's forwarding. A request the client could not deliver goes to
+// the next node; after a node dropped the connection or answered 503
+// naming no leader, later requests start at the next node.
 //
 // The client never retries on its own: a claim answered 503 may or may not
 // have been applied, and only the caller knows whether to repeat it with the
