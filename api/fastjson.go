@@ -33,7 +33,7 @@ func decodeClaim(body []byte, dst *claimRequest) *problem {
 // UTF-8, and lease_ms an integer. It reports false, leaving dst in any
 // state, for every other body.
 func fastClaim(body []byte, dst *claimRequest) bool {
-	s := fastScanner{b: body}
+	s := fastScanner{rawScanner{b: body}}
 	s.space()
 	if !s.byte('{') {
 		return false
@@ -102,22 +102,9 @@ func fastClaim(body []byte, dst *claimRequest) bool {
 	}
 }
 
-// fastScanner reads the JSON fastClaim accepts.
-type fastScanner struct {
-	b []byte
-	i int
-}
-
-func (s *fastScanner) space() {
-	for s.i < len(s.b) {
-		switch s.b[s.i] {
-		case ' ', '\t', '\n', '\r':
-			s.i++
-		default:
-			return
-		}
-	}
-}
+// fastScanner reads the JSON fastClaim accepts (white space as
+// rawScanner skips it).
+type fastScanner struct{ rawScanner }
 
 func (s *fastScanner) byte(c byte) bool {
 	if s.i < len(s.b) && s.b[s.i] == c {
