@@ -22,9 +22,11 @@ import (
 // *Problem values for errors.Is), because the server answers each op of a
 // batch exactly as its own route would.
 //
-// A call waits at most Linger for others to join it (none when a batch is
-// already full), so batching pays when many goroutines call at once, the
-// way a fleet of API servers talks to one store. A caller whose context ends
+// While other batches are in flight, a call waits at most Linger for others
+// to join it (none when a batch is already full, none when nothing is in
+// flight: a lone call is sent at once), so batching pays when many
+// goroutines call at once, the way a fleet of API servers talks to one
+// store, and costs a lone caller nothing. A caller whose context ends
 // gets ctx.Err() at once and never holds up the others; an op already sent
 // may still be decided (retry a claim with its ClaimID, as after a timeout).
 //
@@ -43,7 +45,7 @@ type Batcher struct {
 // BatcherConfig tunes a Batcher; zero fields take the defaults.
 type BatcherConfig struct {
 	// Linger is how long the first call of a batch waits for others
-	// (default 500µs).
+	// while other batches are in flight (default 500µs).
 	Linger time.Duration
 	// MaxOps is the most ops in one request (default 256, the server's
 	// default --max-batch-ops). Keep it at or below the server's: a batch
@@ -291,7 +293,14 @@ func (b *Batcher) loop() {
 			return true
 		}
 		// Linger for company, unless the batch is full already.
-		timer := time.NewTimer(b.cfg.Linger)
+		linger := b.cfg.Linger
+		if len(b.slots) == 0 {
+			// Nothing in flight: waiting would only delay a lone call
+			// (by 1.3 ms: 0.95 instead of 2.2 per claim). Under load the
+			// wait for a free slot gathers the batch, lingering or not.
+			linger = 0
+		}
+		timer := time.NewTimer(linger)
 	linger:
 		for !full() && carry == nil {
 			select {

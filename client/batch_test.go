@@ -189,3 +189,20 @@ func TestBatcherHonoursCancellation(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// A lone call (nothing in flight) is sent at once, not after Linger.
+func TestBatcherSendsALoneCallAtOnce(t *testing.T) {
+	c, sizes := batchFake(t, nil, claimedFor)
+	b := c.NewBatcher(BatcherConfig{Linger: time.Minute})
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 3 {
+		if _, err := b.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: fmt.Sprint("alone-", i), Fingerprint: "aa"}); err != nil {
+			t.Fatalf("call %d waited for the one-minute linger: %v", i, err)
+		}
+	}
+	if n := len(sizes()); n != 3 {
+		t.Fatalf("%d requests for 3 calls one after another", n)
+	}
+}
