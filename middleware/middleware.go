@@ -37,8 +37,9 @@ var (
 type Options struct {
 	// Store is the idem cluster: a *client.Client, or a *client.Batcher
 	// made from one to send the store calls of many concurrent requests
-	// together (fewer, larger requests to the store; each call waits up
-	// to the batcher's linger, 0.5 ms by default).
+	// together (fewer, larger requests to the store; while batches are
+	// in flight a call waits up to the batcher's linger, 0.5 ms by
+	// default).
 	Store Store
 
 	// Principal returns the tenant the request acts for, from the

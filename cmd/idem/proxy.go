@@ -80,7 +80,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c.storeTLS = addClientTLSFlags(fs)
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM `file` of the certificate to serve HTTPS on --listen with (with --tls-key-file)")
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM `file` of the key of --tls-cert-file")
-	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load, at most 0.5 ms of waiting each); keep it at or below the store's --max-batch-ops (256 by default); 0: one store request per call")
+	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load, a call waits at most 0.5 ms, and only while other batches are in flight); at or below the store's --max-batch-ops (256 by default) is best, a larger batch is sent again in halves; 0: one store request per call")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 502 and a retry runs again; 0: never). A call goes on when its caller disconnects, so its answer is stored for the retry")
 	fs.IntVar(&c.maxStoredBody, "max-stored-body", 65536, "largest answer body, in `bytes`, stored for replays: the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
