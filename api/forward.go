@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/raftfsm"
+	"github.com/idem-store/idem/wire"
 )
 
 // forwardedHeader marks a request a follower passed to the leader, so a
@@ -62,13 +63,6 @@ func peerURL(t *raftfsm.TLS, addr, uri string) string {
 // proposing), so the follower that forwarded it may try the new leader.
 const notAppliedHeader = "X-Idem-Not-Applied"
 
-// LeaderHeader names, on the answer to a write, the HTTP address of the
-// leader that decided it (or the node's own, when it decided as leader). A
-// client given several nodes sends its next writes there directly: a
-// follower's forwarding costs a second HTTP exchange on two nodes, which
-// on a loaded cluster is a third of the work per write.
-const LeaderHeader = "Idem-Leader"
-
 // minForwardWait is the least time a forwarded request is given, even
 // when the wait for a leader used up most of LeaderWait.
 const minForwardWait = time.Second
@@ -88,7 +82,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		err := do()
 		if err == nil {
 			if a := s.store.Self().HTTPAddr; a != "" {
-				w.Header().Set(LeaderHeader, a)
+				w.Header().Set(wire.LeaderHeader, a)
 			}
 			return nil
 		}
@@ -106,7 +100,6 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		if leaderless && !forwarded && time.Now().Before(deadline) {
 			select {
 			case <-r.Context().Done():
-				w.Header().Del(LeaderHeader)
 				writeProblem(w, storeProblem(raftfsm.ErrNoLeader))
 				return errAnswered
 			case <-time.After(50 * time.Millisecond):
@@ -119,7 +112,6 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		if forwarded && (leaderless || errors.Is(err, raftfsm.ErrNotProposed)) {
 			w.Header().Set(notAppliedHeader, "1")
 		}
-		w.Header().Del(LeaderHeader) // undecided: name no leader
 		if leaderless && s.outsideCluster() {
 			writeProblem(w, notMemberProblem())
 			return errAnswered
@@ -174,8 +166,8 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 	}
 	// The leader names itself on what it decided (a 503 decided nothing,
 	// and names no leader a client should follow).
-	if v := resp.Header.Get(LeaderHeader); v != "" {
-		w.Header().Set(LeaderHeader, v)
+	if v := resp.Header.Get(wire.LeaderHeader); v != "" {
+		w.Header().Set(wire.LeaderHeader, v)
 	}
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)

@@ -16,7 +16,7 @@ import (
 // send them. Each call still gets its own answer, judged as HTTPDriver
 // judges the single request's.
 type BatchDriver struct {
-	batchers []*client.Batcher
+	b *client.Batcher // one for all load clients, of a client of every node
 }
 
 // NewBatchDriver returns a driver batching to the nodes at addrs: one
@@ -46,22 +46,15 @@ func NewBatchDriver(addrs []string, authToken string, maxOps int, tlsCfg *tls.Co
 	if err != nil {
 		return nil, err
 	}
-	return &BatchDriver{batchers: []*client.Batcher{c.NewBatcher(client.BatcherConfig{MaxOps: maxOps})}}, nil
+	return &BatchDriver{b: c.NewBatcher(client.BatcherConfig{MaxOps: maxOps})}, nil
 }
 
-func (d *BatchDriver) pick() *client.Batcher { return d.batchers[0] }
-
-// Close stops the batchers.
-func (d *BatchDriver) Close() error {
-	for _, b := range d.batchers {
-		b.Close()
-	}
-	return nil
-}
+// Close stops the batcher.
+func (d *BatchDriver) Close() error { return d.b.Close() }
 
 // Claim is a claim op: 201 won, 409 in_progress lost, 200 replay.
 func (d *BatchDriver) Claim(ctx context.Context, s Scope, claimID string) (ClaimResult, error) {
-	res, err := d.pick().Claim(ctx, client.ClaimRequest{Principal: s.Principal, Endpoint: s.Endpoint, Key: s.Key,
+	res, err := d.b.Claim(ctx, client.ClaimRequest{Principal: s.Principal, Endpoint: s.Endpoint, Key: s.Key,
 		Fingerprint: benchFingerprint, ClaimID: claimID})
 	switch {
 	case errors.Is(err, client.ErrInProgress):
@@ -76,7 +69,7 @@ func (d *BatchDriver) Claim(ctx context.Context, s Scope, claimID string) (Claim
 
 // Complete is a complete op with a 201 application/json response.
 func (d *BatchDriver) Complete(ctx context.Context, s Scope, token string, body []byte) error {
-	_, err := d.pick().Complete(ctx, client.CompleteRequest{Principal: s.Principal, Endpoint: s.Endpoint, Key: s.Key, Token: token,
+	_, err := d.b.Complete(ctx, client.CompleteRequest{Principal: s.Principal, Endpoint: s.Endpoint, Key: s.Key, Token: token,
 		Response: client.Response{Status: 201, ContentType: "application/json", Body: body}})
 	if err != nil {
 		return clientError(err)
@@ -86,7 +79,7 @@ func (d *BatchDriver) Complete(ctx context.Context, s Scope, token string, body 
 
 // Lookup is a get op (linearizable).
 func (d *BatchDriver) Lookup(ctx context.Context, s Scope) (bool, error) {
-	_, err := d.pick().Get(ctx, s.Principal, s.Endpoint, s.Key, "")
+	_, err := d.b.Get(ctx, s.Principal, s.Endpoint, s.Key, "")
 	switch {
 	case errors.Is(err, client.ErrNotFound):
 		return false, nil

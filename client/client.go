@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-store/idem/wire"
 )
 
 // DefaultAddr is where a node listens for HTTP unless told otherwise.
@@ -35,7 +37,7 @@ type Client struct {
 
 // LeaderHeader is the header with which a node names, on the answer to a
 // write, the HTTP address of the leader that decided it.
-const LeaderHeader = "Idem-Leader"
+const LeaderHeader = wire.LeaderHeader
 
 // Option configures a Client.
 type Option func(*Client)
@@ -98,12 +100,13 @@ func New(addr string, opts ...Option) (*Client, error) {
 		}
 	}
 	if c.hc == nil {
-		tr := newTransport()
+		dial := 5 * time.Second
 		if len(c.nodes) > 1 {
 			// A node that drops packets should cost a caller a second, not
 			// the whole of its deadline, before the next node is tried.
-			tr.DialContext = (&net.Dialer{Timeout: time.Second, KeepAlive: 30 * time.Second}).DialContext
+			dial = time.Second
 		}
+		tr := newTransport(dial)
 		tr.TLSClientConfig = c.tls
 		c.hc = &http.Client{Transport: tr}
 	}
@@ -113,11 +116,11 @@ func New(addr string, opts ...Option) (*Client, error) {
 // newTransport keeps many connections alive per host: a busy service sends
 // claims from many goroutines to the same node, and without idle connections
 // to reuse each one would open (and leave in TIME_WAIT) a new socket.
-func newTransport() *http.Transport {
+func newTransport(dial time.Duration) *http.Transport {
 	return &http.Transport{
 		Proxy: http.ProxyFromEnvironment,
 		DialContext: (&net.Dialer{
-			Timeout:   5 * time.Second,
+			Timeout:   dial,
 			KeepAlive: 30 * time.Second,
 		}).DialContext,
 		ForceAttemptHTTP2:     true,

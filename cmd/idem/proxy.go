@@ -113,7 +113,7 @@ type proxy struct {
 	methods   []string
 	listenTLS *tls.Config
 	log       *slog.Logger
-	closers   []func() error // after the last request (the store batcher)
+	batcher   *client.Batcher // with --store-batch; closed after the last request
 }
 
 // build checks every flag and names each one that is wrong; nothing is
@@ -331,11 +331,9 @@ func (p *proxy) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		for _, c := range p.closers {
-			c()
-		}
-	}()
+	if p.batcher != nil {
+		defer p.batcher.Close()
+	}
 	ln, err := net.Listen("tcp", p.cfg.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
@@ -381,9 +379,8 @@ func (p *proxy) handler() (http.Handler, error) {
 	if p.cfg.storeBatch > 0 {
 		// A batch gets --store-timeout, as a single call does: a store that
 		// hangs must not hold the batcher's slots (or the shutdown) longer.
-		b := p.store.NewBatcher(client.BatcherConfig{MaxOps: p.cfg.storeBatch, Timeout: p.cfg.storeTimeout})
-		p.closers = append(p.closers, b.Close)
-		store = b
+		p.batcher = p.store.NewBatcher(client.BatcherConfig{MaxOps: p.cfg.storeBatch, Timeout: p.cfg.storeTimeout})
+		store = p.batcher
 	}
 	mw, err := middleware.New(middleware.Options{
 		Store:         store,
