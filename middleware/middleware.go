@@ -433,22 +433,17 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 			m.log.Warn("idempotency store refused the request's scope", "detail", p.Detail)
 			writeProblem(w, http.StatusBadRequest, "invalid_request", "the request's idempotency scope is not valid: "+p.Detail, 0)
 			return
-		case p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden:
-			// The store refused this service's credentials (a wrong store
-			// token, or an app token whose principal patterns do not cover
-			// this principal): a misconfiguration, not an outage, and
-			// never a reason to run unprotected, even with FailOpen.
-			m.log.Error("idempotency store refused the store credentials: check the store token, its role and its principal patterns; refusing the request",
-				"status", p.Status, "code", p.Code, "detail", p.Detail)
-			writeProblem(w, http.StatusServiceUnavailable, "unavailable",
-				"the idempotency store cannot be used for this request, so it was not processed", 1)
-			return
 		case p.Status >= 400 && p.Status < 500 && p.Status != http.StatusRequestTimeout:
-			// Any other refusal (413: a batch above the store's
-			// --max-batch-ops, say) is an answer from a store that works:
-			// a configuration problem, never a reason to run unprotected.
-			m.log.Error("idempotency store refused the call: a configuration problem, not an outage; refusing the request",
-				"status", p.Status, "code", p.Code, "detail", p.Detail)
+			// Any other refusal is an answer from a store that works: a
+			// configuration problem, not an outage, and never a reason to
+			// run unprotected, even with FailOpen. 401/403: a wrong store
+			// token, or an app token whose principal patterns do not cover
+			// this principal; 413: a batch above the store's --max-batch-ops.
+			msg := "idempotency store refused the call: a configuration problem, not an outage; refusing the request"
+			if p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden {
+				msg = "idempotency store refused the store credentials: check the store token, its role and its principal patterns; refusing the request"
+			}
+			m.log.Error(msg, "status", p.Status, "code", p.Code, "detail", p.Detail)
 			writeProblem(w, http.StatusServiceUnavailable, "unavailable",
 				"the idempotency store cannot be used for this request, so it was not processed", 1)
 			return
