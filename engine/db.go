@@ -193,16 +193,20 @@ func (d *DB) Close() error {
 	d.cancel()
 	d.users.Wait()
 	d.filter.halt()
-	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
-		d.pdb.Close()
-		return fmt.Errorf("engine: sync on close: %w", err)
+	// Pebble's Close writes and syncs its WAL and returns what fails. A
+	// LogData(Sync) here instead made a full disk fatal: Pebble panics
+	// when a commit cannot write its WAL, so a node stopped on a full
+	// disk exited with a panic. Writes that did not reach the files are
+	// above the stored applied index, and the raft log replays them.
+	if err := d.pdb.Close(); err != nil {
+		return fmt.Errorf("engine: close: %w (the raft log replays what did not reach the store at the next start)", err)
 	}
 	// Every write is in and synced: the filters describe exactly this
 	// state. Failing to save them only costs the next start a build.
 	if err := d.filter.save(d.fs, d.filterPath(), d.meta.Applied); err != nil {
 		d.filter.log.Warn("probe filters not saved; the next start builds them", "error", err)
 	}
-	return d.pdb.Close()
+	return nil
 }
 
 // use registers a long operation on pdb that runs without holding mu; it
