@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"time"
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/wire"
@@ -188,16 +189,35 @@ func writeClaimedJSON(w http.ResponseWriter, c *wire.ClaimResponse) bool {
 	b = append(b, `","attempt":`...)
 	b = strconv.AppendInt(b, int64(c.Attempt), 10)
 	b = append(b, `,"created_at":"`...)
-	b = c.CreatedAt.UTC().AppendFormat(b, wire.TimeLayout)
+	b = appendTime(b, c.CreatedAt)
 	b = append(b, `","expires_at":"`...)
-	b = c.ExpiresAt.UTC().AppendFormat(b, wire.TimeLayout)
+	b = appendTime(b, c.ExpiresAt)
 	b = append(b, `","lease_expires_at":"`...)
-	b = c.LeaseExpiresAt.UTC().AppendFormat(b, wire.TimeLayout)
+	b = appendTime(b, c.LeaseExpiresAt)
 	b = append(b, "\"}\n"...)
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusCreated)
 	w.Write(b)
 	return true
+}
+
+// appendTime appends t as AppendFormat(b, wire.TimeLayout) of t.UTC()
+// does (2006-01-02T15:04:05.000Z): three per claim answer, and the layout
+// walk of AppendFormat was a twentieth of a node's CPU under load. Years
+// outside 0000-9999 take AppendFormat.
+func appendTime(b []byte, t time.Time) []byte {
+	t = t.UTC()
+	year, month, day := t.Date()
+	if year < 0 || year > 9999 {
+		return t.AppendFormat(b, wire.TimeLayout)
+	}
+	hour, min, sec := t.Clock()
+	ms := t.Nanosecond() / int(time.Millisecond)
+	b = append(b, byte('0'+year/1000), byte('0'+year/100%10), byte('0'+year/10%10), byte('0'+year%10), '-',
+		byte('0'+int(month)/10), byte('0'+int(month)%10), '-', byte('0'+day/10), byte('0'+day%10), 'T',
+		byte('0'+hour/10), byte('0'+hour%10), ':', byte('0'+min/10), byte('0'+min%10), ':',
+		byte('0'+sec/10), byte('0'+sec%10), '.', byte('0'+ms/100), byte('0'+ms/10%10), byte('0'+ms%10), 'Z')
+	return b
 }
 
 // plainASCII reports whether s is printable ASCII that JSON (with HTML

@@ -2,11 +2,14 @@ package api
 
 import (
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"net/http/httptest"
 	"reflect"
 	"testing"
 	"time"
 
+	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/wire"
 )
 
@@ -118,6 +121,43 @@ func TestWriteClaimedJSONAgreesWithWriteJSON(t *testing.T) {
 		if got.Code != want.Code || got.Body.String() != want.Body.String() || got.Header().Get("Content-Type") != want.Header().Get("Content-Type") {
 			t.Errorf("fast %d %q %q\nslow %d %q %q", got.Code, got.Header().Get("Content-Type"), got.Body.String(),
 				want.Code, want.Header().Get("Content-Type"), want.Body.String())
+		}
+	}
+}
+
+// appendTime writes what AppendFormat of the wire layout writes, over the
+// whole range of years it handles, and the edges either side of it.
+func TestAppendTimeAgreesWithAppendFormat(t *testing.T) {
+	times := []time.Time{
+		time.Unix(0, 0), time.Date(0, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(-1, 12, 31, 23, 59, 59, 999_000_000, time.UTC),
+		time.Date(9999, 12, 31, 23, 59, 59, 999_999_999, time.UTC), time.Date(10000, 1, 1, 0, 0, 0, 0, time.UTC),
+		time.Date(2024, 2, 29, 12, 0, 0, 1_000_000, time.FixedZone("east", 13*3600)), time.Date(2026, 12, 1, 4, 30, 0, 123_456_789, time.Local),
+	}
+	r := rand.New(rand.NewPCG(1, 2))
+	for range 100_000 {
+		times = append(times, time.UnixMilli(r.Int64N(400_000_000_000_000)-62_167_219_200_000))
+	}
+	for _, at := range times {
+		want := string(at.UTC().AppendFormat([]byte("x"), wire.TimeLayout))
+		if got := string(appendTime([]byte("x"), at)); got != want {
+			t.Fatalf("%v: appendTime %q, AppendFormat %q", at, got, want)
+		}
+	}
+}
+
+// FormatToken keeps the form fmt.Sprintf("%020d.%x") gave it, which
+// tokens already issued have, and splitToken reads it back.
+func TestFormatTokenForm(t *testing.T) {
+	key := []byte("0123456789abcdef0123456789abcdef")
+	s := engine.Scope{Principal: "p", Endpoint: "POST /x", Key: "k"}
+	for _, index := range []uint64{1, 9, 10, 1234567890, 1<<63 + 5, ^uint64(0)} {
+		got := FormatToken(key, false, s, index)
+		want := fmt.Sprintf("%020d.%x", index, tokenMAC(key, false, s, index))
+		if got != want {
+			t.Fatalf("index %d: %q, want %q", index, got, want)
+		}
+		if i, mac, ok := splitToken(got); !ok || i != index || string(mac) != string(tokenMAC(key, false, s, index)) {
+			t.Fatalf("splitToken(%q) = %d, %x, %v", got, i, mac, ok)
 		}
 	}
 }
