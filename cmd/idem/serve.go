@@ -393,6 +393,9 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		mux := http.NewServeMux()
 		mux.Handle("/debug/pprof/", srv.Admin(http.HandlerFunc(pprof.Index)))
 		mux.Handle("/debug/pprof/profile", srv.Admin(http.HandlerFunc(pprof.Profile)))
+		// An execution trace shows where a request waits (scheduler, raft,
+		// the FSM), which a CPU profile cannot.
+		mux.Handle("/debug/pprof/trace", srv.Admin(http.HandlerFunc(pprof.Trace)))
 		mux.Handle("/", srv)
 		handler = mux
 	}
