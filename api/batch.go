@@ -119,6 +119,22 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 // batchOps reads the request's ops: the whole request is refused only when
 // it is not a JSON object of ops, has none, or has too many.
 func (s *Server) batchOps(body []byte) ([]json.RawMessage, *problem) {
+	ops, ok := fastBatchOps(body)
+	if !ok {
+		var p *problem
+		if ops, p = decodeBatchOps(body); p != nil {
+			return nil, p
+		}
+	}
+	if max := s.maxBatchOps(); len(ops) > max {
+		return nil, newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge,
+			fmt.Sprintf("the batch has %d ops; at most %d are taken in one request (--max-batch-ops)", len(ops), max))
+	}
+	return ops, nil
+}
+
+// decodeBatchOps is batchOps' decoder, which words every refusal.
+func decodeBatchOps(body []byte) ([]json.RawMessage, *problem) {
 	var b batchBody
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
@@ -144,11 +160,57 @@ func (s *Server) batchOps(body []byte) ([]json.RawMessage, *problem) {
 	if len(b.Ops) == 0 {
 		return nil, invalid("ops is empty: a batch needs at least one operation")
 	}
-	if max := s.maxBatchOps(); len(b.Ops) > max {
-		return nil, newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge,
-			fmt.Sprintf("the batch has %d ops; at most %d are taken in one request (--max-batch-ops)", len(b.Ops), max))
-	}
 	return b.Ops, nil
+}
+
+// fastBatchOps splits a body of exactly the form {"ops":[op,...]} (any
+// JSON whitespace) into its ops without encoding/json's reflection, which
+// walked the body twice and was ~7% of a node's CPU under batched load.
+// It reports false for anything else, and batchOps' decoder then answers
+// (and words any error); what it takes, the decoder splits the same way
+// (FuzzFastBatchOps).
+func fastBatchOps(body []byte) ([]json.RawMessage, bool) {
+	if !json.Valid(body) {
+		return nil, false
+	}
+	sc := rawScanner{b: body}
+	expect := func(c byte) bool {
+		sc.space()
+		if sc.i < len(body) && body[sc.i] == c {
+			sc.i++
+			return true
+		}
+		return false
+	}
+	if !expect('{') {
+		return nil, false
+	}
+	sc.space()
+	if name, ok := sc.str(); !ok || string(name) != `"ops"` || !expect(':') || !expect('[') {
+		return nil, false
+	}
+	var ops []json.RawMessage
+	if !expect(']') {
+		for {
+			sc.space()
+			start := sc.i
+			if sc.value(nil, "") != nil {
+				return nil, false
+			}
+			ops = append(ops, json.RawMessage(body[start:sc.i]))
+			if expect(']') {
+				break
+			}
+			if !expect(',') {
+				return nil, false
+			}
+		}
+	}
+	if !expect('}') {
+		return nil, false
+	}
+	sc.space()
+	return ops, sc.i == len(body) && len(ops) > 0
 }
 
 // prepareOp authorizes and validates one op as its own route would.

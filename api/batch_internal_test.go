@@ -52,3 +52,53 @@ func TestCutOpLeavesTheRouteBody(t *testing.T) {
 		}
 	}
 }
+
+// batchBodies are envelopes the fast split must take, and others it must
+// leave to the decoder (which takes some of them and refuses the rest).
+var batchBodies = []string{
+	`{"ops":[{"op":"claim","key":"a"}]}`,
+	" {\n \"ops\" : [ {\"op\":\"claim\"} , [1,2] , \"x\" , 3.5e2 , null , {\"a\":{\"b\":[\"]\",\"\\\"\"]}} ] } \n",
+	`{"ops":[]}`, `{"ops":null}`, `{"ops":{}}`, `{"OPS":[1]}`, `{"ops":[1],"x":2}`, `{"ops":[1],"ops":[2]}`,
+	`{"ops":[1]} {}`, `{"ops":[1]`, `[{"ops":[1]}]`, `{"ops":["\ud800"]}`, "{\"ops\":[\"\xff\"]}", ``, ` `,
+	`{"ops":[{"op":"claim","op":"get"}]}`, `{"o\u0070s":[1]}`,
+}
+
+// What fastBatchOps takes, the decoder takes and splits into the same ops.
+func FuzzFastBatchOps(f *testing.F) {
+	for _, b := range batchBodies {
+		f.Add([]byte(b))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		fast, ok := fastBatchOps(body)
+		if !ok {
+			return
+		}
+		slow, p := decodeBatchOps(body)
+		if p != nil {
+			t.Fatalf("%q: the fast split took it, the decoder refused it: %s", body, p.Detail)
+		}
+		if len(fast) != len(slow) {
+			t.Fatalf("%q: %d ops fast, %d decoded", body, len(fast), len(slow))
+		}
+		for i := range fast {
+			if string(fast[i]) != string(slow[i]) {
+				t.Fatalf("%q: op %d is %q fast, %q decoded", body, i, fast[i], slow[i])
+			}
+		}
+	})
+}
+
+// The fast split takes what the Go client sends, so the fuzz's oracle is
+// exercised, and leaves alone what it cannot split as the decoder would.
+func TestFastBatchOpsTakesTheUsualForm(t *testing.T) {
+	for _, b := range batchBodies[:2] {
+		if _, ok := fastBatchOps([]byte(b)); !ok {
+			t.Errorf("%q: not taken", b)
+		}
+	}
+	for _, b := range batchBodies[2:] {
+		if ops, ok := fastBatchOps([]byte(b)); ok {
+			t.Errorf("%q: taken as %q", b, ops)
+		}
+	}
+}

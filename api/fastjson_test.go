@@ -1,6 +1,9 @@
 package api
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
@@ -158,6 +161,23 @@ func TestFormatTokenForm(t *testing.T) {
 		}
 		if i, mac, ok := splitToken(got); !ok || i != index || string(mac) != string(tokenMAC(key, false, s, index)) {
 			t.Fatalf("splitToken(%q) = %d, %x, %v", got, i, mac, ok)
+		}
+	}
+	// The pooled MAC is the MAC of domain, scope and index under the key
+	// it is asked for, keys interleaved (a pooled state of another key is
+	// not reused).
+	other := []byte("another secret key, 32 bytes....")
+	for i := range uint64(50) {
+		k, principalOnly := key, i%3 == 0
+		if i%2 == 1 {
+			k = other
+		}
+		m := hmac.New(sha256.New, k)
+		m.Write(tokenDomain)
+		m.Write(engine.AppendScope(nil, s, principalOnly))
+		m.Write(binary.BigEndian.AppendUint64(nil, i))
+		if want, got := m.Sum(nil)[:tokenMACBytes], tokenMAC(k, principalOnly, s, i); !hmac.Equal(got, want) {
+			t.Fatalf("index %d: tokenMAC %x, want %x", i, got, want)
 		}
 	}
 }

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
+	"hash"
 	"net/http"
 	"strconv"
 	"sync"
@@ -60,12 +62,31 @@ func FormatToken(key []byte, principalOnly bool, s engine.Scope, index uint64) s
 }
 
 func tokenMAC(key []byte, principalOnly bool, s engine.Scope, index uint64) []byte {
-	m := hmac.New(sha256.New, key)
-	m.Write(tokenDomain)
-	m.Write(engine.AppendScope(nil, s, principalOnly))
-	m.Write(binary.BigEndian.AppendUint64(nil, index))
-	return m.Sum(nil)[:tokenMACBytes]
+	// One MAC per claim answered and per token checked: a keyed HMAC
+	// is kept for reuse (hmac.New hashes the key's pads each time).
+	m, _ := macs.Get().(*macState)
+	if m == nil || !bytes.Equal(m.key, key) {
+		m = &macState{key: bytes.Clone(key), h: hmac.New(sha256.New, key)}
+	}
+	m.h.Reset()
+	m.h.Write(tokenDomain)
+	m.buf = engine.AppendScope(m.buf[:0], s, principalOnly)
+	m.buf = binary.BigEndian.AppendUint64(m.buf, index)
+	m.h.Write(m.buf)
+	sum := m.h.Sum(make([]byte, 0, sha256.Size))[:tokenMACBytes]
+	macs.Put(m)
+	return sum
 }
+
+// macState is a keyed HMAC and a scratch buffer, pooled by tokenMAC; an
+// entry made under another key (the secret changed) is replaced.
+type macState struct {
+	key []byte
+	h   hash.Hash
+	buf []byte
+}
+
+var macs sync.Pool
 
 // splitToken parses the shape of a token this server issues.
 func splitToken(v string) (index uint64, mac []byte, ok bool) {
