@@ -386,7 +386,12 @@ func (b *Batcher) post(live []*batchCall) {
 	}
 	var out wire.BatchResponse
 	if err == nil {
-		if err = json.Unmarshal(raw, &out); err == nil && len(out.Results) != len(live) {
+		var ok bool
+		if out.Results, ok = fastBatchResults(raw); !ok {
+			out = wire.BatchResponse{}
+			err = json.Unmarshal(raw, &out)
+		}
+		if err == nil && len(out.Results) != len(live) {
 			err = fmt.Errorf("%d results for %d ops", len(out.Results), len(live))
 		}
 		if err != nil {

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/idem-store/idem/wire"
 )
 
 var claimedAnswers = []string{
@@ -58,4 +60,58 @@ func FuzzFastClaimed(f *testing.F) {
 		f.Add([]byte(a))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) { checkFastClaimed(t, raw, false) })
+}
+
+var batchAnswers = []string{
+	// what a server writes (taken by the fast path)
+	`{"results":[{"status":201,"body":{"outcome":"claimed","token":"1","attempt":1}` + "\n" + `},{"status":409,"body":{"code":"in_progress","detail":"a \"quoted\" ,}] detail"}` + "\n" + `,"retry_after":1}]}` + "\n",
+	`{"results":[{"status":200,"body":{"record":{"response":{"body":"[{,}]","headers":{"a":["b"]}}}}}]}`,
+	`{"results":[{"status":503,"body":null,"retry_after":30},{"status":200,"body":"x\\"},{"status":200,"body":[1,{"a":[]}]}]}`,
+	// anything else (json.Unmarshal decodes it or refuses it)
+	`{"results":[]}`, `{"results":null}`, `{"results":[{"status":201,"body":1,"extra":2}]}`,
+	`{"results":[{"status":201, "body":1}]}`, `{"results":[{"status":201,"body": 1}]}`, `{"results":[{"body":1,"status":201}]}`,
+	`{"results":[{"status":0201,"body":1}]}`, `{"results":[{"status":-1,"body":1}]}`, `{"results":[{"status":2.5,"body":1}]}`,
+	`{"results":[{"status":201,"body":1,"retry_after":1,"retry_after":2}]}`, `{"results":[{"status":201,"body":{"a":1]}]}`,
+	`{"results":[{"status":201,"body":1}],"results":[{"status":200,"body":2}]}`, `{"results":[{"status":201,"body":1}]} x`,
+	`{"results":[{"status":201,"body":1}]`, `{"results":[{"status":201,"body":"` + "\xff" + `"}]}`, ``,
+}
+
+// fastBatchResults takes what a server writes, and whatever it takes
+// json.Unmarshal decodes to the same results.
+func TestFastBatchResultsAgreesWithUnmarshal(t *testing.T) {
+	for i, raw := range batchAnswers {
+		checkFastBatchResults(t, []byte(raw), i < 3)
+	}
+}
+
+func checkFastBatchResults(t *testing.T, raw []byte, wantFast bool) {
+	t.Helper()
+	fast, took := fastBatchResults(raw)
+	if wantFast && !took {
+		t.Errorf("fastBatchResults left %s to json.Unmarshal", raw)
+	}
+	if !took {
+		return
+	}
+	var slow wire.BatchResponse
+	if err := json.Unmarshal(raw, &slow); err != nil {
+		t.Errorf("fastBatchResults took %s, which json.Unmarshal refuses: %v", raw, err)
+		return
+	}
+	if len(fast) != len(slow.Results) {
+		t.Fatalf("%s: %d results fast, %d slow", raw, len(fast), len(slow.Results))
+	}
+	for i := range fast {
+		f, s := fast[i], slow.Results[i]
+		if f.Status != s.Status || f.RetryAfter != s.RetryAfter || string(f.Body) != string(s.Body) {
+			t.Errorf("%s: result %d\nfast %d %q %d\nslow %d %q %d", raw, i, f.Status, f.Body, f.RetryAfter, s.Status, s.Body, s.RetryAfter)
+		}
+	}
+}
+
+func FuzzFastBatchResults(f *testing.F) {
+	for _, a := range batchAnswers {
+		f.Add([]byte(a))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) { checkFastBatchResults(t, raw, false) })
 }
