@@ -299,10 +299,18 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 // fingerprint_mismatch, 429 or 503 is a *Problem; after a 503 repeat the
 // claim with the same ClaimID.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, error) {
-	var out ClaimResponse
-	raw, err := c.call(ctx, http.MethodPost, "/v1/claim", nil, req, &out)
+	raw, err := c.Do(ctx, http.MethodPost, "/v1/claim", nil, req)
 	if err != nil {
 		return nil, err
+	}
+	// A won claim's answer by hand (fastjson.go: 0.3 µs against 2.4 µs
+	// for json.Unmarshal), anything else by json.Unmarshal.
+	var out ClaimResponse
+	if !fastClaimed(raw, &out) {
+		out = ClaimResponse{}
+		if err := json.Unmarshal(raw, &out); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/claim", err)
+		}
 	}
 	switch out.Outcome {
 	case OutcomeClaimed:
