@@ -194,7 +194,7 @@ func fastBatchOps(body []byte) ([]json.RawMessage, bool) {
 		for {
 			sc.space()
 			start := sc.i
-			if sc.value(nil, "") != nil {
+			if sc.skip(); sc.i == start {
 				return nil, false
 			}
 			ops = append(ops, json.RawMessage(body[start:sc.i]))

@@ -80,8 +80,9 @@ func walkRaw(dec *json.Decoder, body []byte, t reflect.Type, path string) *probl
 			if path != "" {
 				sub = path + "." + k
 			}
+			sub = truncate(sub, maxPathBytes) // as checkRaw bounds what it names
 			if seen[k] {
-				return invalid("%s has the member %q more than once", name(path), k)
+				return invalid("%s has the member %q more than once", name(path), truncate(k, maxPathBytes))
 			}
 			seen[k] = true
 			var vt reflect.Type
@@ -143,6 +144,9 @@ var rawSeeds = []string{
 	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"headers":{"\u00e9":"v"},"content_type":"text/plain"}}`,
 	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"status":202}}`,
 	`{}`, `null`, `{"lease_ms":-0.5e-3}`, `{"key":"\u00e9\t\/"}`,
+	// names longer than a message names
+	`{"` + strings.Repeat("k", 300) + `":1}`,
+	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"headers":{"` + strings.Repeat("h", 300) + `":"1","` + strings.Repeat("h", 300) + `":"2"}}}`,
 }
 
 func TestCheckRawAgreesWithTokenWalk(t *testing.T) {
@@ -161,4 +165,58 @@ func FuzzCheckRaw(f *testing.F) {
 		checkRawBoth(t, body, &completeRequest{})
 		checkRawBoth(t, body, &extendRequest{})
 	})
+}
+
+// An object of many members costs linear work: the names seen are kept
+// in a map past a handful (a list made a 1 MiB body of short names take
+// 36 s). Duplicates are still found, in the list and in the map.
+func TestMemberSetWorkIsLinear(t *testing.T) {
+	const n = 100_000
+	var m memberSet
+	for i := range n {
+		if !m.add(fmt.Sprint("m", i)) {
+			t.Fatalf("member %d reported seen", i)
+		}
+	}
+	if limit := memberSetList*memberSetList + n; m.probes > limit {
+		t.Fatalf("%d names took %d probes, over %d", n, m.probes, limit)
+	}
+	if m.add("m3") || m.add(fmt.Sprint("m", n-1)) {
+		t.Fatal("a duplicate went unnoticed")
+	}
+	var small memberSet
+	if !small.add("a") || !small.add("b") || small.add("a") {
+		t.Fatal("a duplicate in a small object went unnoticed")
+	}
+	body := []byte(`{"x":0,` + manyMembers(5000) + `,"m4999":1}`)
+	p := checkRaw(body, nil)
+	if p == nil || !strings.Contains(p.Detail, `"m4999" more than once`) {
+		t.Fatalf("duplicate after 5,000 members: %+v", p)
+	}
+}
+
+func manyMembers(n int) string {
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `"m%d":0`, i)
+	}
+	return b.String()
+}
+
+// The member path an error names is bounded: each level of nesting held
+// its whole path, so 10,000 levels of 100-byte names held ~5 GB.
+func TestNestedMemberPathIsBounded(t *testing.T) {
+	name := strings.Repeat("k", 100)
+	depth := 300
+	body := strings.Repeat(`{"`+name+`":`, depth) + "{\"\xff\":0}" + strings.Repeat("}", depth)
+	p := checkRaw([]byte(body), nil)
+	if p == nil || !strings.Contains(p.Detail, "not valid UTF-8") {
+		t.Fatalf("invalid member name at depth %d: %+v", depth, p)
+	}
+	if len(p.Detail) > 2*maxPathBytes {
+		t.Fatalf("the message names a path of %d bytes: %.300s…", len(p.Detail), p.Detail)
+	}
 }

@@ -156,6 +156,78 @@ func (s *rawScanner) str() ([]byte, bool) {
 	return nil, false
 }
 
+// maxPathBytes bounds the member path an error message names.
+const maxPathBytes = 200
+
+// memberSet holds the member names of one object seen so far: a slice for
+// the handful a request has, a map once there are more (a slice alone
+// made an object of many members quadratic: 36 s for a 1 MiB body).
+type memberSet struct {
+	list  []string
+	index map[string]struct{}
+	// probes counts the names compared or looked up, for the test that
+	// holds the work to linear.
+	probes int
+}
+
+const memberSetList = 16
+
+// add records k and reports whether it was new.
+func (m *memberSet) add(k string) bool {
+	if m.index != nil {
+		m.probes++
+		if _, ok := m.index[k]; ok {
+			return false
+		}
+		m.index[k] = struct{}{}
+		return true
+	}
+	m.probes += len(m.list)
+	if slices.Contains(m.list, k) {
+		return false
+	}
+	if len(m.list) < memberSetList {
+		m.list = append(m.list, k)
+		return true
+	}
+	m.index = make(map[string]struct{}, 2*memberSetList)
+	for _, n := range m.list {
+		m.index[n] = struct{}{}
+	}
+	m.index[k] = struct{}{}
+	m.list = nil
+	return true
+}
+
+// skip moves past the value at s.i, in text already known to be valid
+// JSON, checking nothing: only strings and nesting need following.
+func (s *rawScanner) skip() {
+	depth := 0
+	for s.i < len(s.b) {
+		switch c := s.b[s.i]; {
+		case c == '"':
+			s.str()
+			if depth == 0 {
+				return
+			}
+			continue
+		case c == '{' || c == '[':
+			depth++
+		case c == '}' || c == ']':
+			if depth == 0 {
+				return
+			}
+			if depth--; depth == 0 {
+				s.i++
+				return
+			}
+		case depth == 0 && (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r'):
+			return
+		}
+		s.i++
+	}
+}
+
 // fieldTypes maps a struct's JSON member names to their types, per type.
 var fieldTypes sync.Map // reflect.Type -> map[string]reflect.Type
 
@@ -232,7 +304,7 @@ func (s *rawScanner) value(t reflect.Type, path string) *problem {
 		if t != nil && t.Kind() == reflect.Struct {
 			fields = fieldsOf(t)
 		}
-		var seen []string // requests have a handful of members
+		var seen memberSet
 		s.i++
 		for {
 			s.space()
@@ -269,10 +341,12 @@ func (s *rawScanner) value(t reflect.Type, path string) *problem {
 			if path != "" {
 				sub = path + "." + k
 			}
-			if slices.Contains(seen, k) {
-				return invalid("%s has the member %q more than once", name(path), k)
+			// Kept for messages only, and bounded: each level of nesting
+			// held its whole path, so deep input was quadratic in memory.
+			sub = truncate(sub, maxPathBytes)
+			if !seen.add(k) {
+				return invalid("%s has the member %q more than once", name(path), truncate(k, maxPathBytes))
 			}
-			seen = append(seen, k)
 			var vt reflect.Type
 			switch {
 			case fields != nil:
