@@ -65,6 +65,6 @@ func TestCloseOnAFullDiskReturnsAnError(t *testing.T) {
 	var closeErr error
 	require.NotPanics(t, func() { closeErr = db.Close() })
 	require.ErrorIs(t, closeErr, syscall.ENOSPC)
-	require.Contains(t, closeErr.Error(), "raft log replays")
+	require.Contains(t, closeErr.Error(), "engine: close")
 	require.NoError(t, db.Close(), "a second Close is a no-op")
 }

@@ -199,7 +199,7 @@ func (d *DB) Close() error {
 	// disk exited with a panic. Writes that did not reach the files are
 	// above the stored applied index, and the raft log replays them.
 	if err := d.pdb.Close(); err != nil {
-		return fmt.Errorf("engine: close: %w (the raft log replays what did not reach the store at the next start)", err)
+		return fmt.Errorf("engine: close: %w", err)
 	}
 	// Every write is in and synced: the filters describe exactly this
 	// state. Failing to save them only costs the next start a build.
