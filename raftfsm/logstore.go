@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -365,13 +366,87 @@ type guardedLogStore struct {
 	*LogStore
 	g        *diskGuard
 	isLeader func() bool
+	recent   *logCache
 }
 
 func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() {
 		return errLogDiskFull
 	}
-	return s.LogStore.StoreLogs(logs)
+	if err := s.LogStore.StoreLogs(logs); err != nil {
+		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
+	}
+	s.recent.put(logs)
+	return nil
+}
+
+// GetLog answers from the entries just stored when it can: the leader
+// reads each one back to replicate it and a follower to apply it, and
+// raft-wal decodes it from its segment each time (a tenth of a
+// follower's CPU under load).
+func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
+	if s.recent.get(index, l) {
+		// Still in the log: a head truncation may have removed it.
+		if first, err := s.WAL.FirstIndex(); err == nil && first != 0 && index >= first {
+			return nil
+		}
+	}
+	return s.LogStore.GetLog(index, l)
+}
+
+func (s guardedLogStore) DeleteRange(min, max uint64) error {
+	s.recent.clear()
+	return s.LogStore.DeleteRange(min, max)
 }
 
 func (s guardedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// logCache holds the entries stored last, by index modulo its slots, up
+// to a bound on their bytes (an entry may be a whole batch request).
+type logCache struct {
+	mu    sync.Mutex
+	slots [logCacheSlots]*raft.Log
+	bytes int
+}
+
+const (
+	logCacheSlots = 256
+	logCacheBytes = 16 << 20
+)
+
+func newLogCache() *logCache { return &logCache{} }
+
+func (c *logCache) put(logs []*raft.Log) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range logs {
+		i := l.Index % logCacheSlots
+		if old := c.slots[i]; old != nil {
+			c.bytes -= len(old.Data) + len(old.Extensions)
+			c.slots[i] = nil
+		}
+		if n := len(l.Data) + len(l.Extensions); c.bytes+n <= logCacheBytes {
+			c.slots[i] = l
+			c.bytes += n
+		}
+	}
+}
+
+func (c *logCache) get(index uint64, out *raft.Log) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if l := c.slots[index%logCacheSlots]; l != nil && l.Index == index {
+		*out = *l
+		return true
+	}
+	return false
+}
+
+// clear empties the cache: raft deletes a range to drop a conflicting tail
+// (entries of the same index follow from another term) or a compacted head.
+func (c *logCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.slots = [logCacheSlots]*raft.Log{}
+	c.bytes = 0
+}

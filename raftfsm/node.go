@@ -162,7 +162,7 @@ func Open(cfg Config) (*Node, error) {
 		n.log.Info("bootstrapped a new one-node cluster", "node-id", cfg.NodeID)
 	}
 	var started atomic.Pointer[raft.Raft] // for the log store's guard, set once raft runs
-	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }}
+	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, n.trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
