@@ -403,6 +403,10 @@ func (s guardedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raf
 
 // logCache holds the entries stored last, by index modulo its slots, up
 // to a bound on their bytes (an entry may be a whole batch request).
+// Storing then caching is not atomic with clear: that is safe because raft
+// stores and deletes a tail from one goroutine (its main loop); the other
+// caller of DeleteRange, the snapshot's compaction, deletes only the head,
+// which GetLog's first-index check covers.
 type logCache struct {
 	mu    sync.Mutex
 	slots [logCacheSlots]*raft.Log
@@ -422,15 +426,22 @@ func (c *logCache) put(logs []*raft.Log) {
 	for _, l := range logs {
 		i := l.Index % logCacheSlots
 		if old := c.slots[i]; old != nil {
-			c.bytes -= len(old.Data) + len(old.Extensions)
+			c.bytes -= logBytes(old)
 			c.slots[i] = nil
 		}
-		if n := len(l.Data) + len(l.Extensions); c.bytes+n <= logCacheBytes {
-			c.slots[i] = l
+		if n := logBytes(l); c.bytes+n <= logCacheBytes {
+			// A copy: a leader's entry lives in its apply future, and
+			// holding that would hold the FSM's answer too (a replay
+			// carries a stored response), outside the bound.
+			e := *l
+			c.slots[i] = &e
 			c.bytes += n
 		}
 	}
 }
+
+// logBytes is what an entry holds in memory, as far as the bound counts.
+func logBytes(l *raft.Log) int { return cap(l.Data) + cap(l.Extensions) }
 
 func (c *logCache) get(index uint64, out *raft.Log) bool {
 	c.mu.Lock()
