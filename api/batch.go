@@ -193,11 +193,12 @@ func fastBatchOps(body []byte) ([]json.RawMessage, bool) {
 	if !expect(']') {
 		for {
 			sc.space()
-			start := sc.i
-			if sc.skip(); sc.i == start {
+			n := wire.ValueEnd(body[sc.i:])
+			if n == 0 {
 				return nil, false
 			}
-			ops = append(ops, json.RawMessage(body[start:sc.i]))
+			ops = append(ops, json.RawMessage(bytes.TrimRight(body[sc.i:sc.i+n], " \t\r\n")))
+			sc.i += n
 			if expect(']') {
 				break
 			}

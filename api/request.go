@@ -199,35 +199,6 @@ func (m *memberSet) add(k string) bool {
 	return true
 }
 
-// skip moves past the value at s.i, in text already known to be valid
-// JSON, checking nothing: only strings and nesting need following.
-func (s *rawScanner) skip() {
-	depth := 0
-	for s.i < len(s.b) {
-		switch c := s.b[s.i]; {
-		case c == '"':
-			s.str()
-			if depth == 0 {
-				return
-			}
-			continue
-		case c == '{' || c == '[':
-			depth++
-		case c == '}' || c == ']':
-			if depth == 0 {
-				return
-			}
-			if depth--; depth == 0 {
-				s.i++
-				return
-			}
-		case depth == 0 && (c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r'):
-			return
-		}
-		s.i++
-	}
-}
-
 // fieldTypes maps a struct's JSON member names to their types, per type.
 var fieldTypes sync.Map // reflect.Type -> map[string]reflect.Type
 

@@ -26,15 +26,10 @@ func fastClaimed(raw []byte, out *ClaimResponse) bool {
 	if !ok {
 		return false
 	}
-	i := bytes.IndexByte(b, ',')
-	if i < 1 || i > 9 || b[0] < '1' || b[0] > '9' { // JSON has no "+1" or "01"; Atoi takes both
+	attempt, b, ok := cutInt(b)
+	if !ok || attempt < 1 {
 		return false
 	}
-	attempt, err := strconv.Atoi(string(b[:i]))
-	if err != nil || attempt < 1 {
-		return false
-	}
-	b = b[i:]
 	var times [3]time.Time
 	for k, name := range []string{`,"created_at":"`, `","expires_at":"`, `","lease_expires_at":"`} {
 		if b, ok = bytes.CutPrefix(b, []byte(name)); !ok {
@@ -112,7 +107,7 @@ func fastBatchResults(raw []byte) ([]wire.BatchResult, bool) {
 		if b, ok = bytes.CutPrefix(b, []byte(`,"body":`)); !ok || len(b) == 0 || b[0] <= ' ' {
 			return nil, false
 		}
-		n := jsonValueEnd(b)
+		n := wire.ValueEnd(b)
 		if n <= 0 {
 			return nil, false
 		}
@@ -143,36 +138,4 @@ func cutInt(b []byte) (int, []byte, bool) {
 	}
 	n, err := strconv.Atoi(string(b[:i]))
 	return n, b[i:], err == nil
-}
-
-// jsonValueEnd is the length of the JSON value b starts with, trailing
-// whitespace included, in text already known to be valid JSON (0 if it
-// does not end in b): only strings and nesting need following.
-func jsonValueEnd(b []byte) int {
-	depth := 0
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; c {
-		case '"':
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
-			if i >= len(b) {
-				return 0
-			}
-		case '{', '[':
-			depth++
-		case '}', ']':
-			if depth == 0 {
-				return i // the end of the enclosing result
-			}
-			depth--
-		case ',':
-			if depth == 0 {
-				return i
-			}
-		}
-	}
-	return 0
 }
