@@ -95,21 +95,15 @@ func TestNewAddress(t *testing.T) {
 func TestSeveralNodesFollowTheLeader(t *testing.T) {
 	hits := make([]int, 3)
 	var srvs []*httptest.Server
-	for i := range 3 {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			hits[i]++
-			w.Header().Set(LeaderHeader, strings.TrimPrefix(srvs[2].URL, "http://"))
-			if r.URL.Path == "/v1/unavailable" {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				io.WriteString(w, `{"status":503,"code":"unavailable"}`)
-				return
-			}
-			io.WriteString(w, `{}`)
-		}))
-		t.Cleanup(srv.Close)
-		srvs = append(srvs, srv)
-	}
+	srvs = fakeNodes(t, 3, func(i int, w http.ResponseWriter, r *http.Request) {
+		hits[i]++
+		w.Header().Set(LeaderHeader, strings.TrimPrefix(srvs[2].URL, "http://"))
+		if r.URL.Path == "/v1/unavailable" {
+			writeUnavailable(w)
+			return
+		}
+		io.WriteString(w, `{}`)
+	})
 	dead := httptest.NewServer(http.NotFoundHandler())
 	deadURL := dead.URL
 	dead.Close() // its port now refuses connections
@@ -662,21 +656,14 @@ func TestPathPrefix(t *testing.T) {
 // but the next one goes to the next node.
 func TestSeveralNodesLeaveANodeWithoutALeader(t *testing.T) {
 	hits := make([]int, 2)
-	var srvs []*httptest.Server
-	for i := range 2 {
-		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			hits[i]++
-			if i == 0 {
-				w.Header().Set("Content-Type", "application/problem+json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				io.WriteString(w, `{"status":503,"code":"unavailable"}`)
-				return
-			}
-			io.WriteString(w, `{}`)
-		}))
-		t.Cleanup(srv.Close)
-		srvs = append(srvs, srv)
-	}
+	srvs := fakeNodes(t, 2, func(i int, w http.ResponseWriter, r *http.Request) {
+		hits[i]++
+		if i == 0 {
+			writeUnavailable(w)
+			return
+		}
+		io.WriteString(w, `{}`)
+	})
 	c, err := New(srvs[0].URL + "," + srvs[1].URL)
 	if err != nil {
 		t.Fatal(err)
@@ -693,4 +680,23 @@ func TestSeveralNodesLeaveANodeWithoutALeader(t *testing.T) {
 	if hits[0] != 1 || hits[1] != 1 {
 		t.Fatalf("hits %v: the second request goes to the other node", hits)
 	}
+}
+
+// fakeNodes starts n HTTP servers standing for nodes; handle answers each
+// request with the index of the node it reached.
+func fakeNodes(t *testing.T, n int, handle func(i int, w http.ResponseWriter, r *http.Request)) []*httptest.Server {
+	t.Helper()
+	srvs := make([]*httptest.Server, n)
+	for i := range n {
+		srvs[i] = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handle(i, w, r) }))
+		t.Cleanup(srvs[i].Close)
+	}
+	return srvs
+}
+
+// writeUnavailable answers as a node without a leader does: 503 unavailable.
+func writeUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, `{"status":503,"code":"unavailable"}`)
 }
