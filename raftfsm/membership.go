@@ -38,6 +38,7 @@ const (
 	probeTimeout  = time.Second
 	silentAfter   = 3 * time.Second // no contact from the leader (or no check) for longer: unhealthy
 	behindWindow  = 5 * time.Second // applied less than the leader had committed this long ago: unhealthy
+	youngWindow   = 2 * time.Second // the same, for a leader that has not led for behindWindow yet
 	promoteStable = probeEvery      // healthy and caught up this long (two answers in a row) before a promotion
 )
 
@@ -610,8 +611,18 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 	case hbFailing:
 		return false, "answers, but the leader's raft heartbeats to it fail"
 	}
-	if c, ok := n.peers.commitBefore(h.answeredAt.Add(-behindWindow)); ok && h.applied < c {
-		return false, fmt.Sprintf("falling behind: had applied %d when the leader had committed %d %s earlier", h.applied, c, behindWindow)
+	// A leader that has led for less than behindWindow has no sample that
+	// old: it judges by a shorter window once it can. Without that, a node
+	// restarted a moment ago, answering with the applied index it had
+	// before replaying its log, counted towards a quorum in a young cluster.
+	window := behindWindow
+	c, ok := n.peers.commitBefore(h.answeredAt.Add(-window))
+	if !ok {
+		window = youngWindow
+		c, ok = n.peers.commitBefore(h.answeredAt.Add(-window))
+	}
+	if ok && h.applied < c {
+		return false, fmt.Sprintf("falling behind: had applied %d when the leader had committed %d %s earlier", h.applied, c, window)
 	}
 	return true, ""
 }

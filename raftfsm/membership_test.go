@@ -284,3 +284,40 @@ func TestForcedRemovalWithoutQuorumIsPending(t *testing.T) {
 		require.NotEqual(t, raft.ServerID(others[1].self.ID), s.ID)
 	}
 }
+
+// Bug: a leader that had led for less than behindWindow had no commit
+// sample old enough to judge "behind" by, so it called a node that had
+// just restarted, still at the applied index it had before replaying its
+// log, healthy, and counted it towards the quorum of a removal (once in
+// CI, TestMembershipThreeNodes in cmd/idem).
+func TestYoungLeaderJudgesAReplayingNodeBehind(t *testing.T) {
+	now := time.Now()
+	n := &Node{unhealty: map[raft.ServerID]bool{}}
+	answered := func(applied uint64) *peerHealth {
+		return &peerHealth{checkedAt: now, answeredAt: now, contactAt: now, applied: applied}
+	}
+	sample := func(ago time.Duration, index uint64) commitSample {
+		return commitSample{at: now.Add(-ago), index: index}
+	}
+
+	// Led for three seconds: no sample is behindWindow old.
+	n.peers.commits = []commitSample{sample(3*time.Second, 500), sample(youngWindow, 700), sample(time.Second, 900)}
+	ok, why := n.judge(answered(0), "b", now)
+	require.False(t, ok, "a node that has applied nothing of what was committed 2 s ago is healthy")
+	require.Contains(t, why, "falling behind: had applied 0 when the leader had committed 700 2s earlier")
+	ok, why = n.judge(answered(700), "b", now)
+	require.True(t, ok, "a second's lag is no matter: %s", why)
+
+	// Led for longer: the whole window decides.
+	n.peers.commits = append([]commitSample{sample(behindWindow+time.Second, 100)}, n.peers.commits...)
+	ok, why = n.judge(answered(150), "b", now)
+	require.True(t, ok, why)
+	ok, why = n.judge(answered(50), "b", now)
+	require.False(t, ok)
+	require.Contains(t, why, "falling behind: had applied 50 when the leader had committed 100 5s earlier")
+
+	// Led for a second: too young to judge lag at all (the gap left).
+	n.peers.commits = []commitSample{sample(time.Second, 900), sample(probeEvery, 950)}
+	ok, why = n.judge(answered(0), "b", now)
+	require.True(t, ok, why)
+}
