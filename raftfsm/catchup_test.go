@@ -113,12 +113,11 @@ func TestFollowerCaughtUpBySnapshotPastItsIndexKeepsApplying(t *testing.T) {
 
 	// n3's FSM is slow from its restart on: every batch waits.
 	var slow atomic.Pointer[FSM]
-	applyHook = func(f *FSM, _ []*raft.Log) {
+	setApplyHook(t, func(f *FSM, _ []*raft.Log) {
 		if slow.Load() == f {
 			time.Sleep(20 * time.Millisecond)
 		}
-	}
-	defer func() { applyHook = nil }()
+	})
 	n3 = c.openAt("n3", dirs[2], f3Addr, false, &logs[2])
 	slow.Store(n3.fsm)
 
@@ -178,14 +177,13 @@ func TestWatchdogLogsASlowFSMCall(t *testing.T) {
 		c.TickInterval = time.Hour
 	})
 	var stall atomic.Bool
-	applyHook = func(f *FSM, _ []*raft.Log) {
+	setApplyHook(t, func(f *FSM, _ []*raft.Log) {
 		// One call stalls: the first claim may also bring the cluster
 		// secret's entry, and a second slow call would be logged on its own.
 		if f == n.fsm && stall.CompareAndSwap(true, false) {
 			time.Sleep(time.Second)
 		}
-	}
-	defer func() { applyHook = nil }()
+	})
 	stall.Store(true)
 	_, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}, Fingerprint: "aa", LeaseMs: 1000, RetentionMs: 60_000})
 	require.NoError(t, err)
@@ -246,14 +244,19 @@ func TestFollowerUnderLoadIsCaughtUp(t *testing.T) {
 
 	// A follower whose FSM is stuck is behind.
 	var stuck atomic.Bool
-	applyHook = func(f *FSM, _ []*raft.Log) {
+	setApplyHook(t, func(f *FSM, _ []*raft.Log) {
 		for f == n3.fsm && stuck.Load() {
 			time.Sleep(10 * time.Millisecond)
 		}
-	}
-	defer func() { applyHook = nil }()
+	})
 	stuck.Store(true)
 	time.Sleep(200 * time.Millisecond)
 	require.False(t, n3.CaughtUp(n1.raft.CommitIndex()), "a follower whose FSM applies nothing is reported caught up")
 	stuck.Store(false)
+}
+
+// setApplyHook sets applyHook for the rest of the test.
+func setApplyHook(t *testing.T, h func(*FSM, []*raft.Log)) {
+	applyHook.Store(&h)
+	t.Cleanup(func() { applyHook.Store(nil) })
 }

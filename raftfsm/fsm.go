@@ -64,7 +64,8 @@ func NewFSM(db *engine.DB, clock *ttl.Clock, log *slog.Logger, m *Metrics) *FSM 
 // applyHook, when set (tests only), runs before each batch is applied: a
 // slow FSM opens the window between a leader's election and its FSM
 // catching up. It is given the FSM, so a test can slow one node only.
-var applyHook func(*FSM, []*raft.Log)
+// Atomic: the FSM goroutines of running nodes read it while a test sets it.
+var applyHook atomic.Pointer[func(*FSM, []*raft.Log)]
 
 // Apply applies one entry.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
@@ -75,8 +76,8 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if len(logs) > 0 {
 		defer f.busy.begin("apply", logs[0].Index, logs[len(logs)-1].Index)()
 	}
-	if applyHook != nil {
-		applyHook(f, logs)
+	if h := applyHook.Load(); h != nil {
+		(*h)(f, logs)
 	}
 	out := make([]any, len(logs))
 	txn := f.db.Begin()

@@ -77,8 +77,7 @@ func TestLeaderWithLostStateDoesNotStampItsWallClock(t *testing.T) {
 	cfg.ClockOffset = time.Hour
 	// A slow FSM: the new leader's first proposals come before it has
 	// replayed the log.
-	applyHook = func(*FSM, []*raft.Log) { time.Sleep(300 * time.Millisecond) }
-	defer func() { applyHook = nil }()
+	setApplyHook(t, func(*FSM, []*raft.Log) { time.Sleep(300 * time.Millisecond) })
 	m, err := Open(cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
