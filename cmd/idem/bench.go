@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")
+	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile (go tool pprof) to this file: where the client side of the run spends its time")
 	batch := fs.Int("batch", 0, "coalesce the clients' calls into POST /v1/batch requests of at most this many ops, with the Go client's batcher (0: one request per call)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
@@ -71,6 +73,19 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	if !*quiet {
 		cfg.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintf(stderr, "idem bench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "idem bench: --cpuprofile: %v\n", err)
+			return 2
+		}
+		defer pprof.StopCPUProfile()
 	}
 	rep, err := bench.Run(ctx, cfg)
 	if err != nil {

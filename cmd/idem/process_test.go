@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"compress/gzip"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -315,8 +316,10 @@ func TestBenchRunsAndChecksCorrectness(t *testing.T) {
 	httpAddr := freePort(t)
 	start(t, t.TempDir(), httpAddr, freePort(t))
 	hist := filepath.Join(t.TempDir(), "latency.svg")
+	prof := filepath.Join(t.TempDir(), "bench.pprof")
 	out, err := exec.Command(binary, "bench", "--addr", httpAddr, "--duration", "2s", "--warmup", "0s",
-		"--concurrency", "16", "--mix", "fresh=40,dup=20,complete=20,lookup=20", "--quiet", "--hist", hist).CombinedOutput()
+		"--concurrency", "16", "--mix", "fresh=40,dup=20,complete=20,lookup=20", "--quiet", "--hist", hist,
+		"--cpuprofile", prof).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	require.Contains(t, string(out), "correctness: ok")
 	for _, op := range []string{"fresh", "dup", "complete", "lookup"} {
@@ -325,4 +328,17 @@ func TestBenchRunsAndChecksCorrectness(t *testing.T) {
 	svg, err := os.ReadFile(hist)
 	require.NoError(t, err)
 	require.Contains(t, string(svg), "<svg")
+	// The load generator's own profile: gzipped protobuf, as go tool pprof reads it.
+	f, err := os.Open(prof)
+	require.NoError(t, err)
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	require.NoError(t, err, "--cpuprofile wrote no gzipped profile")
+	b, err := io.ReadAll(zr)
+	require.NoError(t, err)
+	require.NotEmpty(t, b)
+
+	out, err = exec.Command(binary, "bench", "--addr", httpAddr, "--cpuprofile", filepath.Join(t.TempDir(), "no", "such", "dir", "p")).CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "--cpuprofile")
 }
