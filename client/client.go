@@ -106,9 +106,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 			// the whole of its deadline, before the next node is tried.
 			dial = time.Second
 		}
-		tr := newTransport(dial)
-		tr.TLSClientConfig = c.tls
-		c.hc = &http.Client{Transport: tr}
+		c.hc = &http.Client{Transport: newSyncTransport(dial, c.tls)}
 	}
 	return c, nil
 }

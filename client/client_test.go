@@ -134,17 +134,6 @@ func TestSeveralNodesFollowTheLeader(t *testing.T) {
 	}
 }
 
-func TestDefaultTransportKeepsConnectionsAlive(t *testing.T) {
-	c, err := New("127.0.0.1:7070")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tr, ok := c.hc.Transport.(*http.Transport)
-	if !ok || tr.MaxIdleConnsPerHost < 256 || tr.DisableKeepAlives {
-		t.Fatalf("transport %#v does not keep enough connections per host alive", c.hc.Transport)
-	}
-}
-
 // TestRequestShapes checks every route's method, path, query and body
 // against docs/API.md, with exactly the documented members.
 func TestRequestShapes(t *testing.T) {
