@@ -215,7 +215,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		d = bd
 	}
 	if d == nil {
-		hd := NewHTTPDriver(cfg.Addrs, cfg.AuthToken, cfg.Concurrency)
+		hd := NewHTTPDriver(cfg.Addrs, cfg.AuthToken)
 		if cfg.TLS != nil {
 			hd.UseTLS(cfg.TLS)
 		}

@@ -293,7 +293,7 @@ func TestRunHTTPDriverAgainstFakeServer(t *testing.T) {
 
 func TestHTTPDriverOutcomes(t *testing.T) {
 	srv := fakeIdem(t)
-	d := NewHTTPDriver([]string{srv.URL}, "", 1)
+	d := NewHTTPDriver([]string{srv.URL}, "")
 	defer d.Close()
 	ctx := context.Background()
 	s := Scope{"p", "POST /x", "k1"}

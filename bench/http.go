@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -29,14 +28,13 @@ type HTTPDriver struct {
 	leader atomic.Int32 // index in addrs + 1; 0: not known
 	token  string
 	client *http.Client
-	tr     *http.Transport
 	scheme string // http, or https after UseTLS
 }
 
 // NewHTTPDriver returns a driver for the nodes at addrs (host:port, an
 // "http://" prefix is accepted). authToken is sent as a bearer token when
-// set; conns sizes the keep-alive pool (the number of concurrent clients).
-func NewHTTPDriver(addrs []string, authToken string, conns int) *HTTPDriver {
+// set. Connections are kept alive, up to 1,024 idle ones per node.
+func NewHTTPDriver(addrs []string, authToken string) *HTTPDriver {
 	clean := make([]string, 0, len(addrs))
 	for _, a := range addrs {
 		a = strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(a), "http://"), "https://"), "/")
@@ -44,29 +42,27 @@ func NewHTTPDriver(addrs []string, authToken string, conns int) *HTTPDriver {
 			clean = append(clean, a)
 		}
 	}
-	conns = max(conns, 1)
-	tr := &http.Transport{
-		DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:        conns * 2 * max(1, len(clean)),
-		MaxIdleConnsPerHost: conns * 2,
-		IdleConnTimeout:     90 * time.Second,
-	}
-	return &HTTPDriver{addrs: clean, token: authToken, tr: tr, client: &http.Client{Transport: tr, Timeout: 30 * time.Second}, scheme: "http"}
+	// The Go client's own transport (client.NewTransport): the load is
+	// what a service using the client sends, and its cost is the client's.
+	return &HTTPDriver{addrs: clean, token: authToken, client: &http.Client{Transport: client.NewTransport(nil)}, scheme: "http"}
 }
 
 // UseTLS makes the driver speak HTTPS with cfg; call it before the load.
 func (d *HTTPDriver) UseTLS(cfg *tls.Config) {
-	d.tr.TLSClientConfig = cfg
+	d.client.Transport = client.NewTransport(cfg)
 	d.scheme = "https"
 }
 
 // Close drops the idle connections.
 func (d *HTTPDriver) Close() error {
-	d.tr.CloseIdleConnections()
+	d.client.CloseIdleConnections()
 	return nil
 }
 
 const benchFingerprint = "9f86d081884c7d65"
+
+// requestTimeout bounds one request.
+const requestTimeout = 30 * time.Second
 
 // Claim is POST /v1/claim: 201 won, 409 in_progress lost, 200 replay.
 func (d *HTTPDriver) Claim(ctx context.Context, s Scope, claimID string) (ClaimResult, error) {
@@ -169,6 +165,10 @@ func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []
 		}
 	}
 	addr := d.addrs[idx]
+	// A deadline through the context, not http.Client.Timeout, which
+	// starts a goroutine per request (as the Go client does).
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, d.scheme+"://"+addr+path, rd)
 	if err != nil {
 		return 0, nil, Definitely("request", err)

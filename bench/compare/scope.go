@@ -46,5 +46,5 @@ func newIdemDriver(_ context.Context, o driverOpts) (bench.Driver, error) {
 	if o.batch > 0 {
 		return bench.NewBatchDriver(addrs, "", o.batch, nil)
 	}
-	return bench.NewHTTPDriver(addrs, "", o.conns), nil
+	return bench.NewHTTPDriver(addrs, ""), nil
 }

@@ -619,7 +619,7 @@ func runDrop(ctx context.Context, c *Config) (*DropResult, error) {
 		}
 	}
 	d.LoadAvgBefore = loadAvg()
-	hd := bench.NewHTTPDriver([]string{srv.addr}, "", c.Concurrency)
+	hd := bench.NewHTTPDriver([]string{srv.addr}, "")
 	defer hd.Close()
 	td := &timedDriver{Driver: hd}
 	var (
