@@ -144,7 +144,7 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	sc.in.left = -1
 	keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
-	b := &syncBody{rc: resp.Body, t: t, sc: sc, stop: stop, keep: keep}
+	b := &syncBody{rc: resp.Body, ctx: ctx, t: t, sc: sc, stop: stop, keep: keep}
 	if resp.Body == http.NoBody {
 		b.release(true)
 	}
@@ -308,6 +308,7 @@ func (t *syncTransport) put(sc *syncConn) {
 // connection is closed.
 type syncBody struct {
 	rc   io.ReadCloser
+	ctx  context.Context
 	t    *syncTransport
 	sc   *syncConn
 	stop func() bool
@@ -320,6 +321,9 @@ func (b *syncBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil {
 		b.release(errors.Is(err, io.EOF))
+		if cerr := b.ctx.Err(); cerr != nil && !errors.Is(err, io.EOF) {
+			err = cerr // the deadline set when ctx ended, as the context's error
+		}
 	}
 	return n, err
 }

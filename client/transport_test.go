@@ -116,8 +116,14 @@ func TestIdleConnectionClosedByTheNodeIsNotUsed(t *testing.T) {
 func TestTransportHonoursContext(t *testing.T) {
 	release := make(chan struct{})
 	s := newCountingServer(t, func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/slow" {
+		switch r.URL.Path {
+		case "/slow":
 			<-release
+		case "/partial": // the answer's head, then part of its body
+			w.Write([]byte(`{"partial":`))
+			w.(http.Flusher).Flush()
+			<-release
+			return
 		}
 		echo(w, r)
 	})
@@ -138,6 +144,13 @@ func TestTransportHonoursContext(t *testing.T) {
 	}
 	if n := s.conns.Load(); n != 2 {
 		t.Fatalf("%d connections, want 2: the timed-out one must not be reused", n)
+	}
+
+	// Ending while the answer's body is read: the context's error too.
+	ctx3, cancel3 := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel3()
+	if _, err := c.Do(ctx3, http.MethodPost, "/partial", nil, map[string]int{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("deadline while reading the answer: got %v, want context.DeadlineExceeded", err)
 	}
 
 	cancelled, cancel2 := context.WithCancel(context.Background())
