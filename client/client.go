@@ -106,7 +106,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 			// the whole of its deadline, before the next node is tried.
 			dial = time.Second
 		}
-		c.hc = &http.Client{Transport: newSyncTransport(dial, c.tls)}
+		c.hc = &http.Client{Transport: defaultTransport(dial, c.tls)}
 	}
 	return c, nil
 }

@@ -4,6 +4,9 @@ package client
 
 import "net"
 
-// alive cannot peek without blocking here; an idle connection the node
-// closed is found when written to, as it was before this transport.
+// canPeek: alive cannot peek without blocking here, so the Client keeps
+// net/http's Transport, whose read goroutine notices a closed idle
+// connection (NewTransport).
+const canPeek = false
+
 func alive(net.Conn) bool { return true }

@@ -8,6 +8,9 @@ import (
 	"syscall"
 )
 
+// canPeek: alive can tell a closed idle connection without blocking.
+const canPeek = true
+
 // alive peeks at an idle connection without blocking: a node that closed
 // it (or reset it) shows as end of file or an error, a live one as
 // nothing to read. Unsolicited bytes make it unusable too.

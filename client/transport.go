@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -32,8 +33,19 @@ import (
 // node's --idle-timeout) is found dead by a non-blocking peek and never
 // written to, so it cannot turn a claim into an unknown outcome. Only a
 // close that races the write itself can, as with net/http.
+//
+// Where an idle connection cannot be peeked at without blocking (outside
+// Linux and the BSDs), it is net/http's Transport.
 func NewTransport(tlsConfig *tls.Config) http.RoundTripper {
-	return newSyncTransport(5*time.Second, tlsConfig)
+	return defaultTransport(5*time.Second, tlsConfig)
+}
+
+func defaultTransport(dial time.Duration, tlsConfig *tls.Config) http.RoundTripper {
+	st := newSyncTransport(dial, tlsConfig)
+	if !canPeek {
+		return st.fallback
+	}
+	return st
 }
 
 func newSyncTransport(dial time.Duration, tlsConfig *tls.Config) *syncTransport {
@@ -107,25 +119,47 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL.Port() == "" {
 		host = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
-	sc, err := t.get(ctx, host)
+	// A GET or HEAD on a kept-alive connection that the node closed
+	// without a byte of answer is sent once more on a new connection, as
+	// net/http does: it did not reach the node, or repeating it changes
+	// nothing. Anything else is never sent twice.
+	replayable := req.Method == http.MethodGet || req.Method == http.MethodHead
+	resp, again, err := t.exchange(ctx, req, host, head, body, false)
+	if again && replayable && ctx.Err() == nil {
+		resp, _, err = t.exchange(ctx, req, host, head, body, true)
+	}
+	return resp, err
+}
+
+// exchange sends one request on a kept-alive connection (a new one when
+// fresh) and reads its answer's head. again reports a failure on a reused
+// connection before any byte of an answer came.
+func (t *syncTransport) exchange(ctx context.Context, req *http.Request, host string, head, body []byte, fresh bool) (_ *http.Response, again bool, _ error) {
+	sc, reused, err := t.get(ctx, host, fresh)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	// Cancellation and deadlines: ending ctx makes the connection's reads
 	// and writes fail at once; the connection is then not reused.
 	stop := context.AfterFunc(ctx, func() { sc.c.SetDeadline(time.Unix(1, 0)) })
-	fail := func(err error) (*http.Response, error) {
+	fail := func(err error, nothingRead bool) (*http.Response, bool, error) {
 		stop()
 		sc.c.Close()
 		if cerr := ctx.Err(); cerr != nil {
-			return nil, cerr
+			return nil, false, cerr
 		}
-		return nil, err
+		return nil, reused && nothingRead, err
 	}
 	sc.bw.Write(head)
 	sc.bw.Write(body)
 	if err := sc.bw.Flush(); err != nil {
-		return fail(err)
+		// The node may have answered before reading the whole body (a 413
+		// past its --max-request-bytes, then a close), as net/http's read
+		// goroutine would have seen: its answer, if complete, wins.
+		if resp := t.earlyAnswer(ctx, sc, req, stop); resp != nil {
+			return resp, false, nil
+		}
+		return fail(err, false)
 	}
 	// The answer's head (1xx answers included) may take at most
 	// maxHeadBytes, as net/http's: a node that sends headers without end
@@ -135,7 +169,7 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		resp, err = http.ReadResponse(sc.br, req)
 		if err != nil {
-			return fail(err)
+			return fail(err, sc.in.left == maxHeadBytes)
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
 			break
@@ -143,13 +177,52 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 		// 1xx (103 Early Hints and the like): the answer follows.
 	}
 	sc.in.left = -1
-	keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
-	b := &syncBody{rc: resp.Body, ctx: ctx, t: t, sc: sc, stop: stop, keep: keep}
+	keep := !resp.Close && !wantsClose(req) && resp.StatusCode != http.StatusSwitchingProtocols
+	b := &syncBody{rc: resp.Body, t: t, sc: sc, stop: stop, keep: keep, ctx: ctx}
 	if resp.Body == http.NoBody {
 		b.release(true)
 	}
 	resp.Body = b
-	return resp, nil
+	return resp, false, nil
+}
+
+// earlyAnswer reads an answer the node sent before the request's body was
+// all written; nil if there is none within a second.
+func (t *syncTransport) earlyAnswer(ctx context.Context, sc *syncConn, req *http.Request, stop func() bool) *http.Response {
+	if ctx.Err() != nil {
+		return nil
+	}
+	sc.c.SetReadDeadline(time.Now().Add(time.Second))
+	sc.in.left = maxHeadBytes
+	resp, err := http.ReadResponse(sc.br, req)
+	sc.in.left = -1
+	if err != nil || resp.StatusCode < 200 {
+		return nil
+	}
+	sc.c.SetReadDeadline(time.Time{})
+	resp.Close = true
+	b := &syncBody{rc: resp.Body, t: t, sc: sc, stop: stop, keep: false, ctx: ctx}
+	if resp.Body == http.NoBody {
+		b.release(true)
+	}
+	resp.Body = b
+	return resp
+}
+
+// wantsClose is net/http's: Close set, or "Connection: close" among the
+// request's headers.
+func wantsClose(req *http.Request) bool {
+	if req.Close {
+		return true
+	}
+	for _, v := range req.Header.Values("Connection") {
+		for _, tok := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(tok), "close") {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // maxHeadBytes bounds an answer's status line and headers (net/http's
@@ -205,10 +278,16 @@ func requestHead(req *http.Request, bodyLen int) ([]byte, error) {
 	if !validName(req.Method) {
 		return nil, fmt.Errorf("client: invalid method %q", req.Method)
 	}
+	uri := req.URL.RequestURI()
+	for i := 0; i < len(uri); i++ {
+		if c := uri[i]; c <= ' ' || c == 0x7f {
+			return nil, fmt.Errorf("client: invalid request URI %q", uri)
+		}
+	}
 	b := make([]byte, 0, 256)
 	b = append(b, req.Method...)
 	b = append(b, ' ')
-	b = append(b, req.URL.RequestURI()...)
+	b = append(b, uri...)
 	b = append(b, " HTTP/1.1\r\nHost: "...)
 	b = append(b, host...)
 	b = append(b, "\r\n"...)
@@ -230,7 +309,7 @@ func requestHead(req *http.Request, bodyLen int) ([]byte, error) {
 			b = append(b, "\r\n"...)
 		}
 	}
-	if req.Close {
+	if wantsClose(req) {
 		b = append(b, "Connection: close\r\n"...)
 	}
 	if bodyLen > 0 || req.Method == http.MethodPost || req.Method == http.MethodPut || req.Method == http.MethodPatch {
@@ -263,9 +342,10 @@ func validValue(s string) bool {
 	return true
 }
 
-// get returns a live kept-alive connection to host, or a new one.
-func (t *syncTransport) get(ctx context.Context, host string) (*syncConn, error) {
-	for {
+// get returns a live kept-alive connection to host (reused), or a new
+// one; always a new one when fresh.
+func (t *syncTransport) get(ctx context.Context, host string, fresh bool) (_ *syncConn, reused bool, _ error) {
+	for !fresh {
 		t.mu.Lock()
 		cs := t.idle[host]
 		var sc *syncConn
@@ -277,22 +357,39 @@ func (t *syncTransport) get(ctx context.Context, host string) (*syncConn, error)
 			break
 		}
 		if time.Since(sc.idleSince) <= t.idleFor && sc.br.Buffered() == 0 && alive(sc.c) {
-			return sc, nil
+			return sc, true, nil
 		}
 		sc.c.Close()
 	}
 	c, err := t.dial(ctx, "tcp", host)
 	if err != nil {
-		return nil, err // a *net.OpError "dial": never delivered (neverDelivered)
+		return nil, false, err // a *net.OpError "dial": never delivered (neverDelivered)
 	}
 	in := &budgetReader{r: c, left: -1}
-	return &syncConn{c: c, in: in, br: bufio.NewReaderSize(in, 4<<10), bw: bufio.NewWriterSize(c, 4<<10), host: host}, nil
+	return &syncConn{c: c, in: in, br: bufio.NewReaderSize(in, 4<<10), bw: bufio.NewWriterSize(c, 4<<10), host: host}, false, nil
 }
 
 // put keeps sc for the next request to its host.
 func (t *syncTransport) put(sc *syncConn) {
 	sc.idleSince = time.Now()
+	var stale []*syncConn
 	t.mu.Lock()
+	cs := t.idle[sc.host]
+	// The oldest are first: those idle past idleFor go (a burst's
+	// connections would otherwise be kept, dead, below the reused one).
+	k := 0
+	for k < len(cs) && sc.idleSince.Sub(cs[k].idleSince) > t.idleFor {
+		k++
+	}
+	if k > 0 {
+		stale = append(stale, cs[:k]...)
+		cs = append(cs[:0], cs[k:]...)
+		clear(t.idle[sc.host][len(cs):])
+		t.idle[sc.host] = cs
+	}
+	for _, old := range stale {
+		old.c.Close()
+	}
 	if cs := t.idle[sc.host]; len(cs) < t.maxIdle {
 		t.idle[sc.host] = append(cs, sc)
 		sc = nil
@@ -321,8 +418,8 @@ func (b *syncBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil {
 		b.release(errors.Is(err, io.EOF))
-		if cerr := b.ctx.Err(); cerr != nil && !errors.Is(err, io.EOF) {
-			err = cerr // the deadline set when ctx ended, as the context's error
+		if err != io.EOF && b.ctx != nil && b.ctx.Err() != nil {
+			err = b.ctx.Err() // as net/http: the deadline, not "i/o timeout"
 		}
 	}
 	return n, err
