@@ -326,8 +326,8 @@ func (b *Batcher) loop() {
 		}
 		b.inflight.Add(1)
 		go func() {
-			defer func() { <-b.slots; b.inflight.Done() }()
-			b.send(batch)
+			defer b.inflight.Done()
+			b.send(batch, func() { <-b.slots })
 		}()
 	}
 }
@@ -346,7 +346,7 @@ func (b *Batcher) drain() {
 
 // send posts one batch and hands each caller its result. Calls whose
 // context ended before the send are left out.
-func (b *Batcher) send(batch []*batchCall) {
+func (b *Batcher) send(batch []*batchCall, free func()) {
 	live := batch[:0]
 	for _, c := range batch {
 		if err := c.ctx.Err(); err != nil {
@@ -355,16 +355,22 @@ func (b *Batcher) send(batch []*batchCall) {
 		}
 		live = append(live, c)
 	}
-	if len(live) == 0 {
-		return
+	var answers []batchAnswer
+	if len(live) > 0 {
+		answers = b.post(live)
 	}
-	b.post(live)
+	// The slot is free before the callers hear: a caller's next call
+	// must find nothing in flight, or a lone call would wait out the linger.
+	free()
+	for i, c := range live {
+		c.done <- answers[i]
+	}
 }
 
 // post sends the calls as one request. A batch the server refuses whole as
 // too large (more ops than its --max-batch-ops, or more bytes than its
 // request limit) decided nothing, so it is sent again in halves.
-func (b *Batcher) post(live []*batchCall) {
+func (b *Batcher) post(live []*batchCall) []batchAnswer {
 	var body bytes.Buffer
 	body.WriteString(`{"ops":[`)
 	for i, c := range live {
@@ -380,9 +386,7 @@ func (b *Batcher) post(live []*batchCall) {
 	if p := (*Problem)(nil); errors.As(err, &p) && p.Status == http.StatusRequestEntityTooLarge && len(live) > 1 {
 		cancel()
 		half := len(live) / 2
-		b.post(live[:half])
-		b.post(live[half:])
-		return
+		return append(b.post(live[:half]), b.post(live[half:])...)
 	}
 	var out wire.BatchResponse
 	if err == nil {
@@ -398,11 +402,13 @@ func (b *Batcher) post(live []*batchCall) {
 			err = badAnswer(http.MethodPost, "/v1/batch", err)
 		}
 	}
-	for i, c := range live {
+	answers := make([]batchAnswer, len(live))
+	for i := range live {
 		if err != nil {
-			c.done <- batchAnswer{err: err} // a whole-request refusal or a transport error is every op's
+			answers[i] = batchAnswer{err: err} // a whole-request refusal or a transport error is every op's
 			continue
 		}
-		c.done <- batchAnswer{res: out.Results[i]}
+		answers[i] = batchAnswer{res: out.Results[i]}
 	}
+	return answers
 }
