@@ -36,8 +36,8 @@
 //
 // Over plain HTTP a Client writes each request and reads its answer on the
 // calling goroutine (NewTransport; HTTPS and proxies go through net/http):
-// per claim that is a fifth to a third less of the client's CPU than
-// net/http's hand-offs to its connection goroutines. WithHTTPClient
+// per claim that is a third less of the client's CPU than net/http's
+// hand-offs to its connection goroutines. WithHTTPClient
 // replaces it.
 //
 // The client never retries on its own: a claim answered 503 may or may not

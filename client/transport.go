@@ -24,9 +24,9 @@ import (
 //
 // Why: net/http hands every request to a connection's write goroutine and
 // its answer back from a read goroutine. For a claim of a few hundred
-// bytes those hand-offs were most of the client's CPU: 80–105 µs per
-// claim against 61–65 µs without them, one request per claim over
-// loopback (README, Benchmarks).
+// bytes those hand-offs cost a third of the client's CPU: 106–113 µs per
+// claim with them, 67–74 µs without, one request per claim over loopback
+// (README, Benchmarks).
 //
 // What net/http's read goroutine gave for free is done before each reuse
 // instead: a connection the node closed while it sat idle (a restart, the
