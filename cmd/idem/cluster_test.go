@@ -62,13 +62,35 @@ func (f formation) String() string {
 	return "bootstrap-expect"
 }
 
+// freePortOn returns an address on ip with a port nothing listens on, and
+// that no other test of this process was given: the kernel can hand a
+// port just closed to the next caller, and the parallel test that got it
+// second then found its node's port taken by the first's ("address
+// already in use", once in CI).
 func freePortOn(t *testing.T, ip string) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", ip+":0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
+	for {
+		ln, err := net.Listen("tcp", ip+":0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		ln.Close()
+		_, port, _ := net.SplitHostPort(addr)
+		givenPortsMu.Lock()
+		taken := givenPorts[port]
+		givenPorts[port] = true
+		givenPortsMu.Unlock()
+		if !taken {
+			return addr
+		}
+	}
 }
+
+// givenPorts are the ports freePortOn has handed out, on any address (a
+// node may listen on one address and advertise another).
+var (
+	givenPortsMu sync.Mutex
+	givenPorts   = map[string]bool{}
+)
 
 // newCluster starts n1..n3 on 127.0.0.11..13 with common flags plus each
 // node's own, and waits until every node shows three voters, one leader and
