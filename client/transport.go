@@ -2,7 +2,6 @@ package client
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -10,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,29 +161,42 @@ func (t *syncTransport) exchange(ctx context.Context, req *http.Request, host st
 		}
 		return fail(err, false)
 	}
-	// The answer's head (1xx answers included) may take at most
-	// maxHeadBytes, as net/http's: a node that sends headers without end
-	// must not take the caller's memory. The body is the caller's to bound.
+	resp, nothingRead, err := readAnswer(sc, req)
+	if err != nil {
+		return fail(err, nothingRead)
+	}
+	keep := !resp.Close && !wantsClose(req) && resp.StatusCode != http.StatusSwitchingProtocols
+	t.bodyFrom(resp, ctx, sc, stop, keep)
+	return resp, false, nil
+}
+
+// readAnswer reads an answer's head, past any 1xx answers (103 Early
+// Hints and the like). Together they may take at most maxHeadBytes, as
+// net/http's: a node that sends headers without end must not take the
+// caller's memory. The body is the caller's to bound. nothingRead reports
+// a failure before any byte came.
+func readAnswer(sc *syncConn, req *http.Request) (_ *http.Response, nothingRead bool, _ error) {
 	sc.in.left = maxHeadBytes
-	var resp *http.Response
+	defer func() { sc.in.left = -1 }()
 	for {
-		resp, err = http.ReadResponse(sc.br, req)
+		resp, err := http.ReadResponse(sc.br, req)
 		if err != nil {
-			return fail(err, sc.in.left == maxHeadBytes)
+			return nil, sc.in.left == maxHeadBytes, err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
-			break
+			return resp, false, nil
 		}
-		// 1xx (103 Early Hints and the like): the answer follows.
 	}
-	sc.in.left = -1
-	keep := !resp.Close && !wantsClose(req) && resp.StatusCode != http.StatusSwitchingProtocols
-	b := &syncBody{rc: resp.Body, t: t, sc: sc, stop: stop, keep: keep, ctx: ctx}
+}
+
+// bodyFrom makes resp's body read from sc, which goes back to the pool
+// (keep) once the body is read to its end.
+func (t *syncTransport) bodyFrom(resp *http.Response, ctx context.Context, sc *syncConn, stop func() bool, keep bool) {
+	b := &syncBody{rc: resp.Body, ctx: ctx, t: t, sc: sc, stop: stop, keep: keep}
 	if resp.Body == http.NoBody {
 		b.release(true)
 	}
 	resp.Body = b
-	return resp, false, nil
 }
 
 // earlyAnswer reads an answer the node sent before the request's body was
@@ -193,19 +206,13 @@ func (t *syncTransport) earlyAnswer(ctx context.Context, sc *syncConn, req *http
 		return nil
 	}
 	sc.c.SetReadDeadline(time.Now().Add(time.Second))
-	sc.in.left = maxHeadBytes
-	resp, err := http.ReadResponse(sc.br, req)
-	sc.in.left = -1
-	if err != nil || resp.StatusCode < 200 {
+	resp, _, err := readAnswer(sc, req)
+	if err != nil {
 		return nil
 	}
 	sc.c.SetReadDeadline(time.Time{})
 	resp.Close = true
-	b := &syncBody{rc: resp.Body, t: t, sc: sc, stop: stop, keep: false, ctx: ctx}
-	if resp.Body == http.NoBody {
-		b.release(true)
-	}
-	resp.Body = b
+	t.bodyFrom(resp, ctx, sc, stop, false)
 	return resp
 }
 
@@ -326,7 +333,7 @@ func validName(s string) bool {
 	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
-		if c <= ' ' || c >= 0x7f || bytes.IndexByte([]byte(`"(),/:;<=>?@[\]{}`), c) >= 0 {
+		if c <= ' ' || c >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, c) >= 0 {
 			return false
 		}
 	}
@@ -372,30 +379,22 @@ func (t *syncTransport) get(ctx context.Context, host string, fresh bool) (_ *sy
 // put keeps sc for the next request to its host.
 func (t *syncTransport) put(sc *syncConn) {
 	sc.idleSince = time.Now()
-	var stale []*syncConn
 	t.mu.Lock()
 	cs := t.idle[sc.host]
 	// The oldest are first: those idle past idleFor go (a burst's
 	// connections would otherwise be kept, dead, below the reused one).
 	k := 0
-	for k < len(cs) && sc.idleSince.Sub(cs[k].idleSince) > t.idleFor {
-		k++
+	for ; k < len(cs) && sc.idleSince.Sub(cs[k].idleSince) > t.idleFor; k++ {
+		cs[k].c.Close()
 	}
-	if k > 0 {
-		stale = append(stale, cs[:k]...)
-		cs = append(cs[:0], cs[k:]...)
-		clear(t.idle[sc.host][len(cs):])
-		t.idle[sc.host] = cs
+	cs = slices.Delete(cs, 0, k)
+	full := len(cs) >= t.maxIdle
+	if !full {
+		cs = append(cs, sc)
 	}
-	for _, old := range stale {
-		old.c.Close()
-	}
-	if cs := t.idle[sc.host]; len(cs) < t.maxIdle {
-		t.idle[sc.host] = append(cs, sc)
-		sc = nil
-	}
+	t.idle[sc.host] = cs
 	t.mu.Unlock()
-	if sc != nil {
+	if full {
 		sc.c.Close()
 	}
 }
@@ -418,7 +417,7 @@ func (b *syncBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	if err != nil {
 		b.release(errors.Is(err, io.EOF))
-		if err != io.EOF && b.ctx != nil && b.ctx.Err() != nil {
+		if !errors.Is(err, io.EOF) && b.ctx.Err() != nil {
 			err = b.ctx.Err() // as net/http: the deadline, not "i/o timeout"
 		}
 	}

@@ -57,10 +57,10 @@ func readHead(br *bufio.Reader) error {
 // A node that refuses a request before reading all of its body (as net/http
 // servers do past http.MaxBytesReader: 413, FIN, then close with the body
 // unread) must still have its answer seen. net/http's Transport reads the
-// answer while the body is being written and returns the 413; the sync
-// transport blocks in Flush until the RST and returns a write error: a
-// definite refusal becomes an unknown outcome (and the Batcher's split on
-// 413 never happens).
+// answer while the body is being written and returns the 413. Bug: the
+// sync transport blocked in Flush until the RST and returned a write
+// error: a definite refusal became an unknown outcome (and the Batcher's
+// split on 413 never happened).
 func TestTransportAttackEarlyAnswerWhileBodyIsWritten(t *testing.T) {
 	url := rawServer(t, func(c net.Conn) {
 		br := bufio.NewReader(c)
@@ -134,8 +134,8 @@ func TestTransportAttackTrailersAreBounded(t *testing.T) {
 
 // A context deadline that ends while the body is read: net/http reports
 // context.DeadlineExceeded (the callers test for it: cmd/idem's fail,
-// chaos classify and liveness, bench errorInfo); the sync transport
-// reports os.ErrDeadlineExceeded ("i/o timeout").
+// chaos classify and liveness, bench errorInfo). Bug: the sync transport
+// reported os.ErrDeadlineExceeded ("i/o timeout").
 func TestTransportAttackDeadlineDuringBodyIsAContextError(t *testing.T) {
 	url := rawServer(t, func(c net.Conn) {
 		defer c.Close()
@@ -158,11 +158,11 @@ func TestTransportAttackDeadlineDuringBodyIsAContextError(t *testing.T) {
 	}
 }
 
-// Idle connections are only looked at when popped (LIFO): after a burst,
-// the ones below the top are kept (and their fds, in CLOSE_WAIT once the
-// node's --idle-timeout closes them) for ever, past idleFor, while the
-// load is lower than the burst. net/http closes an idle connection when its
-// IdleConnTimeout passes or the node closes it.
+// Bug: idle connections were only looked at when popped (LIFO): after a
+// burst, the ones below the top were kept (and their fds, in CLOSE_WAIT
+// once the node's --idle-timeout closed them) for ever, past idleFor,
+// while the load was lower than the burst. net/http closes an idle
+// connection when its IdleConnTimeout passes or the node closes it.
 func TestTransportAttackIdleConnectionsPastIdleForAreClosed(t *testing.T) {
 	var conns sync.Map
 	url := rawServer(t, func(c net.Conn) {
@@ -210,8 +210,8 @@ func TestTransportAttackIdleConnectionsPastIdleForAreClosed(t *testing.T) {
 	}
 }
 
-// A "Connection: close" set by the caller is neither sent nor honoured
-// (net/http sends it and closes the connection after the answer).
+// A "Connection: close" set by the caller is sent and honoured, as net/http
+// does (bug: it was neither).
 func TestTransportAttackCallerConnectionCloseHeader(t *testing.T) {
 	got := make(chan string, 1)
 	url := rawServer(t, func(c net.Conn) {
@@ -276,8 +276,8 @@ func TestTransportAttackUnsolicitedAnswerIsNotTaken(t *testing.T) {
 }
 
 // net/http refuses a request URI holding control bytes ("can't write
-// control character in Request.URL"); the sync transport writes it as is:
-// a RawQuery (or Opaque) with CR LF splits the request.
+// control character in Request.URL"). Bug: the sync transport wrote it
+// as is, and a RawQuery (or Opaque) with CR LF split the request.
 func TestTransportAttackRequestLineInjection(t *testing.T) {
 	got := make(chan string, 1)
 	url := rawServer(t, func(c net.Conn) {
@@ -308,7 +308,8 @@ func TestTransportAttackRequestLineInjection(t *testing.T) {
 
 // A GET on a reused connection that the node closes without answering
 // (a close racing the request, e.g. a restart): net/http retries it on a
-// new connection (isReplayable); the sync transport fails it.
+// new connection (isReplayable), and so does the sync transport (bug: it
+// failed it).
 func TestTransportAttackReusedConnectionClosedUnderAGet(t *testing.T) {
 	var conns atomic.Int64
 	url := rawServer(t, func(c net.Conn) {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -257,18 +258,11 @@ func TestTransportDialErrorIsNeverDelivered(t *testing.T) {
 // A node (or whatever answers on its address) that sends headers without
 // end gets an error once they pass 10 MiB, not the caller's memory.
 func TestTransportBoundsAnswerHeaders(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	go func() {
-		c, err := l.Accept()
-		if err != nil {
+	url := rawServer(t, func(c net.Conn) {
+		defer c.Close()
+		if readHead(bufio.NewReader(c)) != nil {
 			return
 		}
-		defer c.Close()
-		io.ReadFull(c, make([]byte, 1)) // the request has come
 		c.Write([]byte("HTTP/1.1 200 OK\r\n"))
 		line := []byte("X-Pad: " + strings.Repeat("a", 1000) + "\r\n")
 		for i := 0; i < 20_000; i++ { // ~20 MB
@@ -276,11 +270,11 @@ func TestTransportBoundsAnswerHeaders(t *testing.T) {
 				return
 			}
 		}
-	}()
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+l.Addr().String()+"/", nil)
-	_, err = (&http.Client{Transport: NewTransport(nil)}).Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/", nil)
+	_, err := (&http.Client{Transport: NewTransport(nil)}).Do(req)
 	if err == nil || !strings.Contains(err.Error(), "headers are larger than") {
 		t.Fatalf("got %v, want the headers refused", err)
 	}
