@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/bench"
+	"github.com/idem-store/idem/internal/gcfloor"
 )
 
 func init() {
@@ -41,6 +42,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")
 	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile (go tool pprof) to this file: where the client side of the run spends its time")
+	gcFloor := fs.Int64("gc-floor-bytes", 64<<20, "the load generator's Go garbage collection waits until its heap reaches this many bytes, as idem serve's flag of the same name (0: Go's pacing, GOGC)")
 	batch := fs.Int("batch", 0, "coalesce the clients' calls into POST /v1/batch requests of at most this many ops, with the Go client's batcher (0: one request per call)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
@@ -53,6 +55,11 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem bench: --hist %q must end in .svg or .png\n", *hist)
 		return 2
 	}
+	if *gcFloor < 0 {
+		fmt.Fprintf(stderr, "idem bench: --gc-floor-bytes %d must be 0 (Go's pacing) or more\n", *gcFloor)
+		return 2
+	}
+	defer gcfloor.Start(*gcFloor).Stop()
 	m, err := bench.ParseMix(*mix)
 	if err != nil {
 		fmt.Fprintf(stderr, "idem bench: --mix: %v\n", strings.TrimPrefix(err.Error(), "bench: "))

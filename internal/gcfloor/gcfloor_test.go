@@ -1,0 +1,102 @@
+package gcfloor
+
+import (
+	"runtime"
+	"runtime/debug"
+	"testing"
+)
+
+var sink []byte
+
+// churn allocates n bytes of garbage in 4 KiB pieces and returns how many
+// collections ran meanwhile.
+func churn(n int) uint32 {
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for i := 0; i < n/4096; i++ {
+		sink = make([]byte, 4096)
+	}
+	runtime.ReadMemStats(&after)
+	return after.NumGC - before.NumGC
+}
+
+// With a small live heap, a 64 MiB floor collects a few times per 512 MiB
+// of garbage where Go's default pacing collects over a hundred times; the
+// heap never grows much past the floor; Stop restores the GOGC it found.
+func TestFloorCollectsLessAndStaysBounded(t *testing.T) {
+	runtime.GC()
+	base := churn(512 << 20)
+
+	f := Start(64 << 20)
+	runtime.GC() // measure the live heap once under the floor
+	withFloor := churn(512 << 20)
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	f.Stop()
+	t.Logf("collections per 512 MiB of garbage: %d at GOGC=100, %d with a 64 MiB floor (GOGC %d); heap goal %d MiB",
+		base, withFloor, f.Percent(), ms.NextGC>>20)
+
+	if base < 40 {
+		t.Fatalf("only %d collections at default pacing: the test's live heap is not small", base)
+	}
+	if withFloor > base/4 {
+		t.Fatalf("%d collections with the floor against %d without: the floor did not hold", withFloor, base)
+	}
+	if ms.NextGC > 80<<20 {
+		t.Fatalf("heap goal %d MiB with a 64 MiB floor", ms.NextGC>>20)
+	}
+	if got := debug.SetGCPercent(100); got != 100 {
+		t.Fatalf("GOGC after Stop = %d, want the 100 found at Start", got)
+	}
+	// A stopped floor is idle: the pacing stays default.
+	if after := churn(256 << 20); after < base/4 {
+		t.Fatalf("%d collections per 256 MiB after Stop: the floor still acts", after)
+	}
+}
+
+// GOGC=off is the operator's choice: the floor leaves it.
+func TestFloorLeavesGCOff(t *testing.T) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	f := Start(64 << 20)
+	defer f.Stop()
+	if got := debug.SetGCPercent(-1); got != -1 {
+		t.Fatalf("GOGC = %d after Start with GC off", got)
+	}
+}
+
+func TestPercentFor(t *testing.T) {
+	const mib = 1 << 20
+	for _, c := range []struct {
+		floor, live uint64
+		base, want  int
+	}{
+		{64 * mib, 0, 100, 1600},        // nothing measured yet: the heap minimum alone
+		{64 * mib, 1 * mib, 100, 1600},  // the heap minimum's scaling bounds it
+		{64 * mib, 8 * mib, 100, 700},   // 8 MiB live, collect at 64
+		{64 * mib, 40 * mib, 100, 100},  // past half the floor: the base
+		{64 * mib, 8 * mib, 1000, 1000}, // never below the base
+		{8 * mib, 1 * mib, 100, 200},
+	} {
+		if got := percentFor(c.floor, c.live, c.base); got != c.want {
+			t.Errorf("percentFor(%d MiB, %d MiB, %d) = %d, want %d", c.floor/mib, c.live/mib, c.base, got, c.want)
+		}
+	}
+}
+
+// A live heap past half the floor gets the base pacing back.
+func TestFloorStepsAsideForALargeLiveHeap(t *testing.T) {
+	f := Start(64 << 20)
+	defer f.Stop()
+	live := make([][]byte, 48)
+	for i := range live {
+		live[i] = make([]byte, 1<<20)
+	}
+	for i := 0; i < 100 && f.Percent() != 100; i++ {
+		runtime.GC() // the cleanup re-tunes after a collection, on its own goroutine
+		runtime.Gosched()
+	}
+	runtime.KeepAlive(live)
+	if got := f.Percent(); got != 100 {
+		t.Fatalf("GOGC %d with 48 MiB live under a 64 MiB floor, want the base 100", got)
+	}
+}
