@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/bench"
+	"github.com/idem-store/idem/internal/gcfloor"
 )
 
 func main() {
@@ -134,6 +135,7 @@ func cmdRun(ctx context.Context, args []string) int {
 	out := fs.String("out", "", "save the result as JSON to this file")
 	hist := fs.String("hist", "", "write a latency histogram (.svg or .png)")
 	quiet := fs.Bool("quiet", false, "no progress line")
+	gcFloor := fs.Int64("gc-floor-bytes", 64<<20, "the load generator's Go garbage collection waits until its heap reaches this many bytes, for every system alike, as idem bench does (0: Go's pacing, GOGC)")
 	batch := fs.Int("batch", 0, "idem only: send the clients' claims through the Go client's batcher, at most this many ops per POST /v1/batch (0: one request each)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -150,6 +152,11 @@ func cmdRun(ctx context.Context, args []string) int {
 		fmt.Fprintf(os.Stderr, "compare run: --batch %d: a positive --batch is for --system idem only\n", *batch)
 		return 2
 	}
+	if *gcFloor < 0 {
+		fmt.Fprintf(os.Stderr, "compare run: --gc-floor-bytes %d must be 0 (Go's pacing) or more\n", *gcFloor)
+		return 2
+	}
+	defer gcfloor.Start(*gcFloor).Stop()
 	d, err := openDriver(ctx, driverOpts{system: *system, target: *target, conns: *conc, retention: *retention, batch: *batch})
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "compare run: %s at %s: %v\n", *system, *target, err)
