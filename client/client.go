@@ -176,10 +176,12 @@ func (c *Client) follow(leader string) {
 }
 
 // neverDelivered reports whether a failed request provably never reached
-// the node: the connection could not be made.
+// the node: the connection could not be made, or its TLS handshake failed
+// (the request is written only after it).
 func neverDelivered(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var hs *handshakeError
+	return errors.As(err, &op) && op.Op == "dial" || errors.As(err, &hs)
 }
 
 // Do sends one request to path (e.g. "/v1/claim") with query parameters and,

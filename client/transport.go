@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -17,10 +18,11 @@ import (
 )
 
 // NewTransport returns the http.RoundTripper a Client uses unless given
-// WithHTTPClient: plain-HTTP requests are written and their answers read
-// on the caller's goroutine, over kept-alive connections; HTTPS and
-// requests through a proxy (HTTP_PROXY and the like) go through net/http's
-// Transport with tlsConfig.
+// WithHTTPClient: HTTP and HTTPS requests are written and their answers
+// read on the caller's goroutine, over kept-alive HTTP/1.1 connections
+// (HTTPS with tlsConfig, nil for the system's CAs); requests through a
+// proxy (HTTP_PROXY, HTTPS_PROXY and the like) go through net/http's
+// Transport.
 //
 // Why: net/http hands every request to a connection's write goroutine and
 // its answer back from a read goroutine. For a claim of a few hundred
@@ -32,7 +34,10 @@ import (
 // instead: a connection the node closed while it sat idle (a restart, the
 // node's --idle-timeout) is found dead by a non-blocking peek and never
 // written to, so it cannot turn a claim into an unknown outcome. Only a
-// close that races the write itself can, as with net/http.
+// close that races the write itself can, as with net/http. Over TLS the
+// node's close may also already sit, read ahead with the last answer,
+// inside the TLS connection (a close_notify alert): that is looked at
+// too (tlsQuiet).
 //
 // Where an idle connection cannot be peeked at without blocking (outside
 // Linux and the BSDs), it is net/http's Transport.
@@ -52,32 +57,45 @@ func newSyncTransport(dial time.Duration, tlsConfig *tls.Config) *syncTransport 
 	tr := newTransport(dial)
 	tr.TLSClientConfig = tlsConfig
 	return &syncTransport{
-		dial:     (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
-		fallback: tr,
-		maxIdle:  1024,
-		idleFor:  50 * time.Second, // below the node's default --idle-timeout (60 s)
-		idle:     map[string][]*syncConn{},
+		dial:      (&net.Dialer{Timeout: dial, KeepAlive: 30 * time.Second}).DialContext,
+		tlsConfig: tlsConfig,
+		handshake: tr.TLSHandshakeTimeout,
+		fallback:  tr,
+		maxIdle:   1024,
+		idleFor:   50 * time.Second, // below the node's default --idle-timeout (60 s)
+		idle:      map[string][]*syncConn{},
 	}
 }
 
 type syncTransport struct {
-	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
-	fallback *http.Transport // HTTPS, proxies
-	maxIdle  int             // per host
-	idleFor  time.Duration   // an idle connection older than this is closed, not reused
+	dial      func(ctx context.Context, network, addr string) (net.Conn, error)
+	tlsConfig *tls.Config     // HTTPS; nil: the system's CAs
+	handshake time.Duration   // bounds a TLS handshake, as net/http's TLSHandshakeTimeout
+	fallback  *http.Transport // proxies
+	maxIdle   int             // per scheme and host
+	idleFor   time.Duration   // an idle connection older than this is closed, not reused
 
 	mu   sync.Mutex
-	idle map[string][]*syncConn // by host:port, the most recently used last
+	idle map[string][]*syncConn // by scheme://host:port, the most recently used last
 }
 
 type syncConn struct {
-	c         net.Conn
-	in        *budgetReader // what br reads from
+	c         net.Conn             // requests are written to it, answers read: raw, or tls over raw
+	raw       net.Conn             // the TCP connection
+	tls       *tls.Conn            // nil over plain HTTP
+	state     *tls.ConnectionState // tls's, for the answers' TLS field
+	in        *budgetReader        // what br reads from
 	br        *bufio.Reader
 	bw        *bufio.Writer
-	host      string
+	key       string // scheme://host:port, the idle pool's key
 	idleSince time.Time
 }
+
+// close closes the TCP connection. Over TLS no close_notify is sent: on a
+// connection given up mid-request, tls.Conn's Close would wait up to 5 s
+// to write it when the node reads nothing more; the node takes the end
+// of the TCP connection as the end.
+func (sc *syncConn) close() { sc.raw.Close() }
 
 // CloseIdleConnections closes the kept-alive connections (http.Client's
 // CloseIdleConnections calls it).
@@ -88,14 +106,14 @@ func (t *syncTransport) CloseIdleConnections() {
 	t.mu.Unlock()
 	for _, cs := range idle {
 		for _, sc := range cs {
-			sc.c.Close()
+			sc.close()
 		}
 	}
 	t.fallback.CloseIdleConnections()
 }
 
 func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL == nil || req.URL.Scheme != "http" || req.URL.Host == "" {
+	if req.URL == nil || (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" {
 		return t.fallback.RoundTrip(req)
 	}
 	if t.fallback.Proxy != nil {
@@ -117,16 +135,20 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	host := req.URL.Host
 	if req.URL.Port() == "" {
-		host = net.JoinHostPort(req.URL.Hostname(), "80")
+		port := "80"
+		if req.URL.Scheme == "https" {
+			port = "443"
+		}
+		host = net.JoinHostPort(req.URL.Hostname(), port)
 	}
 	// A GET or HEAD on a kept-alive connection that the node closed
 	// without a byte of answer is sent once more on a new connection, as
 	// net/http does: it did not reach the node, or repeating it changes
 	// nothing. Anything else is never sent twice.
 	replayable := req.Method == http.MethodGet || req.Method == http.MethodHead
-	resp, again, err := t.exchange(ctx, req, host, head, body, false)
+	resp, again, err := t.exchange(ctx, req, req.URL.Scheme, host, head, body, false)
 	if again && replayable && ctx.Err() == nil {
-		resp, _, err = t.exchange(ctx, req, host, head, body, true)
+		resp, _, err = t.exchange(ctx, req, req.URL.Scheme, host, head, body, true)
 	}
 	return resp, err
 }
@@ -134,8 +156,8 @@ func (t *syncTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 // exchange sends one request on a kept-alive connection (a new one when
 // fresh) and reads its answer's head. again reports a failure on a reused
 // connection before any byte of an answer came.
-func (t *syncTransport) exchange(ctx context.Context, req *http.Request, host string, head, body []byte, fresh bool) (_ *http.Response, again bool, _ error) {
-	sc, reused, err := t.get(ctx, host, fresh)
+func (t *syncTransport) exchange(ctx context.Context, req *http.Request, scheme, host string, head, body []byte, fresh bool) (_ *http.Response, again bool, _ error) {
+	sc, reused, err := t.get(ctx, scheme, host, fresh)
 	if err != nil {
 		return nil, false, err
 	}
@@ -144,7 +166,7 @@ func (t *syncTransport) exchange(ctx context.Context, req *http.Request, host st
 	stop := context.AfterFunc(ctx, func() { sc.c.SetDeadline(time.Unix(1, 0)) })
 	fail := func(err error, nothingRead bool) (*http.Response, bool, error) {
 		stop()
-		sc.c.Close()
+		sc.close()
 		if cerr := ctx.Err(); cerr != nil {
 			return nil, false, cerr
 		}
@@ -184,6 +206,7 @@ func readAnswer(sc *syncConn, req *http.Request) (_ *http.Response, nothingRead 
 			return nil, sc.in.left == maxHeadBytes, err
 		}
 		if resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			resp.TLS = sc.state
 			return resp, false, nil
 		}
 	}
@@ -349,53 +372,146 @@ func validValue(s string) bool {
 	return true
 }
 
-// get returns a live kept-alive connection to host (reused), or a new
-// one; always a new one when fresh.
-func (t *syncTransport) get(ctx context.Context, host string, fresh bool) (_ *syncConn, reused bool, _ error) {
+// get returns a live kept-alive connection to host over scheme (reused),
+// or a new one; always a new one when fresh.
+func (t *syncTransport) get(ctx context.Context, scheme, host string, fresh bool) (_ *syncConn, reused bool, _ error) {
+	key := scheme + "://" + host
 	for !fresh {
 		t.mu.Lock()
-		cs := t.idle[host]
+		cs := t.idle[key]
 		var sc *syncConn
 		if n := len(cs); n > 0 {
-			sc, t.idle[host] = cs[n-1], cs[:n-1]
+			sc, t.idle[key] = cs[n-1], cs[:n-1]
 		}
 		t.mu.Unlock()
 		if sc == nil {
 			break
 		}
-		if time.Since(sc.idleSince) <= t.idleFor && sc.br.Buffered() == 0 && alive(sc.c) {
+		if time.Since(sc.idleSince) <= t.idleFor && sc.usable() {
 			return sc, true, nil
 		}
-		sc.c.Close()
+		sc.close()
 	}
 	c, err := t.dial(ctx, "tcp", host)
 	if err != nil {
 		return nil, false, err // a *net.OpError "dial": never delivered (neverDelivered)
 	}
-	in := &budgetReader{r: c, left: -1}
-	return &syncConn{c: c, in: in, br: bufio.NewReaderSize(in, 4<<10), bw: bufio.NewWriterSize(c, 4<<10), host: host}, false, nil
+	sc := &syncConn{c: c, raw: c, key: key}
+	if scheme == "https" {
+		if err := t.handshakeTLS(ctx, sc, host); err != nil {
+			c.Close()
+			return nil, false, err // a *handshakeError: never delivered too
+		}
+	}
+	sc.in = &budgetReader{r: sc.c, left: -1}
+	sc.br = bufio.NewReaderSize(sc.in, 4<<10)
+	sc.bw = bufio.NewWriterSize(sc.c, 4<<10)
+	return sc, false, nil
+}
+
+// handshakeTLS makes sc a TLS connection to host, as net/http's Transport
+// would (the server name from the URL unless tlsConfig gives one), but
+// offering HTTP/1.1 only: a node must not pick HTTP/2, which this
+// transport does not speak. The handshake ends with ctx, and within
+// t.handshake in any case.
+func (t *syncTransport) handshakeTLS(ctx context.Context, sc *syncConn, host string) error {
+	cfg := t.tlsConfig.Clone()
+	if cfg == nil {
+		cfg = &tls.Config{}
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(host)
+	}
+	cfg.NextProtos = []string{"http/1.1"}
+	tc := tls.Client(sc.raw, cfg)
+	hctx, cancel := context.WithTimeout(ctx, t.handshake)
+	defer cancel()
+	if err := tc.HandshakeContext(hctx); err != nil {
+		if ctx.Err() == nil && hctx.Err() != nil {
+			err = fmt.Errorf("no answer within %s: %w", t.handshake, os.ErrDeadlineExceeded)
+		}
+		return &handshakeError{err: err}
+	}
+	st := tc.ConnectionState()
+	if p := st.NegotiatedProtocol; p != "" && p != "http/1.1" {
+		return &handshakeError{err: fmt.Errorf("the node chose protocol %q, not http/1.1", p)}
+	}
+	sc.c, sc.tls, sc.state = tc, tc, &st
+	return nil
+}
+
+// handshakeError is a failed TLS handshake (a certificate that does not
+// verify, a node that is not TLS): no byte of the request was sent, so
+// the request was never delivered (neverDelivered), as for a failed dial.
+// Its text keeps crypto/tls's ("tls: failed to verify certificate: x509:
+// ..."), and errors.As finds crypto/tls's error types through it.
+type handshakeError struct{ err error }
+
+func (e *handshakeError) Error() string { return "TLS handshake: " + e.err.Error() }
+func (e *handshakeError) Unwrap() error { return e.err }
+
+// Timeout: a handshake that ran out of time.
+func (e *handshakeError) Timeout() bool {
+	var ne net.Error
+	return errors.As(e.err, &ne) && ne.Timeout()
+}
+
+// usable reports whether an idle connection can take a request: nothing
+// unread, and the node has not closed it.
+func (sc *syncConn) usable() bool {
+	if sc.br.Buffered() != 0 || !alive(sc.raw) {
+		return false
+	}
+	return sc.tls == nil || tlsQuiet(sc.tls)
+}
+
+// tlsQuiet reports whether a TLS connection holds no record it has read
+// from the socket but not yet handled. alive sees what is still in the
+// kernel; a record tls.Conn read ahead along with the last answer (the
+// node's close_notify sent right behind it, a second answer) is in
+// tls.Conn's buffer instead, and the socket then looks quiet.
+//
+// A Read under an expired deadline handles exactly those records: the
+// poller fails it before any read(2), so tls.Conn only goes through what
+// it holds. A close_notify makes it io.EOF, application data makes it
+// return bytes (unsolicited: the connection is not reused), and a
+// post-handshake message (a TLS 1.3 NewSessionTicket, a KeyUpdate) is
+// handled and then, with nothing more buffered, the read times out: the
+// connection is fine. crypto/tls does not keep a timeout as the
+// connection's error (readRecordOrCCS keeps only non-Temporary ones), so
+// later reads work.
+func tlsQuiet(tc *tls.Conn) bool {
+	if tc.SetReadDeadline(time.Unix(1, 0)) != nil {
+		return false
+	}
+	var b [1]byte
+	n, err := tc.Read(b[:])
+	if tc.SetReadDeadline(time.Time{}) != nil {
+		return false
+	}
+	return n == 0 && errors.Is(err, os.ErrDeadlineExceeded)
 }
 
 // put keeps sc for the next request to its host.
 func (t *syncTransport) put(sc *syncConn) {
 	sc.idleSince = time.Now()
 	t.mu.Lock()
-	cs := t.idle[sc.host]
+	cs := t.idle[sc.key]
 	// The oldest are first: those idle past idleFor go (a burst's
 	// connections would otherwise be kept, dead, below the reused one).
 	k := 0
 	for ; k < len(cs) && sc.idleSince.Sub(cs[k].idleSince) > t.idleFor; k++ {
-		cs[k].c.Close()
+		cs[k].close()
 	}
 	cs = slices.Delete(cs, 0, k)
 	full := len(cs) >= t.maxIdle
 	if !full {
 		cs = append(cs, sc)
 	}
-	t.idle[sc.host] = cs
+	t.idle[sc.key] = cs
 	t.mu.Unlock()
 	if full {
-		sc.c.Close()
+		sc.close()
 	}
 }
 
@@ -439,6 +555,6 @@ func (b *syncBody) release(complete bool) {
 			b.t.put(b.sc)
 			return
 		}
-		b.sc.c.Close()
+		b.sc.close()
 	})
 }
