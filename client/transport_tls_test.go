@@ -486,3 +486,11 @@ func selfSigned(t *testing.T) tls.Certificate {
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
+
+// netHTTP is net/http's Transport as the Client configures it, for s's
+// servers: what the sync transport is compared with.
+func (s testScheme) netHTTP() *http.Transport {
+	tr := newTransport(time.Second)
+	tr.TLSClientConfig = s.clientTLS()
+	return tr
+}
