@@ -66,8 +66,9 @@ func WithHTTPClient(hc *http.Client) Option {
 // then sends each request to one node: the leader, once an answer has
 // named it (LeaderHeader), so that no write pays for a follower's
 // forwarding; the first node until then. A request that provably never
-// reached a node (the connection was refused or could not be made) goes
-// to the next; nothing that may have reached a node is sent again.
+// reached a node (the connection was refused or could not be made, or its
+// TLS handshake failed) goes to the next; nothing that may have reached a
+// node is sent again.
 func New(addr string, opts ...Option) (*Client, error) {
 	c := &Client{}
 	seen := map[string]bool{}

@@ -34,11 +34,11 @@
 // the next node; after a node dropped the connection or answered 503
 // naming no leader, later requests start at the next node.
 //
-// Over plain HTTP a Client writes each request and reads its answer on the
-// calling goroutine (NewTransport; HTTPS and proxies go through net/http):
-// per claim that is a third less of the client's CPU than net/http's
-// hand-offs to its connection goroutines. WithHTTPClient
-// replaces it.
+// Over HTTP and HTTPS alike a Client writes each request and reads its
+// answer on the calling goroutine, over kept-alive HTTP/1.1 connections
+// (NewTransport; only requests through a proxy go through net/http): per
+// claim that is a third less of the client's CPU than net/http's
+// hand-offs to its connection goroutines. WithHTTPClient replaces it.
 //
 // The client never retries on its own: a claim answered 503 may or may not
 // have been applied, and only the caller knows whether to repeat it with the

@@ -17,6 +17,9 @@ import (
 // host:port becomes https://host:port; one given with http:// is refused
 // by New. It cannot be combined with WithHTTPClient (set TLS on that
 // client's transport instead). LoadTLSConfig reads a cfg from PEM files.
+// The Client speaks HTTP/1.1 over kept-alive TLS connections
+// (NewTransport): cfg's NextProtos is not used, and its ServerName, when
+// empty, is the address's host.
 func WithTLS(cfg *tls.Config) Option {
 	return func(c *Client) { c.tls = cfg }
 }
