@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -301,4 +302,84 @@ func TestServeTLSFlagsRefused(t *testing.T) {
 	}
 	p := launch(t, t.TempDir(), freePort(t), "0.0.0.0:"+strings.Split(freePort(t), ":")[1], "--insecure", "--raft-advertise", freePort(t))
 	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "raft is plaintext and unauthenticated") }, 10*time.Second, 50*time.Millisecond)
+}
+
+// The Go client's own transport over HTTPS against a real node that
+// requires client certificates: one TLS connection carries claim after
+// claim (TLS 1.3 session tickets and all); the node's --idle-timeout
+// closing it while idle (close_notify, then FIN) sends the next claim on
+// a new connection, never onto the closed one. A client without a
+// certificate, or trusting another CA, gets an error that says so.
+func TestTLSGoClientReusesConnectionsToANode(t *testing.T) {
+	t.Parallel()
+	ca := newPKI(t)
+	args := append(ca.serveArgs("n1"), "--tls-client-auth", "require", "--idle-timeout", "300ms")
+	n := launch(t, t.TempDir(), freePort(t), freePort(t), args...)
+	opsCert, opsKey := ca.cert("ops", "--client")
+	waitReadyTLS(t, ca.httpsClient(opsCert, opsKey), n)
+
+	// Every connection to the node goes through here, counted.
+	ln, err := net.Listen("tcp", "127.0.0.9:0") // the node certificate's IP
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	var conns atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", n.http)
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { io.Copy(up, c); up.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, up)
+			}()
+		}
+	}()
+	addr := "https://" + ln.Addr().String()
+
+	cfg, err := client.LoadTLSConfig(ca.ca(), opsCert, opsKey)
+	require.NoError(t, err)
+	c, err := client.New(addr, client.WithTLS(cfg))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	claim := func(key string) {
+		t.Helper()
+		res, err := c.Claim(ctx, client.ClaimRequest{Principal: "p", Endpoint: "POST /e", Key: key, Fingerprint: "9f86d081"})
+		require.NoError(t, err, "claim %s", key)
+		require.Equal(t, client.OutcomeClaimed, res.Outcome, "claim %s", key)
+	}
+	for i := 0; i < 50; i++ {
+		claim(fmt.Sprintf("k%d", i))
+	}
+	require.Equal(t, int64(1), conns.Load(), "50 claims one after the other must share one TLS connection")
+
+	for i := 0; i < 3; i++ {
+		time.Sleep(700 * time.Millisecond) // past the node's --idle-timeout: it closes the connection
+		claim(fmt.Sprintf("after-idle-%d", i))
+	}
+	require.Equal(t, int64(4), conns.Load(), "each claim after the node closed the idle connection takes a new one")
+
+	noCert, err := client.LoadTLSConfig(ca.ca(), "", "")
+	require.NoError(t, err)
+	c2, err := client.New(addr, client.WithTLS(noCert))
+	require.NoError(t, err)
+	_, err = c2.Claim(ctx, client.ClaimRequest{Principal: "p", Endpoint: "POST /e", Key: "no-cert", Fingerprint: "9f86d081"})
+	require.ErrorContains(t, err, "certificate", "a client without a certificate")
+	t.Logf("without a client certificate: %v", err)
+
+	otherCA, err := client.LoadTLSConfig(newPKI(t).ca(), opsCert, opsKey)
+	require.NoError(t, err)
+	c3, err := client.New(addr, client.WithTLS(otherCA))
+	require.NoError(t, err)
+	_, err = c3.Claim(ctx, client.ClaimRequest{Principal: "p", Endpoint: "POST /e", Key: "other-ca", Fingerprint: "9f86d081"})
+	require.ErrorContains(t, err, "certificate signed by unknown authority", "a client trusting another CA")
+	t.Logf("trusting another CA: %v", err)
 }
