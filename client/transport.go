@@ -63,7 +63,7 @@ func newSyncTransport(dial time.Duration, tlsConfig *tls.Config) *syncTransport 
 		fallback:  tr,
 		maxIdle:   1024,
 		idleFor:   50 * time.Second, // below the node's default --idle-timeout (60 s)
-		idle:      map[string][]*syncConn{},
+		idle:      map[connKey][]*syncConn{},
 	}
 }
 
@@ -76,8 +76,12 @@ type syncTransport struct {
 	idleFor   time.Duration   // an idle connection older than this is closed, not reused
 
 	mu   sync.Mutex
-	idle map[string][]*syncConn // by scheme://host:port, the most recently used last
+	idle map[connKey][]*syncConn // the most recently used last
 }
+
+// connKey is what an idle connection can be reused for: http and https
+// to one host:port never share one.
+type connKey struct{ scheme, host string }
 
 type syncConn struct {
 	c         net.Conn             // requests are written to it, answers read: raw, or tls over raw
@@ -87,7 +91,7 @@ type syncConn struct {
 	in        *budgetReader        // what br reads from
 	br        *bufio.Reader
 	bw        *bufio.Writer
-	key       string // scheme://host:port, the idle pool's key
+	key       connKey
 	idleSince time.Time
 }
 
@@ -102,7 +106,7 @@ func (sc *syncConn) close() { sc.raw.Close() }
 func (t *syncTransport) CloseIdleConnections() {
 	t.mu.Lock()
 	idle := t.idle
-	t.idle = map[string][]*syncConn{}
+	t.idle = map[connKey][]*syncConn{}
 	t.mu.Unlock()
 	for _, cs := range idle {
 		for _, sc := range cs {
@@ -375,7 +379,7 @@ func validValue(s string) bool {
 // get returns a live kept-alive connection to host over scheme (reused),
 // or a new one; always a new one when fresh.
 func (t *syncTransport) get(ctx context.Context, scheme, host string, fresh bool) (_ *syncConn, reused bool, _ error) {
-	key := scheme + "://" + host
+	key := connKey{scheme, host}
 	for !fresh {
 		t.mu.Lock()
 		cs := t.idle[key]
