@@ -21,6 +21,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -493,4 +494,27 @@ func (s testScheme) netHTTP() *http.Transport {
 	tr := newTransport(time.Second)
 	tr.TLSClientConfig = s.clientTLS()
 	return tr
+}
+
+// Through a proxy (HTTPS_PROXY and the like) an https:// request still
+// goes through net/http's Transport, which speaks CONNECT to the proxy.
+func TestTLSTransportProxiedRequestsGoThroughNetHTTP(t *testing.T) {
+	var connects atomic.Int64
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodConnect {
+			connects.Add(1)
+		}
+		http.Error(w, "no", http.StatusForbidden)
+	}))
+	defer proxy.Close()
+	node := testScheme{"https", true}.countingServer(t, echo)
+	tr := newSyncTransport(time.Second, testClientTLS())
+	tr.fallback.Proxy = func(*http.Request) (*url.URL, error) { return url.Parse(proxy.URL) }
+	resp, err := (&http.Client{Transport: tr}).Get(node.URL + "/")
+	if err == nil {
+		resp.Body.Close()
+	}
+	if connects.Load() != 1 || node.reqs.Load() != 0 {
+		t.Fatalf("proxied https request: %d CONNECTs at the proxy, %d requests at the node (err %v)", connects.Load(), node.reqs.Load(), err)
+	}
 }
