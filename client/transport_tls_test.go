@@ -332,6 +332,7 @@ func TestTLSTransportNodeEndsConnectionRightAfterAnswer(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var conns, answered, unanswered atomic.Int64
+			ended := make(chan struct{}, 1) // the node has sent what follows the answer
 			url := rawServer(t, func(c net.Conn) {
 				conns.Add(1)
 				defer c.Close()
@@ -349,6 +350,7 @@ func TestTLSTransportNodeEndsConnectionRightAfterAnswer(t *testing.T) {
 				fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
 				answered.Add(1)
 				tc.after(hc, s)
+				ended <- struct{}{}
 				s.SetReadDeadline(time.Now().Add(2 * time.Second))
 				for readRequest(br, &body) == nil {
 					unanswered.Add(1)
@@ -365,7 +367,14 @@ func TestTLSTransportNodeEndsConnectionRightAfterAnswer(t *testing.T) {
 				if want := fmt.Sprintf(`{"i":%d}`, i); string(raw) != want {
 					t.Fatalf("claim %d got %s, want %s", i, raw, want)
 				}
-				time.Sleep(10 * time.Millisecond)
+				// The next claim only once the node's end is on its way:
+				// one racing it is an unknown outcome with any transport.
+				select {
+				case <-ended:
+				case <-time.After(3 * time.Second):
+					t.Fatal("the node never ended the connection")
+				}
+				time.Sleep(time.Millisecond)
 			}
 			if n, u := conns.Load(), unanswered.Load(); n != 20 || u != 0 {
 				t.Fatalf("%d connections, %d requests written on an ended one; want 20 and 0", n, u)
