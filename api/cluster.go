@@ -20,6 +20,7 @@ const (
 	codeWouldLoseQuorum = "would_lose_quorum"
 	codeScopeMismatch   = "scope_mismatch"
 	codeAddressInUse    = "address_in_use"
+	codeIDInUse         = "id_in_use"
 )
 
 // clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
@@ -271,6 +272,9 @@ func membershipProblem(err error) *problem {
 	case errors.Is(err, raftfsm.ErrAddressInUse):
 		p = newProblem(http.StatusConflict, codeAddressInUse, strings.TrimPrefix(err.Error(), "raftfsm: "))
 		p.Title = "Address in use by another member"
+	case errors.Is(err, raftfsm.ErrIDInUse):
+		p = newProblem(http.StatusConflict, codeIDInUse, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		p.Title = "Node id in use by a live member"
 	}
 	return p
 }

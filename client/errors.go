@@ -40,6 +40,7 @@ const (
 	CodeWouldLoseQuorum     = "would_lose_quorum"
 	CodeScopeMismatch       = "scope_mismatch"
 	CodeAddressInUse        = "address_in_use"
+	CodeIDInUse             = "id_in_use"
 	CodeNoTransferTarget    = "no_transfer_target"
 )
 

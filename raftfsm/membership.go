@@ -105,6 +105,9 @@ var (
 	ErrWouldLoseQuorum = errors.New("raftfsm: would lose quorum")
 	// ErrAddressInUse means another member already has that address.
 	ErrAddressInUse = errors.New("raftfsm: address in use by another member")
+	// ErrIDInUse means a join named a member's id from other addresses
+	// while that member still answers at its own.
+	ErrIDInUse = errors.New("raftfsm: node id in use by a live member")
 )
 
 // QuorumError is a refused membership change: afterwards fewer voters than
@@ -326,6 +329,11 @@ func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
 	if existing != nil && existing.Suffrage == raft.Voter {
 		res.Suffrage = "voter"
 	}
+	if existing != nil && string(existing.Address) != info.RaftAddr && !force {
+		if err := n.idInUse(*existing, named); err != nil {
+			return res, err
+		}
+	}
 	var change func() raft.IndexFuture
 	switch {
 	case existing != nil && string(existing.Address) == info.RaftAddr:
@@ -363,6 +371,39 @@ func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
 		n.log.Info("cluster membership changed", "node-id", info.ID, "raft-addr", info.RaftAddr, "http-addr", info.HTTPAddr, "suffrage", res.Suffrage)
 	}
 	return res, nil
+}
+
+// idInUse refuses to move member m to other addresses while it is alive at
+// its own: the join then comes from another node given m's --node-id (a
+// copy-pasted command, a forgotten flag defaulting to n1), and moving m
+// would cut the live m off the cluster. A node that really moved stopped
+// answering at the old addresses, so its join goes through once the
+// leader's checks see that (it retries every second). The leader's own id
+// is never free.
+func (n *Node) idInUse(m raft.Server, named map[string][]byte) error {
+	id := string(m.ID)
+	var rec NodeInfo
+	json.Unmarshal(named["node/"+id], &rec)
+	at := "raft " + string(m.Address)
+	if rec.HTTPAddr != "" {
+		at += ", HTTP " + rec.HTTPAddr
+	}
+	if id == n.self.ID {
+		return fmt.Errorf("%w: %s is this cluster's leader, at %s: give the new node another --node-id", ErrIDInUse, id, at)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	n.measure(ctx)
+	cancel()
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	h := n.peers.byID[id]
+	if n.peers.term != n.term() || h == nil {
+		return fmt.Errorf("%w: %s, at %s, is not measured yet; retry in a few seconds (a node that moved is let in once it no longer answers there)", ErrIDInUse, id, at)
+	}
+	if _, why := n.judge(h, m.ID, time.Now()); why == "" {
+		return fmt.Errorf("%w: %s answers at %s and is healthy: give the new node another --node-id, or stop %s there first (a node that moved is let in once it no longer answers at its old addresses)", ErrIDInUse, id, at, id)
+	}
+	return nil
 }
 
 // Remove removes a node from the cluster. Unless force, removing a voter is

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -643,6 +644,25 @@ func (n *Node) Registered() bool {
 	}
 	var info NodeInfo
 	return json.Unmarshal(v["node/"+n.self.ID], &info) == nil && info == n.self
+}
+
+// PeerHTTPAddrs is the HTTP addresses this node's state records for the
+// other members: whom to ask when no leader is heard of.
+func (n *Node) PeerHTTPAddrs() []string {
+	named, err := n.db.Named("node/")
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for k, v := range named {
+		var info NodeInfo
+		if k == "node/"+n.self.ID || json.Unmarshal(v, &info) != nil || info.HTTPAddr == "" {
+			continue
+		}
+		out = append(out, info.HTTPAddr)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // StateHash is a hash of this replica's whole state and the applied index

@@ -65,6 +65,11 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 		case node.IsMember() && !node.IsLeader() && !node.Registered():
 			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
 				m.tryJoin(ctx, []string{l.HTTPAddr})
+			} else {
+				// No leader heard of: a node restarted on a new raft
+				// address is never reached, the leader sends to the old
+				// one. Ask the members its state records, and --join.
+				m.tryJoin(ctx, append(splitAddrs(c.join), node.PeerHTTPAddrs()...))
 			}
 		}
 		select {

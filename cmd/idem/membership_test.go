@@ -40,6 +40,7 @@ type clusterView struct {
 
 type memberView struct {
 	ID              string     `json:"id"`
+	RaftAddr        string     `json:"raft_addr"`
 	Suffrage        string     `json:"suffrage"`
 	Healthy         bool       `json:"healthy"`
 	UnhealthyReason string     `json:"unhealthy_reason"`
@@ -276,4 +277,46 @@ func waitLeaderAmong(t *testing.T, c *testCluster, nodes []*cnode) *cnode {
 		return true, ""
 	})
 	return leader
+}
+
+// A node started with a live member's --node-id (a copy-pasted command,
+// a forgotten --node-id defaulting to n1) is refused, whether the id is
+// the leader's or a follower's: the member keeps its addresses and the
+// cluster keeps deciding through every node. A member that really moved
+// (restarted on a new raft port) is let in at its new address, asking the
+// members its state records: the leader never hears of it otherwise.
+func TestMembershipNodeIDInUse(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	f := c.others(leader)[0]
+	for i, victim := range []*cnode{leader, f} {
+		ip := "127.0.0.14"
+		dup := launch(t, t.TempDir(), freePortOn(t, ip), freePortOn(t, ip), "--node-id", victim.id, "--join", c.others(victim)[0].http)
+		waitFor(t, 15*time.Second, "the copy of "+victim.id+" logs its refusal", func() (bool, string) {
+			return strings.Contains(dup.logs.String(), "id_in_use"), ""
+		})
+		require.Contains(t, dup.logs.String(), "another --node-id")
+		time.Sleep(2 * time.Second) // it keeps asking every second
+		require.NoError(t, dup.cmd.Process.Kill())
+		dup.wait()
+		for _, n := range c.nodes {
+			m, _ := memberAt(t, leader.http, n.id)
+			require.True(t, m.Healthy, "%s after a copy of %s tried to join: %+v", n.id, victim.id, m)
+			require.Equal(t, n.raft, m.RaftAddr, "%s's raft address after a copy of %s tried to join", n.id, victim.id)
+		}
+		for _, n := range c.nodes {
+			claimOK(t, n.http, fmt.Sprintf("after-copy-%d-via-%s", i, n.id))
+		}
+	}
+
+	// f really moves: same data dir and HTTP address, a new raft port.
+	f.stop(t)
+	f.raft = freePortOn(t, f.ip)
+	c.restart(f, nil)
+	waitFor(t, 30*time.Second, f.id+" recorded at its new raft address and healthy", func() (bool, string) {
+		m, _ := memberAt(t, leader.http, f.id)
+		return m.Healthy && m.RaftAddr == f.raft, fmt.Sprintf("%+v", m)
+	})
+	claimOK(t, f.http, "after-move")
 }
