@@ -21,7 +21,10 @@
 //
 //   - principal comes from Options.Principal, the application's own
 //     authentication (never from what the end user typed). The default is
-//     AuthorizationPrincipal: a hash of the Authorization header.
+//     AuthorizationPrincipal: a hash of the Authorization header, refusing
+//     (401) a keyed request without one, since callers with no credential
+//     would share one tenant and each other's stored answers;
+//     AnonymousPrincipal lets them share it on purpose.
 //   - endpoint is the method and the route pattern when the middleware wraps
 //     a handler registered on a Go 1.22 ServeMux (r.Pattern), so
 //     POST /payments/{id} is one endpoint; otherwise the method and path.

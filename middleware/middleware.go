@@ -45,7 +45,7 @@ type Options struct {
 	// Principal returns the tenant the request acts for, from the
 	// application's own authentication. An error answers 401 and the
 	// handler does not run. Default: AuthorizationPrincipal, a hash of the
-	// credential itself: set Principal to the tenant's id when credentials
+	// credential itself, refusing a request without one: set Principal to the tenant's id when credentials
 	// rotate (short-lived bearer tokens), or a retry sent with a fresh
 	// token is another tenant's request and runs again.
 	Principal func(r *http.Request) (string, error)
@@ -193,15 +193,33 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 }
 
 // AuthorizationPrincipal is the default principal: a hash of the
-// Authorization header, so each credential is its own tenant; requests
-// without one share the principal "anonymous".
+// Authorization header, so each credential is its own tenant. A keyed
+// request without one is refused (401): callers that present no
+// credential would share one tenant, and a caller who picked another's
+// key would be handed that caller's stored answer, Set-Cookie and all.
+// Services that authenticate otherwise (cookies, mTLS, an API-key header)
+// set Principal; AnonymousPrincipal keeps one shared tenant on purpose.
 func AuthorizationPrincipal(r *http.Request) (string, error) {
 	a := r.Header.Get("Authorization")
 	if a == "" {
-		return "anonymous", nil
+		return "", errNoAuthorization
 	}
 	sum := sha256.Sum256([]byte(a))
 	return "authz:" + hex.EncodeToString(sum[:16]), nil
+}
+
+var errNoAuthorization = errors.New("middleware: the request has no Authorization header, and idempotency keys belong to the caller's credential")
+
+// AnonymousPrincipal is AuthorizationPrincipal, except that requests
+// without an Authorization header share the principal "anonymous": for a
+// service whose callers all trust one another (one internal client), where
+// one caller's stored answer may be replayed to another that sends the
+// same key.
+func AnonymousPrincipal(r *http.Request) (string, error) {
+	if r.Header.Get("Authorization") == "" {
+		return "anonymous", nil
+	}
+	return AuthorizationPrincipal(r)
 }
 
 // HeaderPrincipal returns a Principal that reads the named header, set by a

@@ -90,6 +90,11 @@ func newEnv(t *testing.T, o middleware.Options, h http.Handler) *env {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
+	if o.Principal == nil {
+		// These tests send no credential; TestNoCredentialIsRefused is
+		// about the default.
+		o.Principal = middleware.AnonymousPrincipal
+	}
 	idem, err := middleware.New(o)
 	require.NoError(t, err)
 	mux := http.NewServeMux()
@@ -290,7 +295,7 @@ func TestEndpointIsTheRoutePattern(t *testing.T) {
 	node := idemtest.Start(t, idemtest.Options{})
 	store, err := client.New(node.URL)
 	require.NoError(t, err)
-	idem, err := middleware.New(middleware.Options{Store: store})
+	idem, err := middleware.New(middleware.Options{Store: store, Principal: middleware.AnonymousPrincipal})
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("POST /payments/{id}/capture", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -451,4 +456,60 @@ func TestBatcherAboveTheStoresBatchLimit(t *testing.T) {
 	for _, s := range statuses {
 		require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, s, "statuses %v", statuses)
 	}
+}
+
+// By default a keyed request without Authorization is refused and its
+// handler never runs: callers who present no credential would share one
+// tenant, and a stored answer (its Set-Cookie too) would be replayed to
+// whoever sends the same key. Two credentials are two tenants; with
+// AnonymousPrincipal, credential-less callers share one on purpose.
+func TestNoCredentialIsRefused(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := runs.Add(1)
+		http.SetCookie(w, &http.Cookie{Name: "session", Value: fmt.Sprint("s", n)})
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "run %d", n)
+	})
+	send := func(url, authorization string) answer {
+		req, err := http.NewRequest(http.MethodPost, url+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"order-77"`)
+		if authorization != "" {
+			req.Header.Set("Authorization", authorization)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return answer{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	}
+	serve := func(o middleware.Options) string {
+		o.Store = store
+		idem, err := middleware.New(o)
+		require.NoError(t, err)
+		srv := httptest.NewServer(idem(h))
+		t.Cleanup(srv.Close)
+		return srv.URL
+	}
+
+	def := serve(middleware.Options{})
+	a := send(def, "")
+	require.Equal(t, http.StatusUnauthorized, a.status, "%+v", a)
+	require.Contains(t, a.body, "Authorization")
+	require.Zero(t, runs.Load(), "the handler ran for a request without a credential")
+	alice, bob := send(def, "Bearer alice"), send(def, "Bearer bob")
+	require.Equal(t, http.StatusCreated, alice.status, "%+v", alice)
+	require.Equal(t, http.StatusCreated, bob.status, "%+v", bob)
+	require.NotEqual(t, alice.body, bob.body, "bob was handed alice's answer for the same key")
+	require.Empty(t, bob.header.Get("Idempotency-Replayed"))
+
+	anon := serve(middleware.Options{Principal: middleware.AnonymousPrincipal})
+	first, second := send(anon, ""), send(anon, "")
+	require.Equal(t, http.StatusCreated, first.status, "%+v", first)
+	require.Equal(t, first.body, second.body, "AnonymousPrincipal shares one tenant")
+	require.Equal(t, "true", second.header.Get("Idempotency-Replayed"))
 }

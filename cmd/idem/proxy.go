@@ -38,8 +38,8 @@ back with Idempotency-Replayed: true, a retry while the first still runs gets
   idem proxy --listen :8080 --upstream http://127.0.0.1:9000 --store 127.0.0.1:7070
 
 The principal (whose keys these are) is the --principal-header value, or else
-a hash of the Authorization header (requests without one share one anonymous
-principal). The endpoint is the method and path. When no store node answers,
+a hash of the Authorization header: a keyed request without one is refused
+with 401 unless --allow-anonymous makes such requests share one principal. The endpoint is the method and path. When no store node answers,
 the proxy answers 503 and does not call the upstream.
 
 Flags:
@@ -49,6 +49,7 @@ Flags:
 type proxyConfig struct {
 	listen, upstream, stores   string
 	principalHeader, methods   string
+	allowAnonymous             bool
 	storeToken, storeTokenFile string
 	storeTLS                   *clientTLSFlags
 	tlsCert, tlsKey            string
@@ -74,6 +75,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.upstream, "upstream", os.Getenv("IDEM_PROXY_UPSTREAM"), "`URL` of the service behind the proxy, http:// or https:// (required; env IDEM_PROXY_UPSTREAM)")
 	fs.StringVar(&c.stores, "store", os.Getenv("IDEM_PROXY_STORE"), "comma-separated `addresses` of idem nodes, host:port or URL; a node that cannot be reached or answers 503 is skipped for the next (required; env IDEM_PROXY_STORE)")
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway); without it the principal is a hash of the Authorization header")
+	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	fs.StringVar(&c.storeToken, "store-token", os.Getenv("IDEM_STORE_TOKEN"), "bearer `token` for a store started with --auth-file (an app token needs the principals the proxy uses; env IDEM_STORE_TOKEN)")
 	fs.StringVar(&c.storeTokenFile, "store-token-file", "", "read the store's bearer token from the first line of `path` that is not empty or a # comment")
@@ -193,6 +195,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if strings.EqualFold(c.principalHeader, "Idempotency-Key") {
 		bad("principal-header", "the principal cannot be the key itself")
 	}
+	if c.allowAnonymous && c.principalHeader != "" {
+		bad("allow-anonymous", "has no effect with --principal-header, which is required on every keyed request")
+	}
 
 	switch {
 	case c.tlsCert != "" && c.tlsKey == "":
@@ -283,6 +288,9 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 			return "", fmt.Errorf("the %s header (--principal-header) is sent more than once", h)
 		}
 		return strings.TrimSpace(vals[0]), nil
+	}
+	if p.cfg.allowAnonymous {
+		return middleware.AnonymousPrincipal(r)
 	}
 	return middleware.AuthorizationPrincipal(r)
 }

@@ -142,7 +142,16 @@ func pxSend(t *testing.T, method, url, key, body string, hdr ...string) pxAnswer
 	if key != "" {
 		req.Header.Set("Idempotency-Key", key)
 	}
+	// A caller presents a credential unless hdr gives its own
+	// Authorization ("" for none).
+	req.Header.Set("Authorization", "Bearer proxy-test")
 	for i := 0; i+1 < len(hdr); i += 2 {
+		if http.CanonicalHeaderKey(hdr[i]) == "Authorization" {
+			req.Header.Del("Authorization")
+			if hdr[i+1] == "" {
+				continue
+			}
+		}
 		req.Header.Add(hdr[i], hdr[i+1])
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -221,6 +230,31 @@ func TestProxyFailsOverBetweenStores(t *testing.T) {
 // TestProxyConcurrentRetryAndStreaming: a retry while the first request
 // runs gets 409 with Retry-After; a text/event-stream pxAnswer reaches the
 // caller while the upstream is still writing it.
+// A keyed request without Authorization is refused and never reaches the
+// upstream: otherwise every cookie-authenticated caller shared one tenant,
+// and one sending another's key got that caller's answer and Set-Cookie.
+// --allow-anonymous shares that tenant on purpose.
+func TestProxyRefusesRequestsWithoutCredential(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http)
+	alice := pxSend(t, "POST", px.url+"/pay", "order-77", `{}`, "Authorization", "", "Cookie", "session=alice")
+	require.Equal(t, 401, alice.status, alice.body)
+	require.Contains(t, alice.body, "Authorization")
+	require.Zero(t, up.runs.Load(), "the upstream ran for a request without a credential")
+	require.Equal(t, 201, pxSend(t, "POST", px.url+"/pay", "order-77", `{}`, "Authorization", "Bearer alice").status)
+	bob := pxSend(t, "POST", px.url+"/pay", "order-77", `{}`, "Authorization", "Bearer bob")
+	require.Equal(t, 201, bob.status, bob.body)
+	require.Empty(t, bob.header.Get("Idempotency-Replayed"), "bob got alice's stored answer")
+
+	anon := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--allow-anonymous")
+	first := pxSend(t, "POST", anon.url+"/pay", "shared-1", `{}`, "Authorization", "")
+	require.Equal(t, 201, first.status, first.body)
+	again := pxSend(t, "POST", anon.url+"/pay", "shared-1", `{}`, "Authorization", "")
+	require.Equal(t, "true", again.header.Get("Idempotency-Replayed"))
+	require.Equal(t, first.body, again.body)
+}
+
 func TestProxyConcurrentRetryAndStreaming(t *testing.T) {
 	node := startStore(t)
 	up := newUpstream(t)
@@ -241,6 +275,7 @@ func TestProxyConcurrentRetryAndStreaming(t *testing.T) {
 	req, err := http.NewRequestWithContext(ctx, "POST", px.url+"/stream", strings.NewReader(`{}`))
 	require.NoError(t, err)
 	req.Header.Set("Idempotency-Key", "st-1")
+	req.Header.Set("Authorization", "Bearer proxy-test")
 	got := make(chan string, 1)
 	go func() {
 		resp, err := http.DefaultClient.Do(req)
@@ -332,6 +367,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--methods", "GET"), "--methods:"},
 		{with("--methods", "PO ST"), "--methods:"},
 		{with("--principal-header", "X Tenant"), "--principal-header:"},
+		{append(with("--principal-header", "X-Tenant"), "--allow-anonymous"), "--allow-anonymous:"},
 		{with("--tls-cert-file", "/nonexistent.pem"), "--tls-key-file: required"},
 		{with("--ca-file", "/nonexistent-ca.pem"), "--ca-file"},
 		{with("--store-timeout", "0s"), "--store-timeout:"},
@@ -406,6 +442,7 @@ func TestProxyTLS(t *testing.T) {
 		req, err := http.NewRequest("POST", "https://"+px.http+"/pay", strings.NewReader(`{}`))
 		require.NoError(t, err)
 		req.Header.Set("Idempotency-Key", "tls-1")
+		req.Header.Set("Authorization", "Bearer tls-test")
 		resp, err := hc.Do(req)
 		require.NoError(t, err)
 		io.Copy(io.Discard, resp.Body)
