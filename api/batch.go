@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,11 +158,22 @@ func decodeBatchOps(body []byte) ([]json.RawMessage, *problem) {
 			return nil, invalid("request body is not a JSON object of ops: %v", err)
 		}
 	}
+	// encoding/json takes "ops" given twice (the last wins: the ops of the
+	// first would go unanswered) and "OPS" or "Ops" as "ops". The envelope
+	// is refused for them as a single route's body is (checkRaw), before
+	// anything is decided. checkRaw leaves the ops themselves (raw
+	// messages) to cutOp and their routes' decoding, so a fault inside one
+	// op is still that op's own 400.
+	if p := checkRaw(body, batchBodyType); p != nil {
+		return nil, p
+	}
 	if len(b.Ops) == 0 {
 		return nil, invalid("ops is empty: a batch needs at least one operation")
 	}
 	return b.Ops, nil
 }
+
+var batchBodyType = reflect.TypeFor[batchBody]()
 
 // fastBatchOps splits a body of exactly the form {"ops":[op,...]} (any
 // JSON whitespace) into its ops without encoding/json's reflection, which

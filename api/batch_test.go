@@ -280,3 +280,40 @@ func TestBatchOneWinnerPerScope(t *testing.T) {
 		require.Equal(t, 1, w, "key %s", k)
 	}
 }
+
+// The envelope is read as strictly as a single route's body: "ops" given
+// twice, or in another case, would otherwise be taken silently (the last
+// "ops" wins, so the ops of the first were dropped unanswered). It is
+// refused whole, with the problem type, status and wording a single route
+// gives a member given twice or in another case, and nothing is applied.
+func TestBatchEnvelopeRefusesDuplicateAndCaseFoldedOps(t *testing.T) {
+	n := mustNode(t)
+	claimA, claimB := op("claim", sc("dupA"), "fingerprint", fp1), op("claim", sc("dupB"), "fingerprint", fp1)
+	ops := func(v any) string { b, err := json.Marshal([]any{v}); require.NoError(t, err); return string(b) }
+	single := requireProblem(t, n.post("/v1/claim", `{"principal":"a","principal":"b","endpoint":"e","key":"k","fingerprint":"00"}`), 400, "invalid_request")
+	before := n.dataHash()
+	for _, c := range []struct{ body, detail string }{
+		{`{"ops":` + ops(claimA) + `,"ops":` + ops(claimB) + `}`, `request body has the member "ops" more than once`},
+		{`{"o\u0070s":` + ops(claimA) + `,"ops":` + ops(claimB) + `}`, `request body has the member "ops" more than once`},
+		{`{"ops":` + ops(claimA) + `,"ops":[]}`, `request body has the member "ops" more than once`},
+		{`{"OPS":` + ops(claimA) + `}`, `unknown field "OPS" (names are case-sensitive)`},
+		{`{"Ops":` + ops(op("get", sc("dupA"))) + `}`, `unknown field "Ops" (names are case-sensitive)`},
+		{`{"ops":` + ops(claimA) + `,"OPS":` + ops(claimB) + `}`, `unknown field "OPS" (names are case-sensitive)`},
+	} {
+		p := requireProblem(t, n.post("/v1/batch", c.body), 400, "invalid_request")
+		require.Equal(t, single["type"], p["type"], "%s", c.body)
+		require.Equal(t, c.detail, p["detail"], "%s", c.body)
+	}
+	require.Equal(t, before, n.dataHash(), "a refused envelope applied an op")
+	requireProblem(t, n.lookup(sc("dupA")), 404, "not_found")
+	requireProblem(t, n.lookup(sc("dupB")), 404, "not_found")
+
+	// An op's own faults stay that op's: the envelope check does not look
+	// inside the ops (a member twice, or invalid UTF-8, in one op).
+	rs := n.batch(json.RawMessage(`{"op":"claim","principal":"cus_42","principal":"x","endpoint":"e","key":"k","fingerprint":"aa"}`),
+		json.RawMessage("{\"op\":\"claim\",\"principal\":\"cus\xff\",\"endpoint\":\"e\",\"key\":\"k\",\"fingerprint\":\"aa\"}"), claimA)
+	require.Equal(t, 400, rs[0].Status, "%s", rs[0].Body)
+	require.Contains(t, string(rs[0].Body), "more than once")
+	require.Equal(t, 400, rs[1].Status, "%s", rs[1].Body)
+	require.Equal(t, 201, rs[2].Status, "%s", rs[2].Body)
+}

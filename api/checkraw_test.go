@@ -26,6 +26,13 @@ func walkRaw(dec *json.Decoder, body []byte, t reflect.Type, path string) *probl
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == rawMessageType { // left to its own reader, unchecked
+		var m json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			return invalid("request body is not valid JSON: %v", err)
+		}
+		return nil
+	}
 	name := func(p string) string {
 		if p == "" {
 			return "request body"
@@ -147,12 +154,18 @@ var rawSeeds = []string{
 	// names longer than a message names
 	`{"` + strings.Repeat("k", 300) + `":1}`,
 	`{"principal":"a","endpoint":"e","key":"k","token":"7","response":{"status":201,"headers":{"` + strings.Repeat("h", 300) + `":"1","` + strings.Repeat("h", 300) + `":"2"}}}`,
+	// batch envelopes: the envelope is checked, the ops are not
+	`{"ops":[{"op":"claim","key":"a","key":"b"}]}`,
+	"{\"ops\":[\"\xff\",{\"\\ud800\":[]}, 1 , null]}",
+	`{"ops":[1],"ops":[2]}`, `{"o\u0070s":[1],"ops":[2]}`, `{"OPS":[1]}`, `{"ops":[1],"Ops":[2]}`,
+	"{\"ops\":[{\"a\":\"]}\\\"\"}], \"ops\" : null}",
 }
 
 func TestCheckRawAgreesWithTokenWalk(t *testing.T) {
 	for _, s := range rawSeeds {
 		checkRawBoth(t, []byte(s), &claimRequest{})
 		checkRawBoth(t, []byte(s), &completeRequest{})
+		checkRawBoth(t, []byte(s), &batchBody{})
 	}
 }
 
@@ -164,6 +177,7 @@ func FuzzCheckRaw(f *testing.F) {
 		checkRawBoth(t, body, &claimRequest{})
 		checkRawBoth(t, body, &completeRequest{})
 		checkRawBoth(t, body, &extendRequest{})
+		checkRawBoth(t, body, &batchBody{})
 	})
 }
 

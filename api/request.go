@@ -224,9 +224,19 @@ func fieldsOf(t reflect.Type) map[string]reflect.Type {
 	return fields
 }
 
+// rawMessageType is a member whose reader decodes (and checks) it later:
+// a batch's ops, each read by its own route's decoding.
+var rawMessageType = reflect.TypeFor[json.RawMessage]()
+
 func (s *rawScanner) value(t reflect.Type, path string) *problem {
 	for t != nil && t.Kind() == reflect.Pointer {
 		t = t.Elem()
+	}
+	if t == rawMessageType {
+		if !s.skip() {
+			return notJSON()
+		}
+		return nil
 	}
 	name := func(p string) string {
 		if p == "" {
@@ -342,6 +352,49 @@ func (s *rawScanner) value(t reflect.Type, path string) *problem {
 			s.i++
 		}
 		return nil
+	}
+}
+
+// skip consumes one JSON value without checking what it holds.
+func (s *rawScanner) skip() bool {
+	s.space()
+	if s.i >= len(s.b) {
+		return false
+	}
+	switch s.b[s.i] {
+	case '"':
+		_, ok := s.str()
+		return ok
+	case '{', '[':
+		depth := 0
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case '"':
+				if _, ok := s.str(); !ok {
+					return false
+				}
+				continue
+			case '{', '[':
+				depth++
+			case '}', ']':
+				depth--
+				if depth == 0 {
+					s.i++
+					return true
+				}
+			}
+			s.i++
+		}
+		return false
+	default: // a number, true, false or null
+		for s.i < len(s.b) {
+			switch s.b[s.i] {
+			case ',', '}', ']', ' ', '\t', '\n', '\r':
+				return true
+			}
+			s.i++
+		}
+		return true
 	}
 }
 
