@@ -1361,3 +1361,47 @@ func TestReleaseOrExtendOfCompletedSaysSo(t *testing.T) {
 	p = requireProblem(t, n.post("/v1/extend", s.body("token", tok, "lease_ms", 1000)), http.StatusConflict, "already_completed")
 	require.Contains(t, p["detail"], "cannot be extended")
 }
+
+// A member of the wrong JSON type is named by its JSON name, the same on
+// every route and in a batch op's result: claim, complete and extend embed
+// wire's request structs, and encoding/json puts the Go struct's name in
+// the path it reports ("ClaimRequest.principal"), which no client sends.
+func TestWrongTypeNamesTheJSONMember(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	const want = `field "principal" must be a string, not number`
+	bodies := map[string]string{
+		"claim":    `{"principal":5,"endpoint":"e","key":"k","fingerprint":"aa"}`,
+		"complete": `{"principal":5,"endpoint":"e","key":"k","token":"1","response":{"status":200}}`,
+		"release":  `{"principal":5,"endpoint":"e","key":"k","token":"1"}`,
+		"extend":   `{"principal":5,"endpoint":"e","key":"k","token":"1","lease_ms":1000}`,
+		"get":      `{"principal":5,"endpoint":"e","key":"k"}`,
+	}
+	var ops []any
+	for _, route := range []string{"claim", "complete", "release", "extend", "get"} {
+		body := bodies[route]
+		if route != "get" {
+			p := requireProblem(t, n.post("/v1/"+route, body), 400, "invalid_request")
+			require.Equal(t, want, p["detail"], "POST /v1/%s", route)
+		}
+		ops = append(ops, json.RawMessage(`{"op":"`+route+`",`+body[1:]))
+	}
+	for i, r := range n.batch(ops...) {
+		require.Equal(t, 400, r.Status, "op %d: %s", i, r.Body)
+		var p struct{ Detail string }
+		require.NoError(t, json.Unmarshal(r.Body, &p))
+		require.Equal(t, want, p.Detail, "op %d", i)
+	}
+	for route, c := range map[string]struct{ body, want string }{
+		"complete": {`{"principal":"p","endpoint":"e","key":"k","token":7,"response":{"status":200}}`, `field "token" must be a string, not number`},
+		"extend":   {`{"principal":"p","endpoint":"e","key":"k","token":"1","lease_ms":"1000"}`, `field "lease_ms" must be an integer, not string`},
+		"claim":    {`{"principal":"p","endpoint":"e","key":"k","fingerprint":["aa"]}`, `field "fingerprint" must be a string, not array`},
+	} {
+		p := requireProblem(t, n.post("/v1/"+route, c.body), 400, "invalid_request")
+		require.Equal(t, c.want, p["detail"], "POST /v1/%s", route)
+	}
+	p := requireProblem(t, n.post("/v1/complete", `{"principal":"p","endpoint":"e","key":"k","token":"1","response":{"status":"200"}}`), 400, "invalid_request")
+	require.Equal(t, `field "response.status" must be an integer, not string`, p["detail"])
+	p = requireProblem(t, n.post("/v1/complete", `{"principal":"p","endpoint":"e","key":"k","token":"1","response":{"status":200,"headers":{"X":1}}}`), 400, "invalid_request")
+	require.NotContains(t, p["detail"], "wire", "the detail names a Go package")
+}

@@ -85,12 +85,15 @@ func decodeStrict(body []byte, dst any) *problem {
 			if te.Field == "" {
 				return invalid("request body must be a JSON object, not %s", te.Value)
 			}
-			return invalid("field %q must be %s, not %s", te.Field, jsonKind(te.Type.Kind().String()), te.Value)
+			return invalid("field %q must be %s, not %s", memberPath(reflect.TypeOf(dst), te.Field), jsonKind(te.Type.Kind().String()), te.Value)
 		case errors.As(err, &be):
 			// The only []byte field of any request is response.body.
 			return invalid("field \"response.body\" must be standard base64 (%v)", err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			return invalid("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		case strings.HasPrefix(err.Error(), "wire: response."):
+			// wire.Response's own decoding, which names the member.
+			return invalid("%s", strings.TrimPrefix(err.Error(), "wire: "))
 		default:
 			return invalid("request body is not valid: %v", err)
 		}
@@ -102,6 +105,32 @@ func decodeStrict(body []byte, dst any) *problem {
 		return invalid("request body has data after the JSON object")
 	}
 	return checkRaw(body, reflect.TypeOf(dst))
+}
+
+// memberPath turns the path encoding/json gives for a type error into the
+// members a client sent. encoding/json names an embedded struct by its Go
+// type ("ClaimRequest.principal" for claimRequest's embedded
+// wire.ClaimRequest), which is no member of any body: those parts are
+// dropped.
+func memberPath(t reflect.Type, field string) string {
+	var out []string
+	for part := range strings.SplitSeq(field, ".") {
+		for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Array) {
+			t = t.Elem()
+		}
+		switch {
+		case t != nil && t.Kind() == reflect.Struct:
+			if f, ok := t.FieldByName(part); ok && f.Anonymous && f.Tag.Get("json") == "" {
+				t = f.Type
+				continue
+			}
+			t = fieldsOf(t)[part] // nil when unknown: the rest is kept as it is
+		case t != nil && t.Kind() == reflect.Map:
+			t = t.Elem()
+		}
+		out = append(out, part)
+	}
+	return strings.Join(out, ".")
 }
 
 // checkRaw refuses what encoding/json accepts silently: member names that
