@@ -1064,7 +1064,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 		{name: "whitespace body", path: "/v1/claim", body: " \n", detail: "empty"},
 		{name: "JSON array", path: "/v1/claim", body: `[` + claim(``) + `]`, detail: "object"},
 		{name: "JSON string", path: "/v1/claim", body: `"hello"`, detail: "object"},
-		{name: "JSON null", path: "/v1/claim", body: `null`, detail: "principal"},
+		{name: "JSON null", path: "/v1/claim", body: `null`, detail: "object"},
 		{name: "truncated JSON", path: "/v1/claim", body: claim(``)[:40], detail: "JSON"},
 		{name: "lease_ms as a string", path: "/v1/claim", body: claim(``)[:len(claim(``))-len(`30000}`)] + `"30000"}`, detail: "lease_ms"},
 		{name: "lease_ms fractional", path: "/v1/claim", body: claim(``)[:len(claim(``))-len(`30000}`)] + `300.5}`, detail: "lease_ms"},
@@ -1404,4 +1404,29 @@ func TestWrongTypeNamesTheJSONMember(t *testing.T) {
 	require.Equal(t, `field "response.status" must be an integer, not string`, p["detail"])
 	p = requireProblem(t, n.post("/v1/complete", `{"principal":"p","endpoint":"e","key":"k","token":"1","response":{"status":200,"headers":{"X":1}}}`), 400, "invalid_request")
 	require.NotContains(t, p["detail"], "wire", "the detail names a Go package")
+}
+
+// A body of null is not the JSON object every route reads: encoding/json
+// decodes it into a struct as "nothing", which then read as a request with
+// every member missing ("principal must be 1 to 255 bytes (got 0)").
+func TestNullBodyIsNotAnObject(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	before := n.stateHash()
+	for _, path := range []string{"/v1/claim", "/v1/complete", "/v1/release", "/v1/extend", "/v1/batch", "/v1/cluster/join", "/v1/cluster/remove"} {
+		for _, body := range []string{`null`, " \n null \t"} {
+			p := requireProblem(t, n.post(path, body), 400, "invalid_request")
+			require.Equal(t, "request body must be a JSON object, not null", p["detail"], "POST %s %q", path, body)
+		}
+	}
+	rs := n.batch(nil, json.RawMessage(`{"op":"get","principal":"p","endpoint":"e","key":"k"}`))
+	require.Equal(t, 400, rs[0].Status, "%s", rs[0].Body)
+	require.Contains(t, string(rs[0].Body), "must be a JSON object")
+	require.Equal(t, 404, rs[1].Status, "%s", rs[1].Body)
+	require.Equal(t, before, n.stateHash())
+
+	// An app token is told the same, not 403 for naming no principal.
+	app := mustNode(t, withAuthFile(t, authFile())).as(appToken)
+	p := requireProblem(t, app.post("/v1/claim", `null`), 400, "invalid_request")
+	require.Equal(t, "request body must be a JSON object, not null", p["detail"])
 }

@@ -429,8 +429,8 @@ func (s *Server) principalOf(w http.ResponseWriter, r *http.Request, where princ
 	var named struct {
 		Principal *string `json:"principal"`
 	}
-	if json.Unmarshal(body, &named) != nil {
-		return nil, true
+	if json.Unmarshal(body, &named) != nil || notObject(body) != nil {
+		return nil, true // null too: not an object, a 400 as for anyone
 	}
 	if named.Principal == nil {
 		empty := "" // no principal acts for none: refused, as the handler would refuse it

@@ -141,6 +141,9 @@ func decodeBatchOps(body []byte) ([]json.RawMessage, *problem) {
 	dec.DisallowUnknownFields()
 	err := dec.Decode(&b)
 	if err == nil {
+		if p := notObject(body); p != nil {
+			return nil, p
+		}
 		if _, err2 := dec.Token(); err2 != io.EOF {
 			return nil, invalid("request body has data after the JSON object")
 		}

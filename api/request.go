@@ -98,6 +98,9 @@ func decodeStrict(body []byte, dst any) *problem {
 			return invalid("request body is not valid: %v", err)
 		}
 	}
+	if p := notObject(body); p != nil {
+		return p
+	}
 	if dec.More() {
 		return invalid("request body has data after the JSON object")
 	}
@@ -105,6 +108,17 @@ func decodeStrict(body []byte, dst any) *problem {
 		return invalid("request body has data after the JSON object")
 	}
 	return checkRaw(body, reflect.TypeOf(dst))
+}
+
+// notObject refuses a body that decoded into a struct without error but is
+// not a JSON object: null (any other value is a type error), which
+// encoding/json decodes as nothing at all, so it read as a request with
+// every member missing.
+func notObject(body []byte) *problem {
+	if b := bytes.TrimLeft(body, " \t\r\n"); len(b) > 0 && b[0] != '{' {
+		return invalid("request body must be a JSON object, not null")
+	}
+	return nil
 }
 
 // memberPath turns the path encoding/json gives for a type error into the
