@@ -1430,3 +1430,43 @@ func TestNullBodyIsNotAnObject(t *testing.T) {
 	p := requireProblem(t, app.post("/v1/claim", `null`), 400, "invalid_request")
 	require.Equal(t, "request body must be a JSON object, not null", p["detail"])
 }
+
+// The query of /v1/records is read as strictly as a body: one that does
+// not decode is refused as such (it read as no principal at all), and a
+// parameter given twice is refused like a member given twice (it was
+// first-wins, so the guard and a proxy in front could read another
+// principal than the one a later reader takes).
+func TestRecordsQueryIsStrict(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	admin, app := n.as(adminToken), n.as(appToken)
+	s := scope{"cus_a1", "e", "k"}
+	admin.mustClaim(s, fp1)
+	before := admin.stateHash()
+	for _, c := range []struct{ method, query, detail string }{
+		{"GET", "principal=p%zz&endpoint=e&key=k", `the query does not decode: invalid URL escape "%zz"`},
+		{"GET", "principal=cus_a1&endpoint=e&key=k%", `the query does not decode: invalid URL escape "%"`},
+		{"GET", "principal=cus_a1;endpoint=e;key=k", "the query does not decode"},
+		{"GET", "principal=cus_a1&principal=cus_z&endpoint=e&key=k", `the query has the parameter "principal" more than once`},
+		{"GET", "principal=cus_a1&endpoint=e&key=k&key=k", `the query has the parameter "key" more than once`},
+		{"GET", "principal=cus_a1&endpoint=e&key=k&consistency=stale&consistency=linearizable", `the query has the parameter "consistency" more than once`},
+		{"HEAD", "principal=cus_a1&principal=cus_a1&endpoint=e&key=k", ""},
+		{"DELETE", "principal=cus_a1&endpoint=e&endpoint=x&key=k", `the query has the parameter "endpoint" more than once`},
+		{"DELETE", "principal=cus_a1&endpoint=e&key=%G0", "the query does not decode"},
+	} {
+		for _, who := range []*testNode{admin, app} {
+			if c.method == "DELETE" && who == app {
+				continue // an app token may not delete: 403 before the query is read
+			}
+			r := who.do(c.method, "/v1/records?"+c.query, nil)
+			if c.method == "HEAD" {
+				require.Equal(t, 400, r.status, "HEAD %s", c.query)
+				continue
+			}
+			p := requireProblem(t, r, 400, "invalid_request")
+			require.Contains(t, p["detail"], c.detail, "%s %s", c.method, c.query)
+		}
+	}
+	require.Equal(t, before, admin.stateHash(), "a refused query wrote")
+	require.Equal(t, "in_progress", admin.record(s)["state"])
+}

@@ -415,7 +415,11 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 // reads or writes anything. ok is false when the answer is written.
 func (s *Server) principalOf(w http.ResponseWriter, r *http.Request, where principalIn) (*string, bool) {
 	if where == principalInQuery {
-		p := r.URL.Query().Get("principal") // exactly what the handler reads
+		q, bad := recordsQuery(r) // exactly what the handler reads
+		if bad != nil {
+			return nil, true // the handler refuses the query with 400
+		}
+		p := q.Get("principal")
 		return &p, true
 	}
 	body, p := s.readBody(w, r)

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -369,8 +372,11 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, "/v1/records takes GET or DELETE"))
 		return
 	}
-	q := r.URL.Query()
-	scope, p := s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key"))
+	q, p := recordsQuery(r)
+	var scope engine.Scope
+	if p == nil {
+		scope, p = s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key"))
+	}
 	if p != nil {
 		writeProblem(w, p)
 		return
@@ -411,6 +417,23 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	answerLookup(w, rec, found)
+}
+
+// recordsQuery reads the query of /v1/records as strictly as a body is
+// read: url.Values would drop a pair that does not decode (so "p%zz" read
+// as no principal) and keep a parameter given twice, of which Get takes
+// the first while another reader may take the last.
+func recordsQuery(r *http.Request) (url.Values, *problem) {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return nil, invalid("the query does not decode: %s", truncate(err.Error(), 80))
+	}
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if len(q[k]) > 1 {
+			return nil, invalid("the query has the parameter %q more than once", truncate(k, 40))
+		}
+	}
+	return q, nil
 }
 
 // answerLookup answers a lookup.
