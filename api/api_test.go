@@ -1470,3 +1470,59 @@ func TestRecordsQueryIsStrict(t *testing.T) {
 	require.Equal(t, before, admin.stateHash(), "a refused query wrote")
 	require.Equal(t, "in_progress", admin.record(s)["state"])
 }
+
+// A path that is not in its clean form is an unknown route: a problem
+// document, never net/http's HTML redirect to the cleaned path (which a
+// client following it would take for the route's own answer, and a POST
+// would follow as a 307 with its body). With an auth file, an unknown
+// route needs a valid token first, as every route but /healthz and
+// /readyz does: 401 without one, then 404.
+func TestUnknownAndUncleanPathsAreProblems(t *testing.T) {
+	t.Parallel()
+	serve := func(n *testNode, method, target, token string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(method, target, strings.NewReader(`{}`))
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		w := httptest.NewRecorder()
+		n.api.ServeHTTP(w, req)
+		return w
+	}
+	expect := func(w *httptest.ResponseRecorder, status int, code, what string) {
+		t.Helper()
+		require.Equal(t, status, w.Code, "%s: %s", what, w.Body)
+		require.Equal(t, "application/problem+json", w.Header().Get("Content-Type"), "%s", what)
+		require.Empty(t, w.Header().Get("Location"), "%s", what)
+		var p struct{ Code string }
+		require.NoError(t, json.Unmarshal(w.Body.Bytes(), &p), "%s: %s", what, w.Body)
+		require.Equal(t, code, p.Code, "%s", what)
+	}
+	unclean := []struct{ method, path string }{
+		{"GET", "/v1//config"}, {"GET", "//v1/config"}, {"GET", "/v1/./config"}, {"GET", "/v1/config/."},
+		{"GET", "/v1/../x"}, {"GET", "/v1/x/../config"}, {"POST", "/v1/claim/../claim"}, {"POST", "/v1//batch"},
+		{"GET", "/v1/records/..?principal=p&endpoint=e&key=k"}, {"GET", "//healthz"},
+	}
+
+	open := mustNode(t)
+	for _, c := range unclean {
+		expect(serve(open, c.method, c.path, ""), 404, "not_found", c.method+" "+c.path)
+	}
+	expect(serve(open, "GET", "/v1/nope", ""), 404, "not_found", "GET /v1/nope")
+	require.Equal(t, 200, serve(open, "GET", "/v1/config", "").Code)
+	// Through a real connection too: nothing between the client and the
+	// handler cleans the path.
+	r := open.do("GET", "/v1//config", nil)
+	requireProblem(t, r, 404, "not_found")
+
+	guarded := mustNode(t, withAuthFile(t, authFile()))
+	for _, c := range append(unclean, struct{ method, path string }{"GET", "/v1/nope"}, struct{ method, path string }{"DELETE", "/"}) {
+		w := serve(guarded, c.method, c.path, "")
+		expect(w, 401, "unauthorized", "no token: "+c.method+" "+c.path)
+		require.NotEmpty(t, w.Header().Get("WWW-Authenticate"))
+		expect(serve(guarded, c.method, c.path, unknownToken), 401, "unauthorized", "unknown token: "+c.method+" "+c.path)
+		expect(serve(guarded, c.method, c.path, appToken), 404, "not_found", "app token: "+c.method+" "+c.path)
+		expect(serve(guarded, c.method, c.path, adminToken), 404, "not_found", "admin token: "+c.method+" "+c.path)
+	}
+	require.Equal(t, 200, serve(guarded, "GET", "/healthz", "").Code)
+	require.Equal(t, 200, serve(guarded, "GET", "/v1/config", operatorToken).Code)
+}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strings"
 	"time"
@@ -57,7 +58,9 @@ type Server struct {
 	store Store
 	log   *slog.Logger
 	mux   *http.ServeMux
-	fwd   *forwarder
+	// unknown answers a path no route serves (404, after the auth guard).
+	unknown http.HandlerFunc
+	fwd     *forwarder
 	// gate says when the leader may make the cluster secret (fencing.go).
 	gate secretGate
 	// guards: the connection and load limits (limits_conn.go).
@@ -101,14 +104,42 @@ func New(store Store, cfg Config) *Server {
 		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
 		s.route("/metrics", http.MethodGet, s.operator(metrics.ServeHTTP))
 	}
-	s.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, fmt.Sprintf("no route %s %s", r.Method, r.URL.Path)))
-	})
+	// An unknown route is a route too: with an auth file it needs a valid
+	// token (any role) before it is told 404, as docs/API.md says of
+	// every route but /healthz and /readyz.
+	s.unknown = s.guard(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, fmt.Sprintf("no route %s %s", r.Method, truncate(r.URL.Path, 200))))
+	}, func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere })
+	s.mux.HandleFunc("/", s.unknown)
 	return s
 }
 
 // ServeHTTP implements http.Handler.
-func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.shield(w, r, s.mux) }
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+		// ServeMux would answer an HTML redirect to the cleaned path
+		// ("/v1//config", "/v1/../x"); no route is served at such a path.
+		s.shield(w, r, s.unknown)
+		return
+	}
+	s.shield(w, r, s.mux)
+}
+
+// cleanPath is the form ServeMux redirects a path to when it differs:
+// rooted, without empty, "." or ".." elements, a trailing slash kept.
+func cleanPath(p string) string {
+	if p == "" {
+		return "/"
+	}
+	if p[0] != '/' {
+		p = "/" + p
+	}
+	np := path.Clean(p)
+	if p[len(p)-1] == '/' && np != "/" {
+		np += "/"
+	}
+	return np
+}
 
 // route registers h for exactly one method, answering others with a
 // problem document rather than the mux's plain text.
