@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +51,20 @@ type Config struct {
 	// TLS, when set, makes the raft transport mutual TLS against its CA
 	// (transport.go); nil is plain TCP.
 	TLS *TLS
+
+	// RaftListener, when set, is the transport's listener, already bound
+	// to RaftAddr by the caller: idem serve opens its ports before it
+	// writes anything to the data dir, so a port in use fails a start that
+	// changed nothing. Once Open has built the transport on it, the
+	// transport closes it (on Close, or when Open fails later); until then
+	// it is the caller's to close. Closing it again is harmless.
+	RaftListener net.Listener
+	// BeforeRaft, when set, runs once this process holds the data dir (the
+	// stores are open) and the raft transport is listening, before raft
+	// reads or writes any state. idem serve records the settings a data dir
+	// is created with there (node.json), so a start that fails earlier
+	// leaves nothing that pins them. An error fails Open.
+	BeforeRaft func() error
 
 	Logger   *slog.Logger
 	Registry prometheus.Registerer

@@ -123,7 +123,7 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.checkKeys(); err != nil {
 		return nil, err
 	}
-	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.TLS, cfg.Logger)
+	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftListener, cfg.TLS, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -132,6 +132,11 @@ func Open(cfg Config) (*Node, error) {
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(cfg.Logger),
 	})
+	if cfg.BeforeRaft != nil {
+		if err := cfg.BeforeRaft(); err != nil {
+			return nil, err
+		}
+	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
 	rc.Logger = newHCLog(cfg.Logger)

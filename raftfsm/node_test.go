@@ -2,6 +2,9 @@ package raftfsm
 
 import (
 	"context"
+	"errors"
+	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -39,4 +42,39 @@ func TestLinearizableReadSeesAcknowledgedClaims(t *testing.T) {
 		require.True(t, found)
 		require.Equal(t, res.Record.Token, r.Token)
 	}
+}
+
+// BeforeRaft runs while the node holds its data dir (a second Open of the
+// store is refused) and its raft listener (the caller's RaftListener) is
+// the transport's, before raft writes any state: idem serve writes
+// node.json there, so a start that fails earlier fixes nothing. A hook
+// that fails leaves no raft state, and the next Open bootstraps.
+func TestBeforeRaftRunsUnderTheLockBeforeRaftState(t *testing.T) {
+	dir := t.TempDir()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.DataDir, cfg.RaftAddr, cfg.RaftListener = dir, ln.Addr().String(), ln
+	ran := false
+	cfg.BeforeRaft = func() error {
+		ran = true
+		_, err := engine.Open(filepath.Join(dir, "fsm"), engine.Options{})
+		require.ErrorContains(t, err, "lock held", "BeforeRaft must run under the data dir's lock")
+		_, err = net.Listen("tcp", ln.Addr().String())
+		require.Error(t, err, "the raft port must be held")
+		return errors.New("no")
+	}
+	_, err = Open(cfg)
+	require.EqualError(t, err, "no")
+	require.True(t, ran)
+	again, err := net.Listen("tcp", ln.Addr().String())
+	require.NoError(t, err, "a failed Open closes the transport, and the listener with it")
+	again.Close()
+	ln.Close() // harmless
+
+	cfg.RaftListener, cfg.RaftAddr, cfg.BeforeRaft = nil, "127.0.0.1:0", nil
+	n, err := Open(cfg)
+	require.NoError(t, err)
+	defer n.Close()
+	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond, "a failed BeforeRaft must leave no raft state in the way of bootstrap")
 }

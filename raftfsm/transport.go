@@ -30,10 +30,13 @@ type streamLayer struct {
 // connects and says nothing holds a connection only that long.
 const handshakeTimeout = 10 * time.Second
 
-func newStreamLayer(bind, advertise string, t *TLS, log *slog.Logger) (*streamLayer, error) {
-	ln, err := net.Listen("tcp", bind)
-	if err != nil {
-		return nil, fmt.Errorf("raftfsm: listen on raft address %s: %w", bind, err)
+// newStreamLayer listens on bind, or takes ln when the caller opened it.
+func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.Logger) (*streamLayer, error) {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", bind); err != nil {
+			return nil, fmt.Errorf("raftfsm: listen on raft address %s: %w", bind, err)
+		}
 	}
 	adv, err := net.ResolveTCPAddr("tcp", advertise)
 	if err != nil {

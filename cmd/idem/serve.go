@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -150,10 +151,15 @@ func (c *serveConfig) validate() error {
 	if c.dataDir == "" {
 		bad("--data-dir must not be empty")
 	}
-	for name, addr := range map[string]string{"--http-addr": c.httpAddr, "--raft-addr": c.raftAddr} {
-		if _, _, err := net.SplitHostPort(addr); err != nil {
-			bad("%s %q is not host:port", name, addr)
+	for _, a := range []struct{ flag, addr, example string }{
+		{"--http-addr", c.httpAddr, "127.0.0.1:7070"}, {"--raft-addr", c.raftAddr, "127.0.0.1:7071"},
+	} {
+		if err := checkHostPort(a.addr); err != nil {
+			bad("%s %q is not host:port with a port from 1 to 65535 (e.g. %s): %v", a.flag, a.addr, a.example, err)
 		}
+	}
+	if sameAddr(c.httpAddr, c.raftAddr) {
+		bad("--http-addr and --raft-addr are both %s: HTTP and raft need a port each (e.g. --http-addr 127.0.0.1:7070 --raft-addr 127.0.0.1:7071)", c.httpAddr)
 	}
 	if c.bootstrapExpect < 0 || c.bootstrapExpect > 9 {
 		bad("--bootstrap-expect %d must be between 0 and 9", c.bootstrapExpect)
@@ -205,6 +211,29 @@ func (c *serveConfig) validate() error {
 	}
 	errs = append(errs, c.tls.validate()...)
 	return errors.Join(errs...)
+}
+
+// checkHostPort is the check the join API applies to a member's addresses
+// (api/cluster.go, hostPort): host:port with a port number from 1 to
+// 65535. An empty host (":7070") is this machine to a dialer and every
+// address to a listener.
+func checkHostPort(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return err
+	}
+	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// sameAddr reports whether two host:port addresses are written the same
+// (a busy port written another way is found when the ports are opened).
+func sameAddr(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	return err1 == nil && err2 == nil && strings.EqualFold(ha, hb) && strings.TrimLeft(pa, "0") == strings.TrimLeft(pb, "0")
 }
 
 func parseLevel(s string) (slog.Level, error) {
@@ -262,43 +291,61 @@ type nodeFile struct {
 	Scope string `json:"scope,omitempty"`
 }
 
-// fixedSettings loads or creates the node file. A bucket width or scope
-// given explicitly that differs from the one the data dir was created with
-// is refused; without the flag the stored value is used.
-func fixedSettings(c *serveConfig, set map[string]bool) error {
+// fixedSettings reads the node file and applies it to c. A bucket width
+// or scope given explicitly that differs from the one the data dir was
+// created with is refused; without the flag the stored value is used.
+//
+// It writes nothing. When the data dir has no node file yet, it returns
+// pin, which writes one with c's settings: serve runs it once the node
+// holds the data dir and its ports (raftfsm's BeforeRaft), so a start that
+// fails before (a port in use, a bad certificate, a typo) fixes nothing
+// and a retry with corrected flags is not refused.
+func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err error) {
 	path := filepath.Join(c.dataDir, "node.json")
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		if err := os.MkdirAll(c.dataDir, 0o755); err != nil {
-			return fmt.Errorf("create --data-dir %s: %w", c.dataDir, err)
-		}
-		b, _ = json.Marshal(nodeFile{NodeID: c.nodeID, BucketWidthMs: c.bucketWidth.Milliseconds(), Scope: c.scope})
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, b, 0o644); err != nil {
-			return fmt.Errorf("write %s: %w", path, err)
-		}
-		return os.Rename(tmp, path)
+		nf := nodeFile{NodeID: c.nodeID, BucketWidthMs: c.bucketWidth.Milliseconds(), Scope: c.scope}
+		return func() error { return writeNodeFile(path, nf) }, nil
 	}
 	if err != nil {
-		return fmt.Errorf("read %s: %w", path, err)
+		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	var nf nodeFile
 	if err := json.Unmarshal(b, &nf); err != nil {
-		return fmt.Errorf("%s is corrupt: %w", path, err)
+		return nil, fmt.Errorf("%s is corrupt: %w", path, err)
 	}
 	stored := time.Duration(nf.BucketWidthMs) * time.Millisecond
 	if set["bucket-width"] && stored != c.bucketWidth {
-		return fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)
+		return nil, fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)
 	}
 	c.bucketWidth = stored
 	if nf.Scope != "" && nf.Scope != c.scope {
 		if set["scope"] {
-			return fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, nf.Scope, c.dataDir)
+			return nil, fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, nf.Scope, c.dataDir)
 		}
 		c.scope = nf.Scope
 	}
 	if nf.NodeID != "" && nf.NodeID != c.nodeID {
-		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)
+		return nil, fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)
+	}
+	return nil, nil
+}
+
+// writeNodeFile writes the node file of a data dir that has none. The
+// node holds the data dir by then, so no other idem serve writes it
+// meanwhile; one that appeared since fixedSettings read the dir (another
+// node started and stopped in between) is left alone and the start fails.
+func writeNodeFile(path string, nf nodeFile) error {
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("%s appeared while this node was starting (another idem serve on the same --data-dir?): nothing was written, start again", path)
+	}
+	b, _ := json.Marshal(nf)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
 }
@@ -333,7 +380,26 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	} else if auth == nil {
 		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
 	}
-	if err := fixedSettings(c, set); err != nil {
+	// Everything that can fail without writing is done before anything is
+	// written to the data dir: the certificate files are read and both
+	// ports opened here, node.json is written once the node holds the dir
+	// (BeforeRaft below). A start that fails leaves the data dir as it was.
+	tlsConf, err := c.tls.load(c, log) // tls.go; refuses plaintext raft off loopback
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", c.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+	defer ln.Close()
+	raftLn, err := net.Listen("tcp", c.raftAddr)
+	if err != nil {
+		return fmt.Errorf("--raft-addr: %w", err)
+	}
+	defer raftLn.Close() // the node's transport owns it once open; a second Close is harmless
+	pin, err := fixedSettings(c, set)
+	if err != nil {
 		return err
 	}
 	if c.httpAdvertise == "" {
@@ -342,16 +408,6 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if c.raftAdvertise == "" {
 		c.raftAdvertise = c.raftAddr
 	}
-	tlsConf, err := c.tls.load(c, log) // tls.go; refuses plaintext raft off loopback
-	if err != nil {
-		return err
-	}
-	// Listen before starting raft so a busy port fails fast and cleanly.
-	ln, err := net.Listen("tcp", c.httpAddr)
-	if err != nil {
-		return fmt.Errorf("--http-addr: %w", err)
-	}
-	defer ln.Close()
 	cl := limitConns(ln, c.conns, log) // listen.go
 
 	reg := prometheus.NewRegistry()
@@ -368,6 +424,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.MinFreeDisk = c.minFreeDisk
 	rc.InjectBug = c.injectBug
 	rc.TLS = tlsConf
+	rc.RaftListener, rc.BeforeRaft = raftLn, pin
 	rc.Logger, rc.Registry = log, reg
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
 		rc.SweepInterval = max(w, 100*time.Millisecond)

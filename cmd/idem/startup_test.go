@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Careless starts of `idem serve` (review of 2026-12-01): each must be
+// refused before it changes anything an operator has to undo.
+
+// serveExit runs `idem serve args...` to its end (20 s at most) and returns
+// its exit code and output.
+func serveExit(t *testing.T, args ...string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, append([]string{"serve"}, args...)...).CombinedOutput()
+	require.NoError(t, ctx.Err(), "idem serve %v did not exit:\n%s", args, out)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode(), string(out)
+	}
+	require.NoError(t, err)
+	return 0, string(out)
+}
+
+// TestFailedStartDoesNotPinDataDir: a first start that failed on a port or
+// a certificate had already written node.json (node id, bucket width,
+// scope), so the retry with a corrected --node-id was refused ("--node-id
+// n2 differs from n1, the node ... was created for").
+func TestFailedStartDoesNotPinDataDir(t *testing.T) {
+	ca := newPKI(t)
+	c, _ := ca.cert("n1", "--ip", "127.0.0.9")
+	_, otherKey := ca.cert("n2", "--ip", "127.0.0.9")
+	busy, err := net.Listen("tcp", freePort(t))
+	require.NoError(t, err)
+	defer busy.Close()
+
+	dir := filepath.Join(t.TempDir(), "d")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	for _, tc := range []struct {
+		args []string
+		code int    // 0: any failure
+		want string // in the output
+		// dirMayExist: the failure comes from raftfsm.Open, which may have
+		// created the dir; node.json must still be absent.
+		dirMayExist bool
+	}{
+		{args: []string{"--http-addr", "127.0.0.1:99999", "--raft-addr", raftAddr}, code: 2, want: `--http-addr "127.0.0.1:99999"`},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", "127.0.0.9:70710"}, code: 2, want: `--raft-addr "127.0.0.9:70710"`},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", httpAddr}, code: 2, want: "--http-addr and --raft-addr are both"},
+		{args: []string{"--http-addr", busy.Addr().String(), "--raft-addr", raftAddr}, want: "--http-addr"},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", busy.Addr().String()}, want: "--raft-addr"},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--tls-cert-file", c, "--tls-key-file", otherKey, "--tls-ca-file", ca.ca()}, want: "private key does not match"},
+		// The disk check runs in raftfsm.Open, once the ports are open.
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--min-free-disk", "1000000000000000000"}, want: "bytes free", dirMayExist: true},
+	} {
+		code, out := serveExit(t, append([]string{"--data-dir", dir}, tc.args...)...)
+		require.NotEqual(t, 0, code, "%v must fail:\n%s", tc.args, out)
+		if tc.code != 0 {
+			require.Equal(t, tc.code, code, "%v:\n%s", tc.args, out)
+		}
+		require.Contains(t, out, tc.want, "%v", tc.args)
+		_, err := os.Stat(filepath.Join(dir, "node.json"))
+		require.ErrorIs(t, err, os.ErrNotExist, "%v failed and wrote node.json", tc.args)
+		if !tc.dirMayExist {
+			_, err = os.Stat(dir)
+			require.ErrorIs(t, err, os.ErrNotExist, "%v failed and created the data dir", tc.args)
+		}
+	}
+	// The corrected start is not refused, and fixes what it was given.
+	p := start(t, dir, httpAddr, raftAddr, "--node-id", "n2", "--scope", "principal")
+	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"node_id":"n2"`)
+	require.Contains(t, string(b), `"scope":"principal"`)
+	p.cmd.Process.Kill()
+	p.wait()
+	code, out := serveExit(t, "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--node-id", "n3")
+	require.Equal(t, 1, code, out)
+	require.Contains(t, out, `--node-id "n3" differs from "n2"`)
+}
+
+// TestFreshDataDirLockedBeforeNodeFile: two nodes started at once on one new
+// data dir: one runs, the other is refused, and node.json is the running
+// node's (it is written under the data dir's lock, not before it).
+func TestFreshDataDirLockedBeforeNodeFile(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	a := launch(t, dir, freePort(t), freePort(t), "--node-id", "na")
+	b := launch(t, dir, freePort(t), freePort(t), "--node-id", "nb")
+	var running, refused *proc
+	require.Eventually(t, func() bool {
+		select {
+		case <-a.done:
+			running, refused = b, a
+			return true
+		case <-b.done:
+			running, refused = a, b
+			return true
+		default:
+			return false
+		}
+	}, 20*time.Second, 20*time.Millisecond, "one of two nodes on one data dir must be refused:\n%s\n%s", a.logs, b.logs)
+	require.Error(t, refused.err)
+	waitReady(t, running)
+	id := "na"
+	if running == b {
+		id = "nb"
+	}
+	nf, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(nf), `"node_id":"`+id+`"`, "node.json is not the running node's; the refused one said:\n%s", refused.logs)
+}
+
+func waitReady(t *testing.T, p *proc) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		resp, err := http.Get("http://" + p.http + "/readyz")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	}, 20*time.Second, 50*time.Millisecond, "node on %s never became ready:\n%s", p.http, p.logs)
+}
