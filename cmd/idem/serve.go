@@ -62,7 +62,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{limits: api.DefaultLimits()}
 	d := raftfsm.DefaultConfig()
 	fs.StringVar(&c.nodeID, "node-id", "n1", "unique id of this node in the cluster")
-	fs.StringVar(&c.dataDir, "data-dir", "./idem-data", "directory for the raft log, snapshots and Pebble state (created if missing)")
+	fs.StringVar(&c.dataDir, "data-dir", "./idem-data", "directory for the raft log, snapshots and Pebble state (created if missing; an existing directory must be empty or a node's data dir)")
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:7070", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address raft listens on")
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes forward to (default: --http-addr)")
@@ -273,6 +273,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem serve: "))
 		return 2
 	}
+	if err := checkDataDir(c.dataDir); err != nil {
+		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		return 2
+	}
 	log := newLogger(c, stderr)
 	defer gcfloor.Start(c.gcFloorBytes).Stop()
 	if err := serve(ctx, c, set, log); err != nil {
@@ -280,6 +284,79 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 1
 	}
 	return 0
+}
+
+// dataDirEntries are the names idem keeps at the top of a data dir, in
+// this version and older ones (node.json came after fsm/, raft.db and
+// snapshots/; raft-wal/ after raft.db held the log), with the temporary
+// names they are built under. A directory holding any of them is a
+// node's data dir.
+var dataDirEntries = map[string]bool{
+	"node.json": true, "node.json.tmp": true, "raft.db": true, "raft-wal": true, "raft-wal.tmp": true, "snapshots": true,
+	"fsm": true, "fsm.filters": true, "fsm.filters.tmp": true, "fsm.restore": true, // engine: probe filters, a restore being built
+	raftfsm.BallastFile: true, raftfsm.BallastFile + ".tmp": true,
+}
+
+// checkDataDir refuses a --data-dir that exists, is not empty and holds
+// no idem node: a typo or the wrong level (the parent of the node dirs,
+// a node's fsm/) would otherwise start a new empty store there, and on
+// one node that frees every key again. Hidden files (.DS_Store) and
+// lost+found, which a new filesystem's mount point holds, do not count.
+func checkDataDir(dir string) error {
+	st, err := os.Stat(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("--data-dir %s exists and is not a directory: point it at a node's data dir, or an empty or new directory", dir)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("--data-dir: %w", err)
+	}
+	var foreign, nodeDirs []string
+	for _, e := range entries {
+		name := e.Name()
+		if dataDirEntries[name] {
+			return nil
+		}
+		if strings.HasPrefix(name, ".") || name == "lost+found" {
+			continue
+		}
+		foreign = append(foreign, name)
+		if e.IsDir() && holdsNode(filepath.Join(dir, name)) {
+			nodeDirs = append(nodeDirs, name)
+		}
+	}
+	if len(foreign) == 0 {
+		return nil
+	}
+	held := strings.Join(foreign, ", ")
+	if len(foreign) > 5 {
+		held = strings.Join(foreign[:5], ", ") + fmt.Sprintf(" and %d more", len(foreign)-5)
+	}
+	hint := ""
+	if len(nodeDirs) == 1 {
+		hint = fmt.Sprintf(" (under it, %s holds a node: give that)", nodeDirs[0])
+	} else if len(nodeDirs) > 1 {
+		hint = fmt.Sprintf(" (under it, %s hold nodes: give one of those)", strings.Join(nodeDirs, ", "))
+	} else if parent := filepath.Dir(filepath.Clean(dir)); holdsNode(parent) {
+		hint = fmt.Sprintf(" (it is inside the data dir %s: give that)", parent)
+	}
+	return fmt.Errorf("--data-dir %s is not empty and holds no idem node (no node.json, fsm/, raft.db, raft-wal/): it holds %s%s; point it at a node's data dir, or an empty or new directory", dir, held, hint)
+}
+
+// holdsNode reports whether dir holds node.json, fsm/ or raft.db.
+func holdsNode(dir string) bool {
+	for _, name := range []string{"node.json", "fsm", "raft.db"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeFile records the settings fixed when a data dir is created.

@@ -3,11 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -131,4 +133,62 @@ func waitReady(t *testing.T, p *proc) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	}, 20*time.Second, 50*time.Millisecond, "node on %s never became ready:\n%s", p.http, p.logs)
+}
+
+// TestForeignDataDirRefused: a --data-dir that exists, is not empty and
+// holds no idem node (the parent of the node dirs, a node's fsm/) started
+// a new empty store there, writing a ballast: on one node every key was
+// free again. A data dir of an older idem (no node.json) and an empty
+// mount point (lost+found, .DS_Store) still start.
+func TestForeignDataDirRefused(t *testing.T) {
+	root := t.TempDir()
+	node := filepath.Join(root, "n1")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, node, httpAddr, raftAddr)
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait())
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "n2"), 0o755))
+	file := filepath.Join(root, "notes.txt")
+	require.NoError(t, os.WriteFile(file, []byte("x"), 0o644))
+
+	for _, tc := range []struct{ dir, want string }{
+		{root, "under it, n1 holds a node: give that"},
+		{filepath.Join(node, "fsm"), "it is inside the data dir " + node},
+		{file, "is not a directory"},
+	} {
+		before := listTree(t, tc.dir)
+		code, out := serveExit(t, "--data-dir", tc.dir, "--http-addr", httpAddr, "--raft-addr", raftAddr)
+		require.Equal(t, 2, code, "--data-dir %s:\n%s", tc.dir, out)
+		require.Contains(t, out, "--data-dir "+tc.dir)
+		require.Contains(t, out, tc.want)
+		require.NotContains(t, out, "bootstrapped")
+		require.Equal(t, before, listTree(t, tc.dir), "the refused start changed %s", tc.dir)
+	}
+	_, out := serveExit(t, "--data-dir", root, "--http-addr", httpAddr, "--raft-addr", raftAddr)
+	require.Contains(t, out, "is not empty and holds no idem node")
+
+	// A data dir of an idem that wrote no node.json starts, with its records.
+	require.NoError(t, os.Remove(filepath.Join(node, "node.json")))
+	start(t, node, httpAddr, raftAddr)
+	code, body = post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 409, code, "the node lost its record: %s", body)
+
+	// An empty filesystem's mount point starts a new node.
+	mnt := filepath.Join(root, "mnt")
+	require.NoError(t, os.MkdirAll(filepath.Join(mnt, "lost+found"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(mnt, ".DS_Store"), nil, 0o644))
+	start(t, mnt, freePort(t), freePort(t))
+}
+
+// listTree is every path under dir (dir itself when it is a file).
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var paths []string
+	require.NoError(t, filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		paths = append(paths, path)
+		return err
+	}))
+	return paths
 }
