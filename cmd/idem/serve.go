@@ -161,6 +161,39 @@ func (c *serveConfig) validate() error {
 	if sameAddr(c.httpAddr, c.raftAddr) {
 		bad("--http-addr and --raft-addr are both %s: HTTP and raft need a port each (e.g. --http-addr 127.0.0.1:7070 --raft-addr 127.0.0.1:7071)", c.httpAddr)
 	}
+	// What other nodes are told and dialled is checked as the join API
+	// checks a member's addresses: accepted here, a bad one was retried
+	// forever (--join 127.0.0.1 dialled port 80, --join ,, never
+	// bootstrapped and said nothing) or recorded as the node's address.
+	for _, a := range []struct{ flag, addr, example string }{
+		{"--http-advertise", c.httpAdvertise, "10.0.0.4:7070"}, {"--raft-advertise", c.raftAdvertise, "10.0.0.4:7071"},
+	} {
+		if err := checkHostPort(a.addr); a.addr != "" && err != nil {
+			bad("%s %q is not host:port with a port from 1 to 65535, the address other nodes reach this node at (e.g. %s): %v", a.flag, a.addr, a.example, err)
+		}
+	}
+	// The raft address other nodes dial must name one (raftfsm refuses
+	// 0.0.0.0 too, but only once it has opened the stores).
+	raftAdv, flag := c.raftAdvertise, "--raft-advertise"
+	if raftAdv == "" {
+		raftAdv, flag = c.raftAddr, "--raft-addr"
+	}
+	if host, _, err := net.SplitHostPort(raftAdv); err == nil && checkHostPort(raftAdv) == nil {
+		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+			bad("%s %q names no address other nodes can dial: give --raft-advertise, this node's raft address as they reach it (e.g. 10.0.0.4:7071)", flag, raftAdv)
+		}
+	}
+	if c.join != "" {
+		addrs := splitAddrs(c.join)
+		if len(addrs) == 0 {
+			bad("--join %q names no address: give the HTTP addresses of cluster members, comma-separated (e.g. 10.0.0.1:7070,10.0.0.2:7070)", c.join)
+		}
+		for _, a := range addrs {
+			if err := checkHostPort(a); err != nil {
+				bad("--join: %q is not host:port with a port from 1 to 65535, a member's --http-addr (e.g. 10.0.0.1:7070): %v", a, err)
+			}
+		}
+	}
 	if c.bootstrapExpect < 0 || c.bootstrapExpect > 9 {
 		bad("--bootstrap-expect %d must be between 0 and 9", c.bootstrapExpect)
 	}

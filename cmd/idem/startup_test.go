@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -191,4 +192,42 @@ func listTree(t *testing.T, dir string) []string {
 		return err
 	}))
 	return paths
+}
+
+// TestServeRefusesBadJoinFlags: addresses that `idem serve` accepted and
+// then retried forever or recorded as the node's: --join 127.0.0.1 dialled
+// port 80 forever, --join ,, never bootstrapped and said nothing, and
+// --http-advertise garbage became the node's HTTP address in the cluster.
+// Each is refused at once with exit 2, naming the flag, before the data
+// dir is created.
+func TestServeRefusesBadJoinFlags(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--join", "127.0.0.1"}, `--join: "127.0.0.1" is not host:port`},
+		{[]string{"--join", "127.0.0.9:7070,127.0.0.9"}, `--join: "127.0.0.9" is not host:port`},
+		{[]string{"--join", "https://127.0.0.9:7070"}, `--join: "https://127.0.0.9:7070" is not host:port`},
+		{[]string{"--join", ",,"}, `--join ",," names no address`},
+		{[]string{"--join", ",,", "--bootstrap-expect", "3"}, `--join ",," names no address`},
+		{[]string{"--http-advertise", "garbage"}, `--http-advertise "garbage" is not host:port`},
+		{[]string{"--http-advertise", "127.0.0.9:0"}, `--http-advertise "127.0.0.9:0" is not host:port`},
+		{[]string{"--raft-advertise", "garbage"}, `--raft-advertise "garbage" is not host:port`},
+		{[]string{"--raft-advertise", "127.0.0.9:99999"}, `--raft-advertise "127.0.0.9:99999" is not host:port`},
+		{[]string{"--raft-advertise", "0.0.0.0:7071"}, `--raft-advertise "0.0.0.0:7071" names no address other nodes can dial`},
+		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(raftAddr, ":")[1], "--insecure"}, "names no address other nodes can dial: give --raft-advertise"},
+	} {
+		args := append([]string{"--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, tc.args...)
+		code, out := serveExit(t, args...)
+		require.Equal(t, 2, code, "%v:\n%s", tc.args, out)
+		require.Contains(t, out, tc.want, "%v", tc.args)
+		_, err := os.Stat(dir)
+		require.ErrorIs(t, err, os.ErrNotExist, "%v was refused after creating the data dir", tc.args)
+	}
+	// What the join API accepts still starts: an http:// prefix on --join,
+	// and an advertise address with an empty host (this machine).
+	p := launch(t, dir, httpAddr, raftAddr, "--join", "http://"+freePort(t)+", ", "--http-advertise", ":"+strings.Split(httpAddr, ":")[1])
+	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "did not answer") }, 15*time.Second, 50*time.Millisecond, "%s", p.logs)
 }

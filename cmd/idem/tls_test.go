@@ -290,7 +290,7 @@ func TestServeTLSFlagsRefused(t *testing.T) {
 		{[]string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", ca.ca(), "--tls-client-auth", "maybe"}, "--tls-client-auth \"maybe\" must be request or require"},
 		{[]string{"--tls-cert-file", oc, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "does not verify against --tls-ca-file"},
 		{[]string{"--tls-cert-file", c, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "private key does not match"},
-		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "refusing plaintext raft on non-loopback --raft-addr"},
+		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1], "--raft-advertise", freePort(t)}, "refusing plaintext raft on non-loopback --raft-addr"},
 		{[]string{"--raft-advertise", "10.1.2.3:7071"}, "refusing plaintext raft on non-loopback --raft-advertise"},
 	} {
 		args := append([]string{"serve", "--data-dir", t.TempDir(), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, tc.args...)
