@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -570,8 +571,16 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		// An execution trace shows where a request waits (scheduler, raft,
 		// the FSM), which a CPU profile cannot.
 		mux.Handle("/debug/pprof/trace", srv.Admin(http.HandlerFunc(pprof.Trace)))
-		mux.Handle("/", srv)
-		handler = mux
+		// Only /debug/pprof/ goes through the mux: it would answer an
+		// unclean API path (/v1//config) with an HTML redirect, where the
+		// API answers a problem document.
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if p := r.URL.Path; strings.HasPrefix(p, "/debug/pprof/") && (path.Clean(p) == p || path.Clean(p)+"/" == p) {
+				mux.ServeHTTP(w, r)
+				return
+			}
+			srv.ServeHTTP(w, r)
+		})
 	}
 	hs := httpServer(c.tls.requireCertToJoin(handler), cl, c.conns)
 	hs.ErrorLog = httpErrorLog(log) // tls.go

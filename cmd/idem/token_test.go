@@ -158,6 +158,13 @@ func TestServeAuthFileRolesAndReload(t *testing.T) {
 		a := authCall("GET", httpAddr, "/debug/pprof/", token, "")
 		require.Equal(t, code, a.code, "pprof with %q: %s", token, a)
 	}
+	// With --pprof too, an unclean path is the API's 404 problem, not the
+	// mux's redirect to the cleaned path.
+	for _, p := range []string{"/v1//config", "/debug/pprof/../../v1/config"} {
+		a := authCall("GET", httpAddr, p, "admin-1", "")
+		require.Equal(t, 404, a.code, "%s: %s", p, a)
+		require.Equal(t, "not_found", a.problemCode(), "%s: %s", p, a)
+	}
 
 	// Rotate the app token: the new one works once SIGHUP is handled, the
 	// old one no longer does.
