@@ -105,6 +105,14 @@ func (s testScheme) countingServer(t *testing.T, h http.HandlerFunc) *countingSe
 	if !s.tls {
 		return newCountingServer(t, h)
 	}
+	return tlsCountingServer(t, h, nil)
+}
+
+// tlsCountingServer counts a TLS server's connections and requests; it
+// offers h2 too, as a node does, fails any request that is not HTTP/1.1,
+// and lets tweak change its TLS config before it starts.
+func tlsCountingServer(t *testing.T, h http.HandlerFunc, tweak func(*tls.Config)) *countingServer {
+	t.Helper()
 	cs := &countingServer{}
 	cs.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		cs.reqs.Add(1)
@@ -121,6 +129,9 @@ func (s testScheme) countingServer(t *testing.T, h http.HandlerFunc) *countingSe
 	}
 	cs.TLS = testServerTLS()
 	cs.TLS.NextProtos = []string{"h2", "http/1.1"}
+	if tweak != nil {
+		tweak(cs.TLS)
+	}
 	cs.EnableHTTP2 = true
 	cs.StartTLS()
 	t.Cleanup(cs.Close)
@@ -149,28 +160,10 @@ func TestTLSTransportReusesConnections(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var handshakes atomic.Int64
-			s := &countingServer{}
-			s.Server = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				s.reqs.Add(1)
-				if r.ProtoMajor != 1 {
-					http.Error(w, "got "+r.Proto, http.StatusHTTPVersionNotSupported)
-					return
-				}
-				echo(w, r)
-			}))
-			s.Config.ConnState = func(_ net.Conn, st http.ConnState) {
-				if st == http.StateNew {
-					s.conns.Add(1)
-				}
-			}
-			s.Config.ErrorLog = nil
-			s.TLS = testServerTLS()
-			s.TLS.NextProtos = []string{"h2", "http/1.1"}
-			s.TLS.VerifyConnection = func(tls.ConnectionState) error { handshakes.Add(1); return nil }
-			tc.server(s.TLS)
-			s.EnableHTTP2 = true
-			s.StartTLS()
-			defer s.Close()
+			s := tlsCountingServer(t, echo, func(c *tls.Config) {
+				c.VerifyConnection = func(tls.ConnectionState) error { handshakes.Add(1); return nil }
+				tc.server(c)
+			})
 
 			cfg := testClientTLS()
 			cfg.Certificates = s.TLS.Certificates // any certificate will do for RequireAnyClientCert
