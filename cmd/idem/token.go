@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"regexp"
 	"strings"
 	"syscall"
 
@@ -98,9 +99,9 @@ func runTokenNew(args []string, stdout, stderr io.Writer) int {
 	// The server's own validation, so a mistake shows now and not at the
 	// next start or reload.
 	if _, err := api.ParseAuthFile([]byte(`{"tokens":[` + string(entry) + `]}`)); err != nil {
-		msg := strings.NewReplacer("api: auth file tokens[0]", "", "api: ", "").Replace(err.Error())
-		msg = strings.NewReplacer("name is", "--name is", "role ", "--role ", "principals", "--principals").Replace(strings.TrimLeft(msg, " :"))
-		fmt.Fprintf(stderr, "idem token new: %s\n", msg)
+		for _, msg := range tokenNewProblems(err) {
+			fmt.Fprintf(stderr, "idem token new: %s\n", msg)
+		}
 		return 2
 	}
 	if *tokenFile != "" {
@@ -120,6 +121,44 @@ func runTokenNew(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "token (give it to the client and keep it as a secret: idem stores only its hash, and it is not shown again):\n%s\n\n", token)
 	fmt.Fprintf(stdout, "auth file entry (add it to \"tokens\" in --auth-file, then send SIGHUP to every node):\n%s\n", entry)
 	return 0
+}
+
+// authEntryPrefix is how api.ParseAuthFile starts the message of each bad
+// field of the one entry idem token new builds: `api: auth file tokens[0]`,
+// then ` ("NAME")` when the entry has a name, then `: `.
+var authEntryPrefix = regexp.MustCompile(`^(?:api: )?auth file tokens\[0\](?: \("(?:[^"\\]|\\.)*"\))?: `)
+
+// tokenNewProblems turns api.ParseAuthFile's error for the entry of idem
+// token new into one line per problem, each naming the flag to fix rather
+// than the auth file's field (ParseAuthFile joins one error per problem,
+// so its text holds a line break per problem after the first).
+func tokenNewProblems(err error) []string {
+	errs := []error{err}
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		errs = j.Unwrap()
+	}
+	var out []string
+	for _, e := range errs {
+		for line := range strings.SplitSeq(e.Error(), "\n") {
+			msg := authEntryPrefix.ReplaceAllString(strings.TrimSpace(line), "")
+			msg = strings.TrimPrefix(msg, "api: ")
+			switch {
+			case msg == "":
+				continue
+			case msg == `role "" is not app, operator or admin`:
+				msg = "--role is required: app, operator or admin"
+			case strings.HasPrefix(msg, "name "), strings.HasPrefix(msg, "role "):
+				msg = "--" + msg
+			case strings.HasPrefix(msg, "an app token needs principals"),
+				strings.HasPrefix(msg, "principals limit"):
+				msg = strings.ReplaceAll(msg, "principals", "--principals")
+			case strings.HasPrefix(msg, "a principal pattern"), strings.HasPrefix(msg, "principal pattern"):
+				msg = "--principals: " + msg
+			}
+			out = append(out, msg)
+		}
+	}
+	return out
 }
 
 // newToken returns 32 random bytes, URL-safe base64, with a prefix that

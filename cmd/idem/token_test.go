@@ -324,3 +324,39 @@ func TestClusterWithNodeTokens(t *testing.T) {
 		return strings.Contains(logs, "no --node-token-file") && strings.Contains(logs, "join refused") && strings.Contains(logs, "unauthorized"), ""
 	})
 }
+
+// TestTokenNewMessagesNameTheFlag: a bad `idem token new` printed a second
+// problem as a line starting ": an app token needs --principals" (no
+// command name) and the first as `("x"): --role "god" ...`, the auth
+// file's entry name where the flag should be.
+func TestTokenNewMessagesNameTheFlag(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want []string // one line each, in order
+	}{
+		{[]string{"--name", "x", "--role", "god"}, []string{`--role "god" is not app, operator or admin`}},
+		{[]string{"--name", "x"}, []string{"--role is required"}},
+		{[]string{"--name", "x", "--role", "app"}, []string{"an app token needs --principals"}},
+		{[]string{"--role", "app"}, []string{"--name is required", "an app token needs --principals"}},
+		{[]string{"--name", "x", "--role", "admin", "--principals", "a"}, []string{"--principals limit app tokens only", "(remove --principals,"}},
+		{[]string{"--name", `x"y`, "--role", "app", "--principals", " "}, []string{"--principals: a principal pattern is empty"}},
+		{[]string{"--name", "x", "--role", "app", "--principals", "a*b"}, []string{`--principals: principal pattern "a*b"`}},
+	} {
+		code, out, stderr := runTokenCmd(t, append([]string{"new"}, tc.args...)...)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
+		require.Empty(t, out, "%v", tc.args)
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		for _, l := range lines {
+			require.True(t, strings.HasPrefix(l, "idem token new: --") || strings.HasPrefix(l, "idem token new: an app token needs --principals"),
+				"%v: every line names the command, then the flag:\n%s", tc.args, stderr)
+			require.NotContains(t, l, `"):`, "%v: the entry name is not a flag:\n%s", tc.args, stderr)
+			require.NotContains(t, l, "tokens[", "%v:\n%s", tc.args, stderr)
+		}
+		for _, w := range tc.want {
+			require.Contains(t, stderr, w, "%v", tc.args)
+		}
+		if len(tc.want) == 1 {
+			require.Len(t, lines, 1, "%v:\n%s", tc.args, stderr)
+		}
+	}
+}
