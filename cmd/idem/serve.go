@@ -132,12 +132,41 @@ func parseWithEnv(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 		}
 		if v, ok := os.LookupEnv(envName(f.Name)); ok {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, fmt.Errorf("$%s (--%s): %w", envName(f.Name), f.Name, err))
+				errs = append(errs, envError(f, v, err))
 			}
 			set[f.Name] = true
 		}
 	})
 	return set, errors.Join(errs...)
+}
+
+// envError says why the value v of a flag's IDEM_* variable was refused:
+// the variable, its flag and the value, as "$IDEM_RETENTION (--retention):
+// invalid duration \"abc\"". The flag package's own error for the basic
+// types is a bare "parse error" or "value out of range", which names
+// neither (flag.Parse adds those for a flag on the command line).
+func envError(f *flag.Flag, v string, err error) error {
+	kind := "value"
+	if g, ok := f.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case time.Duration:
+			kind = "duration"
+		case int, int64, uint, uint64:
+			kind = "integer"
+		case float64:
+			kind = "number"
+		case bool:
+			kind = "boolean"
+		}
+	}
+	msg := fmt.Sprintf("$%s (--%s): invalid %s %q", envName(f.Name), f.Name, kind, v)
+	switch err.Error() {
+	case "parse error":
+		return errors.New(msg)
+	case "value out of range":
+		return errors.New(msg + ": out of range")
+	}
+	return fmt.Errorf("%s: %w", msg, err)
 }
 
 var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
@@ -300,7 +329,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 0
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem serve: "))
 		return 2
 	}
 	if err := c.validate(); err != nil {

@@ -231,3 +231,29 @@ func TestServeRefusesBadJoinFlags(t *testing.T) {
 	p := launch(t, dir, httpAddr, raftAddr, "--join", "http://"+freePort(t)+", ", "--http-advertise", ":"+strings.Split(httpAddr, ":")[1])
 	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "did not answer") }, 15*time.Second, 50*time.Millisecond, "%s", p.logs)
 }
+
+// TestServeEnvErrorsNameVariableAndValue: IDEM_RETENTION=abc stopped idem
+// serve with "$IDEM_RETENTION (--retention): parse error", the flag
+// package's bare error, without the value; a second bad variable's line
+// had no "idem serve:" in front.
+func TestServeEnvErrorsNameVariableAndValue(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	t.Setenv("IDEM_RETENTION", "abc")
+	t.Setenv("IDEM_MAX_KEYS_PER_PRINCIPAL", "many")
+	t.Setenv("IDEM_ALLOW_SHORT_RETENTION", "maybe")
+	code, out := serveExit(t, "--data-dir", dir, "--http-addr", freePort(t), "--raft-addr", freePort(t))
+	require.Equal(t, 2, code, out)
+	for _, want := range []string{
+		`idem serve: $IDEM_RETENTION (--retention): invalid duration "abc"` + "\n",
+		`idem serve: $IDEM_MAX_KEYS_PER_PRINCIPAL (--max-keys-per-principal): invalid integer "many"` + "\n",
+		`idem serve: $IDEM_ALLOW_SHORT_RETENTION (--allow-short-retention): invalid boolean "maybe"` + "\n",
+	} {
+		require.Contains(t, out, want)
+	}
+	require.NotContains(t, out, "parse error")
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		require.True(t, strings.HasPrefix(l, "idem serve: $IDEM_"), "every line names the command and the variable:\n%s", out)
+	}
+	_, err := os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist)
+}
