@@ -9,9 +9,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -191,7 +193,11 @@ func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Clie
 	if err != nil {
 		return c.usageError(err.Error())
 	}
-	cl, err := client.New(c.addr, append(opts, tlsOpts...)...)
+	addr, err := addrFlag(c.fs, c.addr)
+	if err != nil {
+		return c.usageError(err.Error())
+	}
+	cl, err := client.New(addr, append(opts, tlsOpts...)...)
 	if err != nil {
 		return c.usageError("--addr: " + err.Error())
 	}
@@ -496,4 +502,46 @@ request again.`, stdout, stderr)
 		}
 		return res.Raw, nil
 	})
+}
+
+// addrFlag checks the --addr of a client command before any call, and
+// returns the address to give client.New. Each comma-separated address
+// must be host:port or an http(s) URL: client.New takes "nonsense" as
+// http://nonsense:80, so a typo became a DNS lookup and a network error
+// (exit 1) instead of a usage error. The error names $IDEM_ADDR when the
+// value came from it.
+func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
+	name := "--addr"
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "addr" })
+	if !set && os.Getenv("IDEM_ADDR") != "" {
+		name = "$IDEM_ADDR (--addr)"
+	}
+	var out []string
+	for part := range strings.SplitSeq(addr, ",") {
+		p := strings.TrimSpace(part)
+		if p == "" {
+			if strings.Contains(addr, ",") {
+				continue // a stray comma, as client.New reads it
+			}
+			return "", fmt.Errorf("%s is empty: want host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name)
+		}
+		s, scheme := p, strings.Contains(p, "://")
+		if !scheme {
+			s = "http://" + p
+		}
+		u, err := url.Parse(s)
+		bad := err != nil || u.Hostname() == "" || u.Opaque != ""
+		if !bad && !scheme {
+			// Without a scheme only host:port: "nonsense" or "h:x" is a typo.
+			_, port, err := net.SplitHostPort(u.Host)
+			n, perr := strconv.Atoi(port)
+			bad = err != nil || perr != nil || n < 1 || n > 65535
+		}
+		if bad {
+			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, p)
+		}
+		out = append(out, p)
+	}
+	return strings.Join(out, ","), nil
 }

@@ -261,3 +261,47 @@ func TestCommandUnreachableServer(t *testing.T) {
 		t.Fatalf("exit %d, stderr %q", code, stderr)
 	}
 }
+
+// TestBadAddrIsAUsageError: IDEM_ADDR=nonsense (no port) made every client
+// command look the name up and fail with a network error, exit 1. An
+// address that is neither host:port nor a URL is a usage error, exit 2,
+// naming $IDEM_ADDR when it came from there, before any call.
+func TestBadAddrIsAUsageError(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	cmds := []struct {
+		name string
+		run  func(context.Context, []string, io.Writer, io.Writer) int
+		args []string
+	}{
+		{"idem get", runGet, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--timeout", "2s"}},
+		{"idem claim", runClaim, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--fingerprint", "ff", "--timeout", "2s"}},
+		{"idem cluster", runCluster, []string{"status", "--timeout", "2s"}},
+		{"idem keys status", runKeys, []string{"status", "--timeout", "2s"}},
+		{"idem snapshot save", runSnapshot, []string{"save", filepath.Join(t.TempDir(), "snap")}},
+	}
+	for _, bad := range []string{"nonsense", "nonsense:http", "127.0.0.1:99999", "127.0.0.1"} {
+		for _, c := range cmds {
+			t.Setenv("IDEM_ADDR", bad)
+			code, stdout, stderr := runClientCmd(t, c.run, c.args...)
+			want := c.name + `: $IDEM_ADDR (--addr) "` + bad + `" is not host:port or a URL`
+			if code != 2 || stdout != "" || !strings.HasPrefix(stderr, want) {
+				t.Errorf("IDEM_ADDR=%s %s: exit %d, stderr %q, want exit 2 and %q", bad, c.name, code, stderr, want)
+			}
+			t.Setenv("IDEM_ADDR", "")
+			code, _, stderr = runClientCmd(t, c.run, append(append([]string{}, c.args...), "--addr", bad)...)
+			want = c.name + `: --addr "` + bad + `" is not host:port or a URL`
+			if code != 2 || !strings.HasPrefix(stderr, want) {
+				t.Errorf("--addr %s %s: exit %d, stderr %q, want exit 2 and %q", bad, c.name, code, stderr, want)
+			}
+		}
+	}
+	// What client.New takes stays accepted: host:port, URLs with or
+	// without a port, several nodes.
+	f := newAPIFake(t, http.StatusOK, `{"record":{}}`)
+	for _, good := range []string{f.url, strings.TrimPrefix(f.url, "http://"), f.url + "/", "127.0.0.1:1," + f.url} {
+		code, _, stderr := runClientCmd(t, runGet, "--addr", good, "--principal", "p", "--endpoint", "e", "--key", "k")
+		if code != 0 {
+			t.Errorf("--addr %s: exit %d, stderr %q", good, code, stderr)
+		}
+	}
+}

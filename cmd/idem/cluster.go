@@ -96,7 +96,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "idem cluster: %v\n", err)
 		return 2
 	}
-	cl, err := client.New(*addr, append(opts, tlsOpts...)...)
+	base, err := addrFlag(fs, *addr)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem cluster: %v\n", err)
+		return 2
+	}
+	cl, err := client.New(base, append(opts, tlsOpts...)...)
 	if err != nil {
 		fmt.Fprintf(stderr, "idem cluster: --addr: %v\n", err)
 		return 2

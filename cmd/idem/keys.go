@@ -70,6 +70,12 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch sub {
 	case "status":
+		a, err := addrFlag(fs, *addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "idem keys status: %v\n", err)
+			return 2
+		}
+		*addr = a
 		return keysStatus(ctx, *addr, *token, *keyFile, *asJSON, *timeout, tlsFlags, stdout, stderr)
 	case "generate":
 		return keysGenerate(*id, *out, stdout, stderr)

@@ -90,6 +90,12 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	file := files[0]
 	switch sub {
 	case "save":
+		a, err := addrFlag(fs, *addr)
+		if err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 2
+		}
+		*addr = a
 		return snapshotSave(ctx, file, *addr, *token, *force, tlsFlags, stdout, stderr)
 	case "inspect":
 		return snapshotInspect(file, *asJSON, stdout, stderr)
