@@ -508,8 +508,10 @@ request again.`, stdout, stderr)
 // returns the address to give client.New. Each comma-separated address
 // must be host:port or an http(s) URL: client.New takes "nonsense" as
 // http://nonsense:80, so a typo became a DNS lookup and a network error
-// (exit 1) instead of a usage error. The error names $IDEM_ADDR when the
-// value came from it.
+// (exit 1) instead of a usage error. A URL's path prefixes every route
+// (client.New), so a path ending in /v1, the API's own prefix, would send
+// GET /v1/v1/records: that /v1 is dropped. The error names $IDEM_ADDR
+// when the value came from it.
 func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 	name := "--addr"
 	set := false
@@ -540,6 +542,15 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 		}
 		if bad {
 			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, p)
+		}
+		if path := strings.TrimRight(u.Path, "/"); path == "/v1" || strings.HasSuffix(path, "/v1") {
+			u.Path, u.RawPath = strings.TrimSuffix(path, "/v1"), ""
+			p = u.String()
+			if !scheme {
+				// No scheme given: client.New picks http or https from
+				// the TLS flags, so none is added here.
+				p = strings.TrimPrefix(p, "http://")
+			}
 		}
 		out = append(out, p)
 	}

@@ -305,3 +305,38 @@ func TestBadAddrIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestAddrWithV1Path: --addr http://h:p/v1/ sent GET /v1/v1/records and
+// printed "no route GET /v1/v1/records". client.New takes a URL's path as
+// a prefix of every route (a node behind a proxy at /idem), so the path
+// stays, but a trailing /v1, the API's own prefix, is dropped.
+func TestAddrWithV1Path(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	t.Setenv("IDEM_ADDR", "")
+	f := newAPIFake(t, http.StatusOK, `{"record":{}}`)
+	for _, tc := range []struct{ addr, path string }{
+		{f.url + "/v1/", "/v1/records"},
+		{f.url + "/v1", "/v1/records"},
+		{strings.TrimPrefix(f.url, "http://") + "/v1", "/v1/records"},
+		{f.url + "/idem/v1/", "/idem/v1/records"},
+		{f.url + "/idem", "/idem/v1/records"},
+		{"127.0.0.1:1/v1," + f.url + "/v1", "/v1/records"},
+	} {
+		f.path = ""
+		code, _, stderr := runClientCmd(t, runGet, "--addr", tc.addr, "--principal", "p", "--endpoint", "e", "--key", "k")
+		if code != 0 || f.path != tc.path {
+			t.Errorf("--addr %s: exit %d, stderr %q, sent %q, want %q", tc.addr, code, stderr, f.path, tc.path)
+		}
+	}
+	// idem cluster and snapshot save take the same addresses.
+	f.path = ""
+	code, _, stderr := runClientCmd(t, runCluster, "status", "--json", "--addr", f.url+"/v1/")
+	if code != 0 || f.path != "/v1/cluster" {
+		t.Errorf("cluster status --addr %s/v1/: exit %d, stderr %q, sent %q", f.url, code, stderr, f.path)
+	}
+	f.path = ""
+	runClientCmd(t, runSnapshot, "save", filepath.Join(t.TempDir(), "snap"), "--addr", f.url+"/v1")
+	if f.path != "/v1/admin/snapshot" {
+		t.Errorf("snapshot save --addr %s/v1: sent %q", f.url, f.path)
+	}
+}
