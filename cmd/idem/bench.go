@@ -46,7 +46,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	batch := fs.Int("batch", 0, "coalesce the clients' calls into POST /v1/batch requests of at most this many ops, with the Go client's batcher (0: one request per call)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, "idem bench", stdout, stderr); done {
 		return code

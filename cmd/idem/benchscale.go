@@ -57,7 +57,7 @@ after the compaction that follows. Exits 1 if a correctness check failed.
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, "idem bench scale", stdout, stderr); done {
 		return code

@@ -71,7 +71,7 @@ was interrupted or the harness itself failed (e.g. the cluster did not start).
 
 Flags:
 `)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, "idem chaos", stdout, stderr); done {
 		return code

@@ -133,23 +133,10 @@ func (c *cliCmd) usageError(msg string) int {
 	return cliExitUsage
 }
 
-// usage prints the synopsis and every flag with its usage string, as
-// --name rather than flag's -name, since that is how scripts write them.
+// usage prints the synopsis and every flag with its usage string.
 func (c *cliCmd) usage(w io.Writer) {
 	fmt.Fprintf(w, "Usage: idem %s [flags]\n\n%s\n\nFlags:\n", c.name, c.synopsis)
-	c.fs.VisitAll(func(f *flag.Flag) {
-		arg, text := flag.UnquoteUsage(f)
-		line := "  --" + f.Name
-		if arg != "" {
-			line += " " + arg
-		}
-		switch f.DefValue {
-		case "", "0", "0s", "false":
-		default:
-			text += fmt.Sprintf(" (default %q)", f.DefValue)
-		}
-		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(text, "\n", "\n    \t"))
-	})
+	printFlags(w, c.fs)
 	fmt.Fprint(w, "\nExit status: 0 on success (the server's JSON answer on stdout), 1 when the\n"+
 		"server answered with a problem or could not be reached, 2 for a usage error.\n")
 }

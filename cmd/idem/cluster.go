@@ -81,7 +81,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	tlsFlags := addClientTLSFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), clusterUsage)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	sub, code, done := parseSubcommand(fs, "idem cluster", args, stdout, stderr)
 	if done {

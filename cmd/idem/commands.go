@@ -8,6 +8,7 @@ import (
 	"io"
 	"runtime/debug"
 	"sort"
+	"strings"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -135,4 +136,31 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 		return sub, 2, true
 	}
 	return sub, 0, false
+}
+
+// printFlags prints every flag of fs with its usage string, as --name
+// rather than flag.PrintDefaults's -name, since that is how the usage
+// texts, the error messages and scripts write them. Every command's
+// --help uses it, so all print their flags alike.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fs.VisitAll(func(f *flag.Flag) {
+		arg, text := flag.UnquoteUsage(f)
+		line := "  --" + f.Name
+		if arg != "" {
+			line += " " + arg
+		}
+		switch f.DefValue {
+		case "", "0", "0s", "false":
+		default:
+			// Quoted for strings only, as flag.PrintDefaults does.
+			if g, ok := f.Value.(flag.Getter); ok {
+				if _, isString := g.Get().(string); !isString {
+					text += fmt.Sprintf(" (default %s)", f.DefValue)
+					break
+				}
+			}
+			text += fmt.Sprintf(" (default %q)", f.DefValue)
+		}
+		fmt.Fprintf(w, "%s\n    \t%s\n", line, strings.ReplaceAll(text, "\n", "\n    \t"))
+	})
 }

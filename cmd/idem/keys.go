@@ -62,7 +62,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	out := fs.String("out", "", "write the key file here, mode 0600, instead of to stdout (generate)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), keysUsage)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	sub, code, done := parseSubcommand(fs, "idem keys", args, stdout, stderr)
 	if done {

@@ -297,7 +297,7 @@ func TestHelpExplainsEveryFlag(t *testing.T) {
 	for _, f := range []string{"--node-id", "--data-dir", "--http-addr", "--raft-addr", "--join", "--retention",
 		"--allow-short-retention", "--lease", "--max-response-bytes", "--max-keys-per-principal", "--scope",
 		"--auth-file", "--insecure", "--bucket-width", "--log-level", "--log-format"} {
-		require.Contains(t, string(out), "  -"+f[2:], "serve --help lacks %s", f)
+		require.Regexp(t, `(?m)^  `+f+`( |$)`, string(out), "serve --help lacks %s", f)
 		require.Contains(t, string(out), envName(f[2:]), "serve --help lacks the variable of %s", f)
 	}
 	out, err = exec.Command(binary, "version").CombinedOutput()

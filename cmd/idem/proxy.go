@@ -69,7 +69,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), proxyUsage)
 		fs.SetOutput(fs.Output())
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	fs.StringVar(&c.listen, "listen", os.Getenv("IDEM_PROXY_LISTEN"), "`address` to listen on, host:port (required; env IDEM_PROXY_LISTEN)")
 	fs.StringVar(&c.upstream, "upstream", os.Getenv("IDEM_PROXY_UPSTREAM"), "`URL` of the service behind the proxy, http:// or https:// (required; env IDEM_PROXY_UPSTREAM)")

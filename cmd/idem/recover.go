@@ -47,7 +47,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	yes := fs.Bool("yes", false, "do it (without: print the plan and change nothing)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), recoverUsage)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code

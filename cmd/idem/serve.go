@@ -320,7 +320,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	c := serveFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem serve [flags]\n\nRuns an idem node. With no flags: a one-node cluster in ./idem-data,\nHTTP on 127.0.0.1:7070, raft on 127.0.0.1:7071, 24h retention.\nEvery flag can also be set with the IDEM_* variable shown.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	set, err := parseWithEnv(fs, args)
 	if errors.Is(err, flag.ErrHelp) {

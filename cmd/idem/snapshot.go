@@ -57,7 +57,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	raftAddr := fs.String("raft-addr", "", "restore: raft address the node will advertise (its --raft-addr, or --raft-advertise), e.g. 127.0.0.1:7071 (required)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), snapshotUsage)
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" || args[0] == "help" {
 		fs.SetOutput(stdout)

@@ -296,7 +296,7 @@ func runTLSCA(args []string, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "replace existing files (every certificate the old CA signed stops being trusted)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem tls ca [flags]\n\nMakes a development CA: idem-ca.pem (give it to nodes as --tls-ca-file and to\nclients as --ca-file) and idem-ca-key.pem (keep it off the nodes).\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code
@@ -336,7 +336,7 @@ func runTLSCert(args []string, stdout, stderr io.Writer) int {
 	force := fs.Bool("force", false, "replace existing files (renewal: then send SIGHUP to the node)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem tls cert --name NAME [flags]\n\nMakes a certificate signed by the CA of idem tls ca: for a node (server and\nclient use; give it as --tls-cert-file and --tls-key-file) or, with --client,\nfor an operator or application (--cert-file and --key-file).\nWithout --ip and --dns a node certificate is valid for 127.0.0.1 and localhost.\n\nFlags:\n")
-		fs.PrintDefaults()
+		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code

@@ -79,7 +79,7 @@ func runTokenNew(args []string, stdout, stderr io.Writer) int {
 	role := fs.String("role", "", "app, operator or admin")
 	principals := fs.String("principals", "", "app only: comma-separated principals it may act for, exact names or prefixes ending in '*'")
 	tokenFile := fs.String("token-file", "", "write the token to this new file (mode 0600) instead of printing it")
-	fs.Usage = func() { fmt.Fprint(fs.Output(), tokenUsage+"\nFlags of new:\n"); fs.PrintDefaults() }
+	fs.Usage = func() { fmt.Fprint(fs.Output(), tokenUsage+"\nFlags of new:\n"); printFlags(fs.Output(), fs) }
 	if code, done := parseArgs(fs, args, "idem token new", stdout, stderr); done {
 		return code
 	}

@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +91,26 @@ func TestAddBackCommandPastes(t *testing.T) {
 	require.NotContains(t, cmd, "<")
 	require.NotContains(t, cmd, "'")
 	require.Contains(t, cmd, "--addr MEMBER_HTTP_ADDR")
+}
+
+// TestHelpPrintsFlagsAlike: `idem cluster --help` printed its flags as
+// -addr (flag.PrintDefaults) while `idem claim --help` printed --addr;
+// every command's help now writes them as --name, as its errors do.
+func TestHelpPrintsFlagsAlike(t *testing.T) {
+	cmds := [][]string{{"serve"}, {"token", "new"}, {"tls", "ca"}, {"tls", "cert"}}
+	for n := range clientCommands {
+		cmds = append(cmds, []string{n})
+	}
+	for n := range extraCommands {
+		if n != "token" && n != "tls" {
+			cmds = append(cmds, []string{n})
+		}
+	}
+	single := regexp.MustCompile(`(?m)^  -[^-]`)
+	for _, c := range cmds {
+		out, err := exec.Command(binary, append(c, "--help")...).CombinedOutput()
+		require.NoError(t, err, "%v --help:\n%s", c, out)
+		require.Contains(t, string(out), "\n  --", "%v --help lists no flag", c)
+		require.False(t, single.Match(out), "%v --help prints a flag as -name:\n%s", c, out)
+	}
 }
