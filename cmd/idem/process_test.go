@@ -244,6 +244,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"--retention", "30s"}, "--allow-short-retention"},
 		{[]string{"--scope", "tenant"}, "--scope"},
 		{[]string{"--scope", "principal"}, "--scope principal differs from endpoint"},
+		{[]string{"--node-id", "n2"}, `--node-id "n2" differs from "n1"`},
 		{[]string{"--lease", "10ms"}, "--lease"},
 		{[]string{"--max-response-bytes", "0"}, "--max-response-bytes"},
 		{[]string{"--node-id", "bad id"}, "--node-id"},
@@ -256,6 +257,14 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		require.Error(t, err, "idem %v must refuse", tc.args)
 		require.Contains(t, string(out), tc.want)
+		// A flag that conflicts with the data dir (--bucket-width, --scope,
+		// --node-id) is a usage error, exit 2, as a bad flag value is: it
+		// exited 1, the status of a failure at run time.
+		if strings.Contains(tc.want, "differs from") {
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee)
+			require.Equal(t, 2, ee.ExitCode(), "idem %v:\n%s", tc.args, out)
+		}
 	}
 	// The refused starts changed nothing: the node still starts as created.
 	start(t, dir, httpAddr, raftAddr)

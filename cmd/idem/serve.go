@@ -344,6 +344,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	defer gcfloor.Start(c.gcFloorBytes).Stop()
 	if err := serve(ctx, c, set, log); err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", err)
+		if errors.As(err, new(usageError)) {
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -456,20 +459,28 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	}
 	stored := time.Duration(nf.BucketWidthMs) * time.Millisecond
 	if set["bucket-width"] && stored != c.bucketWidth {
-		return nil, fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)
+		return nil, usageError{fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)}
 	}
 	c.bucketWidth = stored
 	if nf.Scope != "" && nf.Scope != c.scope {
 		if set["scope"] {
-			return nil, fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, nf.Scope, c.dataDir)
+			return nil, usageError{fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, nf.Scope, c.dataDir)}
 		}
 		c.scope = nf.Scope
 	}
 	if nf.NodeID != "" && nf.NodeID != c.nodeID {
-		return nil, fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)
+		return nil, usageError{fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)}
 	}
 	return nil, nil
 }
+
+// usageError marks an error of serve that a flag caused and only another
+// value of it fixes (a --node-id, --scope or --bucket-width that differs
+// from the data dir's): idem serve exits 2 on it, as on other flag errors,
+// rather than 1.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // writeNodeFile writes the node file of a data dir that has none. The
 // node holds the data dir by then, so no other idem serve writes it

@@ -89,7 +89,7 @@ func TestFailedStartDoesNotPinDataDir(t *testing.T) {
 	p.cmd.Process.Kill()
 	p.wait()
 	code, out := serveExit(t, "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--node-id", "n3")
-	require.Equal(t, 1, code, out)
+	require.Equal(t, 2, code, out)
 	require.Contains(t, out, `--node-id "n3" differs from "n2"`)
 }
 
