@@ -520,7 +520,7 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 			s = "http://" + p
 		}
 		u, err := url.Parse(s)
-		bad := err != nil || u.Hostname() == "" || u.Opaque != ""
+		bad := err != nil || u.Host == "" || u.Opaque != ""
 		if !bad && !scheme {
 			// Without a scheme only host:port: "nonsense" or "h:x" is a typo.
 			_, port, err := net.SplitHostPort(u.Host)

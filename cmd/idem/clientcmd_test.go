@@ -298,7 +298,8 @@ func TestBadAddrIsAUsageError(t *testing.T) {
 	// What client.New takes stays accepted: host:port, URLs with or
 	// without a port, several nodes.
 	f := newAPIFake(t, http.StatusOK, `{"record":{}}`)
-	for _, good := range []string{f.url, strings.TrimPrefix(f.url, "http://"), f.url + "/", "127.0.0.1:1," + f.url} {
+	port := f.url[strings.LastIndex(f.url, ":"):]
+	for _, good := range []string{f.url, strings.TrimPrefix(f.url, "http://"), f.url + "/", "127.0.0.1:1," + f.url, port, "[::1]:1," + f.url} {
 		code, _, stderr := runClientCmd(t, runGet, "--addr", good, "--principal", "p", "--endpoint", "e", "--key", "k")
 		if code != 0 {
 			t.Errorf("--addr %s: exit %d, stderr %q", good, code, stderr)
