@@ -366,8 +366,9 @@ var dataDirEntries = map[string]bool{
 // checkDataDir refuses a --data-dir that exists, is not empty and holds
 // no idem node: a typo or the wrong level (the parent of the node dirs,
 // a node's fsm/) would otherwise start a new empty store there, and on
-// one node that frees every key again. Hidden files (.DS_Store) and
-// lost+found, which a new filesystem's mount point holds, do not count.
+// one node that frees every key again. Hidden files (.DS_Store),
+// lost+found, which a new filesystem's mount point holds, and *.log files
+// (the node's own output redirected into the dir) do not count.
 func checkDataDir(dir string) error {
 	st, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
@@ -389,8 +390,8 @@ func checkDataDir(dir string) error {
 		if dataDirEntries[name] {
 			return nil
 		}
-		if strings.HasPrefix(name, ".") || name == "lost+found" {
-			continue
+		if strings.HasPrefix(name, ".") || name == "lost+found" || (e.Type().IsRegular() && strings.HasSuffix(name, ".log")) {
+			continue // hidden, a new filesystem's, or the node's own log (serve >d/idem.log)
 		}
 		foreign = append(foreign, name)
 		if e.IsDir() && holdsNode(filepath.Join(dir, name)) {

@@ -181,6 +181,13 @@ func TestForeignDataDirRefused(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(mnt, "lost+found"), 0o700))
 	require.NoError(t, os.WriteFile(filepath.Join(mnt, ".DS_Store"), nil, 0o644))
 	start(t, mnt, freePort(t), freePort(t))
+
+	// So does a new dir the node's own log is written into
+	// (idem serve --data-dir d >d/idem.log 2>&1).
+	logged := filepath.Join(root, "logged")
+	require.NoError(t, os.MkdirAll(logged, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(logged, "idem.log"), []byte("started\n"), 0o644))
+	start(t, logged, freePort(t), freePort(t))
 }
 
 // listTree is every path under dir (dir itself when it is a file).
