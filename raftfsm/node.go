@@ -651,6 +651,16 @@ func (n *Node) Registered() bool {
 	return json.Unmarshal(v["node/"+n.self.ID], &info) == nil && info == n.self
 }
 
+// OtherVoters is how many voters besides this node the latest
+// configuration holds (0 in a one-node cluster: no one to hand over to).
+func (n *Node) OtherVoters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	return len(voters(f.Configuration(), n.self.ID))
+}
+
 // PeerHTTPAddrs is the HTTP addresses this node's state records for the
 // other members: whom to ask when no leader is heard of.
 func (n *Node) PeerHTTPAddrs() []string {

@@ -224,6 +224,7 @@ func TestSIGTERMStopsCleanly(t *testing.T) {
 		t.Fatal("no exit 20s after SIGTERM")
 	}
 	require.Contains(t, p.logs.String(), "msg=stopped")
+	require.NotContains(t, p.logs.String(), "leadership transfer", "a one-node cluster has no one to hand over to, and nothing to say about it")
 	start(t, dir, httpAddr, raftAddr)
 	code, _ = post(t, httpAddr, "/v1/claim", claimBody)
 	require.Equal(t, 409, code)

@@ -645,8 +645,9 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	}
 	// A leader hands over first: writes in flight through followers then
 	// reach the new leader instead of a closing one, and the cluster does
-	// not wait an election timeout for a leader.
-	if node.IsLeader() {
+	// not wait an election timeout for a leader. A one-node cluster has
+	// no one to hand over to, and nothing to say about it.
+	if node.IsLeader() && node.OtherVoters() > 0 {
 		if err := node.TransferLeadership(); err != nil {
 			log.Info("no leadership transfer before stopping", "reason", err)
 		} else {
