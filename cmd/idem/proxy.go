@@ -331,6 +331,33 @@ func proxyProblem(w http.ResponseWriter, status int, code, title, detail string)
 	})
 }
 
+// checkStores says, once at start, which --store nodes do not answer
+// their health check: a typo in --store otherwise showed only as 503s on
+// the first keyed requests.
+func (p *proxy) checkStores(ctx context.Context) {
+	for _, n := range p.failover.nodes {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		req, err := http.NewRequestWithContext(cctx, http.MethodGet, n.String()+"/healthz", nil)
+		var resp *http.Response
+		if err == nil {
+			resp, err = p.failover.rt.RoundTrip(req)
+		}
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				err = fmt.Errorf("answered %s", resp.Status)
+			}
+		}
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			p.log.Warn("a --store node does not answer its health check: keyed requests go to the other nodes, and are answered 503 while none answers", "store", n.String(), "error", err)
+		}
+	}
+}
+
 // run listens until ctx is done (SIGTERM, Ctrl-C), then stops taking new
 // requests and lets those in flight finish, so an attempt is completed or
 // released rather than left to its lease.
@@ -363,6 +390,7 @@ func (p *proxy) run(ctx context.Context) error {
 	}
 	p.log.Info("proxy listening", "addr", scheme+"://"+ln.Addr().String(), "upstream", p.upstream.String(),
 		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader)
+	go p.checkStores(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

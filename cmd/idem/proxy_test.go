@@ -177,7 +177,13 @@ func startStore(t *testing.T) *proc {
 func TestProxyFailsOverBetweenStores(t *testing.T) {
 	node := startStore(t)
 	up := newUpstream(t)
-	px := startProxy(t, "--upstream", up.srv.URL, "--store", deadAddr(t)+","+node.http)
+	deadStore := deadAddr(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", deadStore+","+node.http)
+	waitFor(t, 10*time.Second, "the proxy says which --store node does not answer", func() (bool, string) {
+		return strings.Contains(px.logs.String(), "does not answer its health check"), ""
+	})
+	require.Contains(t, px.logs.String(), deadStore)
+	require.NotContains(t, px.logs.String(), "store=http://"+node.http+" error", "the live node is not reported")
 
 	first := pxSend(t, "POST", px.url+"/pay", "k-1", `{"amount":100}`)
 	require.Equal(t, 201, first.status, first.body)
