@@ -7,9 +7,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -160,6 +162,16 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 1
 		}
 		printStatus(stdout, st)
+		if drift := settingsDrift(ctx, st, append(opts, tlsOpts...)); len(drift) > 0 {
+			leader := "none now"
+			if st.Leader != nil {
+				leader = "now " + st.Leader.ID
+			}
+			fmt.Fprintf(stdout, "WARNING: the members' settings differ, and a claim gets those of the leader that decides it (%s): what clients get changes with leadership. Give every node the same flags (a rolling restart):\n", leader)
+			for _, d := range drift {
+				fmt.Fprintln(stdout, "  "+d)
+			}
+		}
 	case "join", "remove":
 		var a struct{ Outcome, Suffrage, Detail string }
 		json.Unmarshal(raw, &a)
@@ -175,6 +187,59 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		cliWriteJSON(stdout, raw)
 	}
 	return 0
+}
+
+// settingsDrift compares what each member publishes at GET /v1/config on
+// its own address. Retention, the default lease and the limits are each
+// node's own flags, and the leader's decide a claim: a node restarted
+// with --retention 1h gave every claim 1 h once it led, while the others
+// still said 24 h. One line per setting that differs ("retention: n1
+// 24h0m0s, n3 1h0m0s"); a member that does not answer is left out.
+func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) []string {
+	type view struct {
+		id  string
+		cfg map[string]string
+	}
+	var views []view
+	for _, m := range st.Nodes {
+		if m.HTTPAddr == "" {
+			continue
+		}
+		c, err := client.New(m.HTTPAddr, opts...)
+		if err != nil {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		cfg, err := c.Config(cctx)
+		cancel()
+		if err != nil {
+			continue
+		}
+		v := map[string]string{"retention": cfg.Retention, "default lease": fmt.Sprintf("%d ms", cfg.LeaseDefaultMs)}
+		for k, l := range cfg.Limits {
+			v[k] = fmt.Sprint(l)
+		}
+		views = append(views, view{m.ID, v})
+	}
+	names := map[string]bool{}
+	for _, v := range views {
+		for k := range v.cfg {
+			names[k] = true
+		}
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(names)) {
+		var vals []string
+		differ := false
+		for _, v := range views {
+			vals = append(vals, v.id+" "+v.cfg[k])
+			differ = differ || v.cfg[k] != views[0].cfg[k]
+		}
+		if differ {
+			out = append(out, k+": "+strings.Join(vals, ", "))
+		}
+	}
+	return out
 }
 
 // printStatus writes the cluster as a table, one node a line, with the

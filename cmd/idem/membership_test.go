@@ -164,6 +164,7 @@ func TestMembershipThreeNodes(t *testing.T) {
 	require.Regexp(t, `(?m)^n4\s+nonvoter\s+NO\s`, out)
 	require.Regexp(t, `(?m)^`+leader.id+` \(leader\)\s+voter\s+yes\s+\d+\s`, out, "the leader's row shows its lag")
 	require.Contains(t, out, "2 of 3 voters healthy (a quorum is 2)")
+	require.NotContains(t, out, "settings differ", "the nodes run with the same flags")
 
 	// 3. Removing the other live follower would leave the leader and the
 	// stopped node: refused, naming the stopped one. An unknown id is 404.
@@ -319,4 +320,20 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 		return m.Healthy && m.RaftAddr == f.raft, fmt.Sprintf("%+v", m)
 	})
 	claimOK(t, f.http, "after-move")
+}
+
+// Retention, the default lease and the limits are each node's own flags,
+// and the leader's decide a claim: cluster status says when members
+// differ, naming each member's value, so a node restarted with another
+// --retention does not silently change what clients get once it leads.
+func TestClusterStatusShowsSettingsDrift(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--retention", "1h", "--max-keys-per-principal", "500"}})
+	c.leader()
+	out, code := cli(t, "status", "--addr", c.nodes[0].http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, "WARNING: the members' settings differ")
+	require.Contains(t, out, "retention: n1 24h0m0s, n2 24h0m0s, n3 1h0m0s")
+	require.Contains(t, out, "max_keys_per_principal: n1 100000, n2 100000, n3 500")
+	require.NotContains(t, out, "default lease:", "the lease is the same everywhere")
 }
