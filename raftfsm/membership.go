@@ -330,7 +330,7 @@ func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
 		res.Suffrage = "voter"
 	}
 	if existing != nil && string(existing.Address) != info.RaftAddr && !force {
-		if err := n.idInUse(*existing, named); err != nil {
+		if err := n.idInUse(*existing, named, info.RaftAddr); err != nil {
 			return res, err
 		}
 	}
@@ -380,7 +380,7 @@ func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
 // answering at the old addresses, so its join goes through once the
 // leader's checks see that (it retries every second). The leader's own id
 // is never free.
-func (n *Node) idInUse(m raft.Server, named map[string][]byte) error {
+func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) error {
 	id := string(m.ID)
 	var rec NodeInfo
 	json.Unmarshal(named["node/"+id], &rec)
@@ -389,7 +389,7 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte) error {
 		at += ", HTTP " + rec.HTTPAddr
 	}
 	if id == n.self.ID {
-		return fmt.Errorf("%w: %s is this cluster's leader, at %s: give the new node another --node-id", ErrIDInUse, id, at)
+		return fmt.Errorf("%w: %s is this cluster's leader, at %s: give the new node another --node-id (only if %s itself now listens at raft %s, repeat with force)", ErrIDInUse, id, at, id, newRaft)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
 	n.measure(ctx)
