@@ -73,6 +73,8 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
 	}
+	restrictUmask() // what it writes into the data dir is the user's alone, as idem serve's
+
 	st, err := raftfsm.ReadOfflineState(*dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)

@@ -332,6 +332,9 @@ func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.W
 		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
 		return 1
 	}
+	// The restored dir holds what a node's does: only the user idem runs
+	// as reads it, as idem serve makes its own (0600 files, 0700 dirs).
+	restrictUmask()
 	parent := filepath.Dir(abs)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)

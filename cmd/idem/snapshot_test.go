@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -131,6 +132,16 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", r1.dir, "--node-id", r1.id, "--raft-addr", r1.raft)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "start it with: idem serve --data-dir "+r1.dir+" --node-id r1 --raft-addr "+r1.raft)
+	require.NoError(t, filepath.WalkDir(r1.dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		st, err := d.Info()
+		if err == nil && st.Mode().Perm()&0o077 != 0 {
+			err = fmt.Errorf("%s is %v: a restored data dir is the user's alone, as a node's", p, st.Mode().Perm())
+		}
+		return err
+	}))
 	for _, n := range c.nodes {
 		n.stop(t) // the restored node must stand on its own
 	}
