@@ -9,11 +9,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -523,9 +521,7 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 		bad := err != nil || u.Host == "" || u.Opaque != ""
 		if !bad && !scheme {
 			// Without a scheme only host:port: "nonsense" or "h:x" is a typo.
-			_, port, err := net.SplitHostPort(u.Host)
-			n, perr := strconv.Atoi(port)
-			bad = err != nil || perr != nil || n < 1 || n > 65535
+			bad = checkHostPort(u.Host) != nil
 		}
 		if bad {
 			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, p)

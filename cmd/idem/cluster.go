@@ -60,8 +60,7 @@ func joinFlagsProblem(id, raftAddr, httpAddr string) string {
 		{"--raft-addr", raftAddr, "--raft-addr", "10.0.0.4:7071"},
 		{"--node-http-addr", httpAddr, "--http-addr", "10.0.0.4:7070"},
 	} {
-		host, port, err := net.SplitHostPort(f.v)
-		if p, perr := strconv.Atoi(port); err != nil || host == "" || perr != nil || p < 1 || p > 65535 {
+		if host, _, _ := net.SplitHostPort(f.v); host == "" || checkHostPort(f.v) != nil {
 			return fmt.Sprintf("%s %q must be host:port, the node's own %s (e.g. %s)", f.name, f.v, f.serveFlag, f.example)
 		}
 	}

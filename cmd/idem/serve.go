@@ -208,7 +208,8 @@ func (c *serveConfig) validate() error {
 	if raftAdv == "" {
 		raftAdv, flag = c.raftAddr, "--raft-addr"
 	}
-	if host, _, err := net.SplitHostPort(raftAdv); err == nil && checkHostPort(raftAdv) == nil {
+	if checkHostPort(raftAdv) == nil {
+		host, _, _ := net.SplitHostPort(raftAdv)
 		if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
 			bad("%s %q names no address other nodes can dial: give --raft-advertise, this node's raft address as they reach it (e.g. 10.0.0.4:7071)", flag, raftAdv)
 		}
