@@ -116,13 +116,20 @@ func New(store Store, cfg Config) *Server {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if p := r.URL.EscapedPath(); p != cleanPath(p) {
+	if Unclean(r) {
 		// ServeMux would answer an HTML redirect to the cleaned path
 		// ("/v1//config", "/v1/../x"); no route is served at such a path.
 		s.shield(w, r, s.unknown)
 		return
 	}
 	s.shield(w, r, s.mux)
+}
+
+// Unclean reports whether r's path is one a ServeMux would redirect to
+// its cleaned form; the Server answers such a path 404.
+func Unclean(r *http.Request) bool {
+	p := r.URL.EscapedPath()
+	return p != cleanPath(p)
 }
 
 // cleanPath is the form ServeMux redirects a path to when it differs:

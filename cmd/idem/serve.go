@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -617,7 +616,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		// unclean API path (/v1//config) with an HTML redirect, where the
 		// API answers a problem document.
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if p := r.URL.Path; strings.HasPrefix(p, "/debug/pprof/") && (path.Clean(p) == p || path.Clean(p)+"/" == p) {
+			if strings.HasPrefix(r.URL.Path, "/debug/pprof/") && !api.Unclean(r) {
 				mux.ServeHTTP(w, r)
 				return
 			}
