@@ -72,6 +72,8 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 				info.Meta.MaxRetentionMs = int64(u)
 			case bytes.Equal(k, keyScope):
 				info.Meta.Scope = ScopeMode(u)
+			case bytes.Equal(k, keyRetention):
+				info.Meta.RetentionMs = int64(u)
 			}
 		}
 		return nil

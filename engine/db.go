@@ -37,6 +37,21 @@ type Meta struct {
 	Width          partition.Width // bucket width, fixed at the first command
 	MaxRetentionMs int64           // longest retention any record was created with
 	Scope          ScopeMode       // how scopes are encoded, fixed by the first write naming one
+	// RetentionMs is the cluster's retention of new records: pinned by the
+	// first claim (from the retention its command carries, the deciding
+	// node's --retention) and changed only by a command of its own
+	// (raftfsm OpSetRetention), so it is the same whichever node leads.
+	// 0 until then.
+	RetentionMs int64
+}
+
+// ClaimRetention is the retention a claim with args a gets in this state:
+// the pinned one, or before the first claim the one a carries.
+func (m Meta) ClaimRetention(a ClaimArgs) int64 {
+	if m.RetentionMs > 0 {
+		return m.RetentionMs
+	}
+	return a.RetentionMs
 }
 
 // ScopeMode is how a scope is encoded, and so what is unique: with the
@@ -270,6 +285,7 @@ func (d *DB) readMeta() (Meta, error) {
 	m.Width = partition.Width(get(keyWidth))
 	m.MaxRetentionMs = int64(get(keyMaxRet))
 	m.Scope = ScopeMode(get(keyScope))
+	m.RetentionMs = int64(get(keyRetention))
 	if s := get(keySchema); err == nil && s != 0 && s != schemaVesion {
 		return m, fmt.Errorf("engine: schema version %d, this binary reads %d", s, schemaVesion)
 	}

@@ -86,6 +86,17 @@ func (h *harness) claim(now int64, a ClaimArgs) Result {
 	return h.apply(now, func(tx *Txn, n int64, idx uint64) Result { return tx.Claim(a, idx, n) })
 }
 
+// claimRet claims as a cluster whose retention is a.RetentionMs: the
+// retention is set in the same entry (a claim alone gets the pinned one).
+// Tests that place records in buckets by their retention use it.
+func (h *harness) claimRet(now int64, a ClaimArgs) Result {
+	h.t.Helper()
+	return h.apply(now, func(tx *Txn, n int64, idx uint64) Result {
+		tx.SetRetention(a.RetentionMs)
+		return tx.Claim(a, idx, n)
+	})
+}
+
 func (h *harness) complete(now int64, s Scope, token uint64, resp *Response) Result {
 	h.t.Helper()
 	return h.apply(now, func(tx *Txn, n int64, _ uint64) Result {
@@ -618,10 +629,10 @@ func TestDropBucket(t *testing.T) {
 	// a expires at t0+60s and b at the last millisecond of bucket bA; d is
 	// in the next bucket and c in a later one.
 	a := h.claim(t0, args(scope("a")))
-	b := h.claim(t0, with(args(scope("b")), func(a *ClaimArgs) { a.RetentionMs = testRet + 9_999 }))
+	b := h.claimRet(t0, with(args(scope("b")), func(a *ClaimArgs) { a.RetentionMs = testRet + 9_999 }))
 	h.complete(t0+1, scope("b"), b.Record.Token, resp("b"))
-	c := h.claim(t0+2, with(args(scope("c")), func(a *ClaimArgs) { a.RetentionMs = 2 * testRet }))
-	d := h.claim(t0+3, with(args(scope("d")), func(a *ClaimArgs) { a.RetentionMs = testRet + 15_000 }))
+	c := h.claimRet(t0+2, with(args(scope("c")), func(a *ClaimArgs) { a.RetentionMs = 2 * testRet }))
+	d := h.claimRet(t0+3, with(args(scope("d")), func(a *ClaimArgs) { a.RetentionMs = testRet + 15_000 }))
 	require.Equal(t, endA-1, b.Record.ExpiresMs)
 	require.Equal(t, bA, recordBucket(a.Record.ExpiresMs))
 	require.Equal(t, bA, recordBucket(b.Record.ExpiresMs))
@@ -699,7 +710,7 @@ func TestExpiredBuckets(t *testing.T) {
 
 	var buckets []partition.Bucket
 	for i := range 4 {
-		r := h.claim(t0+int64(i), with(args(scope(fmt.Sprint("k", i))), func(a *ClaimArgs) {
+		r := h.claimRet(t0+int64(i), with(args(scope(fmt.Sprint("k", i))), func(a *ClaimArgs) {
 			a.RetentionMs = testRet + int64(i)*int64(testWidth)
 		}))
 		buckets = append(buckets, recordBucket(r.Record.ExpiresMs))
@@ -883,7 +894,7 @@ func TestTxnMeta(t *testing.T) {
 	require.Equal(t, t0+1, tx.Advance(t0+1))
 	tx.Claim(with(args(scope("a")), func(a *ClaimArgs) { a.RetentionMs = 90_000 }), 7, t0+1)
 	tx.Claim(with(args(scope("b")), func(a *ClaimArgs) { a.RetentionMs = 30_000 }), 7, t0+1)
-	want := Meta{Applied: 0, NowMs: t0 + 1, Width: testWidth, MaxRetentionMs: 90_000, Scope: ScopeEndpoint}
+	want := Meta{Applied: 0, NowMs: t0 + 1, Width: testWidth, MaxRetentionMs: 90_000, Scope: ScopeEndpoint, RetentionMs: 90_000}
 	require.Equal(t, want, tx.Meta())
 	require.Equal(t, Meta{}, db.Meta(), "the DB's meta moves only on commit")
 	require.NoError(t, tx.Commit(7))
@@ -901,9 +912,9 @@ func TestMetaPersistsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	db := mustOpenDir(t, dir)
 	h := &harness{t: t, db: db, idx: 41}
-	c := h.claim(t0, with(args(scope("a")), func(a *ClaimArgs) { a.RetentionMs = 90_000 }))
+	c := h.claimRet(t0, with(args(scope("a")), func(a *ClaimArgs) { a.RetentionMs = 90_000 }))
 	h.complete(t0+500, scope("a"), c.Record.Token, resp("ok"))
-	want := Meta{Applied: 43, NowMs: t0 + 500, Width: testWidth, MaxRetentionMs: 90_000, Scope: ScopeEndpoint}
+	want := Meta{Applied: 43, NowMs: t0 + 500, Width: testWidth, MaxRetentionMs: 90_000, Scope: ScopeEndpoint, RetentionMs: 90_000}
 	require.Equal(t, want, db.Meta())
 	hash := h.hash()
 	require.NoError(t, db.Close())
@@ -971,7 +982,7 @@ func populate(h *harness) {
 	for i := range 6 {
 		s := Scope{Principal: fmt.Sprint("p", i%2), Endpoint: "POST /e", Key: fmt.Sprint("k", i)}
 		a := with(args(s), func(a *ClaimArgs) { a.RetentionMs = testRet + int64(i+1)*int64(testWidth); a.MaxKeys = 100 })
-		c := h.claim(tick(), a)
+		c := h.claimRet(tick(), a)
 		switch i % 3 {
 		case 0:
 			h.complete(tick(), s, c.Record.Token, &Response{Status: 200 + i, Body: []byte{0, 0xff, byte(i)},
@@ -1151,7 +1162,7 @@ func TestStats(t *testing.T) {
 	}
 	a := h.claim(t0, args(scope("a")))
 	b := h.claim(t0+1000, args(scope("b")))
-	c := h.claim(t0+2000, with(args(scope("c")), func(a *ClaimArgs) { a.RetentionMs = 2 * testRet }))
+	c := h.claimRet(t0+2000, with(args(scope("c")), func(a *ClaimArgs) { a.RetentionMs = 2 * testRet }))
 	live["a"], live["b"], live["c"] = a.Record, b.Record, c.Record
 
 	st = h.stats()
@@ -1280,11 +1291,11 @@ func TestDropBucketReleasesQuota(t *testing.T) {
 		})
 	}
 	short, long := int64(testWidth), 5*int64(testWidth)
-	require.Equal(t, OutcomeClaimed, h.claim(t0, q("alice", "a1", short)).Outcome)
-	require.Equal(t, OutcomeClaimed, h.claim(t0, q("alice", "a2", long)).Outcome)
-	require.Equal(t, OutcomeClaimed, h.claim(t0, q("bob", "b1", short)).Outcome)
-	require.Equal(t, OutcomeClaimed, h.claim(t0, q("bob", "b2", short)).Outcome)
-	require.Equal(t, OutcomeQuotaExceeded, h.claim(t0+1, q("alice", "a3", long)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0, q("alice", "a1", short)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0, q("alice", "a2", long)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0, q("bob", "b1", short)).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0, q("bob", "b2", short)).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claimRet(t0+1, q("alice", "a3", long)).Outcome)
 
 	b := recordBucket(t0 + short)
 	later := b.End(testWidth)
@@ -1330,11 +1341,11 @@ func TestCountersFollowRestore(t *testing.T) {
 	snap.Close()
 
 	require.Equal(t, OutcomeClaimed, h.claim(t0+1, q("k1")).Outcome)
-	require.Equal(t, OutcomeClaimed, h.claim(t0+2, q("k2")).Outcome)
-	require.Equal(t, OutcomeQuotaExceeded, h.claim(t0+3, q("k3")).Outcome)
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0+2, q("k2")).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claimRet(t0+3, q("k3")).Outcome)
 
 	require.NoError(t, h.db.Restore(bytes.NewReader(buf.Bytes())))
-	require.Equal(t, OutcomeClaimed, h.claim(t0+4, q("k3")).Outcome, "the restored state holds no key of the principal")
-	require.Equal(t, OutcomeClaimed, h.claim(t0+5, q("k4")).Outcome)
-	require.Equal(t, OutcomeQuotaExceeded, h.claim(t0+6, q("k5")).Outcome, "and counts again from there")
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0+4, q("k3")).Outcome, "the restored state holds no key of the principal")
+	require.Equal(t, OutcomeClaimed, h.claimRet(t0+5, q("k4")).Outcome)
+	require.Equal(t, OutcomeQuotaExceeded, h.claimRet(t0+6, q("k5")).Outcome, "and counts again from there")
 }

@@ -15,6 +15,7 @@ var (
 	keyMaxRet    = []byte("m/maxret")
 	keySchema    = []byte("m/schema")
 	keyScope     = []byte("m/scope")
+	keyRetention = []byte("m/retention")
 	schemaVesion = uint64(1)
 )
 

@@ -285,10 +285,14 @@ func (l *Loader) Finish() (LoadStats, error) {
 	if m.Scope == ScopeUnset {
 		m.Scope = ScopeModeOf(l.o.PrincipalScope)
 	}
+	if m.RetentionMs == 0 {
+		m.RetentionMs = l.o.RetentionMs // as a first claim would pin it
+	}
 	// The same keys Txn.Commit writes.
 	for _, kv := range [][2][]byte{
 		{keyApplied, u64(m.Applied)}, {keyNow, u64(uint64(m.NowMs))}, {keyWidth, u64(uint64(m.Width))},
 		{keyMaxRet, u64(uint64(m.MaxRetentionMs))}, {keySchema, u64(schemaVesion)}, {keyScope, u64(uint64(m.Scope))},
+		{keyRetention, u64(uint64(m.RetentionMs))},
 	} {
 		if err := l.b.Set(kv[0], kv[1], nil); err != nil {
 			return l.st, fmt.Errorf("engine: load: %w", err)

@@ -83,6 +83,12 @@ type TokenArgs struct {
 // live one, or decides what the caller gets instead. token is the fencing
 // token of a new attempt (the raft index of the command).
 func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
+	// The cluster's retention decides, never the command's: the first
+	// claim pins it (Meta.RetentionMs).
+	a.RetentionMs = t.meta.ClaimRetention(a)
+	if t.meta.RetentionMs == 0 && a.RetentionMs > 0 {
+		t.meta.RetentionMs = a.RetentionMs
+	}
 	if a.RetentionMs > t.meta.MaxRetentionMs {
 		t.meta.MaxRetentionMs = a.RetentionMs
 	}

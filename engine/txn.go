@@ -167,6 +167,16 @@ func (t *Txn) PinScope(principal bool) bool {
 	return t.meta.Scope == ScopePrincipal
 }
 
+// SetRetention makes ms the retention of every record claimed from now
+// on. Records already stored keep the expiry they were promised: a
+// shorter retention never shortens one, and a longer one never stretches
+// one (clients were told its expires_at).
+func (t *Txn) SetRetention(ms int64) {
+	if ms > 0 {
+		t.meta.RetentionMs = ms
+	}
+}
+
 // Commit writes the metadata with the data and commits. Pebble's WAL is not
 // synced: the raft log is the durable copy and entries above the stored
 // applied index are replayed after a crash (docs/DESIGN.md invariant 5).
@@ -182,6 +192,9 @@ func (t *Txn) Commit(applied uint64) error {
 	t.set(keySchema, u64(schemaVesion))
 	if t.meta.Scope != ScopeUnset {
 		t.set(keyScope, u64(uint64(t.meta.Scope)))
+	}
+	if t.meta.RetentionMs > 0 {
+		t.set(keyRetention, u64(uint64(t.meta.RetentionMs)))
 	}
 	t.d.mu.Lock()
 	defer t.d.mu.Unlock()

@@ -63,8 +63,11 @@ type BackupHeader struct {
 	MaxRetentionMs int64 `json:"max_retention_ms"`
 	// Scope is the uniqueness scope the state pinned (endpoint or
 	// principal; empty before its first write): a restored node keeps it.
-	Scope   string `json:"scope,omitempty"`
-	Records int64  `json:"records"`
+	Scope string `json:"scope,omitempty"`
+	// RetentionMs is the cluster's retention of new records (0 before its
+	// first claim): a restored node keeps it.
+	RetentionMs int64 `json:"retention_ms,omitempty"`
+	Records     int64 `json:"records"`
 }
 
 // BackupInfo is what reading a whole backup found.
@@ -99,7 +102,7 @@ func NewBackupHeader(snap *engine.Snapshot, nodeID string) (BackupHeader, error)
 	return BackupHeader{
 		Format: BackupFormat, CreatedAt: time.Now().UTC(), NodeID: nodeID,
 		AppliedIndex: m.Applied, ClusterTimeMs: m.NowMs, BucketWidthMs: int64(m.Width),
-		MaxRetentionMs: m.MaxRetentionMs, Scope: m.Scope.String(), Records: records,
+		MaxRetentionMs: m.MaxRetentionMs, Scope: m.Scope.String(), RetentionMs: m.RetentionMs, Records: records,
 	}, nil
 }
 

@@ -139,6 +139,8 @@ func (c *Command) Encode() ([]byte, error) {
 		}
 		b = binary.AppendUvarint(b, uint64(len(c.Secret)))
 		b = append(b, c.Secret...)
+	case OpSetRetention:
+		b = binary.AppendVarint(b, c.RetentionMs)
 	default:
 		return nil, fmt.Errorf("raftfsm: encode unknown op %d", c.Op)
 	}
@@ -226,6 +228,8 @@ func DecodeCommand(b []byte) (*Command, error) {
 		c.Node = &NodeInfo{ID: d.str(), RaftAddr: d.str(), HTTPAddr: d.str()}
 	case OpSetSecret:
 		c.Secret = d.bytes()
+	case OpSetRetention:
+		c.RetentionMs = d.varint()
 	default:
 		return nil, fmt.Errorf("%w: op %d", ErrBadCommand, c.Op)
 	}

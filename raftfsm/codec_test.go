@@ -26,6 +26,7 @@ func sampleCommands() []*Command {
 		{Op: OpTick, NowMs: 77},
 		{Op: OpSetNode, Node: &NodeInfo{ID: "n1", RaftAddr: "127.0.0.1:7071", HTTPAddr: "127.0.0.1:7070"}},
 		{Op: OpRemoveNode, Node: &NodeInfo{ID: "n3"}},
+		{Op: OpSetRetention, NowMs: 8, RetentionMs: 48 * 3_600_000},
 	}
 }
 

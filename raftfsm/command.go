@@ -20,6 +20,9 @@ const (
 	OpRemoveNode
 	OpSetSecret // the cluster's fencing-token key (secret.go); the first one applied stays
 	OpBatch     // client operations of one batch in one entry, applied in order (batch.go)
+	// OpSetRetention sets the cluster's retention of records claimed from
+	// then on (engine.Meta.RetentionMs); stored records keep their expiry.
+	OpSetRetention
 )
 
 // Command is one log entry. NowMs is cluster time stamped by the leader that
@@ -35,6 +38,8 @@ type Command struct {
 	Bucket   uint64            `json:"bucket,omitempty"`
 	Node     *NodeInfo         `json:"node,omitempty"`
 	Secret   []byte            `json:"secret,omitempty"` // OpSetSecret: random bytes chosen by the proposing leader
+	// RetentionMs is OpSetRetention's new retention.
+	RetentionMs int64 `json:"retention,omitempty"`
 }
 
 // NodeInfo is what every node knows of every other.

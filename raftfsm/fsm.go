@@ -198,6 +198,11 @@ func (f *FSM) applyOp(txn *engine.Txn, c *Command, index uint64, now int64) *App
 			return missing("a secret of 32 bytes")
 		}
 		f.applySecret(txn, index, c.Secret)
+	case OpSetRetention:
+		if c.RetentionMs <= 0 {
+			return missing("a positive retention")
+		}
+		txn.SetRetention(c.RetentionMs)
 	}
 	f.keys.track(txn, c, res)
 	return res

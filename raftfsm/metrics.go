@@ -117,7 +117,7 @@ type stateCollector struct {
 	records, bytes, oldest, inProgress, oldestInProgress, disk, buckets *prometheus.Desc
 	state, term, commit, applied, fsmApplied, clusterTime, leader       *prometheus.Desc
 	filterReady                                                         *prometheus.Desc
-	applyLag, maxRetention, width                                       *prometheus.Desc
+	applyLag, maxRetention, retention, width                            *prometheus.Desc
 	leaseExpired                                                        *prometheus.Desc
 }
 
@@ -146,6 +146,7 @@ func newStateCollector(n *Node) *stateCollector {
 		leader:           d("idem_raft_has_leader", "1 when this node knows a leader."),
 		applyLag:         d("idem_apply_lag_entries", "Log entries this node's raft has committed that its state does not reflect yet (0 when only no-op and barrier entries remain)."),
 		maxRetention:     d("idem_max_retention_seconds", "Longest retention any stored record was created with (replicated state; 0 before the first claim)."),
+		retention:        d("idem_retention_seconds", "The cluster's retention of new records (replicated state, pinned by the first claim; 0 before it)."),
 		width:            d("idem_bucket_width_seconds", "Width of the time buckets expiry drops whole (replicated state; 0 before the first command): a record stays stored at most this long past its expiry."),
 	}
 }
@@ -176,7 +177,7 @@ func countLeaderChanges(r *raft.Raft, c prometheus.Counter) {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.inProgress, c.oldestInProgress,
 		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader, c.filterReady,
-		c.applyLag, c.maxRetention, c.width, c.leaseExpired} {
+		c.applyLag, c.maxRetention, c.retention, c.width, c.leaseExpired} {
 		ch <- d
 	}
 }
@@ -227,6 +228,7 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	g(c.applyLag, lag)
 	g(c.maxRetention, float64(meta.MaxRetentionMs)/1000)
+	g(c.retention, float64(meta.RetentionMs)/1000)
 	g(c.width, float64(meta.Width)/1000)
 	g(c.clusterTime, float64(now)/1000)
 	ready := 0.0

@@ -282,6 +282,28 @@ func (n *Node) ScopeMode() (string, bool) {
 	return m.String(), m != engine.ScopeUnset
 }
 
+// Retention is the cluster's retention of new records and whether it is
+// pinned yet: the first claim fixes it (from the deciding node's
+// --retention) and only SetRetention changes it, so every node gives a
+// claim the same retention whichever leads.
+func (n *Node) Retention() (time.Duration, bool) {
+	ms := n.db.Meta().RetentionMs
+	return time.Duration(ms) * time.Millisecond, ms > 0
+}
+
+// SetRetention makes d the retention of every record claimed once it is
+// applied (leader only). Stored records keep their expiry.
+func (n *Node) SetRetention(d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("raftfsm: retention %s is under a millisecond", d)
+	}
+	_, err := n.propose(&Command{Op: OpSetRetention, RetentionMs: d.Milliseconds()})
+	if err == nil {
+		n.log.Info("the cluster's retention of new records is set", "retention", d)
+	}
+	return err
+}
+
 // Self is this node's identity.
 func (n *Node) Self() NodeInfo { return n.self }
 

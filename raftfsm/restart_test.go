@@ -116,3 +116,43 @@ func TestLookupJudgesExpiryAtAppliedClusterTime(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, again.Outcome)
 }
+
+// The cluster's retention is replicated state: the first claim pins it,
+// a claim proposed with another retention (a leader started with another
+// --retention) gets the pinned one, SetRetention changes it for new
+// records only, and a restart (which replays the log into Pebble) keeps
+// it.
+func TestRetentionIsReplicatedState(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
+	_, pinned := n.Retention()
+	require.False(t, pinned)
+	claim := func(n *Node, key string, ret time.Duration) *engine.Record {
+		t.Helper()
+		res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key},
+			Fingerprint: "aa", LeaseMs: 1000, RetentionMs: ret.Milliseconds()})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+		return res.Record
+	}
+	span := func(r *engine.Record) time.Duration {
+		return time.Duration(r.ExpiresMs-r.CreatedMs) * time.Millisecond
+	}
+	require.Equal(t, time.Hour, span(claim(n, "a", time.Hour)))
+	ret, pinned := n.Retention()
+	require.True(t, pinned)
+	require.Equal(t, time.Hour, ret)
+	require.Equal(t, time.Hour, span(claim(n, "b", time.Minute)), "the pinned retention decides, not the command's")
+
+	require.NoError(t, n.SetRetention(48*time.Hour))
+	require.Equal(t, 48*time.Hour, span(claim(n, "c", time.Minute)))
+	r, found, err := n.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "a"}, false, true)
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, time.Hour, span(r), "a stored record keeps its expiry")
+
+	m := reopen(t, n)
+	ret, pinned = m.Retention()
+	require.True(t, pinned)
+	require.Equal(t, 48*time.Hour, ret)
+	require.Equal(t, 48*time.Hour, span(claim(m, "d", time.Minute)))
+}

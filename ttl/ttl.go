@@ -31,6 +31,24 @@ func ValidateRetention(r time.Duration, allowShort bool) error {
 	return nil
 }
 
+// MaxSpanBuckets bounds retention / bucket width. A claim probes every
+// bucket a live record could sit in, so the span is paid on every claim,
+// and the state remembers the longest retention ever used: a typo such as
+// 20000h would slow every claim for as long as the cluster lives.
+const MaxSpanBuckets = 10_000
+
+// ValidateSpan checks that a retention spans at most MaxSpanBuckets
+// buckets of the given width.
+func ValidateSpan(retention, width time.Duration) error {
+	if width <= 0 {
+		return nil
+	}
+	if n := retention / width; n > MaxSpanBuckets {
+		return fmt.Errorf("ttl: retention %s is %d buckets of width %s, over the %d a claim may probe; choose a shorter retention, or a wider --bucket-width (fixed when a data dir is created)", retention, n, width, MaxSpanBuckets)
+	}
+	return nil
+}
+
 // MaxStep is the most one log entry can move cluster time forward. A
 // healthy leader stamps entries at least every tick (a second), so honest
 // steps are small; a leader whose clock is wrong moves time by at most this

@@ -1,0 +1,82 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// The cluster's retention is replicated state: the first claim pins the
+// retention its command carries, later claims get the pinned one whatever
+// theirs says (a leader started with another --retention), and only
+// SetRetention changes it, for records claimed from then on.
+func TestRetentionPinnedByFirstClaim(t *testing.T) {
+	h := newHarness(t)
+	const now = int64(1_700_000_000_000)
+	require.Zero(t, h.db.Meta().RetentionMs, "nothing pinned before the first claim")
+
+	first := h.claim(now, args(scope("a")))
+	require.Equal(t, OutcomeClaimed, first.Outcome)
+	require.Equal(t, now+testRet, first.Record.ExpiresMs)
+	require.Equal(t, int64(testRet), h.db.Meta().RetentionMs)
+
+	// A leader with a shorter --retention: the pinned one decides.
+	short := h.claim(now+1, with(args(scope("b")), func(a *ClaimArgs) { a.RetentionMs = testRet / 4 }))
+	require.Equal(t, OutcomeClaimed, short.Outcome)
+	require.Equal(t, now+1+testRet, short.Record.ExpiresMs, "a claim gets the cluster's retention, not its command's")
+	peek, settled := h.db.PeekClaim(with(args(scope("b")), func(a *ClaimArgs) { a.RetentionMs = testRet / 4 }), now+2)
+	require.True(t, settled)
+	require.Equal(t, now+1+testRet, peek.Record.ExpiresMs)
+
+	// Changed: new records get the new retention; stored ones keep theirs.
+	h.apply(now+3, func(tx *Txn, n int64, _ uint64) Result {
+		tx.SetRetention(2 * testRet)
+		return Result{NowMs: n}
+	})
+	require.Equal(t, int64(2*testRet), h.db.Meta().RetentionMs)
+	later := h.claim(now+4, args(scope("c")))
+	require.Equal(t, now+4+2*testRet, later.Record.ExpiresMs)
+	require.Equal(t, now+testRet, h.lookup(scope("a"), now+4).ExpiresMs, "a stored record keeps the expiry it was promised")
+	require.Equal(t, int64(2*testRet), h.db.Meta().MaxRetentionMs, "lookups probe as far as the longest retention")
+
+	// Shortened: a record of the longer retention is still found until
+	// its own expiry.
+	h.apply(now+5, func(tx *Txn, n int64, _ uint64) Result {
+		tx.SetRetention(testRet / 2)
+		return Result{NowMs: n}
+	})
+	require.Equal(t, now+6+testRet/2, h.claim(now+6, args(scope("d"))).Record.ExpiresMs)
+	require.NotNil(t, h.lookup(scope("c"), now+4+2*testRet-1), "the 2x record lives to its own expiry")
+	require.Equal(t, OutcomeInProgress, h.claim(now+7, with(args(scope("c")), func(a *ClaimArgs) { a.ClaimID = "other" })).Outcome)
+}
+
+func TestRetentionSurvivesReopenAndSnapshot(t *testing.T) {
+	fs := vfs.NewMem()
+	db := mustOpenFS(t, fs, "db")
+	h := &harness{t: t, db: db}
+	const now = int64(1_700_000_000_000)
+	h.claim(now, args(scope("a")))
+	h.apply(now+1, func(tx *Txn, n int64, _ uint64) Result {
+		tx.SetRetention(3 * testRet)
+		return Result{NowMs: n}
+	})
+	snap, err := db.Snapshot()
+	require.NoError(t, err)
+	require.Equal(t, int64(3*testRet), snap.Meta().RetentionMs)
+
+	other := mustOpen(t)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	require.NoError(t, other.Restore(&buf))
+	snap.Close()
+	require.Equal(t, int64(3*testRet), other.Meta().RetentionMs, "a restored state keeps the cluster's retention")
+
+	require.NoError(t, db.Close())
+	re := mustOpenFS(t, fs, "db")
+	require.Equal(t, int64(3*testRet), re.Meta().RetentionMs, "reopened")
+	h2 := &harness{t: t, db: re, idx: 10}
+	require.Equal(t, now+2+3*testRet, h2.claim(now+2, args(scope("b"))).Record.ExpiresMs)
+}
