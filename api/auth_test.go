@@ -154,6 +154,7 @@ func TestRouteRolePrincipalMatrix(t *testing.T) {
 			{"POST", "/v1/cluster/join", map[string]any{"id": self.ID, "raft_addr": self.RaftAddr, "http_addr": self.HTTPAddr}, api.RoleAdmin},
 			{"GET", "/v1/admin/state", nil, api.RoleAdmin},
 			{"GET", "/v1/admin/snapshot", nil, api.RoleAdmin},
+			{"PUT", "/v1/admin/retention", map[string]any{"retention": "24h"}, api.RoleAdmin},
 		} {
 			check(authCase{c.name, c.token, route.method, route.path, route.body, want(c.role, route.least)})
 		}

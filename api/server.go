@@ -98,6 +98,7 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/cluster/transfer-leadership", http.MethodPost, s.admin(s.handleTransfer))
 	s.route("/v1/admin/state", http.MethodGet, s.admin(s.handleState))
 	s.route("/v1/admin/snapshot", http.MethodGet, s.admin(s.handleSnapshot))
+	s.route("/v1/admin/retention", http.MethodPut, s.admin(s.handleSetRetention))
 	s.route("/healthz", http.MethodGet, withFeatures(withBatchFeature(withHeaderListsFeature(s.handleHealthz))))
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
@@ -211,7 +212,7 @@ func (s *Server) claimArgs(req *claimRequest) (engine.ClaimArgs, *problem) {
 	return engine.ClaimArgs{
 		Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Fingerprint: strings.ToLower(req.Fingerprint),
 		ClaimID: req.ClaimID, CorrelationID: req.CorrelationID, LeaseMs: lease,
-		RetentionMs: s.cfg.Retention.Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
+		RetentionMs: s.retention().Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
 		MaxPrincipals: s.cfg.Limits.MaxPrincipals,
 	}, nil
 }
@@ -493,8 +494,9 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 	if pinned, ok := s.store.ScopeMode(); ok {
 		scope = pinned // what every write is decided in, whatever this node was started with
 	}
+	ret := s.retention()
 	writeJSON(w, http.StatusOK, configJSON{
-		Retention: s.cfg.Retention.String(), RetentionSeconds: durationSeconds(s.cfg.Retention),
+		Retention: ret.String(), RetentionSeconds: durationSeconds(ret),
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
 		BucketWidth: s.cfg.BucketWidth.String(), Limits: s.cfg.Limits.json(),
 	})

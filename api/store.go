@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"time"
 
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
@@ -35,6 +36,10 @@ type Store interface {
 	// ScopeMode is the cluster's scope mode and whether its first write
 	// has pinned it yet.
 	ScopeMode() (mode string, pinned bool)
+	// Retention is the cluster's retention of new records and whether the
+	// first claim has pinned it yet; SetRetention changes it (leader only).
+	Retention() (time.Duration, bool)
+	SetRetention(time.Duration) error
 	// Backup takes a snapshot of the whole state holding every write
 	// acknowledged before the call (leader only); the caller closes it.
 	Backup(ctx context.Context) (*engine.Snapshot, error)

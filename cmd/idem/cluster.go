@@ -19,13 +19,14 @@ import (
 
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/raftfsm"
+	"github.com/idem-store/idem/ttl"
 )
 
 func init() {
-	extraCommands["cluster"] = command{Run: runCluster, Summary: "cluster membership: status, join, remove, transfer-leadership"}
+	extraCommands["cluster"] = command{Run: runCluster, Summary: "cluster membership and settings: status, join, remove, transfer-leadership, set-retention"}
 }
 
-const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadership> [flags]
+const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadership|set-retention> [flags]
 
   status                 members, their health (measured by the leader) and lag
   join                   add a node: --id, --raft-addr, --node-http-addr. It joins
@@ -36,6 +37,12 @@ const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadershi
                          would not have a healthy quorum, unless --force; the
                          last voter is never removed
   transfer-leadership    hand leadership to another voter (for rolling restarts)
+  set-retention          change the cluster's retention: --retention. Records
+                         claimed from then on get it; stored records keep the
+                         expires_at they were given. The cluster's retention is
+                         replicated state: the first claim pins it from the
+                         leader's serve --retention, and that flag changes
+                         nothing afterwards
 
 Any node answers; followers forward to the leader.
 
@@ -76,6 +83,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	raftAddr := fs.String("raft-addr", "", "raft address of the node to add (join)")
 	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add (join)")
 	scope := fs.String("scope", "", "scope mode of the node to add, endpoint or principal (join; refused when it differs from the cluster's)")
+	retention := fs.Duration("retention", 0, "the cluster's new retention of records, e.g. 48h (set-retention)")
+	allowShort := fs.Bool("allow-short-retention", false, "allow a --retention below 1m (set-retention; tests and demos only)")
 	force := fs.Bool("force", false, "make the change even if it leaves the cluster without a quorum of healthy voters (join, remove)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer instead of a table or sentence")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
@@ -131,6 +140,17 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		raw, err = cl.RemoveNode(ctx, client.RemoveRequest{ID: *id, Force: *force})
 	case "transfer-leadership":
 		raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, nil)
+	case "set-retention":
+		if *retention == 0 {
+			fmt.Fprintln(stderr, "idem cluster set-retention: --retention is required (e.g. --retention 48h)")
+			return 2
+		}
+		if err := ttl.ValidateRetention(*retention, *allowShort); err != nil {
+			fmt.Fprintf(stderr, "idem cluster set-retention: --retention: %s\n", strings.TrimPrefix(err.Error(), "ttl: "))
+			return 2
+		}
+		raw, err = cl.Do(ctx, http.MethodPut, "/v1/admin/retention", nil, map[string]any{
+			"retention": retention.String(), "allow_short_retention": *allowShort})
 	default:
 		fmt.Fprintf(stderr, "idem cluster: unknown subcommand %q\n", sub)
 		fs.SetOutput(stderr)
@@ -171,6 +191,13 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				fmt.Fprintln(stdout, "  "+d)
 			}
 		}
+	case "set-retention":
+		var a struct {
+			Retention         string `json:"retention"`
+			PreviousRetention string `json:"previous_retention"`
+		}
+		json.Unmarshal(raw, &a)
+		fmt.Fprintf(stdout, "the cluster's retention is %s (was %s): records claimed from now on get it; stored records keep their expires_at\n", a.Retention, a.PreviousRetention)
 	case "join", "remove":
 		var a struct{ Outcome, Suffrage, Detail string }
 		json.Unmarshal(raw, &a)
@@ -189,10 +216,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 }
 
 // settingsDrift compares what each member publishes at GET /v1/config on
-// its own address. Retention, the default lease and the limits are each
-// node's own flags, and the leader's decide a claim: a node restarted
-// with --retention 1h gave every claim 1 h once it led, while the others
-// still said 24 h. One line per setting that differs ("retention: n1
+// its own address. The default lease and the limits are each node's own
+// flags, and the leader's decide a claim. Retention is replicated state
+// once the first claim pinned it; before that each node publishes its own
+// --retention, which the first claim's leader will pin. One line per setting that differs ("retention: n1
 // 24h0m0s, n3 1h0m0s"); a member that does not answer is left out.
 func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) []string {
 	type view struct {

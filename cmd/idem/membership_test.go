@@ -337,3 +337,94 @@ func TestClusterStatusShowsSettingsDrift(t *testing.T) {
 	require.Contains(t, out, "max_keys_per_principal: n1 100000, n2 100000, n3 500")
 	require.NotContains(t, out, "default lease:", "the lease is the same everywhere")
 }
+
+// The retention is the cluster's, not a node's (review finding: a node
+// restarted with --retention 1h gave every claim 1 h once it led, while
+// the others published 24 h). The first claim pins it; a leader started
+// with another --retention gives the pinned one; `idem cluster
+// set-retention` changes it through any node for new records only; a node
+// restarted with its old flag keeps the cluster's and says so.
+func TestClusterRetentionIsTheClusters(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--retention", "1h"}})
+	n1, n3 := c.node("n1"), c.node("n3")
+	span := func(a claimedAnswer) time.Duration {
+		created, err := time.Parse(time.RFC3339Nano, a.CreatedAt)
+		require.NoError(t, err)
+		expires, err := time.Parse(time.RFC3339Nano, a.ExpiresAt)
+		require.NoError(t, err)
+		return expires.Sub(created)
+	}
+	everyNodePublishes := func(want string) {
+		t.Helper()
+		waitFor(t, 20*time.Second, "every node publishes retention "+want, func() (bool, string) {
+			for _, n := range c.nodes {
+				a := call("GET", n.http, "/v1/config", "")
+				var cfg struct{ Retention string }
+				if a.err != nil || json.Unmarshal(a.body, &cfg) != nil || cfg.Retention != want {
+					return false, fmt.Sprintf("%s: %s", n.id, a)
+				}
+			}
+			return true, ""
+		})
+	}
+
+	// Before the first claim each node publishes its own flag, which the
+	// first claim's leader will pin: status warns.
+	out, code := cli(t, "status", "--addr", n1.http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, "retention: n1 24h0m0s, n2 24h0m0s, n3 1h0m0s")
+
+	c.moveLeadership(n1)
+	require.Equal(t, 24*time.Hour, span(claimOK(t, n1.http, "first")))
+	everyNodePublishes("24h0m0s")
+	waitFor(t, 20*time.Second, "status without a warning", func() (bool, string) {
+		out, code := cli(t, "status", "--addr", n3.http)
+		return code == 0 && !strings.Contains(out, "WARNING"), out
+	})
+
+	c.moveLeadership(n3)
+	require.Equal(t, 24*time.Hour, span(claimOK(t, n3.http, "under-n3")), "n3 leads with --retention 1h: the cluster's retention decides")
+
+	// Changed through a follower, for new records only.
+	out, code = cli(t, "set-retention", "--retention", "48h", "--addr", n1.http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, "the cluster's retention is 48h0m0s (was 24h0m0s)")
+	require.Equal(t, 48*time.Hour, span(claimOK(t, n1.http, "after-set")))
+	everyNodePublishes("48h0m0s")
+	a := call("GET", n1.http, recordPath("first", "linearizable"), "")
+	require.Equal(t, 200, a.code, "%s", a)
+	var rec struct {
+		Record struct {
+			CreatedAt string `json:"created_at"`
+			ExpiresAt string `json:"expires_at"`
+		} `json:"record"`
+	}
+	require.NoError(t, json.Unmarshal(a.body, &rec))
+	require.Equal(t, 24*time.Hour, span(claimedAnswer{CreatedAt: rec.Record.CreatedAt, ExpiresAt: rec.Record.ExpiresAt}), "a stored record keeps its expiry")
+
+	// A node restarted with its first flags (--retention 24h) keeps the
+	// cluster's and logs that its flag changes nothing.
+	n1.stop(t)
+	c.restart(n1, nil)
+	everyNodePublishes("48h0m0s")
+	require.Contains(t, n1.p.logs.String(), "--retention differs from the cluster's retention")
+	require.Contains(t, n1.p.logs.String(), "idem cluster set-retention --retention 24h0m0s")
+
+	// Bad input: a message naming the flag, and nothing changed.
+	for _, bad := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"set-retention"}, 2, "--retention is required"},
+		{[]string{"set-retention", "--retention", "30s"}, 2, "--allow-short-retention"},
+		{[]string{"set-retention", "--retention", "-1h"}, 2, "must be positive"},
+		{[]string{"set-retention", "--retention", "100000h"}, 1, "over the 10000 a claim may probe"},
+	} {
+		out, code := cli(t, append(bad.args, "--addr", n3.http)...)
+		require.Equal(t, bad.code, code, "%v: %s", bad.args, out)
+		require.Contains(t, out, bad.want, "%v", bad.args)
+	}
+	everyNodePublishes("48h0m0s")
+}

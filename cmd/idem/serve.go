@@ -69,7 +69,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of cluster members to join (ignored once this node has state)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one included) are reachable through --join, without a designated first node")
-	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long a record is kept, from its first claim; the retry window promised to clients (at least 1m)")
+	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long a record is kept, from its first claim; the retry window promised to clients (at least 1m). The first claim pins it as the cluster's; later, idem cluster set-retention changes it and this flag does not")
 	fs.BoolVar(&c.allowShortRetention, "allow-short-retention", false, "allow --retention below 1m (tests and demos only)")
 	fs.DurationVar(&c.bucketWidth, "bucket-width", d.BucketWidth, "width of the time buckets expiry drops whole; fixed when the data dir is created")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "default lease of a claim when the request has no lease_ms")
@@ -235,6 +235,8 @@ func (c *serveConfig) validate() error {
 	}
 	if c.bucketWidth < time.Millisecond {
 		bad("--bucket-width %s must be at least 1ms", c.bucketWidth)
+	} else if err := ttl.ValidateSpan(c.retention, c.bucketWidth); err != nil {
+		bad("--retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
 	}
 	if c.lease < c.limits.MinLease || c.lease > c.limits.MaxLease {
 		bad("--lease %s must be between --min-lease %s and --max-lease %s", c.lease, c.limits.MinLease, c.limits.MaxLease)
@@ -597,6 +599,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if mode, pinned := node.ScopeMode(); pinned && mode != c.scope {
 		return fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it with --scope %s", mode, c.scope, mode)
 	}
+	retention := c.retention // what the first claim will pin, or what an earlier one did
+	if ret, pinned := node.Retention(); pinned && ret != c.retention {
+		retention = ret
+		log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. To change the cluster's: idem cluster set-retention --retention "+c.retention.String(),
+			"retention", c.retention.String(), "cluster-retention", ret.String())
+	}
 
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
@@ -629,7 +637,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	go func() { errc <- hs.Serve(c.tls.listener(cl)) }()
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
-		"data-dir", c.dataDir, "retention", c.retention.String(), "bucket-width", c.bucketWidth.String(),
+		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(),
 		"scope", c.scope, "version", version)
 	go membership(ctx, node, c, nodeToken, log)
 	c.tls.reloadOnHUP(ctx, log)

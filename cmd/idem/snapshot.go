@@ -273,6 +273,11 @@ func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
 	w("applied index", "%d", h.AppliedIndex)
 	w("cluster time", "%s", fmtClusterTime(h.ClusterTimeMs))
 	w("bucket width", "%s", time.Duration(h.BucketWidthMs)*time.Millisecond)
+	if ms := info.Stream.Meta.RetentionMs; ms > 0 {
+		w("retention", "%s (of new records; a node restored from this file keeps it)", time.Duration(ms)*time.Millisecond)
+	} else {
+		w("retention", "not pinned yet (no claim): the restored node's --retention will be")
+	}
 	w("max retention", "%s", time.Duration(h.MaxRetentionMs)*time.Millisecond)
 	w("scope", "%s", scope)
 	w("records", "%d", info.Stream.Records)

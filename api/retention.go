@@ -1,0 +1,80 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/idem-store/idem/ttl"
+)
+
+// retention is what a claim gets: the cluster's retention once the first
+// claim pinned it, before that this node's --retention (which that claim
+// pins). Apply decides with the pinned one either way; the command carries
+// it too, so a replica of an older release decides the same.
+func (s *Server) retention() time.Duration {
+	if d, ok := s.store.Retention(); ok {
+		return d
+	}
+	return s.cfg.Retention
+}
+
+type retentionRequest struct {
+	Retention           string `json:"retention"`
+	AllowShortRetention bool   `json:"allow_short_retention"`
+}
+
+type retentionAnswer struct {
+	Outcome           string `json:"outcome"`
+	Retention         string `json:"retention"`
+	RetentionSeconds  int64  `json:"retention_seconds"`
+	PreviousRetention string `json:"previous_retention"`
+}
+
+// handleSetRetention changes the cluster's retention of records claimed
+// from now on (PUT /v1/admin/retention). Stored records keep the expiry
+// they were given: clients were told their expires_at.
+func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
+	var req retentionRequest
+	body, p := s.readJSON(w, r, &req)
+	var d time.Duration
+	if p == nil {
+		d, p = s.checkRetention(req)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	var prev time.Duration
+	if s.onLeader(w, r, body, func() error {
+		prev = s.retention()
+		return s.store.SetRetention(d)
+	}) != nil {
+		return
+	}
+	s.log.Info("retention of new records changed on request", "retention", d, "previous", prev)
+	writeJSON(w, http.StatusOK, retentionAnswer{Outcome: "set", Retention: d.String(),
+		RetentionSeconds: durationSeconds(d), PreviousRetention: prev.String()})
+}
+
+func (s *Server) checkRetention(req retentionRequest) (time.Duration, *problem) {
+	if req.Retention == "" {
+		return 0, invalid("retention is required: a duration such as \"48h\"")
+	}
+	d, err := time.ParseDuration(req.Retention)
+	if err != nil {
+		return 0, invalid("retention %q is not a duration such as \"48h\" or \"90m\"", truncate(req.Retention, 40))
+	}
+	if err := ttl.ValidateRetention(d, req.AllowShortRetention); err != nil {
+		msg := strings.TrimPrefix(err.Error(), "ttl: ")
+		msg = strings.ReplaceAll(msg, "pass --allow-short-retention", "send \"allow_short_retention\": true")
+		return 0, invalid("retention: %s", msg)
+	}
+	if d < time.Millisecond {
+		return 0, invalid("retention %s is under a millisecond", d)
+	}
+	if err := ttl.ValidateSpan(d, s.cfg.BucketWidth); err != nil {
+		return 0, invalid("retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
+	}
+	return d, nil
+}

@@ -1,0 +1,69 @@
+package api_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The cluster's retention is replicated state (pinned by the first claim)
+// and PUT /v1/admin/retention changes it for records claimed from then
+// on; records already stored keep the expires_at they were given.
+func TestSetRetention(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	span := func(m map[string]any) time.Duration {
+		return ts(t, m, "expires_at").Sub(ts(t, m, "created_at"))
+	}
+	require.Equal(t, 24*time.Hour, span(n.mustClaim(sc("before"), fp1)))
+
+	r := n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "48h"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	got := r.obj(t)
+	require.Equal(t, "set", got["outcome"])
+	require.Equal(t, "48h0m0s", got["retention"])
+	require.Equal(t, int64(172800), num(t, got["retention_seconds"]))
+	require.Equal(t, "24h0m0s", got["previous_retention"])
+
+	cfg := n.do("GET", "/v1/config", nil).obj(t)
+	require.Equal(t, "48h0m0s", cfg["retention"])
+	require.Equal(t, int64(172800), num(t, cfg["retention_seconds"]))
+	require.Equal(t, 48*time.Hour, span(n.mustClaim(sc("after"), fp1)))
+	require.Equal(t, 24*time.Hour, span(n.record(sc("before"))), "a stored record keeps its expiry")
+	require.Contains(t, string(n.do("GET", "/metrics", nil).raw), "\nidem_retention_seconds 172800\n")
+
+	// Refused, changing nothing.
+	for _, c := range []struct {
+		body any
+		want string
+	}{
+		{map[string]any{}, "retention is required"},
+		{map[string]any{"retention": ""}, "retention is required"},
+		{map[string]any{"retention": "two days"}, `retention "two days" is not a duration`},
+		{map[string]any{"retention": 48}, "retention"},
+		{map[string]any{"retention": "-1h"}, "must be positive"},
+		{map[string]any{"retention": "0s"}, "must be positive"},
+		{map[string]any{"retention": "30s"}, `send "allow_short_retention": true`},
+		{map[string]any{"retention": "500us", "allow_short_retention": true}, "under a millisecond"},
+		{map[string]any{"retention": "100000h"}, "over the 10000 a claim may probe"},
+		{map[string]any{"retention": "48h", "retentoin": "1h"}, "retentoin"},
+		{nil, ""},
+	} {
+		before := n.stateHash()
+		r := n.do("PUT", "/v1/admin/retention", c.body)
+		p := requireProblem(t, r, http.StatusBadRequest, "invalid_request")
+		require.Contains(t, p["detail"], c.want, "%v", c.body)
+		require.Equal(t, before, n.stateHash(), "%v", c.body)
+	}
+	requireProblem(t, n.do("POST", "/v1/admin/retention", map[string]any{"retention": "1h"}), http.StatusMethodNotAllowed, "method_not_allowed")
+	require.Equal(t, "48h0m0s", n.do("GET", "/v1/config", nil).obj(t)["retention"])
+
+	// Short retentions only when asked for, as serve's flag.
+	r = n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "30s", "allow_short_retention": true})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, 30*time.Second, span(n.mustClaim(sc("short"), fp1)))
+	require.True(t, strings.HasPrefix(r.obj(t)["previous_retention"].(string), "48h"))
+}
