@@ -35,6 +35,7 @@ const (
 	VNotConverged    = "replicas-not-converged"
 	VNotReady        = "node-not-ready"
 	VNoProgress      = "cluster-made-no-progress"
+	VRetention       = "retention-not-the-clusters"
 )
 
 // CheckResult is the verdict on a history.
@@ -132,6 +133,24 @@ func Check(ops []*Op, timeout time.Duration, visualize bool) *CheckResult {
 	}
 	res.CheckTime = time.Since(t0)
 	return res
+}
+
+// RetentionChecks finds acknowledged claims whose expires_at - created_at
+// is not the cluster's retention: the window a client was promised must
+// not depend on which node led when it claimed (a node restarted with its
+// own --retention gave its own once it led).
+func RetentionChecks(ops []*Op, retention time.Duration) []Violation {
+	var out []Violation
+	want := retention.Milliseconds()
+	for _, o := range ops {
+		if o.Kind != KindClaim || o.Status != 201 || o.RetentionMs == 0 || o.RetentionMs == want {
+			continue
+		}
+		out = append(out, Violation{Kind: VRetention, Scope: o.Scope(), At: o.Call, Ops: []int{o.ID},
+			Detail: fmt.Sprintf("claimed through %s with a retention of %s; the cluster's is %s", o.Node,
+				time.Duration(o.RetentionMs)*time.Millisecond, retention)})
+	}
+	return out
 }
 
 // invariants checks what holds whatever the interleaving, scope by scope.

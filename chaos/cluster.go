@@ -37,7 +37,10 @@ type Node struct {
 	done        chan struct{} // closed when the process has exited
 	paused      bool
 	clockOffset time.Duration
-	injectBug   string
+	// retention, when set, is this node's own --retention, given after the
+	// cluster's (the retention nemesis).
+	retention time.Duration
+	injectBug string
 	// noSnapshots: the node never takes a snapshot of its own, so its raft
 	// log goes back to index 1 (the fsm-loss nemesis needs such a node).
 	noSnapshots bool
@@ -181,7 +184,11 @@ func (c *Cluster) args(n *Node) []string {
 	if c.cfg.TLSDir != "" {
 		a = append(a, tlsArgs(c.cfg.TLSDir, n.ID)...)
 	}
-	return append(a, c.cfg.ExtraArgs...)
+	a = append(a, c.cfg.ExtraArgs...)
+	if n.retention != 0 {
+		a = append(a, "--retention", n.retention.String()) // the last one given wins
+	}
+	return a
 }
 
 // Start starts the node's process (it must not be running).
@@ -278,6 +285,14 @@ func (c *Cluster) SetClockOffset(n *Node, d time.Duration) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.clockOffset = d
+}
+
+// SetRetention sets the --retention the node gets at its next start,
+// in place of the cluster's; 0 gives it the cluster's again.
+func (c *Cluster) SetRetention(n *Node, d time.Duration) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.retention = d
 }
 
 // Wipe removes the node's data dir (the node must be down).

@@ -71,6 +71,8 @@ type Op struct {
 	RecScope   string    `json:"rec_scope,omitempty"` // principal|endpoint|key of a returned record
 	RecResp    *Response `json:"rec_response,omitempty"`
 	LeaseUntil string    `json:"lease_expires_at,omitempty"`
+	// RetentionMs is a 201 claim's expires_at - created_at.
+	RetentionMs int64 `json:"retention_ms,omitempty"`
 }
 
 // Scope is the op's scope as one string.

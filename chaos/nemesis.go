@@ -15,7 +15,7 @@ import (
 
 // Nemesis kinds, in the order `--nemesis all` lists them (each cycle runs
 // them in a seeded order).
-var NemesisKinds = []string{"kill", "pause", "partition", "clock", "rejoin", "snapshot", "fsm-loss", "quiet-restart", "membership"}
+var NemesisKinds = []string{"kill", "pause", "partition", "clock", "rejoin", "snapshot", "fsm-loss", "quiet-restart", "membership", "retention"}
 
 // NemesisHelp is one line per kind, for --help and the docs.
 var NemesisHelp = map[string]string{
@@ -28,6 +28,7 @@ var NemesisHelp = map[string]string{
 	"fsm-loss":      "stop the cluster (a minority first), delete the fsm directory of the node that takes no snapshots (raft log kept), restart it first with its clock an hour ahead",
 	"quiet-restart": "pause the clients, transfer leadership, linearizable reads, stop the followers then the leader once it has snapshotted, restart all",
 	"membership":    "as a careless operator: join an absent node, remove the leader and re-add it with the same id, remove the absent node",
+	"retention":     "restart a node with its own --retention 1m, hand it leadership, keep it 8s, restart it with the cluster's",
 }
 
 // A nemesis injects one fault and heals it before it returns. It calls
@@ -46,6 +47,7 @@ var nemeses = map[string]nemesis{
 	"fsm-loss":      fsmLossNemesis,
 	"quiet-restart": quietRestartNemesis,
 	"membership":    membershipNemesis,
+	"retention":     retentionNemesis,
 }
 
 // env is what a nemesis acts on.
@@ -250,6 +252,52 @@ func clockNemesis(ctx context.Context, e *env) (string, error) {
 	e.cl.SetClockOffset(n, 0)
 	if err2 := e.cl.Restart(n); err2 != nil {
 		return detail, err2
+	}
+	e.healed()
+	return detail, errors.Join(err, e.cl.WaitReady(ctx, []*Node{n}, e.bound))
+}
+
+// retentionNemesis: a node restarted with a --retention of its own (a
+// copy-pasted unit file, a forgotten flag), then made the leader. Review
+// finding: a claim got the retention of the leader that decided it, so a
+// client's window changed with leadership. RetentionChecks flags any claim
+// acknowledged with a retention other than the cluster's.
+func retentionNemesis(ctx context.Context, e *env) (string, error) {
+	n, role, err := victim(ctx, e)
+	if err != nil {
+		return "retention: no target", err
+	}
+	own := time.Minute
+	detail := fmt.Sprintf("restart %s%s with --retention %s", n.ID, role, own)
+	e.cl.SetRetention(n, own)
+	if err := e.cl.Restart(n); err != nil {
+		e.cl.SetRetention(n, 0)
+		return detail, err
+	}
+	err = e.cl.WaitReady(ctx, []*Node{n}, e.bound)
+	// A transfer hands leadership to some other voter: a few reach n.
+	led := false
+	for try := 0; try < 6 && err == nil && ctx.Err() == nil; try++ {
+		l, lerr := e.cl.WaitLeader(ctx, e.bound)
+		if lerr != nil {
+			err = lerr
+			break
+		}
+		if led = l == n; led {
+			break
+		}
+		e.cl.Transfer(ctx, l) // refused or not, the next round looks again
+		sleep(ctx, time.Second)
+	}
+	if led {
+		detail += ", which led for 8s"
+	} else {
+		detail += ", which did not take leadership"
+	}
+	sleep(ctx, 8*time.Second)
+	e.cl.SetRetention(n, 0)
+	if err2 := e.cl.Restart(n); err2 != nil {
+		return detail, errors.Join(err, err2)
 	}
 	e.healed()
 	return detail, errors.Join(err, e.cl.WaitReady(ctx, []*Node{n}, e.bound))

@@ -271,6 +271,9 @@ func (w *Workload) send(ctx context.Context, c caller, op *Op) error {
 		op.Status = res.StatusCode
 		if res.StatusCode == 201 {
 			op.ResToken, op.Attempt = res.Token, res.Attempt
+			if !res.CreatedAt.IsZero() && !res.ExpiresAt.IsZero() {
+				op.RetentionMs = res.ExpiresAt.Sub(res.CreatedAt).Milliseconds()
+			}
 		} else {
 			setRecord(op, res.Record)
 		}
