@@ -28,6 +28,7 @@ type inspected struct {
 		ClusterTimeMs int64  `json:"cluster_time_ms"`
 		Records       int64  `json:"records"`
 		Scope         string `json:"scope"`
+		RetentionMs   int64  `json:"retention_ms"`
 	} `json:"header"`
 	RecordsCounted int64 `json:"records_counted"`
 }
@@ -62,6 +63,10 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	c := newCluster(t, viaJoin, nil, nil)
 	leader := c.leader()
 	follower := c.others(leader)[0]
+	// The cluster's retention, set away from every node's --retention, is
+	// replicated state: the backup holds it and a restored node keeps it.
+	out, code := cli(t, "set-retention", "--retention", "36h", "--addr", follower.http)
+	require.Equal(t, 0, code, "%s", out)
 	for i := range 10 {
 		key := fmt.Sprintf("hdr-%d", i)
 		cl := claimOK(t, leader.http, key)
@@ -111,9 +116,11 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	require.GreaterOrEqual(t, in.RecordsCounted, int64(len(ackedClaims)+10))
 	require.Equal(t, in.Header.Records, in.RecordsCounted)
 	require.Equal(t, "endpoint", in.Header.Scope)
+	require.Equal(t, (36 * time.Hour).Milliseconds(), in.Header.RetentionMs)
 	out, err = idemCmd(t, "snapshot", "inspect", file)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "checksums:      ok")
+	require.Contains(t, out, "retention:      36h0m0s (of new records")
 
 	// Replays from the source cluster, to compare with the restored node's.
 	replay := func(addr, key string) answer {
@@ -163,6 +170,9 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	created, err := time.Parse(time.RFC3339Nano, cl.CreatedAt)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, created.UnixMilli(), in.Header.ClusterTimeMs, "cluster time went back")
+	expires, err := time.Parse(time.RFC3339Nano, cl.ExpiresAt)
+	require.NoError(t, err)
+	require.Equal(t, 36*time.Hour, expires.Sub(created), "the restored node keeps the cluster's retention, not its --retention")
 	completeOK(t, r1.http, "after-restore", cl.Token, `{"ok":true}`)
 
 	// A second node joins the restored one and serves every record.
