@@ -1,6 +1,7 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"time"
@@ -17,6 +18,25 @@ func (s *Server) retention() time.Duration {
 		return d
 	}
 	return s.cfg.Retention
+}
+
+// featureRetention, on /healthz, says this node's Apply knows the
+// cluster's retention (raftfsm.OpSetRetention): a member of an older
+// version would skip that entry and go on deciding claims with the
+// retention each claim carries, out of step with the others.
+const featureRetention = "cluster-retention"
+
+// withRetentionFeature adds featureRetention to the features listed by
+// the handlers around it.
+func withRetentionFeature(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if f := w.Header().Get(featuresHeader); f != "" {
+			w.Header().Set(featuresHeader, f+","+featureRetention)
+		} else {
+			w.Header().Set(featuresHeader, featureRetention)
+		}
+		h(w, r)
+	}
 }
 
 type retentionRequest struct {
@@ -46,10 +66,24 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var prev time.Duration
+	var refused *problem
 	if s.onLeader(w, r, body, func() error {
+		if !s.store.IsLeader() {
+			return s.store.SetRetention(d) // refused: forwarded to the leader
+		}
+		if lacking := s.membersLacking(r.Context(), featureRetention); lacking != "" {
+			refused = newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf(
+				"changing the retention needs every member to run a version that holds the cluster's retention; %s not yet, or not answering (a rolling upgrade?): retry once they do", lacking))
+			refused.retryAfter = 10
+			return nil
+		}
 		prev = s.retention()
 		return s.store.SetRetention(d)
 	}) != nil {
+		return
+	}
+	if refused != nil {
+		writeProblem(w, refused)
 		return
 	}
 	s.log.Info("retention of new records changed on request", "retention", d, "previous", prev)

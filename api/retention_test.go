@@ -1,12 +1,17 @@
 package api_test
 
 import (
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // The cluster's retention is replicated state (pinned by the first claim)
@@ -66,4 +71,37 @@ func TestSetRetention(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	require.Equal(t, 30*time.Second, span(n.mustClaim(sc("short"), fp1)))
 	require.True(t, strings.HasPrefix(r.obj(t)["previous_retention"].(string), "48h"))
+}
+
+// A member of an older version would skip the retention's entry and go on
+// giving each claim the retention its command carries: while a member does
+// not list cluster-retention on its /healthz (or does not answer), a change
+// is refused with 503 naming it, and nothing is written.
+func TestSetRetentionWaitsForEveryMember(t *testing.T) {
+	t.Parallel()
+	var upgraded atomic.Bool
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		features := "cluster-secret,batch-entry,header-lists"
+		if upgraded.Load() {
+			features += ",cluster-retention"
+		}
+		w.Header().Set("X-Idem-Features", features)
+		io.WriteString(w, "{}")
+	}))
+	defer member.Close()
+	n := mustNode(t)
+	require.Contains(t, strings.Split(n.do("GET", "/healthz", nil).header.Get("X-Idem-Features"), ","), "cluster-retention")
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true)
+	require.NoError(t, err)
+
+	before := n.stateHash()
+	p := requireProblem(t, n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "48h"}), http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, p["detail"], "n-old not yet")
+	require.Equal(t, before, n.stateHash(), "nothing written")
+	require.Equal(t, "24h0m0s", n.do("GET", "/v1/config", nil).obj(t)["retention"])
+
+	upgraded.Store(true)
+	r := n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "48h"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, "48h0m0s", n.do("GET", "/v1/config", nil).obj(t)["retention"])
 }
