@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -282,20 +283,53 @@ func membershipProblem(err error) *problem {
 // codeNoTransferTarget: a leadership transfer with no other voter to take it.
 const codeNoTransferTarget = "no_transfer_target"
 
+// transferRequest is the optional body of a leadership transfer: the voter
+// to hand it to (none: the most up-to-date voter, as raft picks).
+type transferRequest struct {
+	ID string `json:"id"`
+}
+
+type transferAnswer struct {
+	Outcome string `json:"outcome"`
+	From    string `json:"from"`
+	// Leader is the node that leads once the transfer is done; empty when
+	// no node had taken over within a short wait (ask GET /v1/cluster).
+	Leader string `json:"leader,omitempty"`
+}
+
 func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
+	body, p := s.readBody(w, r)
+	var req transferRequest
+	if p == nil && len(bytes.TrimSpace(body)) > 0 {
+		p = decodeStrict(body, &req)
+	}
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
 	var refused *problem
-	if s.onLeader(w, r, nil, func() error {
+	if s.onLeader(w, r, body, func() error {
 		if !s.store.IsLeader() {
-			return s.store.TransferLeadership() // not the leader: forwarded
+			return s.store.TransferLeadershipTo(req.ID) // not the leader: forwarded
 		}
-		if refused = s.noTransferTarget(); refused != nil {
+		if req.ID == "" { // a named target is checked by the transfer itself
+			if refused = s.noTransferTarget(); refused != nil {
+				return nil
+			}
+		}
+		err := s.store.TransferLeadershipTo(req.ID)
+		switch {
+		case errors.Is(err, raftfsm.ErrUnknownMember):
+			refused = newProblem(http.StatusNotFound, codeNotFound, strings.TrimPrefix(err.Error(), "raftfsm: "))
 			return nil
-		}
-		if err := s.store.TransferLeadership(); err != nil {
+		case errors.Is(err, raftfsm.ErrNotVoter):
+			refused = newProblem(http.StatusConflict, codeNoTransferTarget, strings.TrimPrefix(err.Error(), "raftfsm: "))
+			refused.Title = "The named node cannot take the leadership"
+			return nil
+		case err != nil:
 			s.log.Error("leadership transfer failed", "error", err)
-			return err
 		}
-		return nil
+		return err
 	}) != nil {
 		return
 	}
@@ -303,8 +337,23 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, refused)
 		return
 	}
-	s.log.Info("leadership transferred on request")
-	writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "transferred"})
+	a := transferAnswer{Outcome: "transferred", From: s.store.Self().ID}
+	if req.ID == a.From {
+		a.Outcome, a.Leader = "unchanged", a.From // asked to lead, and leads
+	} else {
+		// Who took over: raft's transfer returns once the target was told
+		// to campaign; its election takes a moment more.
+		deadline := time.Now().Add(3 * time.Second)
+		for time.Now().Before(deadline) && r.Context().Err() == nil {
+			if l, ok := s.store.Leader(); ok && l.ID != a.From {
+				a.Leader = l.ID
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	s.log.Info("leadership transferred on request", "to", req.ID, "leader", a.Leader)
+	writeJSON(w, http.StatusOK, a)
 }
 
 // noTransferTarget refuses a transfer when no other voter could take the

@@ -31,7 +31,9 @@ type Store interface {
 	// leave no quorum of healthy voters (raftfsm.QuorumError).
 	Join(info raftfsm.NodeInfo, force bool) (raftfsm.JoinResult, error)
 	Remove(id string, force bool) error
-	TransferLeadership() error
+	// TransferLeadershipTo hands the leadership to the voter id, or with ""
+	// to the one raft picks (raftfsm.ErrUnknownMember, ErrNotVoter).
+	TransferLeadershipTo(id string) error
 	StateHash() (hash string, applied uint64, err error)
 	// ScopeMode is the cluster's scope mode and whether its first write
 	// has pinned it yet.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // A leadership transfer with no other voter to take it is a 409 that says
@@ -16,5 +18,28 @@ func TestTransferWithoutAnotherVoterIs409(t *testing.T) {
 	p := requireProblem(t, n.post("/v1/cluster/transfer-leadership", ""), http.StatusConflict, "no_transfer_target")
 	require.Contains(t, p["detail"], "only voter")
 	require.Equal(t, before, n.stateHash())
+	require.True(t, n.node.IsLeader())
+}
+
+// A transfer may name its target: an unknown id is 404 naming the
+// members, a non-voter 409, the leader itself 200 "unchanged"; a body
+// that is not {"id": …} is 400. None of them moves the leadership.
+func TestTransferToANamedNode(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-absent", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}, true)
+	require.NoError(t, err)
+	self := n.node.Self().ID
+
+	p := requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"id": "nobody"}), http.StatusNotFound, "not_found")
+	require.Contains(t, p["detail"], "nobody is not in the cluster (members: n-absent, "+self+")")
+	p = requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"id": "n-absent"}), http.StatusConflict, "no_transfer_target")
+	require.Contains(t, p["detail"], "n-absent is a non-voter")
+	requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"node": "n-absent"}), http.StatusBadRequest, "invalid_request")
+	requireProblem(t, n.post("/v1/cluster/transfer-leadership", "n-absent"), http.StatusBadRequest, "invalid_request")
+
+	r := n.post("/v1/cluster/transfer-leadership", map[string]any{"id": self})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, map[string]any{"outcome": "unchanged", "from": self, "leader": self}, r.obj(t))
 	require.True(t, n.node.IsLeader())
 }

@@ -101,6 +101,8 @@ func (n *Node) SetPeerProbe(p PeerProbe) {
 var (
 	// ErrUnknownMember means no node of that id is in the configuration.
 	ErrUnknownMember = errors.New("raftfsm: no such member")
+	// ErrNotVoter means a leadership transfer named a non-voter.
+	ErrNotVoter = errors.New("raftfsm: not a voter")
 	// ErrWouldLoseQuorum means the change was refused (see QuorumError).
 	ErrWouldLoseQuorum = errors.New("raftfsm: would lose quorum")
 	// ErrAddressInUse means another member already has that address.

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -708,11 +709,45 @@ func (n *Node) StateHash() (string, uint64, error) { return n.db.StateHashApplie
 
 // TransferLeadership hands leadership to another voter (for rolling
 // restarts). Writes arriving meanwhile wait for the new leader.
-func (n *Node) TransferLeadership() error {
+func (n *Node) TransferLeadership() error { return n.TransferLeadershipTo("") }
+
+// TransferLeadershipTo hands leadership to the voter id ("": the voter
+// raft picks, the most up to date). Naming this node, the leader, changes
+// nothing. An id not in the configuration is ErrUnknownMember; a
+// non-voter, ErrNotVoter.
+func (n *Node) TransferLeadershipTo(id string) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
-	if err := n.raft.LeadershipTransfer().Error(); err != nil {
+	var f raft.Future
+	if id == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		if id == n.self.ID {
+			return nil
+		}
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return fmt.Errorf("raftfsm: leadership transfer: %w", err)
+		}
+		var target *raft.Server
+		var members []string
+		for i, s := range cf.Configuration().Servers {
+			members = append(members, string(s.ID))
+			if string(s.ID) == id {
+				target = &cf.Configuration().Servers[i]
+			}
+		}
+		switch {
+		case target == nil:
+			sort.Strings(members)
+			return fmt.Errorf("%w: %s is not in the cluster (members: %s)", ErrUnknownMember, id, strings.Join(members, ", "))
+		case target.Suffrage != raft.Voter:
+			return fmt.Errorf("%w: %s is a non-voter: only a voter can lead (the leader promotes a non-voter once it has caught up)", ErrNotVoter, id)
+		}
+		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
+	}
+	if err := f.Error(); err != nil {
 		return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 	}
 	return nil

@@ -36,7 +36,8 @@ const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadershi
   remove                 remove a node: --id. Refused when the remaining voters
                          would not have a healthy quorum, unless --force; the
                          last voter is never removed
-  transfer-leadership    hand leadership to another voter (for rolling restarts)
+  transfer-leadership    hand leadership to another voter (for rolling restarts);
+                         --id names the voter, else raft picks the most up to date
   set-retention          change the cluster's retention: --retention. Records
                          claimed from then on get it; stored records keep the
                          expires_at they were given. The cluster's retention is
@@ -79,7 +80,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "HTTP address of any node (env IDEM_ADDR)")
 	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
-	id := fs.String("id", "", "node id (join, remove)")
+	id := fs.String("id", "", "node id (join, remove; transfer-leadership: the voter to hand it to, default the most up to date)")
 	raftAddr := fs.String("raft-addr", "", "raft address of the node to add (join)")
 	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add (join)")
 	scope := fs.String("scope", "", "scope mode of the node to add, endpoint or principal (join; refused when it differs from the cluster's)")
@@ -139,7 +140,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		raw, err = cl.RemoveNode(ctx, client.RemoveRequest{ID: *id, Force: *force})
 	case "transfer-leadership":
-		raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, nil)
+		var body any
+		if *id != "" {
+			body = map[string]string{"id": *id}
+		}
+		raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, body)
 	case "set-retention":
 		if *retention == 0 {
 			fmt.Fprintln(stderr, "idem cluster set-retention: --retention is required (e.g. --retention 48h)")
@@ -190,6 +195,17 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			for _, d := range drift {
 				fmt.Fprintln(stdout, "  "+d)
 			}
+		}
+	case "transfer-leadership":
+		var a struct{ Outcome, From, Leader string }
+		json.Unmarshal(raw, &a)
+		switch {
+		case a.Outcome == "unchanged":
+			fmt.Fprintf(stdout, "%s leads already\n", a.Leader)
+		case a.Leader != "":
+			fmt.Fprintf(stdout, "leadership moved from %s to %s\n", a.From, a.Leader)
+		default:
+			fmt.Fprintf(stdout, "%s handed over the leadership; no new leader yet: see idem cluster status\n", a.From)
 		}
 	case "set-retention":
 		var a struct {
