@@ -4,7 +4,7 @@
 //
 // Key layout:
 //
-//	m/<name>                                   meta: applied index, cluster time, width, max retention
+//	m/<name>                                   meta: applied index, cluster time, width, max retention, scope mode, retention
 //	b<bucket u64 BE>/r/<scope>                  record (bucket = floor(expires_at / width))
 //	b<bucket u64 BE>/l/<lease ms BE>/<scope>    in-progress claims by lease deadline; value: created ms
 //	b<bucket u64 BE>/q/<principal>              live-key count of the principal in that bucket
