@@ -29,6 +29,11 @@ func (e *InUseError) Error() string {
 func (e *InUseError) Is(target error) bool { return target == ErrInUse }
 func (e *InUseError) Unwrap() error        { return e.Err }
 
+// Holder reports whether another process holds the store in dir, and its
+// pid when the OS tells (0 otherwise): for messages of tools that find a
+// node's data dir locked.
+func Holder(dir string) (held bool, pid int) { return lockHolder(filepath.Join(dir, "LOCK")) }
+
 // openError explains a failed pebble.Open. Pebble takes an fcntl lock on
 // dir/LOCK; when another process holds it, the bare error would read
 // "resource temporarily unavailable".

@@ -74,7 +74,11 @@ func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error)
 	o.stable, err = raftboltdb.New(raftboltdb.Options{Path: raftPath, BoltOptions: &bbolt.Options{Timeout: 2 * time.Second}})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
-			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process: stop the node first", dir)
+			who := ""
+			if held, pid := engine.Holder(filepath.Join(dir, "fsm")); held && pid > 0 {
+				who = fmt.Sprintf(" (pid %d)", pid)
+			}
+			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process%s: stop the node first", dir, who)
 		}
 		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
 	}

@@ -74,7 +74,7 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 	})
 	out, err = idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", peers, "--yes")
 	require.Error(t, err)
-	require.Contains(t, out, "in use by another idem process")
+	require.Contains(t, out, fmt.Sprintf("in use by another idem process (pid %d)", survivor.p.cmd.Process.Pid), "the message names the process to stop")
 	survivor.kill(t)
 
 	out, err = idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", peers, "--yes")

@@ -479,8 +479,9 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 
 // usageError marks an error of serve that a flag caused and only another
 // value of it fixes (a --node-id, --scope or --bucket-width that differs
-// from the data dir's): idem serve exits 2 on it, as on other flag errors,
-// rather than 1.
+// from the data dir's, --tls-* files that do not make a pair, a
+// non-loopback address without --auth-file or TLS): idem serve exits 2 on
+// it, as on other flag errors, rather than 1.
 type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
@@ -528,7 +529,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	}
 	if auth == nil && !isLoopback(c.httpAddr) {
 		if !c.insecure {
-			return fmt.Errorf("refusing to listen on non-loopback --http-addr %s without --auth-file; pass --insecure to do it anyway", c.httpAddr)
+			return usageError{fmt.Errorf("refusing to listen on non-loopback --http-addr %s without --auth-file; pass --insecure to do it anyway", c.httpAddr)}
 		}
 		log.Warn("serving without authentication on a non-loopback address (--insecure)", "http-addr", c.httpAddr)
 	} else if auth == nil {
@@ -540,7 +541,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	// (BeforeRaft below). A start that fails leaves the data dir as it was.
 	tlsConf, err := c.tls.load(c, log) // tls.go; refuses plaintext raft off loopback
 	if err != nil {
-		return err
+		return usageError{err} // what the --tls-* files hold, or plaintext raft off loopback
 	}
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
@@ -597,7 +598,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Warn("test-only --clock-offset is set", "clock-offset", c.clockOffset)
 	}
 	if mode, pinned := node.ScopeMode(); pinned && mode != c.scope {
-		return fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it with --scope %s", mode, c.scope, mode)
+		return usageError{fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it with --scope %s", mode, c.scope, mode)}
 	}
 	retention := c.retention // what the first claim will pin, or what an earlier one did
 	if ret, pinned := node.Retention(); pinned && ret != c.retention {

@@ -292,6 +292,7 @@ func TestServeTLSFlagsRefused(t *testing.T) {
 		{[]string{"--tls-cert-file", c, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "private key does not match"},
 		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1], "--raft-advertise", freePort(t)}, "refusing plaintext raft on non-loopback --raft-addr"},
 		{[]string{"--raft-advertise", "10.1.2.3:7071"}, "refusing plaintext raft on non-loopback --raft-advertise"},
+		{[]string{"--http-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "refusing to listen on non-loopback --http-addr 0.0.0.0:"},
 	} {
 		args := append([]string{"serve", "--data-dir", t.TempDir(), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, tc.args...)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -299,6 +300,9 @@ func TestServeTLSFlagsRefused(t *testing.T) {
 		cancel()
 		require.Error(t, err, "idem %v must refuse", tc.args)
 		require.Contains(t, string(out), tc.want)
+		var ee *exec.ExitError
+		require.ErrorAs(t, err, &ee)
+		require.Equal(t, 2, ee.ExitCode(), "a flag's error exits 2: %v", tc.args)
 	}
 	p := launch(t, t.TempDir(), freePort(t), "0.0.0.0:"+strings.Split(freePort(t), ":")[1], "--insecure", "--raft-advertise", freePort(t))
 	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "raft is plaintext and unauthenticated") }, 10*time.Second, 50*time.Millisecond)
