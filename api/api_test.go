@@ -1476,7 +1476,7 @@ func TestRecordsQueryIsStrict(t *testing.T) {
 // client following it would take for the route's own answer, and a POST
 // would follow as a 307 with its body). With an auth file, an unknown
 // route needs a valid token first, as every route but /healthz and
-// /readyz does: 401 without one, then 404.
+// /readyz does: 401 without one, then 404; so does a wrong method (405).
 func TestUnknownAndUncleanPathsAreProblems(t *testing.T) {
 	t.Parallel()
 	serve := func(n *testNode, method, target, token string) *httptest.ResponseRecorder {
@@ -1525,4 +1525,14 @@ func TestUnknownAndUncleanPathsAreProblems(t *testing.T) {
 	}
 	require.Equal(t, 200, serve(guarded, "GET", "/healthz", "").Code)
 	require.Equal(t, 200, serve(guarded, "GET", "/v1/config", operatorToken).Code)
+	// A known route's wrong method likewise: 401 without a token, then
+	// 405; /healthz and /readyz need none.
+	for _, c := range []struct{ method, path string }{{"POST", "/v1/config"}, {"GET", "/v1/claim"}, {"DELETE", "/v1/admin/retention"}, {"PUT", "/v1/records"}} {
+		expect(serve(guarded, c.method, c.path, ""), 401, "unauthorized", "no token: "+c.method+" "+c.path)
+		w := serve(guarded, c.method, c.path, appToken)
+		expect(w, 405, "method_not_allowed", "app token: "+c.method+" "+c.path)
+		require.NotEmpty(t, w.Header().Get("Allow"))
+	}
+	expect(serve(guarded, "POST", "/healthz", ""), 405, "method_not_allowed", "POST /healthz")
+	expect(serve(guarded, "POST", "/readyz", ""), 405, "method_not_allowed", "POST /readyz")
 }

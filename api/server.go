@@ -152,10 +152,18 @@ func cleanPath(p string) string {
 // route registers h for exactly one method, answering others with a
 // problem document rather than the mux's plain text.
 func (s *Server) route(path, method string, h http.HandlerFunc) {
+	wrong := func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Allow", method)
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, fmt.Sprintf("%s takes %s", path, method)))
+	}
+	if path != "/healthz" && path != "/readyz" {
+		// As for an unknown route: with an auth file, what a route takes
+		// is told only to a valid token.
+		wrong = s.guard(wrong, func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere })
+	}
 	s.mux.HandleFunc(path, func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != method && !(method == http.MethodGet && r.Method == http.MethodHead) {
-			w.Header().Set("Allow", method)
-			writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, fmt.Sprintf("%s takes %s", path, method)))
+			wrong(w, r)
 			return
 		}
 		h(w, r)
