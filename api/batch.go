@@ -640,18 +640,6 @@ func (o *opRecorder) result() wire.BatchResult {
 // featureBatch, on /healthz, says this node's Apply knows batch entries.
 const featureBatch = "batch-entry"
 
-// withBatchFeature adds featureBatch to the features withFeatures lists.
-func withBatchFeature(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if f := w.Header().Get(featuresHeader); f != "" {
-			w.Header().Set(featuresHeader, f+","+featureBatch)
-		} else {
-			w.Header().Set(featuresHeader, featureBatch)
-		}
-		h(w, r)
-	}
-}
-
 // batchGate remembers whether every member knows batch entries. A member
 // found lacking (an older version, or not answering) is asked again after
 // batchGateRetry; meanwhile a batch's ops are proposed one entry each, as

@@ -17,7 +17,7 @@ import (
 func TestBatchFeatureIsAdvertisedAndRequired(t *testing.T) {
 	s := &Server{cfg: Config{}}
 	s.fwd = newForwarder(s)
-	current := httptest.NewServer(withFeatures(withBatchFeature(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") })))
+	current := httptest.NewServer(withFeatures(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }, featureSecret, featureBatch))
 	defer current.Close()
 	older := httptest.NewServer(withFeatures(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "{}") }))
 	defer older.Close()

@@ -10,6 +10,7 @@ import (
 	"hash"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -220,10 +221,11 @@ const (
 	featureSecret  = "cluster-secret"
 )
 
-// withFeatures answers h with this node's features.
-func withFeatures(h http.HandlerFunc) http.HandlerFunc {
+// withFeatures answers h with features listed in featuresHeader.
+func withFeatures(h http.HandlerFunc, features ...string) http.HandlerFunc {
+	list := strings.Join(features, ",")
 	return func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set(featuresHeader, featureSecret)
+		w.Header().Set(featuresHeader, list)
 		h(w, r)
 	}
 }

@@ -14,19 +14,6 @@ import (
 // would refuse, and so fall out of step with the others.
 const featureHeaderLists = "header-lists"
 
-// withHeaderListsFeature adds featureHeaderLists to the features listed by
-// the handlers around it.
-func withHeaderListsFeature(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if f := w.Header().Get(featuresHeader); f != "" {
-			w.Header().Set(featuresHeader, f+","+featureHeaderLists)
-		} else {
-			w.Header().Set(featuresHeader, featureHeaderLists)
-		}
-		h(w, r)
-	}
-}
-
 // listsGate remembers whether every member knows header lists. Only a
 // complete that stores a header as an array asks; a member found lacking
 // is asked again after listsGateRetry, and all of them every

@@ -26,19 +26,6 @@ func (s *Server) retention() time.Duration {
 // retention each claim carries, out of step with the others.
 const featureRetention = "cluster-retention"
 
-// withRetentionFeature adds featureRetention to the features listed by
-// the handlers around it.
-func withRetentionFeature(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if f := w.Header().Get(featuresHeader); f != "" {
-			w.Header().Set(featuresHeader, f+","+featureRetention)
-		} else {
-			w.Header().Set(featuresHeader, featureRetention)
-		}
-		h(w, r)
-	}
-}
-
 type retentionRequest struct {
 	Retention           string `json:"retention"`
 	AllowShortRetention bool   `json:"allow_short_retention"`
