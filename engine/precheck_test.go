@@ -151,6 +151,13 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 		case x < 10:
 			peek = func() (Result, bool) { return h.db.PeekDelete(s, now) }
 			op = func(tx *Txn, now int64, _ uint64) Result { return tx.Delete(s, false, now) }
+		case x < 11 && r.IntN(3) == 0:
+			// The cluster's retention changes (OpSetRetention), longer or
+			// shorter than what the claims carry: their own retention must
+			// decide nothing once one is pinned, in the peek as in Apply.
+			ms := int64(5_000 + r.IntN(120_000))
+			h.apply(now, func(tx *Txn, n int64, _ uint64) Result { tx.SetRetention(ms); return Result{NowMs: n} })
+			continue
 		default:
 			// Drop what has expired, as the leader's sweeper would.
 			buckets, err := h.db.ExpiredBuckets(now, 4)
@@ -161,6 +168,7 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 			continue
 		}
 		want, ok := peek()
+		before := h.db.Meta()
 		h.idx++
 		tx := h.db.Begin()
 		tx.EnsureWidth(testWidth)
@@ -173,6 +181,9 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 			seen[want.Outcome] = true
 			require.Equal(t, want, got, "op %d: the peek and Apply disagree", i)
 			require.False(t, wrote, "op %d: the peek answered %s, but Apply wrote", i, want.Outcome)
+			m := tx.Meta()
+			m.Applied, m.NowMs = before.Applied, before.NowMs
+			require.Equal(t, before, m, "op %d: the peek answered %s, but Apply changed the metadata", i, want.Outcome)
 		} else {
 			proposed++
 			if h.db.Meta().Width != 0 && h.db.Meta().Scope != ScopeUnset {
