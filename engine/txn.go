@@ -171,9 +171,19 @@ func (t *Txn) PinScope(principal bool) bool {
 // on. Records already stored keep the expiry they were promised: a
 // shorter retention never shortens one, and a longer one never stretches
 // one (clients were told its expires_at).
+//
+// It widens MaxRetentionMs at once, as the first claim with the new
+// retention would: once the retention is pinned, a claim then changes no
+// metadata, so a claim the precheck peek settles without a log entry (a
+// replay, a refusal) leaves the state exactly as its Apply would have.
+// Widening only at the next applied claim made that claim's Apply write
+// meta its peek skipped (TestPeeksAgreeWithApply).
 func (t *Txn) SetRetention(ms int64) {
 	if ms > 0 {
 		t.meta.RetentionMs = ms
+		if ms > t.meta.MaxRetentionMs {
+			t.meta.MaxRetentionMs = ms
+		}
 	}
 }
 
