@@ -80,3 +80,36 @@ func TestRetentionSurvivesReopenAndSnapshot(t *testing.T) {
 	h2 := &harness{t: t, db: re, idx: 10}
 	require.Equal(t, now+2+3*testRet, h2.claim(now+2, args(scope("b"))).Record.ExpiresMs)
 }
+
+// A restore replaces the retention with the stream's, also when the
+// stream has none (a state before its first claim, or a backup of an
+// older release): the store is unpinned after it, in memory and on disk,
+// as every replica that restores or replays that state.
+func TestRestoreWithoutRetentionUnpins(t *testing.T) {
+	const now = int64(1_700_000_000_000)
+	src := newHarness(t)
+	src.complete(now, scope("a"), 1, resp("x")) // fixes width and scope, claims nothing
+	require.Zero(t, src.db.Meta().RetentionMs)
+	snap, err := src.db.Snapshot()
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	snap.Close()
+
+	fs := vfs.NewMem()
+	db := mustOpenFS(t, fs, "db")
+	h := &harness{t: t, db: db}
+	h.claim(now, args(scope("b")))
+	h.apply(now+1, func(tx *Txn, n int64, _ uint64) Result { tx.SetRetention(3 * testRet); return Result{NowMs: n} })
+	require.Equal(t, int64(3*testRet), db.Meta().RetentionMs)
+	require.NoError(t, db.Restore(bytes.NewReader(buf.Bytes())))
+	require.Zero(t, db.Meta().RetentionMs, "in memory")
+	require.NoError(t, db.Close())
+	re := mustOpenFS(t, fs, "db")
+	require.Zero(t, re.Meta().RetentionMs, "on disk")
+	h2 := &harness{t: t, db: re, idx: re.Meta().Applied}
+	require.Equal(t, now+2+testRet/2, h2.claim(now+2, with(args(scope("c")), func(a *ClaimArgs) { a.RetentionMs = testRet / 2 })).Record.ExpiresMs,
+		"the next claim pins its own")
+	require.Equal(t, int64(testRet/2), re.Meta().RetentionMs)
+}
