@@ -94,7 +94,13 @@ func (s *Server) checkRetention(req retentionRequest) (time.Duration, *problem) 
 	if d < time.Millisecond {
 		return 0, invalid("retention %s is under a millisecond", d)
 	}
-	if err := ttl.ValidateSpan(d, s.cfg.BucketWidth); err != nil {
+	// Counted in the cluster's buckets: this node's --bucket-width may
+	// differ from the width the cluster's first command fixed.
+	width := s.cfg.BucketWidth
+	if w, ok := s.store.BucketWidth(); ok {
+		width = w
+	}
+	if err := ttl.ValidateSpan(d, width); err != nil {
 		return 0, invalid("retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
 	}
 	return d, nil

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -104,4 +105,30 @@ func TestSetRetentionWaitsForEveryMember(t *testing.T) {
 	r := n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "48h"})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	require.Equal(t, "48h0m0s", n.do("GET", "/v1/config", nil).obj(t)["retention"])
+}
+
+// The span a retention may cover is counted in the cluster's bucket width
+// (fixed by its first command), not in this node's --bucket-width: a node
+// that joined with another flag, or a leader that did, measured 9000h in
+// its own 1h buckets and let every claim of a 1m-wide cluster probe
+// 540,000 of them.
+func TestSetRetentionSpanInTheClustersWidth(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, func(c *nodeConfig) { c.raft.BucketWidth = time.Minute })
+	n.mustClaim(sc("pins-the-width"), fp1)
+	other := api.New(n.node, api.Config{Retention: 24 * time.Hour, DefaultLease: 30 * time.Second,
+		Limits: api.DefaultLimits(), BucketWidth: time.Hour})
+	srv := httptest.NewServer(other)
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPut, srv.URL+"/v1/admin/retention", strings.NewReader(`{"retention":"9000h"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), "540000 buckets of width 1m0s")
+	ret, _ := n.node.Retention()
+	require.Equal(t, 24*time.Hour, ret, "nothing changed")
 }

@@ -42,6 +42,9 @@ type Store interface {
 	// first claim has pinned it yet; SetRetention changes it (leader only).
 	Retention() (time.Duration, bool)
 	SetRetention(time.Duration) error
+	// BucketWidth is the cluster's bucket width and whether its first
+	// command has fixed it yet.
+	BucketWidth() (time.Duration, bool)
 	// Backup takes a snapshot of the whole state holding every write
 	// acknowledged before the call (leader only); the caller closes it.
 	Backup(ctx context.Context) (*engine.Snapshot, error)

@@ -283,6 +283,14 @@ func (n *Node) ScopeMode() (string, bool) {
 	return m.String(), m != engine.ScopeUnset
 }
 
+// BucketWidth is the cluster's bucket width and whether it is fixed yet
+// (by the first command): this node's --bucket-width may differ (a node
+// that joined with another flag); the state's decides.
+func (n *Node) BucketWidth() (time.Duration, bool) {
+	w := n.db.Meta().Width
+	return time.Duration(w) * time.Millisecond, w > 0
+}
+
 // Retention is the cluster's retention of new records and whether it is
 // pinned yet: the first claim fixes it (from the deciding node's
 // --retention) and only SetRetention changes it, so every node gives a
