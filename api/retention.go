@@ -11,8 +11,9 @@ import (
 
 // retention is what a claim gets: the cluster's retention once the first
 // claim pinned it, before that this node's --retention (which that claim
-// pins). Apply decides with the pinned one either way; the command carries
-// it too, so a replica of an older release decides the same.
+// pins). raftfsm stamps the pinned one into the command again on the
+// leader, and Apply decides with the command's, so a replica of an older
+// release decides the same.
 func (s *Server) retention() time.Duration {
 	if d, ok := s.store.Retention(); ok {
 		return d

@@ -45,8 +45,10 @@ type Meta struct {
 	RetentionMs int64
 }
 
-// ClaimRetention is the retention a claim with args a gets in this state:
-// the pinned one, or before the first claim the one a carries.
+// ClaimRetention is the retention a leader whose applied state this is
+// stamps into a claim's command (raftfsm): the pinned one, or before the
+// first claim the one a carries (the node's --retention), which that
+// claim then pins. Apply decides with the command's.
 func (m Meta) ClaimRetention(a ClaimArgs) int64 {
 	if m.RetentionMs > 0 {
 		return m.RetentionMs

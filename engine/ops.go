@@ -83,9 +83,12 @@ type TokenArgs struct {
 // live one, or decides what the caller gets instead. token is the fencing
 // token of a new attempt (the raft index of the command).
 func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
-	// The cluster's retention decides, never the command's: the first
-	// claim pins it (Meta.RetentionMs).
-	a.RetentionMs = t.meta.ClaimRetention(a)
+	// The command's retention decides, as in every release before the
+	// cluster's retention: the leader stamps the cluster's into it
+	// (raftfsm's Node.Claim, Meta.ClaimRetention), so an entry applies the
+	// same on a replica of any version, and a replay after an upgrade
+	// gives the records the expiry they were acknowledged with. The first
+	// claim pins the cluster's retention (Meta.RetentionMs).
 	if t.meta.RetentionMs == 0 && a.RetentionMs > 0 {
 		t.meta.RetentionMs = a.RetentionMs
 	}

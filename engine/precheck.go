@@ -43,8 +43,8 @@ func (d *DB) PeekClaim(a ClaimArgs, proposedMs int64) (Result, bool) {
 	if !ok {
 		return Result{}, false
 	}
-	if r := m.ClaimRetention(a); r > m.MaxRetentionMs {
-		m.MaxRetentionMs = r // as Claim widens the span it probes
+	if a.RetentionMs > m.MaxRetentionMs {
+		m.MaxRetentionMs = a.RetentionMs // as Claim widens the span it probes
 	}
 	scope := AppendScope(nil, a.Scope, m.Scope == ScopePrincipal)
 	res := Result{NowMs: now}

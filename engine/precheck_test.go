@@ -136,6 +136,9 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 			a := ClaimArgs{Scope: s, Fingerprint: fmt.Sprint("f", r.IntN(2)), ClaimID: fmt.Sprint("c", r.IntN(2)),
 				LeaseMs: int64(500 + r.IntN(6000)), RetentionMs: int64(20_000 + r.IntN(40_000)),
 				MaxKeys: int64(1 + r.IntN(3)), MaxPrincipals: int64(1 + r.IntN(3))}
+			// As the leader stamps it: the cluster's retention once pinned,
+			// before that the one the claim carries (the leader's flag).
+			a.RetentionMs = h.db.Meta().ClaimRetention(a)
 			peek = func() (Result, bool) { return h.db.PeekClaim(a, now) }
 			op = func(tx *Txn, now int64, idx uint64) Result { return tx.Claim(a, idx, now) }
 		case x < 7:

@@ -211,6 +211,7 @@ func (n *Node) batchCommand(op *BatchOp) (*Command, error) {
 			return nil, bad("claim")
 		}
 		a := *op.Claim
+		n.stampRetention(&a)
 		n.sealClaim(&a)
 		return &Command{Op: OpClaim, Claim: &a}, nil
 	case OpComplete:

@@ -300,6 +300,15 @@ func (n *Node) Retention() (time.Duration, bool) {
 	return time.Duration(ms) * time.Millisecond, ms > 0
 }
 
+// stampRetention gives a claim the cluster's retention, as this node's
+// applied state holds it (Apply decides with the command's: see
+// engine.Txn.Claim). A leader has applied every entry of earlier terms
+// before it proposes; an entry of its own term that changes the retention
+// applies to the claims proposed once it is applied.
+func (n *Node) stampRetention(a *engine.ClaimArgs) {
+	a.RetentionMs = n.db.Meta().ClaimRetention(*a)
+}
+
 // SetRetention makes d the retention of every record claimed once it is
 // applied (leader only). Stored records keep their expiry.
 func (n *Node) SetRetention(d time.Duration) error {
@@ -452,6 +461,7 @@ func mapRaftError(err error) error {
 // refusals of Complete, Release, Extend and Delete.
 func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	start := time.Now()
+	n.stampRetention(&a)
 	n.sealClaim(&a)
 	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a})
 	if err != nil {

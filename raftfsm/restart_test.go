@@ -142,6 +142,12 @@ func TestRetentionIsReplicatedState(t *testing.T) {
 	require.True(t, pinned)
 	require.Equal(t, time.Hour, ret)
 	require.Equal(t, time.Hour, span(claim(n, "b", time.Minute)), "the pinned retention decides, not the command's")
+	// The batch path too (POST /v1/batch).
+	out := n.Batch([]BatchOp{{Op: OpClaim, Claim: &engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: "batch"},
+		Fingerprint: "aa", LeaseMs: 1000, RetentionMs: time.Minute.Milliseconds()}}})
+	require.NoError(t, out[0].Err)
+	require.Equal(t, engine.OutcomeClaimed, out[0].Outcome)
+	require.Equal(t, time.Hour, span(out[0].Record), "a batch's claim gets the pinned retention")
 
 	require.NoError(t, n.SetRetention(48*time.Hour))
 	require.Equal(t, 48*time.Hour, span(claim(n, "c", time.Minute)))
