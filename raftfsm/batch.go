@@ -326,6 +326,11 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 		}
 		return nil, fmt.Errorf("%w: the term's barrier failed: %s", ErrNotProposed, err)
 	}
+	for _, c := range ops {
+		if c.Op == OpClaim && c.Claim != nil {
+			n.stampRetention(c.Claim) // again: the barrier may have applied a change
+		}
+	}
 	data, err := encodeBatch(n.clock.NowMs(), n.widthMs, ops)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotProposed, err)

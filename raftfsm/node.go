@@ -302,9 +302,12 @@ func (n *Node) Retention() (time.Duration, bool) {
 
 // stampRetention gives a claim the cluster's retention, as this node's
 // applied state holds it (Apply decides with the command's: see
-// engine.Txn.Claim). A leader has applied every entry of earlier terms
-// before it proposes; an entry of its own term that changes the retention
-// applies to the claims proposed once it is applied.
+// engine.Txn.Claim). Node.Claim and the batch stamp before the precheck
+// peek; propose stamps again after the term's barrier, so a new leader
+// whose state had not applied an earlier term's change (or the first
+// claim's pin) stamps what the log holds. An entry of the leader's own
+// term that changes the retention applies to the claims proposed once it
+// is applied.
 func (n *Node) stampRetention(a *engine.ClaimArgs) {
 	a.RetentionMs = n.db.Meta().ClaimRetention(*a)
 }
@@ -413,6 +416,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	}
 	c.NowMs = n.clock.NowMs()
 	c.WidthMs = n.widthMs
+	if c.Op == OpClaim && c.Claim != nil {
+		n.stampRetention(c.Claim) // again: the barrier may have applied a change
+	}
 	data, err := c.Encode()
 	if err != nil {
 		return nil, err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -161,4 +162,55 @@ func TestRetentionIsReplicatedState(t *testing.T) {
 	require.True(t, pinned)
 	require.Equal(t, 48*time.Hour, ret)
 	require.Equal(t, 48*time.Hour, span(claim(m, "d", time.Minute)))
+}
+
+// A leader stamps the cluster's retention into a claim after the term's
+// barrier, not only from the state it had applied when the claim arrived:
+// a new leader that had not applied a change of the retention committed
+// before (or the first claim's pin) would otherwise stamp the old value,
+// and Apply decides with the command's.
+func TestClaimStampedAfterTheTermsBarrier(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
+	claimArgs := func(key string) engine.ClaimArgs {
+		return engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key},
+			Fingerprint: "aa", LeaseMs: 1000, RetentionMs: time.Minute.Milliseconds()}
+	}
+	_, _, err := n.Claim(with(claimArgs("a"), time.Hour))
+	require.NoError(t, err)
+
+	// The change commits, but this node's FSM has not applied it when the
+	// claim arrives; the claim then waits for the term's barrier.
+	var stuck atomic.Bool
+	stuck.Store(true)
+	setApplyHook(t, func(f *FSM, _ []*raft.Log) {
+		for f == n.fsm && stuck.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	last := n.raft.LastIndex()
+	set := make(chan error, 1)
+	go func() { set <- n.SetRetention(48 * time.Hour) }()
+	require.Eventually(t, func() bool { return n.raft.LastIndex() > last }, 5*time.Second, 5*time.Millisecond)
+	n.barrierTerm.Store(0) // as a new leader: a barrier before its first proposal
+	type claimed struct {
+		rec *engine.Record
+		err error
+	}
+	got := make(chan claimed, 1)
+	go func() {
+		res, _, err := n.Claim(claimArgs("b"))
+		got <- claimed{res.Record, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the claim is stamped and waits for the barrier
+	stuck.Store(false)
+	require.NoError(t, <-set)
+	c := <-got
+	require.NoError(t, c.err)
+	require.Equal(t, 48*time.Hour, time.Duration(c.rec.ExpiresMs-c.rec.CreatedMs)*time.Millisecond,
+		"stamped with the retention the log held before the claim, not with the one applied when it arrived")
+}
+
+func with(a engine.ClaimArgs, ret time.Duration) engine.ClaimArgs {
+	a.RetentionMs = ret.Milliseconds()
+	return a
 }
