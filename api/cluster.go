@@ -326,8 +326,15 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 			refused = newProblem(http.StatusConflict, codeNoTransferTarget, strings.TrimPrefix(err.Error(), "raftfsm: "))
 			refused.Title = "The named node cannot take the leadership"
 			return nil
-		case err != nil:
-			s.log.Error("leadership transfer failed", "error", err)
+		case err != nil && !errors.Is(err, raftfsm.ErrNotLeader) && !errors.Is(err, raftfsm.ErrNoLeader):
+			// The target did not take over in time (down, behind) or a
+			// transfer is already under way: nothing to retry blindly.
+			s.log.Warn("leadership transfer failed", "to", req.ID, "error", err)
+			refused = newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf(
+				"the leadership transfer did not complete (%s): see idem cluster status for who leads and which voters are healthy",
+				strings.TrimPrefix(err.Error(), "raftfsm: ")))
+			refused.retryAfter = 1
+			return nil
 		}
 		return err
 	}) != nil {
@@ -342,8 +349,10 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 		a.Outcome, a.Leader = "unchanged", a.From // asked to lead, and leads
 	} else {
 		// Who took over: raft's transfer returns once the target was told
-		// to campaign; its election takes a moment more.
-		deadline := time.Now().Add(3 * time.Second)
+		// to campaign; its election takes a moment more. The wait stays
+		// short: through a follower, the whole answer must come within
+		// the follower's forward deadline (LeaderWait).
+		deadline := time.Now().Add(time.Second)
 		for time.Now().Before(deadline) && r.Context().Err() == nil {
 			if l, ok := s.store.Leader(); ok && l.ID != a.From {
 				a.Leader = l.ID

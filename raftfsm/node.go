@@ -772,6 +772,9 @@ func (n *Node) TransferLeadershipTo(id string) error {
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
 	if err := f.Error(); err != nil {
+		if errors.Is(err, raft.ErrNotLeader) {
+			return n.notLeader()
+		}
 		return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 	}
 	return nil

@@ -1176,3 +1176,31 @@ func TestClusterTransferUnderLoad(t *testing.T) {
 	verifyAcknowledged(t, c.nodes, res, "")
 	waitSameState(t, c.nodes...)
 }
+
+// A transfer to a voter that is down does not hang or answer 500: the
+// leader keeps the leadership and says the transfer did not complete.
+// Through a follower, a named transfer answers with who took over.
+func TestClusterTransferToAStoppedVoter(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, viaJoin, nil, nil)
+	l := c.leader()
+	down, via := c.others(l)[0], c.others(l)[1]
+	down.stop(t)
+	out, code := cli(t, "transfer-leadership", "--id", down.id, "--addr", l.http)
+	require.Equal(t, 1, code, "%s", out)
+	require.Contains(t, out, "the leadership transfer did not complete")
+	require.Contains(t, out, "HTTP 503")
+	for _, n := range []*cnode{l, via} {
+		st, err := c.status(n)
+		require.NoError(t, err)
+		require.NotNil(t, st.Leader)
+		require.Equal(t, l.id, st.Leader.ID, "the leader kept the leadership (as %s sees it)", n.id)
+	}
+
+	c.restart(down, nil)
+	c.waitStable(c.nodes...)
+	out, code = cli(t, "transfer-leadership", "--id", down.id, "--addr", via.http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, "leadership moved from "+l.id+" to "+down.id)
+	require.Equal(t, down, c.leader())
+}
