@@ -121,7 +121,7 @@ func TestLookupJudgesExpiryAtAppliedClusterTime(t *testing.T) {
 // The cluster's retention is replicated state: the first claim pins it,
 // a claim proposed with another retention (a leader started with another
 // --retention) gets the pinned one, SetRetention changes it for new
-// records only, and a restart (which replays the log into Pebble) keeps
+// records only, and a restart keeps
 // it.
 func TestRetentionIsReplicatedState(t *testing.T) {
 	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
