@@ -35,11 +35,13 @@ func TestSnapshotRoute(t *testing.T) {
 	require.Empty(t, head.raw)
 	require.Equal(t, "5", head.header.Get("X-Idem-Snapshot-Records"))
 
+	r = n.do("POST", "/v1/admin/snapshot", nil)
+	require.Equal(t, 405, r.status, "%s", r)
 	n.bearer = ""
 	r = n.do("GET", "/v1/admin/snapshot", nil)
 	require.Equal(t, 401, r.status, "%s", r)
 	r = n.do("POST", "/v1/admin/snapshot", nil)
-	require.Equal(t, 405, r.status, "%s", r)
+	require.Equal(t, 401, r.status, "without a token, not even the method is told: %s", r)
 
 	lone := mustNode(t, leaderless(100*time.Millisecond))
 	r = lone.do("GET", "/v1/admin/snapshot", nil)
