@@ -87,9 +87,15 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 	// cluster's retention: the leader stamps the cluster's into it
 	// (raftfsm's Node.Claim, Meta.ClaimRetention), so an entry applies the
 	// same on a replica of any version, and a replay after an upgrade
-	// gives the records the expiry they were acknowledged with. The first
-	// claim pins the cluster's retention (Meta.RetentionMs).
-	if t.meta.RetentionMs == 0 && a.RetentionMs > 0 {
+	// gives the records the expiry they were acknowledged with.
+	//
+	// The first claim of a new cluster pins the cluster's retention
+	// (Meta.RetentionMs). A state that an older release started (it holds
+	// MaxRetentionMs, which every release keeps, but no pin) is pinned only
+	// by OpSetRetention, which waits for every member to run this release:
+	// whether such a replica has applied a claim since its own upgrade is
+	// no part of the log, so pinning there gave replicas different pins.
+	if t.meta.RetentionMs == 0 && t.meta.MaxRetentionMs == 0 && a.RetentionMs > 0 {
 		t.meta.RetentionMs = a.RetentionMs
 	}
 	if a.RetentionMs > t.meta.MaxRetentionMs {

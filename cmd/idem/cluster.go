@@ -43,7 +43,9 @@ const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadershi
                          expires_at they were given. The cluster's retention is
                          replicated state: the first claim pins it from the
                          leader's serve --retention, and that flag changes
-                         nothing afterwards
+                         nothing afterwards. A cluster an earlier release
+                         started is pinned by its first set-retention: run it
+                         once every node is upgraded
 
 Any node answers; followers forward to the leader.
 

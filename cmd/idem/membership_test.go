@@ -409,7 +409,7 @@ func TestClusterRetentionIsTheClusters(t *testing.T) {
 	c.restart(n1, nil)
 	everyNodePublishes("48h0m0s")
 	require.Contains(t, n1.p.logs.String(), "--retention differs from the cluster's retention")
-	require.Contains(t, n1.p.logs.String(), "idem cluster set-retention --retention 24h0m0s")
+	require.Contains(t, n1.p.logs.String(), "Start this node with --retention 48h0m0s, or, to change the cluster's, run idem cluster set-retention")
 
 	// Bad input: a message naming the flag, and nothing changed.
 	for _, bad := range []struct {

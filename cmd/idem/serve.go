@@ -603,8 +603,11 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	retention := c.retention // what the first claim will pin, or what an earlier one did
 	if ret, pinned := node.Retention(); pinned && ret != c.retention {
 		retention = ret
-		log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. To change the cluster's: idem cluster set-retention --retention "+c.retention.String(),
+		log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. Start this node with --retention "+ret.String()+", or, to change the cluster's, run idem cluster set-retention",
 			"retention", c.retention.String(), "cluster-retention", ret.String())
+	} else if !pinned && node.DB().Meta().MaxRetentionMs > 0 {
+		log.Warn("this cluster was started by an earlier release and has no retention of its own yet: each claim gets the --retention of the leader deciding it. Once every node runs this release, run idem cluster set-retention --retention "+c.retention.String()+" (with the value every node has)",
+			"retention", c.retention.String())
 	}
 
 	srv := api.New(node, api.Config{
