@@ -43,8 +43,11 @@ func ValidateSpan(retention, width time.Duration) error {
 	if width <= 0 {
 		return nil
 	}
-	if n := retention / width; n > MaxSpanBuckets {
-		return fmt.Errorf("ttl: retention %s is %d buckets of width %s, over the %d a claim may probe; choose a shorter retention, or a wider --bucket-width (fixed when a data dir is created)", retention, n, width, MaxSpanBuckets)
+	// n whole widths and a part of one more is over the limit too (20001h
+	// at 2h is 10,000.5 widths); comparing with MaxSpanBuckets*width could
+	// overflow for a wide bucket.
+	if n := retention / width; n > MaxSpanBuckets || (n == MaxSpanBuckets && retention%width != 0) {
+		return fmt.Errorf("ttl: retention %s spans more than %d buckets of width %s, over the %d a claim may probe; choose a shorter retention, or a wider --bucket-width (fixed when a data dir is created)", retention, n, width, MaxSpanBuckets)
 	}
 	return nil
 }

@@ -362,3 +362,21 @@ func TestStepCapsHowFarOneEntryMovesTime(t *testing.T) {
 		t.Fatalf("a minute of real time is caught up in six entries: got %d", now)
 	}
 }
+
+// 20001h at the default 2h width is 10,000.5 widths: integer division
+// called it 10,000 and the API accepted it while the docs say at most
+// 10,000 widths (20,000 h).
+func TestValidateSpanRefusesAPartialWidthOverTheLimit(t *testing.T) {
+	w := 2 * time.Hour
+	if err := ValidateSpan(20000*time.Hour, w); err != nil {
+		t.Fatalf("20000h: %v", err)
+	}
+	for _, r := range []time.Duration{20000*time.Hour + time.Millisecond, 20001 * time.Hour, 20002 * time.Hour} {
+		if err := ValidateSpan(r, w); err == nil {
+			t.Fatalf("%s accepted", r)
+		}
+	}
+	if err := ValidateSpan(2_000_000*time.Hour, 1000*time.Hour); err != nil { // no overflow for a wide bucket
+		t.Fatalf("2000 widths of 1000h: %v", err)
+	}
+}
