@@ -95,6 +95,11 @@ func (s *Server) checkRetention(req retentionRequest) (time.Duration, *problem) 
 	if d < time.Millisecond {
 		return 0, invalid("retention %s is under a millisecond", d)
 	}
+	if d%time.Millisecond != 0 {
+		// The state holds milliseconds: 1.5ms was answered "set 1.5ms"
+		// and stored as 1ms.
+		return 0, invalid("retention %s is not a whole number of milliseconds", d)
+	}
 	// Counted in the cluster's buckets: this node's --bucket-width may
 	// differ from the width the cluster's first command fixed.
 	width := s.cfg.BucketWidth

@@ -132,3 +132,18 @@ func TestSetRetentionSpanInTheClustersWidth(t *testing.T) {
 	ret, _ := n.node.Retention()
 	require.Equal(t, 24*time.Hour, ret, "nothing changed")
 }
+
+// The state holds whole milliseconds: "1.5ms" was answered "set", 1.5ms,
+// and stored as 1ms (the next change's previous_retention said 1ms).
+func TestSetRetentionRefusesAFractionOfAMillisecond(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	before := n.stateHash()
+	p := requireProblem(t, n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "1.5ms", "allow_short_retention": true}), http.StatusBadRequest, "invalid_request")
+	require.Contains(t, p["detail"], "whole number of milliseconds")
+	requireProblem(t, n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "90000001us"}), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, before, n.stateHash(), "nothing written")
+	r := n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "90001ms"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, "1m30.001s", r.obj(t)["retention"])
+}
