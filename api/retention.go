@@ -53,16 +53,31 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	lacking := func() *problem {
+		l := s.membersLacking(r.Context(), featureRetention)
+		if l == "" {
+			return nil
+		}
+		p := newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf(
+			"changing the retention needs every member to run a version that holds the cluster's retention; %s not yet, or not answering (a rolling upgrade?): retry once they do", l))
+		p.retryAfter = 10
+		return p
+	}
+	// Asked here first, too: a leader of an older version knows no such
+	// route, and would answer the forwarded request 404.
+	if r.Header.Get(forwardedHeader) == "" && !s.store.IsLeader() {
+		if p := lacking(); p != nil {
+			writeProblem(w, p)
+			return
+		}
+	}
 	var prev time.Duration
 	var refused *problem
 	if s.onLeader(w, r, body, func() error {
 		if !s.store.IsLeader() {
 			return s.store.SetRetention(d) // refused: forwarded to the leader
 		}
-		if lacking := s.membersLacking(r.Context(), featureRetention); lacking != "" {
-			refused = newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf(
-				"changing the retention needs every member to run a version that holds the cluster's retention; %s not yet, or not answering (a rolling upgrade?): retry once they do", lacking))
-			refused.retryAfter = 10
+		if refused = lacking(); refused != nil {
 			return nil
 		}
 		prev = s.retention()
