@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -169,11 +170,26 @@ func hostPort(field, v, flag string) *problem {
 	return nil
 }
 
+// NodeIDPattern is what a node id may be (idem serve --node-id).
+var NodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+
+// memberID refuses an id no member can have, before it is echoed in an
+// answer or a log line (a 1 MB id came back whole in a 404).
+func memberID(id string) *problem {
+	if len(id) > 64 {
+		return invalid("id is %d bytes: a node id is at most 64 (idem serve --node-id)", len(id))
+	}
+	return nil
+}
+
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	var req clusterJoinRequest
 	body, p := s.readJSON(w, r, &req)
 	if p == nil && (req.ID == "" || req.RaftAddr == "" || req.HTTPAddr == "") {
 		p = invalid("id, raft_addr and http_addr are required")
+	}
+	if p == nil && !NodeIDPattern.MatchString(req.ID) {
+		p = invalid("id %q must be 1-64 letters, digits, '.', '_' or '-', the joining node's --node-id", truncate(req.ID, 70))
 	}
 	if p == nil {
 		p = hostPort("raft_addr", req.RaftAddr, "--raft-addr")
@@ -227,6 +243,9 @@ func (s *Server) handleRemove(w http.ResponseWriter, r *http.Request) {
 	body, p := s.readJSON(w, r, &req)
 	if p == nil && req.ID == "" {
 		p = invalid("id is required")
+	}
+	if p == nil {
+		p = memberID(req.ID)
 	}
 	if p != nil {
 		writeProblem(w, p)
@@ -302,6 +321,9 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	var req transferRequest
 	if p == nil && len(bytes.TrimSpace(body)) > 0 {
 		p = decodeStrict(body, &req)
+	}
+	if p == nil {
+		p = memberID(req.ID)
 	}
 	if p != nil {
 		writeProblem(w, p)

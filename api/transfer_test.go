@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -37,6 +38,16 @@ func TestTransferToANamedNode(t *testing.T) {
 	require.Contains(t, p["detail"], "n-absent is a non-voter")
 	requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"node": "n-absent"}), http.StatusBadRequest, "invalid_request")
 	requireProblem(t, n.post("/v1/cluster/transfer-leadership", "n-absent"), http.StatusBadRequest, "invalid_request")
+	// An id no node can have is refused before it is echoed anywhere.
+	long := strings.Repeat("a", 100_000)
+	for _, path := range []string{"/v1/cluster/transfer-leadership", "/v1/cluster/remove"} {
+		r := n.post(path, map[string]any{"id": long})
+		p := requireProblem(t, r, http.StatusBadRequest, "invalid_request")
+		require.Less(t, len(r.raw), 1000, "%s echoed the id", path)
+		require.Contains(t, p["detail"], "a node id is at most 64")
+	}
+	p = requireProblem(t, n.post("/v1/cluster/join", map[string]any{"id": "n 4/../x", "raft_addr": "127.0.0.1:9", "http_addr": "127.0.0.1:8"}), http.StatusBadRequest, "invalid_request")
+	require.Contains(t, p["detail"], "must be 1-64 letters, digits")
 
 	r := n.post("/v1/cluster/transfer-leadership", map[string]any{"id": self})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)

@@ -10,7 +10,6 @@ import (
 	"maps"
 	"net"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -81,7 +80,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fs := flag.NewFlagSet("idem cluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "HTTP address of any node (env IDEM_ADDR)")
-	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
+	tokenOf := authTokenFlag(fs, "bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
 	id := fs.String("id", "", "node id (join, remove; transfer-leadership: the voter to hand it to, default the most up to date)")
 	raftAddr := fs.String("raft-addr", "", "raft address of the node to add (join)")
 	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add (join)")
@@ -101,8 +100,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return code
 	}
 	var opts []client.Option
-	if *token != "" {
-		opts = append(opts, client.WithToken(*token))
+	if token := tokenOf(); token != "" {
+		opts = append(opts, client.WithToken(token))
 	}
 	tlsOpts, err := tlsFlags.options()
 	if err != nil {
@@ -204,6 +203,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		switch {
 		case a.Outcome == "unchanged":
 			fmt.Fprintf(stdout, "%s leads already\n", a.Leader)
+		case a.From == "": // a node of an earlier release says only that
+			fmt.Fprintln(stdout, "leadership transferred: see idem cluster status for the new leader")
 		case a.Leader != "":
 			fmt.Fprintf(stdout, "leadership moved from %s to %s\n", a.From, a.Leader)
 		default:

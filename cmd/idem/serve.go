@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -168,7 +167,8 @@ func envError(f *flag.Flag, v string, err error) error {
 	return fmt.Errorf("%s: %w", msg, err)
 }
 
-var nodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)
+// nodeIDPattern is what a node id may be: the one rule the join API holds too.
+var nodeIDPattern = api.NodeIDPattern
 
 // validate reports every bad flag at once, each naming its flag.
 func (c *serveConfig) validate() error {

@@ -40,7 +40,8 @@ check  validates an auth file as idem serve would, and lists its tokens.
 Roles: app (claim, complete, release, extend, look up: only for its
 principals, exact names or prefixes ending in '*'), operator (all
 principals, evictions, /metrics, /v1/config, cluster status) and admin
-(everything: membership, leadership transfer, snapshots, /debug/pprof).
+(everything: membership, leadership transfer, snapshots, the cluster's
+retention, /debug/pprof).
 See docs/SECURITY.md.
 `
 
