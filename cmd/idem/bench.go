@@ -36,7 +36,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	principals := fs.Int("principals", 100, "number of principals the keys are spread over")
 	keyBytes := fs.Int("key-bytes", 32, "size of each key")
 	bodyBytes := fs.Int("body-bytes", 256, "size of each stored response body (complete)")
-	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token when the nodes use --auth-file")
+	token := authTokenFlag(fs, "bearer token when the nodes use --auth-file")
 	tlsFlags := addClientTLSFlags(fs)
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
@@ -75,7 +75,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	cfg := bench.Config{
 		Addrs: splitAddrs(*addrs), Concurrency: *conc, Duration: *dur, Ops: *ops, Warmup: *warm, Mix: m,
-		Principals: *principals, KeyBytes: *keyBytes, BodyBytes: *bodyBytes, AuthToken: *token, TLS: tlsCfg,
+		Principals: *principals, KeyBytes: *keyBytes, BodyBytes: *bodyBytes, AuthToken: token(), TLS: tlsCfg,
 		Batch: *batch,
 	}
 	if !*quiet {

@@ -341,3 +341,30 @@ func TestAddrWithV1Path(t *testing.T) {
 		t.Errorf("snapshot save --addr %s/v1: sent %q", f.url, f.path)
 	}
 }
+
+// IDEM_AUTH_TOKEN is read when --auth-token is not given, but is never
+// the flag's default: --help prints defaults, and an admin token landed
+// in terminals and CI logs (review finding).
+func TestAuthTokenFromEnvIsNeverPrinted(t *testing.T) {
+	const secret = "s3cr3t-from-env"
+	t.Setenv("IDEM_AUTH_TOKEN", secret)
+	for name, run := range map[string]func(context.Context, []string, io.Writer, io.Writer) int{
+		"cluster": runCluster, "snapshot": runSnapshot, "bench": runBench, "keys": runKeys,
+	} {
+		for _, args := range [][]string{{"--help"}, {"status", "--help"}, {"save", "--help"}} {
+			_, stdout, stderr := runClientCmd(t, run, args...)
+			if strings.Contains(stdout+stderr, secret) {
+				t.Errorf("idem %s %v printed the token of IDEM_AUTH_TOKEN", name, args)
+			}
+		}
+	}
+	f := newAPIFake(t, http.StatusOK, `{}`)
+	runClientCmd(t, runCluster, "status", "--addr", f.url)
+	if f.auth != "Bearer "+secret {
+		t.Errorf("cluster status sent Authorization %q, want the token of IDEM_AUTH_TOKEN", f.auth)
+	}
+	runClientCmd(t, runCluster, "status", "--addr", f.url, "--auth-token", "from-flag")
+	if f.auth != "Bearer from-flag" {
+		t.Errorf("cluster status sent Authorization %q, want --auth-token's", f.auth)
+	}
+}

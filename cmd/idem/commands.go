@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -136,6 +137,19 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 		return sub, 2, true
 	}
 	return sub, 0, false
+}
+
+// authTokenFlag registers --auth-token and returns its value, or when it
+// is not given, IDEM_AUTH_TOKEN's. The variable is not the flag's default:
+// --help prints defaults, and a token would land in terminals and CI logs.
+func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
+	v := fs.String("auth-token", "", usage)
+	return func() string {
+		if *v != "" {
+			return *v
+		}
+		return os.Getenv("IDEM_AUTH_TOKEN")
+	}
 }
 
 // printFlags prints every flag of fs with its usage string, as --name

@@ -53,7 +53,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem keys", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "HTTP address of any node (status; env IDEM_ADDR)")
-	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "bearer token with access to /metrics (status; env IDEM_AUTH_TOKEN)")
+	token := authTokenFlag(fs, "bearer token with access to /metrics (status; env IDEM_AUTH_TOKEN)")
 	keyFile := fs.String("encryption-key-file", "", "a key file to check against the key ids still needed (status)")
 	asJSON := fs.Bool("json", false, "print the key use as JSON (status)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long (status)")
@@ -76,7 +76,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		*addr = a
-		return keysStatus(ctx, *addr, *token, *keyFile, *asJSON, *timeout, tlsFlags, stdout, stderr)
+		return keysStatus(ctx, *addr, token(), *keyFile, *asJSON, *timeout, tlsFlags, stdout, stderr)
 	case "generate":
 		return keysGenerate(*id, *out, stdout, stderr)
 	}

@@ -45,7 +45,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs := flag.NewFlagSet("idem snapshot", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "save: HTTP address of any node (env IDEM_ADDR)")
-	token := fs.String("auth-token", os.Getenv("IDEM_AUTH_TOKEN"), "save: bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
+	token := authTokenFlag(fs, "save: bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
 	force := fs.Bool("force", false, "save: replace FILE if it exists")
 	tlsFlags := addClientTLSFlags(fs)
 	asJSON := fs.Bool("json", false, "inspect: print the header and counts as JSON")
@@ -96,7 +96,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 			return 2
 		}
 		*addr = a
-		return snapshotSave(ctx, file, *addr, *token, *force, tlsFlags, stdout, stderr)
+		return snapshotSave(ctx, file, *addr, token(), *force, tlsFlags, stdout, stderr)
 	case "inspect":
 		return snapshotInspect(file, *asJSON, stdout, stderr)
 	default:
