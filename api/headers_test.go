@@ -105,6 +105,26 @@ func mustJSON(t *testing.T, v any) string {
 	return string(b)
 }
 
+// joinOlderMember adds to n's cluster, as a non-voter, a member of an older
+// release: its /healthz lists base, and extra too once the returned flag
+// is set (the member was upgraded).
+func joinOlderMember(t *testing.T, n *testNode, base, extra string) *atomic.Bool {
+	t.Helper()
+	var upgraded atomic.Bool
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		features := base
+		if upgraded.Load() {
+			features += "," + extra
+		}
+		w.Header().Set("X-Idem-Features", features)
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(member.Close)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true)
+	require.NoError(t, err)
+	return &upgraded
+}
+
 // A complete with a header stored as an array is written in an encoding an
 // older member would refuse: while a member does not list header-lists on
 // its /healthz, it is refused with 503 and nothing is written; once every
@@ -112,19 +132,8 @@ func mustJSON(t *testing.T, v any) string {
 func TestHeaderListsWaitForEveryMember(t *testing.T) {
 	old := api.SetListsGateRetry(100 * time.Millisecond)
 	t.Cleanup(func() { api.SetListsGateRetry(old) })
-	var upgraded atomic.Bool
-	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		features := "cluster-secret,batch-entry"
-		if upgraded.Load() {
-			features += ",header-lists"
-		}
-		w.Header().Set("X-Idem-Features", features)
-		io.WriteString(w, "{}")
-	}))
-	defer member.Close()
 	n := mustNode(t)
-	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true)
-	require.NoError(t, err)
+	upgraded := joinOlderMember(t, n, "cluster-secret,batch-entry", "header-lists")
 
 	s := sc("rolling-upgrade")
 	tok := n.mustClaim(s, fp1)["token"].(string)

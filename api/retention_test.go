@@ -5,14 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-store/idem/api"
-	"github.com/idem-store/idem/raftfsm"
 )
 
 // The cluster's retention is replicated state (pinned by the first claim)
@@ -80,20 +78,9 @@ func TestSetRetention(t *testing.T) {
 // is refused with 503 naming it, and nothing is written.
 func TestSetRetentionWaitsForEveryMember(t *testing.T) {
 	t.Parallel()
-	var upgraded atomic.Bool
-	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		features := "cluster-secret,batch-entry,header-lists"
-		if upgraded.Load() {
-			features += ",cluster-retention"
-		}
-		w.Header().Set("X-Idem-Features", features)
-		io.WriteString(w, "{}")
-	}))
-	defer member.Close()
 	n := mustNode(t)
 	require.Contains(t, strings.Split(n.do("GET", "/healthz", nil).header.Get("X-Idem-Features"), ","), "cluster-retention")
-	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true)
-	require.NoError(t, err)
+	upgraded := joinOlderMember(t, n, "cluster-secret,batch-entry,header-lists", "cluster-retention")
 
 	before := n.stateHash()
 	p := requireProblem(t, n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "48h"}), http.StatusServiceUnavailable, "unavailable")
