@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
 )
 
@@ -25,7 +26,7 @@ func (s *Server) retention() time.Duration {
 // cluster's retention (raftfsm.OpSetRetention): a member of an older
 // version would skip that entry and go on deciding claims with the
 // retention each claim carries, out of step with the others.
-const featureRetention = "cluster-retention"
+const featureRetention = raftfsm.FeatureRetention
 
 type retentionRequest struct {
 	Retention           string `json:"retention"`

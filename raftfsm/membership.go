@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -61,7 +62,18 @@ type Member struct {
 	CheckedMsAgo *int64     `json:"checked_ms_ago"`
 	// UnhealthyReason says why Healthy is false.
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
+	// NotPromoted says why a healthy, caught-up non-voter is kept one.
+	NotPromoted string `json:"not_promoted,omitempty"`
 }
+
+// FeatureRetention, in a node's Status.Features (and its /healthz), says
+// its Apply knows the cluster's retention (OpSetRetention). A node without
+// it skips that entry and, leading, gives claims its own --retention.
+const FeatureRetention = "cluster-retention"
+
+// features are what this release's Apply knows that earlier ones did not
+// and that the leader checks before making a node a voter.
+var features = []string{FeatureRetention}
 
 // Status is the cluster as this node sees it.
 type Status struct {
@@ -81,6 +93,9 @@ type Status struct {
 	// HealthFrom is the node whose measurements the nodes' health shows:
 	// the leader. Empty when no leader's measurements were available.
 	HealthFrom string `json:"health_from,omitempty"`
+	// Features are what this node's Apply knows (FeatureRetention); a
+	// node of an earlier release lists none.
+	Features []string `json:"features,omitempty"`
 }
 
 // PeerProbe asks the node at httpAddr for its own Status, as it answers
@@ -182,7 +197,8 @@ func isAre(n int) string {
 // Status returns the cluster membership and raft progress, with the
 // members' health as this node measured it when it leads.
 func (n *Node) Status() (Status, error) {
-	st := Status{Self: n.self, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{}}
+	st := Status{Self: n.self, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{},
+		Features: features}
 	leader, hasLeader := n.Leader()
 	if hasLeader {
 		st.Leader = &leader
@@ -236,6 +252,9 @@ func (n *Node) Status() (Status, error) {
 			}
 			h.fill(m, now)
 			m.Healthy, m.UnhealthyReason = n.judge(h, raft.ServerID(m.ID), now)
+			if m.Suffrage == raft.Nonvoter.String() {
+				m.NotPromoted = n.notPromotable(h)
+			}
 		}
 		n.peers.mu.Unlock()
 		return st, nil
@@ -619,6 +638,8 @@ type peerHealth struct {
 	caughtUp   bool      // applied, at answeredAt, what was committed one round earlier
 	err        string    // why the last attempt failed ("" when it answered)
 	goodSince  time.Time // start of the current streak of healthy, caught-up answers
+	features   []string  // what its Apply knows, at answeredAt
+	refused    string    // the reason its promotion was last refused, logged once
 }
 
 func (h *peerHealth) fill(m *Member, now time.Time) {
@@ -797,6 +818,7 @@ func (n *Node) measure(ctx context.Context) {
 		}
 		h.err, h.answeredAt = "", r.at
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
+		h.features = r.st.Features
 		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit
 		// Its last contact from a leader counts only when it follows this one.
 		if r.st.LastLeaderContactMs != nil && r.st.Leader != nil && r.st.Leader.ID == n.self.ID {
@@ -810,6 +832,18 @@ func (n *Node) measure(ctx context.Context) {
 			h.goodSince = time.Time{}
 		}
 	}
+}
+
+// notPromotable says why a node that answered with h must stay a
+// non-voter whatever its health, or "". Once the cluster's retention is
+// pinned, a voter of an earlier release could lead and give claims its
+// own --retention, and would skip changes of the cluster's. The caller
+// holds n.peers.mu.
+func (n *Node) notPromotable(h *peerHealth) string {
+	if h.answeredAt.IsZero() || n.db.Meta().RetentionMs == 0 || slices.Contains(h.features, FeatureRetention) {
+		return ""
+	}
+	return "it runs a release that does not hold the cluster's retention (its status lists no " + FeatureRetention + "): upgrade it, and it is promoted once caught up"
 }
 
 // promote makes one healthy, caught-up non-voter a voter. One per round:
@@ -828,11 +862,18 @@ func (n *Node) promote() {
 		h := n.peers.byID[string(s.ID)]
 		ready := n.peers.term == n.term() && h != nil && !h.goodSince.IsZero() && now.Sub(h.goodSince) >= promoteStable
 		var applied, lag uint64
+		var why string
 		if h != nil {
 			applied, lag = h.applied, h.lag
+			if why = n.notPromotable(h); why != h.refused {
+				h.refused = why
+				if why != "" {
+					n.log.Warn("a caught-up non-voter is not made a voter", "node-id", s.ID, "reason", why)
+				}
+			}
 		}
 		n.peers.mu.Unlock()
-		if !ready {
+		if !ready || why != "" {
 			continue
 		}
 		if err := n.wait(n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout)); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -320,4 +321,40 @@ func TestYoungLeaderJudgesAReplayingNodeBehind(t *testing.T) {
 	n.peers.commits = []commitSample{sample(time.Second, 900), sample(probeEvery, 950)}
 	ok, why = n.judge(answered(0), "b", now)
 	require.True(t, ok, why)
+}
+
+// Once the cluster's retention is pinned, a caught-up non-voter of an
+// earlier release (its status lists no cluster-retention) is not made a
+// voter: leading, it would give claims its own --retention, and it skips
+// changes of the cluster's. Status says why; upgraded, it is promoted.
+func TestOlderReleaseIsNotPromotedOncePinned(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	require.NoError(t, claim(n1, "pins"))
+	_, pinned := n1.Retention()
+	require.True(t, pinned)
+	var upgraded atomic.Bool
+	n1.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if addr == "mem-n2" && !upgraded.Load() {
+			st.Features = nil // as a node of an earlier release answers
+		}
+		return st, err
+	})
+	n2 := c.open("n2", "", false)
+	res, err := n1.Join(n2.Self(), false)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	require.Eventually(t, func() bool { return member(t, n1, "n2").NotPromoted != "" }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(4 * promoteStable) // rounds in which a healthy, caught-up node would have been promoted
+	m := member(t, n1, "n2")
+	require.Equal(t, "Nonvoter", m.Suffrage)
+	require.True(t, m.Healthy, "%+v", m)
+	require.Contains(t, m.NotPromoted, "does not hold the cluster's retention")
+
+	upgraded.Store(true)
+	c.waitSuffrage(n1, "n2", "Voter")
+	require.Empty(t, member(t, n1, "n2").NotPromoted)
 }

@@ -298,7 +298,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	voters, healthy := 0, 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tHTTP\tRAFT")
-	var reasons []string
+	var reasons, kept []string
 	for _, m := range st.Nodes {
 		name := m.ID
 		if st.Leader != nil && m.ID == st.Leader.ID {
@@ -308,6 +308,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		if !m.Healthy {
 			h = "NO"
 			reasons = append(reasons, fmt.Sprintf("  %s: %s", m.ID, m.UnhealthyReason))
+		}
+		if m.NotPromoted != "" {
+			kept = append(kept, fmt.Sprintf("  %s: %s", m.ID, m.NotPromoted))
 		}
 		if m.Suffrage == "Voter" {
 			voters++
@@ -338,6 +341,12 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	if len(reasons) > 0 {
 		fmt.Fprintln(w, "unhealthy:")
 		for _, r := range reasons {
+			fmt.Fprintln(w, r)
+		}
+	}
+	if len(kept) > 0 {
+		fmt.Fprintln(w, "kept non-voters:")
+		for _, r := range kept {
 			fmt.Fprintln(w, r)
 		}
 	}
