@@ -157,15 +157,22 @@ func (s *Server) clusterScope() string {
 // An empty host (":7071", what --http-addr :7071 advertises) is this
 // machine to a dialer, which a cluster on one machine relies on.
 func hostPort(field, v, flag string) *problem {
-	_, port, err := net.SplitHostPort(v)
-	if err == nil {
-		n, perr := strconv.Atoi(port)
-		if perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
-			err = fmt.Errorf("port %q is not a number from 1 to 65535", port)
-		}
-	}
-	if err != nil {
+	if err := CheckHostPort(v); err != nil {
 		return invalid("%s %q must be host:port, the joining node's %s (e.g. 10.0.0.4:7071 or node-4:7071): %v", field, v, flag, err)
+	}
+	return nil
+}
+
+// CheckHostPort checks a host:port address with a port number from 1 to
+// 65535 (idem serve's address flags hold the same rule). An empty host
+// (":7070") is this machine to a dialer and every address to a listener.
+func CheckHostPort(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		return err
+	}
+	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
 	}
 	return nil
 }

@@ -13,7 +13,6 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -278,20 +277,9 @@ func (c *serveConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// checkHostPort is the check the join API applies to a member's addresses
-// (api/cluster.go, hostPort): host:port with a port number from 1 to
-// 65535. An empty host (":7070") is this machine to a dialer and every
-// address to a listener.
-func checkHostPort(v string) error {
-	_, port, err := net.SplitHostPort(v)
-	if err != nil {
-		return err
-	}
-	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
-		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
-	}
-	return nil
-}
+// checkHostPort is the check the join API applies to a member's
+// addresses: the flags that name addresses hold the same rule.
+var checkHostPort = api.CheckHostPort
 
 // sameAddr reports whether two host:port addresses are written the same
 // (a busy port written another way is found when the ports are opened).
