@@ -387,13 +387,7 @@ func (s *rawScanner) value(t reflect.Type, path string) *problem {
 			}
 		}
 	default: // a number, true, false or null
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return nil
-			}
-			s.i++
-		}
+		s.scalar()
 		return nil
 	}
 }
@@ -430,14 +424,19 @@ func (s *rawScanner) skip() bool {
 		}
 		return false
 	default: // a number, true, false or null
-		for s.i < len(s.b) {
-			switch s.b[s.i] {
-			case ',', '}', ']', ' ', '\t', '\n', '\r':
-				return true
-			}
-			s.i++
-		}
+		s.scalar()
 		return true
+	}
+}
+
+// scalar consumes a number, true, false or null: up to the next separator.
+func (s *rawScanner) scalar() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ',', '}', ']', ' ', '\t', '\n', '\r':
+			return
+		}
+		s.i++
 	}
 }
 
