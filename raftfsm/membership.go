@@ -427,6 +427,19 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) e
 	return nil
 }
 
+// server is the member id of conf, or ErrUnknownMember naming the members.
+func server(conf raft.Configuration, id string) (*raft.Server, error) {
+	var members []string
+	for i, s := range conf.Servers {
+		if string(s.ID) == id {
+			return &conf.Servers[i], nil
+		}
+		members = append(members, string(s.ID))
+	}
+	sort.Strings(members)
+	return nil, fmt.Errorf("%w: %s is not in the cluster (members: %s)", ErrUnknownMember, id, strings.Join(members, ", "))
+}
+
 // Remove removes a node from the cluster. Unless force, removing a voter is
 // refused (QuorumError) when fewer than a quorum of the remaining voters
 // would be healthy; removing the last voter is always refused. A forced
@@ -440,17 +453,9 @@ func (n *Node) Remove(id string, force bool) error {
 		return mapRaftError(err)
 	}
 	conf, confIndex := f.Configuration(), f.Index()
-	var target *raft.Server
-	var members []string
-	for i, s := range conf.Servers {
-		members = append(members, string(s.ID))
-		if string(s.ID) == id {
-			target = &conf.Servers[i]
-		}
-	}
-	if target == nil {
-		sort.Strings(members)
-		return fmt.Errorf("%w: %s is not in the cluster (members: %s)", ErrUnknownMember, id, strings.Join(members, ", "))
+	target, err := server(conf, id)
+	if err != nil {
+		return err
 	}
 	change := "removing " + id
 	if target.Suffrage == raft.Voter {
@@ -473,7 +478,7 @@ func (n *Node) Remove(id string, force bool) error {
 		return mapRaftError(err)
 	}
 	n.log.Info("removed a node from the cluster", "node-id", id, "forced", force)
-	_, err := n.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: id}})
+	_, err = n.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: id}})
 	if err != nil && id == n.self.ID {
 		// A leader that removed itself has stepped down and can propose
 		// nothing more: the removal is committed, and the address record

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -754,19 +753,11 @@ func (n *Node) TransferLeadershipTo(id string) error {
 		if err := cf.Error(); err != nil {
 			return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 		}
-		var target *raft.Server
-		var members []string
-		for i, s := range cf.Configuration().Servers {
-			members = append(members, string(s.ID))
-			if string(s.ID) == id {
-				target = &cf.Configuration().Servers[i]
-			}
+		target, err := server(cf.Configuration(), id)
+		if err != nil {
+			return err
 		}
-		switch {
-		case target == nil:
-			sort.Strings(members)
-			return fmt.Errorf("%w: %s is not in the cluster (members: %s)", ErrUnknownMember, id, strings.Join(members, ", "))
-		case target.Suffrage != raft.Voter:
+		if target.Suffrage != raft.Voter {
 			return fmt.Errorf("%w: %s is a non-voter: only a voter can lead (the leader promotes a non-voter once it has caught up)", ErrNotVoter, id)
 		}
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
