@@ -10,11 +10,10 @@ import (
 	"github.com/idem-store/idem/ttl"
 )
 
-// retention is what a claim gets: the cluster's retention once the first
-// claim pinned it, before that this node's --retention (which that claim
-// pins). raftfsm stamps the pinned one into the command again on the
-// leader, and Apply decides with the command's, so a replica of an older
-// release decides the same.
+// retention is what a claim gets, as /v1/config publishes it: the
+// cluster's retention once the first claim pinned it, before that this
+// node's --retention (which that claim pins). The claim itself carries the
+// node's flag, which the leader's raftfsm replaces with the pinned one.
 func (s *Server) retention() time.Duration {
 	if d, ok := s.store.Retention(); ok {
 		return d

@@ -220,7 +220,9 @@ func (s *Server) claimArgs(req *claimRequest) (engine.ClaimArgs, *problem) {
 	return engine.ClaimArgs{
 		Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Fingerprint: strings.ToLower(req.Fingerprint),
 		ClaimID: req.ClaimID, CorrelationID: req.CorrelationID, LeaseMs: lease,
-		RetentionMs: s.retention().Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
+		// This node's --retention: the leader replaces it with the cluster's
+		// once pinned (raftfsm stamps every claim), which it is not before.
+		RetentionMs: s.cfg.Retention.Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
 		MaxPrincipals: s.cfg.Limits.MaxPrincipals,
 	}, nil
 }
