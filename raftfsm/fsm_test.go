@@ -224,20 +224,25 @@ func TestClusterTimeNeverGoesBack(t *testing.T) {
 	require.Less(t, f.clock.NowMs(), int64(6000)+3*ttl.MaxStep.Milliseconds()+int64(time.Minute/time.Millisecond))
 }
 
-func benchClaims(b *testing.B, batch int, widthMs int64) {
+func benchClaims(b *testing.B, batch int, widthMs int64, randomKeys bool) {
 	f, db := mustFSM(b, b.TempDir())
 	defer db.Close()
 	now := time.Now().UnixMilli()
 	logs := make([]*raft.Log, batch)
 	idx := uint64(0)
+	rnd := rand.New(rand.NewPCG(1, 2))
 	b.ReportAllocs()
 	b.ResetTimer()
 	for done := 0; done < b.N; done += batch {
 		b.StopTimer() // encoding is the leader's cost, not apply's
 		for i := range logs {
 			idx++
+			key := fmt.Sprint("k-", idx)
+			if randomKeys {
+				key = fmt.Sprintf("%016x", rnd.Uint64())
+			}
 			c := &Command{Op: OpClaim, NowMs: now, WidthMs: widthMs, Claim: &engine.ClaimArgs{
-				Scope:       engine.Scope{Principal: "cus_" + fmt.Sprint(idx%1000), Endpoint: "POST /payments", Key: fmt.Sprint("k-", idx)},
+				Scope:       engine.Scope{Principal: "cus_" + fmt.Sprint(idx%1000), Endpoint: "POST /payments", Key: key},
 				Fingerprint: "9f86d081884c7d65", LeaseMs: 30000, RetentionMs: 86_400_000, MaxKeys: 1 << 40}}
 			data, _ := c.Encode()
 			logs[i] = &raft.Log{Index: idx, Type: raft.LogCommand, Data: data}
@@ -251,11 +256,13 @@ func benchClaims(b *testing.B, batch int, widthMs int64) {
 
 // BenchmarkApplyClaims measures FSM apply of fresh claims in raft batches
 // of 1, 64 and 512 entries (one Pebble commit per batch), at the default
-// bucket width.
+// bucket width. Keys are sequential ("k-1", "k-2", ...), or random as
+// clients make them (UUIDs): the memtable's inserts then land anywhere.
 func BenchmarkApplyClaims(b *testing.B) {
 	for _, n := range []int{1, 64, 512} {
-		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n, DefaultConfig().BucketWidth.Milliseconds()) })
+		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n, DefaultConfig().BucketWidth.Milliseconds(), false) })
 	}
+	b.Run("batch=64/keys=random", func(b *testing.B) { benchClaims(b, 64, DefaultConfig().BucketWidth.Milliseconds(), true) })
 }
 
 // BenchmarkApplyClaimsByWidth shows what the bucket width costs: a claim
@@ -264,7 +271,7 @@ func BenchmarkApplyClaims(b *testing.B) {
 // stays on disk.
 func BenchmarkApplyClaimsByWidth(b *testing.B) {
 	for _, w := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour, 6 * time.Hour} {
-		b.Run(fmt.Sprint("width=", w), func(b *testing.B) { benchClaims(b, 64, w.Milliseconds()) })
+		b.Run(fmt.Sprint("width=", w), func(b *testing.B) { benchClaims(b, 64, w.Milliseconds(), false) })
 	}
 }
 
