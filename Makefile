@@ -17,11 +17,13 @@ build: ## build bin/idem
 
 test: lint ## run every test (real Pebble, real raft, real processes)
 	$(GO) test -count=1 -timeout 20m ./...
+	cd bench/compare && $(GO) test -count=1 ./...
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	cd bench/compare && $(GO) vet ./...
 
 cluster: ## three local nodes on 127.0.0.1/2/3 in the foreground (Ctrl-C stops all)
 	./scripts/cluster.sh

@@ -15,11 +15,14 @@
 #                the same nodes with the Go client's batcher (POST /v1/batch, up to BATCH ops)
 #
 # Usage: bench/compare/run.sh [--clients N] [--duration 10s] [--warmup 2s]
-#          [--mix fresh=100] [--batch 256]
+#          [--mix fresh=100] [--batch 256] [--rounds 1]
 #          [--systems "redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3 idem1-batch idem3-batch"]
 #          [--no-install] [--keep] [-- extra flags for `compare run`]
+# --rounds N runs every system N times, the systems taking turns within each
+# round (a slower spell of the machine then hits them all), each run on a
+# fresh data dir; the table shows each system's median run and the range.
 # The same settings as environment variables: CLIENTS, DURATION, WARMUP, MIX,
-# SYSTEMS, BATCH, INSTALL=0, KEEP=1, READY_TIMEOUT (seconds, default 60), RESULTS (file),
+# SYSTEMS, BATCH, ROUNDS, INSTALL=0, KEEP=1, READY_TIMEOUT (seconds, default 60), RESULTS (file),
 # PORT_BASE (default 24600: Redis BASE+1, PostgreSQL +2, etcd client/peer +3/+4,
 # idem HTTP/raft +5/+6; three-node systems on 127.0.0.1, .2 and .3). A port
 # already taken stops the script before anything starts on it.
@@ -34,6 +37,7 @@ WARMUP=${WARMUP:-2s}
 MIX=${MIX:-fresh=100}
 SYSTEMS=${SYSTEMS:-"redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3 idem1-batch idem3-batch"}
 BATCH=${BATCH:-256}
+ROUNDS=${ROUNDS:-1}
 INSTALL=${INSTALL:-1}
 KEEP=${KEEP:-0}
 READY_TIMEOUT=${READY_TIMEOUT:-60}
@@ -49,6 +53,7 @@ while [ $# -gt 0 ]; do
     --mix) MIX=$2; shift 2 ;;
     --systems) SYSTEMS=$2; shift 2 ;;
     --batch) BATCH=$2; shift 2 ;;
+    --rounds) ROUNDS=$2; shift 2 ;;
     --results) RESULTS=$2; shift 2 ;;
     --port-base) PORT_BASE=$2; shift 2 ;;
     --no-install) INSTALL=0; shift ;;
@@ -58,6 +63,8 @@ while [ $# -gt 0 ]; do
     *) echo "run.sh: unknown argument $1 (--help lists them)" >&2; exit 2 ;;
   esac
 done
+
+case "$ROUNDS" in ''|*[!0-9]*|0) echo "run.sh: --rounds must be a whole number of at least 1, not \"$ROUNDS\"" >&2; exit 2 ;; esac
 
 log() { printf '[compare %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -157,24 +164,27 @@ ready() { # ready SYSTEM TARGET NAME
 
 results=()
 failed=()
+round=1
+run=$work/r1 # the data dirs of this round's servers
 bench() { # bench NAME SYSTEM TARGET LABEL DURABILITY DURABLE [compare run flags...]
-  log "$1: loading for $DURATION after $WARMUP warm-up with $CLIENTS clients, mix $MIX"
+  log "$1: loading for $DURATION after $WARMUP warm-up with $CLIENTS clients, mix $MIX (round $round of $ROUNDS)"
+  local out=$work/$1.r$round.json
   if "$compare" run --system "$2" --target "$3" --label "$4" --durability "$5" --durable="$6" \
     --concurrency "$CLIENTS" --duration "$DURATION" --warmup "$WARMUP" --mix "$MIX" \
-    --out "$work/$1.json" --quiet "${@:7}" ${extra[@]+"${extra[@]}"}; then
+    --out "$out" --quiet "${@:7}" ${extra[@]+"${extra[@]}"}; then
     :
   else
     local rc=$?
     [ $rc = 130 ] && { log "interrupted"; exit 130; }
-    failed+=("$1")
+    failed+=("$1 (round $round)")
   fi
-  [ -f "$work/$1.json" ] && results+=("$work/$1.json")
+  [ -f "$out" ] && results+=("$out")
   return 0
 }
 
 # ---------------------------------------------------------------- systems
 run_redis() { # run_redis NAME APPENDFSYNC LABEL DURABILITY DURABLE
-  local dir=$work/$1 port=$((PORT_BASE + 1))
+  local dir=$run/$1 port=$((PORT_BASE + 1))
   mkdir -p "$dir"
   port_free 127.0.0.1 $port
   start "$1" redis-server --bind 127.0.0.1 --port $port --dir "$dir" --daemonize no --save "" \
@@ -185,7 +195,7 @@ run_redis() { # run_redis NAME APPENDFSYNC LABEL DURABILITY DURABLE
 }
 
 run_postgres() {
-  local dir=$work/pg port=$((PORT_BASE + 2))
+  local dir=$run/pg port=$((PORT_BASE + 2))
   port_free 127.0.0.1 $port
   mkdir -p "$dir/data" "$dir/sock"
   [ "$(id -u)" = 0 ] && chown -R postgres:postgres "$dir"
@@ -211,8 +221,8 @@ run_etcd() { # run_etcd N
     eps+="${eps:+,}127.0.0.$i:$cport"
   done
   for i in $(seq "$n"); do
-    mkdir -p "$work/$name/e$i"
-    start "$name-e$i" etcd --name "e$i" --data-dir "$work/$name/e$i" \
+    mkdir -p "$run/$name/e$i"
+    start "$name-e$i" etcd --name "e$i" --data-dir "$run/$name/e$i" \
       --listen-client-urls "http://127.0.0.$i:$cport" --advertise-client-urls "http://127.0.0.$i:$cport" \
       --listen-peer-urls "http://127.0.0.$i:$pport" --initial-advertise-peer-urls "http://127.0.0.$i:$pport" \
       --initial-cluster "$cluster" --initial-cluster-state new --initial-cluster-token "idem-compare-$n" \
@@ -241,12 +251,12 @@ run_idem() { # run_idem N [BATCH]: BATCH > 0 loads through the Go client's batch
     peers+="${peers:+,}127.0.0.$i:$hport"
   done
   for i in $(seq "$n"); do
-    mkdir -p "$work/$name/n$i"
+    mkdir -p "$run/$name/n$i"
     if [ "$n" = 1 ]; then
-      start "$name-n$i" "$idem" serve --node-id "n$i" --data-dir "$work/$name/n$i" \
+      start "$name-n$i" "$idem" serve --node-id "n$i" --data-dir "$run/$name/n$i" \
         --http-addr "127.0.0.$i:$hport" --raft-addr "127.0.0.$i:$rport" --log-level warn
     else
-      start "$name-n$i" "$idem" serve --node-id "n$i" --data-dir "$work/$name/n$i" \
+      start "$name-n$i" "$idem" serve --node-id "n$i" --data-dir "$run/$name/n$i" \
         --http-addr "127.0.0.$i:$hport" --raft-addr "127.0.0.$i:$rport" --log-level warn \
         --bootstrap-expect "$n" --join "$peers"
     fi
@@ -261,6 +271,8 @@ run_idem() { # run_idem N [BATCH]: BATCH > 0 loads through the Go client's batch
 }
 
 started=$(date -u +%Y-%m-%dT%H:%M:%SZ)
+for round in $(seq "$ROUNDS"); do
+run=$work/r$round
 for s in $SYSTEMS; do
   case "$s" in
     redis-always) run_redis redis-always always "Redis $(redis-server --version | sed 's/.*v=\([0-9.]*\).*/\1/') (AOF always)" "appendfsync always" true ;;
@@ -275,6 +287,8 @@ for s in $SYSTEMS; do
     *) die "unknown system $s (redis-always redis-everysec postgres etcd1 etcd3 idem1 idem3 idem1-batch idem3-batch)" ;;
   esac
 done
+rm -rf "$run" # the next round starts every server on a fresh data dir
+done
 
 [ ${#results[@]} -gt 0 ] || die "no system produced a result"
 cpu=$(awk -F': ' '/model name/ {print $2; exit}' /proc/cpuinfo)
@@ -284,13 +298,17 @@ mem=$(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo)
   echo
   echo "$started, $(nproc) cores ($cpu), $mem, $(. /etc/os-release && echo "$PRETTY_NAME"), disk under $(df -P /tmp | awk 'NR==2 {print $1}')."
   echo "Workload: $CLIENTS clients, mix \`$MIX\`, $DURATION measured after $WARMUP warm-up, every system alone on loopback."
+  if [ "$ROUNDS" -gt 1 ]; then
+    echo "$ROUNDS rounds, the systems taking turns in each: every row is the system's median run (its p50 and p99 too),"
+    echo "the range is the slowest and fastest run, errors and correctness count every run."
+  fi
   echo
   "$compare" table "${results[@]}"
   echo
   echo "claims/s counts completed operations (with the default mix, fresh claims that must win);"
   echo "latencies in ms; \"idem ÷ this\" divides idem's claims/s (same number of nodes) by the row's."
   echo
-  echo "Reproduce: \`bench/compare/run.sh --clients $CLIENTS --duration $DURATION --warmup $WARMUP --mix $MIX\`"
+  echo "Reproduce: \`bench/compare/run.sh --clients $CLIENTS --duration $DURATION --warmup $WARMUP --mix $MIX --rounds $ROUNDS\`"
 } >"$RESULTS"
 cat "$RESULTS"
 if [ ${#failed[@]} -gt 0 ]; then

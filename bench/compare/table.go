@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,7 +15,8 @@ import (
 // given. The last column is idem's claims/s divided by the row's, against
 // idem with the same number of nodes (one-node rows against idem on one
 // node, three-node rows against idem on three); idem's batched rows say
-// how many times the unbatched row's claims/s they did.
+// how many times the unbatched row's claims/s they did. Several runs of
+// one system (run.sh --rounds) make one row: see medians.
 func cmdTable(files []string, w io.Writer) int {
 	var rs []Result
 	for _, f := range files {
@@ -38,15 +40,81 @@ func cmdTable(files []string, w io.Writer) int {
 	return 0
 }
 
-func writeTable(w io.Writer, rs []Result) {
+// row is one system in the table: its median run, and what every run of
+// it adds up to.
+type row struct {
+	Result
+	runs     int
+	min, max float64 // the slowest and fastest run's claims/s
+	errors   map[string]int
+	lost     [3]int // lost fresh claims, duplicates won, wrong answers
+}
+
+func (r *row) errorCount() int {
+	n := 0
+	for _, v := range r.errors {
+		n += v
+	}
+	return n
+}
+
+// medians makes one row per system (its label, nodes and batch), in the
+// order each first appears. A row's claims/s, p50 and p99 are those of
+// its median run by claims/s (the faster of the two middle ones for an
+// even count): a run whose latencies go with its throughput, not a blend.
+// Errors and wrong answers add up over every run, so one bad run shows.
+func medians(rs []Result) []row {
+	type id struct {
+		system       string
+		nodes, batch int
+	}
+	var order []id
+	runs := map[id][]Result{}
+	for _, r := range rs {
+		k := id{r.System, r.Nodes, r.Batch}
+		if _, ok := runs[k]; !ok {
+			order = append(order, k)
+		}
+		runs[k] = append(runs[k], r)
+	}
+	out := make([]row, 0, len(order))
+	for _, k := range order {
+		all := runs[k]
+		slices.SortStableFunc(all, func(a, b Result) int { return cmp.Compare(a.Report.OpsPerSec, b.Report.OpsPerSec) })
+		r := row{Result: all[len(all)/2], runs: len(all), min: all[0].Report.OpsPerSec,
+			max: all[len(all)-1].Report.OpsPerSec, errors: map[string]int{}}
+		for _, x := range all {
+			for e, n := range x.Report.Errors {
+				r.errors[e] += n
+			}
+			r.lost[0] += x.Report.LostFresh
+			r.lost[1] += x.Report.DupsWon
+			r.lost[2] += x.Report.WrongAnswer
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func writeTable(w io.Writer, results []Result) {
+	rs := medians(results)
+	rounds := false
+	for _, r := range rs {
+		rounds = rounds || r.runs > 1
+	}
 	idem := map[int]float64{}
 	for _, r := range rs {
 		if r.Kind == "idem" && r.Batch == 0 {
 			idem[r.Nodes] = r.Report.OpsPerSec
 		}
 	}
-	fmt.Fprintln(w, "| system | nodes | durability | claims/s | p50 ms | p99 ms | errors | correct | idem ÷ this |")
-	fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---|---:|")
+	if rounds {
+		fmt.Fprintln(w, "| system | nodes | durability | claims/s (median) | range | runs | p50 ms | p99 ms | errors | correct | idem ÷ this |")
+		fmt.Fprintln(w, "|---|---:|---|---:|---|---:|---:|---:|---:|---|---:|")
+	} else {
+		fmt.Fprintln(w, "| system | nodes | durability | claims/s | p50 ms | p99 ms | errors | correct | idem ÷ this |")
+		fmt.Fprintln(w, "|---|---:|---|---:|---:|---:|---:|---|---:|")
+	}
 	for _, r := range rs {
 		rep := r.Report
 		dur := r.Durability
@@ -64,17 +132,22 @@ func writeTable(w io.Writer, rs []Result) {
 				ratio = fmt.Sprintf("%.2f×", base/rep.OpsPerSec)
 			}
 		}
-		errs := fmt.Sprint(rep.ErrorCount())
-		if rep.ErrorCount() > 0 {
+		errs := fmt.Sprint(r.errorCount())
+		if r.errorCount() > 0 {
 			var parts []string
-			for _, k := range slices.Sorted(maps.Keys(rep.Errors)) {
-				parts = append(parts, fmt.Sprintf("%s %d", k, rep.Errors[k]))
+			for _, k := range slices.Sorted(maps.Keys(r.errors)) {
+				parts = append(parts, fmt.Sprintf("%s %d", k, r.errors[k]))
 			}
 			errs += " (" + strings.Join(parts, ", ") + ")"
 		}
 		correct := "yes"
-		if !rep.OK() {
-			correct = fmt.Sprintf("**NO** (lost %d, dup won %d, wrong %d)", rep.LostFresh, rep.DupsWon, rep.WrongAnswer)
+		if r.lost != [3]int{} {
+			correct = fmt.Sprintf("**NO** (lost %d, dup won %d, wrong %d)", r.lost[0], r.lost[1], r.lost[2])
+		}
+		if rounds {
+			fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.0f–%.0f | %d | %.2f | %.2f | %s | %s | %s |\n",
+				r.System, r.Nodes, dur, rep.OpsPerSec, r.min, r.max, r.runs, rep.All.P50, rep.All.P99, errs, correct, ratio)
+			continue
 		}
 		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %.2f | %.2f | %s | %s | %s |\n",
 			r.System, r.Nodes, dur, rep.OpsPerSec, rep.All.P50, rep.All.P99, errs, correct, ratio)
