@@ -48,9 +48,13 @@ func TestFloorCollectsLessAndStaysBounded(t *testing.T) {
 	if got := debug.SetGCPercent(100); got != 100 {
 		t.Fatalf("GOGC after Stop = %d, want the 100 found at Start", got)
 	}
-	// A stopped floor is idle: the pacing stays default.
-	if after := churn(256 << 20); after < base/4 {
-		t.Fatalf("%d collections per 256 MiB after Stop: the floor still acts", after)
+	// A stopped floor is idle: the pacing is the default again. Compared
+	// with the floor's own count over the same garbage, not with base: on a
+	// loaded machine a slow concurrent mark lets the heap overshoot its goal,
+	// and default pacing then collects half as often as when idle (29 per
+	// 256 MiB against 60 when make test ran beside other work).
+	if after := churn(512 << 20); after < 2*withFloor {
+		t.Fatalf("%d collections per 512 MiB after Stop, %d with the floor: the floor still acts", after, withFloor)
 	}
 }
 
