@@ -358,3 +358,23 @@ func TestOlderReleaseIsNotPromotedOncePinned(t *testing.T) {
 	c.waitSuffrage(n1, "n2", "Voter")
 	require.Empty(t, member(t, n1, "n2").NotPromoted)
 }
+
+// A node asks the members its state records when it hears no leader, but
+// only those of its own configuration: a node restored from another
+// cluster's backup holds that cluster's addresses, and asking them made it
+// a voter of the live cluster, its restored state replaced.
+func TestPeerHTTPAddrsAreTheConfigurationsOnly(t *testing.T) {
+	n := mustNode(t)
+	for _, info := range []NodeInfo{
+		{ID: "n2", RaftAddr: "127.0.0.2:7071", HTTPAddr: "127.0.0.2:7070"}, // a member of the backup's cluster
+		{ID: "n3", RaftAddr: "127.0.0.3:7071", HTTPAddr: "127.0.0.3:7070"},
+	} {
+		_, err := n.propose(&Command{Op: OpSetNode, Node: &info})
+		require.NoError(t, err)
+	}
+	require.Empty(t, n.PeerHTTPAddrs(), "records of nodes outside the configuration")
+
+	// n3 in the configuration (a non-voter here, nothing listens there).
+	require.NoError(t, n.raft.AddNonvoter("n3", "127.0.0.3:7071", 0, 5*time.Second).Error())
+	require.Equal(t, []string{"127.0.0.3:7070"}, n.PeerHTTPAddrs())
+}

@@ -708,8 +708,20 @@ func (n *Node) OtherVoters() int {
 }
 
 // PeerHTTPAddrs is the HTTP addresses this node's state records for the
-// other members: whom to ask when no leader is heard of.
+// other members of its configuration: whom to ask when no leader is heard
+// of. Records of nodes outside the configuration are left out: a node
+// restored from a backup (or recovered alone) holds the addresses of the
+// cluster the state came from, and asking those to let it join made it a
+// member of that live cluster, its restored state replaced.
 func (n *Node) PeerHTTPAddrs() []string {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	members := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		members["node/"+string(s.ID)] = true
+	}
 	named, err := n.db.Named("node/")
 	if err != nil {
 		return nil
@@ -717,7 +729,7 @@ func (n *Node) PeerHTTPAddrs() []string {
 	var out []string
 	for k, v := range named {
 		var info NodeInfo
-		if k == "node/"+n.self.ID || json.Unmarshal(v, &info) != nil || info.HTTPAddr == "" {
+		if k == "node/"+n.self.ID || !members[k] || json.Unmarshal(v, &info) != nil || info.HTTPAddr == "" {
 			continue
 		}
 		out = append(out, info.HTTPAddr)

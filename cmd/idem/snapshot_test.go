@@ -149,11 +149,29 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 		}
 		return err
 	}))
+	// Started beside the cluster the backup came from, the restored node
+	// is a cluster of its own: its state records the source's members, and
+	// asking those to let it join made it their fourth voter, its restored
+	// state replaced by theirs.
+	r1.args = []string{"--node-id", r1.id}
+	r1.p = start(t, r1.dir, r1.http, r1.raft, r1.args...)
+	time.Sleep(3 * time.Second) // the membership loop asks every second
+	for _, n := range []*cnode{c.nodes[0], r1} {
+		st, err := c.status(n)
+		require.NoError(t, err)
+		var ids []string
+		for _, m := range st.Nodes {
+			ids = append(ids, m.ID)
+		}
+		if n == r1 {
+			require.Equal(t, []string{"r1"}, ids, "the restored node's members")
+		} else {
+			require.NotContains(t, ids, "r1", "the restored node joined the cluster its backup came from")
+		}
+	}
 	for _, n := range c.nodes {
 		n.stop(t) // the restored node must stand on its own
 	}
-	r1.args = []string{"--node-id", r1.id}
-	r1.p = start(t, r1.dir, r1.http, r1.raft, r1.args...)
 	for key, w := range want {
 		a := replay(r1.http, key)
 		require.Equal(t, w.code, a.code, "%s: %s", key, a)
