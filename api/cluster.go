@@ -34,6 +34,9 @@ type clusterJoinRequest struct {
 	HTTPAddr string `json:"http_addr"`
 	Scope    string `json:"scope"`
 	Force    bool   `json:"force"`
+	// Empty is sent by a node joining with no state in its data dir: it
+	// may not take the place of a voter (raftfsm.Node.Join).
+	Empty bool `json:"empty"`
 }
 
 type clusterRemoveRequest struct {
@@ -221,7 +224,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	var res raftfsm.JoinResult
 	var refused error
 	if s.onLeader(w, r, body, func() (err error) {
-		res, err = s.store.Join(info, req.Force)
+		res, err = s.store.Join(info, req.Force, req.Empty)
 		if membershipProblem(err) != nil {
 			refused, err = err, nil
 		}

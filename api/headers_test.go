@@ -120,7 +120,7 @@ func joinOlderMember(t *testing.T, n *testNode, base, extra string) *atomic.Bool
 		io.WriteString(w, "{}")
 	}))
 	t.Cleanup(member.Close)
-	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
 	require.NoError(t, err)
 	return &upgraded
 }

@@ -29,7 +29,7 @@ type Store interface {
 	// Join adds a node as a non-voter (or records a member's addresses);
 	// Remove removes one. Both refuse, unless force, a change that would
 	// leave no quorum of healthy voters (raftfsm.QuorumError).
-	Join(info raftfsm.NodeInfo, force bool) (raftfsm.JoinResult, error)
+	Join(info raftfsm.NodeInfo, force, empty bool) (raftfsm.JoinResult, error)
 	Remove(id string, force bool) error
 	// TransferLeadershipTo hands the leadership to the voter id, or with ""
 	// to the one raft picks (raftfsm.ErrUnknownMember, ErrNotVoter).

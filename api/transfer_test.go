@@ -28,7 +28,7 @@ func TestTransferWithoutAnotherVoterIs409(t *testing.T) {
 func TestTransferToANamedNode(t *testing.T) {
 	t.Parallel()
 	n := mustNode(t)
-	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-absent", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}, true)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-absent", RaftAddr: "127.0.0.1:1", HTTPAddr: "127.0.0.1:2"}, true, false)
 	require.NoError(t, err)
 	self := n.node.Self().ID
 

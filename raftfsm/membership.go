@@ -322,7 +322,7 @@ type JoinResult struct {
 // forward to it. A member joining again only has its addresses recorded.
 // Unless force, a change of the configuration is refused (QuorumError)
 // when the cluster has no quorum of healthy voters.
-func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
+func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if n.raft.State() != raft.Leader {
 		return JoinResult{}, n.notLeader()
 	}
@@ -353,6 +353,13 @@ func (n *Node) Join(info NodeInfo, force bool) (JoinResult, error) {
 	if existing != nil && string(existing.Address) != info.RaftAddr && !force {
 		if err := n.idInUse(*existing, named, info.RaftAddr); err != nil {
 			return res, err
+		}
+		if empty && existing.Suffrage == raft.Voter {
+			// A voter that moved brings its state; a node that has none
+			// and takes a stopped voter's id (a forgotten --node-id
+			// defaulting to n1, a copied command) would vote at once,
+			// empty: it could elect a leader that lacks committed entries.
+			return res, fmt.Errorf("%w: %s is a voter of this cluster and the joining node holds no state: an empty node in a voter's place could elect a leader missing acknowledged writes. If %s is gone for good, remove it (idem cluster remove --id %s) and join this node, which starts as a non-voter and votes once it has caught up; otherwise give it another --node-id, or start %s on its own data dir", ErrIDInUse, info.ID, info.ID, info.ID, info.ID)
 		}
 	}
 	var change func() raft.IndexFuture

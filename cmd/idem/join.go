@@ -41,6 +41,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 	// The scope goes along so that the cluster refuses a node that would
 	// scope keys differently from it.
 	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope})
+	m.selfEmpty, _ = json.Marshal(map[string]any{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope, "empty": true})
 	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
 		hasState := node.HasState()
@@ -102,6 +103,9 @@ type member struct {
 	client *http.Client
 	token  string
 	self   []byte
+	// selfEmpty is self saying the node holds no state yet: the leader
+	// then refuses it a voter's place (a stopped voter's id).
+	selfEmpty []byte
 	// refused is the last refusal logged, so that a join retried every
 	// second logs a refusal once rather than every time.
 	refused string
@@ -135,7 +139,15 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		if a == m.c.httpAdvertise {
 			continue
 		}
-		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", m.self)
+		body := m.self
+		if !m.node.HasState() {
+			body = m.selfEmpty
+		}
+		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", body)
+		if status == http.StatusBadRequest && bytes.Contains(b, []byte(`unknown field \"empty\"`)) {
+			// A leader of an earlier release, which knows no "empty".
+			b, status, err = m.do(ctx, http.MethodPost, a, "/v1/cluster/join", m.self)
+		}
 		switch {
 		case err != nil:
 			if ctx.Err() == nil && m.unreachable[a] != err.Error() {

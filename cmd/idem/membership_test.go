@@ -311,8 +311,24 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 		}
 	}
 
-	// f really moves: same data dir and HTTP address, a new raft port.
+	// f stopped, a node with an empty data dir and f's id (a forgotten
+	// --node-id) asks to join at other addresses: an empty voter could
+	// elect a leader missing acknowledged writes, so it is refused and f
+	// keeps its place.
 	f.stop(t)
+	ip := "127.0.0.14"
+	empty := launch(t, t.TempDir(), freePortOn(t, ip), freePortOn(t, ip), "--node-id", f.id, "--join", leader.http)
+	waitFor(t, 30*time.Second, "the empty node with "+f.id+"'s id logs its refusal", func() (bool, string) {
+		return strings.Contains(empty.logs.String(), "holds no state"), ""
+	})
+	require.Contains(t, empty.logs.String(), "id_in_use")
+	require.NoError(t, empty.cmd.Process.Kill())
+	empty.wait()
+	m, _ := memberAt(t, leader.http, f.id)
+	require.Equal(t, f.raft, m.RaftAddr, "%s's place after an empty node asked for it: %+v", f.id, m)
+	require.Equal(t, "Voter", m.Suffrage)
+
+	// f really moves: same data dir and HTTP address, a new raft port.
 	f.raft = freePortOn(t, f.ip)
 	c.restart(f, nil)
 	waitFor(t, 30*time.Second, f.id+" recorded at its new raft address and healthy", func() (bool, string) {
