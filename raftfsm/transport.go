@@ -24,11 +24,29 @@ type streamLayer struct {
 	dialer    net.Dialer
 	tls       *TLS // nil: plain TCP
 	log       *slog.Logger
+
+	// slots bounds the inbound connections open at once: a peer opening
+	// thousands and sending nothing took every file descriptor of the
+	// process, and the HTTP listener's accepts failed with them (an
+	// attack on loopback). Past the bound, connections wait in the
+	// kernel's backlog until one closes. firstByte is how long an
+	// accepted connection may stay silent before its first byte (with
+	// TLS, its handshake).
+	slots     chan struct{}
+	firstByte time.Duration
+	done      chan struct{}
+	closeOnce sync.Once
 }
 
 // handshakeTimeout bounds a TLS handshake on the raft port, so a peer that
-// connects and says nothing holds a connection only that long.
+// connects and says nothing holds a connection only that long; a plaintext
+// connection gets as long for its first byte.
 const handshakeTimeout = 10 * time.Second
+
+// maxInboundRaftConns bounds the raft connections peers hold open to this
+// node. Each peer keeps a handful (a pool of 3 per target, plus a pipeline
+// and snapshot streams), so 256 serves dozens of members.
+const maxInboundRaftConns = 256
 
 // newStreamLayer listens on bind, or takes ln when the caller opened it.
 func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.Logger) (*streamLayer, error) {
@@ -54,7 +72,8 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log}
+	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log,
+		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{})}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: tcp.IP}
 	}
@@ -67,11 +86,54 @@ func (s *streamLayer) Addr() net.Addr { return s.advertise }
 // to its first read, in raft's goroutine for that connection: a peer that
 // stalls its handshake must not hold up the accept loop.
 func (s *streamLayer) Accept() (net.Conn, error) {
-	c, err := s.Listener.Accept()
-	if err != nil || s.tls == nil {
-		return c, err
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.done:
+		return nil, net.ErrClosed
 	}
-	return &serverConn{Conn: tls.Server(c, s.tls.raftServerConfig()), log: s.log}, nil
+	c, err := s.Listener.Accept()
+	if err != nil {
+		<-s.slots
+		return nil, err
+	}
+	sc := &slotConn{Conn: c, free: s.slots}
+	if s.tls == nil {
+		// Until its first byte: a handshake's deadline, plaintext.
+		c.SetReadDeadline(time.Now().Add(s.firstByte))
+		sc.silent = true
+		return sc, nil
+	}
+	return &serverConn{Conn: tls.Server(sc, s.tls.raftServerConfig()), log: s.log}, nil
+}
+
+// Close stops Accept, also one waiting for a slot.
+func (s *streamLayer) Close() error {
+	s.closeOnce.Do(func() { close(s.done) })
+	return s.Listener.Close()
+}
+
+// slotConn gives its slot back once closed, and clears the first-byte
+// deadline once a byte has come.
+type slotConn struct {
+	net.Conn
+	free   chan struct{}
+	once   sync.Once
+	silent bool // a first-byte deadline is set; Read is raft's one goroutine
+}
+
+func (c *slotConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 && c.silent {
+		c.silent = false
+		c.Conn.SetReadDeadline(time.Time{})
+	}
+	return n, err
+}
+
+func (c *slotConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { <-c.free })
+	return err
 }
 
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {

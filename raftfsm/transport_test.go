@@ -1,0 +1,85 @@
+package raftfsm
+
+import (
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A peer that opens raft connections and sends nothing took every file
+// descriptor of the node (the HTTP listener's accepts then failed too):
+// the raft port holds a bounded number of connections open, a silent one
+// only until its first byte is due, and a connection that spoke may idle
+// (raft's pooled connections do).
+func TestRaftPortBoundsSilentConnections(t *testing.T) {
+	s, err := newStreamLayer("127.0.0.1:0", "127.0.0.1:0", nil, nil, nil)
+	require.NoError(t, err)
+	s.slots = make(chan struct{}, 2)
+	s.firstByte = 300 * time.Millisecond
+
+	// What raft does with an accepted connection: read until it fails, then close.
+	var accepted, closed atomic.Int32
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			c, err := s.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				io.Copy(io.Discard, c)
+				c.Close()
+				closed.Add(1)
+			}()
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", s.Listener.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+
+	// One that speaks at once and then idles, like a pooled raft connection.
+	talker := dial()
+	_, err = talker.Write([]byte{0})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return accepted.Load() == 1 }, 2*time.Second, 10*time.Millisecond)
+	silent := dial()
+	require.Eventually(t, func() bool { return accepted.Load() == 2 }, 2*time.Second, 10*time.Millisecond)
+	waiting := dial() // past the bound: not accepted while both slots are held
+	time.Sleep(100 * time.Millisecond)
+	require.Equal(t, int32(2), accepted.Load(), "a third connection was accepted beyond the bound of 2")
+
+	// The silent one is closed once its first byte is overdue, which frees
+	// its slot for the one waiting; the talker stays open though idle.
+	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = silent.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "the silent connection is closed by the node")
+	require.Eventually(t, func() bool { return accepted.Load() == 3 }, 5*time.Second, 10*time.Millisecond, "the waiting connection gets the freed slot")
+	time.Sleep(2 * s.firstByte)
+	require.Equal(t, int32(2), closed.Load(), "closed: the silent one and the waiting one (silent too); the talker must stay")
+	_, err = talker.Write([]byte{1})
+	require.NoError(t, err, "the talker idled past the first-byte deadline and was closed")
+	waiting.Close()
+
+	// Close stops an Accept that waits for a slot: a second talker takes
+	// the last one.
+	talker2 := dial()
+	_, err = talker2.Write([]byte{0})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return accepted.Load() == 4 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(100 * time.Millisecond) // the accept loop now waits for a slot
+	require.NoError(t, s.Close())
+	select {
+	case <-acceptDone:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Accept still waits for a slot after Close")
+	}
+}
