@@ -29,6 +29,12 @@ type claimRequest struct {
 	LeaseMs *int64 `json:"lease_ms"`
 }
 
+// encoding/json decodes null into a pointer as if the member were absent:
+// the pointer alone cannot tell "lease_ms":null from no lease_ms, and a
+// claim took null for its default lease. decodeStrict asks the body.
+func (r *claimRequest) refuseNull(body []byte) *problem  { return nullLease(body, r.LeaseMs) }
+func (r *extendRequest) refuseNull(body []byte) *problem { return nullLease(body, r.LeaseMs) }
+
 type responseBody = wire.Response
 
 type completeRequest struct {
@@ -107,7 +113,61 @@ func decodeStrict(body []byte, dst any) *problem {
 	if _, err := dec.Token(); err != io.EOF {
 		return invalid("request body has data after the JSON object")
 	}
-	return checkRaw(body, reflect.TypeOf(dst))
+	if p := checkRaw(body, reflect.TypeOf(dst)); p != nil {
+		return p
+	}
+	if n, ok := dst.(interface{ refuseNull([]byte) *problem }); ok {
+		return n.refuseNull(body)
+	}
+	return nil
+}
+
+// nullLease refuses "lease_ms":null (v is nil for it as for an absent
+// member), in claim and extend alike. body is one JSON object already
+// accepted by decodeStrict; it is only looked at when v is nil.
+func nullLease(body []byte, v *int64) *problem {
+	if v == nil && memberIsNull(body, "lease_ms") {
+		return invalid(`field "lease_ms" must be an integer, not null`)
+	}
+	return nil
+}
+
+// memberIsNull reports whether the JSON object body has the member name
+// (exact, as checkRaw requires) with the value null.
+func memberIsNull(body []byte, name string) bool {
+	s := rawScanner{b: body}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return false
+	}
+	s.i++
+	for {
+		s.space()
+		if s.i < len(s.b) && s.b[s.i] == ',' {
+			s.i++
+			s.space()
+		}
+		raw, ok := s.str()
+		if !ok {
+			return false // the end of the object
+		}
+		k := string(raw[1 : len(raw)-1])
+		if bytes.IndexByte(raw, '\\') >= 0 && json.Unmarshal(raw, &k) != nil {
+			return false
+		}
+		s.space()
+		if s.i >= len(s.b) || s.b[s.i] != ':' {
+			return false
+		}
+		s.i++
+		s.space()
+		if k == name {
+			return bytes.HasPrefix(s.b[s.i:], []byte("null"))
+		}
+		if !s.skip() {
+			return false
+		}
+	}
 }
 
 // notObject refuses a body that decoded into a struct without error but is
