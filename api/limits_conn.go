@@ -108,11 +108,17 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 // expired read deadline makes the drain fail at once (HTTP/2 does not
 // support it and resets the stream instead: nothing to do).
 func refuseNow(w http.ResponseWriter, r *http.Request, p *problem) {
+	dropBody(w, r)
+	writeProblem(w, p)
+}
+
+// dropBody makes the answer to come close the connection rather than
+// wait for, or drain, a body the handler will not read (see refuseNow).
+func dropBody(w http.ResponseWriter, r *http.Request) {
 	if r.ContentLength != 0 {
 		w.Header().Set("Connection", "close")
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 	}
-	writeProblem(w, p)
 }
 
 // deadlineBody clears the body's read deadline once the body is read to

@@ -59,18 +59,31 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, dst any) ([]by
 	return body, p
 }
 
-// readBody reads the whole request body within the limit.
+// readBody reads the whole request body within the limit. A body whose
+// declared Content-Length is already over it is refused unread, at once:
+// read, it would hold the request (and its --max-inflight slot) until the
+// whole limit arrived or --body-read-timeout ran out.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.Limits.MaxRequestBytes))
+	max := s.cfg.Limits.MaxRequestBytes
+	if r.ContentLength > max {
+		dropBody(w, r)
+		return nil, requestTooLarge(max)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge,
-				fmt.Sprintf("request body is larger than %d bytes", mbe.Limit))
+			return nil, requestTooLarge(mbe.Limit)
 		}
 		return nil, invalid("request body could not be read: %v", err)
 	}
 	return body, nil
+}
+
+// requestTooLarge is the answer to a body over --max-request-bytes.
+func requestTooLarge(limit int64) *problem {
+	return newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge,
+		fmt.Sprintf("request body is larger than %d bytes", limit))
 }
 
 // decodeStrict decodes exactly one JSON object with no unknown fields and
