@@ -220,8 +220,8 @@ func appendTime(b []byte, t time.Time) []byte {
 	return b
 }
 
-// plainASCII reports whether s is printable ASCII that JSON (with HTML
-// escaping, as json.Marshal does) writes as it is.
+// plainASCII reports whether s is printable ASCII that JSON writes as it
+// is, HTML escaping or not (<, > and & are left to writeJSON).
 func plainASCII(s string) bool {
 	for i := 0; i < len(s); i++ {
 		c := s[i]

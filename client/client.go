@@ -194,7 +194,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 	var b []byte
 	if in != nil {
 		var err error
-		if b, err = json.Marshal(in); err != nil {
+		if b, err = wire.Marshal(in); err != nil {
 			return nil, fmt.Errorf("client: encode %s %s: %w", method, path, err)
 		}
 	}

@@ -40,11 +40,11 @@ type Lookup struct {
 
 // MarshalJSON writes the body's members after "op".
 func (o BatchOp) MarshalJSON() ([]byte, error) {
-	op, err := json.Marshal(o.Op)
+	op, err := Marshal(o.Op)
 	if err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(o.Body)
+	body, err := Marshal(o.Body)
 	if err != nil {
 		return nil, err
 	}

@@ -96,14 +96,14 @@ func (r Response) MarshalJSON() ([]byte, error) {
 	p := plain{Status: r.Status, ContentType: r.ContentType, Headers: r.Headers, Body: body}
 	if len(r.HeaderLists) == 0 {
 		if r.Headers != nil && len(r.Headers) == 0 {
-			return json.Marshal(struct {
+			return Marshal(struct {
 				Status      int               `json:"status"`
 				ContentType string            `json:"content_type"`
 				Headers     map[string]string `json:"headers"`
 				Body        []byte            `json:"body"`
 			}(p))
 		}
-		return json.Marshal(p)
+		return Marshal(p)
 	}
 	all := make(map[string]any, len(r.Headers)+len(r.HeaderLists))
 	for k, v := range r.Headers {
@@ -112,7 +112,7 @@ func (r Response) MarshalJSON() ([]byte, error) {
 	for k, v := range r.HeaderLists {
 		all[k] = v
 	}
-	return json.Marshal(struct {
+	return Marshal(struct {
 		plain
 		Headers map[string]any `json:"headers"`
 	}{p, all})

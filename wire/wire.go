@@ -79,7 +79,7 @@ type ClaimResponse struct {
 // MarshalJSON writes the times in TimeLayout.
 func (c ClaimResponse) MarshalJSON() ([]byte, error) {
 	type plain ClaimResponse
-	return json.Marshal(struct {
+	return Marshal(struct {
 		plain
 		CreatedAt      string `json:"created_at,omitempty"`
 		ExpiresAt      string `json:"expires_at,omitempty"`
@@ -139,7 +139,7 @@ type ExtendResponse struct {
 // MarshalJSON writes the time in TimeLayout.
 func (e ExtendResponse) MarshalJSON() ([]byte, error) {
 	type plain ExtendResponse
-	return json.Marshal(struct {
+	return Marshal(struct {
 		plain
 		LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
 	}{plain(e), optTime(e.LeaseExpiresAt)})
@@ -172,7 +172,7 @@ type Record struct {
 // MarshalJSON writes the times in TimeLayout.
 func (r Record) MarshalJSON() ([]byte, error) {
 	type plain Record
-	return json.Marshal(struct {
+	return Marshal(struct {
 		plain
 		CreatedAt      string `json:"created_at"`
 		ExpiresAt      string `json:"expires_at"`
