@@ -377,4 +377,12 @@ func TestPeerHTTPAddrsAreTheConfigurationsOnly(t *testing.T) {
 	// n3 in the configuration (a non-voter here, nothing listens there).
 	require.NoError(t, n.raft.AddNonvoter("n3", "127.0.0.3:7071", 0, 5*time.Second).Error())
 	require.Equal(t, []string{"127.0.0.3:7070"}, n.PeerHTTPAddrs())
+
+	// Offline (what idem recover asks before it rewrites anything), the
+	// same: the HTTP addresses of the configuration's members only.
+	require.NoError(t, n.Close())
+	st, err := ReadOfflineState(n.cfg.DataDir)
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.3:7070", st.HTTPAddrs["n3"], "%+v", st)
+	require.NotContains(t, st.HTTPAddrs, "n2", "a record of a node outside the configuration")
 }

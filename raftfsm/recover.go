@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,6 +40,10 @@ type OfflineState struct {
 	// above it are applied at start (or by Recover).
 	Applied     uint64
 	CurrentTerm uint64
+	// HTTPAddrs is the HTTP address the state records (node/<id>) for each
+	// member of Configuration that has one, by id: as of Applied, so a
+	// member whose record is only in the log above it is missing.
+	HTTPAddrs map[string]string
 }
 
 // offline is a stopped node's stores, opened without starting raft:
@@ -157,6 +162,19 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		st.Configuration = append(st.Configuration, Peer{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
 	}
 	sort.Slice(st.Configuration, func(i, j int) bool { return st.Configuration[i].ID < st.Configuration[j].ID })
+	named, err := o.db.Named("node/")
+	if err != nil {
+		return st, nil, fmt.Errorf("raftfsm: read the members' addresses: %w", err)
+	}
+	for _, p := range st.Configuration {
+		var info NodeInfo
+		if v, ok := named["node/"+p.ID]; ok && json.Unmarshal(v, &info) == nil && info.HTTPAddr != "" {
+			if st.HTTPAddrs == nil {
+				st.HTTPAddrs = map[string]string{}
+			}
+			st.HTTPAddrs[p.ID] = info.HTTPAddr
+		}
+	}
 	return st, list, nil
 }
 
