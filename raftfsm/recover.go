@@ -41,8 +41,9 @@ type OfflineState struct {
 	Applied     uint64
 	CurrentTerm uint64
 	// HTTPAddrs is the HTTP address the state records (node/<id>) for each
-	// member of Configuration that has one, by id: as of Applied, so a
-	// member whose record is only in the log above it is missing.
+	// member of Configuration that has one, by id, with the node records
+	// of the log's entries above Applied applied over it (a node killed
+	// soon after its members joined may have them only in its log).
 	HTTPAddrs map[string]string
 }
 
@@ -148,13 +149,29 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	if err != nil {
 		return st, nil, fmt.Errorf("raftfsm: read raft log: %w", err)
 	}
+	named, err := o.db.Named("node/")
+	if err != nil {
+		return st, nil, fmt.Errorf("raftfsm: read the members' addresses: %w", err)
+	}
 	for i := max(from+1, first); i <= last && i > 0; i++ {
 		var l raft.Log
 		if err := o.logs.GetLog(i, &l); err != nil {
 			return st, nil, fmt.Errorf("raftfsm: read raft log entry %d: %w", i, err)
 		}
-		if l.Type == raft.LogConfiguration {
+		switch {
+		case l.Type == raft.LogConfiguration:
 			conf = raft.DecodeConfiguration(l.Data)
+		case l.Type == raft.LogCommand && l.Index > st.Applied && !isBatchEntry(l.Data):
+			// As the FSM will apply it (node commands are never batched).
+			if c, err := DecodeCommand(l.Data); err == nil && c.Node != nil && c.Node.ID != "" {
+				switch c.Op {
+				case OpSetNode:
+					b, _ := json.Marshal(c.Node)
+					named["node/"+c.Node.ID] = b
+				case OpRemoveNode:
+					delete(named, "node/"+c.Node.ID)
+				}
+			}
 		}
 		st.LastIndex, st.LastTerm = l.Index, l.Term
 	}
@@ -162,10 +179,6 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		st.Configuration = append(st.Configuration, Peer{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
 	}
 	sort.Slice(st.Configuration, func(i, j int) bool { return st.Configuration[i].ID < st.Configuration[j].ID })
-	named, err := o.db.Named("node/")
-	if err != nil {
-		return st, nil, fmt.Errorf("raftfsm: read the members' addresses: %w", err)
-	}
 	for _, p := range st.Configuration {
 		var info NodeInfo
 		if v, ok := named["node/"+p.ID]; ok && json.Unmarshal(v, &info) == nil && info.HTTPAddr != "" {
