@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/idem-store/idem/raftfsm"
 )
@@ -20,13 +22,21 @@ func init() {
 	extraCommands["recover"] = command{Run: runRecover, Summary: "offline: rewrite a stopped node's membership after the cluster lost its quorum for good"}
 }
 
-const recoverUsage = `Usage: idem recover --data-dir DIR --node-id ID --peers ID=RAFTADDR[,ID=RAFTADDR...] [--yes]
+const recoverUsage = `Usage: idem recover --data-dir DIR --node-id ID --peers ID=RAFTADDR[,ID=RAFTADDR...] [--yes] [--force]
 
 For a cluster that lost its quorum for good (most voters destroyed). Run it
 on a survivor whose 'idem serve' is STOPPED: it rewrites the raft
 configuration in DIR to the --peers given, after applying every entry of the
 node's own log to its state. It changes membership only: no record is
 deleted. Without --yes it only prints what it would do.
+
+Every other member of the node's current configuration must be stopped
+first. Before it changes anything, it tries a TCP connection (1 s) to each
+other member's raft address and the HTTP address its state records; if any
+answers it refuses and changes nothing: that cluster may still have its
+quorum, and a recovered node beside it would form a second cluster that
+claims the same keys again. Ask the live members instead (idem cluster
+status, remove, join). --force skips this check.
 
 Safest: recover ONE survivor (the one whose raft log ends highest: the
 latest term, then the highest index; this command prints both) with --peers
@@ -45,6 +55,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	nodeID := fs.String("node-id", "", "id of that node")
 	peersFlag := fs.String("peers", "", "the new voters: comma-separated ID=RAFTADDR, this node included (its RAFTADDR is the --raft-addr it will start with)")
 	yes := fs.Bool("yes", false, "do it (without: print the plan and change nothing)")
+	force := fs.Bool("force", false, "skip the check that no other member of the current configuration answers at its raft or HTTP address\n(only when they are known to be gone for good and their addresses now belong to something else)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), recoverUsage)
 		printFlags(fs.Output(), fs)
@@ -84,12 +95,35 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
 	fmt.Fprintf(stdout, "new configuration:     %s\n", fmtPeers(peers))
+	var live []liveMember
+	if *force {
+		fmt.Fprintf(stdout, "other members alive:   not checked (--force)\n")
+	} else {
+		live = probeMembers(ctx, st, *nodeID, recoverProbeTimeout)
+		if len(live) == 0 {
+			fmt.Fprintf(stdout, "other members alive:   none answered at their raft or HTTP addresses\n")
+		} else {
+			fmt.Fprintf(stdout, "other members alive:   %s\n", fmtLive(live))
+		}
+	}
 	if !*yes {
 		fmt.Fprintf(stdout, "\nThis rewrites the membership recorded in %s: every entry of its raft log, committed or not, is applied to its state, then the log is compacted into a snapshot carrying the new configuration. Records are not deleted. Make sure the nodes left out are gone for good: if they came back they would not be part of this cluster.\n", *dataDir)
 		if len(peers) > 1 {
 			fmt.Fprintf(stdout, "Every node in the new configuration must be recovered with the same --peers before any is started.\n")
 		}
+		fmt.Fprintf(stdout, "Every other member of the current configuration must be stopped first: with --yes, it refuses and changes nothing if any of them answers at its raft or HTTP address (--force skips this check).\n")
+		if len(live) > 0 {
+			fmt.Fprintf(stdout, "\n")
+			printLiveRefusal(stderr, name, live)
+			fmt.Fprintf(stderr, "%s: nothing was changed; --yes would be refused while they answer\n", name)
+			return 1
+		}
 		fmt.Fprintf(stderr, "%s: nothing was changed; run again with --yes to do it\n", name)
+		return 1
+	}
+	if len(live) > 0 {
+		printLiveRefusal(stderr, name, live)
+		fmt.Fprintf(stderr, "%s: refused; nothing was changed\n", name)
 		return 1
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -115,6 +149,77 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (idem serve ... --join %s's HTTP address)\n", *nodeID)
 	}
 	return 0
+}
+
+// recoverProbeTimeout bounds each connection attempt of probeMembers.
+const recoverProbeTimeout = time.Second
+
+// liveMember is an address of a member of the current configuration that
+// accepted a TCP connection.
+type liveMember struct {
+	id, kind, addr string // kind: "raft" or "HTTP"
+}
+
+// probeMembers tries a TCP connection to the raft address of every member
+// of st's configuration but self, and to the HTTP address the state records
+// for it, all at once, each within timeout. It returns those that answered,
+// in the configuration's order. A member answering means the cluster recover
+// is about to fork may still be running: recovering this node beside it
+// gives two clusters that each elect a leader and accept the same keys.
+func probeMembers(ctx context.Context, st raftfsm.OfflineState, self string, timeout time.Duration) []liveMember {
+	var cands []liveMember
+	for _, p := range st.Configuration {
+		if p.ID == self {
+			continue
+		}
+		if p.RaftAddr != "" {
+			cands = append(cands, liveMember{p.ID, "raft", p.RaftAddr})
+		}
+		if a := st.HTTPAddrs[p.ID]; a != "" && a != p.RaftAddr {
+			cands = append(cands, liveMember{p.ID, "HTTP", a})
+		}
+	}
+	answered := make([]bool, len(cands))
+	var wg sync.WaitGroup
+	for i, c := range cands {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := net.Dialer{Timeout: timeout}
+			conn, err := d.DialContext(ctx, "tcp", c.addr)
+			if err == nil {
+				conn.Close()
+				answered[i] = true
+			}
+		}()
+	}
+	wg.Wait()
+	var out []liveMember
+	for i, c := range cands {
+		if answered[i] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func fmtLive(live []liveMember) string {
+	parts := make([]string, len(live))
+	for i, l := range live {
+		parts[i] = fmt.Sprintf("%s (%s %s)", l.id, l.kind, l.addr)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// printLiveRefusal says which members answered and what to do instead.
+func printLiveRefusal(w io.Writer, name string, live []liveMember) {
+	fmt.Fprintf(w, "%s: members of the current configuration are alive: each of these addresses accepted a connection:\n", name)
+	for _, l := range live {
+		fmt.Fprintf(w, "  %s: %s address %s\n", l.id, l.kind, l.addr)
+	}
+	fmt.Fprintf(w, "%s: recover is only for a cluster that lost its quorum for good. Recovering this node while they run makes a second cluster beside theirs: both elect leaders and the same key is claimed twice.\n", name)
+	fmt.Fprintf(w, "%s: ask the live members instead: idem cluster status --addr HTTPADDR, then idem cluster remove / idem cluster join (or start this node as it was and let it rejoin).\n", name)
+	fmt.Fprintf(w, "%s: if the cluster really is lost, stop every other member before recovering. --force skips this check (only if those addresses now belong to something else).\n", name)
 }
 
 // parsePeers parses ID=RAFTADDR[,ID=RAFTADDR...].
