@@ -2,12 +2,18 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // A three-node cluster loses two nodes for good: the survivor alone has no
@@ -45,6 +51,7 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 	require.Error(t, err, "without --yes it must only print the plan")
 	require.Contains(t, out, "current configuration: n1="+survivor.raft+", n2="+c.node("n2").raft+", n3="+c.node("n3").raft)
 	require.Contains(t, out, "new configuration:     n1="+survivor.raft)
+	require.Contains(t, out, "other members alive:   none answered", "n2 and n3 were stopped")
 	require.Contains(t, out, "nothing was changed; run again with --yes")
 	out2, err := idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", peers)
 	require.Error(t, err)
@@ -109,4 +116,96 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 		require.NoError(t, json.Unmarshal(a.body, &r))
 		require.Equal(t, "completed", r.Record.State)
 	}
+}
+
+// exitCode is the exit status of a finished idemCmd (-1: it did not run).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return ee.ExitCode()
+	}
+	if err == nil {
+		return 0
+	}
+	return -1
+}
+
+// idem recover on a stopped node of a HEALTHY cluster succeeded: started
+// again, the node had configuration {itself}, elected itself when the real
+// leader died while the others elected another leader in the same term,
+// and the same key was claimed twice. It now refuses while any other member
+// of the configuration in the data dir answers at its raft or HTTP address,
+// names each one, and changes nothing; --force skips the check.
+func TestRecoverRefusedWhileOtherMembersAnswer(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	claimOK(t, leader.http, "before-recover")
+	waitSameState(t, c.nodes...)
+	target := c.others(leader)[0]
+	target.kill(t)
+	live := c.others(target)
+
+	before, err := raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Len(t, before.Configuration, 3)
+	peers := target.id + "=" + target.raft
+
+	// The dry run already says so.
+	out, err := idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers)
+	require.Equal(t, 1, exitCode(err), out)
+	require.Contains(t, out, "other members alive:   ")
+	require.Contains(t, out, "--yes would be refused while they answer")
+
+	start := time.Now()
+	out, err = idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes")
+	require.Equal(t, 1, exitCode(err), out)
+	require.Less(t, time.Since(start), 10*time.Second, "the addresses are tried at once, about 1 s each")
+	for _, n := range live {
+		require.Contains(t, out, n.id+": raft address "+n.raft, out)
+		require.Contains(t, out, n.id+": HTTP address "+n.http, out)
+	}
+	require.NotContains(t, out, target.id+": raft address", "this node itself is not probed")
+	require.Contains(t, out, "only for a cluster that lost its quorum for good")
+	require.Contains(t, out, "idem cluster status")
+	require.Contains(t, out, "stop every other member before recovering")
+	require.Contains(t, out, "--force")
+	require.Contains(t, out, "nothing was changed")
+	require.NotContains(t, out, "recovered:")
+	after, err := raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused recover changed the data dir")
+
+	// Started again as it was, the node is still a member of the cluster.
+	c.restart(target, nil)
+	c.waitStable(c.nodes...)
+	waitSameState(t, c.nodes...)
+
+	// Every node stopped, but something listens at one other member's
+	// raft address: refused, naming that one only.
+	for _, n := range c.nodes {
+		n.kill(t)
+	}
+	other := live[0]
+	ln, err := net.Listen("tcp", other.raft)
+	require.NoError(t, err)
+	defer ln.Close()
+	before, err = raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	out, err = idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes")
+	require.Equal(t, 1, exitCode(err), out)
+	require.Contains(t, out, other.id+": raft address "+other.raft, out)
+	require.Equal(t, 1, strings.Count(out, " address "), "only the listener answered:\n%s", out)
+	after, err = raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused recover changed the data dir")
+	require.Len(t, after.Configuration, 3)
+
+	// --force skips the check.
+	out, err = idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes", "--force")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "other members alive:   not checked (--force)")
+	require.Contains(t, out, "recovered: configuration is now "+peers)
+	after, err = raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Equal(t, []raftfsm.Peer{{ID: target.id, RaftAddr: target.raft, Suffrage: "Voter"}}, after.Configuration)
 }
