@@ -79,6 +79,27 @@ type batchItem struct {
 	linear bool // a get: linearizable
 }
 
+// DefaultMaxBatchAnswerBytes is the default of Config.MaxBatchAnswerBytes.
+// A batch answer can be ~350 times its request (256 gets of records with
+// 64 KiB responses make 22 MB from 19 KB): clients that send such batches
+// and do not read the answers held a gigabyte of this node's memory with
+// ten connections. While answers of this many bytes are being written, a
+// new batch is refused before any op is decided (503, Retry-After), and an
+// answer not taken within Config.BatchAnswerWriteTimeout closes its
+// connection.
+const DefaultMaxBatchAnswerBytes = 64 << 20
+
+// DefaultBatchAnswerWriteTimeout is the default of
+// Config.BatchAnswerWriteTimeout.
+const DefaultBatchAnswerWriteTimeout = 30 * time.Second
+
+func (s *Server) maxBatchAnswerBytes() int64 {
+	if s.cfg.MaxBatchAnswerBytes > 0 {
+		return s.cfg.MaxBatchAnswerBytes
+	}
+	return DefaultMaxBatchAnswerBytes
+}
+
 func (s *Server) maxBatchOps() int {
 	if s.cfg.MaxBatchOps > 0 {
 		return s.cfg.MaxBatchOps
@@ -96,6 +117,13 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
+	if s.answering.Load() >= s.maxBatchAnswerBytes() {
+		p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+			"this node is writing as many batch answers as it holds memory for (clients that are slow to read theirs); nothing was decided, retry shortly")
+		p.retryAfter = 1
+		writeProblem(w, p)
+		return
+	}
 	items := make([]batchItem, len(ops))
 	for i, raw := range ops {
 		items[i] = s.prepareOp(r, raw)
@@ -106,7 +134,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, res := range results {
 		if res.Status != http.StatusServiceUnavailable {
-			writeResults(w, results)
+			s.writeResults(w, results)
 			return
 		}
 	}
@@ -741,8 +769,10 @@ func (s *Server) hasFeature(ctx context.Context, addr, feature string) bool {
 
 // writeResults answers wire.BatchResponse{Results: results}. The bodies are
 // this server's own JSON, so they are written as they are rather than
-// checked and compacted again by encoding/json.
-func writeResults(w http.ResponseWriter, results []wire.BatchResult) {
+// checked and compacted again by encoding/json. The answer counts against
+// the node's batch answer bytes until it is written, or until the client
+// has not taken it within Config.BatchAnswerWriteTimeout.
+func (s *Server) writeResults(w http.ResponseWriter, results []wire.BatchResult) {
 	n := 16
 	for _, r := range results {
 		n += len(r.Body) + 48
@@ -764,7 +794,15 @@ func writeResults(w http.ResponseWriter, results []wire.BatchResult) {
 		b = append(b, '}')
 	}
 	b = append(b, "]}\n"...)
+	s.answering.Add(int64(len(b)))
+	defer s.answering.Add(-int64(len(b)))
+	timeout := s.cfg.BatchAnswerWriteTimeout
+	if timeout <= 0 {
+		timeout = DefaultBatchAnswerWriteTimeout
+	}
+	rc := http.NewResponseController(w)
+	rc.SetWriteDeadline(time.Now().Add(timeout))
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
-	w.Write(b)
+	w.Write(b) // net/http clears the deadline once the answer is flushed
 }

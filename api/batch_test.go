@@ -1,13 +1,18 @@
 package api_test
 
 import (
+	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -316,4 +321,64 @@ func TestBatchEnvelopeRefusesDuplicateAndCaseFoldedOps(t *testing.T) {
 	require.Contains(t, string(rs[0].Body), "more than once")
 	require.Equal(t, 400, rs[1].Status, "%s", rs[1].Body)
 	require.Equal(t, 201, rs[2].Status, "%s", rs[2].Body)
+}
+
+// A batch answer can be hundreds of times its request (256 gets of a record
+// with a 64 KiB response): clients that sent such batches and did not read
+// the answers held a gigabyte of a node's memory with ten connections
+// (attack on loopback). While the node writes answers of
+// MaxBatchAnswerBytes, a new batch is 503 before anything is decided; an
+// answer not taken in time closes its connection and frees its bytes.
+func TestBatchAnswersUnreadAreBounded(t *testing.T) {
+	n := mustNode(t, withAPI(func(c *api.Config) {
+		c.MaxBatchAnswerBytes = 1 << 20
+		c.BatchAnswerWriteTimeout = 2 * time.Second
+	}))
+	big := sc("big")
+	tok := n.mustClaim(big, fp1)["token"].(string)
+	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 60<<10))
+	r := n.complete(big, tok, map[string]any{"status": 200, "content_type": "text/plain", "body": body})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+
+	gets := make([]any, 256)
+	for i := range gets {
+		gets[i] = op("get", big)
+	}
+	req, err := json.Marshal(map[string]any{"ops": gets})
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/batch HTTP/1.1\r\nHost: idem\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(req), req)
+	require.NoError(t, err)
+	// ~22 MB of answer, never read: more than the socket buffers hold.
+
+	probe := map[string]any{"ops": []any{op("get", sc("nothing"))}} // decides nothing either way
+	require.Eventually(t, func() bool {
+		return n.post("/v1/batch", probe).status == http.StatusServiceUnavailable
+	}, 5*time.Second, 20*time.Millisecond, "a batch while an unread answer holds the budget")
+	before := n.dataHash()
+	claim := op("claim", sc("while-held"), "fingerprint", fp1)
+	r = n.post("/v1/batch", map[string]any{"ops": []any{claim}})
+	requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	require.Equal(t, "1", r.header.Get("Retry-After"))
+	require.Equal(t, before, n.dataHash(), "a refused batch decides nothing")
+	requireProblem(t, n.lookup(sc("while-held")), http.StatusNotFound, "not_found")
+
+	// Not taken within the write timeout: the bytes are free and batches
+	// are decided again, the client still reading nothing; its connection
+	// is closed.
+	require.Eventually(t, func() bool {
+		return n.post("/v1/batch", map[string]any{"ops": []any{claim}}).status == http.StatusOK
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, 200, n.lookup(sc("while-held")).status)
+	conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+	_, err = io.Copy(io.Discard, conn)
+	require.NoError(t, err, "the node closes the connection whose answer was not taken")
+
+	// A kept-alive connection that took its answer has no deadline left:
+	// its next answer, after the timeout, is written.
+	n.batch(op("get", sc("while-held")))
+	time.Sleep(2500 * time.Millisecond)
+	require.Equal(t, 200, n.batch(op("get", sc("while-held")))[0].Status)
 }

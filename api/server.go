@@ -10,6 +10,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,6 +31,12 @@ type Config struct {
 	// MaxBatchOps bounds the ops of one POST /v1/batch (--max-batch-ops);
 	// 0 means DefaultMaxBatchOps.
 	MaxBatchOps int
+	// MaxBatchAnswerBytes bounds the bytes of POST /v1/batch answers being
+	// written at once; 0 means DefaultMaxBatchAnswerBytes (batch.go).
+	MaxBatchAnswerBytes int64
+	// BatchAnswerWriteTimeout is how long a client has to take a batch
+	// answer before its connection is closed; 0 means 30 s.
+	BatchAnswerWriteTimeout time.Duration
 	// Auth, when set, holds the credentials (auth.go) every route but
 	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
 	Auth *Auth
@@ -58,6 +65,8 @@ type Server struct {
 	store Store
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// answering is the bytes of batch answers being written now.
+	answering atomic.Int64
 	// unknown answers a path no route serves (404, after the auth guard).
 	unknown http.HandlerFunc
 	fwd     *forwarder
