@@ -4,7 +4,7 @@
 # Usage: scripts/bench-http.sh [idem bench flags...]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/idem ./cmd/idem
+go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 dir=$(mktemp -d)
 http=${BENCH_HTTP_ADDR:-127.0.0.1:7170}
 raft=${BENCH_RAFT_ADDR:-127.0.0.1:7171}

@@ -10,7 +10,7 @@
 #   bin/idem cluster status --addr 127.0.0.1:7070 --ca-file cluster-data/tls/idem-ca.pem
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/idem ./cmd/idem
+go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 data=${CLUSTER_DATA:-./cluster-data}
 tls=$data/tls
 mkdir -p "$tls"

@@ -9,7 +9,7 @@
 # node's id (scripts/cluster-tls.sh gives each node its own certificate).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -o bin/idem ./cmd/idem
+go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 data=${CLUSTER_DATA:-./cluster-data}
 peers=127.0.0.1:7070,127.0.0.2:7070,127.0.0.3:7070
 # Each node writes into a fifo read by its own prefixer, so $! is the

@@ -6,7 +6,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${ROUNDS:-5}
-go build -o bin/idem ./cmd/idem
+go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 data=$(mktemp -d)
 declare -A pid
 peers=127.0.0.1:7370,127.0.0.2:7370,127.0.0.3:7370
