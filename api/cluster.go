@@ -238,6 +238,11 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	a := joinAnswer{Outcome: "joined", Suffrage: res.Suffrage}
 	switch {
+	case res.MovedFrom != "":
+		// Said in full: a typo in a join for a stopped member moves it to
+		// an address where nothing answers, and only these words show it.
+		a.Detail = fmt.Sprintf("%s was a %s at raft %s and now is at raft %s, HTTP %s: if nothing answers there, the cluster has lost that %s until it does (repeat the join with the right addresses)",
+			req.ID, res.Suffrage, res.MovedFrom, req.RaftAddr, req.HTTPAddr, res.Suffrage)
 	case res.Suffrage == "voter":
 		a.Detail = fmt.Sprintf("%s is a voter already; its addresses are recorded", req.ID)
 	case res.Existing:

@@ -514,10 +514,14 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		scope = pinned // what every write is decided in, whatever this node was started with
 	}
 	ret := s.retention()
+	width := s.cfg.BucketWidth
+	if cw, ok := s.store.BucketWidth(); ok {
+		width = cw // the cluster's, fixed by its first command; this node's flag may differ
+	}
 	writeJSON(w, http.StatusOK, configJSON{
 		Retention: ret.String(), RetentionSeconds: durationSeconds(ret),
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
-		BucketWidth: s.cfg.BucketWidth.String(), Limits: s.cfg.Limits.json(),
+		BucketWidth: width.String(), Limits: s.cfg.Limits.json(),
 	})
 }
 

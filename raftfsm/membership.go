@@ -315,6 +315,9 @@ type JoinResult struct {
 	// Existing: the node was a member already; only its addresses were
 	// recorded (and its raft address changed when it differed).
 	Existing bool
+	// MovedFrom is the member's raft address before this join, when the
+	// join moved it.
+	MovedFrom string
 }
 
 // Join adds a node as a non-voter (the leader promotes it once it has
@@ -349,6 +352,9 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	res := JoinResult{Suffrage: "nonvoter", Existing: existing != nil}
 	if existing != nil && existing.Suffrage == raft.Voter {
 		res.Suffrage = "voter"
+	}
+	if existing != nil && string(existing.Address) != info.RaftAddr {
+		res.MovedFrom = string(existing.Address)
 	}
 	if existing != nil && string(existing.Address) != info.RaftAddr && !force {
 		if err := n.idInUse(*existing, named, info.RaftAddr); err != nil {

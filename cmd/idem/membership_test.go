@@ -336,6 +336,9 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 		return m.Healthy && m.RaftAddr == f.raft, fmt.Sprintf("%+v", m)
 	})
 	claimOK(t, f.http, "after-move")
+	// The answer says where from and where to: a typo in a join moves a
+	// member to an address where nothing answers, and only it shows that.
+	require.Contains(t, f.p.logs.String(), "now is at raft "+f.raft)
 }
 
 // Retention, the default lease and the limits are each node's own flags,
@@ -344,8 +347,16 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 // --retention does not silently change what clients get once it leads.
 func TestClusterStatusShowsSettingsDrift(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--retention", "1h", "--max-keys-per-principal", "500"}})
+	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--retention", "1h", "--max-keys-per-principal", "500", "--bucket-width", "1h"}})
 	c.leader()
+	// The bucket width is the cluster's (its first command fixed it): n3,
+	// which joined with another --bucket-width, publishes the cluster's,
+	// as its metric already did (helper's walkthrough: it published 1h).
+	claimOK(t, c.nodes[0].http, "width")
+	waitFor(t, 20*time.Second, "n3 publishes the cluster's bucket width", func() (bool, string) {
+		_, body := get(t, c.node("n3").http, "/v1/config")
+		return strings.Contains(string(body), `"bucket_width":"2h0m0s"`), string(body)
+	})
 	out, code := cli(t, "status", "--addr", c.nodes[0].http)
 	require.Equal(t, 0, code, "%s", out)
 	require.Contains(t, out, "WARNING: the members' settings differ")

@@ -235,7 +235,7 @@ func (c *serveConfig) validate() error {
 	if c.bucketWidth < time.Millisecond {
 		bad("--bucket-width %s must be at least 1ms", c.bucketWidth)
 	} else if err := ttl.ValidateSpan(c.retention, c.bucketWidth); err != nil {
-		bad("--retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
+		bad("--retention %s with --bucket-width %s: %s", c.retention, c.bucketWidth, strings.TrimPrefix(err.Error(), "ttl: "))
 	}
 	if c.lease < c.limits.MinLease || c.lease > c.limits.MaxLease {
 		bad("--lease %s must be between --min-lease %s and --max-lease %s", c.lease, c.limits.MinLease, c.limits.MaxLease)
