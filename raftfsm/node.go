@@ -707,6 +707,28 @@ func (n *Node) OtherVoters() int {
 	return len(voters(f.Configuration(), n.self.ID))
 }
 
+// recordOwnRaftAddr makes the configuration name this leader at the raft
+// address it listens on now. A node restored (or recovered) with one
+// --raft-addr and started with another was still recorded at the old one:
+// it led alone, but the members that joined it dialled a dead address, so
+// it could never hand leadership over (helper's walkthrough). A follower
+// that moved is recorded by its join; a leader has no one to ask but itself.
+func (n *Node) recordOwnRaftAddr() {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	s, err := server(f.Configuration(), n.self.ID)
+	if err != nil || s.Suffrage != raft.Voter || string(s.Address) == n.self.RaftAddr {
+		return
+	}
+	if err := n.raft.AddVoter(s.ID, raft.ServerAddress(n.self.RaftAddr), f.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
+		n.log.Warn("could not record this node's new raft address in the configuration; retrying", "was", string(s.Address), "now", n.self.RaftAddr, "error", err)
+		return
+	}
+	n.log.Info("recorded this node's new raft address in the configuration", "was", string(s.Address), "now", n.self.RaftAddr)
+}
+
 // PeerHTTPAddrs is the HTTP addresses this node's state records for the
 // other members of its configuration: whom to ask when no leader is heard
 // of. Records of nodes outside the configuration are left out: a node
@@ -810,6 +832,7 @@ func (n *Node) leaderLoop() {
 			if time.Since(time.Unix(0, n.lastWrite.Load())) >= n.cfg.TickInterval {
 				n.propose(&Command{Op: OpTick})
 			}
+			n.recordOwnRaftAddr()
 		case <-sweep.C:
 			if n.IsLeader() {
 				n.sweep()

@@ -214,3 +214,25 @@ func with(a engine.ClaimArgs, ret time.Duration) engine.ClaimArgs {
 	a.RetentionMs = ret.Milliseconds()
 	return a
 }
+
+// A node restored or recovered with one --raft-addr and started with
+// another was still recorded at the old one in its configuration: it led
+// alone, but members that joined it dialled a dead address and it could
+// never hand leadership over. Leading, it records the address it listens on.
+func TestLeaderRecordsItsNewRaftAddress(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval = 50 * time.Millisecond })
+	old := n.self.RaftAddr
+	m := reopen(t, n) // "127.0.0.1:0": another port
+	require.NotEqual(t, old, m.self.RaftAddr, "the test needs the node on another port")
+	require.Eventually(t, func() bool {
+		f := m.raft.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		s, err := server(f.Configuration(), m.self.ID)
+		return err == nil && string(s.Address) == m.self.RaftAddr && s.Suffrage == raft.Voter
+	}, 10*time.Second, 20*time.Millisecond, "the configuration names the node at its new raft address")
+	claimed, _, err := m.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: "after-move"}, Fingerprint: "aa", LeaseMs: 1000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, claimed.Outcome)
+}
