@@ -334,6 +334,16 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	if from == "" {
 		from = "nobody (no leader's measurements)"
 	}
+	member := false
+	for _, m := range st.Nodes {
+		member = member || m.ID == st.Self.ID
+	}
+	if !member && len(st.Nodes) > 0 {
+		// A removed node's last view: nobody measures health for it, so
+		// the count below would read as a lost quorum.
+		fmt.Fprintf(w, "NOTE: %s is not a member of the configuration it knows (removed from the cluster?): the table is its last view, and only a leader measures health; ask a member at one of the HTTP addresses above.\n", st.Self.ID)
+		return
+	}
 	fmt.Fprintf(w, "%d of %d voters healthy (a quorum is %d); health measured by %s.\n", healthy, voters, voters/2+1, from)
 	if healthy < voters/2+1 {
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")

@@ -202,6 +202,12 @@ func TestMembershipThreeNodes(t *testing.T) {
 	waitFor(t, 10*time.Second, leader.id+" logs how to add it back", func() (bool, string) {
 		return strings.Contains(p.logs.String(), "idem cluster join --id "+leader.id), ""
 	})
+	// Its status says it is out, rather than that the cluster lost its
+	// quorum (which the cluster has not).
+	out, code = cli(t, "status", "--addr", leader.http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, leader.id+" is not a member")
+	require.NotContains(t, out, "WARNING: fewer healthy voters than a quorum")
 	out, code = cli(t, "join", "--addr", newLeader.http, "--id", leader.id, "--raft-addr", leader.raft, "--node-http-addr", leader.http)
 	require.Equal(t, 0, code, "%s", out)
 	waitFor(t, 30*time.Second, leader.id+" a voter again", func() (bool, string) {
