@@ -137,50 +137,20 @@ func decodeStrict(body []byte, dst any) *problem {
 
 // nullLease refuses "lease_ms":null (v is nil for it as for an absent
 // member), in claim and extend alike. body is one JSON object already
-// accepted by decodeStrict; it is only looked at when v is nil.
+// accepted by decodeStrict, whose member names checkRaw holds exact; it is
+// only looked at when v is nil. A json.RawMessage keeps the null a *int64
+// drops.
 func nullLease(body []byte, v *int64) *problem {
-	if v == nil && memberIsNull(body, "lease_ms") {
+	if v != nil {
+		return nil
+	}
+	var m struct {
+		LeaseMs json.RawMessage `json:"lease_ms"`
+	}
+	if json.Unmarshal(body, &m) == nil && string(m.LeaseMs) == "null" {
 		return invalid(`field "lease_ms" must be an integer, not null`)
 	}
 	return nil
-}
-
-// memberIsNull reports whether the JSON object body has the member name
-// (exact, as checkRaw requires) with the value null.
-func memberIsNull(body []byte, name string) bool {
-	s := rawScanner{b: body}
-	s.space()
-	if s.i >= len(s.b) || s.b[s.i] != '{' {
-		return false
-	}
-	s.i++
-	for {
-		s.space()
-		if s.i < len(s.b) && s.b[s.i] == ',' {
-			s.i++
-			s.space()
-		}
-		raw, ok := s.str()
-		if !ok {
-			return false // the end of the object
-		}
-		k := string(raw[1 : len(raw)-1])
-		if bytes.IndexByte(raw, '\\') >= 0 && json.Unmarshal(raw, &k) != nil {
-			return false
-		}
-		s.space()
-		if s.i >= len(s.b) || s.b[s.i] != ':' {
-			return false
-		}
-		s.i++
-		s.space()
-		if k == name {
-			return bytes.HasPrefix(s.b[s.i:], []byte("null"))
-		}
-		if !s.skip() {
-			return false
-		}
-	}
 }
 
 // notObject refuses a body that decoded into a struct without error but is
