@@ -40,8 +40,10 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 	m := &member{node: node, c: c, log: log, client: c.tls.httpClient(5 * time.Second), token: nodeToken}
 	// The scope goes along so that the cluster refuses a node that would
 	// scope keys differently from it.
-	m.self, _ = json.Marshal(map[string]string{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope})
-	m.selfEmpty, _ = json.Marshal(map[string]any{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope, "empty": true})
+	self := map[string]any{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope}
+	m.self, _ = json.Marshal(self)
+	self["empty"] = true
+	m.selfEmpty, _ = json.Marshal(self)
 	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
 		hasState := node.HasState()
