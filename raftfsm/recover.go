@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -153,6 +154,13 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	if err != nil {
 		return st, nil, fmt.Errorf("raftfsm: read the members' addresses: %w", err)
 	}
+	httpAddrs := map[string]string{} // by id, as the state records them
+	for k, v := range named {
+		var info NodeInfo
+		if json.Unmarshal(v, &info) == nil {
+			httpAddrs[strings.TrimPrefix(k, "node/")] = info.HTTPAddr
+		}
+	}
 	for i := max(from+1, first); i <= last && i > 0; i++ {
 		var l raft.Log
 		if err := o.logs.GetLog(i, &l); err != nil {
@@ -166,10 +174,9 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 			if c, err := DecodeCommand(l.Data); err == nil && c.Node != nil && c.Node.ID != "" {
 				switch c.Op {
 				case OpSetNode:
-					b, _ := json.Marshal(c.Node)
-					named["node/"+c.Node.ID] = b
+					httpAddrs[c.Node.ID] = c.Node.HTTPAddr
 				case OpRemoveNode:
-					delete(named, "node/"+c.Node.ID)
+					delete(httpAddrs, c.Node.ID)
 				}
 			}
 		}
@@ -180,12 +187,11 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	}
 	sort.Slice(st.Configuration, func(i, j int) bool { return st.Configuration[i].ID < st.Configuration[j].ID })
 	for _, p := range st.Configuration {
-		var info NodeInfo
-		if v, ok := named["node/"+p.ID]; ok && json.Unmarshal(v, &info) == nil && info.HTTPAddr != "" {
+		if a := httpAddrs[p.ID]; a != "" {
 			if st.HTTPAddrs == nil {
 				st.HTTPAddrs = map[string]string{}
 			}
-			st.HTTPAddrs[p.ID] = info.HTTPAddr
+			st.HTTPAddrs[p.ID] = a
 		}
 	}
 	return st, list, nil
