@@ -23,6 +23,7 @@ const (
 	codeScopeMismatch   = "scope_mismatch"
 	codeAddressInUse    = "address_in_use"
 	codeIDInUse         = "id_in_use"
+	codeNotAnswering    = "not_answering"
 )
 
 // clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
@@ -310,6 +311,9 @@ func membershipProblem(err error) *problem {
 	case errors.Is(err, raftfsm.ErrIDInUse):
 		p = newProblem(http.StatusConflict, codeIDInUse, strings.TrimPrefix(err.Error(), "raftfsm: "))
 		p.Title = "Node id in use by a live member"
+	case errors.Is(err, raftfsm.ErrNotAnswering):
+		p = newProblem(http.StatusConflict, codeNotAnswering, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		p.Title = "Node does not answer at its new addresses"
 	}
 	return p
 }

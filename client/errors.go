@@ -41,6 +41,7 @@ const (
 	CodeScopeMismatch       = "scope_mismatch"
 	CodeAddressInUse        = "address_in_use"
 	CodeIDInUse             = "id_in_use"
+	CodeNotAnswering        = "not_answering"
 	CodeNoTransferTarget    = "no_transfer_target"
 )
 

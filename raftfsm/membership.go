@@ -125,6 +125,9 @@ var (
 	// ErrIDInUse means a join named a member's id from other addresses
 	// while that member still answers at its own.
 	ErrIDInUse = errors.New("raftfsm: node id in use by a live member")
+	// ErrNotAnswering means a join would move a voter to addresses where
+	// that node does not answer.
+	ErrNotAnswering = errors.New("raftfsm: node does not answer at its new addresses")
 )
 
 // QuorumError is a refused membership change: afterwards fewer voters than
@@ -367,6 +370,11 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			// empty: it could elect a leader that lacks committed entries.
 			return res, fmt.Errorf("%w: %s is a voter of this cluster and the joining node holds no state: an empty node in a voter's place could elect a leader missing acknowledged writes. If %s is gone for good, remove it (idem cluster remove --id %s) and join this node, which starts as a non-voter and votes once it has caught up; otherwise give it another --node-id, or start %s on its own data dir", ErrIDInUse, info.ID, info.ID, info.ID, info.ID)
 		}
+		if existing.Suffrage == raft.Voter {
+			if err := n.answersAt(info); err != nil {
+				return res, err
+			}
+		}
 	}
 	var change func() raft.IndexFuture
 	switch {
@@ -436,6 +444,34 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) e
 	}
 	if _, why := n.judge(h, m.ID, time.Now()); why == "" {
 		return fmt.Errorf("%w: %s answers at %s and is healthy: give the new node another --node-id, or stop %s there first (a node that moved is let in once it no longer answers at its old addresses)", ErrIDInUse, id, at, id)
+	}
+	return nil
+}
+
+// answersAt refuses to move a voter to addresses where it does not answer
+// as itself: a typo in \`idem cluster join\` for a stopped member would
+// record a dead address, and the cluster would lack that voter until
+// someone noticed (invariant 9: no unreachable voter). A node that moved
+// on its own joins from its new addresses, so it answers there; the
+// leader asks it at its HTTP address, as health checks do, and wants its
+// own id and the raft address the join names.
+func (n *Node) answersAt(info NodeInfo) error {
+	n.peers.mu.Lock()
+	probe := n.peers.probe
+	n.peers.mu.Unlock()
+	if probe == nil {
+		return fmt.Errorf("%w: this node cannot reach its peers' HTTP API yet; retry in a few seconds", ErrNotAnswering)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	defer cancel()
+	st, err := probe(ctx, info.HTTPAddr)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%w: voter %s does not answer at HTTP %s (%v): start it there first (its join then goes through on its own), or check --raft-addr and --node-http-addr; moving it to addresses where nothing answers would leave the cluster without that voter (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, err)
+	case st.Self.ID != info.ID:
+		return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr (force to move %s anyway)", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID, info.ID)
+	case st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr:
+		return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr)
 	}
 	return nil
 }

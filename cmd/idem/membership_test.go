@@ -345,6 +345,28 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 	// The answer says where from and where to: a typo in a join moves a
 	// member to an address where nothing answers, and only it shows that.
 	require.Contains(t, f.p.logs.String(), "now is at raft "+f.raft)
+
+	// A typo in a join for a stopped member names addresses where nothing
+	// answers: the voter is not moved to them (it was, and the cluster
+	// was a voter short until someone read the answer).
+	f.stop(t)
+	typo := freePortOn(t, f.ip)
+	out, code := cli(t, "join", "--addr", leader.http, "--id", f.id, "--raft-addr", typo, "--node-http-addr", f.http)
+	require.NotEqual(t, 0, code, "%s", out)
+	require.Contains(t, out, "not_answering")
+	require.Contains(t, out, "does not answer at HTTP "+f.http)
+	m, _ = memberAt(t, leader.http, f.id)
+	require.Equal(t, f.raft, m.RaftAddr, "%s's place after a join with a typo: %+v", f.id, m)
+	// Started where it is recorded, it answers, and the same join with the
+	// raft address it really has goes through.
+	c.restart(f, nil)
+	waitFor(t, 30*time.Second, f.id+" healthy again", func() (bool, string) {
+		m, _ := memberAt(t, leader.http, f.id)
+		return m.Healthy, fmt.Sprintf("%+v", m)
+	})
+	out, code = cli(t, "join", "--addr", leader.http, "--id", f.id, "--raft-addr", typo, "--node-http-addr", f.http)
+	require.NotEqual(t, 0, code, "a live member is not moved: %s", out)
+	require.Contains(t, out, "id_in_use")
 }
 
 // Retention, the default lease and the limits are each node's own flags,
