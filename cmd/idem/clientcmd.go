@@ -84,7 +84,7 @@ func newCLICmd(name, synopsis string, stdout, stderr io.Writer) *cliCmd {
 // parse parses args and checks the scope flags. It returns done when the
 // command must return code right away (--help, or a parse error).
 func (c *cliCmd) parse(args []string) (code int, done bool) {
-	err := c.fs.Parse(args)
+	err := parseFlags(c.fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		c.usage(c.stdout)

@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"sort"
 	"strings"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -97,7 +98,7 @@ func goVersion() string {
 // command must return code at once: 0 after --help (printed to stdout), 2
 // after a usage error (named on stderr with a pointer to --help).
 func parseArgs(fs *flag.FlagSet, args []string, name string, stdout, stderr io.Writer) (code int, done bool) {
-	err := fs.Parse(args)
+	err := parseFlags(fs, args)
 	switch {
 	case errors.Is(err, flag.ErrHelp):
 		fs.SetOutput(stdout)
@@ -126,17 +127,112 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 		return "", 0, true
 	}
 	sub = args[0]
-	if err := fs.Parse(args[1:]); err != nil {
+	fs.SetOutput(io.Discard) // the flag package would print its error and the whole usage
+	if err := parseFlags(fs, args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stdout)
+			fs.Usage()
 			return sub, 0, true
 		}
+		fmt.Fprintf(stderr, "%s %s: %v (see %s --help)\n", name, sub, err, name)
+		fs.SetOutput(stderr)
 		return sub, 2, true
 	}
+	fs.SetOutput(stderr)
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "%s %s: unexpected argument %q (flags go as --name value)\n", name, sub, fs.Arg(0))
 		return sub, 2, true
 	}
 	return sub, 0, false
+}
+
+// parseFlags is fs.Parse for every command. A value a flag refuses is
+// reported by flagValueError, where the flag package says only `invalid
+// value "48" for flag -retention: parse error`, which neither writes the
+// flag as it is typed nor says that a duration needs a unit.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	var bad func() error
+	var flags []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		flags = append(flags, f)
+		f.Value = watchedValue{f.Value, func(v string, err error) {
+			bad = func() error { return flagValueError(f, v, err, "") }
+		}}
+	})
+	err := fs.Parse(args)
+	// The flags get their own values back: flagValueError, --help and
+	// flag.UnquoteUsage look at their types.
+	for _, f := range flags {
+		f.Value = f.Value.(watchedValue).Value
+	}
+	if err != nil && bad != nil {
+		return bad() // Parse stops at the first refused value
+	}
+	return err
+}
+
+// watchedValue is a flag's value that tells failed which value it refused.
+type watchedValue struct {
+	flag.Value
+	failed func(v string, err error)
+}
+
+func (w watchedValue) Set(v string) error {
+	err := w.Value.Set(v)
+	if err != nil {
+		w.failed(v, err)
+	}
+	return err
+}
+
+// IsBoolFlag keeps --force meaning --force=true.
+func (w watchedValue) IsBoolFlag() bool {
+	b, ok := w.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// flagValueError says, on one line, why the value v of flag f was
+// refused: given as $env when env is not "", else on the command line.
+// The flag package's own error for the basic types is a bare "parse
+// error" or "value out of range", which names neither the flag nor the
+// value.
+func flagValueError(f *flag.Flag, v string, err error, env string) error {
+	from, given := "--"+f.Name, "--"+f.Name+" "+v
+	if env != "" {
+		from, given = fmt.Sprintf("$%s (--%s)", env, f.Name), fmt.Sprintf("$%s=%s (--%s)", env, v, f.Name)
+	}
+	kind := "value"
+	if g, ok := f.Value.(flag.Getter); ok {
+		switch g.Get().(type) {
+		case time.Duration:
+			kind = "duration"
+			// "48" meant as 48h is the likeliest mistake: say what fixes it.
+			if isPlainNumber(v) {
+				return fmt.Errorf("%s: a duration needs a unit, e.g. 48h, 30m or 90s", given)
+			}
+		case int, int64, uint, uint64:
+			kind = "integer"
+		case float64:
+			kind = "number"
+		case bool:
+			kind = "boolean"
+		}
+	}
+	msg := fmt.Sprintf("%s: invalid %s %q", from, kind, v)
+	switch err.Error() {
+	case "parse error":
+		return errors.New(msg)
+	case "value out of range":
+		return errors.New(msg + ": out of range")
+	}
+	return fmt.Errorf("%s: %w", msg, err)
+}
+
+// isPlainNumber reports whether s is digits with at most a sign and a
+// decimal point: 48, -5, 1.5.
+func isPlainNumber(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	return strings.ContainsAny(s, "0123456789") && strings.Trim(s, "0123456789.") == "" && strings.Count(s, ".") <= 1
 }
 
 // authTokenFlag registers --auth-token and returns its value, or when it

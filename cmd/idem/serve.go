@@ -114,7 +114,7 @@ func envName(flagName string) string {
 // either way.
 func parseWithEnv(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += fmt.Sprintf(" [$%s]", envName(f.Name)) })
-	if err := fs.Parse(args); err != nil {
+	if err := parseFlags(fs, args); err != nil {
 		return nil, err
 	}
 	if fs.NArg() > 0 {
@@ -129,41 +129,12 @@ func parseWithEnv(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 		}
 		if v, ok := os.LookupEnv(envName(f.Name)); ok {
 			if err := fs.Set(f.Name, v); err != nil {
-				errs = append(errs, envError(f, v, err))
+				errs = append(errs, flagValueError(f, v, err, envName(f.Name)))
 			}
 			set[f.Name] = true
 		}
 	})
 	return set, errors.Join(errs...)
-}
-
-// envError says why the value v of a flag's IDEM_* variable was refused:
-// the variable, its flag and the value, as "$IDEM_RETENTION (--retention):
-// invalid duration \"abc\"". The flag package's own error for the basic
-// types is a bare "parse error" or "value out of range", which names
-// neither (flag.Parse adds those for a flag on the command line).
-func envError(f *flag.Flag, v string, err error) error {
-	kind := "value"
-	if g, ok := f.Value.(flag.Getter); ok {
-		switch g.Get().(type) {
-		case time.Duration:
-			kind = "duration"
-		case int, int64, uint, uint64:
-			kind = "integer"
-		case float64:
-			kind = "number"
-		case bool:
-			kind = "boolean"
-		}
-	}
-	msg := fmt.Sprintf("$%s (--%s): invalid %s %q", envName(f.Name), f.Name, kind, v)
-	switch err.Error() {
-	case "parse error":
-		return errors.New(msg)
-	case "value out of range":
-		return errors.New(msg + ": out of range")
-	}
-	return fmt.Errorf("%s: %w", msg, err)
 }
 
 // nodeIDPattern is what a node id may be: the one rule the join API holds too.

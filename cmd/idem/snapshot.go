@@ -109,7 +109,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	var pos []string
 	for {
-		if err := fs.Parse(args); err != nil {
+		if err := parseFlags(fs, args); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
