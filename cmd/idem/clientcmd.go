@@ -208,7 +208,7 @@ func (c *cliCmd) fail(err error) int {
 			fmt.Fprintf(c.stderr, "idem %s: no answer from %s within --timeout %s (a write may or may not have happened)\n", c.name, c.addr, c.timeout)
 			return cliExitAPI
 		}
-		fmt.Fprintf(c.stderr, "idem %s: %v\n", c.name, err)
+		fmt.Fprintf(c.stderr, "idem %s: %v\n", c.name, notHTTP(err))
 		return cliExitAPI
 	}
 	msg := p.Detail
@@ -228,6 +228,36 @@ func (c *cliCmd) fail(err error) int {
 	}
 	fmt.Fprintf(c.stderr, "idem %s: %s (%s)\n", c.name, msg, strings.Join(facts, ", "))
 	return cliExitAPI
+}
+
+// notHTTP says what probably happened when err is a request's address
+// closing the connection before any answer, or answering something that
+// is not HTTP: it is not a node's HTTP address. A node's raft port (serve
+// --raft-addr, 7071 by default, next to --http-addr's 7070) reads a
+// request as an unknown raft message and closes, which the HTTP client
+// reports as a bare "unexpected EOF" (or "EOF"). A node's HTTP port always
+// answers HTTP, a 503 even when it refuses the connection. Other errors
+// (connection refused, a timeout, a TLS error) are returned as they are.
+func notHTTP(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err // not a failed request: a body cut short, an answer that does not decode
+	}
+	what := ""
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		what = "it closed the connection"
+	case strings.Contains(err.Error(), "malformed HTTP"): // net/http's words for an answer that is not HTTP
+		what = "it sent something else"
+	default:
+		return err
+	}
+	host := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
+		host = u.Host
+	}
+	return fmt.Errorf("%w: %s did not answer HTTP (%s); --addr takes a node's HTTP address (its --http-addr, default %s), not its raft address (its --raft-addr, default 127.0.0.1:7071)",
+		err, host, what, client.DefaultAddr)
 }
 
 // cliWriteJSON prints an answer indented, or as received when it is not JSON.

@@ -171,7 +171,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				fmt.Fprintf(stderr, "idem cluster %s: nothing was changed; see `idem cluster status`, or repeat with --force\n", sub)
 			}
 		} else {
-			fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, err)
+			fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, notHTTP(err))
 		}
 		return 1
 	}

@@ -167,7 +167,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		if errors.As(err, &p) {
 			fmt.Fprintf(stderr, "idem keys status: %s (code %s, HTTP %d)\n", p.Detail, p.Code, p.Status)
 		} else {
-			fmt.Fprintf(stderr, "idem keys status: %v\n", err)
+			fmt.Fprintf(stderr, "idem keys status: %v\n", notHTTP(err))
 		}
 		return 1
 	}

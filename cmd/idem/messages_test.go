@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -49,4 +51,57 @@ func TestDurationWithoutUnitNamesTheFix(t *testing.T) {
 		require.NotContains(t, stderr.String(), "parse error", "%v", tc.args)
 		require.Empty(t, stdout.String(), "%v", tc.args)
 	}
+}
+
+// TestAddrAtRaftPortSaysSo: `idem cluster status --addr 127.0.0.1:7071`,
+// the raft port of a node with the default addresses, said only
+// "unexpected EOF": raft reads the request as an unknown message and
+// closes. The CLI now says the address did not answer HTTP and which
+// address --addr takes; a refused connection still says so, alone.
+func TestAddrAtRaftPortSaysSo(t *testing.T) {
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	start(t, filepath.Join(t.TempDir(), "d"), httpAddr, raftAddr)
+	hint := raftAddr + " did not answer HTTP (it closed the connection); --addr takes a node's HTTP address (its --http-addr, default 127.0.0.1:7070), not its raft address"
+	for _, args := range [][]string{
+		{"cluster", "status"},
+		{"cluster", "set-retention", "--retention", "48h"},
+		{"get", "--principal", "p", "--endpoint", "e", "--key", "k"},
+		{"keys", "status"},
+		{"snapshot", "save", filepath.Join(t.TempDir(), "s.snap")},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), append(args, "--addr", raftAddr), &stdout, &stderr)
+		require.Equal(t, 1, code, "%v: %s", args, stderr.String())
+		require.Contains(t, stderr.String(), hint, "%v", args)
+		require.Equal(t, 1, strings.Count(stderr.String(), "\n"), "%v: one line:\n%s", args, stderr.String())
+	}
+
+	// Something else on the port (an ssh server, say) answers bytes that
+	// are not HTTP.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n"))
+			c.Close()
+		}
+	}()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 1, run(context.Background(), []string{"cluster", "status", "--addr", ln.Addr().String()}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), ln.Addr().String()+" did not answer HTTP (it sent something else); --addr takes a node's HTTP address", stderr.String())
+
+	// Nothing listening: connection refused, without the hint.
+	closed := freePort(t)
+	stderr.Reset()
+	require.Equal(t, 1, run(context.Background(), []string{"cluster", "status", "--addr", closed}, &stdout, &stderr))
+	require.Contains(t, stderr.String(), "connection refused")
+	require.NotContains(t, stderr.String(), "did not answer HTTP")
+	// A node's HTTP address answers.
+	stdout.Reset()
+	require.Equal(t, 0, run(context.Background(), []string{"cluster", "status", "--addr", httpAddr}, &stdout, &stderr), stderr.String())
 }

@@ -159,7 +159,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 	}}
 	resp, err := hc.Do(req)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, notHTTP(err))
 		return 1
 	}
 	defer resp.Body.Close()
