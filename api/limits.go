@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -92,4 +93,14 @@ func (l Limits) json() limitsJSON {
 	return limitsJSON{l.MaxScopeBytes, l.MaxFingerprintChars, l.MaxIDBytes, l.MinLease.Milliseconds(),
 		l.MaxLease.Milliseconds(), l.MaxRequestBytes, l.MaxResponseBytes, l.MaxResponseHeaders,
 		l.MaxResponseHeaderBytes, l.MaxKeysPerPrincipal, l.MaxPrincipals}
+}
+
+// Published is the limits as GET /v1/config publishes them, by name
+// (max_keys_per_principal, min_lease_ms, ...): what a node compares with
+// its peers' answers.
+func (l Limits) Published() map[string]int64 {
+	b, _ := json.Marshal(l.json())
+	var out map[string]int64
+	json.Unmarshal(b, &out)
+	return out
 }

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +46,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 	m.self, _ = json.Marshal(self)
 	self["empty"] = true
 	m.selfEmpty, _ = json.Marshal(self)
+	go m.warnSettingsDrift(ctx)
 	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
 		hasState := node.HasState()
@@ -221,4 +224,115 @@ func (m *member) tryBootstrap(ctx context.Context) {
 		return
 	}
 	m.log.Info("bootstrapped the cluster", "nodes", fmt.Sprint(list))
+}
+
+// driftCheckFor is how long after its start a node looks for its peers'
+// settings: a node that joins learns its peers' records once it has
+// caught up, a restarted one has them at once.
+const driftCheckFor = 5 * time.Minute
+
+// warnSettingsDrift logs one warning when this node's --lease or limits
+// flags differ from another member's: a claim gets the default lease and
+// limits of the leader deciding it, so what clients get would change with
+// leadership, and a node restarted with other flags said nothing (only
+// idem cluster status compared them). The members are the node records
+// of the replicated state, asked for their GET /v1/config as status does;
+// it gives up after driftCheckFor without a member that answers.
+func (m *member) warnSettingsDrift(ctx context.Context) {
+	own := map[string]string{"lease": m.c.lease.String()}
+	for k, v := range m.c.limits.Published() {
+		own[k] = publishedValue(k, float64(v))
+	}
+	for end := time.Now().Add(driftCheckFor); time.Now().Before(end); {
+		if m.compareSettings(ctx, own) || ctx.Err() != nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+// compareSettings asks the other members for their settings and logs the
+// flags among own whose values differ. It reports whether it is done:
+// false while a member's record has no HTTP address yet (a node still
+// catching up) or no other member answered; true as well when the members
+// refused to answer it (--auth-file and no --node-token-file).
+func (m *member) compareSettings(ctx context.Context, own map[string]string) bool {
+	st, err := m.node.Status()
+	if err != nil || len(st.Nodes) < 2 {
+		return false
+	}
+	values := map[string][]string{} // flag -> "id value" of each member, in id order
+	differ := map[string]bool{}
+	answered, refused := 0, 0
+	for _, p := range st.Nodes {
+		if p.ID == m.c.nodeID {
+			for k, v := range own {
+				values[k] = append(values[k], p.ID+" "+v+" (this node)")
+			}
+			continue
+		}
+		if p.HTTPAddr == "" {
+			return false
+		}
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		b, status, err := m.do(cctx, http.MethodGet, p.HTTPAddr, "/v1/config", nil)
+		cancel()
+		var cfg struct {
+			LeaseDefaultMs *float64            `json:"lease_default_ms"`
+			Limits         map[string]*float64 `json:"limits"`
+		}
+		if status == http.StatusUnauthorized || status == http.StatusForbidden {
+			refused++ // --auth-file without a --node-token-file to ask with: asking again changes nothing
+			continue
+		}
+		if err != nil || status != http.StatusOK || json.Unmarshal(b, &cfg) != nil || cfg.LeaseDefaultMs == nil {
+			continue // down, or not answering yet
+		}
+		answered++
+		theirs := map[string]string{"lease": publishedValue("lease_ms", *cfg.LeaseDefaultMs)}
+		for k, v := range cfg.Limits {
+			if v != nil {
+				theirs[k] = publishedValue(k, *v)
+			}
+		}
+		for k, v := range own {
+			if t, ok := theirs[k]; ok { // an earlier release may publish fewer limits
+				values[k] = append(values[k], p.ID+" "+t)
+				if t != v {
+					differ[k] = true
+				}
+			}
+		}
+	}
+	if answered == 0 {
+		return refused > 0
+	}
+	if len(differ) > 0 {
+		var flags []string
+		var attrs []any
+		for _, k := range slices.Sorted(maps.Keys(differ)) {
+			name := "--" + strings.ReplaceAll(strings.TrimSuffix(k, "_ms"), "_", "-")
+			flags = append(flags, name)
+			attrs = append(attrs, name[2:], strings.Join(values[k], ", "))
+		}
+		verb := " differ"
+		if len(flags) == 1 {
+			verb = " differs"
+		}
+		m.log.Warn(strings.Join(flags, ", ")+verb+" between this node and other members: a claim gets the default lease and limits of the leader that decides it, so what clients get changes with leadership. Give every node the same flags (idem cluster status compares them too)", attrs...)
+	}
+	return true
+}
+
+// publishedValue writes a value of GET /v1/config as its flag takes it:
+// the *_ms ones as durations.
+func publishedValue(name string, v float64) string {
+	if strings.HasSuffix(name, "_ms") {
+		return (time.Duration(v) * time.Millisecond).String()
+	}
+	return strconv.FormatFloat(v, 'f', -1, 64)
 }

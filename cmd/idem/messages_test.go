@@ -6,8 +6,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -104,4 +106,29 @@ func TestAddrAtRaftPortSaysSo(t *testing.T) {
 	// A node's HTTP address answers.
 	stdout.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"cluster", "status", "--addr", httpAddr}, &stdout, &stderr), stderr.String())
+}
+
+// TestRestartWithOtherLeaseOrLimitsWarns: a node restarted with another
+// --lease or limits flag than the other members logged nothing; only idem
+// cluster status warned. It now logs one warning naming the flags and
+// every member's value once it knows its peers.
+func TestRestartWithOtherLeaseOrLimitsWarns(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	const warning = "between this node and other members"
+	// Each node compares within a few seconds of knowing its peers; the
+	// members, all with the default flags, say nothing.
+	time.Sleep(4 * time.Second)
+	for _, n := range c.nodes {
+		require.NotContains(t, n.p.logs.String(), warning, n.id)
+	}
+	n3 := c.node("n3")
+	n3.stop(t)
+	c.restart(n3, append(slices.Clone(n3.args), "--lease", "45s", "--max-keys-per-principal", "5"))
+	waitFor(t, 30*time.Second, "n3's warning", func() (bool, string) {
+		return strings.Contains(n3.p.logs.String(), warning), n3.p.logs.String()
+	})
+	logs := n3.p.logs.String()
+	require.Equal(t, 1, strings.Count(logs, warning), logs)
+	require.Contains(t, logs, `msg="--lease, --max-keys-per-principal differ `+warning+`:`)
+	require.Contains(t, logs, `lease="n1 30s, n2 30s, n3 45s (this node)" max-keys-per-principal="n1 100000, n2 100000, n3 5 (this node)"`)
 }
