@@ -42,7 +42,9 @@ const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadershi
                          expires_at they were given. The cluster's retention is
                          replicated state: the first claim pins it from the
                          leader's serve --retention, and that flag changes
-                         nothing afterwards. A cluster an earlier release
+                         nothing afterwards: set it to the new value on every
+                         node too, so that the nodes' configuration agrees
+                         with the cluster's. A cluster an earlier release
                          started is pinned by its first set-retention: run it
                          once every node is upgraded
 
@@ -177,6 +179,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if *asJSON {
 		cliWriteJSON(stdout, raw)
+		if sub == "set-retention" {
+			fmt.Fprintln(stderr, retentionFlagReminder(*retention))
+		}
 		return 0
 	}
 	switch sub {
@@ -217,6 +222,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		json.Unmarshal(raw, &a)
 		fmt.Fprintf(stdout, "the cluster's retention is %s (was %s): records claimed from now on get it; stored records keep their expires_at\n", a.Retention, a.PreviousRetention)
+		fmt.Fprintln(stdout, retentionFlagReminder(*retention))
 	case "join", "remove":
 		var a struct{ Outcome, Suffrage, Detail string }
 		json.Unmarshal(raw, &a)
@@ -232,6 +238,21 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		cliWriteJSON(stdout, raw)
 	}
 	return 0
+}
+
+// retentionFlagReminder is what set-retention adds to its answer: the
+// change is the cluster's, and the nodes' --retention flags still hold the
+// old value, which makes each node warn at start and would seed a cluster
+// started again from empty data dirs.
+func retentionFlagReminder(d time.Duration) string {
+	v := d.String() // 48h0m0s -> 48h, 1h30m0s -> 1h30m: as a config file writes it
+	if strings.HasSuffix(v, "m0s") {
+		v = strings.TrimSuffix(v, "0s")
+	}
+	if strings.HasSuffix(v, "h0m") {
+		v = strings.TrimSuffix(v, "0m")
+	}
+	return fmt.Sprintf("set --retention %s (or IDEM_RETENTION) on every node too, so that their configuration agrees: the flag only seeds a new cluster's retention and changes nothing here, but a node whose flag differs warns at each start, and a cluster started from empty data dirs would take the old value", v)
 }
 
 // settingsDrift compares what each member publishes at GET /v1/config on

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -131,4 +132,22 @@ func TestRestartWithOtherLeaseOrLimitsWarns(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs, warning), logs)
 	require.Contains(t, logs, `msg="--lease, --max-keys-per-principal differ `+warning+`:`)
 	require.Contains(t, logs, `lease="n1 30s, n2 30s, n3 45s (this node)" max-keys-per-principal="n1 100000, n2 100000, n3 5 (this node)"`)
+}
+
+// TestSetRetentionRemindsOfTheFlag: idem cluster set-retention answered
+// without saying that each node's --retention still holds the old value
+// (it only seeds a new cluster's): config files drifted from the cluster.
+func TestSetRetentionRemindsOfTheFlag(t *testing.T) {
+	f := newAPIFake(t, http.StatusOK, `{"outcome":"set","retention":"48h0m0s","retention_seconds":172800,"previous_retention":"24h0m0s"}`)
+	const reminder = "set --retention 48h (or IDEM_RETENTION) on every node too, so that their configuration agrees: the flag only seeds a new cluster's retention"
+	code, stdout, stderr := runClientCmd(t, runCluster, "set-retention", "--retention", "48h", "--addr", f.url)
+	require.Equal(t, 0, code, stderr)
+	require.Equal(t, "/v1/admin/retention", f.path)
+	require.Contains(t, stdout, "the cluster's retention is 48h0m0s (was 24h0m0s)")
+	require.Contains(t, stdout, reminder)
+	// With --json stdout is the answer alone; the reminder goes to stderr.
+	code, stdout, stderr = runClientCmd(t, runCluster, "set-retention", "--retention", "2880m", "--addr", f.url, "--json")
+	require.Equal(t, 0, code, stderr)
+	require.NotContains(t, stdout, "--retention")
+	require.Contains(t, stderr, reminder)
 }
