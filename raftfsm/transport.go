@@ -3,9 +3,11 @@ package raftfsm
 import (
 	"crypto/tls"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -36,6 +38,9 @@ type streamLayer struct {
 	firstByte time.Duration
 	done      chan struct{}
 	closeOnce sync.Once
+	// lastNotRaft is when a connection that spoke HTTP was last logged
+	// (unix nanoseconds): once a minute is enough to name the mistake.
+	lastNotRaft atomic.Int64
 }
 
 // handshakeTimeout bounds a TLS handshake on the raft port, so a peer that
@@ -96,7 +101,7 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 		<-s.slots
 		return nil, err
 	}
-	sc := &slotConn{Conn: c, free: s.slots}
+	sc := &slotConn{Conn: c, free: s.slots, layer: s}
 	if s.tls == nil {
 		// Until its first byte: a handshake's deadline, plaintext.
 		c.SetReadDeadline(time.Now().Add(s.firstByte))
@@ -118,6 +123,7 @@ type slotConn struct {
 	net.Conn
 	free   chan struct{}
 	once   sync.Once
+	layer  *streamLayer
 	silent bool // a first-byte deadline is set; Read is raft's one goroutine
 }
 
@@ -126,8 +132,28 @@ func (c *slotConn) Read(b []byte) (int, error) {
 	if n > 0 && c.silent {
 		c.silent = false
 		c.Conn.SetReadDeadline(time.Time{})
+		if b[0] >= 'A' && b[0] <= 'Z' {
+			// A raft message starts with its type, a byte below 8; an
+			// upper-case letter is an HTTP method: a client (curl, idem's
+			// CLI with --addr) given the raft address instead of the HTTP
+			// one. Raft would log "failed to decode incoming command:
+			// unknown rpc type 71" at error level; EOF closes quietly.
+			c.layer.notRaft(c.RemoteAddr())
+			return 0, io.EOF
+		}
 	}
 	return n, err
+}
+
+// notRaft logs, at most once a minute, that a client spoke HTTP to the
+// raft port.
+func (s *streamLayer) notRaft(from net.Addr) {
+	now := time.Now().UnixNano()
+	last := s.lastNotRaft.Load()
+	if now-last < int64(time.Minute) || !s.lastNotRaft.CompareAndSwap(last, now) {
+		return
+	}
+	s.log.Warn("an HTTP request reached the raft port, which speaks only raft: HTTP clients and idem's CLI (--addr) take the node's HTTP address (--http-addr), not its --raft-addr; closed it", "from", from.String(), "raft-addr", s.Addr().String())
 }
 
 func (c *slotConn) Close() error {

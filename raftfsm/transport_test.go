@@ -2,7 +2,9 @@ package raftfsm
 
 import (
 	"io"
+	"log/slog"
 	"net"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -82,4 +84,40 @@ func TestRaftPortBoundsSilentConnections(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Accept still waits for a slot after Close")
 	}
+}
+
+// A client given the raft address instead of the HTTP one (curl, idem's
+// CLI with --addr at port 7071) made raft log "failed to decode incoming
+// command: unknown rpc type 71" at error level for every request. The
+// raft port now reads an HTTP method as the end of the connection, logs
+// once a minute what happened, and passes raft's own bytes on untouched.
+func TestRaftPortNamesAnHTTPRequest(t *testing.T) {
+	var logs logBuffer
+	s, err := newStreamLayer("127.0.0.1:0", "127.0.0.1:0", nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer s.Close()
+	read := func(first []byte) ([]byte, error) {
+		c, err := net.Dial("tcp", s.Listener.Addr().String())
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = c.Write(first)
+		require.NoError(t, err)
+		ac, err := s.Accept()
+		require.NoError(t, err)
+		defer ac.Close()
+		b := make([]byte, 64)
+		n, err := ac.Read(b)
+		return b[:n], err
+	}
+	for range 2 {
+		got, err := read([]byte("GET /v1/cluster HTTP/1.1\r\nHost: x\r\n\r\n"))
+		require.ErrorIs(t, err, io.EOF)
+		require.Empty(t, got, "raft must not see the request's bytes")
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "an HTTP request reached the raft port"), "logged once a minute:\n%s", logs.String())
+	require.Contains(t, logs.String(), "--http-addr")
+	// A raft message (its first byte is its type, below 8) goes through.
+	got, err := read([]byte{0, 1, 2})
+	require.NoError(t, err)
+	require.Equal(t, []byte{0, 1, 2}, got)
 }
