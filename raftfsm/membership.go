@@ -590,9 +590,15 @@ func (n *Node) checkQuorum(change string, after []raft.Server, unmeasured string
 	return e
 }
 
+// ErrCantBootstrap means the node has raft state already (a term a peer
+// sent it, or a log): a peer that bootstrapped first is bringing it in, or,
+// when it lasts, the node's raft log is missing.
+var ErrCantBootstrap = errors.New("raftfsm: cannot bootstrap: this node has raft state already")
+
 // Bootstrap forms a new cluster of peers (this node among them). Every
 // peer may call it with the same list: raft accepts identical bootstrap
-// configurations. A node that already has state ignores it.
+// configurations. A node that already has raft state gets
+// ErrCantBootstrap and is unchanged.
 func (n *Node) Bootstrap(peers []NodeInfo) error {
 	conf := raft.Configuration{}
 	for _, p := range peers {
@@ -600,7 +606,7 @@ func (n *Node) Bootstrap(peers []NodeInfo) error {
 	}
 	err := n.raft.BootstrapCluster(conf).Error()
 	if errors.Is(err, raft.ErrCantBootstrap) {
-		return nil
+		return ErrCantBootstrap
 	}
 	if err != nil {
 		return fmt.Errorf("raftfsm: bootstrap: %w", err)

@@ -111,6 +111,9 @@ func Open(cfg Config) (*Node, error) {
 		}
 		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
 	}
+	if err := n.refuseUnreadLog(); err != nil {
+		return nil, err
+	}
 	if n.logStore, err = openLogStore(cfg.DataDir, n.stable, cfg.Logger); err != nil {
 		return nil, err
 	}
@@ -118,6 +121,9 @@ func Open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
 	if err := n.catchUpFromSnapshot(); err != nil {
+		return nil, err
+	}
+	if err := n.checkLogPresent(); err != nil {
 		return nil, err
 	}
 	if err := n.checkKeys(); err != nil {
@@ -237,6 +243,64 @@ func (n *Node) catchUpFromSnapshot() error {
 		n.log.Warn("state was behind the newest snapshot; restored it", "snapshot-index", newest.Index, "applied-before", applied, "applied-index", n.db.Meta().Applied)
 	}
 	return nil
+}
+
+// oldLogDir is where development builds of 2026-12-01 (between the batch
+// entries and raft-wal) kept the raft log, in Pebble. No release reads it.
+const oldLogDir = "raft-log"
+
+// refuseUnreadLog refuses, before anything is written, a data dir whose
+// raft log is in a layout this release does not read: it would start with
+// an empty log beside a state applied from the lost one, with no cluster
+// configuration, and never lead (review: a cluster restarted on this
+// release from such a build stayed leaderless for good).
+func (n *Node) refuseUnreadLog() error {
+	old := filepath.Join(n.cfg.DataDir, oldLogDir)
+	if _, err := os.Stat(old); err != nil {
+		return nil
+	}
+	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, logStoreDir)); err == nil {
+		return nil // raft-wal is the log; raft-log is a leftover
+	}
+	return fmt.Errorf("raftfsm: %s holds this node's raft log in the layout of a development build (a Pebble log store), which this release does not read; nothing was changed. %s",
+		old, lostLogAdvice(n.cfg))
+}
+
+// checkLogPresent refuses a node whose state was applied from a raft log
+// that is gone (raft-wal deleted to free space, or replaced): raft would
+// start it with an empty log and no cluster configuration, so it could
+// neither lead nor vote, and a bootstrap is refused because raft.db holds
+// a term. A node joining for the first time has applied nothing; a log
+// compacted away left a snapshot.
+func (n *Node) checkLogPresent() error {
+	applied := n.db.Meta().Applied
+	if applied == 0 {
+		return nil
+	}
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	if last > 0 {
+		return nil
+	}
+	if list, err := n.snaps.List(); err != nil || len(list) > 0 {
+		return err
+	}
+	return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but %s holds no raft log and there is no snapshot: the log was deleted or replaced, and without it this node has no cluster configuration. %s",
+		filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), lostLogAdvice(n.cfg))
+}
+
+// lostLogAdvice is what to do with a node whose raft log cannot be read;
+// it never advises deleting the data dir, which may be the only copy.
+func lostLogAdvice(cfg Config) string {
+	raftAddr := cfg.RaftAdvertise
+	if raftAddr == "" {
+		raftAddr = cfg.RaftAddr
+	}
+	return fmt.Sprintf("If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state. "+
+		"If every node is in this state, or this is the only node, make a one-node cluster of this node's state with idem recover --data-dir %s --node-id %s --peers %s=%s (it prints what it will do; add --yes to do it), then join the others with empty data dirs",
+		cfg.DataDir, cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
 }
 
 // Close stops the node: leader duties, raft (which waits for the FSM), the

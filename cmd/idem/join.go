@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -114,6 +115,8 @@ type member struct {
 	// refused is the last refusal logged, so that a join retried every
 	// second logs a refusal once rather than every time.
 	refused string
+	// cantBootstrap: the node's refusal to bootstrap was logged.
+	cantBootstrap bool
 	// unreachable is the last error logged per --join address, for the
 	// same reason: a typo in --join, a member speaking HTTPS to a node
 	// without TLS, or a certificate from another CA would otherwise leave
@@ -220,6 +223,17 @@ func (m *member) tryBootstrap(ctx context.Context) {
 	median := walls[len(walls)/2]
 	m.node.CorrectClock(time.Duration(median-own) * time.Millisecond)
 	if err := m.node.Bootstrap(list); err != nil {
+		if errors.Is(err, raftfsm.ErrCantBootstrap) {
+			// Usually a peer that bootstrapped first reached this node
+			// a moment ago and its configuration is on the way; said
+			// once, not every second (it used to log "bootstrapped the
+			// cluster", every second, for a node that never would be).
+			if !m.cantBootstrap {
+				m.cantBootstrap = true
+				m.log.Warn("not bootstrapping: this node has raft state already (a term from a peer) but no cluster configuration yet; a peer that bootstrapped first will send it. If this lasts, see idem cluster status on the peers", "peers", fmt.Sprint(list))
+			}
+			return
+		}
 		m.log.Error("bootstrap failed", "error", err)
 		return
 	}
