@@ -116,6 +116,10 @@ func peerStatus(ctx context.Context, c *http.Client, url, addr string, token str
 		return st, err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
+		// Raft may be fine: only the node token is not taken there.
+		return st, fmt.Errorf("%s answered %s: it refused this node's token (%s): every node's --auth-file needs the entry of the token in --node-token-file", addr, resp.Status, TokenRefused)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return st, fmt.Errorf("%s answered %s", addr, resp.Status)
 	}
@@ -124,6 +128,10 @@ func peerStatus(ctx context.Context, c *http.Client, url, addr string, token str
 	}
 	return st, nil
 }
+
+// TokenRefused marks a member's health check refused for the node token,
+// in its unhealthy reason (idem cluster status tells it from an outage).
+const TokenRefused = "health check refused"
 
 // NewPeerProbe returns how a leader measures the other members (see
 // raftfsm.Node.SetPeerProbe): their GET /v1/cluster, with the node's own

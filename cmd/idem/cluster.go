@@ -16,6 +16,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
@@ -316,7 +317,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		leader = st.Leader.ID
 	}
 	fmt.Fprintf(w, "leader %s, term %d, commit index %d (as seen by %s)\n", leader, st.Term, st.CommitIndex, st.Self.ID)
-	voters, healthy := 0, 0
+	voters, healthy, refused := 0, 0, 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tHTTP\tRAFT")
 	var reasons, kept []string
@@ -337,6 +338,8 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 			voters++
 			if m.Healthy {
 				healthy++
+			} else if strings.Contains(m.UnhealthyReason, api.TokenRefused) {
+				refused++
 			}
 		}
 		checked := "never"
@@ -366,7 +369,12 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		return
 	}
 	fmt.Fprintf(w, "%d of %d voters healthy (a quorum is %d); health measured by %s.\n", healthy, voters, voters/2+1, from)
-	if healthy < voters/2+1 {
+	switch {
+	case healthy < voters/2+1 && healthy+refused >= voters/2+1:
+		// Raft may well be replicating: only the leader's checks over HTTP
+		// are refused (a node token removed from the auth files).
+		fmt.Fprintln(w, "WARNING: members refuse the leader's health checks (its node token): writes may still succeed, but membership changes are refused and those members answer /readyz 503 until every node's --auth-file holds the entry of the token in --node-token-file (then kill -HUP them)")
+	case healthy < voters/2+1:
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
 	}
 	if len(reasons) > 0 {

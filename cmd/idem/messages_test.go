@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +14,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // TestDurationWithoutUnitNamesTheFix: `idem serve --retention 48` printed
@@ -150,4 +154,37 @@ func TestSetRetentionRemindsOfTheFlag(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, stdout, "--retention")
 	require.Contains(t, stderr, reminder)
+}
+
+// Members that refuse the leader's health checks for its node token (the
+// nodes' entry removed from the auth files) made cluster status warn that
+// writes fail, while raft replicated and every write went through (ops
+// walk). The reason names the token, and the warning says what is refused.
+func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
+	// What the leader's probe records for a member that answers 401.
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, `{"code":"unauthorized"}`, http.StatusUnauthorized)
+	}))
+	defer ts.Close()
+	addr := strings.TrimPrefix(ts.URL, "http://")
+	_, err := api.NewPeerProbe("old-node-token", "n1", nil)(context.Background(), addr)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), api.TokenRefused)
+	require.Contains(t, err.Error(), "--node-token-file")
+
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "Voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "Voter", UnhealthyReason: err.Error()},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "Voter", UnhealthyReason: err.Error()},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "members refuse the leader's health checks (its node token)")
+	require.NotContains(t, out.String(), "writes fail")
+
+	// Members that do not answer at all: the quorum warning stands.
+	st.Nodes[1].UnhealthyReason, st.Nodes[2].UnhealthyReason = "connection refused", "connection refused"
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "writes fail until enough of them answer")
 }
