@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -73,6 +74,12 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 	}
 	var prev time.Duration
 	var refused *problem
+	if r.Header.Get(forwardedHeader) == "" && !s.store.IsLeader() {
+		// The leader answers the forwarded change once it has applied it;
+		// this node answers once it has too, so its own GET /v1/config,
+		// asked next, shows the new retention.
+		w = &onSuccess{ResponseWriter: w, before: func() { s.catchUpWithLeader(r.Context()) }}
+	}
 	if s.onLeader(w, r, body, func() error {
 		if !s.store.IsLeader() {
 			return s.store.SetRetention(d) // refused: forwarded to the leader
@@ -125,4 +132,43 @@ func (s *Server) checkRetention(req retentionRequest) (time.Duration, *problem) 
 		return 0, invalid("retention: %s", strings.TrimPrefix(err.Error(), "ttl: "))
 	}
 	return d, nil
+}
+
+// onSuccess runs before once, ahead of a 2xx status line.
+type onSuccess struct {
+	http.ResponseWriter
+	before func()
+	done   bool
+}
+
+func (o *onSuccess) WriteHeader(code int) {
+	if code >= 200 && code < 300 && !o.done {
+		o.done = true
+		o.before()
+	}
+	o.ResponseWriter.WriteHeader(code)
+}
+
+func (o *onSuccess) Write(b []byte) (int, error) {
+	if !o.done {
+		o.WriteHeader(http.StatusOK)
+	}
+	return o.ResponseWriter.Write(b)
+}
+
+// catchUpWithLeader waits, at most a few seconds, until this node has
+// applied what the leader has committed; best effort: the change is made
+// either way, and only what this node shows lags.
+func (s *Server) catchUpWithLeader(ctx context.Context) {
+	l, ok := s.store.Leader()
+	if !ok || l.HTTPAddr == "" {
+		return
+	}
+	commit, err := s.fwd.leaderCommit(ctx, l.HTTPAddr)
+	if err != nil {
+		return
+	}
+	for deadline := time.Now().Add(3 * time.Second); !s.store.CaughtUp(commit) && time.Now().Before(deadline) && ctx.Err() == nil; {
+		time.Sleep(20 * time.Millisecond) // CaughtUp waits a while itself; this only keeps it from spinning
+	}
 }

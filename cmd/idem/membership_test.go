@@ -445,9 +445,13 @@ func TestClusterRetentionIsTheClusters(t *testing.T) {
 	out, code = cli(t, "set-retention", "--retention", "48h", "--addr", n1.http)
 	require.Equal(t, 0, code, "%s", out)
 	require.Contains(t, out, "the cluster's retention is 48h0m0s (was 24h0m0s)")
+	// The follower answered once it had applied the change: its own
+	// config, asked next, shows it (it showed the old one for a moment).
+	a := call("GET", n1.http, "/v1/config", "")
+	require.Contains(t, string(a.body), `"retention":"48h0m0s"`, "%s", a)
 	require.Equal(t, 48*time.Hour, span(claimOK(t, n1.http, "after-set")))
 	everyNodePublishes("48h0m0s")
-	a := call("GET", n1.http, recordPath("first", "linearizable"), "")
+	a = call("GET", n1.http, recordPath("first", "linearizable"), "")
 	require.Equal(t, 200, a.code, "%s", a)
 	var rec struct {
 		Record struct {
