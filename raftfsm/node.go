@@ -32,6 +32,7 @@ type Node struct {
 	clock     *ttl.Clock
 	raft      *raft.Raft
 	trans     *raft.NetworkTransport
+	stopTLS   func()                // stops following TLS reloads (tlsReloaded)
 	stable    *raftboltdb.BoltStore // raft.db: term and vote
 	logStore  *LogStore             // raft-log/ (logstore.go)
 	snaps     *snapshotStore
@@ -138,6 +139,9 @@ func Open(cfg Config) (*Node, error) {
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(cfg.Logger),
 	})
+	if cfg.TLS != nil {
+		n.stopTLS = cfg.TLS.onReload(func(old, cur *tlsMaterial) { n.tlsReloaded(stream, old, cur) })
+	}
 	if cfg.BeforeRaft != nil {
 		if err := cfg.BeforeRaft(); err != nil {
 			return nil, err
@@ -196,6 +200,27 @@ func Open(cfg Config) (*Node, error) {
 	go n.watchFSM()
 	ok = true
 	return n, nil
+}
+
+// tlsReloaded follows a reload of the certificate files. When the CA
+// file changed, it closes the raft connections, both ways, whose peer's
+// certificate the new CA file does not verify: raft keeps a connection as
+// long as it works, so after a CA rotation a peer holding a certificate
+// of the old CA (a leaked key) would keep the one it had. When the CA or
+// this node's certificate changed, it also drops the transport's pooled
+// connections and ends its inbound handlers after their current request,
+// so both ends dial again with the new files; raft reconnects by itself.
+func (n *Node) tlsReloaded(stream *streamLayer, old, cur *tlsMaterial) {
+	trust, cert := trustChanged(old, cur), certChanged(old, cur)
+	if trust {
+		if cut := stream.cutUntrusted(cur.pool); cut > 0 {
+			n.log.Warn("closed raft connections whose peer's certificate the reloaded --tls-ca-file no longer trusts", "connections", cut)
+		}
+	}
+	if trust || cert {
+		n.trans.CloseStreams()
+		n.log.Info("raft connections will be dialled again with the reloaded certificates")
+	}
 }
 
 // catchUpFromSnapshot restores the newest snapshot when Pebble is behind it
@@ -323,6 +348,9 @@ func (n *Node) Close() error {
 
 func (n *Node) closeStores() error {
 	var errs []error
+	if n.stopTLS != nil {
+		n.stopTLS()
+	}
 	if n.trans != nil {
 		errs = append(errs, n.trans.Close())
 	}

@@ -30,12 +30,19 @@ type TLS struct {
 	log                       *slog.Logger
 	cur                       atomic.Pointer[tlsMaterial]
 	reload                    sync.Mutex
+
+	// watchers are told of every reload that changed the files (the raft
+	// transport: it closes connections the new CA no longer trusts).
+	watchMu  sync.Mutex
+	watchers map[int]func(old, cur *tlsMaterial)
+	nextID   int
 }
 
 type tlsMaterial struct {
-	cert     tls.Certificate
-	pool     *x509.CertPool
-	notAfter time.Time
+	cert       tls.Certificate
+	pool       *x509.CertPool
+	notAfter   time.Time
+	caNotAfter time.Time // the earliest expiry of the CAs in the CA file
 }
 
 // ErrTLS marks a certificate, key or CA file that cannot be used.
@@ -67,12 +74,60 @@ func (t *TLS) Reload() error {
 	if err != nil {
 		return err
 	}
-	t.cur.Store(m)
+	old := t.cur.Swap(m)
+	t.watchMu.Lock()
+	defer t.watchMu.Unlock()
+	for _, fn := range t.watchers {
+		fn(old, m)
+	}
 	return nil
+}
+
+// onReload calls fn after each successful Reload with the material it
+// replaced and the new one; the returned func stops that.
+func (t *TLS) onReload(fn func(old, cur *tlsMaterial)) (stop func()) {
+	t.watchMu.Lock()
+	defer t.watchMu.Unlock()
+	if t.watchers == nil {
+		t.watchers = map[int]func(old, cur *tlsMaterial){}
+	}
+	id := t.nextID
+	t.nextID++
+	t.watchers[id] = fn
+	return func() {
+		t.watchMu.Lock()
+		defer t.watchMu.Unlock()
+		delete(t.watchers, id)
+	}
+}
+
+// trustChanged reports whether b trusts other CAs than a.
+func trustChanged(a, b *tlsMaterial) bool { return !a.pool.Equal(b.pool) }
+
+// certChanged reports whether b presents another certificate than a.
+func certChanged(a, b *tlsMaterial) bool {
+	return !slices.EqualFunc(a.cert.Certificate, b.cert.Certificate, func(x, y []byte) bool { return string(x) == string(y) })
+}
+
+// peerTrusted reports whether the certificate chain a peer presented
+// still verifies against pool (and is still valid now).
+func peerTrusted(certs []*x509.Certificate, pool *x509.CertPool) bool {
+	if len(certs) == 0 {
+		return false
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err == nil
 }
 
 // NotAfter is when the certificate in use expires.
 func (t *TLS) NotAfter() time.Time { return t.cur.Load().notAfter }
+
+// CANotAfter is when the first of the CAs in the CA file in use expires.
+func (t *TLS) CANotAfter() time.Time { return t.cur.Load().caNotAfter }
 
 // Files names the certificate, key and CA files, for messages.
 func (t *TLS) Files() (cert, key, ca string) { return t.certFile, t.keyFile, t.caFile }
@@ -88,7 +143,7 @@ func (t *TLS) read() (*tlsMaterial, error) {
 			return nil, fmt.Errorf("%w: certificate %s: %w", ErrTLS, t.certFile, err)
 		}
 	}
-	pool, err := readCAFile(t.caFile)
+	pool, caNotAfter, err := readCAs(t.caFile)
 	if err != nil {
 		return nil, err
 	}
@@ -105,16 +160,24 @@ func (t *TLS) read() (*tlsMaterial, error) {
 		// refuse it, so refuse it here with the reason.
 		return nil, fmt.Errorf("%w: certificate %s does not verify against --tls-ca-file %s: %w", ErrTLS, t.certFile, t.caFile, err)
 	}
-	return &tlsMaterial{cert: cert, pool: pool, notAfter: leaf.NotAfter}, nil
+	return &tlsMaterial{cert: cert, pool: pool, notAfter: leaf.NotAfter, caNotAfter: caNotAfter}, nil
 }
 
 // readCAFile reads a PEM file of one or more CA certificates.
 func readCAFile(path string) (*x509.CertPool, error) {
+	pool, _, err := readCAs(path)
+	return pool, err
+}
+
+// readCAs reads a PEM file of one or more CA certificates, and when the
+// first of them to expire does.
+func readCAs(path string) (*x509.CertPool, time.Time, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("%w: CA file: %w", ErrTLS, err)
+		return nil, time.Time{}, fmt.Errorf("%w: CA file: %w", ErrTLS, err)
 	}
 	pool := x509.NewCertPool()
+	var first time.Time
 	n := 0
 	for rest := b; ; {
 		var blk *pem.Block
@@ -127,15 +190,18 @@ func readCAFile(path string) (*x509.CertPool, error) {
 		}
 		c, err := x509.ParseCertificate(blk.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("%w: CA file %s: %w", ErrTLS, path, err)
+			return nil, time.Time{}, fmt.Errorf("%w: CA file %s: %w", ErrTLS, path, err)
 		}
 		pool.AddCert(c)
+		if n == 0 || c.NotAfter.Before(first) {
+			first = c.NotAfter
+		}
 		n++
 	}
 	if n == 0 {
-		return nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrTLS, path)
+		return nil, time.Time{}, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrTLS, path)
 	}
-	return pool, nil
+	return pool, first, nil
 }
 
 // ServerConfig is for a listener of the HTTP API: TLS 1.2 or later (API
@@ -163,7 +229,10 @@ func (t *TLS) ServerConfig(clientAuth tls.ClientAuthType) *tls.Config {
 // accepts only a server whose certificate the CA signed for host (an IP
 // SAN when host is an IP).
 func (t *TLS) ClientConfig(host string) *tls.Config {
-	m := t.cur.Load()
+	return t.cur.Load().clientConfig(host)
+}
+
+func (m *tlsMaterial) clientConfig(host string) *tls.Config {
 	return &tls.Config{
 		MinVersion:   tls.VersionTLS12,
 		ServerName:   host,
@@ -174,12 +243,16 @@ func (t *TLS) ClientConfig(host string) *tls.Config {
 
 // raftServerConfig is mutual TLS 1.3 for the raft port: the peer must
 // present a certificate the CA signed for a node (server and client use),
-// not merely an operator's client certificate.
-func (t *TLS) raftServerConfig() *tls.Config {
+// not merely an operator's client certificate. used, when not nil, is
+// told which files the handshake used.
+func (t *TLS) raftServerConfig(used func(*tlsMaterial)) *tls.Config {
 	return &tls.Config{
 		MinVersion: tls.VersionTLS13,
 		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
 			m := t.cur.Load()
+			if used != nil {
+				used(m)
+			}
 			return &tls.Config{
 				MinVersion:       tls.VersionTLS13,
 				Certificates:     []tls.Certificate{m.cert},
@@ -192,7 +265,11 @@ func (t *TLS) raftServerConfig() *tls.Config {
 }
 
 func (t *TLS) raftClientConfig(host string) *tls.Config {
-	c := t.ClientConfig(host)
+	return t.cur.Load().raftClientConfig(host)
+}
+
+func (m *tlsMaterial) raftClientConfig(host string) *tls.Config {
+	c := m.clientConfig(host)
 	c.MinVersion = tls.VersionTLS13
 	return c
 }

@@ -2,6 +2,8 @@ package raftfsm
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -41,6 +43,13 @@ type streamLayer struct {
 	// lastNotRaft is when a connection that spoke HTTP was last logged
 	// (unix nanoseconds): once a minute is enough to name the mistake.
 	lastNotRaft atomic.Int64
+
+	// live are the open TLS connections, both ways, with a finished
+	// handshake: a reload that changes the CA closes those whose peer's
+	// certificate it no longer trusts (cutUntrusted), since raft keeps
+	// connections open for as long as they work.
+	liveMu sync.Mutex
+	live   map[*tls.Conn]struct{}
 }
 
 // handshakeTimeout bounds a TLS handshake on the raft port, so a peer that
@@ -78,7 +87,8 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log,
-		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{})}
+		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{}),
+		live: map[*tls.Conn]struct{}{}}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: tcp.IP}
 	}
@@ -108,7 +118,47 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 		sc.silent = true
 		return sc, nil
 	}
-	return &serverConn{Conn: tls.Server(sc, s.tls.raftServerConfig()), log: s.log}, nil
+	srv := &serverConn{log: s.log, layer: s}
+	srv.Conn = tls.Server(sc, s.tls.raftServerConfig(func(m *tlsMaterial) { srv.used = m }))
+	return srv, nil
+}
+
+// track adds a TLS connection whose handshake used the files of m to the
+// live ones, unless the files were reloaded meanwhile and the peer's
+// certificate is not trusted any more (then the caller closes it).
+func (s *streamLayer) track(c *tls.Conn, m *tlsMaterial) bool {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	// A reload stores the new files before it cuts (under liveMu), so a
+	// handshake that finished with the old ones is either seen by the
+	// cut or sees the new files here.
+	if cur := s.tls.cur.Load(); m != nil && cur != m && trustChanged(m, cur) && !peerTrusted(c.ConnectionState().PeerCertificates, cur.pool) {
+		return false
+	}
+	s.live[c] = struct{}{}
+	return true
+}
+
+func (s *streamLayer) untrack(c *tls.Conn) {
+	s.liveMu.Lock()
+	delete(s.live, c)
+	s.liveMu.Unlock()
+}
+
+// cutUntrusted closes the live connections whose peer's certificate
+// chain does not verify against pool, and returns how many.
+func (s *streamLayer) cutUntrusted(pool *x509.CertPool) int {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	n := 0
+	for c := range s.live {
+		if !peerTrusted(c.ConnectionState().PeerCertificates, pool) {
+			delete(s.live, c)
+			c.Close()
+			n++
+		}
+	}
+	return n
 }
 
 // Close stops Accept, also one waiting for a slot.
@@ -174,14 +224,30 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		c.Close()
 		return nil, err
 	}
-	tc := tls.Client(c, s.tls.raftClientConfig(host))
+	m := s.tls.cur.Load()
+	tc := tls.Client(c, m.raftClientConfig(host))
 	tc.SetDeadline(time.Now().Add(min(timeout, handshakeTimeout)))
 	if err := tc.Handshake(); err != nil {
 		c.Close()
 		return nil, fmt.Errorf("raftfsm: tls handshake with raft peer %s: %w", address, err)
 	}
 	tc.SetDeadline(time.Time{})
-	return tc, nil
+	if !s.track(tc, m) {
+		tc.Close()
+		return nil, fmt.Errorf("raftfsm: raft peer %s: its certificate is not trusted by the reloaded --tls-ca-file", address)
+	}
+	return &clientConn{Conn: tc, layer: s}, nil
+}
+
+// clientConn is a dialled TLS connection, live until closed.
+type clientConn struct {
+	*tls.Conn
+	layer *streamLayer
+}
+
+func (c *clientConn) Close() error {
+	c.layer.untrack(c.Conn)
+	return c.Conn.Close()
 }
 
 // serverConn completes the server side of the handshake before the first
@@ -189,9 +255,11 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 // peer once with the reason.
 type serverConn struct {
 	*tls.Conn
-	log  *slog.Logger
-	once sync.Once
-	err  error
+	log   *slog.Logger
+	layer *streamLayer
+	used  *tlsMaterial // the files the handshake used
+	once  sync.Once
+	err   error
 }
 
 func (c *serverConn) handshake() error {
@@ -204,8 +272,19 @@ func (c *serverConn) handshake() error {
 			return
 		}
 		c.Conn.SetDeadline(time.Time{})
+		if !c.layer.track(c.Conn, c.used) {
+			c.err = errors.New("raftfsm: raft peer's certificate is not trusted by the reloaded --tls-ca-file")
+			c.log.Warn("closed a raft connection: the peer's certificate is not trusted by the reloaded --tls-ca-file",
+				"remote-addr", c.Conn.RemoteAddr().String())
+			c.Conn.Close()
+		}
 	})
 	return c.err
+}
+
+func (c *serverConn) Close() error {
+	c.layer.untrack(c.Conn)
+	return c.Conn.Close()
 }
 
 func (c *serverConn) Read(b []byte) (int, error) {

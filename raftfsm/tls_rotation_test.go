@@ -1,0 +1,165 @@
+package raftfsm
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/certgen"
+)
+
+// rotNode is a node's certificate files during a CA rotation.
+type rotNode struct {
+	name, dir string
+	tl        *TLS
+}
+
+func (r *rotNode) writeCA(t *testing.T, cas ...certgen.PEMPair) {
+	t.Helper()
+	var bundle []byte
+	for _, ca := range cas {
+		bundle = append(bundle, ca.Cert...)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "ca.pem"), bundle, 0o600))
+}
+
+func (r *rotNode) writeCert(t *testing.T, signer certgen.PEMPair) {
+	t.Helper()
+	pair, err := certgen.NewCert(signer, certgen.CertRequest{CommonName: r.name, IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	require.NoError(t, err)
+	require.NoError(t, pair.WriteFiles(filepath.Join(r.dir, "node.pem"), filepath.Join(r.dir, "node-key.pem"), true))
+}
+
+// commits waits until the cluster decides a claim and every node applies it.
+func commits(t *testing.T, c *memCluster, key string, nodes ...*Node) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		return claim(c.leader(nodes...), key) == nil
+	}, 20*time.Second, 50*time.Millisecond, "the cluster did not commit %s", key)
+	want, idx, err := c.leader(nodes...).StateHash()
+	require.NoError(t, err)
+	for _, n := range nodes {
+		require.Eventually(t, func() bool {
+			h, i, err := n.StateHash()
+			return err == nil && i >= idx && (i > idx || h == want)
+		}, 20*time.Second, 20*time.Millisecond, "%s did not apply %s", n.self.ID, key)
+	}
+}
+
+// The CA rotation of docs/SECURITY.md, on real nodes over mutual TLS: a
+// peer holding a node certificate of the old CA (its key leaked) that
+// opened a raft connection before the rotation loses it when the nodes
+// reload the new CA alone, and cannot open another; the cluster commits
+// at every step and after. Raft keeps connections open as long as they
+// work, so without cutting them the leaked certificate kept its
+// connection for good.
+func TestCARotationCutsOldCAConnections(t *testing.T) {
+	t.Parallel()
+	oldCA, err := certgen.NewCA("old CA", 24*time.Hour)
+	require.NoError(t, err)
+	newCA, err := certgen.NewCA("new CA", 24*time.Hour)
+	require.NoError(t, err)
+
+	c := newMemCluster(t)
+	var rot []*rotNode
+	var nodes []*Node
+	for i, name := range []string{"n1", "n2", "n3"} {
+		r := &rotNode{name: name, dir: t.TempDir()}
+		r.writeCert(t, oldCA)
+		r.writeCA(t, oldCA)
+		r.tl, err = LoadTLS(filepath.Join(r.dir, "node.pem"), filepath.Join(r.dir, "node-key.pem"), filepath.Join(r.dir, "ca.pem"), nil)
+		require.NoError(t, err)
+		n := c.openTLS(name, i == 0, r.tl)
+		if i == 0 {
+			c.leader(n)
+		} else {
+			c.join(n, nodes...)
+		}
+		rot, nodes = append(rot, r), append(nodes, n)
+	}
+	commits(t, c, "formed", nodes...)
+
+	// The leaked key: a node certificate of the old CA, speaking raft.
+	leaked, err := certgen.NewCert(oldCA, certgen.CertRequest{CommonName: "n9", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	require.NoError(t, err)
+	leakedPair, err := tls.X509KeyPair(leaked.Cert, leaked.Key)
+	require.NoError(t, err)
+	oldPool := x509.NewCertPool()
+	require.True(t, oldPool.AppendCertsFromPEM(oldCA.Cert))
+	var mu sync.Mutex
+	var opened []net.Conn
+	dial := func(addr string, timeout time.Duration) (net.Conn, error) {
+		host, _, _ := net.SplitHostPort(addr)
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: timeout}, "tcp", addr, &tls.Config{
+			MinVersion: tls.VersionTLS13, ServerName: host, RootCAs: oldPool, Certificates: []tls.Certificate{leakedPair},
+		})
+		if err == nil {
+			mu.Lock()
+			opened = append(opened, conn)
+			mu.Unlock()
+		}
+		return conn, err
+	}
+	// A vote request of a past term: answered, changes nothing.
+	vote := func(tr *raft.NetworkTransport, target *Node) error {
+		var resp raft.RequestVoteResponse
+		return tr.RequestVote(raft.ServerID(target.self.ID), raft.ServerAddress(target.self.RaftAddr), &raft.RequestVoteRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n9"), Addr: []byte(tr.LocalAddr())},
+			Term:      0,
+		}, &resp)
+	}
+	rogue := rogueTransport(t, dial)
+	for _, n := range nodes {
+		require.NoError(t, vote(rogue, n), "before the rotation the old CA's certificate speaks raft to %s", n.self.ID)
+	}
+	mu.Lock()
+	held := append([]net.Conn(nil), opened...)
+	mu.Unlock()
+	require.Len(t, held, 3)
+
+	// Step 1: every node trusts both CAs.
+	for _, r := range rot {
+		r.writeCA(t, oldCA, newCA)
+		require.NoError(t, r.tl.Reload())
+	}
+	commits(t, c, "step1", nodes...)
+	// Step 2: every node gets a certificate of the new CA.
+	for _, r := range rot {
+		r.writeCert(t, newCA)
+		require.NoError(t, r.tl.Reload())
+		commits(t, c, "step2-"+r.name, nodes...)
+	}
+	// The leaked certificate still reaches every node, as it should until step 3.
+	for _, conn := range held {
+		conn.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		_, err := conn.Read(make([]byte, 1))
+		var ne net.Error
+		require.True(t, errors.As(err, &ne) && ne.Timeout(), "a connection of the old CA was closed before step 3: %v", err)
+	}
+	// Step 3: the new CA alone.
+	for _, r := range rot {
+		r.writeCA(t, newCA)
+		require.NoError(t, r.tl.Reload())
+	}
+	for i, conn := range held {
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := conn.Read(make([]byte, 1))
+		var ne net.Error
+		require.False(t, errors.As(err, &ne) && ne.Timeout(), "%s kept the raft connection of the old CA's certificate open after the CA rotation", nodes[i].self.ID)
+		require.Error(t, err)
+	}
+	fresh := rogueTransport(t, dial)
+	for _, n := range nodes {
+		require.Error(t, vote(fresh, n), "after the rotation the old CA's certificate still speaks raft to %s", n.self.ID)
+	}
+	commits(t, c, "rotated", nodes...)
+}
