@@ -186,6 +186,9 @@ func Open(cfg Config) (*Node, error) {
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newStateCollector(n))
 		cfg.Registry.MustRegister(newKeyCollector(n))
+		if cfg.TLS != nil {
+			cfg.Registry.MustRegister(TLSCollector(cfg.TLS))
+		}
 	}
 	n.refreshMembership()
 	obs := make(chan raft.Observation, 64)
