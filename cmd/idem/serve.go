@@ -604,6 +604,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		"scope", c.scope, "version", version)
 	go membership(ctx, node, c, nodeToken, log)
 	c.tls.reloadOnHUP(ctx, log)
+	c.tls.watchExpiry(ctx, log, expiryCheckEvery) // tls.go
 	if auth != nil {
 		go reloadAuthOnHUP(ctx, c.authFile, auth, nodeToken, log)
 	}

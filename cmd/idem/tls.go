@@ -106,10 +106,45 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 	return t, nil
 }
 
+// expiryWarning is how long before a certificate expires the node warns
+// (the contrib alert IdemTLSCertExpiresSoon fires at 14 days).
+const expiryWarning = 30 * 24 * time.Hour
+
+// expiryCheckEvery is how often a running node checks its certificates'
+// expiry, besides at start and on SIGHUP: a node can run for longer than
+// its certificate lasts.
+const expiryCheckEvery = 24 * time.Hour
+
+// warnExpiry warns when the node's certificate (served on HTTPS and raft)
+// or the first of its CAs expires within expiryWarning.
 func warnExpiry(t *raftfsm.TLS, log *slog.Logger) {
-	if left := time.Until(t.NotAfter()); left < 30*24*time.Hour {
+	if left := time.Until(t.NotAfter()); left < expiryWarning {
 		log.Warn("this node's certificate expires soon: renew it (idem tls cert) and send SIGHUP", "not-after", t.NotAfter().UTC().Format(time.RFC3339), "hours-left", int(left.Hours()))
 	}
+	if left := time.Until(t.CANotAfter()); left < expiryWarning {
+		_, _, caFile := t.Files()
+		log.Warn("a CA in --tls-ca-file expires soon: every certificate it signed stops working then; rotate the CA (docs/SECURITY.md)", "tls-ca-file", caFile, "not-after", t.CANotAfter().UTC().Format(time.RFC3339), "hours-left", int(left.Hours()))
+	}
+}
+
+// watchExpiry runs warnExpiry every period until ctx ends (load has
+// already checked once at start).
+func (f *serveTLSFlags) watchExpiry(ctx context.Context, log *slog.Logger, every time.Duration) {
+	if f.loaded == nil {
+		return
+	}
+	go func() {
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				warnExpiry(f.loaded, log)
+			}
+		}
+	}()
 }
 
 // listener wraps the API listener in TLS when TLS is on.
