@@ -7,10 +7,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,6 +25,7 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/certgen"
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
 )
@@ -299,11 +302,22 @@ func loadDashboard(t *testing.T) []reference {
 	return refs
 }
 
-// startNode opens one real node (raft over TCP, Pebble in a temp dir)
-// behind the real HTTP handler, registering what `idem serve` registers,
-// and waits until it leads and has applied its first entries.
-func startNode(t *testing.T) string {
+// startNode opens one real node (raft over mutual TLS on loopback, so the
+// certificate expiry metric exists; Pebble in a temp dir) behind the real
+// HTTP handler, registering what `idem serve` registers, and waits until
+// it leads and has applied its first entries. It returns the node's URL
+// and its TLS files.
+func startNode(t *testing.T) (string, *raftfsm.TLS) {
 	t.Helper()
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("contrib CA", 30*24*time.Hour)
+	require.NoError(t, err)
+	cert, err := certgen.NewCert(ca, certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: 20 * 24 * time.Hour})
+	require.NoError(t, err)
+	require.NoError(t, ca.WriteFiles(filepath.Join(dir, "ca.pem"), filepath.Join(dir, "ca-key.pem"), false))
+	require.NoError(t, cert.WriteFiles(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), false))
+	tl, err := raftfsm.LoadTLS(filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), filepath.Join(dir, "ca.pem"), nil)
+	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	// cmd/idem/serve.go registers these two beside the node's metrics.
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -317,6 +331,7 @@ func startNode(t *testing.T) string {
 	rc.TickInterval = time.Hour
 	rc.SweepInterval = time.Hour
 	rc.Registry = reg
+	rc.TLS = tl
 	srv := httptest.NewUnstartedServer(nil)
 	rc.HTTPAdvertise = srv.Listener.Addr().String()
 	node, err := raftfsm.Open(rc)
@@ -341,7 +356,7 @@ func startNode(t *testing.T) string {
 	defer cancel()
 	_, _, err = node.Lookup(ctx, engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}, false, true)
 	require.NoError(t, err)
-	return srv.URL
+	return srv.URL, tl
 }
 
 func post(t *testing.T, url, body string, want int) map[string]any {
@@ -366,7 +381,7 @@ func TestOperatorFilesNameRealMetrics(t *testing.T) {
 	ruleRefs := loadRules(t)
 	dashRefs := loadDashboard(t)
 
-	url := startNode(t)
+	url, tl := startNode(t)
 	claim := func(key, fp string) string {
 		return fmt.Sprintf(`{"principal":"cus_1","endpoint":"POST /payments","key":%q,"fingerprint":%q}`, key, fp)
 	}
@@ -406,6 +421,13 @@ func TestOperatorFilesNameRealMetrics(t *testing.T) {
 	require.Equal(t, 3600.0, s.value(t, "idem_bucket_width_seconds"))
 	require.Equal(t, 3.0, s.value(t, "idem_records"))
 	require.Equal(t, 1.0, s.value(t, "idem_in_progress"))
+	expiry := map[string]float64{}
+	for _, x := range s["idem_tls_cert_expiry_timestamp_seconds"] {
+		expiry[x.labels["use"]] = x.value
+	}
+	cert := float64(tl.NotAfter().Unix())
+	require.Equal(t, map[string]float64{"raft": cert, "http": cert, "ca": float64(tl.CANotAfter().Unix())}, expiry)
+	require.InDelta(t, float64(time.Now().Add(20*24*time.Hour).Unix()), cert, 120)
 }
 
 // TestAlertRulesWithPromtool runs Prometheus's own checker and the rules'
