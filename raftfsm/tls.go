@@ -101,6 +101,21 @@ func (t *TLS) onReload(fn func(old, cur *tlsMaterial)) (stop func()) {
 	}
 }
 
+// OnCAChange calls fn after each Reload that changed the CAs trusted
+// (the HTTP API closes connections whose client certificate the new CAs
+// do not verify); the returned func stops that.
+func (t *TLS) OnCAChange(fn func()) (stop func()) {
+	return t.onReload(func(old, cur *tlsMaterial) {
+		if trustChanged(old, cur) {
+			fn()
+		}
+	})
+}
+
+// Trusts reports whether a peer's certificate chain (leaf first, as in
+// tls.ConnectionState.PeerCertificates) verifies against the CAs in use.
+func (t *TLS) Trusts(certs []*x509.Certificate) bool { return peerTrusted(certs, t.cur.Load().pool) }
+
 // trustChanged reports whether b trusts other CAs than a.
 func trustChanged(a, b *tlsMaterial) bool { return !a.pool.Equal(b.pool) }
 

@@ -595,7 +595,8 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		})
 	}
 	hs := httpServer(c.tls.requireCertToJoin(handler), cl, c.conns)
-	hs.ErrorLog = httpErrorLog(log) // tls.go
+	hs.ErrorLog = httpErrorLog(log)   // tls.go
+	defer c.tls.trackConns(hs, log)() // tls.go: a CA reload closes what it no longer trusts
 	errc := make(chan error, 1)
 	go func() { errc <- hs.Serve(c.tls.listener(cl)) }()
 	log.Info("idem serving",

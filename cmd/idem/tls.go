@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -154,6 +155,74 @@ func (f *serveTLSFlags) listener(ln net.Listener) net.Listener {
 	}
 	ca, _ := clientAuthType(f.clientAuth)
 	return tls.NewListener(ln, f.loaded.ServerConfig(ca))
+}
+
+// httpsConns are the API's open connections whose client presented a
+// certificate. http.Server keeps a keep-alive connection as long as its
+// client uses it, so after a CA rotation a client certificate of the old
+// CA (a leaked key) would keep the connection it had, and with it what
+// the certificate gives (the API under --tls-client-auth require, joins).
+// A reload that changes the CAs closes those the new ones do not verify.
+type httpsConns struct {
+	t    *raftfsm.TLS
+	log  *slog.Logger
+	mu   sync.Mutex
+	live map[*tls.Conn]bool // true: presented a client certificate
+}
+
+// trackConns sets hs.ConnState to follow the API's connections (nothing
+// without TLS).
+func (f *serveTLSFlags) trackConns(hs *http.Server, log *slog.Logger) (stop func()) {
+	if f.loaded == nil {
+		return func() {}
+	}
+	h := &httpsConns{t: f.loaded, log: log, live: map[*tls.Conn]bool{}}
+	hs.ConnState = h.connState
+	return f.loaded.OnCAChange(h.cut)
+}
+
+func (h *httpsConns) connState(c net.Conn, st http.ConnState) {
+	tc, ok := c.(*tls.Conn)
+	if !ok {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch st {
+	case http.StateActive: // a request has begun: the handshake is done
+		if _, seen := h.live[tc]; seen {
+			return
+		}
+		certs := tc.ConnectionState().PeerCertificates
+		// The handshake may have used the CAs a reload has just replaced
+		// (after cut ran): check against those in use now.
+		if len(certs) > 0 && !h.t.Trusts(certs) {
+			h.log.Warn("closed an HTTPS connection: its client certificate is not trusted by the reloaded --tls-ca-file", "remote-addr", tc.RemoteAddr().String())
+			tc.Close()
+			return
+		}
+		h.live[tc] = len(certs) > 0
+	case http.StateClosed, http.StateHijacked:
+		delete(h.live, tc)
+	}
+}
+
+// cut closes the connections whose client certificate the CAs in use do
+// not verify.
+func (h *httpsConns) cut() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for tc, hasCert := range h.live {
+		if hasCert && !h.t.Trusts(tc.ConnectionState().PeerCertificates) {
+			delete(h.live, tc)
+			tc.Close()
+			n++
+		}
+	}
+	if n > 0 {
+		h.log.Warn("closed HTTPS connections whose client certificate the reloaded --tls-ca-file no longer trusts", "connections", n)
+	}
 }
 
 // reloadOnHUP reads the certificate files again on every SIGHUP; running

@@ -1,12 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -60,4 +67,71 @@ func TestTLSExpiryCheckedWhileRunning(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Count(logs.String(), certSoon) >= 2 }, 5*time.Second, 10*time.Millisecond,
 		"the certificate's expiry was not checked while running: %s", logs)
 	require.Contains(t, logs.String(), "hours-left=119")
+}
+
+// After the CA rotation's last step (the new CA alone, SIGHUP), an HTTPS
+// keep-alive connection a client opened with a certificate of the old CA
+// is closed: http.Server keeps such a connection as long as the client
+// uses it, so a leaked old-CA client key kept what it had. A client with
+// a certificate of the new CA is served.
+func TestCARotationClosesOldCAHTTPSConns(t *testing.T) {
+	t.Parallel()
+	oldCA, newCA := newPKI(t), newPKI(t)
+	cert, key := oldCA.cert("n1", "--ip", "127.0.0.9")
+	caFile := filepath.Join(t.TempDir(), "ca.pem")
+	both := append(readFile(t, oldCA.ca()), readFile(t, newCA.ca())...)
+	require.NoError(t, os.WriteFile(caFile, both, 0o600)) // step 1 done
+	n := launch(t, t.TempDir(), freePort(t), freePort(t),
+		"--tls-cert-file", cert, "--tls-key-file", key, "--tls-ca-file", caFile, "--tls-client-auth", "require")
+	oldOpsCert, oldOpsKey := oldCA.cert("ops", "--client")
+	waitReadyTLS(t, oldCA.httpsClient(oldOpsCert, oldOpsKey), n)
+
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(both))
+	pair, err := tls.LoadX509KeyPair(oldOpsCert, oldOpsKey)
+	require.NoError(t, err)
+	conn, err := tls.Dial("tcp", n.http, &tls.Config{RootCAs: pool, Certificates: []tls.Certificate{pair}})
+	require.NoError(t, err)
+	defer conn.Close()
+	br := bufio.NewReader(conn)
+	get := func() (int, error) {
+		if _, err := io.WriteString(conn, "GET /healthz HTTP/1.1\r\nHost: idem\r\n\r\n"); err != nil {
+			return 0, err
+		}
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return 0, err
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	code, err := get()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, code, "the old CA's client certificate must work before step 3")
+
+	// Step 2 (the node's certificate from the new CA), then step 3.
+	newCert, newKey := newCA.cert("n1", "--ip", "127.0.0.9")
+	require.NoError(t, os.WriteFile(cert, readFile(t, newCert), 0o600))
+	require.NoError(t, os.WriteFile(key, readFile(t, newKey), 0o600))
+	require.NoError(t, os.WriteFile(caFile, readFile(t, newCA.ca()), 0o600))
+	require.NoError(t, n.cmd.Process.Signal(syscall.SIGHUP))
+	require.Eventually(t, func() bool { return strings.Contains(n.logs.String(), "TLS certificates reloaded") }, 5*time.Second, 20*time.Millisecond)
+
+	conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = br.ReadByte()
+	var ne net.Error
+	require.False(t, errors.As(err, &ne) && ne.Timeout(), "the HTTPS connection of the old CA's client certificate stayed open after the CA rotation")
+	require.Error(t, err)
+	require.Contains(t, n.logs.String(), "closed HTTPS connections whose client certificate the reloaded --tls-ca-file no longer trusts")
+
+	newOpsCert, newOpsKey := newCA.cert("ops", "--client")
+	require.Equal(t, http.StatusOK, getJSON(t, newCA.httpsClient(newOpsCert, newOpsKey), "https://"+n.http+"/readyz", nil))
+}
+
+func readFile(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return b
 }
