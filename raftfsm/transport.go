@@ -146,19 +146,23 @@ func (s *streamLayer) untrack(c *tls.Conn) {
 }
 
 // cutUntrusted closes the live connections whose peer's certificate
-// chain does not verify against pool, and returns how many.
+// chain does not verify against pool, and returns how many. It closes
+// the TCP connection under each: a TLS close would first send the peer
+// an alert, which can wait seconds on a peer that does not read.
 func (s *streamLayer) cutUntrusted(pool *x509.CertPool) int {
+	var cut []*tls.Conn
 	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	n := 0
 	for c := range s.live {
 		if !peerTrusted(c.ConnectionState().PeerCertificates, pool) {
 			delete(s.live, c)
-			c.Close()
-			n++
+			cut = append(cut, c)
 		}
 	}
-	return n
+	s.liveMu.Unlock()
+	for _, c := range cut {
+		c.NetConn().Close()
+	}
+	return len(cut)
 }
 
 // Close stops Accept, also one waiting for a slot.

@@ -198,7 +198,7 @@ func (h *httpsConns) connState(c net.Conn, st http.ConnState) {
 		// (after cut ran): check against those in use now.
 		if len(certs) > 0 && !h.t.Trusts(certs) {
 			h.log.Warn("closed an HTTPS connection: its client certificate is not trusted by the reloaded --tls-ca-file", "remote-addr", tc.RemoteAddr().String())
-			tc.Close()
+			tc.NetConn().Close() // the server's goroutine ends it
 			return
 		}
 		h.live[tc] = len(certs) > 0
@@ -209,19 +209,24 @@ func (h *httpsConns) connState(c net.Conn, st http.ConnState) {
 
 // cut closes the connections whose client certificate the CAs in use do
 // not verify.
+// It closes the TCP connection under each, at once (a TLS close would
+// first send an alert, which can wait on a client that does not read);
+// the server's goroutine for the connection then ends it.
 func (h *httpsConns) cut() {
+	var cut []*tls.Conn
 	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
 	for tc, hasCert := range h.live {
 		if hasCert && !h.t.Trusts(tc.ConnectionState().PeerCertificates) {
 			delete(h.live, tc)
-			tc.Close()
-			n++
+			cut = append(cut, tc)
 		}
 	}
-	if n > 0 {
-		h.log.Warn("closed HTTPS connections whose client certificate the reloaded --tls-ca-file no longer trusts", "connections", n)
+	h.mu.Unlock()
+	for _, tc := range cut {
+		tc.NetConn().Close()
+	}
+	if len(cut) > 0 {
+		h.log.Warn("closed HTTPS connections whose client certificate the reloaded --tls-ca-file no longer trusts", "connections", len(cut))
 	}
 }
 
