@@ -32,6 +32,7 @@ type Node struct {
 	clock     *ttl.Clock
 	raft      *raft.Raft
 	trans     *raft.NetworkTransport
+	stream    *streamLayer
 	stopTLS   func()                // stops following TLS reloads (tlsReloaded)
 	stable    *raftboltdb.BoltStore // raft.db: term and vote
 	logStore  *LogStore             // raft-log/ (logstore.go)
@@ -140,6 +141,7 @@ func Open(cfg Config) (*Node, error) {
 		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(cfg.Logger),
 	})
 	if cfg.TLS != nil {
+		n.stream = stream
 		n.stopTLS = cfg.TLS.onReload(func(old, cur *tlsMaterial) { n.tlsReloaded(stream, old, cur) })
 	}
 	if cfg.BeforeRaft != nil {
@@ -205,25 +207,28 @@ func Open(cfg Config) (*Node, error) {
 	return n, nil
 }
 
-// tlsReloaded follows a reload of the certificate files. When the CA
-// file changed, it closes the raft connections, both ways, whose peer's
-// certificate the new CA file does not verify: raft keeps a connection as
-// long as it works, so after a CA rotation a peer holding a certificate
-// of the old CA (a leaked key) would keep the one it had. When the CA or
-// this node's certificate changed, it also drops the transport's pooled
-// connections and ends its inbound handlers after their current request,
-// so both ends dial again with the new files; raft reconnects by itself.
+// tlsReloaded follows a reload of the certificate files. Raft keeps a
+// connection for as long as it works, so without this a CA rotation would
+// leave a peer holding a certificate of the old CA (a leaked key) the
+// connection it had, and a renewed certificate would never reach the
+// connections already open. When the CA file changed, it closes the raft
+// connections, both ways, whose peer's certificate the new CAs do not
+// verify; when this node's certificate changed, it closes those it
+// dialled (pipelines included). Either way it drops the transport's
+// pooled connections and ends its inbound handlers after their current
+// request (CloseStreams), so both ends dial again with the new files;
+// raft reconnects by itself.
 func (n *Node) tlsReloaded(stream *streamLayer, old, cur *tlsMaterial) {
 	trust, cert := trustChanged(old, cur), certChanged(old, cur)
-	if trust {
-		if cut := stream.cutUntrusted(cur.pool); cut > 0 {
-			n.log.Warn("closed raft connections whose peer's certificate the reloaded --tls-ca-file no longer trusts", "connections", cut)
-		}
+	if !trust && !cert {
+		return
 	}
-	if trust || cert {
-		n.trans.CloseStreams()
-		n.log.Info("raft connections will be dialled again with the reloaded certificates")
+	untrusted, dialled := stream.cut(cur.pool, cert)
+	if untrusted > 0 {
+		n.log.Warn("closed raft connections whose peer's certificate the reloaded --tls-ca-file no longer trusts", "connections", untrusted)
 	}
+	n.trans.CloseStreams()
+	n.log.Info("raft connections will be dialled again with the reloaded certificates", "closed", dialled)
 }
 
 // catchUpFromSnapshot restores the newest snapshot when Pebble is behind it

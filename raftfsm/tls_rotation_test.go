@@ -163,3 +163,62 @@ func TestCARotationCutsOldCAConnections(t *testing.T) {
 	}
 	commits(t, c, "rotated", nodes...)
 }
+
+// peerSerials are the serial numbers of the certificates n's live raft
+// connections were opened with by the peer named cn, both ways.
+func peerSerials(n *Node, cn string) map[string]bool {
+	out := map[string]bool{}
+	n.stream.liveMu.Lock()
+	defer n.stream.liveMu.Unlock()
+	for c := range n.stream.live {
+		certs := c.ConnectionState().PeerCertificates
+		if len(certs) > 0 && certs[0].Subject.CommonName == cn {
+			out[certs[0].SerialNumber.String()] = true
+		}
+	}
+	return out
+}
+
+// A renewed certificate reaches the raft connections already open, not
+// only new ones: after the leader reloads it, every raft connection its
+// followers hold with it, the replication pipelines it dialled included,
+// carries the new certificate, and the cluster commits. Raft keeps
+// connections as long as they work, so without redialling the old
+// certificate stayed in use (and, once the CA rotated, the connections
+// it held were cut at once).
+func TestRenewedCertReachesRaftConns(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	c := newMemCluster(t)
+	tl1 := pki.node("n1")
+	n1 := c.openTLS("n1", true, tl1)
+	c.leader(n1)
+	n2 := c.openTLS("n2", false, pki.node("n2"))
+	n3 := c.openTLS("n3", false, pki.node("n3"))
+	c.join(n2, n1)
+	c.join(n3, n1)
+	nodes := []*Node{n1, n2, n3}
+	commits(t, c, "before", nodes...)
+	oldSerial := tl1.cur.Load().cert.Leaf
+	if oldSerial == nil {
+		var err error
+		oldSerial, err = x509.ParseCertificate(tl1.cur.Load().cert.Certificate[0])
+		require.NoError(t, err)
+	}
+	for _, f := range []*Node{n2, n3} {
+		require.True(t, peerSerials(f, "n1")[oldSerial.SerialNumber.String()], "%s holds no connection with n1's certificate", f.self.ID)
+	}
+
+	pki.node("n1") // rewrites n1.pem and n1-key.pem: a renewal
+	require.NoError(t, tl1.Reload())
+	newLeaf, err := x509.ParseCertificate(tl1.cur.Load().cert.Certificate[0])
+	require.NoError(t, err)
+	require.NotEqual(t, oldSerial.SerialNumber, newLeaf.SerialNumber)
+	commits(t, c, "after", nodes...)
+	for _, f := range []*Node{n2, n3} {
+		require.Eventually(t, func() bool {
+			got := peerSerials(f, "n1")
+			return len(got) == 1 && got[newLeaf.SerialNumber.String()]
+		}, 10*time.Second, 50*time.Millisecond, "%s still holds raft connections opened with n1's old certificate: %v", f.self.ID, peerSerials(f, "n1"))
+	}
+}

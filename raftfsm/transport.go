@@ -45,11 +45,13 @@ type streamLayer struct {
 	lastNotRaft atomic.Int64
 
 	// live are the open TLS connections, both ways, with a finished
-	// handshake: a reload that changes the CA closes those whose peer's
-	// certificate it no longer trusts (cutUntrusted), since raft keeps
+	// handshake (true: dialled by this node). A reload that changes the
+	// CA closes those whose peer's certificate it no longer trusts, and
+	// one that changes this node's certificate closes those it dialled,
+	// so that they are dialled again with it (cut): raft keeps
 	// connections open for as long as they work.
 	liveMu sync.Mutex
-	live   map[*tls.Conn]struct{}
+	live   map[*tls.Conn]bool
 }
 
 // handshakeTimeout bounds a TLS handshake on the raft port, so a peer that
@@ -88,7 +90,7 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 	}
 	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log,
 		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{}),
-		live: map[*tls.Conn]struct{}{}}
+		live: map[*tls.Conn]bool{}}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: tcp.IP}
 	}
@@ -125,17 +127,23 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 
 // track adds a TLS connection whose handshake used the files of m to the
 // live ones, unless the files were reloaded meanwhile and the peer's
-// certificate is not trusted any more (then the caller closes it).
-func (s *streamLayer) track(c *tls.Conn, m *tlsMaterial) bool {
+// certificate is not trusted any more, or the connection was dialled with
+// a certificate since replaced (then the caller closes it).
+func (s *streamLayer) track(c *tls.Conn, m *tlsMaterial, dialled bool) bool {
 	s.liveMu.Lock()
 	defer s.liveMu.Unlock()
 	// A reload stores the new files before it cuts (under liveMu), so a
 	// handshake that finished with the old ones is either seen by the
 	// cut or sees the new files here.
-	if cur := s.tls.cur.Load(); m != nil && cur != m && trustChanged(m, cur) && !peerTrusted(c.ConnectionState().PeerCertificates, cur.pool) {
-		return false
+	if cur := s.tls.cur.Load(); m != nil && cur != m {
+		if trustChanged(m, cur) && !peerTrusted(c.ConnectionState().PeerCertificates, cur.pool) {
+			return false
+		}
+		if dialled && certChanged(m, cur) {
+			return false
+		}
 	}
-	s.live[c] = struct{}{}
+	s.live[c] = dialled
 	return true
 }
 
@@ -145,24 +153,31 @@ func (s *streamLayer) untrack(c *tls.Conn) {
 	s.liveMu.Unlock()
 }
 
-// cutUntrusted closes the live connections whose peer's certificate
-// chain does not verify against pool, and returns how many. It closes
-// the TCP connection under each: a TLS close would first send the peer
-// an alert, which can wait seconds on a peer that does not read.
-func (s *streamLayer) cutUntrusted(pool *x509.CertPool) int {
+// cut closes the live connections whose peer's certificate chain does
+// not verify against pool and, with redial, every one this node dialled;
+// it returns how many of each. It closes the TCP connection under each:
+// a TLS close would first send the peer an alert, which can wait seconds
+// on a peer that does not read.
+func (s *streamLayer) cut(pool *x509.CertPool, redial bool) (untrusted, dialled int) {
 	var cut []*tls.Conn
 	s.liveMu.Lock()
-	for c := range s.live {
-		if !peerTrusted(c.ConnectionState().PeerCertificates, pool) {
-			delete(s.live, c)
-			cut = append(cut, c)
+	for c, out := range s.live {
+		switch {
+		case !peerTrusted(c.ConnectionState().PeerCertificates, pool):
+			untrusted++
+		case redial && out:
+			dialled++
+		default:
+			continue
 		}
+		delete(s.live, c)
+		cut = append(cut, c)
 	}
 	s.liveMu.Unlock()
 	for _, c := range cut {
 		c.NetConn().Close()
 	}
-	return len(cut)
+	return untrusted, dialled
 }
 
 // Close stops Accept, also one waiting for a slot.
@@ -236,7 +251,7 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		return nil, fmt.Errorf("raftfsm: tls handshake with raft peer %s: %w", address, err)
 	}
 	tc.SetDeadline(time.Time{})
-	if !s.track(tc, m) {
+	if !s.track(tc, m, true) {
 		tc.Close()
 		return nil, fmt.Errorf("raftfsm: raft peer %s: its certificate is not trusted by the reloaded --tls-ca-file", address)
 	}
@@ -276,7 +291,7 @@ func (c *serverConn) handshake() error {
 			return
 		}
 		c.Conn.SetDeadline(time.Time{})
-		if !c.layer.track(c.Conn, c.used) {
+		if !c.layer.track(c.Conn, c.used, false) {
 			c.err = errors.New("raftfsm: raft peer's certificate is not trusted by the reloaded --tls-ca-file")
 			c.log.Warn("closed a raft connection: the peer's certificate is not trusted by the reloaded --tls-ca-file",
 				"remote-addr", c.Conn.RemoteAddr().String())
