@@ -41,7 +41,10 @@ func TestKeylessLeaderDoesNotStorePlaintext(t *testing.T) {
 	if err != nil {
 		return
 	}
-	require.Eventually(t, func() bool { r, ok := n1.db.Lookup(s, false, n1.db.Meta().NowMs); return ok && r.State == engine.StateCompleted && r.Response != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool {
+		r, ok := n1.db.Lookup(s, false, n1.db.Meta().NowMs)
+		return ok && r.State == engine.StateCompleted && r.Response != nil
+	}, 5*time.Second, 10*time.Millisecond)
 	require.True(t, isSealedResponse(stored(t, n1, s).Response),
 		"a response completed while a node without the key led is stored in plaintext in an encrypted cluster")
 }
