@@ -91,7 +91,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func storeProblem(err error) *problem {
 	var p *problem
 	var sealed *raftfsm.SealedError
+	var refused *raftfsm.SealRefusedError
 	switch {
+	case errors.As(err, &refused):
+		// The leader lacks the cluster's key: an operator must act, but
+		// another leader may hold it, so the client may retry.
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, refused.Detail())
+		p.retryAfter = 5
+		return p
 	case errors.Is(err, raftfsm.ErrStorageFull):
 		// Space comes back by expiry or by an operator, not in a second:
 		// a client retrying at once would only be refused again.

@@ -212,13 +212,19 @@ func (n *Node) batchCommand(op *BatchOp) (*Command, error) {
 		}
 		a := *op.Claim
 		n.stampRetention(&a)
-		n.sealClaim(&a)
+		if err := n.sealClaim(&a); err != nil {
+			return nil, err
+		}
 		return &Command{Op: OpClaim, Claim: &a}, nil
 	case OpComplete:
 		if op.Target == nil || op.Response == nil {
 			return nil, bad("target and response")
 		}
-		return &Command{Op: OpComplete, Target: op.Target, Response: n.sealComplete(*op.Target, op.Response)}, nil
+		sealed, err := n.sealComplete(*op.Target, op.Response)
+		if err != nil {
+			return nil, err
+		}
+		return &Command{Op: OpComplete, Target: op.Target, Response: sealed}, nil
 	case OpRelease:
 		if op.Target == nil {
 			return nil, bad("target")

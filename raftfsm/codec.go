@@ -141,6 +141,13 @@ func (c *Command) Encode() ([]byte, error) {
 		b = append(b, c.Secret...)
 	case OpSetRetention:
 		b = binary.AppendVarint(b, c.RetentionMs)
+	case OpKeyCheck:
+		if c.KeyCheck == nil {
+			return nil, missing("key check")
+		}
+		b = appendStr(b, c.KeyCheck.ID)
+		b = binary.AppendUvarint(b, uint64(len(c.KeyCheck.Check)))
+		b = append(b, c.KeyCheck.Check...)
 	default:
 		return nil, fmt.Errorf("raftfsm: encode unknown op %d", c.Op)
 	}
@@ -230,6 +237,8 @@ func DecodeCommand(b []byte) (*Command, error) {
 		c.Secret = d.bytes()
 	case OpSetRetention:
 		c.RetentionMs = d.varint()
+	case OpKeyCheck:
+		c.KeyCheck = &KeyCheck{ID: d.str(), Check: d.bytes()}
 	default:
 		return nil, fmt.Errorf("%w: op %d", ErrBadCommand, c.Op)
 	}

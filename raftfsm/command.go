@@ -23,6 +23,11 @@ const (
 	// OpSetRetention sets the cluster's retention of records claimed from
 	// then on (engine.Meta.RetentionMs); stored records keep their expiry.
 	OpSetRetention
+	// OpKeyCheck records the check value of an encryption key id
+	// (keyuse.go); the first one applied per id stays. A node of an
+	// earlier release skips it (ErrBadCommand): the leader proposes it only
+	// once every member lists FeatureKeyCheck.
+	OpKeyCheck
 )
 
 // Command is one log entry. NowMs is cluster time stamped by the leader that
@@ -40,6 +45,15 @@ type Command struct {
 	Secret   []byte            `json:"secret,omitempty"` // OpSetSecret: random bytes chosen by the proposing leader
 	// RetentionMs is OpSetRetention's new retention.
 	RetentionMs int64 `json:"retention,omitempty"`
+	// KeyCheck is OpKeyCheck's key id and check value.
+	KeyCheck *KeyCheck `json:"key_check,omitempty"`
+}
+
+// KeyCheck is a key id and the check value of its key (crypt.go keyCheck):
+// it proves which key the id names without revealing it.
+type KeyCheck struct {
+	ID    string `json:"id"`
+	Check []byte `json:"check"`
 }
 
 // NodeInfo is what every node knows of every other.

@@ -121,6 +121,21 @@ type ringKey struct {
 	header []byte // marker, version, id: the start of every value it seals
 	encKey []byte // derives each value's GCM key
 	sivKey []byte // derives each value's salt and nonce
+	check  []byte // proves the key without revealing it (keyCheck)
+}
+
+// keyCheckSize is the size of a key's check value.
+const keyCheckSize = 16
+
+// keyCheck is the check value of a master key: HMAC-SHA256(key, "idem key
+// check") truncated to 16 bytes. The replicated state records it per key id
+// (keyuse.go), so a key file that holds a known id with other bytes (a key
+// regenerated on one node instead of copied) is caught before it seals
+// anything, and without the state revealing the key.
+func keyCheck(master []byte) []byte {
+	m := hmac.New(sha256.New, master)
+	m.Write([]byte("idem key check"))
+	return m.Sum(nil)[:keyCheckSize]
 }
 
 // KeyFile is the JSON of --encryption-key-file.
@@ -206,7 +221,15 @@ func newRingKey(id string, master []byte) (*ringKey, error) {
 		return nil, err
 	}
 	h := append([]byte{sealMarker, sealVersion, byte(len(id))}, id...)
-	return &ringKey{id: id, header: h, encKey: enc, sivKey: siv}, nil
+	return &ringKey{id: id, header: h, encKey: enc, sivKey: siv, check: keyCheck(master)}, nil
+}
+
+// Check returns the check value of key id, or nil when the ring lacks it.
+func (k *Keyring) Check(id string) []byte {
+	if k == nil || k.byID[id] == nil {
+		return nil
+	}
+	return k.byID[id].check
 }
 
 // IDs returns the key ids, the one that encrypts first.
@@ -477,11 +500,19 @@ func decodeResponse(b []byte) (*engine.Response, error) {
 	return r, nil
 }
 
-// sealClaim seals a claim's correlation id under the primary key.
-func (n *Node) sealClaim(a *engine.ClaimArgs) {
-	if kr := n.cfg.Keyring; kr != nil && a.CorrelationID != "" {
+// sealClaim seals a claim's correlation id under the primary key, or
+// refuses the claim (sealReady).
+func (n *Node) sealClaim(a *engine.ClaimArgs) error {
+	if a.CorrelationID == "" {
+		return nil
+	}
+	if err := n.sealReady(); err != nil {
+		return err
+	}
+	if kr := n.cfg.Keyring; kr != nil {
 		a.CorrelationID = string(kr.seal(fieldCorrelation, a.Scope.Principal, a.Scope.Key, []byte(a.CorrelationID)))
 	}
+	return nil
 }
 
 // sealComplete returns the response to propose for a complete. A repeat of
@@ -492,10 +523,13 @@ func (n *Node) sealClaim(a *engine.ClaimArgs) {
 // rotation, or by a leader with another primary) or in plaintext (before
 // encryption was turned on). A repeat racing the first complete, which this
 // state does not show yet, is covered by sealing being deterministic.
-func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) *engine.Response {
+func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) (*engine.Response, error) {
+	if err := n.sealReady(); err != nil {
+		return nil, err
+	}
 	kr := n.cfg.Keyring
 	if kr == nil {
-		return resp
+		return resp, nil
 	}
 	if rec, ok := n.db.Lookup(t.Scope, t.PrincipalScope, n.db.Meta().NowMs); ok &&
 		rec.State == engine.StateCompleted && rec.Token == t.Token && rec.Response != nil {
@@ -508,10 +542,10 @@ func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) *engine.R
 			}
 		}
 		if stored != nil && stored.Equal(resp) {
-			return rec.Response
+			return rec.Response, nil
 		}
 	}
-	return kr.sealResponse(t.Scope.Principal, t.Scope.Key, resp)
+	return kr.sealResponse(t.Scope.Principal, t.Scope.Key, resp), nil
 }
 
 // openRecord returns r with its sealed values decrypted (r itself when it

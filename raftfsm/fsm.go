@@ -203,6 +203,11 @@ func (f *FSM) applyOp(txn *engine.Txn, c *Command, index uint64, now int64) *App
 			return missing("a positive retention")
 		}
 		txn.SetRetention(c.RetentionMs)
+	case OpKeyCheck:
+		if c.KeyCheck == nil || !keyIDPattern.MatchString(c.KeyCheck.ID) || len(c.KeyCheck.Check) != keyCheckSize {
+			return missing("a key id and a check value of 16 bytes")
+		}
+		f.keys.setCheck(txn, c.KeyCheck.ID, c.KeyCheck.Check)
 	}
 	f.keys.track(txn, c, res)
 	return res

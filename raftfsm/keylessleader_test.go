@@ -1,6 +1,9 @@
 package raftfsm
 
 import (
+	"crypto/sha256"
+	"encoding/base64"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,41 +13,119 @@ import (
 )
 
 // A cluster whose stored values are encrypted must not store a value in
-// plaintext because a node without the key file joined and came to lead.
-// Today such a node is promoted to voter, can take the leadership, and then
-// writes every response and correlation id in plaintext into every node's
-// raft log and Pebble (ops walk: a node started without
-// --encryption-key-file joined a restored encrypted cluster, was promoted,
-// led after a leadership transfer, and a completed body was found as plain
-// bytes in the other nodes' raft-wal/). Either the node never leads or is
-// refused writes, or what it stores is sealed.
+// plaintext because a node without the key file came to lead (ops walk: a
+// node started without --encryption-key-file led after a leadership
+// transfer, and a completed body was found as plain bytes in the other
+// nodes' raft-wal/). A node that joins after values are encrypted is not
+// promoted (TestNodeWithoutTheKeyIsNotPromoted); here n2 became a voter
+// while nothing was encrypted yet (encryption turned on with a node left
+// out), so the leader itself must refuse: 503, nothing stored.
 func TestKeylessLeaderDoesNotStorePlaintext(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", "", true)
 	n1.cfg.Keyring = testRing(t, "k1")
 	c.leader(n1)
-	write(t, n1, "before") // a value under k1: the cluster uses encryption
-
 	n2 := c.open("n2", "", false) // no key file
 	c.join(n2, n1)
+	write(t, n1, "before") // a value under k1: the cluster uses encryption
+
 	require.NoError(t, n1.TransferLeadershipTo("n2"))
-	require.Eventually(t, func() bool { return n2.IsLeader() || n1.IsLeader() }, 10*time.Second, 10*time.Millisecond)
-	if !n2.IsLeader() {
-		return // leadership refused to a node without the key: fine
-	}
+	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
 	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}
 	res, _, err := n2.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
-	if err != nil {
-		return // writes refused by a leader without the key: fine
-	}
+	require.NoError(t, err, "a claim without a correlation id stores no value: it needs no key")
 	_, err = n2.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 201, Body: secretBody})
-	if err != nil {
-		return
-	}
+	var refused *SealRefusedError
+	require.ErrorAs(t, err, &refused, "a leader without the key must refuse to store a response in an encrypted cluster")
+	require.ErrorIs(t, err, ErrNotProposed)
+	require.Contains(t, refused.Detail(), "k1")
+	_, _, err = n2.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "corr"}, Fingerprint: "aa",
+		CorrelationID: secretCorrelation, LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.ErrorAs(t, err, &refused, "nor a correlation id")
+
+	require.Equal(t, engine.StateInProgress, storedOn(t, n1, s).State, "nothing was stored")
+}
+
+func otherRing(t *testing.T, id string) *Keyring {
+	t.Helper()
+	other := sha256.Sum256([]byte("another key made under the same id"))
+	kr, err := ParseKeyring([]byte(`{"keys":[{"id":"` + id + `","key":"` + base64.StdEncoding.EncodeToString(other[:]) + `"}]}`))
+	require.NoError(t, err)
+	return kr
+}
+
+// A non-voter that lacks a key stored values need, or holds another key
+// under a recorded id, is not made a voter (it could lead, and store
+// plaintext or values nobody else reads): status says why, naming the key;
+// given the cluster's key file, it is promoted.
+func TestNodeWithoutTheKeyIsNotPromoted(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	n1.cfg.Keyring = testRing(t, "k1")
+	c.leader(n1)
+	write(t, n1, "before")
+	require.NotNil(t, n1.fsm.keys.check("k1"), "the first sealing leader records its key's check value")
+
+	n2 := c.open("n2", "", false) // no key file
+	res, err := n1.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	require.Eventually(t, func() bool { return member(t, n1, "n2").NotPromoted != "" }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(4 * promoteStable)
+	m := member(t, n1, "n2")
+	require.Equal(t, "Nonvoter", m.Suffrage)
+	require.True(t, m.Healthy, "%+v", m)
+	require.Contains(t, m.NotPromoted, `no --encryption-key-file`)
+	require.Contains(t, m.NotPromoted, `"k1"`)
+
+	n2.cfg.Keyring = otherRing(t, "k1") // its own k1, generated on it
+	require.Eventually(t, func() bool { return strings.Contains(member(t, n1, "n2").NotPromoted, "not the cluster's key") }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, "Nonvoter", member(t, n1, "n2").Suffrage)
+
+	n2.cfg.Keyring = testRing(t, "k1") // the cluster's key file, copied
+	c.waitSuffrage(n1, "n2", "Voter")
+	require.Empty(t, member(t, n1, "n2").NotPromoted)
+}
+
+// Two nodes that each generated their own k1 (encryption turned on with
+// `idem keys generate` run on every node): the first leader to seal records
+// its key's check value, and the other, leading, refuses to seal rather than
+// store values no other node can read.
+func TestLeaderWithAnotherKeyUnderTheIDRefusesWrites(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1) // a voter before anything was encrypted
+	n1.cfg.Keyring = testRing(t, "k1")
+	n2.cfg.Keyring = otherRing(t, "k1")
+	// n1 records its check once it has measured n2 (every member must list key-check).
 	require.Eventually(t, func() bool {
-		r, ok := n1.db.Lookup(s, false, n1.db.Meta().NowMs)
-		return ok && r.State == engine.StateCompleted && r.Response != nil
+		write(t, n1, "first")
+		return n2.fsm.keys.check("k1") != nil
+	}, 10*time.Second, 50*time.Millisecond)
+
+	require.NoError(t, n1.TransferLeadershipTo("n2"))
+	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
+	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}
+	res, _, err := n2.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	_, err = n2.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 201, Body: secretBody})
+	var refused *SealRefusedError
+	require.ErrorAs(t, err, &refused)
+	require.True(t, refused.Mismatch)
+	require.Equal(t, "k1", refused.KeyID)
+	require.Equal(t, engine.StateInProgress, storedOn(t, n1, s).State)
+}
+
+// storedOn is the record as n's Pebble holds it, once replicated there.
+func storedOn(t *testing.T, n *Node, s engine.Scope) *engine.Record {
+	t.Helper()
+	var r *engine.Record
+	require.Eventually(t, func() bool {
+		var ok bool
+		r, ok = n.db.Lookup(s, false, n.db.Meta().NowMs)
+		return ok
 	}, 5*time.Second, 10*time.Millisecond)
-	require.True(t, isSealedResponse(stored(t, n1, s).Response),
-		"a response completed while a node without the key led is stored in plaintext in an encrypted cluster")
+	return r
 }

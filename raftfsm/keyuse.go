@@ -1,12 +1,17 @@
 package raftfsm
 
 import (
+	"crypto/hmac"
 	"encoding/binary"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -35,12 +40,27 @@ import (
 type keyUse struct {
 	mu sync.Mutex
 	m  map[partition.Bucket]map[string]uint64
+	// checks are the check values recorded per key id (OpKeyCheck), named
+	// meta values "keycheck/<id>". They are kept for good: an id names one
+	// key for the life of the cluster.
+	checks map[string][]byte
 	// onNew is called (outside Apply's decisions) when a key id first
 	// appears, so a node can say it lacks it.
 	onNew func(id string)
+	// onCheck is called when a check value is recorded, so a node whose key
+	// under that id differs can say so.
+	onCheck func(id string, check []byte)
+	// proposing serializes this node's OpKeyCheck proposals; retryAt
+	// (Unix ns) spaces them while a member cannot apply one.
+	proposing sync.Mutex
+	retryAt   atomic.Int64
+	loggedAt  atomic.Int64 // last refused write logged (Unix ns)
 }
 
-const keyUsePrefix = "keyuse/"
+const (
+	keyUsePrefix   = "keyuse/"
+	keyCheckPrefix = "keycheck/"
+)
 
 func keyUseName(b partition.Bucket, id string) string {
 	return fmt.Sprintf("%s%016x/%s", keyUsePrefix, uint64(b), id)
@@ -65,10 +85,28 @@ func (k *keyUse) load(db *engine.DB) error {
 		}
 		m[partition.Bucket(b)][id] = binary.BigEndian.Uint64(v)
 	}
+	cvals, err := db.Named(keyCheckPrefix)
+	if err != nil {
+		return fmt.Errorf("raftfsm: read key checks: %w", err)
+	}
+	checks := map[string][]byte{}
+	for name, v := range cvals {
+		id := strings.TrimPrefix(name, keyCheckPrefix)
+		if id == "" || len(v) != keyCheckSize {
+			return fmt.Errorf("raftfsm: bad key check entry %q", name)
+		}
+		checks[id] = append([]byte(nil), v...)
+	}
 	k.mu.Lock()
 	k.m = m
-	onNew := k.onNew
+	k.checks = checks
+	onNew, onCheck := k.onNew, k.onCheck
 	k.mu.Unlock()
+	if onCheck != nil {
+		for id, c := range checks {
+			onCheck(id, c)
+		}
+	}
 	// A state restored from a snapshot may bring key ids this node has
 	// never seen: say so now, not at the first read that fails.
 	if onNew != nil {
@@ -136,6 +174,61 @@ func (k *keyUse) add(txn *engine.Txn, b partition.Bucket, id string) {
 	}
 }
 
+// setCheck records the check value of key id unless one is recorded
+// already: the first applied stays, on every replica.
+func (k *keyUse) setCheck(txn *engine.Txn, id string, check []byte) {
+	k.mu.Lock()
+	if k.checks == nil {
+		k.checks = map[string][]byte{}
+	}
+	if k.checks[id] != nil {
+		k.mu.Unlock()
+		return
+	}
+	c := append([]byte(nil), check...)
+	k.checks[id] = c
+	onCheck := k.onCheck
+	k.mu.Unlock()
+	txn.SetNamed(keyCheckPrefix+id, c)
+	if onCheck != nil {
+		onCheck(id, c)
+	}
+}
+
+// check returns the recorded check value of key id, or nil.
+func (k *keyUse) check(id string) []byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.checks[id]
+}
+
+// recordedChecks returns a copy of the recorded check values.
+func (k *keyUse) recordedChecks() map[string][]byte {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	out := make(map[string][]byte, len(k.checks))
+	for id, c := range k.checks {
+		out[id] = c
+	}
+	return out
+}
+
+// inUse returns the key ids stored values are sealed under, sorted.
+func (k *keyUse) inUse() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var ids []string
+	for _, m := range k.m {
+		for id, n := range m {
+			if n > 0 && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
 // KeyUse is what the replicated state says of one key id.
 type KeyUse struct {
 	ID      string
@@ -196,10 +289,19 @@ func (n *Node) checkKeys() error {
 	if len(missing) > 0 {
 		return &MissingKeysError{IDs: missing, Have: n.cfg.Keyring.IDs()}
 	}
+	if wrong := n.wrongKeys(); len(wrong) > 0 {
+		return &KeyMismatchError{IDs: wrong}
+	}
 	n.fsm.keys.mu.Lock()
 	n.fsm.keys.onNew = func(id string) {
 		if !n.cfg.Keyring.Has(id) {
 			n.log.Error("the leader stores values encrypted with a key this node does not hold: reads of them on this node fail until it is added to --encryption-key-file", "key-id", id)
+		}
+	}
+	n.fsm.keys.onCheck = func(id string, check []byte) {
+		if own := n.cfg.Keyring.Check(id); own != nil && !hmac.Equal(own, check) {
+			n.log.Error("this node's key under an id the cluster uses is not the cluster's key (its check value differs): values sealed under that id do not decrypt here, and this node refuses to seal with it while it leads; "+
+				"copy the key file the other nodes use to this node and restart it (never regenerate a key that is in use)", "key-id", id)
 		}
 	}
 	n.fsm.keys.mu.Unlock()
@@ -207,6 +309,144 @@ func (n *Node) checkKeys() error {
 		n.log.Info("encryption at rest is on", "encrypt-key-id", kr.Primary(), "key-ids", strings.Join(kr.IDs(), ","))
 	}
 	return nil
+}
+
+// wrongKeys returns, sorted, the ids of the node's keys whose check value
+// differs from the one the state records under that id.
+func (n *Node) wrongKeys() []string {
+	var wrong []string
+	for id, c := range n.fsm.keys.recordedChecks() {
+		if own := n.cfg.Keyring.Check(id); own != nil && !hmac.Equal(own, c) {
+			wrong = append(wrong, id)
+		}
+	}
+	slices.Sort(wrong)
+	return wrong
+}
+
+// KeyMismatchError refuses a start: the node's key file holds a key id the
+// cluster uses with other key bytes (a key generated on this node under an
+// id another node generated too, instead of one file copied to all).
+type KeyMismatchError struct {
+	IDs []string // sorted
+}
+
+func (e *KeyMismatchError) Error() string {
+	q := make([]string, len(e.IDs))
+	for i, id := range e.IDs {
+		q[i] = fmt.Sprintf("%q", id)
+	}
+	ids := strings.Join(q, ", ")
+	return fmt.Sprintf("raftfsm: --encryption-key-file holds key %s, but not the key the cluster recorded under that id (its check value differs): "+
+		"the key was generated on this node instead of copied. Copy the key file the other nodes use to this node and start again; "+
+		"a key file is generated once and the same file is copied to every node (never run idem keys generate for an id in use); nothing was changed", ids)
+}
+
+// SealRefusedError is a write the leader refused rather than store a value
+// that the other nodes could not read, or in plaintext in an encrypted
+// cluster. Nothing was proposed: the client may retry (another leader may
+// hold the right key).
+type SealRefusedError struct {
+	// KeyID is the key the leader would seal with, whose check value
+	// differs from the one recorded under its id (Mismatch); or, when the
+	// leader holds no key file, InUse are the key ids stored values are
+	// encrypted with.
+	KeyID    string
+	Mismatch bool
+	InUse    []string
+}
+
+func (e *SealRefusedError) Error() string { return "raftfsm: write refused: " + e.Detail() }
+
+func (e *SealRefusedError) Unwrap() error { return ErrNotProposed }
+
+// Detail says why, for a problem document.
+func (e *SealRefusedError) Detail() string {
+	if e.Mismatch {
+		return fmt.Sprintf("the leader's key %q is not the key the cluster recorded under that id, so it refuses to store values nobody else could read; nothing was stored. "+
+			"An operator must copy the cluster's key file to that node (or move the leadership away); retry shortly", e.KeyID)
+	}
+	return fmt.Sprintf("the cluster's stored values are encrypted (key %s) and the leader holds no --encryption-key-file, so it refuses to store this value in plaintext; nothing was stored. "+
+		"An operator must give that node the cluster's key file (or move the leadership away); retry shortly", strings.Join(e.InUse, ", "))
+}
+
+// sealReady is asked before a leader seals a value: it refuses (a
+// SealRefusedError) when the node holds no key while stored values are
+// encrypted, or when its sealing key is not the one recorded under its id.
+// The first leader to seal under an id the state records no check value
+// for records its own (OpKeyCheck), once every member can apply it.
+func (n *Node) sealReady() error {
+	if n.raft.State() != raft.Leader {
+		return nil // propose says ErrNotLeader, and the request is forwarded
+	}
+	kr := n.cfg.Keyring
+	if kr == nil {
+		if ids := n.fsm.keys.inUse(); len(ids) > 0 {
+			err := &SealRefusedError{InUse: ids}
+			n.logRefusal(err)
+			return err
+		}
+		return nil
+	}
+	id := kr.Primary()
+	own := kr.Check(id)
+	rec := n.fsm.keys.check(id)
+	if rec == nil {
+		var err error
+		if rec, err = n.recordKeyCheck(id, own); err != nil {
+			return err
+		}
+	}
+	if rec != nil && !hmac.Equal(rec, own) {
+		err := &SealRefusedError{KeyID: id, Mismatch: true}
+		n.logRefusal(err)
+		return err
+	}
+	return nil
+}
+
+// logRefusal logs a refused write, at most once every ten seconds.
+func (n *Node) logRefusal(err *SealRefusedError) {
+	now := time.Now().UnixNano()
+	last := n.fsm.keys.loggedAt.Load()
+	if now-last < int64(10*time.Second) || !n.fsm.keys.loggedAt.CompareAndSwap(last, now) {
+		return
+	}
+	if err.Mismatch {
+		n.log.Error("refusing writes: this leader's sealing key is not the key the cluster recorded under its id; copy the cluster's key file to this node and restart it", "key-id", err.KeyID)
+		return
+	}
+	n.log.Error("refusing writes: stored values are encrypted and this leader holds no --encryption-key-file, so it would store plaintext; give it the cluster's key file and restart it", "key-ids", strings.Join(err.InUse, ","))
+}
+
+// recordKeyCheck proposes the check value of this leader's sealing key and
+// returns the one the state then records (another leader's may have come
+// first). While a member cannot apply OpKeyCheck (a release before it,
+// rolling upgrade) it returns nil: the value is sealed as before, and a
+// later write records the check.
+func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
+	k := &n.fsm.keys
+	if time.Now().UnixNano() < k.retryAt.Load() {
+		return nil, nil
+	}
+	k.proposing.Lock()
+	defer k.proposing.Unlock()
+	if rec := k.check(id); rec != nil {
+		return rec, nil
+	}
+	if !n.membersHave(FeatureKeyCheck) {
+		k.retryAt.Store(time.Now().Add(10 * time.Second).UnixNano())
+		n.log.Info("the check value of the sealing key is not recorded yet: a member does not list "+FeatureKeyCheck+" (or was not measured yet); asking again in 10 s", "key-id", id)
+		return nil, nil
+	}
+	if _, err := n.propose(&Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: id, Check: own}}); err != nil {
+		return nil, err
+	}
+	rec := k.check(id)
+	if rec != nil && hmac.Equal(rec, own) {
+		n.log.Info("recorded the check value of the sealing key", "key-id", id)
+	}
+	return rec, nil
 }
 
 // keyCollector exports the key use and the node's key ring, for

@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -73,7 +74,22 @@ const FeatureRetention = "cluster-retention"
 
 // features are what this release's Apply knows that earlier ones did not
 // and that the leader checks before making a node a voter.
-var features = []string{FeatureRetention}
+var features = []string{FeatureRetention, FeatureKeyCheck}
+
+// FeatureKeyCheck, in a node's Status.Features, says its Apply records the
+// check values of encryption keys (OpKeyCheck) and its status lists its
+// keys (Status.Keys). A leader proposes OpKeyCheck only once every member
+// lists it, and does not make a node without it a voter of a cluster whose
+// stored values are encrypted.
+const FeatureKeyCheck = "key-check"
+
+// NodeKey is one key of a node's --encryption-key-file as its status shows
+// it: the id and the key's check value (hex), which proves the key without
+// revealing it.
+type NodeKey struct {
+	ID    string `json:"id"`
+	Check string `json:"check"`
+}
 
 // Status is the cluster as this node sees it.
 type Status struct {
@@ -96,6 +112,9 @@ type Status struct {
 	// Features are what this node's Apply knows (FeatureRetention); a
 	// node of an earlier release lists none.
 	Features []string `json:"features,omitempty"`
+	// Keys are the keys of this node's --encryption-key-file (none without
+	// one), so the leader can tell whether it may make the node a voter.
+	Keys []NodeKey `json:"keys,omitempty"`
 }
 
 // PeerProbe asks the node at httpAddr for its own Status, as it answers
@@ -201,7 +220,7 @@ func isAre(n int) string {
 // members' health as this node measured it when it leads.
 func (n *Node) Status() (Status, error) {
 	st := Status{Self: n.self, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{},
-		Features: features}
+		Features: features, Keys: n.nodeKeys()}
 	leader, hasLeader := n.Leader()
 	if hasLeader {
 		st.Leader = &leader
@@ -699,6 +718,7 @@ type peerHealth struct {
 	err        string    // why the last attempt failed ("" when it answered)
 	goodSince  time.Time // start of the current streak of healthy, caught-up answers
 	features   []string  // what its Apply knows, at answeredAt
+	keys       []NodeKey // its encryption keys, at answeredAt
 	refused    string    // the reason its promotion was last refused, logged once
 }
 
@@ -878,7 +898,7 @@ func (n *Node) measure(ctx context.Context) {
 		}
 		h.err, h.answeredAt = "", r.at
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
-		h.features = r.st.Features
+		h.features, h.keys = r.st.Features, r.st.Keys
 		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit
 		// Its last contact from a leader counts only when it follows this one.
 		if r.st.LastLeaderContactMs != nil && r.st.Leader != nil && r.st.Leader.ID == n.self.ID {
@@ -900,10 +920,93 @@ func (n *Node) measure(ctx context.Context) {
 // own --retention, and would skip changes of the cluster's. The caller
 // holds n.peers.mu.
 func (n *Node) notPromotable(h *peerHealth) string {
-	if h.answeredAt.IsZero() || n.db.Meta().RetentionMs == 0 || slices.Contains(h.features, FeatureRetention) {
+	if h.answeredAt.IsZero() {
 		return ""
 	}
-	return "it runs a release that does not hold the cluster's retention (its status lists no " + FeatureRetention + "): upgrade it, and it is promoted once caught up"
+	if n.db.Meta().RetentionMs != 0 && !slices.Contains(h.features, FeatureRetention) {
+		return "it runs a release that does not hold the cluster's retention (its status lists no " + FeatureRetention + "): upgrade it, and it is promoted once caught up"
+	}
+	return n.lacksKeys(h)
+}
+
+// lacksKeys says why a node must not become a voter of a cluster whose
+// stored values are encrypted, or "": leading, a node without a key in use
+// would store plaintext or values the others cannot read, and a node whose
+// key under a recorded id differs would seal values nobody else can read.
+// The caller holds n.peers.mu.
+func (n *Node) lacksKeys(h *peerHealth) string {
+	inUse := n.fsm.keys.inUse()
+	checks := n.fsm.keys.recordedChecks()
+	if len(inUse) == 0 && len(checks) == 0 {
+		return ""
+	}
+	if !slices.Contains(h.features, FeatureKeyCheck) {
+		if len(inUse) == 0 {
+			return ""
+		}
+		return "it runs a release that does not report its encryption keys (its status lists no " + FeatureKeyCheck + "), and the cluster's stored values are encrypted: upgrade it, and it is promoted once caught up"
+	}
+	have := map[string]string{}
+	for _, k := range h.keys {
+		have[k.ID] = k.Check
+	}
+	for _, id := range inUse {
+		if _, ok := have[id]; !ok {
+			if len(h.keys) == 0 {
+				return fmt.Sprintf("it has no --encryption-key-file, and stored values are encrypted with key %q: start it with the cluster's key file (the same file as every node), and it is promoted once caught up", id)
+			}
+			return fmt.Sprintf("its --encryption-key-file lacks key %q, which stored values are encrypted with: copy the cluster's key file to it and restart it, and it is promoted once caught up", id)
+		}
+	}
+	ids := make([]string, 0, len(checks))
+	for id := range checks {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		if c, ok := have[id]; ok && c != hex.EncodeToString(checks[id]) {
+			return fmt.Sprintf("its key %q is not the cluster's key under that id (the check values differ: a key generated on that node instead of copied): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
+		}
+	}
+	return ""
+}
+
+// nodeKeys lists the node's keys with their check values, for Status.
+func (n *Node) nodeKeys() []NodeKey {
+	kr := n.cfg.Keyring
+	if kr == nil {
+		return nil
+	}
+	out := make([]NodeKey, 0, len(kr.keys))
+	for _, rk := range kr.keys {
+		out = append(out, NodeKey{ID: rk.id, Check: hex.EncodeToString(rk.check)})
+	}
+	return out
+}
+
+// membersHave reports whether every other member has answered a health
+// check of this leader's term listing feature.
+func (n *Node) membersHave(feature string) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	term := n.term()
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.self.ID {
+			continue
+		}
+		if n.peers.term != term {
+			return false
+		}
+		h := n.peers.byID[string(s.ID)]
+		if h == nil || h.answeredAt.IsZero() || !slices.Contains(h.features, feature) {
+			return false
+		}
+	}
+	return true
 }
 
 // promote makes one healthy, caught-up non-voter a voter. One per round:

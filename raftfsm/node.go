@@ -567,7 +567,9 @@ func mapRaftError(err error) error {
 func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	start := time.Now()
 	n.stampRetention(&a)
-	n.sealClaim(&a)
+	if err := n.sealClaim(&a); err != nil {
+		return engine.Result{}, 0, err
+	}
 	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a})
 	if err != nil {
 		return engine.Result{}, 0, err
@@ -583,7 +585,11 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 
 // Complete stores the response of the attempt holding the token.
 func (n *Node) Complete(t engine.TokenArgs, resp *engine.Response) (engine.Result, error) {
-	r, err := n.proposeUnlessSettled(&Command{Op: OpComplete, Target: &t, Response: n.sealComplete(t, resp)})
+	sealed, err := n.sealComplete(t, resp)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	r, err := n.proposeUnlessSettled(&Command{Op: OpComplete, Target: &t, Response: sealed})
 	if err != nil {
 		return engine.Result{}, err
 	}
