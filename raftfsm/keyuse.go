@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"crypto/hmac"
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strconv"
@@ -455,16 +456,19 @@ type keyCollector struct {
 	n                      *Node
 	values, buckets, until *prometheus.Desc
 	ring                   *prometheus.Desc
+	check, mismatch        *prometheus.Desc
 }
 
 func newKeyCollector(n *Node) *keyCollector {
 	l := []string{"key_id"}
 	return &keyCollector{
-		n:       n,
-		values:  prometheus.NewDesc("idem_encryption_key_values", "Encrypted values (responses and correlation ids) written under the key into buckets not dropped yet (replicated state; an upper bound on the live records that need the key).", l, nil),
-		buckets: prometheus.NewDesc("idem_encryption_key_buckets", "Time buckets holding values encrypted under the key.", l, nil),
-		until:   prometheus.NewDesc("idem_encryption_key_needed_until_seconds", "Cluster time (Unix seconds) by which every value encrypted under the key has expired; its bucket is dropped soon after.", l, nil),
-		ring:    prometheus.NewDesc("idem_encryption_keyring", "Keys this node holds (1 each); use is encrypt for the key that encrypts new values, decrypt for the others.", []string{"key_id", "use"}, nil),
+		n:        n,
+		values:   prometheus.NewDesc("idem_encryption_key_values", "Encrypted values (responses and correlation ids) written under the key into buckets not dropped yet (replicated state; an upper bound on the live records that need the key).", l, nil),
+		buckets:  prometheus.NewDesc("idem_encryption_key_buckets", "Time buckets holding values encrypted under the key.", l, nil),
+		until:    prometheus.NewDesc("idem_encryption_key_needed_until_seconds", "Cluster time (Unix seconds) by which every value encrypted under the key has expired; its bucket is dropped soon after.", l, nil),
+		ring:     prometheus.NewDesc("idem_encryption_keyring", "Keys this node holds (1 each); use is encrypt for the key that encrypts new values, decrypt for the others.", []string{"key_id", "use"}, nil),
+		check:    prometheus.NewDesc("idem_encryption_key_check", "The check value the cluster recorded for the key id (1 each; replicated state): HMAC-SHA256(key, \"idem key check\") truncated to 16 bytes, in hex. It proves which key the id names without revealing it.", []string{"key_id", "check"}, nil),
+		mismatch: prometheus.NewDesc("idem_encryption_key_mismatch", "1 for each key of this node whose check value differs from the one the cluster recorded under its id: the node holds another key under that id, cannot read values sealed under it, and refuses to seal with it.", l, nil),
 	}
 }
 
@@ -473,6 +477,8 @@ func (c *keyCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.buckets
 	ch <- c.until
 	ch <- c.ring
+	ch <- c.check
+	ch <- c.mismatch
 }
 
 func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
@@ -487,5 +493,11 @@ func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
 			use = "encrypt"
 		}
 		ch <- prometheus.MustNewConstMetric(c.ring, prometheus.GaugeValue, 1, id, use)
+	}
+	for id, check := range c.n.fsm.keys.recordedChecks() {
+		ch <- prometheus.MustNewConstMetric(c.check, prometheus.GaugeValue, 1, id, hex.EncodeToString(check))
+	}
+	for _, id := range c.n.wrongKeys() {
+		ch <- prometheus.MustNewConstMetric(c.mismatch, prometheus.GaugeValue, 1, id)
 	}
 }

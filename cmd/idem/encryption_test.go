@@ -376,3 +376,49 @@ func TestEncryptionKeysMissingRotationAndStatus(t *testing.T) {
 	})
 	require.Contains(t, p2.logs.String(), "the leader stores values encrypted with a key this node does not hold", "said as soon as it learned of the key")
 }
+
+// A key file generated on a node under an id the cluster uses (rotation's
+// `idem keys generate --id k2` run on every node, instead of one file
+// copied) holds the id with other bytes: idem keys status flags the file,
+// and a node given it refuses to start, naming the id and what to do. At
+// rotation step 1 the added key is not called removable.
+func TestEncryptionKeyRegeneratedUnderSameIDIsRefused(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "n1")
+	k1, k1other, k2, k12 := filepath.Join(root, "k1.json"), filepath.Join(root, "k1-other.json"), filepath.Join(root, "k2.json"), filepath.Join(root, "k12.json")
+	writeKeyFile(t, k1, "k1")
+	writeKeyFile(t, k1other, "k1")
+	writeKeyFile(t, k2, "k2")
+	mergeKeyFiles(t, k12, k1, k2)
+
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--encryption-key-file", k12, "--min-free-disk", "0")
+	writeEncRecord(t, httpAddr, "old")
+
+	status := func(args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"keys", "status", "--addr", httpAddr}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	text, err := status()
+	require.NoError(t, err, text)
+	require.Contains(t, text, "k2: no value is encrypted with it yet", "the key being rotated in is not called removable")
+	require.NotContains(t, text, "k2: no stored value needs it")
+	text, err = status("--encryption-key-file", k1)
+	require.NoError(t, err, text)
+	text, err = status("--encryption-key-file", k1other)
+	require.Error(t, err, "a file with another k1 must fail the check: %s", text)
+	require.Contains(t, text, "not the key the cluster recorded")
+	require.Contains(t, text, "WRONG KEY")
+
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, p.wait())
+	cmd := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--min-free-disk", "0", "--encryption-key-file", k1other)
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, "started with another k1: %s", out)
+	require.Contains(t, string(out), `holds key "k1", but not the key the cluster recorded`)
+	require.Contains(t, string(out), "Copy the key file the other nodes use")
+	require.Contains(t, string(out), "nothing was changed")
+
+	p = start(t, dir, httpAddr, raftAddr, "--encryption-key-file", k1, "--min-free-disk", "0")
+	requireReplay(t, httpAddr, "old")
+}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -134,6 +135,13 @@ type keyStatus struct {
 	Node string `json:"node"`
 	// InFile is whether --encryption-key-file holds it (when given).
 	InFile *bool `json:"in_file,omitempty"`
+	// Check is the check value the cluster recorded for the id (hex),
+	// absent until a leader of a release that records them sealed under it.
+	Check string `json:"check,omitempty"`
+	// NodeMismatch: the node asked holds another key under this id.
+	NodeMismatch bool `json:"node_mismatch,omitempty"`
+	// FileMismatch: --encryption-key-file holds another key under this id.
+	FileMismatch bool `json:"file_mismatch,omitempty"`
 }
 
 func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, timeout time.Duration, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
@@ -172,13 +180,17 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		return 1
 	}
 	keys := parseKeyMetrics(string(raw))
-	missingInFile := false
+	missingInFile, wrongInFile := false, []string{}
 	for i := range keys {
 		if file != nil {
 			in := file.Has(keys[i].ID)
 			keys[i].InFile = &in
 			if !in && keys[i].Values > 0 {
 				missingInFile = true
+			}
+			if in && keys[i].Check != "" && hex.EncodeToString(file.Check(keys[i].ID)) != keys[i].Check {
+				keys[i].FileMismatch = true
+				wrongInFile = append(wrongInFile, keys[i].ID)
 			}
 		}
 	}
@@ -190,11 +202,17 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 	} else {
 		printKeyStatus(stdout, keys, file != nil)
 	}
+	code := 0
 	if missingInFile {
 		fmt.Fprintf(stderr, "idem keys status: %s lacks a key id that stored values need: a node started with it would refuse to start\n", keyFile)
-		return 1
+		code = 1
 	}
-	return 0
+	if len(wrongInFile) > 0 {
+		fmt.Fprintf(stderr, "idem keys status: %s holds key %s, but not the key the cluster recorded under that id (the check values differ): a node started with it would refuse to start. "+
+			"Build the file from the key file the nodes use (never regenerate a key that is in use)\n", keyFile, strings.Join(wrongInFile, ", "))
+		code = 1
+	}
+	return code
 }
 
 // parseKeyMetrics reads the idem_encryption_* series of a Prometheus text
@@ -241,12 +259,19 @@ func parseKeyMetrics(text string) []keyStatus {
 			k.NeededUntil = time.UnixMilli(int64(v * 1000)).UTC().Format(time.RFC3339)
 		case "idem_encryption_keyring":
 			k.Node = labels["use"]
+		case "idem_encryption_key_check":
+			k.Check = labels["check"]
+		case "idem_encryption_key_mismatch":
+			k.NodeMismatch = v == 1
 		}
 	}
 	out := make([]keyStatus, 0, len(by))
 	for _, k := range by {
 		if k.Values == 0 {
 			k.NeededUntil = ""
+			if k.Node == "missing" {
+				k.Node = "not held" // a recorded check value, and nothing needs it
+			}
 		}
 		out = append(out, *k)
 	}
@@ -271,18 +296,35 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 		if until == "" {
 			until = "-"
 		}
-		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%s", k.ID, k.Node, k.Values, k.Buckets, until)
+		node := k.Node
+		if k.NodeMismatch {
+			node += " (WRONG KEY)"
+		}
+		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%s", k.ID, node, k.Values, k.Buckets, until)
 		if withFile {
 			in := "no"
 			if *k.InFile {
 				in = "yes"
 			}
+			if k.FileMismatch {
+				in = "WRONG KEY"
+			}
 			line += "\t" + in
 		}
 		fmt.Fprintln(tw, line)
+		if k.NodeMismatch {
+			notes = append(notes, fmt.Sprintf("%s: this node holds another key under this id than the one the cluster recorded: it cannot read values sealed under it and refuses to seal with it; copy the key file the other nodes use to it and restart it (never regenerate a key in use)", k.ID))
+		}
+		if k.FileMismatch {
+			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than the one the cluster recorded: do not roll it out", k.ID))
+		}
 		switch {
-		case k.Node == "missing":
+		case k.Node == "missing" && k.Values > 0:
 			notes = append(notes, fmt.Sprintf("%s: stored values need it and this node does not hold it: its reads of them fail, and it will not start again without it", k.ID))
+		case k.Values == 0 && k.Node == "decrypt" && k.Check == "":
+			// No value was ever sealed under it since check values are
+			// recorded: most likely the key being rotated in (step 1).
+			notes = append(notes, fmt.Sprintf("%s: no value is encrypted with it yet: if it is the key being rotated in, keep it and move it first next (rotation step 2); a key that encrypted values before may be removed once it shows none (keep it while you keep backups taken when it was in use)", k.ID))
 		case k.Values == 0 && k.Node == "decrypt":
 			notes = append(notes, fmt.Sprintf("%s: no stored value needs it: it may be removed from every node's key file (keep it while you keep backups taken when it was in use)", k.ID))
 		case k.Values > 0 && k.Node == "decrypt":
