@@ -1,9 +1,12 @@
 package raftfsm
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,8 +103,10 @@ func TestLeaderWithAnotherKeyUnderTheIDRefusesWrites(t *testing.T) {
 	n1.cfg.Keyring = testRing(t, "k1")
 	n2.cfg.Keyring = otherRing(t, "k1")
 	// n1 records its check once it has measured n2 (every member must list key-check).
+	i := 0
 	require.Eventually(t, func() bool {
-		write(t, n1, "first")
+		i++
+		write(t, n1, fmt.Sprintf("first-%d", i))
 		return n2.fsm.keys.check("k1") != nil
 	}, 10*time.Second, 50*time.Millisecond)
 
@@ -128,4 +133,60 @@ func storedOn(t *testing.T, n *Node, s engine.Scope) *engine.Record {
 		return ok
 	}, 5*time.Second, 10*time.Millisecond)
 	return r
+}
+
+// Upgrades: a cluster whose key-use state predates check values gets one
+// from the first leader that seals under the id, but only once every member
+// lists key-check: a member of an earlier release would skip OpKeyCheck
+// (ErrBadCommand, no crash) and its state would differ. Until then values
+// are sealed as before. The entry itself round-trips through the codec, and
+// a malformed one is refused the same way on every replica.
+func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
+	old := keyCheckRetry
+	keyCheckRetry = 100 * time.Millisecond
+	t.Cleanup(func() { keyCheckRetry = old })
+
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	var upgraded atomic.Bool
+	n1.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if addr == "mem-n2" && !upgraded.Load() {
+			st.Features = []string{FeatureRetention} // as a node of the release before key checks answers
+		}
+		return st, err
+	})
+	n1.cfg.Keyring = testRing(t, "k1")
+	n2.cfg.Keyring = testRing(t, "k1")
+	time.Sleep(2 * probeEvery) // n1 has measured n2 as it is now
+	s, _, resp := write(t, n1, "pre")
+	require.Nil(t, n1.fsm.keys.check("k1"), "no check value while a member cannot apply it")
+	require.True(t, isSealedResponse(stored(t, n1, s).Response), "values are sealed as before")
+
+	upgraded.Store(true)
+	i := 0
+	require.Eventually(t, func() bool {
+		i++
+		write(t, n1, fmt.Sprintf("post-%d", i))
+		return n1.fsm.keys.check("k1") != nil
+	}, 10*time.Second, 150*time.Millisecond)
+	require.Eventually(t, func() bool { return n2.fsm.keys.check("k1") != nil }, 5*time.Second, 10*time.Millisecond)
+	require.Equal(t, n1.cfg.Keyring.Check("k1"), n2.fsm.keys.check("k1"))
+	require.True(t, resp.Equal(lookup(t, n1, s).Response))
+
+	cmd := &Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: "k9", Check: make([]byte, 16)}}
+	b, err := cmd.Encode()
+	require.NoError(t, err)
+	back, err := DecodeCommand(b)
+	require.NoError(t, err)
+	require.Equal(t, cmd.KeyCheck, back.KeyCheck)
+	_, err = n1.propose(&Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: "k9", Check: []byte("short")}})
+	require.ErrorIs(t, err, ErrBadCommand)
+	require.Nil(t, n1.fsm.keys.check("k9"))
+	_, err = n1.propose(&Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: "k1", Check: make([]byte, 16)}})
+	require.NoError(t, err)
+	require.Equal(t, n1.cfg.Keyring.Check("k1"), n1.fsm.keys.check("k1"), "the first check value applied stays")
 }

@@ -420,6 +420,10 @@ func (n *Node) logRefusal(err *SealRefusedError) {
 	n.log.Error("refusing writes: stored values are encrypted and this leader holds no --encryption-key-file, so it would store plaintext; give it the cluster's key file and restart it", "key-ids", strings.Join(err.InUse, ","))
 }
 
+// keyCheckRetry spaces a leader's attempts to record a check value while a
+// member cannot apply OpKeyCheck (a variable for tests).
+var keyCheckRetry = 10 * time.Second
+
 // recordKeyCheck proposes the check value of this leader's sealing key and
 // returns the one the state then records (another leader's may have come
 // first). While a member cannot apply OpKeyCheck (a release before it,
@@ -436,7 +440,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 		return rec, nil
 	}
 	if !n.membersHave(FeatureKeyCheck) {
-		k.retryAt.Store(time.Now().Add(10 * time.Second).UnixNano())
+		k.retryAt.Store(time.Now().Add(keyCheckRetry).UnixNano())
 		n.log.Info("the check value of the sealing key is not recorded yet: a member does not list "+FeatureKeyCheck+" (or was not measured yet); asking again in 10 s", "key-id", id)
 		return nil, nil
 	}
