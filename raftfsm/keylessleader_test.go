@@ -190,3 +190,14 @@ func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, n1.cfg.Keyring.Check("k1"), n1.fsm.keys.check("k1"), "the first check value applied stays")
 }
+
+// A follower shows the whole cluster with the leader's measurements: why a
+// non-voter is kept one (a missing key, say) must come along, or idem
+// cluster status asked of a follower hides it.
+func TestMergeHealthKeepsWhyNotPromoted(t *testing.T) {
+	own := Status{Nodes: []Member{{NodeInfo: NodeInfo{ID: "n3"}, Suffrage: "Nonvoter"}}}
+	own.MergeHealth(Status{HealthFrom: "n1", Nodes: []Member{{NodeInfo: NodeInfo{ID: "n3"}, Suffrage: "Nonvoter", Healthy: true,
+		NotPromoted: `it has no --encryption-key-file, and stored values are encrypted with key "k1"`}}})
+	require.Contains(t, own.Nodes[0].NotPromoted, `"k1"`)
+	require.True(t, own.Nodes[0].Healthy)
+}

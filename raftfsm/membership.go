@@ -315,7 +315,7 @@ func (s *Status) MergeHealth(leader Status) {
 		m := &s.Nodes[i]
 		if l, ok := byID[m.ID]; ok {
 			m.Healthy, m.LastContactMs, m.AppliedIndex, m.Lag = l.Healthy, l.LastContactMs, l.AppliedIndex, l.Lag
-			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason
+			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason, m.NotPromoted = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason, l.NotPromoted
 		}
 	}
 	s.HealthFrom = leader.HealthFrom
