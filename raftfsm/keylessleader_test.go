@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/base64"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -32,21 +33,38 @@ func TestKeylessLeaderDoesNotStorePlaintext(t *testing.T) {
 	c.join(n2, n1)
 	write(t, n1, "before") // a value under k1: the cluster uses encryption
 
+	// n2 cannot measure n1 for now, so it knows no voter to hand over to.
+	var blind atomic.Bool
+	blind.Store(true)
+	n2.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		if blind.Load() {
+			return Status{}, errors.New("unreachable")
+		}
+		return c.probe(ctx, addr)
+	})
 	require.NoError(t, n1.TransferLeadershipTo("n2"))
 	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
 	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}
 	res, _, err := n2.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err, "a claim without a correlation id stores no value: it needs no key")
-	_, err = n2.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 201, Body: secretBody})
-	var refused *SealRefusedError
-	require.ErrorAs(t, err, &refused, "a leader without the key must refuse to store a response in an encrypted cluster")
-	require.ErrorIs(t, err, ErrNotProposed)
-	require.Contains(t, refused.Detail(), "k1")
 	_, _, err = n2.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "corr"}, Fingerprint: "aa",
 		CorrelationID: secretCorrelation, LeaseMs: 60_000, RetentionMs: 3_600_000})
-	require.ErrorAs(t, err, &refused, "nor a correlation id")
-
+	var refused *SealRefusedError
+	require.ErrorAs(t, err, &refused, "a leader without the key must refuse to store a correlation id in an encrypted cluster")
+	require.ErrorIs(t, err, ErrNotProposed)
+	require.Contains(t, refused.Detail(), "k1")
+	_, err = n2.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 201, Body: secretBody})
+	require.ErrorAs(t, err, &refused, "nor a response")
 	require.Equal(t, engine.StateInProgress, storedOn(t, n1, s).State, "nothing was stored")
+
+	// Once it sees a voter that holds k1, it hands the leadership over, and
+	// writes resume sealed.
+	blind.Store(false)
+	require.Eventually(t, n1.IsLeader, 10*time.Second, 10*time.Millisecond)
+	c2, err := n1.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 201, Body: secretBody})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeCompleted, c2.Outcome)
+	require.True(t, isSealedResponse(stored(t, n1, s).Response))
 }
 
 func otherRing(t *testing.T, id string) *Keyring {
@@ -110,6 +128,14 @@ func TestLeaderWithAnotherKeyUnderTheIDRefusesWrites(t *testing.T) {
 		return n2.fsm.keys.check("k1") != nil
 	}, 10*time.Second, 50*time.Millisecond)
 
+	var blind atomic.Bool // n2 cannot measure n1 for now: it knows no voter to hand over to
+	blind.Store(true)
+	n2.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		if blind.Load() {
+			return Status{}, errors.New("unreachable")
+		}
+		return c.probe(ctx, addr)
+	})
 	require.NoError(t, n1.TransferLeadershipTo("n2"))
 	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
 	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}
@@ -119,8 +145,10 @@ func TestLeaderWithAnotherKeyUnderTheIDRefusesWrites(t *testing.T) {
 	var refused *SealRefusedError
 	require.ErrorAs(t, err, &refused)
 	require.True(t, refused.Mismatch)
+	blind.Store(false)
 	require.Equal(t, "k1", refused.KeyID)
 	require.Equal(t, engine.StateInProgress, storedOn(t, n1, s).State)
+	require.Eventually(t, n1.IsLeader, 10*time.Second, 10*time.Millisecond, "it hands the leadership to the voter whose k1 is the cluster's")
 }
 
 // storedOn is the record as n's Pebble holds it, once replicated there.

@@ -56,6 +56,8 @@ type keyUse struct {
 	proposing sync.Mutex
 	retryAt   atomic.Int64
 	loggedAt  atomic.Int64 // last refused write logged (Unix ns)
+	handOffAt atomic.Int64 // last attempt to hand the leadership over (Unix ns)
+	warnedAt  atomic.Int64 // last "no voter holds the key" warning (Unix ns)
 }
 
 const (
@@ -406,8 +408,10 @@ func (n *Node) sealReady() error {
 	return nil
 }
 
-// logRefusal logs a refused write, at most once every ten seconds.
+// logRefusal tries to hand the leadership to a voter that holds the key,
+// and logs a refused write, at most once every ten seconds.
 func (n *Node) logRefusal(err *SealRefusedError) {
+	n.handOff(err)
 	now := time.Now().UnixNano()
 	last := n.fsm.keys.loggedAt.Load()
 	if now-last < int64(10*time.Second) || !n.fsm.keys.loggedAt.CompareAndSwap(last, now) {
@@ -415,9 +419,91 @@ func (n *Node) logRefusal(err *SealRefusedError) {
 	}
 	if err.Mismatch {
 		n.log.Error("refusing writes: this leader's sealing key is not the key the cluster recorded under its id; copy the cluster's key file to this node and restart it", "key-id", err.KeyID)
+	} else {
+		n.log.Error("refusing writes: stored values are encrypted and this leader holds no --encryption-key-file, so it would store plaintext; give it the cluster's key file and restart it", "key-ids", strings.Join(err.InUse, ","))
+	}
+}
+
+// keyHandOff, run by the leader's health loop, hands the leadership over
+// as soon as this leader would refuse writes for want of the cluster's key,
+// before a write is refused.
+func (n *Node) keyHandOff() {
+	kr := n.cfg.Keyring
+	if kr == nil {
+		if ids := n.fsm.keys.inUse(); len(ids) > 0 {
+			n.handOff(&SealRefusedError{InUse: ids})
+		}
 		return
 	}
-	n.log.Error("refusing writes: stored values are encrypted and this leader holds no --encryption-key-file, so it would store plaintext; give it the cluster's key file and restart it", "key-ids", strings.Join(err.InUse, ","))
+	if rec := n.fsm.keys.check(kr.Primary()); rec != nil && !hmac.Equal(rec, kr.Check(kr.Primary())) {
+		n.handOff(&SealRefusedError{KeyID: kr.Primary(), Mismatch: true})
+	}
+}
+
+// handOff moves the leadership to a healthy voter whose status lists the
+// keys this leader lacks (with the recorded check values), so writes resume
+// before an operator fixes this node. At most one attempt per health round.
+func (n *Node) handOff(err *SealRefusedError) {
+	now := time.Now()
+	last := n.fsm.keys.handOffAt.Load()
+	if now.UnixNano()-last < int64(probeEvery) || !n.fsm.keys.handOffAt.CompareAndSwap(last, now.UnixNano()) {
+		return
+	}
+	need := map[string]string{} // key id: recorded check value in hex, or "" when none is recorded
+	ids := err.InUse
+	if err.Mismatch {
+		ids = []string{err.KeyID}
+	}
+	for _, id := range ids {
+		need[id] = ""
+		if c := n.fsm.keys.check(id); c != nil {
+			need[id] = hex.EncodeToString(c)
+		}
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	term := n.term()
+	target := ""
+	n.peers.mu.Lock()
+	for _, s := range f.Configuration().Servers {
+		h := n.peers.byID[string(s.ID)]
+		if s.Suffrage != raft.Voter || string(s.ID) == n.self.ID || h == nil || n.peers.term != term {
+			continue
+		}
+		if ok, _ := n.judge(h, s.ID, now); !ok {
+			continue
+		}
+		has := map[string]string{}
+		for _, k := range h.keys {
+			has[k.ID] = k.Check
+		}
+		fits := true
+		for id, c := range need {
+			if got, ok := has[id]; !ok || (c != "" && got != c) {
+				fits = false
+				break
+			}
+		}
+		if fits {
+			target = string(s.ID)
+			break
+		}
+	}
+	n.peers.mu.Unlock()
+	if target == "" {
+		if w := n.fsm.keys.warnedAt.Load(); now.UnixNano()-w >= int64(10*time.Second) && n.fsm.keys.warnedAt.CompareAndSwap(w, now.UnixNano()) {
+			n.log.Warn("no healthy voter is known to hold the key this leader lacks (yet): writes stay refused until one is, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
+		}
+		return
+	}
+	n.log.Warn("handing the leadership to a voter that holds the cluster's key", "to", target, "key-ids", strings.Join(ids, ","))
+	go func() {
+		if err := n.TransferLeadershipTo(target); err != nil {
+			n.log.Warn("leadership transfer to a voter holding the key failed", "to", target, "error", err)
+		}
+	}()
 }
 
 // keyCheckRetry spaces a leader's attempts to record a check value while a

@@ -800,6 +800,7 @@ func (n *Node) healthLoop() {
 			}
 			n.measure(ctx)
 			n.promote()
+			n.keyHandOff()
 		}
 	}
 }
