@@ -47,6 +47,9 @@ type StreamInfo struct {
 	Records int64  // idempotency records (one per live or expired scope)
 	Meta    Meta   // the metadata stored in the stream
 	Bytes   int64  // length of the stream
+	// Named are the named meta values (Txn.SetNamed) in the stream: a few
+	// small entries (node addresses, key use), for inspecting a backup.
+	Named map[string][]byte
 }
 
 // ScanStream reads a whole snapshot stream (Snapshot.WriteTo's format) and
@@ -58,6 +61,12 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 	pairs, n, err := readStream(r, func(k, v []byte) error {
 		if _, rest, ok := partition.Parse(k); ok && len(rest) > 0 && rest[0] == kindRecord {
 			info.Records++
+		}
+		if bytes.HasPrefix(k, []byte(namedMetaPrefix)) {
+			if info.Named == nil {
+				info.Named = map[string][]byte{}
+			}
+			info.Named[string(k[len(namedMetaPrefix):])] = append([]byte(nil), v...)
 		}
 		if len(v) == 8 {
 			u := binary.BigEndian.Uint64(v)

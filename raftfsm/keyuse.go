@@ -69,24 +69,49 @@ func keyUseName(b partition.Bucket, id string) string {
 	return fmt.Sprintf("%s%016x/%s", keyUsePrefix, uint64(b), id)
 }
 
-// load reads the counts from the committed state.
-func (k *keyUse) load(db *engine.DB) error {
-	vals, err := db.Named(keyUsePrefix)
-	if err != nil {
-		return fmt.Errorf("raftfsm: read key use: %w", err)
+// BackupKeyUse is the key use a backup's state records (from
+// engine.StreamInfo.Named): the key ids a node restored from it needs.
+func BackupKeyUse(named map[string][]byte, width partition.Width) ([]KeyUse, error) {
+	vals := map[string][]byte{}
+	for name, v := range named {
+		if strings.HasPrefix(name, keyUsePrefix) {
+			vals[name] = v
+		}
 	}
+	m, err := parseKeyUse(vals)
+	if err != nil {
+		return nil, err
+	}
+	k := keyUse{m: m}
+	return k.usage(width), nil
+}
+
+func parseKeyUse(vals map[string][]byte) (map[partition.Bucket]map[string]uint64, error) {
 	m := map[partition.Bucket]map[string]uint64{}
 	for name, v := range vals {
 		rest := strings.TrimPrefix(name, keyUsePrefix)
 		hex, id, ok := strings.Cut(rest, "/")
 		b, err := strconv.ParseUint(hex, 16, 64)
 		if !ok || err != nil || len(v) != 8 || id == "" {
-			return fmt.Errorf("raftfsm: bad key use entry %q", name)
+			return nil, fmt.Errorf("raftfsm: bad key use entry %q", name)
 		}
 		if m[partition.Bucket(b)] == nil {
 			m[partition.Bucket(b)] = map[string]uint64{}
 		}
 		m[partition.Bucket(b)][id] = binary.BigEndian.Uint64(v)
+	}
+	return m, nil
+}
+
+// load reads the counts from the committed state.
+func (k *keyUse) load(db *engine.DB) error {
+	vals, err := db.Named(keyUsePrefix)
+	if err != nil {
+		return fmt.Errorf("raftfsm: read key use: %w", err)
+	}
+	m, err := parseKeyUse(vals)
+	if err != nil {
+		return err
 	}
 	cvals, err := db.Named(keyCheckPrefix)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/partition"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -253,10 +254,19 @@ func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
 		return 1
 	}
 	h := info.Header
+	use, err := raftfsm.BackupKeyUse(info.Stream.Named, partition.Width(h.BucketWidthMs))
+	if err != nil {
+		fmt.Fprintf(stderr, "idem snapshot inspect: %s: %v\n", file, err)
+		return 1
+	}
+	keyIDs := []string{}
+	for _, u := range use {
+		keyIDs = append(keyIDs, u.ID)
+	}
 	if asJSON {
 		b, _ := json.MarshalIndent(map[string]any{
 			"file": file, "header": h, "keys": info.Stream.Pairs, "records_counted": info.Stream.Records,
-			"bytes": info.Bytes, "sha256": info.SHA256, "checksums": "ok",
+			"bytes": info.Bytes, "sha256": info.SHA256, "checksums": "ok", "encryption_key_ids": keyIDs,
 		}, "", "  ")
 		fmt.Fprintf(stdout, "%s\n", b)
 		return 0
@@ -282,6 +292,15 @@ func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
 	w("scope", "%s", scope)
 	w("records", "%d", info.Stream.Records)
 	w("keys", "%d", info.Stream.Pairs)
+	if len(use) == 0 {
+		w("encryption", "no value encrypted: restoring it needs no key file")
+	} else {
+		parts := make([]string, len(use))
+		for i, u := range use {
+			parts[i] = fmt.Sprintf("%s (%d values)", u.ID, u.Values)
+		}
+		w("encryption", "restoring it needs key %s in --encryption-key-file", strings.Join(parts, ", "))
+	}
 	w("size", "%d bytes", info.Bytes)
 	w("sha256", "%s", info.SHA256)
 	w("checksums", "ok")
