@@ -229,3 +229,31 @@ func TestMergeHealthKeepsWhyNotPromoted(t *testing.T) {
 	require.Contains(t, own.Nodes[0].NotPromoted, `"k1"`)
 	require.True(t, own.Nodes[0].Healthy)
 }
+
+// A key added for a rotation (step 1: in every node's file, not sealing
+// yet) gets its check value recorded by the leader without waiting for a
+// value sealed under it, so a node whose file holds other bytes under that
+// id (the key generated on each node instead of copied) is refused at its
+// restart with the new file, before anything is sealed with it.
+func TestRotationKeyCheckedBeforeItSeals(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.Keyring = testRing(t, "k1", "k2") })
+	require.Eventually(t, func() bool { return n.fsm.keys.check("k2") != nil }, 10*time.Second, 20*time.Millisecond,
+		"the leader records the check value of k2, which seals nothing yet")
+	require.Equal(t, n.cfg.Keyring.Check("k2"), n.fsm.keys.check("k2"))
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+
+	other := sha256.Sum256([]byte("k2 generated on another node"))
+	kr, err := ParseKeyring([]byte(`{"keys":[` +
+		`{"id":"k1","key":"` + base64.StdEncoding.EncodeToString(func() []byte { k := sha256.Sum256([]byte("test key k1")); return k[:] }()) + `"},` +
+		`{"id":"k2","key":"` + base64.StdEncoding.EncodeToString(other[:]) + `"}]}`))
+	require.NoError(t, err)
+	cfg.Keyring = kr
+	m, err := Open(cfg)
+	if err == nil {
+		m.Close()
+	}
+	var mismatch *KeyMismatchError
+	require.ErrorAs(t, err, &mismatch)
+	require.Equal(t, []string{"k2"}, mismatch.IDs)
+}

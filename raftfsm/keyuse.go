@@ -531,6 +531,27 @@ func (n *Node) handOff(err *SealRefusedError) {
 	}()
 }
 
+// recordKeyChecks, run by the leader's health loop, records the check
+// value of every key in this leader's file the state has none for, not
+// only of the sealing one: a key added for a rotation (its step 1) that
+// was generated on each node instead of copied is then caught when the
+// nodes restart with it, before any value is sealed under it (a node
+// holding other bytes under a recorded id refuses to start).
+func (n *Node) recordKeyChecks() {
+	kr := n.cfg.Keyring
+	if kr == nil {
+		return
+	}
+	for _, id := range kr.IDs() {
+		if n.fsm.keys.check(id) != nil {
+			continue
+		}
+		if rec, err := n.recordKeyCheck(id, kr.Check(id)); err != nil || rec == nil {
+			return // not now (a member lacks the feature, or no quorum): next round
+		}
+	}
+}
+
 // keyCheckRetry spaces a leader's attempts to record a check value while a
 // member cannot apply OpKeyCheck (a variable for tests).
 var keyCheckRetry = 10 * time.Second
@@ -552,7 +573,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 	}
 	if !n.membersHave(FeatureKeyCheck) {
 		k.retryAt.Store(time.Now().Add(keyCheckRetry).UnixNano())
-		n.log.Info("the check value of the sealing key is not recorded yet: a member does not list "+FeatureKeyCheck+" (or was not measured yet); asking again in 10 s", "key-id", id)
+		n.log.Info("the check value of key "+id+" is not recorded yet: a member does not list "+FeatureKeyCheck+" (or was not measured yet); asking again in 10 s", "key-id", id)
 		return nil, nil
 	}
 	if _, err := n.propose(&Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: id, Check: own}}); err != nil {
@@ -560,7 +581,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 	}
 	rec := k.check(id)
 	if rec != nil && hmac.Equal(rec, own) {
-		n.log.Info("recorded the check value of the sealing key", "key-id", id)
+		n.log.Info("recorded the check value of a key in this node's key file", "key-id", id)
 	}
 	return rec, nil
 }

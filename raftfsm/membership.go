@@ -801,6 +801,7 @@ func (n *Node) healthLoop() {
 			n.measure(ctx)
 			n.promote()
 			n.keyHandOff()
+			n.recordKeyChecks()
 		}
 	}
 }
