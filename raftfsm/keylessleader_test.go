@@ -27,10 +27,10 @@ import (
 func TestKeylessLeaderDoesNotStorePlaintext(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", "", true)
-	n1.cfg.Keyring = testRing(t, "k1")
 	c.leader(n1)
 	n2 := c.open("n2", "", false) // no key file
-	c.join(n2, n1)
+	c.join(n2, n1)                // a voter before encryption is on: a keyless non-voter is not promoted
+	n1.cfg.Keyring = testRing(t, "k1")
 	write(t, n1, "before") // a value under k1: the cluster uses encryption
 
 	// n2 cannot measure n1 for now, so it knows no voter to hand over to.

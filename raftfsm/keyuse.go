@@ -407,30 +407,116 @@ func (n *Node) sealReady() error {
 	if n.raft.State() != raft.Leader {
 		return nil // propose says ErrNotLeader, and the request is forwarded
 	}
+	if err := n.sealRefusal(true); err != nil {
+		n.logRefusal(err)
+		return err
+	}
+	return nil
+}
+
+// sealRefusal says why this leader must not seal now, or nil: it holds no
+// key while the cluster's values are encrypted (neededKeys), or its
+// sealing key is not the one recorded under its id, or, none being
+// recorded yet, not the one most voters holding the id have. With record,
+// it records its key's check value when none is (recordKeyCheck).
+func (n *Node) sealRefusal(record bool) *SealRefusedError {
 	kr := n.cfg.Keyring
 	if kr == nil {
-		if ids := n.fsm.keys.inUse(); len(ids) > 0 {
-			err := &SealRefusedError{InUse: ids}
-			n.logRefusal(err)
-			return err
+		if ids := n.neededKeys(); len(ids) > 0 {
+			return &SealRefusedError{InUse: ids}
 		}
 		return nil
 	}
 	id := kr.Primary()
 	own := kr.Check(id)
 	rec := n.fsm.keys.check(id)
-	if rec == nil {
-		var err error
-		if rec, err = n.recordKeyCheck(id, own); err != nil {
-			return err
-		}
+	if rec == nil && record {
+		rec, _ = n.recordKeyCheck(id, own) // an error (no quorum) comes back from propose
 	}
-	if rec != nil && !hmac.Equal(rec, own) {
-		err := &SealRefusedError{KeyID: id, Mismatch: true}
-		n.logRefusal(err)
-		return err
+	switch {
+	case rec != nil && !hmac.Equal(rec, own):
+		return &SealRefusedError{KeyID: id, Mismatch: true}
+	case rec == nil && !n.heldByMost(id, own):
+		return &SealRefusedError{KeyID: id, Mismatch: true}
 	}
 	return nil
+}
+
+// neededKeys are the key ids a leader or voter must hold: those stored
+// values are sealed under, and those whose check value the state records
+// while a voter holds them, so a cluster that has encrypted nothing yet
+// (or whose sealed values all expired) is still an encrypted one. When no
+// voter holds a recorded key any more, encryption was turned off.
+func (n *Node) neededKeys() []string {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	return n.neededKeysLocked()
+}
+
+// neededKeysLocked is neededKeys; the caller holds n.peers.mu.
+func (n *Node) neededKeysLocked() []string {
+	ids := n.fsm.keys.inUse()
+	for id := range n.fsm.keys.recordedChecks() {
+		if slices.Contains(ids, id) {
+			continue
+		}
+		// Until every voter was seen this term, a voter may hold it.
+		if held, _, unknown := n.voterChecksLocked(id, nil); held > 0 || unknown > 0 {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// voterChecksLocked counts the voters, this node included, that hold key
+// id, as this leader's health checks of the current term saw them: with
+// the check value want (every holder when want is nil), and all of them;
+// unknown are the voters not seen this term. The caller holds n.peers.mu.
+func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown int) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0, 0, 1
+	}
+	w := hex.EncodeToString(want)
+	term := n.term()
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		check := ""
+		if string(s.ID) == n.self.ID {
+			if c := n.cfg.Keyring.Check(id); c != nil {
+				check = hex.EncodeToString(c)
+			}
+		} else if h := n.peers.byID[string(s.ID)]; h != nil && n.peers.term == term && !h.answeredAt.IsZero() {
+			for _, k := range h.keys {
+				if k.ID == id {
+					check = k.Check
+				}
+			}
+		} else {
+			unknown++
+		}
+		if check == "" {
+			continue
+		}
+		holders++
+		if want == nil || check == w {
+			same++
+		}
+	}
+	return same, holders, unknown
+}
+
+// heldByMost reports whether more than half of the voters known to hold
+// key id hold it with the check value c. While no check value is recorded
+// it is what tells the cluster's key from one generated on a single node.
+func (n *Node) heldByMost(id string, c []byte) bool {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	same, holders, _ := n.voterChecksLocked(id, c)
+	return same*2 > holders
 }
 
 // logRefusal tries to hand the leadership to a voter that holds the key,
@@ -453,15 +539,8 @@ func (n *Node) logRefusal(err *SealRefusedError) {
 // as soon as this leader would refuse writes for want of the cluster's key,
 // before a write is refused.
 func (n *Node) keyHandOff() {
-	kr := n.cfg.Keyring
-	if kr == nil {
-		if ids := n.fsm.keys.inUse(); len(ids) > 0 {
-			n.handOff(&SealRefusedError{InUse: ids})
-		}
-		return
-	}
-	if rec := n.fsm.keys.check(kr.Primary()); rec != nil && !hmac.Equal(rec, kr.Check(kr.Primary())) {
-		n.handOff(&SealRefusedError{KeyID: kr.Primary(), Mismatch: true})
+	if err := n.sealRefusal(false); err != nil {
+		n.handOff(err)
 	}
 }
 
@@ -479,10 +558,13 @@ func (n *Node) handOff(err *SealRefusedError) {
 	if err.Mismatch {
 		ids = []string{err.KeyID}
 	}
+	avoid := "" // with none recorded, this leader's own key under err.KeyID is the odd one out
 	for _, id := range ids {
 		need[id] = ""
 		if c := n.fsm.keys.check(id); c != nil {
 			need[id] = hex.EncodeToString(c)
+		} else if err.Mismatch {
+			avoid = hex.EncodeToString(n.cfg.Keyring.Check(id))
 		}
 	}
 	f := n.raft.GetConfiguration()
@@ -506,7 +588,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 		}
 		fits := true
 		for id, c := range need {
-			if got, ok := has[id]; !ok || (c != "" && got != c) {
+			if got, ok := has[id]; !ok || (c != "" && got != c) || (c == "" && avoid != "" && got == avoid) {
 				fits = false
 				break
 			}
@@ -574,6 +656,15 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 	if !n.membersHave(FeatureKeyCheck) {
 		k.retryAt.Store(time.Now().Add(keyCheckRetry).UnixNano())
 		n.log.Info("the check value of key "+id+" is not recorded yet: a member does not list "+FeatureKeyCheck+" (or was not measured yet); asking again in 10 s", "key-id", id)
+		return nil, nil
+	}
+	if !n.heldByMost(id, own) {
+		// On an upgrade the first leader could be the one node whose key
+		// was generated on it: recording its value would make it the
+		// cluster's, and the nodes holding the key of every stored value
+		// would be refused at their next start.
+		k.retryAt.Store(time.Now().Add(keyCheckRetry).UnixNano())
+		n.log.Warn("not recording the check value of key "+id+": most voters holding that id hold another key than this leader's (a key generated on this node instead of copied?)", "key-id", id)
 		return nil, nil
 	}
 	if _, err := n.propose(&Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: id, Check: own}}); err != nil {

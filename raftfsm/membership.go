@@ -937,13 +937,14 @@ func (n *Node) notPromotable(h *peerHealth) string {
 // key under a recorded id differs would seal values nobody else can read.
 // The caller holds n.peers.mu.
 func (n *Node) lacksKeys(h *peerHealth) string {
-	inUse := n.fsm.keys.inUse()
+	needed := n.neededKeysLocked()
 	checks := n.fsm.keys.recordedChecks()
-	if len(inUse) == 0 && len(checks) == 0 {
+	kr := n.cfg.Keyring
+	if len(needed) == 0 && len(checks) == 0 && kr == nil {
 		return ""
 	}
 	if !slices.Contains(h.features, FeatureKeyCheck) {
-		if len(inUse) == 0 {
+		if len(needed) == 0 {
 			return ""
 		}
 		return "it runs a release that does not report its encryption keys (its status lists no " + FeatureKeyCheck + "), and the cluster's stored values are encrypted: upgrade it, and it is promoted once caught up"
@@ -952,22 +953,28 @@ func (n *Node) lacksKeys(h *peerHealth) string {
 	for _, k := range h.keys {
 		have[k.ID] = k.Check
 	}
-	for _, id := range inUse {
+	for _, id := range needed {
 		if _, ok := have[id]; !ok {
 			if len(h.keys) == 0 {
-				return fmt.Sprintf("it has no --encryption-key-file, and stored values are encrypted with key %q: start it with the cluster's key file (the same file as every node), and it is promoted once caught up", id)
+				return fmt.Sprintf("it has no --encryption-key-file, and the cluster encrypts with key %q: start it with the cluster's key file (the same file as every node), and it is promoted once caught up", id)
 			}
-			return fmt.Sprintf("its --encryption-key-file lacks key %q, which stored values are encrypted with: copy the cluster's key file to it and restart it, and it is promoted once caught up", id)
+			return fmt.Sprintf("its --encryption-key-file lacks key %q, which the cluster encrypts with: copy the cluster's key file to it and restart it, and it is promoted once caught up", id)
 		}
 	}
-	ids := make([]string, 0, len(checks))
-	for id := range checks {
+	ids := make([]string, 0, len(have))
+	for id := range have {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if c, ok := have[id]; ok && c != hex.EncodeToString(checks[id]) {
+		c := have[id]
+		if rec := checks[id]; rec != nil && c != hex.EncodeToString(rec) {
 			return fmt.Sprintf("its key %q is not the cluster's key under that id (the check values differ: a key generated on that node instead of copied): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
+		}
+		// None recorded yet (a member down, an upgrade under way): the
+		// leader's own key under the id is the reference.
+		if own := kr.Check(id); checks[id] == nil && own != nil && c != hex.EncodeToString(own) {
+			return fmt.Sprintf("its key %q is not the leader's key under that id (the check values differ: a key generated on that node instead of copied): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
 		}
 	}
 	return ""

@@ -1,0 +1,59 @@
+package raftfsm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// Review finding: a cluster whose state records a check value for k1 (the
+// leader records it within seconds of leading, before sealing anything:
+// "from then on the id names that key for the life of the cluster") but
+// holds no sealed value yet (a fresh cluster, or just after encryption was
+// turned on) lets a keyless voter lead, and that leader stores every
+// correlation id and response in plaintext, never hands the leadership
+// over and logs nothing: sealReady/keyHandOff/lacksKeys look only at
+// keyUse.inUse(), which is empty until the first sealed value. Reproduced
+// with real processes (3 nodes, n3 without --encryption-key-file,
+// transfer-leadership to n3: the body is plain bytes in every raft-wal).
+func TestKeylessLeaderWithRecordedCheckButNoSealedValue(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false) // no key file
+	c.join(n2, n1)                // a voter before encryption is on (a keyless non-voter is no longer promoted)
+	n1.cfg.Keyring = testRing(t, "k1")
+	require.Eventually(t, func() bool { return n2.fsm.keys.check("k1") != nil }, 15*time.Second, 20*time.Millisecond,
+		"the keyed leader records k1's check value: the cluster is encrypted")
+
+	require.NoError(t, n1.TransferLeadershipTo("n2"))
+	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
+	_, _, err := n2.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "corr"}, Fingerprint: "aa",
+		CorrelationID: secretCorrelation, LeaseMs: 60_000, RetentionMs: 3_600_000})
+	var refused *SealRefusedError
+	if n2.IsLeader() {
+		require.ErrorAs(t, err, &refused, "a keyless leader of a cluster that records a key's check value (and whose voters hold it) stored a correlation id in plaintext")
+	}
+	require.Eventually(t, n1.IsLeader, 10*time.Second, 10*time.Millisecond, "it hands the leadership to the voter that holds the recorded key")
+}
+
+// Same root cause, promotion side: a node without a key file joins a
+// cluster whose leader holds k1 and whose state records k1's check value,
+// but nothing is sealed yet; lacksKeys looks only at inUse and promotes it,
+// after which it may lead and store plaintext (previous test).
+func TestKeylessNodeNotPromotedWhenCheckRecorded(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	n1.cfg.Keyring = testRing(t, "k1")
+	c.leader(n1)
+	require.Eventually(t, func() bool { return n1.fsm.keys.check("k1") != nil }, 10*time.Second, 20*time.Millisecond)
+	n2 := c.open("n2", "", false) // no key file
+	res, err := n1.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	time.Sleep(6 * promoteStable)
+	require.Equal(t, "Nonvoter", member(t, n1, "n2").Suffrage, "a keyless node was made a voter of a cluster whose leader encrypts with k1")
+}
