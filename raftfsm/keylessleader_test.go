@@ -34,16 +34,7 @@ func TestKeylessLeaderDoesNotStorePlaintext(t *testing.T) {
 	write(t, n1, "before") // a value under k1: the cluster uses encryption
 
 	// n2 cannot measure n1 for now, so it knows no voter to hand over to.
-	var blind atomic.Bool
-	blind.Store(true)
-	n2.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
-		if blind.Load() {
-			return Status{}, errors.New("unreachable")
-		}
-		return c.probe(ctx, addr)
-	})
-	require.NoError(t, n1.TransferLeadershipTo("n2"))
-	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
+	blind := leadBlind(t, c, n1, n2)
 	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}
 	res, _, err := n2.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err, "a claim without a correlation id stores no value: it needs no key")
@@ -128,16 +119,7 @@ func TestLeaderWithAnotherKeyUnderTheIDRefusesWrites(t *testing.T) {
 		return n2.fsm.keys.check("k1") != nil
 	}, 10*time.Second, 50*time.Millisecond)
 
-	var blind atomic.Bool // n2 cannot measure n1 for now: it knows no voter to hand over to
-	blind.Store(true)
-	n2.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
-		if blind.Load() {
-			return Status{}, errors.New("unreachable")
-		}
-		return c.probe(ctx, addr)
-	})
-	require.NoError(t, n1.TransferLeadershipTo("n2"))
-	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
+	blind := leadBlind(t, c, n1, n2) // n2 cannot measure n1 for now: it knows no voter to hand over to
 	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}
 	res, _, err := n2.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
@@ -256,4 +238,22 @@ func TestRotationKeyCheckedBeforeItSeals(t *testing.T) {
 	var mismatch *KeyMismatchError
 	require.ErrorAs(t, err, &mismatch)
 	require.Equal(t, []string{"k2"}, mismatch.IDs)
+}
+
+// leadBlind hands the leadership from one node to another that cannot
+// measure its peers (it knows no voter to hand over to) until the flag it
+// returns is cleared.
+func leadBlind(t *testing.T, c *memCluster, from, to *Node) *atomic.Bool {
+	t.Helper()
+	var blind atomic.Bool
+	blind.Store(true)
+	to.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		if blind.Load() {
+			return Status{}, errors.New("unreachable")
+		}
+		return c.probe(ctx, addr)
+	})
+	require.NoError(t, from.TransferLeadershipTo(to.self.ID))
+	require.Eventually(t, to.IsLeader, 10*time.Second, 10*time.Millisecond)
+	return &blind
 }
