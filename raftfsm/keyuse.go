@@ -55,9 +55,9 @@ type keyUse struct {
 	// (Unix ns) spaces them while a member cannot apply one.
 	proposing sync.Mutex
 	retryAt   atomic.Int64
-	loggedAt  atomic.Int64 // last refused write logged (Unix ns)
-	handOffAt atomic.Int64 // last attempt to hand the leadership over (Unix ns)
-	warnedAt  atomic.Int64 // last "no voter holds the key" warning (Unix ns)
+	logged    spacer // refused writes logged
+	handOff   spacer // attempts to hand the leadership over
+	warned    spacer // "no voter holds the key" warnings
 }
 
 const (
@@ -228,6 +228,13 @@ func (k *keyUse) check(id string) []byte {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.checks[id]
+}
+
+// anyCheck reports whether any check value is recorded.
+func (k *keyUse) anyCheck() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.checks) > 0
 }
 
 // recordedChecks returns a copy of the recorded check values.
@@ -448,6 +455,11 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 // (or whose sealed values all expired) is still an encrypted one. When no
 // voter holds a recorded key any more, encryption was turned off.
 func (n *Node) neededKeys() []string {
+	if !n.fsm.keys.anyCheck() {
+		// Only a recorded check value asks about the voters: a plaintext
+		// cluster's writes take no lock of the health checks here.
+		return n.fsm.keys.inUse()
+	}
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
 	return n.neededKeysLocked()
@@ -490,11 +502,7 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 				check = hex.EncodeToString(c)
 			}
 		} else if h := n.peers.byID[string(s.ID)]; h != nil && n.peers.term == term && !h.answeredAt.IsZero() {
-			for _, k := range h.keys {
-				if k.ID == id {
-					check = k.Check
-				}
-			}
+			check = h.keyCheck(id)
 		} else {
 			unknown++
 		}
@@ -523,9 +531,7 @@ func (n *Node) heldByMost(id string, c []byte) bool {
 // and logs a refused write, at most once every ten seconds.
 func (n *Node) logRefusal(err *SealRefusedError) {
 	n.handOff(err)
-	now := time.Now().UnixNano()
-	last := n.fsm.keys.loggedAt.Load()
-	if now-last < int64(10*time.Second) || !n.fsm.keys.loggedAt.CompareAndSwap(last, now) {
+	if !n.fsm.keys.logged.allow(10 * time.Second) {
 		return
 	}
 	if err.Mismatch {
@@ -548,11 +554,10 @@ func (n *Node) keyHandOff() {
 // keys this leader lacks (with the recorded check values), so writes resume
 // before an operator fixes this node. At most one attempt per health round.
 func (n *Node) handOff(err *SealRefusedError) {
-	now := time.Now()
-	last := n.fsm.keys.handOffAt.Load()
-	if now.UnixNano()-last < int64(probeEvery) || !n.fsm.keys.handOffAt.CompareAndSwap(last, now.UnixNano()) {
+	if !n.fsm.keys.handOff.allow(probeEvery) {
 		return
 	}
+	now := time.Now()
 	need := map[string]string{} // key id: recorded check value in hex, or "" when none is recorded
 	ids := err.InUse
 	if err.Mismatch {
@@ -582,13 +587,9 @@ func (n *Node) handOff(err *SealRefusedError) {
 		if ok, _ := n.judge(h, s.ID, now); !ok {
 			continue
 		}
-		has := map[string]string{}
-		for _, k := range h.keys {
-			has[k.ID] = k.Check
-		}
 		fits := true
 		for id, c := range need {
-			if got, ok := has[id]; !ok || (c != "" && got != c) || (c == "" && avoid != "" && got == avoid) {
+			if got := h.keyCheck(id); got == "" || (c != "" && got != c) || (c == "" && avoid != "" && got == avoid) {
 				fits = false
 				break
 			}
@@ -600,7 +601,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 	}
 	n.peers.mu.Unlock()
 	if target == "" {
-		if w := n.fsm.keys.warnedAt.Load(); now.UnixNano()-w >= int64(10*time.Second) && n.fsm.keys.warnedAt.CompareAndSwap(w, now.UnixNano()) {
+		if n.fsm.keys.warned.allow(10 * time.Second) {
 			n.log.Warn("no healthy voter is known to hold the key this leader lacks (yet): writes stay refused until one is, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
 		}
 		return

@@ -980,6 +980,17 @@ func (n *Node) lacksKeys(h *peerHealth) string {
 	return ""
 }
 
+// keyCheck is the check value (hex) of key id in the node's last status,
+// "" when its key file does not hold the id.
+func (h *peerHealth) keyCheck(id string) string {
+	for _, k := range h.keys {
+		if k.ID == id {
+			return k.Check
+		}
+	}
+	return ""
+}
+
 // nodeKeys lists the node's keys with their check values, for Status.
 func (n *Node) nodeKeys() []NodeKey {
 	kr := n.cfg.Keyring

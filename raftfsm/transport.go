@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -40,9 +39,9 @@ type streamLayer struct {
 	firstByte time.Duration
 	done      chan struct{}
 	closeOnce sync.Once
-	// lastNotRaft is when a connection that spoke HTTP was last logged
-	// (unix nanoseconds): once a minute is enough to name the mistake.
-	lastNotRaft atomic.Int64
+	// notRaftLogged spaces the log of connections that spoke HTTP: once a
+	// minute is enough to name the mistake.
+	notRaftLogged spacer
 
 	// live are the open TLS connections, both ways, with a finished
 	// handshake (true: dialled by this node). A reload that changes the
@@ -217,9 +216,7 @@ func (c *slotConn) Read(b []byte) (int, error) {
 // notRaft logs, at most once a minute, that a client spoke HTTP to the
 // raft port.
 func (s *streamLayer) notRaft(from net.Addr) {
-	now := time.Now().UnixNano()
-	last := s.lastNotRaft.Load()
-	if now-last < int64(time.Minute) || !s.lastNotRaft.CompareAndSwap(last, now) {
+	if !s.notRaftLogged.allow(time.Minute) {
 		return
 	}
 	s.log.Warn("an HTTP request reached the raft port, which speaks only raft: HTTP clients and idem's CLI (--addr) take the node's HTTP address (--http-addr), not its --raft-addr; closed it", "from", from.String(), "raft-addr", s.Addr().String())
