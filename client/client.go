@@ -238,7 +238,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 		// This one is not sent again (it may have been decided).
 		c.cur.CompareAndSwap(int32(used), int32((used+1)%len(c.nodes)))
 	}
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	raw, err := answerBody(resp)
 	if err != nil {
 		return nil, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
 	}
@@ -250,6 +250,35 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, newProblem(resp, raw, time.Now())
+	}
+	return raw, nil
+}
+
+// answerBody reads an answer's body, at most maxAnswerBytes+1 of it: into
+// one buffer of the declared length when there is one (a batch answer is
+// kilobytes, which io.ReadAll grew into five times), else as it comes.
+func answerBody(resp *http.Response) ([]byte, error) {
+	n := resp.ContentLength
+	if n < 0 || n > 1<<20 {
+		// Unknown, or large: grown as it arrives, so a length a node
+		// declares but never sends costs nothing up front.
+		return io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
+	}
+	raw := make([]byte, n, n+1)
+	if _, err := io.ReadFull(resp.Body, raw); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF // shorter than it said
+		}
+		return nil, err
+	}
+	// Read to the end, as io.ReadAll does: the connection goes back to
+	// the pool only once its body is consumed.
+	var one [1]byte
+	if m, err := resp.Body.Read(one[:]); m > 0 || (err != nil && !errors.Is(err, io.EOF)) {
+		if err == nil {
+			err = fmt.Errorf("longer than its Content-Length %d", n)
+		}
+		return nil, err
 	}
 	return raw, nil
 }

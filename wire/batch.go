@@ -3,6 +3,7 @@ package wire
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 )
 
 // The operations of POST /v1/batch: the "op" member of each names the route
@@ -40,6 +41,16 @@ type Lookup struct {
 
 // MarshalJSON writes the body's members after "op".
 func (o BatchOp) MarshalJSON() ([]byte, error) {
+	if c, ok := o.Body.(*ClaimRequest); ok && o.Op == OpClaim {
+		if b, ok := appendClaimOp(make([]byte, 0, 160), c); ok {
+			return b, nil
+		}
+	}
+	return o.marshalReflect()
+}
+
+// marshalReflect is MarshalJSON through encoding/json, for any body.
+func (o BatchOp) marshalReflect() ([]byte, error) {
 	op, err := Marshal(o.Op)
 	if err != nil {
 		return nil, err
@@ -73,4 +84,53 @@ type BatchResult struct {
 	Status     int             `json:"status"`
 	Body       json.RawMessage `json:"body"`
 	RetryAfter int             `json:"retry_after,omitempty"`
+}
+
+// appendClaimOp appends a claim op exactly as the encoding/json path of
+// MarshalJSON writes it, when every string is printable ASCII that JSON
+// writes as it is; it reports false otherwise. Claims are most of a
+// batch, and the reflecting encoder was an eighth of a batching client's
+// CPU.
+func appendClaimOp(b []byte, c *ClaimRequest) ([]byte, bool) {
+	for _, s := range [...]string{c.Principal, c.Endpoint, c.Key, c.Fingerprint, c.ClaimID, c.CorrelationID} {
+		if !plainJSON(s) {
+			return nil, false
+		}
+	}
+	b = append(b, `{"op":"claim","principal":"`...)
+	b = append(b, c.Principal...)
+	b = append(b, `","endpoint":"`...)
+	b = append(b, c.Endpoint...)
+	b = append(b, `","key":"`...)
+	b = append(b, c.Key...)
+	b = append(b, `","fingerprint":"`...)
+	b = append(b, c.Fingerprint...)
+	b = append(b, '"')
+	if c.LeaseMs != 0 {
+		b = append(b, `,"lease_ms":`...)
+		b = strconv.AppendInt(b, c.LeaseMs, 10)
+	}
+	if c.ClaimID != "" {
+		b = append(b, `,"claim_id":"`...)
+		b = append(b, c.ClaimID...)
+		b = append(b, '"')
+	}
+	if c.CorrelationID != "" {
+		b = append(b, `,"correlation_id":"`...)
+		b = append(b, c.CorrelationID...)
+		b = append(b, '"')
+	}
+	return append(b, '}'), true
+}
+
+// plainJSON reports whether s is printable ASCII that JSON writes as it
+// is, without HTML escaping (Marshal's): no control byte, quote or
+// backslash, nothing past '~'.
+func plainJSON(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }

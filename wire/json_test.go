@@ -40,3 +40,42 @@ func TestMarshalJSONDoesNotEscapeHTML(t *testing.T) {
 		}
 	}
 }
+
+// A claim op written by hand is byte for byte what encoding/json writes,
+// and anything the hand path cannot write as it is goes to encoding/json.
+func TestClaimOpFastPathMatchesEncodingJSON(t *testing.T) {
+	strs := []string{"", "p", "cus_42", "POST /v1/charges", "k-1:2", "a b~", "<&>", `q"uote`, `back\slash`,
+		"tab\t", "nul\x00", "é", "\u2028", "\xff", "\x7f", strings.Repeat("k", 300)}
+	leases := []int64{0, 1, -5, 30000, 1 << 40}
+	n := 0
+	for i, p := range strs {
+		for j, l := range leases {
+			c := &ClaimRequest{Principal: p, Endpoint: strs[(i+j)%len(strs)], Key: strs[(i+2*j+1)%len(strs)],
+				Fingerprint: strs[(i+3)%len(strs)], LeaseMs: l}
+			if j%2 == 1 {
+				c.ClaimID = strs[(i+j+5)%len(strs)]
+			}
+			if j%3 == 1 {
+				c.CorrelationID = strs[(i+j+7)%len(strs)]
+			}
+			op := BatchOp{Op: OpClaim, Body: c}
+			got, err := op.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := op.marshalReflect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("%+v:\n got  %s\n want %s", c, got, want)
+			}
+			if _, ok := appendClaimOp(nil, c); ok {
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("no case took the hand-written path")
+	}
+}
