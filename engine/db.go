@@ -103,6 +103,9 @@ type DB struct {
 	// the state (counted at open and restore, kept by each commit), so
 	// every replica at the same applied index has the same count.
 	principals principalStats
+	// prefixes counts live principals under the prefixes of credential
+	// caps (credcap.go), for those asked for since open, restore or load.
+	prefixes map[string]int64
 
 	// counters keeps the committed values of bookkeeping keys (bucket
 	// stats, quota counters) between Txns: a raft batch touches each

@@ -304,6 +304,7 @@ func (l *Loader) Finish() (LoadStats, error) {
 	l.d.counters = nil // the load wrote counters past the cache
 	l.d.meta = m
 	l.d.principals = loadedPrincipals(l.totals) // the store was fresh: these are all
+	l.d.prefixes = nil
 	return l.st, nil
 }
 

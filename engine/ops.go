@@ -53,6 +53,10 @@ type Result struct {
 	NowMs    int64 // cluster time the decision was made at
 	Dropped  int64 // records removed by a bucket drop
 	Bytes    int64 // bytes removed by a bucket drop
+	// ByCredential says an OutcomePrincipalLimit is the claiming
+	// credential's cap (ClaimArgs.CredentialMaxPrincipals), not the
+	// cluster's bound.
+	ByCredential bool
 }
 
 // ClaimArgs are the inputs of a claim. Everything that changes the decision
@@ -70,6 +74,13 @@ type ClaimArgs struct {
 	// wide; 0 = unlimited. It travels in the command (like MaxKeys) so
 	// every replica decides with the leader's value, never its own flag.
 	MaxPrincipals int64
+	// CredentialPrefixes and CredentialMaxPrincipals are the cap of the
+	// credential that made the claim (credcap.go): a principal under one
+	// of the prefixes that holds no key is refused while the principals
+	// under them holding keys number CredentialMaxPrincipals or more.
+	// 0 = no cap. They travel in the command as MaxPrincipals does.
+	CredentialPrefixes      []string
+	CredentialMaxPrincipals int64
 }
 
 // TokenArgs address the current attempt of a record.
@@ -113,6 +124,10 @@ func (t *Txn) Claim(a ClaimArgs, token uint64, nowMs int64) Result {
 		// Only a principal with no stored key is a new one (principals.go).
 		if a.MaxPrincipals > 0 && keys == 0 && t.principals.live >= a.MaxPrincipals {
 			res.Outcome = OutcomePrincipalLimit
+			return res
+		}
+		if keys == 0 && t.credentialLimited(&a) {
+			res.Outcome, res.ByCredential = OutcomePrincipalLimit, true
 			return res
 		}
 		r := &Record{

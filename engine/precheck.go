@@ -37,6 +37,9 @@ func (d *DB) peekState(proposedMs int64) (Meta, int64, bool) {
 // PeekClaim is Txn.Claim without writing: ok when the claim would change
 // nothing.
 func (d *DB) PeekClaim(a ClaimArgs, proposedMs int64) (Result, bool) {
+	if d.countPrefixes(&a) != nil {
+		return Result{}, false
+	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	m, now, ok := d.peekState(proposedMs)
@@ -55,7 +58,17 @@ func (d *DB) PeekClaim(a ClaimArgs, proposedMs int64) (Result, bool) {
 		// at its bound (otherwise neither refusal can apply).
 		quota := a.MaxKeys > 0 && d.principals.mostKeys >= a.MaxKeys
 		bound := a.MaxPrincipals > 0 && d.principals.live >= a.MaxPrincipals
-		if !quota && !bound {
+		// The credential's cap, from the kept counts (countPrefixes made
+		// them; a restore since forgot them: then Apply decides).
+		var capped bool
+		if a.CredentialMaxPrincipals > 0 {
+			n, under, known := d.cachedCredentialLive(&a)
+			if under && !known {
+				return Result{}, false
+			}
+			capped = under && n >= a.CredentialMaxPrincipals
+		}
+		if !quota && !bound && !capped {
 			return Result{}, false // a new record
 		}
 		keys := storedKeys(d.pdb, a.Scope.Principal)
@@ -64,6 +77,8 @@ func (d *DB) PeekClaim(a ClaimArgs, proposedMs int64) (Result, bool) {
 			res.Outcome = OutcomeQuotaExceeded
 		case a.MaxPrincipals > 0 && keys == 0 && d.principals.live >= a.MaxPrincipals:
 			res.Outcome = OutcomePrincipalLimit
+		case capped && keys == 0:
+			res.Outcome, res.ByCredential = OutcomePrincipalLimit, true
 		default:
 			return Result{}, false // a new record
 		}

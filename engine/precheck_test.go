@@ -96,6 +96,10 @@ func TestPrincipalCountSurvivesReopenAndRestore(t *testing.T) {
 	require.EqualValues(t, 5, dst.db.Principals(), "counted again at restore")
 }
 
+// outcomeByCredential marks, in TestPeeksAgreeWithApply's outcomes seen, a
+// principal limit that was a credential's cap.
+const outcomeByCredential Outcome = 200
+
 // TestPeeksAgreeWithApply holds every peek to its Txn operation over random
 // histories: whenever a peek answers, Apply at the same cluster time on the
 // same state decides the same outcome and record, and writes nothing; when
@@ -107,13 +111,15 @@ func TestPeeksAgreeWithApply(t *testing.T) {
 	}
 	for _, o := range []Outcome{OutcomeQuotaExceeded, OutcomePrincipalLimit, OutcomeReplay, OutcomeInProgress,
 		OutcomeFingerprintMismatch, OutcomeClaimed, OutcomeNotFound, OutcomeTokenMismatch, OutcomeAlreadyCompleted,
-		OutcomeCompleted, OutcomeReleased} {
+		OutcomeCompleted, OutcomeReleased, outcomeByCredential} {
 		require.True(t, seen[o], "no peek answered %s: the histories do not cover it", o)
 	}
 }
 
 func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 	r := rand.New(rand.NewPCG(seed, 99))
+	rc := rand.New(rand.NewPCG(seed, 7)) // credential caps, apart so r draws as before
+	capPrefixes := [][]string{{"p"}, {"p1"}, {"p1", "p2"}, {""}, {"p", "p3"}, {"q"}}
 	h := newHarness(t)
 	now := t0
 	tokens := map[Scope]uint64{}
@@ -136,6 +142,11 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 			a := ClaimArgs{Scope: s, Fingerprint: fmt.Sprint("f", r.IntN(2)), ClaimID: fmt.Sprint("c", r.IntN(2)),
 				LeaseMs: int64(500 + r.IntN(6000)), RetentionMs: int64(20_000 + r.IntN(40_000)),
 				MaxKeys: int64(1 + r.IntN(3)), MaxPrincipals: int64(1 + r.IntN(3))}
+			if rc.IntN(2) == 0 {
+				a.MaxPrincipals = 0 // so the credential's cap decides some
+				a.CredentialPrefixes = capPrefixes[rc.IntN(len(capPrefixes))]
+				a.CredentialMaxPrincipals = int64(1 + rc.IntN(3))
+			}
 			// As the leader stamps it: the cluster's retention once pinned,
 			// before that the one the claim carries (the leader's flag).
 			a.RetentionMs = h.db.Meta().ClaimRetention(a)
@@ -182,6 +193,9 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 		if ok {
 			answered++
 			seen[want.Outcome] = true
+			if want.ByCredential {
+				seen[outcomeByCredential] = true
+			}
 			require.Equal(t, want, got, "op %d: the peek and Apply disagree", i)
 			require.False(t, wrote, "op %d: the peek answered %s, but Apply wrote", i, want.Outcome)
 			m := tx.Meta()
@@ -198,6 +212,9 @@ func peekHistory(t *testing.T, seed uint64, n int, seen map[Outcome]bool) {
 			tokens[s] = got.Record.Token
 		}
 		require.Equal(t, countQuotaTotals(t, h.db), h.db.Principals(), "op %d", i)
+		for p, n := range h.db.prefixes {
+			require.Equal(t, bruteCount(t, h.db, p), n, "op %d: the kept count of %q", i, p)
+		}
 		counted, err := h.db.countPrincipals()
 		require.NoError(t, err)
 		require.GreaterOrEqual(t, h.db.livePrincipals().mostKeys, counted.mostKeys, "op %d: mostKeys must bound every total", i)

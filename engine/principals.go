@@ -83,8 +83,10 @@ func (t *Txn) addTotal(principal string, delta int64) {
 	switch {
 	case before <= 0 && after > 0:
 		t.principals.live++
+		t.movePrincipal(principal, 1)
 	case before > 0 && after <= 0:
 		t.principals.live--
+		t.movePrincipal(principal, -1)
 	}
 	t.principals.mostKeys = max(t.principals.mostKeys, after)
 }

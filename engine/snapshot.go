@@ -178,6 +178,7 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 	}
 	d.meta = Meta{}
 	d.principals = principalStats{}
+	d.prefixes = nil
 	if err := restoreIngest(d.pdb, paths); err != nil {
 		return false, fmt.Errorf("engine: restore ingest: %w", err)
 	}

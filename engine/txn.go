@@ -35,6 +35,11 @@ type Txn struct {
 	// principals counts the principals with a total quota counter, as
 	// this Txn sees them (principals.go); Commit hands it to the DB.
 	principals principalStats
+	// prefixes are the counts of live principals under the prefixes this
+	// Txn asked for (credcap.go), and moves the principals that appeared
+	// or went in it; Commit hands both to the DB.
+	prefixes map[string]int64
+	moves    []principalMove
 }
 
 type cached struct {
@@ -217,6 +222,7 @@ func (t *Txn) Commit(applied uint64) error {
 	}
 	t.d.meta = t.meta
 	t.d.principals = t.principals
+	t.commitPrefixes()
 	t.d.keepCounters(t.kv, len(t.dropped) > 0)
 	for _, b := range t.dropped {
 		t.d.filter.drop(b)
