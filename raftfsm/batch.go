@@ -167,6 +167,12 @@ func (n *Node) Batch(ops []BatchOp) []BatchResult {
 		if c == nil {
 			continue
 		}
+		if c.Op == OpClaim {
+			if r, refused := n.capGate(c.Claim); refused {
+				out[i].Result = r
+				continue
+			}
+		}
 		k := touchKey(c)
 		if !touched[k] {
 			if r, ok := n.settledInBatch(c, &barrier); ok {

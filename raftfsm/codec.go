@@ -14,7 +14,7 @@ import (
 // apply path, where JSON cost a sixth of the time. The format:
 //
 //	byte codecV1, byte op, varint now, varint width, then by op:
-//	claim:    flags, principal, endpoint, key, fingerprint, claim_id, correlation_id, varint lease, retention, max keys[, max principals]
+//	claim:    flags, principal, endpoint, key, fingerprint, claim_id, correlation_id, varint lease, retention, max keys[, max principals][, credential cap]
 //	complete: target, response (uvarint status, content type, uvarint n, n×(name, value) sorted, body)
 //	release:  target
 //	extend:   target, varint lease
@@ -42,6 +42,13 @@ const (
 // as unlimited.
 const flagMaxPrincipals = 0x02
 
+// flagCredentialCap (claim flags bit 2) says the claim ends with its
+// credential's cap: uvarint n, n prefixes (strings), varint max principals
+// (engine.ClaimArgs.CredentialPrefixes, CredentialMaxPrincipals). A build
+// before it ignores the bit but refuses the trailing bytes, so the leader
+// writes it only once every member lists FeatureCredentialCap (Node.capGate).
+const flagCredentialCap = 0x04
+
 var errShort = errors.New("truncated")
 
 // Encode returns the log bytes of c.
@@ -67,6 +74,9 @@ func (c *Command) Encode() ([]byte, error) {
 		if a.MaxPrincipals != 0 {
 			fl |= flagMaxPrincipals
 		}
+		if a.CredentialMaxPrincipals != 0 {
+			fl |= flagCredentialCap
+		}
 		b = append(b, fl)
 		for _, s := range [...]string{a.Scope.Principal, a.Scope.Endpoint, a.Scope.Key, a.Fingerprint, a.ClaimID, a.CorrelationID} {
 			b = appendStr(b, s)
@@ -76,6 +86,13 @@ func (c *Command) Encode() ([]byte, error) {
 		b = binary.AppendVarint(b, a.MaxKeys)
 		if a.MaxPrincipals != 0 {
 			b = binary.AppendVarint(b, a.MaxPrincipals)
+		}
+		if a.CredentialMaxPrincipals != 0 {
+			b = binary.AppendUvarint(b, uint64(len(a.CredentialPrefixes)))
+			for _, p := range a.CredentialPrefixes {
+				b = appendStr(b, p)
+			}
+			b = binary.AppendVarint(b, a.CredentialMaxPrincipals)
 		}
 	case OpComplete:
 		if c.Target == nil || c.Response == nil {
@@ -181,6 +198,17 @@ func DecodeCommand(b []byte) (*Command, error) {
 		a.LeaseMs, a.RetentionMs, a.MaxKeys = d.varint(), d.varint(), d.varint()
 		if fl&flagMaxPrincipals != 0 {
 			a.MaxPrincipals = d.varint()
+		}
+		if fl&flagCredentialCap != 0 {
+			n := d.uvarint()
+			if n > uint64(len(d.b)) {
+				return nil, fmt.Errorf("%w: credential prefix count", ErrBadCommand)
+			}
+			a.CredentialPrefixes = make([]string, n)
+			for i := range a.CredentialPrefixes {
+				a.CredentialPrefixes[i] = d.str()
+			}
+			a.CredentialMaxPrincipals = d.varint()
 		}
 		c.Claim = a
 	case OpComplete:

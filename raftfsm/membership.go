@@ -74,7 +74,15 @@ const FeatureRetention = "cluster-retention"
 
 // features are what this release's Apply knows that earlier ones did not
 // and that the leader checks before making a node a voter.
-var features = []string{FeatureRetention, FeatureKeyCheck}
+var features = []string{FeatureRetention, FeatureKeyCheck, FeatureCredentialCap}
+
+// FeatureCredentialCap, in a node's Status.Features, says its Apply
+// decodes and enforces a claim's credential cap (an app token's
+// max_principals: engine.ClaimArgs.CredentialMaxPrincipals). A leader
+// writes the cap into claims only once every member lists it; until then
+// it checks the cap against its own applied state, best effort
+// (Node.capGate).
+const FeatureCredentialCap = "credential-max-principals"
 
 // FeatureKeyCheck, in a node's Status.Features, says its Apply records the
 // check values of encryption keys (OpKeyCheck) and its status lists its

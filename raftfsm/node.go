@@ -570,6 +570,10 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	if err := n.sealClaim(&a); err != nil {
 		return engine.Result{}, 0, err
 	}
+	if res, refused := n.capGate(&a); refused {
+		n.metrics.Claims.WithLabelValues(res.Outcome.String()).Inc()
+		return res, 0, nil
+	}
 	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a})
 	if err != nil {
 		return engine.Result{}, 0, err
@@ -581,6 +585,32 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	}
 	res, err := n.opened("claim", r.Result, r.Outcome == engine.OutcomeReplay)
 	return res, r.Index, err
+}
+
+// capGate keeps a claim's credential cap out of its entry while a member
+// could not decode it (it lacks FeatureCredentialCap, or the leader has
+// not heard from it this term): such a member would refuse the entry and
+// fall out of step. Meanwhile the leader checks the cap against its own
+// applied state, best effort: claims proposed and not yet applied, or
+// decided by another leader, are not seen, so a credential may briefly
+// exceed its cap. refused is true with the principal_limit result the
+// leader answers; otherwise a is proposed (without the cap when gated).
+func (n *Node) capGate(a *engine.ClaimArgs) (engine.Result, bool) {
+	if a.CredentialMaxPrincipals <= 0 || n.membersHave(FeatureCredentialCap) {
+		return engine.Result{}, false
+	}
+	limited := false
+	if n.raft.State() == raft.Leader {
+		var err error
+		if limited, err = n.db.CredentialLimited(*a); err != nil {
+			n.log.Warn("credential cap not checked", "error", err)
+		}
+	}
+	a.CredentialPrefixes, a.CredentialMaxPrincipals = nil, 0
+	if !limited {
+		return engine.Result{}, false
+	}
+	return engine.Result{Outcome: engine.OutcomePrincipalLimit, ByCredential: true, NowMs: n.clock.NowMs()}, true
 }
 
 // Complete stores the response of the attempt holding the token.

@@ -1,0 +1,205 @@
+package raftfsm
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+func capClaim(principal, key string, max int64, prefixes ...string) engine.ClaimArgs {
+	return engine.ClaimArgs{Scope: engine.Scope{Principal: principal, Endpoint: "e", Key: key}, Fingerprint: "aa",
+		LeaseMs: 60_000, RetentionMs: 3_600_000, CredentialPrefixes: prefixes, CredentialMaxPrincipals: max}
+}
+
+func TestClaimCodecCarriesCredentialCap(t *testing.T) {
+	a := capClaim("cus_1", "k", 1000, "cus_", "", "acme_")
+	a.MaxPrincipals = 7
+	b, err := (&Command{Op: OpClaim, NowMs: 5, WidthMs: 9, Claim: &a}).Encode()
+	require.NoError(t, err)
+	c, err := DecodeCommand(b)
+	require.NoError(t, err)
+	require.Equal(t, a, *c.Claim)
+	const flagsAt = 4
+	require.Equal(t, byte(flagMaxPrincipals|flagCredentialCap), b[flagsAt])
+	// Without a cap, the entry is what the builds before it wrote.
+	a.CredentialPrefixes, a.CredentialMaxPrincipals = nil, 0
+	without, err := (&Command{Op: OpClaim, NowMs: 5, WidthMs: 9, Claim: &a}).Encode()
+	require.NoError(t, err)
+	require.Equal(t, without, append(append([]byte(nil), b[:flagsAt]...), append([]byte{flagMaxPrincipals}, b[flagsAt+1:len(without)]...)...))
+	// A prefix count beyond the entry is refused, not allocated.
+	bad := append(append([]byte(nil), without...), 0xff, 0xff, 0x03)
+	bad[flagsAt] |= flagCredentialCap
+	_, err = DecodeCommand(bad)
+	require.ErrorIs(t, err, ErrBadCommand)
+}
+
+func mustClaim(t *testing.T, n *Node, a engine.ClaimArgs) engine.Result {
+	t.Helper()
+	res, _, err := n.Claim(a)
+	require.NoError(t, err)
+	return res
+}
+
+func waitApplied(t *testing.T, from *Node, nodes ...*Node) {
+	t.Helper()
+	idx := from.raft.AppliedIndex()
+	require.Eventually(t, func() bool {
+		for _, n := range nodes {
+			if n.db.Meta().Applied < idx {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 10*time.Millisecond)
+}
+
+// The cap is decided by Apply on every replica: a capped credential is
+// refused at its cap while another still creates principals, a principal
+// holding keys still claims, the batch decides as the route, and a
+// replica restarted and caught up by a snapshot counts the same and, once
+// it leads, refuses the same.
+func TestCredentialCapReplicated(t *testing.T) {
+	c := newMemCluster(t)
+	logs := &logBuffer{}
+	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, logs)
+	c.leader(n1)
+	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, logs)
+	c.join(n2, n1)
+	dir3, addr3 := t.TempDir(), absentAddr(t)
+	n3 := c.openAt("n3", dir3, addr3, false, logs)
+	c.join(n3, n1)
+	require.Eventually(t, func() bool { return n1.membersHave(FeatureCredentialCap) }, 10*time.Second, 20*time.Millisecond)
+
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 2, "cus_")).Outcome)
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_2", "k", 2, "cus_")).Outcome)
+	last := n1.raft.LastIndex()
+	r := mustClaim(t, n1, capClaim("cus_3", "k", 2, "cus_"))
+	require.Equal(t, engine.OutcomePrincipalLimit, r.Outcome)
+	require.True(t, r.ByCredential)
+	require.Equal(t, last, n1.raft.LastIndex(), "the leader's peek answered the refusal")
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("acme_1", "k", 2, "acme_")).Outcome, "another credential")
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k2", 2, "cus_")).Outcome, "a principal holding keys")
+
+	// The batch: the same decisions, and a claim it adds counts for the
+	// claims after it in the same entry.
+	out := n1.Batch([]BatchOp{
+		{Op: OpClaim, Claim: ptr(capClaim("cus_4", "k", 2, "cus_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("acme_2", "k", 3, "acme_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("cus_2", "k2", 2, "cus_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("acme_3", "k", 3, "acme_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("acme_4", "k", 3, "acme_"))},
+	})
+	want := []engine.Outcome{engine.OutcomePrincipalLimit, engine.OutcomeClaimed, engine.OutcomeClaimed,
+		engine.OutcomeClaimed, engine.OutcomePrincipalLimit}
+	for i, o := range out {
+		require.NoError(t, o.Err, "op %d", i)
+		require.Equal(t, want[i], o.Outcome, "op %d", i)
+	}
+	require.True(t, out[0].ByCredential)
+	require.True(t, out[4].ByCredential, "decided by Apply, after acme_3 in the same entry")
+
+	waitApplied(t, n1, n2, n3)
+	h1, _, err := n1.StateHash()
+	require.NoError(t, err)
+	for _, n := range []*Node{n2, n3} {
+		h, _, err := n.StateHash()
+		require.NoError(t, err)
+		require.Equal(t, h1, h)
+		for p, want := range map[string]int64{"cus_": 2, "acme_": 3} {
+			got, err := n.db.PrefixPrincipals(p)
+			require.NoError(t, err)
+			require.Equal(t, want, got, "%s under %q", n.self.ID, p)
+		}
+	}
+
+	// n3 stops, misses enough entries to be sent a snapshot, comes back.
+	c.stop(n3)
+	for i := range 24 {
+		require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", fmt.Sprint("more", i), 2, "cus_")).Outcome)
+	}
+	restores := strings.Count(logs.String(), "restored snapshot")
+	n3 = c.openAt("n3", dir3, addr3, false, logs)
+	require.Eventually(t, func() bool { return n3.db.Meta().Applied >= n1.raft.AppliedIndex() }, 20*time.Second, 20*time.Millisecond)
+	require.Greater(t, strings.Count(logs.String(), "restored snapshot"), restores, "n3 was caught up by a snapshot")
+	require.NoError(t, n1.TransferLeadershipTo("n3"))
+	require.Eventually(t, n3.IsLeader, 10*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return n3.membersHave(FeatureCredentialCap) }, 10*time.Second, 20*time.Millisecond)
+	r = mustClaim(t, n3, capClaim("cus_5", "k", 2, "cus_"))
+	require.Equal(t, engine.OutcomePrincipalLimit, r.Outcome, "the restarted replica counts the same")
+	require.True(t, r.ByCredential)
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n3, capClaim("cus_5", "k", 3, "cus_")).Outcome)
+	require.Equal(t, engine.OutcomePrincipalLimit, mustClaim(t, n3, capClaim("cus_6", "k", 3, "cus_")).Outcome)
+	waitApplied(t, n3, n1, n2)
+	h3, _, err := n3.StateHash()
+	require.NoError(t, err)
+	for _, n := range []*Node{n1, n2} {
+		h, _, err := n.StateHash()
+		require.NoError(t, err)
+		require.Equal(t, h3, h)
+	}
+}
+
+
+// While a member does not list FeatureCredentialCap the cap stays out of
+// the log (that member would refuse the entry) and the leader checks it
+// against its own applied state; once every member lists it, entries
+// carry it.
+func TestCredentialCapWaitsForEveryMember(t *testing.T) {
+	c := newMemCluster(t)
+	var upgraded atomic.Bool
+	hide := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if !upgraded.Load() {
+			st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
+		}
+		return st, err
+	}
+	n1 := c.open("n1", "", true)
+	n1.SetPeerProbe(hide)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	n2.SetPeerProbe(hide)
+	c.join(n2, n1)
+
+	lastClaim := func() *engine.ClaimArgs {
+		t.Helper()
+		for i := n1.raft.LastIndex(); i > 0; i-- {
+			var l raft.Log
+			require.NoError(t, n1.logStore.GetLog(i, &l))
+			if l.Type != raft.LogCommand {
+				continue
+			}
+			cmd, err := DecodeCommand(l.Data)
+			require.NoError(t, err)
+			require.Equal(t, OpClaim, cmd.Op)
+			return cmd.Claim
+		}
+		t.Fatal("no claim in the log")
+		return nil
+	}
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 2, "cus_")).Outcome)
+	require.Zero(t, lastClaim().CredentialMaxPrincipals, "an older member cannot decode the cap")
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_2", "k", 2, "cus_")).Outcome)
+	last := n1.raft.LastIndex()
+	r := mustClaim(t, n1, capClaim("cus_3", "k", 2, "cus_"))
+	require.Equal(t, engine.OutcomePrincipalLimit, r.Outcome, "the leader's own check")
+	require.True(t, r.ByCredential)
+	out := n1.Batch([]BatchOp{{Op: OpClaim, Claim: ptr(capClaim("cus_3", "k", 2, "cus_"))}})
+	require.Equal(t, engine.OutcomePrincipalLimit, out[0].Outcome)
+	require.Equal(t, last, n1.raft.LastIndex())
+
+	upgraded.Store(true)
+	require.Eventually(t, func() bool { return n1.membersHave(FeatureCredentialCap) }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_3", "k", 3, "cus_")).Outcome)
+	a := lastClaim()
+	require.EqualValues(t, 3, a.CredentialMaxPrincipals)
+	require.Equal(t, []string{"cus_"}, a.CredentialPrefixes)
+}
