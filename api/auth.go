@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -30,7 +31,7 @@ import (
 //
 // The file is JSON, tokens stored only as the hex SHA-256 of the token:
 //
-//	{"tokens":[{"name":"payments-api","sha256":"<hex>","role":"app","principals":["cus_*"]},
+//	{"tokens":[{"name":"payments-api","sha256":"<hex>","role":"app","principals":["cus_*"],"max_principals":10000},
 //	           {"name":"oncall","sha256":"<hex>","role":"operator"},
 //	           {"name":"deploy","sha256":"<hex>","role":"admin"}]}
 //
@@ -80,7 +81,25 @@ type Credential struct {
 	// Principals limits an app token: exact principal names, or a prefix
 	// ending in '*' ("cus_*"; "*" alone matches every principal).
 	Principals []string
-	hash       [sha256.Size]byte
+	// MaxPrincipals, for an app token with prefix patterns, bounds how
+	// many principals under its prefixes may hold live keys (0: no bound
+	// but the cluster's --max-principals). Claims carry it (capPrefixes)
+	// and Apply decides it: engine.ClaimArgs.CredentialMaxPrincipals.
+	MaxPrincipals int64
+	hash          [sha256.Size]byte
+}
+
+// capPrefixes are the prefixes of c's patterns, without their '*': the
+// principals its MaxPrincipals counts. Exact names are bounded by the
+// file already and are not counted.
+func (c *Credential) capPrefixes() []string {
+	var out []string
+	for _, p := range c.Principals {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			out = append(out, prefix)
+		}
+	}
+	return out
 }
 
 // Allows reports whether c may act for principal.
@@ -173,6 +192,8 @@ type authEntryJSON struct {
 	SHA256     string   `json:"sha256"`
 	Role       string   `json:"role"`
 	Principals []string `json:"principals,omitempty"`
+	// MaxPrincipals is a pointer so that 0 is told from absent.
+	MaxPrincipals *int64 `json:"max_principals,omitempty"`
 }
 
 // maxPatternBytes bounds a principal pattern (a principal is at most 255
@@ -203,7 +224,7 @@ func parseAuthJSON(b []byte) (*Credentials, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&f); err != nil {
-		return nil, fmt.Errorf("api: the auth file is not valid JSON of the form {\"tokens\":[{\"name\",\"sha256\",\"role\",\"principals\"}]}: %w", err)
+		return nil, fmt.Errorf("api: the auth file is not valid JSON of the form {\"tokens\":[{\"name\",\"sha256\",\"role\",\"principals\",\"max_principals\"}]}: %w", err)
 	}
 	if dec.More() {
 		return nil, errors.New("api: the auth file has data after its JSON object")
@@ -268,6 +289,17 @@ func parseAuthJSON(b []byte) (*Credentials, error) {
 			}
 		}
 		cred.Principals = slices.Clone(e.Principals)
+		if e.MaxPrincipals != nil {
+			cred.MaxPrincipals = *e.MaxPrincipals
+			switch {
+			case cred.Role != RoleApp && cred.Role != 0:
+				bad("max_principals bounds the principals an app token's prefix patterns create; an %s token has none (remove max_principals)", cred.Role)
+			case *e.MaxPrincipals < 1:
+				bad("max_principals must be at least 1 (%d); leave it out for no bound but the cluster's --max-principals", *e.MaxPrincipals)
+			case cred.Role == RoleApp && len(e.Principals) > 0 && len(cred.capPrefixes()) == 0:
+				bad("max_principals bounds the principals of prefix patterns ending in '*', and this token has only exact names (remove max_principals)")
+			}
+		}
 		c.list = append(c.list, cred)
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -392,6 +424,10 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
 		}
+		if cred.MaxPrincipals > 0 {
+			// For the claim handlers (claimArgs): the cap goes in the entry.
+			r = r.WithContext(context.WithValue(r.Context(), credentialKey{}, cred))
+		}
 		if cred.Role == RoleApp && where != principalNowhere {
 			principal, ok := s.principalOf(w, r, where)
 			if !ok {
@@ -406,6 +442,16 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 		}
 		h(w, r)
 	}
+}
+
+// credentialKey holds, in a request's context, its credential when that
+// has a principal cap (Credential.MaxPrincipals).
+type credentialKey struct{}
+
+// cappedCredential is the credential of r when it has a principal cap.
+func cappedCredential(r *http.Request) *Credential {
+	c, _ := r.Context().Value(credentialKey{}).(*Credential)
+	return c
 }
 
 // principalOf returns the principal a request names. A body is read (up

@@ -71,6 +71,7 @@ type batchItem struct {
 	answer wire.BatchResult
 
 	claim  engine.ClaimArgs
+	cred   *Credential // the request's, when it has a principal cap
 	target engine.TokenArgs
 	token  string
 	resp   *engine.Response
@@ -285,7 +286,8 @@ func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
 	case wire.OpClaim:
 		var req claimRequest
 		if p = decodeClaim(rest, &req); p == nil {
-			it.claim, p = s.claimArgs(&req)
+			it.claim, p = s.claimArgs(r, &req)
+			it.cred = cappedCredential(r)
 		}
 	case wire.OpComplete:
 		var req completeRequest
@@ -624,7 +626,7 @@ func (s *Server) answerBatchOp(out []wire.BatchResult, i int, it *batchItem, r r
 	case r.Err != nil:
 		writeProblem(rec, storeProblem(r.Err))
 	case it.kind == wire.OpClaim:
-		s.answerClaim(rec, it.claim.Scope, r.Result)
+		s.answerClaim(rec, it.claim, it.cred, r.Result)
 	case it.kind == wire.OpComplete:
 		s.answerToken(rec, r.Result, engine.OutcomeCompleted, completedAnswer(rec))
 	case it.kind == wire.OpRelease:

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -187,7 +188,7 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	}
 	var args engine.ClaimArgs
 	if p == nil {
-		args, p = s.claimArgs(&req)
+		args, p = s.claimArgs(r, &req)
 	}
 	if p != nil {
 		writeProblem(w, p)
@@ -204,11 +205,12 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	s.answerClaim(w, args.Scope, res)
+	s.answerClaim(w, args, cappedCredential(r), res)
 }
 
-// claimArgs validates a claim (the route's body, or a batch's claim op).
-func (s *Server) claimArgs(req *claimRequest) (engine.ClaimArgs, *problem) {
+// claimArgs validates a claim (the route's body, or a batch's claim op of
+// request r). A credential with a principal cap puts it in the claim.
+func (s *Server) claimArgs(r *http.Request, req *claimRequest) (engine.ClaimArgs, *problem) {
 	scope, p := s.scope(req.Principal, req.Endpoint, req.Key)
 	var lease int64
 	if p == nil {
@@ -226,14 +228,20 @@ func (s *Server) claimArgs(req *claimRequest) (engine.ClaimArgs, *problem) {
 	if p != nil {
 		return engine.ClaimArgs{}, p
 	}
-	return engine.ClaimArgs{
+	a := engine.ClaimArgs{
 		Scope: scope, PrincipalScope: s.cfg.PrincipalScope, Fingerprint: strings.ToLower(req.Fingerprint),
 		ClaimID: req.ClaimID, CorrelationID: req.CorrelationID, LeaseMs: lease,
 		// This node's --retention: the leader replaces it with the cluster's
 		// once pinned (raftfsm stamps every claim), which it is not before.
 		RetentionMs: s.cfg.Retention.Milliseconds(), MaxKeys: s.cfg.Limits.MaxKeysPerPrincipal,
 		MaxPrincipals: s.cfg.Limits.MaxPrincipals,
-	}, nil
+	}
+	if c := cappedCredential(r); c != nil && c.Role == RoleApp {
+		// The leader's auth file decides (a follower forwards the token):
+		// Apply counts the principals under the prefixes on every replica.
+		a.CredentialPrefixes, a.CredentialMaxPrincipals = c.capPrefixes(), c.MaxPrincipals
+	}
+	return a, nil
 }
 
 // claimBound is a claim as the leader proposes it once it has tried to
@@ -249,8 +257,10 @@ func (s *Server) claimBound(a engine.ClaimArgs) engine.ClaimArgs {
 	return a
 }
 
-// answerClaim answers a decided claim on scope.
-func (s *Server) answerClaim(w http.ResponseWriter, scope engine.Scope, res engine.Result) {
+// answerClaim answers a decided claim a, made with cred when that has a
+// principal cap (else nil).
+func (s *Server) answerClaim(w http.ResponseWriter, a engine.ClaimArgs, cred *Credential, res engine.Result) {
+	scope := a.Scope
 	switch res.Outcome {
 	case engine.OutcomeClaimed:
 		s.writeClaimed(w, res.Record)
@@ -269,6 +279,17 @@ func (s *Server) answerClaim(w http.ResponseWriter, scope engine.Scope, res engi
 		p.retryAfter = 60
 		writeProblem(w, p)
 	case engine.OutcomePrincipalLimit:
+		if res.ByCredential {
+			name := "of this request"
+			if cred != nil {
+				name = strconv.Quote(cred.Name)
+			}
+			p := newProblem(http.StatusTooManyRequests, codePrincipalLimit, fmt.Sprintf("the token %s may hold keys of at most %d principals under its patterns (its max_principals in the auth file), and holds that many; principal %q has none",
+				name, a.CredentialMaxPrincipals, scope.Principal))
+			p.retryAfter = 60
+			writeProblem(w, p)
+			return
+		}
 		p := newProblem(http.StatusTooManyRequests, codePrincipalLimit, fmt.Sprintf("the cluster holds keys of %d principals, the most allowed (--max-principals); principal %q has none", s.cfg.Limits.MaxPrincipals, scope.Principal))
 		p.retryAfter = 60
 		writeProblem(w, p)

@@ -25,7 +25,7 @@ func init() {
 }
 
 const tokenUsage = `Usage:
-  idem token new --name NAME --role app|operator|admin [--principals 'cus_*,acme'] [--token-file FILE]
+  idem token new --name NAME --role app|operator|admin [--principals 'cus_*,acme'] [--max-principals N] [--token-file FILE]
   idem token hash < TOKEN-FILE
   idem token check AUTH-FILE
 
@@ -38,7 +38,8 @@ hash   prints the hex SHA-256 of the token read from stdin (one line), for
 check  validates an auth file as idem serve would, and lists its tokens.
 
 Roles: app (claim, complete, release, extend, look up: only for its
-principals, exact names or prefixes ending in '*'), operator (all
+principals, exact names or prefixes ending in '*'; --max-principals bounds
+how many principals under its prefixes may hold keys), operator (all
 principals, evictions, /metrics, /v1/config, cluster status) and admin
 (everything: membership, leadership transfer, snapshots, the cluster's
 retention, /debug/pprof).
@@ -70,7 +71,8 @@ type authEntry struct {
 	Name       string   `json:"name"`
 	SHA256     string   `json:"sha256"`
 	Role       string   `json:"role"`
-	Principals []string `json:"principals,omitempty"`
+	Principals    []string `json:"principals,omitempty"`
+	MaxPrincipals *int64   `json:"max_principals,omitempty"`
 }
 
 func runTokenNew(args []string, stdout, stderr io.Writer) int {
@@ -79,12 +81,16 @@ func runTokenNew(args []string, stdout, stderr io.Writer) int {
 	name := fs.String("name", "", "name of the token in the auth file, logs and errors (e.g. payments-api)")
 	role := fs.String("role", "", "app, operator or admin")
 	principals := fs.String("principals", "", "app only: comma-separated principals it may act for, exact names or prefixes ending in '*'")
+	maxPrincipals := fs.Int64("max-principals", 0, "app only: the most principals under its prefix patterns that may hold keys (429 principal_limit beyond); set it when services share a cluster")
 	tokenFile := fs.String("token-file", "", "write the token to this new file (mode 0600) instead of printing it")
 	fs.Usage = func() { fmt.Fprint(fs.Output(), tokenUsage+"\nFlags of new:\n"); printFlags(fs.Output(), fs) }
 	if code, done := parseArgs(fs, args, "idem token new", stdout, stderr); done {
 		return code
 	}
 	e := authEntry{Name: *name, Role: *role}
+	if flagSet(fs, "max-principals") {
+		e.MaxPrincipals = maxPrincipals
+	}
 	if *principals != "" {
 		for p := range strings.SplitSeq(*principals, ",") {
 			e.Principals = append(e.Principals, strings.TrimSpace(p))
@@ -155,6 +161,8 @@ func tokenNewProblems(err error) []string {
 				msg = strings.ReplaceAll(msg, "principals", "--principals")
 			case strings.HasPrefix(msg, "a principal pattern"), strings.HasPrefix(msg, "principal pattern"):
 				msg = "--principals: " + msg
+			case strings.HasPrefix(msg, "max_principals"):
+				msg = "--max-principals: " + strings.Replace(msg, "(remove max_principals)", "(leave out --max-principals)", 1)
 			}
 			out = append(out, msg)
 		}
@@ -232,6 +240,9 @@ func runTokenCheck(args []string, stdout, stderr io.Writer) int {
 		line := fmt.Sprintf("  %-24s %s", c.Name, c.Role)
 		if len(c.Principals) > 0 {
 			line += "  principals " + strings.Join(c.Principals, ", ")
+		}
+		if c.MaxPrincipals > 0 {
+			line += fmt.Sprintf("  max_principals %d", c.MaxPrincipals)
 		}
 		fmt.Fprintln(stdout, line)
 	}
@@ -311,4 +322,11 @@ func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken
 		auth.Set(creds)
 		logAuth(log, "auth file reloaded", path, creds)
 	}
+}
+
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
 }
