@@ -162,7 +162,7 @@ func tokenNewProblems(err error) []string {
 			case strings.HasPrefix(msg, "a principal pattern"), strings.HasPrefix(msg, "principal pattern"):
 				msg = "--principals: " + msg
 			case strings.HasPrefix(msg, "max_principals"):
-				msg = "--max-principals: " + strings.Replace(msg, "(remove max_principals)", "(leave out --max-principals)", 1)
+				msg = strings.ReplaceAll(msg, "max_principals", "--max-principals")
 			}
 			out = append(out, msg)
 		}

@@ -54,6 +54,16 @@ func TestTokenNewHashCheck(t *testing.T) {
 	require.Contains(t, out, "1 tokens")
 	require.Contains(t, out, "payments-api")
 
+	// --max-principals: the entry's max_principals, listed by check.
+	code, out, stderr = runTokenCmd(t, "new", "--name", "tenant", "--role", "app", "--principals", "ta_*", "--max-principals", "500")
+	require.Equal(t, 0, code, stderr)
+	lines = strings.Split(strings.TrimSpace(out), "\n")
+	require.Contains(t, lines[len(lines)-1], `"max_principals":500`)
+	require.NoError(t, os.WriteFile(file, []byte(`{"tokens":[`+lines[len(lines)-1]+`]}`), 0o600))
+	code, out, _ = runTokenCmd(t, "check", file)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, "max_principals 500")
+
 	// --token-file: the token goes to a new 0600 file, the entry to stdout.
 	tf := filepath.Join(dir, "node.token")
 	code, out, stderr = runTokenCmd(t, "new", "--name", "nodes", "--role", "admin", "--token-file", tf)
@@ -341,6 +351,9 @@ func TestTokenNewMessagesNameTheFlag(t *testing.T) {
 		{[]string{"--name", "x", "--role", "admin", "--principals", "a"}, []string{"--principals limit app tokens only", "(remove --principals,"}},
 		{[]string{"--name", `x"y`, "--role", "app", "--principals", " "}, []string{"--principals: a principal pattern is empty"}},
 		{[]string{"--name", "x", "--role", "app", "--principals", "a*b"}, []string{`--principals: principal pattern "a*b"`}},
+		{[]string{"--name", "x", "--role", "operator", "--max-principals", "5"}, []string{"--max-principals bounds the principals an app token's prefix patterns create; an operator token has none (remove --max-principals)"}},
+		{[]string{"--name", "x", "--role", "app", "--principals", "cus_*", "--max-principals", "0"}, []string{"--max-principals must be at least 1 (0)"}},
+		{[]string{"--name", "x", "--role", "app", "--principals", "alice", "--max-principals", "3"}, []string{"--max-principals bounds the principals of prefix patterns ending in '*', and this token has only exact names"}},
 	} {
 		code, out, stderr := runTokenCmd(t, append([]string{"new"}, tc.args...)...)
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr)
