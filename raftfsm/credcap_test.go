@@ -147,7 +147,6 @@ func TestCredentialCapReplicated(t *testing.T) {
 	}
 }
 
-
 // While a member does not list FeatureCredentialCap the cap stays out of
 // the log (that member would refuse the entry) and the leader checks it
 // against its own applied state; once every member lists it, entries

@@ -68,9 +68,9 @@ func runToken(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 
 // authEntry is one token of the JSON auth file.
 type authEntry struct {
-	Name       string   `json:"name"`
-	SHA256     string   `json:"sha256"`
-	Role       string   `json:"role"`
+	Name          string   `json:"name"`
+	SHA256        string   `json:"sha256"`
+	Role          string   `json:"role"`
 	Principals    []string `json:"principals,omitempty"`
 	MaxPrincipals *int64   `json:"max_principals,omitempty"`
 }
