@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -79,6 +80,7 @@ func TestCredentialMaxPrincipals(t *testing.T) {
 	count, err := n.node.DB().PrefixPrincipals("ta_")
 	require.NoError(t, err)
 	require.EqualValues(t, 2, count) // ta_1, ta_4
+	require.Contains(t, strings.Split(n.do("GET", "/healthz", nil).header.Get("X-Idem-Features"), ","), "credential-max-principals")
 }
 
 // The cap is checked with the file's other fields, each error naming the

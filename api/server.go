@@ -109,7 +109,8 @@ func New(store Store, cfg Config) *Server {
 	s.route("/v1/admin/state", http.MethodGet, s.admin(s.handleState))
 	s.route("/v1/admin/snapshot", http.MethodGet, s.admin(s.handleSnapshot))
 	s.route("/v1/admin/retention", http.MethodPut, s.admin(s.handleSetRetention))
-	s.route("/healthz", http.MethodGet, withFeatures(s.handleHealthz, featureSecret, featureBatch, featureHeaderLists, featureRetention))
+	s.route("/healthz", http.MethodGet, withFeatures(s.handleHealthz, featureSecret, featureBatch, featureHeaderLists, featureRetention,
+		raftfsm.FeatureCredentialCap))
 	s.route("/readyz", http.MethodGet, s.handleReadyz)
 	if cfg.Gatherer != nil {
 		metrics := promhttp.HandlerFor(cfg.Gatherer, promhttp.HandlerOpts{})
