@@ -201,6 +201,9 @@ func TestCredentialCapWaitsForEveryMember(t *testing.T) {
 	out := n1.Batch([]BatchOp{{Op: OpClaim, Claim: ptr(capClaim("cus_3", "k", 2, "cus_"))}})
 	require.Equal(t, engine.OutcomePrincipalLimit, out[0].Outcome)
 	require.Equal(t, last, n1.raft.LastIndex())
+	out = n1.Batch([]BatchOp{{Op: OpClaim, Claim: ptr(capClaim("cus_1", "k2", 2, "cus_"))}})
+	require.Equal(t, engine.OutcomeClaimed, out[0].Outcome)
+	require.Zero(t, lastClaim().CredentialMaxPrincipals, "nor in a batch")
 
 	upgraded.Store(true)
 	require.Eventually(t, func() bool { return n1.membersHave(FeatureCredentialCap) }, 10*time.Second, 20*time.Millisecond)
