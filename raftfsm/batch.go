@@ -218,19 +218,20 @@ func (n *Node) batchCommand(op *BatchOp) (*Command, error) {
 		}
 		a := *op.Claim
 		n.stampRetention(&a)
-		if err := n.sealClaim(&a); err != nil {
+		term, err := n.sealClaim(&a)
+		if err != nil {
 			return nil, err
 		}
-		return &Command{Op: OpClaim, Claim: &a}, nil
+		return &Command{Op: OpClaim, Claim: &a, sealTerm: term}, nil
 	case OpComplete:
 		if op.Target == nil || op.Response == nil {
 			return nil, bad("target and response")
 		}
-		sealed, err := n.sealComplete(*op.Target, op.Response)
+		sealed, term, err := n.sealComplete(*op.Target, op.Response)
 		if err != nil {
 			return nil, err
 		}
-		return &Command{Op: OpComplete, Target: op.Target, Response: sealed}, nil
+		return &Command{Op: OpComplete, Target: op.Target, Response: sealed, sealTerm: term}, nil
 	case OpRelease:
 		if op.Target == nil {
 			return nil, bad("target")
@@ -341,6 +342,9 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 	for _, c := range ops {
 		if c.Op == OpClaim && c.Claim != nil {
 			n.stampRetention(c.Claim) // again: the barrier may have applied a change
+		}
+		if err := n.sealBound(c); err != nil {
+			return nil, err
 		}
 	}
 	data, err := encodeBatch(n.clock.NowMs(), n.widthMs, ops)

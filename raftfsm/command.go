@@ -47,6 +47,22 @@ type Command struct {
 	RetentionMs int64 `json:"retention,omitempty"`
 	// KeyCheck is OpKeyCheck's key id and check value.
 	KeyCheck *KeyCheck `json:"key_check,omitempty"`
+
+	// sealTerm is the term sealReady passed the value this command seals
+	// in (0: not checked); propose checks again in any other (sealBound).
+	sealTerm uint64
+}
+
+// sealsValue reports whether the command stores a value a leader seals
+// (sealReady guards it): a claim's correlation id, a complete's response.
+func (c *Command) sealsValue() bool {
+	switch c.Op {
+	case OpClaim:
+		return c.Claim != nil && c.Claim.CorrelationID != ""
+	case OpComplete:
+		return c.Response != nil
+	}
+	return false
 }
 
 // KeyCheck is a key id and the check value of its key (crypt.go keyCheck):

@@ -501,18 +501,19 @@ func decodeResponse(b []byte) (*engine.Response, error) {
 }
 
 // sealClaim seals a claim's correlation id under the primary key, or
-// refuses the claim (sealReady).
-func (n *Node) sealClaim(a *engine.ClaimArgs) error {
+// refuses the claim (sealReady, whose term it returns).
+func (n *Node) sealClaim(a *engine.ClaimArgs) (uint64, error) {
 	if a.CorrelationID == "" {
-		return nil
+		return 0, nil
 	}
-	if err := n.sealReady(); err != nil {
-		return err
+	term, err := n.sealReady()
+	if err != nil {
+		return 0, err
 	}
 	if kr := n.cfg.Keyring; kr != nil {
 		a.CorrelationID = string(kr.seal(fieldCorrelation, a.Scope.Principal, a.Scope.Key, []byte(a.CorrelationID)))
 	}
-	return nil
+	return term, nil
 }
 
 // sealComplete returns the response to propose for a complete. A repeat of
@@ -522,14 +523,16 @@ func (n *Node) sealClaim(a *engine.ClaimArgs) error {
 // sealing alone cannot: a response stored under another key (before a
 // rotation, or by a leader with another primary) or in plaintext (before
 // encryption was turned on). A repeat racing the first complete, which this
-// state does not show yet, is covered by sealing being deterministic.
-func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) (*engine.Response, error) {
-	if err := n.sealReady(); err != nil {
-		return nil, err
+// state does not show yet, is covered by sealing being deterministic. The
+// term is sealReady's.
+func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) (*engine.Response, uint64, error) {
+	term, err := n.sealReady()
+	if err != nil {
+		return nil, 0, err
 	}
 	kr := n.cfg.Keyring
 	if kr == nil {
-		return resp, nil
+		return resp, term, nil
 	}
 	if rec, ok := n.db.Lookup(t.Scope, t.PrincipalScope, n.db.Meta().NowMs); ok &&
 		rec.State == engine.StateCompleted && rec.Token == t.Token && rec.Response != nil {
@@ -542,10 +545,10 @@ func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) (*engine.
 			}
 		}
 		if stored != nil && stored.Equal(resp) {
-			return rec.Response, nil
+			return rec.Response, term, nil
 		}
 	}
-	return kr.sealResponse(t.Scope.Principal, t.Scope.Key, resp), nil
+	return kr.sealResponse(t.Scope.Principal, t.Scope.Key, resp), term, nil
 }
 
 // openRecord returns r with its sealed values decrypted (r itself when it

@@ -410,13 +410,64 @@ func (e *SealRefusedError) Detail() string {
 // encrypted, or when its sealing key is not the one recorded under its id.
 // The first leader to seal under an id the state records no check value
 // for records its own (OpKeyCheck), once every member can apply it.
-func (n *Node) sealReady() error {
+//
+// It returns the term the check holds for, 0 when none was made. Only a
+// leader checks, and only once its term's barrier has applied what earlier
+// leaders committed (a new leader's state may lack the first sealed value,
+// or the recorded check value, until then). A follower runs a client's
+// write before it forwards it (api's onLeader), so the node may lead by
+// the time it proposes, in a term it never checked in: propose checks
+// again (sealBound) unless the term is still the one returned here.
+func (n *Node) sealReady() (uint64, error) {
+	term, err := n.sealCheck()
+	if h := sealCheckHook.Load(); h != nil && err == nil {
+		(*h)(n)
+	}
+	return term, err
+}
+
+func (n *Node) sealCheck() (uint64, error) {
 	if n.raft.State() != raft.Leader {
-		return nil // propose says ErrNotLeader, and the request is forwarded
+		return 0, nil // propose says ErrNotLeader, or checks in the term it leads
+	}
+	term := n.term()
+	if err := n.termBarrier(); err != nil || n.barrierTerm.Load() != term {
+		return 0, nil // propose fails the same way, or checks in its term
 	}
 	if err := n.sealRefusal(true); err != nil {
 		n.logRefusal(err)
-		return err
+		return 0, err
+	}
+	return term, nil
+}
+
+// sealCheckHook, when set (tests only), runs when sealReady lets a write
+// through: a test moves the leadership between the check and the proposal.
+var sealCheckHook atomic.Pointer[func(*Node)]
+
+// sealBound is called by propose after the term's barrier: a command that
+// seals a value (or would store it in plaintext) is proposed only in the
+// term sealReady passed it in, checking it again now when that was another
+// term or none. Between its last look at the term and raft.Apply the node
+// would have to lose the leadership and win a new election; were it to,
+// the check made is still about this node's own key, which a recorded
+// check value (first one wins, for good) cannot stop matching.
+func (n *Node) sealBound(c *Command) error {
+	if !c.sealsValue() {
+		return nil
+	}
+	if c.sealTerm == 0 || c.sealTerm != n.term() {
+		term, err := n.sealReady()
+		if err != nil {
+			return err
+		}
+		c.sealTerm = term
+	}
+	if c.sealTerm == 0 || c.sealTerm != n.term() {
+		if n.raft.State() != raft.Leader {
+			return n.notLeader()
+		}
+		return fmt.Errorf("%w: %w: the leadership changed while the write was checked", ErrNoLeader, ErrNotProposed)
 	}
 	return nil
 }

@@ -518,6 +518,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if c.Op == OpClaim && c.Claim != nil {
 		n.stampRetention(c.Claim) // again: the barrier may have applied a change
 	}
+	if err := n.sealBound(c); err != nil {
+		return nil, err
+	}
 	data, err := c.Encode()
 	if err != nil {
 		return nil, err
@@ -567,14 +570,15 @@ func mapRaftError(err error) error {
 func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	start := time.Now()
 	n.stampRetention(&a)
-	if err := n.sealClaim(&a); err != nil {
+	term, err := n.sealClaim(&a)
+	if err != nil {
 		return engine.Result{}, 0, err
 	}
 	if res, refused := n.capGate(&a); refused {
 		n.metrics.Claims.WithLabelValues(res.Outcome.String()).Inc()
 		return res, 0, nil
 	}
-	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a, sealTerm: term})
 	if err != nil {
 		return engine.Result{}, 0, err
 	}
@@ -615,11 +619,11 @@ func (n *Node) capGate(a *engine.ClaimArgs) (engine.Result, bool) {
 
 // Complete stores the response of the attempt holding the token.
 func (n *Node) Complete(t engine.TokenArgs, resp *engine.Response) (engine.Result, error) {
-	sealed, err := n.sealComplete(t, resp)
+	sealed, term, err := n.sealComplete(t, resp)
 	if err != nil {
 		return engine.Result{}, err
 	}
-	r, err := n.proposeUnlessSettled(&Command{Op: OpComplete, Target: &t, Response: sealed})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpComplete, Target: &t, Response: sealed, sealTerm: term})
 	if err != nil {
 		return engine.Result{}, err
 	}
