@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -403,12 +404,25 @@ func TestEncryptionKeyRegeneratedUnderSameIDIsRefused(t *testing.T) {
 	require.NoError(t, err, text)
 	require.Contains(t, text, "k2: no value is encrypted with it yet", "the key being rotated in is not called removable")
 	require.NotContains(t, text, "k2: no stored value needs it")
+	// Without --json too, per key id: is a check value recorded, and is
+	// the key the node (and the file) holds the recorded one.
+	row := keyRow(t, text, "k1")
+	require.Equal(t, "recorded", row["CHECK VALUE"], text)
+	require.Equal(t, "matches", row["THIS NODE'S KEY"], text)
+	waitFor(t, 10*time.Second, "the leader records k2's check value too", func() (bool, string) {
+		text, err = status()
+		row := keyRow(t, text, "k2")
+		return err == nil && row["CHECK VALUE"] == "recorded" && row["THIS NODE'S KEY"] == "matches", text
+	})
 	text, err = status("--encryption-key-file", k1)
 	require.NoError(t, err, text)
+	require.Equal(t, "matches", keyRow(t, text, "k1")["KEY IN FILE"], text)
+	require.Equal(t, "not in file", keyRow(t, text, "k2")["KEY IN FILE"], text)
 	text, err = status("--encryption-key-file", k1other)
 	require.Error(t, err, "a file with another k1 must fail the check: %s", text)
 	require.Contains(t, text, "not the key the cluster recorded")
-	require.Contains(t, text, "WRONG KEY")
+	require.Equal(t, "WRONG KEY", keyRow(t, text, "k1")["KEY IN FILE"], text)
+	require.Equal(t, "matches", keyRow(t, text, "k1")["THIS NODE'S KEY"], text)
 
 	// A backup says which keys restoring it needs.
 	snap := filepath.Join(root, "b.snap")
@@ -433,4 +447,55 @@ func TestEncryptionKeyRegeneratedUnderSameIDIsRefused(t *testing.T) {
 
 	p = start(t, dir, httpAddr, raftAddr, "--encryption-key-file", k1, "--min-free-disk", "0")
 	requireReplay(t, httpAddr, "old")
+}
+
+// keyRow is the row of key id in idem keys status's table, by column.
+func keyRow(t *testing.T, text, id string) map[string]string {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	gap := regexp.MustCompile(`\s{2,}`)
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "KEY ID") {
+			continue
+		}
+		head := gap.Split(strings.TrimSpace(l), -1)
+		for _, r := range lines[i+1:] {
+			cells := gap.Split(strings.TrimSpace(r), -1)
+			if cells[0] != id {
+				continue
+			}
+			require.Len(t, cells, len(head), "row %q under %q", r, l)
+			row := map[string]string{}
+			for j, h := range head {
+				row[h] = cells[j]
+			}
+			return row
+		}
+	}
+	t.Fatalf("no row for key %s in:\n%s", id, text)
+	return nil
+}
+
+// What a node of a cluster without check values (before an upgrade
+// finished) or holding another key under an id shows, in plain words.
+func TestKeyStatusSaysWhetherKeysMatch(t *testing.T) {
+	in, out := true, false
+	keys := []keyStatus{
+		{ID: "k1", Node: "decrypt", Values: 3, Buckets: 1, NeededUntil: "2026-12-01T06:00:00Z", Check: "00ff", NodeMismatch: true, InFile: &in},
+		{ID: "k2", Node: "encrypt", Values: 5, Buckets: 1, NeededUntil: "2026-12-01T08:00:00Z", InFile: &in},
+		{ID: "k3", Node: "not held", Check: "aa00", InFile: &out},
+	}
+	var b strings.Builder
+	printKeyStatus(&b, keys, true)
+	text := b.String()
+	for id, want := range map[string][3]string{
+		"k1": {"recorded", "WRONG KEY", "matches"},
+		"k2": {"not recorded", "not checked", "not checked"},
+		"k3": {"recorded", "-", "not in file"},
+	} {
+		row := keyRow(t, text, id)
+		require.Equal(t, want, [3]string{row["CHECK VALUE"], row["THIS NODE'S KEY"], row["KEY IN FILE"]}, "%s in\n%s", id, text)
+	}
+	require.Contains(t, text, "not checked: the cluster has no check value for that id yet")
+	require.Contains(t, text, "k1: this node holds another key under this id")
 }

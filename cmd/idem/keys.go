@@ -34,9 +34,12 @@ const keysUsage = `Usage: idem keys <status|generate> [flags]
              node (GET /metrics: an operator or admin token). A key id with no
              values left may be removed from every node's --encryption-key-file
              (keep it as long as you keep backups taken while it was in use).
+             Per key id it says whether the cluster recorded a check value
+             (which key the id names) and whether the node's key under the
+             id is that key (matches, WRONG KEY, or not checked).
              With --encryption-key-file, also checks that file holds every
-             key id still needed, and exits 1 if it does not: run it on a new
-             key file before rolling it out.
+             key id still needed, and the recorded keys, and exits 1 if it
+             does not: run it on a new key file before rolling it out.
   generate   print a new key file with one random 256-bit key (--id), or
              write it to --out (created 0600, never overwritten)
 
@@ -279,38 +282,39 @@ func parseKeyMetrics(text string) []keyStatus {
 	return out
 }
 
+// printKeyStatus prints the key use as a table. Per key id it says
+// whether the cluster recorded which key the id names (its check value),
+// and whether the node's key, and the --encryption-key-file's, are that
+// key: an operator must not have to read hex from --json for that.
 func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 	if len(keys) == 0 {
 		fmt.Fprintln(w, "no stored value is encrypted, and this node runs without --encryption-key-file")
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	head := "KEY ID\tTHIS NODE\tVALUES\tBUCKETS\tNEEDED UNTIL (cluster time)"
+	head := "KEY ID\tTHIS NODE\tCHECK VALUE\tTHIS NODE'S KEY\tVALUES\tBUCKETS\tNEEDED UNTIL (cluster time)"
 	if withFile {
-		head += "\tIN FILE"
+		head += "\tKEY IN FILE"
 	}
 	fmt.Fprintln(tw, head)
 	var notes []string
+	unchecked := false
 	for _, k := range keys {
 		until := k.NeededUntil
 		if until == "" {
 			until = "-"
 		}
-		node := k.Node
-		if k.NodeMismatch {
-			node += " (WRONG KEY)"
+		check := "recorded"
+		if k.Check == "" {
+			check = "not recorded"
 		}
-		line := fmt.Sprintf("%s\t%s\t%d\t%d\t%s", k.ID, node, k.Values, k.Buckets, until)
+		held := k.Node == "encrypt" || k.Node == "decrypt"
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%s", k.ID, k.Node, check, keyVerdict(held, k.Check != "", k.NodeMismatch, "-"), k.Values, k.Buckets, until)
 		if withFile {
-			in := "no"
-			if *k.InFile {
-				in = "yes"
-			}
-			if k.FileMismatch {
-				in = "WRONG KEY"
-			}
-			line += "\t" + in
+			line += "\t" + keyVerdict(*k.InFile, k.Check != "", k.FileMismatch, "not in file")
+			unchecked = unchecked || (*k.InFile && k.Check == "")
 		}
+		unchecked = unchecked || (held && k.Check == "")
 		fmt.Fprintln(tw, line)
 		if k.NodeMismatch {
 			notes = append(notes, fmt.Sprintf("%s: this node holds another key under this id than the one the cluster recorded: it cannot read values sealed under it and refuses to seal with it; copy the key file the other nodes use to it and restart it (never regenerate a key in use)", k.ID))
@@ -335,7 +339,25 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 	for _, n := range notes {
 		fmt.Fprintln(w, n)
 	}
+	fmt.Fprintln(w, "CHECK VALUE recorded: the cluster knows which key the id names (a fingerprint, not the key). A key shown as matches is that key; WRONG KEY is another key under the same id, which cannot read what the cluster stored under it.")
+	if unchecked {
+		fmt.Fprintln(w, "not checked: the cluster has no check value for that id yet, so nothing could be compared: make sure every node has the same key file (the leader records one once every node runs a release that records them and most voters hold the same key).")
+	}
 	fmt.Fprintln(w, "VALUES counts encrypted responses and correlation ids written into buckets not dropped yet (an upper bound on the records that need the key).")
+}
+
+// keyVerdict says whether a held key is the one the cluster recorded
+// under its id (absent when it is not held).
+func keyVerdict(held, recorded, mismatch bool, absent string) string {
+	switch {
+	case !held:
+		return absent
+	case mismatch:
+		return "WRONG KEY"
+	case !recorded:
+		return "not checked"
+	}
+	return "matches"
 }
 
 // loadKeyFile reads --encryption-key-file ("" means no encryption) and
