@@ -36,6 +36,15 @@ type TLS struct {
 	watchMu  sync.Mutex
 	watchers map[int]func(old, cur *tlsMaterial)
 	nextID   int
+
+	// dialled are the open connections DialTLSContext made: HTTP between
+	// nodes (request forwarding, health probes, join checks). An
+	// http.Transport keeps them pooled for as long as they work, so a
+	// reload that changes the CAs closes those whose peer's certificate
+	// the new ones do not verify (cutDialled): the next request dials,
+	// and verifies against the new CAs.
+	dialMu  sync.Mutex
+	dialled map[*peerConn]struct{}
 }
 
 type tlsMaterial struct {
@@ -75,6 +84,9 @@ func (t *TLS) Reload() error {
 		return err
 	}
 	old := t.cur.Swap(m)
+	if trustChanged(old, m) {
+		t.cutDialled(m)
+	}
 	t.watchMu.Lock()
 	defer t.watchMu.Unlock()
 	for _, fn := range t.watchers {
@@ -313,7 +325,9 @@ func HasVerifiedClientCert(cs *tls.ConnectionState) bool {
 // DialTLSContext returns a dial function for an http.Transport between
 // nodes: TCP through d, then a TLS handshake with the current files. A
 // failed handshake is reported as a failed dial, since no request reached
-// the other node (callers retry those on another leader).
+// the other node (callers retry those on another leader). A reload that
+// changes the CAs closes the connections it made whose server the new CAs
+// do not verify, idle or not (cutDialled).
 func (t *TLS) DialTLSContext(d *net.Dialer) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
 		raw, err := d.DialContext(ctx, network, addr)
@@ -325,11 +339,70 @@ func (t *TLS) DialTLSContext(d *net.Dialer) func(ctx context.Context, network, a
 			raw.Close()
 			return nil, err
 		}
-		c := tls.Client(raw, t.ClientConfig(host))
+		m := t.cur.Load()
+		c := tls.Client(raw, m.clientConfig(host))
 		if err := c.HandshakeContext(ctx); err != nil {
 			raw.Close()
 			return nil, &net.OpError{Op: "dial", Net: network, Addr: raw.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}
 		}
-		return c, nil
+		pc := &peerConn{Conn: c, t: t, certs: c.ConnectionState().PeerCertificates}
+		if !t.trackDialled(pc, m) {
+			c.Close()
+			return nil, &net.OpError{Op: "dial", Net: network, Addr: raw.RemoteAddr(), Err: errors.New("tls handshake: the server's certificate is not trusted by the reloaded CA file")}
+		}
+		return pc, nil
+	}
+}
+
+// peerConn is a connection DialTLSContext made, tracked until it closes.
+type peerConn struct {
+	*tls.Conn
+	t     *TLS
+	certs []*x509.Certificate // the server's chain, as the handshake saw it
+}
+
+func (c *peerConn) Close() error {
+	c.t.dialMu.Lock()
+	delete(c.t.dialled, c)
+	c.t.dialMu.Unlock()
+	return c.Conn.Close()
+}
+
+// trackDialled adds a connection whose handshake used the files of m to
+// the tracked ones, unless a reload replaced them meanwhile with CAs that
+// do not verify its server (then the caller closes it). Reload stores the
+// new files before it cuts (under dialMu), so a handshake that finished
+// with the old ones is either seen by the cut or sees the new files here.
+func (t *TLS) trackDialled(c *peerConn, m *tlsMaterial) bool {
+	t.dialMu.Lock()
+	defer t.dialMu.Unlock()
+	if cur := t.cur.Load(); cur != m && trustChanged(m, cur) && !peerTrusted(c.certs, cur.pool) {
+		return false
+	}
+	if t.dialled == nil {
+		t.dialled = map[*peerConn]struct{}{}
+	}
+	t.dialled[c] = struct{}{}
+	return true
+}
+
+// cutDialled closes the connections DialTLSContext made whose server's
+// certificate cur's CAs do not verify, in use or pooled: a request under
+// way on one fails, as it would on the raft port.
+func (t *TLS) cutDialled(cur *tlsMaterial) {
+	t.dialMu.Lock()
+	var cut []*peerConn
+	for c := range t.dialled {
+		if !peerTrusted(c.certs, cur.pool) {
+			cut = append(cut, c)
+			delete(t.dialled, c)
+		}
+	}
+	t.dialMu.Unlock()
+	for _, c := range cut {
+		c.Conn.Close()
+	}
+	if len(cut) > 0 {
+		t.log.Warn("closed connections to other nodes' HTTP API whose certificate the reloaded --tls-ca-file no longer trusts", "connections", len(cut))
 	}
 }
