@@ -35,7 +35,7 @@ func TestCARotationCutsDialledHTTPConnections(t *testing.T) {
 	// connections it accepts; /slow waits until release is closed.
 	release := make(chan struct{})
 	t.Cleanup(func() { close(release) })
-	entered := make(chan struct{}, 1)
+	entered, cut := make(chan struct{}, 1), make(chan struct{}, 1)
 	server := func(ca certgen.PEMPair) (*httptest.Server, *atomic.Int32) {
 		pair, err := certgen.NewCert(ca, certgen.CertRequest{CommonName: "peer", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
 		require.NoError(t, err)
@@ -49,7 +49,8 @@ func TestCARotationCutsDialledHTTPConnections(t *testing.T) {
 				entered <- struct{}{}
 				select {
 				case <-release:
-				case <-r.Context().Done():
+				case <-r.Context().Done(): // its connection closed
+					cut <- struct{}{}
 				}
 				return
 			}
@@ -106,8 +107,8 @@ func TestCARotationCutsDialledHTTPConnections(t *testing.T) {
 	require.NoError(t, r.tl.Reload())
 
 	select {
-	case err := <-slow:
-		require.Error(t, err, "the request under way to a server the new CAs do not verify must be cut")
+	case <-cut:
+		<-slow
 	case <-time.After(5 * time.Second):
 		t.Fatal("the connection carrying a request to a server the new CAs do not verify was kept")
 	}
