@@ -448,10 +448,13 @@ var sealCheckHook atomic.Pointer[func(*Node)]
 // sealBound is called by propose after the term's barrier: a command that
 // seals a value (or would store it in plaintext) is proposed only in the
 // term sealReady passed it in, checking it again now when that was another
-// term or none. Between its last look at the term and raft.Apply the node
-// would have to lose the leadership and win a new election; were it to,
-// the check made is still about this node's own key, which a recorded
-// check value (first one wins, for good) cannot stop matching.
+// term or none. What is left open is the few instructions between its
+// last look at the term and raft.Apply (hashicorp/raft takes no expected
+// term): the node would have to lose the leadership and win it again
+// there, two elections, for the write to go in under a check of the term
+// before. A keyed node's verdict would not change (a recorded check value
+// stays for good); a keyless one's could, if the leader between sealed
+// the cluster's first value.
 func (n *Node) sealBound(c *Command) error {
 	if !c.sealsValue() {
 		return nil
