@@ -39,8 +39,8 @@ func fastClaimed(raw []byte, out *ClaimResponse) bool {
 		if j < 0 {
 			return false
 		}
-		t, err := time.Parse(time.RFC3339, string(b[:j]))
-		if err != nil {
+		t, ok := parseStamp(b[:j])
+		if !ok {
 			return false
 		}
 		times[k] = t
@@ -52,6 +52,40 @@ func fastClaimed(raw []byte, out *ClaimResponse) bool {
 	*out = ClaimResponse{Outcome: OutcomeClaimed, Token: token, Attempt: attempt,
 		CreatedAt: times[0], ExpiresAt: times[1], LeaseExpiresAt: times[2]}
 	return true
+}
+
+// parseStamp reads a time in the layout a server writes (wire.TimeLayout,
+// 2006-01-02T15:04:05.000Z) as time.Parse(time.RFC3339, …) would, without
+// its layout walk: three per claim answer. Any other text, or a date that
+// does not exist, takes time.Parse.
+func parseStamp(b []byte) (time.Time, bool) {
+	if len(b) != 24 || b[4] != '-' || b[7] != '-' || b[10] != 'T' || b[13] != ':' || b[16] != ':' || b[19] != '.' || b[23] != 'Z' {
+		return parseRFC3339(b)
+	}
+	num := func(i, n int) int {
+		v := 0
+		for _, c := range b[i : i+n] {
+			if c < '0' || c > '9' {
+				return -1
+			}
+			v = v*10 + int(c-'0')
+		}
+		return v
+	}
+	y, mo, d, h, mi, sec, ms := num(0, 4), num(5, 2), num(8, 2), num(11, 2), num(14, 2), num(17, 2), num(20, 3)
+	if y < 0 || mo < 1 || mo > 12 || d < 1 || h < 0 || h > 23 || mi < 0 || mi > 59 || sec < 0 || sec > 59 || ms < 0 {
+		return parseRFC3339(b)
+	}
+	t := time.Date(y, time.Month(mo), d, h, mi, sec, ms*int(time.Millisecond), time.UTC)
+	if t.Day() != d { // 2026-02-30: time.Date moves it on; time.Parse refuses it
+		return parseRFC3339(b)
+	}
+	return t, true
+}
+
+func parseRFC3339(b []byte) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339, string(b))
+	return t, err == nil
 }
 
 // cutPlain returns the text before sep, if it is printable ASCII without

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+	"time"
 
 	"github.com/idem-store/idem/wire"
 )
@@ -114,4 +115,31 @@ func FuzzFastBatchResults(f *testing.F) {
 		f.Add([]byte(a))
 	}
 	f.Fuzz(func(t *testing.T, raw []byte) { checkFastBatchResults(t, raw, false) })
+}
+
+// parseStamp reads what time.Parse(time.RFC3339) reads, to the same value,
+// and refuses what it refuses.
+func TestParseStampAgreesWithTimeParse(t *testing.T) {
+	for _, in := range []string{"2026-12-01T04:30:00.123Z", "0000-01-01T00:00:00.000Z", "9999-12-31T23:59:59.999Z",
+		"2024-02-29T12:00:00.000Z", "2026-02-29T12:00:00.000Z", "2026-04-31T00:00:00.000Z", "2026-00-10T00:00:00.000Z",
+		"2026-12-01T24:00:00.000Z", "2026-12-01T23:60:00.000Z", "2026-12-01T23:59:60.000Z", "2026-12-01T04:30:00.1a3Z",
+		"2026-12-01T04:30:00.123+01:00", "2026-12-01T04:30:00Z", "2026-12-01 04:30:00.123Z", "-026-12-01T04:30:00.123Z",
+		"2026-12-01T04:30:00.123z", "", "2026-12-01T04:30:00.1234Z"} {
+		got, ok := parseStamp([]byte(in))
+		want, err := time.Parse(time.RFC3339, in)
+		if ok != (err == nil) || got != want {
+			t.Errorf("%q: parseStamp %v %v, time.Parse %v %v", in, got, ok, want, err)
+		}
+	}
+}
+
+func FuzzParseStamp(f *testing.F) {
+	f.Add("2026-12-01T04:30:00.123Z")
+	f.Fuzz(func(t *testing.T, in string) {
+		got, ok := parseStamp([]byte(in))
+		want, err := time.Parse(time.RFC3339, in)
+		if ok != (err == nil) || got != want {
+			t.Errorf("%q: parseStamp %v %v, time.Parse %v %v", in, got, ok, want, err)
+		}
+	})
 }
