@@ -42,13 +42,18 @@ func TestCutOpLeavesTheRouteBody(t *testing.T) {
 		{`{"key":"k","op":"release"}`, "release", `{"key":"k"}`},
 		{`{"a":{"op":1},"op":"extend","b":[1,"op"]}`, "extend", `{"a":{"op":1},"b":[1,"op"]}`},
 		{`{"op":"complete"}`, "complete", `{}`},
+		// "op" escaped is "op", as encoding/json reads the name
+		{`{"\u006fp":"claim","key":"k"}`, "claim", `{"key":"k"}`},
+		{`{"key":"k","o\u0070":"get"}`, "get", `{"key":"k"}`},
+		// the other members are the route's to check, after its guard
+		{"{\"op\":\"claim\",\"key\":\"\xff\",\"a\":{\"b\":1,\"b\":2}}", "claim", "{\"key\":\"\xff\",\"a\":{\"b\":1,\"b\":2}}"},
 	} {
 		kind, rest, p := cutOp([]byte(tc.in))
 		if p != nil || kind != tc.kind || string(rest) != tc.rest {
 			t.Errorf("cutOp(%s) = %q, %s, %v; want %q, %s", tc.in, kind, rest, p, tc.kind, tc.rest)
 		}
 	}
-	for _, in := range []string{`[1]`, `"op"`, `{"key":"k"}`, `{"op":1}`, `{"op":"drop"}`, `{"op":"get","op":"get"}`} {
+	for _, in := range []string{`[1]`, `"op"`, `{"key":"k"}`, `{"op":1}`, `{"op":"drop"}`, `{"op":"get","op":"get"}`, `{"op":"get","\u006fp":"get"}`, `{"OP":"get"}`} {
 		if _, _, p := cutOp([]byte(in)); p == nil || p.Status != 400 {
 			t.Errorf("cutOp(%s) is not refused with 400: %v", in, p)
 		}
