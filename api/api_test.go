@@ -1453,6 +1453,12 @@ func TestRecordsQueryIsStrict(t *testing.T) {
 		{"HEAD", "principal=cus_a1&principal=cus_a1&endpoint=e&key=k", ""},
 		{"DELETE", "principal=cus_a1&endpoint=e&endpoint=x&key=k", `the query has the parameter "endpoint" more than once`},
 		{"DELETE", "principal=cus_a1&endpoint=e&key=%G0", "the query does not decode"},
+		// An unknown parameter is refused as an unknown member of a body is
+		// (and as it is in a batch's get op, whose members are these
+		// parameters): a misspelt consistency read linearizable.
+		{"GET", "principal=cus_a1&endpoint=e&key=k&consistancy=stale", `unknown parameter "consistancy"`},
+		{"GET", "principal=cus_a1&endpoint=e&key=k&Principal=cus_z", `unknown parameter "Principal"`},
+		{"DELETE", "principal=cus_a1&endpoint=e&key=k&x=1", `unknown parameter "x"`},
 	} {
 		for _, who := range []*testNode{admin, app} {
 			if c.method == "DELETE" && who == app {

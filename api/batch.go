@@ -15,6 +15,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf16"
+	"unicode/utf8"
 
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
@@ -272,9 +274,12 @@ func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
 		return refuse(p)
 	}
 	it.kind = kind
-	var get wire.Lookup
+	var get lookupOp
 	if kind == wire.OpGet {
-		if p := decodeStrict(rest, &get); p != nil {
+		// The members are the lookup's query parameters, read and
+		// checked in the order the route reads and checks its query.
+		get = readLookupOp(rest)
+		if p := repeatedParam(get.q); p != nil {
 			return refuse(p)
 		}
 	}
@@ -317,15 +322,11 @@ func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
 			it.lease, p = s.checkLease("lease_ms", req.LeaseMs, true)
 		}
 	case wire.OpGet:
-		var scope engine.Scope
-		scope, p = s.scope(get.Principal, get.Endpoint, get.Key)
-		it.target = engine.TokenArgs{Scope: scope, PrincipalScope: s.cfg.PrincipalScope}
-		switch get.Consistency {
-		case "", wire.ConsistencyLinearizable:
-			it.linear = true
-		case wire.ConsistencyStale:
-		default:
-			p = invalid("consistency must be linearizable or stale (got %q)", truncate(get.Consistency, 40))
+		p = get.typeErr
+		if p == nil {
+			var scope engine.Scope
+			scope, it.linear, p = s.lookupArgs(get.q, true)
+			it.target = engine.TokenArgs{Scope: scope, PrincipalScope: s.cfg.PrincipalScope}
 		}
 	}
 	if p != nil {
@@ -424,14 +425,19 @@ func isOpName(raw []byte) bool {
 
 // authorizeOp runs the guard of the op's own route on the op, with the
 // batch's credentials; nil when the op may go on, else the guard's answer.
-func (s *Server) authorizeOp(r *http.Request, kind string, body []byte, get wire.Lookup) *opRecorder {
+func (s *Server) authorizeOp(r *http.Request, kind string, body []byte, get lookupOp) *opRecorder {
 	if s.cfg.Auth == nil {
 		return nil
 	}
 	var req *http.Request
 	var guard func(http.HandlerFunc) http.HandlerFunc
 	if kind == wire.OpGet {
-		q := url.Values{"principal": {get.Principal}, "endpoint": {get.Endpoint}, "key": {get.Key}}
+		if get.principalBad {
+			// No principal to judge (not a string): refused with 400 after
+			// this, as a body whose principal is not a string is.
+			return nil
+		}
+		q := url.Values{"principal": {get.q.Get("principal")}}
 		req, _ = http.NewRequestWithContext(r.Context(), http.MethodGet, "/v1/records?"+q.Encode(), nil)
 		guard = s.records
 	} else {
@@ -446,6 +452,128 @@ func (s *Server) authorizeOp(r *http.Request, kind string, body []byte, get wire
 		return nil
 	}
 	return rec
+}
+
+// lookupOp is a get op read as the query parameters it stands for.
+type lookupOp struct {
+	q url.Values
+	// typeErr refuses a member that is not a string or null (a query
+	// parameter has no other type); principalBad says the principal is
+	// such a member, so the guard has none to judge.
+	typeErr      *problem
+	principalBad bool
+}
+
+// readLookupOp reads a get op's members (body: one JSON object, the op
+// cut) as query parameters: names exactly as written (escapes decoded;
+// "Principal" is another parameter, as in a query), a string's bytes as
+// they are, so invalid UTF-8 or a lone surrogate escape reaches the
+// route's own checks as it would from a query, and null an empty value.
+func readLookupOp(body []byte) lookupOp {
+	op := lookupOp{q: url.Values{}}
+	sc := rawScanner{b: body}
+	sc.space()
+	sc.i++ // '{'
+	for {
+		sc.space()
+		if sc.i >= len(body) || body[sc.i] == '}' {
+			return op
+		}
+		if body[sc.i] == ',' {
+			sc.i++
+			sc.space()
+		}
+		rawName, _ := sc.str()
+		name := string(jsonBytes(rawName))
+		sc.space()
+		sc.i++ // ':'
+		sc.space()
+		start := sc.i
+		sc.skip()
+		v := body[start:sc.i]
+		val := ""
+		switch v[0] {
+		case '"':
+			val = string(jsonBytes(v))
+		case 'n': // null
+		default:
+			if op.typeErr == nil {
+				kind := "number"
+				switch v[0] {
+				case 't', 'f':
+					kind = "bool"
+				case '{':
+					kind = "object"
+				case '[':
+					kind = "array"
+				}
+				op.typeErr = invalid("field %q must be a string, not %s", truncate(name, 40), kind)
+			}
+			op.principalBad = op.principalBad || name == "principal"
+		}
+		op.q[name] = append(op.q[name], val)
+	}
+}
+
+// jsonBytes is the text of a JSON string token (quotes included, known
+// valid): the bytes between the quotes as they are, escapes decoded, and a
+// \u escape of a lone surrogate as its WTF-8 bytes (invalid UTF-8, which
+// the checks then refuse) rather than U+FFFD, which would make it another,
+// valid string.
+func jsonBytes(raw []byte) []byte {
+	raw = raw[1 : len(raw)-1]
+	if bytes.IndexByte(raw, '\\') < 0 {
+		return raw
+	}
+	out := make([]byte, 0, len(raw))
+	hex4 := func(i int) rune {
+		if i+4 > len(raw) {
+			return -1
+		}
+		n, err := strconv.ParseUint(string(raw[i:i+4]), 16, 16)
+		if err != nil {
+			return -1
+		}
+		return rune(n)
+	}
+	for i := 0; i < len(raw); i++ {
+		c := raw[i]
+		if c != '\\' || i+1 >= len(raw) {
+			out = append(out, c)
+			continue
+		}
+		i++
+		switch raw[i] {
+		case 'b':
+			out = append(out, '\b')
+		case 'f':
+			out = append(out, '\f')
+		case 'n':
+			out = append(out, '\n')
+		case 'r':
+			out = append(out, '\r')
+		case 't':
+			out = append(out, '\t')
+		case 'u':
+			r := hex4(i + 1)
+			i += 4
+			if utf16.IsSurrogate(r) && r < 0xdc00 && i+2 < len(raw) && raw[i+1] == '\\' && raw[i+2] == 'u' {
+				if lo := hex4(i + 3); lo >= 0xdc00 && lo <= 0xdfff {
+					out = utf8.AppendRune(out, utf16.DecodeRune(r, lo))
+					i += 6
+					continue
+				}
+			}
+			if utf16.IsSurrogate(r) {
+				out = append(out, byte(0xe0|r>>12), byte(0x80|(r>>6)&0x3f), byte(0x80|r&0x3f))
+				continue
+			}
+			out = utf8.AppendRune(out, r)
+		default: // '"', '\\', '/'
+			out = append(out, raw[i])
+		}
+	}
+	return out
 }
 
 // errQueued stops fenced from deciding: the op joins the pending group.

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -146,6 +148,31 @@ func TestFastBatchOpsTakesTheUsualForm(t *testing.T) {
 	for _, b := range batchBodies[batchBodiesTaken:] {
 		if ops, ok := fastBatchOps([]byte(b)); ok {
 			t.Errorf("%q: taken as %q", b, ops)
+		}
+	}
+}
+
+// A get op's members are read as the query parameters they stand for:
+// names as written, string bytes as they are (a lone surrogate escape as
+// invalid UTF-8, not U+FFFD), null empty, another type refused.
+func TestReadLookupOpIsTheQuery(t *testing.T) {
+	for _, tc := range []struct {
+		in           string
+		q            url.Values
+		typeErr      bool
+		principalBad bool
+	}{
+		{`{"principal":"p","endpoint":"e","key":"k"}`, url.Values{"principal": {"p"}, "endpoint": {"e"}, "key": {"k"}}, false, false},
+		{"{ \"princip\\u0061l\" : \"a\\\"b\\n\\u00e9\\ud83d\\ude00\" }", url.Values{"principal": {"a\"b\n\u00e9\U0001F600"}}, false, false},
+		{"{\"principal\":\"x\xff\",\"key\":\"\\ud800\",\"endpoint\":\"\\udc00\\u0041\"}", url.Values{"principal": {"x\xff"}, "key": {"\xed\xa0\x80"}, "endpoint": {"\xed\xb0\x80A"}}, false, false},
+		{`{"Principal":"p","key":null,"key":"k"}`, url.Values{"Principal": {"p"}, "key": {"", "k"}}, false, false},
+		{`{"principal":5,"key":"k"}`, url.Values{"principal": {""}, "key": {"k"}}, true, true},
+		{`{"key":{"a":[1]},"principal":"p"}`, url.Values{"principal": {"p"}, "key": {""}}, true, false},
+		{`{}`, url.Values{}, false, false},
+	} {
+		op := readLookupOp([]byte(tc.in))
+		if !reflect.DeepEqual(op.q, tc.q) || (op.typeErr != nil) != tc.typeErr || op.principalBad != tc.principalBad {
+			t.Errorf("readLookupOp(%q) = %q, %v, %v; want %q, %v, %v", tc.in, op.q, op.typeErr, op.principalBad, tc.q, tc.typeErr, tc.principalBad)
 		}
 	}
 }

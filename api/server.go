@@ -20,6 +20,7 @@ import (
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
+	"github.com/idem-store/idem/wire"
 )
 
 // Config configures the HTTP server.
@@ -454,8 +455,9 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 	}
 	q, p := recordsQuery(r)
 	var scope engine.Scope
+	linearizable := true
 	if p == nil {
-		scope, p = s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key"))
+		scope, linearizable, p = s.lookupArgs(q, r.Method != http.MethodDelete)
 	}
 	if p != nil {
 		writeProblem(w, p)
@@ -471,15 +473,6 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		writeProblem(w, newProblem(http.StatusNotFound, codeNotFound, "no live record for this scope"))
-		return
-	}
-	linearizable := true
-	switch c := q.Get("consistency"); c {
-	case "", "linearizable":
-	case "stale":
-		linearizable = false
-	default:
-		writeProblem(w, invalid("consistency must be linearizable or stale (got %q)", truncate(c, 40)))
 		return
 	}
 	var rec *engine.Record
@@ -508,12 +501,48 @@ func recordsQuery(r *http.Request) (url.Values, *problem) {
 	if err != nil {
 		return nil, invalid("the query does not decode: %s", truncate(err.Error(), 80))
 	}
-	for _, k := range slices.Sorted(maps.Keys(q)) {
-		if len(q[k]) > 1 {
-			return nil, invalid("the query has the parameter %q more than once", truncate(k, 40))
-		}
+	if p := repeatedParam(q); p != nil {
+		return nil, p
 	}
 	return q, nil
+}
+
+// repeatedParam refuses a lookup's parameter given more than once.
+func repeatedParam(q url.Values) *problem {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		if len(q[k]) > 1 {
+			return invalid("the query has the parameter %q more than once", truncate(k, 40))
+		}
+	}
+	return nil
+}
+
+// lookupArgs validates the parameters of a lookup (the query of
+// /v1/records, or a batch's get op, whose members are these parameters):
+// no parameter but these four, the scope, and, for a read, the
+// consistency. Run after the guard, as a body's checks are.
+func (s *Server) lookupArgs(q url.Values, read bool) (scope engine.Scope, linearizable bool, p *problem) {
+	for _, k := range slices.Sorted(maps.Keys(q)) {
+		switch k {
+		case "principal", "endpoint", "key", "consistency":
+		default:
+			return engine.Scope{}, false, invalid("unknown parameter %q (the parameters are principal, endpoint, key and consistency; names are case-sensitive)", truncate(k, 40))
+		}
+	}
+	if scope, p = s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key")); p != nil {
+		return engine.Scope{}, false, p
+	}
+	if !read {
+		return scope, true, nil
+	}
+	switch c := q.Get("consistency"); c {
+	case "", wire.ConsistencyLinearizable:
+		return scope, true, nil
+	case wire.ConsistencyStale:
+		return scope, false, nil
+	default:
+		return engine.Scope{}, false, invalid("consistency must be linearizable or stale (got %q)", truncate(c, 40))
+	}
 }
 
 // answerLookup answers a lookup.
