@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf16"
+	"unicode/utf8"
 )
 
 // The leader proposes batch entries only to members whose /healthz lists
@@ -175,4 +178,34 @@ func TestReadLookupOpIsTheQuery(t *testing.T) {
 			t.Errorf("readLookupOp(%q) = %q, %v, %v; want %q, %v, %v", tc.in, op.q, op.typeErr, op.principalBad, tc.q, tc.typeErr, tc.principalBad)
 		}
 	}
+}
+
+// jsonBytes reads a string as encoding/json does whenever encoding/json
+// keeps it as it is (valid UTF-8, no lone surrogate), written plainly or
+// every character escaped.
+func FuzzJSONBytes(f *testing.F) {
+	for _, s := range []string{"", "cus_42", "a\"b\\c/\b\f\n\r\t", "\u00e9\u2028\U0001F600", "\x00\x1f\x7f"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if !utf8.ValidString(s) {
+			return
+		}
+		plain, _ := json.Marshal(s)
+		var esc strings.Builder
+		esc.WriteByte('"')
+		for _, r := range s {
+			if r1, r2 := utf16.EncodeRune(r); r1 != utf8.RuneError {
+				fmt.Fprintf(&esc, `\u%04x\u%04X`, r1, r2)
+			} else {
+				fmt.Fprintf(&esc, `\u%04x`, r)
+			}
+		}
+		esc.WriteByte('"')
+		for _, raw := range []string{string(plain), esc.String()} {
+			if got := string(jsonBytes([]byte(raw))); got != s {
+				t.Fatalf("jsonBytes(%s) = %q, want %q", raw, got, s)
+			}
+		}
+	})
 }
