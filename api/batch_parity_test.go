@@ -287,6 +287,23 @@ func parityCases(principal string, key func() string) []parityCase {
 		for n, b := range mut {
 			addCase(n, kind, b, tok)
 		}
+		// Members in other cases and forms, and none at all.
+		for n, b := range map[string]members{
+			"no members":                nil,
+			"member name invalid UTF-8": base.add("\"principal\xff\"", `"x"`),
+			"member name empty":         base.add(`""`, `"x"`),
+			"member name escaped quote": base.add(`"\"principal"`, `"x"`),
+			"member op in case":         base.add(`"Op"`, q(kind)),
+			"nested escaped names":      base.add(`"x"`, `{"princip\u0061l":"evil"}`),
+		} {
+			addCase(n, kind, b, tok)
+		}
+		if kind == "claim" {
+			// A record already there: 409 with Retry-After, 422, replay.
+			addCase("in progress", kind, base, true)
+			addCase("fingerprint mismatch", kind, base.set(`"fingerprint"`, `"60303ae22b998861"`), true)
+			addCase("same claim_id", kind, base.add(`"claim_id"`, `"c1"`), true)
+		}
 		// The op's own member in other places and forms: the route's body
 		// is the same, so the answer must be too.
 		opLast := append(append(members(nil), base...), member{`"op"`, strconv.Quote(kind)})
@@ -361,6 +378,7 @@ func TestBatchOpAnswersAsItsRoute(t *testing.T) {
 				}
 			}
 			mismatches := 0
+			seen := map[string]int{} // the route's answers, to show the corpus reaches them
 			for _, c := range all {
 				toks := [2]string{}
 				if c.needsToken {
@@ -398,6 +416,7 @@ func TestBatchOpAnswersAsItsRoute(t *testing.T) {
 					ra = answerOf(r.status, r.raw, retryHeader(r))
 				}
 				ba := batch.batchRaw(body(1, c.batchOp()))
+				seen[fmt.Sprintf("%d %s retry=%v", ra.status, ra.code, strings.Contains(ra.norm, "retry=true"))]++
 				switch {
 				case ra.status != ba.status || ra.code != ba.code:
 					mismatches++
@@ -407,7 +426,7 @@ func TestBatchOpAnswersAsItsRoute(t *testing.T) {
 					t.Errorf("%s: same status and code, other body\n  route: %s\n  batch: %s", c.name, ra.norm, ba.norm)
 				}
 			}
-			t.Logf("%d cases, %d mismatches", len(all), mismatches)
+			t.Logf("%d cases, %d mismatches; route answers: %v", len(all), mismatches, seen)
 		})
 	}
 }
