@@ -472,24 +472,43 @@ type lookupOp struct {
 func readLookupOp(body []byte) lookupOp {
 	op := lookupOp{q: url.Values{}}
 	sc := rawScanner{b: body}
+	// body is valid JSON (cutOp's cut of a valid op); a scan that fails
+	// anyway refuses the op rather than reading past it.
+	broken := func() lookupOp {
+		return lookupOp{q: url.Values{}, typeErr: notJSON(), principalBad: true}
+	}
 	sc.space()
-	sc.i++ // '{'
+	if sc.i >= len(body) || body[sc.i] != '{' {
+		return broken()
+	}
+	sc.i++
 	for {
 		sc.space()
-		if sc.i >= len(body) || body[sc.i] == '}' {
+		if sc.i >= len(body) {
+			return broken()
+		}
+		if body[sc.i] == '}' {
 			return op
 		}
 		if body[sc.i] == ',' {
 			sc.i++
 			sc.space()
 		}
-		rawName, _ := sc.str()
+		rawName, ok := sc.str()
+		if !ok {
+			return broken()
+		}
 		name := string(jsonBytes(rawName))
 		sc.space()
-		sc.i++ // ':'
+		if sc.i >= len(body) || body[sc.i] != ':' {
+			return broken()
+		}
+		sc.i++
 		sc.space()
 		start := sc.i
-		sc.skip()
+		if !sc.skip() || sc.i == start {
+			return broken()
+		}
 		v := body[start:sc.i]
 		val := ""
 		switch v[0] {
@@ -521,6 +540,9 @@ func readLookupOp(body []byte) lookupOp {
 // the checks then refuse) rather than U+FFFD, which would make it another,
 // valid string.
 func jsonBytes(raw []byte) []byte {
+	if len(raw) < 2 {
+		return nil
+	}
 	raw = raw[1 : len(raw)-1]
 	if bytes.IndexByte(raw, '\\') < 0 {
 		return raw

@@ -209,3 +209,13 @@ func FuzzJSONBytes(f *testing.F) {
 		}
 	})
 }
+
+// readLookupOp is only given a valid object, but refuses rather than
+// panics on anything else.
+func TestReadLookupOpBrokenInput(t *testing.T) {
+	for _, in := range []string{`{`, `{"a"`, `{"a":`, `{"a" 1}`, `{a:1}`, `{"a":"b`, `{"a":}`} {
+		if op := readLookupOp([]byte(in)); op.typeErr == nil || !op.principalBad {
+			t.Errorf("readLookupOp(%q) not refused: %+v", in, op)
+		}
+	}
+}
