@@ -15,8 +15,8 @@ import (
 
 // The batch's promise, held input by input: an op of POST /v1/batch is
 // answered with the status and body its own route answers to the same
-// input, for valid and hostile input alike, with auth off and with an app
-// token limited to some principals. Each case is sent to one fresh node
+// input, for valid and hostile input alike, with auth off, with an app
+// token limited to some principals and with an operator token. Each case is sent to one fresh node
 // through its route and to another as the only op of a batch, after the
 // same setup on both; answers are compared with times and tokens (which
 // differ between two nodes by nature) replaced, and Retry-After compared
@@ -356,16 +356,20 @@ func answerOf(status int, body []byte, retry int) parityAnswer {
 }
 
 func TestBatchOpAnswersAsItsRoute(t *testing.T) {
-	for _, auth := range []bool{false, true} {
-		t.Run(fmt.Sprintf("auth=%v", auth), func(t *testing.T) {
+	t.Parallel()
+	// The token of the ops: none (auth off), an app token limited to
+	// cus_a* and exact_b, an operator token (every principal).
+	for _, token := range []string{"", appToken, operatorToken} {
+		auth := token == appToken // the mode in which a principal can be refused
+		t.Run(fmt.Sprintf("token=%q", token), func(t *testing.T) {
 			var opts []nodeOpt
-			if auth {
+			if token != "" {
 				opts = append(opts, withAuthFile(t, authFile()))
 			}
 			route, batch := mustNode(t, opts...), mustNode(t, opts...)
 			setupR, setupB := route, batch
-			if auth {
-				route, batch = route.as(appToken), batch.as(appToken)
+			if token != "" {
+				route, batch = route.as(token), batch.as(token)
 				setupR, setupB = setupR.as(operatorToken), setupB.as(operatorToken)
 			}
 			n := 0
