@@ -16,11 +16,11 @@ import (
 // The batch's promise, held input by input: an op of POST /v1/batch is
 // answered with the status and body its own route answers to the same
 // input, for valid and hostile input alike, with auth off, with an app
-// token limited to some principals and with an operator token. Each case is sent to one fresh node
-// through its route and to another as the only op of a batch, after the
-// same setup on both; answers are compared with times and tokens (which
-// differ between two nodes by nature) replaced, and Retry-After compared
-// by presence.
+// token limited to some principals and with an operator token. Each case
+// is sent to one fresh node through its route and to another as the only
+// op of a batch, after the same setup on both; answers are compared with
+// times and tokens (which differ between two nodes by nature) replaced,
+// and Retry-After by presence (its seconds may differ by one).
 
 // member is one member of a JSON object as raw text: name with its quotes,
 // value as JSON.
@@ -142,7 +142,8 @@ const (
 	parityForbidden = `"evil"`
 )
 
-func q(s string) string { b, _ := json.Marshal(s); return string(b) }
+// jsonQ is s as a JSON string.
+func jsonQ(s string) string { b, _ := json.Marshal(s); return string(b) }
 
 // parityCases builds the corpus for one principal (raw JSON, allowed or
 // not for the app token), keys numbered from key.
@@ -159,7 +160,7 @@ func parityCases(principal string, key func() string) []parityCase {
 		"extend":   {{`"principal"`, principal}, {`"endpoint"`, `"POST /p"`}, {`"key"`, `"$key"`}, {`"token"`, `"$tok"`}, {`"lease_ms"`, `60000`}},
 		"get":      {{`"principal"`, principal}, {`"endpoint"`, `"POST /p"`}, {`"key"`, `"$key"`}},
 	}
-	long := q(strings.Repeat("x", 256))
+	long := jsonQ(strings.Repeat("x", 256))
 	for _, kind := range []string{"claim", "complete", "release", "extend", "get"} {
 		base := bases[kind]
 		tok := kind != "claim" // a get finds the claimed record
@@ -201,7 +202,7 @@ func parityCases(principal string, key func() string) []parityCase {
 			for n, b := range map[string]members{
 				"fingerprint odd":        base.set(`"fingerprint"`, `"abc"`),
 				"fingerprint not hex":    base.set(`"fingerprint"`, `"zz"`),
-				"fingerprint 130":        base.set(`"fingerprint"`, q(strings.Repeat("ab", 65))),
+				"fingerprint 130":        base.set(`"fingerprint"`, jsonQ(strings.Repeat("ab", 65))),
 				"fingerprint array":      base.set(`"fingerprint"`, `[]`),
 				"lease_ms null":          base.add(`"lease_ms"`, `null`),
 				"lease_ms string":        base.add(`"lease_ms"`, `"1000"`),
@@ -293,7 +294,7 @@ func parityCases(principal string, key func() string) []parityCase {
 			"member name invalid UTF-8": base.add("\"principal\xff\"", `"x"`),
 			"member name empty":         base.add(`""`, `"x"`),
 			"member name escaped quote": base.add(`"\"principal"`, `"x"`),
-			"member op in case":         base.add(`"Op"`, q(kind)),
+			"member op in case":         base.add(`"Op"`, jsonQ(kind)),
 			"nested escaped names":      base.add(`"x"`, `{"princip\u0061l":"evil"}`),
 		} {
 			addCase(n, kind, b, tok)
@@ -327,7 +328,7 @@ func parityCases(principal string, key func() string) []parityCase {
 	return cases
 }
 
-// tokenHolder is the scope a case's setup claims: the case's base scope.
+// setupScope is the scope a case's setup claims: the case's base scope.
 func (c parityCase) setupScope() (scope, bool) {
 	for _, m := range c.body {
 		if m.name == `"key"` {
