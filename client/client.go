@@ -259,6 +259,10 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 // kilobytes, which io.ReadAll grew into five times), else as it comes.
 func answerBody(resp *http.Response) ([]byte, error) {
 	n := resp.ContentLength
+	if resp.Request != nil && resp.Request.Method == http.MethodHead {
+		// Its Content-Length is the one a GET would have; it has no body.
+		n = -1
+	}
 	if n < 0 || n > 1<<20 {
 		// Unknown, or large: grown as it arrives, so a length a node
 		// declares but never sends costs nothing up front.
