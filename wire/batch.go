@@ -41,7 +41,7 @@ type Lookup struct {
 
 // MarshalJSON writes the body's members after "op".
 func (o BatchOp) MarshalJSON() ([]byte, error) {
-	if c, ok := o.Body.(*ClaimRequest); ok && o.Op == OpClaim {
+	if c, ok := o.Body.(*ClaimRequest); ok && c != nil && o.Op == OpClaim {
 		if b, ok := appendClaimOp(make([]byte, 0, 160), c); ok {
 			return b, nil
 		}

@@ -79,3 +79,11 @@ func TestClaimOpFastPathMatchesEncodingJSON(t *testing.T) {
 		t.Fatal("no case took the hand-written path")
 	}
 }
+
+// A claim op whose body is a nil *ClaimRequest is an error, as any other
+// body that is not a JSON object, not a panic in the hand-written path.
+func TestBatchOpNilClaimBody(t *testing.T) {
+	if _, err := (BatchOp{Op: OpClaim, Body: (*ClaimRequest)(nil)}).MarshalJSON(); err == nil {
+		t.Fatal("a nil claim body encoded")
+	}
+}
