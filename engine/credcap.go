@@ -226,8 +226,10 @@ func (d *DB) cachedCredentialLive(a *ClaimArgs) (n int64, under, known bool) {
 // already hold keys of as many principals as the cap. It counts a prefix
 // not counted yet. This is the leader's check while the cluster cannot
 // carry the cap in its commands (an older member): best effort, since
-// claims already proposed are not seen.
-func (d *DB) CredentialLimited(a ClaimArgs) (bool, error) {
+// claims already proposed are not seen. pending are the principals of
+// claims the caller let through and has not proposed yet (a batch's
+// earlier ops): each under the prefixes and holding no key counts once.
+func (d *DB) CredentialLimited(a ClaimArgs, pending ...string) (bool, error) {
 	if a.CredentialMaxPrincipals <= 0 {
 		return false, nil
 	}
@@ -242,6 +244,19 @@ func (d *DB) CredentialLimited(a ClaimArgs) (bool, error) {
 	n, under, known := d.cachedCredentialLive(&a)
 	if !under || !known || storedKeys(d.pdb, a.Scope.Principal) > 0 {
 		return false, nil // known is false only after a restore meanwhile
+	}
+	if len(pending) > 0 {
+		ps := minimalPrefixes(a.CredentialPrefixes)
+		seen := map[string]bool{a.Scope.Principal: true}
+		for _, p := range pending {
+			if seen[p] || !underAny(p, ps) {
+				continue
+			}
+			seen[p] = true
+			if storedKeys(d.pdb, p) == 0 {
+				n++
+			}
+		}
 	}
 	return n >= a.CredentialMaxPrincipals, nil
 }

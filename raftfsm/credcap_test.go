@@ -212,3 +212,44 @@ func TestCredentialCapWaitsForEveryMember(t *testing.T) {
 	require.EqualValues(t, 3, a.CredentialMaxPrincipals)
 	require.Equal(t, []string{"cus_"}, a.CredentialPrefixes)
 }
+
+// While the cap is the leader's own check (a member does not list
+// FeatureCredentialCap), the claims of one batch for new principals count
+// for the ones after them: the leader decides them all against the same
+// applied state, so without that one request of N new principals went N
+// past the cap.
+func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
+	c := newMemCluster(t)
+	hide := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
+		return st, err
+	}
+	n1 := c.open("n1", "", true)
+	n1.SetPeerProbe(hide)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	n2.SetPeerProbe(hide)
+	c.join(n2, n1)
+	require.False(t, n1.membersHave(FeatureCredentialCap))
+
+	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 3, "cus_")).Outcome)
+	out := n1.Batch([]BatchOp{
+		{Op: OpClaim, Claim: ptr(capClaim("cus_2", "k", 3, "cus_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("cus_2", "k2", 3, "cus_"))}, // the same new principal again
+		{Op: OpClaim, Claim: ptr(capClaim("cus_1", "k2", 3, "cus_"))}, // holds keys
+		{Op: OpClaim, Claim: ptr(capClaim("cus_3", "k", 3, "cus_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("cus_4", "k", 3, "cus_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("cus_5", "k", 3, "cus_"))},
+		{Op: OpClaim, Claim: ptr(capClaim("acme_1", "k", 3, "acme_"))}, // another prefix
+	})
+	want := []engine.Outcome{engine.OutcomeClaimed, engine.OutcomeClaimed, engine.OutcomeClaimed, engine.OutcomeClaimed,
+		engine.OutcomePrincipalLimit, engine.OutcomePrincipalLimit, engine.OutcomeClaimed}
+	for i, o := range out {
+		require.NoError(t, o.Err, "op %d", i)
+		require.Equal(t, want[i], o.Outcome, "op %d", i)
+	}
+	got, err := n1.db.PrefixPrincipals("cus_")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, got)
+}

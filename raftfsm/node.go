@@ -574,7 +574,7 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	if err != nil {
 		return engine.Result{}, 0, err
 	}
-	if res, refused := n.capGate(&a); refused {
+	if res, refused := n.capGate(&a, nil); refused {
 		n.metrics.Claims.WithLabelValues(res.Outcome.String()).Inc()
 		return res, 0, nil
 	}
@@ -597,16 +597,18 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 // fall out of step. Meanwhile the leader checks the cap against its own
 // applied state, best effort: claims proposed and not yet applied, or
 // decided by another leader, are not seen, so a credential may briefly
-// exceed its cap. refused is true with the principal_limit result the
+// exceed its cap. pending are the principals of the claims let through
+// before a and not proposed yet (a batch's earlier ops): they count as
+// new principals. refused is true with the principal_limit result the
 // leader answers; otherwise a is proposed (without the cap when gated).
-func (n *Node) capGate(a *engine.ClaimArgs) (engine.Result, bool) {
+func (n *Node) capGate(a *engine.ClaimArgs, pending []string) (engine.Result, bool) {
 	if a.CredentialMaxPrincipals <= 0 || n.membersHave(FeatureCredentialCap) {
 		return engine.Result{}, false
 	}
 	limited := false
 	if n.raft.State() == raft.Leader {
 		var err error
-		if limited, err = n.db.CredentialLimited(*a); err != nil {
+		if limited, err = n.db.CredentialLimited(*a, pending...); err != nil {
 			n.log.Warn("credential cap not checked", "error", err)
 		}
 	}
