@@ -163,24 +163,19 @@ func (n *Node) Batch(ops []BatchOp) []BatchResult {
 	var logged []int
 	touched := map[string]bool{}
 	barrier := 0 // 0: not taken yet; 1: taken; -1: failed (everything goes to the log)
-	// The principals of the claims let through so far: while the leader
-	// checks credential caps itself (capGate), they count for the claims
-	// after them, which it checks against the same applied state.
-	var admitted []string
-	seen := map[string]bool{}
 	for i, c := range cmds {
 		if c == nil {
 			continue
 		}
 		if c.Op == OpClaim {
-			capped := c.Claim.CredentialMaxPrincipals > 0
-			if r, refused := n.capGate(c.Claim, admitted); refused {
+			// While the leader checks credential caps itself, the claims
+			// it lets through count for the ones after them (in this batch
+			// or another) until they are decided.
+			r, refused, release := n.capGate(c.Claim)
+			defer release()
+			if refused {
 				out[i].Result = r
 				continue
-			}
-			if p := c.Claim.Scope.Principal; capped && c.Claim.CredentialMaxPrincipals == 0 && !seen[p] {
-				seen[p] = true // gated: the leader checked it, and counts it from now
-				admitted = append(admitted, p)
 			}
 		}
 		k := touchKey(c)

@@ -253,3 +253,43 @@ func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, 3, got)
 }
+
+// While the leader checks the cap itself, concurrent claims for new
+// principals count for each other until they are decided: without that,
+// 40 requests in flight took a token of cap 8 to 15 principals in the
+// walkthrough (a member down at an election keeps the cap out of the log).
+func TestCredentialCapGatedConcurrentClaims(t *testing.T) {
+	c := newMemCluster(t)
+	hide := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
+		return st, err
+	}
+	n1 := c.open("n1", "", true)
+	n1.SetPeerProbe(hide)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	n2.SetPeerProbe(hide)
+	c.join(n2, n1)
+	require.False(t, n1.membersHave(FeatureCredentialCap))
+
+	const cap, tries = 3, 40
+	var claimed atomic.Int32
+	done := make(chan struct{})
+	for i := range tries {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			res, _, err := n1.Claim(capClaim(fmt.Sprint("cus_", i), "k", cap, "cus_"))
+			if err == nil && res.Outcome == engine.OutcomeClaimed {
+				claimed.Add(1)
+			}
+		}()
+	}
+	for range tries {
+		<-done
+	}
+	got, err := n1.db.PrefixPrincipals("cus_")
+	require.NoError(t, err)
+	require.EqualValues(t, cap, got)
+	require.EqualValues(t, cap, claimed.Load())
+}

@@ -25,6 +25,7 @@ import (
 // Node is one idem server's raft node: the FSM over Pebble, the raft log in
 // bolt, snapshots on disk and the TCP transport.
 type Node struct {
+	capFlight capFlight // credential caps' claims in flight (capGate)
 	cfg       Config
 	log       *slog.Logger
 	db        *engine.DB
@@ -574,7 +575,9 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	if err != nil {
 		return engine.Result{}, 0, err
 	}
-	if res, refused := n.capGate(&a, nil); refused {
+	res, refused, release := n.capGate(&a)
+	defer release()
+	if refused {
 		n.metrics.Claims.WithLabelValues(res.Outcome.String()).Inc()
 		return res, 0, nil
 	}
@@ -587,7 +590,7 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	if r.Takeover {
 		n.metrics.Takeovers.Inc()
 	}
-	res, err := n.opened("claim", r.Result, r.Outcome == engine.OutcomeReplay)
+	res, err = n.opened("claim", r.Result, r.Outcome == engine.OutcomeReplay)
 	return res, r.Index, err
 }
 
@@ -595,28 +598,58 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 // could not decode it (it lacks FeatureCredentialCap, or the leader has
 // not heard from it this term): such a member would refuse the entry and
 // fall out of step. Meanwhile the leader checks the cap against its own
-// applied state, best effort: claims proposed and not yet applied, or
-// decided by another leader, are not seen, so a credential may briefly
-// exceed its cap. pending are the principals of the claims let through
-// before a and not proposed yet (a batch's earlier ops): they count as
-// new principals. refused is true with the principal_limit result the
-// leader answers; otherwise a is proposed (without the cap when gated).
-func (n *Node) capGate(a *engine.ClaimArgs, pending []string) (engine.Result, bool) {
+// applied state and the claims it let through that have not returned yet
+// (capFlight), best effort: claims decided by another leader, or let
+// through by this one before a restart, are not seen, so a credential may
+// briefly exceed its cap. refused is true with the principal_limit result
+// the leader answers; otherwise a is proposed (without the cap when
+// gated), and the caller runs release once the proposal has returned.
+func (n *Node) capGate(a *engine.ClaimArgs) (res engine.Result, refused bool, release func()) {
+	release = func() {}
 	if a.CredentialMaxPrincipals <= 0 || n.membersHave(FeatureCredentialCap) {
-		return engine.Result{}, false
+		return engine.Result{}, false, release
 	}
 	limited := false
 	if n.raft.State() == raft.Leader {
+		f := &n.capFlight
+		f.mu.Lock()
+		pending := make([]string, 0, len(f.n))
+		for p := range f.n {
+			pending = append(pending, p)
+		}
 		var err error
 		if limited, err = n.db.CredentialLimited(*a, pending...); err != nil {
 			n.log.Warn("credential cap not checked", "error", err)
 		}
+		if !limited {
+			p := a.Scope.Principal
+			if f.n == nil {
+				f.n = map[string]int{}
+			}
+			f.n[p]++
+			release = func() {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				if f.n[p]--; f.n[p] <= 0 {
+					delete(f.n, p)
+				}
+			}
+		}
+		f.mu.Unlock()
 	}
 	a.CredentialPrefixes, a.CredentialMaxPrincipals = nil, 0
 	if !limited {
-		return engine.Result{}, false
+		return engine.Result{}, false, release
 	}
-	return engine.Result{Outcome: engine.OutcomePrincipalLimit, ByCredential: true, NowMs: n.clock.NowMs()}, true
+	return engine.Result{Outcome: engine.OutcomePrincipalLimit, ByCredential: true, NowMs: n.clock.NowMs()}, true, release
+}
+
+// capFlight counts, by principal, the claims capGate let through while it
+// checks credential caps itself, until their proposals return: they count
+// as new principals for the claims after them.
+type capFlight struct {
+	mu sync.Mutex
+	n  map[string]int
 }
 
 // Complete stores the response of the attempt holding the token.
