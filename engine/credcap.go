@@ -25,8 +25,11 @@ import (
 // every count.
 
 // maxPrefixCounts bounds the prefixes whose counts the DB keeps: past it
-// they are forgotten and counted again when next asked for.
-const maxPrefixCounts = 256
+// they are forgotten and counted again when next asked for. It is well
+// above the capped prefixes of any auth file (a few bytes and a count
+// each): at 256, an auth file capping 300 services forgot every count
+// over and over, and each claim counted its prefix's principals again.
+var maxPrefixCounts = 1 << 14 // a variable for the test that overflows it
 
 // principalMove is a principal that appeared (+1) or went (-1) in a Txn.
 type principalMove struct {

@@ -168,3 +168,20 @@ func TestKeptCountFollowsLaterCommits(t *testing.T) {
 	require.True(t, limited)
 	require.Equal(t, OutcomePrincipalLimit, h.claim(t0+2, capped("cus_3", "k", 2, "cus_")).Outcome)
 }
+
+// A cluster whose auth file caps a few hundred tokens, each with its own
+// prefix, keeps every prefix's count: past the bound every count is
+// forgotten, and each claim of a forgotten prefix counts its principals
+// again (under the DB's write lock when the leader peeks).
+func TestKeptCountsCoverManyTokens(t *testing.T) {
+	h := newHarness(t)
+	const tokens = 1000
+	for i := range tokens {
+		p := fmt.Sprintf("svc%d_", i)
+		require.Equal(t, OutcomeClaimed, h.claim(t0+int64(i), capped(p+"1", "k", 10, p)).Outcome)
+	}
+	h.db.mu.RLock()
+	kept := len(h.db.prefixes)
+	h.db.mu.RUnlock()
+	require.Equal(t, tokens, kept)
+}
