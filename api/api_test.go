@@ -1459,6 +1459,7 @@ func TestRecordsQueryIsStrict(t *testing.T) {
 		{"GET", "principal=cus_a1&endpoint=e&key=k&consistancy=stale", `unknown parameter "consistancy"`},
 		{"GET", "principal=cus_a1&endpoint=e&key=k&Principal=cus_z", `unknown parameter "Principal"`},
 		{"DELETE", "principal=cus_a1&endpoint=e&key=k&x=1", `unknown parameter "x"`},
+		{"DELETE", "principal=cus_a1&endpoint=e&key=k&consistency=stale", `unknown parameter "consistency"`},
 	} {
 		for _, who := range []*testNode{admin, app} {
 			if c.method == "DELETE" && who == app {

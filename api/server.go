@@ -522,11 +522,18 @@ func repeatedParam(q url.Values) *problem {
 // no parameter but these four, the scope, and, for a read, the
 // consistency. Run after the guard, as a body's checks are.
 func (s *Server) lookupArgs(q url.Values, read bool) (scope engine.Scope, linearizable bool, p *problem) {
+	// A delete is always decided by the leader: a consistency would be
+	// ignored, so it is refused there, as any other parameter.
+	allowed := "principal, endpoint, key and consistency"
+	if !read {
+		allowed = "principal, endpoint and key"
+	}
 	for _, k := range slices.Sorted(maps.Keys(q)) {
-		switch k {
-		case "principal", "endpoint", "key", "consistency":
+		switch {
+		case k == "principal" || k == "endpoint" || k == "key":
+		case k == "consistency" && read:
 		default:
-			return engine.Scope{}, false, invalid("unknown parameter %q (the parameters are principal, endpoint, key and consistency; names are case-sensitive)", truncate(k, 40))
+			return engine.Scope{}, false, invalid("unknown parameter %q (the parameters are %s; names are case-sensitive)", truncate(k, 40), allowed)
 		}
 	}
 	if scope, p = s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key")); p != nil {
