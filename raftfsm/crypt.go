@@ -510,7 +510,7 @@ func (n *Node) sealClaim(a *engine.ClaimArgs) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if kr := n.cfg.Keyring; kr != nil {
+	if kr := n.Keyring(); kr != nil {
 		a.CorrelationID = string(kr.seal(fieldCorrelation, a.Scope.Principal, a.Scope.Key, []byte(a.CorrelationID)))
 	}
 	return term, nil
@@ -530,7 +530,7 @@ func (n *Node) sealComplete(t engine.TokenArgs, resp *engine.Response) (*engine.
 	if err != nil {
 		return nil, 0, err
 	}
-	kr := n.cfg.Keyring
+	kr := n.Keyring()
 	if kr == nil {
 		return resp, term, nil
 	}
@@ -564,14 +564,14 @@ func (n *Node) openRecord(r *engine.Record) (*engine.Record, error) {
 	}
 	out := *r
 	if corr {
-		p, err := n.cfg.Keyring.open(fieldCorrelation, r.Principal, r.Key, []byte(r.CorrelationID))
+		p, err := n.Keyring().open(fieldCorrelation, r.Principal, r.Key, []byte(r.CorrelationID))
 		if err != nil {
 			return nil, err
 		}
 		out.CorrelationID = string(p)
 	}
 	if resp {
-		p, err := n.cfg.Keyring.openResponse(r.Principal, r.Key, r.Response)
+		p, err := n.Keyring().openResponse(r.Principal, r.Key, r.Response)
 		if err != nil {
 			return nil, err
 		}

@@ -206,10 +206,10 @@ func TestConcurrentEqualCompletesBothSucceed(t *testing.T) {
 		resp := &engine.Response{Status: 200, Body: secretBody}
 		// Bypass the leader's pre-check: propose what two concurrent
 		// callers would, both sealed before either is applied.
-		sealed := n.cfg.Keyring.sealResponse(s.Principal, s.Key, resp)
+		sealed := n.Keyring().sealResponse(s.Principal, s.Key, resp)
 		for range 2 {
 			r, err := n.propose(&Command{Op: OpComplete, Target: &engine.TokenArgs{Scope: s, Token: res.Record.Token},
-				Response: n.cfg.Keyring.sealResponse(s.Principal, s.Key, resp)})
+				Response: n.Keyring().sealResponse(s.Principal, s.Key, resp)})
 			require.NoError(t, err)
 			require.Equal(t, engine.OutcomeCompleted, r.Outcome)
 			require.Equal(t, sealed.Body, stored(t, n, s).Response.Body)
@@ -223,7 +223,7 @@ func TestRotationAndTurningEncryptionOn(t *testing.T) {
 	plainScope, plainToken, plainResp := write(t, n, "plain")
 	require.Equal(t, secretBody, stored(t, n, plainScope).Response.Body)
 
-	n.cfg.Keyring = testRing(t, "k1")
+	n.setKeyring(testRing(t, "k1"))
 	n = reopen(t, n)
 	require.True(t, plainResp.Equal(lookup(t, n, plainScope).Response), "records written without a key stay readable")
 	again, err := n.Complete(engine.TokenArgs{Scope: plainScope, Token: plainToken}, plainResp)
@@ -234,7 +234,7 @@ func TestRotationAndTurningEncryptionOn(t *testing.T) {
 	require.Equal(t, "k1", mustKeyID(stored(t, n, k1Scope).Response.Body))
 
 	// k2 added first: k1's records stay readable, new ones use k2.
-	n.cfg.Keyring = testRing(t, "k2", "k1")
+	n.setKeyring(testRing(t, "k2", "k1"))
 	n = reopen(t, n)
 	require.True(t, k1Resp.Equal(lookup(t, n, k1Scope).Response))
 	require.Equal(t, secretCorrelation, lookup(t, n, k1Scope).CorrelationID)
@@ -280,7 +280,7 @@ func TestRotationAndTurningEncryptionOn(t *testing.T) {
 func TestUndecryptableRecordIsAnErrorNamingTheKey(t *testing.T) {
 	n := mustNode(t, func(c *Config) { c.Keyring = testRing(t, "k1") })
 	s, _, _ := write(t, n, "a")
-	n.cfg.Keyring = testRing(t, "k9") // as a follower that never got k1 would be
+	n.setKeyring(testRing(t, "k9")) // as a follower that never got k1 would be
 	_, _, err := n.Lookup(context.Background(), s, false, true)
 	var se *SealedError
 	require.ErrorAs(t, err, &se)
@@ -290,10 +290,10 @@ func TestUndecryptableRecordIsAnErrorNamingTheKey(t *testing.T) {
 	require.ErrorIs(t, err, ErrEncryption, "a replay cannot be served")
 
 	s2 := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "b"}
-	n.cfg.Keyring = testRing(t, "k1")
+	n.setKeyring(testRing(t, "k1"))
 	_, _, err = n.Claim(engine.ClaimArgs{Scope: s2, Fingerprint: "aa", CorrelationID: "c", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
-	n.cfg.Keyring = nil
+	n.setKeyring(nil)
 	res, _, err := n.Claim(engine.ClaimArgs{Scope: s2, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeInProgress, res.Outcome)
@@ -391,4 +391,11 @@ func TestWrongKeyUnderKnownIDIsRefusedAtStart(t *testing.T) {
 	}
 	require.Error(t, err, "a node whose key k1 is not the key the stored values were sealed with must refuse to start, naming k1")
 	require.Contains(t, err.Error(), `"k1"`)
+}
+
+// setKeyring gives a running node another key ring, as a restart with
+// another key file would; a restart from its Config keeps it.
+func (n *Node) setKeyring(k *Keyring) {
+	n.cfg.Keyring = k
+	n.keyring.Store(k)
 }

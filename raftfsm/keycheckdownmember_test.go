@@ -33,14 +33,14 @@ func TestWrongKeyPromotedWhileAMemberIsDown(t *testing.T) {
 	// A new term (a leader change), in which n3 never answers.
 	require.NoError(t, n1.TransferLeadershipTo("n2"))
 	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
-	n1.cfg.Keyring = testRing(t, "k1")
-	n2.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
+	n2.setKeyring(testRing(t, "k1"))
 	write(t, n2, "sealed")
 	time.Sleep(3 * probeEvery)
 	require.Nil(t, n2.fsm.keys.check("k1"), "no check value while n3 is down")
 
 	n4 := c.open("n4", "", false)
-	n4.cfg.Keyring = otherRing(t, "k1") // generated on n4
+	n4.setKeyring(otherRing(t, "k1")) // generated on n4
 	res, err := n2.Join(n4.Self(), false, false)
 	require.NoError(t, err)
 	require.Equal(t, "nonvoter", res.Suffrage)

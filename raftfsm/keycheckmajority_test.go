@@ -36,16 +36,16 @@ func TestKeyCheckRecordedByTheOddLeaderOut(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false)
 	n2.SetPeerProbe(hide)
-	n2.cfg.Keyring = testRing(t, "k1")
+	n2.setKeyring(testRing(t, "k1"))
 	c.join(n2, n1)
 	n3 := c.open("n3", "", false)
 	n3.SetPeerProbe(hide)
-	n3.cfg.Keyring = otherRing(t, "k1") // generated on n3 before the upgrade
+	n3.setKeyring(otherRing(t, "k1")) // generated on n3 before the upgrade
 	c.join(n3, n1)
 	// Given its key only now: alone, n1 would record its check value at once
 	// (one voter is the majority), and the cluster would not be one from
 	// before check values (n2 then stayed a non-voter now and then).
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	write(t, n1, "sealed-by-the-majority-key")
 	require.Nil(t, n1.fsm.keys.check("k1"))
 
@@ -53,6 +53,6 @@ func TestKeyCheckRecordedByTheOddLeaderOut(t *testing.T) {
 	require.Eventually(t, n3.IsLeader, 10*time.Second, 10*time.Millisecond)
 	upgraded.Store(true)
 	require.Eventually(t, func() bool { return n1.fsm.keys.check("k1") != nil }, 15*time.Second, 20*time.Millisecond)
-	require.Equal(t, n1.cfg.Keyring.Check("k1"), n1.fsm.keys.check("k1"),
+	require.Equal(t, n1.Keyring().Check("k1"), n1.fsm.keys.check("k1"),
 		"the check value recorded is n3's own k1, which no stored value is sealed with and two of three voters do not hold")
 }

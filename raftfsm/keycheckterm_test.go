@@ -25,7 +25,7 @@ func TestSealCheckBindsToItsTerm(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false) // no key file
 	c.join(n2, n1)                // a voter before encryption is on
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	write(t, n1, "before") // a value under k1: the cluster uses encryption
 	require.Eventually(t, func() bool { return len(n2.fsm.keys.inUse()) > 0 }, 5*time.Second, 10*time.Millisecond)
 
@@ -76,7 +76,7 @@ func TestSealCheckWaitsForTheTermsBarrier(t *testing.T) {
 	})
 	stuck.Store(true)
 	t.Cleanup(func() { stuck.Store(false) })
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	write(t, n1, "before") // the cluster's first value under k1
 	require.Empty(t, n2.fsm.keys.inUse(), "n2's state does not show it yet")
 

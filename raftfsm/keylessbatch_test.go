@@ -19,7 +19,7 @@ func TestKeylessLeaderRefusesBatchSeals(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false)
 	c.join(n2, n1) // a voter before encryption is on: a keyless non-voter is not promoted
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	write(t, n1, "before")
 	n2.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) { return Status{}, errors.New("unreachable") })
 	require.NoError(t, n1.TransferLeadershipTo("n2"))

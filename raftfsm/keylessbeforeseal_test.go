@@ -25,7 +25,7 @@ func TestKeylessLeaderWithRecordedCheckButNoSealedValue(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false) // no key file
 	c.join(n2, n1)                // a voter before encryption is on (a keyless non-voter is no longer promoted)
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	require.Eventually(t, func() bool { return n2.fsm.keys.check("k1") != nil }, 15*time.Second, 20*time.Millisecond,
 		"the keyed leader records k1's check value: the cluster is encrypted")
 
@@ -47,7 +47,7 @@ func TestKeylessLeaderWithRecordedCheckButNoSealedValue(t *testing.T) {
 func TestKeylessNodeNotPromotedWhenCheckRecorded(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", "", true)
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	c.leader(n1)
 	require.Eventually(t, func() bool { return n1.fsm.keys.check("k1") != nil }, 10*time.Second, 20*time.Millisecond)
 	n2 := c.open("n2", "", false) // no key file

@@ -30,7 +30,7 @@ func TestKeylessLeaderDoesNotStorePlaintext(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false) // no key file
 	c.join(n2, n1)                // a voter before encryption is on: a keyless non-voter is not promoted
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	write(t, n1, "before") // a value under k1: the cluster uses encryption
 
 	// n2 cannot measure n1 for now, so it knows no voter to hand over to.
@@ -73,7 +73,7 @@ func otherRing(t *testing.T, id string) *Keyring {
 func TestNodeWithoutTheKeyIsNotPromoted(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", "", true)
-	n1.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
 	c.leader(n1)
 	write(t, n1, "before")
 	require.NotNil(t, n1.fsm.keys.check("k1"), "the first sealing leader records its key's check value")
@@ -90,11 +90,11 @@ func TestNodeWithoutTheKeyIsNotPromoted(t *testing.T) {
 	require.Contains(t, m.NotPromoted, `no --encryption-key-file`)
 	require.Contains(t, m.NotPromoted, `"k1"`)
 
-	n2.cfg.Keyring = otherRing(t, "k1") // its own k1, generated on it
+	n2.setKeyring(otherRing(t, "k1")) // its own k1, generated on it
 	require.Eventually(t, func() bool { return strings.Contains(member(t, n1, "n2").NotPromoted, "not the cluster's key") }, 10*time.Second, 20*time.Millisecond)
 	require.Equal(t, "Nonvoter", member(t, n1, "n2").Suffrage)
 
-	n2.cfg.Keyring = testRing(t, "k1") // the cluster's key file, copied
+	n2.setKeyring(testRing(t, "k1")) // the cluster's key file, copied
 	c.waitSuffrage(n1, "n2", "Voter")
 	require.Empty(t, member(t, n1, "n2").NotPromoted)
 }
@@ -109,8 +109,8 @@ func TestLeaderWithAnotherKeyUnderTheIDRefusesWrites(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false)
 	c.join(n2, n1) // a voter before anything was encrypted
-	n1.cfg.Keyring = testRing(t, "k1")
-	n2.cfg.Keyring = otherRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
+	n2.setKeyring(otherRing(t, "k1"))
 	// n1 records its check once it has measured n2 (every member must list key-check).
 	i := 0
 	require.Eventually(t, func() bool {
@@ -169,8 +169,8 @@ func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
 		}
 		return st, err
 	})
-	n1.cfg.Keyring = testRing(t, "k1")
-	n2.cfg.Keyring = testRing(t, "k1")
+	n1.setKeyring(testRing(t, "k1"))
+	n2.setKeyring(testRing(t, "k1"))
 	time.Sleep(2 * probeEvery) // n1 has measured n2 as it is now
 	s, _, resp := write(t, n1, "pre")
 	require.Nil(t, n1.fsm.keys.check("k1"), "no check value while a member cannot apply it")
@@ -184,7 +184,7 @@ func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
 		return n1.fsm.keys.check("k1") != nil
 	}, 10*time.Second, 150*time.Millisecond)
 	require.Eventually(t, func() bool { return n2.fsm.keys.check("k1") != nil }, 5*time.Second, 10*time.Millisecond)
-	require.Equal(t, n1.cfg.Keyring.Check("k1"), n2.fsm.keys.check("k1"))
+	require.Equal(t, n1.Keyring().Check("k1"), n2.fsm.keys.check("k1"))
 	require.True(t, resp.Equal(lookup(t, n1, s).Response))
 
 	cmd := &Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: "k9", Check: make([]byte, 16)}}
@@ -198,7 +198,7 @@ func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
 	require.Nil(t, n1.fsm.keys.check("k9"))
 	_, err = n1.propose(&Command{Op: OpKeyCheck, KeyCheck: &KeyCheck{ID: "k1", Check: make([]byte, 16)}})
 	require.NoError(t, err)
-	require.Equal(t, n1.cfg.Keyring.Check("k1"), n1.fsm.keys.check("k1"), "the first check value applied stays")
+	require.Equal(t, n1.Keyring().Check("k1"), n1.fsm.keys.check("k1"), "the first check value applied stays")
 }
 
 // A follower shows the whole cluster with the leader's measurements: why a
@@ -221,7 +221,7 @@ func TestRotationKeyCheckedBeforeItSeals(t *testing.T) {
 	n := mustNode(t, func(c *Config) { c.Keyring = testRing(t, "k1", "k2") })
 	require.Eventually(t, func() bool { return n.fsm.keys.check("k2") != nil }, 10*time.Second, 20*time.Millisecond,
 		"the leader records the check value of k2, which seals nothing yet")
-	require.Equal(t, n.cfg.Keyring.Check("k2"), n.fsm.keys.check("k2"))
+	require.Equal(t, n.Keyring().Check("k2"), n.fsm.keys.check("k2"))
 	cfg := n.cfg
 	require.NoError(t, n.Close())
 

@@ -307,7 +307,7 @@ func (n *Node) KeyUse() []KeyUse { return n.fsm.keys.usage(n.db.Meta().Width) }
 
 // Keyring is the node's encryption key ring (nil: values are stored in
 // plaintext).
-func (n *Node) Keyring() *Keyring { return n.cfg.Keyring }
+func (n *Node) Keyring() *Keyring { return n.keyring.Load() }
 
 // checkKeys refuses a start when the state needs a key the node lacks, and
 // says so in the log when the node runs without some key it might need.
@@ -317,30 +317,30 @@ func (n *Node) checkKeys() error {
 	}
 	var missing []string
 	for _, u := range n.KeyUse() {
-		if !n.cfg.Keyring.Has(u.ID) {
+		if !n.Keyring().Has(u.ID) {
 			missing = append(missing, u.ID)
 		}
 	}
 	if len(missing) > 0 {
-		return &MissingKeysError{IDs: missing, Have: n.cfg.Keyring.IDs()}
+		return &MissingKeysError{IDs: missing, Have: n.Keyring().IDs()}
 	}
 	if wrong := n.wrongKeys(); len(wrong) > 0 {
 		return &KeyMismatchError{IDs: wrong}
 	}
 	n.fsm.keys.mu.Lock()
 	n.fsm.keys.onNew = func(id string) {
-		if !n.cfg.Keyring.Has(id) {
+		if !n.Keyring().Has(id) {
 			n.log.Error("the leader stores values encrypted with a key this node does not hold: reads of them on this node fail until it is added to --encryption-key-file", "key-id", id)
 		}
 	}
 	n.fsm.keys.onCheck = func(id string, check []byte) {
-		if own := n.cfg.Keyring.Check(id); own != nil && !hmac.Equal(own, check) {
+		if own := n.Keyring().Check(id); own != nil && !hmac.Equal(own, check) {
 			n.log.Error("this node's key under an id the cluster uses is not the cluster's key (its check value differs): values sealed under that id do not decrypt here, and this node refuses to seal with it while it leads; "+
 				"copy the key file the other nodes use to this node and restart it (never regenerate a key that is in use)", "key-id", id)
 		}
 	}
 	n.fsm.keys.mu.Unlock()
-	if kr := n.cfg.Keyring; kr != nil {
+	if kr := n.Keyring(); kr != nil {
 		n.log.Info("encryption at rest is on", "encrypt-key-id", kr.Primary(), "key-ids", strings.Join(kr.IDs(), ","))
 	}
 	return nil
@@ -351,7 +351,7 @@ func (n *Node) checkKeys() error {
 func (n *Node) wrongKeys() []string {
 	var wrong []string
 	for id, c := range n.fsm.keys.recordedChecks() {
-		if own := n.cfg.Keyring.Check(id); own != nil && !hmac.Equal(own, c) {
+		if own := n.Keyring().Check(id); own != nil && !hmac.Equal(own, c) {
 			wrong = append(wrong, id)
 		}
 	}
@@ -481,7 +481,7 @@ func (n *Node) sealBound(c *Command) error {
 // recorded yet, not the one most voters holding the id have. With record,
 // it records its key's check value when none is (recordKeyCheck).
 func (n *Node) sealRefusal(record bool) *SealRefusedError {
-	kr := n.cfg.Keyring
+	kr := n.Keyring()
 	if kr == nil {
 		if ids := n.neededKeys(); len(ids) > 0 {
 			return &SealRefusedError{InUse: ids}
@@ -552,7 +552,7 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 		}
 		check := ""
 		if string(s.ID) == n.self.ID {
-			if c := n.cfg.Keyring.Check(id); c != nil {
+			if c := n.Keyring().Check(id); c != nil {
 				check = hex.EncodeToString(c)
 			}
 		} else if h := n.peers.byID[string(s.ID)]; h != nil && n.peers.term == term && !h.answeredAt.IsZero() {
@@ -623,7 +623,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 		if c := n.fsm.keys.check(id); c != nil {
 			need[id] = hex.EncodeToString(c)
 		} else if err.Mismatch {
-			avoid = hex.EncodeToString(n.cfg.Keyring.Check(id))
+			avoid = hex.EncodeToString(n.Keyring().Check(id))
 		}
 	}
 	f := n.raft.GetConfiguration()
@@ -675,7 +675,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 // nodes restart with it, before any value is sealed under it (a node
 // holding other bytes under a recorded id refuses to start).
 func (n *Node) recordKeyChecks() {
-	kr := n.cfg.Keyring
+	kr := n.Keyring()
 	if kr == nil {
 		return
 	}
@@ -769,7 +769,7 @@ func (c *keyCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.buckets, prometheus.GaugeValue, float64(u.Buckets), u.ID)
 		ch <- prometheus.MustNewConstMetric(c.until, prometheus.GaugeValue, float64(u.UntilMs)/1000, u.ID)
 	}
-	for i, id := range c.n.cfg.Keyring.IDs() {
+	for i, id := range c.n.Keyring().IDs() {
 		use := "decrypt"
 		if i == 0 {
 			use = "encrypt"

@@ -947,7 +947,7 @@ func (n *Node) notPromotable(h *peerHealth) string {
 func (n *Node) lacksKeys(h *peerHealth) string {
 	needed := n.neededKeysLocked()
 	checks := n.fsm.keys.recordedChecks()
-	kr := n.cfg.Keyring
+	kr := n.Keyring()
 	if len(needed) == 0 && len(checks) == 0 && kr == nil {
 		return ""
 	}
@@ -1001,7 +1001,7 @@ func (h *peerHealth) keyCheck(id string) string {
 
 // nodeKeys lists the node's keys with their check values, for Status.
 func (n *Node) nodeKeys() []NodeKey {
-	kr := n.cfg.Keyring
+	kr := n.Keyring()
 	if kr == nil {
 		return nil
 	}

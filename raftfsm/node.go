@@ -26,6 +26,9 @@ import (
 // bolt, snapshots on disk and the TCP transport.
 type Node struct {
 	capFlight capFlight // credential caps' claims in flight (capGate)
+	// keyring is Config.Keyring, read through Keyring(): tests swap it on
+	// a running node (setKeyring) to play a node given another key file.
+	keyring atomic.Pointer[Keyring]
 	cfg       Config
 	log       *slog.Logger
 	db        *engine.DB
@@ -86,6 +89,7 @@ func Open(cfg Config) (*Node, error) {
 		unhealty: map[raft.ServerID]bool{},
 		stop:     make(chan struct{}),
 	}
+	n.keyring.Store(cfg.Keyring)
 	ok := false
 	defer func() {
 		if !ok {
