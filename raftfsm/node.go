@@ -28,7 +28,7 @@ type Node struct {
 	capFlight capFlight // credential caps' claims in flight (capGate)
 	// keyring is Config.Keyring, read through Keyring(): tests swap it on
 	// a running node (setKeyring) to play a node given another key file.
-	keyring atomic.Pointer[Keyring]
+	keyring   atomic.Pointer[Keyring]
 	cfg       Config
 	log       *slog.Logger
 	db        *engine.DB
