@@ -228,7 +228,7 @@ func (n *Node) tlsReloaded(stream *streamLayer, old, cur *tlsMaterial) {
 	if !trust && !cert {
 		return
 	}
-	untrusted, dialled := stream.cut(cur.pool, cert)
+	untrusted, dialled := stream.conns.cut(cur.pool, cert)
 	if untrusted > 0 {
 		n.log.Warn("closed raft connections whose peer's certificate the reloaded --tls-ca-file no longer trusts", "connections", untrusted)
 	}

@@ -41,10 +41,9 @@ type TLS struct {
 	// nodes (request forwarding, health probes, join checks). An
 	// http.Transport keeps them pooled for as long as they work, so a
 	// reload that changes the CAs closes those whose peer's certificate
-	// the new ones do not verify (cutDialled): the next request dials,
-	// and verifies against the new CAs.
-	dialMu  sync.Mutex
-	dialled map[*peerConn]struct{}
+	// the new ones do not verify: the next request dials, and verifies
+	// against the new CAs.
+	dialled tlsConns
 }
 
 type tlsMaterial struct {
@@ -85,7 +84,9 @@ func (t *TLS) Reload() error {
 	}
 	old := t.cur.Swap(m)
 	if trustChanged(old, m) {
-		t.cutDialled(m)
+		if n, _ := t.dialled.cut(m.pool, false); n > 0 {
+			t.log.Warn("closed connections to other nodes' HTTP API whose certificate the reloaded --tls-ca-file no longer trusts", "connections", n)
+		}
 	}
 	t.watchMu.Lock()
 	defer t.watchMu.Unlock()
@@ -345,64 +346,87 @@ func (t *TLS) DialTLSContext(d *net.Dialer) func(ctx context.Context, network, a
 			raw.Close()
 			return nil, &net.OpError{Op: "dial", Net: network, Addr: raw.RemoteAddr(), Err: fmt.Errorf("tls handshake: %w", err)}
 		}
-		pc := &peerConn{Conn: c, t: t, certs: c.ConnectionState().PeerCertificates}
-		if !t.trackDialled(pc, m) {
+		if !t.dialled.track(t, c, m, false) {
 			c.Close()
 			return nil, &net.OpError{Op: "dial", Net: network, Addr: raw.RemoteAddr(), Err: errors.New("tls handshake: the server's certificate is not trusted by the reloaded CA file")}
 		}
-		return pc, nil
+		return &trackedConn{Conn: c, set: &t.dialled}, nil
 	}
 }
 
-// peerConn is a connection DialTLSContext made, tracked until it closes.
-type peerConn struct {
-	*tls.Conn
-	t     *TLS
-	certs []*x509.Certificate // the server's chain, as the handshake saw it
+// tlsConns are open TLS connections that a reload may cut: raft's, both
+// ways, and the HTTP connections this node dials to other nodes. Each is
+// kept for as long as it works, so without the cut it would outlive the
+// CA that let it in, or the certificate it was dialled with.
+type tlsConns struct {
+	mu   sync.Mutex
+	live map[*tls.Conn]bool // true: dialled again when this node's certificate changes
 }
 
-func (c *peerConn) Close() error {
-	c.t.dialMu.Lock()
-	delete(c.t.dialled, c)
-	c.t.dialMu.Unlock()
-	return c.Conn.Close()
-}
-
-// trackDialled adds a connection whose handshake used the files of m to
-// the tracked ones, unless a reload replaced them meanwhile with CAs that
-// do not verify its server (then the caller closes it). Reload stores the
-// new files before it cuts (under dialMu), so a handshake that finished
-// with the old ones is either seen by the cut or sees the new files here.
-func (t *TLS) trackDialled(c *peerConn, m *tlsMaterial) bool {
-	t.dialMu.Lock()
-	defer t.dialMu.Unlock()
-	if cur := t.cur.Load(); cur != m && trustChanged(m, cur) && !peerTrusted(c.certs, cur.pool) {
-		return false
+// track adds c, whose handshake used the files of m, unless t's files were
+// reloaded meanwhile and the peer's certificate is not trusted any more,
+// or c is one to dial again (redial) and was dialled with a certificate
+// since replaced; then the caller closes it. A reload stores the new files
+// before it cuts (under mu), so a handshake that finished with the old
+// ones is either seen by the cut or sees the new files here.
+func (s *tlsConns) track(t *TLS, c *tls.Conn, m *tlsMaterial, redial bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if cur := t.cur.Load(); m != nil && cur != m {
+		if trustChanged(m, cur) && !peerTrusted(c.ConnectionState().PeerCertificates, cur.pool) {
+			return false
+		}
+		if redial && certChanged(m, cur) {
+			return false
+		}
 	}
-	if t.dialled == nil {
-		t.dialled = map[*peerConn]struct{}{}
+	if s.live == nil {
+		s.live = map[*tls.Conn]bool{}
 	}
-	t.dialled[c] = struct{}{}
+	s.live[c] = redial
 	return true
 }
 
-// cutDialled closes the connections DialTLSContext made whose server's
-// certificate cur's CAs do not verify, in use or pooled: a request under
-// way on one fails, as it would on the raft port.
-func (t *TLS) cutDialled(cur *tlsMaterial) {
-	t.dialMu.Lock()
-	var cut []*peerConn
-	for c := range t.dialled {
-		if !peerTrusted(c.certs, cur.pool) {
-			cut = append(cut, c)
-			delete(t.dialled, c)
+func (s *tlsConns) untrack(c *tls.Conn) {
+	s.mu.Lock()
+	delete(s.live, c)
+	s.mu.Unlock()
+}
+
+// cut closes the connections whose peer's certificate chain does not
+// verify against pool and, with redial, every one tracked to be dialled
+// again; it returns how many of each. It closes the TCP connection under
+// each: a TLS close would first send the peer an alert, which can wait
+// seconds on a peer that does not read.
+func (s *tlsConns) cut(pool *x509.CertPool, redial bool) (untrusted, redialled int) {
+	var cut []*tls.Conn
+	s.mu.Lock()
+	for c, again := range s.live {
+		switch {
+		case !peerTrusted(c.ConnectionState().PeerCertificates, pool):
+			untrusted++
+		case redial && again:
+			redialled++
+		default:
+			continue
 		}
+		delete(s.live, c)
+		cut = append(cut, c)
 	}
-	t.dialMu.Unlock()
+	s.mu.Unlock()
 	for _, c := range cut {
-		c.Conn.Close()
+		c.NetConn().Close()
 	}
-	if len(cut) > 0 {
-		t.log.Warn("closed connections to other nodes' HTTP API whose certificate the reloaded --tls-ca-file no longer trusts", "connections", len(cut))
-	}
+	return untrusted, redialled
+}
+
+// trackedConn is a connection in a tlsConns until it closes.
+type trackedConn struct {
+	*tls.Conn
+	set *tlsConns
+}
+
+func (c *trackedConn) Close() error {
+	c.set.untrack(c.Conn)
+	return c.Conn.Close()
 }

@@ -177,9 +177,9 @@ func TestCARotationCutsOldCAConnections(t *testing.T) {
 // connections were opened with by the peer named cn, both ways.
 func peerSerials(n *Node, cn string) map[string]bool {
 	out := map[string]bool{}
-	n.stream.liveMu.Lock()
-	defer n.stream.liveMu.Unlock()
-	for c := range n.stream.live {
+	n.stream.conns.mu.Lock()
+	defer n.stream.conns.mu.Unlock()
+	for c := range n.stream.conns.live {
 		certs := c.ConnectionState().PeerCertificates
 		if len(certs) > 0 && certs[0].Subject.CommonName == cn {
 			out[certs[0].SerialNumber.String()] = true

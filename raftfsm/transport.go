@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -43,14 +42,11 @@ type streamLayer struct {
 	// minute is enough to name the mistake.
 	notRaftLogged spacer
 
-	// live are the open TLS connections, both ways, with a finished
-	// handshake (true: dialled by this node). A reload that changes the
-	// CA closes those whose peer's certificate it no longer trusts, and
-	// one that changes this node's certificate closes those it dialled,
-	// so that they are dialled again with it (cut): raft keeps
-	// connections open for as long as they work.
-	liveMu sync.Mutex
-	live   map[*tls.Conn]bool
+	// conns are the open TLS connections, both ways, with a finished
+	// handshake, those dialled by this node to be dialled again when its
+	// certificate changes (tlsConns): raft keeps connections open for as
+	// long as they work.
+	conns tlsConns
 }
 
 // handshakeTimeout bounds a TLS handshake on the raft port, so a peer that
@@ -88,8 +84,7 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log,
-		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{}),
-		live: map[*tls.Conn]bool{}}
+		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{})}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: tcp.IP}
 	}
@@ -122,61 +117,6 @@ func (s *streamLayer) Accept() (net.Conn, error) {
 	srv := &serverConn{log: s.log, layer: s}
 	srv.Conn = tls.Server(sc, s.tls.raftServerConfig(func(m *tlsMaterial) { srv.used = m }))
 	return srv, nil
-}
-
-// track adds a TLS connection whose handshake used the files of m to the
-// live ones, unless the files were reloaded meanwhile and the peer's
-// certificate is not trusted any more, or the connection was dialled with
-// a certificate since replaced (then the caller closes it).
-func (s *streamLayer) track(c *tls.Conn, m *tlsMaterial, dialled bool) bool {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
-	// A reload stores the new files before it cuts (under liveMu), so a
-	// handshake that finished with the old ones is either seen by the
-	// cut or sees the new files here.
-	if cur := s.tls.cur.Load(); m != nil && cur != m {
-		if trustChanged(m, cur) && !peerTrusted(c.ConnectionState().PeerCertificates, cur.pool) {
-			return false
-		}
-		if dialled && certChanged(m, cur) {
-			return false
-		}
-	}
-	s.live[c] = dialled
-	return true
-}
-
-func (s *streamLayer) untrack(c *tls.Conn) {
-	s.liveMu.Lock()
-	delete(s.live, c)
-	s.liveMu.Unlock()
-}
-
-// cut closes the live connections whose peer's certificate chain does
-// not verify against pool and, with redial, every one this node dialled;
-// it returns how many of each. It closes the TCP connection under each:
-// a TLS close would first send the peer an alert, which can wait seconds
-// on a peer that does not read.
-func (s *streamLayer) cut(pool *x509.CertPool, redial bool) (untrusted, dialled int) {
-	var cut []*tls.Conn
-	s.liveMu.Lock()
-	for c, out := range s.live {
-		switch {
-		case !peerTrusted(c.ConnectionState().PeerCertificates, pool):
-			untrusted++
-		case redial && out:
-			dialled++
-		default:
-			continue
-		}
-		delete(s.live, c)
-		cut = append(cut, c)
-	}
-	s.liveMu.Unlock()
-	for _, c := range cut {
-		c.NetConn().Close()
-	}
-	return untrusted, dialled
 }
 
 // Close stops Accept, also one waiting for a slot.
@@ -248,22 +188,11 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 		return nil, fmt.Errorf("raftfsm: tls handshake with raft peer %s: %w", address, err)
 	}
 	tc.SetDeadline(time.Time{})
-	if !s.track(tc, m, true) {
+	if !s.conns.track(s.tls, tc, m, true) {
 		tc.Close()
 		return nil, fmt.Errorf("raftfsm: raft peer %s: its certificate is not trusted by the reloaded --tls-ca-file", address)
 	}
-	return &clientConn{Conn: tc, layer: s}, nil
-}
-
-// clientConn is a dialled TLS connection, live until closed.
-type clientConn struct {
-	*tls.Conn
-	layer *streamLayer
-}
-
-func (c *clientConn) Close() error {
-	c.layer.untrack(c.Conn)
-	return c.Conn.Close()
+	return &trackedConn{Conn: tc, set: &s.conns}, nil
 }
 
 // serverConn completes the server side of the handshake before the first
@@ -288,7 +217,7 @@ func (c *serverConn) handshake() error {
 			return
 		}
 		c.Conn.SetDeadline(time.Time{})
-		if !c.layer.track(c.Conn, c.used, false) {
+		if !c.layer.conns.track(c.layer.tls, c.Conn, c.used, false) {
 			c.err = errors.New("raftfsm: raft peer's certificate is not trusted by the reloaded --tls-ca-file")
 			c.log.Warn("closed a raft connection: the peer's certificate is not trusted by the reloaded --tls-ca-file",
 				"remote-addr", c.Conn.RemoteAddr().String())
@@ -299,7 +228,7 @@ func (c *serverConn) handshake() error {
 }
 
 func (c *serverConn) Close() error {
-	c.layer.untrack(c.Conn)
+	c.layer.conns.untrack(c.Conn)
 	return c.Conn.Close()
 }
 
