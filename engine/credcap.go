@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -93,7 +94,7 @@ func countPrefix(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), pr
 		head := append([]byte(nil), k[:len(lo)+w]...) // q/<length>
 		if l >= uint64(len(prefix)) {
 			start := append(slices.Clone(head), prefix...)
-			for ok = it.SeekGE(start); ok && bytesHasPrefix(it.Key(), start); ok = it.Next() {
+			for ok = it.SeekGE(start); ok && bytes.HasPrefix(it.Key(), start); ok = it.Next() {
 				n++
 			}
 		}
@@ -106,10 +107,6 @@ func countPrefix(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), pr
 		return 0, fmt.Errorf("engine: count principals of %q: %w", prefix, err)
 	}
 	return n, nil
-}
-
-func bytesHasPrefix(b, p []byte) bool {
-	return len(b) >= len(p) && string(b[:len(p)]) == string(p)
 }
 
 // prefixLive is the count of live principals under prefix, as this Txn
