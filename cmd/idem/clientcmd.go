@@ -529,9 +529,7 @@ request again.`, stdout, stderr)
 // when the value came from it.
 func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 	name := "--addr"
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "addr" })
-	if !set && os.Getenv("IDEM_ADDR") != "" {
+	if !flagSet(fs, "addr") && os.Getenv("IDEM_ADDR") != "" {
 		name = "$IDEM_ADDR (--addr)"
 	}
 	var out []string

@@ -146,6 +146,13 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 	return sub, 0, false
 }
 
+// flagSet reports whether the flag name was given on the command line.
+func flagSet(fs *flag.FlagSet, name string) bool {
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	return set
+}
+
 // parseFlags is fs.Parse for every command. A value a flag refuses is
 // reported by flagValueError, where the flag package says only `invalid
 // value "48" for flag -retention: parse error`, which neither writes the

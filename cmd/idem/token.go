@@ -323,10 +323,3 @@ func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken
 		logAuth(log, "auth file reloaded", path, creds)
 	}
 }
-
-// flagSet reports whether the flag name was given on the command line.
-func flagSet(fs *flag.FlagSet, name string) bool {
-	set := false
-	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
-	return set
-}
