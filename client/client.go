@@ -263,28 +263,37 @@ func answerBody(resp *http.Response) ([]byte, error) {
 		// Its Content-Length is the one a GET would have; it has no body.
 		n = -1
 	}
-	if n < 0 || n > 1<<20 {
+	if n < 0 || n > maxSizedBody {
 		// Unknown, or large: grown as it arrives, so a length a node
 		// declares but never sends costs nothing up front.
 		return io.ReadAll(io.LimitReader(resp.Body, maxAnswerBytes+1))
 	}
-	raw := make([]byte, n, n+1)
-	if _, err := io.ReadFull(resp.Body, raw); err != nil {
+	return readSized(resp.Body, n)
+}
+
+// maxSizedBody is the largest declared length readSized is trusted with:
+// it allocates the whole length before the first byte.
+const maxSizedBody = 1 << 20
+
+// readSized reads a body of declared length n (at most maxSizedBody) into
+// one buffer of that size, and reads to its end, so a connection goes back
+// to its pool once the body is consumed, as after io.ReadAll. A body
+// shorter or longer than n is an error.
+func readSized(r io.Reader, n int64) ([]byte, error) {
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF // shorter than it said
 		}
 		return nil, err
 	}
-	// Read to the end, as io.ReadAll does: the connection goes back to
-	// the pool only once its body is consumed.
 	var one [1]byte
-	if m, err := resp.Body.Read(one[:]); m > 0 || (err != nil && !errors.Is(err, io.EOF)) {
-		if err == nil {
-			err = fmt.Errorf("longer than its Content-Length %d", n)
-		}
+	if m, err := r.Read(one[:]); m > 0 {
+		return nil, fmt.Errorf("longer than its declared length %d", n)
+	} else if err != nil && !errors.Is(err, io.EOF) {
 		return nil, err
 	}
-	return raw, nil
+	return b, nil
 }
 
 // send makes one request to the node at base.

@@ -296,16 +296,10 @@ func requestBody(req *http.Request) ([]byte, error) {
 	defer req.Body.Close()
 	var b []byte
 	var err error
-	if n := req.ContentLength; n > 0 && n <= 1<<20 {
+	if n := req.ContentLength; n > 0 && n <= maxSizedBody {
 		// The client's bodies are in memory and their length is known:
 		// one buffer, not io.ReadAll's growing ones.
-		b = make([]byte, n)
-		if _, err = io.ReadFull(req.Body, b); err == nil {
-			var one [1]byte
-			if m, _ := req.Body.Read(one[:]); m > 0 {
-				err = fmt.Errorf("body longer than its ContentLength %d", n)
-			}
-		}
+		b, err = readSized(req.Body, n)
 	} else {
 		b, err = io.ReadAll(req.Body)
 	}
