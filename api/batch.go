@@ -341,56 +341,35 @@ func (s *Server) prepareOp(r *http.Request, raw json.RawMessage) batchItem {
 // was a tenth of a node's CPU under batched load).
 func cutOp(raw json.RawMessage) (string, []byte, *problem) {
 	sc := rawScanner{b: raw}
-	sc.space()
-	if sc.i >= len(raw) || raw[sc.i] != '{' {
+	if !sc.open() {
 		return "", nil, invalid("an operation must be a JSON object with an \"op\" member")
 	}
-	sc.i++
 	var kind *string
 	var cutFrom, cutTo int
-	first := true
-	for {
-		memberStart := sc.i // at the ',' before a member, or just after '{'
-		sc.space()
-		if sc.i >= len(raw) || raw[sc.i] == '}' {
+	// The other members are skipped, not checked: they are the route's
+	// body, checked by its own decoding after the op is authorized, as the
+	// route checks them after its guard (a principal outside the token's
+	// is 403 even when another member is malformed).
+	for first := true; ; first = false {
+		m, done, ok := sc.next()
+		if done {
 			break
 		}
-		if raw[sc.i] == ',' {
-			sc.i++
-			sc.space()
-		}
-		name, ok := sc.str()
 		if !ok {
 			return "", nil, notJSON()
 		}
-		sc.space()
-		if sc.i >= len(raw) || raw[sc.i] != ':' {
-			return "", nil, notJSON()
-		}
-		sc.i++
-		sc.space()
-		valStart := sc.i
-		// The other members are skipped, not checked: they are the route's
-		// body, checked by its own decoding after the op is authorized, as
-		// the route checks them after its guard (a principal outside the
-		// token's is 403 even when another member is malformed).
-		if !sc.skip() {
-			return "", nil, notJSON()
-		}
-		isFirst := first
-		first = false
-		if !isOpName(name) {
+		if !isOpName(m.name) {
 			continue
 		}
 		if kind != nil {
 			return "", nil, invalid("the operation has the member \"op\" more than once")
 		}
 		var k string
-		if json.Unmarshal(raw[valStart:sc.i], &k) != nil {
+		if json.Unmarshal(raw[m.val:sc.i], &k) != nil {
 			return "", nil, invalid("field \"op\" must be a string: claim, complete, release, extend or get")
 		}
-		kind, cutFrom, cutTo = &k, memberStart, sc.i
-		if isFirst {
+		kind, cutFrom, cutTo = &k, m.start, sc.i
+		if first {
 			// The first member: cut the comma after it instead of before.
 			rest := rawScanner{b: raw, i: sc.i}
 			rest.space()
@@ -472,44 +451,24 @@ type lookupOp struct {
 func readLookupOp(body []byte) lookupOp {
 	op := lookupOp{q: url.Values{}}
 	sc := rawScanner{b: body}
-	// body is valid JSON (cutOp's cut of a valid op); a scan that fails
-	// anyway refuses the op rather than reading past it.
+	// body is valid JSON (cutOp's cut of a valid op); a walk that breaks
+	// off anyway refuses the op rather than reading past it.
 	broken := func() lookupOp {
 		return lookupOp{q: url.Values{}, typeErr: notJSON(), principalBad: true}
 	}
-	sc.space()
-	if sc.i >= len(body) || body[sc.i] != '{' {
+	if !sc.open() {
 		return broken()
 	}
-	sc.i++
 	for {
-		sc.space()
-		if sc.i >= len(body) {
-			return broken()
-		}
-		if body[sc.i] == '}' {
+		m, done, ok := sc.next()
+		if done {
 			return op
 		}
-		if body[sc.i] == ',' {
-			sc.i++
-			sc.space()
-		}
-		rawName, ok := sc.str()
 		if !ok {
 			return broken()
 		}
-		name := string(jsonBytes(rawName))
-		sc.space()
-		if sc.i >= len(body) || body[sc.i] != ':' {
-			return broken()
-		}
-		sc.i++
-		sc.space()
-		start := sc.i
-		if !sc.skip() || sc.i == start {
-			return broken()
-		}
-		v := body[start:sc.i]
+		name := string(jsonBytes(m.name))
+		v := body[m.val:sc.i]
 		val := ""
 		switch v[0] {
 		case '"':

@@ -435,6 +435,60 @@ func (s *rawScanner) value(t reflect.Type, path string) *problem {
 	}
 }
 
+// member is one member of an object read by rawScanner.next: its raw
+// name (quotes included), where it begins (at the ',' before it, or just
+// after the '{') and where its value begins; the value ends at the
+// scanner's position.
+type member struct {
+	name       []byte
+	start, val int
+}
+
+// open consumes the '{' that begins an object; next then reads its
+// members.
+func (s *rawScanner) open() bool {
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != '{' {
+		return false
+	}
+	s.i++
+	return true
+}
+
+// next reads the next member of the object open consumed the '{' of, in
+// text already accepted as JSON. done is true at the object's '}' (which
+// it consumes); ok is false when the text breaks off, which valid JSON
+// never does.
+func (s *rawScanner) next() (m member, done, ok bool) {
+	m.start = s.i
+	s.space()
+	if s.i >= len(s.b) {
+		return m, false, false
+	}
+	if s.b[s.i] == '}' {
+		s.i++
+		return m, true, true
+	}
+	if s.b[s.i] == ',' {
+		s.i++
+		s.space()
+	}
+	if m.name, ok = s.str(); !ok {
+		return m, false, false
+	}
+	s.space()
+	if s.i >= len(s.b) || s.b[s.i] != ':' {
+		return m, false, false
+	}
+	s.i++
+	s.space()
+	m.val = s.i
+	if !s.skip() || s.i == m.val {
+		return m, false, false
+	}
+	return m, false, true
+}
+
 // skip consumes one JSON value without checking what it holds.
 func (s *rawScanner) skip() bool {
 	s.space()
