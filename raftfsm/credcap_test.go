@@ -213,12 +213,10 @@ func TestCredentialCapWaitsForEveryMember(t *testing.T) {
 	require.Equal(t, []string{"cus_"}, a.CredentialPrefixes)
 }
 
-// While the cap is the leader's own check (a member does not list
-// FeatureCredentialCap), the claims of one batch for new principals count
-// for the ones after them: the leader decides them all against the same
-// applied state, so without that one request of N new principals went N
-// past the cap.
-func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
+// gatedCapLeader is the leader of two nodes that answer each other as the
+// release before the cap: it keeps the cap out of the log and checks it
+// itself.
+func gatedCapLeader(t *testing.T) *Node {
 	c := newMemCluster(t)
 	hide := func(ctx context.Context, addr string) (Status, error) {
 		st, err := c.probe(ctx, addr)
@@ -232,6 +230,16 @@ func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
 	n2.SetPeerProbe(hide)
 	c.join(n2, n1)
 	require.False(t, n1.membersHave(FeatureCredentialCap))
+	return n1
+}
+
+// While the cap is the leader's own check (a member does not list
+// FeatureCredentialCap), the claims of one batch for new principals count
+// for the ones after them: the leader decides them all against the same
+// applied state, so without that one request of N new principals went N
+// past the cap.
+func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
+	n1 := gatedCapLeader(t)
 
 	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 3, "cus_")).Outcome)
 	out := n1.Batch([]BatchOp{
@@ -259,19 +267,7 @@ func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
 // 40 requests in flight took a token of cap 8 to 15 principals in the
 // walkthrough (a member down at an election keeps the cap out of the log).
 func TestCredentialCapGatedConcurrentClaims(t *testing.T) {
-	c := newMemCluster(t)
-	hide := func(ctx context.Context, addr string) (Status, error) {
-		st, err := c.probe(ctx, addr)
-		st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
-		return st, err
-	}
-	n1 := c.open("n1", "", true)
-	n1.SetPeerProbe(hide)
-	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	n2.SetPeerProbe(hide)
-	c.join(n2, n1)
-	require.False(t, n1.membersHave(FeatureCredentialCap))
+	n1 := gatedCapLeader(t)
 
 	const cap, tries = 3, 40
 	var claimed atomic.Int32
