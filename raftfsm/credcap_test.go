@@ -159,21 +159,8 @@ func TestCredentialCapReplicated(t *testing.T) {
 // against its own applied state; once every member lists it, entries
 // carry it.
 func TestCredentialCapWaitsForEveryMember(t *testing.T) {
-	c := newMemCluster(t)
 	var upgraded atomic.Bool
-	hide := func(ctx context.Context, addr string) (Status, error) {
-		st, err := c.probe(ctx, addr)
-		if !upgraded.Load() {
-			st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
-		}
-		return st, err
-	}
-	n1 := c.open("n1", "", true)
-	n1.SetPeerProbe(hide)
-	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	n2.SetPeerProbe(hide)
-	c.join(n2, n1)
+	n1 := gatedCapLeader(t, &upgraded)
 
 	lastClaim := func() *engine.ClaimArgs {
 		t.Helper()
@@ -214,13 +201,15 @@ func TestCredentialCapWaitsForEveryMember(t *testing.T) {
 }
 
 // gatedCapLeader is the leader of two nodes that answer each other as the
-// release before the cap: it keeps the cap out of the log and checks it
-// itself.
-func gatedCapLeader(t *testing.T) *Node {
+// release before the cap until upgraded (nil: never): it keeps the cap out
+// of the log and checks it itself.
+func gatedCapLeader(t *testing.T, upgraded *atomic.Bool) *Node {
 	c := newMemCluster(t)
 	hide := func(ctx context.Context, addr string) (Status, error) {
 		st, err := c.probe(ctx, addr)
-		st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
+		if upgraded == nil || !upgraded.Load() {
+			st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
+		}
 		return st, err
 	}
 	n1 := c.open("n1", "", true)
@@ -239,7 +228,7 @@ func gatedCapLeader(t *testing.T) *Node {
 // applied state, so without that one request of N new principals went N
 // past the cap.
 func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
-	n1 := gatedCapLeader(t)
+	n1 := gatedCapLeader(t, nil)
 
 	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 3, "cus_")).Outcome)
 	out := n1.Batch([]BatchOp{
@@ -267,7 +256,7 @@ func TestCredentialCapGatedBatchCountsItsOwnClaims(t *testing.T) {
 // 40 requests in flight took a token of cap 8 to 15 principals in the
 // walkthrough (a member down at an election keeps the cap out of the log).
 func TestCredentialCapGatedConcurrentClaims(t *testing.T) {
-	n1 := gatedCapLeader(t)
+	n1 := gatedCapLeader(t, nil)
 
 	const cap, tries = 3, 40
 	var claimed atomic.Int32
