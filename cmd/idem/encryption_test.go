@@ -414,6 +414,10 @@ func TestEncryptionKeyRegeneratedUnderSameIDIsRefused(t *testing.T) {
 		row := keyRow(t, text, "k2")
 		return err == nil && row["CHECK VALUE"] == "recorded" && row["THIS NODE'S KEY"] == "matches", text
 	})
+	// Once its check value is recorded too, the key being rotated in is
+	// still not called removable (CI once caught the note flip here).
+	require.Contains(t, text, "k2: no value is encrypted with it yet", "after its check value is recorded")
+	require.NotContains(t, text, "k2: no stored value needs it")
 	text, err = status("--encryption-key-file", k1)
 	require.NoError(t, err, text)
 	require.Equal(t, "matches", keyRow(t, text, "k1")["KEY IN FILE"], text)

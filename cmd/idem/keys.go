@@ -325,12 +325,11 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 		switch {
 		case k.Node == "missing" && k.Values > 0:
 			notes = append(notes, fmt.Sprintf("%s: stored values need it and this node does not hold it: its reads of them fail, and it will not start again without it", k.ID))
-		case k.Values == 0 && k.Node == "decrypt" && k.Check == "":
-			// No value was ever sealed under it since check values are
-			// recorded: most likely the key being rotated in (step 1).
-			notes = append(notes, fmt.Sprintf("%s: no value is encrypted with it yet: if it is the key being rotated in, keep it and move it first next (rotation step 2); a key that encrypted values before may be removed once it shows none (keep it while you keep backups taken when it was in use)", k.ID))
 		case k.Values == 0 && k.Node == "decrypt":
-			notes = append(notes, fmt.Sprintf("%s: no stored value needs it: it may be removed from every node's key file (keep it while you keep backups taken when it was in use)", k.ID))
+			// Nothing tells a key being rotated in (step 1) from one whose
+			// values have all expired: the leader records a check value for
+			// both as soon as every node holds them. Say both.
+			notes = append(notes, fmt.Sprintf("%s: no value is encrypted with it yet, or none any more: if it is the key being rotated in, keep it and move it first next (rotation step 2); if it encrypted values before, it may now be removed from every node's key file (keep it while you keep backups taken when it was in use)", k.ID))
 		case k.Values > 0 && k.Node == "decrypt":
 			notes = append(notes, fmt.Sprintf("%s: still needed until %s; keep it in every node's key file", k.ID, k.NeededUntil))
 		}
