@@ -3,7 +3,6 @@ package raftfsm
 import (
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"time"
 
@@ -171,8 +170,13 @@ func (n *Node) Batch(ops []BatchOp) []BatchResult {
 			// While the leader checks credential caps itself, the claims
 			// it lets through count for the ones after them (in this batch
 			// or another) until they are decided.
-			r, refused, release := n.capGate(c.Claim)
+			r, refused, release, term, err := n.capGate(c.Claim)
 			defer release()
+			if err != nil {
+				out[i].Err = err
+				continue
+			}
+			c.capTerm = term
 			if refused {
 				out[i].Result = r
 				continue
@@ -338,17 +342,17 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 			return nil, err
 		}
 	}
-	if err := n.termBarrier(); err != nil {
-		if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) {
-			return nil, err
-		}
-		return nil, fmt.Errorf("%w: the term's barrier failed: %s", ErrNotProposed, err)
+	if err := n.proposalBarrier(); err != nil {
+		return nil, err
 	}
 	for _, c := range ops {
 		if c.Op == OpClaim && c.Claim != nil {
 			n.stampRetention(c.Claim) // again: the barrier may have applied a change
 		}
 		if err := n.sealBound(c); err != nil {
+			return nil, err
+		}
+		if err := n.capBound(c); err != nil {
 			return nil, err
 		}
 	}

@@ -51,6 +51,9 @@ type Command struct {
 	// sealTerm is the term sealReady passed the value this command seals
 	// in (0: not checked); propose checks again in any other (sealBound).
 	sealTerm uint64
+	// capTerm is the term in which the leader checked the claim's
+	// credential cap itself (Node.capGate), 0 if it did not.
+	capTerm uint64
 }
 
 // sealsValue reports whether the command stores a value a leader seals

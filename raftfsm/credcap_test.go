@@ -144,6 +144,11 @@ func TestCredentialCapReplicated(t *testing.T) {
 	require.True(t, r.ByCredential)
 	require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n3, capClaim("cus_5", "k", 3, "cus_")).Outcome)
 	require.Equal(t, engine.OutcomePrincipalLimit, mustClaim(t, n3, capClaim("cus_6", "k", 3, "cus_")).Outcome)
+	for _, n := range []*Node{n1, n3} {
+		n.capFlight.mu.Lock()
+		require.Empty(t, n.capFlight.n, "%s: a decided claim still counts as in flight", n.self.ID)
+		n.capFlight.mu.Unlock()
+	}
 	waitApplied(t, n3, n1, n2)
 	h3, _, err := n3.StateHash()
 	require.NoError(t, err)
@@ -277,4 +282,82 @@ func TestCredentialCapGatedConcurrentClaims(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, cap, got)
 	require.EqualValues(t, cap, claimed.Load())
+}
+
+// While the leader checks the cap itself, a new leader checks only once
+// its state holds every claim the last term committed (its term's
+// barrier): a node elected while its FSM still applied them let claims
+// for new principals through against a count without them.
+func TestCredentialCapGatedNewLeaderWaitsForTheLastTerm(t *testing.T) {
+	c := newMemCluster(t)
+	hide := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		st.Features = []string{FeatureRetention, FeatureKeyCheck} // the release before the cap
+		return st, err
+	}
+	n1 := c.open("n1", "", true)
+	n1.SetPeerProbe(hide)
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	for _, n := range []*Node{n2, n3} {
+		n.SetPeerProbe(hide)
+		c.join(n, n1)
+	}
+	waitApplied(t, n1, n2, n3)
+
+	// n2's FSM stalls: it has the claims below in its log, not applied.
+	var stalled atomic.Bool
+	stalled.Store(true)
+	setApplyHook(t, func(f *FSM, _ []*raft.Log) {
+		for f == n2.fsm && stalled.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
+	})
+	const cap = 3
+	for i := range cap {
+		require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim(fmt.Sprintf("cus_%d", i), "k", cap, "cus_")).Outcome)
+	}
+	require.NoError(t, n1.TransferLeadershipTo("n2"))
+	c.leader(n2)
+	require.False(t, n2.membersHave(FeatureCredentialCap), "the cap is the leader's own check")
+	got, err := n2.db.PrefixPrincipals("cus_")
+	require.NoError(t, err)
+	require.Less(t, got, int64(cap), "n2's state already holds the claims: the test would prove nothing")
+
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		stalled.Store(false)
+	}()
+	res, _, err := n2.Claim(capClaim("cus_new", "k", cap, "cus_"))
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomePrincipalLimit, res.Outcome, "a new leader let a claim past the cap before applying the last term's claims")
+	got, err = n2.db.PrefixPrincipals("cus_")
+	require.NoError(t, err)
+	require.EqualValues(t, cap, got)
+	n2.capFlight.mu.Lock()
+	require.Empty(t, n2.capFlight.n, "a decided claim still counts as in flight")
+	n2.capFlight.mu.Unlock()
+}
+
+// A claim the leader let past a credential cap in one term is not proposed
+// in another: a leader between the two may have decided claims that check
+// did not see. Alone or in a batch, it is refused as not proposed.
+func TestCredentialCapCheckBindsToItsTerm(t *testing.T) {
+	n1 := gatedCapLeader(t, nil)
+	term := n1.term()
+	stale := func() *Command {
+		return &Command{Op: OpClaim, Claim: ptr(capClaim("cus_1", "k", 3, "cus_")), capTerm: term - 1}
+	}
+	_, err := n1.propose(stale())
+	require.ErrorIs(t, err, ErrNotProposed)
+	_, err = n1.proposeEntry([]*Command{stale(), {Op: OpClaim, Claim: ptr(capClaim("cus_2", "k", 3, "cus_"))}})
+	require.ErrorIs(t, err, ErrNotProposed)
+	got, err := n1.db.PrefixPrincipals("cus_")
+	require.NoError(t, err)
+	require.Zero(t, got, "nothing was decided")
+	c := stale()
+	c.capTerm = term
+	r, err := n1.propose(c)
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, r.Outcome, "checked in this term: proposed")
 }

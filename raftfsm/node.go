@@ -509,14 +509,8 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	// applied everything committed before its term, its clock may not be
 	// anchored (a lost fsm dir, a fresh voter) and would stamp its own
 	// wall clock.
-	if err := n.termBarrier(); err != nil {
-		if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) {
-			return nil, err
-		}
-		// Only the Barrier entry was proposed, never this command: the
-		// cause is kept as text so the error does not read as an unknown
-		// outcome.
-		return nil, fmt.Errorf("%w: the term's barrier failed: %s", ErrNotProposed, err)
+	if err := n.proposalBarrier(); err != nil {
+		return nil, err
 	}
 	c.NowMs = n.clock.NowMs()
 	c.WidthMs = n.widthMs
@@ -524,6 +518,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 		n.stampRetention(c.Claim) // again: the barrier may have applied a change
 	}
 	if err := n.sealBound(c); err != nil {
+		return nil, err
+	}
+	if err := n.capBound(c); err != nil {
 		return nil, err
 	}
 	data, err := c.Encode()
@@ -579,13 +576,16 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 	if err != nil {
 		return engine.Result{}, 0, err
 	}
-	res, refused, release := n.capGate(&a)
+	res, refused, release, capTerm, err := n.capGate(&a)
 	defer release()
+	if err != nil {
+		return engine.Result{}, 0, err
+	}
 	if refused {
 		n.metrics.Claims.WithLabelValues(res.Outcome.String()).Inc()
 		return res, 0, nil
 	}
-	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a, sealTerm: term})
+	r, err := n.proposeUnlessSettled(&Command{Op: OpClaim, Claim: &a, sealTerm: term, capTerm: capTerm})
 	if err != nil {
 		return engine.Result{}, 0, err
 	}
@@ -601,22 +601,42 @@ func (n *Node) Claim(a engine.ClaimArgs) (engine.Result, uint64, error) {
 // capGate keeps a claim's credential cap out of its entry while a member
 // could not decode it (it lacks FeatureCredentialCap, or the leader has
 // not heard from it this term): such a member would refuse the entry and
-// fall out of step. Meanwhile the leader checks the cap against its own
-// applied state and the claims it let through that have not returned yet
-// (capFlight), best effort: claims decided by another leader, or let
-// through by this one before a restart, are not seen, so a credential may
-// briefly exceed its cap. refused is true with the principal_limit result
-// the leader answers; otherwise a is proposed (without the cap when
-// gated), and the caller runs release once the proposal has returned.
-func (n *Node) capGate(a *engine.ClaimArgs) (res engine.Result, refused bool, release func()) {
+// fall out of step. Meanwhile the leader checks the cap itself, once its
+// term's barrier has applied every claim an earlier term committed,
+// against its applied state and the capped claims it let through that
+// have not returned yet (capFlight). Those are counted whether or not the
+// cap is in their entries, so claims proposed just before the members
+// stopped listing the feature count too. What the check cannot see is a
+// claim proposed in this term after the barrier by another node, which
+// raft rules out, or a rollback to a release without the cap. refused is
+// true with the principal_limit result the leader answers; otherwise a is
+// proposed (without the cap when gated), and the caller runs release once
+// the proposal has returned. term is the term the leader checked in (0:
+// it did not check); the proposal is refused in any other (capBound). err
+// is the barrier's failure: nothing was proposed.
+func (n *Node) capGate(a *engine.ClaimArgs) (res engine.Result, refused bool, release func(), term uint64, err error) {
 	release = func() {}
-	if a.CredentialMaxPrincipals <= 0 || n.membersHave(FeatureCredentialCap) {
-		return engine.Result{}, false, release
+	if a.CredentialMaxPrincipals <= 0 {
+		return engine.Result{}, false, release, 0, nil
 	}
+	gated := !n.membersHave(FeatureCredentialCap)
+	if n.raft.State() != raft.Leader {
+		// Nothing is proposed here: the leader the request goes to gates it.
+		if gated {
+			a.CredentialPrefixes, a.CredentialMaxPrincipals = nil, 0
+		}
+		return engine.Result{}, false, release, 0, nil
+	}
+	if gated {
+		term = n.term()
+		if err := n.proposalBarrier(); err != nil {
+			return engine.Result{}, false, release, 0, err
+		}
+	}
+	f := &n.capFlight
+	f.mu.Lock()
 	limited := false
-	if n.raft.State() == raft.Leader {
-		f := &n.capFlight
-		f.mu.Lock()
+	if gated {
 		pending := make([]string, 0, len(f.n))
 		for p := range f.n {
 			pending = append(pending, p)
@@ -625,27 +645,42 @@ func (n *Node) capGate(a *engine.ClaimArgs) (res engine.Result, refused bool, re
 		if limited, err = n.db.CredentialLimited(*a, pending...); err != nil {
 			n.log.Warn("credential cap not checked", "error", err)
 		}
-		if !limited {
-			p := a.Scope.Principal
-			if f.n == nil {
-				f.n = map[string]int{}
-			}
-			f.n[p]++
-			release = func() {
-				f.mu.Lock()
-				defer f.mu.Unlock()
-				if f.n[p]--; f.n[p] <= 0 {
-					delete(f.n, p)
-				}
+	}
+	if !limited {
+		p := a.Scope.Principal
+		if f.n == nil {
+			f.n = map[string]int{}
+		}
+		f.n[p]++
+		release = func() {
+			f.mu.Lock()
+			defer f.mu.Unlock()
+			if f.n[p]--; f.n[p] <= 0 {
+				delete(f.n, p)
 			}
 		}
-		f.mu.Unlock()
 	}
-	a.CredentialPrefixes, a.CredentialMaxPrincipals = nil, 0
+	f.mu.Unlock()
+	if gated {
+		a.CredentialPrefixes, a.CredentialMaxPrincipals = nil, 0
+	}
 	if !limited {
-		return engine.Result{}, false, release
+		return engine.Result{}, false, release, term, nil
 	}
-	return engine.Result{Outcome: engine.OutcomePrincipalLimit, ByCredential: true, NowMs: n.clock.NowMs()}, true, release
+	return engine.Result{Outcome: engine.OutcomePrincipalLimit, ByCredential: true, NowMs: n.clock.NowMs()}, true, release, term, nil
+}
+
+// capBound refuses to propose a claim the leader let past a credential cap
+// in another term (capGate): another leader may have decided claims that
+// check did not see.
+func (n *Node) capBound(c *Command) error {
+	if c.capTerm == 0 || c.capTerm == n.term() {
+		return nil
+	}
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	return fmt.Errorf("%w: %w: the leadership changed while the claim's credential cap was checked", ErrNoLeader, ErrNotProposed)
 }
 
 // capFlight counts, by principal, the claims capGate let through while it
@@ -781,6 +816,17 @@ func (n *Node) termBarrier() error {
 	}
 	n.barrierTerm.Store(term)
 	return nil
+}
+
+// proposalBarrier is termBarrier before a write: when it fails, only the
+// Barrier entry was proposed, never the write, so the cause is kept as
+// text and the error does not read as an unknown outcome.
+func (n *Node) proposalBarrier() error {
+	err := n.termBarrier()
+	if err == nil || errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader) {
+		return err
+	}
+	return fmt.Errorf("%w: the term's barrier failed: %s", ErrNotProposed, err)
 }
 
 // Ready reports whether this node knows a leader and applies the commit
