@@ -255,6 +255,12 @@ var _ = fmt.Sprint
 func TestTransportAttackUnsolicitedAnswerIsNotTaken(t *testing.T) {
 	forEachScheme(t, func(t *testing.T, sch testScheme) {
 		var n atomic.Int64
+		// One signal per request, once its unsolicited answer is written: the
+		// next request waits for it, so the answer arrives while the
+		// connection is idle. (A fixed pause was the only wait once: on a
+		// loaded machine the node wrote it after the next request had gone
+		// out, where no client can tell it from that request's answer.)
+		unsolicited := make(chan struct{}, 16)
 		url := sch.rawServer(t, func(c net.Conn) {
 			defer c.Close()
 			br := bufio.NewReader(c)
@@ -263,6 +269,7 @@ func TestTransportAttackUnsolicitedAnswerIsNotTaken(t *testing.T) {
 				fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\n%d", i%10)
 				time.Sleep(20 * time.Millisecond)
 				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nX")
+				unsolicited <- struct{}{}
 			}
 		})
 		hc := &http.Client{Transport: sch.transport()}
@@ -275,6 +282,11 @@ func TestTransportAttackUnsolicitedAnswerIsNotTaken(t *testing.T) {
 			resp.Body.Close()
 			if string(b) == "X" {
 				t.Fatalf("request %d got the previous request's unsolicited answer", i)
+			}
+			select {
+			case <-unsolicited:
+			case <-time.After(10 * time.Second):
+				t.Fatalf("the node never sent request %d's unsolicited answer", i)
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
