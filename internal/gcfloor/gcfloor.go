@@ -19,6 +19,7 @@ import (
 	"runtime/debug"
 	"runtime/metrics"
 	"sync"
+	"time"
 )
 
 // heapMinimum is the runtime's smallest heap goal at GOGC=100; it scales
@@ -32,15 +33,21 @@ type Floor struct {
 
 	mu      sync.Mutex
 	stopped bool
-	percent int // the GOGC this Floor set last
+	percent int    // the GOGC this Floor set last
+	cycles  uint64 // the collections completed when tune last measured
 	sample  []metrics.Sample
+	done    chan struct{} // closed by Stop: ends watch
 }
+
+// watchEvery is how often watch looks for a collection the cleanup chain
+// missed.
+const watchEvery = 100 * time.Millisecond
 
 // Start paces collection so that, while the live heap is small, the heap
 // grows to about floor bytes before the next collection. floor <= 0, or a
 // GOGC of off, leaves the pacing alone. Call Stop to undo it.
 func Start(floor int64) *Floor {
-	f := &Floor{sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}}}
+	f := &Floor{sample: []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/gc/cycles/total:gc-cycles"}}, done: make(chan struct{})}
 	f.base = debug.SetGCPercent(100)
 	debug.SetGCPercent(f.base)
 	f.percent = f.base
@@ -51,6 +58,7 @@ func Start(floor int64) *Floor {
 	f.floor = uint64(floor)
 	f.tune()
 	f.arm()
+	go f.watch()
 	return f
 }
 
@@ -62,6 +70,7 @@ func (f *Floor) Stop() {
 		return
 	}
 	f.stopped = true
+	close(f.done)
 	debug.SetGCPercent(f.base)
 }
 
@@ -78,12 +87,44 @@ func (f *Floor) Percent() int {
 // for the block's other objects.
 type sentinel struct{ _ *int }
 
+// arm registers the cleanup of a new sentinel. A sentinel allocated while
+// a collection is marking is allocated live and outlives that collection:
+// its cleanup runs only after the next one, and the collection between
+// goes untuned. Under load (the cleanup runs late, the heap refills
+// meanwhile) that happened at the end of a burst, and the heap goal stayed
+// at the GOGC set for the live heap before it, 174-462 MiB under a 64 MiB
+// floor, until another collection. watch catches those.
 func (f *Floor) arm() {
 	runtime.AddCleanup(new(sentinel), func(f *Floor) {
 		if f.tune() {
 			f.arm()
 		}
 	}, f)
+}
+
+// watch re-tunes after a collection the cleanup chain missed (see arm),
+// until Stop.
+func (f *Floor) watch() {
+	t := time.NewTicker(watchEvery)
+	defer t.Stop()
+	s := []metrics.Sample{{Name: "/gc/cycles/total:gc-cycles"}}
+	for {
+		select {
+		case <-f.done:
+			return
+		case <-t.C:
+		}
+		metrics.Read(s)
+		if s[0].Value.Kind() != metrics.KindUint64 {
+			return
+		}
+		f.mu.Lock()
+		missed := s[0].Value.Uint64() > f.cycles
+		f.mu.Unlock()
+		if missed {
+			f.tune()
+		}
+	}
 }
 
 // tune sets GOGC from the live heap the last collection measured; false
@@ -98,6 +139,9 @@ func (f *Floor) tune() bool {
 	var live uint64
 	if f.sample[0].Value.Kind() == metrics.KindUint64 {
 		live = f.sample[0].Value.Uint64()
+	}
+	if f.sample[1].Value.Kind() == metrics.KindUint64 {
+		f.cycles = f.sample[1].Value.Uint64()
 	}
 	p := percentFor(f.floor, live, f.base)
 	// SetGCPercent is cheap, but skip changes under a tenth.
