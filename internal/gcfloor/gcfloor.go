@@ -144,8 +144,10 @@ func (f *Floor) tune() bool {
 		f.cycles = f.sample[1].Value.Uint64()
 	}
 	p := percentFor(f.floor, live, f.base)
-	// SetGCPercent is cheap, but skip changes under a tenth.
-	if diff := p - f.percent; diff > f.percent/10 || -diff > f.percent/10 {
+	// SetGCPercent is cheap, but skip changes under a tenth, except back to
+	// the base: past half the floor GOGC is the one found, exactly (a
+	// floor left at 105 once, tuned for 31 MiB live, with 48 MiB live).
+	if diff := p - f.percent; diff > f.percent/10 || -diff > f.percent/10 || (p == f.base && p != f.percent) {
 		debug.SetGCPercent(p)
 		f.percent = p
 	}
