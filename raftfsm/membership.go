@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -1074,4 +1075,69 @@ func (n *Node) promote() {
 		n.log.Info("promoted a caught-up non-voter to voter", "node-id", s.ID, "applied-index", applied, "lag", lag)
 		return
 	}
+}
+
+// WaitOthersFollow waits, after this node handed leadership over, until
+// every other member it can reach names another leader, or ctx ends; it
+// says whether they all did. Until then a follower may still forward a
+// write here: a node that stops serving at once closes the idle
+// connection that forward goes out on, and the follower, not knowing
+// whether its write arrived, answers "outcome unknown". Meanwhile this
+// node answers such forwards as not the leader, which the follower
+// retries on the new one. A member that does not answer is not waited for.
+func (n *Node) WaitOthersFollow(ctx context.Context) bool {
+	n.peers.mu.Lock()
+	probe := n.peers.probe
+	n.peers.mu.Unlock()
+	if probe == nil {
+		return false
+	}
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if n.othersFollow(ctx, probe) {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+		}
+	}
+}
+
+// othersFollow asks every other member which leader it knows, in parallel.
+func (n *Node) othersFollow(ctx context.Context, probe PeerProbe) bool {
+	if n.IsLeader() {
+		return false
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	named, _ := n.db.Named("node/")
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	var pending atomic.Int32
+	for _, s := range f.Configuration().Servers {
+		id := string(s.ID)
+		if id == n.self.ID {
+			continue
+		}
+		var info NodeInfo
+		if json.Unmarshal(named["node/"+id], &info) != nil || info.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := probe(pctx, info.HTTPAddr)
+			if err == nil && (st.Leader == nil || st.Leader.ID == n.self.ID) {
+				pending.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return pending.Load() == 0 && ctx.Err() == nil
 }

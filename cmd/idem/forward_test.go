@@ -78,7 +78,11 @@ func TestForwardDuringCleanLeaderStopNeverSaysUnknown(t *testing.T) {
 		}()
 	}
 	time.Sleep(500 * time.Millisecond)
-	leader.stop(t) // SIGTERM: a clean stop, no leadership transfer
+	// SIGTERM: a clean stop. The leader hands over, then serves until the
+	// others follow the new leader: a forward then reaches it only on a
+	// connection it keeps open, and is answered "not the leader".
+	leader.stop(t)
+	require.Contains(t, leader.p.logs.String(), "others-follow-it=true", "the followers named the new leader before the old one stopped serving")
 	time.Sleep(5 * time.Second)
 	close(stop)
 	wg.Wait()

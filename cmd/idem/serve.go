@@ -624,7 +624,14 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		if err := node.TransferLeadership(); err != nil {
 			log.Info("no leadership transfer before stopping", "reason", err)
 		} else {
-			log.Info("handed leadership to another voter before stopping")
+			// Serve on until the others follow the new leader: a forward
+			// they send here meanwhile is answered "not the leader" and
+			// retried there, where closing its connection at once left
+			// the follower unsure whether it arrived.
+			wctx, cancel := context.WithTimeout(context.Background(), handOverWait)
+			followed := node.WaitOthersFollow(wctx)
+			cancel()
+			log.Info("handed leadership to another voter before stopping", "others-follow-it", followed)
 		}
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), c.shutdownTimeout)
@@ -634,6 +641,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	}
 	return nil
 }
+
+// handOverWait bounds how long a leader that handed over keeps serving
+// for the others to follow the new leader (WaitOthersFollow): an election
+// on a healthy cluster takes milliseconds, and a member that never says
+// is not worth holding the stop for.
+const handOverWait = 2 * time.Second
 
 // inUse says which process holds a data dir another idem serve tried to
 // open, instead of the lock's "resource temporarily unavailable".
