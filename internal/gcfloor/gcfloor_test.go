@@ -57,11 +57,13 @@ func TestFloorCollectsLessAndStaysBounded(t *testing.T) {
 	t.Logf("collections per 512 MiB of garbage: %d at GOGC=100, %d with a 64 MiB floor (GOGC %d); heap goal %d MiB, %d MiB live at the last collection",
 		base, withFloor, f.Percent(), ms.NextGC>>20, live>>20)
 
-	if base < 40 {
-		t.Fatalf("only %d collections at default pacing: the test's live heap is not small", base)
-	}
-	if withFloor > base/4 {
-		t.Fatalf("%d collections with the floor against %d without: the floor did not hold", withFloor, base)
+	// The default pacing's count is only reported: a starved machine
+	// collects late and so less often (31 once, against ~128 when quiet),
+	// which said nothing about the floor. What the floor promises is a
+	// goal of about 64 MiB: 512 MiB of garbage in at most 16 collections
+	// (32 MiB each) where a small heap at GOGC=100 takes over a hundred.
+	if withFloor > 16 {
+		t.Fatalf("%d collections per 512 MiB with a 64 MiB floor (%d without): the floor did not hold", withFloor, base)
 	}
 	if !tuned {
 		t.Fatalf("the floor did not re-tune within 2 s of the last collection (GOGC %d, heap goal %d MiB)", f.Percent(), ms.NextGC>>20)
