@@ -683,9 +683,9 @@ func (n *Node) capBound(c *Command) error {
 	return fmt.Errorf("%w: %w: the leadership changed while the claim's credential cap was checked", ErrNoLeader, ErrNotProposed)
 }
 
-// capFlight counts, by principal, the claims capGate let through while it
-// checks credential caps itself, until their proposals return: they count
-// as new principals for the claims after them.
+// capFlight counts, by principal, the capped claims this leader let
+// through (capGate), until their proposals return: while it checks caps
+// itself they count as new principals for the claims after it.
 type capFlight struct {
 	mu sync.Mutex
 	n  map[string]int
