@@ -159,8 +159,10 @@ func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", "", true)
 	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	c.join(n2, n1)
+	// n1 sees n2 as the release before key checks from the start: with
+	// the probe swapped only after the join, a health round that measured
+	// n2 with key-check just before the swap could go on to record k1's
+	// check value once the key ring below was set (CI failed here once).
 	var upgraded atomic.Bool
 	n1.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
 		st, err := c.probe(ctx, addr)
@@ -169,6 +171,8 @@ func TestKeyCheckWaitsForEveryMemberToKnowIt(t *testing.T) {
 		}
 		return st, err
 	})
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
 	n1.setKeyring(testRing(t, "k1"))
 	n2.setKeyring(testRing(t, "k1"))
 	time.Sleep(2 * probeEvery) // n1 has measured n2 as it is now
