@@ -10,7 +10,6 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -129,6 +128,13 @@ type Status struct {
 // PeerProbe asks the node at httpAddr for its own Status, as it answers
 // GET /v1/cluster to another node (without asking anyone else in turn).
 type PeerProbe func(ctx context.Context, httpAddr string) (Status, error)
+
+// peerProbe is the PeerProbe SetPeerProbe set, nil before.
+func (n *Node) peerProbe() PeerProbe {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	return n.peers.probe
+}
 
 // SetPeerProbe sets how the leader reaches the other members to measure
 // their health. Until it is set, every other member shows unhealthy and no
@@ -484,9 +490,7 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) e
 // leader asks it at its HTTP address, as health checks do, and wants its
 // own id and the raft address the join names.
 func (n *Node) answersAt(info NodeInfo) error {
-	n.peers.mu.Lock()
-	probe := n.peers.probe
-	n.peers.mu.Unlock()
+	probe := n.peerProbe()
 	if probe == nil {
 		return fmt.Errorf("%w: this node cannot reach its peers' HTTP API yet; retry in a few seconds", ErrNotAnswering)
 	}
@@ -815,6 +819,59 @@ func (n *Node) healthLoop() {
 	}
 }
 
+// peerAnswer is one member's answer to askOthers.
+type peerAnswer struct {
+	id  string
+	st  Status
+	err error
+	at  time.Time
+}
+
+// askOthers asks every member of cf but this node for its status, in
+// parallel, at the HTTP address the log records for it, within
+// probeTimeout. A member that cannot be asked, or answers as another
+// node, has an error.
+func (n *Node) askOthers(ctx context.Context, cf raft.Configuration, probe PeerProbe) []peerAnswer {
+	named, _ := n.db.Named("node/")
+	var (
+		wg      sync.WaitGroup
+		mu      sync.Mutex
+		results []peerAnswer
+	)
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	for _, s := range cf.Servers {
+		id := string(s.ID)
+		if id == n.self.ID {
+			continue
+		}
+		var info NodeInfo
+		json.Unmarshal(named["node/"+id], &info)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := peerAnswer{id: id}
+			switch {
+			case probe == nil:
+				r.err = errors.New("this node cannot reach its peers' HTTP API yet")
+			case info.HTTPAddr == "":
+				r.err = errors.New("its HTTP address is not in the log")
+			default:
+				r.st, r.err = probe(pctx, info.HTTPAddr)
+				if r.err == nil && r.st.Self.ID != id {
+					r.err = fmt.Errorf("%s answered as node %q", info.HTTPAddr, r.st.Self.ID)
+				}
+			}
+			r.at = time.Now()
+			mu.Lock()
+			results = append(results, r)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
 // measure asks every other member for its status, in parallel, and
 // records what it learned.
 func (n *Node) measure(ctx context.Context) {
@@ -827,7 +884,6 @@ func (n *Node) measure(ctx context.Context) {
 	if f.Error() != nil {
 		return
 	}
-	named, _ := n.db.Named("node/")
 	term := n.term()
 	commit := n.raft.CommitIndex()
 	start := time.Now()
@@ -848,48 +904,7 @@ func (n *Node) measure(ctx context.Context) {
 	probe := n.peers.probe
 	n.peers.mu.Unlock()
 
-	type result struct {
-		id  string
-		st  Status
-		err error
-		at  time.Time
-	}
-	var (
-		wg      sync.WaitGroup
-		mu      sync.Mutex
-		results []result
-	)
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	for _, s := range f.Configuration().Servers {
-		id := string(s.ID)
-		if id == n.self.ID {
-			continue
-		}
-		var info NodeInfo
-		json.Unmarshal(named["node/"+id], &info)
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			r := result{id: id}
-			switch {
-			case probe == nil:
-				r.err = errors.New("this node cannot reach its peers' HTTP API yet")
-			case info.HTTPAddr == "":
-				r.err = errors.New("its HTTP address is not in the log")
-			default:
-				r.st, r.err = probe(pctx, info.HTTPAddr)
-				if r.err == nil && r.st.Self.ID != id {
-					r.err = fmt.Errorf("%s answered as node %q", info.HTTPAddr, r.st.Self.ID)
-				}
-			}
-			r.at = time.Now()
-			mu.Lock()
-			results = append(results, r)
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
+	results := n.askOthers(ctx, f.Configuration(), probe)
 
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
@@ -1086,9 +1101,7 @@ func (n *Node) promote() {
 // node answers such forwards as not the leader, which the follower
 // retries on the new one. A member that does not answer is not waited for.
 func (n *Node) WaitOthersFollow(ctx context.Context) bool {
-	n.peers.mu.Lock()
-	probe := n.peers.probe
-	n.peers.mu.Unlock()
+	probe := n.peerProbe()
 	if probe == nil {
 		return false
 	}
@@ -1106,7 +1119,7 @@ func (n *Node) WaitOthersFollow(ctx context.Context) bool {
 	}
 }
 
-// othersFollow asks every other member which leader it knows, in parallel.
+// othersFollow asks every other member which leader it knows.
 func (n *Node) othersFollow(ctx context.Context, probe PeerProbe) bool {
 	if n.IsLeader() {
 		return false
@@ -1115,29 +1128,10 @@ func (n *Node) othersFollow(ctx context.Context, probe PeerProbe) bool {
 	if f.Error() != nil {
 		return false
 	}
-	named, _ := n.db.Named("node/")
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	var pending atomic.Int32
-	for _, s := range f.Configuration().Servers {
-		id := string(s.ID)
-		if id == n.self.ID {
-			continue
+	for _, r := range n.askOthers(ctx, f.Configuration(), probe) {
+		if r.err == nil && (r.st.Leader == nil || r.st.Leader.ID == n.self.ID) {
+			return false
 		}
-		var info NodeInfo
-		if json.Unmarshal(named["node/"+id], &info) != nil || info.HTTPAddr == "" {
-			continue
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st, err := probe(pctx, info.HTTPAddr)
-			if err == nil && (st.Leader == nil || st.Leader.ID == n.self.ID) {
-				pending.Add(1)
-			}
-		}()
 	}
-	wg.Wait()
-	return pending.Load() == 0 && ctx.Err() == nil
+	return ctx.Err() == nil
 }
