@@ -467,12 +467,18 @@ func (n *Node) sealBound(c *Command) error {
 		c.sealTerm = term
 	}
 	if c.sealTerm == 0 || c.sealTerm != n.term() {
-		if n.raft.State() != raft.Leader {
-			return n.notLeader()
-		}
-		return fmt.Errorf("%w: %w: the leadership changed while the write was checked", ErrNoLeader, ErrNotProposed)
+		return n.leadershipMoved("the write")
 	}
 	return nil
+}
+
+// leadershipMoved is the error of a write checked in another term than
+// this node's (or never): nothing was proposed, and the client retries.
+func (n *Node) leadershipMoved(what string) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	return fmt.Errorf("%w: %w: the leadership changed while %s was checked", ErrNoLeader, ErrNotProposed, what)
 }
 
 // sealRefusal says why this leader must not seal now, or nil: it holds no

@@ -677,10 +677,7 @@ func (n *Node) capBound(c *Command) error {
 	if c.capTerm == 0 || c.capTerm == n.term() {
 		return nil
 	}
-	if n.raft.State() != raft.Leader {
-		return n.notLeader()
-	}
-	return fmt.Errorf("%w: %w: the leadership changed while the claim's credential cap was checked", ErrNoLeader, ErrNotProposed)
+	return n.leadershipMoved("the claim's credential cap")
 }
 
 // capFlight counts, by principal, the capped claims this leader let
