@@ -205,29 +205,20 @@ func (n *testNode) do(method, path string, body any) reply {
 		require.NoError(n.tb, err)
 		rd = bytes.NewReader(j)
 	}
+	r, err := n.send(method, path, rd)
+	require.NoError(n.tb, err)
+	return r
+}
+
+// send is do with the body as a reader, returning the transport's error
+// instead of failing the test on it.
+func (n *testNode) send(method, path string, rd io.Reader) (reply, error) {
+	n.tb.Helper()
 	req, err := http.NewRequest(method, n.url+path, rd)
 	require.NoError(n.tb, err)
 	if rd != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if n.bearer != "" {
-		req.Header.Set("Authorization", "Bearer "+n.bearer)
-	}
-	resp, err := n.client.Do(req)
-	require.NoError(n.tb, err)
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	require.NoError(n.tb, err)
-	return reply{status: resp.StatusCode, header: resp.Header, raw: raw}
-}
-
-// tryPost is do("POST", path, body) that returns the transport's error
-// instead of failing the test on it.
-func (n *testNode) tryPost(path, body string) (reply, error) {
-	n.tb.Helper()
-	req, err := http.NewRequest("POST", n.url+path, strings.NewReader(body))
-	require.NoError(n.tb, err)
-	req.Header.Set("Content-Type", "application/json")
 	if n.bearer != "" {
 		req.Header.Set("Authorization", "Bearer "+n.bearer)
 	}
@@ -1215,7 +1206,7 @@ func TestBadInputIsRejectedAndWritesNothing(t *testing.T) {
 			var r reply
 			if c.mayReset {
 				var err error
-				if r, err = n.tryPost(c.path, c.body); err != nil {
+				if r, err = n.send("POST", c.path, strings.NewReader(c.body)); err != nil {
 					require.True(t, errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE), "%v", err)
 					t.Logf("the connection was reset while the body was sent: %v", err)
 					require.Equal(t, before, n.stateHash(), "a rejected request wrote")
