@@ -180,6 +180,18 @@ func (t *syncTransport) exchange(ctx context.Context, req *http.Request, scheme,
 		return nil, reused && nothingRead, err
 	}
 	sc.bw.Write(head)
+	if len(body) > 0 && expectsContinue(req) {
+		if err := sc.bw.Flush(); err != nil {
+			return fail(err, false)
+		}
+		resp, err := t.awaitContinue(ctx, sc, req, stop)
+		if err != nil {
+			return fail(err, false)
+		}
+		if resp != nil {
+			return resp, false, nil
+		}
+	}
 	sc.bw.Write(body)
 	if err := sc.bw.Flush(); err != nil {
 		// The node may have answered before reading the whole body (a 413
@@ -244,6 +256,54 @@ func (t *syncTransport) earlyAnswer(ctx context.Context, sc *syncConn, req *http
 	resp.Close = true
 	t.bodyFrom(resp, ctx, sc, stop, false)
 	return resp
+}
+
+// continueWait is how long a request that asked with Expect: 100-continue
+// waits for the node's go-ahead before it sends its body anyway (a proxy
+// on the way may not pass 100 Continue on): net/http's
+// ExpectContinueTimeout, as this package sets it.
+const continueWait = time.Second
+
+// expectsContinue reports a request that asked with Expect: 100-continue.
+func expectsContinue(req *http.Request) bool {
+	return strings.EqualFold(req.Header.Get("Expect"), "100-continue")
+}
+
+// awaitContinue waits, after a head that asked with Expect: 100-continue,
+// for the node's go-ahead (nil, nil: send the body) or its final answer
+// without the body (a 413 past its --max-request-bytes, a 401), which is
+// returned and the connection not reused: the node expects either the
+// body or a close. No word within continueWait is a go-ahead too.
+func (t *syncTransport) awaitContinue(ctx context.Context, sc *syncConn, req *http.Request, stop func() bool) (*http.Response, error) {
+	sc.c.SetReadDeadline(time.Now().Add(continueWait))
+	if ctx.Err() != nil {
+		return nil, ctx.Err() // the deadline just set replaced the one ctx's end set
+	}
+	sc.in.left = maxHeadBytes
+	defer func() { sc.in.left = -1 }()
+	for {
+		resp, err := http.ReadResponse(sc.br, req)
+		if err != nil {
+			var ne net.Error
+			if sc.in.left == maxHeadBytes && sc.br.Buffered() == 0 && errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+				sc.c.SetReadDeadline(time.Time{})
+				return nil, nil // no word: send the body
+			}
+			return nil, err
+		}
+		switch {
+		case resp.StatusCode == http.StatusContinue:
+			sc.c.SetReadDeadline(time.Time{})
+			return nil, nil
+		case resp.StatusCode >= 200:
+			sc.c.SetReadDeadline(time.Time{})
+			resp.TLS = sc.state
+			resp.Close = true
+			t.bodyFrom(resp, ctx, sc, stop, false)
+			return resp, nil
+		}
+		// Another 1xx (103 Early Hints): keep waiting.
+	}
 }
 
 // wantsClose is net/http's: Close set, or "Connection: close" among the

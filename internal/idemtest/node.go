@@ -27,6 +27,8 @@ type Options struct {
 	Retention time.Duration
 	// MaxResponseBytes is --max-response-bytes (default 65,536).
 	MaxResponseBytes int
+	// MaxRequestBytes is --max-request-bytes (default 1 MiB).
+	MaxRequestBytes int64
 	// MaxBatchOps is --max-batch-ops (default 256).
 	MaxBatchOps int
 	// AuthTokens, when set, are the only bearer tokens the node accepts
@@ -73,6 +75,9 @@ func Start(tb testing.TB, o Options) *Node {
 	}
 	if o.MaxResponseBytes > 0 {
 		cfg.Limits.MaxResponseBytes = o.MaxResponseBytes
+	}
+	if o.MaxRequestBytes > 0 {
+		cfg.Limits.MaxRequestBytes = o.MaxRequestBytes
 	}
 	srv := httptest.NewUnstartedServer(nil)
 	rc.HTTPAdvertise = srv.Listener.Addr().String()
