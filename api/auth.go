@@ -203,20 +203,48 @@ const maxPatternBytes = 1024
 // ParseAuthFile reads an auth file: JSON when its first non-blank character
 // is '{', else the old format (one plain token per line; blank lines and
 // lines starting with '#' ignored). Every error names the entry at fault.
+//
+// A UTF-8 byte-order mark before the JSON is skipped. In the old format a
+// line that cannot be a bearer token (a space, a control or non-ASCII byte,
+// or a start of JSON: '{', '[' or '"') is refused, naming the line: every
+// line there is an admin token, so a file of another format, or JSON
+// behind a byte-order mark, would otherwise turn its own text into one.
 func ParseAuthFile(b []byte) (*Credentials, error) {
+	b = bytes.TrimPrefix(b, []byte("\xef\xbb\xbf"))
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '{' {
 		return parseAuthJSON(t)
 	}
 	var tokens []string
+	n := 0
 	for line := range strings.Lines(string(b)) {
-		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "#") {
-			tokens = append(tokens, t)
+		n++
+		t := strings.TrimSpace(line)
+		if t == "" || strings.HasPrefix(t, "#") {
+			continue
 		}
+		if err := plainToken(t); err != nil {
+			return nil, fmt.Errorf("api: the auth file is neither JSON (it does not start with '{') nor plain tokens, one per line: line %d %w; see docs/SECURITY.md for the JSON format", n, err)
+		}
+		tokens = append(tokens, t)
 	}
 	if len(tokens) == 0 {
 		return nil, errors.New("api: the auth file holds no token")
 	}
 	return LegacyCredentials(tokens), nil
+}
+
+// plainToken says why t, a line of an old-format file, cannot be a bearer
+// token.
+func plainToken(t string) error {
+	if t[0] == '[' || t[0] == '"' || t[0] == '{' {
+		return fmt.Errorf("starts with %q, as JSON does", t[0])
+	}
+	for i := 0; i < len(t); i++ {
+		if c := t[i]; c <= ' ' || c >= 0x7f {
+			return fmt.Errorf("has byte 0x%02x at column %d (a token is printable ASCII without spaces)", c, i+1)
+		}
+	}
+	return nil
 }
 
 func parseAuthJSON(b []byte) (*Credentials, error) {

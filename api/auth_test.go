@@ -358,3 +358,31 @@ func TestAuthFileValidation(t *testing.T) {
 	_, ok = creds.Authenticate(api.HashToken(appToken))
 	require.False(t, ok, "the hash itself is not a token")
 }
+
+// A file that is not a list of plain tokens is not read as one. The old
+// format makes every line an admin token, so a JSON auth file saved with a
+// byte-order mark (Windows editors) or a file of some other format became
+// one admin token whose value is the file's text: every app token was
+// refused, and anyone who could read the file (it holds "only hashes", and
+// is made 0644 by the README's printf) could act as admin.
+func TestAuthFileNotATokenListIsNotAdminTokens(t *testing.T) {
+	t.Parallel()
+	// A byte-order mark before JSON: read as the JSON it is.
+	creds, err := api.ParseAuthFile(append([]byte("\xef\xbb\xbf"), authFile()...))
+	require.NoError(t, err)
+	require.False(t, creds.Legacy(), "a JSON file with a byte-order mark is JSON")
+	_, ok := creds.Authenticate(appToken)
+	require.True(t, ok)
+	for _, file := range []string{
+		"first\n\xef\xbb\xbfsecond\n", // a byte-order mark is no part of a token
+		"tokens: 1\n",                 // YAML, or any line with a space inside
+		`["t1","t2"]` + "\n",          // a JSON array
+		`"t1"` + "\n",                 // a quoted token
+		"t1\n{\"tokens\":[]}\n",       // JSON pasted below a token
+		"t\x01x\n",                    // a control character
+	} {
+		_, err := api.ParseAuthFile([]byte(file))
+		require.Error(t, err, "%q must be refused, not read as admin tokens", file)
+		require.ErrorContains(t, err, "line ", file)
+	}
+}
