@@ -1,0 +1,46 @@
+package raftfsm
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A node that holds another cluster's state (its data dir was a one-node
+// store, a restored backup, or a node of another cluster) must not be
+// taken in as a member of this one. Raft cannot tell: the foreign log's
+// terms can match this cluster's at the index where their logs meet (both
+// start at a bootstrap entry of term 1, and a one-node cluster restarted
+// once is at term 3 like a cluster that moved its leadership once), and
+// the node's FSM then skips this cluster's entries up to its own applied
+// index, keeping the other cluster's records. In the README walkthrough
+// (2026-12-02) such a node was promoted to voter within a second; led, it
+// gave a second "claimed" for a scope this cluster held in progress, and
+// answered linearizable lookups with the other cluster's records.
+//
+// Expected: the join is refused, or the node is never made a voter.
+func TestNodeOfAnotherClusterIsNotTakenIn(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	a := c.open("a1", "", true)
+	c.leader(a)
+	for i := range 20 {
+		require.NoError(t, claim(a, fmt.Sprintf("a%d", i)))
+	}
+	b := c.open("b1", "", true) // another cluster, with records of its own
+	c.leader(b)
+	for i := range 40 {
+		require.NoError(t, claim(b, fmt.Sprintf("b%d", i)))
+	}
+	if _, err := a.Join(b.Self(), false, false); err != nil {
+		return // refused: what is expected
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		require.NotEqual(t, "Voter", member(t, a, "b1").Suffrage,
+			"a node holding another cluster's state (applied index %d) was promoted to voter", b.db.Meta().Applied)
+		time.Sleep(50 * time.Millisecond)
+	}
+}
