@@ -139,6 +139,11 @@ func (m *member) do(ctx context.Context, method, addr, path string, body []byte)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if req.URL.Scheme == "http" && resp.StatusCode == http.StatusBadRequest &&
+		bytes.HasPrefix(b, []byte("Client sent an HTTP request to an HTTPS server")) {
+		// Go's answer to plain HTTP on an HTTPS port: a 400 without a code.
+		return nil, 0, fmt.Errorf("%s speaks HTTPS: the cluster runs with TLS, and this node without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file (a certificate from the cluster's CA)", addr)
+	}
 	return b, resp.StatusCode, err
 }
 
