@@ -41,6 +41,8 @@ type streamLayer struct {
 	// notRaftLogged spaces the log of connections that spoke HTTP: once a
 	// minute is enough to name the mistake.
 	notRaftLogged spacer
+	// tlsPeerLogged spaces the log of TLS handshakes on a plaintext port.
+	tlsPeerLogged spacer
 
 	// conns are the open TLS connections, both ways, with a finished
 	// handshake, those dialled by this node to be dialled again when its
@@ -149,8 +151,24 @@ func (c *slotConn) Read(b []byte) (int, error) {
 			c.layer.notRaft(c.RemoteAddr())
 			return 0, io.EOF
 		}
+		if b[0] == 0x16 {
+			// A TLS handshake record: a peer of a TLS cluster, and this
+			// node started without its --tls-* flags. Raft would log
+			// "unknown rpc type 22" twice a second.
+			c.layer.tlsPeer(c.RemoteAddr())
+			return 0, io.EOF
+		}
 	}
 	return n, err
+}
+
+// tlsPeer logs, at most once a minute, that a peer spoke TLS to this
+// node's plaintext raft port.
+func (s *streamLayer) tlsPeer(from net.Addr) {
+	if !s.tlsPeerLogged.allow(time.Minute) {
+		return
+	}
+	s.log.Error("a raft peer speaks TLS to this node, which runs without it: the cluster runs with TLS, so this node can neither hear nor reach its members; start it with --tls-cert-file, --tls-key-file and --tls-ca-file, as the other members (a certificate from the cluster's CA)", "from", from.String(), "raft-addr", s.Addr().String())
 }
 
 // notRaft logs, at most once a minute, that a client spoke HTTP to the

@@ -121,3 +121,31 @@ func TestRaftPortNamesAnHTTPRequest(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []byte{0, 1, 2}, got)
 }
+
+// A member of a TLS cluster restarted without its --tls-* flags got its
+// peers' TLS handshakes on a plaintext raft port, and raft logged "failed
+// to decode incoming command: unknown rpc type 22" at error level twice a
+// second, which names neither TLS nor the flags. The raft port now reads a
+// TLS handshake record as the end of the connection and says what is wrong,
+// once a minute.
+func TestPlainRaftPortNamesATLSPeer(t *testing.T) {
+	var logs logBuffer
+	s, err := newStreamLayer("127.0.0.1:0", "127.0.0.1:0", nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer s.Close()
+	for range 2 {
+		c, err := net.Dial("tcp", s.Listener.Addr().String())
+		require.NoError(t, err)
+		_, err = c.Write([]byte{0x16, 0x03, 0x01, 0x00, 0x10}) // a TLS handshake record's header
+		require.NoError(t, err)
+		ac, err := s.Accept()
+		require.NoError(t, err)
+		n, err := ac.Read(make([]byte, 64))
+		require.ErrorIs(t, err, io.EOF)
+		require.Zero(t, n, "raft must not see the handshake's bytes")
+		ac.Close()
+		c.Close()
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "speaks TLS"), "logged once a minute:\n%s", logs.String())
+	require.Contains(t, logs.String(), "--tls-ca-file")
+}
