@@ -1,11 +1,14 @@
 package raftfsm
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // A node that holds another cluster's state (its data dir was a one-node
@@ -20,7 +23,8 @@ import (
 // gave a second "claimed" for a scope this cluster held in progress, and
 // answered linearizable lookups with the other cluster's records.
 //
-// Expected: the join is refused, or the node is never made a voter.
+// Expected: the join is refused, or the node is never made a voter; and
+// it keeps its own state, taking none of this cluster's entries.
 func TestNodeOfAnotherClusterIsNotTakenIn(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t)
@@ -43,4 +47,13 @@ func TestNodeOfAnotherClusterIsNotTakenIn(t *testing.T) {
 			"a node holding another cluster's state (applied index %d) was promoted to voter", b.db.Meta().Applied)
 		time.Sleep(50 * time.Millisecond)
 	}
+	// Both clusters go on deciding, each with its own records.
+	require.NoError(t, claim(a, "a-after"))
+	require.NoError(t, claim(b, "b-after"))
+	_, found, err := b.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "b39"}, false, true)
+	require.NoError(t, err)
+	require.True(t, found, "the other cluster's node lost its own records")
+	_, found, err = b.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "a-after"}, false, false)
+	require.NoError(t, err)
+	require.False(t, found, "the other cluster's node took this cluster's entries")
 }

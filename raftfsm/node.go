@@ -186,10 +186,13 @@ func Open(cfg Config) (*Node, error) {
 	}
 	var started atomic.Pointer[raft.Raft] // for the log store's guard, set once raft runs
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
-	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, n.trans); err != nil {
+	running := make(chan struct{})
+	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
+	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
 	started.Store(n.raft)
+	close(running)
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newStateCollector(n))
 		cfg.Registry.MustRegister(newKeyCollector(n))

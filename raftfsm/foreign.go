@@ -1,0 +1,119 @@
+package raftfsm
+
+import (
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// foreignGuard keeps a node that is a one-node cluster of its own (its
+// latest configuration is itself alone: a store started without --join,
+// a backup restored with idem snapshot restore, a node rebuilt with idem
+// recover) from taking entries or a snapshot from any other leader. Such a
+// leader belongs to another cluster: an operator ran idem cluster join for
+// this node's addresses there, or the node was given another cluster's
+// data dir. Raft cannot tell: the two logs agree wherever their terms
+// happen to agree (both start with a bootstrap entry of term 1), so it
+// appended the other cluster's entries after this node's own, the FSM
+// skipped those up to its own applied index, and the node, caught up by
+// its applied index, was promoted there with the wrong state: leading, it
+// claimed again a scope that cluster held. The guard answers those RPCs
+// with an error naming the mistake (the other leader logs it) and logs it
+// here once a minute; the node stays its own cluster's leader, never
+// follows the other one, and so is never judged healthy nor promoted there.
+//
+// A node never sends raft RPCs to itself, so with a configuration of
+// itself alone every append or snapshot comes from elsewhere. A node with
+// no configuration yet (an empty data dir waiting to join), or one that
+// lists other members, is not affected.
+type foreignGuard struct {
+	*raft.NetworkTransport
+	self    raft.ServerID
+	r       *atomic.Pointer[raft.Raft] // set once raft runs
+	ready   chan struct{}              // closed once r is set
+	stop    chan struct{}
+	rpcs    chan raft.RPC
+	log     *slog.Logger
+	refused spacer
+}
+
+func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Pointer[raft.Raft], ready, stop chan struct{}, log *slog.Logger) *foreignGuard {
+	g := &foreignGuard{NetworkTransport: t, self: self, r: r, ready: ready, stop: stop, rpcs: make(chan raft.RPC), log: log}
+	go g.forward()
+	return g
+}
+
+// Consumer is what raft reads its RPCs from: the transport's, filtered.
+func (g *foreignGuard) Consumer() <-chan raft.RPC { return g.rpcs }
+
+func (g *foreignGuard) forward() {
+	select {
+	case <-g.ready:
+	case <-g.stop:
+		return
+	}
+	in := g.NetworkTransport.Consumer()
+	for {
+		select {
+		case rpc := <-in:
+			if err := g.check(rpc); err != nil {
+				rpc.Respond(nil, err)
+				continue
+			}
+			select {
+			case g.rpcs <- rpc:
+			case <-g.stop:
+				return
+			}
+		case <-g.stop:
+			return
+		}
+	}
+}
+
+// SetHeartbeatHandler filters heartbeats too: they come outside Consumer,
+// and one taken would make this node follow the other leader.
+func (g *foreignGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
+	g.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
+		if err := g.check(rpc); err != nil {
+			rpc.Respond(nil, err)
+			return
+		}
+		cb(rpc)
+	})
+}
+
+// check says why rpc must not reach raft, or nil.
+func (g *foreignGuard) check(rpc raft.RPC) error {
+	var from raft.RPCHeader
+	switch c := rpc.Command.(type) {
+	case *raft.AppendEntriesRequest:
+		from = c.RPCHeader
+	case *raft.InstallSnapshotRequest:
+		from = c.RPCHeader
+	default:
+		return nil
+	}
+	r := g.r.Load()
+	if r == nil {
+		return fmt.Errorf("raftfsm: %s is starting", g.self)
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	servers := f.Configuration().Servers
+	if len(servers) != 1 || servers[0].ID != g.self {
+		return nil
+	}
+	err := fmt.Errorf("raftfsm: node %s is a one-node cluster of its own, with its own state, and takes no entries from leader %s (%s) of another cluster: "+
+		"to make it a member there, remove it there (idem cluster remove --id %s) and start it with an empty data dir and --join; its data dir holds the only copy of its own cluster's records",
+		g.self, from.ID, from.Addr, g.self)
+	if g.refused.allow(time.Minute) {
+		g.log.Error("a leader of another cluster sends this node entries; refused: this node keeps its own state", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr), "error", err)
+	}
+	return err
+}
