@@ -201,6 +201,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stdout, "WARNING: the members' settings differ, and a claim gets those of the leader that decides it (%s): what clients get changes with leadership. Give every node the same flags (a rolling restart):\n", leader)
 			for _, d := range drift {
 				fmt.Fprintln(stdout, "  "+d)
+				if strings.HasPrefix(d, "retention: ") {
+					// Right after a set-retention, or on a member that lags, the
+					// retention differs with every flag the same: a restart
+					// changes nothing then.
+					fmt.Fprintln(stdout, "  (the retention is each node's --retention only until the first claim pins one for the cluster; after that a member showing another has not applied the latest set-retention yet: run cluster status again before restarting anything)")
+				}
 			}
 		}
 	case "transfer-leadership":
