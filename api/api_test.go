@@ -1431,6 +1431,16 @@ func TestWrongTypeNamesTheJSONMember(t *testing.T) {
 		p := requireProblem(t, n.post("/v1/"+route, c.body), 400, "invalid_request")
 		require.Equal(t, c.want, p["detail"], "POST /v1/%s", route)
 	}
+	// An integer too large for its field is an integer: the detail said
+	// "must be an integer, not number 99999999999999999999".
+	for _, route := range []string{"claim", "extend"} {
+		body := `{"principal":"p","endpoint":"e","key":"k","fingerprint":"aa","lease_ms":99999999999999999999}`
+		if route == "extend" {
+			body = `{"principal":"p","endpoint":"e","key":"k","token":"1","lease_ms":99999999999999999999}`
+		}
+		p := requireProblem(t, n.post("/v1/"+route, body), 400, "invalid_request")
+		require.Equal(t, `field "lease_ms" is out of range: 99999999999999999999`, p["detail"], "POST /v1/%s", route)
+	}
 	p := requireProblem(t, n.post("/v1/complete", `{"principal":"p","endpoint":"e","key":"k","token":"1","response":{"status":"200"}}`), 400, "invalid_request")
 	require.Equal(t, `field "response.status" must be an integer, not string`, p["detail"])
 	p = requireProblem(t, n.post("/v1/complete", `{"principal":"p","endpoint":"e","key":"k","token":"1","response":{"status":200,"headers":{"X":1}}}`), 400, "invalid_request")

@@ -104,7 +104,12 @@ func decodeStrict(body []byte, dst any) *problem {
 			if te.Field == "" {
 				return invalid("request body must be a JSON object, not %s", te.Value)
 			}
-			return invalid("field %q must be %s, not %s", memberPath(reflect.TypeOf(dst), te.Field), jsonKind(te.Type.Kind().String()), te.Value)
+			kind := jsonKind(te.Type.Kind().String())
+			if n, ok := strings.CutPrefix(te.Value, "number "); ok && kind == "an integer" && !strings.ContainsAny(n, ".eE") {
+				// An integer, too large for the field (or negative for an unsigned one).
+				return invalid("field %q is out of range: %s", memberPath(reflect.TypeOf(dst), te.Field), n)
+			}
+			return invalid("field %q must be %s, not %s", memberPath(reflect.TypeOf(dst), te.Field), kind, te.Value)
 		case errors.As(err, &be):
 			// The only []byte field of any request is response.body.
 			return invalid("field \"response.body\" must be standard base64 (%v)", err)
