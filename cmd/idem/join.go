@@ -48,6 +48,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 	self["empty"] = true
 	m.selfEmpty, _ = json.Marshal(self)
 	go m.warnSettingsDrift(ctx)
+	m.warnJoinIgnored()
 	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
 		hasState := node.HasState()
@@ -85,6 +86,26 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// warnJoinIgnored says, at start, that --join does nothing for a node
+// whose data dir holds a one-node cluster of its own (a store started
+// without --join, a restored backup): a node with state never joins
+// another cluster, so it goes on serving as a separate one, and a client
+// given every address could have one key claimed in both. A --join that
+// names only this node (a template listing every node) is not a mistake.
+func (m *member) warnJoinIgnored() {
+	others := slices.DeleteFunc(splitAddrs(m.c.join), func(a string) bool { return a == m.c.httpAdvertise })
+	if len(others) == 0 || !m.node.HasState() {
+		return
+	}
+	st, err := m.node.Status()
+	if err != nil || len(st.Nodes) != 1 || st.Nodes[0].ID != m.c.nodeID {
+		return
+	}
+	m.log.Warn("--join is ignored: this data dir holds a one-node cluster of its own, with its own records, and a node with state never joins another cluster; "+
+		"it serves as that separate cluster. To make it a member of the cluster at --join, start it with an empty data dir (keep this one: it may hold the only copy of its records); to keep it as it is, start it without --join",
+		"join", m.c.join, "data-dir", m.c.dataDir)
 }
 
 // addBackCommand is the command that adds a removed node back, ready to
