@@ -281,7 +281,7 @@ func (s *Server) ensureSecret(ctx context.Context) error {
 	if lacking != "" {
 		g.notBefore = time.Now().Add(secretGateRetry)
 		if lacking != g.waiting {
-			s.log.Info("fencing tokens stay bare raft indexes until every member runs a version that knows the cluster secret", "members", lacking)
+			s.log.Info("fencing tokens stay bare raft indexes (no MAC) until every member answers and says it knows the cluster secret: these members are down, unreachable, or run an older version", "members", lacking)
 			g.waiting = lacking
 		}
 		return nil
