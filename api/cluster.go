@@ -24,6 +24,7 @@ const (
 	codeAddressInUse    = "address_in_use"
 	codeIDInUse         = "id_in_use"
 	codeNotAnswering    = "not_answering"
+	codeForeignCluster  = "foreign_cluster"
 )
 
 // clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
@@ -322,6 +323,9 @@ func membershipProblem(err error) *problem {
 	case errors.Is(err, raftfsm.ErrNotAnswering):
 		p = newProblem(http.StatusConflict, codeNotAnswering, strings.TrimPrefix(err.Error(), "raftfsm: "))
 		p.Title = "Node does not answer at its new addresses"
+	case errors.Is(err, raftfsm.ErrForeignCluster):
+		p = newProblem(http.StatusConflict, codeForeignCluster, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		p.Title = "Node holds a cluster of its own"
 	}
 	return p
 }

@@ -38,9 +38,17 @@ func TestNodeOfAnotherClusterIsNotTakenIn(t *testing.T) {
 	for i := range 40 {
 		require.NoError(t, claim(b, fmt.Sprintf("b%d", i)))
 	}
-	if _, err := a.Join(b.Self(), false, false); err != nil {
-		return // refused: what is expected
-	}
+	// The leader refuses such a join when the node answers (the next
+	// test); here it does not answer at its HTTP address at join time (not
+	// started yet, a firewall), so the node's own guard must hold.
+	c.mu.Lock()
+	delete(c.nodes, b.self.HTTPAddr)
+	c.mu.Unlock()
+	_, err := a.Join(b.Self(), false, false)
+	require.NoError(t, err)
+	c.mu.Lock()
+	c.nodes[b.self.HTTPAddr] = b
+	c.mu.Unlock()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
 		require.NotEqual(t, "Voter", member(t, a, "b1").Suffrage,
@@ -56,4 +64,42 @@ func TestNodeOfAnotherClusterIsNotTakenIn(t *testing.T) {
 	_, found, err = b.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "a-after"}, false, false)
 	require.NoError(t, err)
 	require.False(t, found, "the other cluster's node took this cluster's entries")
+}
+
+// The leader refuses the join itself, naming the mistake, for a node that
+// answers with a cluster of its own: a one-node store, and a member of a
+// cluster of two (whose configuration lists members, none of them this
+// cluster's; raft alone would take it in). force does not skip it. A node
+// that shares a member with the cluster, as a member removed and joining
+// again does, and a node with an empty data dir, are let in.
+func TestJoinOfANodeOfAnotherClusterIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	a := c.open("a1", "", true)
+	c.leader(a)
+	require.NoError(t, claim(a, "a"))
+
+	solo := c.open("s1", "", true)
+	c.leader(solo)
+	require.NoError(t, claim(solo, "s"))
+	b1 := c.open("b1", "", true)
+	c.leader(b1)
+	b2 := c.open("b2", "", false)
+	c.join(b2, b1)
+	require.NoError(t, claim(b1, "b"))
+
+	for _, n := range []*Node{solo, b1, b2} {
+		for _, force := range []bool{false, true} {
+			_, err := a.Join(n.Self(), force, false)
+			require.ErrorIs(t, err, ErrForeignCluster, "join of %s (force %v)", n.self.ID, force)
+			require.Contains(t, err.Error(), "empty data dir")
+		}
+		require.Empty(t, member(t, a, n.self.ID).ID, "%s was added", n.self.ID)
+	}
+
+	fresh := c.open("a2", "", false)
+	c.join(fresh, a)
+	require.NoError(t, a.Remove("a2", false))
+	_, err := a.Join(fresh.Self(), false, false) // it was one of us
+	require.NoError(t, err)
 }

@@ -162,6 +162,9 @@ var (
 	// ErrNotAnswering means a join would move a voter to addresses where
 	// that node does not answer.
 	ErrNotAnswering = errors.New("raftfsm: node does not answer at its new addresses")
+	// ErrForeignCluster means a join named a node that holds a cluster of
+	// its own: taking it in would mix that cluster's records into this one.
+	ErrForeignCluster = errors.New("raftfsm: node holds a cluster of its own")
 )
 
 // QuorumError is a refused membership change: afterwards fewer voters than
@@ -410,6 +413,11 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			}
 		}
 	}
+	if existing == nil {
+		if err := n.notForeign(info, conf); err != nil {
+			return res, err
+		}
+	}
 	var change func() raft.IndexFuture
 	switch {
 	case existing != nil && string(existing.Address) == info.RaftAddr:
@@ -506,6 +514,46 @@ func (n *Node) answersAt(info NodeInfo) error {
 		return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr)
 	}
 	return nil
+}
+
+// notForeign refuses a new member that holds a cluster of its own: its
+// configuration lists members and none of them is one of conf's (a store
+// started without --join, a restored backup, a node of another cluster).
+// Raft cannot tell: where the two logs' terms happen to agree it appends
+// this cluster's entries after the node's own, the node's FSM skips them
+// up to its own applied index, and the node, caught up by that index,
+// would be promoted with the other cluster's records: one key claimed
+// twice, lookups answered with another cluster's data. A node with no
+// configuration (an empty data dir) or one that shares a member with this
+// cluster (it was one of them) goes on; so does one that does not answer
+// (it may not run yet). force does not skip this: no quorum is at stake,
+// the records are.
+func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
+	probe := n.peerProbe()
+	if probe == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+	defer cancel()
+	st, err := probe(ctx, info.HTTPAddr)
+	if err != nil || len(st.Nodes) == 0 {
+		return nil
+	}
+	ours := map[raft.ServerID]raft.ServerAddress{}
+	for _, s := range conf.Servers {
+		ours[s.ID] = s.Address
+	}
+	var theirs []string
+	for _, m := range st.Nodes {
+		if a, ok := ours[raft.ServerID(m.ID)]; ok && string(a) == m.RaftAddr {
+			return nil
+		}
+		theirs = append(theirs, m.ID+" ("+m.RaftAddr+")")
+	}
+	sort.Strings(theirs)
+	return fmt.Errorf("%w: node %s at HTTP %s is a member of another cluster, with its own state (members %s, applied index %d): taken in, its records would mix with this cluster's and a key could be claimed twice. "+
+		"To make it a member here, stop it, move its data dir aside (it holds that cluster's only copy of its records) and start it on an empty data dir with --join; check --node-http-addr if it is not the node you meant",
+		ErrForeignCluster, info.ID, info.HTTPAddr, strings.Join(theirs, ", "), st.AppliedIndex)
 }
 
 // server is the member id of conf, or ErrUnknownMember naming the members.
