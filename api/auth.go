@@ -440,6 +440,12 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 		return h
 	}
 	return func(w http.ResponseWriter, r *http.Request) {
+		if n := len(r.Header.Values("Authorization")); n > 1 {
+			// One field (RFC 9110 11.6.2): with two, a proxy in front may
+			// have checked the other one.
+			s.refuseUnread(w, r, invalid("the request has %d Authorization headers; send one", n))
+			return
+		}
 		cred, ok := s.cfg.Auth.Credentials().Authenticate(bearerToken(r.Header.Get("Authorization")))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)

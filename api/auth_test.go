@@ -212,6 +212,25 @@ func TestBearerSchemeAnyCase(t *testing.T) {
 	}
 }
 
+// Two Authorization headers are refused, whichever is valid: a proxy in
+// front may have checked the other one.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	for _, pair := range [][2]string{{"Bearer " + adminToken, "Bearer nope"}, {"Bearer nope", "Bearer " + adminToken}, {"Bearer " + adminToken, "Bearer " + adminToken}} {
+		req, err := http.NewRequest("GET", n.url+"/v1/config", nil)
+		require.NoError(t, err)
+		req.Header.Add("Authorization", pair[0])
+		req.Header.Add("Authorization", pair[1])
+		resp, err := n.client.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, "headers %q: %s", pair, b)
+		require.Contains(t, string(b), "2 Authorization headers")
+	}
+}
+
 func rawGet(t *testing.T, n *testNode, authorization string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequest("GET", n.url+"/v1/config", nil)
