@@ -42,6 +42,7 @@ const (
 	CodeAddressInUse        = "address_in_use"
 	CodeIDInUse             = "id_in_use"
 	CodeNotAnswering        = "not_answering"
+	CodeForeignCluster      = "foreign_cluster"
 	CodeNoTransferTarget    = "no_transfer_target"
 )
 
