@@ -29,9 +29,19 @@ import (
 // itself alone every append or snapshot comes from elsewhere. A node with
 // no configuration yet (an empty data dir waiting to join), or one that
 // lists other members, is not affected.
+//
+// The guard holds only in a process that started with such a
+// configuration (armed). A node that started empty and joined replays
+// its cluster's log from the start, and that log may begin with a
+// configuration of this node alone: its own id was the cluster's
+// bootstrap node (a member replaced by a fresh node under the same id).
+// Between two batches of that replay its latest configuration is itself
+// alone; refused, it would never catch up, and, hearing no leader, would
+// elect itself leader over a prefix of the log.
 type foreignGuard struct {
 	*raft.NetworkTransport
 	self    raft.ServerID
+	armed   atomic.Bool // the configuration at start was this node alone
 	r       *atomic.Pointer[raft.Raft] // set once raft runs
 	ready   chan struct{}              // closed once r is set
 	stop    chan struct{}
@@ -44,6 +54,17 @@ func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Poi
 	g := &foreignGuard{NetworkTransport: t, self: self, r: r, ready: ready, stop: stop, rpcs: make(chan raft.RPC), log: log}
 	go g.forward()
 	return g
+}
+
+// arm makes the guard hold when r's configuration, as raft starts, is
+// this node alone. Called before r is published to check.
+func (g *foreignGuard) arm(r *raft.Raft) {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	s := f.Configuration().Servers
+	g.armed.Store(len(s) == 1 && s[0].ID == g.self)
 }
 
 // Consumer is what raft reads its RPCs from: the transport's, filtered.
@@ -100,6 +121,9 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 	r := g.r.Load()
 	if r == nil {
 		return fmt.Errorf("raftfsm: %s is starting", g.self)
+	}
+	if !g.armed.Load() {
+		return nil
 	}
 	f := r.GetConfiguration()
 	if f.Error() != nil {

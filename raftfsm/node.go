@@ -191,6 +191,7 @@ func Open(cfg Config) (*Node, error) {
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
+	trans.arm(n.raft)
 	started.Store(n.raft)
 	close(running)
 	if cfg.Registry != nil {
