@@ -252,10 +252,20 @@ func (t *syncTransport) earlyAnswer(ctx context.Context, sc *syncConn, req *http
 	if err != nil {
 		return nil
 	}
-	sc.c.SetReadDeadline(time.Time{})
+	clearReadDeadline(ctx, sc.c)
 	resp.Close = true
 	t.bodyFrom(resp, ctx, sc, stop, false)
 	return resp
+}
+
+// clearReadDeadline clears the deadline set for a wait, but not one the
+// end of ctx set meanwhile (exchange's context.AfterFunc): cleared, the
+// answer's body would be read with no bound once ctx ended.
+func clearReadDeadline(ctx context.Context, c net.Conn) {
+	c.SetReadDeadline(time.Time{})
+	if ctx.Err() != nil {
+		c.SetReadDeadline(time.Unix(1, 0))
+	}
 }
 
 // continueWait is how long a request that asked with Expect: 100-continue
@@ -286,17 +296,17 @@ func (t *syncTransport) awaitContinue(ctx context.Context, sc *syncConn, req *ht
 		if err != nil {
 			var ne net.Error
 			if sc.in.left == maxHeadBytes && sc.br.Buffered() == 0 && errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
-				sc.c.SetReadDeadline(time.Time{})
+				clearReadDeadline(ctx, sc.c)
 				return nil, nil // no word: send the body
 			}
 			return nil, err
 		}
 		switch {
 		case resp.StatusCode == http.StatusContinue:
-			sc.c.SetReadDeadline(time.Time{})
+			clearReadDeadline(ctx, sc.c)
 			return nil, nil
 		case resp.StatusCode >= 200:
-			sc.c.SetReadDeadline(time.Time{})
+			clearReadDeadline(ctx, sc.c)
 			resp.TLS = sc.state
 			resp.Close = true
 			t.bodyFrom(resp, ctx, sc, stop, false)
