@@ -97,3 +97,24 @@ func TestTransportExpectContinueCancelWhileAnswerReadEndsTheBody(t *testing.T) {
 		t.Fatal("the body's read hangs on the node after the caller's context ended")
 	}
 }
+
+// A node (or a proxy) that sends a 103 and then nothing more gets the body
+// after the second's wait, as net/http sends it, and as it does when
+// nothing at all comes: the 103 is no go-ahead nor refusal.
+func TestTransportExpectContinueSendsTheBodyAfterA103AndSilence(t *testing.T) {
+	forEachScheme(t, func(t *testing.T, sch testScheme) {
+		url := expectServer(t, sch, func(c net.Conn, br *bufio.Reader, n int) {
+			io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n")
+			m, err := io.CopyN(io.Discard, br, int64(n))
+			if err != nil {
+				return
+			}
+			s := fmt.Sprint(m)
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(s), s)
+		})
+		resp, body := postExpecting(t, sch, url, 256<<10)
+		if resp.StatusCode != http.StatusOK || body != fmt.Sprint(256<<10) {
+			t.Fatalf("got %d %q, want 200 and the whole body received", resp.StatusCode, body)
+		}
+	})
+}
