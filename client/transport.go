@@ -292,10 +292,13 @@ func (t *syncTransport) awaitContinue(ctx context.Context, sc *syncConn, req *ht
 	sc.in.left = maxHeadBytes
 	defer func() { sc.in.left = -1 }()
 	for {
+		// Nothing of a next answer read yet: a timeout that leaves it so
+		// is silence, after 1xx answers (a 103) as before any.
+		quiet, left := sc.br.Buffered() == 0, sc.in.left
 		resp, err := http.ReadResponse(sc.br, req)
 		if err != nil {
 			var ne net.Error
-			if sc.in.left == maxHeadBytes && sc.br.Buffered() == 0 && errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
+			if quiet && sc.in.left == left && sc.br.Buffered() == 0 && errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
 				clearReadDeadline(ctx, sc.c)
 				return nil, nil // no word: send the body
 			}
