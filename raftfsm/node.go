@@ -93,6 +93,7 @@ func Open(cfg Config) (*Node, error) {
 	ok := false
 	defer func() {
 		if !ok {
+			close(n.stop) // ends what waits on it (foreignGuard's forward)
 			n.closeStores()
 		}
 	}()
