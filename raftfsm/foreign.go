@@ -41,7 +41,7 @@ import (
 type foreignGuard struct {
 	*raft.NetworkTransport
 	self    raft.ServerID
-	armed   atomic.Bool // the configuration at start was this node alone
+	armed   atomic.Bool                // the configuration at start was this node alone
 	r       *atomic.Pointer[raft.Raft] // set once raft runs
 	ready   chan struct{}              // closed once r is set
 	stop    chan struct{}
