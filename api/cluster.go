@@ -19,12 +19,13 @@ import (
 
 // Problem codes of membership changes.
 const (
-	codeWouldLoseQuorum = "would_lose_quorum"
-	codeScopeMismatch   = "scope_mismatch"
-	codeAddressInUse    = "address_in_use"
-	codeIDInUse         = "id_in_use"
-	codeNotAnswering    = "not_answering"
-	codeForeignCluster  = "foreign_cluster"
+	codeWouldLoseQuorum  = "would_lose_quorum"
+	codeScopeMismatch    = "scope_mismatch"
+	codeAddressInUse     = "address_in_use"
+	codeIDInUse          = "id_in_use"
+	codeNotAnswering     = "not_answering"
+	codeForeignCluster   = "foreign_cluster"
+	codeNodeTokenRefused = "node_token_refused"
 )
 
 // clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
@@ -119,7 +120,7 @@ func peerStatus(ctx context.Context, c *http.Client, url, addr string, token str
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		// Raft may be fine: only the node token is not taken there.
-		return st, fmt.Errorf("%s answered %s: it refused this node's token (%s): every node's --auth-file needs the entry of the token in --node-token-file", addr, resp.Status, TokenRefused)
+		return st, fmt.Errorf("%s answered %s: it refused this node's token (%s): every node's --auth-file needs the entry of the token in --node-token-file%w", addr, resp.Status, TokenRefused, quiet{raftfsm.ErrTokenRefused})
 	}
 	if resp.StatusCode != http.StatusOK {
 		return st, fmt.Errorf("%s answered %s", addr, resp.Status)
@@ -129,6 +130,12 @@ func peerStatus(ctx context.Context, c *http.Client, url, addr string, token str
 	}
 	return st, nil
 }
+
+// quiet wraps an error for errors.Is without adding to the message.
+type quiet struct{ err error }
+
+func (q quiet) Error() string { return "" }
+func (q quiet) Unwrap() error { return q.err }
 
 // TokenRefused marks a member's health check refused for the node token,
 // in its unhealthy reason (idem cluster status tells it from an outage).
@@ -323,6 +330,9 @@ func membershipProblem(err error) *problem {
 	case errors.Is(err, raftfsm.ErrNotAnswering):
 		p = newProblem(http.StatusConflict, codeNotAnswering, strings.TrimPrefix(err.Error(), "raftfsm: "))
 		p.Title = "Node does not answer at its new addresses"
+	case errors.Is(err, raftfsm.ErrTokenRefused):
+		p = newProblem(http.StatusConflict, codeNodeTokenRefused, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		p.Title = "Node refuses this cluster's node token"
 	case errors.Is(err, raftfsm.ErrForeignCluster):
 		p = newProblem(http.StatusConflict, codeForeignCluster, strings.TrimPrefix(err.Error(), "raftfsm: "))
 		p.Title = "Node holds a cluster of its own"

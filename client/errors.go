@@ -43,6 +43,7 @@ const (
 	CodeIDInUse             = "id_in_use"
 	CodeNotAnswering        = "not_answering"
 	CodeForeignCluster      = "foreign_cluster"
+	CodeNodeTokenRefused    = "node_token_refused"
 	CodeNoTransferTarget    = "no_transfer_target"
 )
 

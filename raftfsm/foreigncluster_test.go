@@ -97,9 +97,25 @@ func TestJoinOfANodeOfAnotherClusterIsRefused(t *testing.T) {
 		require.Empty(t, member(t, a, n.self.ID).ID, "%s was added", n.self.ID)
 	}
 
+	// A node that refuses this cluster's node token (another --auth-file,
+	// as another cluster's node has) is refused whatever it holds: the
+	// leader cannot see its configuration, and could never promote it.
+	stranger := c.open("x1", "", false)
+	a.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		if addr == stranger.self.HTTPAddr {
+			return Status{}, fmt.Errorf("%s answered 401 Unauthorized: %w", addr, ErrTokenRefused)
+		}
+		return c.probe(ctx, addr)
+	})
+	_, err := a.Join(stranger.Self(), true, true)
+	require.ErrorIs(t, err, ErrTokenRefused)
+	require.Contains(t, err.Error(), "--auth-file")
+	require.Empty(t, member(t, a, "x1").ID, "x1 was added")
+	a.SetPeerProbe(c.probe)
+
 	fresh := c.open("a2", "", false)
 	c.join(fresh, a)
 	require.NoError(t, a.Remove("a2", false))
-	_, err := a.Join(fresh.Self(), false, false) // it was one of us
+	_, err = a.Join(fresh.Self(), false, false) // it was one of us
 	require.NoError(t, err)
 }

@@ -165,6 +165,11 @@ var (
 	// ErrForeignCluster means a join named a node that holds a cluster of
 	// its own: taking it in would mix that cluster's records into this one.
 	ErrForeignCluster = errors.New("raftfsm: node holds a cluster of its own")
+	// ErrTokenRefused marks a PeerProbe refused for this node's token (the
+	// probe wraps it), and a join refused for that reason: the node runs
+	// with another --auth-file, so the leader can neither tell whether it
+	// holds a cluster of its own nor ever measure it healthy.
+	ErrTokenRefused = errors.New("raftfsm: the node refuses this cluster's node token")
 )
 
 // QuorumError is a refused membership change: afterwards fewer voters than
@@ -526,7 +531,9 @@ func (n *Node) answersAt(info NodeInfo) error {
 // twice, lookups answered with another cluster's data. A node with no
 // configuration (an empty data dir) or one that shares a member with this
 // cluster (it was one of them) goes on; so does one that does not answer
-// (it may not run yet). force does not skip this: no quorum is at stake,
+// (it may not run yet). One that refuses this cluster's node token is
+// refused too (ErrTokenRefused): it could hide a cluster of its own, and
+// it could never be measured healthy and promoted. force does not skip this: no quorum is at stake,
 // the records are.
 func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
 	probe := n.peerProbe()
@@ -536,6 +543,11 @@ func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
 	defer cancel()
 	st, err := probe(ctx, info.HTTPAddr)
+	if errors.Is(err, ErrTokenRefused) {
+		return fmt.Errorf("%w: node %s answers at HTTP %s but refuses this cluster's node token (%v): it runs with another --auth-file, as a node of another cluster does. "+
+			"A node of this cluster needs the entry of the token in --node-token-file in its --auth-file; a node of another cluster must start on an empty data dir (keep the old one: it holds that cluster's records)",
+			ErrTokenRefused, info.ID, info.HTTPAddr, err)
+	}
 	if err != nil || len(st.Nodes) == 0 {
 		return nil
 	}

@@ -104,7 +104,8 @@ func (m *member) warnJoinIgnored() {
 		return
 	}
 	m.log.Warn("--join is ignored: this data dir holds a one-node cluster of its own, with its own records, and a node with state never joins another cluster; "+
-		"it serves as that separate cluster. To make it a member of the cluster at --join, start it with an empty data dir (keep this one: it may hold the only copy of its records); to keep it as it is, start it without --join",
+		"it serves as that cluster. If it is the first node of the cluster at --join (the others are to join it), nothing is wrong: they join it. "+
+		"If it is to join a cluster that runs there, start it with an empty data dir (keep this one: it may hold the only copy of its records)",
 		"join", m.c.join, "data-dir", m.c.dataDir)
 }
 

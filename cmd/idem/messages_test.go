@@ -171,6 +171,7 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), api.TokenRefused)
 	require.Contains(t, err.Error(), "--node-token-file")
+	require.ErrorIs(t, err, raftfsm.ErrTokenRefused, "a join of such a node is refused for it")
 
 	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
 		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "Voter", Healthy: true},
