@@ -449,6 +449,29 @@ func (e usageError) Unwrap() error { return e.error }
 // node holds the data dir by then, so no other idem serve writes it
 // meanwhile; one that appeared since fixedSettings read the dir (another
 // node started and stopped in between) is left alone and the start fails.
+// setNodeFileScope records scope in an existing node.json, keeping the
+// rest of it.
+func setNodeFileScope(path, scope string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var nf nodeFile
+	if err := json.Unmarshal(b, &nf); err != nil {
+		return fmt.Errorf("%s is corrupt: %w", path, err)
+	}
+	nf.Scope = scope
+	b, _ = json.Marshal(nf)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
+}
+
 func writeNodeFile(path string, nf nodeFile) error {
 	if _, err := os.Stat(path); err == nil {
 		return fmt.Errorf("%s appeared while this node was starting (another idem serve on the same --data-dir?): nothing was written, start again", path)
@@ -557,7 +580,20 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Warn("test-only --clock-offset is set", "clock-offset", c.clockOffset)
 	}
 	if mode, pinned := node.ScopeMode(); pinned && mode != c.scope {
-		return usageError{fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it with --scope %s", mode, c.scope, mode)}
+		// The replicated state decides the scope (every replica applies
+		// claims in the mode the first write pinned); node.json only
+		// seeds it. A node.json that disagrees comes from a node admitted
+		// with another --scope (a bootstrap with mixed --scope, an
+		// idem cluster join by hand): refusing it left a member that no
+		// --scope could restart, the flag refused here or by node.json.
+		if set["scope"] {
+			return usageError{fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it without --scope (it takes the cluster's, %s)", mode, c.scope, mode)}
+		}
+		if err := setNodeFileScope(filepath.Join(c.dataDir, "node.json"), mode); err != nil {
+			return err
+		}
+		log.Warn("this data dir's node.json says --scope "+c.scope+", but the cluster's scope mode, fixed by its first write, is "+mode+": this node uses "+mode+", and node.json now says so", "scope", mode)
+		c.scope = mode
 	}
 	retention := c.retention // what the first claim will pin, or what an earlier one did
 	if ret, pinned := node.Retention(); pinned && ret != c.retention {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io/fs"
@@ -263,4 +264,38 @@ func TestServeEnvErrorsNameVariableAndValue(t *testing.T) {
 	}
 	_, err := os.Stat(dir)
 	require.ErrorIs(t, err, os.ErrNotExist)
+}
+
+// A member whose node.json says another scope than the one its cluster
+// pinned (a bootstrap with mixed --scope, or a node added by hand with
+// idem cluster join, which sends no scope) restarts in the cluster's mode.
+// It could not be restarted at all: without --scope the pinned mode
+// refused it ("start it with --scope principal"), and with that flag
+// node.json did ("--scope principal differs from endpoint").
+func TestRestartTakesTheClusterScopeOverNodeFile(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--scope", "principal")
+	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"a","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 201, code)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+	// What a node created with the default scope holds.
+	path := filepath.Join(dir, "node.json")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"principal"`), []byte(`"endpoint"`), 1), 0o600))
+
+	p = start(t, dir, httpAddr, raftAddr)
+	require.Contains(t, p.logs.String(), "the cluster's scope mode, fixed by its first write, is principal")
+	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 409, code, "principal scope: another endpoint is the same record")
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"scope":"principal"`)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+	out, err := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--scope", "endpoint").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "differs from principal")
 }
