@@ -445,10 +445,6 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
-// writeNodeFile writes the node file of a data dir that has none. The
-// node holds the data dir by then, so no other idem serve writes it
-// meanwhile; one that appeared since fixedSettings read the dir (another
-// node started and stopped in between) is left alone and the start fails.
 // setNodeFileScope records scope in an existing node.json, keeping the
 // rest of it.
 func setNodeFileScope(path, scope string) error {
@@ -461,21 +457,23 @@ func setNodeFileScope(path, scope string) error {
 		return fmt.Errorf("%s is corrupt: %w", path, err)
 	}
 	nf.Scope = scope
-	b, _ = json.Marshal(nf)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	return replaceNodeFile(path, nf)
 }
 
+// writeNodeFile writes the node file of a data dir that has none. The
+// node holds the data dir by then, so no other idem serve writes it
+// meanwhile; one that appeared since fixedSettings read the dir (another
+// node started and stopped in between) is left alone and the start fails.
 func writeNodeFile(path string, nf nodeFile) error {
 	if _, err := os.Stat(path); err == nil {
 		return fmt.Errorf("%s appeared while this node was starting (another idem serve on the same --data-dir?): nothing was written, start again", path)
 	}
+	return replaceNodeFile(path, nf)
+}
+
+// replaceNodeFile writes nf to path through a temporary file and a rename,
+// so a crash of the process leaves the old file or the new one.
+func replaceNodeFile(path string, nf nodeFile) error {
 	b, _ := json.Marshal(nf)
 	tmp := path + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
