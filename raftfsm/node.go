@@ -192,6 +192,11 @@ func Open(cfg Config) (*Node, error) {
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
+	if err := addressOfAnother(n.raft, rc.LocalID, cfg.RaftAdvertise); err != nil {
+		// No RPC has reached raft (the guard holds them until running).
+		n.raft.Shutdown().Error()
+		return nil, err
+	}
 	trans.arm(n.raft)
 	started.Store(n.raft)
 	close(running)
@@ -362,6 +367,34 @@ func (n *Node) Close() error {
 	n.wg.Wait()
 	errs = append(errs, n.closeStores())
 	return errors.Join(errs...)
+}
+
+// ErrAddressOfAnother refuses a start whose raft address the node's own
+// configuration gives to another member.
+var ErrAddressOfAnother = errors.New("raftfsm: this node's raft address is another member's")
+
+// addressOfAnother refuses to run a node at a raft address that its own
+// configuration gives to another member: two nodes' data dirs swapped (or
+// their --node-id), so the members' messages for that member reach this
+// one. Raft goes by address, so it would answer them with this node's log
+// and vote as both: two votes from one state, and elections that never
+// settle. A member that moved to a new address is not refused (its id is
+// listed at the old one); an address it took over from a removed member
+// is no one's any more.
+func addressOfAnother(r *raft.Raft, self raft.ServerID, addr string) error {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.Address) == addr && s.ID != self {
+			return fmt.Errorf("%w: this data dir is node %s's, and its cluster configuration lists raft address %s as member %s's. "+
+				"Swapped data dirs or --node-id? Start each node on its own data dir at its own addresses (%s's data dir at %s). "+
+				"If %s was removed from the cluster while this node was down, start this node at another --raft-addr: the cluster records its new address",
+				ErrAddressOfAnother, self, addr, s.ID, s.ID, addr, s.ID)
+		}
+	}
+	return nil
 }
 
 func (n *Node) closeStores() error {

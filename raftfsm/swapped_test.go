@@ -1,0 +1,38 @@
+package raftfsm
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Two nodes' data dirs swapped (each started with the id of its dir, at
+// the other's addresses): raft goes by address, so the swapped node got the
+// other member's messages and voted as both, and elections never settled
+// (an operator walk). The node now refuses to start at an address its own
+// configuration gives to another member, and nothing of its state moves.
+func TestNodeRefusesARaftAddressItsConfigurationGivesAnother(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	require.NoError(t, claim(n1, "k"))
+	require.Eventually(t, func() bool { return n2.db.Meta().Applied >= n1.db.Meta().Applied }, 10*time.Second, 20*time.Millisecond)
+	addr1, dir2 := n1.self.RaftAddr, n2.cfg.DataDir
+	applied := n2.db.Meta().Applied
+	c.stop(n1)
+	c.stop(n2)
+
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise = "n2", dir2, addr1, "mem-n2"
+	_, err := Open(cfg)
+	require.ErrorIs(t, err, ErrAddressOfAnother)
+	require.Contains(t, err.Error(), "member n1's")
+
+	// At its own address it starts, with its state as it was.
+	again := c.openAt("n2", dir2, n2.self.RaftAddr, false, &logBuffer{})
+	require.Equal(t, applied, again.db.Meta().Applied)
+}
