@@ -299,3 +299,30 @@ func TestRestartTakesTheClusterScopeOverNodeFile(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, string(out), "differs from principal")
 }
+
+// The same member, started with the cluster's own --scope (what a unit file
+// that lists --scope on every node passes): node.json's other scope must
+// not refuse it with "the scope cannot change", the opposite of the fix the
+// operator needs; it takes the cluster's mode as without the flag.
+func TestRestartWithTheClusterScopeFlagOverNodeFile(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--scope", "principal")
+	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"a","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 201, code)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+	path := filepath.Join(dir, "node.json")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"principal"`), []byte(`"endpoint"`), 1), 0o600))
+
+	p = start(t, dir, httpAddr, raftAddr, "--scope", "principal")
+	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 409, code, "principal scope: another endpoint is the same record")
+	b, err = os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"scope":"principal"`)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+}
