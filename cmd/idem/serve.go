@@ -29,11 +29,14 @@ import (
 // serveConfig is everything `idem serve` is told, from flags and IDEM_*
 // environment variables.
 type serveConfig struct {
-	nodeID, dataDir                 string
-	httpAddr, raftAddr              string
-	httpAdvertise, raftAdvertise    string
-	join                            string
-	bootstrapExpect                 int
+	nodeID, dataDir              string
+	httpAddr, raftAddr           string
+	httpAdvertise, raftAdvertise string
+	join                         string
+	bootstrapExpect              int
+	// nodeFileScope is node.json's scope when an explicit --scope differs
+	// from it: serve decides once the node's state says the cluster's mode.
+	nodeFileScope                   string
 	retention, bucketWidth, lease   time.Duration
 	allowShortRetention             bool
 	scope                           string
@@ -426,9 +429,13 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	c.bucketWidth = stored
 	if nf.Scope != "" && nf.Scope != c.scope {
 		if set["scope"] {
-			return nil, usageError{fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, nf.Scope, c.dataDir)}
+			// Refused in serve unless the cluster pinned the flag's mode:
+			// node.json only seeds the scope, and a member admitted with
+			// another one is fixed by naming its cluster's.
+			c.nodeFileScope = nf.Scope
+		} else {
+			c.scope = nf.Scope
 		}
-		c.scope = nf.Scope
 	}
 	if nf.NodeID != "" && nf.NodeID != c.nodeID {
 		return nil, usageError{fmt.Errorf("--node-id %q differs from %q, the node %s was created for", c.nodeID, nf.NodeID, c.dataDir)}
@@ -577,7 +584,17 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if c.clockOffset != 0 {
 		log.Warn("test-only --clock-offset is set", "clock-offset", c.clockOffset)
 	}
-	if mode, pinned := node.ScopeMode(); pinned && mode != c.scope {
+	mode, pinned := node.ScopeMode()
+	if c.nodeFileScope != "" {
+		if !pinned || mode != c.scope {
+			return usageError{fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, c.nodeFileScope, c.dataDir)}
+		}
+		if err := setNodeFileScope(filepath.Join(c.dataDir, "node.json"), mode); err != nil {
+			return err
+		}
+		log.Warn("this data dir's node.json says --scope "+c.nodeFileScope+", but the cluster's scope mode, fixed by its first write, is "+mode+", as --scope says: node.json now says so", "scope", mode)
+	}
+	if pinned && mode != c.scope {
 		// The replicated state decides the scope (every replica applies
 		// claims in the mode the first write pinned); node.json only
 		// seeds it. A node.json that disagrees comes from a node admitted
