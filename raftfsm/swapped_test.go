@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"os"
 	"testing"
 	"time"
 
@@ -35,4 +36,33 @@ func TestNodeRefusesARaftAddressItsConfigurationGivesAnother(t *testing.T) {
 	// At its own address it starts, with its state as it was.
 	again := c.openAt("n2", dir2, n2.self.RaftAddr, false, &logBuffer{})
 	require.Equal(t, applied, again.db.Meta().Applied)
+}
+
+// A node that took over the raft address of a removed member (n3 dead, its
+// host given to a fresh n4) and stopped while catching up: the leader's
+// snapshot it installed still listed n3 at that address and did not list
+// n4 yet (both changes are in entries after it). Its state is modelled by
+// a copy of the leader's data dir from before the removal. Such a node is
+// in no configuration of its own, so it never campaigns, and the cluster
+// sends the address's messages to n4: nothing is answered twice. It must
+// start to finish its catch-up; refused, it could never start again.
+func TestCatchingUpNodeAtARemovedMembersAddressStarts(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n3 := c.open("n3", "", false)
+	c.join(n3, n1)
+	require.NoError(t, claim(n1, "k"))
+	addr3, dir1 := n3.self.RaftAddr, n1.cfg.DataDir
+	c.stop(n3)
+	c.stop(n1)
+
+	dir4 := t.TempDir()
+	require.NoError(t, os.CopyFS(dir4, os.DirFS(dir1)))
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise = "n4", dir4, addr3, "mem-n4"
+	n4, err := Open(cfg)
+	require.NoError(t, err)
+	n4.Close()
 }
