@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -380,17 +381,26 @@ var ErrAddressOfAnother = errors.New("raftfsm: this node's raft address is anoth
 // and vote as both: two votes from one state, and elections that never
 // settle. A member that moved to a new address is not refused (its id is
 // listed at the old one); an address it took over from a removed member
-// is no one's any more.
+// is no one's any more. A node its configuration does not list is not
+// refused (see below).
 func addressOfAnother(r *raft.Raft, self raft.ServerID, addr string) error {
 	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return nil
 	}
-	for _, s := range f.Configuration().Servers {
+	servers := f.Configuration().Servers
+	// A node its configuration does not list never campaigns, and the
+	// cluster (which admitted it at this address) sends it its own
+	// messages: a node catching up at a removed member's address from a
+	// snapshot older than its admission is such a node, and must start.
+	if !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == self }) {
+		return nil
+	}
+	for _, s := range servers {
 		if string(s.Address) == addr && s.ID != self {
 			return fmt.Errorf("%w: this data dir is node %s's, and its cluster configuration lists raft address %s as member %s's. "+
 				"Swapped data dirs or --node-id? Start each node on its own data dir at its own addresses (%s's data dir at %s). "+
-				"If %s was removed from the cluster while this node was down, start this node at another --raft-addr: the cluster records its new address",
+				"If %s was removed from the cluster, or moved to other addresses, while this node was down, start this node at another --raft-addr: the cluster records its new address",
 				ErrAddressOfAnother, self, addr, s.ID, s.ID, addr, s.ID)
 		}
 	}
