@@ -172,6 +172,11 @@ var (
 	ErrTokenRefused = errors.New("raftfsm: the node refuses this cluster's node token")
 )
 
+// ErrNoNodeToken marks a PeerProbe refused because this node has no node
+// token to send (--auth-file without --node-token-file): the fault is
+// here, not in the other node's auth file. It is an ErrTokenRefused.
+var ErrNoNodeToken = fmt.Errorf("%w: this node has no node token to send", ErrTokenRefused)
+
 // QuorumError is a refused membership change: afterwards fewer voters than
 // a quorum would be healthy, or no voter would be left at all. It wraps
 // ErrWouldLoseQuorum.
