@@ -120,6 +120,9 @@ func peerStatus(ctx context.Context, c *http.Client, url, addr string, token str
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
 		// Raft may be fine: only the node token is not taken there.
+		if token == "" {
+			return st, fmt.Errorf("%s answered %s: it wants a token, and this node has no --node-token-file to send one (%s): start this node with --node-token-file (docs/SECURITY.md, the node credential)%w", addr, resp.Status, TokenRefused, quiet{raftfsm.ErrNoNodeToken})
+		}
 		return st, fmt.Errorf("%s answered %s: it refused this node's token (%s): every node's --auth-file needs the entry of the token in --node-token-file%w", addr, resp.Status, TokenRefused, quiet{raftfsm.ErrTokenRefused})
 	}
 	if resp.StatusCode != http.StatusOK {

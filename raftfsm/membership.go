@@ -548,6 +548,11 @@ func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
 	defer cancel()
 	st, err := probe(ctx, info.HTTPAddr)
+	if errors.Is(err, ErrNoNodeToken) {
+		return fmt.Errorf("%w: node %s answers at HTTP %s and wants a token, but this node, the leader, has no --node-token-file (%v): it can neither see whether %s holds a cluster of its own nor measure its health to promote it. "+
+			"Restart the members with --node-token-file (docs/SECURITY.md); nothing is wrong with %s",
+			ErrNoNodeToken, info.ID, info.HTTPAddr, err, info.ID, info.ID)
+	}
 	if errors.Is(err, ErrTokenRefused) {
 		return fmt.Errorf("%w: node %s answers at HTTP %s but refuses this cluster's node token (%v): it runs with another --auth-file, as a node of another cluster does. "+
 			"A node of this cluster needs the entry of the token in --node-token-file in its --auth-file; a node of another cluster must start on an empty data dir (keep the old one: it holds that cluster's records)",
