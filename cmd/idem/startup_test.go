@@ -266,6 +266,25 @@ func TestServeEnvErrorsNameVariableAndValue(t *testing.T) {
 	require.ErrorIs(t, err, os.ErrNotExist)
 }
 
+// memberWithOtherNodeFileScope is a stopped one-node store whose cluster
+// pinned the principal scope and whose node.json says endpoint, what a node
+// created with the default scope holds.
+func memberWithOtherNodeFileScope(t *testing.T) (dir, httpAddr, raftAddr, nodeFile string) {
+	t.Helper()
+	dir = t.TempDir()
+	httpAddr, raftAddr = freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--scope", "principal")
+	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"a","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 201, code)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+	nodeFile = filepath.Join(dir, "node.json")
+	b, err := os.ReadFile(nodeFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(nodeFile, bytes.Replace(b, []byte(`"principal"`), []byte(`"endpoint"`), 1), 0o600))
+	return dir, httpAddr, raftAddr, nodeFile
+}
+
 // A member whose node.json says another scope than the one its cluster
 // pinned (a bootstrap with mixed --scope, or a node added by hand with
 // idem cluster join, which sends no scope) restarts in the cluster's mode.
@@ -273,24 +292,13 @@ func TestServeEnvErrorsNameVariableAndValue(t *testing.T) {
 // refused it ("start it with --scope principal"), and with that flag
 // node.json did ("--scope principal differs from endpoint").
 func TestRestartTakesTheClusterScopeOverNodeFile(t *testing.T) {
-	dir := t.TempDir()
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	p := start(t, dir, httpAddr, raftAddr, "--scope", "principal")
-	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"a","key":"k","fingerprint":"ff"}`)
-	require.Equal(t, 201, code)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.wait()
-	// What a node created with the default scope holds.
-	path := filepath.Join(dir, "node.json")
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"principal"`), []byte(`"endpoint"`), 1), 0o600))
+	dir, httpAddr, raftAddr, path := memberWithOtherNodeFileScope(t)
 
-	p = start(t, dir, httpAddr, raftAddr)
+	p := start(t, dir, httpAddr, raftAddr)
 	require.Contains(t, p.logs.String(), "the cluster's scope mode, fixed by its first write, is principal")
-	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
+	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
 	require.Equal(t, 409, code, "principal scope: another endpoint is the same record")
-	b, err = os.ReadFile(path)
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"scope":"principal"`)
 	p.cmd.Process.Signal(syscall.SIGTERM)
@@ -305,22 +313,12 @@ func TestRestartTakesTheClusterScopeOverNodeFile(t *testing.T) {
 // not refuse it with "the scope cannot change", the opposite of the fix the
 // operator needs; it takes the cluster's mode as without the flag.
 func TestRestartWithTheClusterScopeFlagOverNodeFile(t *testing.T) {
-	dir := t.TempDir()
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	p := start(t, dir, httpAddr, raftAddr, "--scope", "principal")
-	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"a","key":"k","fingerprint":"ff"}`)
-	require.Equal(t, 201, code)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.wait()
-	path := filepath.Join(dir, "node.json")
-	b, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(path, bytes.Replace(b, []byte(`"principal"`), []byte(`"endpoint"`), 1), 0o600))
+	dir, httpAddr, raftAddr, path := memberWithOtherNodeFileScope(t)
 
-	p = start(t, dir, httpAddr, raftAddr, "--scope", "principal")
-	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
+	p := start(t, dir, httpAddr, raftAddr, "--scope", "principal")
+	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
 	require.Equal(t, 409, code, "principal scope: another endpoint is the same record")
-	b, err = os.ReadFile(path)
+	b, err := os.ReadFile(path)
 	require.NoError(t, err)
 	require.Contains(t, string(b), `"scope":"principal"`)
 	p.cmd.Process.Signal(syscall.SIGTERM)
