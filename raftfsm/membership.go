@@ -538,8 +538,8 @@ func (n *Node) answersAt(info NodeInfo) error {
 // cluster (it was one of them) goes on; so does one that does not answer
 // (it may not run yet). One that refuses this cluster's node token is
 // refused too (ErrTokenRefused): it could hide a cluster of its own, and
-// it could never be measured healthy and promoted. force does not skip this: no quorum is at stake,
-// the records are.
+// it could never be measured healthy and promoted. force does not skip
+// this: no quorum is at stake, the records are.
 func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
 	probe := n.peerProbe()
 	if probe == nil {

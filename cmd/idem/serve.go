@@ -584,30 +584,29 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if c.clockOffset != 0 {
 		log.Warn("test-only --clock-offset is set", "clock-offset", c.clockOffset)
 	}
+	// The replicated state decides the scope (every replica applies claims
+	// in the mode the first write pinned); node.json only seeds it. A
+	// node.json that disagrees comes from a node admitted with another
+	// --scope (a bootstrap with mixed --scope, an idem cluster join by
+	// hand): it takes the cluster's mode, given no --scope or the cluster's
+	// own, else no --scope could restart it (the flag refused here or by
+	// node.json). c.nodeFileScope is node.json's when --scope differs.
 	mode, pinned := node.ScopeMode()
-	if c.nodeFileScope != "" {
-		if !pinned || mode != c.scope {
-			return usageError{fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, c.nodeFileScope, c.dataDir)}
-		}
-		if err := setNodeFileScope(filepath.Join(c.dataDir, "node.json"), mode); err != nil {
-			return err
-		}
-		log.Warn("this data dir's node.json says --scope "+c.nodeFileScope+", but the cluster's scope mode, fixed by its first write, is "+mode+", as --scope says: node.json now says so", "scope", mode)
+	switch {
+	case c.nodeFileScope != "" && (!pinned || mode != c.scope):
+		return usageError{fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, c.nodeFileScope, c.dataDir)}
+	case c.nodeFileScope == "" && pinned && mode != c.scope && set["scope"]:
+		return usageError{fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it without --scope (it takes the cluster's, %s)", mode, c.scope, mode)}
 	}
-	if pinned && mode != c.scope {
-		// The replicated state decides the scope (every replica applies
-		// claims in the mode the first write pinned); node.json only
-		// seeds it. A node.json that disagrees comes from a node admitted
-		// with another --scope (a bootstrap with mixed --scope, an
-		// idem cluster join by hand): refusing it left a member that no
-		// --scope could restart, the flag refused here or by node.json.
-		if set["scope"] {
-			return usageError{fmt.Errorf("this cluster's scope mode is %s (fixed by its first write); this node was started with --scope %s: start it without --scope (it takes the cluster's, %s)", mode, c.scope, mode)}
+	if pinned && (c.nodeFileScope != "" || mode != c.scope) {
+		was := c.nodeFileScope
+		if was == "" {
+			was = c.scope
 		}
 		if err := setNodeFileScope(filepath.Join(c.dataDir, "node.json"), mode); err != nil {
 			return err
 		}
-		log.Warn("this data dir's node.json says --scope "+c.scope+", but the cluster's scope mode, fixed by its first write, is "+mode+": this node uses "+mode+", and node.json now says so", "scope", mode)
+		log.Warn("this data dir's node.json says --scope "+was+", but the cluster's scope mode, fixed by its first write, is "+mode+": this node uses "+mode+", and node.json now says so", "scope", mode)
 		c.scope = mode
 	}
 	retention := c.retention // what the first claim will pin, or what an earlier one did
