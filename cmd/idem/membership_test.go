@@ -448,6 +448,15 @@ func TestClusterRetentionIsTheClusters(t *testing.T) {
 	c.moveLeadership(n1)
 	require.Equal(t, 24*time.Hour, span(claimOK(t, n1.http, "first")))
 	everyNodePublishes("24h0m0s")
+	// n3 started before the pin: it says so once the pin reaches it (it
+	// said nothing until its next restart), and the others, whose flag is
+	// the cluster's, say nothing.
+	const drift = "--retention differs from the cluster's retention"
+	waitFor(t, 20*time.Second, "n3 warns that its --retention 1h is not the cluster's", func() (bool, string) {
+		return strings.Contains(n3.p.logs.String(), drift), ""
+	})
+	require.NotContains(t, n1.p.logs.String(), drift)
+	require.NotContains(t, c.node("n2").p.logs.String(), drift)
 	waitFor(t, 20*time.Second, "status without a warning", func() (bool, string) {
 		out, code := cli(t, "status", "--addr", n3.http)
 		return code == 0 && !strings.Contains(out, "WARNING"), out

@@ -610,10 +610,10 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		c.scope = mode
 	}
 	retention := c.retention // what the first claim will pin, or what an earlier one did
-	if ret, pinned := node.Retention(); pinned && ret != c.retention {
+	ret, pinned := node.Retention()
+	if pinned && ret != c.retention {
 		retention = ret
-		log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. Start this node with --retention "+ret.String()+", or, to change the cluster's, run idem cluster set-retention",
-			"retention", c.retention.String(), "cluster-retention", ret.String())
+		warnRetentionDrift(log, c.retention, ret)
 	} else if !pinned && node.DB().Meta().MaxRetentionMs > 0 {
 		log.Warn("this cluster was started by an earlier release and has no retention of its own yet: each claim gets the --retention of the leader deciding it. Once every node runs this release, run idem cluster set-retention --retention "+c.retention.String()+" (with the value every node has)",
 			"retention", c.retention.String())
@@ -654,6 +654,9 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(),
 		"scope", c.scope, "version", version)
 	go membership(ctx, node, c, nodeToken, log)
+	if !pinned {
+		go watchRetentionPin(ctx, node, c.retention, log)
+	}
 	c.tls.reloadOnHUP(ctx, log)
 	c.tls.watchExpiry(ctx, log, expiryCheckEvery) // tls.go
 	if auth != nil {
@@ -690,6 +693,36 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Warn("http drain incomplete", "error", err)
 	}
 	return nil
+}
+
+// warnRetentionDrift says that --retention (flag) is not what claims get.
+func warnRetentionDrift(log *slog.Logger, flag, cluster time.Duration) {
+	log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. Start this node with --retention "+cluster.String()+", or, to change the cluster's, run idem cluster set-retention",
+		"retention", flag.String(), "cluster-retention", cluster.String())
+}
+
+// watchRetentionPin waits for the cluster's retention to reach a node
+// that started without it (an empty data dir joining, a cluster before
+// its first claim) and warns once if --retention differs from it. The
+// check at start cannot see it: a node that joined with another
+// --retention said nothing until its next restart, while its startup
+// line had named its own flag.
+func watchRetentionPin(ctx context.Context, node *raftfsm.Node, flag time.Duration, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if ret, pinned := node.Retention(); pinned {
+			if ret != flag {
+				warnRetentionDrift(log, flag, ret)
+			}
+			return
+		}
+	}
 }
 
 // handOverWait bounds how long a leader that handed over keeps serving
