@@ -63,6 +63,7 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, storeProblem(err))
 		return
 	}
+	st.Scope = s.clusterScope()
 	if r.Header.Get(forwardedHeader) == "" && st.HealthFrom == "" {
 		s.mergeLeaderHealth(r.Context(), &st)
 	}
@@ -229,6 +230,16 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	}
 	if p == nil && req.Scope != "" && req.Scope != "endpoint" && req.Scope != "principal" {
 		p = invalid("scope %q must be endpoint or principal", req.Scope)
+	}
+	if p == nil && req.Scope == "" {
+		// Joined by hand (idem cluster join sends no scope): ask the node.
+		// One that does not answer yet, or does not say (an earlier
+		// release), goes on as before.
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		if st, err := s.fwd.peerStatus(ctx, req.HTTPAddr); err == nil && st.Self.ID == req.ID {
+			req.Scope = st.Scope
+		}
+		cancel()
 	}
 	if p == nil && req.Scope != "" && req.Scope != s.clusterScope() {
 		p = newProblem(http.StatusConflict, codeScopeMismatch, fmt.Sprintf(

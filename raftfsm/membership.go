@@ -123,6 +123,12 @@ type Status struct {
 	// Keys are the keys of this node's --encryption-key-file (none without
 	// one), so the leader can tell whether it may make the node a voter.
 	Keys []NodeKey `json:"keys,omitempty"`
+	// Scope is the scope mode this node decides claims with: its cluster's
+	// once the first write fixed it, else its --scope. The API sets it (the
+	// flag is the API's); a node of an earlier release leaves it empty.
+	// Nodes about to form a cluster, and a leader taking in a node joined
+	// by hand, compare it.
+	Scope string `json:"scope,omitempty"`
 }
 
 // PeerProbe asks the node at httpAddr for its own Status, as it answers

@@ -231,6 +231,18 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			m.tryJoin(ctx, []string{a})
 			return
 		}
+		if st.Scope != "" && st.Scope != m.c.scope {
+			// The first claim would fix the scope mode of whichever node
+			// led it, and the others would take it on their next start:
+			// not what one of the two flags asked for. Said once per
+			// answer, not every second.
+			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs with --scope %s and this node with --scope %s; a cluster has one scope mode: start every node with the same --scope (on an empty data dir)", st.Self.ID, a, st.Scope, m.c.scope)
+			if msg != m.refused {
+				m.refused = msg
+				m.log.Error(msg)
+			}
+			return
+		}
 		peers[st.Self.ID] = st.Self
 		walls = append(walls, st.WallMs)
 	}

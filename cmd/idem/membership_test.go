@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,13 +114,58 @@ func TestMembershipAbsentJoinOneNode(t *testing.T) {
 
 	// A node started with another scope mode is refused, naming both, and
 	// says so in its log; the cluster does not change.
-	n5 := launch(t, t.TempDir(), freePort(t), freePort(t), "--node-id", "n5", "--scope", "principal", "--join", http)
+	n5http, n5raft := freePort(t), freePort(t)
+	n5 := launch(t, t.TempDir(), n5http, n5raft, "--node-id", "n5", "--scope", "principal", "--join", http)
 	waitFor(t, 10*time.Second, "n5 logs its refusal", func() (bool, string) {
 		return strings.Contains(n5.logs.String(), "scope_mismatch"), ""
 	})
 	require.Contains(t, n5.logs.String(), "--scope principal but this cluster's scope is endpoint")
 	_, st = memberAt(t, http, "n5")
 	require.Len(t, st.Nodes, 1, "%+v", st.Nodes)
+	// Joined by hand, which sends no scope, it is refused all the same:
+	// the cluster asks the node (it was let in, and took the cluster's
+	// mode only on its next start).
+	out, code = cli(t, "join", "--addr", http, "--id", "n5", "--raft-addr", n5raft, "--node-http-addr", n5http)
+	require.Equal(t, 1, code, "%s", out)
+	require.Contains(t, out, "scope_mismatch")
+	require.Contains(t, out, "--scope principal but this cluster's scope is endpoint")
+	_, st = memberAt(t, http, "n5")
+	require.Len(t, st.Nodes, 1, "%+v", st.Nodes)
+}
+
+// Nodes about to bootstrap a cluster together with different --scope do
+// not (they did: the first claim fixed the mode of whichever node led it,
+// and the other nodes took it on their next start). Each says why.
+func TestBootstrapExpectRefusesMixedScopes(t *testing.T) {
+	t.Parallel()
+	h1, r1, h2, r2 := freePort(t), freePort(t), freePort(t), freePort(t)
+	join := h1 + "," + h2
+	n1 := launch(t, t.TempDir(), h1, r1, "--node-id", "n1", "--bootstrap-expect", "2", "--join", join)
+	d2 := t.TempDir()
+	n2 := launch(t, d2, h2, r2, "--node-id", "n2", "--bootstrap-expect", "2", "--join", join, "--scope", "principal")
+	waitFor(t, 15*time.Second, "both nodes refuse to bootstrap", func() (bool, string) {
+		return strings.Contains(n1.logs.String(), "node n2 ("+h2+") runs with --scope principal and this node with --scope endpoint") &&
+			strings.Contains(n2.logs.String(), "node n1 ("+h1+") runs with --scope endpoint and this node with --scope principal"), ""
+	})
+	for _, h := range []string{h1, h2} {
+		_, body := get(t, h, "/v1/cluster")
+		var st struct{ Nodes []any }
+		require.NoError(t, json.Unmarshal(body, &st))
+		require.Empty(t, st.Nodes, "%s formed a cluster: %s", h, body)
+	}
+	require.Equal(t, 1, strings.Count(n1.logs.String(), "not bootstrapping"), "said once, not every second")
+
+	// The fix the message gives: restart the odd one with the others'
+	// --scope, on its data dir (no cluster was formed: nothing to miss).
+	require.NoError(t, n2.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, n2.wait())
+	n2 = launch(t, d2, h2, r2, "--node-id", "n2", "--bootstrap-expect", "2", "--join", join, "--scope", "endpoint")
+	waitFor(t, 20*time.Second, "the two nodes form a cluster", func() (bool, string) {
+		a := call("GET", h2, "/v1/cluster", "")
+		var st struct{ Nodes []any }
+		return a.err == nil && json.Unmarshal(a.body, &st) == nil && len(st.Nodes) == 2, a.String()
+	})
+	require.Contains(t, n2.logs.String(), "its scope mode is now --scope endpoint (node.json said principal)")
 }
 
 // Three nodes, and everything an operator can do wrong with them.

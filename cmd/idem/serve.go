@@ -592,6 +592,16 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	// own, else no --scope could restart it (the flag refused here or by
 	// node.json). c.nodeFileScope is node.json's when --scope differs.
 	mode, pinned := node.ScopeMode()
+	if c.nodeFileScope != "" && !pinned && !node.HasState() {
+		// No cluster was ever formed or joined here, so no record was
+		// written: the fix for nodes that would not bootstrap together
+		// with mixed --scope is to restart the odd one with the others'.
+		if err := setNodeFileScope(filepath.Join(c.dataDir, "node.json"), c.scope); err != nil {
+			return err
+		}
+		log.Info("this data dir holds no cluster yet: its scope mode is now --scope "+c.scope+" (node.json said "+c.nodeFileScope+")", "scope", c.scope)
+		c.nodeFileScope = ""
+	}
 	switch {
 	case c.nodeFileScope != "" && (!pinned || mode != c.scope):
 		return usageError{fmt.Errorf("--scope %s differs from %s, the scope %s was created with; the scope cannot change (existing records would be missed and their retries run again)", c.scope, c.nodeFileScope, c.dataDir)}
