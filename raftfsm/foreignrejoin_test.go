@@ -2,10 +2,15 @@ package raftfsm
 
 import (
 	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // A member replaced by a fresh node with the same id (the documented way:
@@ -45,4 +50,105 @@ func TestFreshNodeRejoiningUnderTheBootstrapIDCatchesUp(t *testing.T) {
 	}
 	require.False(t, fresh.IsLeader(), "the fresh n1 leads a cluster of its own")
 	require.GreaterOrEqual(t, fresh.db.Meta().Applied, l.db.Meta().Applied, "the fresh n1 never caught up")
+}
+
+// openIn starts node id on dir, on any port, with the default snapshot
+// settings (the log keeps its first entries).
+func (c *memCluster) openIn(id, dir string, bootstrap bool, logs *logBuffer) *Node {
+	c.t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dir, bootstrap, "127.0.0.1:0", "mem-"+id
+	if logs != nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	}
+	n, err := Open(cfg)
+	require.NoError(c.t, err)
+	n.SetPeerProbe(c.probe)
+	c.mu.Lock()
+	c.nodes[cfg.HTTPAdvertise] = n
+	c.mu.Unlock()
+	c.t.Cleanup(func() { c.stop(n) })
+	return n
+}
+
+// The same fresh n1, stopped in the middle of its replay while its log
+// ended in the cluster's one-node stretch (here: a copy of the first n1's
+// data dir from that stretch, which holds the same entries), restarted
+// with a configuration of itself alone: it elected itself leader of a
+// cluster of its own and, armed by that configuration, refused the real
+// leader for good. Having joined empty (the joining file), it now sets
+// that partial copy aside, starts empty, joins again and catches up.
+func TestFreshNodeRestartedInTheOneNodeStretchStartsEmpty(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	dirA, stretch := t.TempDir(), t.TempDir()
+	n1 := c.openIn("n1", dirA, true, nil)
+	c.leader(n1)
+	for i := range 20 {
+		require.NoError(t, claim(n1, fmt.Sprintf("k%d", i)))
+	}
+	c.stop(n1)
+	copyDir(t, dirA, stretch)
+	n1 = c.openIn("n1", dirA, true, nil)
+	c.leader(n1)
+	n2 := c.openIn("n2", t.TempDir(), false, nil)
+	c.join(n2, n1)
+	n3 := c.openIn("n3", t.TempDir(), false, nil)
+	c.join(n3, n1)
+	c.stop(n1)
+	l := c.leader(n2, n3)
+	require.Eventually(t, func() bool { return l.Remove("n1", false) == nil }, 15*time.Second, 200*time.Millisecond)
+	require.NoError(t, claim(l, "after"))
+
+	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), nil, 0o600))
+	var logs logBuffer
+	fresh := c.openIn("n1", stretch, false, &logs)
+	require.False(t, fresh.HasState(), "the partial copy was not set aside")
+	require.Contains(t, logs.String(), "set-aside")
+	aside, err := filepath.Glob(filepath.Join(stretch, "set-aside-*", "fsm"))
+	require.NoError(t, err)
+	require.Len(t, aside, 1, "the partial copy is kept")
+	require.NoError(t, fresh.MarkJoining())
+	_, err = l.Join(fresh.Self(), false, true)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		require.False(t, fresh.IsLeader(), "the fresh n1 leads a cluster of its own")
+		_, found := fresh.db.Lookup(engine.Scope{Principal: "p", Endpoint: "e", Key: "after"}, false, fresh.db.Meta().NowMs)
+		return found
+	}, 20*time.Second, 50*time.Millisecond, "the fresh n1 never caught up")
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(stretch, joiningFile))
+		return os.IsNotExist(err)
+	}, 5*time.Second, 50*time.Millisecond, "the joining file outlived the catch-up")
+}
+
+// The joining file never costs a node its state otherwise: a node that
+// joins as another id removes it once it has caught up past the first
+// configuration, and a node that has no state removes it at start (it may
+// be started as a one-node cluster next, which the file must not
+// outlive).
+func TestJoiningFileIsForgotten(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.openIn("n1", t.TempDir(), true, nil)
+	c.leader(n1)
+	dir := t.TempDir()
+	n2 := c.openIn("n2", dir, false, nil)
+	require.NoError(t, n2.MarkJoining())
+	require.FileExists(t, filepath.Join(dir, joiningFile))
+	c.join(n2, n1)
+	require.Eventually(t, func() bool {
+		_, err := os.Stat(filepath.Join(dir, joiningFile))
+		return os.IsNotExist(err)
+	}, 5*time.Second, 50*time.Millisecond, "the joining file outlived the catch-up")
+	c.stop(n2)
+	n2 = c.openIn("n2", dir, false, nil)
+	require.True(t, n2.HasState())
+
+	empty := t.TempDir()
+	n4 := c.openIn("n4", empty, false, nil)
+	require.NoError(t, n4.MarkJoining())
+	c.stop(n4)
+	c.openIn("n4", empty, true, nil) // started alone instead
+	require.NoFileExists(t, filepath.Join(empty, joiningFile))
 }

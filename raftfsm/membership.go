@@ -735,6 +735,7 @@ func (n *Node) refreshMembership() {
 		}
 	}
 	n.member.Store(in)
+	n.forgetJoining(f.Configuration()) // joining.go
 }
 
 func (n *Node) watchMembership() {

@@ -63,11 +63,28 @@ type Node struct {
 	// A node that is not a member (removed, or not yet joined) knows no
 	// leader as far as callers are concerned, so it accepts no writes.
 	member atomic.Bool
+	// joining is whether the data dir holds joiningFile (joining.go).
+	joining atomic.Bool
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps
 // a one-node cluster.
 func Open(cfg Config) (*Node, error) {
+	n, err := open(cfg)
+	if !errors.Is(err, errStartEmpty) {
+		return n, err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if _, err := setAside(cfg.DataDir, log); err != nil { // joining.go
+		return nil, err
+	}
+	return open(cfg)
+}
+
+func open(cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -138,6 +155,13 @@ func Open(cfg Config) (*Node, error) {
 	if err := n.checkKeys(); err != nil {
 		return nil, err
 	}
+	existing, err := raft.HasExistingState(n.logStore, n.stable, n.snaps)
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: read raft state: %w", err)
+	}
+	if err := n.checkJoining(existing); err != nil { // joining.go
+		return nil, err
+	}
 	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftListener, cfg.TLS, cfg.Logger)
 	if err != nil {
 		return nil, err
@@ -172,10 +196,6 @@ func Open(cfg Config) (*Node, error) {
 	rc.ShutdownOnRemove = false
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
-	}
-	existing, err := raft.HasExistingState(n.logStore, n.stable, n.snaps)
-	if err != nil {
-		return nil, fmt.Errorf("raftfsm: read raft state: %w", err)
 	}
 	if !existing && cfg.Bootstrap {
 		conf := raft.Configuration{Servers: []raft.Server{{

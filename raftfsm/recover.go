@@ -271,6 +271,12 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: %w", err)
 	}
+	// The configuration is the operator's now: a joining file left by a
+	// node that stopped right after catching up must not make the next
+	// start set this state aside (joining.go).
+	if err := removeJoining(dir); err != nil {
+		return st, err
+	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
 	return st, nil
 }

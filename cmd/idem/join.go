@@ -177,6 +177,13 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		body := m.self
 		if !m.node.HasState() {
 			body = m.selfEmpty
+			// Before the cluster can send a first entry: restarted in the
+			// middle of replaying the cluster's log, the node must know it
+			// joined (raftfsm's joining.go).
+			if err := m.node.MarkJoining(); err != nil {
+				m.log.Error("join: cannot record in the data dir that this node is joining; not asking until it can", "error", err)
+				return
+			}
 		}
 		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", body)
 		if status == http.StatusBadRequest && bytes.Contains(b, []byte(`unknown field \"empty\"`)) {
