@@ -37,7 +37,8 @@ import (
 // bootstrap node (a member replaced by a fresh node under the same id).
 // Between two batches of that replay its latest configuration is itself
 // alone; refused, it would never catch up, and, hearing no leader, would
-// elect itself leader over a prefix of the log.
+// elect itself leader over a prefix of the log. Restarted at such a point,
+// it starts empty instead (joining.go), so the guard is never armed there.
 type foreignGuard struct {
 	*raft.NetworkTransport
 	self    raft.ServerID
