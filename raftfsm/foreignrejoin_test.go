@@ -124,9 +124,9 @@ func TestFreshNodeRestartedInTheOneNodeStretchStartsEmpty(t *testing.T) {
 
 // The joining file never costs a node its state otherwise: a node that
 // joins as another id removes it once it has caught up past the first
-// configuration, and a node that has no state removes it at start (it may
-// be started as a one-node cluster next, which the file must not
-// outlive).
+// configuration; a node that has no state keeps it over a restart (the
+// leader may have taken it in already, and send entries before it asks
+// again), and removes it when it bootstraps a one-node cluster instead.
 func TestJoiningFileIsForgotten(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t)
@@ -148,6 +148,9 @@ func TestJoiningFileIsForgotten(t *testing.T) {
 	empty := t.TempDir()
 	n4 := c.openIn("n4", empty, false, nil)
 	require.NoError(t, n4.MarkJoining())
+	c.stop(n4)
+	n4 = c.openIn("n4", empty, false, nil)
+	require.FileExists(t, filepath.Join(empty, joiningFile))
 	c.stop(n4)
 	c.openIn("n4", empty, true, nil) // started alone instead
 	require.NoFileExists(t, filepath.Join(empty, joiningFile))

@@ -81,16 +81,21 @@ func removeJoining(dir string) error {
 }
 
 // checkJoining decides, with the stores open and before raft starts, what
-// the joining file means: nothing for a node without raft state (it joins
-// again, and writes the file again first: without a join it may bootstrap
-// a one-node cluster, which the file must not outlive), and errStartEmpty
-// for a node whose latest configuration is itself alone.
+// the joining file means: for a node without raft state, that it is still
+// joining (the leader may have taken it in, and its entries may arrive
+// before the node asks again), unless it bootstraps a one-node cluster now,
+// which the file must not outlive; errStartEmpty for a node whose latest
+// configuration is itself alone.
 func (n *Node) checkJoining(existing bool) error {
 	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, joiningFile)); err != nil {
 		return nil
 	}
 	if !existing {
-		return removeJoining(n.cfg.DataDir)
+		if n.cfg.Bootstrap {
+			return removeJoining(n.cfg.DataDir)
+		}
+		n.joining.Store(true)
+		return nil
 	}
 	conf, err := latestConfiguration(n.logStore, n.snaps)
 	if err != nil {
