@@ -50,7 +50,8 @@ func WithToken(token string) Option {
 
 // WithHTTPClient replaces the default *http.Client, e.g. to share one
 // connection pool between clients of several nodes or to use TLS settings.
-// Prefer a context deadline to http.Client.Timeout.
+// Prefer a context deadline to http.Client.Timeout. The client uses a copy
+// of it that follows no redirect (see noRedirect); hc itself is not changed.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *Client) {
 		if hc != nil {
@@ -108,9 +109,21 @@ func New(addr string, opts ...Option) (*Client, error) {
 			dial = time.Second
 		}
 		c.hc = &http.Client{Transport: defaultTransport(dial, c.tls)}
+	} else {
+		hc := *c.hc
+		c.hc = &hc
 	}
+	c.hc.CheckRedirect = noRedirect
 	return c, nil
 }
+
+// noRedirect makes a redirect the answer rather than followed. No idem route
+// redirects, so one comes from something else in front of a node, or a
+// hostile server: following it would send the request (a claim, its 307
+// body included) and the bearer token elsewhere (net/http keeps the
+// Authorization header for another port of the same host), or turn a claim
+// into a GET (301, 302, 303) whose 2xx would be taken as its answer.
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 
 // newTransport keeps many connections alive per host: a busy service sends
 // claims from many goroutines to the same node, and without idle connections

@@ -128,6 +128,9 @@ func newProblem(resp *http.Response, raw []byte, now time.Time) *Problem {
 		p = &Problem{Detail: textDetail(raw)}
 	}
 	p.Status = resp.StatusCode
+	if loc := resp.Header.Get("Location"); loc != "" && p.Detail == "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		p.Detail = textDetail([]byte("redirect to " + loc + " not followed"))
+	}
 	if p.Title == "" {
 		p.Title = http.StatusText(resp.StatusCode)
 	}
