@@ -926,12 +926,13 @@ func (s *Server) writeResults(w http.ResponseWriter, results []wire.BatchResult)
 	if timeout <= 0 {
 		timeout = DefaultBatchAnswerWriteTimeout
 	}
-	rc := http.NewResponseController(w)
-	rc.SetWriteDeadline(time.Now().Add(timeout))
 	w.Header().Set("Content-Type", "application/json")
 	// A length rather than chunks: one write, and the client reads the
 	// answer into one buffer of its size.
 	w.Header().Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(http.StatusOK)
+	// After WriteHeader, which sends nothing yet, so that this deadline
+	// replaces the one every answer gets there (answerWriter).
+	http.NewResponseController(w).SetWriteDeadline(time.Now().Add(timeout))
 	w.Write(b) // net/http clears the deadline once the answer is flushed
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,7 +24,9 @@ import (
 //     503 unavailable with Retry-After: 1, decided before anything is read;
 //   - the whole body must arrive within Limits.BodyReadTimeout of the
 //     handler's start. The deadline is cleared once the body is read, so
-//     a long answer (a snapshot download) is never cut by it.
+//     a long answer (a snapshot download) is never cut by it;
+//   - every answer but a snapshot download's (and --pprof's) must be taken
+//     within Config.AnswerWriteTimeout of when it starts (answerWriter).
 //
 // /healthz and /readyz are never counted nor refused for load: they are how
 // an operator and a load balancer see the node under pressure.
@@ -98,8 +101,63 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc, timeout: d}
 		}
 	}
+	if (lc == nil || !lc.overflow()) && !streams(r) {
+		// A headroom connection keeps its own short deadline.
+		w = &answerWriter{ResponseWriter: w, timeout: s.answerWriteTimeout()}
+	}
 	next.ServeHTTP(w, r)
 }
+
+// DefaultAnswerWriteTimeout is the default of Config.AnswerWriteTimeout.
+const DefaultAnswerWriteTimeout = 30 * time.Second
+
+func (s *Server) answerWriteTimeout() time.Duration {
+	if s.cfg.AnswerWriteTimeout > 0 {
+		return s.cfg.AnswerWriteTimeout
+	}
+	return DefaultAnswerWriteTimeout
+}
+
+// streams reports the routes whose answer may take as long as it needs to
+// send: a snapshot download, and the profiles and traces of --pprof.
+func streams(r *http.Request) bool {
+	return r.URL.Path == "/v1/admin/snapshot" || strings.HasPrefix(r.URL.Path, "/debug/pprof/")
+}
+
+// answerWriter gives the client a time to take the answer, from when the
+// handler starts it. Without one, a client that sent requests and read
+// nothing held the handler in a Write (and its --max-inflight slot), or
+// the connection in net/http's flush after it, for ever: enough such
+// clients shut every other one out. net/http clears the deadline once the
+// answer is flushed, so a kept-alive connection starts its next request
+// without one.
+type answerWriter struct {
+	http.ResponseWriter
+	timeout time.Duration
+	armed   bool
+}
+
+func (a *answerWriter) arm() {
+	if !a.armed {
+		a.armed = true
+		_ = http.NewResponseController(a.ResponseWriter).SetWriteDeadline(time.Now().Add(a.timeout))
+	}
+}
+
+func (a *answerWriter) WriteHeader(code int) {
+	if code >= 200 {
+		a.arm()
+	}
+	a.ResponseWriter.WriteHeader(code)
+}
+
+func (a *answerWriter) Write(b []byte) (int, error) {
+	a.arm()
+	return a.ResponseWriter.Write(b)
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (a *answerWriter) Unwrap() http.ResponseWriter { return a.ResponseWriter }
 
 // refuseNow answers p without reading the request's body, and closes the
 // connection rather than draining the body: net/http drains up to 256 KiB

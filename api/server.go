@@ -39,6 +39,10 @@ type Config struct {
 	// BatchAnswerWriteTimeout is how long a client has to take a batch
 	// answer before its connection is closed; 0 means 30 s.
 	BatchAnswerWriteTimeout time.Duration
+	// AnswerWriteTimeout is how long a client has to take any other answer
+	// (a snapshot download and /debug/pprof aside), from when it is ready,
+	// before its connection is closed; 0 means 30 s.
+	AnswerWriteTimeout time.Duration
 	// Auth, when set, holds the credentials (auth.go) every route but
 	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
 	Auth *Auth

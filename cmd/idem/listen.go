@@ -79,8 +79,9 @@ func limitConns(ln net.Listener, c connConfig, log *slog.Logger) *api.ConnListen
 
 // httpServer is the server of the API with the header and idle timeouts.
 // There is no ReadTimeout or WriteTimeout: a body is bounded by the
-// handler (--body-read-timeout, cleared once read) and a long answer (a
-// snapshot download) must not be cut.
+// handler (--body-read-timeout, cleared once read), the sending of an
+// answer from when it is ready (api.Config.AnswerWriteTimeout), and a long
+// answer (a snapshot download) must not be cut.
 func httpServer(h http.Handler, cl *api.ConnListener, c connConfig) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout, ConnContext: cl.ConnContext}
 }
