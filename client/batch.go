@@ -132,7 +132,10 @@ func (b *Batcher) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, 
 	}
 	switch {
 	case out.Outcome == OutcomeClaimed && status == http.StatusCreated:
-	case out.Outcome == OutcomeReplay && status == http.StatusOK && out.Record != nil:
+	case out.Outcome == OutcomeReplay && status == http.StatusOK:
+		if err := replayable(out.Record); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/batch", err)
+		}
 	default:
 		return nil, badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("claim answered %d with outcome %q", status, out.Outcome))
 	}

@@ -384,14 +384,30 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, e
 		out.StatusCode = http.StatusCreated
 	case OutcomeReplay:
 		out.StatusCode = http.StatusOK
-		if out.Record == nil {
-			return nil, badAnswer(http.MethodPost, "/v1/claim", fmt.Errorf("replay without a record"))
+		if err := replayable(out.Record); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/claim", err)
 		}
 	default:
 		return nil, badAnswer(http.MethodPost, "/v1/claim", fmt.Errorf("unknown outcome %q", out.Outcome))
 	}
 	out.Raw = raw
 	return &out, nil
+}
+
+// replayable checks what a replay hands its caller to send as its own
+// answer: a stored response of an HTTP status, as every node stores
+// (100-599). A status outside that range would make the caller's
+// WriteHeader panic.
+func replayable(rec *Record) error {
+	switch {
+	case rec == nil:
+		return fmt.Errorf("replay without a record")
+	case rec.Response == nil:
+		return fmt.Errorf("replay without a stored response")
+	case rec.Response.Status < 100 || rec.Response.Status > 599:
+		return fmt.Errorf("replay of a stored response with status %d", rec.Response.Status)
+	}
+	return nil
 }
 
 // Complete stores the response of the attempt that holds req.Token. It is
