@@ -501,10 +501,14 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 	}
 	h := w.Header()
 	for k, v := range resp.Headers {
-		h[k] = []string{v}
+		if !connectionHeader(k) {
+			h[k] = []string{v}
+		}
 	}
 	for k, v := range resp.HeaderLists {
-		h[k] = slices.Clone(v)
+		if !connectionHeader(k) {
+			h[k] = slices.Clone(v)
+		}
 	}
 	if resp.ContentType != "" {
 		h.Set("Content-Type", resp.ContentType)
@@ -516,6 +520,18 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 	if len(resp.Body) > 0 && r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)
 	}
+}
+
+// connectionHeader reports the headers of one connection or one
+// transmission, which the middleware never stores (notStored) and a replay
+// makes anew: replayed from a record stored otherwise, a Content-Length
+// other than the body's, say, would break the answer.
+func connectionHeader(name string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Trailer":
+		return true
+	}
+	return false
 }
 
 // attemptKey is the context key of the running attempt.
