@@ -223,11 +223,16 @@ func AnonymousPrincipal(r *http.Request) (string, error) {
 }
 
 // HeaderPrincipal returns a Principal that reads the named header, set by a
-// trusted gateway; a request without it is refused with 401.
+// trusted gateway; a request without it, or with it twice, is refused with
+// 401. Twice: a gateway that adds the header rather than replacing the
+// caller's would leave the caller's own value first.
 func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 	return func(r *http.Request) (string, error) {
-		if v := r.Header.Get(name); v != "" {
-			return v, nil
+		switch vs := r.Header.Values(name); {
+		case len(vs) > 1:
+			return "", fmt.Errorf("middleware: the request has the %s header %d times", name, len(vs))
+		case len(vs) == 1 && vs[0] != "":
+			return vs[0], nil
 		}
 		return "", fmt.Errorf("middleware: the request has no %s header", name)
 	}
