@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/idem-store/idem/client"
 )
@@ -702,11 +703,18 @@ func newClaimID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// correlationID links the record to the request in the application's logs.
+// correlationID links the record to the request in the application's logs:
+// X-Request-Id as a correlation_id the store takes (UTF-8, at most 255
+// bytes), so that no value of the header keeps the request from running.
+// Invalid bytes are dropped, and a cut falls between characters.
 func correlationID(r *http.Request) string {
-	id := r.Header.Get("X-Request-Id")
+	id := strings.ToValidUTF8(r.Header.Get("X-Request-Id"), "")
 	if len(id) > 255 {
-		return id[:255]
+		n := 255
+		for n > 0 && !utf8.RuneStart(id[n]) {
+			n--
+		}
+		id = id[:n]
 	}
 	return id
 }
