@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -58,6 +59,7 @@ type proxyConfig struct {
 	storeBatch                 int
 	shutdownTimeout            time.Duration
 	upstreamTimeout            time.Duration
+	writeTimeout               time.Duration
 	logLevel                   string
 }
 
@@ -85,6 +87,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load, a call waits at most 0.5 ms, and only while other batches are in flight); at or below the store's --max-batch-ops (256 by default) is best, a larger batch is sent again in halves; 0: one store request per call")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 502 and a retry runs again; 0: never). A call goes on when its caller disconnects, so its answer is stored for the retry")
+	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	fs.IntVar(&c.maxStoredBody, "max-stored-body", 65536, "largest answer body, in `bytes`, stored for replays: the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -220,6 +223,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if c.upstreamTimeout < 0 {
 		bad("upstream-timeout", "must not be negative")
+	}
+	if c.writeTimeout <= 0 {
+		bad("write-timeout", "must be positive")
 	}
 	if c.storeBatch < 0 || c.storeBatch > 4096 {
 		bad("store-batch", "%d: want 0 (off) to 4096, at or below the store's --max-batch-ops", c.storeBatch)
@@ -379,7 +385,7 @@ func (p *proxy) run(ctx context.Context) error {
 		scheme = "https"
 	}
 	srv := &http.Server{
-		Handler:           h,
+		Handler:           writeDeadlines(h, p.cfg.writeTimeout),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -431,6 +437,64 @@ func (p *proxy) handler() (http.Handler, error) {
 	}
 	return mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout)), nil
 }
+
+// writeDeadlines gives every write of an answer to the caller timeout to
+// complete. Without it, a caller that sent a keyed request and read none of
+// a large answer held the write, and so the handler, for ever: the
+// middleware extended the attempt's lease (a write to the store) every
+// third of it for as long as the connection stayed. Cut off, the caller is
+// one that went away: keepReading reads the upstream's answer to its end
+// and it is stored for the retry. A stream's writes each get the time
+// afresh.
+func writeDeadlines(next http.Handler, timeout time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d := &deadlineWriter{ResponseWriter: w, timeout: timeout}
+		next.ServeHTTP(d, r)
+		if !d.hijacked {
+			d.arm() // net/http flushes the end of the answer after the handler
+		}
+	})
+}
+
+type deadlineWriter struct {
+	http.ResponseWriter
+	timeout  time.Duration
+	hijacked bool
+}
+
+func (d *deadlineWriter) arm() {
+	_ = http.NewResponseController(d.ResponseWriter).SetWriteDeadline(time.Now().Add(d.timeout))
+}
+
+func (d *deadlineWriter) WriteHeader(code int) {
+	if code >= 200 {
+		d.arm()
+	}
+	d.ResponseWriter.WriteHeader(code)
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	d.arm()
+	return d.ResponseWriter.Write(b)
+}
+
+func (d *deadlineWriter) FlushError() error {
+	d.arm()
+	return http.NewResponseController(d.ResponseWriter).Flush()
+}
+
+// Hijack hands the connection over (a WebSocket) without a deadline.
+func (d *deadlineWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	c, rw, err := http.NewResponseController(d.ResponseWriter).Hijack()
+	if err == nil {
+		d.hijacked = true
+		c.SetWriteDeadline(time.Time{})
+	}
+	return c, rw, err
+}
+
+// Unwrap lets http.ResponseController reach the server's writer.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // finishUpstream lets an upstream call run to its end when the caller goes
 // away. The upstream's effect (a payment) happens whether or not the caller

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -60,6 +61,13 @@ func newUpstream(t *testing.T) *pxUpstream {
 		u.runs.Add(1)
 		w.Header().Set("Content-Type", "application/json")
 		fmt.Fprintf(w, `{"pad":%q}`, strings.Repeat("x", 10000))
+	})
+	mux.HandleFunc("POST /huge", func(w http.ResponseWriter, r *http.Request) {
+		// More than the socket buffers between the proxy and a caller
+		// hold (tcp_wmem's largest is 4 MiB).
+		u.runs.Add(1)
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(bytes.Repeat([]byte("x"), 8<<20))
 	})
 	mux.HandleFunc("POST /fail", func(w http.ResponseWriter, r *http.Request) {
 		u.runs.Add(1)
@@ -303,6 +311,44 @@ func TestProxyConcurrentRetryAndStreaming(t *testing.T) {
 	wg.Wait()
 	require.Equal(t, 201, first.status, first.body)
 	require.Equal(t, "slow done", first.body)
+}
+
+// TestProxyCallerThatStopsReadingIsCutOff: a caller that sends a keyed
+// request and reads none of the answer is cut off after --write-timeout,
+// and the attempt is completed from the upstream's answer. Bug: the
+// proxy's write to the caller waited for ever, the middleware extended the
+// attempt's lease every 10 s for as long as the connection stayed (a raft
+// write each, on the store), and a retry got 409 in_progress for ever:
+// any caller, with an Authorization header of its choice, could make the
+// proxy write to the store without end.
+func TestProxyCallerThatStopsReadingIsCutOff(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--write-timeout", "1s")
+
+	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		return c.Control(func(fd uintptr) { syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096) })
+	}}
+	conn, err := d.Dial("tcp", strings.TrimPrefix(px.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /huge HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer proxy-test\r\n"+
+		"Idempotency-Key: huge-1\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+	require.NoError(t, err)
+
+	require.Eventually(t, func() bool { return up.runs.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+
+	// A retry while the first caller still reads nothing.
+	var last pxAnswer
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if last = pxSend(t, "POST", px.url+"/huge", "huge-1", `{}`); last.status == http.StatusOK {
+			break
+		}
+	}
+	require.Equal(t, http.StatusOK, last.status, "%.300s", last.body)
+	require.Equal(t, "true", last.header.Get("Idempotency-Replayed"))
+	require.Equal(t, "too-large", last.header.Get("Idempotency-Body-Omitted"))
+	require.Equal(t, int64(1), up.runs.Load())
 }
 
 // TestProxySIGTERMFinishesInFlight: on SIGTERM the proxy stops listening,
