@@ -16,6 +16,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -60,6 +61,7 @@ type proxyConfig struct {
 	shutdownTimeout            time.Duration
 	upstreamTimeout            time.Duration
 	writeTimeout               time.Duration
+	bodyReadTimeout            time.Duration
 	logLevel                   string
 }
 
@@ -87,6 +89,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load, a call waits at most 0.5 ms, and only while other batches are in flight); at or below the store's --max-batch-ops (256 by default) is best, a larger batch is sent again in halves; 0: one store request per call")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 502 and a retry runs again; 0: never). A call goes on when its caller disconnects, so its answer is stored for the retry")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed)")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	fs.IntVar(&c.maxStoredBody, "max-stored-body", 65536, "largest answer body, in `bytes`, stored for replays: the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
@@ -226,6 +229,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if c.writeTimeout <= 0 {
 		bad("write-timeout", "must be positive")
+	}
+	if c.bodyReadTimeout <= 0 {
+		bad("body-read-timeout", "must be positive")
 	}
 	if c.storeBatch < 0 || c.storeBatch > 4096 {
 		bad("store-batch", "%d: want 0 (off) to 4096, at or below the store's --max-batch-ops", c.storeBatch)
@@ -435,7 +441,41 @@ func (p *proxy) handler() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
-	return mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout)), nil
+	return p.keyedBodyDeadline(mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout))), nil
+}
+
+// keyedBodyDeadline bounds how long the body of a keyed request may take to
+// arrive (--body-read-timeout), as a node bounds its requests' bodies: the
+// middleware reads it whole before anything else, and without a bound a
+// caller that announced a body and sent it a byte at a time held a
+// connection and a goroutine for as long as it liked. Other requests'
+// bodies stream to the upstream (an upload) and are not bounded here.
+func (p *proxy) keyedBodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody && slices.Contains(p.methods, r.Method) {
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(p.cfg.bodyReadTimeout)) == nil {
+				r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// readDeadlineBody clears the read deadline once the body is read to its
+// end; on any other error it stays, so the server does not wait to drain
+// the rest of the body.
+type readDeadlineBody struct {
+	io.ReadCloser
+	rc *http.ResponseController
+}
+
+func (b *readDeadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // writeDeadlines gives every write of an answer to the caller timeout to

@@ -351,6 +351,32 @@ func TestProxyCallerThatStopsReadingIsCutOff(t *testing.T) {
 	require.Equal(t, int64(1), up.runs.Load())
 }
 
+// TestProxySlowKeyedBodyIsRefused: the body of a keyed request, which the
+// middleware reads whole before anything else, must arrive within
+// --body-read-timeout, as a node's must. Bug: the proxy waited for it for
+// ever, so a caller that announced a body and sent it a byte at a time (or
+// not at all) held a connection and a goroutine for as long as it liked.
+func TestProxySlowKeyedBodyIsRefused(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--body-read-timeout", "1s")
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(px.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = io.WriteString(conn, "POST /pay HTTP/1.1\r\nHost: proxy\r\nAuthorization: Bearer proxy-test\r\n"+
+		"Idempotency-Key: slow-body\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"a\"")
+	require.NoError(t, err)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err, "no answer to a body that never arrives")
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	require.Equal(t, int64(0), up.runs.Load())
+
+	// A keyed body that arrives, and an unkeyed one, are not cut.
+	require.Equal(t, http.StatusCreated, pxSend(t, "POST", px.url+"/pay", "quick-body", `{}`).status)
+}
+
 // TestProxySIGTERMFinishesInFlight: on SIGTERM the proxy stops listening,
 // lets the request in flight finish (and store its pxAnswer), and exits 0.
 func TestProxySIGTERMFinishesInFlight(t *testing.T) {
