@@ -2,6 +2,7 @@ package middleware_test
 
 import (
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/idemtest"
 	"github.com/idem-store/idem/middleware"
 )
 
@@ -62,5 +64,95 @@ func TestReplayFromABrokenStore(t *testing.T) {
 				t.Errorf("replayed %q with headers %v; want %q and X-Kept", b, resp.Header, c.body)
 			}
 		})
+	}
+}
+
+// Something that answers, but not as a store does (a wrong address that
+// reaches another service, a proxy's error page), is no outage: a claim may
+// have been recorded. The handler does not run, even with FailOpen (it ran
+// unprotected).
+func TestAnswerThatIsNotAStoresFailsClosed(t *testing.T) {
+	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		io.WriteString(w, "<html>welcome</html>")
+	}))
+	defer store.Close()
+	cl, err := client.New(store.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := middleware.New(middleware.Options{Store: cl, StoreTimeout: 200 * time.Millisecond, FailOpen: true,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the handler ran unprotected on an answer that is not a store's")
+	})))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "k")
+	req.Header.Set("Authorization", "Bearer x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("got %d, want 503", resp.StatusCode)
+	}
+}
+
+// A path longer than the store's default --max-scope-bytes, on a handler
+// wrapped without a route pattern: every request to it got 400 and never
+// ran. Its endpoint now fits, and two long paths that share their first
+// bytes stay two endpoints.
+func TestLongPathRuns(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	cl, err := client.New(node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := middleware.New(middleware.Options{Store: cl, Principal: middleware.AnonymousPrincipal,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs++
+		io.WriteString(w, r.URL.Path[len(r.URL.Path)-1:])
+	})))
+	defer srv.Close()
+	post := func(path string) (int, string, string) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
+		req.Header.Set("Idempotency-Key", "k")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header.Get("Idempotency-Replayed")
+	}
+	prefix := "/accounts/" + strings.Repeat("a", 300) + "/refunds/"
+	if code, body, _ := post(prefix + "1"); code != 200 || body != "1" {
+		t.Fatalf("long path: %d %q", code, body)
+	}
+	if code, body, replayed := post(prefix + "1"); code != 200 || body != "1" || replayed != "true" {
+		t.Fatalf("retry of the long path: %d %q replayed=%q", code, body, replayed)
+	}
+	if code, body, _ := post(prefix + "2"); code != 200 || body != "2" {
+		t.Fatalf("another long path with the same key: %d %q (the same endpoint would answer 422)", code, body)
+	}
+	if runs != 2 {
+		t.Fatalf("the handler ran %d times, want 2", runs)
+	}
+	req := httptest.NewRequest(http.MethodPost, prefix+"1", nil)
+	if e := middleware.DefaultEndpoint(req); len(e) > middleware.MaxEndpointBytes || !strings.HasPrefix(e, "POST /accounts/aaa") {
+		t.Fatalf("endpoint %q (%d bytes)", e, len(e))
+	}
+	if e := middleware.DefaultEndpoint(httptest.NewRequest(http.MethodPost, "/pay", nil)); e != "POST /pay" {
+		t.Fatalf("a short endpoint changed: %q", e)
 	}
 }

@@ -29,8 +29,11 @@
 //     a handler registered on a Go 1.22 ServeMux (r.Pattern), so
 //     POST /payments/{id} is one endpoint; otherwise the method and path.
 //     Wrap each route (mux.Handle(pattern, idem(h))) to get patterns; wrapping
-//     the whole mux keys by path. With the store's --scope principal, the
-//     endpoint is stored but a key is unique per principal across endpoints.
+//     the whole mux keys by path. An endpoint over 255 bytes (a long path)
+//     keeps its first bytes and ends in a hash of the whole, to fit the
+//     store's default --max-scope-bytes. With the store's --scope principal,
+//     the endpoint is stored but a key is unique per principal across
+//     endpoints.
 //
 // The fingerprint binds a key to one request: by default SHA-256 of the
 // method, path, query, Content-Type and body (Options.Fingerprint replaces
@@ -63,7 +66,9 @@
 //     or the call (another 4xx): logged at error as a configuration
 //     problem, 503 unavailable, and the handler does not run, with FailOpen
 //     too. (A client.Batcher sends a batch the store refuses as too large
-//     again in halves, so a MaxOps above --max-batch-ops only costs.)
+//     again in halves, so a MaxOps above --max-batch-ops only costs.) So
+//     does an answer that is not a store's (client.ErrBadAnswer: a wrong
+//     address that reaches another service, a proxy's error page).
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
 // too large) reaches the first caller untouched and is stored with its
@@ -76,7 +81,11 @@
 // While the handler runs, the lease is extended in the background every
 // third of Options.Lease. If the store says the lease is lost (another
 // attempt took the key over after the lease ran out), the handler's context
-// is cancelled with ErrLeaseLost: its effect must not commit.
+// is cancelled with ErrLeaseLost: its effect must not commit. The handler
+// runs until its answer is written, so give the http.Server a WriteTimeout
+// (idem proxy's --write-timeout): a caller that never reads a large answer
+// would otherwise keep the attempt, and its lease extensions, going for as
+// long as its connection stays open.
 //
 // # Fencing the effect
 //

@@ -241,14 +241,32 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 
 // DefaultEndpoint is the method and route pattern (r.Pattern, set by a Go
 // 1.22 ServeMux for the handler it routes to), else the method and path.
+// One longer than MaxEndpointBytes keeps its first bytes and ends in a
+// hash of the whole, so that it fits the store's default --max-scope-bytes
+// and two long paths stay two endpoints: the store refused it, and every
+// request to a long path got 400 without running.
 func DefaultEndpoint(r *http.Request) string {
 	if p := r.Pattern; p != "" {
 		if m, rest, ok := strings.Cut(p, " "); ok && m == r.Method {
-			return m + " " + strings.TrimLeft(rest, " ")
+			return fitEndpoint(m + " " + strings.TrimLeft(rest, " "))
 		}
-		return r.Method + " " + p
+		return fitEndpoint(r.Method + " " + p)
 	}
-	return r.Method + " " + r.URL.EscapedPath()
+	return fitEndpoint(r.Method + " " + r.URL.EscapedPath())
+}
+
+// MaxEndpointBytes is the longest endpoint DefaultEndpoint makes: the
+// store's default --max-scope-bytes.
+const MaxEndpointBytes = 255
+
+func fitEndpoint(e string) string {
+	if len(e) <= MaxEndpointBytes {
+		return e
+	}
+	sum := sha256.Sum256([]byte(e))
+	tail := "~" + hex.EncodeToString(sum[:16])
+	head := strings.ToValidUTF8(e[:MaxEndpointBytes-len(tail)], "")
+	return head + tail
 }
 
 // DefaultFingerprint is SHA-256 of the method, path, raw query,
@@ -475,6 +493,16 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 	}
 	if r.Context().Err() != nil {
 		return // the client went away while we asked
+	}
+	if errors.Is(err, client.ErrBadAnswer) {
+		// Something answered, but not as a store does: a wrong address
+		// (another service), a proxy's error page, a broken store. Not an
+		// outage, and a claim may have been recorded: never a reason to
+		// run unprotected, even with FailOpen.
+		m.log.Error("idempotency store answered something that is not a store's answer: check the store address; refusing the request", "error", err)
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable",
+			"the idempotency store cannot be used for this request, so it was not processed", 1)
+		return
 	}
 	if m.o.FailOpen {
 		m.log.Warn("idempotency store unreachable: running the handler unprotected (FailOpen)", "error", err)
