@@ -152,6 +152,9 @@ func open(cfg Config) (*Node, error) {
 	if err := n.checkLogPresent(); err != nil {
 		return nil, err
 	}
+	if err := n.checkLogEnd(); err != nil {
+		return nil, err
+	}
 	if err := n.checkKeys(); err != nil {
 		return nil, err
 	}
@@ -358,6 +361,27 @@ func (n *Node) checkLogPresent() error {
 	}
 	return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but %s holds no raft log and there is no snapshot: the log was deleted or replaced, and without it this node has no cluster configuration. %s",
 		filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), lostLogAdvice(n.cfg))
+}
+
+// checkLogEnd refuses a raft log whose end was lost below its first index
+// (the tail of its segment file truncated or overwritten, after snapshots
+// had moved the head up): raft-wal reads it as ending before it starts,
+// raft failed on the missing last entry without saying more, and the
+// entries between were lost, so the node must not vote or lead from it.
+func (n *Node) checkLogEnd() error {
+	first, err := n.logStore.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	if last == 0 || last >= first {
+		return nil
+	}
+	return fmt.Errorf("raftfsm: the raft log in %s is damaged: it ends at index %d, below its first entry %d (the end of its segment file was truncated or overwritten), so entries this node stored are lost from it (its state was applied up to index %d). Nothing was changed. %s",
+		filepath.Join(n.cfg.DataDir, logStoreDir), last, first, n.db.Meta().Applied, lostLogAdvice(n.cfg))
 }
 
 // lostLogAdvice is what to do with a node whose raft log cannot be read;

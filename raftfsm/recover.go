@@ -251,6 +251,18 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	// or the FSM would skip its new entries there as already applied. So
 	// the log is extended with no-ops up to J: RecoverCluster's snapshot
 	// then sits at J or above.
+	// A log that ends below the newest snapshot holds nothing the snapshot
+	// does not (raft drops such entries when it installs one), and its end
+	// may have been lost below its head (checkLogEnd): it is emptied, or
+	// the entries above the snapshot could not be appended.
+	if last, err := o.logs.LastIndex(); err != nil {
+		return st, fmt.Errorf("raftfsm: read raft log: %w", err)
+	} else if last > 0 && last < st.LastIndex {
+		if err := o.logs.DeleteRange(1, st.LastIndex); err != nil {
+			return st, fmt.Errorf("raftfsm: recover: drop the raft log below the snapshot at %d: %w", st.LastIndex, err)
+		}
+		log.Info("dropped the raft log's entries, all below the newest snapshot", "log-ended-at", last, "snapshot-index", st.LastIndex)
+	}
 	if st.Applied > st.LastIndex {
 		pad := make([]*raft.Log, 0, st.Applied-st.LastIndex)
 		for i := st.LastIndex + 1; i <= st.Applied; i++ {

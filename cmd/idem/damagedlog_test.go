@@ -1,0 +1,71 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The end of a node's raft-wal segment is lost (the file truncated or its
+// tail overwritten: a disk or a copy that lost the last writes) below the
+// log's first index, which the snapshots had moved up. idem serve failed
+// with raft's "failed to get last log at index N: log not found", naming
+// neither the cause nor a fix, and idem recover, the documented way out
+// for a node whose log is lost, failed too ("non-monotonic log entries").
+// Now serve refuses naming the damaged log and the commands that help, and
+// recover makes a node that serves every acknowledged record again.
+func TestDamagedRaftLogTailIsNamedAndRecovered(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	args := []string{"--min-free-disk", "0", "--snapshot-threshold", "64", "--snapshot-interval", "1s", "--trailing-logs", "16"}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	var keys []string
+	for i := range 200 {
+		key := fmt.Sprintf("dmg-%d", i)
+		claimOK(t, httpAddr, key)
+		keys = append(keys, key)
+	}
+	// Wait for a snapshot, and the log compacted behind it.
+	waitFor(t, 20*time.Second, "a snapshot", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
+		return len(m) > 0, fmt.Sprint(m)
+	})
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+
+	segs, err := filepath.Glob(filepath.Join(dir, "raft-wal", "*.wal"))
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	b, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	written := len(bytes.TrimRight(b, "\x00"))
+	// Lose the second half of what was written: the entries there are far
+	// above the first index only once the head was truncated, so the log
+	// now ends below its start.
+	clear(b[written/2 : written])
+	require.NoError(t, os.WriteFile(segs[0], b, 0o600))
+
+	bad := launch(t, dir, httpAddr, raftAddr, args...)
+	require.Error(t, bad.wait(), "a node whose raft log lost its end must not start")
+	out := bad.logs.String()
+	require.Contains(t, out, "raft log")
+	require.Contains(t, out, filepath.Join(dir, "raft-wal"))
+	require.Contains(t, out, "idem recover --data-dir "+dir+" --node-id n1 --peers n1="+raftAddr, "the message gives the way out: %s", out)
+	require.NotContains(t, out, "failed to get last log")
+
+	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr, "--yes")
+	require.NoError(t, err, out)
+
+	start(t, dir, httpAddr, raftAddr, args...)
+	for _, key := range keys {
+		a := call("GET", httpAddr, recordPath(key, ""), "")
+		require.Equal(t, 200, a.code, "%s: %s", key, a)
+	}
+	claimOK(t, httpAddr, "after-recover")
+}
