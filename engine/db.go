@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -148,6 +151,19 @@ func Open(dir string, o Options) (*DB, error) {
 	po.EnsureDefaults()
 	for i := range po.Levels {
 		po.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
+	lost, err := lostMarkers(o.FS, dir)
+	if err != nil {
+		return nil, err
+	}
+	if len(lost) > 0 {
+		// Without the manifest marker Pebble would take dir for a new
+		// store and lose every table; without the format marker it
+		// refuses, saying only that the store is not pristine.
+		return nil, fmt.Errorf("engine: %s holds a Pebble store (its MANIFEST and tables) but not its marker files, empty files whose names say which MANIFEST is current and the store's format "+
+			"(deleted with other empty files, or lost by the filesystem); opened so, it would be a new, empty store. Nothing was changed. "+
+			"If only the markers were lost, put them back: %s, and start the node again",
+			dir, strings.Join(lost, "; "))
 	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
@@ -322,4 +338,44 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 		p.l.Error("pebble: fatal: " + msg)
 	}
 	panic("pebble: " + msg)
+}
+
+// lostMarkers returns the commands that put back the marker files of a
+// store in dir (a MANIFEST, with tables or a WAL) that lost them: the
+// manifest marker naming the newest MANIFEST, the format marker naming the
+// format this release writes (a store is moved to it at open). None when
+// dir holds no store or its markers.
+func lostMarkers(fs vfs.FS, dir string) ([]string, error) {
+	names, err := fs.List(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("engine: list %s: %w", dir, err)
+	}
+	var manifest string
+	data, manifestMarker, formatMarker := false, false, false
+	for _, n := range names {
+		switch {
+		case strings.HasPrefix(n, "marker.manifest."):
+			manifestMarker = true
+		case strings.HasPrefix(n, "marker.format-version."):
+			formatMarker = true
+		case strings.HasPrefix(n, "MANIFEST-"):
+			manifest = max(manifest, n) // fixed-width numbers
+		case strings.HasSuffix(n, ".sst") || strings.HasSuffix(n, ".log"):
+			data = true
+		}
+	}
+	if !data || manifest == "" {
+		return nil, nil
+	}
+	var lost []string
+	if !manifestMarker {
+		lost = append(lost, "touch "+filepath.Join(dir, "marker.manifest.000001."+manifest))
+	}
+	if !formatMarker {
+		lost = append(lost, fmt.Sprintf("touch %s", filepath.Join(dir, fmt.Sprintf("marker.format-version.000001.%03d", pebble.FormatNewest))))
+	}
+	return lost, nil
 }

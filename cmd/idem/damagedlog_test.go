@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,7 +53,7 @@ func TestDamagedRaftLogTailIsNamedAndRecovered(t *testing.T) {
 	require.NoError(t, os.WriteFile(segs[0], b, 0o600))
 
 	bad := launch(t, dir, httpAddr, raftAddr, args...)
-	require.Error(t, bad.wait(), "a node whose raft log lost its end must not start")
+	requireExits(t, bad, "a node whose raft log lost its end must not start")
 	out := bad.logs.String()
 	require.Contains(t, out, "raft log")
 	require.Contains(t, out, filepath.Join(dir, "raft-wal"))
@@ -68,4 +69,63 @@ func TestDamagedRaftLogTailIsNamedAndRecovered(t *testing.T) {
 		require.Equal(t, 200, a.code, "%s: %s", key, a)
 	}
 	claimOK(t, httpAddr, "after-recover")
+}
+
+// Pebble's manifest marker (fsm/marker.manifest.*, an empty file whose
+// name says which MANIFEST is current) is gone: deleted with the other
+// empty files by a clean-up, or lost by the filesystem. Pebble then took
+// fsm/ for a new store and replayed only its last WAL beside the tables
+// the old MANIFEST listed: the node started, ready, with the applied index
+// of the WAL and without the records in those tables, and answered 404 for
+// keys it had acknowledged. It now refuses, names the marker and how to put
+// it back, and with the marker back serves every record.
+func TestMissingPebbleManifestMarkerIsRefused(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	args := []string{"--min-free-disk", "0", "--snapshot-threshold", "64", "--snapshot-interval", "1s"}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	var keys []string
+	for i := range 200 {
+		key := fmt.Sprintf("mk-%d", i)
+		claimOK(t, httpAddr, key)
+		keys = append(keys, key)
+	}
+	// Stopped and started again, Pebble writes what its WAL held to a table.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	p = start(t, dir, httpAddr, raftAddr, args...)
+	claimOK(t, httpAddr, "mk-last")
+	keys = append(keys, "mk-last")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	tables, _ := filepath.Glob(filepath.Join(dir, "fsm", "*.sst"))
+	require.NotEmpty(t, tables, "the records must be in tables for this test")
+	markers, _ := filepath.Glob(filepath.Join(dir, "fsm", "marker.manifest.*"))
+	require.Len(t, markers, 1)
+	require.NoError(t, os.Remove(markers[0]))
+
+	bad := launch(t, dir, httpAddr, raftAddr, args...)
+	requireExits(t, bad, "a store without its manifest marker must not start as a new one")
+	out := bad.logs.String()
+	manifest := strings.TrimPrefix(filepath.Base(markers[0]), "marker.manifest.000000.")
+	manifest = manifest[strings.Index(manifest, "MANIFEST-"):]
+	require.Contains(t, out, "touch "+filepath.Join(dir, "fsm", "marker.manifest.000001."+manifest), "the message says how to put the marker back: %s", out)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "fsm", "marker.manifest.000001."+manifest), nil, 0o600))
+
+	start(t, dir, httpAddr, raftAddr, args...)
+	for _, key := range keys {
+		a := call("GET", httpAddr, recordPath(key, ""), "")
+		require.Equal(t, 200, a.code, "%s: %s", key, a)
+	}
+}
+
+// requireExits requires p to exit with an error within 20 s.
+func requireExits(t *testing.T, p *proc, msg string) {
+	t.Helper()
+	select {
+	case <-p.done:
+		require.Error(t, p.err, msg)
+	case <-time.After(20 * time.Second):
+		t.Fatalf("%s: still running after 20 s; logs:\n%s", msg, p.logs)
+	}
 }
