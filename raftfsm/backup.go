@@ -76,6 +76,9 @@ type BackupInfo struct {
 	Stream engine.StreamInfo // filled by VerifyBackup
 	Bytes  int64             // length of the file
 	SHA256 string
+	// Members are the members the backup's state records (its node/
+	// records, with their addresses); filled by RestoreBackup.
+	Members []NodeInfo
 }
 
 // Backup takes a consistent snapshot of the whole state for a backup. It
@@ -363,6 +366,16 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 		return info, fmt.Errorf("%w: header says applied index %d, the data holds %d", ErrBackup, b.Header.AppliedIndex, meta.Applied)
 	}
 	info.Stream.Meta = meta
+	named, err := db.Named("node/")
+	if err != nil {
+		return info, fmt.Errorf("raftfsm: restore: read the members' addresses: %w", err)
+	}
+	for _, v := range named {
+		var m NodeInfo
+		if json.Unmarshal(v, &m) == nil && m.ID != "" {
+			info.Members = append(info.Members, m)
+		}
+	}
 
 	stable, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	if err != nil {

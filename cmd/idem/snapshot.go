@@ -33,11 +33,13 @@ const snapshotUsage = `Usage:
       is kept unless --force.
   idem snapshot inspect FILE [--json]
       Verify FILE's checksums and print what it holds.
-  idem snapshot restore FILE --data-dir DIR --node-id ID --raft-addr ADDR
+  idem snapshot restore FILE --data-dir DIR --node-id ID --raft-addr ADDR [--force]
       Build, offline, a new data dir DIR (absent or empty) holding the
       snapshot's state as a one-node cluster. Start it with
       'idem serve --data-dir DIR --node-id ID --raft-addr ADDR'; other
-      nodes may then join it. On any error DIR is left as it was.
+      nodes may then join it. On any error DIR is left as it was. When
+      ADDR is the raft address of a member of the backup's cluster and
+      another of its members answers, it is refused unless --force.
 
 Flags:
 `
@@ -47,7 +49,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.SetOutput(io.Discard)
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "save: HTTP address of any node (env IDEM_ADDR)")
 	token := authTokenFlag(fs, "save: bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
-	force := fs.Bool("force", false, "save: replace FILE if it exists")
+	force := fs.Bool("force", false, "save: replace FILE if it exists; restore: skip the check that no other member of the backup's cluster answers when --raft-addr is one of its members' (only if that cluster is gone for good)")
 	tlsFlags := addClientTLSFlags(fs)
 	asJSON := fs.Bool("json", false, "inspect: print the header and counts as JSON")
 	dataDir := fs.String("data-dir", "", "restore: the data dir to create (absent or empty)")
@@ -101,7 +103,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	case "inspect":
 		return snapshotInspect(file, *asJSON, stdout, stderr)
 	default:
-		return snapshotRestore(file, *dataDir, *nodeID, *raftAddr, stdout, stderr)
+		return snapshotRestore(ctx, file, *dataDir, *nodeID, *raftAddr, *force, stdout, stderr)
 	}
 }
 
@@ -310,7 +312,7 @@ func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.Writer) int {
+func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string, force bool, stdout, stderr io.Writer) int {
 	const name = "idem snapshot restore"
 	var bad []string
 	if dataDir == "" {
@@ -382,6 +384,15 @@ func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.W
 		fmt.Fprintf(stderr, "%s: %s: %v (nothing was written to %s)\n", name, file, err, dataDir)
 		return 1
 	}
+	if live, member := liveSourceMembers(ctx, info.Members, raftAddr); len(live) > 0 && !force {
+		fmt.Fprintf(stderr, "%s: --raft-addr %s is the raft address of %s, a member of the cluster this backup was taken from, and that cluster is running: each of these addresses accepted a connection:\n", name, raftAddr, member)
+		for _, l := range live {
+			fmt.Fprintf(stderr, "  %s: %s address %s\n", l.id, l.kind, l.addr)
+		}
+		fmt.Fprintf(stderr, "%s: a node restored there is a one-node cluster of its own at %s's addresses: it elects itself beside that cluster, the clients of %s reach it, and a key claimed in one cluster is claimed again in the other. Nothing was written to %s.\n", name, member, member, dataDir)
+		fmt.Fprintf(stderr, "%s: to rebuild %s, start it with an empty data dir and --join a live member: the leader sends it the state (docs/MEMBERSHIP.md). To start a new cluster from the backup beside that one, restore it with another --raft-addr. --force skips this check (only if that cluster is gone for good and these addresses now belong to something else).\n", name, member)
+		return 1
+	}
 	h := info.Header
 	if h.BucketWidthMs > 0 {
 		// The settings fixed at a data dir's creation are the backup's:
@@ -411,4 +422,30 @@ func snapshotRestore(file, dataDir, nodeID, raftAddr string, stdout, stderr io.W
 	fmt.Fprintln(stdout, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
+}
+
+// liveSourceMembers probes, when raftAddr is the raft address of one of the
+// members a backup's state records, the raft and HTTP addresses of the
+// others, and returns those that answered, with that member's id. A
+// restore at such an address beside the running cluster would be a second
+// cluster at a member's addresses.
+func liveSourceMembers(ctx context.Context, members []raftfsm.NodeInfo, raftAddr string) ([]liveMember, string) {
+	var st raftfsm.OfflineState
+	self := ""
+	for _, m := range members {
+		if m.RaftAddr == raftAddr {
+			self = m.ID
+		}
+		st.Configuration = append(st.Configuration, raftfsm.Peer{ID: m.ID, RaftAddr: m.RaftAddr})
+		if m.HTTPAddr != "" {
+			if st.HTTPAddrs == nil {
+				st.HTTPAddrs = map[string]string{}
+			}
+			st.HTTPAddrs[m.ID] = m.HTTPAddr
+		}
+	}
+	if self == "" {
+		return nil, ""
+	}
+	return probeMembers(ctx, st, self, time.Second), self
 }
