@@ -62,6 +62,12 @@ func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotSto
 	for _, f := range old {
 		os.Remove(f)
 	}
+	// Snapshots whose write failed (a full disk) or was cut short by a
+	// crash: raft builds each in NAME.tmp and never removes one.
+	tmps, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*.tmp"))
+	for _, d := range tmps {
+		os.RemoveAll(d)
+	}
 	return &snapshotStore{FileSnapshotStore: fs, dir: dir, db: db, log: log}, nil
 }
 

@@ -145,3 +145,26 @@ func TestLeftoverExpandedStreamsAreRemoved(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
 	require.Empty(t, left)
 }
+
+// A snapshot whose write failed (no space left for its meta.json, seen once
+// per --snapshot-interval on a full disk) or was cut short by a crash leaves
+// its "*.tmp" directory in snapshots/: raft never removes one, and DISK.md
+// tells operators to delete nothing in the data dir. They are removed when
+// the store opens, as the leftover expanded streams are.
+func TestLeftoverSnapshotTempDirsAreRemoved(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	dir := t.TempDir()
+	s := mustStore(t, f, dir)
+	kept := takeSnapshot(t, f, s)
+	tmp := filepath.Join(dir, "snapshots", "4-303-1796196149297.tmp")
+	require.NoError(t, os.MkdirAll(tmp, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(tmp, "meta.json"), nil, 0o600))
+	s = mustStore(t, f, dir)
+	_, err := os.Stat(tmp)
+	require.True(t, os.IsNotExist(err), "the failed snapshot's directory is left: %v", err)
+	list, err := s.List()
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+	require.Equal(t, kept.ID, list[0].ID)
+}
