@@ -135,8 +135,14 @@ func open(cfg Config) (*Node, error) {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process", cfg.DataDir)
 		}
-		return nil, fmt.Errorf("raftfsm: open raft log: %w", err)
+		return nil, fmt.Errorf("raftfsm: open %s (raft's term and vote): %w. Nothing was changed. "+
+			"If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state; "+
+			"if this is the only node, move raft.db aside: a one-node cluster starts without it",
+			filepath.Join(cfg.DataDir, "raft.db"), err, cfg.DataDir)
 	}
+	// raft.db lost (deleted or emptied) beside a kept log: checked once
+	// raft has read the configuration (forgotVote).
+	_, termErr := n.stable.GetUint64([]byte("CurrentTerm"))
 	if err := n.refuseUnreadLog(); err != nil {
 		return nil, err
 	}
@@ -220,6 +226,12 @@ func open(cfg Config) (*Node, error) {
 		// No RPC has reached raft (the guard holds them until running).
 		n.raft.Shutdown().Error()
 		return nil, err
+	}
+	if existing && termErr != nil {
+		if err := n.forgotVote(rc.LocalID); err != nil {
+			n.raft.Shutdown().Error()
+			return nil, err
+		}
 	}
 	trans.arm(n.raft)
 	started.Store(n.raft)
@@ -382,6 +394,36 @@ func (n *Node) checkLogEnd() error {
 	}
 	return fmt.Errorf("raftfsm: the raft log in %s is damaged: it ends at index %d, below its first entry %d (the end of its segment file was truncated or overwritten), so entries this node stored are lost from it (its state was applied up to index %d). Nothing was changed. %s",
 		filepath.Join(n.cfg.DataDir, logStoreDir), last, first, n.db.Meta().Applied, lostLogAdvice(n.cfg))
+}
+
+// forgotVote refuses a voter of a cluster of several voters whose raft.db
+// holds no term (deleted, emptied or replaced) while its log or snapshots
+// are kept: it forgot the vote it may have cast in the current term, so it
+// could vote again in that term for another candidate, and two leaders
+// could be elected in one term. A node alone votes only for itself.
+func (n *Node) forgotVote(self raft.ServerID) error {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	voter, others := false, 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		if s.ID == self {
+			voter = true
+		} else {
+			others++
+		}
+	}
+	if !voter || others == 0 {
+		return nil
+	}
+	return fmt.Errorf("raftfsm: %s holds no raft term or vote (it was deleted, emptied or replaced) while this node's raft log and state are kept, and this node is one of %d voters: "+
+		"having forgotten the vote it may have cast in the current term, it could vote again in that term, and two leaders could be elected in it. Nothing was changed. "+
+		"If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state",
+		filepath.Join(n.cfg.DataDir, "raft.db"), others+1, n.cfg.DataDir)
 }
 
 // lostLogAdvice is what to do with a node whose raft log cannot be read;

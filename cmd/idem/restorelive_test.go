@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,4 +44,38 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	// --force restores anyway.
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", dir, "--node-id", "n1", "--raft-addr", n1.raft, "--force")
 	require.NoError(t, err, out)
+}
+
+// raft.db (raft's term and vote) of a member of a three-node cluster is
+// deleted or emptied (a clean-up, a filesystem that lost it) while its raft
+// log and state are kept. The node started as if nothing had happened, at
+// term 0 with no vote: one that had voted in the running election could
+// vote again in the same term for another candidate, and two leaders could
+// be elected in one term. It now refuses, naming raft.db and the way out
+// (rejoin with an empty data dir); a one-node cluster, which has no one to
+// vote for, still starts.
+func TestLostRaftDBIsRefusedInACluster(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	claimOK(t, c.leader().http, "before")
+	n3 := c.node("n3")
+	waitSameState(t, c.nodes...)
+	n3.kill(t)
+	require.NoError(t, os.Truncate(filepath.Join(n3.dir, "raft.db"), 0))
+	c.restart(n3, nil)
+	requireExits(t, n3.p, "a member that lost its term and vote must not start")
+	out := n3.p.logs.String()
+	require.Contains(t, out, filepath.Join(n3.dir, "raft.db"))
+	require.Contains(t, out, "empty data dir and --join", "the message gives the way out: %s", out)
+
+	// One node alone votes only for itself.
+	dir := filepath.Join(t.TempDir(), "solo")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+	claimOK(t, httpAddr, "solo")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	require.NoError(t, os.Remove(filepath.Join(dir, "raft.db")))
+	start(t, dir, httpAddr, raftAddr)
+	a := call("GET", httpAddr, recordPath("solo", ""), "")
+	require.Equal(t, 200, a.code, "%s", a)
 }
