@@ -146,6 +146,7 @@ func Open(dir string, o Options) (*DB, error) {
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},
 		MemTableSize:       32 << 20,
+		EventListener:      &pebble.EventListener{DataCorruption: corruptionStop(o.Logger)},
 	}
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	po.EnsureDefaults()
@@ -378,4 +379,25 @@ func lostMarkers(fs vfs.FS, dir string) ([]string, error) {
 		lost = append(lost, fmt.Sprintf("touch %s", filepath.Join(dir, fmt.Sprintf("marker.format-version.000001.%03d", pebble.FormatNewest))))
 	}
 	return lost, nil
+}
+
+// exit ends the process when the store finds a damaged file.
+var exit = os.Exit
+
+// corruptionStop is what a damaged file of the store does: Pebble's default
+// is a panic (a goroutine dump, often a second panic inside it) whose only
+// hint is the path. It logs which file is damaged and what to do, and stops
+// the process, as the panic did: a node must not serve from a store it
+// cannot read.
+func corruptionStop(l *slog.Logger) func(pebble.DataCorruptionInfo) {
+	return func(info pebble.DataCorruptionInfo) {
+		if l == nil {
+			l = slog.Default()
+		}
+		l.Error(fmt.Sprintf("the store's file %s is damaged (%v): this node stops, as it cannot trust its state. "+
+			"If other members of the cluster are healthy, move this node's data dir (the one holding %s) aside (keep it: mv it to a new name) and start the node with an empty data dir and --join, so the leader sends it the state; "+
+			"if this is the only node, build a new data dir from the newest backup (idem snapshot restore)",
+			info.Path, info.Details, filepath.Dir(info.Path)))
+		exit(1)
+	}
 }

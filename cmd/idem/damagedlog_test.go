@@ -80,26 +80,7 @@ func TestDamagedRaftLogTailIsNamedAndRecovered(t *testing.T) {
 // keys it had acknowledged. It now refuses, names the marker and how to put
 // it back, and with the marker back serves every record.
 func TestMissingPebbleManifestMarkerIsRefused(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "n1")
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	args := []string{"--min-free-disk", "0", "--snapshot-threshold", "64", "--snapshot-interval", "1s"}
-	p := start(t, dir, httpAddr, raftAddr, args...)
-	var keys []string
-	for i := range 200 {
-		key := fmt.Sprintf("mk-%d", i)
-		claimOK(t, httpAddr, key)
-		keys = append(keys, key)
-	}
-	// Stopped and started again, Pebble writes what its WAL held to a table.
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, p.wait())
-	p = start(t, dir, httpAddr, raftAddr, args...)
-	claimOK(t, httpAddr, "mk-last")
-	keys = append(keys, "mk-last")
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, p.wait())
-	tables, _ := filepath.Glob(filepath.Join(dir, "fsm", "*.sst"))
-	require.NotEmpty(t, tables, "the records must be in tables for this test")
+	dir, httpAddr, raftAddr, args, keys := nodeWithTables(t)
 	markers, _ := filepath.Glob(filepath.Join(dir, "fsm", "marker.manifest.*"))
 	require.Len(t, markers, 1)
 	require.NoError(t, os.Remove(markers[0]))
@@ -128,4 +109,51 @@ func requireExits(t *testing.T, p *proc, msg string) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("%s: still running after 20 s; logs:\n%s", msg, p.logs)
 	}
+}
+
+// nodeWithTables runs a node, claims keys, and stops it cleanly twice, so
+// that its records are in Pebble tables (*.sst), not only in its WAL.
+func nodeWithTables(t *testing.T) (dir, httpAddr, raftAddr string, args, keys []string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "n1")
+	httpAddr, raftAddr = freePort(t), freePort(t)
+	args = []string{"--min-free-disk", "0", "--snapshot-threshold", "64", "--snapshot-interval", "1s"}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	for i := range 200 {
+		key := fmt.Sprintf("mk-%d", i)
+		claimOK(t, httpAddr, key)
+		keys = append(keys, key)
+	}
+	// Stopped and started again, Pebble writes what its WAL held to a table.
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	p = start(t, dir, httpAddr, raftAddr, args...)
+	claimOK(t, httpAddr, "mk-last")
+	keys = append(keys, "mk-last")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	tables, _ := filepath.Glob(filepath.Join(dir, "fsm", "*.sst"))
+	require.NotEmpty(t, tables, "the records must be in tables for this test")
+	return dir, httpAddr, raftAddr, args, keys
+}
+
+// A table of the store is damaged (a flipped byte in an .sst). The node
+// died on the first read of it with a Go panic and a goroutine dump, its
+// only hint Pebble's "on-disk corruption: PATH". It still stops, but first
+// says which file is damaged and what to do.
+func TestDamagedPebbleTableSaysWhatToDo(t *testing.T) {
+	dir, httpAddr, raftAddr, args, _ := nodeWithTables(t)
+	tables, _ := filepath.Glob(filepath.Join(dir, "fsm", "*.sst"))
+	f, err := os.OpenFile(tables[0], os.O_RDWR, 0)
+	require.NoError(t, err)
+	_, err = f.WriteAt([]byte{0xff, 0xff, 0xff, 0xff}, 300)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+
+	bad := launch(t, dir, httpAddr, raftAddr, args...)
+	requireExits(t, bad, "a node whose store is damaged stops")
+	out := bad.logs.String()
+	require.Contains(t, out, tables[0])
+	require.Contains(t, out, "empty data dir and --join", "the log says what to do: %s", out)
+	require.Contains(t, out, "idem snapshot restore")
 }
