@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -165,6 +166,9 @@ func Open(dir string, o Options) (*DB, error) {
 			"(deleted with other empty files, or lost by the filesystem); opened so, it would be a new, empty store. Nothing was changed. "+
 			"If only the markers were lost, put them back: %s, and start the node again",
 			dir, strings.Join(lost, "; "))
+	}
+	if err := checkOptionsFile(o.FS, dir, po); err != nil {
+		return nil, err
 	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
@@ -400,4 +404,39 @@ func corruptionStop(l *slog.Logger) func(pebble.DataCorruptionInfo) {
 			info.Path, info.Details, filepath.Dir(info.Path)))
 		exit(1)
 	}
+}
+
+// checkOptionsFile reads the newest OPTIONS file in dir as pebble.Open
+// does, and names it when it does not parse: Pebble's error says only
+// "invalid key=value syntax". The file records the options of the last
+// run and is written again at every open; it holds no data.
+func checkOptionsFile(fs vfs.FS, dir string, po *pebble.Options) error {
+	names, err := fs.List(dir)
+	if err != nil {
+		return nil // pebble.Open says what is wrong with dir
+	}
+	newest := ""
+	for _, n := range names {
+		if strings.HasPrefix(n, "OPTIONS-") && !strings.Contains(n, ".") {
+			newest = max(newest, n) // fixed-width numbers
+		}
+	}
+	if newest == "" {
+		return nil
+	}
+	path := fs.PathJoin(dir, newest)
+	f, err := fs.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(f)
+	if err != nil {
+		return nil
+	}
+	if err := po.CheckCompatibility(dir, string(b)); err != nil && !strings.Contains(err.Error(), " name from ") {
+		return fmt.Errorf("engine: %s, Pebble's record of the options of the store's last run, does not parse (%v): it was damaged. Nothing was changed. "+
+			"It holds no data and is written again at every start: move it aside (mv %s %s.bad) and start the node again", path, err, path, path)
+	}
+	return nil
 }
