@@ -33,3 +33,21 @@ func TestDamagedOptionsFileIsNamed(t *testing.T) {
 	db = mustOpenFS(t, vfs.Default, dir)
 	require.NotNil(t, db)
 }
+
+// A damaged MANIFEST: Pebble's "malformed manifest file" named the file but
+// not what to do. The refusal now says it.
+func TestDamagedManifestSaysWhatToDo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "fsm")
+	db, err := Open(dir, Options{CacheBytes: 1 << 20})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	m, err := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, m)
+	require.NoError(t, os.Truncate(m[len(m)-1], 20))
+
+	_, err = Open(dir, Options{CacheBytes: 1 << 20})
+	require.Error(t, err)
+	require.ErrorContains(t, err, "empty data dir and --join")
+	require.ErrorContains(t, err, "idem snapshot restore")
+}

@@ -398,10 +398,8 @@ func corruptionStop(l *slog.Logger) func(pebble.DataCorruptionInfo) {
 		if l == nil {
 			l = slog.Default()
 		}
-		l.Error(fmt.Sprintf("the store's file %s is damaged (%v): this node stops, as it cannot trust its state. "+
-			"If other members of the cluster are healthy, move this node's data dir (the one holding %s) aside (keep it: mv it to a new name) and start the node with an empty data dir and --join, so the leader sends it the state; "+
-			"if this is the only node, build a new data dir from the newest backup (idem snapshot restore)",
-			info.Path, info.Details, filepath.Dir(info.Path)))
+		l.Error(fmt.Sprintf("the store's file %s is damaged (%v): this node stops, as it cannot trust its state. %s",
+			info.Path, info.Details, damagedAdvice))
 		exit(1)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"path/filepath"
 	"syscall"
+
+	"github.com/cockroachdb/pebble/v2"
 )
 
 // ErrInUse means another process holds the store's directory: two
@@ -43,5 +45,13 @@ func openError(dir string, err error) error {
 			return &InUseError{Dir: dir, PID: pid, Err: err}
 		}
 	}
+	if pebble.IsCorruptionError(err) {
+		return fmt.Errorf("engine: open %s: %w. The store is damaged and this node cannot read its state. Nothing was changed. %s", dir, err, damagedAdvice)
+	}
 	return fmt.Errorf("engine: open %s: %w", dir, err)
 }
+
+// damagedAdvice is what to do with a node whose store is damaged; it never
+// advises deleting the data dir, which may hold the only copy.
+const damagedAdvice = "If other members of the cluster are healthy, move this node's data dir aside (keep it: mv it to a new name) and start the node with an empty data dir and --join, so the leader sends it the state; " +
+	"if this is the only node, build a new data dir from the newest backup (idem snapshot restore)"
