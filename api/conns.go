@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // Connection limits. A node has a bounded number of file descriptors, and
@@ -121,8 +123,7 @@ func (l *ConnListener) refuse(c net.Conn) {
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	c.Write(refusedAnswer)
 	c.Close()
-	now := time.Now().UnixNano()
-	if last := l.lastLog.Load(); now-last > int64(10*time.Second) && l.lastLog.CompareAndSwap(last, now) {
+	if last := l.lastLog.Load(); mono.Since(last) > 10*time.Second && l.lastLog.CompareAndSwap(last, mono.Now()) {
 		l.log.Warn("refusing HTTP connections: too many open", "max-conns", l.max, "refused-total", l.refused.Load())
 	}
 }

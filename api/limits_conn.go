@@ -10,6 +10,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // The limits that protect the node itself, applied to every request before
@@ -83,8 +85,7 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 			defer s.guards.inFlight.Add(-1)
 			if n > max {
 				s.guards.refused.Add(1)
-				now := time.Now().UnixNano()
-				if last := s.guards.lastLog.Load(); now-last > int64(10*time.Second) && s.guards.lastLog.CompareAndSwap(last, now) {
+				if last := s.guards.lastLog.Load(); mono.Since(last) > 10*time.Second && s.guards.lastLog.CompareAndSwap(last, mono.Now()) {
 					s.log.Warn("refusing requests: too many in flight", "max-inflight", max, "refused-total", s.guards.refused.Load())
 				}
 				p := newProblem(http.StatusServiceUnavailable, codeUnavailable,

@@ -9,6 +9,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // Batches (POST /v1/batch). The client operations of one batch (claim,
@@ -360,7 +361,7 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotProposed, err)
 	}
-	n.lastWrite.Store(time.Now().UnixNano())
+	n.lastWrite.Store(mono.Now())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	if err := n.wait(f); err != nil {
 		return nil, mapApplyError(err)

@@ -3,6 +3,8 @@ package raftfsm
 import (
 	"sync/atomic"
 	"time"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // raft hands the FSM one batch (or a restore, or a snapshot) at a time, from
@@ -21,7 +23,7 @@ var (
 
 // fsmBusy is what the FSM is doing now.
 type fsmBusy struct {
-	since       atomic.Int64 // unix nanos the current call started; 0 when idle
+	since       atomic.Int64 // mono.Now() when the current call started; 0 when idle
 	what        atomic.Pointer[string]
 	first, last atomic.Uint64 // raft indexes of the batch (0 for a restore)
 }
@@ -31,7 +33,7 @@ func (b *fsmBusy) begin(what string, first, last uint64) func() {
 	b.what.Store(&what)
 	b.first.Store(first)
 	b.last.Store(last)
-	b.since.Store(time.Now().UnixNano())
+	b.since.Store(mono.Now())
 	return func() { b.since.Store(0) }
 }
 
@@ -60,7 +62,7 @@ func (n *Node) watchFSM() {
 		if since == 0 {
 			continue
 		}
-		took := time.Since(time.Unix(0, since))
+		took := mono.Since(since)
 		if took < fsmSlowAfter || (since == call && time.Since(logged) < fsmSlowEvery) {
 			continue
 		}

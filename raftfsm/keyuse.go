@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/partition"
 )
 
@@ -706,7 +707,7 @@ var keyCheckRetry = 10 * time.Second
 // later write records the check.
 func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 	k := &n.fsm.keys
-	if time.Now().UnixNano() < k.retryAt.Load() {
+	if mono.Now() < k.retryAt.Load() {
 		return nil, nil
 	}
 	k.proposing.Lock()
@@ -715,7 +716,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 		return rec, nil
 	}
 	if !n.membersHave(FeatureKeyCheck) {
-		k.retryAt.Store(time.Now().Add(keyCheckRetry).UnixNano())
+		k.retryAt.Store(mono.Now() + int64(keyCheckRetry))
 		n.log.Info("the check value of key "+id+" is not recorded yet: a member does not list "+FeatureKeyCheck+" (or was not measured yet); asking again in 10 s", "key-id", id)
 		return nil, nil
 	}
@@ -724,7 +725,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 		// was generated on it: recording its value would make it the
 		// cluster's, and the nodes holding the key of every stored value
 		// would be refused at their next start.
-		k.retryAt.Store(time.Now().Add(keyCheckRetry).UnixNano())
+		k.retryAt.Store(mono.Now() + int64(keyCheckRetry))
 		n.log.Warn("not recording the check value of key "+id+": most voters holding that id hold another key than this leader's (a key generated on this node instead of copied?)", "key-id", id)
 		return nil, nil
 	}

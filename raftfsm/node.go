@@ -20,6 +20,7 @@ import (
 	"go.etcd.io/bbolt"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/ttl"
 )
 
@@ -46,7 +47,7 @@ type Node struct {
 	disk      *diskGuard // disk.go: free space, ballast, storage full
 	widthMs   int64
 	self      NodeInfo
-	lastWrite atomic.Int64 // unix nanos of the last proposal, for idle ticks
+	lastWrite atomic.Int64 // mono.Now() of the last proposal, for idle ticks
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
 	barrierMu   sync.Mutex
@@ -661,7 +662,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	n.lastWrite.Store(time.Now().UnixNano())
+	n.lastWrite.Store(mono.Now())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	if err := n.wait(f); err != nil {
 		return nil, mapApplyError(err)
@@ -1185,7 +1186,7 @@ func (n *Node) leaderLoop() {
 					announced = t
 				}
 			}
-			if time.Since(time.Unix(0, n.lastWrite.Load())) >= n.cfg.TickInterval {
+			if mono.Since(n.lastWrite.Load()) >= n.cfg.TickInterval {
 				n.propose(&Command{Op: OpTick})
 			}
 			n.recordOwnRaftAddr()
