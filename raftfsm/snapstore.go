@@ -4,12 +4,14 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/hashicorp/raft"
 
@@ -98,6 +100,9 @@ func readMarker(br *bufio.Reader) (uint64, bool, error) {
 func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.FileSnapshotStore.Open(id)
 	if err != nil {
+		if m, ok := s.damagedMarker(id, err); ok {
+			return s.expand(m, 0)
+		}
 		return nil, nil, err
 	}
 	br := bufio.NewReaderSize(rc, 1<<20)
@@ -114,6 +119,33 @@ func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	}
 	rc.Close()
 	return s.expand(meta, stateIndex)
+}
+
+// damagedMarker reads the metadata of snapshot id, which raft refused to
+// open for a checksum that does not match (a byte of the marker flipped on
+// disk), when its data is a marker's size: a marker holds nothing but the
+// applied index of a state this node had then, so the current state, which
+// holds at least that one, stands in for it. Refused, a follower that
+// needed a snapshot asked for it again and again, and stayed behind until
+// the leader took its next one (8192 entries later by default).
+func (s *snapshotStore) damagedMarker(id string, openErr error) (*raft.SnapshotMeta, bool) {
+	if !strings.Contains(openErr.Error(), "CRC mismatch") { // raft's FileSnapshotStore has no sentinel for it
+		return nil, false
+	}
+	dir := filepath.Join(s.dir, "snapshots", id)
+	if fi, err := os.Stat(filepath.Join(dir, "state.bin")); err != nil || fi.Size() != int64(len(liveMagic)+8) {
+		return nil, false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	if err != nil {
+		return nil, false
+	}
+	var meta raft.SnapshotMeta
+	if err := json.Unmarshal(b, &meta); err != nil || meta.ID != id {
+		return nil, false
+	}
+	s.log.Warn("raft snapshot "+id+" is damaged on disk (its checksum does not match); it is a marker of this node's state, so the current state is sent in its place", "error", openErr)
+	return &meta, true
 }
 
 // expand writes the current state, which must hold at least the state of

@@ -2,15 +2,19 @@ package raftfsm
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 func mustStore(t *testing.T, f *FSM, dir string) *snapshotStore {
@@ -167,4 +171,59 @@ func TestLeftoverSnapshotTempDirsAreRemoved(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, kept.ID, list[0].ID)
+}
+
+// A byte of the leader's newest snapshot flipped on disk (a marker: the
+// applied index of its state). raft refused to open it (CRC mismatch), and
+// a new node that needed a snapshot asked for it again and again, behind,
+// until the leader took its next one. The current state now stands in for
+// the damaged marker, and the node catches up.
+func TestDamagedMarkerSnapshotIsSentAsTheCurrentState(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	var logs [2]logBuffer
+	dir := t.TempDir()
+	n1 := c.openAt("n1", dir, "127.0.0.1:0", true, &logs[0])
+	c.leader(n1)
+	for i := range 40 {
+		require.NoError(t, claim(n1, fmt.Sprintf("k%d", i)))
+	}
+	var newest string
+	require.Eventually(t, func() bool {
+		list, err := n1.snaps.List()
+		if err != nil || len(list) == 0 || list[0].Index < n1.raft.LastIndex()-1 {
+			return false
+		}
+		first, err := n1.logStore.FirstIndex()
+		newest = list[0].ID
+		return err == nil && first > 1 // the log's start is compacted away: a new node needs the snapshot
+	}, 15*time.Second, 50*time.Millisecond, "no snapshot")
+	// No snapshot after this one (8192 entries later by default): the join
+	// adds entries, and a new snapshot would hide the damaged one.
+	require.NoError(t, n1.raft.ReloadConfig(raft.ReloadableConfig{TrailingLogs: 16, SnapshotInterval: time.Hour, SnapshotThreshold: 1 << 30,
+		HeartbeatTimeout: n1.raft.ReloadableConfig().HeartbeatTimeout, ElectionTimeout: n1.raft.ReloadableConfig().ElectionTimeout}))
+	time.Sleep(300 * time.Millisecond) // a snapshot under way ends
+	list, err := n1.snaps.List()
+	require.NoError(t, err)
+	newest = list[0].ID
+	state := filepath.Join(dir, "snapshots", newest, "state.bin")
+	b, err := os.ReadFile(state)
+	require.NoError(t, err)
+	require.Len(t, b, len(liveMagic)+8, "a marker")
+	b[15] ^= 0xff
+	require.NoError(t, os.WriteFile(state, b, 0o600))
+
+	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logs[1])
+	_, err = n1.Join(n2.Self(), false, true)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, found := n2.db.Lookup(engine.Scope{Principal: "p", Endpoint: "e", Key: "k39"}, false, n2.db.Meta().NowMs)
+		return found
+	}, 20*time.Second, 50*time.Millisecond, "n2 never caught up: %s", lastLines(logs[0].String(), 5))
+	require.Contains(t, logs[0].String(), "is damaged on disk")
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
