@@ -75,10 +75,22 @@ func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 	w, err := wal.Open(path, wal.WithMetaStore(meta), wal.WithLogger(newHCLog(log)))
 	if err != nil {
 		meta.Close()
-		return nil, fmt.Errorf("raftfsm: open raft log %s: %w", path, err)
+		return nil, &walOpenError{path: path, err: err}
 	}
 	return &LogStore{WAL: w, meta: meta}, nil
 }
+
+// walOpenError is raft-wal refusing to open the log (logStoreError).
+type walOpenError struct {
+	path string
+	err  error
+}
+
+func (e *walOpenError) Error() string {
+	return fmt.Sprintf("raftfsm: open raft log %s: %v", e.path, e.err)
+}
+
+func (e *walOpenError) Unwrap() error { return e.err }
 
 // migrateChunk is how many entries one StoreLogs of the move carries.
 var migrateChunk = 4096

@@ -13,6 +13,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -148,7 +149,7 @@ func open(cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if n.logStore, err = openLogStore(cfg.DataDir, n.stable, cfg.Logger); err != nil {
-		return nil, err
+		return nil, logStoreError(err, cfg)
 	}
 	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
@@ -425,6 +426,23 @@ func (n *Node) forgotVote(self raft.ServerID) error {
 		"having forgotten the vote it may have cast in the current term, it could vote again in that term, and two leaders could be elected in it. Nothing was changed. "+
 		"If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state",
 		filepath.Join(n.cfg.DataDir, "raft.db"), others+1, n.cfg.DataDir)
+}
+
+// logStoreError says what to do about a raft log that does not open: raft
+// and raft-wal name only the file they failed on (a missing or damaged
+// wal-meta.db read as "file exists" or "invalid database").
+func logStoreError(err error, cfg Config) error {
+	switch {
+	case errors.Is(err, syscall.ENOSPC):
+		return fmt.Errorf("%w: the raft log preallocates its segment files, 64 MiB each: free that much on the data dir's disk (docs/DISK.md), then start the node again", err)
+	case errors.Is(err, os.ErrPermission):
+		return fmt.Errorf("%w: check that the user running idem owns %s and everything in it", err, cfg.DataDir)
+	}
+	var we *walOpenError
+	if !errors.As(err, &we) {
+		return err
+	}
+	return fmt.Errorf("%w: the raft log in %s cannot be read (a file of it is missing or damaged); nothing was changed. %s", err, filepath.Join(cfg.DataDir, logStoreDir), lostLogAdvice(cfg))
 }
 
 // lostLogAdvice is what to do with a node whose raft log cannot be read;

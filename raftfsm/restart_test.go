@@ -236,3 +236,24 @@ func TestLeaderRecordsItsNewRaftAddress(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, claimed.Outcome)
 }
+
+// A raft log missing its wal-meta.db (or with a damaged one) did not open,
+// and the node said only which file raft-wal failed on ("file exists",
+// "invalid database"). It now says what to do, as for a lost log.
+func TestUnreadableRaftLogSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr = "n1", dir, true, "127.0.0.1:0"
+	n, err := Open(cfg)
+	require.NoError(t, err)
+	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, claim(n, "k"))
+	require.NoError(t, n.Close())
+	require.NoError(t, os.Remove(filepath.Join(dir, logStoreDir, "wal-meta.db")))
+	_, err = Open(cfg)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "cannot be read")
+	require.Contains(t, err.Error(), "idem recover")
+	require.Contains(t, err.Error(), "start this node with an empty data dir and --join")
+}
