@@ -281,7 +281,7 @@ func checkNodeFile(dir, nodeID string) error {
 	}
 	var nf nodeFile
 	if err := json.Unmarshal(b, &nf); err != nil {
-		return fmt.Errorf("%s/node.json is corrupt: %w", dir, err)
+		return corruptNodeFile(filepath.Join(dir, "node.json"), err)
 	}
 	if nf.NodeID != "" && nf.NodeID != nodeID {
 		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", nodeID, nf.NodeID, dir)

@@ -420,7 +420,7 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	}
 	var nf nodeFile
 	if err := json.Unmarshal(b, &nf); err != nil {
-		return nil, fmt.Errorf("%s is corrupt: %w", path, err)
+		return nil, corruptNodeFile(path, err)
 	}
 	stored := time.Duration(nf.BucketWidthMs) * time.Millisecond
 	if set["bucket-width"] && stored != c.bucketWidth {
@@ -452,6 +452,14 @@ type usageError struct{ error }
 
 func (e usageError) Unwrap() error { return e.error }
 
+// corruptNodeFile says what to do about a node.json that does not parse:
+// it only records the flags the data dir was created with, and the
+// replicated state holds the cluster's scope and bucket width.
+func corruptNodeFile(path string, err error) error {
+	return fmt.Errorf("%s is corrupt (%w): it only records the --node-id, --scope and --bucket-width this data dir was created with; nothing was changed. "+
+		"Move it aside (mv %s %s.bad) and start the node again with those flags: it writes the file anew, and the cluster's scope and bucket width still apply", path, err, path, path)
+}
+
 // setNodeFileScope records scope in an existing node.json, keeping the
 // rest of it.
 func setNodeFileScope(path, scope string) error {
@@ -461,7 +469,7 @@ func setNodeFileScope(path, scope string) error {
 	}
 	var nf nodeFile
 	if err := json.Unmarshal(b, &nf); err != nil {
-		return fmt.Errorf("%s is corrupt: %w", path, err)
+		return corruptNodeFile(path, err)
 	}
 	nf.Scope = scope
 	return replaceNodeFile(path, nf)

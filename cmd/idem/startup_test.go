@@ -324,3 +324,24 @@ func TestRestartWithTheClusterScopeFlagOverNodeFile(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.wait()
 }
+
+// A node.json that does not parse is refused with what to do: it said only
+// "is corrupt". Moved aside as told, the node starts with its records.
+func TestCorruptNodeFileSaysWhatToDo(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
+	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"e","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 201, code)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.wait()
+	path := filepath.Join(dir, "node.json")
+	require.NoError(t, os.WriteFile(path, []byte("{\"node_id\":"), 0o600))
+	out, err := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--node-id", "n1").CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "Move it aside (mv "+path+" "+path+".bad)")
+	require.NoError(t, os.Rename(path, path+".bad"))
+	start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
+	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"e","key":"k","fingerprint":"ff"}`)
+	require.Equal(t, 409, code, "the record claimed before is still there")
+}
