@@ -610,6 +610,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	unready := func(detail string) {
 		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, detail))
 	}
+	if why := s.store.ForeignLeader(); why != "" {
+		unready(why)
+		return
+	}
 	if !s.store.Ready() {
 		unready("this node has no leader or has not applied its commit index")
 		return

@@ -18,6 +18,10 @@ type Store interface {
 	Lookup(ctx context.Context, s engine.Scope, principalScope, linearizable bool) (*engine.Record, bool, error)
 	NowMs() int64
 	Ready() bool
+	// ForeignLeader is why this node, a one-node cluster of its own, is not
+	// ready while a leader of another cluster sends it entries ("": it is
+	// not; raftfsm.Node.ForeignLeader).
+	ForeignLeader() string
 	IsLeader() bool
 	// CaughtUp reports whether this replica applies everything up to index
 	// within a short wait (a replica under load always trails a commit index

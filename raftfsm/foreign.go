@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // foreignGuard keeps a node that is a one-node cluster of its own (its
@@ -49,6 +51,10 @@ type foreignGuard struct {
 	rpcs    chan raft.RPC
 	log     *slog.Logger
 	refused spacer
+	// lastRefused is when (mono.Now()) a leader of another cluster was
+	// last refused, and from is that leader; see Node.ForeignLeader.
+	lastRefused atomic.Int64
+	from        atomic.Pointer[string]
 }
 
 func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Pointer[raft.Raft], ready, stop chan struct{}, log *slog.Logger) *foreignGuard {
@@ -137,8 +143,30 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 	err := fmt.Errorf("raftfsm: node %s is a one-node cluster of its own, with its own state, and takes no entries from leader %s (%s) of another cluster: "+
 		"to make it a member there, remove it there (idem cluster remove --id %s) and start it with an empty data dir and --join; its data dir holds the only copy of its own cluster's records",
 		g.self, from.ID, from.Addr, g.self)
+	who := fmt.Sprintf("%s (%s)", from.ID, from.Addr)
+	g.from.Store(&who)
+	g.lastRefused.Store(mono.Now())
 	if g.refused.allow(time.Minute) {
 		g.log.Error("a leader of another cluster sends this node entries; refused: this node keeps its own state", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr), "error", err)
 	}
 	return err
+}
+
+// foreignUnready is how long after the last refused leader of another
+// cluster the node reports itself not ready (Node.ForeignLeader): that
+// cluster counts this node's raft address as its member's, and its clients
+// may reach this node with that member's address and get answers from
+// another cluster's records. The other leader retries every heartbeat, so
+// the node stays unready while it does.
+const foreignUnready = 30 * time.Second
+
+// foreignLeader is the leader refused within foreignUnready, or "".
+func (g *foreignGuard) foreignLeader() string {
+	if t := g.lastRefused.Load(); t == 0 || mono.Since(t) > foreignUnready {
+		return ""
+	}
+	if w := g.from.Load(); w != nil {
+		return *w
+	}
+	return ""
 }

@@ -55,6 +55,9 @@ func TestNodeOfAnotherClusterIsNotTakenIn(t *testing.T) {
 			"a node holding another cluster's state (applied index %d) was promoted to voter", b.db.Meta().Applied)
 		time.Sleep(50 * time.Millisecond)
 	}
+	// The node says why it is not ready while the other leader knocks.
+	require.Contains(t, b.ForeignLeader(), "a leader of another cluster, a1")
+	require.Empty(t, a.ForeignLeader())
 	// Both clusters go on deciding, each with its own records.
 	require.NoError(t, claim(a, "a-after"))
 	require.NoError(t, claim(b, "b-after"))

@@ -67,6 +67,7 @@ type Node struct {
 	member atomic.Bool
 	// joining is whether the data dir holds joiningFile (joining.go).
 	joining atomic.Bool
+	guard   *foreignGuard
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps
@@ -221,6 +222,7 @@ func open(cfg Config) (*Node, error) {
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	running := make(chan struct{})
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
+	n.guard = trans
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
@@ -977,6 +979,24 @@ func (n *Node) proposalBarrier() error {
 		return err
 	}
 	return fmt.Errorf("%w: the term's barrier failed: %s", ErrNotProposed, err)
+}
+
+// ForeignLeader says, for a one-node cluster that refused entries from a
+// leader of another cluster within the last 30 s, why it is not ready:
+// that cluster counts this node's raft address as one of its members (a
+// backup restored, or a store started, at a member's address), and its
+// clients may reach this node and be answered from another cluster's
+// records. "" otherwise.
+func (n *Node) ForeignLeader() string {
+	if n.guard == nil {
+		return ""
+	}
+	l := n.guard.foreignLeader()
+	if l == "" {
+		return ""
+	}
+	return fmt.Sprintf("a leader of another cluster, %s, sends this node entries: that cluster counts this node's raft address as one of its members, and its clients may reach this node and get answers from another cluster's records. "+
+		"Remove this address from that cluster (idem cluster remove there), or run this node at another --raft-addr and --http-addr; it is ready again 30 s after the last refused entry", l)
 }
 
 // Ready reports whether this node knows a leader and applies the commit

@@ -3,8 +3,10 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -41,9 +43,17 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	// Another raft address is a new cluster beside the old one, as before.
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", filepath.Join(t.TempDir(), "beside"), "--node-id", "n1", "--raft-addr", freePortOn(t, "127.0.0.19"))
 	require.NoError(t, err, out)
-	// --force restores anyway.
+	// --force restores anyway. Started there, the node is a cluster of its
+	// own that the old cluster's leader keeps sending entries: it refuses
+	// them, and is not ready while they come (it was, and load balancers
+	// sent n1's clients to it).
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", dir, "--node-id", "n1", "--raft-addr", n1.raft, "--force")
 	require.NoError(t, err, out)
+	launch(t, dir, n1.http, n1.raft, "--node-id", "n1")
+	waitFor(t, 20*time.Second, "the restored n1 is not ready, naming the other cluster's leader", func() (bool, string) {
+		a := call("GET", n1.http, "/readyz", "")
+		return a.code == 503 && strings.Contains(string(a.body), "a leader of another cluster"), a.String()
+	})
 }
 
 // raft.db (raft's term and vote) of a member of a three-node cluster is
