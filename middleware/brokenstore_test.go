@@ -31,30 +31,10 @@ func TestReplayFromABrokenStore(t *testing.T) {
 		{"connection headers", `{"state":"completed","response":{"status":200,"headers":{"Content-Length":"100","Connection":"close","Transfer-Encoding":"gzip","X-Kept":"yes"},"body":"aGk="}}`, http.StatusOK, "hi"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			resp := postBehind(t, func(w http.ResponseWriter, r *http.Request) {
 				w.Header().Set("Content-Type", "application/json")
 				io.WriteString(w, `{"outcome":"replay","record":`+c.record+`}`)
-			}))
-			defer store.Close()
-			cl, err := client.New(store.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			idem, err := middleware.New(middleware.Options{Store: cl, StoreTimeout: 200 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				t.Error("the handler ran on a replay")
-			})))
-			defer srv.Close()
-			req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
-			req.Header.Set("Idempotency-Key", "k")
-			req.Header.Set("Authorization", "Bearer x")
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatalf("no answer: %v", err)
-			}
+			}, false, "the handler ran on a replay")
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)
 			if err != nil || resp.StatusCode != c.status {
@@ -72,31 +52,10 @@ func TestReplayFromABrokenStore(t *testing.T) {
 // have been recorded. The handler does not run, even with FailOpen (it ran
 // unprotected).
 func TestAnswerThatIsNotAStoresFailsClosed(t *testing.T) {
-	store := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	resp := postBehind(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/html")
 		io.WriteString(w, "<html>welcome</html>")
-	}))
-	defer store.Close()
-	cl, err := client.New(store.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idem, err := middleware.New(middleware.Options{Store: cl, StoreTimeout: 200 * time.Millisecond, FailOpen: true,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Error("the handler ran unprotected on an answer that is not a store's")
-	})))
-	defer srv.Close()
-	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
-	req.Header.Set("Idempotency-Key", "k")
-	req.Header.Set("Authorization", "Bearer x")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
+	}, true, "the handler ran unprotected on an answer that is not a store's")
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("got %d, want 503", resp.StatusCode)
@@ -155,4 +114,32 @@ func TestLongPathRuns(t *testing.T) {
 	if e := middleware.DefaultEndpoint(httptest.NewRequest(http.MethodPost, "/pay", nil)); e != "POST /pay" {
 		t.Fatalf("a short endpoint changed: %q", e)
 	}
+}
+
+// postBehind sends a keyed POST through the middleware in front of store (a
+// server answering as store does), with FailOpen as given, to a handler
+// that must not run (ran says why).
+func postBehind(t *testing.T, store http.HandlerFunc, failOpen bool, ran string) *http.Response {
+	t.Helper()
+	st := httptest.NewServer(store)
+	t.Cleanup(st.Close)
+	cl, err := client.New(st.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idem, err := middleware.New(middleware.Options{Store: cl, StoreTimeout: 200 * time.Millisecond, FailOpen: failOpen,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error(ran) })))
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+	req.Header.Set("Idempotency-Key", "k")
+	req.Header.Set("Authorization", "Bearer x")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	return resp
 }

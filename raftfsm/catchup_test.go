@@ -42,14 +42,7 @@ func (c *memCluster) openAt(id, dir, raftAddr string, bootstrap bool, logs *logB
 	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dir, bootstrap, raftAddr, "mem-"+id
 	cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1, 16, 200*time.Millisecond
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	n, err := Open(cfg)
-	require.NoError(c.t, err)
-	n.SetPeerProbe(c.probe)
-	c.mu.Lock()
-	c.nodes[cfg.HTTPAdvertise] = n
-	c.mu.Unlock()
-	c.t.Cleanup(func() { c.stop(n) })
-	return n
+	return c.start(cfg)
 }
 
 // Issue 9, bug 5: a follower stopped under load and started again is

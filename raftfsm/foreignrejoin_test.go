@@ -61,14 +61,7 @@ func (c *memCluster) openIn(id, dir string, bootstrap bool, logs *logBuffer) *No
 	if logs != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
-	n, err := Open(cfg)
-	require.NoError(c.t, err)
-	n.SetPeerProbe(c.probe)
-	c.mu.Lock()
-	c.nodes[cfg.HTTPAdvertise] = n
-	c.mu.Unlock()
-	c.t.Cleanup(func() { c.stop(n) })
-	return n
+	return c.start(cfg)
 }
 
 // The same fresh n1, stopped in the middle of its replay while its log

@@ -50,6 +50,13 @@ func (c *memCluster) open(id, raftAddr string, bootstrap bool) *Node {
 	if raftAddr == "" {
 		cfg.RaftAddr = "127.0.0.1:0"
 	}
+	return c.start(cfg)
+}
+
+// start opens a node with cfg and makes it reachable by the cluster's
+// probe under its HTTP address, until it stops.
+func (c *memCluster) start(cfg Config) *Node {
+	c.t.Helper()
 	n, err := Open(cfg)
 	require.NoError(c.t, err)
 	n.SetPeerProbe(c.probe)

@@ -60,14 +60,7 @@ func (c *memCluster) openTLS(id string, bootstrap bool, tl *TLS, opts ...func(*C
 	for _, o := range opts {
 		o(&cfg)
 	}
-	n, err := Open(cfg)
-	require.NoError(c.t, err)
-	n.SetPeerProbe(c.probe)
-	c.mu.Lock()
-	c.nodes[cfg.HTTPAdvertise] = n
-	c.mu.Unlock()
-	c.t.Cleanup(func() { c.stop(n) })
-	return n
+	return c.start(cfg)
 }
 
 // Nodes with certificates from the cluster's CA form a cluster and
