@@ -231,6 +231,12 @@ func open(cfg Config) (*Node, error) {
 		n.raft.Shutdown().Error()
 		return nil, err
 	}
+	if other := otherAtOwnAddress(n.raft, rc.LocalID, cfg.RaftAdvertise); other != "" {
+		n.log.Warn("this node ("+cfg.NodeID+") is not in its own cluster configuration, which gives its raft address to member "+other+
+			": if this data dir is "+other+"'s (node.json lost, a --node-id typo), stop and start it with --node-id "+other+"; as it is, it never votes nor leads. "+
+			"A new node that took over a removed member's address and is catching up may see this once",
+			"raft-addr", cfg.RaftAdvertise, "member", other)
+	}
 	if existing && termErr != nil {
 		if err := n.forgotVote(rc.LocalID); err != nil {
 			n.raft.Shutdown().Error()
@@ -512,6 +518,25 @@ func addressOfAnother(r *raft.Raft, self raft.ServerID, addr string) error {
 		}
 	}
 	return nil
+}
+
+// otherAtOwnAddress is the member that a node its configuration does not
+// list finds at its own raft address, "" for none.
+func otherAtOwnAddress(r *raft.Raft, self raft.ServerID, addr string) string {
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return ""
+	}
+	servers := f.Configuration().Servers
+	if slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == self }) {
+		return ""
+	}
+	for _, s := range servers {
+		if string(s.Address) == addr {
+			return string(s.ID)
+		}
+	}
+	return ""
 }
 
 func (n *Node) closeStores() error {

@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"context"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -256,4 +257,25 @@ func TestUnreadableRaftLogSaysWhatToDo(t *testing.T) {
 	require.Contains(t, err.Error(), "cannot be read")
 	require.Contains(t, err.Error(), "idem recover")
 	require.Contains(t, err.Error(), "start this node with an empty data dir and --join")
+}
+
+// A member's data dir started under another --node-id (node.json lost, a
+// typo) ran silently as a node outside its configuration, which never
+// votes nor leads. It now says which member the data dir seems to be.
+func TestDataDirStartedUnderAnotherIDSaysWhose(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr = "n1", dir, true, absentAddr(t)
+	n, err := Open(cfg)
+	require.NoError(t, err)
+	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, n.Close())
+	var logs logBuffer
+	cfg.NodeID, cfg.Bootstrap = "n7", false
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	n, err = Open(cfg)
+	require.NoError(t, err)
+	defer n.Close()
+	require.Contains(t, logs.String(), "start it with --node-id n1")
 }
