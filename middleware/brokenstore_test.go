@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -142,4 +143,22 @@ func postBehind(t *testing.T, store http.HandlerFunc, failOpen bool, ran string)
 		t.Fatalf("no answer: %v", err)
 	}
 	return resp
+}
+
+// A redirect is no store's answer either (no idem route redirects): an
+// http:// store address behind a front that sends it to https://, or a
+// wrong address reaching a service that sends callers to its login page.
+// The client follows none, and the middleware took the 3xx for an outage:
+// with FailOpen, every request ran unprotected for as long as the
+// configuration stayed wrong.
+func TestStoreRedirectFailsClosed(t *testing.T) {
+	for _, status := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		resp := postBehind(t, func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "https://elsewhere.invalid"+r.URL.Path, status)
+		}, true, fmt.Sprintf("%d: the handler ran unprotected on a redirect", status))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Fatalf("%d: got %d, want 503", status, resp.StatusCode)
+		}
+	}
 }

@@ -475,12 +475,15 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 			m.log.Warn("idempotency store refused the request's scope", "detail", p.Detail)
 			writeProblem(w, http.StatusBadRequest, "invalid_request", "the request's idempotency scope is not valid: "+p.Detail, 0)
 			return
-		case p.Status >= 400 && p.Status < 500 && p.Status != http.StatusRequestTimeout:
+		case p.Status >= 300 && p.Status < 500 && p.Status != http.StatusRequestTimeout:
 			// Any other refusal is an answer from a store that works: a
 			// configuration problem, not an outage, and never a reason to
 			// run unprotected, even with FailOpen. 401/403: a wrong store
 			// token, or an app token whose principal patterns do not cover
-			// this principal; 413: a batch above the store's --max-batch-ops.
+			// this principal; 413: a batch above the store's --max-batch-ops;
+			// 3xx (never followed, no idem route redirects): a front that
+			// sends an http:// store address to https://, or a wrong
+			// address reaching another service.
 			msg := "idempotency store refused the call: a configuration problem, not an outage; refusing the request"
 			if p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden {
 				msg = "idempotency store refused the store credentials: check the store token, its role and its principal patterns; refusing the request"
