@@ -51,6 +51,10 @@ type joinAnswer struct {
 	Outcome  string `json:"outcome"`
 	Suffrage string `json:"suffrage"`
 	Detail   string `json:"detail"`
+	// AdmittedIndex is a raft log index at or past the configuration that
+	// lists the node: a node that joined empty keeps its joining file until
+	// its own log reaches it (raftfsm's joining.go).
+	AdmittedIndex uint64 `json:"admitted_index,omitempty"`
 }
 
 // handleCluster answers the cluster's membership and progress. Only the
@@ -267,7 +271,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, membershipProblem(refused))
 		return
 	}
-	a := joinAnswer{Outcome: "joined", Suffrage: res.Suffrage}
+	a := joinAnswer{Outcome: "joined", Suffrage: res.Suffrage, AdmittedIndex: res.AdmittedIndex}
 	switch {
 	case res.MovedFrom != "":
 		// Said in full: a typo in a join for a stopped member moves it to

@@ -102,8 +102,9 @@ func TestFreshNodeRestartedInTheOneNodeStretchStartsEmpty(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, aside, 1, "the partial copy is kept")
 	require.NoError(t, fresh.MarkJoining())
-	_, err = l.Join(fresh.Self(), false, true)
+	res, err := l.Join(fresh.Self(), false, true)
 	require.NoError(t, err)
+	require.NoError(t, fresh.Admitted(res.AdmittedIndex)) // as idem serve's join does
 	require.Eventually(t, func() bool {
 		require.False(t, fresh.IsLeader(), "the fresh n1 leads a cluster of its own")
 		_, found := fresh.db.Lookup(engine.Scope{Principal: "p", Endpoint: "e", Key: "after"}, false, fresh.db.Meta().NowMs)
@@ -147,4 +148,43 @@ func TestJoiningFileIsForgotten(t *testing.T) {
 	c.stop(n4)
 	c.openIn("n4", empty, true, nil) // started alone instead
 	require.NoFileExists(t, filepath.Join(empty, joiningFile))
+}
+
+// The joining file must outlive a configuration of the cluster's past. A
+// fresh n1 replaying the log from its start passes every configuration the
+// cluster ever had: a cluster that ran as n1 alone, took in n2 and removed
+// it (a node joined by mistake, or replaced) ran as n1 alone again. The
+// fresh n1 forgot its file at {n1, n2}, the first configuration it met
+// that lists another member; stopped later in the second one-node stretch
+// it restarted as a one-node cluster of its own over part of the log, as
+// before the file existed. Here its copy of the log up to {n1, n2} is the
+// first n1's data dir from then.
+func TestJoiningFileOutlivesAPastConfiguration(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	dirA, past := t.TempDir(), t.TempDir()
+	n1 := c.openIn("n1", dirA, true, nil)
+	c.leader(n1)
+	for i := range 10 {
+		require.NoError(t, claim(n1, fmt.Sprintf("k%d", i)))
+	}
+	n2 := c.openIn("n2", t.TempDir(), false, nil)
+	c.join(n2, n1)
+	c.stop(n2)
+	c.stop(n1)
+	copyDir(t, dirA, past) // its log ends in {n1, n2}
+
+	require.NoError(t, os.WriteFile(filepath.Join(past, joiningFile), nil, 0o600))
+	fresh := c.openIn("n1", past, false, nil)
+	require.True(t, fresh.HasState())
+	time.Sleep(time.Second) // refreshMembership runs every 200 ms
+	require.FileExists(t, filepath.Join(past, joiningFile), "the joining file was forgotten at a configuration of the cluster's past")
+	// Admitted later than that configuration (the leader's answer), it
+	// keeps it all the same; restarted there, it sets the copy aside.
+	index := fresh.raft.LastIndex()
+	require.NoError(t, fresh.Admitted(index+100))
+	time.Sleep(time.Second)
+	require.FileExists(t, filepath.Join(past, joiningFile), "the joining file was forgotten before the node's admission")
+	c.stop(fresh)
+	require.Equal(t, index+100, readAdmission(past))
 }

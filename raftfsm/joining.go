@@ -4,16 +4,24 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
 )
 
 // joiningFile marks a data dir whose node started empty and asked a
-// cluster to take it in (MarkJoining), until the node's configuration
-// lists another member (refreshMembership removes it then).
+// cluster to take it in (MarkJoining), until the node has caught up past
+// its admission: its log reaches the index the leader's join answer named
+// (Admitted; refreshMembership removes the file then).
+// Listing another member is not enough: replaying the log from its start,
+// the node passes every configuration the cluster ever had, and one that
+// ran as this id alone, took in another node and removed it, ran as this
+// id alone again further on.
 //
 // It is for one case raft cannot tell from a node's files: a fresh node
 // under the id of its cluster's bootstrap node (a member replaced by an
@@ -53,24 +61,95 @@ func (n *Node) MarkJoining() error {
 	return nil
 }
 
-// forgetJoining removes the joining file once conf lists a member other
-// than this node: from there on, a configuration of this node alone can
-// only be one the cluster made (every other member removed), and must
-// never be discarded.
+// admissionUnknown is the admission of a node whose leader's answer named
+// no configuration (a leader of an earlier release): the file is then
+// forgotten at the first configuration that lists another member, as it
+// was before answers named one.
+const admissionUnknown = math.MaxUint64
+
+// Admitted records the log index a leader's join answer named (0: it
+// named none) in the joining file of a node that joined empty. It
+// does nothing for a node that has no joining file or knows its admission.
+func (n *Node) Admitted(index uint64) error {
+	if !n.joining.Load() || n.admission.Load() != 0 {
+		return nil
+	}
+	if index == 0 {
+		index = admissionUnknown
+	}
+	path := filepath.Join(n.cfg.DataDir, joiningFile)
+	if err := writeSynced(path+".tmp", fmt.Appendf(nil, "%s%d\n", admissionPrefix, index)); err != nil {
+		return err
+	}
+	if err := os.Rename(path+".tmp", path); err != nil {
+		return fmt.Errorf("raftfsm: write %s: %w", path, err)
+	}
+	if err := syncDir(n.cfg.DataDir); err != nil {
+		return err
+	}
+	n.admission.Store(index)
+	return nil
+}
+
+// AdmissionPending: the node joined empty, has raft state, and knows no
+// configuration index of its admission yet (taken in before it asked, or
+// its answer was lost): it should ask the leader again, which names it.
+func (n *Node) AdmissionPending() bool {
+	return n.joining.Load() && n.admission.Load() == 0 && n.HasState()
+}
+
+const admissionPrefix = "admitted at raft index "
+
+// readAdmission is the admission a joining file records, 0 for none.
+func readAdmission(dir string) uint64 {
+	b, err := os.ReadFile(filepath.Join(dir, joiningFile))
+	if err != nil {
+		return 0
+	}
+	v, ok := strings.CutPrefix(strings.TrimSpace(string(b)), admissionPrefix)
+	if !ok {
+		return 0
+	}
+	i, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return i
+}
+
+// caughtUp reports whether a node whose log ends at last, with conf its
+// latest configuration, is past its admission: from there on, a
+// configuration of this node alone can only be one the cluster made (every
+// other member removed), and must never be discarded. The entries up to the
+// admission were committed before the leader named it, so a log that
+// reaches it holds them.
+func (n *Node) caughtUp(conf raft.Configuration, last uint64) bool {
+	switch a := n.admission.Load(); a {
+	case 0:
+		return false
+	case admissionUnknown:
+		for _, s := range conf.Servers {
+			if string(s.ID) != n.self.ID {
+				return true
+			}
+		}
+		return false
+	default:
+		return last >= a
+	}
+}
+
+// forgetJoining removes the joining file once the node's configuration is
+// past its admission (caughtUp).
 func (n *Node) forgetJoining(conf raft.Configuration) {
-	if !n.joining.Load() {
+	if !n.joining.Load() || !n.caughtUp(conf, n.raft.LastIndex()) {
 		return
 	}
-	for _, s := range conf.Servers {
-		if string(s.ID) != n.self.ID {
-			if err := removeJoining(n.cfg.DataDir); err != nil {
-				n.log.Warn("could not remove the joining marker; retrying", "error", err)
-				return
-			}
-			n.joining.Store(false)
-			return
-		}
+	if err := removeJoining(n.cfg.DataDir); err != nil {
+		n.log.Warn("could not remove the joining marker; retrying", "error", err)
+		return
 	}
+	n.joining.Store(false)
 }
 
 func removeJoining(dir string) error {
@@ -84,7 +163,8 @@ func removeJoining(dir string) error {
 // the joining file means: for a node without raft state, that it is still
 // joining (the leader may have taken it in, and its entries may arrive
 // before the node asks again), unless it bootstraps a one-node cluster now,
-// which the file must not outlive; errStartEmpty for a node whose latest
+// which the file must not outlive; for a node past its admission (caughtUp),
+// nothing, and the file goes; errStartEmpty for a node whose latest
 // configuration is itself alone.
 func (n *Node) checkJoining(existing bool) error {
 	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, joiningFile)); err != nil {
@@ -94,12 +174,17 @@ func (n *Node) checkJoining(existing bool) error {
 		if n.cfg.Bootstrap {
 			return removeJoining(n.cfg.DataDir)
 		}
+		n.admission.Store(readAdmission(n.cfg.DataDir))
 		n.joining.Store(true)
 		return nil
 	}
-	conf, err := latestConfiguration(n.logStore, n.snaps)
+	conf, last, err := latestConfiguration(n.logStore, n.snaps)
 	if err != nil {
 		return err
+	}
+	n.admission.Store(readAdmission(n.cfg.DataDir))
+	if n.caughtUp(conf, last) {
+		return removeJoining(n.cfg.DataDir)
 	}
 	if len(conf.Servers) == 1 && string(conf.Servers[0].ID) == n.self.ID {
 		return errStartEmpty
@@ -108,31 +193,32 @@ func (n *Node) checkJoining(existing bool) error {
 	return nil
 }
 
-// latestConfiguration is the configuration raft starts with: the last one
-// in the log, else the newest snapshot's.
-func latestConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Configuration, error) {
+// latestConfiguration is the configuration raft starts with (the last one
+// in the log, else the newest snapshot's), and the last index of the log
+// or the snapshot.
+func latestConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Configuration, uint64, error) {
 	first, err := logs.FirstIndex()
 	if err != nil {
-		return raft.Configuration{}, fmt.Errorf("raftfsm: read the raft log: %w", err)
+		return raft.Configuration{}, 0, fmt.Errorf("raftfsm: read the raft log: %w", err)
 	}
 	last, err := logs.LastIndex()
 	if err != nil {
-		return raft.Configuration{}, fmt.Errorf("raftfsm: read the raft log: %w", err)
+		return raft.Configuration{}, 0, fmt.Errorf("raftfsm: read the raft log: %w", err)
 	}
 	for i := last; i >= first && i > 0; i-- {
 		var l raft.Log
 		if err := logs.GetLog(i, &l); err != nil {
-			return raft.Configuration{}, fmt.Errorf("raftfsm: read raft log entry %d: %w", i, err)
+			return raft.Configuration{}, 0, fmt.Errorf("raftfsm: read raft log entry %d: %w", i, err)
 		}
 		if l.Type == raft.LogConfiguration {
-			return raft.DecodeConfiguration(l.Data), nil
+			return raft.DecodeConfiguration(l.Data), last, nil
 		}
 	}
 	list, err := snaps.List()
 	if err != nil || len(list) == 0 {
-		return raft.Configuration{}, err
+		return raft.Configuration{}, last, err
 	}
-	return list[0].Configuration, nil
+	return list[0].Configuration, max(last, list[0].Index), nil
 }
 
 // setAside moves a node's state into a new directory of its data dir, kept

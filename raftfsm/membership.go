@@ -374,6 +374,10 @@ type JoinResult struct {
 	// MovedFrom is the member's raft address before this join, when the
 	// join moved it.
 	MovedFrom string
+	// AdmittedIndex is a log index at or past the configuration that lists
+	// the node: a node that joined empty has caught up past its admission
+	// once its own log reaches it (joining.go).
+	AdmittedIndex uint64
 }
 
 // Join adds a node as a non-voter (the leader promotes it once it has
@@ -464,10 +468,13 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if _, err := n.propose(&Command{Op: OpSetNode, Node: &info}); err != nil {
 		return res, err
 	}
+	res.AdmittedIndex = n.raft.LastIndex() // past the node's entry and its configuration
 	if change != nil {
-		if err := change().Error(); err != nil {
+		fut := change()
+		if err := fut.Error(); err != nil {
 			return res, mapRaftError(err)
 		}
+		res.AdmittedIndex = fut.Index()
 		n.log.Info("cluster membership changed", "node-id", info.ID, "raft-addr", info.RaftAddr, "http-addr", info.HTTPAddr, "suffrage", res.Suffrage)
 	}
 	return res, nil
@@ -718,6 +725,15 @@ func (n *Node) Bootstrap(peers []NodeInfo) error {
 	}
 	if err != nil {
 		return fmt.Errorf("raftfsm: bootstrap: %w", err)
+	}
+	// A new cluster's first configuration: no past of another's to
+	// replay, so no joining file (joining.go).
+	if n.joining.Load() {
+		if err := removeJoining(n.cfg.DataDir); err != nil {
+			n.log.Warn("could not remove the joining marker", "error", err)
+		} else {
+			n.joining.Store(false)
+		}
 	}
 	n.refreshMembership()
 	return nil

@@ -97,6 +97,7 @@ func (c *memCluster) join(n *Node, via ...*Node) {
 	res, err := l.Join(n.Self(), false, false)
 	require.NoError(c.t, err)
 	require.Equal(c.t, "nonvoter", res.Suffrage)
+	require.NoError(c.t, n.Admitted(res.AdmittedIndex)) // as idem serve's join does
 	c.waitSuffrage(l, n.self.ID, "Voter")
 }
 

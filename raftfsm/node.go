@@ -65,9 +65,11 @@ type Node struct {
 	// A node that is not a member (removed, or not yet joined) knows no
 	// leader as far as callers are concerned, so it accepts no writes.
 	member atomic.Bool
-	// joining is whether the data dir holds joiningFile (joining.go).
-	joining atomic.Bool
-	guard   *foreignGuard
+	// joining is whether the data dir holds joiningFile (joining.go);
+	// admission is what the file says of the node's admission.
+	joining   atomic.Bool
+	admission atomic.Uint64
+	guard     *foreignGuard
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps

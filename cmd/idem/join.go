@@ -70,7 +70,9 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
 					"add-back", addBackCommand(c))
 			}
-		case node.IsMember() && !node.IsLeader() && !node.Registered():
+		case node.IsMember() && !node.IsLeader() && (!node.Registered() || node.AdmissionPending()):
+			// AdmissionPending: taken in before it asked (by hand), or its
+			// answer was lost; the leader's answer names its admission.
 			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
 				m.tryJoin(ctx, []string{l.HTTPAddr})
 			} else {
@@ -200,9 +202,18 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 				m.log.Warn("join: this --join address did not answer; retrying every second until a member accepts the join", "addr", a, "error", err)
 			}
 		case status == http.StatusOK:
-			var ans struct{ Suffrage, Detail string }
+			var ans struct {
+				Suffrage, Detail string
+				AdmittedIndex    uint64 `json:"admitted_index"`
+			}
 			json.Unmarshal(b, &ans)
 			m.log.Info("cluster membership recorded", "via", a, "suffrage", ans.Suffrage, "detail", ans.Detail)
+			// Until its configuration is that recent, the node is replaying
+			// the cluster's past (raftfsm's joining.go).
+			if err := m.node.Admitted(ans.AdmittedIndex); err != nil {
+				m.log.Error("join: cannot record in the data dir where this node was admitted; asking again", "error", err)
+				return
+			}
 			m.refused = ""
 			return
 		default:
