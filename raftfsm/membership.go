@@ -468,7 +468,9 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if _, err := n.propose(&Command{Op: OpSetNode, Node: &info}); err != nil {
 		return res, err
 	}
-	res.AdmittedIndex = n.raft.LastIndex() // past the node's entry and its configuration
+	// Committed (never cut from the log), and past the node's entry and
+	// its configuration.
+	res.AdmittedIndex = n.raft.CommitIndex()
 	if change != nil {
 		fut := change()
 		if err := fut.Error(); err != nil {
