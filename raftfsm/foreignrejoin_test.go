@@ -188,3 +188,21 @@ func TestJoiningFileOutlivesAPastConfiguration(t *testing.T) {
 	c.stop(fresh)
 	require.Equal(t, index+100, readAdmission(past))
 }
+
+// A node joined by hand before it started (docs/MEMBERSHIP.md: "the node
+// may start before or after") may get the leader's first entries before
+// it asks to join, and its join then found it with state: it wrote no
+// joining file, and a fresh n1 restarted in the cluster's one-node stretch
+// led a cluster of its own. An empty node that does not bootstrap has the
+// file from its start.
+func TestJoiningFileBeforeTheFirstEntry(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	dir := t.TempDir()
+	n := c.openIn("n2", dir, false, nil)
+	require.False(t, n.HasState())
+	require.FileExists(t, filepath.Join(dir, joiningFile))
+	other := t.TempDir()
+	c.openIn("n3", other, true, nil)
+	require.NoFileExists(t, filepath.Join(other, joiningFile), "a node that bootstraps is not joining")
+}

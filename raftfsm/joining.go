@@ -51,7 +51,11 @@ func (n *Node) MarkJoining() error {
 	if n.HasState() || n.joining.Load() {
 		return nil
 	}
-	if err := writeSynced(filepath.Join(n.cfg.DataDir, joiningFile), []byte("this node started empty and asked a cluster to take it in; idem removes this file once the node has caught up past the cluster's first configuration\n")); err != nil {
+	return n.writeJoining()
+}
+
+func (n *Node) writeJoining() error {
+	if err := writeSynced(filepath.Join(n.cfg.DataDir, joiningFile), []byte("this node started empty and asked a cluster to take it in; idem removes this file once the node has caught up past its admission\n")); err != nil {
 		return err
 	}
 	if err := syncDir(n.cfg.DataDir); err != nil {
@@ -168,6 +172,13 @@ func removeJoining(dir string) error {
 // configuration is itself alone.
 func (n *Node) checkJoining(existing bool) error {
 	if _, err := os.Stat(filepath.Join(n.cfg.DataDir, joiningFile)); err != nil {
+		if !existing && !n.cfg.Bootstrap {
+			// Empty, and not starting a cluster of its own: whatever state
+			// it gets comes from a cluster, whose leader may send entries
+			// before the node asks (it was joined by hand before it
+			// started), and MarkJoining would then come too late.
+			return n.writeJoining()
+		}
 		return nil
 	}
 	if !existing {
