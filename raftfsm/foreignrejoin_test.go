@@ -206,3 +206,27 @@ func TestJoiningFileBeforeTheFirstEntry(t *testing.T) {
 	c.openIn("n3", other, true, nil)
 	require.NoFileExists(t, filepath.Join(other, joiningFile), "a node that bootstraps is not joining")
 }
+
+// The same partial copy, started without --join (idem serve then asks for
+// a one-node cluster when the data dir is empty): set aside, the node
+// bootstrapped an empty cluster of its own and took claims of keys its
+// cluster holds. It now starts empty without bootstrapping, to be joined.
+func TestPartialCopyStartedAloneDoesNotBootstrap(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	dirA, stretch := t.TempDir(), t.TempDir()
+	n1 := c.openIn("n1", dirA, true, nil)
+	c.leader(n1)
+	require.NoError(t, claim(n1, "k"))
+	c.stop(n1)
+	copyDir(t, dirA, stretch)
+
+	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), nil, 0o600))
+	var logs logBuffer
+	fresh := c.openIn("n1", stretch, true, &logs)
+	require.Contains(t, logs.String(), "set-aside")
+	time.Sleep(2 * time.Second)
+	require.False(t, fresh.HasState(), "the node bootstrapped a cluster of its own after setting its copy aside")
+	require.False(t, fresh.IsLeader())
+	require.FileExists(t, filepath.Join(stretch, joiningFile))
+}

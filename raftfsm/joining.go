@@ -248,7 +248,7 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 	if err := removeJoining(dir); err != nil {
 		return "", err
 	}
-	log.Warn("this node joined its cluster empty and was stopped before it had replayed the cluster's first configuration, which lists this node alone: started as it was, it would have led a cluster of its own over part of the log. "+
+	log.Warn("this node joined its cluster empty and was stopped while it replayed a stretch of the cluster's log whose configuration lists this node alone: started as it was, it would have led a cluster of its own over part of the log. "+
 		"Its partial copy is set aside and it starts empty, to join and replay the log again. Delete the set-aside directory once the node has caught up",
 		"set-aside", aside)
 	return aside, nil

@@ -86,6 +86,12 @@ func Open(cfg Config) (*Node, error) {
 	if _, err := setAside(cfg.DataDir, log); err != nil { // joining.go
 		return nil, err
 	}
+	if cfg.Bootstrap {
+		// Its state comes from the cluster it joined: a cluster of its
+		// own, empty, would take claims of keys that cluster holds.
+		cfg.Bootstrap = false
+		log.Warn("not starting a new cluster on the emptied data dir: this node joined a cluster, and waits to be taken in again; start it with --join naming a member, or add it by hand (idem cluster join)")
+	}
 	return open(cfg)
 }
 
