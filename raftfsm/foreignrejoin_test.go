@@ -229,4 +229,10 @@ func TestPartialCopyStartedAloneDoesNotBootstrap(t *testing.T) {
 	require.False(t, fresh.HasState(), "the node bootstrapped a cluster of its own after setting its copy aside")
 	require.False(t, fresh.IsLeader())
 	require.FileExists(t, filepath.Join(stretch, joiningFile))
+	// Nor on its next start: the data dir is empty, but was emptied.
+	c.stop(fresh)
+	fresh = c.openIn("n1", stretch, true, nil)
+	time.Sleep(2 * time.Second)
+	require.False(t, fresh.HasState(), "restarted, the node bootstrapped a cluster of its own")
+	require.FileExists(t, filepath.Join(stretch, joiningFile))
 }

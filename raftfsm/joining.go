@@ -183,7 +183,15 @@ func (n *Node) checkJoining(existing bool) error {
 	}
 	if !existing {
 		if n.cfg.Bootstrap {
-			return removeJoining(n.cfg.DataDir)
+			if aside, _ := filepath.Glob(filepath.Join(n.cfg.DataDir, "set-aside-*")); len(aside) > 0 {
+				// Emptied by setAside, not created empty: its state
+				// comes from the cluster it joined, and a cluster of its
+				// own would take claims of keys that cluster holds.
+				n.cfg.Bootstrap = false
+				n.log.Warn("not starting a new cluster: this node set its partial copy of its cluster aside and waits to be taken in again; start it with --join naming a member, or add it by hand (idem cluster join)", "set-aside", aside)
+			} else {
+				return removeJoining(n.cfg.DataDir)
+			}
 		}
 		n.admission.Store(readAdmission(n.cfg.DataDir))
 		n.joining.Store(true)

@@ -217,7 +217,7 @@ func open(cfg Config) (*Node, error) {
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if !existing && cfg.Bootstrap {
+	if !existing && n.cfg.Bootstrap { // checkJoining may have cleared it
 		conf := raft.Configuration{Servers: []raft.Server{{
 			ID: rc.LocalID, Address: raft.ServerAddress(cfg.RaftAdvertise), Suffrage: raft.Voter,
 		}}}
