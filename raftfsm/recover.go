@@ -280,14 +280,17 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	defer trans.Close()
 	fsm := &recoverFSM{FSM: NewFSM(o.db, ttl.NewClock(0), log, nil), db: o.db}
 	defer fsm.release()
-	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
-		return st, fmt.Errorf("raftfsm: recover: %w", err)
-	}
 	// The configuration is the operator's now: a joining file left by a
 	// node that stopped right after catching up must not make the next
-	// start set this state aside (joining.go).
+	// start set this state aside (joining.go). Removed first: a recover
+	// stopped between the two (killed, a power cut) left the file beside a
+	// configuration of this node alone, and the next start set the only
+	// copy aside.
 	if err := removeJoining(dir); err != nil {
 		return st, err
+	}
+	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
+		return st, fmt.Errorf("raftfsm: recover: %w", err)
 	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
 	return st, nil
