@@ -93,7 +93,7 @@ func TestFreshNodeRestartedInTheOneNodeStretchStartsEmpty(t *testing.T) {
 	require.Eventually(t, func() bool { return l.Remove("n1", false) == nil }, 15*time.Second, 200*time.Millisecond)
 	require.NoError(t, claim(l, "after"))
 
-	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), []byte(admissionPrefix+"1000000\n"), 0o600)) // admitted further on
 	var logs logBuffer
 	fresh := c.openIn("n1", stretch, false, &logs)
 	require.False(t, fresh.HasState(), "the partial copy was not set aside")
@@ -221,7 +221,7 @@ func TestPartialCopyStartedAloneDoesNotBootstrap(t *testing.T) {
 	c.stop(n1)
 	copyDir(t, dirA, stretch)
 
-	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), nil, 0o600))
+	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), []byte(admissionPrefix+"1000000\n"), 0o600)) // admitted further on
 	var logs logBuffer
 	fresh := c.openIn("n1", stretch, true, &logs)
 	require.Contains(t, logs.String(), "set-aside")
@@ -235,4 +235,25 @@ func TestPartialCopyStartedAloneDoesNotBootstrap(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	require.False(t, fresh.HasState(), "restarted, the node bootstrapped a cluster of its own")
 	require.FileExists(t, filepath.Join(stretch, joiningFile))
+}
+
+// A node that joined empty but never learned where it was admitted, whose
+// configuration lists it alone, may hold a stretch of its cluster's past
+// or be its cluster's last member: it changes nothing and says both.
+func TestJoiningFileWithoutAdmissionRefusesToGuess(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	dir := t.TempDir()
+	n1 := c.openIn("n1", dir, true, nil)
+	c.leader(n1)
+	require.NoError(t, claim(n1, "k"))
+	c.stop(n1)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, joiningFile), nil, 0o600))
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", dir, "127.0.0.1:0", "mem-n1"
+	_, err := Open(cfg)
+	require.ErrorContains(t, err, "never learned where it was admitted")
+	matches, _ := filepath.Glob(filepath.Join(dir, "set-aside-*"))
+	require.Empty(t, matches, "a state that may be the cluster's only copy was set aside")
+	require.DirExists(t, filepath.Join(dir, "fsm"))
 }

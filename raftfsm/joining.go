@@ -206,6 +206,16 @@ func (n *Node) checkJoining(existing bool) error {
 		return removeJoining(n.cfg.DataDir)
 	}
 	if len(conf.Servers) == 1 && string(conf.Servers[0].ID) == n.self.ID {
+		if n.admission.Load() == 0 {
+			// Stopped before the leader's answer arrived, or taken in by
+			// hand and never told: this node alone may be a stretch of its
+			// cluster's past, or the cluster now (its other members
+			// removed while it could not ask). Neither guess is safe.
+			return fmt.Errorf("raftfsm: this node joined a cluster empty (%s) but never learned where it was admitted, and its raft configuration lists it alone; nothing was changed. "+
+				"If its cluster has other members, it holds part of their log: stop it, move %s aside and start it on an empty data dir with --join. "+
+				"If it is its cluster's last member (the others were removed), its state is the cluster's: delete %s and start it again",
+				filepath.Join(n.cfg.DataDir, joiningFile), n.cfg.DataDir, filepath.Join(n.cfg.DataDir, joiningFile))
+		}
 		return errStartEmpty
 	}
 	n.joining.Store(true)
