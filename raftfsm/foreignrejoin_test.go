@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-store/idem/engine"
@@ -53,11 +54,13 @@ func TestFreshNodeRejoiningUnderTheBootstrapIDCatchesUp(t *testing.T) {
 }
 
 // openIn starts node id on dir, on any port, with the default snapshot
-// settings (the log keeps its first entries).
+// settings (the log keeps its first entries) and its own metrics registry,
+// as idem serve gives it.
 func (c *memCluster) openIn(id, dir string, bootstrap bool, logs *logBuffer) *Node {
 	c.t.Helper()
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dir, bootstrap, "127.0.0.1:0", "mem-"+id
+	cfg.Registry = prometheus.NewRegistry()
 	if logs != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}

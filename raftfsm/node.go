@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/bbolt"
 
 	"github.com/idem-store/idem/engine"
@@ -109,6 +110,11 @@ func open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftfsm: create data dir: %w", err)
 	}
 	tightenDataDir(cfg.DataDir, cfg.Logger)
+	var reg *undoRegisterer
+	if cfg.Registry != nil {
+		reg = &undoRegisterer{Registerer: cfg.Registry}
+		cfg.Registry = reg
+	}
 	n := &Node{
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -124,6 +130,9 @@ func open(cfg Config) (*Node, error) {
 		if !ok {
 			close(n.stop) // ends what waits on it (foreignGuard's forward)
 			n.closeStores()
+			if reg != nil {
+				reg.undo()
+			}
 		}
 	}()
 	var err error
@@ -1309,4 +1318,37 @@ func (n *Node) Snapshot() error {
 		return fmt.Errorf("raftfsm: snapshot: %w", err)
 	}
 	return nil
+}
+
+// undoRegisterer registers with a caller's registry and remembers what it
+// registered, so that a failed open takes its metrics back: Open opens a
+// second time after setting a partial copy aside (errStartEmpty), and the
+// first open's registrations made that second one panic (duplicate metrics
+// collector registration), so the node never started.
+type undoRegisterer struct {
+	prometheus.Registerer
+	done []prometheus.Collector
+}
+
+func (u *undoRegisterer) Register(c prometheus.Collector) error {
+	if err := u.Registerer.Register(c); err != nil {
+		return err
+	}
+	u.done = append(u.done, c)
+	return nil
+}
+
+func (u *undoRegisterer) MustRegister(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		if err := u.Register(c); err != nil {
+			panic(err)
+		}
+	}
+}
+
+func (u *undoRegisterer) undo() {
+	for _, c := range u.done {
+		u.Registerer.Unregister(c)
+	}
+	u.done = nil
 }
