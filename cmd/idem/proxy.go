@@ -457,7 +457,7 @@ func (p *proxy) keyedBodyDeadline(next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody && slices.Contains(p.methods, r.Method) {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(p.cfg.bodyReadTimeout)) == nil {
-				r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc}
+				r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
 			}
 		}
 		next.ServeHTTP(w, r)
@@ -466,16 +466,21 @@ func (p *proxy) keyedBodyDeadline(next http.Handler) http.Handler {
 
 // readDeadlineBody clears the read deadline once the body is read to its
 // end; on any other error it stays, so the server does not wait to drain
-// the rest of the body.
+// the rest of the body. A deadline that ran out is said as a node says it,
+// naming the flag (the caller's 400 carries it), not as net's "read tcp
+// ADDR->ADDR: i/o timeout".
 type readDeadlineBody struct {
 	io.ReadCloser
-	rc *http.ResponseController
+	rc      *http.ResponseController
+	timeout time.Duration
 }
 
 func (b *readDeadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
 		b.rc.SetReadDeadline(time.Time{})
+	} else if errors.Is(err, os.ErrDeadlineExceeded) {
+		err = fmt.Errorf("the body did not arrive within %s (--body-read-timeout)", b.timeout)
 	}
 	return n, err
 }

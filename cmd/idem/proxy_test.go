@@ -371,6 +371,12 @@ func TestProxySlowKeyedBodyIsRefused(t *testing.T) {
 	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 	require.NoError(t, err, "no answer to a body that never arrives")
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
+	problem, _ := io.ReadAll(resp.Body)
+	// Names the flag, as a node's answer does; it said only "read tcp
+	// 127.0.0.1:8080->127.0.0.1:47218: i/o timeout", the proxy's and the
+	// caller's addresses.
+	require.Contains(t, string(problem), "did not arrive within 1s (--body-read-timeout)")
+	require.NotContains(t, string(problem), "i/o timeout")
 	require.Equal(t, int64(0), up.runs.Load())
 
 	// A keyed body that arrives, and an unkeyed one, are not cut.
