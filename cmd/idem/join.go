@@ -254,7 +254,7 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			// led it, and the others would take it on their next start:
 			// not what one of the two flags asked for. Said once per
 			// answer, not every second.
-			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs with --scope %s and this node with --scope %s; a cluster has one scope mode: start every node with the same --scope (on an empty data dir)", st.Self.ID, a, st.Scope, m.c.scope)
+			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs with --scope %s and this node with --scope %s; a cluster has one scope mode: restart the odd one on its data dir with the same --scope, given explicitly (a data dir that formed no cluster takes it; left out, the flag keeps the mode the data dir was created with)", st.Self.ID, a, st.Scope, m.c.scope)
 			if msg != m.refused {
 				m.refused = msg
 				m.log.Error(msg)

@@ -156,6 +156,10 @@ func TestBootstrapExpectRefusesMixedScopes(t *testing.T) {
 		require.Empty(t, st.Nodes, "%s formed a cluster: %s", h, body)
 	}
 	require.Equal(t, 1, strings.Count(n1.logs.String(), "not bootstrapping"), "said once, not every second")
+	// It says the fix below: the flag given explicitly, on the same data
+	// dir. It said "(on an empty data dir)", and a node restarted on its
+	// data dir without --scope kept the mode it was created with.
+	require.Contains(t, n1.logs.String(), "the same --scope, given explicitly")
 
 	// The fix the message gives: restart the odd one with the others'
 	// --scope, on its data dir (no cluster was formed: nothing to miss).
