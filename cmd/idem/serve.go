@@ -719,26 +719,29 @@ func warnRetentionDrift(log *slog.Logger, flag, cluster time.Duration) {
 		"retention", flag.String(), "cluster-retention", cluster.String())
 }
 
-// watchRetentionPin waits for the cluster's retention to reach a node
-// that started without it (an empty data dir joining, a cluster before
-// its first claim) and warns once if --retention differs from it. The
-// check at start cannot see it: a node that joined with another
-// --retention said nothing until its next restart, while its startup
-// line had named its own flag.
+// watchRetentionPin follows the cluster's retention on a node that
+// started without it (an empty data dir joining, a cluster before its
+// first claim) and warns, once per value, when it differs from
+// --retention. The check at start cannot see it: a node that joined with
+// another --retention said nothing until its next restart, while its
+// startup line had named its own flag. It goes on after the first value:
+// a node replaying the log meets each value the cluster ever had, the
+// current one last.
 func watchRetentionPin(ctx context.Context, node *raftfsm.Node, flag time.Duration, log *slog.Logger) {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	seen := flag
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if ret, pinned := node.Retention(); pinned {
+		if ret, pinned := node.Retention(); pinned && ret != seen {
+			seen = ret
 			if ret != flag {
 				warnRetentionDrift(log, flag, ret)
 			}
-			return
 		}
 	}
 }
