@@ -314,3 +314,17 @@ func (c *memCluster) openIn2(id, dir, raftAddr string) *Node {
 	}
 	return c.start(cfg)
 }
+
+// Two set-asides in one second (the second after one that failed part-way)
+// each get a directory: the second failed, the name taken.
+func TestSetAsideTwiceInOneSecond(t *testing.T) {
+	dir := t.TempDir()
+	for range 2 {
+		require.NoError(t, os.Mkdir(filepath.Join(dir, "fsm"), 0o700))
+		_, err := setAside(dir, slog.New(slog.DiscardHandler))
+		require.NoError(t, err)
+	}
+	aside, err := filepath.Glob(filepath.Join(dir, "set-aside-*", "fsm"))
+	require.NoError(t, err)
+	require.Len(t, aside, 2)
+}

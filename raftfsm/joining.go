@@ -253,8 +253,10 @@ func latestConfiguration(logs raft.LogStore, snaps raft.SnapshotStore) (raft.Con
 // setAside moves a node's state into a new directory of its data dir, kept
 // for inspection, and returns its path.
 func setAside(dir string, log *slog.Logger) (string, error) {
-	aside := filepath.Join(dir, "set-aside-"+time.Now().UTC().Format("20060102T150405Z"))
-	if err := os.Mkdir(aside, 0o700); err != nil {
+	// A name of its own even for a second set-aside in the same second
+	// (after one that failed part-way).
+	aside, err := os.MkdirTemp(dir, "set-aside-"+time.Now().UTC().Format("20060102T150405Z")+"-")
+	if err != nil {
 		return "", fmt.Errorf("raftfsm: set aside this node's partial copy: %w", err)
 	}
 	for _, name := range setAsideState {
