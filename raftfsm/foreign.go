@@ -55,10 +55,6 @@ type foreignGuard struct {
 	// last refused, and from is that leader; see Node.ForeignLeader.
 	lastRefused atomic.Int64
 	from        atomic.Pointer[string]
-	// holdVotes, set before raft runs, says whether this node must not
-	// vote yet (Node.joining); voteHeld spaces the log line.
-	holdVotes func() bool
-	voteHeld  spacer
 }
 
 func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Pointer[raft.Raft], ready, stop chan struct{}, log *slog.Logger) *foreignGuard {
@@ -126,10 +122,6 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 		from = c.RPCHeader
 	case *raft.InstallSnapshotRequest:
 		from = c.RPCHeader
-	case *raft.RequestVoteRequest:
-		return g.vote(c.RPCHeader)
-	case *raft.RequestPreVoteRequest:
-		return g.vote(c.RPCHeader)
 	default:
 		return nil
 	}
@@ -177,25 +169,4 @@ func (g *foreignGuard) foreignLeader() string {
 		return *w
 	}
 	return ""
-}
-
-// vote refuses a vote, and a pre-vote, while this node joined empty and
-// has not caught up past its admission (joining.go). A voter's data dir
-// emptied and the node started again at its own addresses (a lost disk, a
-// data dir moved aside without idem cluster remove first) is the voter
-// it was as soon as the leader reaches it: raft goes by address. Empty, or
-// still behind, it gave its vote to any candidate, since every log is at
-// least as up to date as its own, so a candidate missing entries that the
-// old node had helped commit could be elected with it, and those entries
-// were lost. Held back, its vote waits until its log holds everything
-// committed when it was taken in again.
-func (g *foreignGuard) vote(from raft.RPCHeader) error {
-	if g.holdVotes == nil || !g.holdVotes() {
-		return nil
-	}
-	if g.voteHeld.allow(time.Minute) {
-		g.log.Warn("not voting yet: this node started empty and has not caught up past its admission to the cluster; it votes once it has (or, if it never learns its admission, remove it and join it again)",
-			"candidate", string(from.ID))
-	}
-	return fmt.Errorf("raftfsm: node %s started empty and votes once it has caught up", g.self)
 }

@@ -1,7 +1,6 @@
 package raftfsm
 
 import (
-	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -260,59 +259,6 @@ func TestJoiningFileWithoutAdmissionRefusesToGuess(t *testing.T) {
 	matches, _ := filepath.Glob(filepath.Join(dir, "set-aside-*"))
 	require.Empty(t, matches, "a state that may be the cluster's only copy was set aside")
 	require.DirExists(t, filepath.Join(dir, "fsm"))
-}
-
-// A voter's data dir emptied and the node started again at its own
-// addresses, without idem cluster remove first, is that voter as soon as
-// the leader reaches it (raft goes by address). Empty, it gave its vote to
-// any candidate: here n2, which missed an entry that n1 and the old n3
-// committed, was elected with the empty n3's vote and the entry was lost
-// (a claim acknowledged, then absent). The empty node now holds its vote
-// until it has caught up past its admission.
-func TestEmptiedVoterDoesNotVoteAMissingEntryIn(t *testing.T) {
-	t.Parallel()
-	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	c.join(n2, n1)
-	n3 := c.open("n3", "", false)
-	c.join(n3, n1)
-	require.NoError(t, claim(n1, "before"))
-	dir1, dir2, raft1, raft2, raft3 := n1.cfg.DataDir, n2.cfg.DataDir, n1.self.RaftAddr, n2.self.RaftAddr, n3.self.RaftAddr
-	c.stop(n2)
-	require.NoError(t, claim(c.leader(n1, n3), "acked")) // committed by n1 and n3
-	l := c.leader(n1, n3)
-	if l == n3 {
-		require.NoError(t, n3.TransferLeadershipTo("n1"))
-	}
-	c.stop(n3)
-	c.stop(n1)
-
-	n2 = c.openIn2("n2", dir2, raft2)
-	c.openIn2("n3", t.TempDir(), raft3) // n3's disk lost
-	deadline := time.Now().Add(6 * time.Second)
-	for time.Now().Before(deadline) {
-		require.False(t, n2.IsLeader(), "n2, which lacks an acknowledged entry, was elected with the empty n3's vote")
-		time.Sleep(50 * time.Millisecond)
-	}
-	n1 = c.openIn2("n1", dir1, raft1)
-	l = c.leader(n1, n2)
-	_, found, err := l.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "acked"}, false, true)
-	require.NoError(t, err)
-	require.True(t, found, "the acknowledged claim was lost")
-}
-
-// openIn2 starts node id on dir at raftAddr ("" for any port), without
-// bootstrapping.
-func (c *memCluster) openIn2(id, dir, raftAddr string) *Node {
-	c.t.Helper()
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise, cfg.Bootstrap = id, dir, raftAddr, "mem-"+id, false
-	if raftAddr == "" {
-		cfg.RaftAddr = "127.0.0.1:0"
-	}
-	return c.start(cfg)
 }
 
 // Two set-asides in one second (the second after one that failed part-way)

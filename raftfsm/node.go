@@ -240,7 +240,6 @@ func open(cfg Config) (*Node, error) {
 	running := make(chan struct{})
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans
-	trans.holdVotes = n.joining.Load
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
