@@ -4,13 +4,13 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/raft"
@@ -132,20 +132,18 @@ func (s *snapshotStore) damagedMarker(id string, openErr error) (*raft.SnapshotM
 	if !strings.Contains(openErr.Error(), "CRC mismatch") { // raft's FileSnapshotStore has no sentinel for it
 		return nil, false
 	}
-	dir := filepath.Join(s.dir, "snapshots", id)
-	if fi, err := os.Stat(filepath.Join(dir, "state.bin")); err != nil || fi.Size() != int64(len(liveMagic)+8) {
-		return nil, false
-	}
-	b, err := os.ReadFile(filepath.Join(dir, "meta.json"))
+	// raft's own listing reads the metadata without the data's checksum.
+	list, err := s.FileSnapshotStore.List()
 	if err != nil {
 		return nil, false
 	}
-	var meta raft.SnapshotMeta
-	if err := json.Unmarshal(b, &meta); err != nil || meta.ID != id {
+	i := slices.IndexFunc(list, func(m *raft.SnapshotMeta) bool { return m.ID == id })
+	if i < 0 || list[i].Size != int64(len(liveMagic)+8) {
 		return nil, false
 	}
+	meta := list[i]
 	s.log.Warn("raft snapshot "+id+" is damaged on disk (its checksum does not match); it is a marker of this node's state, so the current state is sent in its place", "error", openErr)
-	return &meta, true
+	return meta, true
 }
 
 // expand writes the current state, which must hold at least the state of
