@@ -206,3 +206,53 @@ func TestBatcherSendsALoneCallAtOnce(t *testing.T) {
 		t.Fatalf("%d requests for 3 calls one after another", n)
 	}
 }
+
+// Under load a batch goes once it holds as many ops as the batches in
+// flight, not after the linger: with two calls held in flight, the next
+// two go together at once, and a batch coming back lets a waiting one go.
+func TestBatcherSendsOnceAsLargeAsWhatIsInFlight(t *testing.T) {
+	gate := make(chan struct{})
+	c, sizes := batchFake(t, gate, claimedFor)
+	b := c.NewBatcher(BatcherConfig{Linger: time.Hour})
+	defer b.Close()
+	release := sync.OnceFunc(func() { close(gate) })
+	defer release() // before Close, which waits for the held requests
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	waitSizes := func(want ...int) {
+		t.Helper()
+		for ctx.Err() == nil {
+			if got := sizes(); fmt.Sprint(got) == fmt.Sprint(want) {
+				return
+			} else if len(got) > len(want) {
+				t.Fatalf("requests of %v ops, want %v", got, want)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		t.Fatalf("requests of %v ops, want %v (waiting out the one-hour linger?)", sizes(), want)
+	}
+	errs := make(chan error, 16)
+	claim := func(key string) {
+		_, err := b.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: key, Fingerprint: "aa"})
+		errs <- err
+	}
+	go claim("a") // nothing in flight: sent at once
+	waitSizes(1)
+	go claim("b") // one op in flight: a batch of one is enough
+	waitSizes(1, 1)
+	go claim("c") // two in flight: waits for a second op
+	go claim("d")
+	waitSizes(1, 1, 2)
+	go claim("e") // four in flight: waits for company...
+	time.Sleep(50 * time.Millisecond)
+	if got := sizes(); len(got) != 3 {
+		t.Fatalf("a lone call went with four ops in flight and an hour's linger: requests of %v ops", got)
+	}
+	release() // ...until the batches come back and nothing is in flight
+	waitSizes(1, 1, 2, 1)
+	for range 5 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
