@@ -41,6 +41,9 @@ import (
 // alone; refused, it would never catch up, and, hearing no leader, would
 // elect itself leader over a prefix of the log. Restarted at such a point,
 // it starts empty instead (joining.go), so the guard is never armed there.
+//
+// The guard also holds the vote of a node that started empty until it is
+// safe to give (joining.go's voteHold), armed or not.
 type foreignGuard struct {
 	*raft.NetworkTransport
 	self    raft.ServerID
@@ -55,6 +58,16 @@ type foreignGuard struct {
 	// last refused, and from is that leader; see Node.ForeignLeader.
 	lastRefused atomic.Int64
 	from        atomic.Pointer[string]
+	// votes, set before raft runs, holds the vote of a node that started
+	// empty, and learns from leaders' AppendEntries what it needs to give
+	// it (joining.go's voteHold).
+	votes voteGate
+}
+
+// voteGate is the part of a Node the guard asks about votes.
+type voteGate interface {
+	leaderCommit(term, commit uint64)
+	mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error
 }
 
 func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Pointer[raft.Raft], ready, stop chan struct{}, log *slog.Logger) *foreignGuard {
@@ -116,15 +129,38 @@ func (g *foreignGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 
 // check says why rpc must not reach raft, or nil.
 func (g *foreignGuard) check(rpc raft.RPC) error {
-	var from raft.RPCHeader
 	switch c := rpc.Command.(type) {
 	case *raft.AppendEntriesRequest:
-		from = c.RPCHeader
+		if err := g.foreign(c.RPCHeader); err != nil {
+			return err
+		}
+		if g.votes != nil {
+			g.votes.leaderCommit(c.Term, c.LeaderCommitIndex)
+		}
+		return nil
 	case *raft.InstallSnapshotRequest:
-		from = c.RPCHeader
+		return g.foreign(c.RPCHeader)
+	case *raft.RequestVoteRequest:
+		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
+	case *raft.RequestPreVoteRequest:
+		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
 	default:
 		return nil
 	}
+}
+
+// vote says why this node must not grant a vote or a pre-vote to a
+// candidate whose log ends at lastTerm, lastIndex (joining.go's voteHold).
+func (g *foreignGuard) vote(from raft.RPCHeader, lastTerm, lastIndex uint64) error {
+	if g.votes == nil {
+		return nil
+	}
+	return g.votes.mayVote(from, lastTerm, lastIndex)
+}
+
+// foreign says why an append or a snapshot from leader from must not reach
+// raft, or nil.
+func (g *foreignGuard) foreign(from raft.RPCHeader) error {
 	r := g.r.Load()
 	if r == nil {
 		return fmt.Errorf("raftfsm: %s is starting", g.self)

@@ -9,6 +9,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -55,6 +57,10 @@ func (n *Node) MarkJoining() error {
 }
 
 func (n *Node) writeJoining() error {
+	// A mark left beside no joining file is another start's (voteHold).
+	if err := os.Remove(filepath.Join(n.cfg.DataDir, markFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(n.cfg.DataDir, markFile), err)
+	}
 	if err := writeSynced(filepath.Join(n.cfg.DataDir, joiningFile), []byte("this node started empty and asked a cluster to take it in; idem removes this file once the node has caught up past its admission\n")); err != nil {
 		return err
 	}
@@ -157,6 +163,11 @@ func (n *Node) forgetJoining(conf raft.Configuration) {
 }
 
 func removeJoining(dir string) error {
+	// The mark first: a joining file without it holds the vote until a
+	// leader names one again (voteHold).
+	if err := os.Remove(filepath.Join(dir, markFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(dir, markFile), err)
+	}
 	if err := os.Remove(filepath.Join(dir, joiningFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(dir, joiningFile), err)
 	}
@@ -194,6 +205,7 @@ func (n *Node) checkJoining(existing bool) error {
 			}
 		}
 		n.admission.Store(readAdmission(n.cfg.DataDir))
+		n.votes.mark = readMark(n.cfg.DataDir)
 		n.joining.Store(true)
 		return nil
 	}
@@ -218,6 +230,7 @@ func (n *Node) checkJoining(existing bool) error {
 		}
 		return errStartEmpty
 	}
+	n.votes.mark = readMark(n.cfg.DataDir)
 	n.joining.Store(true)
 	return nil
 }
@@ -272,4 +285,202 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 		"Its partial copy is set aside and it starts empty, to join and replay the log again. Delete the set-aside directory once the node has caught up",
 		"set-aside", aside)
 	return aside, nil
+}
+
+// voteHold keeps a node that started empty from electing a leader that
+// misses acknowledged writes. A voter whose data dir was emptied (a lost
+// disk, a data dir moved aside) and that is started again at its own
+// addresses without idem cluster remove first is that voter again as soon
+// as the leader reaches it: raft goes by address and id. Its log, empty or
+// still catching up, no longer holds the entries it acknowledged before,
+// and raft grants a vote to any candidate whose log is at least as up to
+// date as the voter's own: so a candidate missing an entry that the old
+// node had helped commit (n1 and the old n3 commit it while n2 is down; n3
+// is emptied, n1 stops, n2 campaigns) could be elected with its vote, and
+// the entry was lost. foreignGuard asks mayVote before a RequestVote or a
+// RequestPreVote reaches raft, while the node has its joining file (it
+// started empty and has not caught up past its admission) and has not got
+// its vote back (below).
+//
+// Why the rule is safe. Let R be the moment this node started empty, and S
+// the entries whose commitment may have counted the lost state: each was
+// committed, by the leader of some term Tc, before R (the old node's
+// acknowledgement had reached that leader). Let L, of term T, be a leader
+// whose AppendEntries reached this node after R, naming its commit index
+// K (the mark). L is the leader of Tc or a later one (a leader of an older
+// term still acting after a newer one was elected would have to be within
+// its lease, below), so L's log holds every entry of S (Leader
+// Completeness), at indexes below L's first entry of term T, or, for those
+// L committed itself in term T, at or below K: a leader's commit index
+// only grows within its term. Now take any log (a candidate's, or this
+// node's own) whose last entry is at (term t, index i) with t > T, or
+// t = T and i >= K. If t > T: the leader of t holds every entry committed
+// in an earlier term, so all of S, at indexes below its own entries of
+// term t; that log ends with one of them and matches the leader of t's log
+// up to there (Log Matching), so it holds S. If t = T: the log matches L's
+// up to i; it holds an entry of term T, so all of L's entries before term
+// T, and i >= K covers those L committed in T: it holds S. So a candidate
+// at or past the mark holds every entry this node may have helped commit,
+// and when this node's own log reaches the mark, its log holds them too:
+// raft's own comparison is then enough, and the node gets its vote back
+// for good (S is fixed at R; everything the node acknowledges after R it
+// keeps). The mark is the leader's term and commit index, compared as
+// raft compares logs: an index alone would let in a candidate holding many
+// entries of a stale term, and a commit index without its term would be
+// too low when a new leader has not committed in its own term yet.
+//
+// A node that has heard from no leader since it started knows no mark.
+// It then votes only for a candidate whose log ends at index 1 or below:
+// only the bootstrap configuration, the first election of a cluster formed
+// with --bootstrap-expect, where the other nodes are still empty because a
+// peer bootstrapped first and they asked to join instead (holding that
+// vote deadlocked such a cluster: nobody could be elected). That exception
+// is not proven safe: a voter that never got an entry past the bootstrap
+// configuration (down since the cluster formed) could be elected with
+// this node's vote while every member holding the cluster's writes is
+// down. Nor is a leader of an older term that keeps acting within its
+// lease (LeaderLeaseTimeout) after the old node voted for a newer one, and
+// reaches this node first: its mark is too low. Both need two failures
+// at once beside the skipped removal, which docs/MEMBERSHIP.md still asks
+// for.
+//
+// A node that learned a mark and was restarted before its log reached it
+// reads it back from markFile: S is the same, so the mark still holds.
+// The joining file goes as before, at its admission (caughtUp); both
+// files go together, and the hold with them.
+type voteHold struct {
+	mu       sync.Mutex
+	mark     voteMark // zero: no leader has named a commit index since the node started empty
+	released atomic.Bool
+	held     spacer // the held vote's log line
+}
+
+// markFile holds the mark of a node that has its joining file (voteHold).
+const markFile = "joining-vote"
+
+const markFormat = "leader term %d commit index %d\n"
+
+// voteMark is a leader's term and the commit index it named (voteHold).
+type voteMark struct{ term, index uint64 }
+
+// reachedBy reports whether a log whose last entry is at term, index is
+// at or past m, compared as raft compares logs.
+func (m voteMark) reachedBy(term, index uint64) bool {
+	return term > m.term || term == m.term && index >= m.index
+}
+
+// readMark is the mark markFile records in dir, zero for none.
+func readMark(dir string) voteMark {
+	b, err := os.ReadFile(filepath.Join(dir, markFile))
+	if err != nil {
+		return voteMark{}
+	}
+	var m voteMark
+	if _, err := fmt.Sscanf(string(b), markFormat, &m.term, &m.index); err != nil {
+		return voteMark{}
+	}
+	return m
+}
+
+// voteHeld reports whether this node holds its vote (voteHold).
+func (n *Node) voteHeld() bool {
+	return n.joining.Load() && !n.votes.released.Load()
+}
+
+// leaderCommit learns, from an AppendEntries of the leader of term whose
+// commit index is commit, this node's mark: the first commit index named
+// by a leader of the highest term heard since it started empty. A
+// heartbeat names no commit index (0), and is not counted.
+func (n *Node) leaderCommit(term, commit uint64) {
+	if commit == 0 || !n.voteHeld() {
+		return
+	}
+	n.votes.mu.Lock()
+	defer n.votes.mu.Unlock()
+	if term <= n.votes.mark.term {
+		return
+	}
+	n.votes.mark = voteMark{term, commit}
+	// Written for a restart only: the mark holds in memory at once.
+	path := filepath.Join(n.cfg.DataDir, markFile)
+	err := writeSynced(path+".tmp", fmt.Appendf(nil, markFormat, term, commit))
+	if err == nil {
+		err = os.Rename(path+".tmp", path)
+	}
+	if err == nil {
+		err = syncDir(n.cfg.DataDir)
+	}
+	if err != nil {
+		n.log.Warn("could not record the leader's commit index this node votes from; it is kept in memory, and learned again after a restart", "error", err)
+	}
+}
+
+func (n *Node) voteMark() voteMark {
+	n.votes.mu.Lock()
+	defer n.votes.mu.Unlock()
+	return n.votes.mark
+}
+
+// lastEntry is the term and index of this node's last log entry, or of its
+// newest snapshot when that is further (raft's own last entry for votes).
+func (n *Node) lastEntry() (term, index uint64) {
+	if last, err := n.logStore.LastIndex(); err == nil && last > 0 {
+		var l raft.Log
+		if n.logStore.GetLog(last, &l) == nil {
+			term, index = l.Term, l.Index
+		}
+	}
+	if list, err := n.snaps.List(); err == nil && len(list) > 0 && list[0].Index > index {
+		term, index = list[0].Term, list[0].Index
+	}
+	return term, index
+}
+
+// releaseVote gives this node its vote back once its own log reaches its
+// mark, and reports whether it holds none.
+func (n *Node) releaseVote() bool {
+	if !n.voteHeld() {
+		return true
+	}
+	m := n.voteMark()
+	if m.term == 0 {
+		return false
+	}
+	term, index := n.lastEntry()
+	if !m.reachedBy(term, index) {
+		return false
+	}
+	if !n.votes.released.Swap(true) {
+		n.log.Info("this node votes again: it started empty, and its log now holds what its cluster had committed when a leader first reached it",
+			"leader-term", m.term, "leader-commit-index", m.index, "last-term", term, "last-index", index)
+	}
+	return true
+}
+
+// mayVote says why this node must not grant candidate from its vote or
+// pre-vote, whose log ends at lastTerm, lastIndex, or nil: raft then
+// decides as it does for any node (voteHold).
+func (n *Node) mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error {
+	if n.releaseVote() {
+		return nil
+	}
+	m := n.voteMark()
+	var why string
+	switch {
+	case m.term == 0 && lastIndex <= 1:
+		return nil // a new cluster's first election
+	case m.term == 0:
+		why = "no leader has reached it since it started"
+	case m.reachedBy(lastTerm, lastIndex):
+		return nil
+	default:
+		why = fmt.Sprintf("the candidate's log ends at term %d index %d, before what the leader of term %d had committed (index %d) when it reached this node", lastTerm, lastIndex, m.term, m.index)
+	}
+	if n.votes.held.allow(time.Minute) {
+		n.log.Warn("not voting: this node started with an empty data dir (a new member, or one whose data dir was lost or moved aside) and has not caught up with its cluster, so it cannot tell whether the candidate misses writes the cluster acknowledged: "+why+". "+
+			"It votes again once a leader has reached it and it has caught up. If the cluster has no leader meanwhile, start its members that are down (one holding the latest writes can be elected); "+
+			"if they are lost for good, see idem recover (docs/MEMBERSHIP.md). A member whose data dir is lost is replaced by removing it first (idem cluster remove), then joining it empty",
+			"candidate", string(from.ID), "candidate-last-term", lastTerm, "candidate-last-index", lastIndex, "data-dir", n.cfg.DataDir)
+	}
+	return fmt.Errorf("raftfsm: node %s holds its vote: it started empty and has not caught up with its cluster (%s); it votes once it has", n.self.ID, why)
 }

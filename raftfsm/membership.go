@@ -754,6 +754,7 @@ func (n *Node) refreshMembership() {
 	}
 	n.member.Store(in)
 	n.forgetJoining(f.Configuration()) // joining.go
+	n.releaseVote()                    // joining.go
 }
 
 func (n *Node) watchMembership() {

@@ -70,6 +70,7 @@ type Node struct {
 	// admission is what the file says of the node's admission.
 	joining   atomic.Bool
 	admission atomic.Uint64
+	votes     voteHold // joining.go: the vote of a node that started empty
 	guard     *foreignGuard
 }
 
@@ -240,6 +241,7 @@ func open(cfg Config) (*Node, error) {
 	running := make(chan struct{})
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans
+	trans.votes = n
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
