@@ -347,7 +347,14 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 // A node that learned a mark and was restarted before its log reached it
 // reads it back from markFile: S is the same, so the mark still holds.
 // The joining file goes as before, at its admission (caughtUp); both
-// files go together, and the hold with them.
+// files go together, and the hold with them. Reaching the admission is
+// enough as well: the leader named it after R, at or past an entry it had
+// made after R and committed, so every entry of S lies below it, and a
+// log that reaches it holds them (it matches, up to there, the log of a
+// leader that reached this node after R). A leader of an earlier release
+// names no admission; the file then goes at the first configuration that
+// lists another member, which proves nothing: only while the cluster runs
+// mixed releases.
 type voteHold struct {
 	mu       sync.Mutex
 	mark     voteMark // zero: no leader has named a commit index since the node started empty
