@@ -176,10 +176,10 @@ func open(cfg Config) (*Node, error) {
 	if err := n.catchUpFromSnapshot(); err != nil {
 		return nil, err
 	}
-	if err := n.checkLogPresent(); err != nil {
+	if err := n.checkLogEnd(); err != nil {
 		return nil, err
 	}
-	if err := n.checkLogEnd(); err != nil {
+	if err := n.checkLogPresent(); err != nil {
 		return nil, err
 	}
 	if err := n.checkKeys(); err != nil {
@@ -385,6 +385,14 @@ func (n *Node) refuseUnreadLog() error {
 // neither lead nor vote, and a bootstrap is refused because raft.db holds
 // a term. A node joining for the first time has applied nothing; a log
 // compacted away left a snapshot.
+//
+// With a snapshot kept, the log must still reach the applied index: an
+// entry is applied only once it is in the log, and a snapshot covers what
+// was compacted away. A log deleted beside a snapshot older than the state
+// ends raft's log at the snapshot; the node then gave the indexes above it
+// to new entries that the FSM, having applied those indexes already,
+// skipped: each was answered 503 until the log passed the state, and a
+// member that replayed them would have applied what this node never did.
 func (n *Node) checkLogPresent() error {
 	applied := n.db.Meta().Applied
 	if applied == 0 {
@@ -394,11 +402,23 @@ func (n *Node) checkLogPresent() error {
 	if err != nil {
 		return fmt.Errorf("raftfsm: read the raft log: %w", err)
 	}
-	if last > 0 {
+	if last >= applied {
 		return nil
 	}
-	if list, err := n.snaps.List(); err != nil || len(list) > 0 {
+	list, err := n.snaps.List()
+	if err != nil {
 		return err
+	}
+	if len(list) > 0 && list[0].Index >= applied {
+		return nil
+	}
+	if last > 0 || len(list) > 0 {
+		end := last
+		if len(list) > 0 && list[0].Index > end {
+			end = list[0].Index
+		}
+		return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but the raft log in %s and its snapshots end at index %d: entries this node applied are gone from its log (the log was deleted, replaced or cut short), so it must not vote or lead from it. Nothing was changed. %s",
+			filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), end, lostLogAdvice(n.cfg))
 	}
 	return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but %s holds no raft log and there is no snapshot: the log was deleted or replaced, and without it this node has no cluster configuration. %s",
 		filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), lostLogAdvice(n.cfg))

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -53,4 +54,52 @@ func TestStartRefusesALogItDoesNotRead(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A raft log deleted beside a snapshot older than the state used to start:
+// raft's log ended at the snapshot, the node proposed new entries at the
+// indexes its state had applied already, and the FSM skipped them, so
+// every claim was answered 503 until the log passed the state (ops walk:
+// about 20). It is refused with what to do; idem recover (which extends
+// the log to the state) then starts it with every record.
+func TestStartRefusesALogDeletedBesideAnOlderSnapshot(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
+	claim := func(n *Node, key string) {
+		t.Helper()
+		res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 3_600_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
+	}
+	claim(n, "before")
+	require.NoError(t, n.Snapshot())
+	for i := range 5 {
+		claim(n, fmt.Sprint("after-", i))
+	}
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+	require.NoError(t, os.RemoveAll(filepath.Join(cfg.DataDir, logStoreDir)))
+
+	for range 2 { // the refusal changed nothing: the second start says the same
+		m, err := Open(cfg)
+		if err == nil {
+			m.Close()
+		}
+		require.Error(t, err, "a node whose log lost entries its state applied must not start from it")
+		require.Contains(t, err.Error(), "entries this node applied are gone from its log")
+		require.Contains(t, err.Error(), "idem recover")
+		require.NotContains(t, err.Error(), "rm ")
+	}
+
+	_, err := Recover(cfg.DataDir, cfg.NodeID, []Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}, nil)
+	require.NoError(t, err)
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	defer m.Close()
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	for _, key := range []string{"before", "after-0", "after-4"} {
+		res, _, err := m.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 3_600_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		require.NotEqual(t, engine.OutcomeClaimed, res.Outcome, "%s was claimed before the log was lost", key)
+	}
+	claim(m, "new") // and new claims are decided, not skipped
 }
