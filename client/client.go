@@ -264,6 +264,14 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, newProblem(resp, raw, time.Now())
 	}
+	if method == http.MethodPost && path == "/v1/batch" {
+		// Each op's record against its scope, here where the ops and the
+		// answer are both at hand (the Batcher's callers see only their
+		// own op's result).
+		if err := checkBatchScopes(b, raw); err != nil {
+			return nil, err
+		}
+	}
 	return raw, nil
 }
 
@@ -387,6 +395,9 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, e
 		if err := replayable(out.Record); err != nil {
 			return nil, badAnswer(http.MethodPost, "/v1/claim", err)
 		}
+		if err := sameScope(out.Record, req.Principal, req.Key); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/claim", err)
+		}
 	default:
 		return nil, badAnswer(http.MethodPost, "/v1/claim", fmt.Errorf("unknown outcome %q", out.Outcome))
 	}
@@ -468,6 +479,9 @@ func (c *Client) Get(ctx context.Context, principal, endpoint, key, consistency 
 	}
 	if out.Record == nil {
 		return nil, badAnswer(http.MethodGet, "/v1/records", fmt.Errorf("no record"))
+	}
+	if err := sameScope(out.Record, principal, key); err != nil {
+		return nil, badAnswer(http.MethodGet, "/v1/records", err)
 	}
 	return out.Record, nil
 }

@@ -238,7 +238,7 @@ func TestRequestShapes(t *testing.T) {
 		},
 		{
 			name:   "get with the default consistency",
-			answer: `{"record":{"state":"in_progress"}}`,
+			answer: `{"record":{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","state":"in_progress"}}`,
 			call: func(c *Client) error {
 				_, err := c.Get(ctx, "cus_42", "POST /payments", "retry-1", "")
 				return err
@@ -247,7 +247,7 @@ func TestRequestShapes(t *testing.T) {
 		},
 		{
 			name:   "get stale",
-			answer: `{"record":{"state":"in_progress"}}`,
+			answer: `{"record":{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","state":"in_progress"}}`,
 			call: func(c *Client) error {
 				_, err := c.Get(ctx, "cus_42", "POST /payments", "retry-1", ConsistencyStale)
 				return err
@@ -448,7 +448,7 @@ func TestBodyBase64RoundTrip(t *testing.T) {
 			stored = req.Response
 			w.Write([]byte(`{"outcome":"completed","record":{"state":"completed","response":` + string(stored) + `}}`))
 		case "/v1/records":
-			w.Write([]byte(`{"record":{"state":"completed","response":` + string(stored) + `}}`))
+			w.Write([]byte(`{"record":{"principal":"p","endpoint":"e","key":"k","state":"completed","response":` + string(stored) + `}}`))
 		}
 	}))
 	defer srv.Close()

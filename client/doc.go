@@ -44,6 +44,15 @@
 // have been applied, and only the caller knows whether to repeat it with the
 // same ClaimID (always safe) or to give up.
 //
+// A record an answer hands back (a claim's replay, a lookup) must be of the
+// principal and key asked for: a node answers with no other, so one comes
+// from something between (a cache, a proxy) that mixed answers up, and
+// replaying it would send another key's, or tenant's, stored response.
+// Claim and Get, of a Client and a Batcher alike, refuse it as ErrBadAnswer;
+// in a batch answer one such record refuses the whole answer, every op's
+// result included. The endpoint is not compared: under --scope principal a
+// record shows the endpoint of its first claim.
+//
 // Every typed answer keeps the bytes the server sent in its Raw field, and Do
 // returns the raw answer of any route, for callers that print the JSON.
 package client

@@ -116,6 +116,13 @@ func fastBatchResults(raw []byte) ([]wire.BatchResult, bool) {
 	if !json.Valid(raw) {
 		return nil, false
 	}
+	return splitBatchResults(raw)
+}
+
+// splitBatchResults is fastBatchResults without the check that raw is
+// valid JSON: of valid JSON it takes what fastBatchResults takes, and
+// splits it the same way; of any other text its results mean nothing.
+func splitBatchResults(raw []byte) ([]wire.BatchResult, bool) {
 	b := bytes.TrimRight(raw, " \t\r\n")
 	var ok bool
 	if b, ok = bytes.CutPrefix(b, []byte(`{"results":[`)); !ok {

@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
@@ -21,20 +22,36 @@ import (
 // answer; a stored Content-Length (or another header of one connection,
 // which the middleware never stores) was replayed as it was, and a body of
 // another length broke the answer (unexpected EOF).
+//
+// And a replay of a record of another scope than the claim's (another
+// tenant's, another key's: something between the middleware and the store
+// mixed answers up) is no answer to send: 503, and the handler does not run.
+// Bug: it was replayed to the caller.
 func TestReplayFromABrokenStore(t *testing.T) {
 	for _, c := range []struct {
 		name, record string
 		status       int
 		body         string
+		scope        string // the record's scope; "" the claim's own
 	}{
-		{"status 0", `{"state":"completed","response":{"status":0,"body":""}}`, http.StatusServiceUnavailable, ""},
-		{"status 1000", `{"state":"completed","response":{"status":1000,"body":"aGk="}}`, http.StatusServiceUnavailable, ""},
-		{"connection headers", `{"state":"completed","response":{"status":200,"headers":{"Content-Length":"100","Connection":"close","Transfer-Encoding":"gzip","X-Kept":"yes"},"body":"aGk="}}`, http.StatusOK, "hi"},
+		{"status 0", `"state":"completed","response":{"status":0,"body":""}}`, http.StatusServiceUnavailable, "", ""},
+		{"status 1000", `"state":"completed","response":{"status":1000,"body":"aGk="}}`, http.StatusServiceUnavailable, "", ""},
+		{"connection headers", `"state":"completed","response":{"status":200,"headers":{"Content-Length":"100","Connection":"close","Transfer-Encoding":"gzip","X-Kept":"yes"},"body":"aGk="}}`, http.StatusOK, "hi", ""},
+		{"another principal's record", `"state":"completed","response":{"status":200,"body":"aGk="}}`, http.StatusServiceUnavailable, "",
+			`"principal":"another-tenant","endpoint":"POST /pay","key":"k",`},
+		{"another key's record", `"state":"completed","response":{"status":200,"body":"aGk="}}`, http.StatusServiceUnavailable, "",
+			`"principal":"%s","endpoint":"POST /pay","key":"other-key",`},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			resp := postBehind(t, func(w http.ResponseWriter, r *http.Request) {
+				var claim struct{ Principal, Endpoint, Key string }
+				json.NewDecoder(r.Body).Decode(&claim)
+				scope := fmt.Sprintf(`"principal":%q,"endpoint":%q,"key":%q,`, claim.Principal, claim.Endpoint, claim.Key)
+				if c.scope != "" {
+					scope = strings.Replace(c.scope, "%s", claim.Principal, 1)
+				}
 				w.Header().Set("Content-Type", "application/json")
-				io.WriteString(w, `{"outcome":"replay","record":`+c.record+`}`)
+				io.WriteString(w, `{"outcome":"replay","record":{`+scope+c.record+`}`)
 			}, false, "the handler ran on a replay")
 			defer resp.Body.Close()
 			b, err := io.ReadAll(resp.Body)

@@ -34,6 +34,9 @@ type Options struct {
 	// AuthTokens, when set, are the only bearer tokens the node accepts
 	// (each an admin token, as in the old one-token-per-line auth file).
 	AuthTokens []string
+	// PrincipalScope is --scope principal: the endpoint is not part of a
+	// record's scope.
+	PrincipalScope bool
 }
 
 // Node is a running one-node store.
@@ -70,6 +73,7 @@ func Start(tb testing.TB, o Options) *Node {
 		cfg.Retention = o.Retention
 	}
 	cfg.AuthTokens = o.AuthTokens
+	cfg.PrincipalScope = o.PrincipalScope
 	if o.MaxBatchOps > 0 {
 		cfg.MaxBatchOps = o.MaxBatchOps
 	}

@@ -1,0 +1,91 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/idem-store/idem/wire"
+)
+
+// sameScope checks that a record an answer hands back (a claim's replay, a
+// lookup) is one of the scope asked for. A node only ever answers with the
+// record of the scope in the request, so another one comes from something
+// between (a cache or proxy that mixed answers up) or a broken node, and
+// taking it would replay another key's, or another tenant's, stored
+// response to the caller.
+//
+// The principal and the key are compared exactly: they are part of every
+// record's scope. The endpoint is not: with --scope principal a record is
+// found by principal and key, and shows the endpoint of its first claim,
+// whatever endpoint the request names; the client cannot tell the mode
+// (GET /v1/config needs an operator's token).
+//
+// The error names no value of the record: it may be another tenant's.
+func sameScope(rec *Record, principal, key string) error {
+	switch {
+	case rec.Principal != principal:
+		return fmt.Errorf("the answer holds the record of another principal than %q", principal)
+	case rec.Key != key:
+		return fmt.Errorf("the answer holds the record of another key than %q", key)
+	}
+	return nil
+}
+
+// opScope is what sameScope needs of a batch op: its kind and scope.
+type opScope struct {
+	Op        string `json:"op"`
+	Principal string `json:"principal"`
+	Key       string `json:"key"`
+}
+
+// checkBatchScopes applies sameScope to each claim and get op of a batch
+// (body, as sent) whose result (in raw, the 2xx answer) holds a record.
+// One that does not match makes the whole answer a bad one: its results
+// are not known to be in the order of the ops, so none is taken, not even
+// a won claim's token. Only 200 results are looked at (a replay, a
+// lookup): a won claim (201) and a problem hold no record. What does not
+// decode is left to the decoding of the answer and of each op's result,
+// which report it.
+func checkBatchScopes(body, raw []byte) error {
+	results, ok := splitBatchResults(raw)
+	if !ok {
+		var out wire.BatchResponse
+		if json.Unmarshal(raw, &out) != nil {
+			return nil
+		}
+		results = out.Results
+	}
+	var ops []opScope
+	for i, r := range results {
+		if r.Status != http.StatusOK {
+			continue
+		}
+		if ops == nil {
+			var req struct {
+				Ops []opScope `json:"ops"`
+			}
+			if json.Unmarshal(body, &req) != nil || len(req.Ops) != len(results) {
+				return nil
+			}
+			ops = req.Ops
+		}
+		if op := ops[i]; op.Op == wire.OpClaim || op.Op == wire.OpGet {
+			// Only the scope, as the op's own decoding reads it.
+			var res struct {
+				Record *struct {
+					Principal string `json:"principal"`
+					Key       string `json:"key"`
+				} `json:"record"`
+			}
+			if json.Unmarshal(r.Body, &res) != nil || res.Record == nil {
+				continue
+			}
+			rec := &Record{Principal: res.Record.Principal, Key: res.Record.Key}
+			if err := sameScope(rec, op.Principal, op.Key); err != nil {
+				return badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("%s op %d: %w", op.Op, i+1, err))
+			}
+		}
+	}
+	return nil
+}
