@@ -18,7 +18,51 @@ import (
 
 // forwardedHeader marks a request a follower passed to the leader, so a
 // node that lost leadership meanwhile answers instead of forwarding again.
+// Its value is the id of the node that forwarded it; of a request that
+// came to that node marked by no member (fromPeer), the ids of the mark it
+// came with, then its own, comma-separated (node ids have no comma).
 const forwardedHeader = "X-Idem-Forwarded-By"
+
+// fromPeer reports whether r was forwarded by a node of this cluster: its
+// forwardedHeader names a member of the configuration this node knows, or
+// this node itself (the request came back to it). Such a request is never
+// forwarded again: the node that sent it tries the leader itself.
+//
+// Any other mark is not a node's (a client's, or copied by something in
+// front of the node): honoured, a follower answered such a request "no
+// leader is available" at once, a spurious outage, where it forwards an
+// unmarked one. It is forwarded like any client request, marked with this
+// node's id after the ids it came with, so a request that goes round
+// comes back to a node that finds itself in the mark and stops: no
+// forwarding loop. (Naming a member on purpose only refuses the sender's
+// own request.)
+func (s *Server) fromPeer(r *http.Request) bool {
+	v := r.Header.Get(forwardedHeader)
+	if v == "" {
+		return false
+	}
+	m, ok := s.store.(interface{ InConfiguration(id string) bool })
+	if !ok {
+		return true // a store that cannot tell: every mark a node's, as before
+	}
+	self := s.store.Self().ID
+	for _, id := range strings.Split(v, ",") {
+		if id = strings.TrimSpace(id); id != "" && (id == self || m.InConfiguration(id)) {
+			return true
+		}
+	}
+	return false
+}
+
+// forwardMark is the forwardedHeader this node sends with r, forwarded.
+func (s *Server) forwardMark(r *http.Request) string {
+	self := s.store.Self().ID
+	if v := r.Header.Get(forwardedHeader); v != "" {
+		// Bounded by the request's header limit like any header.
+		return v + "," + self
+	}
+	return self
+}
 
 type forwarder struct {
 	s         *Server
@@ -77,7 +121,7 @@ const minForwardWait = time.Second
 // non-nil return means the answer is written.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, do func() error) error {
 	deadline := time.Now().Add(s.cfg.LeaderWait)
-	forwarded := r.Header.Get(forwardedHeader) != ""
+	forwarded := s.fromPeer(r)
 	for {
 		err := do()
 		if err == nil {
@@ -138,7 +182,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 			req.Header.Set(h, v)
 		}
 	}
-	req.Header.Set(forwardedHeader, f.s.store.Self().ID)
+	req.Header.Set(forwardedHeader, f.s.forwardMark(r))
 	resp, err := f.client.Do(req)
 	retry := time.Now().Before(deadline) && r.Context().Err() == nil
 	if err != nil {

@@ -66,7 +66,7 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 	}
 	// Asked here first, too: a leader of an older version knows no such
 	// route, and would answer the forwarded request 404.
-	if r.Header.Get(forwardedHeader) == "" && !s.store.IsLeader() {
+	if !s.fromPeer(r) && !s.store.IsLeader() {
 		if p := lacking(); p != nil {
 			writeProblem(w, p)
 			return
@@ -74,7 +74,7 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 	}
 	var prev time.Duration
 	var refused *problem
-	if r.Header.Get(forwardedHeader) == "" && !s.store.IsLeader() {
+	if !s.fromPeer(r) && !s.store.IsLeader() {
 		// The leader answers the forwarded change once it has applied it;
 		// this node answers once it has too, so its own GET /v1/config,
 		// asked next, shows the new retention.

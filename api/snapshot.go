@@ -33,7 +33,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		}
 		// onLeader's forwarding has a whole-request timeout, which a
 		// stream of GBs would run into: this route forwards on its own.
-		if errors.Is(err, raftfsm.ErrNotLeader) && r.Header.Get(forwardedHeader) == "" {
+		if errors.Is(err, raftfsm.ErrNotLeader) && !s.fromPeer(r) {
 			if l, ok := s.store.Leader(); ok && l.HTTPAddr != "" && l.ID != s.store.Self().ID {
 				s.forwardSnapshot(w, r, l.HTTPAddr)
 				return
@@ -98,7 +98,7 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 	if v := r.Header.Get("Authorization"); v != "" {
 		req.Header.Set("Authorization", v)
 	}
-	req.Header.Set(forwardedHeader, s.store.Self().ID)
+	req.Header.Set(forwardedHeader, s.forwardMark(r))
 	resp, err := s.fwd.snapshots.Do(req)
 	if err != nil {
 		s.log.Warn("forward snapshot to leader failed", "leader", addr, "error", err)

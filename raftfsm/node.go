@@ -1145,6 +1145,22 @@ func (n *Node) HasState() bool {
 // IsMember reports whether the latest configuration includes this node.
 func (n *Node) IsMember() bool { return n.member.Load() }
 
+// InConfiguration reports whether the latest configuration this node knows
+// holds a server with the given id (raft keeps it at hand: no round trip
+// through raft's loop).
+func (n *Node) InConfiguration(id string) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == id {
+			return true
+		}
+	}
+	return false
+}
+
 // Registered reports whether the log holds this node's current addresses,
 // so every node can forward to it.
 func (n *Node) Registered() bool {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"io"
+	"net/http"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,4 +91,50 @@ func TestForwardDuringCleanLeaderStopNeverSaysUnknown(t *testing.T) {
 	t.Logf("answers by status: %v", codes)
 	require.Empty(t, unknown, "requests the stopped leader never received were answered as unknown")
 	require.Greater(t, codes[201], 0)
+}
+
+// X-Idem-Forwarded-By marks a request a follower passed to the leader, so
+// that a node that lost the leadership meanwhile answers rather than
+// forwarding it again. A client's request that carries it (sent by
+// mistake, or copied by something in front) is not one: its follower
+// still forwards it, and the client gets its answer. Bug: the follower
+// answered 503 "no leader" at once, a spurious outage. A request that
+// names a member of the cluster is one a node forwarded: never forwarded
+// again (here, back to the follower's own id), so no forwarding loop is
+// possible.
+func TestClientRequestWithTheForwardingHeaderIsAnswered(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	f := c.others(leader)[0]
+	send := func(method, path, body, by string) answer {
+		req, err := http.NewRequest(method, "http://"+f.http+path, strings.NewReader(body))
+		require.NoError(t, err)
+		if body != "" {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		req.Header.Set("X-Idem-Forwarded-By", by)
+		resp, err := clusterHTTP.Do(req)
+		if err != nil {
+			return answer{err: err}
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return answer{code: resp.StatusCode, hdr: resp.Header, body: b, err: err}
+	}
+	for _, by := range []string{"1", "edge-proxy", "not-a-member,also-not"} {
+		key := "fwd-header-" + strings.NewReplacer(",", "-").Replace(by)
+		a := send("POST", "/v1/claim", claimReq(key, key), by)
+		require.Equal(t, 201, a.code, "claim through a follower with X-Idem-Forwarded-By: %s: %s", by, a)
+		require.Equal(t, leader.http, a.hdr.Get("Idem-Leader"), "the leader decided it")
+		a = send("GET", "/v1/records?principal="+cPrincipal+"&endpoint=POST%20/payments&key="+key, "", by)
+		require.Equal(t, 200, a.code, "linearizable lookup through a follower with X-Idem-Forwarded-By: %s: %s", by, a)
+	}
+	// Marked by a member (the follower itself: it came back to it), it is
+	// not forwarded again: answered as not applied, for the node that sent
+	// it to try the leader.
+	a := send("POST", "/v1/claim", claimReq("fwd-header-loop", "l1"), f.id)
+	require.Equal(t, 503, a.code, "a request marked by a member is never forwarded again: %s", a)
+	require.Equal(t, "1", a.hdr.Get("X-Idem-Not-Applied"), "%s", a)
+	a = send("POST", "/v1/claim", claimReq("fwd-header-loop-2", "l2"), "edge-proxy,"+leader.id)
+	require.Equal(t, 503, a.code, "a request a member forwarded is never forwarded again: %s", a)
 }
