@@ -18,6 +18,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-store/idem/client"
@@ -64,6 +65,7 @@ type proxyConfig struct {
 	upstreamTimeout            time.Duration
 	writeTimeout               time.Duration
 	bodyReadTimeout            time.Duration
+	maxInFlight                int
 	logLevel                   string
 }
 
@@ -95,6 +97,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	fs.IntVar(&c.maxStoredBody, "max-stored-body", 65536, "largest answer body, in `bytes`, stored for replays: the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
+	fs.IntVar(&c.maxInFlight, "max-inflight", defaultProxyMaxInFlight, "most requests handled at once, `n`, from their headers to the end of their answer (a stream's included); beyond it a request is answered 503 unavailable with Retry-After: 1, before its body is read and without calling the store or the upstream")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code
@@ -240,6 +243,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if c.shutdownTimeout < 0 {
 		bad("shutdown-timeout", "must not be negative")
+	}
+	if c.maxInFlight < 1 {
+		bad("max-inflight", "%d: must be at least 1", c.maxInFlight)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -387,13 +393,22 @@ func (p *proxy) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	switch soft, hard, err := raiseOpenFiles(); {
+	case errors.Is(err, errNoRlimit):
+	case err != nil:
+		p.log.Warn("cannot read or raise the open-files limit", "error", err)
+	case soft < 2*uint64(p.cfg.maxInFlight)+256:
+		// A request holds its caller's connection and one to the upstream.
+		p.log.Warn("the open-files limit may not hold --max-inflight requests (two connections each): lower --max-inflight, or raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+			"max-inflight", p.cfg.maxInFlight, "open-files", soft, "hard-limit", hard)
+	}
 	scheme := "http"
 	if p.listenTLS != nil {
 		ln = tls.NewListener(ln, p.listenTLS)
 		scheme = "https"
 	}
 	srv := &http.Server{
-		Handler:           writeDeadlines(h, p.cfg.writeTimeout),
+		Handler:           writeDeadlines(p.limitInFlight(h), p.cfg.writeTimeout),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -403,7 +418,8 @@ func (p *proxy) run(ctx context.Context) error {
 		stores = append(stores, n.String())
 	}
 	p.log.Info("proxy listening", "addr", scheme+"://"+ln.Addr().String(), "upstream", p.upstream.String(),
-		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader)
+		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader,
+		"max-inflight", p.cfg.maxInFlight)
 	go p.checkStores(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -421,6 +437,43 @@ func (p *proxy) run(ctx context.Context) error {
 	}
 	p.log.Info("proxy stopped")
 	return nil
+}
+
+// defaultProxyMaxInFlight is the default of --max-inflight. Each request
+// in flight holds the caller's connection and, while it runs, one to the
+// upstream: 1,024 of them fit the open-files limit most systems give a
+// process (raised as far as the hard limit allows at start).
+const defaultProxyMaxInFlight = 1024
+
+// limitInFlight answers 503 to a request beyond --max-inflight handled at
+// once, as a node does beyond its own --max-inflight: before its body is
+// read, and without a call to the store or the upstream. Without a bound,
+// callers that open many requests (or slow streams) took the proxy's
+// file descriptors, memory and goroutines until it failed everyone,
+// including the callers whose attempts it held claims for.
+func (p *proxy) limitInFlight(next http.Handler) http.Handler {
+	max := int64(p.cfg.maxInFlight)
+	var inFlight, refused, lastLog atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		if n > max {
+			total := refused.Add(1)
+			if last := lastLog.Load(); time.Since(time.Unix(0, last)) > 10*time.Second && lastLog.CompareAndSwap(last, time.Now().UnixNano()) {
+				p.log.Warn("refusing requests: too many in flight", "max-inflight", max, "refused-total", total)
+			}
+			if r.ContentLength != 0 {
+				// Not read: close rather than wait for, or drain, the body.
+				w.Header().Set("Connection", "close")
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			}
+			w.Header().Set("Retry-After", "1")
+			proxyProblem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable",
+				fmt.Sprintf("the proxy is handling %d requests, the most it takes at once (--max-inflight); retry shortly", max))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // handler is the idempotency middleware in front of the reverse proxy.

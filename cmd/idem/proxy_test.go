@@ -383,6 +383,45 @@ func TestProxySlowKeyedBodyIsRefused(t *testing.T) {
 	require.Equal(t, http.StatusCreated, pxSend(t, "POST", px.url+"/pay", "quick-body", `{}`).status)
 }
 
+// TestProxyMaxInFlight: the proxy handles at most --max-inflight requests
+// at once; one more is answered 503 unavailable, with Retry-After and a
+// detail naming the flag, without a call to the store or the upstream,
+// and once the others finish requests are taken again. Bug: nothing
+// bounded them, and callers that held requests open (slow upstream calls,
+// streams) took the proxy's file descriptors and goroutines without end.
+func TestProxyMaxInFlight(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--max-inflight", "2")
+
+	done := make(chan pxAnswer, 2)
+	for _, key := range []string{"cap-1", "cap-2"} {
+		go func() { done <- pxSend(t, "POST", px.url+"/slow", key, `{}`) }()
+	}
+	<-up.started
+	<-up.started
+	for _, c := range []struct{ method, key string }{{"POST", "cap-3"}, {"GET", ""}} {
+		a := pxSend(t, c.method, px.url+"/pay", c.key, `{}`)
+		require.Equal(t, http.StatusServiceUnavailable, a.status, "%s beyond --max-inflight: %s", c.method, a.body)
+		require.Equal(t, "application/problem+json", a.header.Get("Content-Type"))
+		require.Equal(t, "1", a.header.Get("Retry-After"))
+		require.Contains(t, a.body, `"code":"unavailable"`)
+		require.Contains(t, a.body, "(--max-inflight)")
+	}
+	require.Equal(t, int64(2), up.runs.Load(), "a refused request reached the upstream")
+	require.Contains(t, px.logs.String(), "refusing requests: too many in flight")
+
+	close(up.release)
+	for range 2 {
+		require.Equal(t, http.StatusCreated, (<-done).status)
+	}
+	// The refused claim stored nothing: the key runs now.
+	a := pxSend(t, "POST", px.url+"/pay", "cap-3", `{}`)
+	require.Equal(t, http.StatusCreated, a.status, a.body)
+	require.Empty(t, a.header.Get("Idempotency-Replayed"))
+	require.Equal(t, int64(3), up.runs.Load())
+}
+
 // TestProxySIGTERMFinishesInFlight: on SIGTERM the proxy stops listening,
 // lets the request in flight finish (and store its pxAnswer), and exits 0.
 func TestProxySIGTERMFinishesInFlight(t *testing.T) {
@@ -459,6 +498,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--store-batch", "-1"), "--store-batch:"},
 		{with("--store-batch", "100000"), "--store-batch:"},
 		{with("--log-level", "loud"), "--log-level:"},
+		{with("--max-inflight", "0"), "--max-inflight:"},
 		{with("--store-token-file", "/nonexistent-token"), "--store-token-file:"},
 		{with("--bogus", "1"), "-bogus"},
 	}
@@ -473,7 +513,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 	}
 	out, err := exec.Command(binary, "proxy", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch"} {
+	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch", "--max-inflight"} {
 		require.Contains(t, string(out), "-"+strings.TrimLeft(f, "-"), "--help lists %s", f)
 	}
 }
