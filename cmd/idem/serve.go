@@ -463,6 +463,17 @@ func corruptNodeFile(path string, err error) error {
 // setNodeFileScope records scope in an existing node.json, keeping the
 // rest of it.
 func setNodeFileScope(path, scope string) error {
+	return updateNodeFile(path, func(nf *nodeFile) { nf.Scope = scope })
+}
+
+// setNodeFileWidth records the bucket width in an existing node.json,
+// keeping the rest of it.
+func setNodeFileWidth(path string, width time.Duration) error {
+	return updateNodeFile(path, func(nf *nodeFile) { nf.BucketWidthMs = width.Milliseconds() })
+}
+
+// updateNodeFile rewrites an existing node.json changed by change.
+func updateNodeFile(path string, change func(*nodeFile)) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
@@ -471,7 +482,7 @@ func setNodeFileScope(path, scope string) error {
 	if err := json.Unmarshal(b, &nf); err != nil {
 		return corruptNodeFile(path, err)
 	}
-	nf.Scope = scope
+	change(&nf)
 	return replaceNodeFile(path, nf)
 }
 
@@ -626,6 +637,28 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		}
 		log.Warn("this data dir's node.json says --scope "+was+", but the cluster's scope mode, fixed by its first write, is "+mode+": this node uses "+mode+", and node.json now says so", "scope", mode)
 		c.scope = mode
+	}
+	// The bucket width too: the state's decides (records are bucketed by
+	// it on every replica), and node.json, the log and this node's own
+	// fallbacks say it. They said the flag's when node.json was written at
+	// this start (a data dir of an older idem, or one made by hand, has
+	// none), or when the node joined a cluster of another width.
+	if width, fixed := node.BucketWidth(); fixed && width != c.bucketWidth {
+		if err := setNodeFileWidth(filepath.Join(c.dataDir, "node.json"), width); err != nil {
+			return err
+		}
+		w, flag := width.String(), c.bucketWidth.String()
+		var msg string
+		switch {
+		case set["bucket-width"]:
+			msg = "--bucket-width " + flag + " differs from " + w + ", the cluster's bucket width (fixed by its first write): this node uses " + w + ", and node.json now says so; omit --bucket-width, or give " + w
+		case pin != nil:
+			msg = "this data dir had no node.json, so it was written with --bucket-width's default " + flag + ", but the cluster's bucket width, fixed by its first write, is " + w + ": this node uses " + w + ", and node.json now says so"
+		default:
+			msg = "this data dir's node.json says --bucket-width " + flag + ", but the cluster's bucket width, fixed by its first write, is " + w + ": this node uses " + w + ", and node.json now says so"
+		}
+		log.Warn(msg, "bucket-width", w)
+		c.bucketWidth = width
 	}
 	retention := c.retention // what the first claim will pin, or what an earlier one did
 	ret, pinned := node.Retention()

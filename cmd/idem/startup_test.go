@@ -345,3 +345,44 @@ func TestCorruptNodeFileSaysWhatToDo(t *testing.T) {
 	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"e","key":"k","fingerprint":"ff"}`)
 	require.Equal(t, 409, code, "the record claimed before is still there")
 }
+
+// A data dir without node.json (an older idem's, or one made by hand)
+// whose cluster's first write fixed a bucket width: the node starts with
+// the cluster's width, says so, and node.json records it. Bug: node.json
+// was written, and the start logged, with --bucket-width (its default, or
+// the flag given), not the width in force.
+func TestStartWithoutNodeFileTakesTheClusterBucketWidth(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--bucket-width", "1h")
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait())
+	path := filepath.Join(dir, "node.json")
+
+	for _, tc := range []struct {
+		args []string
+		said string
+	}{
+		{nil, "this data dir had no node.json, so it was written with --bucket-width's default 2h0m0s, but the cluster's bucket width, fixed by its first write, is 1h0m0s"},
+		{[]string{"--bucket-width", "30m"}, "--bucket-width 30m0s differs from 1h0m0s, the cluster's bucket width (fixed by its first write): this node uses 1h0m0s"},
+	} {
+		require.NoError(t, os.Remove(path))
+		p := start(t, dir, httpAddr, raftAddr, tc.args...)
+		logs := p.logs.String()
+		require.Contains(t, logs, tc.said, "%v", tc.args)
+		require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s`, logs, "%v: the start logs the width in force", tc.args)
+		b, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"bucket_width_ms":3600000`, "%v: node.json", tc.args)
+		code, body := post(t, httpAddr, "/v1/claim", claimBody)
+		require.Equal(t, 409, code, "%v: the node lost its record: %s", tc.args, body)
+		p.cmd.Process.Signal(syscall.SIGTERM)
+		require.NoError(t, p.wait())
+	}
+	// With node.json now right, the next start says nothing about it.
+	p = start(t, dir, httpAddr, raftAddr)
+	require.NotContains(t, p.logs.String(), "fixed by its first write")
+	require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s`, p.logs.String())
+}
