@@ -11,6 +11,7 @@ import (
 
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/internal/idemtest"
+	"github.com/idem-store/idem/wire"
 )
 
 // A record in an answer must be of the scope asked for. A node only ever
@@ -121,5 +122,30 @@ func TestPrincipalScopeRecordOfAnotherEndpointIsTaken(t *testing.T) {
 		if rec, err := get(ctx, "cus_1", "POST /refunds", "k1", ""); err != nil || rec.Endpoint != "POST /payments" {
 			t.Fatalf("%s: lookup from another endpoint: %+v, %v", name, rec, err)
 		}
+	}
+}
+
+// In a batch answer, one op's record of another scope refuses the whole
+// answer: its results are not known to be in the order of the ops, so not
+// even the other op's won claim (and its token) is taken.
+func TestBatchAnswerWithARecordOfAnotherScopeIsRefusedWhole(t *testing.T) {
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"results":[{"status":201,"body":{"outcome":"claimed","token":"t1","attempt":1}},`+
+			`{"status":200,"body":{"outcome":"replay","record":{"principal":"cus_1","endpoint":"e","key":"k9",`+
+			`"state":"completed","response":{"status":200,"body":""}}}}]}`)
+	}))
+	defer node.Close()
+	c, err := client.New(node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ops := wire.BatchRequest{Ops: []wire.BatchOp{
+		{Op: wire.OpClaim, Body: &client.ClaimRequest{Principal: "cus_1", Endpoint: "e", Key: "k1", Fingerprint: "aa"}},
+		{Op: wire.OpClaim, Body: &client.ClaimRequest{Principal: "cus_1", Endpoint: "e", Key: "k2", Fingerprint: "aa"}},
+	}}
+	raw, err := c.Do(context.Background(), http.MethodPost, "/v1/batch", nil, ops)
+	if !errors.Is(err, client.ErrBadAnswer) || !strings.Contains(err.Error(), "claim op 2") {
+		t.Fatalf("got %s, %v; want ErrBadAnswer naming op 2", raw, err)
 	}
 }
