@@ -43,7 +43,8 @@ import (
 // it starts empty instead (joining.go), so the guard is never armed there.
 //
 // The guard also holds the vote of a node that started empty until it is
-// safe to give (joining.go's voteHold), armed or not.
+// safe to give (joining.go's voteHold), armed or not, and a leader's
+// hand-off to it (joining.go's campaignHold).
 type foreignGuard struct {
 	*raft.NetworkTransport
 	self    raft.ServerID
@@ -68,6 +69,7 @@ type foreignGuard struct {
 type voteGate interface {
 	leaderCommit(term, commit uint64)
 	mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error
+	mayCampaign(from raft.RPCHeader) error
 }
 
 func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Pointer[raft.Raft], ready, stop chan struct{}, log *slog.Logger) *foreignGuard {
@@ -144,6 +146,11 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
 	case *raft.RequestPreVoteRequest:
 		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
+	case *raft.TimeoutNowRequest:
+		if g.votes == nil {
+			return nil
+		}
+		return g.votes.mayCampaign(c.RPCHeader)
 	default:
 		return nil
 	}

@@ -491,3 +491,85 @@ func (n *Node) mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error {
 	}
 	return fmt.Errorf("raftfsm: node %s holds its vote: it started empty and has not caught up with its cluster (%s); it votes once it has", n.self.ID, why)
 }
+
+// campaignHold keeps a node that holds its vote (voteHold) from standing
+// for election as well. Raft's own candidacy is no RPC, so foreignGuard
+// cannot hold it as it holds the votes asked of this node, and a node that
+// started empty may find itself the only voter of its own configuration
+// while it replays its cluster's log: a member replaced by an empty node
+// under the id of the cluster's bootstrap node (docs/MEMBERSHIP.md)
+// replays first the configuration of this id alone, for as many entries
+// as the cluster ran as one node. When the leader was silent for a
+// heartbeat timeout then (slow, cut off for a moment, or a leader change),
+// raft elected the node leader of a cluster of its own over a prefix of
+// its cluster's log, without any restart: it acknowledged claims of keys
+// the cluster holds, and refused the real leader (foreignGuard). A restart
+// in that stretch is handled apart (checkJoining sets the partial copy
+// aside). Raft has no switch for its
+// candidacy, but its heartbeat and election timeouts are reloadable: a
+// node that starts holding its vote runs with both at campaignHoldTimeout,
+// and gets the normal ones back (Raft.ReloadConfig, which restarts a
+// follower's timer when the heartbeat timeout shrinks) as soon as it no
+// longer holds its vote: its log has reached its mark, or its admission
+// (refreshMembership, every 200 ms). A node that never gets its vote back
+// never campaigns; it has nothing its cluster needs. A leader's hand-off
+// (TimeoutNow) to a node that holds its vote is refused unless its log
+// now reaches its mark (mayCampaign): a candidate of the hand-off would
+// wait campaignHoldTimeout to try again, and lead with heartbeats as far
+// apart. In a cluster formed with --bootstrap-expect, the nodes that asked
+// to join hold their campaign as their vote: the node that bootstrapped
+// removed its joining file, lifts its hold, and is elected with their
+// votes (mayVote's first-election exception).
+type campaignHold struct {
+	mu                  sync.Mutex
+	held                atomic.Bool
+	heartbeat, election time.Duration // raft's own timeouts, given back when the hold is lifted
+	failed              spacer        // the failed lift's log line
+}
+
+// campaignHoldTimeout is the heartbeat and election timeout of a node that
+// holds its campaign: one that no leader's silence reaches in practice.
+const campaignHoldTimeout = 24 * time.Hour
+
+// holdCampaign sets rc, which raft is about to start with, so that this
+// node does not stand for election (campaignHold).
+func (n *Node) holdCampaign(rc *raft.Config) {
+	n.campaign.heartbeat, n.campaign.election = rc.HeartbeatTimeout, rc.ElectionTimeout
+	rc.HeartbeatTimeout, rc.ElectionTimeout = campaignHoldTimeout, campaignHoldTimeout
+	n.campaign.held.Store(true)
+	n.log.Info("this node started empty and will not stand for election until it has caught up with its cluster, as it holds its vote until then")
+}
+
+// liftCampaignHold gives raft its own timeouts back once this node no
+// longer holds its vote (campaignHold). Safe to call at any time.
+func (n *Node) liftCampaignHold() {
+	if !n.campaign.held.Load() || n.voteHeld() {
+		return
+	}
+	n.campaign.mu.Lock()
+	defer n.campaign.mu.Unlock()
+	if !n.campaign.held.Load() {
+		return
+	}
+	rc := n.raft.ReloadableConfig()
+	rc.HeartbeatTimeout, rc.ElectionTimeout = n.campaign.heartbeat, n.campaign.election
+	if err := n.raft.ReloadConfig(rc); err != nil {
+		if n.campaign.failed.allow(time.Minute) {
+			n.log.Warn("could not give raft its election timeouts back; this node does not stand for election until it can, and retries", "error", err)
+		}
+		return
+	}
+	n.campaign.held.Store(false)
+	n.log.Info("this node stands for election again: it has caught up with its cluster",
+		"heartbeat-timeout", rc.HeartbeatTimeout, "election-timeout", rc.ElectionTimeout)
+}
+
+// mayCampaign says why this node must not take a leader's hand-off
+// (TimeoutNow) from leader from, or nil (campaignHold).
+func (n *Node) mayCampaign(from raft.RPCHeader) error {
+	if n.releaseVote() {
+		n.liftCampaignHold()
+		return nil
+	}
+	return fmt.Errorf("raftfsm: node %s takes no leadership hand-off from %s: it started empty and has not caught up with its cluster, so it neither votes nor stands for election yet; hand leadership to another voter", n.self.ID, from.ID)
+}

@@ -755,6 +755,7 @@ func (n *Node) refreshMembership() {
 	n.member.Store(in)
 	n.forgetJoining(f.Configuration()) // joining.go
 	n.releaseVote()                    // joining.go
+	n.liftCampaignHold()               // joining.go
 }
 
 func (n *Node) watchMembership() {

@@ -70,7 +70,8 @@ type Node struct {
 	// admission is what the file says of the node's admission.
 	joining   atomic.Bool
 	admission atomic.Uint64
-	votes     voteHold // joining.go: the vote of a node that started empty
+	votes     voteHold     // joining.go: the vote of a node that started empty
+	campaign  campaignHold // joining.go: its candidacy, held with its vote
 	guard     *foreignGuard
 }
 
@@ -224,6 +225,9 @@ func open(cfg Config) (*Node, error) {
 	// A removed node keeps running outside the configuration, so an
 	// operator can add it back without restarting it (membership.go).
 	rc.ShutdownOnRemove = false
+	if n.voteHeld() {
+		n.holdCampaign(rc) // joining.go
+	}
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
