@@ -63,6 +63,9 @@ type foreignGuard struct {
 	// empty, and learns from leaders' AppendEntries what it needs to give
 	// it (joining.go's voteHold).
 	votes voteGate
+	// hook, when set (tests only), is asked first about each RPC: an
+	// error refuses it as the guard's own do.
+	hook atomic.Pointer[func(raft.RPC) error]
 }
 
 // voteGate is the part of a Node the guard asks about votes.
@@ -131,6 +134,11 @@ func (g *foreignGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 
 // check says why rpc must not reach raft, or nil.
 func (g *foreignGuard) check(rpc raft.RPC) error {
+	if h := g.hook.Load(); h != nil {
+		if err := (*h)(rpc); err != nil {
+			return err
+		}
+	}
 	switch c := rpc.Command.(type) {
 	case *raft.AppendEntriesRequest:
 		if err := g.foreign(c.RPCHeader); err != nil {
