@@ -158,9 +158,9 @@ func open(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process", cfg.DataDir)
 		}
 		return nil, fmt.Errorf("raftfsm: open %s (raft's term and vote): %w. Nothing was changed. "+
-			"If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state; "+
+			"%s; "+
 			"if this is the only node, move raft.db aside: a one-node cluster starts without it",
-			filepath.Join(cfg.DataDir, "raft.db"), err, cfg.DataDir)
+			filepath.Join(cfg.DataDir, "raft.db"), err, rejoinAdvice(cfg))
 	}
 	// raft.db lost (deleted or emptied) beside a kept log: checked once
 	// raft has read the configuration (forgotVote).
@@ -475,8 +475,8 @@ func (n *Node) forgotVote(self raft.ServerID) error {
 	}
 	return fmt.Errorf("raftfsm: %s holds no raft term or vote (it was deleted, emptied or replaced) while this node's raft log and state are kept, and this node is one of %d voters: "+
 		"having forgotten the vote it may have cast in the current term, it could vote again in that term, and two leaders could be elected in it. Nothing was changed. "+
-		"If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state",
-		filepath.Join(n.cfg.DataDir, "raft.db"), others+1, n.cfg.DataDir)
+		"%s",
+		filepath.Join(n.cfg.DataDir, "raft.db"), others+1, rejoinAdvice(n.cfg))
 }
 
 // logStoreError says what to do about a raft log that does not open: raft
@@ -503,9 +503,19 @@ func lostLogAdvice(cfg Config) string {
 	if raftAddr == "" {
 		raftAddr = cfg.RaftAddr
 	}
-	return fmt.Sprintf("If other members of the cluster are healthy, move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state. "+
+	return fmt.Sprintf("%s. "+
 		"If every node is in this state, or this is the only node, make a one-node cluster of this node's state with idem recover --data-dir %s --node-id %s --peers %s=%s (it prints what it will do; add --yes to do it), then join the others with empty data dirs",
-		cfg.DataDir, cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
+		rejoinAdvice(cfg), cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
+}
+
+// rejoinAdvice is how a member whose data dir cannot be used is replaced
+// while the others are healthy: removed first, as docs/MEMBERSHIP.md
+// says, so the quorum never counts it while it is empty (an empty voter
+// holds its vote until it has caught up: joining.go's voteHold).
+func rejoinAdvice(cfg Config) string {
+	return fmt.Sprintf("If other members of the cluster are healthy, remove this node from the cluster first (idem cluster remove --id %s, against a healthy member), "+
+		"then move %s aside (keep it: mv it to a new name) and start this node with an empty data dir and --join, so the leader sends it the state",
+		cfg.NodeID, cfg.DataDir)
 }
 
 // Close stops the node: leader duties, raft (which waits for the FSM), the

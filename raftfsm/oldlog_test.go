@@ -51,6 +51,8 @@ func TestStartRefusesALogItDoesNotRead(t *testing.T) {
 				require.Contains(t, err.Error(), tc.want)
 				require.Contains(t, err.Error(), "idem recover")
 				require.NotContains(t, err.Error(), "rm ")
+				// A member is replaced removed first (docs/MEMBERSHIP.md).
+				require.Contains(t, err.Error(), "idem cluster remove --id "+cfg.NodeID)
 			}
 		})
 	}
@@ -88,6 +90,7 @@ func TestStartRefusesALogDeletedBesideAnOlderSnapshot(t *testing.T) {
 		require.Contains(t, err.Error(), "entries this node applied are gone from its log")
 		require.Contains(t, err.Error(), "idem recover")
 		require.NotContains(t, err.Error(), "rm ")
+		require.Contains(t, err.Error(), "idem cluster remove --id "+cfg.NodeID)
 	}
 
 	_, err := Recover(cfg.DataDir, cfg.NodeID, []Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}, nil)

@@ -257,6 +257,7 @@ func TestUnreadableRaftLogSaysWhatToDo(t *testing.T) {
 	require.Contains(t, err.Error(), "cannot be read")
 	require.Contains(t, err.Error(), "idem recover")
 	require.Contains(t, err.Error(), "start this node with an empty data dir and --join")
+	require.Contains(t, err.Error(), "idem cluster remove --id "+cfg.NodeID)
 }
 
 // A member's data dir started under another --node-id (node.json lost, a
