@@ -96,10 +96,14 @@ var ErrBatcherClosed = errors.New("client: batcher closed")
 // batchCall is one caller's op and where its answer goes (buffered: the
 // caller may have gone).
 type batchCall struct {
-	ctx   context.Context
-	op    []byte // the op's JSON
-	done  chan batchAnswer
-	taken atomic.Bool // the loop has it: an answer will come
+	ctx context.Context
+	op  []byte // the op's JSON
+	// scoped: a claim or a get, whose record must be of principal and
+	// key (sameScope, checked in post for the whole batch).
+	scoped         bool
+	principal, key string
+	done           chan batchAnswer
+	taken          atomic.Bool // the loop has it: an answer will come
 }
 
 type batchAnswer struct {
@@ -229,6 +233,12 @@ func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessag
 		return nil, 0, fmt.Errorf("client: encode %s: %w", kind, err)
 	}
 	call := &batchCall{ctx: ctx, op: op, done: make(chan batchAnswer, 1)}
+	switch v := body.(type) {
+	case *ClaimRequest:
+		call.scoped, call.principal, call.key = true, v.Principal, v.Key
+	case *wire.Lookup:
+		call.scoped, call.principal, call.key = true, v.Principal, v.Key
+	}
 	select {
 	case <-b.stop:
 		return nil, 0, ErrBatcherClosed
@@ -419,6 +429,9 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 		}
 		if err == nil && len(out.Results) != len(live) {
 			err = fmt.Errorf("%d results for %d ops", len(out.Results), len(live))
+		}
+		if err == nil {
+			err = checkCallScopes(live, out.Results)
 		}
 		if err != nil {
 			err = badAnswer(http.MethodPost, "/v1/batch", err)

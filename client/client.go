@@ -211,7 +211,17 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 			return nil, fmt.Errorf("client: encode %s %s: %w", method, path, err)
 		}
 	}
-	return c.exchange(ctx, method, path, query, b, in != nil)
+	raw, err := c.exchange(ctx, method, path, query, b, in != nil)
+	if err == nil && method == http.MethodPost && path == "/v1/batch" {
+		// Each op's record against its scope, here where the ops and the
+		// answer are both at hand. A Batcher checks its own batches
+		// (Batcher.post), with the scopes of its calls at hand: not here,
+		// where the answer would be split and the request decoded again.
+		if err := checkBatchScopes(b, raw); err != nil {
+			return nil, err
+		}
+	}
+	return raw, err
 }
 
 // exchange is Do with the body already encoded (the Batcher builds its
@@ -263,14 +273,6 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, newProblem(resp, raw, time.Now())
-	}
-	if method == http.MethodPost && path == "/v1/batch" {
-		// Each op's record against its scope, here where the ops and the
-		// answer are both at hand (the Batcher's callers see only their
-		// own op's result).
-		if err := checkBatchScopes(b, raw); err != nil {
-			return nil, err
-		}
 	}
 	return raw, nil
 }

@@ -39,6 +39,39 @@ type opScope struct {
 	Key       string `json:"key"`
 }
 
+// checkCallScopes is checkBatchScopes for a Batcher's batch: the scopes
+// are its calls', the results already split. One record of another scope
+// refuses the whole answer (below).
+func checkCallScopes(live []*batchCall, results []wire.BatchResult) error {
+	for i, c := range live {
+		if !c.scoped || results[i].Status != http.StatusOK {
+			continue
+		}
+		if err := recordScope(results[i].Body, c.principal, c.key); err != nil {
+			var op opScope
+			_ = json.Unmarshal(c.op, &op)
+			return fmt.Errorf("%s op %d: %w", op.Op, i+1, err)
+		}
+	}
+	return nil
+}
+
+// recordScope applies sameScope to the record in an op's result body, if
+// it holds one; what does not decode is left to the op's own decoding.
+func recordScope(body []byte, principal, key string) error {
+	// Only the scope, as the op's own decoding reads it.
+	var res struct {
+		Record *struct {
+			Principal string `json:"principal"`
+			Key       string `json:"key"`
+		} `json:"record"`
+	}
+	if json.Unmarshal(body, &res) != nil || res.Record == nil {
+		return nil
+	}
+	return sameScope(&Record{Principal: res.Record.Principal, Key: res.Record.Key}, principal, key)
+}
+
 // checkBatchScopes applies sameScope to each claim and get op of a batch
 // (body, as sent) whose result (in raw, the 2xx answer) holds a record.
 // One that does not match makes the whole answer a bad one: its results
@@ -71,18 +104,7 @@ func checkBatchScopes(body, raw []byte) error {
 			ops = req.Ops
 		}
 		if op := ops[i]; op.Op == wire.OpClaim || op.Op == wire.OpGet {
-			// Only the scope, as the op's own decoding reads it.
-			var res struct {
-				Record *struct {
-					Principal string `json:"principal"`
-					Key       string `json:"key"`
-				} `json:"record"`
-			}
-			if json.Unmarshal(r.Body, &res) != nil || res.Record == nil {
-				continue
-			}
-			rec := &Record{Principal: res.Record.Principal, Key: res.Record.Key}
-			if err := sameScope(rec, op.Principal, op.Key); err != nil {
+			if err := recordScope(r.Body, op.Principal, op.Key); err != nil {
 				return badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("%s op %d: %w", op.Op, i+1, err))
 			}
 		}
