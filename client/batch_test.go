@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -253,6 +254,35 @@ func TestBatcherSendsOnceAsLargeAsWhatIsInFlight(t *testing.T) {
 	for range 5 {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// One op's record of another scope in a batch answer refuses the whole
+// answer for every caller of the batch: its results are not known to be
+// in the order of the ops, so not even the won claim's token is taken.
+func TestBatcherRefusesWholeABatchWithARecordOfAnotherScope(t *testing.T) {
+	c, _ := batchFake(t, nil, func(op map[string]any) wire.BatchResult {
+		if op["key"] == "b" {
+			return wire.BatchResult{Status: 200, Body: json.RawMessage(`{"outcome":"replay","record":{"principal":"p","endpoint":"e","key":"zz","state":"completed","response":{"status":200,"body":""}}}`)}
+		}
+		return claimedFor(op)
+	})
+	b := c.NewBatcher(BatcherConfig{})
+	defer b.Close()
+	var live []*batchCall
+	for _, key := range []string{"a", "b"} {
+		req := &ClaimRequest{Principal: "p", Endpoint: "e", Key: key, Fingerprint: "aa"}
+		op, err := wire.BatchOp{Op: wire.OpClaim, Body: req}.MarshalJSON()
+		if err != nil {
+			t.Fatal(err)
+		}
+		live = append(live, &batchCall{ctx: context.Background(), op: op, done: make(chan batchAnswer, 1),
+			scoped: true, principal: req.Principal, key: req.Key})
+	}
+	for i, a := range b.post(live) {
+		if !errors.Is(a.err, ErrBadAnswer) || !strings.Contains(a.err.Error(), "claim op 2") {
+			t.Errorf("op %d: got %+v, %v; want ErrBadAnswer naming op 2", i+1, a.res, a.err)
 		}
 	}
 }
