@@ -107,3 +107,29 @@ func TestHeldNodeRefusesAHandOff(t *testing.T) {
 	n.refreshMembership()
 	require.Equal(t, campaignHoldTimeout, n.raft.ReloadableConfig().HeartbeatTimeout, "lifted while the vote is held")
 }
+
+// GET /v1/cluster (Status) says when a node holds its vote and from what,
+// and stops once it has caught up: an operator looking for why no leader
+// is elected sees it there, not only in the log.
+func TestStatusShowsAHeldVote(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	require.NoError(t, claim(n1, "k"))
+	st, err := n1.Status()
+	require.NoError(t, err)
+	require.Nil(t, st.HoldsVote, "a node that bootstrapped holds no vote")
+
+	n2 := c.open("n2", "", false)
+	st, err = n2.Status()
+	require.NoError(t, err)
+	require.NotNil(t, st.HoldsVote, "an empty node holds its vote")
+	require.Zero(t, st.HoldsVote.LeaderTerm, "no leader has reached it")
+
+	c.join(n2, n1)
+	require.Eventually(t, func() bool {
+		st, err := n2.Status()
+		return err == nil && st.HoldsVote == nil
+	}, 20*time.Second, 20*time.Millisecond, "caught up, it votes again and says so")
+}

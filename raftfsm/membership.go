@@ -129,6 +129,19 @@ type Status struct {
 	// Nodes about to form a cluster, and a leader taking in a node joined
 	// by hand, compare it.
 	Scope string `json:"scope,omitempty"`
+	// HoldsVote is set while this node, which started with an empty data
+	// dir, neither votes for a candidate that may miss acknowledged writes
+	// nor stands for election (joining.go's voteHold and campaignHold): an
+	// operator looking for why no leader is elected sees it here.
+	HoldsVote *VoteHoldStatus `json:"holds_vote,omitempty"`
+}
+
+// VoteHoldStatus is what a node holding its vote votes from: the term and
+// commit index a leader named when it first reached the node, zero while
+// no leader has (it then votes only in a new cluster's first election).
+type VoteHoldStatus struct {
+	LeaderTerm        uint64 `json:"leader_term"`
+	LeaderCommitIndex uint64 `json:"leader_commit_index"`
 }
 
 // PeerProbe asks the node at httpAddr for its own Status, as it answers
@@ -258,6 +271,10 @@ func (n *Node) Status() (Status, error) {
 	leader, hasLeader := n.Leader()
 	if hasLeader {
 		st.Leader = &leader
+	}
+	if !n.releaseVote() { // joining.go
+		m := n.voteMark()
+		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
 	now := time.Now()
 	isLeader := n.IsLeader()

@@ -323,6 +323,13 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		leader = st.Leader.ID
 	}
 	fmt.Fprintf(w, "leader %s, term %d, commit index %d (as seen by %s)\n", leader, st.Term, st.CommitIndex, st.Self.ID)
+	if h := st.HoldsVote; h != nil {
+		if h.LeaderTerm == 0 {
+			fmt.Fprintf(w, "NOTE: %s started with an empty data dir and no leader has reached it yet: it votes only in a new cluster's first election and does not stand for election until a leader reaches it and it has caught up\n", st.Self.ID)
+		} else {
+			fmt.Fprintf(w, "NOTE: %s started with an empty data dir and is catching up: until its log reaches index %d of term %d (what the leader had committed when it first reached it, applied %d now) it votes only for a candidate whose log does, and does not stand for election\n", st.Self.ID, h.LeaderCommitIndex, h.LeaderTerm, st.AppliedIndex)
+		}
+	}
 	voters, healthy, refused := 0, 0, 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tHTTP\tRAFT")

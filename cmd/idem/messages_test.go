@@ -188,4 +188,14 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	out.Reset()
 	printStatus(&out, st)
 	require.Contains(t, out.String(), "writes fail until enough of them answer")
+
+	// A node holding its vote says so, and from what.
+	st.HoldsVote = &raftfsm.VoteHoldStatus{}
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "NOTE: n1 started with an empty data dir and no leader has reached it yet")
+	st.HoldsVote = &raftfsm.VoteHoldStatus{LeaderTerm: 3, LeaderCommitIndex: 812}
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "until its log reaches index 812 of term 3")
 }
