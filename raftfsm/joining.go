@@ -338,11 +338,15 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 // is not proven safe: a voter that never got an entry past the bootstrap
 // configuration (down since the cluster formed) could be elected with
 // this node's vote while every member holding the cluster's writes is
-// down. Nor is a leader of an older term that keeps acting within its
-// lease (LeaderLeaseTimeout) after the old node voted for a newer one, and
-// reaches this node first: its mark is too low. Both need two failures
-// at once beside the skipped removal, which docs/MEMBERSHIP.md still asks
-// for.
+// down. Nor is a leader of an older term, cut off from the newer leader
+// the old node voted for but still reaching this node, which has
+// forgotten that newer term with its data dir: its mark is too low, and
+// worse, this node's acknowledgements give it a majority again (itself and
+// this node, of three), so it keeps its lease and commits entries of its
+// old term that the newer leader's will overwrite. No vote hold prevents
+// that: only the removal before the empty node starts (docs/MEMBERSHIP.md),
+// after which the leader that took the node in reaches it first in the
+// usual case. Both need two failures at once beside the skipped removal.
 //
 // A node that learned a mark and was restarted before its log reached it
 // reads it back from markFile: S is the same, so the mark still holds.
