@@ -362,8 +362,12 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 type voteHold struct {
 	mu       sync.Mutex
 	mark     voteMark // zero: no leader has named a commit index since the node started empty
+	unsaved  bool     // mark is not in markFile yet (saveMark)
 	released atomic.Bool
-	held     spacer // the held vote's log line
+	held     spacer     // the held vote's log line
+	saving   sync.Mutex // one saveMark at a time
+	// saveFailed spaces the failed save's log line.
+	saveFailed spacer
 }
 
 // markFile holds the mark of a node that has its joining file (voteHold).
@@ -411,10 +415,28 @@ func (n *Node) leaderCommit(term, commit uint64) {
 	if term <= n.votes.mark.term {
 		return
 	}
-	n.votes.mark = voteMark{term, commit}
-	// Written for a restart only: the mark holds in memory at once.
+	// It holds in memory at once; saveMark writes it for a restart, off
+	// this path, which hands raft every RPC (two fsyncs here held them all).
+	n.votes.mark, n.votes.unsaved = voteMark{term, commit}, true
+}
+
+// saveMark writes a mark leaderCommit learned to markFile, so a restart
+// keeps it (refreshMembership, every 200 ms, and Close). Lost in a crash
+// before that, the mark is learned again from the first leader that
+// reaches the node after the restart, which is as good: that leader too
+// reached it after it started empty.
+func (n *Node) saveMark() {
+	n.votes.saving.Lock()
+	defer n.votes.saving.Unlock()
+	n.votes.mu.Lock()
+	m, unsaved := n.votes.mark, n.votes.unsaved
+	n.votes.unsaved = false
+	n.votes.mu.Unlock()
+	if !unsaved || !n.voteHeld() {
+		return
+	}
 	path := filepath.Join(n.cfg.DataDir, markFile)
-	err := writeSynced(path+".tmp", fmt.Appendf(nil, markFormat, term, commit))
+	err := writeSynced(path+".tmp", fmt.Appendf(nil, markFormat, m.term, m.index))
 	if err == nil {
 		err = os.Rename(path+".tmp", path)
 	}
@@ -422,7 +444,12 @@ func (n *Node) leaderCommit(term, commit uint64) {
 		err = syncDir(n.cfg.DataDir)
 	}
 	if err != nil {
-		n.log.Warn("could not record the leader's commit index this node votes from; it is kept in memory, and learned again after a restart", "error", err)
+		n.votes.mu.Lock()
+		n.votes.unsaved = n.votes.unsaved || n.votes.mark == m // tried again at the next refresh
+		n.votes.mu.Unlock()
+		if n.votes.saveFailed.allow(time.Minute) {
+			n.log.Warn("could not record the leader's commit index this node votes from; it is kept in memory, retried, and learned again after a restart", "error", err)
+		}
 	}
 }
 

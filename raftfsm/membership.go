@@ -770,6 +770,7 @@ func (n *Node) refreshMembership() {
 		}
 	}
 	n.member.Store(in)
+	n.saveMark()                       // joining.go
 	n.forgetJoining(f.Configuration()) // joining.go
 	n.releaseVote()                    // joining.go
 	n.liftCampaignHold()               // joining.go
@@ -787,6 +788,7 @@ func (n *Node) watchMembership() {
 	for {
 		select {
 		case <-n.stop:
+			n.saveMark() // a mark learned since the last refresh, for the next start
 			return
 		case <-t.C:
 			n.refreshMembership()
