@@ -295,7 +295,7 @@ func dropBoltLog(s *LogStore, stable *raftboltdb.BoltStore, log *slog.Logger) er
 		if err != nil || old.Term != cur.Term || old.Type != cur.Type || !bytes.Equal(old.Data, cur.Data) || !bytes.Equal(old.Extensions, cur.Extensions) {
 			return fmt.Errorf("raftfsm: raft.db holds raft log entry %d (term %d), which %s does not hold as it is: "+
 				"raft.db was written by an older idem after this data dir's log moved to %s, and this node cannot tell which log is right. Nothing was changed. "+
-				"If other members of the cluster are healthy, move this node's data dir aside (keep it: mv it to a new name) and start the node with an empty data dir and --join",
+				"If other members of the cluster are healthy, remove this node from the cluster first (idem cluster remove --id with its node id, against a healthy member), then move this node's data dir aside (keep it: mv it to a new name) and start the node with an empty data dir and --join",
 				i, old.Term, logStoreDir, logStoreDir)
 		}
 	}
