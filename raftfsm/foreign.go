@@ -70,7 +70,7 @@ type foreignGuard struct {
 
 // voteGate is the part of a Node the guard asks about votes.
 type voteGate interface {
-	leaderCommit(term, commit uint64)
+	leaderCommit(term, commit uint64, named bool)
 	mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error
 	mayCampaign(from raft.RPCHeader) error
 }
@@ -145,7 +145,9 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 			return err
 		}
 		if g.votes != nil {
-			g.votes.leaderCommit(c.Term, c.LeaderCommitIndex)
+			// A heartbeat carries no commit index (its 0 says nothing);
+			// one carrying entries names the leader's, 0 included.
+			g.votes.leaderCommit(c.Term, c.LeaderCommitIndex, len(c.Entries) > 0)
 		}
 		return nil
 	case *raft.InstallSnapshotRequest:

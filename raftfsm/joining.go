@@ -405,9 +405,16 @@ func (n *Node) voteHeld() bool {
 // leaderCommit learns, from an AppendEntries of the leader of term whose
 // commit index is commit, this node's mark: the first commit index named
 // by a leader of the highest term heard since it started empty. A
-// heartbeat names no commit index (0), and is not counted.
-func (n *Node) leaderCommit(term, commit uint64) {
-	if commit == 0 || !n.voteHeld() {
+// heartbeat names no commit index (0), and is not counted; named says the
+// request carries entries, whose commit index is the leader's even when it
+// is 0. That 0 counts: a new leader replicating its first entries before it
+// has committed any (the first leader of a --bootstrap-expect cluster) named
+// no higher one, and a node that waited for one held its vote for good when
+// that leader died first (its log past the bootstrap configuration, it
+// refused every candidate, and did not campaign itself). The proof above
+// holds for K = 0: the leader had committed nothing in its term yet.
+func (n *Node) leaderCommit(term, commit uint64, named bool) {
+	if commit == 0 && !named || term == 0 || !n.voteHeld() {
 		return
 	}
 	n.votes.mu.Lock()

@@ -148,20 +148,20 @@ func TestVoteHoldRule(t *testing.T) {
 	require.False(t, votes(1, 2))
 	require.False(t, votes(9, 100), "no leader heard: this node cannot tell what the candidate misses")
 
-	n.leaderCommit(5, 0) // a heartbeat names no commit index
+	n.leaderCommit(5, 0, false) // a heartbeat names no commit index
 	require.False(t, votes(9, 100))
-	n.leaderCommit(5, 40)
+	n.leaderCommit(5, 40, true)
 	require.True(t, votes(5, 40))
 	require.True(t, votes(5, 41))
 	require.True(t, votes(6, 2), "a later term's log holds everything committed before it")
 	require.False(t, votes(5, 39))
 	require.False(t, votes(4, 1000), "many entries of an older term")
 	require.False(t, votes(1, 1), "past its first election")
-	n.leaderCommit(5, 60) // the same leader later: the mark stays
+	n.leaderCommit(5, 60, true) // the same leader later: the mark stays
 	require.True(t, votes(5, 40))
-	n.leaderCommit(4, 90) // an older term's leader
+	n.leaderCommit(4, 90, true) // an older term's leader
 	require.True(t, votes(5, 40))
-	n.leaderCommit(7, 50) // a new leader
+	n.leaderCommit(7, 50, true) // a new leader
 	require.False(t, votes(6, 80))
 	require.True(t, votes(7, 50))
 
