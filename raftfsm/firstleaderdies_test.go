@@ -44,7 +44,9 @@ func TestFirstLeaderDiesBeforeNamingACommitIndex(t *testing.T) {
 	require.NoError(t, nodes[0].Bootstrap(infos)) // n1 only; n2 and n3 asked to join
 	require.Equal(t, "n1", c.leader(nodes...).self.ID)
 	require.Eventually(t, func() bool {
-		return nodes[1].raft.LastIndex() >= 2 && nodes[2].raft.LastIndex() >= 2 && nodes[0].raft.CommitIndex() >= 2
+		// One of them is enough (and all a commit needs): the other's
+		// retry after a mismatch may come once n1 has committed, and is cut.
+		return (nodes[1].raft.LastIndex() >= 2 || nodes[2].raft.LastIndex() >= 2) && nodes[0].raft.CommitIndex() >= 2
 	}, 15*time.Second, 10*time.Millisecond, "n1 never replicated and committed its first entry")
 	c.stop(nodes[0])
 	for _, n := range nodes[1:] {
