@@ -73,6 +73,8 @@ type voteGate interface {
 	leaderCommit(term, commit uint64, named bool)
 	mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error
 	mayCampaign(from raft.RPCHeader) error
+	staleLeader() bool
+	preVote(req *raft.RequestPreVoteRequest) *raft.RequestPreVoteResponse
 }
 
 func newForeignGuard(t *raft.NetworkTransport, self raft.ServerID, r *atomic.Pointer[raft.Raft], ready, stop chan struct{}, log *slog.Logger) *foreignGuard {
@@ -107,6 +109,9 @@ func (g *foreignGuard) forward() {
 		case rpc := <-in:
 			if err := g.check(rpc); err != nil {
 				rpc.Respond(nil, err)
+				continue
+			}
+			if g.settle(rpc) {
 				continue
 			}
 			select {
@@ -222,4 +227,33 @@ func (g *foreignGuard) foreignLeader() string {
 		return *w
 	}
 	return ""
+}
+
+// settle adjusts or answers a vote request check let through, for a node
+// that holds its campaign (joining.go's campaignHold), and reports whether
+// it answered rpc itself. Holding its campaign, the node's heartbeat
+// timeout is a day, so raft never forgets a leader that died: it refused
+// every vote and pre-vote "since we have a leader", and the survivors
+// could elect nobody until the dead leader came back or this node was
+// restarted (an operator walk). Once the leader has been silent for the
+// heartbeat timeout raft would otherwise have, a vote this node's hold
+// allows goes to raft as a leadership transfer's does (which skips only
+// that check), and a pre-vote is answered here as raft answers one when it
+// knows no leader.
+func (g *foreignGuard) settle(rpc raft.RPC) bool {
+	if g.votes == nil {
+		return false
+	}
+	switch c := rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		if g.votes.staleLeader() {
+			c.LeadershipTransfer = true
+		}
+	case *raft.RequestPreVoteRequest:
+		if g.votes.staleLeader() {
+			rpc.Respond(g.votes.preVote(c), nil)
+			return true
+		}
+	}
+	return false
 }

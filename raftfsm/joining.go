@@ -611,3 +611,52 @@ func (n *Node) mayCampaign(from raft.RPCHeader) error {
 	}
 	return fmt.Errorf("raftfsm: node %s takes no leadership hand-off from %s: it started empty and has not caught up with its cluster, so it neither votes nor stands for election yet; hand leadership to another voter", n.self.ID, from.ID)
 }
+
+// staleLeader reports whether this node holds its campaign and has not
+// heard from the leader it knows for longer than raft's own heartbeat
+// timeout (foreignGuard.settle).
+func (n *Node) staleLeader() bool {
+	if !n.campaign.held.Load() || n.raft == nil {
+		return false
+	}
+	if addr, _ := n.raft.LeaderWithID(); addr == "" {
+		return false // raft's own checks know no leader either
+	}
+	return time.Since(n.raft.LastContact()) > n.campaign.heartbeat
+}
+
+// preVote answers a pre-vote as raft does when it knows no leader: granted
+// to a voter of this node's configuration whose term is not older and
+// whose log is at least as up to date as this node's (the vote hold has
+// let it through already). A pre-vote changes nothing here.
+func (n *Node) preVote(req *raft.RequestPreVoteRequest) *raft.RequestPreVoteResponse {
+	term := n.raft.CurrentTerm()
+	resp := &raft.RequestPreVoteResponse{
+		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.self.ID), Addr: []byte(n.self.RaftAddr)},
+		Term:      term,
+	}
+	if req.Term < term {
+		return resp
+	}
+	resp.Term = req.Term
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return resp
+	}
+	servers := f.Configuration().Servers
+	voter := len(servers) == 0
+	for _, s := range servers {
+		if string(s.ID) == string(req.ID) && s.Suffrage == raft.Voter {
+			voter = true
+		}
+	}
+	if !voter {
+		return resp
+	}
+	lastTerm, lastIndex := n.lastEntry()
+	if lastTerm > req.LastLogTerm || lastTerm == req.LastLogTerm && lastIndex > req.LastLogIndex {
+		return resp
+	}
+	resp.Granted = true
+	return resp
+}
