@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/middleware"
 )
 
@@ -453,13 +454,13 @@ const defaultProxyMaxInFlight = 1024
 // including the callers whose attempts it held claims for.
 func (p *proxy) limitInFlight(next http.Handler) http.Handler {
 	max := int64(p.cfg.maxInFlight)
-	var inFlight, refused, lastLog atomic.Int64
+	var inFlight, refused, lastLog atomic.Int64 // lastLog: mono time of the last warning
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		if n > max {
 			total := refused.Add(1)
-			if last := lastLog.Load(); time.Since(time.Unix(0, last)) > 10*time.Second && lastLog.CompareAndSwap(last, time.Now().UnixNano()) {
+			if last := lastLog.Load(); mono.Since(last) > 10*time.Second && lastLog.CompareAndSwap(last, mono.Now()) {
 				p.log.Warn("refusing requests: too many in flight", "max-inflight", max, "refused-total", total)
 			}
 			if r.ContentLength != 0 {
