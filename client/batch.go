@@ -98,12 +98,11 @@ var ErrBatcherClosed = errors.New("client: batcher closed")
 type batchCall struct {
 	ctx context.Context
 	op  []byte // the op's JSON
-	// scoped: a claim or a get, whose record must be of principal and
-	// key (sameScope, checked in post for the whole batch).
-	scoped         bool
-	principal, key string
-	done           chan batchAnswer
-	taken          atomic.Bool // the loop has it: an answer will come
+	// scope is the op's kind and, of a claim or a get, the principal and
+	// key its record must be of (checkScopes, in post for the whole batch).
+	scope opScope
+	done  chan batchAnswer
+	taken atomic.Bool // the loop has it: an answer will come
 }
 
 type batchAnswer struct {
@@ -232,12 +231,12 @@ func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessag
 	if err != nil {
 		return nil, 0, fmt.Errorf("client: encode %s: %w", kind, err)
 	}
-	call := &batchCall{ctx: ctx, op: op, done: make(chan batchAnswer, 1)}
+	call := &batchCall{ctx: ctx, op: op, done: make(chan batchAnswer, 1), scope: opScope{Op: kind}}
 	switch v := body.(type) {
 	case *ClaimRequest:
-		call.scoped, call.principal, call.key = true, v.Principal, v.Key
+		call.scope.Principal, call.scope.Key = v.Principal, v.Key
 	case *wire.Lookup:
-		call.scoped, call.principal, call.key = true, v.Principal, v.Key
+		call.scope.Principal, call.scope.Key = v.Principal, v.Key
 	}
 	select {
 	case <-b.stop:
@@ -431,7 +430,7 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 			err = fmt.Errorf("%d results for %d ops", len(out.Results), len(live))
 		}
 		if err == nil {
-			err = checkCallScopes(live, out.Results)
+			err = checkScopes(out.Results, func(i int) (opScope, bool) { return live[i].scope, true })
 		}
 		if err != nil {
 			err = badAnswer(http.MethodPost, "/v1/batch", err)

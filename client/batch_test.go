@@ -278,7 +278,7 @@ func TestBatcherRefusesWholeABatchWithARecordOfAnotherScope(t *testing.T) {
 			t.Fatal(err)
 		}
 		live = append(live, &batchCall{ctx: context.Background(), op: op, done: make(chan batchAnswer, 1),
-			scoped: true, principal: req.Principal, key: req.Key})
+			scope: opScope{Op: wire.OpClaim, Principal: req.Principal, Key: req.Key}})
 	}
 	for i, a := range b.post(live) {
 		if !errors.Is(a.err, ErrBadAnswer) || !strings.Contains(a.err.Error(), "claim op 2") {

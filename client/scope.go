@@ -39,17 +39,26 @@ type opScope struct {
 	Key       string `json:"key"`
 }
 
-// checkCallScopes is checkBatchScopes for a Batcher's batch: the scopes
-// are its calls', the results already split. One record of another scope
-// refuses the whole answer (below).
-func checkCallScopes(live []*batchCall, results []wire.BatchResult) error {
-	for i, c := range live {
-		if !c.scoped || results[i].Status != http.StatusOK {
+// checkScopes applies sameScope to each claim and get op of a batch whose
+// result holds a record, scope(i) giving op i's. One that does not match
+// makes the whole answer a bad one: its results are not known to be in the
+// order of the ops, so none is taken, not even a won claim's token. Only
+// 200 results are looked at (a replay, a lookup): a won claim (201) and a
+// problem hold no record. What does not decode is left to the decoding of
+// each op's result, which reports it.
+func checkScopes(results []wire.BatchResult, scope func(i int) (opScope, bool)) error {
+	for i, r := range results {
+		if r.Status != http.StatusOK {
 			continue
 		}
-		if err := recordScope(results[i].Body, c.principal, c.key); err != nil {
-			var op opScope
-			_ = json.Unmarshal(c.op, &op)
+		op, ok := scope(i)
+		if !ok {
+			return nil
+		}
+		if op.Op != wire.OpClaim && op.Op != wire.OpGet {
+			continue
+		}
+		if err := recordScope(r.Body, op.Principal, op.Key); err != nil {
 			return fmt.Errorf("%s op %d: %w", op.Op, i+1, err)
 		}
 	}
@@ -72,14 +81,10 @@ func recordScope(body []byte, principal, key string) error {
 	return sameScope(&Record{Principal: res.Record.Principal, Key: res.Record.Key}, principal, key)
 }
 
-// checkBatchScopes applies sameScope to each claim and get op of a batch
-// (body, as sent) whose result (in raw, the 2xx answer) holds a record.
-// One that does not match makes the whole answer a bad one: its results
-// are not known to be in the order of the ops, so none is taken, not even
-// a won claim's token. Only 200 results are looked at (a replay, a
-// lookup): a won claim (201) and a problem hold no record. What does not
-// decode is left to the decoding of the answer and of each op's result,
-// which report it.
+// checkBatchScopes is checkScopes for a raw POST /v1/batch (Client.Do):
+// the ops are read from body, as sent, and only once a result holds a
+// record; what does not decode (the answer, or ops that do not match its
+// results) is left to the caller's decoding.
 func checkBatchScopes(body, raw []byte) error {
 	results, ok := splitBatchResults(raw)
 	if !ok {
@@ -90,24 +95,20 @@ func checkBatchScopes(body, raw []byte) error {
 		results = out.Results
 	}
 	var ops []opScope
-	for i, r := range results {
-		if r.Status != http.StatusOK {
-			continue
-		}
+	err := checkScopes(results, func(i int) (opScope, bool) {
 		if ops == nil {
 			var req struct {
 				Ops []opScope `json:"ops"`
 			}
 			if json.Unmarshal(body, &req) != nil || len(req.Ops) != len(results) {
-				return nil
+				return opScope{}, false
 			}
 			ops = req.Ops
 		}
-		if op := ops[i]; op.Op == wire.OpClaim || op.Op == wire.OpGet {
-			if err := recordScope(r.Body, op.Principal, op.Key); err != nil {
-				return badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("%s op %d: %w", op.Op, i+1, err))
-			}
-		}
+		return ops[i], true
+	})
+	if err != nil {
+		return badAnswer(http.MethodPost, "/v1/batch", err)
 	}
 	return nil
 }
