@@ -272,7 +272,7 @@ func (n *Node) Status() (Status, error) {
 	if hasLeader {
 		st.Leader = &leader
 	}
-	if !n.releaseVote() { // joining.go
+	if n.voteHeld() { // joining.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
