@@ -406,21 +406,20 @@ func (n *Node) checkLogPresent() error {
 	if err != nil {
 		return fmt.Errorf("raftfsm: read the raft log: %w", err)
 	}
-	if last >= applied {
-		return nil
-	}
-	list, err := n.snaps.List()
-	if err != nil {
-		return err
-	}
-	if len(list) > 0 && list[0].Index >= applied {
-		return nil
-	}
-	if last > 0 || len(list) > 0 {
-		end := last
-		if len(list) > 0 && list[0].Index > end {
-			end = list[0].Index
+	end := last // raft's log ends here, or at the newest snapshot
+	if end < applied {
+		list, err := n.snaps.List()
+		if err != nil {
+			return err
 		}
+		if len(list) > 0 {
+			end = max(end, list[0].Index)
+		}
+	}
+	if end >= applied {
+		return nil
+	}
+	if end > 0 {
 		return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but the raft log in %s and its snapshots end at index %d: entries this node applied are gone from its log (the log was deleted, replaced or cut short), so it must not vote or lead from it. Nothing was changed. %s",
 			filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), end, lostLogAdvice(n.cfg))
 	}
