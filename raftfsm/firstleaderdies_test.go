@@ -23,15 +23,7 @@ import (
 func TestFirstLeaderDiesBeforeNamingACommitIndex(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t)
-	ids := []string{"n1", "n2", "n3"}
-	var nodes []*Node
-	var dirs, addrs []string
-	var infos []NodeInfo
-	for _, id := range ids {
-		dir := t.TempDir()
-		n := c.openIn2(id, dir, "", nil)
-		nodes, dirs, addrs, infos = append(nodes, n), append(dirs, dir), append(addrs, n.self.RaftAddr), append(infos, n.Self())
-	}
+	nodes, dirs, addrs, infos := c.openEmpty("n1", "n2", "n3")
 	cut := func(rpc raft.RPC) error {
 		if ae, ok := rpc.Command.(*raft.AppendEntriesRequest); ok && ae.LeaderCommitIndex > 0 {
 			return errors.New("test: the leader died")

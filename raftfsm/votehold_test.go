@@ -72,6 +72,20 @@ func (c *memCluster) openIn2(id, dir, raftAddr string, logs *logBuffer) *Node {
 	return c.start(cfg)
 }
 
+// openEmpty starts nodes ids on empty data dirs of their own, none
+// bootstrapping (as --bootstrap-expect nodes before one forms the
+// cluster), and returns them with their data dirs, raft addresses and
+// infos, in the order of ids.
+func (c *memCluster) openEmpty(ids ...string) (nodes []*Node, dirs, addrs []string, infos []NodeInfo) {
+	c.t.Helper()
+	for _, id := range ids {
+		dir := c.t.TempDir()
+		n := c.openIn2(id, dir, "", nil)
+		nodes, dirs, addrs, infos = append(nodes, n), append(dirs, dir), append(addrs, n.self.RaftAddr), append(infos, n.Self())
+	}
+	return nodes, dirs, addrs, infos
+}
+
 // A cluster formed with --bootstrap-expect in which one node bootstrapped
 // first and the others, seeing its cluster, asked to join it rather than
 // bootstrap themselves (idem serve's tryBootstrap): they are empty, with
@@ -85,15 +99,7 @@ func (c *memCluster) openIn2(id, dir, raftAddr string, logs *logBuffer) *Node {
 func TestBootstrapExpectFirstElectionWithPeersThatAskedToJoin(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t)
-	ids := []string{"n1", "n2", "n3"}
-	var nodes []*Node
-	var dirs, addrs []string
-	var infos []NodeInfo
-	for _, id := range ids {
-		dir := t.TempDir()
-		n := c.openIn2(id, dir, "", nil)
-		nodes, dirs, addrs, infos = append(nodes, n), append(dirs, dir), append(addrs, n.self.RaftAddr), append(infos, n.Self())
-	}
+	nodes, dirs, addrs, infos := c.openEmpty("n1", "n2", "n3")
 	for _, n := range nodes {
 		require.True(t, n.voteHeld(), "%s started empty without bootstrapping, and holds its vote", n.self.ID)
 	}
@@ -118,7 +124,7 @@ func TestBootstrapExpectFirstElectionWithPeersThatAskedToJoin(t *testing.T) {
 	c.stop(nodes[1])
 	c.stop(nodes[2])
 	for i := 1; i < 3; i++ {
-		nodes[i] = c.openIn2(ids[i], dirs[i], addrs[i], nil)
+		nodes[i] = c.openIn2(nodes[i].self.ID, dirs[i], addrs[i], nil)
 	}
 	l = c.leader(nodes[1], nodes[2])
 	require.NoError(t, claim(l, "third"))
