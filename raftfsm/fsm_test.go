@@ -224,9 +224,11 @@ func TestClusterTimeNeverGoesBack(t *testing.T) {
 	require.Less(t, f.clock.NowMs(), int64(6000)+3*ttl.MaxStep.Milliseconds()+int64(time.Minute/time.Millisecond))
 }
 
-func benchClaims(b *testing.B, batch int, widthMs int64, randomKeys bool) {
-	f, db := mustFSM(b, b.TempDir())
+func benchClaims(b *testing.B, batch int, widthMs int64, randomKeys bool, memtableBytes int64) {
+	db, err := engine.Open(b.TempDir(), engine.Options{MemTableBytes: memtableBytes})
+	require.NoError(b, err)
 	defer db.Close()
+	f := NewFSM(db, ttl.NewClock(0), nil, nil)
 	now := time.Now().UnixMilli()
 	logs := make([]*raft.Log, batch)
 	idx := uint64(0)
@@ -257,12 +259,16 @@ func benchClaims(b *testing.B, batch int, widthMs int64, randomKeys bool) {
 // BenchmarkApplyClaims measures FSM apply of fresh claims in raft batches
 // of 1, 64 and 512 entries (one Pebble commit per batch), at the default
 // bucket width. Keys are sequential ("k-1", "k-2", ...), or random as
-// clients make them (UUIDs): the memtable's inserts then land anywhere.
+// clients make them (UUIDs): the memtable's inserts then land anywhere,
+// and cost more the larger the memtable (engine.DefaultMemTableBytes;
+// the last case is the size nodes ran with before).
 func BenchmarkApplyClaims(b *testing.B) {
+	width := DefaultConfig().BucketWidth.Milliseconds()
 	for _, n := range []int{1, 64, 512} {
-		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n, DefaultConfig().BucketWidth.Milliseconds(), false) })
+		b.Run(fmt.Sprint("batch=", n), func(b *testing.B) { benchClaims(b, n, width, false, 0) })
 	}
-	b.Run("batch=64/keys=random", func(b *testing.B) { benchClaims(b, 64, DefaultConfig().BucketWidth.Milliseconds(), true) })
+	b.Run("batch=64/keys=random", func(b *testing.B) { benchClaims(b, 64, width, true, 0) })
+	b.Run("batch=64/keys=random/memtable=32MiB", func(b *testing.B) { benchClaims(b, 64, width, true, 32<<20) })
 }
 
 // BenchmarkApplyClaimsByWidth shows what the bucket width costs: a claim
@@ -271,7 +277,7 @@ func BenchmarkApplyClaims(b *testing.B) {
 // stays on disk.
 func BenchmarkApplyClaimsByWidth(b *testing.B) {
 	for _, w := range []time.Duration{30 * time.Minute, time.Hour, 2 * time.Hour, 4 * time.Hour, 6 * time.Hour} {
-		b.Run(fmt.Sprint("width=", w), func(b *testing.B) { benchClaims(b, 64, w.Milliseconds(), false) })
+		b.Run(fmt.Sprint("width=", w), func(b *testing.B) { benchClaims(b, 64, w.Milliseconds(), false, 0) })
 	}
 }
 
