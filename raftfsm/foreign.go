@@ -43,8 +43,8 @@ import (
 // it starts empty instead (joining.go), so the guard is never armed there.
 //
 // The guard also holds the vote of a node that started empty until it is
-// safe to give (joining.go's voteHold), armed or not, and a leader's
-// hand-off to it (joining.go's campaignHold).
+// safe to give (votehold.go's voteHold), armed or not, and a leader's
+// hand-off to it (votehold.go's campaignHold).
 type foreignGuard struct {
 	*raft.NetworkTransport
 	self    raft.ServerID
@@ -61,7 +61,7 @@ type foreignGuard struct {
 	from        atomic.Pointer[string]
 	// votes, set before raft runs, holds the vote of a node that started
 	// empty, and learns from leaders' AppendEntries what it needs to give
-	// it (joining.go's voteHold).
+	// it (votehold.go's voteHold).
 	votes voteGate
 	// hook, when set (tests only), is asked first about each RPC: an
 	// error refuses it as the guard's own do.
@@ -172,7 +172,7 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 }
 
 // vote says why this node must not grant a vote or a pre-vote to a
-// candidate whose log ends at lastTerm, lastIndex (joining.go's voteHold).
+// candidate whose log ends at lastTerm, lastIndex (votehold.go's voteHold).
 func (g *foreignGuard) vote(from raft.RPCHeader, lastTerm, lastIndex uint64) error {
 	if g.votes == nil {
 		return nil
@@ -230,7 +230,7 @@ func (g *foreignGuard) foreignLeader() string {
 }
 
 // settle adjusts or answers a vote request check let through, for a node
-// that holds its campaign (joining.go's campaignHold), and reports whether
+// that holds its campaign (votehold.go's campaignHold), and reports whether
 // it answered rpc itself. Holding its campaign, the node's heartbeat
 // timeout is a day, so raft never forgets a leader that died: it refused
 // every vote and pre-vote "since we have a leader", and the survivors

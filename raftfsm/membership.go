@@ -131,7 +131,7 @@ type Status struct {
 	Scope string `json:"scope,omitempty"`
 	// HoldsVote is set while this node, which started with an empty data
 	// dir, neither votes for a candidate that may miss acknowledged writes
-	// nor stands for election (joining.go's voteHold and campaignHold): an
+	// nor stands for election (votehold.go's voteHold and campaignHold): an
 	// operator looking for why no leader is elected sees it here.
 	HoldsVote *VoteHoldStatus `json:"holds_vote,omitempty"`
 }
@@ -272,7 +272,7 @@ func (n *Node) Status() (Status, error) {
 	if hasLeader {
 		st.Leader = &leader
 	}
-	if n.voteHeld() { // joining.go; refreshMembership releases it once it may
+	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
@@ -770,10 +770,10 @@ func (n *Node) refreshMembership() {
 		}
 	}
 	n.member.Store(in)
-	n.saveMark()                       // joining.go
+	n.saveMark()                       // votehold.go
 	n.forgetJoining(f.Configuration()) // joining.go
-	n.releaseVote()                    // joining.go
-	n.liftCampaignHold()               // joining.go
+	n.releaseVote()                    // votehold.go
+	n.liftCampaignHold()               // votehold.go
 }
 
 func (n *Node) watchMembership() {

@@ -70,8 +70,8 @@ type Node struct {
 	// admission is what the file says of the node's admission.
 	joining   atomic.Bool
 	admission atomic.Uint64
-	votes     voteHold     // joining.go: the vote of a node that started empty
-	campaign  campaignHold // joining.go: its candidacy, held with its vote
+	votes     voteHold     // votehold.go: the vote of a node that started empty
+	campaign  campaignHold // votehold.go: its candidacy, held with its vote
 	guard     *foreignGuard
 }
 
