@@ -183,6 +183,9 @@ func open(cfg Config) (*Node, error) {
 	if err := n.checkLogPresent(); err != nil {
 		return nil, err
 	}
+	if err := n.dropLogBelowSnapshot(); err != nil { // after the refusals, which change nothing
+		return nil, err
+	}
 	if err := n.checkKeys(); err != nil {
 		return nil, err
 	}
@@ -226,7 +229,7 @@ func open(cfg Config) (*Node, error) {
 	// operator can add it back without restarting it (membership.go).
 	rc.ShutdownOnRemove = false
 	if n.voteHeld() {
-		n.holdCampaign(rc) // joining.go
+		n.holdCampaign(rc) // votehold.go
 	}
 	if err := raft.ValidateConfig(rc); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -425,6 +428,42 @@ func (n *Node) checkLogPresent() error {
 	}
 	return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but %s holds no raft log and there is no snapshot: the log was deleted or replaced, and without it this node has no cluster configuration. %s",
 		filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), lostLogAdvice(n.cfg))
+}
+
+// dropLogBelowSnapshot finishes what raft does once it has installed a
+// leader's snapshot: raft-wal takes no gaps, so raft then removes the whole
+// log (removeOldLogs). A node stopped between the two kept a log that ends
+// below its newest snapshot; raft appended the entries after the snapshot
+// to it, raft-wal refused each ("non-monotonic log entries"), and the node
+// could store no entry again: a follower never caught up, a lone node never
+// answered. Every entry of such a log is below the snapshot, whose state
+// the node holds (catchUpFromSnapshot), and raft would have removed them:
+// they go now, with a log line.
+func (n *Node) dropLogBelowSnapshot() error {
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	if last == 0 {
+		return nil
+	}
+	list, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("raftfsm: list snapshots: %w", err)
+	}
+	if len(list) == 0 || list[0].Index <= last {
+		return nil
+	}
+	first, err := n.logStore.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	if err := n.logStore.DeleteRange(first, last); err != nil {
+		return fmt.Errorf("raftfsm: remove the raft log's entries %d-%d, below snapshot %s: %w", first, last, list[0].ID, err)
+	}
+	n.log.Warn("the raft log ended below the newest snapshot (the node stopped while installing a snapshot from its leader, before raft removed the older log); removed the log's entries, which the snapshot covers",
+		"removed-from", first, "removed-to", last, "snapshot", list[0].ID, "snapshot-index", list[0].Index)
+	return nil
 }
 
 // checkLogEnd refuses a raft log whose end was lost below its first index

@@ -106,3 +106,48 @@ func TestStartRefusesALogDeletedBesideAnOlderSnapshot(t *testing.T) {
 	}
 	claim(m, "new") // and new claims are decided, not skipped
 }
+
+// A node stopped after installing its leader's snapshot but before raft
+// removed its older log (raft-wal takes no gaps, so raft empties the log
+// then) keeps a log that ends below the newest snapshot. raft appended the
+// entries after the snapshot to it and raft-wal refused every one, so the
+// node never stored an entry again ("no leader" here). The same state is
+// made by cutting the log's tail below the node's own snapshot.
+func TestStartDropsALogThatEndsBelowTheSnapshot(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.TickInterval, c.SweepInterval = time.Hour, time.Hour })
+	claim := func(n *Node, key string) engine.Outcome {
+		t.Helper()
+		res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 3_600_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		return res.Outcome
+	}
+	for i := range 5 {
+		require.Equal(t, engine.OutcomeClaimed, claim(n, fmt.Sprint("k-", i)))
+	}
+	require.NoError(t, n.Snapshot())
+	list, err := n.snaps.List()
+	require.NoError(t, err)
+	snapIndex := list[0].Index
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+
+	ls, err := openWAL(filepath.Join(cfg.DataDir, logStoreDir), nil)
+	require.NoError(t, err)
+	last, err := ls.LastIndex()
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, last, snapIndex)
+	require.NoError(t, ls.DeleteRange(snapIndex-2, last))
+	require.NoError(t, ls.Close())
+
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	defer m.Close()
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	for i := range 5 {
+		require.NotEqual(t, engine.OutcomeClaimed, claim(m, fmt.Sprint("k-", i)), "k-%d was claimed before the restart", i)
+	}
+	require.Equal(t, engine.OutcomeClaimed, claim(m, "new"), "a new claim is decided: the node stores entries again")
+	first, err := m.logStore.FirstIndex()
+	require.NoError(t, err)
+	require.Greater(t, first, snapIndex, "the entries below the snapshot are gone from the log")
+}
