@@ -797,7 +797,11 @@ func (n *Node) watchMembership() {
 }
 
 // observe keeps, for the leader, which peers raft's heartbeats fail to
-// reach: a peer that answers HTTP but not raft is not healthy either.
+// reach, and when they last failed: a peer that answers HTTP but not raft
+// is not healthy either. Raft reports a resumed heartbeat only from the
+// replication that failed, so a failure of a peer's removed replication
+// (stopped, removed, then joined again under the same id) is never
+// resumed: judge clears it once the peer has heard from the leader since.
 func (n *Node) observe(ch chan raft.Observation) {
 	defer n.wg.Done()
 	for {
@@ -808,7 +812,7 @@ func (n *Node) observe(ch chan raft.Observation) {
 			n.mu.Lock()
 			switch v := o.Data.(type) {
 			case raft.FailedHeartbeatObservation:
-				n.unhealty[v.PeerID] = true
+				n.unhealty[v.PeerID] = time.Now()
 			case raft.ResumedHeartbeatObservation:
 				delete(n.unhealty, v.PeerID)
 			case raft.LeaderObservation:
@@ -865,7 +869,13 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 // caller holds n.peers.mu.
 func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, string) {
 	n.mu.Lock()
-	hbFailing := n.unhealty[id]
+	failedAt, hbFailing := n.unhealty[id]
+	if hbFailing && h.contactAt.After(failedAt) {
+		// The peer heard from this leader after the last failed
+		// heartbeat: raft reaches it (see observe).
+		delete(n.unhealty, id)
+		hbFailing = false
+	}
 	n.mu.Unlock()
 	switch {
 	case h.answeredAt.IsZero():

@@ -301,7 +301,7 @@ func TestForcedRemovalWithoutQuorumIsPending(t *testing.T) {
 // CI, TestMembershipThreeNodes in cmd/idem).
 func TestYoungLeaderJudgesAReplayingNodeBehind(t *testing.T) {
 	now := time.Now()
-	n := &Node{unhealty: map[raft.ServerID]bool{}}
+	n := &Node{unhealty: map[raft.ServerID]time.Time{}}
 	answered := func(applied uint64) *peerHealth {
 		return &peerHealth{checkedAt: now, answeredAt: now, contactAt: now, applied: applied}
 	}

@@ -56,8 +56,8 @@ type Node struct {
 	leaderCache atomic.Pointer[leaderEntry]
 
 	mu       sync.Mutex
-	unhealty map[raft.ServerID]bool
-	peers    peerState // membership.go: measured health of the members, promotions
+	unhealty map[raft.ServerID]time.Time // when the leader last saw its heartbeat to a peer fail (observe)
+	peers    peerState                   // membership.go: measured health of the members, promotions
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -123,7 +123,7 @@ func open(cfg Config) (*Node, error) {
 		clock:    ttl.NewClock(cfg.ClockOffset),
 		widthMs:  cfg.BucketWidth.Milliseconds(),
 		self:     NodeInfo{ID: cfg.NodeID, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAdvertise},
-		unhealty: map[raft.ServerID]bool{},
+		unhealty: map[raft.ServerID]time.Time{},
 		stop:     make(chan struct{}),
 	}
 	n.keyring.Store(cfg.Keyring)
