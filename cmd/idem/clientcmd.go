@@ -193,15 +193,15 @@ func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Clie
 	}
 	raw, err := do(ctx, cl)
 	if err != nil {
-		return c.fail(err)
+		return c.fail(err, token != "")
 	}
 	cliWriteJSON(c.stdout, raw)
 	return 0
 }
 
 // fail prints why a call failed: the problem's detail and code, or the
-// transport error.
-func (c *cliCmd) fail(err error) int {
+// transport error. withToken says whether the call carried a bearer token.
+func (c *cliCmd) fail(err error, withToken bool) int {
 	var p *client.Problem
 	if !errors.As(err, &p) {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -227,7 +227,23 @@ func (c *cliCmd) fail(err error) int {
 		facts = append(facts, "retry after "+p.RetryAfter.String())
 	}
 	fmt.Fprintf(c.stderr, "idem %s: %s (%s)\n", c.name, msg, strings.Join(facts, ", "))
+	if hint := authHint(p.Code, withToken, "--auth-token, --token-file or IDEM_AUTH_TOKEN"); hint != "" {
+		fmt.Fprintf(c.stderr, "idem %s: %s\n", c.name, hint)
+	}
 	return cliExitAPI
+}
+
+// authHint says what to do about a 401 in the CLI's terms, naming the
+// flags (ways) that give a token: the server's detail speaks of an
+// Authorization header, which no command line has. "" for other codes.
+func authHint(code string, withToken bool, ways string) string {
+	if code != "unauthorized" {
+		return ""
+	}
+	if withToken {
+		return "the token given (" + ways + ") is not one of the node's: its --auth-file lists the tokens it takes (idem token new makes one)"
+	}
+	return "the node runs with --auth-file: give one of its tokens with " + ways
 }
 
 // notHTTP says what probably happened when err is a request's address

@@ -171,6 +171,9 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		var p struct{ Detail, Code string }
 		if json.Unmarshal(raw, &p) == nil && p.Detail != "" {
 			fmt.Fprintf(stderr, "%s: %s (code %s, HTTP %d)\n", name, p.Detail, p.Code, resp.StatusCode)
+			if hint := authHint(p.Code, token != "", "--auth-token or IDEM_AUTH_TOKEN"); hint != "" {
+				fmt.Fprintf(stderr, "%s: %s\n", name, hint)
+			}
 		} else {
 			fmt.Fprintf(stderr, "%s: %s answered %s: %s\n", name, addr, resp.Status, strings.TrimSpace(string(raw)))
 		}
