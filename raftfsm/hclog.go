@@ -44,7 +44,7 @@ func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 func (h *hclogAdapter) Trace(msg string, args ...any) {}
 func (h *hclogAdapter) Debug(msg string, args ...any) { h.log(slog.LevelDebug, msg, args...) }
 func (h *hclogAdapter) Info(msg string, args ...any)  { h.log(slog.LevelDebug, msg, args...) }
-func (h *hclogAdapter) Warn(msg string, args ...any)  { h.log(slog.LevelWarn, msg, args...) }
+func (h *hclogAdapter) Warn(msg string, args ...any)  { h.log(warnLevel(msg, args), msg, args...) }
 func (h *hclogAdapter) Error(msg string, args ...any) { h.log(slog.LevelError, msg, args...) }
 func (h *hclogAdapter) IsTrace() bool                 { return false }
 func (h *hclogAdapter) IsDebug() bool {
@@ -74,6 +74,36 @@ func (h *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 		h.log(slog.LevelDebug, fmt.Sprintf("%s", p))
 		return len(p), nil
 	})
+}
+
+// warnLevel is the slog level of a raft warning: info for the two that
+// every healthy start logs, so that a new node's first lines hold no
+// warning that asks nothing of anyone. A node that has known no leader
+// since it started times out once before its first election (every
+// one-node start does), and a node that joined with an empty log refuses
+// the leader's first append before the leader sends it the log.
+func warnLevel(msg string, args []any) slog.Level {
+	switch msg {
+	case "heartbeat timeout reached, starting election":
+		if v, ok := hcArg(args, "last-leader-id"); ok && fmt.Sprint(v) == "" {
+			return slog.LevelInfo
+		}
+	case "failed to get previous log":
+		if v, ok := hcArg(args, "last-index"); ok && fmt.Sprint(v) == "0" {
+			return slog.LevelInfo
+		}
+	}
+	return slog.LevelWarn
+}
+
+// hcArg finds the value of key among hclog's alternating keys and values.
+func hcArg(args []any, key string) (any, bool) {
+	for i := 0; i+1 < len(args); i += 2 {
+		if k, ok := args[i].(string); ok && k == key {
+			return args[i+1], true
+		}
+	}
+	return nil, false
 }
 
 type writerFunc func([]byte) (int, error)

@@ -1,0 +1,37 @@
+package raftfsm
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/stretchr/testify/require"
+)
+
+// A healthy start logs no raft warning: a node that has known no leader
+// since it started times out once before its first election, and a node
+// that joined empty refuses the leader's first append; both are info. The
+// same warnings when something did go wrong (a leader was lost, a log
+// that is not empty misses an entry) stay warnings.
+func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	line := func(msg string, args ...any) string {
+		buf.Reset()
+		h.Warn(msg, args...)
+		return strings.TrimSpace(buf.String())
+	}
+	// As hashicorp/raft v1.8 passes them.
+	require.Contains(t, line("heartbeat timeout reached, starting election",
+		"last-leader-addr", raft.ServerAddress(""), "last-leader-id", raft.ServerID("")), "level=INFO")
+	require.Contains(t, line("failed to get previous log",
+		"previous-index", uint64(21), "last-index", uint64(0), "error", raft.ErrLogNotFound), "level=INFO")
+
+	require.Contains(t, line("heartbeat timeout reached, starting election",
+		"last-leader-addr", raft.ServerAddress("127.0.0.2:7071"), "last-leader-id", raft.ServerID("n2")), "level=WARN")
+	require.Contains(t, line("failed to get previous log",
+		"previous-index", uint64(21), "last-index", uint64(17), "error", raft.ErrLogNotFound), "level=WARN")
+	require.Contains(t, line("failed to contact", "server-id", raft.ServerID("n1")), "level=WARN")
+}
