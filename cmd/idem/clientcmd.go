@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -246,15 +247,23 @@ func authHint(code string, withToken bool, ways string) string {
 	return "the node runs with --auth-file: give one of its tokens with " + ways
 }
 
-// notHTTP says what probably happened when err is a request's address
+// notHTTP says which flag to fix when a node's certificate is not signed by
+// a CA the command trusts (https:// without --ca-file). And it says what
+// probably happened when err is a request's address
 // closing the connection before any answer, or answering something that
 // is not HTTP: it is not a node's HTTP address. A node's raft port (serve
 // --raft-addr, 7071 by default, next to --http-addr's 7070) reads a
 // request as an unknown raft message and closes, which the HTTP client
 // reports as a bare "unexpected EOF" (or "EOF"). A node's HTTP port always
 // answers HTTP, a 503 even when it refuses the connection. Other errors
-// (connection refused, a timeout, a TLS error) are returned as they are.
+// (connection refused, a timeout, another TLS error) are returned as they are.
 func notHTTP(err error) error {
+	var unknownCA x509.UnknownAuthorityError
+	if errors.As(err, &unknownCA) {
+		// https:// without --ca-file, or with another CA: crypto/tls's
+		// words name no flag.
+		return fmt.Errorf("%w; the node's certificate is not signed by a CA this command trusts: give the CA of the nodes' certificates (their --tls-ca-file) with --ca-file (or IDEM_CA_FILE)", err)
+	}
 	var ue *url.Error
 	if !errors.As(err, &ue) {
 		return err // not a failed request: a body cut short, an answer that does not decode
