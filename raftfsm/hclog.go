@@ -2,12 +2,14 @@ package raftfsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log"
 	"log/slog"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // hclogAdapter sends hashicorp/raft's logs to slog. Raft is chatty at info
@@ -45,7 +47,7 @@ func (h *hclogAdapter) Trace(msg string, args ...any) {}
 func (h *hclogAdapter) Debug(msg string, args ...any) { h.log(slog.LevelDebug, msg, args...) }
 func (h *hclogAdapter) Info(msg string, args ...any)  { h.log(slog.LevelDebug, msg, args...) }
 func (h *hclogAdapter) Warn(msg string, args ...any)  { h.log(warnLevel(msg, args), msg, args...) }
-func (h *hclogAdapter) Error(msg string, args ...any) { h.log(slog.LevelError, msg, args...) }
+func (h *hclogAdapter) Error(msg string, args ...any) { h.log(errorLevel(msg, args), msg, args...) }
 func (h *hclogAdapter) IsTrace() bool                 { return false }
 func (h *hclogAdapter) IsDebug() bool {
 	return h.l.Enabled(context.Background(), slog.LevelDebug)
@@ -94,6 +96,21 @@ func warnLevel(msg string, args []any) slog.Level {
 		}
 	}
 	return slog.LevelWarn
+}
+
+// errorLevel is the slog level of a raft error: debug for a connection
+// that this node's own raft transport ends as it shuts down, which every
+// clean stop logs for each peer connected at the time (make cluster's
+// Ctrl-C printed it as an ERROR).
+func errorLevel(msg string, args []any) slog.Level {
+	if msg == "failed to decode incoming command" {
+		if v, ok := hcArg(args, "error"); ok {
+			if err, isErr := v.(error); isErr && errors.Is(err, raft.ErrTransportShutdown) {
+				return slog.LevelDebug
+			}
+		}
+	}
+	return slog.LevelError
 }
 
 // hcArg finds the value of key among hclog's alternating keys and values.

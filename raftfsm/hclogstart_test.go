@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -34,4 +35,15 @@ func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
 	require.Contains(t, line("failed to get previous log",
 		"previous-index", uint64(21), "last-index", uint64(17), "error", raft.ErrLogNotFound), "level=WARN")
 	require.Contains(t, line("failed to contact", "server-id", raft.ServerID("n1")), "level=WARN")
+}
+
+// A clean stop logs no raft error for the connections its own transport
+// ends; a command that really did not decode is still an error.
+func TestRaftErrorOfItsOwnShutdownIsNotLogged(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	h.Error("failed to decode incoming command", "error", raft.ErrTransportShutdown)
+	require.Empty(t, buf.String())
+	h.Error("failed to decode incoming command", "error", errors.New("unknown rpc type 9"))
+	require.Contains(t, buf.String(), "level=ERROR")
 }
