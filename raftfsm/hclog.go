@@ -83,7 +83,8 @@ func (h *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 // warning that asks nothing of anyone. A node that has known no leader
 // since it started times out once before its first election (every
 // one-node start does), and a node that joined with an empty log refuses
-// the leader's first append before the leader sends it the log.
+// the leader's first append (and the leader says so) before the leader
+// sends it the log.
 func warnLevel(msg string, args []any) slog.Level {
 	switch msg {
 	case "heartbeat timeout reached, starting election":
@@ -92,6 +93,12 @@ func warnLevel(msg string, args []any) slog.Level {
 		}
 	case "failed to get previous log":
 		if v, ok := hcArg(args, "last-index"); ok && fmt.Sprint(v) == "0" {
+			return slog.LevelInfo
+		}
+	case "appendEntries rejected, sending older logs":
+		// The leader's side of the same: next is 1 when the follower's
+		// log is empty.
+		if v, ok := hcArg(args, "next"); ok && fmt.Sprint(v) == "1" {
 			return slog.LevelInfo
 		}
 	}

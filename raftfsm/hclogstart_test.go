@@ -13,9 +13,10 @@ import (
 
 // A healthy start logs no raft warning: a node that has known no leader
 // since it started times out once before its first election, and a node
-// that joined empty refuses the leader's first append; both are info. The
-// same warnings when something did go wrong (a leader was lost, a log
-// that is not empty misses an entry) stay warnings.
+// that joined empty refuses the leader's first append, which the leader
+// reports too; all are info. The same warnings when something did go
+// wrong (a leader was lost, a log that is not empty misses an entry) stay
+// warnings.
 func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
 	var buf bytes.Buffer
 	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
@@ -30,6 +31,10 @@ func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
 	require.Contains(t, line("failed to get previous log",
 		"previous-index", uint64(21), "last-index", uint64(0), "error", raft.ErrLogNotFound), "level=INFO")
 
+	peer := raft.Server{Suffrage: raft.Nonvoter, ID: "n4", Address: "127.0.0.4:7071"}
+	require.Contains(t, line("appendEntries rejected, sending older logs", "peer", peer, "next", uint64(1)), "level=INFO")
+
+	require.Contains(t, line("appendEntries rejected, sending older logs", "peer", peer, "next", uint64(40)), "level=WARN")
 	require.Contains(t, line("heartbeat timeout reached, starting election",
 		"last-leader-addr", raft.ServerAddress("127.0.0.2:7071"), "last-leader-id", raft.ServerID("n2")), "level=WARN")
 	require.Contains(t, line("failed to get previous log",
