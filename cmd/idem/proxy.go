@@ -128,6 +128,7 @@ type proxy struct {
 	listenTLS *tls.Config
 	log       *slog.Logger
 	batcher   *client.Batcher // with --store-batch; closed after the last request
+	noToken   bool            // neither --store-token nor --store-token-file
 }
 
 // build checks every flag and names each one that is wrong; nothing is
@@ -180,6 +181,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if strings.ContainsAny(token, " \t\r\n") {
 		bad("store-token", "a bearer token holds no spaces or line breaks")
 	}
+	p.noToken = token == ""
 
 	for _, m := range strings.Split(c.methods, ",") {
 		m = strings.ToUpper(strings.TrimSpace(m))
@@ -375,8 +377,31 @@ func (p *proxy) checkStores(ctx context.Context) {
 		}
 		if err != nil {
 			p.log.Warn("a --store node does not answer its health check: keyed requests go to the other nodes, and are answered 503 while none answers", "store", n.String(), "error", err)
+			continue
+		}
+		if p.noToken && p.storeWantsToken(ctx, n.String()) {
+			p.log.Error("the store runs with --auth-file and the proxy has no store token: every keyed request will be answered 503. Give the proxy an app token with --principals '*' (idem token new --role app --principals '*') in --store-token or --store-token-file", "store", n.String())
+			return
 		}
 	}
+}
+
+// storeWantsToken reports whether the store node at base answers a call
+// without a token 401: it runs with --auth-file. /v1/config needs a token
+// there and none without.
+func (p *proxy) storeWantsToken(ctx context.Context, base string) bool {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodGet, base+"/v1/config", nil)
+	if err != nil {
+		return false
+	}
+	resp, err := p.failover.rt.RoundTrip(req)
+	if err != nil {
+		return false
+	}
+	resp.Body.Close()
+	return resp.StatusCode == http.StatusUnauthorized
 }
 
 // run listens until ctx is done (SIGTERM, Ctrl-C), then stops taking new
