@@ -86,10 +86,11 @@ type batchItem struct {
 // A batch answer can be ~350 times its request (256 gets of records with
 // 64 KiB responses make 22 MB from 19 KB): clients that send such batches
 // and do not read the answers held a gigabyte of this node's memory with
-// ten connections. While answers of this many bytes are being written, a
-// new batch is refused before any op is decided (503, Retry-After), and an
-// answer not taken within Config.BatchAnswerWriteTimeout closes its
-// connection.
+// ten connections. While answers of this many bytes are being made or
+// written, a new batch is refused before any op is decided (503,
+// Retry-After), an op whose answer would carry a stored response past the
+// bound is 503 (runBatch), and an answer not taken within
+// Config.BatchAnswerWriteTimeout closes its connection.
 const DefaultMaxBatchAnswerBytes = 64 << 20
 
 // DefaultBatchAnswerWriteTimeout is the default of
@@ -121,9 +122,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if s.answering.Load() >= s.maxBatchAnswerBytes() {
-		p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-			"this node is writing as many batch answers as it holds memory for (clients that are slow to read theirs); nothing was decided, retry shortly")
-		p.retryAfter = 1
+		p := answersFull("nothing was decided")
 		writeProblem(w, p)
 		return
 	}
@@ -132,7 +131,9 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		items[i] = s.prepareOp(r, raw)
 	}
 	var results []wire.BatchResult
-	if s.onLeader(w, r, body, func() (err error) { results, err = s.runBatch(r.Context(), items); return err }) != nil {
+	var held int64 // of the node's batch answer bytes, until answered
+	defer func() { s.answering.Add(-held) }()
+	if s.onLeader(w, r, body, func() (err error) { results, held, err = s.runBatch(r.Context(), items); return err }) != nil {
 		return
 	}
 	for _, res := range results {
@@ -146,6 +147,15 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	json.Unmarshal(results[0].Body, &p0)
 	p0.retryAfter = results[0].RetryAfter
 	writeProblem(w, &p0)
+}
+
+// answersFull is the 503 of a batch, or of one op, refused because this
+// node holds as many bytes of batch answers as it may.
+func answersFull(what string) *problem {
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+		"this node is writing as many batch answers as it holds memory for (clients that are slow to read theirs); "+what+", retry shortly")
+	p.retryAfter = 1
+	return p
 }
 
 // batchOps reads the request's ops: the whole request is refused only when
@@ -564,18 +574,45 @@ var errQueued = errors.New("api: queued")
 // returns an error, and decides nothing, only while no op has been decided
 // and the store says this node cannot decide now: onLeader then forwards
 // the request, or waits for a leader and runs it again.
-func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchResult, error) {
+//
+// Each answer counts against the node's batch answer bytes from when it is
+// made (held, which the caller gives back once the answer is written): the
+// answers of many batches decided at once, none of them written yet, are
+// as much memory as those being written. An answer that would carry a
+// stored response (a get's record, a claim's replay) past the bound is
+// 503 instead: it decided nothing, and asked again it is the same answer.
+func (s *Server) runBatch(ctx context.Context, items []batchItem) (_ []wire.BatchResult, held int64, err error) {
 	if !s.store.IsLeader() {
 		for i := range items {
 			if it := &items[i]; !it.done && (it.kind != wire.OpGet || it.linear) {
 				// Only the leader decides it: the whole batch goes there
 				// (onLeader forwards it, or waits for a leader), so no op
 				// is decided here before the others are sent on.
-				return nil, raftfsm.ErrNotLeader
+				return nil, 0, raftfsm.ErrNotLeader
 			}
 		}
 	}
+	defer func() {
+		if err != nil {
+			s.answering.Add(-held) // tried again whole, or answered 503
+			held = 0
+		}
+	}()
 	out := make([]wire.BatchResult, len(items))
+	max := s.maxBatchAnswerBytes()
+	keep := func(i int, r wire.BatchResult) {
+		n := int64(len(r.Body)) + 48
+		if r.Status == http.StatusOK && s.answering.Load()+n > max &&
+			(items[i].kind == wire.OpGet || items[i].kind == wire.OpClaim) {
+			rec := newOpRecorder()
+			writeProblem(rec, answersFull("this op was not decided"))
+			r = rec.result()
+			n = int64(len(r.Body)) + 48
+		}
+		s.answering.Add(n)
+		held += n
+		out[i] = r
+	}
 	decided := false
 	var pending []int
 	var ops []raftfsm.BatchOp
@@ -583,7 +620,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 	answer := func(i int, f func(http.ResponseWriter)) {
 		rec := newOpRecorder()
 		f(rec)
-		out[i] = rec.result()
+		keep(i, rec.result())
 	}
 	failed := func(i int, err error) error {
 		if !decided && undecided(err) {
@@ -608,7 +645,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 		}
 		decided = true
 		for j, i := range pending {
-			s.answerBatchOp(out, i, &items[i], rs[j])
+			keep(i, s.answerBatchOp(&items[i], rs[j]))
 		}
 		pending, ops, touched = pending[:0], ops[:0], map[string]bool{}
 		return nil
@@ -617,7 +654,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 	for i := range items {
 		it := &items[i]
 		if it.done {
-			out[i] = it.answer
+			keep(i, it.answer)
 			continue
 		}
 		key := recordKey(it)
@@ -627,7 +664,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 				secretTried = true
 				if err := s.ensureSecret(ctx); err != nil {
 					if err := failed(i, err); err != nil {
-						return nil, err
+						return nil, held, err
 					}
 					continue
 				}
@@ -638,7 +675,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 			if touched[key] && !s.macVerifies(it.target.Scope, it.token) {
 				// fenced reads the record: the batch's earlier writes first.
 				if err := flush(); err != nil {
-					return nil, err
+					return nil, held, err
 				}
 			}
 			var t engine.TokenArgs
@@ -650,12 +687,12 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 			case errors.Is(err, errQueued):
 			case err != nil:
 				if err := failed(i, err); err != nil {
-					return nil, err
+					return nil, held, err
 				}
 				continue
 			default:
 				decided = true
-				s.answerBatchOp(out, i, it, raftfsm.BatchResult{Result: res})
+				keep(i, s.answerBatchOp(it, raftfsm.BatchResult{Result: res}))
 				continue
 			}
 			op := raftfsm.BatchOp{Target: &t}
@@ -671,13 +708,13 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 		case wire.OpGet:
 			if touched[key] {
 				if err := flush(); err != nil {
-					return nil, err
+					return nil, held, err
 				}
 			}
 			rec, found, err := s.store.Lookup(ctx, it.target.Scope, it.target.PrincipalScope, it.linear)
 			if err != nil {
 				if err := failed(i, err); err != nil {
-					return nil, err
+					return nil, held, err
 				}
 				continue
 			}
@@ -689,9 +726,9 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) ([]wire.BatchR
 		touched[key] = true
 	}
 	if err := flush(); err != nil {
-		return nil, err
+		return nil, held, err
 	}
-	return out, nil
+	return out, held, nil
 }
 
 // undecided reports whether err says the op was certainly not decided and
@@ -744,7 +781,7 @@ func (s *Server) decideBatch(ctx context.Context, ops []raftfsm.BatchOp) []raftf
 }
 
 // answerBatchOp answers a decided write op as its route does.
-func (s *Server) answerBatchOp(out []wire.BatchResult, i int, it *batchItem, r raftfsm.BatchResult) {
+func (s *Server) answerBatchOp(it *batchItem, r raftfsm.BatchResult) wire.BatchResult {
 	rec := newOpRecorder()
 	switch {
 	case r.Err != nil:
@@ -758,7 +795,7 @@ func (s *Server) answerBatchOp(out []wire.BatchResult, i int, it *batchItem, r r
 	case it.kind == wire.OpExtend:
 		s.answerToken(rec, r.Result, engine.OutcomeExtended, extendedAnswer(rec))
 	}
-	out[i] = rec.result()
+	return rec.result()
 }
 
 // opRecorder is the http.ResponseWriter an op's answer is written to, by
@@ -896,8 +933,9 @@ func (s *Server) hasFeature(ctx context.Context, addr, feature string) bool {
 // writeResults answers wire.BatchResponse{Results: results}. The bodies are
 // this server's own JSON, so they are written as they are rather than
 // checked and compacted again by encoding/json. The answer counts against
-// the node's batch answer bytes until it is written, or until the client
-// has not taken it within Config.BatchAnswerWriteTimeout.
+// the node's batch answer bytes (runBatch's held, which the caller gives
+// back once this returns) until it is written, or until the client has not
+// taken it within Config.BatchAnswerWriteTimeout.
 func (s *Server) writeResults(w http.ResponseWriter, results []wire.BatchResult) {
 	n := 16
 	for _, r := range results {
@@ -920,8 +958,6 @@ func (s *Server) writeResults(w http.ResponseWriter, results []wire.BatchResult)
 		b = append(b, '}')
 	}
 	b = append(b, "]}\n"...)
-	s.answering.Add(int64(len(b)))
-	defer s.answering.Add(-int64(len(b)))
 	timeout := s.cfg.BatchAnswerWriteTimeout
 	if timeout <= 0 {
 		timeout = DefaultBatchAnswerWriteTimeout

@@ -34,7 +34,7 @@ type Config struct {
 	// 0 means DefaultMaxBatchOps.
 	MaxBatchOps int
 	// MaxBatchAnswerBytes bounds the bytes of POST /v1/batch answers being
-	// written at once; 0 means DefaultMaxBatchAnswerBytes (batch.go).
+	// made or written at once; 0 means DefaultMaxBatchAnswerBytes (batch.go).
 	MaxBatchAnswerBytes int64
 	// BatchAnswerWriteTimeout is how long a client has to take a batch
 	// answer before its connection is closed; 0 means 30 s.
@@ -71,7 +71,7 @@ type Server struct {
 	store Store
 	log   *slog.Logger
 	mux   *http.ServeMux
-	// answering is the bytes of batch answers being written now.
+	// answering is the bytes of batch answers being made or written now.
 	answering atomic.Int64
 	// unknown answers a path no route serves (404, after the auth guard).
 	unknown http.HandlerFunc
