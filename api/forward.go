@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,13 +42,19 @@ func (s *Server) fromPeer(r *http.Request) bool {
 	if v == "" {
 		return false
 	}
-	m, ok := s.store.(interface{ InConfiguration(id string) bool })
+	m, ok := s.store.(interface{ MemberIDs() []string })
 	if !ok {
 		return true // a store that cannot tell: every mark a node's, as before
 	}
-	self := s.store.Self().ID
-	for _, id := range strings.Split(v, ",") {
-		if id = strings.TrimSpace(id); id != "" && (id == self || m.InConfiguration(id)) {
+	// The configuration is read once, and the mark walked without a copy:
+	// a client's mark may fill the header limit (1 MiB) with ids, and one
+	// read per id, over a list of them, cost a node ~0.2 s of CPU and
+	// 8 MB of memory per request.
+	ids := append(m.MemberIDs(), s.store.Self().ID)
+	for rest := v; rest != ""; {
+		var id string
+		id, rest, _ = strings.Cut(rest, ",")
+		if id = strings.TrimSpace(id); id != "" && slices.Contains(ids, id) {
 			return true
 		}
 	}

@@ -1197,20 +1197,19 @@ func (n *Node) HasState() bool {
 // IsMember reports whether the latest configuration includes this node.
 func (n *Node) IsMember() bool { return n.member.Load() }
 
-// InConfiguration reports whether the latest configuration this node knows
-// holds a server with the given id (raft keeps it at hand: no round trip
-// through raft's loop).
-func (n *Node) InConfiguration(id string) bool {
+// MemberIDs lists the ids of the servers of the latest configuration this
+// node knows (raft keeps it at hand: no round trip through raft's loop).
+func (n *Node) MemberIDs() []string {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return false
+		return nil
 	}
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == id {
-			return true
-		}
+	servers := f.Configuration().Servers
+	ids := make([]string, len(servers))
+	for i, s := range servers {
+		ids[i] = string(s.ID)
 	}
-	return false
+	return ids
 }
 
 // Registered reports whether the log holds this node's current addresses,
