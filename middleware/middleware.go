@@ -377,6 +377,18 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		return
 	}
 	endpoint := m.o.Endpoint(r)
+	if r.ContentLength > m.o.MaxBodyBytes {
+		// Its length says it is too large: refused at once, as a node
+		// refuses it, rather than after waiting for a body that may never
+		// come (a caller that names a length and sends less held the
+		// request until its body read timed out, then got 400). Not read:
+		// the connection closes after the answer, without draining it.
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+		writeProblem(w, http.StatusRequestEntityTooLarge, "request_too_large",
+			fmt.Sprintf("the request body is larger than %d bytes", m.o.MaxBodyBytes), 0)
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, m.o.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError

@@ -513,3 +513,25 @@ func TestNoCredentialIsRefused(t *testing.T) {
 	require.Equal(t, first.body, second.body, "AnonymousPrincipal shares one tenant")
 	require.Equal(t, "true", second.header.Get("Idempotency-Replayed"))
 }
+
+// A keyed request whose Content-Length is over MaxBodyBytes is refused from
+// its headers, as a node refuses one: it waited for a body that never came
+// (idem proxy: until --body-read-timeout, then 400 invalid_request).
+func TestDeclaredOversizedBodyIs413AtOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, middleware.Options{MaxBodyBytes: 10}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Error("the handler ran")
+	}))
+	conn, err := net.Dial("tcp", strings.TrimPrefix(e.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	// Bounds the test only: without the check the server waits for ever.
+	conn.SetDeadline(time.Now().Add(10 * time.Second))
+	fmt.Fprintf(conn, "POST /p HTTP/1.1\r\nHost: x\r\nIdempotency-Key: big\r\nContent-Length: 1000000000\r\n\r\nabc")
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", body)
+	require.Contains(t, string(body), `"code":"request_too_large"`)
+	require.True(t, resp.Close, "the connection closes: the body is not read")
+}
