@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 
 	"github.com/idem-store/idem/wire"
 )
@@ -83,8 +84,11 @@ func recordScope(body []byte, principal, key string) error {
 
 // checkBatchScopes is checkScopes for a raw POST /v1/batch (Client.Do):
 // the ops are read from body, as sent, and only once a result holds a
-// record; what does not decode (the answer, or ops that do not match its
-// results) is left to the caller's decoding.
+// record. An answer with another number of results than the ops is a bad
+// one then too: it is not this request's (a cache or proxy that mixed
+// answers up), and its records would be taken for the ops at their places.
+// What does not decode (the answer, the request's ops, or one op) is left
+// to the caller's decoding; the server refuses such an op, with no record.
 func checkBatchScopes(body, raw []byte) error {
 	results, ok := splitBatchResults(raw)
 	if !ok {
@@ -94,20 +98,25 @@ func checkBatchScopes(body, raw []byte) error {
 		}
 		results = out.Results
 	}
-	var ops []opScope
-	err := checkScopes(results, func(i int) (opScope, bool) {
-		if ops == nil {
-			var req struct {
-				Ops []opScope `json:"ops"`
-			}
-			if json.Unmarshal(body, &req) != nil || len(req.Ops) != len(results) {
-				return opScope{}, false
-			}
-			ops = req.Ops
+	if !slices.ContainsFunc(results, func(r wire.BatchResult) bool { return r.Status == http.StatusOK }) {
+		return nil
+	}
+	var req struct {
+		Ops []json.RawMessage `json:"ops"`
+	}
+	if json.Unmarshal(body, &req) != nil || req.Ops == nil {
+		return nil
+	}
+	if len(req.Ops) != len(results) {
+		return badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("%d results for %d ops", len(results), len(req.Ops)))
+	}
+	ops := make([]opScope, len(req.Ops))
+	for i, op := range req.Ops {
+		if json.Unmarshal(op, &ops[i]) != nil {
+			ops[i] = opScope{} // of no kind: not looked at
 		}
-		return ops[i], true
-	})
-	if err != nil {
+	}
+	if err := checkScopes(results, func(i int) (opScope, bool) { return ops[i], true }); err != nil {
 		return badAnswer(http.MethodPost, "/v1/batch", err)
 	}
 	return nil

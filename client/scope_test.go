@@ -149,3 +149,40 @@ func TestBatchAnswerWithARecordOfAnotherScopeIsRefusedWhole(t *testing.T) {
 		t.Fatalf("got %s, %v; want ErrBadAnswer naming op 2", raw, err)
 	}
 }
+
+// An answer with more results than the ops is not this request's (a cache
+// or proxy in front that mixed answers up), and Do refuses it as it refuses
+// a record of another scope: the check was skipped when the counts
+// differed, and so was it when one op did not decode (an op the server
+// refuses, holding no record), and a caller taking the results by place
+// got another tenant's record for its op.
+func TestDoRefusesABatchAnswerOfAnotherRequest(t *testing.T) {
+	other := `{"status":200,"body":{"outcome":"replay","record":{"principal":"cus_2","endpoint":"e","key":"k1",` +
+		`"state":"completed","response":{"status":200,"body":""}}}}`
+	answer := ""
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, answer)
+	}))
+	defer node.Close()
+	c, err := client.New(node.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(key string) wire.BatchOp {
+		return wire.BatchOp{Op: wire.OpClaim, Body: &client.ClaimRequest{Principal: "cus_1", Endpoint: "e", Key: key, Fingerprint: "aa"}}
+	}
+	answer = `{"results":[` + other + `,{"status":201,"body":{"outcome":"claimed","token":"t1","attempt":1}}]}`
+	raw, err := c.Do(context.Background(), http.MethodPost, "/v1/batch", nil, wire.BatchRequest{Ops: []wire.BatchOp{claim("k1")}})
+	if !errors.Is(err, client.ErrBadAnswer) || !strings.Contains(err.Error(), "2 results for 1 ops") {
+		t.Fatalf("got %s, %v; want ErrBadAnswer: 2 results for 1 ops", raw, err)
+	}
+	// One op the server would refuse (its principal is not a string) and
+	// one whose result holds another principal's record.
+	answer = `{"results":[{"status":400,"body":{"status":400,"code":"invalid_request"}},` + other + `]}`
+	bad := wire.BatchOp{Op: wire.OpClaim, Body: map[string]any{"principal": 1, "endpoint": "e", "key": "k0", "fingerprint": "aa"}}
+	raw, err = c.Do(context.Background(), http.MethodPost, "/v1/batch", nil, wire.BatchRequest{Ops: []wire.BatchOp{bad, claim("k1")}})
+	if !errors.Is(err, client.ErrBadAnswer) || !strings.Contains(err.Error(), "claim op 2") {
+		t.Fatalf("got %s, %v; want ErrBadAnswer naming op 2", raw, err)
+	}
+}
