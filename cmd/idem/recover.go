@@ -28,7 +28,8 @@ For a cluster that lost its quorum for good (most voters destroyed). Run it
 on a survivor whose 'idem serve' is STOPPED: it rewrites the raft
 configuration in DIR to the --peers given, after applying every entry of the
 node's own log to its state. It changes membership only: no record is
-deleted. Without --yes it only prints what it would do.
+deleted. Without --yes it only prints what it would do and exits 0 (1 if --yes would
+be refused, 2 for a bad flag).
 
 Every other member of the node's current configuration must be stopped
 first. Before it changes anything, it tries a TCP connection (1 s) to each
@@ -118,8 +119,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "%s: nothing was changed; --yes would be refused while they answer\n", name)
 			return 1
 		}
+		// A dry run that found nothing in the way only reports: exit 0, so a
+		// script can tell it from a refusal or an error (exit 1 or 2).
 		fmt.Fprintf(stderr, "%s: nothing was changed; run again with --yes to do it\n", name)
-		return 1
+		return 0
 	}
 	if len(live) > 0 {
 		printLiveRefusal(stderr, name, live)

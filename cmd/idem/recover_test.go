@@ -48,13 +48,13 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 
 	peers := "n1=" + survivor.raft
 	out, err := idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", peers)
-	require.Error(t, err, "without --yes it must only print the plan")
+	require.NoError(t, err, "without --yes it only prints the plan, exit 0: %s", out)
 	require.Contains(t, out, "current configuration: n1="+survivor.raft+", n2="+c.node("n2").raft+", n3="+c.node("n3").raft)
 	require.Contains(t, out, "new configuration:     n1="+survivor.raft)
 	require.Contains(t, out, "other members alive:   none answered", "n2 and n3 were stopped")
 	require.Contains(t, out, "nothing was changed; run again with --yes")
 	out2, err := idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", peers)
-	require.Error(t, err)
+	require.NoError(t, err)
 	require.Equal(t, out, out2, "the dry run changed something")
 
 	for _, tc := range []struct {
@@ -208,4 +208,33 @@ func TestRecoverRefusedWhileOtherMembersAnswer(t *testing.T) {
 	after, err = raftfsm.ReadOfflineState(target.dir)
 	require.NoError(t, err)
 	require.Equal(t, []raftfsm.Peer{{ID: target.id, RaftAddr: target.raft, Suffrage: "Voter"}}, after.Configuration)
+}
+
+// The dry run (no --yes) only reports: it exits 0 when --yes would go
+// ahead, so a script or runbook can tell it from an error. It exited 1,
+// as a failure, every time. A bad flag stays 2, a data dir without a node
+// 1, and neither the dry run nor they change anything.
+func TestRecoverDryRunExitStatus(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	p.cmd.Process.Kill()
+	p.wait()
+	before, err := raftfsm.ReadOfflineState(dir)
+	require.NoError(t, err)
+
+	peers := "n1=" + raftAddr
+	out, err := idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", peers)
+	require.Equal(t, 0, exitCode(err), "a dry run that only reports exits 0:\n%s", out)
+	require.Contains(t, out, "nothing was changed; run again with --yes")
+	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1=nowhere")
+	require.Equal(t, 2, exitCode(err), out)
+	require.Contains(t, out, "--peers")
+	out, err = idemCmd(t, "recover", "--data-dir", filepath.Join(t.TempDir(), "none"), "--node-id", "n1", "--peers", peers)
+	require.Equal(t, 1, exitCode(err), out)
+	after, err := raftfsm.ReadOfflineState(dir)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "the dry run changed the data dir")
 }
