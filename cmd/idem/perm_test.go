@@ -1,0 +1,72 @@
+package main
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A data dir, or a file in it, that the user running idem may not read is
+// refused at start with a message naming the file and saying what to do.
+// Only the raft log's files said what to do; node.json, fsm/, snapshots/
+// and the data dir itself gave a bare "permission denied".
+func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
+	// Permission bits do not stop root: as root, the node runs as nobody.
+	const nobody = 65534
+	asRoot := os.Geteuid() == 0
+	root, err := os.MkdirTemp("", "idem-perm")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	require.NoError(t, os.Chmod(root, 0o755))
+	if asRoot {
+		require.NoError(t, os.Chmod(filepath.Dir(binary), 0o755))
+	}
+
+	for _, tc := range []struct {
+		name   string
+		break_ func(dir string) error
+		file   string
+	}{
+		{"node.json unreadable", func(dir string) error { return os.Chmod(filepath.Join(dir, "node.json"), 0) }, "node.json"},
+		{"fsm dir unreadable", func(dir string) error { return os.Chmod(filepath.Join(dir, "fsm"), 0) }, "fsm"},
+		{"snapshots dir unreadable", func(dir string) error { return os.Chmod(filepath.Join(dir, "snapshots"), 0) }, "snapshots"},
+		{"data dir of another user", func(dir string) error { return os.Chmod(dir, 0) }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := filepath.Join(root, strings.ReplaceAll(tc.name, " ", "-"))
+			httpAddr, raftAddr := freePort(t), freePort(t)
+			p := start(t, dir, httpAddr, raftAddr)
+			code, body := post(t, httpAddr, "/v1/claim", claimBody)
+			require.Equal(t, 201, code, "%s", body)
+			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+			require.NoError(t, p.wait())
+			if asRoot {
+				require.NoError(t, filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+					if err != nil {
+						return err
+					}
+					return os.Lchown(path, nobody, nobody)
+				}))
+			}
+			require.NoError(t, tc.break_(dir))
+			t.Cleanup(func() { os.Chmod(dir, 0o700); os.Chmod(filepath.Join(dir, tc.file), 0o700) })
+
+			cmd := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr)
+			if asRoot {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+			}
+			out, err := cmd.CombinedOutput()
+			require.Error(t, err, "the node started on a data dir it cannot read:\n%s", out)
+			last := strings.TrimSpace(string(out))
+			last = last[strings.LastIndex(last, "\n")+1:]
+			require.Contains(t, last, filepath.Join(dir, tc.file), "the message names the file")
+			require.Contains(t, last, "permission denied")
+			require.Contains(t, last, "check that the user running idem owns "+dir, "the message says what to do")
+		})
+	}
+}
