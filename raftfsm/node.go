@@ -52,7 +52,7 @@ type Node struct {
 	lastWrite atomic.Int64 // mono.Now() of the last proposal, for idle ticks
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
-	barrierMu   sync.Mutex
+	barrierSem  chan struct{} // one Barrier at a time; a waiter can give up
 	leaderCache atomic.Pointer[leaderEntry]
 
 	mu       sync.Mutex
@@ -118,13 +118,14 @@ func open(cfg Config) (*Node, error) {
 		cfg.Registry = reg
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		clock:    ttl.NewClock(cfg.ClockOffset),
-		widthMs:  cfg.BucketWidth.Milliseconds(),
-		self:     NodeInfo{ID: cfg.NodeID, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAdvertise},
-		unhealty: map[raft.ServerID]time.Time{},
-		stop:     make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		clock:      ttl.NewClock(cfg.ClockOffset),
+		widthMs:    cfg.BucketWidth.Milliseconds(),
+		self:       NodeInfo{ID: cfg.NodeID, RaftAddr: cfg.RaftAdvertise, HTTPAddr: cfg.HTTPAdvertise},
+		unhealty:   map[raft.ServerID]time.Time{},
+		stop:       make(chan struct{}),
+		barrierSem: make(chan struct{}, 1),
 	}
 	n.keyring.Store(cfg.Keyring)
 	ok := false
@@ -1027,15 +1028,26 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 // once per term (so entries of earlier terms are applied), the commit index
 // read before VerifyLeader proves no newer leader exists, then waiting for
 // the FSM to apply up to that index.
+//
+// The whole read is bounded by ApplyTimeout: a leader whose applies wait
+// (for disk space, docs/DISK.md) never resolves its Barrier or VerifyLeader
+// (raft's leader loop is then blocked on its FSM), and a read of an HTTP
+// request, whose context has no deadline, hung until space came back. It
+// times out with ErrTimeout (503) instead, as DISK.md says.
 func (n *Node) readBarrier(ctx context.Context) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
-	if err := n.termBarrier(); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.ApplyTimeout)
+	defer cancel()
+	if err := n.termBarrierCtx(ctx); err != nil {
 		return err
 	}
 	commit := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
+	if err := n.waitCtx(ctx, n.raft.VerifyLeader()); err != nil {
+		if errors.Is(err, ErrTimeout) {
+			return err
+		}
 		if errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) {
 			return n.notLeader()
 		}
@@ -1067,19 +1079,46 @@ func (n *Node) wait(f raft.Future) error {
 	}
 }
 
+// waitCtx is wait, giving up with ErrTimeout once ctx is done.
+func (n *Node) waitCtx(ctx context.Context, f raft.Future) error {
+	done := make(chan error, 1)
+	go func() { done <- f.Error() }()
+	select {
+	case err := <-done:
+		return err
+	case <-n.stop:
+		return raft.ErrRaftShutdown
+	case <-ctx.Done():
+		return ErrTimeout
+	}
+}
+
 // termBarrier makes sure this leader has applied every entry committed
 // before its term: a Barrier once per term, shared by concurrent callers.
 func (n *Node) termBarrier() error {
+	return n.termBarrierCtx(context.Background())
+}
+
+// termBarrierCtx is termBarrier giving up with ErrTimeout once ctx is
+// done, while it waits for the Barrier or for another caller's.
+func (n *Node) termBarrierCtx(ctx context.Context) error {
 	term := n.term()
 	if n.barrierTerm.Load() == term {
 		return nil
 	}
-	n.barrierMu.Lock()
-	defer n.barrierMu.Unlock()
+	select {
+	case n.barrierSem <- struct{}{}:
+	case <-ctx.Done():
+		return ErrTimeout
+	}
+	defer func() { <-n.barrierSem }()
 	if n.barrierTerm.Load() == term {
 		return nil
 	}
-	if err := n.wait(n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
+	if err := n.waitCtx(ctx, n.raft.Barrier(n.cfg.ApplyTimeout)); err != nil {
+		if errors.Is(err, ErrTimeout) {
+			return err
+		}
 		return mapRaftError(err)
 	}
 	n.barrierTerm.Store(term)

@@ -119,7 +119,7 @@ func requireAcked(t *testing.T, addr string, keys *diskKeys) {
 // requireAckedFull is requireAcked on a node whose disk is full: with
 // stale reads of its applied state, which is what DISK.md promises
 // there (a linearizable read waits for applies, and with no space left
-// below the floor they wait for space).
+// below the floor they wait for space: it answers 503 after a while).
 func requireAckedFull(t *testing.T, addr string, keys *diskKeys) {
 	t.Helper()
 	requireAckedAs(t, addr, keys, "stale")
@@ -447,4 +447,37 @@ func TestDataDirInUseNamesThePID(t *testing.T) {
 	require.Equal(t, len(before), len(after), "the second process changed the data dir")
 	code, body := post(t, first.http, "/v1/claim", claimBody)
 	require.Equal(t, 201, code, "the first node must be untouched: %s", body)
+}
+
+// A leader whose applies wait for disk space answers a linearizable read
+// 503 (retry) as DISK.md says, while stale reads of what it applied go on.
+// The read hung instead, for as long as the disk stayed full: its Barrier
+// and VerifyLeader never resolve while raft's leader loop waits on the
+// FSM, and an HTTP request's context has no deadline.
+func TestDiskFullLinearizableReadAnswers503(t *testing.T) {
+	mnt := tmpfs(t, "192m")
+	dir := filepath.Join(mnt, "data")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--min-free-disk", strconv.Itoa(16<<20))
+	claimOK(t, httpAddr, "before-full")
+	waitFor(t, 60*time.Second, "applies waiting for disk space", func() (bool, string) {
+		if strings.Contains(p.logs.String(), "raft log applies wait for free space") {
+			return true, ""
+		}
+		fillDisk(t, filepath.Join(mnt, "filler"))
+		// A write the leader refuses (507) or stores in its log gives the
+		// FSM an entry to apply; so do the expiry ticks.
+		call("POST", httpAddr, "/v1/claim", claimReq(fmt.Sprintf("fill-%d", time.Now().UnixNano()), ""))
+		return false, "applies still go on"
+	})
+	a := call("GET", httpAddr, recordPath("before-full", ""), "")
+	require.True(t, a.unavailable503(), "a linearizable read on a leader whose applies wait must answer 503: %s", a)
+	a = call("GET", httpAddr, recordPath("before-full", "stale"), "")
+	require.Equal(t, 200, a.code, "%s", a)
+
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	waitFor(t, 20*time.Second, "linearizable reads once space is back", func() (bool, string) {
+		a := call("GET", httpAddr, recordPath("before-full", ""), "")
+		return a.code == 200, a.String()
+	})
 }
