@@ -14,6 +14,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idem-store/idem/client"
@@ -255,8 +256,10 @@ func authHint(code string, withToken bool, ways string) string {
 // --raft-addr, 7071 by default, next to --http-addr's 7070) reads a
 // request as an unknown raft message and closes, which the HTTP client
 // reports as a bare "unexpected EOF" (or "EOF"). A node's HTTP port always
-// answers HTTP, a 503 even when it refuses the connection. Other errors
-// (connection refused, a timeout, another TLS error) are returned as they are.
+// answers HTTP, a 503 even when it refuses the connection. An unknown CA
+// names --ca-file. A connection refused says --addr is wrong or the node
+// is down (it said only "connection refused", naming no flag). Other
+// errors (a timeout, another TLS error) are returned as they are.
 func notHTTP(err error) error {
 	var unknownCA x509.UnknownAuthorityError
 	if errors.As(err, &unknownCA) {
@@ -268,6 +271,15 @@ func notHTTP(err error) error {
 	if !errors.As(err, &ue) {
 		return err // not a failed request: a body cut short, an answer that does not decode
 	}
+	host := ue.URL
+	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
+		host = u.Host
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		// The request never left: nothing was asked, so nothing changed.
+		return fmt.Errorf("%w: nothing listens at %s, so nothing was asked or changed; check that the node runs and that --addr is its HTTP address (its --http-addr, default %s)",
+			err, host, client.DefaultAddr)
+	}
 	what := ""
 	switch {
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
@@ -276,10 +288,6 @@ func notHTTP(err error) error {
 		what = "it sent something else"
 	default:
 		return err
-	}
-	host := ue.URL
-	if u, perr := url.Parse(ue.URL); perr == nil && u.Host != "" {
-		host = u.Host
 	}
 	return fmt.Errorf("%w: %s did not answer HTTP (%s); --addr takes a node's HTTP address (its --http-addr, default %s), not its raft address (its --raft-addr, default 127.0.0.1:7071)",
 		err, host, what, client.DefaultAddr)

@@ -102,12 +102,21 @@ func TestAddrAtRaftPortSaysSo(t *testing.T) {
 	require.Equal(t, 1, run(context.Background(), []string{"cluster", "status", "--addr", ln.Addr().String()}, &stdout, &stderr))
 	require.Contains(t, stderr.String(), ln.Addr().String()+" did not answer HTTP (it sent something else); --addr takes a node's HTTP address", stderr.String())
 
-	// Nothing listening: connection refused, without the hint.
+	// Nothing listening: connection refused, naming --addr and saying
+	// that nothing was changed (it said only "connection refused"), for
+	// the membership and backup commands too.
 	closed := freePort(t)
-	stderr.Reset()
-	require.Equal(t, 1, run(context.Background(), []string{"cluster", "status", "--addr", closed}, &stdout, &stderr))
-	require.Contains(t, stderr.String(), "connection refused")
-	require.NotContains(t, stderr.String(), "did not answer HTTP")
+	for _, args := range [][]string{
+		{"cluster", "status"}, {"cluster", "remove", "--id", "n3"}, {"cluster", "transfer-leadership"},
+		{"cluster", "join", "--id", "n4", "--raft-addr", "127.0.0.4:7071", "--node-http-addr", "127.0.0.4:7070"},
+		{"snapshot", "save", filepath.Join(t.TempDir(), "b.snap")},
+	} {
+		stderr.Reset()
+		require.Equal(t, 1, run(context.Background(), append(args, "--addr", closed), &stdout, &stderr), "%v", args)
+		require.Contains(t, stderr.String(), "connection refused", "%v", args)
+		require.Contains(t, stderr.String(), "nothing listens at "+closed+", so nothing was asked or changed; check that the node runs and that --addr is its HTTP address", "%v", args)
+		require.NotContains(t, stderr.String(), "did not answer HTTP")
+	}
 	// A node's HTTP address answers.
 	stdout.Reset()
 	require.Equal(t, 0, run(context.Background(), []string{"cluster", "status", "--addr", httpAddr}, &stdout, &stderr), stderr.String())
