@@ -158,6 +158,12 @@ func open(cfg Config) (*Node, error) {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process", cfg.DataDir)
 		}
+		if errors.Is(err, os.ErrPermission) {
+			// Not a damaged raft.db: the advice below (remove the node, set
+			// its data dir aside, rejoin empty) would have the operator
+			// rebuild a node whose only fault is a file's owner or mode.
+			return nil, fmt.Errorf("raftfsm: open %s (raft's term and vote): %w: check that the user running idem owns %s and everything in it", filepath.Join(cfg.DataDir, "raft.db"), err, cfg.DataDir)
+		}
 		return nil, fmt.Errorf("raftfsm: open %s (raft's term and vote): %w. Nothing was changed. "+
 			"%s; "+
 			"if this is the only node, move raft.db aside: a one-node cluster starts without it",

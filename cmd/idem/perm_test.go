@@ -14,7 +14,8 @@ import (
 // A data dir, or a file in it, that the user running idem may not read is
 // refused at start with a message naming the file and saying what to do.
 // Only the raft log's files said what to do; node.json, fsm/, snapshots/
-// and the data dir itself gave a bare "permission denied".
+// and the data dir itself gave a bare "permission denied", and raft.db
+// the advice for a lost one (remove the node, rejoin it empty).
 func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
 	// Permission bits do not stop root: as root, the node runs as nobody.
 	const nobody = 65534
@@ -36,6 +37,9 @@ func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
 		{"fsm dir unreadable", func(dir string) error { return os.Chmod(filepath.Join(dir, "fsm"), 0) }, "fsm"},
 		{"snapshots dir unreadable", func(dir string) error { return os.Chmod(filepath.Join(dir, "snapshots"), 0) }, "snapshots"},
 		{"data dir of another user", func(dir string) error { return os.Chmod(dir, 0) }, ""},
+		// raft.db's refusal told the operator to remove the node and
+		// rejoin it empty: a rebuild for a file's mode.
+		{"raft.db unreadable", func(dir string) error { return os.Chmod(filepath.Join(dir, "raft.db"), 0) }, "raft.db"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := filepath.Join(root, strings.ReplaceAll(tc.name, " ", "-"))
@@ -67,6 +71,7 @@ func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
 			require.Contains(t, last, filepath.Join(dir, tc.file), "the message names the file")
 			require.Contains(t, last, "permission denied")
 			require.Contains(t, last, "check that the user running idem owns "+dir, "the message says what to do")
+			require.NotContains(t, last, "empty data dir", "a file's owner or mode is no reason to rebuild the node")
 		})
 	}
 }
