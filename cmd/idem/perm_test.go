@@ -75,3 +75,42 @@ func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
 		})
 	}
 }
+
+// idem recover on a data dir whose files the user may not read says what
+// to do too: it printed a bare "permission denied".
+func TestRecoverUnreadableDataDirSaysWhatToDo(t *testing.T) {
+	const nobody = 65534
+	asRoot := os.Geteuid() == 0
+	root, err := os.MkdirTemp("", "idem-perm")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	require.NoError(t, os.Chmod(root, 0o755))
+	if asRoot {
+		require.NoError(t, os.Chmod(filepath.Dir(binary), 0o755))
+	}
+	dir := filepath.Join(root, "n1")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	if asRoot {
+		require.NoError(t, filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+			if err != nil {
+				return err
+			}
+			return os.Lchown(path, nobody, nobody)
+		}))
+	}
+	for _, f := range []string{"node.json", "fsm", "raft.db"} {
+		require.NoError(t, os.Chmod(filepath.Join(dir, f), 0))
+		cmd := exec.Command(binary, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr)
+		if asRoot {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		}
+		out, err := cmd.CombinedOutput()
+		require.Equal(t, 1, exitCode(err), "%s", out)
+		require.Contains(t, string(out), filepath.Join(dir, f), "the message names the file")
+		require.Contains(t, string(out), "check that the user running idem owns "+dir, "the message says what to do:\n%s", out)
+		require.NoError(t, os.Chmod(filepath.Join(dir, f), 0o700))
+	}
+}

@@ -82,14 +82,14 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 2
 	}
 	if err := checkNodeFile(*dataDir, *nodeID); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
 		return 1
 	}
 	restrictUmask() // what it writes into the data dir is the user's alone, as idem serve's
 
 	st, err := raftfsm.ReadOfflineState(*dataDir)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
 		return 1
 	}
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
@@ -131,7 +131,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	if _, err := raftfsm.Recover(*dataDir, *nodeID, peers, log); err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
 		return 1
 	}
 	after, err := raftfsm.ReadOfflineState(*dataDir)

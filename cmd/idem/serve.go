@@ -316,18 +316,19 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// permissionHint adds what to do to a start refused because a file of the
-// data dir could not be opened: the error names the file, and only the raft
-// log's own said more ("permission denied" on node.json, fsm/, snapshots/ or
-// the data dir itself left the operator guessing). The snapshot store
-// reports its failed write test without wrapping the error, hence the text.
+// permissionHint adds what to do to a start (or an idem recover) refused
+// because a file of the data dir could not be opened: the error names the
+// file, and only the raft log's own said more ("permission denied" on
+// node.json, fsm/, snapshots/ or the data dir itself left the operator
+// guessing). The snapshot store reports its failed write test without
+// wrapping the error, hence the text.
 func permissionHint(err error, dataDir string) error {
 	const hint = "check that the user running idem owns"
 	msg := err.Error()
 	if strings.Contains(msg, hint) || (!errors.Is(err, os.ErrPermission) && !strings.Contains(msg, "permission denied")) {
 		return err
 	}
-	return fmt.Errorf("%w: %s %s and everything in it and may read and write them (chown -R and chmod -R u+rwX as root), then start the node again", err, hint, dataDir)
+	return fmt.Errorf("%w: %s %s and everything in it and may read and write them (chown -R and chmod -R u+rwX as root), then run it again", err, hint, dataDir)
 }
 
 // dataDirEntries are the names idem keeps at the top of a data dir, in
