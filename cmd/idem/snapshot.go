@@ -421,6 +421,14 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	syncDir(parent)
 	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s\n",
 		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs))
+	// A restore killed before it finished (kill -9, a reboot) leaves its
+	// half-built copy beside DIR, with the backup's records in it, where
+	// nothing would ever mention it.
+	if left, _ := filepath.Glob(filepath.Join(parent, filepath.Base(abs)+".restore-*")); len(left) > 0 {
+		for _, l := range left {
+			fmt.Fprintf(stderr, "%s: %s is left from a restore into %s that was stopped before it finished: nothing uses it; delete it (rm -r), it holds a copy of a backup's records\n", name, l, dataDir)
+		}
+	}
 	fmt.Fprintf(stdout, "start it with: idem serve --data-dir %s --node-id %s --raft-addr %s\n", dataDir, nodeID, raftAddr)
 	fmt.Fprintln(stdout, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")

@@ -293,3 +293,30 @@ func TestSnapshotOfEmptyStore(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, out, "missing.snap")
 }
+
+// A restore killed before it finished (kill -9 while it wrote) leaves its
+// half-built copy, DIR.restore-*, beside DIR: the retry succeeded and said
+// nothing of it, so a copy of the backup's records stayed there unseen.
+// The retry now names it and says to delete it.
+func TestRestoreNamesTheCopyAKilledRestoreLeft(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr := freePort(t)
+	p := start(t, filepath.Join(dir, "src"), httpAddr, freePort(t))
+	claimOK(t, httpAddr, "before-backup")
+	file := filepath.Join(dir, "b.snap")
+	out, err := idemCmd(t, "snapshot", "save", file, "--addr", httpAddr)
+	require.NoError(t, err, out)
+	p.cmd.Process.Kill()
+	p.wait()
+
+	// What restore builds DIR in (os.MkdirTemp beside it), as a killed
+	// restore leaves it.
+	left := filepath.Join(dir, "new.restore-1234567")
+	require.NoError(t, os.MkdirAll(filepath.Join(left, "fsm"), 0o700))
+	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", filepath.Join(dir, "new"), "--node-id", "n1", "--raft-addr", freePort(t))
+	require.NoError(t, err, out)
+	require.Contains(t, out, left+" is left from a restore into "+filepath.Join(dir, "new")+" that was stopped before it finished")
+	require.Contains(t, out, "delete it")
+	// It is only named: a restore running beside this one may own it.
+	require.DirExists(t, left)
+}
