@@ -68,13 +68,16 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if *dataDir == "" {
 		bad = append(bad, "--data-dir is required")
 	}
-	if !nodeIDPattern.MatchString(*nodeID) {
+	switch {
+	case *nodeID == "":
+		bad = append(bad, "--node-id is required: the id of the stopped node (its idem serve --node-id, which node.json in the data dir records)")
+	case !nodeIDPattern.MatchString(*nodeID):
 		bad = append(bad, fmt.Sprintf("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", *nodeID))
 	}
 	peers, err := parsePeers(*peersFlag)
 	if err != nil {
 		bad = append(bad, err.Error())
-	} else if !hasPeer(peers, *nodeID) {
+	} else if *nodeID != "" && !hasPeer(peers, *nodeID) {
 		bad = append(bad, fmt.Sprintf("--peers must include this node (%s), with the raft address it will start with", *nodeID))
 	}
 	if len(bad) > 0 {

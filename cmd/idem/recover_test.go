@@ -234,6 +234,14 @@ func TestRecoverDryRunExitStatus(t *testing.T) {
 	require.Contains(t, out, "--peers")
 	out, err = idemCmd(t, "recover", "--data-dir", filepath.Join(t.TempDir(), "none"), "--node-id", "n1", "--peers", peers)
 	require.Equal(t, 1, exitCode(err), out)
+	// A forgotten --node-id is named as missing, once: it was an invalid
+	// id "" and a --peers "without this node ()".
+	out, err = idemCmd(t, "recover", "--data-dir", dir, "--peers", peers)
+	require.Equal(t, 2, exitCode(err), out)
+	require.Equal(t, "idem recover: --node-id is required: the id of the stopped node (its idem serve --node-id, which node.json in the data dir records)\n", out)
+	out, err = idemCmd(t, "snapshot", "restore", filepath.Join(t.TempDir(), "b.snap"), "--data-dir", filepath.Join(t.TempDir(), "new"), "--raft-addr", raftAddr)
+	require.Equal(t, 2, exitCode(err), out)
+	require.Contains(t, out, "--node-id is required")
 	after, err := raftfsm.ReadOfflineState(dir)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the dry run changed the data dir")

@@ -321,7 +321,10 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	if dataDir == "" {
 		bad = append(bad, "--data-dir is required")
 	}
-	if !nodeIDPattern.MatchString(nodeID) {
+	switch {
+	case nodeID == "":
+		bad = append(bad, "--node-id is required: the id the restored node will run with (its idem serve --node-id)")
+	case !nodeIDPattern.MatchString(nodeID):
 		bad = append(bad, fmt.Sprintf("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", nodeID))
 	}
 	if raftAddr == "" {
