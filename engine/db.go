@@ -36,15 +36,16 @@ type Options struct {
 	FilterBytes int
 }
 
-// DefaultMemTableBytes is the memtable size of a serving node (Pebble's
-// own default). Every claim inserts about four keys at random places in
-// the memtable (its record, lease entry and quota counters), and an insert
-// costs a cache miss per level of the skiplist: the FSM applied 64-claim
-// batches of random keys a quarter faster in 4 MiB than in 32 MiB
-// (BenchmarkApplyClaims), and one node under `idem bench --batch 256`
-// answered 3-9% more claims with its slowest claim at 23-32 ms instead of
-// 39-50 (a 32 MiB flush held the next commits longer).
-const DefaultMemTableBytes = 4 << 20
+// DefaultMemTableBytes is the memtable size of a serving node. A smaller
+// one is faster: every claim inserts about four keys at random places in
+// the memtable, an insert costs a cache miss per skiplist level, and the
+// FSM applied 64-claim batches of random keys a quarter faster in 4 MiB
+// (BenchmarkApplyClaims; over HTTP 3-9% more claims). It was not kept: a
+// node restarted on a full disk replays its log into the memtable, and a
+// 4 MiB one then flushes, so its applies wait for space and a SIGTERM
+// waits with them (TestDiskFullRefusesWritesKeepsReadsAndRecovers hung in
+// 2 runs of 7, in none of 6 with 32 MiB).
+const DefaultMemTableBytes = 32 << 20
 
 // Meta is the FSM metadata stored beside the data, always written in the same
 // batch as the data it describes.

@@ -31,9 +31,9 @@ type LoadOptions struct {
 	// PrincipalScope leaves the endpoint out of uniqueness, like
 	// ClaimArgs.PrincipalScope (serve --scope principal).
 	PrincipalScope bool
-	// BatchBytes is the size at which a batch is committed; 0 means a
-	// quarter of the memtable (Options.MemTableBytes), well under Pebble's
-	// large-batch threshold of half a memtable.
+	// BatchBytes is the size at which a batch is committed; 0 means 4 MiB,
+	// or a quarter of a smaller memtable (Options.MemTableBytes): well under
+	// Pebble's large-batch threshold of half a memtable.
 	BatchBytes int
 }
 
@@ -107,7 +107,7 @@ func (d *DB) NewLoader(o LoadOptions) (*Loader, error) {
 		return nil, fmt.Errorf("%w: retention and cluster time must be positive", ErrLoad)
 	}
 	if o.BatchBytes <= 0 {
-		o.BatchBytes = int(d.opts.MemTableSize / 4)
+		o.BatchBytes = int(min(4<<20, d.opts.MemTableSize/4))
 	}
 	d.mu.RLock()
 	defer d.mu.RUnlock()
