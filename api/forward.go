@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/idem-store/idem/raftfsm"
@@ -75,6 +76,7 @@ type forwarder struct {
 	s         *Server
 	client    *http.Client
 	snapshots *http.Client // snapshotClient's settings, with this node's TLS
+	commits   sharedProbe  // the leader's commit index, for /readyz
 }
 
 func newForwarder(s *Server) *forwarder {
@@ -241,6 +243,78 @@ func later(a, b time.Time) time.Time {
 		return a
 	}
 	return b
+}
+
+// sharedCommit is leaderCommit shared between callers: /readyz needs no
+// token and is exempt from --max-inflight, and it asked the leader once
+// per call, so clients polling a follower could fill the leader's limit.
+// Each caller still gets a commit index the leader gave after the call
+// began (sharedProbe), so readiness means what it meant.
+func (f *forwarder) sharedCommit(ctx context.Context, addr string) (uint64, error) {
+	return f.commits.do(ctx, addr, func() (uint64, error) { return f.leaderCommit(context.Background(), addr) })
+}
+
+// sharedProbe runs at most one probe at a time per key. A caller waits for
+// the next run that starts after it came: the callers that come while a
+// run is on its way share the run after it. So the probed side sees one
+// request at a time, whatever the number of callers, and no caller gets
+// an answer older than its call.
+type sharedProbe struct {
+	mu      sync.Mutex
+	running map[string]bool
+	next    map[string]*probeCall // the run that the callers waiting now share
+}
+
+type probeCall struct {
+	probe   func() (uint64, error)
+	done    chan struct{}
+	v       uint64
+	err     error
+	waiters int // callers that joined before it started
+}
+
+// do returns the answer of a run of probe that starts after the call; a
+// caller whose ctx ends stops waiting (the run goes on for the others).
+func (p *sharedProbe) do(ctx context.Context, key string, probe func() (uint64, error)) (uint64, error) {
+	p.mu.Lock()
+	if p.next == nil {
+		p.next, p.running = map[string]*probeCall{}, map[string]bool{}
+	}
+	c := p.next[key]
+	if c == nil {
+		c = &probeCall{probe: probe, done: make(chan struct{})}
+		p.next[key] = c
+	}
+	c.waiters++
+	if !p.running[key] {
+		p.startLocked(key)
+	}
+	p.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.v, c.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// startLocked starts the waiting run of key, and when it ends the run its
+// latecomers wait for, if any.
+func (p *sharedProbe) startLocked(key string) {
+	c := p.next[key]
+	delete(p.next, key)
+	p.running[key] = true
+	go func() {
+		c.v, c.err = c.probe()
+		close(c.done)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.next[key] != nil {
+			p.startLocked(key)
+			return
+		}
+		delete(p.running, key)
+	}()
 }
 
 // leaderCommit asks the leader for its commit index.

@@ -624,7 +624,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 			unready("this node does not know the leader's address yet")
 			return
 		}
-		commit, err := s.fwd.leaderCommit(r.Context(), l.HTTPAddr)
+		commit, err := s.fwd.sharedCommit(r.Context(), l.HTTPAddr)
 		if err != nil {
 			unready("the leader did not tell its commit index: " + err.Error())
 			return
