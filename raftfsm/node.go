@@ -1074,16 +1074,7 @@ func (n *Node) readBarrier(ctx context.Context) error {
 // (hashicorp/raft#498), and Close waits for the node's own goroutines,
 // which propose ticks, drops and promotions: without this a stop racing a
 // proposal hung forever.
-func (n *Node) wait(f raft.Future) error {
-	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
-	select {
-	case err := <-done:
-		return err
-	case <-n.stop:
-		return raft.ErrRaftShutdown
-	}
-}
+func (n *Node) wait(f raft.Future) error { return n.waitCtx(context.Background(), f) }
 
 // waitCtx is wait, giving up with ErrTimeout once ctx is done.
 func (n *Node) waitCtx(ctx context.Context, f raft.Future) error {

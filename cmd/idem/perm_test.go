@@ -17,16 +17,8 @@ import (
 // and the data dir itself gave a bare "permission denied", and raft.db
 // the advice for a lost one (remove the node, rejoin it empty).
 func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
-	// Permission bits do not stop root: as root, the node runs as nobody.
-	const nobody = 65534
-	asRoot := os.Geteuid() == 0
-	root, err := os.MkdirTemp("", "idem-perm")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	require.NoError(t, os.Chmod(root, 0o755))
-	if asRoot {
-		require.NoError(t, os.Chmod(filepath.Dir(binary), 0o755))
-	}
+	pr := newPermRun(t)
+	root := pr.root
 
 	for _, tc := range []struct {
 		name   string
@@ -49,21 +41,11 @@ func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
 			require.Equal(t, 201, code, "%s", body)
 			require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 			require.NoError(t, p.wait())
-			if asRoot {
-				require.NoError(t, filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
-					if err != nil {
-						return err
-					}
-					return os.Lchown(path, nobody, nobody)
-				}))
-			}
+			pr.give(t, dir)
 			require.NoError(t, tc.break_(dir))
 			t.Cleanup(func() { os.Chmod(dir, 0o700); os.Chmod(filepath.Join(dir, tc.file), 0o700) })
 
-			cmd := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr)
-			if asRoot {
-				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-			}
+			cmd := pr.command("serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr)
 			out, err := cmd.CombinedOutput()
 			require.Error(t, err, "the node started on a data dir it cannot read:\n%s", out)
 			last := strings.TrimSpace(string(out))
@@ -79,38 +61,65 @@ func TestServeRefusesUnreadableDataDirSaysWhatToDo(t *testing.T) {
 // idem recover on a data dir whose files the user may not read says what
 // to do too: it printed a bare "permission denied".
 func TestRecoverUnreadableDataDirSaysWhatToDo(t *testing.T) {
-	const nobody = 65534
-	asRoot := os.Geteuid() == 0
-	root, err := os.MkdirTemp("", "idem-perm")
-	require.NoError(t, err)
-	t.Cleanup(func() { os.RemoveAll(root) })
-	require.NoError(t, os.Chmod(root, 0o755))
-	if asRoot {
-		require.NoError(t, os.Chmod(filepath.Dir(binary), 0o755))
-	}
-	dir := filepath.Join(root, "n1")
+	pr := newPermRun(t)
+	dir := filepath.Join(pr.root, "n1")
 	httpAddr, raftAddr := freePort(t), freePort(t)
 	p := start(t, dir, httpAddr, raftAddr)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, p.wait())
-	if asRoot {
-		require.NoError(t, filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
-			if err != nil {
-				return err
-			}
-			return os.Lchown(path, nobody, nobody)
-		}))
-	}
+	pr.give(t, dir)
 	for _, f := range []string{"node.json", "fsm", "raft.db"} {
 		require.NoError(t, os.Chmod(filepath.Join(dir, f), 0))
-		cmd := exec.Command(binary, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr)
-		if asRoot {
-			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-		}
+		cmd := pr.command("recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr)
 		out, err := cmd.CombinedOutput()
 		require.Equal(t, 1, exitCode(err), "%s", out)
 		require.Contains(t, string(out), filepath.Join(dir, f), "the message names the file")
 		require.Contains(t, string(out), "check that the user running idem owns "+dir, "the message says what to do:\n%s", out)
 		require.NoError(t, os.Chmod(filepath.Join(dir, f), 0o700))
 	}
+}
+
+// permRun runs the permission tests' commands as nobody when the tests run
+// as root: permission bits do not stop root.
+type permRun struct {
+	root   string // a directory everyone may enter, removed after the test
+	asRoot bool
+}
+
+const nobody = 65534
+
+func newPermRun(t *testing.T) permRun {
+	t.Helper()
+	root, err := os.MkdirTemp("", "idem-perm")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(root) })
+	require.NoError(t, os.Chmod(root, 0o755))
+	pr := permRun{root: root, asRoot: os.Geteuid() == 0}
+	if pr.asRoot {
+		require.NoError(t, os.Chmod(filepath.Dir(binary), 0o755))
+	}
+	return pr
+}
+
+// give hands dir, with everything in it, to the user the commands run as.
+func (pr permRun) give(t *testing.T, dir string) {
+	t.Helper()
+	if !pr.asRoot {
+		return
+	}
+	require.NoError(t, filepath.Walk(dir, func(path string, _ os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(path, nobody, nobody)
+	}))
+}
+
+// command is idem with args, run as that user.
+func (pr permRun) command(args ...string) *exec.Cmd {
+	cmd := exec.Command(binary, args...)
+	if pr.asRoot {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	}
+	return cmd
 }
