@@ -430,7 +430,7 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 			err = fmt.Errorf("%d results for %d ops", len(out.Results), len(live))
 		}
 		if err == nil {
-			err = checkScopes(out.Results, func(i int) (opScope, bool) { return live[i].scope, true })
+			err = checkScopes(out.Results, func(i int) opScope { return live[i].scope })
 		}
 		if err != nil {
 			err = badAnswer(http.MethodPost, "/v1/batch", err)

@@ -47,15 +47,12 @@ type opScope struct {
 // 200 results are looked at (a replay, a lookup): a won claim (201) and a
 // problem hold no record. What does not decode is left to the decoding of
 // each op's result, which reports it.
-func checkScopes(results []wire.BatchResult, scope func(i int) (opScope, bool)) error {
+func checkScopes(results []wire.BatchResult, scope func(i int) opScope) error {
 	for i, r := range results {
 		if r.Status != http.StatusOK {
 			continue
 		}
-		op, ok := scope(i)
-		if !ok {
-			return nil
-		}
+		op := scope(i)
 		if op.Op != wire.OpClaim && op.Op != wire.OpGet {
 			continue
 		}
@@ -116,7 +113,7 @@ func checkBatchScopes(body, raw []byte) error {
 			ops[i] = opScope{} // of no kind: not looked at
 		}
 	}
-	if err := checkScopes(results, func(i int) (opScope, bool) { return ops[i], true }); err != nil {
+	if err := checkScopes(results, func(i int) opScope { return ops[i] }); err != nil {
 		return badAnswer(http.MethodPost, "/v1/batch", err)
 	}
 	return nil
