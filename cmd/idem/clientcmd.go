@@ -248,6 +248,15 @@ func authHint(code string, withToken bool, ways string) string {
 	return "the node runs with --auth-file: give one of its tokens with " + ways
 }
 
+// printProblem prints a node's problem for the admin commands that take
+// --auth-token, with authHint's line after a 401.
+func printProblem(w io.Writer, name, detail, code string, status int, withToken bool) {
+	fmt.Fprintf(w, "%s: %s (code %s, HTTP %d)\n", name, detail, code, status)
+	if hint := authHint(code, withToken, "--auth-token or IDEM_AUTH_TOKEN"); hint != "" {
+		fmt.Fprintf(w, "%s: %s\n", name, hint)
+	}
+}
+
 // notHTTP says which flag to fix when a node's certificate is not signed by
 // a CA the command trusts (https:// without --ca-file). And it says what
 // probably happened when err is a request's address

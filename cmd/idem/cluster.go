@@ -169,10 +169,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		var p *client.Problem
 		if errors.As(err, &p) {
-			fmt.Fprintf(stderr, "idem cluster %s: %s (code %s, HTTP %d)\n", sub, p.Detail, p.Code, p.Status)
-			if hint := authHint(p.Code, tokenOf() != "", "--auth-token or IDEM_AUTH_TOKEN"); hint != "" {
-				fmt.Fprintf(stderr, "idem cluster %s: %s\n", sub, hint)
-			}
+			printProblem(stderr, "idem cluster "+sub, p.Detail, p.Code, p.Status, tokenOf() != "")
 			if p.Code == "would_lose_quorum" && !strings.Contains(p.Detail, "force does not") {
 				fmt.Fprintf(stderr, "idem cluster %s: nothing was changed; see `idem cluster status`, or repeat with --force\n", sub)
 			}

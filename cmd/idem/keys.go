@@ -176,10 +176,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 	if err != nil {
 		var p *client.Problem
 		if errors.As(err, &p) {
-			fmt.Fprintf(stderr, "idem keys status: %s (code %s, HTTP %d)\n", p.Detail, p.Code, p.Status)
-			if hint := authHint(p.Code, token != "", "--auth-token or IDEM_AUTH_TOKEN"); hint != "" {
-				fmt.Fprintf(stderr, "idem keys status: %s\n", hint)
-			}
+			printProblem(stderr, "idem keys status", p.Detail, p.Code, p.Status, token != "")
 		} else {
 			fmt.Fprintf(stderr, "idem keys status: %v\n", notHTTP(err))
 		}
