@@ -127,14 +127,45 @@ func (g *foreignGuard) forward() {
 
 // SetHeartbeatHandler filters heartbeats too: they come outside Consumer,
 // and one taken would make this node follow the other leader.
+//
+// Raft answers a heartbeat on the transport's goroutine, beside its main
+// loop, and a heartbeat of a newer term makes the node a follower of that
+// term there. A leader's loop checks that it still leads, then stamps the
+// batch it appends with the current term: a heartbeat landing between the
+// two had the leader append its own entries under the newer term, at
+// indexes where that term's leader appended others. Raft's log matching
+// then took the two logs for one (same index, same term) and kept both:
+// two replicas at one applied index with different states (hashicorp/raft
+// issue 695). So only a heartbeat that changes nothing but the time of the
+// last contact takes the shortcut: this node follows, in the heartbeat's
+// own term. Any other goes to raft's main loop with the other RPCs, where
+// a step-down cannot interleave with an append. The term only grows, so a
+// heartbeat let through here can at most find a newer term by the time raft
+// reads it, and raft ignores it then.
 func (g *foreignGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 	g.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
 		if err := g.check(rpc); err != nil {
 			rpc.Respond(nil, err)
 			return
 		}
+		if !g.routine(rpc) {
+			select {
+			case g.rpcs <- rpc:
+			case <-g.stop:
+				rpc.Respond(nil, raft.ErrRaftShutdown)
+			}
+			return
+		}
 		cb(rpc)
 	})
+}
+
+// routine reports whether heartbeat rpc may take raft's shortcut: this
+// node follows, in the heartbeat's term (SetHeartbeatHandler).
+func (g *foreignGuard) routine(rpc raft.RPC) bool {
+	r := g.r.Load()
+	c, ok := rpc.Command.(*raft.AppendEntriesRequest)
+	return ok && r != nil && r.State() == raft.Follower && c.Term == r.CurrentTerm()
 }
 
 // check says why rpc must not reach raft, or nil.
