@@ -141,7 +141,9 @@ func (g *foreignGuard) forward() {
 // own term. Any other goes to raft's main loop with the other RPCs, where
 // a step-down cannot interleave with an append. The term only grows, so a
 // heartbeat let through here can at most find a newer term by the time raft
-// reads it, and raft ignores it then.
+// reads it, and raft ignores it then. What is left is the gap between two
+// statements of raft's own appendEntries (its term check and its state
+// check): a whole election would have to pass inside it.
 func (g *foreignGuard) SetHeartbeatHandler(cb func(raft.RPC)) {
 	g.NetworkTransport.SetHeartbeatHandler(func(rpc raft.RPC) {
 		if err := g.check(rpc); err != nil {
