@@ -208,6 +208,12 @@ func flagValueError(f *flag.Flag, v string, err error, env string) error {
 	if env != "" {
 		from, given = fmt.Sprintf("$%s (--%s)", env, f.Name), fmt.Sprintf("$%s=%s (--%s)", env, v, f.Name)
 	}
+	if _, ok := f.Value.(sizeFlag); ok {
+		if errors.Is(err, errSizeRange) {
+			return fmt.Errorf("%s: invalid size %q: out of range", from, v)
+		}
+		return fmt.Errorf("%s: invalid size %q: %s", from, v, sizeForms)
+	}
 	kind := "value"
 	if g, ok := f.Value.(flag.Getter); ok {
 		switch g.Get().(type) {
@@ -262,6 +268,9 @@ func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
 func printFlags(w io.Writer, fs *flag.FlagSet) {
 	fs.VisitAll(func(f *flag.Flag) {
 		arg, text := flag.UnquoteUsage(f)
+		if _, ok := f.Value.(sizeFlag); ok && arg == "value" {
+			arg = "size"
+		}
 		line := "  --" + f.Name
 		if arg != "" {
 			line += " " + arg

@@ -1,0 +1,74 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// `idem serve --min-free-disk 32MiB` was refused as an "invalid integer"
+// without a word on what the flag takes. Every flag that takes bytes takes
+// a size: plain bytes or a whole number with a unit, on the command line
+// and in its IDEM_* variable; a bad one is refused naming the flag and the
+// forms, and nothing starts.
+func TestSizeFlagsTakeUnits(t *testing.T) {
+	t.Setenv("IDEM_MAX_RESPONSE_BYTES", "1KB")
+	dir := filepath.Join(t.TempDir(), "d")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	start(t, dir, httpAddr, raftAddr, "--min-free-disk", "32MiB", "--max-request-bytes", "4 KiB", "--cache-bytes", "16MiB")
+
+	// The ballast is a quarter of --min-free-disk: 8 MiB.
+	waitFor(t, 10*time.Second, "the ballast of a quarter of 32MiB", func() (bool, string) {
+		st, err := os.Stat(filepath.Join(dir, raftfsm.BallastFile))
+		if err != nil {
+			return false, err.Error()
+		}
+		return st.Size() == 8<<20, fmt.Sprintf("ballast of %d bytes", st.Size())
+	})
+	// --max-request-bytes 4 KiB: a body of 5000 bytes is refused.
+	a := call("POST", httpAddr, "/v1/claim", `{"principal":"p","endpoint":"e","key":"k","claim_id":"`+strings.Repeat("x", 5000)+`"}`)
+	require.Equal(t, 413, a.code, a.String())
+	require.Equal(t, "request_too_large", a.problemCode(), a.String())
+	// IDEM_MAX_RESPONSE_BYTES=1KB: a stored body of 1001 bytes is refused,
+	// one of 1000 is stored.
+	c := claimOK(t, httpAddr, "big")
+	a = call("POST", httpAddr, "/v1/complete", completeReq("big", c.Token, strings.Repeat("b", 1001)))
+	require.Equal(t, 413, a.code, a.String())
+	require.Equal(t, "response_too_large", a.problemCode(), a.String())
+	completeOK(t, httpAddr, "big", c.Token, strings.Repeat("b", 1000))
+
+	os.Unsetenv("IDEM_MAX_RESPONSE_BYTES")
+	forms := "a size is a number of bytes, or a whole number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. 32MiB, 1GiB, 500MB, 65536"
+	bad := filepath.Join(t.TempDir(), "bad")
+	for _, tc := range []struct {
+		args []string
+		env  string // IDEM_MIN_FREE_DISK
+		want string
+	}{
+		{args: []string{"serve", "--data-dir", bad, "--min-free-disk", "32XB"}, want: `idem serve: --min-free-disk: invalid size "32XB": ` + forms},
+		{args: []string{"serve", "--data-dir", bad, "--cache-bytes", "1.5GiB"}, want: `idem serve: --cache-bytes: invalid size "1.5GiB": ` + forms},
+		{args: []string{"serve", "--data-dir", bad, "--gc-floor-bytes", "-1"}, want: `idem serve: --gc-floor-bytes: invalid size "-1": ` + forms},
+		{args: []string{"serve", "--data-dir", bad, "--max-request-bytes", "99999999TiB"}, want: `idem serve: --max-request-bytes: invalid size "99999999TiB": out of range`},
+		{args: []string{"serve", "--data-dir", bad}, env: "lots", want: `idem serve: $IDEM_MIN_FREE_DISK (--min-free-disk): invalid size "lots": ` + forms},
+		{args: []string{"proxy", "--upstream", "http://127.0.0.1:1", "--max-stored-body", "64k"}, want: `idem proxy: --max-stored-body: invalid size "64k": ` + forms + " (see idem proxy --help)"},
+	} {
+		t.Setenv("IDEM_MIN_FREE_DISK", tc.env) // restored after the test
+		if tc.env == "" {
+			os.Unsetenv("IDEM_MIN_FREE_DISK")
+		}
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), tc.args, &stdout, &stderr), "%v: %s", tc.args, stderr.String())
+		require.Equal(t, tc.want+"\n", stderr.String(), "%v", tc.args)
+		_, err := os.Stat(bad)
+		require.ErrorIs(t, err, os.ErrNotExist, "%v: nothing was created", tc.args)
+	}
+}
