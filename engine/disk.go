@@ -20,6 +20,16 @@ func DiskFree(path string) (uint64, error) {
 	return u.AvailBytes, nil
 }
 
+// DiskSize is the bytes an unprivileged writer can still use on the
+// filesystem holding path (as DiskFree) and the filesystem's whole size.
+func DiskSize(path string) (free, total uint64, err error) {
+	u, err := vfs.Default.GetDiskUsage(path)
+	if err != nil {
+		return 0, 0, fmt.Errorf("engine: disk usage of %s: %w", path, err)
+	}
+	return u.AvailBytes, u.TotalBytes, nil
+}
+
 // DiskFullFS is the OS filesystem for Options.FS with a hook for a full
 // disk. Pebble cannot survive a failed write: a WAL write error is sticky
 // and the next commit panics inside Pebble, and a failed MANIFEST write is

@@ -15,6 +15,8 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // The raft log lives in <data-dir>/raft-wal, in hashicorp/raft-wal (Consul's
@@ -78,6 +80,44 @@ func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 		return nil, &walOpenError{path: path, err: err}
 	}
 	return &LogStore{WAL: w, meta: meta}, nil
+}
+
+// segmentSize is the size of each raft log segment file: raft-wal
+// preallocates it whole when it creates the file.
+var segmentSize = uint64(wal.DefaultSegmentSize)
+
+// segmentSpaceAdvice says what the raft log needed when it could not
+// create a segment file for lack of space. It said "64 MiB each: free that
+// much" to an operator whose 64 MiB disk had nearly all of it free: a
+// disk that small can never hold a node. The need is two segments (the
+// next is made before the full one can go), --min-free-disk and its
+// ballast (M/4), and the records besides.
+func segmentSpaceAdvice(cfg Config) string {
+	const what = "the raft log could not create a segment file: it preallocates each one whole, %s"
+	minDisk := 2*segmentSize + cfg.MinFreeDisk + cfg.MinFreeDisk/4
+	free, total, err := engine.DiskSize(cfg.DataDir)
+	switch {
+	case err != nil:
+		return fmt.Sprintf(what+"; a node's disk needs room for two of them, --min-free-disk (%s) and its ballast, and the records besides, at least %s in all (docs/DISK.md)",
+			sizeText(segmentSize), sizeText(cfg.MinFreeDisk), sizeText(minDisk))
+	case total < minDisk:
+		return fmt.Sprintf(what+", and the disk holding %s is too small for a node: it is %s in all (%s free), and a node needs room for two raft log segments (%s: the next is made before the full one is removed), --min-free-disk (%s) and its ballast (a quarter of it), so more than %s, and its records besides. "+
+			"Give the data dir a larger disk (docs/DISK.md); freeing space on this one cannot be enough",
+			sizeText(segmentSize), cfg.DataDir, sizeText(total), sizeText(free), sizeText(2*segmentSize), sizeText(cfg.MinFreeDisk), sizeText(minDisk))
+	case free < segmentSize:
+		return fmt.Sprintf(what+", and the disk holding %s has %s free: free at least %s more on it (docs/DISK.md), then start the node again",
+			sizeText(segmentSize), cfg.DataDir, sizeText(free), sizeText(segmentSize-free))
+	}
+	return fmt.Sprintf(what+", and the disk holding %s had less than that free when it tried (%s free now: something else is writing to it?); make sure %s stays free on it (docs/DISK.md), then start the node again",
+		sizeText(segmentSize), cfg.DataDir, sizeText(free), sizeText(segmentSize))
+}
+
+// sizeText writes a size in MiB, to a tenth where it is not whole.
+func sizeText(n uint64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
 
 // walOpenError is raft-wal refusing to open the log (logStoreError).

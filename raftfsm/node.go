@@ -530,7 +530,7 @@ func (n *Node) forgotVote(self raft.ServerID) error {
 func logStoreError(err error, cfg Config) error {
 	switch {
 	case errors.Is(err, syscall.ENOSPC):
-		return fmt.Errorf("%w: the raft log preallocates its segment files, 64 MiB each: free that much on the data dir's disk (docs/DISK.md), then start the node again", err)
+		return fmt.Errorf("%w: %s", err, segmentSpaceAdvice(cfg))
 	case errors.Is(err, os.ErrPermission):
 		return fmt.Errorf("%w: check that the user running idem owns %s and everything in it", err, cfg.DataDir)
 	}

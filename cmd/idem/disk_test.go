@@ -481,3 +481,40 @@ func TestDiskFullLinearizableReadAnswers503(t *testing.T) {
 		return a.code == 200, a.String()
 	})
 }
+
+// On a 64 MiB disk raft-wal cannot create its first segment file, which it
+// preallocates whole (64 MiB), and the node said "free that much" to an
+// operator who had that much free. It now says the disk is too small for a
+// node and what one needs; on a disk large enough but nearly full, it says
+// how much more to free.
+func TestDiskTooSmallForTheRaftLogSaysSo(t *testing.T) {
+	exitOutput := func(p *proc) string {
+		t.Helper()
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the node did not exit:\n%s", p.logs)
+		}
+		var ee *exec.ExitError
+		require.ErrorAs(t, p.err, &ee, "%s", p.logs)
+		require.Equal(t, 1, ee.ExitCode(), "%s", p.logs)
+		return p.logs.String()
+	}
+
+	small := tmpfs(t, "64m")
+	for _, args := range [][]string{nil, {"--min-free-disk", "0"}} {
+		out := exitOutput(launch(t, filepath.Join(small, "data"), freePort(t), freePort(t), args...))
+		require.Contains(t, out, "it preallocates each one whole, 64 MiB, and the disk holding "+filepath.Join(small, "data")+" is too small for a node: it is 64 MiB in all", "%v", args)
+		require.Contains(t, out, "Give the data dir a larger disk", "%v", args)
+		require.NotContains(t, out, "free that much", "%v", args)
+	}
+	out := exitOutput(launch(t, filepath.Join(small, "data"), freePort(t), freePort(t)))
+	require.Contains(t, out, "more than 448 MiB", "two 64 MiB segments, --min-free-disk 256 MiB and its 64 MiB ballast")
+
+	// Large enough, but nearly full: free what is missing.
+	big := tmpfs(t, "320m")
+	fillDiskTo(t, filepath.Join(big, "filler"), 0, 40<<20)
+	out = exitOutput(launch(t, filepath.Join(big, "data"), freePort(t), freePort(t), "--min-free-disk", "0"))
+	require.Regexp(t, `the disk holding \S+ has [\d.]+ MiB free: free at least [\d.]+ MiB more on it`, out)
+	require.NotContains(t, out, "too small")
+}
