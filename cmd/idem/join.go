@@ -70,9 +70,15 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
 					"add-back", addBackCommand(c))
 			}
-		case node.IsMember() && !node.IsLeader() && (!node.Registered() || node.AdmissionPending()):
+		case node.IsMember() && !node.IsLeader() && (!node.Registered() || node.AdmissionPending()) && !alone(node, c.nodeID):
 			// AdmissionPending: taken in before it asked (by hand), or its
 			// answer was lost; the leader's answer names its admission.
+			// A node alone in its configuration asks no one: it is about
+			// to lead its one-node cluster and records its addresses
+			// itself. Restarted with --join (warnJoinIgnored) and new
+			// addresses, it asked the --join members while its election
+			// ran, and logged their "join refused" beside "--join is
+			// ignored".
 			if l, ok := node.Leader(); ok && l.HTTPAddr != "" {
 				m.tryJoin(ctx, []string{l.HTTPAddr})
 			} else {
@@ -109,6 +115,12 @@ func (m *member) warnJoinIgnored() {
 		"it serves as that cluster. If it is the first node of the cluster at --join (the others are to join it), nothing is wrong: they join it. "+
 		"If it is to join a cluster that runs there, start it with an empty data dir (keep this one: it may hold the only copy of its records)",
 		"join", m.c.join, "data-dir", m.c.dataDir)
+}
+
+// alone reports whether the node's configuration holds this node only.
+func alone(node *raftfsm.Node, self string) bool {
+	ids := node.MemberIDs()
+	return len(ids) == 1 && ids[0] == self
 }
 
 // addBackCommand is the command that adds a removed node back, ready to
