@@ -503,3 +503,53 @@ func TestKeyStatusSaysWhetherKeysMatch(t *testing.T) {
 	require.Contains(t, text, "not checked: the cluster has no check value for that id yet")
 	require.Contains(t, text, "k1: this node holds another key under this id")
 }
+
+// idem keys status --encryption-key-file FILE listed only the key ids the
+// node reported: a new key in FILE (the file of rotation step 1, checked
+// before rolling it out) had no row, and against a node without encryption
+// the file's keys were not shown at all. Every id of FILE is listed; those
+// found only there are marked so.
+func TestKeyStatusListsKeysFoundOnlyInTheFile(t *testing.T) {
+	root := t.TempDir()
+	k1, k2, k12 := filepath.Join(root, "k1.json"), filepath.Join(root, "k2.json"), filepath.Join(root, "k12.json")
+	writeKeyFile(t, k1, "k1")
+	writeKeyFile(t, k2, "k2")
+	mergeKeyFiles(t, k12, k1, k2)
+
+	httpAddr := freePort(t)
+	start(t, filepath.Join(root, "n1"), httpAddr, freePort(t), "--encryption-key-file", k1, "--min-free-disk", "0")
+	writeEncRecord(t, httpAddr, "old")
+	status := func(addr string, args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"keys", "status", "--addr", addr}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	text, err := status(httpAddr, "--encryption-key-file", k12, "--json")
+	require.NoError(t, err, text)
+	var ks struct{ Keys []keyStatus }
+	require.NoError(t, json.Unmarshal([]byte(text), &ks), text)
+	require.Len(t, ks.Keys, 2, text)
+	require.Equal(t, "k1", ks.Keys[0].ID)
+	require.False(t, ks.Keys[0].FileOnly, text)
+	require.Equal(t, "k2", ks.Keys[1].ID)
+	require.True(t, ks.Keys[1].FileOnly, text)
+	require.True(t, *ks.Keys[1].InFile, text)
+	require.Equal(t, "not held", ks.Keys[1].Node, text)
+	require.Zero(t, ks.Keys[1].Values, text)
+
+	text, err = status(httpAddr, "--encryption-key-file", k12)
+	require.NoError(t, err, text)
+	require.Equal(t, "matches", keyRow(t, text, "k1")["KEY IN FILE"], text)
+	row := keyRow(t, text, "k2")
+	require.Equal(t, "only in file", row["KEY IN FILE"], text)
+	require.Equal(t, "not held", row["THIS NODE"], text)
+	require.Contains(t, text, "k2: found only in the key file")
+
+	// A node without encryption: the file's key is listed, not "no stored
+	// value is encrypted" alone.
+	plain := freePort(t)
+	start(t, filepath.Join(root, "n2"), plain, freePort(t), "--min-free-disk", "0")
+	text, err = status(plain, "--encryption-key-file", k1)
+	require.NoError(t, err, text)
+	require.Equal(t, "only in file", keyRow(t, text, "k1")["KEY IN FILE"], text)
+	require.NotContains(t, text, "no stored value is encrypted")
+}

@@ -39,7 +39,8 @@ const keysUsage = `Usage: idem keys <status|generate> [flags]
              id is that key (matches, WRONG KEY, or not checked).
              With --encryption-key-file, also checks that file holds every
              key id still needed, and the recorded keys, and exits 1 if it
-             does not: run it on a new key file before rolling it out.
+             does not: run it on a new key file before rolling it out. Key
+             ids found only in that file are listed too (only in file).
   generate   print a new key file with one random 256-bit key (--id), or
              write it to --out (created 0600, never overwritten)
 
@@ -145,6 +146,10 @@ type keyStatus struct {
 	NodeMismatch bool `json:"node_mismatch,omitempty"`
 	// FileMismatch: --encryption-key-file holds another key under this id.
 	FileMismatch bool `json:"file_mismatch,omitempty"`
+	// FileOnly: the id was found only in --encryption-key-file: the node
+	// asked does not hold it, and the cluster has no value or check value
+	// under it (a key being rotated in, before step 1 reached this node).
+	FileOnly bool `json:"file_only,omitempty"`
 }
 
 func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, timeout time.Duration, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
@@ -183,6 +188,20 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		return 1
 	}
 	keys := parseKeyMetrics(string(raw))
+	if file != nil {
+		// The file's ids the node told nothing of were left out: a file
+		// checked before rotation step 1 showed no row for its new key.
+		known := map[string]bool{}
+		for _, k := range keys {
+			known[k.ID] = true
+		}
+		for _, id := range file.IDs() {
+			if !known[id] {
+				keys = append(keys, keyStatus{ID: id, Node: "not held", FileOnly: true})
+			}
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i].ID < keys[j].ID })
+	}
 	missingInFile, wrongInFile := false, []string{}
 	for i := range keys {
 		if file != nil {
@@ -311,8 +330,12 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 		held := k.Node == "encrypt" || k.Node == "decrypt"
 		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%d\t%s", k.ID, k.Node, check, keyVerdict(held, k.Check != "", k.NodeMismatch, "-"), k.Values, k.Buckets, until)
 		if withFile {
-			line += "\t" + keyVerdict(*k.InFile, k.Check != "", k.FileMismatch, "not in file")
-			unchecked = unchecked || (*k.InFile && k.Check == "")
+			if k.FileOnly {
+				line += "\tonly in file"
+			} else {
+				line += "\t" + keyVerdict(*k.InFile, k.Check != "", k.FileMismatch, "not in file")
+				unchecked = unchecked || (*k.InFile && k.Check == "")
+			}
 		}
 		unchecked = unchecked || (held && k.Check == "")
 		fmt.Fprintln(tw, line)
@@ -323,6 +346,8 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than the one the cluster recorded: do not roll it out", k.ID))
 		}
 		switch {
+		case k.FileOnly:
+			notes = append(notes, fmt.Sprintf("%s: found only in the key file: this node does not hold it, and no stored value or check value names it; if it is the key being rotated in, add it to every node's key file after the current first key (rotation step 1) before moving it first", k.ID))
 		case k.Node == "missing" && k.Values > 0:
 			notes = append(notes, fmt.Sprintf("%s: stored values need it and this node does not hold it: its reads of them fail, and it will not start again without it", k.ID))
 		case k.Values == 0 && k.Node == "decrypt":
