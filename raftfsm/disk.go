@@ -55,6 +55,9 @@ type diskGuard struct {
 
 	free atomic.Uint64
 	full atomic.Bool
+	// held is the raft batch an apply holds back for space (gatedFSM),
+	// first and last index; 0 when none.
+	heldFirst, heldLast atomic.Uint64
 
 	mu          sync.Mutex // ballast changes and state transitions
 	waiting     bool       // applies or Pebble writes wait for space
@@ -243,8 +246,10 @@ func (g *diskGuard) admit(op Op) error {
 // waitForSpace holds an apply while the disk is under the floor with no
 // ballast left. It delays the state, never changes it, so every replica
 // still applies the same entries to the same result. It waits through a
-// shutdown too: the entries are committed, and skipping them would lose
-// them, while kill -9 loses nothing (they stay in the raft log).
+// shutdown too: returning without applying would tell raft the entries
+// were applied, and a snapshot could then drop them from the raft log.
+// Node.CloseBounded gives up on it instead, and the process exits as kill
+// -9 would, which loses nothing (the entries stay in the raft log).
 func (g *diskGuard) waitForSpace(what string, stop <-chan struct{}) {
 	if g.minFree == 0 || g.free.Load() >= g.floor {
 		return
@@ -273,7 +278,7 @@ func (g *diskGuard) waitForSpace(what string, stop <-chan struct{}) {
 		case <-stop:
 			if !stopping {
 				stopping = true
-				g.log.Error("stopping waits for free disk space: committed raft entries must be applied first. kill -9 is safe: they are in the raft log and are applied at the next start",
+				g.log.Error("stopping waits for free disk space: committed raft entries are applied first. If no space comes, the node stops without them after a grace period; that loses nothing: they are in the raft log and are applied at the next start",
 					"data-dir", g.dir)
 			}
 			time.Sleep(diskRefresh)
@@ -325,13 +330,28 @@ type gatedFSM struct {
 }
 
 func (f gatedFSM) Apply(l *raft.Log) any {
-	f.g.waitForSpace("raft log applies", f.stop)
+	f.hold(l.Index, l.Index)
 	return f.FSM.Apply(l)
 }
 
 func (f gatedFSM) ApplyBatch(logs []*raft.Log) []any {
-	f.g.waitForSpace("raft log applies", f.stop)
+	if len(logs) > 0 {
+		f.hold(logs[0].Index, logs[len(logs)-1].Index)
+	}
 	return f.FSM.ApplyBatch(logs)
+}
+
+// hold waits for space before a batch starts, saying which one waits
+// (CloseBounded reports it).
+func (f gatedFSM) hold(first, last uint64) {
+	if f.g.free.Load() >= f.g.floor {
+		return
+	}
+	f.g.heldFirst.Store(first)
+	f.g.heldLast.Store(last)
+	f.g.waitForSpace("raft log applies", f.stop)
+	f.g.heldFirst.Store(0)
+	f.g.heldLast.Store(0)
 }
 
 // gate wraps the FSM for raft.
@@ -340,6 +360,92 @@ func (g *diskGuard) gate(f *FSM, stop <-chan struct{}) raft.FSM {
 		return f
 	}
 	return gatedFSM{FSM: f, g: g, stop: stop}
+}
+
+// short reports whether the disk is under the minimum free space, or an
+// apply or a Pebble write waits for space, with the free space read again
+// (the watcher stops with the node). Always false with the guard off.
+func (g *diskGuard) short() (bool, uint64) {
+	if g.minFree == 0 {
+		return false, 0
+	}
+	g.read() // on error, the last value read
+	g.mu.Lock()
+	waiting := g.waiting
+	g.mu.Unlock()
+	free := g.free.Load()
+	return waiting || free < g.minFree, free
+}
+
+// ErrCloseAbandoned is returned by CloseBounded when it stopped waiting for
+// a close held up by a full disk. The process must exit then.
+var ErrCloseAbandoned = errors.New("raftfsm: close abandoned")
+
+// CloseBounded is Close, except on a disk short of space: if the close has
+// not finished after grace and the disk is under Config.MinFreeDisk (or an
+// apply waits for space), it logs at WARN what it leaves and why that is
+// safe, and returns an error wrapping ErrCloseAbandoned, with the close
+// still running. An apply held back for space, or a Pebble commit stalled
+// behind a flush that cannot write, holds raft's Shutdown, and so Close,
+// until space returns.
+//
+// The caller must then end the process, which releases the stores' locks;
+// the data dir is left as kill -9 leaves it, and nothing acknowledged is
+// lost: an apply commits its Pebble batch whole, with the applied index in
+// it, so what is not in Pebble is above the stored applied index and is
+// applied from the raft log at the next start. The raft log keeps those
+// entries, as no snapshot can be taken past an apply that never returned.
+//
+// On a disk with room, or with the guard off, it waits for Close however
+// long it takes, as Close does.
+func (n *Node) CloseBounded(grace time.Duration) error {
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- n.Close() }()
+	timer := time.NewTimer(grace)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+	}
+	tick := time.NewTicker(diskRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case err := <-done:
+			return err
+		default:
+		}
+		if short, free := n.disk.short(); short {
+			return n.abandonClose(time.Since(start), free)
+		}
+		select {
+		case err := <-done:
+			return err
+		case <-tick.C:
+		}
+	}
+}
+
+// abandonClose says what a close given up on leaves, and why nothing is
+// lost.
+func (n *Node) abandonClose(waited time.Duration, free uint64) error {
+	attrs := []any{"waited", waited.Round(time.Second).String(), "free-bytes", free, "min-free-disk", n.disk.minFree, "data-dir", n.cfg.DataDir}
+	if n.raft != nil {
+		attrs = append(attrs, "raft-commit-index", n.raft.CommitIndex(), "raft-last-log-index", n.raft.LastIndex())
+	}
+	if first := n.disk.heldFirst.Load(); first != 0 {
+		attrs = append(attrs, "held-first-index", first, "held-last-index", n.disk.heldLast.Load())
+	} else if b := &n.fsm.busy; b.since.Load() != 0 {
+		attrs = append(attrs, "fsm-call", *b.what.Load(), "fsm-first-index", b.first.Load(), "fsm-last-index", b.last.Load())
+	}
+	n.log.Warn("stopping without waiting longer for disk space: committed raft entries the store has not applied are left unapplied, and the store is not closed. "+
+		"Nothing acknowledged is lost: those entries are in the raft log and are applied at the next start, as after kill -9, and an apply commits to the store whole or not at all. "+
+		"Free some space on the data dir's disk before starting the node again", attrs...)
+	return fmt.Errorf("%w: the disk holding %s has %d bytes free (under the minimum %d) and the raft log applies still wait for space after %s; "+
+		"the entries not applied are in the raft log and are applied at the next start",
+		ErrCloseAbandoned, n.cfg.DataDir, free, n.disk.minFree, waited.Round(time.Second))
 }
 
 // watchDisk keeps the free space current while the node runs.
