@@ -54,6 +54,7 @@ type serveConfig struct {
 	minFreeDisk                     uint64
 	clockOffset                     time.Duration
 	shutdownTimeout                 time.Duration
+	fullDiskStopTimeout             time.Duration
 	pprof                           bool
 	injectBug                       string
 	tls                             serveTLSFlags // tls.go
@@ -102,6 +103,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
+	fs.DurationVar(&c.fullDiskStopTimeout, "full-disk-stop-timeout", 30*time.Second, "on SIGINT/SIGTERM with the data dir's disk under --min-free-disk, how long stopping waits for raft log applies held up for space before the node exits without them, with status 1 (they are in the raft log and are applied at the next start)")
 	connFlags(fs, c) // listen.go
 	c.tls.register(fs)
 	return c
@@ -246,6 +248,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.gcFloorBytes < 0 {
 		bad("--gc-floor-bytes %d must be 0 (Go's pacing) or more", c.gcFloorBytes)
+	}
+	if c.fullDiskStopTimeout < 0 {
+		bad("--full-disk-stop-timeout %s must be 0 or more", c.fullDiskStopTimeout)
 	}
 	errs = append(errs, c.tls.validate()...)
 	return errors.Join(errs...)
@@ -538,7 +543,7 @@ func isLoopback(addr string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.Logger) error {
+func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.Logger) (retErr error) {
 	restrictUmask()
 	keyring, err := loadKeyFile(c.encryptionKeyFile, log)
 	if err != nil {
@@ -573,7 +578,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if err != nil {
 		return fmt.Errorf("--raft-addr: %w", err)
 	}
-	defer raftLn.Close() // the node's transport owns it once open; a second Close is harmless
+	abandoned := false // the node's close was given up on: the process exits with the node as it is
+	defer func() {
+		if !abandoned {
+			raftLn.Close() // the node's transport owns it once open; a second Close is harmless
+		}
+	}()
 	pin, err := fixedSettings(c, set)
 	if err != nil {
 		return err
@@ -610,7 +620,17 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		return inUse(c.dataDir, err)
 	}
 	defer func() {
-		if err := node.Close(); err != nil {
+		// A close held up by a full disk is given up on after
+		// --full-disk-stop-timeout (CloseBounded logs what it leaves):
+		// returning ends the process, as kill -9 would, and the raft
+		// log holds every entry not applied.
+		err := node.CloseBounded(c.fullDiskStopTimeout)
+		if errors.Is(err, raftfsm.ErrCloseAbandoned) {
+			abandoned = true
+			retErr = errors.Join(retErr, err)
+			return
+		}
+		if err != nil {
 			log.Error("close node", "error", err)
 		}
 		log.Info("stopped")
