@@ -321,9 +321,16 @@ func TestDiskFullRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 
 	// With no ballast left and the disk full it refuses to start, saying
 	// why, rather than hang with its port open.
+	// It stops either way: cleanly, or, when its applies wait for space
+	// by then (an expiry tick, the log it replayed), after
+	// --full-disk-stop-timeout with status 1, which loses nothing: the
+	// reads after the restart below check it.
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	require.NoError(t, p.wait(), "stop on a full disk")
-	require.Contains(t, p.logs.String(), "stopped")
+	if err := p.wait(); err != nil {
+		require.Contains(t, p.logs.String(), "stopping without waiting longer for disk space", "stop on a full disk: %v", err)
+	} else {
+		require.Contains(t, p.logs.String(), "stopped")
+	}
 	fillDisk(t, filepath.Join(mnt, "filler2"))
 	q := launch(t, dir, httpAddr, raftAddr, args...)
 	select {
