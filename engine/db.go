@@ -43,8 +43,10 @@ type Options struct {
 // (BenchmarkApplyClaims; over HTTP 3-9% more claims). It was not kept: a
 // node restarted on a full disk replays its log into the memtable, and a
 // 4 MiB one then flushes, so its applies wait for space and a SIGTERM
-// waits with them (TestDiskFullRefusesWritesKeepsReadsAndRecovers hung in
-// 2 runs of 7, in none of 6 with 32 MiB).
+// waited with them (TestDiskFullRefusesWritesKeepsReadsAndRecovers hung in
+// 2 runs of 7, in none of 6 with 32 MiB). A stop now gives up on them
+// after idem serve's --full-disk-stop-timeout, exiting 1, but the applies
+// still wait.
 const DefaultMemTableBytes = 32 << 20
 
 // Meta is the FSM metadata stored beside the data, always written in the same
