@@ -489,6 +489,92 @@ func TestDiskFullLinearizableReadAnswers503(t *testing.T) {
 	})
 }
 
+// A node whose raft log applies wait for disk space stops on SIGTERM or
+// SIGINT after --full-disk-stop-timeout, with status 1 and a warning
+// saying what it left, instead of waiting for space forever; restarted on
+// the same data dir once space is back, it has every acknowledged record,
+// and a stop with room on the disk is clean again.
+func TestDiskFullStopIsBounded(t *testing.T) {
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGINT} {
+		t.Run(sig.String(), func(t *testing.T) { testDiskFullStopIsBounded(t, sig) })
+	}
+}
+
+func testDiskFullStopIsBounded(t *testing.T, sig syscall.Signal) {
+	mnt := tmpfs(t, "192m")
+	dir := filepath.Join(mnt, "data")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	args := []string{"--min-free-disk", strconv.Itoa(16 << 20), "--full-disk-stop-timeout", "2s"}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	keys := &diskKeys{acked: map[string]string{}}
+	for i := 0; i < 32; i++ {
+		key := fmt.Sprintf("before-%d", i)
+		c := claimOK(t, httpAddr, key)
+		if i%2 == 0 {
+			keys.add(key, "")
+			continue
+		}
+		body := strings.Repeat("r", 512) + key
+		completeOK(t, httpAddr, key, c.Token, body)
+		keys.add(key, body)
+	}
+	n := 0
+	waitFor(t, 60*time.Second, "applies waiting for disk space", func() (bool, string) {
+		if strings.Contains(p.logs.String(), "raft log applies wait for free space") {
+			return true, ""
+		}
+		fillDisk(t, filepath.Join(mnt, "filler"))
+		// A write stored in the log, or refused (507), gives the FSM an
+		// entry to apply; so do the expiry ticks.
+		n++
+		key := fmt.Sprintf("fill-%d", n)
+		if a := call("POST", httpAddr, "/v1/claim", claimReq(key, "")); a.err == nil && a.code == 201 {
+			keys.add(key, "")
+		}
+		return false, "applies still go on"
+	})
+
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("%s with applies waiting for disk space: the node did not exit:\n%s", sig, p.logs)
+	}
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.err, &exit, "a stop that left entries unapplied must not exit 0:\n%s", p.logs)
+	require.Equal(t, 1, exit.ExitCode(), "%s", p.logs)
+	logs := p.logs.String()
+	require.Contains(t, logs, "level=WARN msg=\"stopping without waiting longer for disk space")
+	require.Contains(t, logs, "idem serve: raftfsm: close abandoned")
+	require.NotContains(t, logs, "panic")
+
+	// Space is back: the same data dir starts (Pebble's lock, the raft
+	// log and the snapshots are as kill -9 leaves them) and holds every
+	// acknowledged record.
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	p = start(t, dir, httpAddr, raftAddr, args...)
+	requireAcked(t, httpAddr, keys)
+	claimOK(t, httpAddr, "after-restart")
+
+	// With room on the disk, a stop is clean as before.
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	require.NoError(t, p.wait(), "%s", p.logs)
+	logs = p.logs.String()
+	require.Contains(t, logs, "msg=stopped")
+	require.NotContains(t, logs, "stopping without waiting longer")
+}
+
+// A negative --full-disk-stop-timeout is refused at once, naming the flag,
+// before the data dir is created.
+func TestServeRefusesNegativeFullDiskStopTimeout(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "d")
+	code, out := serveExit(t, "--data-dir", dir, "--http-addr", freePort(t), "--raft-addr", freePort(t), "--full-disk-stop-timeout", "-1s")
+	require.Equal(t, 2, code, out)
+	require.Contains(t, out, "idem serve: --full-disk-stop-timeout -1s must be 0 or more")
+	_, err := os.Stat(dir)
+	require.ErrorIs(t, err, os.ErrNotExist, "refused after creating the data dir")
+}
+
 // On a 64 MiB disk raft-wal cannot create its first segment file, which it
 // preallocates whole (64 MiB), and the node said "free that much" to an
 // operator who had that much free. It now says the disk is too small for a
@@ -524,84 +610,4 @@ func TestDiskTooSmallForTheRaftLogSaysSo(t *testing.T) {
 	out = exitOutput(launch(t, filepath.Join(big, "data"), freePort(t), freePort(t), "--min-free-disk", "0"))
 	require.Regexp(t, `the disk holding \S+ has [\d.]+ MiB free: free at least [\d.]+ MiB more on it`, out)
 	require.NotContains(t, out, "too small")
-}
-
-// A node whose raft log applies wait for disk space stops on SIGTERM
-// after --full-disk-stop-timeout, with status 1 and a warning saying what
-// it left, instead of waiting for space forever; restarted on the same
-// data dir once space is back, it has every acknowledged record, and a
-// stop with room on the disk is clean again.
-func TestDiskFullStopIsBounded(t *testing.T) {
-	mnt := tmpfs(t, "192m")
-	dir := filepath.Join(mnt, "data")
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	args := []string{"--min-free-disk", strconv.Itoa(16 << 20), "--full-disk-stop-timeout", "2s"}
-	p := start(t, dir, httpAddr, raftAddr, args...)
-	keys := &diskKeys{acked: map[string]string{}}
-	for i := 0; i < 32; i++ {
-		key := fmt.Sprintf("before-%d", i)
-		c := claimOK(t, httpAddr, key)
-		if i%2 == 0 {
-			keys.add(key, "")
-			continue
-		}
-		body := strings.Repeat("r", 512) + key
-		completeOK(t, httpAddr, key, c.Token, body)
-		keys.add(key, body)
-	}
-	n := 0
-	waitFor(t, 60*time.Second, "applies waiting for disk space", func() (bool, string) {
-		if strings.Contains(p.logs.String(), "raft log applies wait for free space") {
-			return true, ""
-		}
-		fillDisk(t, filepath.Join(mnt, "filler"))
-		// A write stored in the log, or refused (507), gives the FSM an
-		// entry to apply; so do the expiry ticks.
-		n++
-		key := fmt.Sprintf("fill-%d", n)
-		if a := call("POST", httpAddr, "/v1/claim", claimReq(key, "")); a.err == nil && a.code == 201 {
-			keys.add(key, "")
-		}
-		return false, "applies still go on"
-	})
-
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	select {
-	case <-p.done:
-	case <-time.After(3 * time.Minute):
-		t.Fatalf("SIGTERM with applies waiting for disk space: the node did not exit:\n%s", p.logs)
-	}
-	var exit *exec.ExitError
-	require.ErrorAs(t, p.err, &exit, "a stop that left entries unapplied must not exit 0:\n%s", p.logs)
-	require.Equal(t, 1, exit.ExitCode(), "%s", p.logs)
-	logs := p.logs.String()
-	require.Contains(t, logs, "level=WARN msg=\"stopping without waiting longer for disk space")
-	require.Contains(t, logs, "idem serve: raftfsm: close abandoned")
-	require.NotContains(t, logs, "panic")
-
-	// Space is back: the same data dir starts (Pebble's lock, the raft
-	// log and the snapshots are as kill -9 leaves them) and holds every
-	// acknowledged record.
-	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
-	p = start(t, dir, httpAddr, raftAddr, args...)
-	requireAcked(t, httpAddr, keys)
-	claimOK(t, httpAddr, "after-restart")
-
-	// With room on the disk, a stop is clean as before.
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, p.wait(), "%s", p.logs)
-	logs = p.logs.String()
-	require.Contains(t, logs, "msg=stopped")
-	require.NotContains(t, logs, "stopping without waiting longer")
-}
-
-// A negative --full-disk-stop-timeout is refused at once, naming the flag,
-// before the data dir is created.
-func TestServeRefusesNegativeFullDiskStopTimeout(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "d")
-	code, out := serveExit(t, "--data-dir", dir, "--http-addr", freePort(t), "--raft-addr", freePort(t), "--full-disk-stop-timeout", "-1s")
-	require.Equal(t, 2, code, out)
-	require.Contains(t, out, "idem serve: --full-disk-stop-timeout -1s must be 0 or more")
-	_, err := os.Stat(dir)
-	require.ErrorIs(t, err, os.ErrNotExist, "refused after creating the data dir")
 }
