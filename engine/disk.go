@@ -13,11 +13,8 @@ import (
 // DiskFree is the number of bytes an unprivileged writer can still use on
 // the filesystem holding path (what df shows as available).
 func DiskFree(path string) (uint64, error) {
-	u, err := vfs.Default.GetDiskUsage(path)
-	if err != nil {
-		return 0, fmt.Errorf("engine: disk usage of %s: %w", path, err)
-	}
-	return u.AvailBytes, nil
+	free, _, err := DiskSize(path)
+	return free, err
 }
 
 // DiskSize is the bytes an unprivileged writer can still use on the

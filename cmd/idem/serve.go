@@ -246,9 +246,6 @@ func (c *serveConfig) validate() error {
 	if c.cacheBytes < 1<<20 {
 		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
 	}
-	if c.gcFloorBytes < 0 {
-		bad("--gc-floor-bytes %d must be 0 (Go's pacing) or more", c.gcFloorBytes)
-	}
 	if c.fullDiskStopTimeout < 0 {
 		bad("--full-disk-stop-timeout %s must be 0 or more", c.fullDiskStopTimeout)
 	}
