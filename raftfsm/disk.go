@@ -457,7 +457,7 @@ func (n *Node) watchDisk() {
 
 // DefaultMinFreeDisk is the default Config.MinFreeDisk: 256 MiB. Under it
 // the node still needs room for what frees space or keeps it alive: one
-// memtable flush (32 MiB of memtable, its WAL beside it), the compaction
+// memtable flush (4 MiB of memtable by default, its WAL beside it), the compaction
 // after a bucket drop, bolt growing its file. The ballast (64 MiB) covers a
 // flush and a restart when something else fills the disk; the floor
 // (32 MiB) is where applies start to wait.
