@@ -954,6 +954,7 @@ var metricNames = []string{
 	"idem_oldest_in_progress_age_seconds", "idem_disk_bytes", "idem_buckets", "idem_raft_state",
 	"idem_raft_term", "idem_raft_commit_index", "idem_raft_applied_index", "idem_fsm_applied_index",
 	"idem_cluster_time_seconds", "idem_raft_has_leader", "idem_retention_seconds",
+	"idem_store_write_stalls_total", "idem_store_write_stall_seconds_total",
 }
 
 func TestMetrics(t *testing.T) {

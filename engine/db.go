@@ -138,6 +138,8 @@ type DB struct {
 	counters     map[string]cached
 	counterBytes int
 
+	stalls *writeStalls // Pebble's write stalls, counted (stall.go)
+
 	// Long reads and compactions must not hold mu: a commit waits for mu,
 	// and every apply with it (a 10 M-record bucket's compaction held it
 	// for 23 s). They register in users instead; Close waits for them
@@ -160,13 +162,16 @@ func Open(dir string, o Options) (*DB, error) {
 	}
 	cache := pebble.NewCache(o.CacheBytes)
 	defer cache.Unref()
+	stalls := &writeStalls{log: o.Logger}
+	listener := &pebble.EventListener{DataCorruption: corruptionStop(o.Logger)}
+	stalls.listen(listener)
 	po := &pebble.Options{
 		FS:                 o.FS,
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},
 		MemTableSize:       uint64(o.MemTableBytes),
-		EventListener:      &pebble.EventListener{DataCorruption: corruptionStop(o.Logger)},
+		EventListener:      listener,
 	}
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	po.EnsureDefaults()
@@ -196,7 +201,7 @@ func Open(dir string, o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{pdb: pdb, dir: dir, fs: o.FS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger)}
+	d := &DB{pdb: pdb, dir: dir, fs: o.FS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger), stalls: stalls}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if d.meta, err = d.readMeta(); err != nil {
 		pdb.Close()

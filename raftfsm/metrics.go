@@ -119,6 +119,7 @@ type stateCollector struct {
 	filterReady                                                         *prometheus.Desc
 	applyLag, maxRetention, retention, width                            *prometheus.Desc
 	leaseExpired                                                        *prometheus.Desc
+	stalls, stallSeconds                                                *prometheus.Desc
 }
 
 // newStateCollector is called once per node, right after raft starts; it
@@ -135,6 +136,8 @@ func newStateCollector(n *Node) *stateCollector {
 		oldestInProgress: d("idem_oldest_in_progress_age_seconds", "Age of the oldest in-progress record."),
 		leaseExpired:     d("idem_in_progress_lease_expired", "In-progress records whose lease ran out: attempts neither completed nor released (the caller crashed or lost its answer) that no retry has taken over yet."),
 		disk:             d("idem_disk_bytes", "Bytes Pebble uses on disk."),
+		stalls:           d("idem_store_write_stalls_total", "Times Pebble stalled every write since the node started: its memtables waited for a flush (a slow or full disk) or level 0 for compactions."),
+		stallSeconds:     d("idem_store_write_stall_seconds_total", "Time Pebble's write stalls lasted since the node started; every commit, and so every write, waited that long."),
 		buckets:          d("idem_buckets", "Time buckets holding data."),
 		state:            prometheus.NewDesc("idem_raft_state", "Raft state of this node (1 for the current state).", []string{"state"}, nil),
 		term:             d("idem_raft_term", "Current raft term."),
@@ -177,7 +180,7 @@ func countLeaderChanges(r *raft.Raft, c prometheus.Counter) {
 func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.records, c.bytes, c.oldest, c.inProgress, c.oldestInProgress,
 		c.disk, c.buckets, c.state, c.term, c.commit, c.applied, c.fsmApplied, c.clusterTime, c.leader, c.filterReady,
-		c.applyLag, c.maxRetention, c.retention, c.width, c.leaseExpired} {
+		c.applyLag, c.maxRetention, c.retention, c.width, c.leaseExpired, c.stalls, c.stallSeconds} {
 		ch <- d
 	}
 }
@@ -236,6 +239,9 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ready = 1
 	}
 	g(c.filterReady, ready)
+	stalls, stalled := c.n.db.WriteStalls()
+	ch <- prometheus.MustNewConstMetric(c.stalls, prometheus.CounterValue, float64(stalls))
+	ch <- prometheus.MustNewConstMetric(c.stallSeconds, prometheus.CounterValue, stalled.Seconds())
 	has := 0.0
 	if addr, _ := c.n.raft.LeaderWithID(); addr != "" {
 		has = 1
