@@ -172,6 +172,13 @@ func Open(dir string, o Options) (*DB, error) {
 		Logger:             pebbleLogger{o.Logger},
 		MemTableSize:       uint64(o.MemTableBytes),
 		EventListener:      listener,
+		// A second compaction may run beside a long one: the compaction
+		// of a dropped bucket (CompactBucket) took Pebble's only slot for
+		// 15 s, the 4 MiB memtables' flushes piled up in level 0 behind
+		// it, and at L0StopWritesThreshold every write stopped for 1.3 s.
+		// Pebble opens the second slot only for a manual compaction or a
+		// backlog in level 0.
+		CompactionConcurrencyRange: func() (int, int) { return 1, 2 },
 	}
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	po.EnsureDefaults()
