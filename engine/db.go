@@ -49,6 +49,10 @@ type Options struct {
 // nothing acknowledged.
 const DefaultMemTableBytes = 4 << 20
 
+// L0StopWrites is how many level-0 sublevels stop every write (Pebble's
+// L0StopWritesThreshold; its default is 12).
+const L0StopWrites = 96
+
 // Meta is the FSM metadata stored beside the data, always written in the same
 // batch as the data it describes.
 type Meta struct {
@@ -172,13 +176,15 @@ func Open(dir string, o Options) (*DB, error) {
 		Logger:             pebbleLogger{o.Logger},
 		MemTableSize:       uint64(o.MemTableBytes),
 		EventListener:      listener,
-		// A second compaction may run beside a long one: the compaction
-		// of a dropped bucket (CompactBucket) took Pebble's only slot for
-		// 15 s, the 4 MiB memtables' flushes piled up in level 0 behind
-		// it, and at L0StopWritesThreshold every write stopped for 1.3 s.
-		// Pebble opens the second slot only for a manual compaction or a
-		// backlog in level 0.
-		CompactionConcurrencyRange: func() (int, int) { return 1, 2 },
+		// Level 0 may hold as many bytes of flushes as it did with 32 MiB
+		// memtables (12 x 32 MiB) before Pebble stops every write: a
+		// dropped bucket's compaction (CompactBucket) runs for ~15 s under
+		// load, the 4 MiB memtables' flushes piled up in level 0 behind
+		// it, and at Pebble's default of 12 every write stopped for
+		// 1.3-1.5 s. A second compaction slot did not help (the stall
+		// came all the same) and took a fifth of the claims meanwhile.
+		// Reads pay a bloom filter check per level-0 sublevel.
+		L0StopWritesThreshold: L0StopWrites,
 	}
 	po.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	po.EnsureDefaults()
