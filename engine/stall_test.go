@@ -17,16 +17,26 @@ import (
 	"github.com/idem-store/idem/partition"
 )
 
-// heldFlushFS holds every table Pebble creates until release is closed: a
+// gate holds what waits on it until it is opened, once.
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate() *gate  { return &gate{ch: make(chan struct{})} }
+func (g *gate) wait() { <-g.ch }
+func (g *gate) open() { g.once.Do(func() { close(g.ch) }) }
+
+// heldFlushFS holds every table Pebble creates until release opens: a
 // disk so slow that the memtables' flush cannot keep up.
 type heldFlushFS struct {
 	vfs.FS
-	release chan struct{}
+	release *gate
 }
 
 func (f *heldFlushFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	if strings.HasSuffix(name, ".sst") {
-		<-f.release
+		f.release.wait()
 	}
 	return f.FS.Create(name, c)
 }
@@ -54,19 +64,12 @@ func (s *syncBuffer) String() string {
 // store says so (idem_store_write_stalls_total) instead of leaving claims
 // slow for no visible reason.
 func TestWriteStallIsCountedTimedAndLogged(t *testing.T) {
-	fs := &heldFlushFS{FS: vfs.NewMem(), release: make(chan struct{})}
+	fs := &heldFlushFS{FS: vfs.NewMem(), release: newGate()}
 	var logs syncBuffer
 	d, err := Open("db", Options{FS: fs, MemTableBytes: 1 << 20, FilterBytes: -1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			close(fs.release)
-		}
-	}
-	t.Cleanup(func() { release(); d.Close() })
+	t.Cleanup(func() { fs.release.open(); d.Close() })
 	n, took := d.WriteStalls()
 	require.Zero(t, n)
 	require.Zero(t, took)
@@ -100,7 +103,7 @@ func TestWriteStallIsCountedTimedAndLogged(t *testing.T) {
 		t.Fatalf("the writes ended (%v) during a stall", err)
 	default:
 	}
-	release()
+	fs.release.open()
 	require.NoError(t, <-done)
 
 	n, took = d.WriteStalls()
@@ -116,13 +119,13 @@ type heldCompactionFS struct {
 	vfs.FS
 	armed   atomic.Bool
 	held    chan struct{} // closed when the create is held
-	release chan struct{}
+	release *gate
 }
 
 func (f *heldCompactionFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
 	if c == "pebble-compaction" && f.armed.CompareAndSwap(true, false) {
 		close(f.held)
-		<-f.release
+		f.release.wait()
 	}
 	return f.FS.Create(name, c)
 }
@@ -132,14 +135,12 @@ func (f *heldCompactionFS) Create(name string, c vfs.DiskWriteCategory) (vfs.Fil
 // L0StopWritesThreshold (12) every write stopped (1.3-1.5 s in a 10 M-record
 // drop under load; here, for as long as the compaction is held).
 func TestWritesGoOnDuringABucketCompaction(t *testing.T) {
-	fs := &heldCompactionFS{FS: vfs.NewMem(), held: make(chan struct{}), release: make(chan struct{})}
+	fs := &heldCompactionFS{FS: vfs.NewMem(), held: make(chan struct{}), release: newGate()}
 	var logs syncBuffer
 	d, err := Open("db", Options{FS: fs, MemTableBytes: 1 << 20, FilterBytes: -1,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	require.NoError(t, err)
-	var once sync.Once
-	release := func() { once.Do(func() { close(fs.release) }) }
-	t.Cleanup(func() { release(); d.Close() })
+	t.Cleanup(func() { fs.release.open(); d.Close() })
 
 	// A bucket's worth of data in the tables, and nothing compacting.
 	const b = partition.Bucket(7)
@@ -181,12 +182,12 @@ func TestWritesGoOnDuringABucketCompaction(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		n, took := d.WriteStalls()
 		// Let the compaction go so the writes, and Close, can end.
-		release()
+		fs.release.open()
 		<-wrote
 		<-compacted
 		t.Fatalf("48 MiB of writes did not finish in 30 s while a bucket's compaction ran (%d stalls, %v): %s", n, took, logs.String())
 	}
 	require.NotContains(t, logs.String(), "L0 file count limit exceeded")
-	release()
+	fs.release.open()
 	require.NoError(t, <-compacted)
 }
