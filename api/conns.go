@@ -69,6 +69,15 @@ func Listen(ln net.Listener, max int, log *slog.Logger) *ConnListener {
 	return &ConnListener{Listener: ln, max: int64(max), log: log, headroom: make(chan struct{}, HealthHeadroom)}
 }
 
+// ListenNoHeadroom is Listen for a server with no /healthz or /readyz of
+// its own (idem proxy): no headroom is kept, and a connection beyond max
+// is answered 503 and closed at once.
+func ListenNoHeadroom(ln net.Listener, max int, log *slog.Logger) *ConnListener {
+	l := Listen(ln, max, log)
+	l.headroom = nil
+	return l
+}
+
 // Open is the number of connections open now.
 func (l *ConnListener) Open() int64 { return l.open.Load() }
 
@@ -103,6 +112,9 @@ func (l *ConnListener) Accept() (net.Conn, error) {
 
 // takeHeadroom takes a headroom slot, waiting up to headroomWait for one.
 func (l *ConnListener) takeHeadroom() bool {
+	if l.headroom == nil {
+		return false
+	}
 	select {
 	case l.headroom <- struct{}{}:
 		return true

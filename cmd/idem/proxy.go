@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/middleware"
@@ -67,6 +68,7 @@ type proxyConfig struct {
 	writeTimeout               time.Duration
 	bodyReadTimeout            time.Duration
 	maxInFlight                int
+	maxConns                   int
 	logLevel                   string
 }
 
@@ -99,6 +101,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	sizeVar(fs, &c.maxStoredBody, "max-stored-body", 65536, "largest answer body stored for replays, a size (bytes, or e.g. 64KiB): the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
 	fs.IntVar(&c.maxInFlight, "max-inflight", defaultProxyMaxInFlight, "most requests handled at once, `n`, from their headers to the end of their answer (a stream's included); beyond it a request is answered 503 unavailable with Retry-After: 1, before its body is read and without calling the store or the upstream")
+	fs.IntVar(&c.maxConns, "max-conns", defaultProxyMaxConns, "most open connections from callers, `n`; one more is answered 503 unavailable with Retry-After: 1 and closed at once. Lowered to fit the open-files limit (raised to its hard limit at start), keeping one descriptor per --max-inflight request for its upstream call")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code
@@ -249,6 +252,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if c.maxInFlight < 1 {
 		bad("max-inflight", "%d: must be at least 1", c.maxInFlight)
+	}
+	if c.maxConns < 1 {
+		bad("max-conns", "%d: must be at least 1", c.maxConns)
 	}
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(c.logLevel)); err != nil {
@@ -419,15 +425,32 @@ func (p *proxy) run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)
 	}
+	conns := p.cfg.maxConns
 	switch soft, hard, err := raiseOpenFiles(); {
 	case errors.Is(err, errNoRlimit):
 	case err != nil:
 		p.log.Warn("cannot read or raise the open-files limit", "error", err)
-	case soft < 2*uint64(p.cfg.maxInFlight)+256:
-		// A request holds its caller's connection and one to the upstream.
-		p.log.Warn("the open-files limit may not hold --max-inflight requests (two connections each): lower --max-inflight, or raise the hard limit (ulimit -Hn, LimitNOFILE=)",
-			"max-inflight", p.cfg.maxInFlight, "open-files", soft, "hard-limit", hard)
+	default:
+		if soft < 2*uint64(p.cfg.maxInFlight)+proxyFdReserve {
+			// A request holds its caller's connection and one to the upstream.
+			p.log.Warn("the open-files limit may not hold --max-inflight requests (two connections each): lower --max-inflight, or raise the hard limit (ulimit -Hn, LimitNOFILE=)",
+				"max-inflight", p.cfg.maxInFlight, "open-files", soft, "hard-limit", hard)
+		}
+		// Callers' connections beyond what the descriptors hold would take
+		// the ones the requests in flight need for the upstream (one each).
+		room := int64(soft) - proxyFdReserve
+		if int64(conns+min(p.cfg.maxInFlight, conns)) > room {
+			if int64(p.cfg.maxInFlight) <= room/2 {
+				conns = int(room) - p.cfg.maxInFlight
+			} else {
+				conns = int(room / 2)
+			}
+			conns = max(conns, 16)
+			p.log.Warn("--max-conns lowered to fit the open-files limit; raise the hard limit (ulimit -Hn, LimitNOFILE=) to allow more",
+				"max-conns", p.cfg.maxConns, "lowered-to", conns, "open-files", soft, "hard-limit", hard)
+		}
 	}
+	ln = api.ListenNoHeadroom(ln, conns, p.log)
 	scheme := "http"
 	if p.listenTLS != nil {
 		ln = tls.NewListener(ln, p.listenTLS)
@@ -445,7 +468,7 @@ func (p *proxy) run(ctx context.Context) error {
 	}
 	p.log.Info("proxy listening", "addr", scheme+"://"+ln.Addr().String(), "upstream", p.upstream.String(),
 		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader,
-		"max-inflight", p.cfg.maxInFlight)
+		"max-inflight", p.cfg.maxInFlight, "max-conns", conns)
 	go p.checkStores(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -464,6 +487,15 @@ func (p *proxy) run(ctx context.Context) error {
 	p.log.Info("proxy stopped")
 	return nil
 }
+
+// defaultProxyMaxConns is the default of --max-conns: callers' connections,
+// idle keep-alive ones included (each closed after 60 s idle).
+const defaultProxyMaxConns = 4096
+
+// proxyFdReserve is how many descriptors the proxy keeps from callers'
+// connections and upstream calls: the store's connections, its TLS files,
+// the listener.
+const proxyFdReserve = 256
 
 // defaultProxyMaxInFlight is the default of --max-inflight. Each request
 // in flight holds the caller's connection and, while it runs, one to the

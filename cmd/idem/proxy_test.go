@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -422,6 +423,112 @@ func TestProxyMaxInFlight(t *testing.T) {
 	require.Equal(t, int64(3), up.runs.Load())
 }
 
+// TestProxyMaxConns: callers' connections beyond --max-conns are answered
+// 503 and closed at once, without a call to the upstream; a connection that
+// closes gives its slot back. Nothing bounded them: idle keep-alive
+// connections (60 s each) could take every descriptor the proxy had, those
+// its requests need for the upstream and the store included.
+func TestProxyMaxConns(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--max-conns", "2")
+	addr := strings.TrimPrefix(px.url, "http://")
+
+	// get sends a keyed request on c (a new key each time) and reads its
+	// answer; c stays open (keep-alive) unless the proxy closes it.
+	keys := 0
+	get := func(c net.Conn) (*http.Response, string) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		keys++
+		_, err := fmt.Fprintf(c, "POST /pay HTTP/1.1\r\nHost: px\r\nIdempotency-Key: conns-%d\r\n"+
+			"Authorization: Bearer proxy-test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", keys)
+		require.NoError(t, err)
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, string(b)
+	}
+	// hold opens a connection the proxy serves and keeps it open; the
+	// start-up check's connection may hold a slot for a moment.
+	hold := func() net.Conn {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			c, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			resp, body := get(c)
+			if resp.StatusCode == http.StatusCreated {
+				return c
+			}
+			c.Close()
+			require.True(t, time.Now().Before(deadline), "no slot came free: %d %s", resp.StatusCode, body)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	a, b := hold(), hold()
+	defer a.Close()
+	defer b.Close()
+	runs := up.runs.Load()
+
+	c, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer c.Close()
+	resp, body := get(c)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	require.Equal(t, "application/problem+json", resp.Header.Get("Content-Type"))
+	require.Contains(t, body, "too many open connections")
+	one := make([]byte, 1)
+	_, err = c.Read(one)
+	// Closed: at the end of the answer, or reset (the request was unread).
+	require.True(t, errors.Is(err, io.EOF) || errors.Is(err, syscall.ECONNRESET), "the refused connection is closed: %v", err)
+	require.Equal(t, runs, up.runs.Load(), "a refused connection's request reached the upstream")
+	require.Eventually(t, func() bool { return strings.Contains(px.logs.String(), "refusing HTTP connections: too many open") },
+		5*time.Second, 10*time.Millisecond, "the refusal is logged")
+
+	// The held connections still work, and a closed one frees its slot.
+	resp, body = get(a)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+	b.Close()
+	d := hold()
+	d.Close()
+}
+
+// TestProxyMaxConnsFitsOpenFiles: with few descriptors --max-conns is
+// lowered so that callers' connections leave one per request in flight for
+// its upstream call, and the proxy says so.
+func TestProxyMaxConnsFitsOpenFiles(t *testing.T) {
+	prlimit, err := exec.LookPath("prlimit") // util-linux, on every Debian
+	require.NoError(t, err)
+	for _, c := range []struct {
+		inflight, want string
+	}{{"1024", "622"}, {"100", "1144"}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		cmd := exec.CommandContext(ctx, prlimit, "--nofile=1500:1500", binary, "proxy", "--listen", freePort(t),
+			"--upstream", "http://"+deadAddr(t), "--store", deadAddr(t), "--max-inflight", c.inflight)
+		out, err := cmd.StderrPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		var logs strings.Builder
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			logs.WriteString(sc.Text() + "\n")
+			if strings.Contains(sc.Text(), "proxy listening") {
+				break
+			}
+		}
+		cmd.Process.Kill()
+		cmd.Wait()
+		cancel()
+		require.Contains(t, logs.String(), "--max-conns lowered to fit the open-files limit", "--max-inflight %s", c.inflight)
+		require.Contains(t, logs.String(), "lowered-to="+c.want, "--max-inflight %s", c.inflight)
+		require.Contains(t, logs.String(), "max-conns="+c.want+"\n", "--max-inflight %s: the listening line", c.inflight)
+	}
+}
+
 // TestProxySIGTERMFinishesInFlight: on SIGTERM the proxy stops listening,
 // lets the request in flight finish (and store its pxAnswer), and exits 0.
 func TestProxySIGTERMFinishesInFlight(t *testing.T) {
@@ -499,6 +606,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--store-batch", "100000"), "--store-batch:"},
 		{with("--log-level", "loud"), "--log-level:"},
 		{with("--max-inflight", "0"), "--max-inflight:"},
+		{with("--max-conns", "0"), "--max-conns:"},
 		{with("--store-token-file", "/nonexistent-token"), "--store-token-file:"},
 		{with("--bogus", "1"), "-bogus"},
 	}
@@ -513,7 +621,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 	}
 	out, err := exec.Command(binary, "proxy", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch", "--max-inflight"} {
+	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch", "--max-inflight", "--max-conns"} {
 		require.Contains(t, string(out), "-"+strings.TrimLeft(f, "-"), "--help lists %s", f)
 	}
 }
