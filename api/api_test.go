@@ -924,7 +924,7 @@ func TestOperationsRoutes(t *testing.T) {
 	nodes := cl["nodes"].([]any)
 	require.Len(t, nodes, 1)
 	n0 := nodes[0].(map[string]any)
-	require.Equal(t, "Voter", n0["suffrage"])
+	require.Equal(t, "voter", n0["suffrage"], "the API's suffrages are lowercase, as in its join answer")
 	require.Equal(t, "n1", n0["id"])
 	require.Equal(t, leader["raft_addr"], n0["raft_addr"])
 	require.Equal(t, leader["http_addr"], n0["http_addr"])

@@ -73,6 +73,11 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	if r.Header.Get(forwardedHeader) == "" && st.HealthFrom == "" {
 		s.mergeLeaderHealth(r.Context(), &st)
 	}
+	// raft names suffrages "Voter" and "Nonvoter"; the API, as its join
+	// answer does, "voter" and "nonvoter".
+	for i := range st.Nodes {
+		st.Nodes[i].Suffrage = strings.ToLower(st.Nodes[i].Suffrage)
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 

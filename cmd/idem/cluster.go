@@ -93,7 +93,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	force := fs.Bool("force", false, "make the change even if it leaves the cluster without a quorum of healthy voters (join, remove)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer instead of a table or sentence")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
-	tlsFlags := addClientTLSFlags(fs)
+	tlsFlags := addClientTLSFlags(fs, "addr")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), clusterUsage)
 		printFlags(fs.Output(), fs)
@@ -347,7 +347,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		if m.NotPromoted != "" {
 			kept = append(kept, fmt.Sprintf("  %s: %s", m.ID, m.NotPromoted))
 		}
-		if m.Suffrage == "Voter" {
+		if strings.EqualFold(m.Suffrage, "voter") { // "Voter" from an older node
 			voters++
 			if m.Healthy {
 				healthy++

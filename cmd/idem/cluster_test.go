@@ -374,7 +374,7 @@ func (c *testCluster) stableCheck(members []*cnode) (*cnode, string) {
 		}
 		for _, m := range st.Nodes {
 			w, ok := want[m.ID]
-			if !ok || m.Suffrage != "Voter" || m.HTTPAddr != w.http || m.RaftAddr != w.raft {
+			if !ok || m.Suffrage != "voter" || m.HTTPAddr != w.http || m.RaftAddr != w.raft {
 				return nil, fmt.Sprintf("%s sees member %+v", n.id, m)
 			}
 		}
@@ -486,7 +486,7 @@ func TestClusterJoinAndStatus(t *testing.T) {
 				for i, m := range st.Nodes {
 					require.Equal(t, c.nodes[i].id, m.ID)
 					require.Equal(t, c.nodes[i].http, m.HTTPAddr, "%s's view of %s", n.id, m.ID)
-					require.Equal(t, "Voter", m.Suffrage)
+					require.Equal(t, "voter", m.Suffrage)
 				}
 			}
 			// The operator's view through the CLI, from a follower.

@@ -95,7 +95,7 @@ func TestMembershipAbsentJoinOneNode(t *testing.T) {
 	require.Contains(t, out, "non-voter")
 
 	n4, st := memberAt(t, http, "n4")
-	require.Equal(t, "Nonvoter", n4.Suffrage)
+	require.Equal(t, "nonvoter", n4.Suffrage)
 	require.False(t, n4.Healthy)
 	require.Contains(t, n4.UnhealthyReason, "never answered")
 	require.NotNil(t, n4.CheckedAt)
@@ -194,7 +194,7 @@ func TestMembershipThreeNodes(t *testing.T) {
 	writable(t, leader.http, "one-of-three-down", 2*time.Second)
 	require.Contains(t, out, "non-voter")
 	m, _ := memberAt(t, leader.http, "n4")
-	require.Equal(t, "Nonvoter", m.Suffrage)
+	require.Equal(t, "nonvoter", m.Suffrage)
 	require.False(t, m.Healthy)
 
 	// 2. The stopped node shows unhealthy within a few seconds, from the
@@ -227,7 +227,7 @@ func TestMembershipThreeNodes(t *testing.T) {
 	require.Contains(t, out, down.id+" (")
 	require.Contains(t, out, "--force")
 	m, _ = memberAt(t, leader.http, other.id)
-	require.Equal(t, "Voter", m.Suffrage, "a refused removal changed the configuration")
+	require.Equal(t, "voter", m.Suffrage, "a refused removal changed the configuration")
 	a := call("POST", other.http, "/v1/cluster/remove", `{"id":"nope"}`)
 	require.Equal(t, 404, a.code, "%s", a)
 	c.restart(down, nil)
@@ -264,7 +264,7 @@ func TestMembershipThreeNodes(t *testing.T) {
 	require.Equal(t, 0, code, "%s", out)
 	waitFor(t, 30*time.Second, leader.id+" a voter again", func() (bool, string) {
 		m, _ := memberAt(t, newLeader.http, leader.id)
-		return m.Suffrage == "Voter" && m.Healthy, fmt.Sprintf("%+v", m)
+		return m.Suffrage == "voter" && m.Healthy, fmt.Sprintf("%+v", m)
 	})
 	waitLeaderAmong(t, c, c.nodes)
 	require.Same(t, p, leader.p)
@@ -394,7 +394,7 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 	empty.wait()
 	m, _ := memberAt(t, leader.http, f.id)
 	require.Equal(t, f.raft, m.RaftAddr, "%s's place after an empty node asked for it: %+v", f.id, m)
-	require.Equal(t, "Voter", m.Suffrage)
+	require.Equal(t, "voter", m.Suffrage)
 
 	// f really moves: same data dir and HTTP address, a new raft port.
 	f.raft = freePortOn(t, f.ip)

@@ -183,9 +183,9 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	require.ErrorIs(t, err, raftfsm.ErrTokenRefused, "a join of such a node is refused for it")
 
 	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
-		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "Voter", Healthy: true},
-		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "Voter", UnhealthyReason: err.Error()},
-		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "Voter", UnhealthyReason: err.Error()},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", UnhealthyReason: err.Error()},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", UnhealthyReason: err.Error()},
 	}}
 	var out bytes.Buffer
 	printStatus(&out, st)
