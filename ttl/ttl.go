@@ -55,9 +55,10 @@ func ValidateSpan(retention, width time.Duration) error {
 // MaxStep is the most one log entry can move cluster time forward. A
 // healthy leader stamps entries at least every tick (a second), so honest
 // steps are small; a leader whose clock is wrong moves time by at most this
-// much per entry instead of by its whole error at once, and time that
-// truly passed (a cluster down for an hour) is caught up by the following
-// entries. The cap errs on the safe side: records live longer, never less.
+// much per entry instead of by its whole error at once. Leaders stamp with
+// cluster time (Clock), not their wall clocks, so time during which the
+// whole cluster was down is never caught up: windows grow by the outage.
+// The cap errs on the safe side: records live longer, never less.
 const MaxStep = 10 * time.Second
 
 // Step returns the cluster time after an entry stamped proposedMs is
