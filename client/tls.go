@@ -89,7 +89,7 @@ func (c *Client) applyTLS(addr string, explicit bool) error {
 func plainToHTTPS(base *url.URL, status int, raw []byte) error {
 	if base.Scheme == "http" && status == http.StatusBadRequest &&
 		bytes.HasPrefix(raw, []byte("Client sent an HTTP request to an HTTPS server")) {
-		return fmt.Errorf("%w %s: the node speaks HTTPS: use https:// and its CA (WithTLS; the CLI's --ca-file)", ErrAddress, base)
+		return fmt.Errorf("%w %s: the node speaks HTTPS: use https:// and the CA of its certificate (--ca-file on the command line, client.WithTLS in Go)", ErrAddress, base)
 	}
 	return nil
 }

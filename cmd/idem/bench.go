@@ -37,7 +37,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	keyBytes := fs.Int("key-bytes", 32, "size of each key")
 	bodyBytes := fs.Int("body-bytes", 256, "size of each stored response body (complete)")
 	token := authTokenFlag(fs, "bearer token when the nodes use --auth-file")
-	tlsFlags := addClientTLSFlags(fs)
+	tlsFlags := addClientTLSFlags(fs, "addr")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")
 	quiet := fs.Bool("quiet", false, "no progress line")

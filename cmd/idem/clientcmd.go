@@ -79,7 +79,7 @@ func newCLICmd(name, synopsis string, stdout, stderr io.Writer) *cliCmd {
 	c.fs.StringVar(&c.endpoint, "endpoint", "", "operation the key belongs to, e.g. 'POST /payments' (required)")
 	c.fs.StringVar(&c.key, "key", "", "idempotency key, printable ASCII (required)")
 	c.fs.DurationVar(&c.timeout, "timeout", 10*time.Second, "give up when the server has not answered within this `duration` (0: never)")
-	c.tls = addClientTLSFlags(c.fs)
+	c.tls = addClientTLSFlags(c.fs, "addr")
 	return c
 }
 

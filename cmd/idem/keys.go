@@ -62,7 +62,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	keyFile := fs.String("encryption-key-file", "", "a key file to check against the key ids still needed (status)")
 	asJSON := fs.Bool("json", false, "print the key use as JSON (status)")
 	timeout := fs.Duration("timeout", 10*time.Second, "give up after this long (status)")
-	tlsFlags := addClientTLSFlags(fs)
+	tlsFlags := addClientTLSFlags(fs, "addr")
 	id := fs.String("id", "", "id of the new key: 1-64 letters, digits, '.', '_' or '-' (generate)")
 	out := fs.String("out", "", "write the key file here, mode 0600, instead of to stdout (generate)")
 	fs.Usage = func() {

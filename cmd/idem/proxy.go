@@ -90,7 +90,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	fs.StringVar(&c.storeToken, "store-token", os.Getenv("IDEM_STORE_TOKEN"), "bearer `token` for a store started with --auth-file (an app token needs the principals the proxy uses; env IDEM_STORE_TOKEN)")
 	fs.StringVar(&c.storeTokenFile, "store-token-file", "", "read the store's bearer token from the first line of `path` that is not empty or a # comment")
-	c.storeTLS = addClientTLSFlags(fs)
+	c.storeTLS = addClientTLSFlags(fs, "store")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM `file` of the certificate to serve HTTPS on --listen with (with --tls-key-file)")
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM `file` of the key of --tls-cert-file")
 	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load; a call waits only while other batches are in flight, until its batch holds as many calls as they do, at most 0.5 ms); at or below the store's --max-batch-ops (256 by default) is best, a larger batch is sent again in halves; 0: one store request per call")

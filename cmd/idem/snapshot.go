@@ -50,7 +50,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "save: HTTP address of any node (env IDEM_ADDR)")
 	token := authTokenFlag(fs, "save: bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
 	force := fs.Bool("force", false, "save: replace FILE if it exists; restore: skip the check that no other member of the backup's cluster answers when --raft-addr is one of its members' (only if that cluster is gone for good)")
-	tlsFlags := addClientTLSFlags(fs)
+	tlsFlags := addClientTLSFlags(fs, "addr")
 	asJSON := fs.Bool("json", false, "inspect: print the header and counts as JSON")
 	dataDir := fs.String("data-dir", "", "restore: the data dir to create (absent or empty)")
 	nodeID := fs.String("node-id", "", "restore: id of the node that will serve DIR")

@@ -325,9 +325,11 @@ func (w httpLogWriter) Write(p []byte) (int, error) {
 // clientTLSFlags are the TLS flags of every command that calls a node.
 type clientTLSFlags struct{ caFile, certFile, keyFile string }
 
-func addClientTLSFlags(fs *flag.FlagSet) *clientTLSFlags {
+// addrFlag is the command's flag of node addresses (--addr, or the proxy's
+// --store), which --ca-file turns to https:// by default.
+func addClientTLSFlags(fs *flag.FlagSet, addrFlag string) *clientTLSFlags {
 	f := &clientTLSFlags{}
-	fs.StringVar(&f.caFile, "ca-file", os.Getenv("IDEM_CA_FILE"), "PEM CA to verify the nodes' certificates with (their --tls-ca-file); with it --addr defaults to https:// (env IDEM_CA_FILE)")
+	fs.StringVar(&f.caFile, "ca-file", os.Getenv("IDEM_CA_FILE"), "PEM CA to verify the nodes' certificates with (their --tls-ca-file); with it --"+addrFlag+" defaults to https:// (env IDEM_CA_FILE)")
 	fs.StringVar(&f.certFile, "cert-file", os.Getenv("IDEM_CERT_FILE"), "PEM client certificate, for nodes that ask for one (--tls-client-auth require, or joining a node) (env IDEM_CERT_FILE)")
 	fs.StringVar(&f.keyFile, "key-file", os.Getenv("IDEM_KEY_FILE"), "PEM private key of --cert-file (env IDEM_KEY_FILE)")
 	return f
