@@ -7,6 +7,8 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"strings"
+	"syscall"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -108,12 +110,22 @@ func warnLevel(msg string, args []any) slog.Level {
 // errorLevel is the slog level of a raft error: debug for a connection
 // that this node's own raft transport ends as it shuts down, which every
 // clean stop logs for each peer connected at the time (make cluster's
-// Ctrl-C printed it as an ERROR).
+// Ctrl-C printed it as an ERROR); info for one the peer ended (reset or
+// closed mid-command), which a member removed with idem cluster remove
+// logs when the leader drops it, and any peer's restart causes: nothing of
+// this node failed, and the peer's own logs tell why it went.
 func errorLevel(msg string, args []any) slog.Level {
 	if msg == "failed to decode incoming command" {
 		if v, ok := hcArg(args, "error"); ok {
-			if err, isErr := v.(error); isErr && errors.Is(err, raft.ErrTransportShutdown) {
-				return slog.LevelDebug
+			if err, isErr := v.(error); isErr {
+				switch {
+				case errors.Is(err, raft.ErrTransportShutdown):
+					return slog.LevelDebug
+				case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE),
+					// The decoder may keep only the text of a read's error.
+					strings.Contains(err.Error(), "connection reset by peer"):
+					return slog.LevelInfo
+				}
 			}
 		}
 	}

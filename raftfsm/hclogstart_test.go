@@ -3,8 +3,12 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"io"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -51,4 +55,15 @@ func TestRaftErrorOfItsOwnShutdownIsNotLogged(t *testing.T) {
 	require.Empty(t, buf.String())
 	h.Error("failed to decode incoming command", "error", errors.New("unknown rpc type 9"))
 	require.Contains(t, buf.String(), "level=ERROR")
+
+	// A peer that went away mid-command (the leader dropping a member it
+	// removed, a peer's restart) is no error of this node's.
+	for _, err := range []error{
+		&net.OpError{Op: "read", Net: "tcp", Err: os.NewSyscallError("read", syscall.ECONNRESET)},
+		io.ErrUnexpectedEOF,
+	} {
+		buf.Reset()
+		h.Error("failed to decode incoming command", "error", err)
+		require.Contains(t, buf.String(), "level=INFO", "%v", err)
+	}
 }

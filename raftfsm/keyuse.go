@@ -734,7 +734,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 	}
 	rec := k.check(id)
 	if rec != nil && hmac.Equal(rec, own) {
-		n.log.Info("recorded the check value of a key in this node's key file", "key-id", id)
+		n.log.Info("recorded in the cluster's state the check value of a key of this node's key file (the file is unchanged): a node whose key of that id differs is refused", "key-id", id)
 	}
 	return rec, nil
 }
