@@ -131,7 +131,10 @@ type proxy struct {
 	listenTLS *tls.Config
 	log       *slog.Logger
 	batcher   *client.Batcher // with --store-batch; closed after the last request
-	noToken   bool            // neither --store-token nor --store-token-file
+	// unkeyedLog is the mono time of the last log line about a keyed
+	// request refused for want of a principal.
+	unkeyedLog atomic.Int64
+	noToken    bool // neither --store-token nor --store-token-file
 }
 
 // build checks every flag and names each one that is wrong; nothing is
@@ -321,7 +324,18 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 	if p.cfg.allowAnonymous {
 		return middleware.AnonymousPrincipal(r)
 	}
-	return middleware.AuthorizationPrincipal(r)
+	pr, err := middleware.AuthorizationPrincipal(r)
+	if err != nil && r.Header.Get("Authorization") == "" {
+		// The caller hears 401; the operator, who may not know that keys
+		// belong to credentials, hears why and what to set (once a minute).
+		if last := p.unkeyedLog.Load(); mono.Since(last) > time.Minute && p.unkeyedLog.CompareAndSwap(last, mono.Now()) {
+			p.log.Warn("refused a keyed request without an Authorization header (401): a key belongs to the caller's credential. "+
+				"If a gateway in front authenticates callers, have it pass the tenant in a header and name it with --principal-header; "+
+				"--allow-anonymous lets such callers share one tenant (and each other's stored answers)",
+				"method", r.Method, "path", r.URL.Path)
+		}
+	}
+	return pr, err
 }
 
 // reverseProxy forwards to the upstream. An answer of a streaming type

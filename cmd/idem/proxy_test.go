@@ -257,6 +257,11 @@ func TestProxyRefusesRequestsWithoutCredential(t *testing.T) {
 	require.Equal(t, 401, alice.status, alice.body)
 	require.Contains(t, alice.body, "Authorization")
 	require.Zero(t, up.runs.Load(), "the upstream ran for a request without a credential")
+	// The operator hears why, and what to set (the caller's 401 says neither flag).
+	require.Eventually(t, func() bool {
+		return strings.Contains(px.logs.String(), "refused a keyed request without an Authorization header (401)") &&
+			strings.Contains(px.logs.String(), "--principal-header")
+	}, 5*time.Second, 10*time.Millisecond, "logs: %s", px.logs)
 	require.Equal(t, 201, pxSend(t, "POST", px.url+"/pay", "order-77", `{}`, "Authorization", "Bearer alice").status)
 	bob := pxSend(t, "POST", px.url+"/pay", "order-77", `{}`, "Authorization", "Bearer bob")
 	require.Equal(t, 201, bob.status, bob.body)
