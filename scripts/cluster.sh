@@ -7,11 +7,15 @@
 # saves its probe filters and logs "stopped"; the script waits for each.
 # Extra arguments go to every `idem serve`; {id} in them becomes the
 # node's id (scripts/cluster-tls.sh gives each node its own certificate).
+# CLUSTER_HTTP_PORT and CLUSTER_RAFT_PORT move the ports (7070, 7071) when
+# they are taken; CLUSTER_DATA the data (./cluster-data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 data=${CLUSTER_DATA:-./cluster-data}
-peers=127.0.0.1:7070,127.0.0.2:7070,127.0.0.3:7070
+http=${CLUSTER_HTTP_PORT:-7070}
+raft=${CLUSTER_RAFT_PORT:-7071}
+peers=127.0.0.1:$http,127.0.0.2:$http,127.0.0.3:$http
 # Each node writes into a fifo read by its own prefixer, so $! is the
 # node's PID (with `idem | sed &` it is sed's, and stopping sed killed the
 # node by SIGPIPE before it could log its stop).
@@ -36,9 +40,9 @@ for i in 1 2 3; do
   (trap '' INT TERM; exec sed -u "s/^/[n$i] /" <"$fifos/n$i") &
   prefixers+=($!)
   bin/idem serve --node-id "n$i" --data-dir "$data/n$i" \
-    --http-addr "127.0.0.$i:7070" --raft-addr "127.0.0.$i:7071" \
+    --http-addr "127.0.0.$i:$http" --raft-addr "127.0.0.$i:$raft" \
     --bootstrap-expect 3 --join "$peers" "${@//\{id\}/n$i}" >"$fifos/n$i" 2>&1 &
   nodes+=($!)
 done
-echo "cluster starting: HTTP on 127.0.0.1:7070, 127.0.0.2:7070, 127.0.0.3:7070 (Ctrl-C stops it)"
+echo "cluster starting: HTTP on $peers (Ctrl-C stops it)"
 wait "${nodes[@]}"
