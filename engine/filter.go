@@ -364,7 +364,7 @@ func (f *probeFilter) load(fs vfs.FS, path string, applied uint64) bool {
 	f.filter = filters
 	f.mu.Unlock()
 	f.ready.Store(true)
-	f.log.Info("probe filters loaded from the last clean shutdown", "buckets", n)
+	f.log.Info("probe filters loaded from the file saved when the store was last closed cleanly (by a stop, a restore or a recover)", "buckets", n)
 	return true
 }
 
