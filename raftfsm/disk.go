@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // ErrStorageFull means the leader's disk has less free space than
@@ -46,9 +47,12 @@ const diskRemind = time.Minute
 // rather than failing, since a failed Pebble write is fatal and returning a
 // different result would let replicas diverge.
 type diskGuard struct {
-	dir         string
-	ballast     string
-	minFree     uint64 // 0: no guard, no ballast
+	dir     string
+	ballast string
+	minFree uint64 // 0: no guard, no ballast
+	// fullBelow is where writes stop: minFree, or room for the raft log's
+	// next segment file if that is more (appendFloor).
+	fullBelow   uint64
 	ballastSize int64
 	floor       uint64
 	log         *slog.Logger
@@ -64,6 +68,22 @@ type diskGuard struct {
 	cleared     bool       // a leftover ballast was removed (guard off)
 	lastRemind  time.Time
 	lastWaitLog time.Time
+	sealedLog   atomic.Int64 // mono time of the last logSealed line
+}
+
+// logSealed says, once a minute, that the raft log could not start its
+// next segment file and takes no entry until the node restarts: raft-wal
+// keeps failing every append after such a rotation ("segment is sealed"),
+// whatever space comes back. appendFloor keeps the disk from getting there
+// through this node's own writes; another process can still fill it.
+func (g *diskGuard) logSealed() {
+	if last := g.sealedLog.Load(); mono.Since(last) > diskRemind || last == 0 {
+		if g.sealedLog.CompareAndSwap(last, mono.Now()) {
+			g.log.Error("the raft log could not make its next segment file (the disk filled; see the raft log's rotate error): "+
+				"this node takes no raft entries until it is restarted. Free space on the disk, then restart the node: nothing acknowledged is lost",
+				"data-dir", g.dir, "free-bytes", g.free.Load())
+		}
+	}
 }
 
 // openDiskGuard reads the free space of cfg.DataDir before the stores open.
@@ -75,6 +95,7 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 		dir:         cfg.DataDir,
 		ballast:     filepath.Join(cfg.DataDir, BallastFile),
 		minFree:     cfg.MinFreeDisk,
+		fullBelow:   appendFloor(cfg.MinFreeDisk),
 		ballastSize: int64(cfg.MinFreeDisk / 4),
 		floor:       cfg.MinFreeDisk / 8,
 		log:         cfg.Logger,
@@ -116,6 +137,25 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 	g.settleStateLocked()
 	return g, nil
 }
+
+// appendFloor is the free space under which writes stop (the storage-full
+// state) for --min-free-disk minFree: minFree, but never less than a raft
+// log segment and some slack. raft-wal preallocates its next segment whole
+// when the current one fills; if the disk has no room for it, that log
+// takes no entry again until the node restarts (every append then fails
+// with "segment is sealed": a walk with --min-free-disk 32MiB left a node
+// out of the cluster with 449 MB free). The slack, half a segment, is what
+// the raft log and Pebble may write between two reads of the free space (a
+// second) before the segment they fill is rotated. 0 leaves the guard off.
+func appendFloor(minFree uint64) uint64 {
+	if minFree == 0 {
+		return 0
+	}
+	return max(minFree, segmentSlack())
+}
+
+// segmentSlack is a raft log segment and half of one (96 MiB by default).
+func segmentSlack() uint64 { return segmentSize + segmentSize/2 }
 
 // read refreshes the cached free space.
 func (g *diskGuard) read() error {
@@ -171,7 +211,7 @@ func (g *diskGuard) settleLocked() {
 		g.read()
 		free = g.free.Load()
 	}
-	if free < g.minFree+uint64(g.ballastSize) {
+	if free < g.fullBelow+uint64(g.ballastSize) {
 		return
 	}
 	if err := engine.CreateBallast(g.ballast, g.ballastSize); err != nil {
@@ -186,15 +226,15 @@ func (g *diskGuard) settleLocked() {
 // space, logging a change once and a lasting shortage once a minute.
 func (g *diskGuard) settleStateLocked() bool {
 	free := g.free.Load()
-	full := free < g.minFree
+	full := free < g.fullBelow
 	switch was := g.full.Swap(full); {
 	case full && !was:
 		g.log.Error("disk space low: writes are refused with 507 storage_full until space is freed; reads still work",
-			"free-bytes", free, "min-free-disk", g.minFree, "data-dir", g.dir)
+			"free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
 	case full && time.Since(g.lastRemind) >= diskRemind:
 		g.log.Error("disk space still low: writes are refused with 507 storage_full",
-			"free-bytes", free, "min-free-disk", g.minFree, "data-dir", g.dir)
+			"free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
 	case !full && was:
 		g.log.Info("disk space recovered: writes are accepted again", "free-bytes", free, "min-free-disk", g.minFree)
@@ -238,7 +278,7 @@ func (g *diskGuard) admit(op Op) error {
 	}
 	switch op {
 	case OpClaim, OpComplete, OpRelease, OpExtend, OpDelete:
-		return fmt.Errorf("%w: %d bytes free on the leader's disk, under the minimum %d", ErrStorageFull, g.free.Load(), g.minFree)
+		return fmt.Errorf("%w: %d bytes free on the leader's disk, under the minimum %d", ErrStorageFull, g.free.Load(), g.fullBelow)
 	}
 	return nil
 }
@@ -374,7 +414,7 @@ func (g *diskGuard) short() (bool, uint64) {
 	waiting := g.waiting
 	g.mu.Unlock()
 	free := g.free.Load()
-	return waiting || free < g.minFree, free
+	return waiting || free < g.fullBelow, free
 }
 
 // ErrCloseAbandoned is returned by CloseBounded when it stopped waiting for

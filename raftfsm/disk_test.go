@@ -40,6 +40,10 @@ func TestDiskGuardBallastRefusalAndWait(t *testing.T) {
 			}
 		}
 	}
+	// A raft log of 1 MiB segments, so that the minimum alone decides on
+	// this 32 MiB disk (appendFloor).
+	defer func(s uint64) { segmentSize = s }(segmentSize)
+	segmentSize = 1 << 20
 	cfg := DefaultConfig()
 	cfg.DataDir = filepath.Join(mnt, "data")
 	cfg.MinFreeDisk = 8 << 20 // ballast 2 MiB, floor 1 MiB
@@ -98,4 +102,24 @@ func TestDiskGuardBallastRefusalAndWait(t *testing.T) {
 	require.False(t, g.full.Load())
 	_, err = os.Stat(ballast)
 	require.NoError(t, err, "the ballast comes back with the space")
+}
+
+// Writes stop while the disk can still hold the raft log's next segment:
+// raft-wal preallocates it whole when the current one fills, and a log
+// whose next segment could not be made takes no entry again until a
+// restart. So a --min-free-disk under a segment does not decide alone.
+func TestWritesStopWithRoomForTheNextLogSegment(t *testing.T) {
+	seg := segmentSize
+	require.Equal(t, uint64(0), appendFloor(0), "the guard off stays off")
+	require.Equal(t, seg+seg/2, appendFloor(32<<20), "--min-free-disk 32MiB: a 64 MiB segment and slack")
+	require.Equal(t, uint64(256<<20), appendFloor(256<<20), "the default minimum holds a segment already")
+
+	g := &diskGuard{minFree: 32 << 20, fullBelow: appendFloor(32 << 20), log: slog.New(slog.DiscardHandler)}
+	g.free.Store(seg) // above the minimum, too little for a segment and slack
+	require.True(t, g.settleStateLocked(), "writes go on with no room for the next segment")
+	require.ErrorIs(t, g.admit(OpClaim), ErrStorageFull)
+	require.NoError(t, g.admit(OpTick))
+	g.free.Store(seg + seg/2)
+	require.False(t, g.settleStateLocked())
+	require.NoError(t, g.admit(OpClaim))
 }

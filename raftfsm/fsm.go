@@ -246,7 +246,7 @@ type fsmSnapshot struct {
 }
 
 func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
-	if _, ok := sink.(markerSink); ok {
+	if _, ok := sink.(*markerSink); ok {
 		// Pebble holds this state durably (engine.Snapshot synced it):
 		// raft only needs to know it may truncate its log.
 		if err := writeMarker(sink, s.s.Meta().Applied); err != nil {

@@ -15,6 +15,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	waltypes "github.com/hashicorp/raft-wal/types"
 
 	"github.com/idem-store/idem/engine"
 )
@@ -94,7 +95,8 @@ var segmentSize = uint64(wal.DefaultSegmentSize)
 // ballast (M/4), and the records besides.
 func segmentSpaceAdvice(cfg Config) string {
 	const what = "the raft log could not create a segment file: it preallocates each one whole, %s"
-	minDisk := 2*segmentSize + cfg.MinFreeDisk + cfg.MinFreeDisk/4
+	// Writes stop under appendFloor, which may be more than M (a small M).
+	minDisk := segmentSize + max(segmentSize+cfg.MinFreeDisk, appendFloor(cfg.MinFreeDisk)) + cfg.MinFreeDisk/4
 	free, total, err := engine.DiskSize(cfg.DataDir)
 	switch {
 	case err != nil:
@@ -426,6 +428,9 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		return errLogDiskFull
 	}
 	if err := s.LogStore.StoreLogs(logs); err != nil {
+		if errors.Is(err, waltypes.ErrSealed) {
+			s.g.logSealed()
+		}
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
 	}
 	s.recent.put(logs)

@@ -181,6 +181,7 @@ func open(cfg Config) (*Node, error) {
 	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
+	n.snaps.disk = n.disk
 	if err := n.catchUpFromSnapshot(); err != nil {
 		return nil, err
 	}

@@ -41,6 +41,9 @@ type snapshotStore struct {
 	dir string
 	db  *engine.DB
 	log *slog.Logger
+	// disk, when set, refuses a snapshot received from a leader that would
+	// take the disk under the storage-full threshold (markerSink.Write).
+	disk *diskGuard
 }
 
 // liveMagic starts a marker; it cannot start an engine stream ("IDEMSNP1").
@@ -197,7 +200,45 @@ func (t *tempStream) Close() error {
 // markerSink is a sink of this store: the FSM writes a marker into it
 // instead of the state. Snapshots installed from a leader come through
 // Create too, but raft writes the received stream into them directly.
-type markerSink struct{ raft.SnapshotSink }
+type markerSink struct {
+	raft.SnapshotSink
+	disk   *diskGuard // nil: no check
+	unread int        // bytes written since the free space was last read
+	// seen and marker: the first write was this node's own marker, a few
+	// bytes that let raft truncate its log (which frees space).
+	seen, marker bool
+}
+
+// errSnapshotDiskFull refuses a snapshot from the leader that the disk has
+// no room for: raft cancels the install and the leader tries again later,
+// as for a follower that fell behind.
+var errSnapshotDiskFull = errors.New("raftfsm: disk full: this node takes no snapshot from the leader until space is freed")
+
+// snapshotReadEvery is how many bytes of a received snapshot are written
+// between two reads of the free space.
+const snapshotReadEvery = 4 << 20
+
+// Write refuses to go on once the disk is under the storage-full threshold.
+// A follower that fell behind while its disk was full was sent the whole
+// state, and writing it took the disk to 0 bytes free (an operator walk):
+// the raft log could then not start its next segment, which stops it for
+// good (appendFloor).
+func (s *markerSink) Write(p []byte) (int, error) {
+	if !s.seen {
+		s.seen, s.marker = true, bytes.HasPrefix(p, liveMagic)
+	}
+	if g := s.disk; g != nil && g.minFree != 0 && !s.marker {
+		if s.unread == 0 || s.unread+len(p) > snapshotReadEvery {
+			g.read() // on error, the last value read
+			s.unread = 0
+		}
+		s.unread += len(p)
+		if free := g.free.Load(); free < g.fullBelow+uint64(s.unread) {
+			return 0, fmt.Errorf("%w (%d bytes free, writes stop under %d)", errSnapshotDiskFull, free, g.fullBelow)
+		}
+	}
+	return s.SnapshotSink.Write(p)
+}
 
 // Create is FileSnapshotStore's, with the sink marked as this store's.
 func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64, conf raft.Configuration,
@@ -206,5 +247,5 @@ func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64,
 	if err != nil {
 		return nil, err
 	}
-	return markerSink{sink}, nil
+	return &markerSink{SnapshotSink: sink, disk: s.disk}, nil
 }

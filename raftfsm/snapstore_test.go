@@ -113,6 +113,40 @@ func TestInstalledSnapshotIsKeptAsSent(t *testing.T) {
 	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
 }
 
+// A snapshot from the leader is refused once writing it would take the
+// disk under the storage-full threshold (the install fails and the leader
+// tries again later); this node's own marker, which lets raft truncate its
+// log and so frees space, is always written. Here the threshold is above
+// any disk's free space.
+func TestInstalledSnapshotStopsOnAFullDisk(t *testing.T) {
+	src, srcDB := mustFSM(t, t.TempDir())
+	defer srcDB.Close()
+	applyInBatches(src, genLog(5, 200), 1, 16)
+	snap, err := srcDB.Snapshot()
+	require.NoError(t, err)
+	var full bytes.Buffer
+	_, err = snap.WriteTo(&full)
+	require.NoError(t, err)
+	snap.Close()
+
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, dst, dir)
+	store.disk = &diskGuard{dir: dir, minFree: 1 << 20, fullBelow: 1 << 62}
+	sink, err := store.Create(raft.SnapshotVersionMax, 200, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(full.Bytes())) // what installSnapshot does
+	require.ErrorIs(t, err, errSnapshotDiskFull)
+	require.NoError(t, sink.Cancel())
+	list, err := store.List()
+	require.NoError(t, err)
+	require.Empty(t, list, "a refused install left a snapshot")
+
+	// The node's own marker goes through.
+	takeSnapshot(t, dst, store)
+}
+
 // A marker cannot rebuild a state older than itself: the node says so
 // instead of starting on a state that misses acknowledged writes.
 func TestMarkerNewerThanStateIsRefused(t *testing.T) {

@@ -352,7 +352,9 @@ func TestDiskFullRefusesWritesKeepsReadsAndRecovers(t *testing.T) {
 // A follower whose disk fills must not crash: the cluster goes on with the
 // other two, and the follower catches up by itself once space is back.
 func TestDiskFullFollowerCatchesUp(t *testing.T) {
-	mnt := tmpfs(t, "128m")
+	// Room for the raft log's segment (64 MiB) and the next one: writes
+	// stop while the disk can still hold it (raftfsm.appendFloor).
+	mnt := tmpfs(t, "192m")
 	root := t.TempDir()
 	var nodes []*cnode
 	for i := 1; i <= 3; i++ {
