@@ -1204,3 +1204,15 @@ func TestClusterTransferToAStoppedVoter(t *testing.T) {
 	require.Contains(t, out, "leadership moved from "+l.id+" to "+down.id)
 	require.Equal(t, down, c.leader())
 }
+
+// A node whose --join names only itself cannot join anything: it said
+// nothing and answered 503 to every write for ever (an operator walk). It
+// now says so, and what to give instead.
+func TestJoinOfOnlyItselfSaysSo(t *testing.T) {
+	httpAddr := freePort(t)
+	p := launch(t, t.TempDir(), httpAddr, freePort(t), "--join", httpAddr)
+	waitFor(t, 15*time.Second, "the self-only --join is named", func() (bool, string) {
+		return strings.Contains(p.logs.String(), "--join names only this node's own address"), p.logs.String()
+	})
+	require.Contains(t, p.logs.String(), "--bootstrap-expect")
+}

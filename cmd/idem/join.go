@@ -158,6 +158,8 @@ type member struct {
 	// without TLS, or a certificate from another CA would otherwise leave
 	// a node waiting forever with nothing in its log.
 	unreachable map[string]string
+	// selfOnly: --join named this node alone, said once.
+	selfOnly bool
 }
 
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
@@ -184,6 +186,17 @@ func (m *member) do(ctx context.Context, method, addr, path string, body []byte)
 }
 
 func (m *member) tryJoin(ctx context.Context, addrs []string) {
+	if !slices.ContainsFunc(addrs, func(a string) bool { return a != m.c.httpAdvertise }) {
+		// Nothing to ask: the node waited in silence, answering 503 to
+		// every write (an operator walk).
+		if !m.selfOnly {
+			m.selfOnly = true
+			m.log.Error("--join names only this node's own address: a node cannot join itself, so it waits for ever, answering no write. "+
+				"Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address",
+				"join", strings.Join(addrs, ","), "http-advertise", m.c.httpAdvertise)
+		}
+		return
+	}
 	for _, a := range addrs {
 		if a == m.c.httpAdvertise {
 			continue
