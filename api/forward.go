@@ -363,7 +363,7 @@ func (s *Server) outsideCluster() bool {
 
 func notMemberProblem() *problem {
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-		"this node is not in the cluster's configuration (it was removed, or has not been admitted yet), so it cannot take writes: send them to a member; an operator adds it back with idem cluster join")
+		"this node is not in the cluster's configuration (it was removed, or has not been admitted yet), so it cannot take writes or joins: send them to a member; an operator adds it back with idem cluster join --addr <a member's HTTP address>")
 	p.retryAfter = 5
 	return p
 }
