@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -1362,6 +1363,15 @@ func (n *Node) TransferLeadershipTo(id string) error {
 	if err := f.Error(); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return n.notLeader()
+		}
+		if strings.Contains(err.Error(), "timeout") {
+			// raft says only "leadership transfer timeout" (an operator
+			// walk, 3 s after restarting the target).
+			who := id
+			if who == "" {
+				who = "the voter raft chose"
+			}
+			return fmt.Errorf("raftfsm: leadership transfer: %w: %s did not take over in time; a node started moments ago may still be catching up, or waits before it stands for election: see idem cluster status, and try again in a few seconds", err, who)
 		}
 		return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 	}
