@@ -77,11 +77,11 @@ func TestMarkerSnapshotExpandsToTheCurrentState(t *testing.T) {
 	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
 }
 
-// A snapshot installed from a leader is a full stream: stored and opened
-// byte for byte, and restored by a node whose state lags it.
-func TestInstalledSnapshotIsKeptAsSent(t *testing.T) {
+// fullStream is the full snapshot stream of a state of 200 entries, as a
+// leader sends it, and that state.
+func fullStream(t *testing.T) (*bytes.Buffer, *engine.DB) {
+	t.Helper()
 	src, srcDB := mustFSM(t, t.TempDir())
-	defer srcDB.Close()
 	applyInBatches(src, genLog(5, 200), 1, 16)
 	snap, err := srcDB.Snapshot()
 	require.NoError(t, err)
@@ -89,6 +89,14 @@ func TestInstalledSnapshotIsKeptAsSent(t *testing.T) {
 	_, err = snap.WriteTo(&full)
 	require.NoError(t, err)
 	snap.Close()
+	return &full, srcDB
+}
+
+// A snapshot installed from a leader is a full stream: stored and opened
+// byte for byte, and restored by a node whose state lags it.
+func TestInstalledSnapshotIsKeptAsSent(t *testing.T) {
+	full, srcDB := fullStream(t)
+	defer srcDB.Close()
 
 	dst, dstDB := mustFSM(t, t.TempDir())
 	defer dstDB.Close()
@@ -119,15 +127,8 @@ func TestInstalledSnapshotIsKeptAsSent(t *testing.T) {
 // log and so frees space, is always written. Here the threshold is above
 // any disk's free space.
 func TestInstalledSnapshotStopsOnAFullDisk(t *testing.T) {
-	src, srcDB := mustFSM(t, t.TempDir())
-	defer srcDB.Close()
-	applyInBatches(src, genLog(5, 200), 1, 16)
-	snap, err := srcDB.Snapshot()
-	require.NoError(t, err)
-	var full bytes.Buffer
-	_, err = snap.WriteTo(&full)
-	require.NoError(t, err)
-	snap.Close()
+	full, srcDB := fullStream(t)
+	srcDB.Close()
 
 	dst, dstDB := mustFSM(t, t.TempDir())
 	defer dstDB.Close()
