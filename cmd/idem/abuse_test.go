@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
 )
 
 // launchWithFiles is launch under an open-files limit of files (soft and
@@ -210,4 +212,50 @@ func TestContentLengthAndTransferEncodingCloseTheConnection(t *testing.T) {
 	io.Copy(io.Discard, resp.Body)
 	_, err = br.ReadByte()
 	require.ErrorIs(t, err, io.EOF, "the connection is closed")
+}
+
+// With every API connection and the health headroom taken by callers that
+// send half a header, the API's own /healthz cannot be answered (it waits
+// for a slot, then is refused); --health-addr's listener answers all the
+// same, and serves nothing but the probes.
+func TestHealthAddrAnswersWhileTheAPIConnectionsAreFull(t *testing.T) {
+	addr, health := freePort(t), freePort(t)
+	start(t, t.TempDir(), addr, freePort(t), "--max-conns", "2", "--read-header-timeout", "30s", "--health-addr", health)
+
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	hold := func() { // the API's 2 slots and the 64 of the headroom
+		for len(conns) < 2+api.HealthHeadroom {
+			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+			require.NoError(t, err)
+			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // never ends its header
+			conns = append(conns, c)
+		}
+	}
+	hold()
+	time.Sleep(300 * time.Millisecond) // the node accepts them all
+	probe := &http.Client{Timeout: 5 * time.Second}
+	// The API's /healthz: refused (503) or cut, never answered ok.
+	if resp, err := probe.Get("http://" + addr + "/healthz"); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.NotEqual(t, http.StatusOK, resp.StatusCode, "the API had room after all: %s", b)
+	}
+	for _, path := range []string{"/healthz", "/readyz"} {
+		resp, err := probe.Get("http://" + health + path)
+		require.NoError(t, err, "--health-addr %s", path)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", path, b)
+	}
+	resp, err := probe.Get("http://" + health + "/v1/config")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusNotFound, resp.StatusCode)
+	require.Contains(t, string(b), "serves only /healthz and /readyz")
 }

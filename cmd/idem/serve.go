@@ -32,6 +32,7 @@ type serveConfig struct {
 	nodeID, dataDir              string
 	httpAddr, raftAddr           string
 	httpAdvertise, raftAdvertise string
+	healthAddr                   string
 	join                         string
 	bootstrapExpect              int
 	// nodeFileScope is node.json's scope when an explicit --scope differs
@@ -68,6 +69,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:7070", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address raft listens on")
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes forward to (default: --http-addr)")
+	fs.StringVar(&c.healthAddr, "health-addr", "", "address of a second HTTP listener that serves only /healthz and /readyz, for probes: it answers while the API's connections are all taken (--max-conns; a flood of slow connections), where the API's own /healthz waits behind them. Same TLS as --http-addr; off by default")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of cluster members to join (ignored once this node has state)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one included) are reachable through --join, without a designated first node")
@@ -160,6 +162,14 @@ func (c *serveConfig) validate() error {
 	} {
 		if err := checkHostPort(a.addr); err != nil {
 			bad("%s %q is not host:port with a port from 1 to 65535 (e.g. %s): %v", a.flag, a.addr, a.example, err)
+		}
+	}
+	if c.healthAddr != "" {
+		switch err := checkHostPort(c.healthAddr); {
+		case err != nil:
+			bad("--health-addr %q is not host:port with a port from 1 to 65535 (e.g. 127.0.0.1:7072): %v", c.healthAddr, err)
+		case sameAddr(c.healthAddr, c.httpAddr) || sameAddr(c.healthAddr, c.raftAddr):
+			bad("--health-addr %s is --http-addr's or --raft-addr's: the probes' listener needs a port of its own (e.g. 127.0.0.1:7072)", c.healthAddr)
 		}
 	}
 	if sameAddr(c.httpAddr, c.raftAddr) {
@@ -575,6 +585,14 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if err != nil {
 		return fmt.Errorf("--raft-addr: %w", err)
 	}
+	var healthLn net.Listener
+	if c.healthAddr != "" {
+		if healthLn, err = net.Listen("tcp", c.healthAddr); err != nil {
+			raftLn.Close()
+			return fmt.Errorf("--health-addr: %w", err)
+		}
+		defer healthLn.Close()
+	}
 	abandoned := false // the node's close was given up on: the process exits with the node as it is
 	defer func() {
 		if !abandoned {
@@ -730,8 +748,21 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	hs := httpServer(c.tls.requireCertToJoin(handler), cl, c.conns)
 	hs.ErrorLog = httpErrorLog(log)   // tls.go
 	defer c.tls.trackConns(hs, log)() // tls.go: a CA reload closes what it no longer trusts
-	errc := make(chan error, 1)
+	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(c.tls.listener(cl)) }()
+	if healthLn != nil {
+		// Its own connections, so a flood of the API's cannot reach it.
+		hcl := api.ListenNoHeadroom(healthLn, healthMaxConns, log)
+		hsrv := &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
+			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log)}
+		go func() {
+			if err := hsrv.Serve(c.tls.listener(hcl)); !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("--health-addr: %w", err)
+			}
+		}()
+		defer hsrv.Close()
+		log.Info("probes served on their own listener", "health-addr", healthLn.Addr().String())
+	}
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(),
@@ -829,4 +860,23 @@ func inUse(dataDir string, err error) error {
 		who = fmt.Sprintf("pid %d", e.PID)
 	}
 	return fmt.Errorf("--data-dir %s is in use by another idem process (%s): stop that process first, or give this node a data dir of its own", dataDir, who)
+}
+
+// healthMaxConns bounds the connections of --health-addr: probes make a
+// few each, and one more is answered 503 and closed at once.
+const healthMaxConns = 256
+
+// healthOnly serves /healthz and /readyz of the API and nothing else (the
+// --health-addr listener).
+func healthOnly(api http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			api.ServeHTTP(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusNotFound)
+		io.WriteString(w, `{"type":"https://idem.dev/problems/not_found","title":"Not found","status":404,`+
+			`"detail":"this listener (--health-addr) serves only /healthz and /readyz; the API is on --http-addr","code":"not_found"}`+"\n")
+	})
 }

@@ -64,6 +64,9 @@ func TestFailedStartDoesNotPinDataDir(t *testing.T) {
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", httpAddr}, code: 2, want: "--http-addr and --raft-addr are both"},
 		{args: []string{"--http-addr", busy.Addr().String(), "--raft-addr", raftAddr}, want: "--http-addr"},
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", busy.Addr().String()}, want: "--raft-addr"},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--health-addr", httpAddr}, code: 2, want: "--health-addr " + httpAddr + " is --http-addr's or --raft-addr's"},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--health-addr", "nope"}, code: 2, want: `--health-addr "nope"`},
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--health-addr", busy.Addr().String()}, want: "--health-addr"},
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--tls-cert-file", c, "--tls-key-file", otherKey, "--tls-ca-file", ca.ca()}, want: "private key does not match"},
 		// The disk check runs in raftfsm.Open, once the ports are open.
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--min-free-disk", "1000000000000000000"}, want: "bytes free", dirMayExist: true},
