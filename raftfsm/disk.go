@@ -69,6 +69,18 @@ type diskGuard struct {
 	lastRemind  time.Time
 	lastWaitLog time.Time
 	sealedLog   atomic.Int64 // mono time of the last logSealed line
+	snapLog     atomic.Int64 // mono time of the last logSnapshotRefused line
+}
+
+// logSnapshotRefused says, once a minute, why a snapshot from the leader
+// was refused: raft's own line does not say, and the node may not be in
+// the storage-full state (the snapshot is larger than the room above it).
+func (g *diskGuard) logSnapshotRefused(err error) {
+	if last := g.snapLog.Load(); last == 0 || mono.Since(last) > diskRemind {
+		if g.snapLog.CompareAndSwap(last, mono.Now()) {
+			g.log.Warn("refused a snapshot from the leader for lack of disk space: this node stays behind until there is room for it", "error", err, "data-dir", g.dir)
+		}
+	}
 }
 
 // logSealed says, once a minute, that the raft log could not start its
@@ -106,7 +118,7 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 				Name: "idem_disk_free_bytes", Help: "Bytes free on the filesystem of the data dir (as df shows available), read every second.",
 			}, func() float64 { return float64(g.free.Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "idem_storage_full", Help: "1 while free space is below --min-free-disk and the leader refuses writes with 507 storage_full.",
+				Name: "idem_storage_full", Help: "1 while free space is below --min-free-disk (never less than 96 MiB, room for the raft log's next segment) and the leader refuses writes with 507 storage_full.",
 			}, func() float64 {
 				if g.full.Load() {
 					return 1
@@ -119,6 +131,17 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 	}
 	if g.minFree == 0 {
 		return g, nil
+	}
+	if _, total, err := engine.DiskSize(g.dir); err == nil {
+		// Writes stop under fullBelow, which holds the raft log's next
+		// segment; with the current one and the ballast, a smaller disk
+		// is storage-full for good, whatever is freed on it.
+		if need := segmentSize + g.fullBelow + uint64(g.ballastSize); total < need {
+			g.log.Warn("the data dir's disk is too small for this node to take writes: they stop while free space is under "+sizeText(g.fullBelow)+
+				" (--min-free-disk, never less than room for the raft log's next segment), and the log's current segment and the ballast take "+
+				sizeText(segmentSize+uint64(g.ballastSize))+" more; give the data dir a disk larger than "+sizeText(need)+" and its records (docs/DISK.md)",
+				"data-dir", g.dir, "disk-bytes", total, "min-free-disk", g.minFree)
+		}
 	}
 	// Nothing else is changed before the stores are open: until then
 	// another process may hold this data dir.
@@ -278,7 +301,7 @@ func (g *diskGuard) admit(op Op) error {
 	}
 	switch op {
 	case OpClaim, OpComplete, OpRelease, OpExtend, OpDelete:
-		return fmt.Errorf("%w: %d bytes free on the leader's disk, under the minimum %d", ErrStorageFull, g.free.Load(), g.fullBelow)
+		return fmt.Errorf("%w: %d bytes free on the leader's disk, under the %d writes need (--min-free-disk, and room for the raft log's next segment)", ErrStorageFull, g.free.Load(), g.fullBelow)
 	}
 	return nil
 }
@@ -414,7 +437,9 @@ func (g *diskGuard) short() (bool, uint64) {
 	waiting := g.waiting
 	g.mu.Unlock()
 	free := g.free.Load()
-	return waiting || free < g.fullBelow, free
+	// The minimum itself, not fullBelow: the raft log's next segment has
+	// no bearing on whether a close is stuck waiting for space.
+	return waiting || free < g.minFree, free
 }
 
 // ErrCloseAbandoned is returned by CloseBounded when it stopped waiting for

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"errors"
 	"log/slog"
 	"os"
@@ -40,8 +41,9 @@ func TestDiskGuardBallastRefusalAndWait(t *testing.T) {
 			}
 		}
 	}
-	// A raft log of 1 MiB segments, so that the minimum alone decides on
-	// this 32 MiB disk (appendFloor).
+	// The guard's arithmetic with 1 MiB raft log segments (the log itself
+	// is not opened here), so that the minimum alone decides on this 32 MiB
+	// disk (appendFloor).
 	defer func(s uint64) { segmentSize = s }(segmentSize)
 	segmentSize = 1 << 20
 	cfg := DefaultConfig()
@@ -122,4 +124,32 @@ func TestWritesStopWithRoomForTheNextLogSegment(t *testing.T) {
 	g.free.Store(seg + seg/2)
 	require.False(t, g.settleStateLocked())
 	require.NoError(t, g.admit(OpClaim))
+}
+
+// On a disk that can never leave the storage-full state (under a segment,
+// the room for the next one and the ballast) the node says so at start:
+// "until space is freed" would send an operator freeing space in vain.
+func TestDiskTooSmallToTakeWritesIsSaidAtStart(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("skipped: needs root to mount a small tmpfs (mount -t tmpfs); CI runs the tests as root")
+	}
+	mnt := t.TempDir()
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("skipped: cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
+	}
+	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	var logs bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.DataDir = mnt
+	cfg.MinFreeDisk = 16 << 20 // writes stop under 96 MiB; 64 + 96 + 4 MiB > 128 MiB
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	_, err := openDiskGuard(cfg)
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), "too small for this node to take writes")
+
+	logs.Reset()
+	cfg.MinFreeDisk = 0 // the guard off: nothing stops writes
+	_, err = openDiskGuard(cfg)
+	require.NoError(t, err)
+	require.NotContains(t, logs.String(), "too small")
 }

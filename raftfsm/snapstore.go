@@ -202,8 +202,9 @@ func (t *tempStream) Close() error {
 // Create too, but raft writes the received stream into them directly.
 type markerSink struct {
 	raft.SnapshotSink
-	disk   *diskGuard // nil: no check
-	unread int        // bytes written since the free space was last read
+	disk     *diskGuard // nil: no check
+	unread   int        // bytes written since the free space was last read
+	received uint64     // bytes of the stream written so far
 	// seen and marker: the first write was this node's own marker, a few
 	// bytes that let raft truncate its log (which frees space).
 	seen, marker bool
@@ -218,11 +219,12 @@ var errSnapshotDiskFull = errors.New("raftfsm: disk full: this node takes no sna
 // between two reads of the free space.
 const snapshotReadEvery = 4 << 20
 
-// Write refuses to go on once the disk is under the storage-full threshold.
-// A follower that fell behind while its disk was full was sent the whole
-// state, and writing it took the disk to 0 bytes free (an operator walk):
-// the raft log could then not start its next segment, which stops it for
-// good (appendFloor).
+// Write refuses to go on once the stream, and the restore that writes it
+// again as the store's tables, would take the disk under the storage-full
+// threshold. A follower that fell behind while its disk was full was sent
+// the whole state, and writing it took the disk to 0 bytes free (an
+// operator walk): the raft log could then not start its next segment,
+// which stops it for good (appendFloor).
 func (s *markerSink) Write(p []byte) (int, error) {
 	if !s.seen {
 		s.seen, s.marker = true, bytes.HasPrefix(p, liveMagic)
@@ -233,8 +235,14 @@ func (s *markerSink) Write(p []byte) (int, error) {
 			s.unread = 0
 		}
 		s.unread += len(p)
-		if free := g.free.Load(); free < g.fullBelow+uint64(s.unread) {
-			return 0, fmt.Errorf("%w (%d bytes free, writes stop under %d)", errSnapshotDiskFull, free, g.fullBelow)
+		s.received += uint64(len(p))
+		// Free now, less what was written since it was read, must hold
+		// the restore of what has come so far, above the threshold.
+		if free := g.free.Load(); free < g.fullBelow+uint64(s.unread)+s.received {
+			err := fmt.Errorf("%w: %d bytes of the leader's snapshot received, and restoring them writes as much again; %d bytes free, writes stop under %d: free space, and the leader sends it again",
+				errSnapshotDiskFull, s.received, free, g.fullBelow)
+			g.logSnapshotRefused(err)
+			return 0, err
 		}
 	}
 	return s.SnapshotSink.Write(p)

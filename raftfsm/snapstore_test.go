@@ -134,7 +134,8 @@ func TestInstalledSnapshotStopsOnAFullDisk(t *testing.T) {
 	defer dstDB.Close()
 	dir := t.TempDir()
 	store := mustStore(t, dst, dir)
-	store.disk = &diskGuard{dir: dir, minFree: 1 << 20, fullBelow: 1 << 62}
+	var logs bytes.Buffer
+	store.disk = &diskGuard{dir: dir, minFree: 1 << 20, fullBelow: 1 << 62, log: slog.New(slog.NewTextHandler(&logs, nil))}
 	sink, err := store.Create(raft.SnapshotVersionMax, 200, 1, raft.Configuration{}, 1, nil)
 	require.NoError(t, err)
 	_, err = io.Copy(sink, bytes.NewReader(full.Bytes())) // what installSnapshot does
@@ -143,9 +144,18 @@ func TestInstalledSnapshotStopsOnAFullDisk(t *testing.T) {
 	list, err := store.List()
 	require.NoError(t, err)
 	require.Empty(t, list, "a refused install left a snapshot")
+	require.Contains(t, logs.String(), "refused a snapshot from the leader for lack of disk space")
 
 	// The node's own marker goes through.
 	takeSnapshot(t, dst, store)
+
+	// With room for the stream and its restore, the same install is taken.
+	store.disk.fullBelow = 1 << 20
+	sink, err = store.Create(raft.SnapshotVersionMax, 200, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(full.Bytes()))
+	require.NoError(t, err)
+	require.NoError(t, sink.Close())
 }
 
 // A marker cannot rebuild a state older than itself: the node says so
