@@ -61,7 +61,9 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 		case !hasState && c.bootstrapExpect > 1:
 			m.tryBootstrap(ctx)
 		case !hasState && c.join != "":
-			m.tryJoin(ctx, splitAddrs(c.join))
+			if addrs := splitAddrs(c.join); !m.joinSelfOnly(addrs) {
+				m.tryJoin(ctx, addrs)
+			}
 		case outside > 0:
 			// Removed from the cluster: joining back on its own would undo
 			// the operator's removal. (A joining node can be outside for a
@@ -185,18 +187,23 @@ func (m *member) do(ctx context.Context, method, addr, path string, body []byte)
 	return b, resp.StatusCode, err
 }
 
-func (m *member) tryJoin(ctx context.Context, addrs []string) {
-	if !slices.ContainsFunc(addrs, func(a string) bool { return a != m.c.httpAdvertise }) {
-		// Nothing to ask: the node waited in silence, answering 503 to
-		// every write (an operator walk).
-		if !m.selfOnly {
-			m.selfOnly = true
-			m.log.Error("--join names only this node's own address: a node cannot join itself, so it waits for ever, answering no write. "+
-				"Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address",
-				"join", strings.Join(addrs, ","), "http-advertise", m.c.httpAdvertise)
-		}
-		return
+// joinSelfOnly says, once, that --join (addrs) names no node but this one,
+// and reports whether it does: there is nothing to ask, and the node waited
+// in silence, answering 503 to every write (an operator walk).
+func (m *member) joinSelfOnly(addrs []string) bool {
+	if len(addrs) == 0 || slices.ContainsFunc(addrs, func(a string) bool { return a != m.c.httpAdvertise }) {
+		return false
 	}
+	if !m.selfOnly {
+		m.selfOnly = true
+		m.log.Error("--join names only this node's own address: a node cannot join itself, so it waits for ever, answering no write. "+
+			"Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address",
+			"join", strings.Join(addrs, ","), "http-advertise", m.c.httpAdvertise)
+	}
+	return true
+}
+
+func (m *member) tryJoin(ctx context.Context, addrs []string) {
 	for _, a := range addrs {
 		if a == m.c.httpAdvertise {
 			continue

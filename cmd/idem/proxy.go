@@ -101,7 +101,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	sizeVar(fs, &c.maxStoredBody, "max-stored-body", 65536, "largest answer body stored for replays, a size (bytes, or e.g. 64KiB): the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
 	fs.IntVar(&c.maxInFlight, "max-inflight", defaultProxyMaxInFlight, "most requests handled at once, `n`, from their headers to the end of their answer (a stream's included); beyond it a request is answered 503 unavailable with Retry-After: 1, before its body is read and without calling the store or the upstream")
-	fs.IntVar(&c.maxConns, "max-conns", defaultProxyMaxConns, "most open connections from callers, `n`; one more is answered 503 unavailable with Retry-After: 1 and closed at once. Lowered to fit the open-files limit (raised to its hard limit at start), keeping one descriptor per --max-inflight request for its upstream call")
+	fs.IntVar(&c.maxConns, "max-conns", defaultProxyMaxConns, "most open connections from callers, `n`; one more is answered 503 unavailable with Retry-After: 1 and closed at once (with --tls-cert-file the refused caller sees its TLS handshake fail instead). Lowered to fit the open-files limit (raised to its hard limit at start), keeping one descriptor per --max-inflight request for its upstream call")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code

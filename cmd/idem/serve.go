@@ -750,10 +750,11 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	defer c.tls.trackConns(hs, log)() // tls.go: a CA reload closes what it no longer trusts
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(c.tls.listener(cl)) }()
+	var hsrv *http.Server // --health-addr's
 	if healthLn != nil {
 		// Its own connections, so a flood of the API's cannot reach it.
 		hcl := api.ListenNoHeadroom(healthLn, healthMaxConns, log)
-		hsrv := &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
+		hsrv = &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
 			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log)}
 		go func() {
 			if err := hsrv.Serve(c.tls.listener(hcl)); !errors.Is(err, http.ErrServerClosed) {
@@ -780,6 +781,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	select {
 	case <-ctx.Done():
 		log.Info("shutting down: draining HTTP")
+		if hsrv != nil {
+			// The probes see the node go at once: a /readyz still 200
+			// during the hand-over and the drain kept traffic coming to a
+			// node whose API port already refused connections.
+			hsrv.Close()
+		}
 	case err := <-errc:
 		return fmt.Errorf("http server: %w", err)
 	}
