@@ -15,18 +15,26 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The guard on a real, small tmpfs: the ballast comes and goes with the
-// free space, client writes are refused below the minimum while ticks and
-// drops are not, and an apply waits under the floor until space returns.
-func TestDiskGuardBallastRefusalAndWait(t *testing.T) {
+// smallTmpfs mounts a tmpfs of size for the test (root only; CI runs the
+// tests as root).
+func smallTmpfs(t *testing.T, size string) string {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("skipped: needs root to mount a small tmpfs (mount -t tmpfs); CI runs the tests as root")
 	}
 	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", mnt).CombinedOutput(); err != nil {
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+size, "tmpfs", mnt).CombinedOutput(); err != nil {
 		t.Skipf("skipped: cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
 	}
 	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	return mnt
+}
+
+// The guard on a real, small tmpfs: the ballast comes and goes with the
+// free space, client writes are refused below the minimum while ticks and
+// drops are not, and an apply waits under the floor until space returns.
+func TestDiskGuardBallastRefusalAndWait(t *testing.T) {
+	mnt := smallTmpfs(t, "32m")
 	fill := func(name string) {
 		f, err := os.Create(filepath.Join(mnt, name))
 		require.NoError(t, err)
@@ -130,14 +138,7 @@ func TestWritesStopWithRoomForTheNextLogSegment(t *testing.T) {
 // the room for the next one and the ballast) the node says so at start:
 // "until space is freed" would send an operator freeing space in vain.
 func TestDiskTooSmallToTakeWritesIsSaidAtStart(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("skipped: needs root to mount a small tmpfs (mount -t tmpfs); CI runs the tests as root")
-	}
-	mnt := t.TempDir()
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=128m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("skipped: cannot mount a tmpfs here (%v: %s)", err, strings.TrimSpace(string(out)))
-	}
-	t.Cleanup(func() { exec.Command("umount", "-l", mnt).Run() })
+	mnt := smallTmpfs(t, "128m")
 	var logs bytes.Buffer
 	cfg := DefaultConfig()
 	cfg.DataDir = mnt
