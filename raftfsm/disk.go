@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-store/idem/engine"
-	"github.com/idem-store/idem/internal/mono"
 )
 
 // ErrStorageFull means the leader's disk has less free space than
@@ -68,18 +67,16 @@ type diskGuard struct {
 	cleared     bool       // a leftover ballast was removed (guard off)
 	lastRemind  time.Time
 	lastWaitLog time.Time
-	sealedLog   atomic.Int64 // mono time of the last logSealed line
-	snapLog     atomic.Int64 // mono time of the last logSnapshotRefused line
+	sealedLog   spacer // logSealed's line
+	snapLog     spacer // logSnapshotRefused's line
 }
 
 // logSnapshotRefused says, once a minute, why a snapshot from the leader
 // was refused: raft's own line does not say, and the node may not be in
 // the storage-full state (the snapshot is larger than the room above it).
 func (g *diskGuard) logSnapshotRefused(err error) {
-	if last := g.snapLog.Load(); last == 0 || mono.Since(last) > diskRemind {
-		if g.snapLog.CompareAndSwap(last, mono.Now()) {
-			g.log.Warn("refused a snapshot from the leader for lack of disk space: this node stays behind until there is room for it", "error", err, "data-dir", g.dir)
-		}
+	if g.snapLog.allow(diskRemind) {
+		g.log.Warn("refused a snapshot from the leader for lack of disk space: this node stays behind until there is room for it", "error", err, "data-dir", g.dir)
 	}
 }
 
@@ -89,12 +86,10 @@ func (g *diskGuard) logSnapshotRefused(err error) {
 // whatever space comes back. appendFloor keeps the disk from getting there
 // through this node's own writes; another process can still fill it.
 func (g *diskGuard) logSealed() {
-	if last := g.sealedLog.Load(); mono.Since(last) > diskRemind || last == 0 {
-		if g.sealedLog.CompareAndSwap(last, mono.Now()) {
-			g.log.Error("the raft log could not make its next segment file (the disk filled; see the raft log's rotate error): "+
-				"this node takes no raft entries until it is restarted. Free space on the disk, then restart the node: nothing acknowledged is lost",
-				"data-dir", g.dir, "free-bytes", g.free.Load())
-		}
+	if g.sealedLog.allow(diskRemind) {
+		g.log.Error("the raft log could not make its next segment file (the disk filled; see the raft log's rotate error): "+
+			"this node takes no raft entries until it is restarted. Free space on the disk, then restart the node: nothing acknowledged is lost",
+			"data-dir", g.dir, "free-bytes", g.free.Load())
 	}
 }
 
