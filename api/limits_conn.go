@@ -54,8 +54,9 @@ func (s *Server) InFlight() int64 { return s.guards.inFlight.Load() }
 // RefusedInFlight is how many requests were refused for --max-inflight.
 func (s *Server) RefusedInFlight() int64 { return s.guards.refused.Load() }
 
-// exempt reports the routes that are never refused for load.
-func exempt(r *http.Request) bool {
+// Probe reports the routes probes use, /healthz and /readyz: never refused
+// for load, and all that serve's --health-addr listener serves.
+func Probe(r *http.Request) bool {
 	return r.URL.Path == "/healthz" || r.URL.Path == "/readyz"
 }
 
@@ -64,7 +65,7 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 	lc := limitedConnOf(r.Context())
 	if lc != nil && lc.overflow() {
 		w.Header().Set("Connection", "close")
-		if !exempt(r) {
+		if !Probe(r) {
 			p := newProblem(http.StatusServiceUnavailable, codeUnavailable, "too many open connections; this one only serves /healthz and /readyz")
 			p.retryAfter = 1
 			refuseNow(w, r, p)
@@ -78,7 +79,7 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 	}
-	if !exempt(r) {
+	if !Probe(r) {
 		max := int64(s.cfg.Limits.MaxInFlight)
 		if max > 0 {
 			n := s.guards.inFlight.Add(1)

@@ -875,10 +875,10 @@ const healthMaxConns = 256
 
 // healthOnly serves /healthz and /readyz of the API and nothing else (the
 // --health-addr listener).
-func healthOnly(api http.Handler) http.Handler {
+func healthOnly(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
-			api.ServeHTTP(w, r)
+		if api.Probe(r) {
+			h.ServeHTTP(w, r)
 			return
 		}
 		w.Header().Set("Content-Type", "application/problem+json")
