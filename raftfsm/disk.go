@@ -169,11 +169,12 @@ func appendFloor(minFree uint64) uint64 {
 	if minFree == 0 {
 		return 0
 	}
-	return max(minFree, segmentSlack())
+	return max(minFree, segmentRoom())
 }
 
-// segmentSlack is a raft log segment and half of one (96 MiB by default).
-func segmentSlack() uint64 { return segmentSize + segmentSize/2 }
+// segmentRoom is a raft log segment and half of one, the least free space
+// writes stop under (96 MiB by default).
+func segmentRoom() uint64 { return segmentSize + segmentSize/2 }
 
 // read refreshes the cached free space.
 func (g *diskGuard) read() error {
