@@ -359,14 +359,15 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			} else {
 				p.log.Warn("upstream failed", "path", r.URL.Path, "err", err)
 			}
-			proxyProblem(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream did not answer: "+err.Error())
+			problemDoc(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream did not answer: "+err.Error())
 		},
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 }
 
-// proxyProblem writes a problem document of the proxy's own.
-func proxyProblem(w http.ResponseWriter, status int, code, title, detail string) {
+// problemDoc writes a problem document the command makes itself (the
+// proxy's answers, serve's --health-addr listener).
+func problemDoc(w http.ResponseWriter, status int, code, title, detail string) {
 	w.Header().Set("Content-Type", "application/problem+json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]any{
@@ -540,7 +541,7 @@ func (p *proxy) limitInFlight(next http.Handler) http.Handler {
 				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			}
 			w.Header().Set("Retry-After", "1")
-			proxyProblem(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable",
+			problemDoc(w, http.StatusServiceUnavailable, "unavailable", "Service unavailable",
 				fmt.Sprintf("the proxy is handling %d requests, the most it takes at once (--max-inflight); retry shortly", max))
 			return
 		}

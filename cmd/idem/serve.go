@@ -881,9 +881,7 @@ func healthOnly(h http.Handler) http.Handler {
 			h.ServeHTTP(w, r)
 			return
 		}
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.WriteHeader(http.StatusNotFound)
-		io.WriteString(w, `{"type":"https://idem.dev/problems/not_found","title":"Not found","status":404,`+
-			`"detail":"this listener (--health-addr) serves only /healthz and /readyz; the API is on --http-addr","code":"not_found"}`+"\n")
+		problemDoc(w, http.StatusNotFound, "not_found", "Not found",
+			"this listener (--health-addr) serves only /healthz and /readyz; the API is on --http-addr")
 	})
 }
