@@ -69,6 +69,7 @@ type diskGuard struct {
 	lastWaitLog time.Time
 	sealedLog   spacer // logSealed's line
 	snapLog     spacer // logSnapshotRefused's line
+	expandLog   spacer // logExpandRefused's line
 }
 
 // logSnapshotRefused says, once a minute, why a snapshot from the leader
@@ -77,6 +78,16 @@ type diskGuard struct {
 func (g *diskGuard) logSnapshotRefused(err error) {
 	if g.snapLog.allow(diskRemind) {
 		g.log.Warn("refused a snapshot from the leader for lack of disk space: this node stays behind until there is room for it", "error", err, "data-dir", g.dir)
+	}
+}
+
+// logExpandRefused says, once a minute, why this node sent a follower no
+// snapshot: writing its state out for the follower would have taken its
+// own disk under the storage-full threshold, where the raft log could not
+// start its next segment. Raft's own line names only the error.
+func (g *diskGuard) logExpandRefused(err error) {
+	if g.expandLog.allow(diskRemind) {
+		g.log.Warn("sent no snapshot to a follower that needs one, for lack of disk space on this node: the follower stays behind until there is room to write the state out for it", "error", err, "data-dir", g.dir)
 	}
 }
 

@@ -170,7 +170,7 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 		os.Remove(f.Name())
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
-	bw := bufio.NewWriterSize(f, 1<<20)
+	bw := bufio.NewWriterSize(&roomWriter{f: f, room: streamRoom{g: s.disk}}, 1<<20)
 	n, err := snap.WriteTo(bw)
 	if err == nil {
 		err = bw.Flush()
@@ -179,6 +179,9 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 		_, err = f.Seek(0, io.SeekStart)
 	}
 	if err != nil {
+		if errors.Is(err, errExpandDiskFull) {
+			s.disk.logExpandRefused(err)
+		}
 		return fail(err)
 	}
 	s.log.Info("snapshot expanded from the current state", "id", meta.ID, "snapshot-index", meta.Index,
@@ -202,9 +205,7 @@ func (t *tempStream) Close() error {
 // Create too, but raft writes the received stream into them directly.
 type markerSink struct {
 	raft.SnapshotSink
-	disk     *diskGuard // nil: no check
-	unread   int        // bytes written since the free space was last read
-	received uint64     // bytes of the stream written so far
+	room streamRoom // of a received stream (not used for a marker)
 	// seen and marker: the first write was this node's own marker, a few
 	// bytes that let raft truncate its log (which frees space).
 	seen, marker bool
@@ -215,9 +216,47 @@ type markerSink struct {
 // as for a follower that fell behind.
 var errSnapshotDiskFull = errors.New("raftfsm: disk full: this node takes no snapshot from the leader until space is freed")
 
-// snapshotReadEvery is how many bytes of a received snapshot are written
+// errExpandDiskFull stops a leader writing out its state for a follower
+// when the file would take its own disk under the storage-full threshold:
+// raft gives up this send and tries again later.
+var errExpandDiskFull = errors.New("raftfsm: disk full: this node sends no snapshot to a follower until space is freed")
+
+// snapshotReadEvery is how many bytes of a snapshot stream are written
 // between two reads of the free space.
 const snapshotReadEvery = 4 << 20
+
+// streamRoom follows a snapshot stream written to the data dir's disk
+// against the storage-full threshold. A nil or switched-off guard (no
+// --min-free-disk) lets everything through.
+type streamRoom struct {
+	g       *diskGuard
+	unread  int    // bytes written since the free space was last read
+	written uint64 // bytes of the stream written so far
+}
+
+// take counts n more bytes of the stream and reports whether they leave
+// the disk above the threshold, with again bytes more still to come for
+// each byte of the stream (a received snapshot's restore writes it again
+// as the store's tables): free now, less what was written since it was
+// read, must hold that. It returns the free space it went by.
+func (r *streamRoom) take(n int, again bool) (uint64, bool) {
+	g := r.g
+	if g == nil || g.minFree == 0 {
+		return 0, true
+	}
+	if r.unread == 0 || r.unread+n > snapshotReadEvery {
+		g.read() // on error, the last value read
+		r.unread = 0
+	}
+	r.unread += n
+	r.written += uint64(n)
+	need := g.fullBelow + uint64(r.unread)
+	if again {
+		need += r.written
+	}
+	free := g.free.Load()
+	return free, free >= need
+}
 
 // Write refuses to go on once the stream, and the restore that writes it
 // again as the store's tables, would take the disk under the storage-full
@@ -229,23 +268,30 @@ func (s *markerSink) Write(p []byte) (int, error) {
 	if !s.seen {
 		s.seen, s.marker = true, bytes.HasPrefix(p, liveMagic)
 	}
-	if g := s.disk; g != nil && g.minFree != 0 && !s.marker {
-		if s.unread == 0 || s.unread+len(p) > snapshotReadEvery {
-			g.read() // on error, the last value read
-			s.unread = 0
-		}
-		s.unread += len(p)
-		s.received += uint64(len(p))
-		// Free now, less what was written since it was read, must hold
-		// the restore of what has come so far, above the threshold.
-		if free := g.free.Load(); free < g.fullBelow+uint64(s.unread)+s.received {
+	if !s.marker {
+		if free, ok := s.room.take(len(p), true); !ok {
 			err := fmt.Errorf("%w: %d bytes of the leader's snapshot received, and restoring them writes as much again; %d bytes free, writes stop under %d: free space, and the leader sends it again",
-				errSnapshotDiskFull, s.received, free, g.fullBelow)
-			g.logSnapshotRefused(err)
+				errSnapshotDiskFull, s.room.written, free, s.room.g.fullBelow)
+			s.room.g.logSnapshotRefused(err)
 			return 0, err
 		}
 	}
 	return s.SnapshotSink.Write(p)
+}
+
+// roomWriter writes an expanded snapshot to its file while the disk has
+// room for it above the storage-full threshold.
+type roomWriter struct {
+	f    *os.File
+	room streamRoom
+}
+
+func (w *roomWriter) Write(p []byte) (int, error) {
+	if free, ok := w.room.take(len(p), false); !ok {
+		return 0, fmt.Errorf("%w: %d bytes of the state written out for a follower; %d bytes free, writes stop under %d: free space, and raft sends it again",
+			errExpandDiskFull, w.room.written, free, w.room.g.fullBelow)
+	}
+	return w.f.Write(p)
 }
 
 // Create is FileSnapshotStore's, with the sink marked as this store's.
@@ -255,5 +301,5 @@ func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64,
 	if err != nil {
 		return nil, err
 	}
-	return &markerSink{SnapshotSink: sink, disk: s.disk}, nil
+	return &markerSink{SnapshotSink: sink, room: streamRoom{g: s.disk}}, nil
 }

@@ -158,6 +158,38 @@ func TestInstalledSnapshotStopsOnAFullDisk(t *testing.T) {
 	require.NoError(t, sink.Close())
 }
 
+// A leader writes its whole state out for a follower that needs a
+// snapshot (expand); on a disk without room for it above the storage-full
+// threshold it stops there instead of taking its own disk to 0 bytes free,
+// where its raft log could not start its next segment. Nothing is left of
+// the file, and the send goes through once there is room.
+func TestExpandedSnapshotStopsOnAFullDisk(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	applyInBatches(f, genLog(5, 200), 1, 16)
+	dir := t.TempDir()
+	store := mustStore(t, f, dir)
+	var logs bytes.Buffer
+	store.disk = &diskGuard{dir: dir, minFree: 1 << 20, fullBelow: 1 << 62, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	meta := takeSnapshot(t, f, store)
+
+	_, _, err := store.Open(meta.ID)
+	require.ErrorIs(t, err, errExpandDiskFull)
+	left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+	require.Empty(t, left, "a refused expansion left its file")
+	require.Contains(t, logs.String(), "sent no snapshot to a follower")
+
+	store.disk.fullBelow = 1 << 20
+	m, rc, err := store.Open(meta.ID)
+	require.NoError(t, err)
+	defer rc.Close()
+	require.Positive(t, m.Size)
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	require.NoError(t, dst.Restore(rc))
+	require.Equal(t, db.Meta().Applied, dstDB.Meta().Applied)
+}
+
 // A marker cannot rebuild a state older than itself: the node says so
 // instead of starting on a state that misses acknowledged writes.
 func TestMarkerNewerThanStateIsRefused(t *testing.T) {
