@@ -92,15 +92,17 @@ func (g *diskGuard) logExpandRefused(err error) {
 }
 
 // logSealed says, once a minute, that the raft log could not start its
-// next segment file and takes no entry until the node restarts: raft-wal
-// keeps failing every append after such a rotation ("segment is sealed"),
-// whatever space comes back. appendFloor keeps the disk from getting there
-// through this node's own writes; another process can still fill it.
+// next segment file and takes no entry until there is room for one:
+// raft-wal keeps failing every append after such a rotation ("segment is
+// sealed"), whatever space comes back, until it is opened again, which
+// the next append does once the disk has room (guardedLogStore.cureSealed).
+// appendFloor keeps the disk from getting there through this node's own
+// writes; another process can still fill it.
 func (g *diskGuard) logSealed() {
 	if g.sealedLog.allow(diskRemind) {
 		g.log.Error("the raft log could not make its next segment file (the disk filled; see the raft log's rotate error): "+
-			"this node takes no raft entries until it is restarted. Free space on the disk, then restart the node: nothing acknowledged is lost",
-			"data-dir", g.dir, "free-bytes", g.free.Load())
+			"this node takes no raft entries until the disk has room for one more segment above the storage-full threshold, and then reopens the log by itself. Free space on the disk: nothing acknowledged is lost",
+			"data-dir", g.dir, "free-bytes", g.free.Load(), "needs-bytes", segmentSize+g.fullBelow)
 	}
 }
 

@@ -38,36 +38,162 @@ const (
 )
 
 // LogStore is raft's LogStore: raft-wal, and its metadata store, which
-// raft-wal's Close leaves open.
+// raft-wal's Close leaves open. The log is behind a lock so that a log
+// stopped by a failed segment rotation can be reopened under raft
+// (reopenSealed).
 type LogStore struct {
-	*wal.WAL
+	mu   sync.RWMutex
+	w    *wal.WAL
 	meta *metadb.BoltMetaDB
+	// broken is why the log is closed (a reopen that failed); nil while
+	// it is open.
+	broken error
+	path   string
+	log    *slog.Logger
+}
+
+// errLogClosed is a log closed by Close.
+var errLogClosed = errors.New("raftfsm: raft log closed")
+
+// wal returns the open log, or why there is none; the caller holds mu.
+func (s *LogStore) wal() (*wal.WAL, error) {
+	switch {
+	case s.w != nil:
+		return s.w, nil
+	case s.broken != nil:
+		return nil, s.broken
+	}
+	return nil, errLogClosed
 }
 
 // Close closes the log and its metadata.
 func (s *LogStore) Close() error {
-	err := s.WAL.Close()
-	if merr := s.meta.Close(); err == nil {
-		err = merr
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil {
+		return nil
 	}
+	err := s.closeLocked()
+	s.broken = nil
 	if err != nil {
 		return fmt.Errorf("raftfsm: close raft log: %w", err)
 	}
 	return nil
 }
 
+func (s *LogStore) closeLocked() error {
+	err := s.w.Close()
+	if merr := s.meta.Close(); err == nil {
+		err = merr
+	}
+	s.w, s.meta = nil, nil
+	return err
+}
+
+// FirstIndex is the index of the log's first entry, 0 when empty.
+func (s *LogStore) FirstIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w, err := s.wal()
+	if err != nil {
+		return 0, err
+	}
+	return w.FirstIndex()
+}
+
+// LastIndex is the index of the log's last entry, 0 when empty.
+func (s *LogStore) LastIndex() (uint64, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w, err := s.wal()
+	if err != nil {
+		return 0, err
+	}
+	return w.LastIndex()
+}
+
 // GetLog reads the entry at index; raft.ErrLogNotFound outside the
 // log's bounds. raft-wal alone still returns an entry a head truncation
 // removed while its segment is the tail, which raft's contract forbids.
 func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
-	first, err := s.WAL.FirstIndex()
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w, err := s.wal()
+	if err != nil {
+		return err
+	}
+	first, err := w.FirstIndex()
 	if err != nil {
 		return err
 	}
 	if index < first || first == 0 {
 		return raft.ErrLogNotFound
 	}
-	return s.WAL.GetLog(index, l)
+	return w.GetLog(index, l)
+}
+
+// StoreLog appends one entry.
+func (s *LogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs appends entries, with one fsync.
+func (s *LogStore) StoreLogs(logs []*raft.Log) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w, err := s.wal()
+	if err != nil {
+		return err
+	}
+	return w.StoreLogs(logs)
+}
+
+// DeleteRange removes a head or a tail of the log.
+func (s *LogStore) DeleteRange(min, max uint64) error {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	w, err := s.wal()
+	if err != nil {
+		return err
+	}
+	return w.DeleteRange(min, max)
+}
+
+// isBroken reports whether the log is closed after a reopen that failed.
+func (s *LogStore) isBroken() bool {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.broken != nil
+}
+
+// IsMonotonic tells raft the log never has gaps (raft-wal's contract): it
+// removes the whole log after installing a snapshot.
+func (s *LogStore) IsMonotonic() bool { return true }
+
+// reopenSealed closes the log and opens it again from its files. raft-wal
+// seals its tail segment before it creates the next one; when that
+// creation fails (no space for the preallocated file) it keeps the sealed
+// segment as its tail and fails every append after ("segment is sealed"),
+// whatever space comes back, until it is opened again. Opening recovers
+// as after a crash at that point: the metadata names the next segment,
+// which is made then. The caller has checked that there is room for it.
+// Nothing stored is lost: an append to a sealed segment writes nothing.
+func (s *LogStore) reopenSealed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w == nil && s.broken == nil {
+		return errLogClosed
+	}
+	if s.w != nil {
+		if err := s.closeLocked(); err != nil {
+			s.log.Warn("closing the sealed raft log before reopening it", "error", err)
+		}
+	}
+	reopened, err := openWAL(s.path, s.log)
+	if err != nil {
+		s.broken = fmt.Errorf("raftfsm: the raft log was closed to reopen it after a failed segment rotation, and reopening failed (tried again at the next append): %w", err)
+		return s.broken
+	}
+	s.w, s.meta, s.broken = reopened.w, reopened.meta, nil
+	return nil
 }
 
 func openWAL(path string, log *slog.Logger) (*LogStore, error) {
@@ -80,7 +206,7 @@ func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 		meta.Close()
 		return nil, &walOpenError{path: path, err: err}
 	}
-	return &LogStore{WAL: w, meta: meta}, nil
+	return &LogStore{w: w, meta: meta, path: path, log: log}, nil
 }
 
 // segmentSize is the size of each raft log segment file: raft-wal
@@ -427,14 +553,34 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() {
 		return errLogDiskFull
 	}
-	if err := s.LogStore.StoreLogs(logs); err != nil {
-		if errors.Is(err, waltypes.ErrSealed) {
-			s.g.logSealed()
-		}
+	err := s.LogStore.StoreLogs(logs)
+	if errors.Is(err, waltypes.ErrSealed) || (err != nil && s.LogStore.isBroken()) {
+		err = s.cureSealed(logs, err)
+	}
+	if err != nil {
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
 	}
 	s.recent.put(logs)
 	return nil
+}
+
+// cureSealed answers an append that failed on a sealed log (err): with
+// room for the next segment and the storage-full threshold above it, it
+// reopens the log and appends again; without, it says so and returns err.
+func (s guardedLogStore) cureSealed(logs []*raft.Log, err error) error {
+	if s.g.read() == nil && s.g.free.Load() < segmentSize+s.g.fullBelow {
+		s.g.logSealed()
+		return err
+	}
+	if rerr := s.LogStore.reopenSealed(); rerr != nil {
+		s.g.logSealed()
+		return rerr
+	}
+	err = s.LogStore.StoreLogs(logs)
+	if err == nil {
+		s.g.log.Warn("reopened the raft log, which a failed segment rotation had stopped: it takes entries again", "data-dir", s.g.dir)
+	}
+	return err
 }
 
 // GetLog answers from the entries just stored when it can: the leader
@@ -444,7 +590,7 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 	if s.recent.get(index, l) {
 		// Still in the log: a head truncation may have removed it.
-		if first, err := s.WAL.FirstIndex(); err == nil && first != 0 && index >= first {
+		if first, err := s.LogStore.FirstIndex(); err == nil && first != 0 && index >= first {
 			return nil
 		}
 	}
