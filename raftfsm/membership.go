@@ -770,10 +770,54 @@ func (n *Node) refreshMembership() {
 		}
 	}
 	n.member.Store(in)
+	n.watchLeader(f.Configuration(), in)
 	n.saveMark()                       // votehold.go
 	n.forgetJoining(f.Configuration()) // joining.go
 	n.releaseVote()                    // votehold.go
 	n.liftCampaignHold()               // votehold.go
+}
+
+// noLeaderAfter is how long a member goes without a leader before it says
+// so (logLeaderless); noLeaderRemind, how often it says it again.
+var (
+	noLeaderAfter  = time.Minute
+	noLeaderRemind = 5 * time.Minute
+)
+
+// watchLeader says, once a member has had no leader for noLeaderAfter,
+// what that means and what to do. Raft's own lines are its elections' (a
+// vote request that failed, an election timeout) whatever the cause: a
+// node left out of an idem recover logged nothing else, for as long as it
+// ran (an operator walk).
+func (n *Node) watchLeader(conf raft.Configuration, member bool) {
+	if _, id := n.raft.LeaderWithID(); id != "" || !member {
+		n.leaderlessSince = time.Time{}
+		return
+	}
+	if n.leaderlessSince.IsZero() {
+		n.leaderlessSince = time.Now()
+		return
+	}
+	since := time.Since(n.leaderlessSince)
+	if since < noLeaderAfter || !n.leaderlessLog.allow(noLeaderRemind) {
+		return
+	}
+	var voters []string
+	for _, s := range conf.Servers {
+		if s.Suffrage == raft.Voter {
+			voters = append(voters, fmt.Sprintf("%s at %s", s.ID, s.Address))
+		}
+	}
+	quorum := len(voters)/2 + 1
+	if since >= time.Second {
+		since = since.Round(time.Second)
+	}
+	n.log.Warn(fmt.Sprintf("no leader for %s: this node has heard from no leader, and none can be elected without %d of the %d voters of its configuration (%s). It takes no writes meanwhile. "+
+		"Either fewer than %d of them are running and reachable at those raft addresses (start them; check the network and firewalls), "+
+		"or the other members went on without this node (an idem recover that left it out, or a removal while it was away): then idem cluster status through one of them does not list it, "+
+		"and this node must not come back with its old data: stop it, move its data dir aside (do not delete it) and start it with an empty one and --join one of them (docs/BACKUP.md, docs/MEMBERSHIP.md)",
+		since.Round(time.Millisecond), quorum, len(voters), strings.Join(voters, ", "), quorum),
+		"node-id", n.self.ID, "raft-state", n.raft.State().String())
 }
 
 func (n *Node) watchMembership() {

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -393,4 +395,32 @@ func TestPeerHTTPAddrsAreTheConfigurationsOnly(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "127.0.0.3:7070", st.HTTPAddrs["n3"], "%+v", st)
 	require.NotContains(t, st.HTTPAddrs, "n2", "a record of a node outside the configuration")
+}
+
+// A member that has had no leader for a while says so, with the voters it
+// waits for and what to do: raft's own lines (an election timeout, a vote
+// request that failed) were all a node left out of an idem recover logged.
+func TestLeaderlessMemberSaysWhy(t *testing.T) {
+	defer func(a, r time.Duration) { noLeaderAfter, noLeaderRemind = a, r }(noLeaderAfter, noLeaderRemind)
+	noLeaderAfter, noLeaderRemind = 300*time.Millisecond, time.Hour
+	var logs logBuffer
+	n := mustNode(t, func(c *Config) {
+		c.ApplyTimeout = 500 * time.Millisecond
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	})
+	// Its first election may take longer than the 300 ms used here: what
+	// it said before it led does not count.
+	logs.mu.Lock()
+	logs.b.Reset()
+	logs.mu.Unlock()
+	n.leaderlessLog.last.Store(0)
+	require.Never(t, func() bool { return strings.Contains(logs.String(), "no leader for") }, time.Second, 50*time.Millisecond,
+		"a node that leads says nothing")
+	n.raft.AddVoter("ghost", "127.0.0.1:1", 0, 500*time.Millisecond).Error() // two voters, one alive: quorum lost
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "no leader for") }, 15*time.Second, 50*time.Millisecond)
+	out := logs.String()
+	require.Contains(t, out, "without 2 of the 2 voters of its configuration")
+	require.Contains(t, out, "ghost at 127.0.0.1:1")
+	require.Contains(t, out, "--join one of them")
+	require.Equal(t, 1, strings.Count(out, "no leader for"), "said once per noLeaderRemind")
 }

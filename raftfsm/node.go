@@ -51,6 +51,10 @@ type Node struct {
 	widthMs   int64
 	self      NodeInfo
 	lastWrite atomic.Int64 // mono.Now() of the last proposal, for idle ticks
+	// leaderlessSince is when this member last saw a leader go (zero while
+	// it has one); only watchMembership's goroutine reads and writes it.
+	leaderlessSince time.Time
+	leaderlessLog   spacer // logLeaderless's line
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
 	barrierSem  chan struct{} // one Barrier at a time; a waiter can give up
