@@ -101,7 +101,7 @@ func (g *diskGuard) logExpandRefused(err error) {
 func (g *diskGuard) logSealed() {
 	if g.sealedLog.allow(diskRemind) {
 		g.log.Error("the raft log could not make its next segment file (the disk filled; see the raft log's rotate error): "+
-			"this node takes no raft entries until the disk has room for one more segment above the storage-full threshold, and then reopens the log by itself. Free space on the disk: nothing acknowledged is lost",
+			"this node takes no raft entries until the disk has room for one more segment (needs-bytes, with the storage-full threshold), and then reopens the log by itself. Free space on the disk: nothing acknowledged is lost",
 			"data-dir", g.dir, "free-bytes", g.free.Load(), "needs-bytes", segmentSize+g.fullBelow)
 	}
 }

@@ -115,6 +115,17 @@ func warnLevel(msg string, args []any) slog.Level {
 // logs when the leader drops it, and any peer's restart causes: nothing of
 // this node failed, and the peer's own logs tell why it went.
 func errorLevel(msg string, args []any) slog.Level {
+	switch msg {
+	case "failed to open snapshot", "failed to send snapshot to":
+		// A leader short of disk to write its state out for a follower
+		// says so itself, once a minute (logExpandRefused); raft would say
+		// it on every try.
+		if v, ok := hcArg(args, "error"); ok {
+			if err, isErr := v.(error); isErr && errors.Is(err, errExpandDiskFull) {
+				return slog.LevelDebug
+			}
+		}
+	}
 	if msg == "failed to decode incoming command" {
 		if v, ok := hcArg(args, "error"); ok {
 			if err, isErr := v.(error); isErr {

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -66,4 +67,18 @@ func TestRaftErrorOfItsOwnShutdownIsNotLogged(t *testing.T) {
 		h.Error("failed to decode incoming command", "error", err)
 		require.Contains(t, buf.String(), "level=INFO", "%v", err)
 	}
+}
+
+// A leader that writes no snapshot out for a follower for lack of disk
+// says so itself once a minute; raft's two lines of each try (every 5 s,
+// expandRetryPause) are debug. Any other failure to send one stays an error.
+func TestRaftErrorsOfARefusedExpansionAreDebug(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	refused := fmt.Errorf("raftfsm: expand snapshot 1-2-3: %w: ...", errExpandDiskFull)
+	h.Error("failed to open snapshot", "id", "1-2-3", "error", refused)
+	h.Error("failed to send snapshot to", "peer", "n2", "error", refused)
+	require.Empty(t, buf.String())
+	h.Error("failed to send snapshot to", "peer", "n2", "error", errors.New("connection refused"))
+	require.Contains(t, buf.String(), "level=ERROR")
 }

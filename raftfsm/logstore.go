@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -46,11 +47,23 @@ type LogStore struct {
 	w    *wal.WAL
 	meta *metadb.BoltMetaDB
 	// broken is why the log is closed (a reopen that failed); nil while
-	// it is open.
+	// it is open or after Close.
 	broken error
+	closed bool // by Close: never reopened
 	path   string
 	log    *slog.Logger
+
+	// sealed: the last append failed on a sealed segment (reopenSealed),
+	// and none has gone through since.
+	sealed atomic.Bool
+	// reopenTry spaces reopens that did not cure the log; stuckLog, the
+	// line that says one did not.
+	reopenTry, stuckLog spacer
 }
+
+// errLogSealed refuses a truncation of a log stopped by a failed segment
+// rotation until it takes entries again.
+var errLogSealed = errors.New("raftfsm: the raft log is stopped (its next segment file could not be made): no truncation until the disk has room and it takes entries again")
 
 // errLogClosed is a log closed by Close.
 var errLogClosed = errors.New("raftfsm: raft log closed")
@@ -70,7 +83,9 @@ func (s *LogStore) wal() (*wal.WAL, error) {
 func (s *LogStore) Close() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = true
 	if s.w == nil {
+		s.broken = nil
 		return nil
 	}
 	err := s.closeLocked()
@@ -143,7 +158,14 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if err != nil {
 		return err
 	}
-	return w.StoreLogs(logs)
+	err = w.StoreLogs(logs)
+	switch {
+	case err == nil:
+		s.sealed.Store(false)
+	case errors.Is(err, waltypes.ErrSealed):
+		s.sealed.Store(true)
+	}
+	return err
 }
 
 // DeleteRange removes a head or a tail of the log.
@@ -179,7 +201,7 @@ func (s *LogStore) IsMonotonic() bool { return true }
 func (s *LogStore) reopenSealed() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.w == nil && s.broken == nil {
+	if s.closed {
 		return errLogClosed
 	}
 	if s.w != nil {
@@ -187,12 +209,24 @@ func (s *LogStore) reopenSealed() error {
 			s.log.Warn("closing the sealed raft log before reopening it", "error", err)
 		}
 	}
+	// The failed creation left its file, empty: opened as the tail it
+	// would be used unallocated, and the space just checked for it not
+	// kept. Without it, opening creates (and preallocates) it. A segment
+	// file is never empty otherwise: it is preallocated when created.
+	if segs, err := filepath.Glob(filepath.Join(s.path, "*.wal")); err == nil {
+		for _, f := range segs {
+			if fi, err := os.Stat(f); err == nil && fi.Size() == 0 {
+				os.Remove(f)
+			}
+		}
+	}
 	reopened, err := openWAL(s.path, s.log)
 	if err != nil {
-		s.broken = fmt.Errorf("raftfsm: the raft log was closed to reopen it after a failed segment rotation, and reopening failed (tried again at the next append): %w", err)
+		s.broken = fmt.Errorf("raftfsm: the raft log was closed to reopen it after a failed segment rotation, and reopening failed (tried again at a later append): %w", err)
 		return s.broken
 	}
 	s.w, s.meta, s.broken = reopened.w, reopened.meta, nil
+	s.sealed.Store(false) // its view is its files' now: an append tells
 	return nil
 }
 
@@ -565,23 +599,53 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 }
 
 // cureSealed answers an append that failed on a sealed log (err): with
-// room for the next segment and the storage-full threshold above it, it
-// reopens the log and appends again; without, it says so and returns err.
+// room for the next segment above the storage-full threshold, it reopens
+// the log (reopenRoom) and appends again; without, it says so and returns
+// err.
 func (s guardedLogStore) cureSealed(logs []*raft.Log, err error) error {
-	if s.g.read() == nil && s.g.free.Load() < segmentSize+s.g.fullBelow {
-		s.g.logSealed()
+	if ok, rerr := s.reopenRoom(); !ok {
+		if rerr != nil {
+			return rerr
+		}
 		return err
 	}
-	if rerr := s.LogStore.reopenSealed(); rerr != nil {
-		s.g.logSealed()
-		return rerr
-	}
 	err = s.LogStore.StoreLogs(logs)
-	if err == nil {
-		s.g.log.Warn("reopened the raft log, which a failed segment rotation had stopped: it takes entries again", "data-dir", s.g.dir)
+	if errors.Is(err, waltypes.ErrSealed) && s.LogStore.stuckLog.allow(diskRemind) {
+		// raft-wal sealed the segment but could not record it (the disk
+		// filled during the rotation's metadata write), or the metadata was
+		// written again from its unsealed view: its open never rotates a
+		// sealed tail, so no reopen or restart cures this.
+		s.g.log.Error("the raft log still refuses entries after it was reopened: its last segment is sealed but its metadata does not say so (the disk filled during a segment rotation), which neither a reopen nor a restart mends. "+
+			"This node's reads go on; to take writes again, in a cluster: stop it, move its data dir aside (do not delete it) and start it with an empty one and --join a member; "+
+			"one node alone: save a backup (idem snapshot save), stop it and restore the backup into a new data dir (docs/BACKUP.md)", "data-dir", s.g.dir)
 	}
 	return err
 }
+
+// reopenRoom reopens a log stopped by a failed rotation once the disk has
+// room for its next segment above the storage-full threshold, at most
+// every reopenEvery after a reopen that did not cure it; false (and why,
+// if a reopen failed) when it did not.
+func (s guardedLogStore) reopenRoom() (bool, error) {
+	if s.g.read() == nil && s.g.free.Load() < segmentSize+s.g.fullBelow {
+		s.g.logSealed()
+		return false, nil
+	}
+	if !s.LogStore.reopenTry.allow(reopenEvery) {
+		return false, nil
+	}
+	if err := s.LogStore.reopenSealed(); err != nil {
+		s.g.logSealed()
+		s.g.log.Warn("reopening the raft log failed", "error", err, "data-dir", s.g.dir)
+		return false, err
+	}
+	s.g.log.Warn("reopened the raft log, which a failed segment rotation had stopped (the disk has room again)", "data-dir", s.g.dir)
+	return true, nil
+}
+
+// reopenEvery spaces reopens of a sealed log: each closes and opens every
+// segment on raft's main loop.
+const reopenEvery = 5 * time.Second
 
 // GetLog answers from the entries just stored when it can: the leader
 // reads each one back to replicate it and a follower to apply it, and
@@ -597,7 +661,20 @@ func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 	return s.LogStore.GetLog(index, l)
 }
 
+// DeleteRange refuses to truncate a sealed log it cannot reopen first:
+// raft-wal would write its metadata again from the in-memory view of the
+// failed rotation, which still has the sealed segment as its open tail,
+// and the reopen would then find a sealed tail it never rotates. Raft
+// logs the failed compaction and tries again at its next snapshot.
 func (s guardedLogStore) DeleteRange(min, max uint64) error {
+	if s.LogStore.sealed.Load() {
+		if ok, err := s.reopenRoom(); !ok {
+			if err == nil {
+				err = errLogSealed
+			}
+			return err
+		}
+	}
 	s.recent.clear()
 	return s.LogStore.DeleteRange(min, max)
 }

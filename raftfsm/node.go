@@ -186,7 +186,7 @@ func open(cfg Config) (*Node, error) {
 	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
-	n.snaps.disk = n.disk
+	n.snaps.disk, n.snaps.stop = n.disk, n.stop
 	if err := n.catchUpFromSnapshot(); err != nil {
 		return nil, err
 	}

@@ -59,27 +59,42 @@ func TestSealedLogReopensOnceThereIsRoom(t *testing.T) {
 	require.Contains(t, logs.String(), "the raft log could not make its next segment file")
 	// Still no room: it stays stopped, and says what it needs.
 	require.ErrorIs(t, s.StoreLogs(entries(1, stored+1, stored+1, 1<<20)), waltypes.ErrSealed)
+	// Nor does it truncate (raft's compaction after a snapshot): raft-wal
+	// would write its metadata again from the failed rotation's view, and
+	// the log would then stay sealed through any reopen or restart.
+	require.ErrorIs(t, s.DeleteRange(1, 10), errLogSealed)
 
-	// Space comes back: the next append reopens the log and goes through,
-	// with no restart, and every entry is there.
+	// Space comes back: the next call reopens the log, the truncation and
+	// the appends go through, with no restart, and every entry is there.
 	require.NoError(t, os.Remove(filler))
+	require.NoError(t, s.DeleteRange(1, 10))
 	require.NoError(t, s.StoreLogs(entries(1, stored+1, stored+3, 1<<20)))
 	require.Contains(t, logs.String(), "reopened the raft log")
+	require.NotContains(t, logs.String(), "still refuses entries")
 	check := func(st raft.LogStore, last uint64) {
 		t.Helper()
 		first, err := st.FirstIndex()
 		require.NoError(t, err)
-		require.Equal(t, uint64(1), first)
+		require.Equal(t, uint64(11), first)
 		got, err := st.LastIndex()
 		require.NoError(t, err)
 		require.Equal(t, last, got)
-		for i := uint64(1); i <= last; i++ {
+		for i := first; i <= last; i++ {
 			var l raft.Log
 			require.NoError(t, st.GetLog(i, &l), "entry %d", i)
 			require.Equal(t, entries(1, i, i, 1<<20)[0].Data, l.Data, "entry %d", i)
 		}
 	}
 	check(s, stored+3)
+	// The new segment holds its space, as one made by a rotation does: the
+	// failed rotation's empty file was not taken as it.
+	segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	require.NoError(t, err)
+	for _, f := range segs {
+		fi, err := os.Stat(f)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, uint64(fi.Size()), segmentSize, "%s", f)
+	}
 
 	// And from the files, as the next start opens them.
 	require.NoError(t, ls.Close())

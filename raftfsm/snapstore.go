@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -42,9 +44,22 @@ type snapshotStore struct {
 	db  *engine.DB
 	log *slog.Logger
 	// disk, when set, refuses a snapshot received from a leader that would
-	// take the disk under the storage-full threshold (markerSink.Write).
+	// take the disk under the storage-full threshold (markerSink.Write),
+	// and stops expanding one for a follower there (expand).
 	disk *diskGuard
+	// stop ends refuseExpand's pause (the node is closing); nil: never.
+	stop <-chan struct{}
+	// refused is how many bytes the last expansion had written when it
+	// stopped for lack of space; 0 after one that went through.
+	refused atomic.Uint64
 }
+
+// expandRetryPause is how long a refused expansion holds the follower's
+// replication before raft tries again. Raft counts a snapshot it could
+// not open as no failure and asks again at once (every 50-100 ms): each
+// ask wrote the state out until the threshold and deleted it, some ten
+// times a second (a review).
+var expandRetryPause = 5 * time.Second
 
 // liveMagic starts a marker; it cannot start an engine stream ("IDEMSNP1").
 var liveMagic = []byte("IDEMLIVE")
@@ -158,6 +173,9 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
 	defer snap.Close()
+	if err := s.roomToExpand(); err != nil {
+		return nil, nil, s.refuseExpand(meta, err)
+	}
 	if snap.Meta().Applied < stateIndex {
 		return nil, nil, fmt.Errorf("raftfsm: snapshot %s (index %d, state applied %d): %w (applied %d)", meta.ID, meta.Index, stateIndex, errNoData, snap.Meta().Applied)
 	}
@@ -170,7 +188,8 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 		os.Remove(f.Name())
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
-	bw := bufio.NewWriterSize(&roomWriter{f: f, room: streamRoom{g: s.disk}}, 1<<20)
+	rw := &roomWriter{f: f, room: streamRoom{g: s.disk}}
+	bw := bufio.NewWriterSize(rw, 1<<20)
 	n, err := snap.WriteTo(bw)
 	if err == nil {
 		err = bw.Flush()
@@ -180,15 +199,50 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 	}
 	if err != nil {
 		if errors.Is(err, errExpandDiskFull) {
-			s.disk.logExpandRefused(err)
+			s.refused.Store(max(rw.room.written, 1))
+			f.Close()
+			os.Remove(f.Name())
+			return nil, nil, s.refuseExpand(meta, err)
 		}
 		return fail(err)
 	}
+	s.refused.Store(0)
 	s.log.Info("snapshot expanded from the current state", "id", meta.ID, "snapshot-index", meta.Index,
 		"applied-index", snap.Meta().Applied, "bytes", n)
 	m := *meta
 	m.Size = n
 	return &m, &tempStream{File: f}, nil
+}
+
+// roomToExpand refuses, without writing anything, an expansion that the
+// last one showed there is no room for: the disk has no more room above
+// the threshold than that one had written when it stopped.
+func (s *snapshotStore) roomToExpand() error {
+	g, refused := s.disk, s.refused.Load()
+	if refused == 0 || g == nil || g.minFree == 0 {
+		return nil
+	}
+	g.read() // on error, the last value read
+	if free := g.free.Load(); free < g.fullBelow+refused {
+		return fmt.Errorf("%w: the last try stopped after %d bytes of the state; %d bytes free, writes stop under %d: free space, and raft sends it again",
+			errExpandDiskFull, refused, free, g.fullBelow)
+	}
+	return nil
+}
+
+// refuseExpand says why no snapshot went to a follower (once a minute) and
+// holds raft's replication to it for expandRetryPause, or until the node
+// stops, before raft asks again.
+func (s *snapshotStore) refuseExpand(meta *raft.SnapshotMeta, err error) error {
+	err = fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
+	s.disk.logExpandRefused(err)
+	t := time.NewTimer(expandRetryPause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.stop:
+	}
+	return err
 }
 
 // tempStream is an expanded snapshot; Close removes it.

@@ -173,11 +173,29 @@ func TestExpandedSnapshotStopsOnAFullDisk(t *testing.T) {
 	store.disk = &diskGuard{dir: dir, minFree: 1 << 20, fullBelow: 1 << 62, log: slog.New(slog.NewTextHandler(&logs, nil))}
 	meta := takeSnapshot(t, f, store)
 
+	// Raft asks again at once after a snapshot it could not open: each
+	// refusal holds it for the pause, and the next ones, while the disk has
+	// no more room than the last try used, write nothing.
+	defer func(d time.Duration) { expandRetryPause = d }(expandRetryPause)
+	expandRetryPause = 200 * time.Millisecond
+	start := time.Now()
 	_, _, err := store.Open(meta.ID)
 	require.ErrorIs(t, err, errExpandDiskFull)
+	require.GreaterOrEqual(t, time.Since(start), expandRetryPause, "a refusal holds raft's next try")
 	left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
 	require.Empty(t, left, "a refused expansion left its file")
 	require.Contains(t, logs.String(), "sent no snapshot to a follower")
+	require.Positive(t, store.refused.Load())
+	_, _, err = store.Open(meta.ID)
+	require.ErrorIs(t, err, errExpandDiskFull)
+	require.ErrorContains(t, err, "the last try stopped after", "refused before writing anything")
+	require.Equal(t, 1, strings.Count(logs.String(), "sent no snapshot to a follower"), "said once a minute")
+	stop := make(chan struct{})
+	close(stop)
+	store.stop = stop
+	expandRetryPause = time.Hour
+	_, _, err = store.Open(meta.ID) // a closing node does not wait out the pause
+	require.ErrorIs(t, err, errExpandDiskFull)
 
 	store.disk.fullBelow = 1 << 20
 	m, rc, err := store.Open(meta.ID)
@@ -188,6 +206,7 @@ func TestExpandedSnapshotStopsOnAFullDisk(t *testing.T) {
 	defer dstDB.Close()
 	require.NoError(t, dst.Restore(rc))
 	require.Equal(t, db.Meta().Applied, dstDB.Meta().Applied)
+	require.Zero(t, store.refused.Load(), "a send that went through forgets the refusal")
 }
 
 // A marker cannot rebuild a state older than itself: the node says so
