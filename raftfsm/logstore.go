@@ -5,13 +5,17 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
@@ -56,9 +60,16 @@ type LogStore struct {
 	// sealed: the last append failed on a sealed segment (reopenSealed),
 	// and none has gone through since.
 	sealed atomic.Bool
-	// reopenTry spaces reopens that did not cure the log; stuckLog, the
-	// line that says one did not.
+	// reopenTry spaces reopens; stuck: the last reopen did not cure the
+	// log (they are then spaced by stuckRetry); stuckLog, the line that
+	// says so.
 	reopenTry, stuckLog spacer
+	stuck               atomic.Bool
+	// headCut is the last head truncation refused while sealed (min,
+	// max; 0,0: none), made after the reopen: raft does not ask again for
+	// the whole-log removal that follows a snapshot install.
+	headMu  sync.Mutex
+	headCut [2]uint64
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -209,38 +220,79 @@ func (s *LogStore) reopenSealed() error {
 			s.log.Warn("closing the sealed raft log before reopening it", "error", err)
 		}
 	}
-	// The failed creation left its file, empty: opened as the tail it
-	// would be used unallocated, and the space just checked for it not
-	// kept. Without it, opening creates (and preallocates) it. A segment
-	// file is never empty otherwise: it is preallocated when created.
-	if segs, err := filepath.Glob(filepath.Join(s.path, "*.wal")); err == nil {
-		for _, f := range segs {
-			if fi, err := os.Stat(f); err == nil && fi.Size() == 0 {
-				os.Remove(f)
-			}
-		}
-	}
-	reopened, err := openWAL(s.path, s.log)
-	if err != nil {
+	removeUnwrittenSegments(s.path)
+	if err := s.open(); err != nil {
 		s.broken = fmt.Errorf("raftfsm: the raft log was closed to reopen it after a failed segment rotation, and reopening failed (tried again at a later append): %w", err)
 		return s.broken
 	}
-	s.w, s.meta, s.broken = reopened.w, reopened.meta, nil
+	s.broken = nil
 	s.sealed.Store(false) // its view is its files' now: an append tells
 	return nil
+}
+
+// removeUnwrittenSegments removes the segment files whose header was never
+// written: the one a failed rotation created and could not preallocate,
+// empty (tmpfs) or partly allocated and all zeros (ext4). Opened as the
+// tail, it would be used without its space; missing, it is created and
+// preallocated. It holds no entry: a segment's header is written and
+// synced with its first entries.
+func removeUnwrittenSegments(dir string) {
+	segs, err := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if err != nil {
+		return
+	}
+	for _, name := range segs {
+		f, err := os.Open(name)
+		if err != nil {
+			continue
+		}
+		head := make([]byte, 32)
+		n, _ := io.ReadFull(f, head)
+		f.Close()
+		if !slices.ContainsFunc(head[:n], func(b byte) bool { return b != 0 }) {
+			os.Remove(name)
+		}
+	}
 }
 
 func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	s := &LogStore{path: path, log: log}
+	if err := s.open(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// open opens the log in s.path; the caller holds mu, or s is new.
+func (s *LogStore) open() error {
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(path, wal.WithMetaStore(meta), wal.WithLogger(newHCLog(log)))
+	w, err := wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(rotateWatch{newHCLog(s.log), &s.sealed}))
 	if err != nil {
 		meta.Close()
-		return nil, &walOpenError{path: path, err: err}
+		return &walOpenError{path: s.path, err: err}
 	}
-	return &LogStore{w: w, meta: meta, path: path, log: log}, nil
+	s.w, s.meta = w, meta
+	return nil
+}
+
+// rotateWatch is raft-wal's logger; its "rotate error" (a rotation, run in
+// the background after the append that filled a segment, that could not
+// make the next one) marks the log sealed at once: the appends that would
+// find it so may never reach raft-wal (a follower's are refused on a full
+// disk before it), and a truncation meanwhile must not go through.
+type rotateWatch struct {
+	hclog.Logger
+	sealed *atomic.Bool
+}
+
+func (r rotateWatch) Error(msg string, args ...any) {
+	if msg == "rotate error" {
+		r.sealed.Store(true)
+	}
+	r.Logger.Error(msg, args...)
 }
 
 // segmentSize is the size of each raft log segment file: raft-wal
@@ -587,8 +639,12 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() {
 		return errLogDiskFull
 	}
-	err := s.LogStore.StoreLogs(logs)
-	if errors.Is(err, waltypes.ErrSealed) || (err != nil && s.LogStore.isBroken()) {
+	var err error
+	if s.LogStore.sealed.Load() {
+		// Sealed by a failed rotation (rotateWatch), maybe with a refused
+		// truncation to make first: reopen before appending.
+		err = s.cureSealed(logs, waltypes.ErrSealed)
+	} else if err = s.LogStore.StoreLogs(logs); errors.Is(err, waltypes.ErrSealed) || (err != nil && s.LogStore.isBroken()) {
 		err = s.cureSealed(logs, err)
 	}
 	if err != nil {
@@ -598,10 +654,10 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// cureSealed answers an append that failed on a sealed log (err): with
-// room for the next segment above the storage-full threshold, it reopens
-// the log (reopenRoom) and appends again; without, it says so and returns
-// err.
+// cureSealed answers an append to a sealed log (err): with room for the
+// next segment above the storage-full threshold, it reopens the log
+// (reopenRoom), makes a head truncation refused meanwhile and appends
+// again; without, it says so and returns err.
 func (s guardedLogStore) cureSealed(logs []*raft.Log, err error) error {
 	if ok, rerr := s.reopenRoom(); !ok {
 		if rerr != nil {
@@ -609,29 +665,46 @@ func (s guardedLogStore) cureSealed(logs []*raft.Log, err error) error {
 		}
 		return err
 	}
-	err = s.LogStore.StoreLogs(logs)
-	if errors.Is(err, waltypes.ErrSealed) && s.LogStore.stuckLog.allow(diskRemind) {
-		// raft-wal sealed the segment but could not record it (the disk
-		// filled during the rotation's metadata write), or the metadata was
-		// written again from its unsealed view: its open never rotates a
-		// sealed tail, so no reopen or restart cures this.
-		s.g.log.Error("the raft log still refuses entries after it was reopened: its last segment is sealed but its metadata does not say so (the disk filled during a segment rotation), which neither a reopen nor a restart mends. "+
-			"This node's reads go on; to take writes again, in a cluster: stop it, move its data dir aside (do not delete it) and start it with an empty one and --join a member; "+
-			"one node alone: save a backup (idem snapshot save), stop it and restore the backup into a new data dir (docs/BACKUP.md)", "data-dir", s.g.dir)
+	if err = s.LogStore.cutPendingHead(); err == nil {
+		err = s.LogStore.StoreLogs(logs)
 	}
+	s.reopenDone(err)
 	return err
+}
+
+// reopenDone says how the first write after a reopen went.
+func (s guardedLogStore) reopenDone(err error) {
+	switch {
+	case err == nil:
+		s.LogStore.stuck.Store(false)
+		s.g.log.Warn("reopened the raft log, which a failed segment rotation had stopped: it works again", "data-dir", s.g.dir)
+	case errors.Is(err, waltypes.ErrSealed):
+		s.LogStore.stuck.Store(true)
+		if s.LogStore.stuckLog.allow(diskRemind) {
+			// raft-wal sealed the segment but could not record it (the disk
+			// filled during the rotation's metadata write): its open never
+			// rotates a sealed tail, so no reopen or restart cures this.
+			s.g.log.Error("the raft log still refuses entries after it was reopened: its last segment is sealed but its metadata does not say so (the disk filled during a segment rotation), which neither a reopen nor a restart mends. "+
+				"This node's reads go on; to take writes again, in a cluster: stop it, move its data dir aside (do not delete it) and start it with an empty one and --join a member; "+
+				"one node alone: save a backup (idem snapshot save), stop it and restore the backup into a new data dir (docs/BACKUP.md)", "data-dir", s.g.dir)
+		}
+	}
 }
 
 // reopenRoom reopens a log stopped by a failed rotation once the disk has
 // room for its next segment above the storage-full threshold, at most
-// every reopenEvery after a reopen that did not cure it; false (and why,
-// if a reopen failed) when it did not.
+// every reopenEvery (stuckRetry after a reopen that did not cure it);
+// false (and why, if a reopen failed) when it did not.
 func (s guardedLogStore) reopenRoom() (bool, error) {
 	if s.g.read() == nil && s.g.free.Load() < segmentSize+s.g.fullBelow {
 		s.g.logSealed()
 		return false, nil
 	}
-	if !s.LogStore.reopenTry.allow(reopenEvery) {
+	every := reopenEvery
+	if s.LogStore.stuck.Load() {
+		every = stuckRetry
+	}
+	if !s.LogStore.reopenTry.allow(every) {
 		return false, nil
 	}
 	if err := s.LogStore.reopenSealed(); err != nil {
@@ -639,13 +712,53 @@ func (s guardedLogStore) reopenRoom() (bool, error) {
 		s.g.log.Warn("reopening the raft log failed", "error", err, "data-dir", s.g.dir)
 		return false, err
 	}
-	s.g.log.Warn("reopened the raft log, which a failed segment rotation had stopped (the disk has room again)", "data-dir", s.g.dir)
 	return true, nil
 }
 
 // reopenEvery spaces reopens of a sealed log: each closes and opens every
-// segment on raft's main loop.
-const reopenEvery = 5 * time.Second
+// segment on raft's main loop. stuckRetry spaces them once one did not
+// cure it.
+const (
+	reopenEvery = 5 * time.Second
+	stuckRetry  = 5 * time.Minute
+)
+
+// awaitRotation waits for a rotation raft-wal runs in the background after
+// the append that filled a segment: its outcome decides whether the log
+// is sealed. A truncation of an index past the end waits for it, then does
+// nothing.
+func (s *LogStore) awaitRotation() {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if w, err := s.wal(); err == nil {
+		w.DeleteRange(math.MaxUint64, math.MaxUint64)
+	}
+}
+
+// refuseHead remembers a head truncation (min at or below the first
+// index) refused while sealed; cutPendingHead makes it after the reopen.
+func (s *LogStore) refuseHead(min, max uint64) {
+	first, err := s.FirstIndex()
+	if err != nil || min > first {
+		return // a tail truncation: raft asks again
+	}
+	s.headMu.Lock()
+	defer s.headMu.Unlock()
+	s.headCut = [2]uint64{min, max}
+}
+
+func (s *LogStore) cutPendingHead() error {
+	s.headMu.Lock()
+	defer s.headMu.Unlock()
+	if s.headCut == [2]uint64{} {
+		return nil
+	}
+	if err := s.DeleteRange(s.headCut[0], s.headCut[1]); err != nil {
+		return err
+	}
+	s.headCut = [2]uint64{}
+	return nil
+}
 
 // GetLog answers from the entries just stored when it can: the leader
 // reads each one back to replicate it and a follower to apply it, and
@@ -667,11 +780,18 @@ func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 // and the reopen would then find a sealed tail it never rotates. Raft
 // logs the failed compaction and tries again at its next snapshot.
 func (s guardedLogStore) DeleteRange(min, max uint64) error {
+	s.LogStore.awaitRotation()
 	if s.LogStore.sealed.Load() {
-		if ok, err := s.reopenRoom(); !ok {
+		ok, err := s.reopenRoom()
+		if ok {
+			err = s.LogStore.cutPendingHead()
+			s.reopenDone(err)
+		}
+		if !ok || err != nil {
 			if err == nil {
 				err = errLogSealed
 			}
+			s.LogStore.refuseHead(min, max)
 			return err
 		}
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // snapshotStore keeps raft's snapshots cheap whatever the size of the state.
@@ -50,9 +51,15 @@ type snapshotStore struct {
 	// stop ends refuseExpand's pause (the node is closing); nil: never.
 	stop <-chan struct{}
 	// refused is how many bytes the last expansion had written when it
-	// stopped for lack of space; 0 after one that went through.
-	refused atomic.Uint64
+	// stopped for lack of space (refusedAt: mono.Now() then); 0 after one
+	// that went through, or expandForget after the refusal.
+	refused   atomic.Uint64
+	refusedAt atomic.Int64
 }
+
+// expandForget is how long a refused expansion keeps the next ones from
+// writing while the disk has no more room than it used.
+const expandForget = 10 * time.Minute
 
 // expandRetryPause is how long a refused expansion holds the follower's
 // replication before raft tries again. Raft counts a snapshot it could
@@ -166,16 +173,30 @@ func (s *snapshotStore) damagedMarker(id string, openErr error) (*raft.SnapshotM
 
 // expand writes the current state, which must hold at least the state of
 // the marker (applied index stateIndex), to a temporary file and returns
-// it with meta's size set to its length; closing it removes the file.
+// it with meta's size set to its length; closing it removes the file. It
+// stops once the file would take the disk under the storage-full
+// threshold (refuseExpand).
 func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	err := s.roomToExpand()
+	if err == nil {
+		var m *raft.SnapshotMeta
+		var rc io.ReadCloser
+		if m, rc, err = s.writeOut(meta, stateIndex); err == nil || !errors.Is(err, errExpandDiskFull) {
+			return m, rc, err
+		}
+	}
+	// Refused for space: the Pebble snapshot is released before the pause
+	// (held, it would keep what compactions free meanwhile).
+	return nil, nil, s.refuseExpand(meta, err)
+}
+
+// writeOut is expand's work: the current state into a temporary file.
+func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	snap, err := s.db.Snapshot()
 	if err != nil {
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
 	defer snap.Close()
-	if err := s.roomToExpand(); err != nil {
-		return nil, nil, s.refuseExpand(meta, err)
-	}
 	if snap.Meta().Applied < stateIndex {
 		return nil, nil, fmt.Errorf("raftfsm: snapshot %s (index %d, state applied %d): %w (applied %d)", meta.ID, meta.Index, stateIndex, errNoData, snap.Meta().Applied)
 	}
@@ -200,9 +221,10 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 	if err != nil {
 		if errors.Is(err, errExpandDiskFull) {
 			s.refused.Store(max(rw.room.written, 1))
+			s.refusedAt.Store(mono.Now())
 			f.Close()
 			os.Remove(f.Name())
-			return nil, nil, s.refuseExpand(meta, err)
+			return nil, nil, err
 		}
 		return fail(err)
 	}
@@ -220,6 +242,11 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 func (s *snapshotStore) roomToExpand() error {
 	g, refused := s.disk, s.refused.Load()
 	if refused == 0 || g == nil || g.minFree == 0 {
+		return nil
+	}
+	if mono.Since(s.refusedAt.Load()) > expandForget {
+		// The state may have shrunk since (expiry): try it again.
+		s.refused.Store(0)
 		return nil
 	}
 	g.read() // on error, the last value read
