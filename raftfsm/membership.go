@@ -802,6 +802,13 @@ func (n *Node) watchLeader(conf raft.Configuration, member bool) {
 	if since < noLeaderAfter || !n.leaderlessLog.allow(noLeaderRemind) {
 		return
 	}
+	if n.logStore.sealed.Load() || n.disk.full.Load() {
+		// Its own disk is the likelier cause, and the lines about it say
+		// what to do; moving the data dir aside would be wrong advice.
+		n.log.Warn(fmt.Sprintf("no leader for %s: this node's disk is short of space (see the lines about the disk above): a node that cannot store raft entries cannot lead, and a one-node cluster takes no writes until space is freed (docs/DISK.md)",
+			since.Round(time.Second)), "node-id", n.self.ID, "raft-state", n.raft.State().String())
+		return
+	}
 	var voters []string
 	for _, s := range conf.Servers {
 		if s.Suffrage == raft.Voter {

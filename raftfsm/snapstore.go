@@ -250,7 +250,7 @@ func (s *snapshotStore) roomToExpand() error {
 		return nil
 	}
 	g.read() // on error, the last value read
-	if free := g.free.Load(); free < g.fullBelow+refused {
+	if free := g.free.Load(); free < g.fullBelow+streamMargin(g.fullBelow)+refused {
 		return fmt.Errorf("%w: the last try stopped after %d bytes of the state; %d bytes free, writes stop under %d: free space, and raft sends it again",
 			errExpandDiskFull, refused, free, g.fullBelow)
 	}
@@ -306,6 +306,13 @@ var errExpandDiskFull = errors.New("raftfsm: disk full: this node sends no snaps
 // between two reads of the free space.
 const snapshotReadEvery = 4 << 20
 
+// streamMargin is the room a snapshot stream leaves above the threshold:
+// the free space is read every snapshotReadEvery bytes, and the node's
+// other writes go on meanwhile. Without it a leader's expansion stopped
+// just under the threshold, and the leader answered writes 507 until the
+// file was removed (an operator walk: 96 claims in 30 s).
+func streamMargin(fullBelow uint64) uint64 { return max(fullBelow/8, 2*snapshotReadEvery) }
+
 // streamRoom follows a snapshot stream written to the data dir's disk
 // against the storage-full threshold. A nil or switched-off guard (no
 // --min-free-disk) lets everything through.
@@ -331,7 +338,7 @@ func (r *streamRoom) take(n int, again bool) (uint64, bool) {
 	}
 	r.unread += n
 	r.written += uint64(n)
-	need := g.fullBelow + uint64(r.unread)
+	need := g.fullBelow + streamMargin(g.fullBelow) + uint64(r.unread)
 	if again {
 		need += r.written
 	}
