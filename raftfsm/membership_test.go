@@ -423,4 +423,11 @@ func TestLeaderlessMemberSaysWhy(t *testing.T) {
 	require.Contains(t, out, "ghost at 127.0.0.1:1")
 	require.Contains(t, out, "--join one of them")
 	require.Equal(t, 1, strings.Count(out, "no leader for"), "said once per noLeaderRemind")
+
+	// When its own raft log takes no entries (a full disk), that is what
+	// it says: moving a one-node store's data dir aside would be wrong.
+	n.logStore.sealed.Store(true)
+	defer n.logStore.sealed.Store(false)
+	n.leaderlessLog.last.Store(0)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "this node's disk is short of space") }, 5*time.Second, 50*time.Millisecond)
 }

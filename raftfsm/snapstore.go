@@ -210,6 +210,9 @@ func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*r
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
 	rw := &roomWriter{f: f, room: streamRoom{g: s.disk}}
+	if s.disk != nil {
+		rw.room.margin = streamMargin(s.disk.fullBelow)
+	}
 	bw := bufio.NewWriterSize(rw, 1<<20)
 	n, err := snap.WriteTo(bw)
 	if err == nil {
@@ -306,18 +309,23 @@ var errExpandDiskFull = errors.New("raftfsm: disk full: this node sends no snaps
 // between two reads of the free space.
 const snapshotReadEvery = 4 << 20
 
-// streamMargin is the room a snapshot stream leaves above the threshold:
-// the free space is read every snapshotReadEvery bytes, and the node's
-// other writes go on meanwhile. Without it a leader's expansion stopped
-// just under the threshold, and the leader answered writes 507 until the
-// file was removed (an operator walk: 96 claims in 30 s).
+// streamMargin is the room a leader's expansion leaves above the
+// threshold: the free space is read every snapshotReadEvery bytes, and
+// the node's other writes go on meanwhile. Without it the expansion
+// stopped just under the threshold, and the leader answered writes 507
+// until the file was removed (an operator walk: 96 claims in 30 s). A
+// follower's install keeps none: only the leader's disk decides 507, and
+// a small follower disk must still take what fits.
 func streamMargin(fullBelow uint64) uint64 { return max(fullBelow/8, 2*snapshotReadEvery) }
 
 // streamRoom follows a snapshot stream written to the data dir's disk
 // against the storage-full threshold. A nil or switched-off guard (no
 // --min-free-disk) lets everything through.
 type streamRoom struct {
-	g       *diskGuard
+	g *diskGuard
+	// margin is room kept above the threshold besides (a leader's
+	// expansion: streamMargin).
+	margin  uint64
 	unread  int    // bytes written since the free space was last read
 	written uint64 // bytes of the stream written so far
 }
@@ -338,7 +346,7 @@ func (r *streamRoom) take(n int, again bool) (uint64, bool) {
 	}
 	r.unread += n
 	r.written += uint64(n)
-	need := g.fullBelow + streamMargin(g.fullBelow) + uint64(r.unread)
+	need := g.fullBelow + r.margin + uint64(r.unread)
 	if again {
 		need += r.written
 	}

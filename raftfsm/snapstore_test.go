@@ -324,7 +324,7 @@ func lastLines(s string, n int) string {
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
 
-// A snapshot stream stops with room to spare above the storage-full
+// A leader's expansion stops with room to spare above the storage-full
 // threshold: the free space is read every 4 MiB and other writes go on
 // meanwhile. A leader's expansion that went to the threshold itself took
 // its disk under it, and the leader answered writes 507 for a second at
@@ -335,12 +335,12 @@ func TestSnapshotStreamsKeepAMarginAboveTheThreshold(t *testing.T) {
 	g := &diskGuard{dir: mnt, minFree: 1 << 20, log: slog.New(slog.DiscardHandler)}
 	require.NoError(t, g.read())
 	g.fullBelow = g.free.Load() - 1<<20 // 1 MiB above the threshold
-	r := streamRoom{g: g}
+	r := streamRoom{g: g, margin: streamMargin(g.fullBelow)}
 	_, ok := r.take(512<<10, false)
 	require.False(t, ok, "half a MiB would leave less than the margin above the threshold")
 
 	g.fullBelow = g.free.Load() - streamMargin(g.free.Load()) - 1<<20
-	r = streamRoom{g: g}
+	r = streamRoom{g: g, margin: streamMargin(g.fullBelow)}
 	_, ok = r.take(512<<10, false)
 	require.True(t, ok, "with the margin and more free, it goes on")
 }
