@@ -2,8 +2,10 @@ package raftfsm
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -252,4 +254,82 @@ func TestFollowerUnderLoadIsCaughtUp(t *testing.T) {
 func setApplyHook(t *testing.T, h func(*FSM, []*raft.Log)) {
 	applyHook.Store(&h)
 	t.Cleanup(func() { applyHook.Store(nil) })
+}
+
+// A leader's snapshot stream holds its state at a later index than the
+// snapshot's (expanded when sent). A follower stopped after installing it
+// and before its log passed that state held no log entry of what it had
+// applied, and checkLogPresent refused every start after, telling it to
+// rejoin empty (an operator walk, stopped in a loop of installs). The
+// install is recorded; such a node starts, and catches up.
+func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
+	c := newMemCluster(t)
+	var logs [3]logBuffer
+	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
+	addrs := []string{"127.0.0.1:0", "127.0.0.1:0", freeRaftAddr(t)} // n3 comes back where it was
+	open := func(i int, bootstrap bool) *Node {
+		cfg := DefaultConfig()
+		id := fmt.Sprint("n", i+1)
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dirs[i], bootstrap, addrs[i], "mem-"+id
+		// Snapshots only when the test takes them, keeping 4 entries.
+		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1<<30, 4, time.Hour
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
+		return c.start(cfg)
+	}
+	n1 := open(0, true)
+	c.leader(n1)
+	c.join(open(1, false), n1)
+	n3 := open(2, false)
+	c.join(n3, n1)
+	claim := func(key string) {
+		t.Helper()
+		res, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
+	}
+	claim("before")
+	c.stop(n3)
+
+	// The leader's log moves past n3's (a snapshot, 4 entries kept), and
+	// its state past that snapshot: the stream it sends n3 holds more.
+	for i := range 20 {
+		claim(fmt.Sprint("a", i))
+	}
+	require.NoError(t, n1.Snapshot())
+	for i := range 5 {
+		claim(fmt.Sprint("b", i))
+	}
+
+	// n3 stops as soon as it has installed the stream, before any entry
+	// above the snapshot reaches its log.
+	var once sync.Once
+	restored := make(chan struct{})
+	defer func(f func()) { afterRestore = f }(afterRestore)
+	afterRestore = func() { once.Do(func() { close(restored) }) }
+	n3again := open(2, false)
+	select {
+	case <-restored:
+	case <-time.After(20 * time.Second):
+		t.Fatal("n3 installed no snapshot")
+	}
+	require.NoError(t, n3again.Close())
+	st, err := ReadOfflineState(dirs[2])
+	require.NoError(t, err)
+	last, _ := func() (uint64, error) {
+		ls, err := openWAL(filepath.Join(dirs[2], logStoreDir), nil)
+		require.NoError(t, err)
+		defer ls.Close()
+		return ls.LastIndex()
+	}()
+	require.Greater(t, st.Applied, last, "the window this test is about: state past the log")
+	afterRestore = func() {}
+
+	// It starts again, and catches up with what the leader took since.
+	claim("after")
+	n3 = open(2, false)
+	require.Eventually(t, func() bool {
+		_, ok, err := n3.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "after"}, false, false)
+		return err == nil && ok
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Contains(t, logs[2].String(), "the state was installed from the leader's snapshot past the snapshot's index")
 }

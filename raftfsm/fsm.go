@@ -40,6 +40,9 @@ type FSM struct {
 	secretMu  sync.Mutex // one proposal at a time from this node
 	// busy is the call raft is in now, for the watchdog (fsmwatch.go).
 	busy fsmBusy
+	// installedPath, when set, is where Restore records the applied index
+	// of the state it installed from a leader (checkLogPresent).
+	installedPath string
 }
 
 var (
@@ -237,8 +240,19 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.secret.Store(nil) // read again from the restored state
 	f.clock.Observe(f.db.Meta().NowMs)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
+	if f.installedPath != "" {
+		if err := writeInstalled(f.installedPath, f.db.Meta().Applied); err != nil {
+			// Only a stop before the log passes this state is refused then.
+			f.log.Warn("could not record the state installed from the leader", "error", err)
+		}
+	}
+	afterRestore()
 	return nil
 }
+
+// afterRestore is called once a snapshot from a leader is installed; a
+// test stops the node there.
+var afterRestore = func() {}
 
 type fsmSnapshot struct {
 	s   *engine.Snapshot

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -152,6 +153,7 @@ func open(cfg Config) (*Node, error) {
 	}
 	n.metrics = newMetrics(cfg.Registry)
 	n.fsm = NewFSM(n.db, n.clock, cfg.Logger, n.metrics)
+	n.fsm.installedPath = filepath.Join(cfg.DataDir, installedFile)
 	n.fsm.skipUniqueness = cfg.InjectBug == BugSkipUniqueness
 	if cfg.InjectBug != "" {
 		n.log.Warn("THIS NODE RUNS WITH AN INJECTED BUG (test only)", "bug", cfg.InjectBug)
@@ -435,12 +437,43 @@ func (n *Node) checkLogPresent() error {
 	if end >= applied {
 		return nil
 	}
+	if end > 0 && readInstalled(filepath.Join(n.cfg.DataDir, installedFile)) == applied {
+		// The whole state came from a leader's snapshot, whose stream holds
+		// the leader's state at a later index than the snapshot's, and the
+		// node stopped before its log passed it: nothing applied came from
+		// this log. Raft goes on from the snapshot and the FSM skips the
+		// entries up to the state as they come. (The entries above the
+		// snapshot are committed on a quorum whose logs hold them, so this
+		// node cannot lead without them.)
+		n.log.Info("the state was installed from the leader's snapshot past the snapshot's index; the log continues from the snapshot", "applied-index", applied, "log-end", end)
+		return nil
+	}
 	if end > 0 {
 		return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but the raft log in %s and its snapshots end at index %d: entries this node applied are gone from its log (the log was deleted, replaced or cut short), so it must not vote or lead from it. Nothing was changed. %s",
 			filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), end, lostLogAdvice(n.cfg))
 	}
 	return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but %s holds no raft log and there is no snapshot: the log was deleted or replaced, and without it this node has no cluster configuration. %s",
 		filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), lostLogAdvice(n.cfg))
+}
+
+// installedFile, in the data dir, holds the applied index of the state the
+// node last installed from a leader's snapshot (FSM.Restore), 8 bytes.
+const installedFile = "installed-state"
+
+func writeInstalled(path string, applied uint64) error {
+	if err := writeSynced(path, binary.BigEndian.AppendUint64(nil, applied)); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// readInstalled is 0 when there is no record (or a damaged one).
+func readInstalled(path string) uint64 {
+	b, err := os.ReadFile(path)
+	if err != nil || len(b) != 8 {
+		return 0
+	}
+	return binary.BigEndian.Uint64(b)
 }
 
 // dropLogBelowSnapshot finishes what raft does once it has installed a
