@@ -427,6 +427,8 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 			verb = " differs"
 		}
 		m.log.Warn(strings.Join(flags, ", ")+verb+" between this node and other members: a claim gets the default lease and limits of the leader that decides it, so what clients get changes with leadership. Give every node the same flags (idem cluster status compares them too)", attrs...)
+	} else {
+		m.log.Info("--lease and the limits agree with the other members that answered", "members-answered", answered)
 	}
 	return true
 }
