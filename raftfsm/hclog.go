@@ -115,29 +115,27 @@ func warnLevel(msg string, args []any) slog.Level {
 // logs when the leader drops it, and any peer's restart causes: nothing of
 // this node failed, and the peer's own logs tell why it went.
 func errorLevel(msg string, args []any) slog.Level {
+	v, _ := hcArg(args, "error")
+	err, isErr := v.(error)
+	if !isErr {
+		return slog.LevelError
+	}
 	switch msg {
 	case "failed to open snapshot", "failed to send snapshot to":
 		// A leader short of disk to write its state out for a follower
 		// says so itself, once a minute (logExpandRefused); raft would say
 		// it on every try.
-		if v, ok := hcArg(args, "error"); ok {
-			if err, isErr := v.(error); isErr && errors.Is(err, errExpandDiskFull) {
-				return slog.LevelDebug
-			}
+		if errors.Is(err, errExpandDiskFull) {
+			return slog.LevelDebug
 		}
-	}
-	if msg == "failed to decode incoming command" {
-		if v, ok := hcArg(args, "error"); ok {
-			if err, isErr := v.(error); isErr {
-				switch {
-				case errors.Is(err, raft.ErrTransportShutdown):
-					return slog.LevelDebug
-				case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE),
-					// The decoder may keep only the text of a read's error.
-					strings.Contains(err.Error(), "connection reset by peer"):
-					return slog.LevelInfo
-				}
-			}
+	case "failed to decode incoming command":
+		switch {
+		case errors.Is(err, raft.ErrTransportShutdown):
+			return slog.LevelDebug
+		case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE),
+			// The decoder may keep only the text of a read's error.
+			strings.Contains(err.Error(), "connection reset by peer"):
+			return slog.LevelInfo
 		}
 	}
 	return slog.LevelError

@@ -57,8 +57,9 @@ type LogStore struct {
 	path   string
 	log    *slog.Logger
 
-	// sealed: the last append failed on a sealed segment (reopenSealed),
-	// and none has gone through since.
+	// sealed: a rotation failed (rotateWatch) or an append found the
+	// segment sealed, and neither an append nor a reopen has gone through
+	// since. A reopen that failed (broken) leaves it set.
 	sealed atomic.Bool
 	// reopenTry spaces reopens; stuck: the last reopen did not cure the
 	// log (they are then spaced by stuckRetry); stuckLog, the line that
@@ -188,13 +189,6 @@ func (s *LogStore) DeleteRange(min, max uint64) error {
 		return err
 	}
 	return w.DeleteRange(min, max)
-}
-
-// isBroken reports whether the log is closed after a reopen that failed.
-func (s *LogStore) isBroken() bool {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	return s.broken != nil
 }
 
 // IsMonotonic tells raft the log never has gaps (raft-wal's contract): it
@@ -644,7 +638,7 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		// Sealed by a failed rotation (rotateWatch), maybe with a refused
 		// truncation to make first: reopen before appending.
 		err = s.cureSealed(logs, waltypes.ErrSealed)
-	} else if err = s.LogStore.StoreLogs(logs); errors.Is(err, waltypes.ErrSealed) || (err != nil && s.LogStore.isBroken()) {
+	} else if err = s.LogStore.StoreLogs(logs); errors.Is(err, waltypes.ErrSealed) {
 		err = s.cureSealed(logs, err)
 	}
 	if err != nil {

@@ -778,7 +778,7 @@ func (n *Node) refreshMembership() {
 }
 
 // noLeaderAfter is how long a member goes without a leader before it says
-// so (logLeaderless); noLeaderRemind, how often it says it again.
+// so (watchLeader); noLeaderRemind, how often it says it again.
 var (
 	noLeaderAfter  = time.Minute
 	noLeaderRemind = 5 * time.Minute
@@ -802,11 +802,16 @@ func (n *Node) watchLeader(conf raft.Configuration, member bool) {
 	if since < noLeaderAfter || !n.leaderlessLog.allow(noLeaderRemind) {
 		return
 	}
+	if since >= time.Second {
+		since = since.Round(time.Second)
+	} else {
+		since = since.Round(time.Millisecond)
+	}
 	if n.logStore.sealed.Load() || n.disk.full.Load() {
 		// Its own disk is the likelier cause, and the lines about it say
 		// what to do; moving the data dir aside would be wrong advice.
 		n.log.Warn(fmt.Sprintf("no leader for %s: this node's disk is short of space (see the lines about the disk above): a node that cannot store raft entries cannot lead, and a one-node cluster takes no writes until space is freed (docs/DISK.md)",
-			since.Round(time.Second)), "node-id", n.self.ID, "raft-state", n.raft.State().String())
+			since), "node-id", n.self.ID, "raft-state", n.raft.State().String())
 		return
 	}
 	var voters []string
@@ -816,14 +821,11 @@ func (n *Node) watchLeader(conf raft.Configuration, member bool) {
 		}
 	}
 	quorum := len(voters)/2 + 1
-	if since >= time.Second {
-		since = since.Round(time.Second)
-	}
 	n.log.Warn(fmt.Sprintf("no leader for %s: this node has heard from no leader, and none can be elected without %d of the %d voters of its configuration (%s). It takes no writes meanwhile. "+
 		"Either fewer than %d of them are running and reachable at those raft addresses (start them; check the network and firewalls), "+
 		"or the other members went on without this node (an idem recover that left it out, or a removal while it was away): then idem cluster status through one of them does not list it, "+
 		"and this node must not come back with its old data: stop it, move its data dir aside (do not delete it) and start it with an empty one and --join one of them (docs/BACKUP.md, docs/MEMBERSHIP.md)",
-		since.Round(time.Millisecond), quorum, len(voters), strings.Join(voters, ", "), quorum),
+		since, quorum, len(voters), strings.Join(voters, ", "), quorum),
 		"node-id", n.self.ID, "raft-state", n.raft.State().String())
 }
 

@@ -55,7 +55,7 @@ type Node struct {
 	// leaderlessSince is when this member last saw a leader go (zero while
 	// it has one); only watchMembership's goroutine reads and writes it.
 	leaderlessSince time.Time
-	leaderlessLog   spacer // logLeaderless's line
+	leaderlessLog   spacer // watchLeader's line
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
 	barrierSem  chan struct{} // one Barrier at a time; a waiter can give up

@@ -178,7 +178,9 @@ func (s *snapshotStore) damagedMarker(id string, openErr error) (*raft.SnapshotM
 // threshold (refuseExpand).
 func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	err := s.roomToExpand()
-	if err == nil {
+	if err != nil {
+		err = fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
+	} else {
 		var m *raft.SnapshotMeta
 		var rc io.ReadCloser
 		if m, rc, err = s.writeOut(meta, stateIndex); err == nil || !errors.Is(err, errExpandDiskFull) {
@@ -187,7 +189,17 @@ func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raf
 	}
 	// Refused for space: the Pebble snapshot is released before the pause
 	// (held, it would keep what compactions free meanwhile).
-	return nil, nil, s.refuseExpand(meta, err)
+	return nil, nil, s.refuseExpand(err)
+}
+
+// expandRoom follows an expansion against the storage-full threshold, with
+// streamMargin above it.
+func (s *snapshotStore) expandRoom() streamRoom {
+	r := streamRoom{g: s.disk}
+	if s.disk != nil {
+		r.margin = streamMargin(s.disk.fullBelow)
+	}
+	return r
 }
 
 // writeOut is expand's work: the current state into a temporary file.
@@ -209,10 +221,7 @@ func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*r
 		os.Remove(f.Name())
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
 	}
-	rw := &roomWriter{f: f, room: streamRoom{g: s.disk}}
-	if s.disk != nil {
-		rw.room.margin = streamMargin(s.disk.fullBelow)
-	}
+	rw := &roomWriter{f: f, room: s.expandRoom()}
 	bw := bufio.NewWriterSize(rw, 1<<20)
 	n, err := snap.WriteTo(bw)
 	if err == nil {
@@ -225,9 +234,6 @@ func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*r
 		if errors.Is(err, errExpandDiskFull) {
 			s.refused.Store(max(rw.room.written, 1))
 			s.refusedAt.Store(mono.Now())
-			f.Close()
-			os.Remove(f.Name())
-			return nil, nil, err
 		}
 		return fail(err)
 	}
@@ -243,8 +249,8 @@ func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*r
 // last one showed there is no room for: the disk has no more room above
 // the threshold than that one had written when it stopped.
 func (s *snapshotStore) roomToExpand() error {
-	g, refused := s.disk, s.refused.Load()
-	if refused == 0 || g == nil || g.minFree == 0 {
+	refused := s.refused.Load()
+	if refused == 0 {
 		return nil
 	}
 	if mono.Since(s.refusedAt.Load()) > expandForget {
@@ -252,10 +258,10 @@ func (s *snapshotStore) roomToExpand() error {
 		s.refused.Store(0)
 		return nil
 	}
-	g.read() // on error, the last value read
-	if free := g.free.Load(); free < g.fullBelow+streamMargin(g.fullBelow)+refused {
+	r := s.expandRoom()
+	if free, ok := r.take(int(refused), false); !ok {
 		return fmt.Errorf("%w: the last try stopped after %d bytes of the state; %d bytes free, writes stop under %d: free space, and raft sends it again",
-			errExpandDiskFull, refused, free, g.fullBelow)
+			errExpandDiskFull, refused, free, r.g.fullBelow)
 	}
 	return nil
 }
@@ -263,8 +269,7 @@ func (s *snapshotStore) roomToExpand() error {
 // refuseExpand says why no snapshot went to a follower (once a minute) and
 // holds raft's replication to it for expandRetryPause, or until the node
 // stops, before raft asks again.
-func (s *snapshotStore) refuseExpand(meta *raft.SnapshotMeta, err error) error {
-	err = fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
+func (s *snapshotStore) refuseExpand(err error) error {
 	s.disk.logExpandRefused(err)
 	t := time.NewTimer(expandRetryPause)
 	defer t.Stop()
