@@ -451,6 +451,18 @@ func TestDataDirInUseNamesThePID(t *testing.T) {
 	require.Regexp(t, regexp.MustCompile(`\(pid `+strconv.Itoa(first.cmd.Process.Pid)+`\)`), out)
 	require.NotContains(t, out, "resource temporarily unavailable")
 
+	// The same command again, ports and all (the README's, copied twice):
+	// the data dir is named before the ports, which the first node holds.
+	third := launch(t, dir, first.http, first.raft)
+	select {
+	case <-third.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("a second serve with the first's ports did not exit:\n%s", third.logs)
+	}
+	out = third.logs.String()
+	require.Regexp(t, regexp.MustCompile(`is in use by another idem process \(pid `+strconv.Itoa(first.cmd.Process.Pid)+`\)`), out)
+	require.NotContains(t, out, "address already in use")
+
 	after, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	require.Equal(t, len(before), len(after), "the second process changed the data dir")

@@ -51,6 +51,7 @@ func freePort(t *testing.T) string {
 type proc struct {
 	cmd  *exec.Cmd
 	http string
+	raft string
 	logs *logBuffer
 	done chan struct{}
 	err  error
@@ -85,7 +86,7 @@ func (p *proc) wait() error {
 func launch(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *proc {
 	t.Helper()
 	all := append([]string{"serve", "--data-dir", dataDir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, args...)
-	p := &proc{cmd: exec.Command(binary, all...), http: httpAddr, logs: &logBuffer{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(binary, all...), http: httpAddr, raft: raftAddr, logs: &logBuffer{}, done: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start())
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()

@@ -576,6 +576,13 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if err != nil {
 		return usageError{err} // what the --tls-* files hold, or plaintext raft off loopback
 	}
+	// A second serve on a data dir in use says so before its ports can:
+	// the first node usually holds the same ports too (the defaults, a
+	// copied command), and "address already in use" would hide why.
+	// raftfsm.Open takes the lock itself; this only finds the holder first.
+	if held, pid := engine.Holder(filepath.Join(c.dataDir, "fsm")); held && pid > 0 {
+		return inUse(c.dataDir, &engine.InUseError{Dir: c.dataDir, PID: pid})
+	}
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return fmt.Errorf("--http-addr: %w", err)
