@@ -368,3 +368,23 @@ func TestAuthTokenFromEnvIsNeverPrinted(t *testing.T) {
 		t.Errorf("cluster status sent Authorization %q, want --auth-token's", f.auth)
 	}
 }
+
+// snapshot save into a directory that does not exist says which directory
+// and how to make it, before it asks the node for a snapshot (a backup
+// streamed for nothing), instead of FILE.tmp's "no such file or directory".
+func TestSnapshotSaveIntoAMissingDirectoryNamesIt(t *testing.T) {
+	f := newAPIFake(t, http.StatusOK, "")
+	missing := filepath.Join(t.TempDir(), "backups")
+	file := filepath.Join(missing, "idem.snap")
+	code, _, stderr := runClientCmd(t, runSnapshot, "save", file, "--addr", f.url)
+	want := "idem snapshot save: the directory of " + file + ", " + missing + ", does not exist"
+	if code != 1 || !strings.Contains(stderr, want) || !strings.Contains(stderr, "mkdir -p "+missing) {
+		t.Fatalf("exit %d, stderr %q; want exit 1, %q and the mkdir to run", code, stderr, want)
+	}
+	if f.path != "" {
+		t.Errorf("asked the node for %s before finding the directory missing", f.path)
+	}
+	if _, err := os.Stat(missing); !os.IsNotExist(err) {
+		t.Errorf("%s: %v; nothing may be created", missing, err)
+	}
+}

@@ -130,6 +130,14 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
 		return 1
 	}
+	// Before a byte is streamed: FILE.tmp's "no such file or directory"
+	// would name neither the directory nor the way out.
+	if dir := filepath.Dir(file); dir != "" {
+		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+			fmt.Fprintf(stderr, "%s: the directory of %s, %s, does not exist or is not a directory: create it first (mkdir -p %s)\n", name, file, dir, dir)
+			return 1
+		}
+	}
 	base := strings.TrimRight(strings.TrimSpace(addr), "/")
 	if base == "" {
 		fmt.Fprintf(stderr, "%s: --addr is empty\n", name)
