@@ -9,8 +9,9 @@ FUZZTIME ?= 10s
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
-run: ## start a one-node store on 127.0.0.1:7070 with data in ./idem-data
-	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/idem serve
+run: build ## start a one-node store on 127.0.0.1:7070 with data in ./idem-data
+	@# the binary itself, not go run: Ctrl-C then ends with the node's own status (0)
+	./bin/idem serve $(ARGS)
 
 build: ## build bin/idem
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/idem ./cmd/idem
