@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,4 +65,31 @@ func TestKeylessNodeNotPromotedWhenCheckRecorded(t *testing.T) {
 	require.Equal(t, "nonvoter", res.Suffrage)
 	time.Sleep(6 * promoteStable)
 	require.Equal(t, "Nonvoter", member(t, n1, "n2").Suffrage, "a keyless node was made a voter of a cluster whose leader encrypts with k1")
+}
+
+// From a new user's walk: a one-node store started with
+// --encryption-key-file (its check value recorded), then restarted
+// without it, stored the next response in plaintext and said nothing. No
+// voter holds the key, which is how encryption is turned off, so the write
+// goes through; but the leader must say at WARN that it stores plaintext.
+func TestKeylessLeaderOfAnEncryptedStoreSaysItStoresPlaintext(t *testing.T) {
+	c := newMemCluster(t)
+	var logs logBuffer
+	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, &logs)
+	c.leader(n1)
+	n1.setKeyring(testRing(t, "k1"))
+	require.Eventually(t, func() bool { return n1.fsm.keys.check("k1") != nil }, 15*time.Second, 20*time.Millisecond,
+		"the leader records k1's check value")
+	require.NotContains(t, logs.String(), "stores responses and correlation ids in plaintext", "said while it held the key")
+
+	n1.setKeyring(nil) // as a restart without --encryption-key-file
+	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "plain"}
+	r, _, err := n1.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa",
+		CorrelationID: secretCorrelation, LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err, "no voter holds k1: encryption is off, writes go through")
+	require.Equal(t, engine.OutcomeClaimed, r.Outcome)
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), `level=WARN msg="encryption at rest was on`) &&
+			strings.Contains(logs.String(), "key-ids=k1")
+	}, 5*time.Second, 20*time.Millisecond, "the keyless leader must say it stores plaintext:\n%s", logs.String())
 }

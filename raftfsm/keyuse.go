@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -59,6 +60,7 @@ type keyUse struct {
 	logged    spacer // refused writes logged
 	handOff   spacer // attempts to hand the leadership over
 	warned    spacer // "no voter holds the key" warnings
+	plain     spacer // "encryption was on, this leader stores plaintext" warnings
 }
 
 const (
@@ -493,6 +495,7 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		if ids := n.neededKeys(); len(ids) > 0 {
 			return &SealRefusedError{InUse: ids}
 		}
+		n.warnPlaintext()
 		return nil
 	}
 	id := kr.Primary()
@@ -508,6 +511,21 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		return &SealRefusedError{KeyID: id, Mismatch: true}
 	}
 	return nil
+}
+
+// warnPlaintext says, at most every ten minutes, that this keyless leader
+// stores plaintext although the state records a key's check value: no
+// voter holds the key any more, which is how encryption is turned off,
+// but it is also what restarting every node without its
+// --encryption-key-file by mistake looks like (a one-node store after an
+// edited unit file), and that must not pass silently.
+func (n *Node) warnPlaintext() {
+	if !n.fsm.keys.anyCheck() || !n.fsm.keys.plain.allow(10*time.Minute) {
+		return
+	}
+	ids := slices.Sorted(maps.Keys(n.fsm.keys.recordedChecks()))
+	n.log.Warn("encryption at rest was on (the cluster records the check value of a key), but no voter holds the key now: this leader stores responses and correlation ids in plaintext; "+
+		"if that is not meant, restart the nodes with the cluster's --encryption-key-file", "key-ids", strings.Join(ids, ","))
 }
 
 // neededKeys are the key ids a leader or voter must hold: those stored
