@@ -149,6 +149,11 @@ type VoteHoldStatus struct {
 type PeerProbe func(ctx context.Context, httpAddr string) (Status, error)
 
 // peerProbe is the PeerProbe SetPeerProbe set, nil before.
+// NotMeasuredYet starts the unhealthy reason of a member the leader has
+// not checked yet: a status taken right after an election or a join, not
+// a sign that the member is down.
+const NotMeasuredYet = "not measured yet"
+
 func (n *Node) peerProbe() PeerProbe {
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
@@ -316,11 +321,11 @@ func (n *Node) Status() (Status, error) {
 			}
 			h := n.peers.byID[m.ID]
 			if !fresh {
-				m.UnhealthyReason = "not measured yet (this node became leader moments ago)"
+				m.UnhealthyReason = NotMeasuredYet + " (this node became leader moments ago)"
 				continue
 			}
 			if h == nil {
-				m.UnhealthyReason = "not measured yet (it joined after the leader's last health check, or has never answered one)"
+				m.UnhealthyReason = NotMeasuredYet + " (it joined after the leader's last health check, or has never answered one)"
 				continue
 			}
 			h.fill(m, now)

@@ -330,7 +330,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 			fmt.Fprintf(w, "NOTE: %s started with an empty data dir and is catching up: until its log reaches index %d of term %d (what the leader had committed when it first reached it, applied %d now) it votes only for a candidate whose log does, and does not stand for election\n", st.Self.ID, h.LeaderCommitIndex, h.LeaderTerm, st.AppliedIndex)
 		}
 	}
-	voters, healthy, refused := 0, 0, 0
+	voters, healthy, refused, unmeasured := 0, 0, 0, 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tHTTP\tRAFT")
 	var reasons, kept []string
@@ -353,6 +353,8 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 				healthy++
 			} else if strings.Contains(m.UnhealthyReason, api.TokenRefused) {
 				refused++
+			} else if strings.HasPrefix(m.UnhealthyReason, raftfsm.NotMeasuredYet) {
+				unmeasured++
 			}
 		}
 		checked := "never"
@@ -383,6 +385,11 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	}
 	fmt.Fprintf(w, "%d of %d voters healthy (a quorum is %d); health measured by %s.\n", healthy, voters, voters/2+1, from)
 	switch {
+	case healthy < voters/2+1 && healthy+refused+unmeasured >= voters/2+1 && unmeasured > 0:
+		// Right after an election or a join: the leader has not checked
+		// them yet, which says nothing of the quorum (a walk read "writes
+		// fail" while every write went through).
+		fmt.Fprintln(w, "NOTE: the leader has not measured every voter yet (it was elected moments ago, or they joined since its last check): run this again in a few seconds; membership changes wait for it")
 	case healthy < voters/2+1 && healthy+refused >= voters/2+1:
 		// Raft may well be replicating: only the leader's checks over HTTP
 		// are refused (a node token removed from the auth files).

@@ -192,6 +192,20 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	require.Contains(t, out.String(), "members refuse the leader's health checks (its node token)")
 	require.NotContains(t, out.String(), "writes fail")
 
+	// Right after an election the leader has measured nobody: no quorum
+	// warning, a note to look again.
+	st.Nodes[1].UnhealthyReason = raftfsm.NotMeasuredYet + " (this node became leader moments ago)"
+	st.Nodes[2].UnhealthyReason = raftfsm.NotMeasuredYet + " (this node became leader moments ago)"
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "NOTE: the leader has not measured every voter yet")
+	require.NotContains(t, out.String(), "writes fail")
+	// One of them measured and down: the other may still make a quorum.
+	st.Nodes[1].UnhealthyReason = "connection refused"
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "NOTE: the leader has not measured every voter yet")
+
 	// Members that do not answer at all: the quorum warning stands.
 	st.Nodes[1].UnhealthyReason, st.Nodes[2].UnhealthyReason = "connection refused", "connection refused"
 	out.Reset()
