@@ -524,18 +524,49 @@ func writeNodeFile(path string, nf nodeFile) error {
 	return replaceNodeFile(path, nf)
 }
 
-// replaceNodeFile writes nf to path through a temporary file and a rename,
-// so a crash of the process leaves the old file or the new one.
+// replaceNodeFile writes nf to path through a synced temporary file, a
+// rename and a synced directory, so a crash of the process or of the
+// machine leaves the old file or the new one. Without the syncs, an ext4
+// that went read-only after an I/O error left node.json empty, and the
+// node refused to start until an operator moved it aside.
 func replaceNodeFile(path string, nf nodeFile) error {
 	b, _ := json.Marshal(nf)
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDirErr(filepath.Dir(path))
+	}
+	if err != nil {
+		os.Remove(tmp)
 		return fmt.Errorf("write %s: %w", path, err)
 	}
 	return nil
+}
+
+// syncDirErr makes a rename or a creation in dir durable.
+func syncDirErr(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 func isLoopback(addr string) bool {

@@ -243,12 +243,9 @@ func verifyFile(path string) (raftfsm.BackupInfo, error) {
 	return raftfsm.VerifyBackup(f)
 }
 
-func syncDir(dir string) {
-	if d, err := os.Open(dir); err == nil {
-		d.Sync()
-		d.Close()
-	}
-}
+// syncDir is syncDirErr where the file is already safe (a rename's
+// durability is best effort here).
+func syncDir(dir string) { _ = syncDirErr(dir) }
 
 func fmtClusterTime(ms int64) string {
 	if ms == 0 {
