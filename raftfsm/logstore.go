@@ -262,6 +262,9 @@ func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 
 // open opens the log in s.path; the caller holds mu, or s is new.
 func (s *LogStore) open() error {
+	if err := emptyMeta(s.path); err != nil {
+		return &walOpenError{path: s.path, err: err}
+	}
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(rotateWatch{newHCLog(s.log), &s.sealed}))
 	if err != nil {
@@ -270,6 +273,23 @@ func (s *LogStore) open() error {
 	}
 	s.w, s.meta = w, meta
 	return nil
+}
+
+// emptyMeta refuses a log whose wal-meta.db is empty beside its segments
+// (emptied by hand or by a filesystem repair): bbolt would make it a new
+// database, and raft-wal then panicked on its missing bucket, having
+// rewritten the file. With no segment it is a log that was never written:
+// raft-wal makes it anew.
+func emptyMeta(dir string) error {
+	st, err := os.Stat(filepath.Join(dir, "wal-meta.db"))
+	if err != nil || st.Size() > 0 {
+		return nil // missing or not empty: raft-wal says what it finds
+	}
+	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
+	if len(segs) == 0 {
+		return nil
+	}
+	return fmt.Errorf("wal-meta.db is empty while %d segment files are there: the file that says which segments hold the log, and where it ends, is lost", len(segs))
 }
 
 // rotateWatch is raft-wal's logger; its "rotate error" (a rotation, run in

@@ -258,6 +258,20 @@ func TestUnreadableRaftLogSaysWhatToDo(t *testing.T) {
 	require.Contains(t, err.Error(), "idem recover")
 	require.Contains(t, err.Error(), "start this node with an empty data dir and --join")
 	require.Contains(t, err.Error(), "idem cluster remove --id "+cfg.NodeID)
+
+	// Emptied (an operator's `: >`, a filesystem repair): bbolt made it a
+	// new database and raft-wal panicked on its missing bucket, rewriting
+	// the file. It is refused alike, and left as it was.
+	meta := filepath.Join(dir, logStoreDir, "wal-meta.db")
+	require.NoError(t, os.WriteFile(meta, nil, 0o600))
+	_, err = Open(cfg)
+	require.Error(t, err)
+	require.Contains(t, err.Error(), "wal-meta.db is empty")
+	require.Contains(t, err.Error(), "cannot be read")
+	require.Contains(t, err.Error(), "idem recover")
+	st, err := os.Stat(meta)
+	require.NoError(t, err)
+	require.Zero(t, st.Size(), "nothing may be changed")
 }
 
 // A member's data dir started under another --node-id (node.json lost, a
