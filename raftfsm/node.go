@@ -264,7 +264,7 @@ func open(cfg Config) (*Node, error) {
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans
 	trans.votes = n
-	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, n.stable, n.snaps, trans); err != nil {
+	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, loudStable{n.stable, cfg.Logger, cfg.DataDir}, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
 	if err := addressOfAnother(n.raft, rc.LocalID, cfg.RaftAdvertise); err != nil {
@@ -1524,4 +1524,41 @@ func (u *undoRegisterer) undo() {
 		u.Registerer.Unregister(c)
 	}
 	u.done = nil
+}
+
+// loudStable is raft's stable store (raft.db: the term and the vote).
+// Raft panics when it cannot record either, since it must not go on
+// without them; an operator walk got only a goroutine dump ("failed to
+// save current term: … read-only file system") after ext4 went read-only
+// under a running node. The store now says first, at ERROR, what failed
+// and what to do; raft's panic follows, and the next start finds the
+// term and vote as they were last recorded.
+type loudStable struct {
+	*raftboltdb.BoltStore
+	log     *slog.Logger
+	dataDir string
+}
+
+func (s loudStable) Set(key, val []byte) error {
+	return s.said(key, s.BoltStore.Set(key, val))
+}
+
+func (s loudStable) SetUint64(key []byte, val uint64) error {
+	return s.said(key, s.BoltStore.SetUint64(key, val))
+}
+
+func (s loudStable) said(key []byte, err error) error {
+	if err == nil || s.log == nil {
+		return err
+	}
+	why := "check the disk (dmesg, the filesystem's free space and health)"
+	switch {
+	case errors.Is(err, syscall.EROFS):
+		why = "the data dir's filesystem is read-only (remounted so after an I/O error? see dmesg): repair it, mount it read-write and start the node again"
+	case errors.Is(err, syscall.ENOSPC):
+		why = "the disk is full: free space and start the node again"
+	}
+	s.log.Error("raft cannot record its "+string(key)+" in raft.db, and stops the node (nothing acknowledged is lost: the next start reads the state as last recorded): "+why,
+		"file", filepath.Join(s.dataDir, "raft.db"), "error", err)
+	return err
 }
