@@ -132,13 +132,34 @@ func errorLevel(msg string, args []any) slog.Level {
 		switch {
 		case errors.Is(err, raft.ErrTransportShutdown):
 			return slog.LevelDebug
-		case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.EPIPE),
-			// The decoder may keep only the text of a read's error.
-			strings.Contains(err.Error(), "connection reset by peer"):
+		case peerEnded(err):
+			return slog.LevelInfo
+		}
+	case "failed to make requestVote RPC":
+		// The peer closed the connection in the middle of the vote: it is
+		// stopping (make cluster's Ctrl-C printed this as an ERROR on a
+		// clean stop of all three). A peer that cannot be reached at all
+		// stays an error.
+		if errors.Is(err, io.EOF) || peerEnded(err) {
+			return slog.LevelInfo
+		}
+	case "failed to get log":
+		// A leader looking for the entries a new or lagging follower
+		// lacks finds them compacted away, and sends a snapshot instead:
+		// raft's routine way to catch a follower up (every join logged it
+		// as an ERROR).
+		if errors.Is(err, raft.ErrLogNotFound) {
 			return slog.LevelInfo
 		}
 	}
 	return slog.LevelError
+}
+
+// peerEnded says a read or write failed because the peer ended the
+// connection; the decoder may keep only the text of a read's error.
+func peerEnded(err error) bool {
+	return errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.EPIPE) ||
+		strings.Contains(err.Error(), "connection reset by peer")
 }
 
 // hcArg finds the value of key among hclog's alternating keys and values.

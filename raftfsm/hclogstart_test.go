@@ -82,3 +82,23 @@ func TestRaftErrorsOfARefusedExpansionAreDebug(t *testing.T) {
 	h.Error("failed to send snapshot to", "peer", "n2", "error", errors.New("connection refused"))
 	require.Contains(t, buf.String(), "level=ERROR")
 }
+
+// Two routine events raft logs as errors: a vote request whose peer closed
+// the connection (every node of make cluster stopping at once), and a
+// leader finding a follower's missing entries compacted away, which it
+// answers with a snapshot (every join). A peer that cannot be reached, or
+// a log entry lost for another reason, stays an ERROR.
+func TestRoutineRaftErrorsAreInfo(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	h.Error("failed to make requestVote RPC", "target", "n2", "error", io.EOF, "term", 4)
+	h.Error("failed to get log", "index", 1, "error", raft.ErrLogNotFound)
+	require.Contains(t, buf.String(), "level=INFO msg=\"raft: failed to make requestVote RPC\"")
+	require.Contains(t, buf.String(), "level=INFO msg=\"raft: failed to get log\"")
+	require.NotContains(t, buf.String(), "level=ERROR")
+
+	buf.Reset()
+	h.Error("failed to make requestVote RPC", "target", "n2", "error", errors.New("dial tcp 127.0.0.2:7071: connect: connection refused"), "term", 4)
+	h.Error("failed to get log", "index", 9, "error", errors.New("checksum mismatch"))
+	require.Equal(t, 2, strings.Count(buf.String(), "level=ERROR"), buf.String())
+}
