@@ -51,3 +51,49 @@ func TestDamagedManifestSaysWhatToDo(t *testing.T) {
 	require.ErrorContains(t, err, "empty data dir and --join")
 	require.ErrorContains(t, err, "idem snapshot restore")
 }
+
+// Files the MANIFEST lists, gone or cut short (an operator walk): Pebble's
+// bare "could not open manifest file", "unknown to the objstorage provider:
+// file does not exist" and "object size mismatch" named the file but not
+// what to do. Each refusal now says it, as for a damaged MANIFEST.
+func TestMissingOrShortStoreFilesSayWhatToDo(t *testing.T) {
+	build := func(t *testing.T) (string, string) {
+		dir := filepath.Join(t.TempDir(), "fsm")
+		db, err := Open(dir, Options{CacheBytes: 1 << 20})
+		require.NoError(t, err)
+		tx := db.Begin()
+		tx.EnsureWidth(testWidth)
+		now := tx.Advance(t0)
+		for i := range 200 {
+			require.Equal(t, OutcomeClaimed, tx.Claim(args(scope("k"+string(rune('a'+i%26))+string(rune('a'+i/26)))), uint64(10+i), now).Outcome)
+		}
+		require.NoError(t, tx.Commit(300))
+		require.NoError(t, db.pdb.Flush())
+		require.NoError(t, db.Close())
+		ssts, err := filepath.Glob(filepath.Join(dir, "*.sst"))
+		require.NoError(t, err)
+		require.NotEmpty(t, ssts)
+		return dir, ssts[0]
+	}
+	damage := map[string]func(t *testing.T, dir, sst string){
+		"manifest removed": func(t *testing.T, dir, _ string) {
+			m, err := filepath.Glob(filepath.Join(dir, "MANIFEST-*"))
+			require.NoError(t, err)
+			require.NotEmpty(t, m)
+			require.NoError(t, os.Remove(m[len(m)-1]))
+		},
+		"table removed":   func(t *testing.T, _, sst string) { require.NoError(t, os.Remove(sst)) },
+		"table cut short": func(t *testing.T, _, sst string) { require.NoError(t, os.Truncate(sst, 100)) },
+	}
+	for name, f := range damage {
+		t.Run(name, func(t *testing.T) {
+			dir, sst := build(t)
+			f(t, dir, sst)
+			_, err := Open(dir, Options{CacheBytes: 1 << 20})
+			require.Error(t, err)
+			require.ErrorContains(t, err, "Nothing was changed")
+			require.ErrorContains(t, err, "empty data dir and --join")
+			require.ErrorContains(t, err, "idem snapshot restore")
+		})
+	}
+}

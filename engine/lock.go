@@ -3,7 +3,9 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -47,6 +49,11 @@ func openError(dir string, err error) error {
 	}
 	if pebble.IsCorruptionError(err) {
 		return fmt.Errorf("engine: open %s: %w. The store is damaged and this node cannot read its state. Nothing was changed. %s", dir, err, damagedAdvice)
+	}
+	// A file the MANIFEST lists is gone or cut short (removed by hand, a
+	// filesystem repair): Pebble names it, not what to do.
+	if msg := err.Error(); errors.Is(err, fs.ErrNotExist) || strings.Contains(msg, "does not exist") || strings.Contains(msg, "object size mismatch") {
+		return fmt.Errorf("engine: open %s: %w. A file of the store is missing or cut short and this node cannot read its state. Nothing was changed. %s", dir, err, damagedAdvice)
 	}
 	return fmt.Errorf("engine: open %s: %w", dir, err)
 }
