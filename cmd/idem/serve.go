@@ -757,6 +757,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Warn("this cluster was started by an earlier release and has no retention of its own yet: each claim gets the --retention of the leader deciding it. Once every node runs this release, run idem cluster set-retention --retention "+c.retention.String()+" (with the value every node has)",
 			"retention", c.retention.String())
 	}
+	warnWideBuckets(log, c.bucketWidth, retention)
 
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
@@ -922,4 +923,20 @@ func healthOnly(h http.Handler) http.Handler {
 		problemDoc(w, http.StatusNotFound, "not_found", "Not found",
 			"this listener (--health-addr) serves only /healthz and /readyz; the API is on --http-addr")
 	})
+}
+
+// warnWideBuckets says when the bucket width is wider than the retention:
+// a record's space comes back only once its whole bucket has expired, so
+// the disk holds up to a bucket's width of expired records beyond the
+// retention (an operator walk created a store with --bucket-width 100000h:
+// accepted silently, fixed for the data dir's life, nothing dropped for
+// eleven years). The width cannot change, so this is said at every start.
+func warnWideBuckets(log *slog.Logger, width, retention time.Duration) {
+	if width <= retention {
+		return
+	}
+	log.Warn("--bucket-width "+width.String()+" is wider than the retention "+retention.String()+
+		": expired records keep their disk space until their whole bucket has expired, up to "+width.String()+
+		" after their window; the width is fixed for this data dir's life (a new data dir takes another, e.g. the default)",
+		"bucket-width", width.String(), "retention", retention.String())
 }

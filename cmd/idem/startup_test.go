@@ -389,3 +389,18 @@ func TestStartWithoutNodeFileTakesTheClusterBucketWidth(t *testing.T) {
 	require.NotContains(t, p.logs.String(), "fixed by its first write")
 	require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s`, p.logs.String())
 }
+
+// A bucket width wider than the retention keeps expired records' space
+// for up to a width beyond their window, for the data dir's life: said at
+// start (an operator walk created a store with --bucket-width 100000h and
+// heard nothing). The default width says nothing.
+func TestWideBucketsAreSaidAtStart(t *testing.T) {
+	wide := start(t, t.TempDir(), freePort(t), freePort(t), "--bucket-width", "48h")
+	require.Eventually(t, func() bool {
+		return strings.Contains(wide.logs.String(), `level=WARN msg="--bucket-width 48h0m0s is wider than the retention 24h0m0s`)
+	}, 10*time.Second, 50*time.Millisecond, wide.logs.String())
+	plain := start(t, t.TempDir(), freePort(t), freePort(t))
+	code, body := post(t, plain.http, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, body)
+	require.NotContains(t, plain.logs.String(), "is wider than the retention")
+}
