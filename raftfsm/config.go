@@ -65,6 +65,11 @@ type Config struct {
 	// is created with there (node.json), so a start that fails earlier
 	// leaves nothing that pins them. An error fails Open.
 	BeforeRaft func() error
+	// CheckStoredID is set when the caller has no record of the id this
+	// data dir was created for (idem serve's node.json is missing): Open
+	// then refuses, before it writes anything, a NodeID that the stored
+	// raft configuration shows is not this data dir's (*StoredIDError).
+	CheckStoredID bool
 
 	Logger   *slog.Logger
 	Registry prometheus.Registerer

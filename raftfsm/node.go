@@ -189,6 +189,9 @@ func open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
 	n.snaps.disk, n.snaps.stop = n.disk, n.stop
+	if err := n.checkStoredID(); err != nil { // storedid.go; before anything is written
+		return nil, err
+	}
 	if err := n.catchUpFromSnapshot(); err != nil {
 		return nil, err
 	}

@@ -470,6 +470,19 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	return nil, nil
 }
 
+// storedIDError says what to do about a start refused because the raft
+// configuration stored in a data dir without node.json shows that
+// --node-id is not the data dir's node.
+func storedIDError(c *serveConfig, e *raftfsm.StoredIDError) error {
+	why := fmt.Sprintf("is a one-node cluster of %s, at raft address %s", e.Stored, e.StoredAddr)
+	if e.AtOwnAddr {
+		why = fmt.Sprintf("gives this node's raft address %s to member %s", e.StoredAddr, e.Stored)
+	}
+	return usageError{fmt.Errorf("--node-id %q is not the node %s was created for: it has no node.json (which records the --node-id a data dir was created for), and the raft configuration stored in it %s (no configuration it holds lists %s). Nothing was written. "+
+		"Start it with --node-id %s (node.json then records %s again); if %s is not %s's data dir, start %s on its own --data-dir",
+		e.NodeID, c.dataDir, why, e.NodeID, e.Stored, e.Stored, c.dataDir, e.Stored, e.NodeID)}
+}
+
 // usageError marks an error of serve that a flag caused and only another
 // value of it fixes (a --node-id, --scope or --bucket-width that differs
 // from the data dir's, --tls-* files that do not make a pair, a
@@ -664,12 +677,21 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.InjectBug = c.injectBug
 	rc.TLS = tlsConf
 	rc.RaftListener, rc.BeforeRaft = raftLn, pin
+	// Without node.json, --node-id is checked against the raft
+	// configuration the data dir holds before pin records it: a data dir
+	// whose node.json was lost, started under a mistyped id, ran outside
+	// its configuration and had node.json say that id, refusing the right
+	// one after.
+	rc.CheckStoredID = pin != nil
 	rc.Logger, rc.Registry = log, reg
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
 		rc.SweepInterval = max(w, 100*time.Millisecond)
 	}
 	node, err := raftfsm.Open(rc)
 	if err != nil {
+		if e := (*raftfsm.StoredIDError)(nil); errors.As(err, &e) {
+			return storedIDError(c, e)
+		}
 		return inUse(c.dataDir, err)
 	}
 	defer func() {

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// exited waits for a serve that must refuse to start and returns its
+// output and exit code.
+func exited(t *testing.T, p *proc) (string, int) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(20 * time.Second):
+		t.Fatalf("serve did not exit; it should have refused to start:\n%s", p.logs)
+	}
+	var ee *exec.ExitError
+	require.ErrorAs(t, p.err, &ee, "%s", p.logs)
+	return p.logs.String(), ee.ExitCode()
+}
+
+// A one-node store whose node.json was deleted, started under another
+// --node-id (a typo, the wrong unit file), ran as a node outside its
+// configuration, never ready, advised an idem cluster join against a
+// member that does not exist, and rewrote node.json with the wrong id:
+// the right --node-id was then refused as differing from it. It is now
+// refused before anything is written, naming the id the stored raft
+// configuration holds.
+func TestLostNodeFileRefusesAnotherNodeID(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
+	claimOK(t, httpAddr, "before")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	require.NoError(t, os.Remove(filepath.Join(dir, "node.json")))
+	before := listDir(t, dir)
+
+	// At the same raft address: the configuration gives it to n1.
+	out, code := exited(t, launch(t, dir, httpAddr, raftAddr, "--node-id", "n2"))
+	require.Equal(t, 2, code, "%s", out)
+	require.Contains(t, out, `--node-id "n2" is not the node`)
+	require.Contains(t, out, "gives this node's raft address "+raftAddr+" to member n1")
+	require.Contains(t, out, "Start it with --node-id n1")
+	require.NotContains(t, out, "idem cluster join")
+	require.NoFileExists(t, filepath.Join(dir, "node.json"), "node.json written with an id the data dir's configuration never held")
+	require.Equal(t, before, listDir(t, dir), "the refused start changed the data dir")
+
+	// At another raft address: the configuration is a one-node cluster
+	// of n1.
+	out, code = exited(t, launch(t, dir, httpAddr, freePort(t), "--node-id", "n2"))
+	require.Equal(t, 2, code, "%s", out)
+	require.Contains(t, out, "is a one-node cluster of n1, at raft address "+raftAddr)
+	require.Contains(t, out, "Start it with --node-id n1")
+	require.NoFileExists(t, filepath.Join(dir, "node.json"))
+
+	// The right id starts, with the records, and node.json says it.
+	start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
+	a := call("GET", httpAddr, recordPath("before", ""), "")
+	require.Equal(t, 200, a.code, "%s", a)
+	require.Contains(t, string(a.body), `"state":"in_progress"`)
+	a = call("POST", httpAddr, "/v1/claim", claimReq("before", "another"))
+	require.Equal(t, 409, a.code, "the claim made before must still hold: %s", a)
+	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	require.NoError(t, err)
+	require.Contains(t, string(b), `"node_id":"n1"`)
+}
+
+// A member removed from its cluster, whose node.json is lost, still
+// starts under its own id (and waits to be added back): its stored
+// configurations listed it, even if the latest is its cluster without it.
+func TestLostNodeFileRemovedMemberStarts(t *testing.T) {
+	t.Parallel()
+	h1, r1 := freePort(t), freePort(t)
+	start(t, t.TempDir(), h1, r1, "--node-id", "n1")
+	dir := t.TempDir()
+	h2, r2 := freePort(t), freePort(t)
+	n2 := launch(t, dir, h2, r2, "--node-id", "n2", "--join", h1)
+	waitFor(t, 30*time.Second, "n2 is a healthy voter, caught up", func() (bool, string) {
+		m, _ := memberAt(t, h1, "n2")
+		_, err := os.Stat(filepath.Join(dir, "joining"))
+		return m.Suffrage == "voter" && m.Healthy && os.IsNotExist(err), fmt.Sprintf("%+v, joining file: %v", m, err)
+	})
+	out, code := cli(t, "remove", "--addr", h1, "--id", "n2")
+	require.Equal(t, 0, code, "%s", out)
+	time.Sleep(time.Second) // whatever of the removal reaches n2
+	require.NoError(t, n2.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, n2.wait())
+	require.NoError(t, os.Remove(filepath.Join(dir, "node.json")))
+
+	n2 = launch(t, dir, h2, r2, "--node-id", "n2")
+	waitFor(t, 20*time.Second, "n2 records its id", func() (bool, string) {
+		select {
+		case <-n2.done:
+			t.Fatalf("the removed member did not start:\n%s", n2.logs)
+		default:
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, "node.json"))
+		return strings.Contains(string(b), `"node_id":"n2"`), string(b)
+	})
+	time.Sleep(2 * time.Second)
+	select {
+	case <-n2.done:
+		t.Fatalf("the removed member exited:\n%s", n2.logs)
+	default:
+	}
+}
+
+func listDir(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
