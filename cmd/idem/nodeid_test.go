@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // exited waits for a serve that must refuse to start and returns its
@@ -124,4 +126,13 @@ func listDir(t *testing.T, dir string) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// Where the stored configuration does not tell which member a data dir
+// is (several, none at this raft address), the refusal names them all.
+func TestStoredIDErrorNamesTheMembers(t *testing.T) {
+	err := storedIDError(&serveConfig{dataDir: "/d"}, &raftfsm.StoredIDError{NodeID: "n9", Members: []raftfsm.Peer{{ID: "n1", RaftAddr: "a:1"}, {ID: "n2", RaftAddr: "b:2"}}})
+	require.ErrorAs(t, err, new(usageError))
+	require.Contains(t, err.Error(), "lists n1 at a:1, n2 at b:2 (no configuration it holds lists n9)")
+	require.Contains(t, err.Error(), "Start it with the --node-id of the member whose data dir it is")
 }

@@ -474,13 +474,19 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 // configuration stored in a data dir without node.json shows that
 // --node-id is not the data dir's node.
 func storedIDError(c *serveConfig, e *raftfsm.StoredIDError) error {
-	why := fmt.Sprintf("is a one-node cluster of %s, at raft address %s", e.Stored, e.StoredAddr)
-	if e.AtOwnAddr {
-		why = fmt.Sprintf("gives this node's raft address %s to member %s", e.StoredAddr, e.Stored)
+	head := fmt.Sprintf("--node-id %q is not the node %s was created for: it has no node.json (which records the --node-id a data dir was created for), and the raft configuration stored in it ", e.NodeID, c.dataDir)
+	fix := fmt.Sprintf("Start it with --node-id %s (node.json then records %s again); if %s is not %s's data dir, start %s on its own --data-dir", e.Stored, e.Stored, c.dataDir, e.Stored, e.NodeID)
+	var why string
+	switch {
+	case e.AtOwnAddr:
+		why = fmt.Sprintf("gives this node's raft address %s to member %s", e.StoredAddr(), e.Stored)
+	case e.Stored != "":
+		why = fmt.Sprintf("is a one-node cluster of %s, at raft address %s", e.Stored, e.StoredAddr())
+	default:
+		why = "lists " + raftfsm.PeerList(e.Members)
+		fix = fmt.Sprintf("Start it with the --node-id of the member whose data dir it is (node.json then records it again); if it is not one of theirs, start %s on its own --data-dir", e.NodeID)
 	}
-	return usageError{fmt.Errorf("--node-id %q is not the node %s was created for: it has no node.json (which records the --node-id a data dir was created for), and the raft configuration stored in it %s (no configuration it holds lists %s). Nothing was written. "+
-		"Start it with --node-id %s (node.json then records %s again); if %s is not %s's data dir, start %s on its own --data-dir",
-		e.NodeID, c.dataDir, why, e.NodeID, e.Stored, e.Stored, c.dataDir, e.Stored, e.NodeID)}
+	return usageError{fmt.Errorf("%s%s (no configuration it holds lists %s). Nothing was written. %s", head, why, e.NodeID, fix)}
 }
 
 // usageError marks an error of serve that a flag caused and only another
