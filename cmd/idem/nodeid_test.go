@@ -136,3 +136,30 @@ func TestStoredIDErrorNamesTheMembers(t *testing.T) {
 	require.Contains(t, err.Error(), "lists n1 at a:1, n2 at b:2 (no configuration it holds lists n9)")
 	require.Contains(t, err.Error(), "Start it with the --node-id of the member whose data dir it is")
 }
+
+// A node.json that an earlier release rewrote with a mistaken --node-id
+// refused the right one with nothing saying the way out; the refusal now
+// says to move it aside, and the start without it checks the id against
+// the stored configuration.
+func TestWrongNodeFileSaysTheWayOut(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
+	claimOK(t, httpAddr, "before")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	path := filepath.Join(dir, "node.json")
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(b), `"n1"`, `"n2"`, 1)), 0o600))
+
+	out, code := exited(t, launch(t, dir, httpAddr, raftAddr, "--node-id", "n1"))
+	require.Equal(t, 2, code, "%s", out)
+	require.Contains(t, out, `--node-id "n1" differs from "n2"`)
+	require.Contains(t, out, "mv "+path+" "+path+".bad")
+	require.NoError(t, os.Rename(path, path+".bad"))
+	start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
+	a := call("GET", httpAddr, recordPath("before", ""), "")
+	require.Equal(t, 200, a.code, "%s", a)
+}
