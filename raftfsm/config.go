@@ -67,8 +67,10 @@ type Config struct {
 	BeforeRaft func() error
 	// CheckStoredID is set when the caller has no record of the id this
 	// data dir was created for (idem serve's node.json is missing): Open
-	// then refuses, before it writes anything, a NodeID that the stored
-	// raft configuration shows is not this data dir's (*StoredIDError).
+	// then refuses, before it writes anything, a NodeID that no raft
+	// configuration the data dir holds ever listed (*StoredIDError; see
+	// checkStoredID for the starts it lets through). It reads the whole
+	// raft log once, so it is for that case only.
 	CheckStoredID bool
 
 	Logger   *slog.Logger
