@@ -449,6 +449,12 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	if err := json.Unmarshal(b, &nf); err != nil {
 		return nil, corruptNodeFile(path, err)
 	}
+	// A file that parses but records no width ('{}', a hand-made file)
+	// failed later as "invalid config: bucket width 0s is below 1ms",
+	// naming neither the file nor a flag that was given.
+	if nf.BucketWidthMs <= 0 {
+		return nil, corruptNodeFile(path, fmt.Errorf("bucket_width_ms is %d", nf.BucketWidthMs))
+	}
 	stored := time.Duration(nf.BucketWidthMs) * time.Millisecond
 	if set["bucket-width"] && stored != c.bucketWidth {
 		return nil, usageError{fmt.Errorf("--bucket-width %s differs from %s, the width %s was created with; the width cannot change (omit the flag to use %s)", c.bucketWidth, stored, c.dataDir, stored)}

@@ -339,10 +339,15 @@ func TestCorruptNodeFileSaysWhatToDo(t *testing.T) {
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	p.wait()
 	path := filepath.Join(dir, "node.json")
-	require.NoError(t, os.WriteFile(path, []byte("{\"node_id\":"), 0o600))
-	out, err := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--node-id", "n1").CombinedOutput()
-	require.Error(t, err)
-	require.Contains(t, string(out), "Move it aside (mv "+path+" "+path+".bad)")
+	// Cut short; then parsing but empty (it said "invalid config: bucket
+	// width 0s is below 1ms", naming neither the file nor a given flag).
+	for _, bad := range []string{"{\"node_id\":", "{}"} {
+		require.NoError(t, os.WriteFile(path, []byte(bad), 0o600))
+		out, err := exec.Command(binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--node-id", "n1").CombinedOutput()
+		require.Error(t, err)
+		require.Contains(t, string(out), path+" is corrupt", "node.json %s", bad)
+		require.Contains(t, string(out), "Move it aside (mv "+path+" "+path+".bad)", "node.json %s", bad)
+	}
 	require.NoError(t, os.Rename(path, path+".bad"))
 	start(t, dir, httpAddr, raftAddr, "--node-id", "n1")
 	code, _ = post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"e","key":"k","fingerprint":"ff"}`)
