@@ -198,6 +198,9 @@ func open(cfg Config) (*Node, error) {
 	if err := n.checkLogEnd(); err != nil {
 		return nil, err
 	}
+	if err := n.checkLogHead(); err != nil {
+		return nil, err
+	}
 	if err := n.checkLogPresent(); err != nil {
 		return nil, err
 	}
@@ -457,6 +460,57 @@ func (n *Node) checkLogPresent() error {
 	}
 	return fmt.Errorf("raftfsm: the state in %s was applied up to raft index %d, but %s holds no raft log and there is no snapshot: the log was deleted or replaced, and without it this node has no cluster configuration. %s",
 		filepath.Join(n.cfg.DataDir, "fsm"), applied, filepath.Join(n.cfg.DataDir, logStoreDir), lostLogAdvice(n.cfg))
+}
+
+// checkLogHead refuses a raft log whose head was compacted away while no
+// snapshot covers it: raft reads the log from the newest snapshot's index
+// up (from index 1 with none), and it panicked on the first missing entry
+// ("log not found"). Raft compacts only below a snapshot it has taken, so
+// this is a snapshots directory emptied, its newest snapshot deleted, or
+// that snapshot's metadata damaged (raft's listing skips it) after the
+// fact (an operator walk: snapshots/* deleted to free space). The state in
+// Pebble is whole; idem recover writes a snapshot marker of it over the
+// gap (Recover).
+func (n *Node) checkLogHead() error {
+	first, err := n.logStore.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	list, err := n.snaps.List()
+	if err != nil {
+		return fmt.Errorf("raftfsm: list snapshots: %w", err)
+	}
+	gap, newest := logHeadUncovered(first, last, list)
+	if !gap {
+		return nil
+	}
+	return fmt.Errorf("raftfsm: the raft log in %s starts at index %d: the entries before it were compacted into a snapshot, and no snapshot in %s covers them (%s): "+
+		"the snapshots directory was emptied, or its newest snapshot was deleted or damaged (its meta.json unreadable). Raft cannot start from this log without it. "+
+		"The state in %s (applied to index %d) is whole. Nothing was changed. "+
+		"(The snapshots this node takes of its own state are a few bytes each: deleting them frees no space.) %s",
+		filepath.Join(n.cfg.DataDir, logStoreDir), first, filepath.Join(n.cfg.DataDir, "snapshots"), newest,
+		filepath.Join(n.cfg.DataDir, "fsm"), n.db.Meta().Applied, lostLogAdvice(n.cfg))
+}
+
+// logHeadUncovered reports whether a raft log from first to last has lost
+// the snapshot that covers its compacted head: it starts above index 1 and
+// the newest snapshot (list[0], as raft starts from it) is below first-1.
+// It also says what the newest snapshot is, for a message.
+func logHeadUncovered(first, last uint64, list []*raft.SnapshotMeta) (bool, string) {
+	if last == 0 || first <= 1 {
+		return false, ""
+	}
+	if len(list) == 0 {
+		return true, "there is none"
+	}
+	if list[0].Index+1 >= first {
+		return false, ""
+	}
+	return true, fmt.Sprintf("the newest, %s, is at index %d", list[0].ID, list[0].Index)
 }
 
 // installedFile, in the data dir, holds the applied index of the state the

@@ -151,3 +151,73 @@ func TestStartDropsALogThatEndsBelowTheSnapshot(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, first, snapIndex, "the entries below the snapshot are gone from the log")
 }
+
+// A compacted raft log whose covering snapshot is gone (snapshots/*
+// deleted to free space, or only the newest, or its meta.json garbled)
+// used to panic at start: raft read the log from index 1, or from the
+// older snapshot kept, and "log not found" ended the process (an operator
+// walk). The state in Pebble is whole. The start is refused with what to
+// do, changing nothing.
+func TestStartRefusesACompactedLogWhoseSnapshotIsGone(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		lose func(t *testing.T, snapDir string, newest string)
+	}{
+		{"all snapshots deleted", func(t *testing.T, snapDir, _ string) {
+			ents, err := os.ReadDir(snapDir)
+			require.NoError(t, err)
+			for _, e := range ents {
+				require.NoError(t, os.RemoveAll(filepath.Join(snapDir, e.Name())))
+			}
+		}},
+		{"newest snapshot deleted", func(t *testing.T, snapDir, newest string) {
+			require.NoError(t, os.RemoveAll(filepath.Join(snapDir, newest)))
+		}},
+		{"newest meta.json garbled", func(t *testing.T, snapDir, newest string) {
+			require.NoError(t, os.WriteFile(filepath.Join(snapDir, newest, "meta.json"), []byte("{garbled"), 0o600))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := mustNode(t, func(c *Config) {
+				c.TickInterval, c.SweepInterval = time.Hour, time.Hour
+				c.SnapshotInterval, c.TrailingLogs = time.Hour, 4
+			})
+			claim := func(n *Node, key string) engine.Outcome {
+				t.Helper()
+				res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 3_600_000, RetentionMs: 3_600_000})
+				require.NoError(t, err)
+				return res.Outcome
+			}
+			for i := range 30 {
+				require.Equal(t, engine.OutcomeClaimed, claim(n, fmt.Sprint("k-", i)))
+				if i == 9 || i == 19 {
+					require.NoError(t, n.Snapshot()) // two snapshots, the log compacted to 4 entries below each
+				}
+			}
+			list, err := n.snaps.List()
+			require.NoError(t, err)
+			require.Len(t, list, 2)
+			first, err := n.logStore.FirstIndex()
+			require.NoError(t, err)
+			require.Greater(t, first, list[1].Index+1, "the log was compacted past the older snapshot")
+			cfg := n.cfg
+			require.NoError(t, n.Close())
+			tc.lose(t, filepath.Join(cfg.DataDir, "snapshots"), list[0].ID)
+
+			for range 2 { // the refusal changed nothing: the second start says the same
+				m, err := Open(cfg)
+				if err == nil {
+					m.Close()
+				}
+				require.Error(t, err, "a compacted log without the snapshot that covers it must be refused, not panic in raft")
+				msg := err.Error()
+				require.Contains(t, msg, filepath.Join(cfg.DataDir, "snapshots"))
+				require.Contains(t, msg, "no snapshot in")
+				require.Contains(t, msg, "Nothing was changed")
+				require.Contains(t, msg, "idem recover --data-dir "+cfg.DataDir)
+				require.Contains(t, msg, "idem cluster remove --id "+cfg.NodeID)
+				require.NotContains(t, msg, "rm ")
+			}
+		})
+	}
+}
