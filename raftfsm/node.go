@@ -488,6 +488,13 @@ func (n *Node) checkLogHead() error {
 	if !gap {
 		return nil
 	}
+	if applied := n.db.Meta().Applied; applied+1 < first {
+		// The state is behind the lost snapshot too (see coverLogHead).
+		return fmt.Errorf("raftfsm: the raft log in %s starts at index %d: the entries before it were compacted into a snapshot, and no snapshot in %s covers them (%s); "+
+			"the state in %s was applied only up to index %d, so entries between are lost with that snapshot (the fsm directory was lost or replaced too), and this node cannot rebuild its state from its own files. Nothing was changed. %s",
+			filepath.Join(n.cfg.DataDir, logStoreDir), first, filepath.Join(n.cfg.DataDir, "snapshots"), newest,
+			filepath.Join(n.cfg.DataDir, "fsm"), applied, lostStateAdvice(n.cfg))
+	}
 	return fmt.Errorf("raftfsm: the raft log in %s starts at index %d: the entries before it were compacted into a snapshot, and no snapshot in %s covers them (%s): "+
 		"the snapshots directory was emptied, or its newest snapshot was deleted or damaged (its meta.json unreadable). Raft cannot start from this log without it. "+
 		"The state in %s (applied to index %d) is whole. Nothing was changed. "+
@@ -647,6 +654,12 @@ func lostLogAdvice(cfg Config) string {
 	return fmt.Sprintf("%s. "+
 		"If every node is in this state, or this is the only node, make a one-node cluster of this node's state with idem recover --data-dir %s --node-id %s --peers %s=%s (it prints what it will do; add --yes to do it), then join the others with empty data dirs",
 		rejoinAdvice(cfg), cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
+}
+
+// lostStateAdvice is what to do with a node whose own files cannot
+// rebuild its state; it never advises deleting the data dir.
+func lostStateAdvice(cfg Config) string {
+	return fmt.Sprintf("%s; if this is the only node, build a new data dir from a backup (idem snapshot restore)", rejoinAdvice(cfg))
 }
 
 // rejoinAdvice is how a member whose data dir cannot be used is replaced

@@ -157,7 +157,8 @@ func TestStartDropsALogThatEndsBelowTheSnapshot(t *testing.T) {
 // used to panic at start: raft read the log from index 1, or from the
 // older snapshot kept, and "log not found" ended the process (an operator
 // walk). The state in Pebble is whole. The start is refused with what to
-// do, changing nothing.
+// do, changing nothing; idem recover, which failed the same way ("failed
+// to get log at index 1"), then rebuilds the node from its state.
 func TestStartRefusesACompactedLogWhoseSnapshotIsGone(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -218,6 +219,80 @@ func TestStartRefusesACompactedLogWhoseSnapshotIsGone(t *testing.T) {
 				require.Contains(t, msg, "idem cluster remove --id "+cfg.NodeID)
 				require.NotContains(t, msg, "rm ")
 			}
+
+			st, err := ReadOfflineState(cfg.DataDir)
+			require.NoError(t, err)
+			require.Equal(t, first, st.LogHeadLost, "the dry run says the log's head has no snapshot")
+			_, err = Recover(cfg.DataDir, cfg.NodeID, []Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}, nil)
+			require.NoError(t, err)
+			m, err := Open(cfg)
+			require.NoError(t, err)
+			defer m.Close()
+			require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+			for i := range 30 {
+				require.NotEqual(t, engine.OutcomeClaimed, claim(m, fmt.Sprint("k-", i)), "k-%d was claimed before the snapshots were lost", i)
+			}
+			require.Equal(t, engine.OutcomeClaimed, claim(m, "new"), "a new claim is decided")
 		})
+	}
+}
+
+// With the covering snapshot gone, the state must still reach the index
+// below the log's first entry: a state older than that (the fsm directory
+// replaced by an older copy as well) is missing entries that only the lost
+// snapshot stood for. Start and recover then refuse and change nothing:
+// recover must not cover the gap with a marker of a state that lacks them.
+func TestRecoverRefusesACompactedLogWhoseSnapshotAndStateAreGone(t *testing.T) {
+	n := mustNode(t, func(c *Config) {
+		c.TickInterval, c.SweepInterval = time.Hour, time.Hour
+		c.SnapshotInterval, c.TrailingLogs = time.Hour, 4
+	})
+	claim := func(n *Node, key string) {
+		t.Helper()
+		res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 3_600_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
+	}
+	claim(n, "old")
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+	old := filepath.Join(t.TempDir(), "fsm")
+	copyDir(t, filepath.Join(cfg.DataDir, "fsm"), old)
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	for i := range 20 {
+		claim(m, fmt.Sprint("k-", i))
+	}
+	require.NoError(t, m.Snapshot())
+	claim(m, "last")
+	require.NoError(t, m.Close())
+
+	snapDir := filepath.Join(cfg.DataDir, "snapshots")
+	require.NoError(t, os.RemoveAll(snapDir))
+	require.NoError(t, os.Mkdir(snapDir, 0o700))
+	require.NoError(t, os.RemoveAll(filepath.Join(cfg.DataDir, "fsm")))
+	copyDir(t, old, filepath.Join(cfg.DataDir, "fsm"))
+
+	for range 2 { // the refusals changed nothing: the second say the same
+		o, err := Open(cfg)
+		if err == nil {
+			o.Close()
+		}
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "was applied only up to index")
+		require.Contains(t, err.Error(), "Nothing was changed")
+		require.Contains(t, err.Error(), "idem snapshot restore")
+		require.NotContains(t, err.Error(), "idem recover", "recover cannot rebuild this state")
+		require.Contains(t, err.Error(), "idem cluster remove --id "+cfg.NodeID)
+
+		_, err = Recover(cfg.DataDir, cfg.NodeID, []Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}, nil)
+		require.Error(t, err, "a state older than the log's head must not be covered by a new snapshot")
+		require.Contains(t, err.Error(), "was applied only up to index")
+		require.Contains(t, err.Error(), "Nothing was changed")
+		require.Contains(t, err.Error(), "idem snapshot restore")
+		ents, err := os.ReadDir(snapDir)
+		require.NoError(t, err)
+		require.Empty(t, ents, "no snapshot was written")
 	}
 }

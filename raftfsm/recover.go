@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -42,10 +43,21 @@ type OfflineState struct {
 	Applied     uint64
 	CurrentTerm uint64
 	// HTTPAddrs is the HTTP address the state records (node/<id>) for each
-	// member of Configuration that has one, by id, with the node records
-	// of the log's entries above Applied applied over it (a node killed
-	// soon after its members joined may have them only in its log).
+	// member of Configuration (and of RecordedMembers) that has one, by
+	// id, with the node records of the log's entries above Applied applied
+	// over it (a node killed soon after its members joined may have them
+	// only in its log).
 	HTTPAddrs map[string]string
+	// LogHeadLost is the raft log's first index when the entries before it
+	// were compacted into a snapshot that is gone (snapshots/ emptied, its
+	// newest snapshot deleted or damaged), 0 otherwise: the configuration
+	// those entries and that snapshot held is unknown, and Recover writes a
+	// snapshot marker of the state just below this index (coverLogHead).
+	LogHeadLost uint64
+	// RecordedMembers, when LogHeadLost is set, are the members the state
+	// records (node/<id>) that Configuration does not list: the lost
+	// snapshot held the configuration, so they may be members still.
+	RecordedMembers []Peer
 }
 
 // offline is a stopped node's stores, opened without starting raft:
@@ -155,11 +167,16 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		return st, nil, fmt.Errorf("raftfsm: read the members' addresses: %w", err)
 	}
 	httpAddrs := map[string]string{} // by id, as the state records them
+	raftAddrs := map[string]string{}
 	for k, v := range named {
 		var info NodeInfo
 		if json.Unmarshal(v, &info) == nil {
-			httpAddrs[strings.TrimPrefix(k, "node/")] = info.HTTPAddr
+			id := strings.TrimPrefix(k, "node/")
+			httpAddrs[id], raftAddrs[id] = info.HTTPAddr, info.RaftAddr
 		}
+	}
+	if gap, _ := logHeadUncovered(first, last, list); gap {
+		st.LogHeadLost = first
 	}
 	for i := max(from+1, first); i <= last && i > 0; i++ {
 		var l raft.Log
@@ -174,9 +191,10 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 			if c, err := DecodeCommand(l.Data); err == nil && c.Node != nil && c.Node.ID != "" {
 				switch c.Op {
 				case OpSetNode:
-					httpAddrs[c.Node.ID] = c.Node.HTTPAddr
+					httpAddrs[c.Node.ID], raftAddrs[c.Node.ID] = c.Node.HTTPAddr, c.Node.RaftAddr
 				case OpRemoveNode:
 					delete(httpAddrs, c.Node.ID)
+					delete(raftAddrs, c.Node.ID)
 				}
 			}
 		}
@@ -186,7 +204,17 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		st.Configuration = append(st.Configuration, Peer{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
 	}
 	sort.Slice(st.Configuration, func(i, j int) bool { return st.Configuration[i].ID < st.Configuration[j].ID })
-	for _, p := range st.Configuration {
+	if st.LogHeadLost > 0 {
+		// The configuration read is what the log's remaining entries hold,
+		// if any: the members the state records may be more.
+		for id, addr := range raftAddrs {
+			if !slices.ContainsFunc(st.Configuration, func(p Peer) bool { return p.ID == id }) {
+				st.RecordedMembers = append(st.RecordedMembers, Peer{ID: id, RaftAddr: addr})
+			}
+		}
+		sort.Slice(st.RecordedMembers, func(i, j int) bool { return st.RecordedMembers[i].ID < st.RecordedMembers[j].ID })
+	}
+	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
 		if a := httpAddrs[p.ID]; a != "" {
 			if st.HTTPAddrs == nil {
 				st.HTTPAddrs = map[string]string{}
@@ -244,6 +272,9 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 			return st, err
 		}
 	}
+	if err := o.checkLogHead(st); err != nil { // before anything is changed
+		return st, err
+	}
 	// The state can be past the log's end: a follower that installed a
 	// leader's snapshot (state J above its index I) and stopped before it
 	// received the entries above I. The old cluster committed those
@@ -289,6 +320,11 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := removeJoining(dir); err != nil {
 		return st, err
 	}
+	if st.LogHeadLost > 0 { // after removeJoining: the marker carries the new configuration
+		if err := o.coverLogHead(st, conf, trans); err != nil {
+			return st, err
+		}
+	}
 	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: %w", err)
 	}
@@ -313,6 +349,56 @@ func (o *offline) checkNewest(newest *raft.SnapshotMeta) error {
 			"its fsm directory was lost or replaced, and it cannot be recovered from its own files. Nothing was changed. Recover another survivor, or restore a backup (idem snapshot restore)",
 			filepath.Join(o.dir, "fsm"), applied, newest.ID, stateIndex)
 	}
+	return nil
+}
+
+// checkLogHead refuses to cover a raft log's lost head (coverLogHead)
+// with a state that does not reach it. Pebble holds the state at least up
+// to the lost snapshot's (it is synced before a snapshot is taken, and
+// raft compacts only below one), and the entries between that state and
+// the snapshot's index were no-ops and barriers, which the FSM never sees.
+// So a state applied below the log's first index less one was lost or
+// replaced as well, as checkNewest refuses a state older than its marker.
+func (o *offline) checkLogHead(st OfflineState) error {
+	first := st.LogHeadLost
+	if first > 0 && st.Applied+1 < first {
+		return fmt.Errorf("raftfsm: the raft log in %s starts at index %d and the snapshot that covered the entries before it is gone, but the state in %s was applied only up to index %d: "+
+			"entries between are lost with that snapshot (the fsm directory was lost or replaced too), and this node cannot be recovered from its own files. Nothing was changed. "+
+			"Recover another survivor, or build a new data dir from a backup (idem snapshot restore)",
+			filepath.Join(o.dir, logStoreDir), first, filepath.Join(o.dir, "fsm"), st.Applied)
+	}
+	return nil
+}
+
+// coverLogHead writes a snapshot marker of the state at the index just
+// below the raft log's first entry, whose covering snapshot is gone
+// (st.LogHeadLost; checkLogHead passed): RecoverCluster, like raft at
+// start, reads the log from the newest snapshot up, and failed on the
+// first compacted entry ("failed to get log at index 1").
+//
+// The marker's term is that of the log's first entry (terms never fall
+// along the log, so the entry below had it or an older one); it is
+// RecoverCluster's starting point, followed by the snapshot it takes at
+// the log's end.
+func (o *offline) coverLogHead(st OfflineState, conf raft.Configuration, trans raft.Transport) error {
+	first := st.LogHeadLost
+	var l raft.Log
+	if err := o.logs.GetLog(first, &l); err != nil {
+		return fmt.Errorf("raftfsm: recover: read raft log entry %d: %w", first, err)
+	}
+	sink, err := o.snaps.Create(raft.SnapshotVersionMax, first-1, max(l.Term, 1), conf, first-1, trans)
+	if err != nil {
+		return fmt.Errorf("raftfsm: recover: create a snapshot below the raft log's first entry: %w", err)
+	}
+	if err := writeMarker(sink, st.Applied); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("raftfsm: recover: write a snapshot below the raft log's first entry: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return fmt.Errorf("raftfsm: recover: write a snapshot below the raft log's first entry: %w", err)
+	}
+	o.log.Warn("no snapshot covered the raft log's compacted head (the snapshots directory was emptied, or its newest snapshot deleted or damaged); wrote a snapshot marker of the state below the log's first entry",
+		"log-first-index", first, "snapshot-index", first-1, "applied-index", st.Applied)
 	return nil
 }
 

@@ -157,3 +157,55 @@ func TestDamagedPebbleTableSaysWhatToDo(t *testing.T) {
 	require.Contains(t, out, "empty data dir and --join", "the log says what to do: %s", out)
 	require.Contains(t, out, "idem snapshot restore")
 }
+
+// A node's snapshots are deleted (rm -rf D/snapshots/*, to free space)
+// after its raft log was compacted behind them. idem serve panicked in
+// raft ("panic: log not found" at index 1) and idem recover failed the
+// same way ("failed to get log at index 1"), though Pebble held every
+// record. Now serve refuses, naming the snapshots directory and the way
+// out, and recover rebuilds the node from its state.
+func TestDeletedSnapshotsAreNamedAndRecovered(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	args := []string{"--min-free-disk", "0", "--snapshot-threshold", "16", "--snapshot-interval", "1s", "--trailing-logs", "4"}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	var keys []string
+	for i := range 60 {
+		key := fmt.Sprintf("snap-%d", i)
+		claimOK(t, httpAddr, key)
+		keys = append(keys, key)
+	}
+	waitFor(t, 20*time.Second, "a snapshot", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
+		return len(m) > 0, fmt.Sprint(m)
+	})
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	snaps, err := filepath.Glob(filepath.Join(dir, "snapshots", "*"))
+	require.NoError(t, err)
+	require.NotEmpty(t, snaps)
+	for _, s := range snaps {
+		require.NoError(t, os.RemoveAll(s))
+	}
+
+	bad := launch(t, dir, httpAddr, raftAddr, args...)
+	requireExits(t, bad, "a node whose compacted log lost its snapshot must not start")
+	out := bad.logs.String()
+	require.NotContains(t, out, "panic")
+	require.Contains(t, out, "no snapshot in "+filepath.Join(dir, "snapshots"))
+	require.Contains(t, out, "Nothing was changed")
+	require.Contains(t, out, "idem recover --data-dir "+dir+" --node-id n1 --peers n1="+raftAddr, "the message gives the way out: %s", out)
+
+	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "none covers the raft log", "the dry run says what recovery does first")
+	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr, "--yes")
+	require.NoError(t, err, out)
+
+	start(t, dir, httpAddr, raftAddr, args...)
+	for _, key := range keys {
+		a := call("GET", httpAddr, recordPath(key, ""), "")
+		require.Equal(t, 200, a.code, "%s: %s", key, a)
+	}
+	claimOK(t, httpAddr, "after-recover")
+}

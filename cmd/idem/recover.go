@@ -45,6 +45,13 @@ naming only itself, start it, then join the other nodes with empty data dirs
 (move their old ones aside). If several survivors are named in --peers, run
 the same command on each of them before starting any.
 
+It also rebuilds the only node (or one of several all in that state) whose
+raft log was truncated behind snapshots that are gone (snapshots/ emptied,
+or its newest snapshot deleted or damaged), which idem serve refuses: it
+first writes a snapshot of the state in fsm/ below the log's first entry.
+The lost snapshot held the configuration, so every member the state records
+is checked as above.
+
 Flags:
 `
 
@@ -98,6 +105,18 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
+	if st.LogHeadLost > 0 {
+		fmt.Fprintf(stdout, "snapshots:             none covers the raft log, which starts at index %d (snapshots/ was emptied, or its newest snapshot deleted or damaged): the configuration above is only what the log's remaining entries hold; recovery writes a snapshot of the state at index %d first\n", st.LogHeadLost, st.LogHeadLost-1)
+		var recorded []raftfsm.Peer
+		for _, p := range st.RecordedMembers {
+			if p.ID != *nodeID {
+				recorded = append(recorded, p)
+			}
+		}
+		if len(recorded) > 0 {
+			fmt.Fprintf(stdout, "recorded members:      %s (the state records them, so they are checked as members)\n", fmtPeers(recorded))
+		}
+	}
 	fmt.Fprintf(stdout, "new configuration:     %s\n", fmtPeers(peers))
 	var live []liveMember
 	if *force {
@@ -174,7 +193,9 @@ type liveMember struct {
 // gives two clusters that each elect a leader and accept the same keys.
 func probeMembers(ctx context.Context, st raftfsm.OfflineState, self string, timeout time.Duration) []liveMember {
 	var cands []liveMember
-	for _, p := range st.Configuration {
+	// With the snapshot that held the configuration lost, the members the
+	// state records may be members still (raftfsm.OfflineState).
+	for _, p := range append(st.Configuration[:len(st.Configuration):len(st.Configuration)], st.RecordedMembers...) {
 		if p.ID == self {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -245,4 +246,44 @@ func TestRecoverDryRunExitStatus(t *testing.T) {
 	after, err := raftfsm.ReadOfflineState(dir)
 	require.NoError(t, err)
 	require.Equal(t, before, after, "the dry run changed the data dir")
+}
+
+// A member of a healthy cluster whose snapshots were deleted has lost the
+// configuration they held (its compacted log no longer has it), so recover
+// found no other member to try, and with --yes would have made a second
+// cluster beside the healthy one. The members the state records are tried
+// instead, and recover refuses while they answer.
+func TestRecoverWithLostSnapshotsTriesTheMembersTheStateRecords(t *testing.T) {
+	c := newCluster(t, viaJoin, []string{"--snapshot-threshold", "16", "--trailing-logs", "4", "--snapshot-interval", "200ms"}, nil)
+	leader := c.leader()
+	for i := range 60 {
+		claimOK(t, leader.http, fmt.Sprintf("lost-snap-%d", i))
+	}
+	waitSameState(t, c.nodes...)
+	target := c.others(leader)[0]
+	waitFor(t, 20*time.Second, "a snapshot on "+target.id, func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(target.dir, "snapshots", "*", "meta.json"))
+		return len(m) > 0, fmt.Sprint(m)
+	})
+	target.kill(t)
+	snaps, err := filepath.Glob(filepath.Join(target.dir, "snapshots", "*"))
+	require.NoError(t, err)
+	for _, s := range snaps {
+		require.NoError(t, os.RemoveAll(s))
+	}
+	before, err := raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.NotZero(t, before.LogHeadLost)
+	require.Empty(t, before.Configuration, "the configuration was compacted into the lost snapshots")
+
+	peers := target.id + "=" + target.raft
+	out, err := idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes")
+	require.Equal(t, 1, exitCode(err), out)
+	for _, n := range c.others(target) {
+		require.Contains(t, out, n.id+": raft address "+n.raft, out)
+	}
+	require.Contains(t, out, "nothing was changed")
+	after, err := raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused recover changed the data dir")
 }
