@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-store/idem/engine"
@@ -31,8 +32,22 @@ func TestKeylessLeaderWithRecordedCheckButNoSealedValue(t *testing.T) {
 	require.Eventually(t, func() bool { return n2.fsm.keys.check("k1") != nil }, 15*time.Second, 20*time.Millisecond,
 		"the keyed leader records k1's check value: the cluster is encrypted")
 
+	// n2 may lead only for a moment (it hands the leadership back as soon
+	// as its health loop sees it lacks the key): a poll of IsLeader missed
+	// it once under load, so n2's own raft says when it leads.
+	led := make(chan raft.Observation, 64)
+	obs := raft.NewObserver(led, false, func(o *raft.Observation) bool {
+		l, ok := o.Data.(raft.LeaderObservation)
+		return ok && l.LeaderID == "n2"
+	})
+	n2.raft.RegisterObserver(obs)
+	defer n2.raft.DeregisterObserver(obs)
 	require.NoError(t, n1.TransferLeadershipTo("n2"))
-	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
+	select {
+	case <-led:
+	case <-time.After(10 * time.Second):
+		t.Fatal("n2 never led after the transfer")
+	}
 	s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "corr"}
 	_, _, err := n2.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa",
 		CorrelationID: secretCorrelation, LeaseMs: 60_000, RetentionMs: 3_600_000})
