@@ -22,23 +22,7 @@ import (
 // Now serve refuses naming the damaged log and the commands that help, and
 // recover makes a node that serves every acknowledged record again.
 func TestDamagedRaftLogTailIsNamedAndRecovered(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "n1")
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	args := []string{"--min-free-disk", "0", "--snapshot-threshold", "64", "--snapshot-interval", "1s", "--trailing-logs", "16"}
-	p := start(t, dir, httpAddr, raftAddr, args...)
-	var keys []string
-	for i := range 200 {
-		key := fmt.Sprintf("dmg-%d", i)
-		claimOK(t, httpAddr, key)
-		keys = append(keys, key)
-	}
-	// Wait for a snapshot, and the log compacted behind it.
-	waitFor(t, 20*time.Second, "a snapshot", func() (bool, string) {
-		m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
-		return len(m) > 0, fmt.Sprint(m)
-	})
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, p.wait())
+	dir, httpAddr, raftAddr, args, keys := compactedNode(t, "dmg", 200, "64", "16")
 
 	segs, err := filepath.Glob(filepath.Join(dir, "raft-wal", "*.wal"))
 	require.NoError(t, err)
@@ -165,22 +149,7 @@ func TestDamagedPebbleTableSaysWhatToDo(t *testing.T) {
 // record. Now serve refuses, naming the snapshots directory and the way
 // out, and recover rebuilds the node from its state.
 func TestDeletedSnapshotsAreNamedAndRecovered(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "n1")
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	args := []string{"--min-free-disk", "0", "--snapshot-threshold", "16", "--snapshot-interval", "1s", "--trailing-logs", "4"}
-	p := start(t, dir, httpAddr, raftAddr, args...)
-	var keys []string
-	for i := range 60 {
-		key := fmt.Sprintf("snap-%d", i)
-		claimOK(t, httpAddr, key)
-		keys = append(keys, key)
-	}
-	waitFor(t, 20*time.Second, "a snapshot", func() (bool, string) {
-		m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
-		return len(m) > 0, fmt.Sprint(m)
-	})
-	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
-	require.NoError(t, p.wait())
+	dir, httpAddr, raftAddr, args, keys := compactedNode(t, "snap", 60, "16", "4")
 	snaps, err := filepath.Glob(filepath.Join(dir, "snapshots", "*"))
 	require.NoError(t, err)
 	require.NotEmpty(t, snaps)
@@ -208,4 +177,29 @@ func TestDeletedSnapshotsAreNamedAndRecovered(t *testing.T) {
 		require.Equal(t, 200, a.code, "%s: %s", key, a)
 	}
 	claimOK(t, httpAddr, "after-recover")
+}
+
+// compactedNode runs node n1 with snapshots every threshold entries
+// (keeping trailing of them in the log), claims n keys named prefix-i,
+// waits for a snapshot, and stops it cleanly: a data dir whose raft log
+// was compacted behind a snapshot. It returns the data dir, the addresses
+// and flags to start it again with, and the keys.
+func compactedNode(t *testing.T, prefix string, n int, threshold, trailing string) (dir, httpAddr, raftAddr string, args, keys []string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "n1")
+	httpAddr, raftAddr = freePort(t), freePort(t)
+	args = []string{"--min-free-disk", "0", "--snapshot-threshold", threshold, "--snapshot-interval", "1s", "--trailing-logs", trailing}
+	p := start(t, dir, httpAddr, raftAddr, args...)
+	for i := range n {
+		key := fmt.Sprintf("%s-%d", prefix, i)
+		claimOK(t, httpAddr, key)
+		keys = append(keys, key)
+	}
+	waitFor(t, 20*time.Second, "a snapshot", func() (bool, string) {
+		m, _ := filepath.Glob(filepath.Join(dir, "snapshots", "*", "meta.json"))
+		return len(m) > 0, fmt.Sprint(m)
+	})
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+	return dir, httpAddr, raftAddr, args, keys
 }
