@@ -472,13 +472,9 @@ func (n *Node) checkLogPresent() error {
 // Pebble is whole; idem recover writes a snapshot marker of it over the
 // gap (Recover).
 func (n *Node) checkLogHead() error {
-	first, err := n.logStore.FirstIndex()
+	first, last, err := n.logBounds()
 	if err != nil {
-		return fmt.Errorf("raftfsm: read the raft log: %w", err)
-	}
-	last, err := n.logStore.LastIndex()
-	if err != nil {
-		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+		return err
 	}
 	list, err := n.snaps.List()
 	if err != nil {
@@ -576,19 +572,26 @@ func (n *Node) dropLogBelowSnapshot() error {
 	return nil
 }
 
+// logBounds reads the raft log's first and last index (0, 0 when empty).
+func (n *Node) logBounds() (first, last uint64, err error) {
+	if first, err = n.logStore.FirstIndex(); err == nil {
+		last, err = n.logStore.LastIndex()
+	}
+	if err != nil {
+		return 0, 0, fmt.Errorf("raftfsm: read the raft log: %w", err)
+	}
+	return first, last, nil
+}
+
 // checkLogEnd refuses a raft log whose end was lost below its first index
 // (the tail of its segment file truncated or overwritten, after snapshots
 // had moved the head up): raft-wal reads it as ending before it starts,
 // raft failed on the missing last entry without saying more, and the
 // entries between were lost, so the node must not vote or lead from it.
 func (n *Node) checkLogEnd() error {
-	first, err := n.logStore.FirstIndex()
+	first, last, err := n.logBounds()
 	if err != nil {
-		return fmt.Errorf("raftfsm: read the raft log: %w", err)
-	}
-	last, err := n.logStore.LastIndex()
-	if err != nil {
-		return fmt.Errorf("raftfsm: read the raft log: %w", err)
+		return err
 	}
 	if last == 0 || last >= first {
 		return nil
