@@ -58,6 +58,12 @@ type OfflineState struct {
 	// records (node/<id>) that Configuration does not list: the lost
 	// snapshot held the configuration, so they may be members still.
 	RecordedMembers []Peer
+	// LogUnreadable says why the raft log cannot be read (its wal-meta.db
+	// missing, emptied or damaged, a segment lost), "" when it can. The
+	// state in Pebble is whole up to Applied; what the log held above it is
+	// lost with it. Recover sets the log aside (raft-wal.unreadable-*) and
+	// starts a new one at the state's index.
+	LogUnreadable string
 }
 
 // offline is a stopped node's stores, opened without starting raft:
@@ -70,6 +76,9 @@ type offline struct {
 	logs      raft.LogStore
 	closeLogs func() error
 	snaps     *snapshotStore
+	// unreadable is why the raft log did not open (a walOpenError); logs
+	// is then an empty stand-in until setAsideLog replaces the log.
+	unreadable error
 }
 
 func openOffline(dir string, log *slog.Logger) (*offline, error) {
@@ -115,6 +124,12 @@ func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error)
 		}
 	} else {
 		o.logs, o.closeLogs, err = openLogStoreReadOnly(dir, o.stable, log)
+	}
+	if we := (*walOpenError)(nil); errors.As(err, &we) {
+		// Unreadable: the state in Pebble is still whole. Read as an
+		// empty log; Recover sets the files aside and starts a new one.
+		o.unreadable, err = err, nil
+		o.logs, o.closeLogs = raft.NewInmemStore(), func() error { return nil }
 	}
 	if err != nil {
 		o.stable.Close()
@@ -178,6 +193,9 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	if gap, _ := logHeadUncovered(first, last, list); gap {
 		st.LogHeadLost = first
 	}
+	if o.unreadable != nil {
+		st.LogUnreadable = o.unreadable.Error()
+	}
 	for i := max(from+1, first); i <= last && i > 0; i++ {
 		var l raft.Log
 		if err := o.logs.GetLog(i, &l); err != nil {
@@ -204,7 +222,7 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		st.Configuration = append(st.Configuration, Peer{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
 	}
 	sort.Slice(st.Configuration, func(i, j int) bool { return st.Configuration[i].ID < st.Configuration[j].ID })
-	if st.LogHeadLost > 0 {
+	if st.LogHeadLost > 0 || st.LogUnreadable != "" {
 		// The configuration read is what the log's remaining entries hold,
 		// if any: the members the state records may be more.
 		for id, addr := range raftAddrs {
@@ -274,6 +292,11 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	}
 	if err := o.checkLogHead(st); err != nil { // before anything is changed
 		return st, err
+	}
+	if o.unreadable != nil {
+		if err := o.setAsideLog(); err != nil {
+			return st, err
+		}
 	}
 	// The state can be past the log's end: a follower that installed a
 	// leader's snapshot (state J above its index I) and stopped before it
@@ -462,4 +485,29 @@ func (s recoverSnaps) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error)
 func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// setAsideLog moves an unreadable raft log (o.unreadable) to
+// raft-wal.unreadable-<unix seconds>, kept for a post-mortem, and opens a
+// new, empty one in its place: Recover then extends it with no-ops to the
+// state's applied index, as for any log that ends below the state. The
+// entries the old log held above that index are lost with it, which the
+// dry run says.
+func (o *offline) setAsideLog() error {
+	path := filepath.Join(o.dir, logStoreDir)
+	aside := fmt.Sprintf("%s.unreadable-%d", path, time.Now().Unix())
+	if err := os.Rename(path, aside); err != nil {
+		return fmt.Errorf("raftfsm: recover: set the unreadable raft log aside: %w", err)
+	}
+	if err := syncDir(o.dir); err != nil {
+		return err
+	}
+	s, err := openLogStore(o.dir, o.stable, o.log)
+	if err != nil {
+		return fmt.Errorf("raftfsm: recover: start a new raft log: %w", err)
+	}
+	o.logs, o.closeLogs, o.unreadable = s, s.Close, nil
+	o.log.Warn("set the unreadable raft log aside and started a new one at the state's applied index; what the old log held above it is lost",
+		"set-aside", aside, "applied-index", o.db.Meta().Applied)
+	return nil
 }

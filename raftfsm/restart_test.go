@@ -272,6 +272,25 @@ func TestUnreadableRaftLogSaysWhatToDo(t *testing.T) {
 	st, err := os.Stat(meta)
 	require.NoError(t, err)
 	require.Zero(t, st.Size(), "nothing may be changed")
+
+	// The way out the message gives works: idem recover could not read the
+	// log either, and failed the same way. It now sets the log aside, kept,
+	// and starts a new one at the state's index; every record is there.
+	off, err := ReadOfflineState(dir)
+	require.NoError(t, err, "the dry run describes an unreadable log")
+	require.Contains(t, off.LogUnreadable, "wal-meta.db is empty")
+	_, err = Recover(dir, cfg.NodeID, []Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}, nil)
+	require.NoError(t, err)
+	aside, err := filepath.Glob(filepath.Join(dir, logStoreDir+".unreadable-*"))
+	require.NoError(t, err)
+	require.Len(t, aside, 1, "the unreadable log is kept")
+	n, err = Open(cfg)
+	require.NoError(t, err)
+	defer n.Close()
+	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
+	_, ok := n.db.Lookup(engine.Scope{Principal: "p", Endpoint: "e", Key: "k"}, false, n.db.Meta().NowMs)
+	require.True(t, ok, "k, claimed before the log was lost, is kept")
+	require.NoError(t, claim(n, "new"), "new claims are decided")
 }
 
 // A member's data dir started under another --node-id (node.json lost, a

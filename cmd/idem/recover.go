@@ -105,8 +105,13 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
+	if st.LogUnreadable != "" {
+		fmt.Fprintf(stdout, "raft log:              cannot be read (%s): recovery sets it aside (raft-wal.unreadable-*, kept) and starts a new log at the state's index %d; what the old log held above that index (writes committed but not yet applied, if any) is lost\n", st.LogUnreadable, st.Applied)
+	}
 	if st.LogHeadLost > 0 {
 		fmt.Fprintf(stdout, "snapshots:             none covers the raft log, which starts at index %d (snapshots/ was emptied, or its newest snapshot deleted or damaged): the configuration above is only what the log's remaining entries hold; recovery writes a snapshot of the state at index %d first\n", st.LogHeadLost, st.LogHeadLost-1)
+	}
+	if st.LogHeadLost > 0 || st.LogUnreadable != "" {
 		var recorded []raftfsm.Peer
 		for _, p := range st.RecordedMembers {
 			if p.ID != *nodeID {
