@@ -12,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -125,7 +126,9 @@ func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error)
 	} else {
 		o.logs, o.closeLogs, err = openLogStoreReadOnly(dir, o.stable, log)
 	}
-	if we := (*walOpenError)(nil); errors.As(err, &we) {
+	// Not for want of permission or space: those logs are whole, and the
+	// user or the disk is what to fix.
+	if we := (*walOpenError)(nil); errors.As(err, &we) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, syscall.ENOSPC) {
 		// Unreadable: the state in Pebble is still whole. Read as an
 		// empty log; Recover sets the files aside and starts a new one.
 		o.unreadable, err = err, nil
