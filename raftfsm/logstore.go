@@ -275,21 +275,31 @@ func (s *LogStore) open() error {
 	return nil
 }
 
-// emptyMeta refuses a log whose wal-meta.db is empty beside its segments
-// (emptied by hand or by a filesystem repair): bbolt would make it a new
-// database, and raft-wal then panicked on its missing bucket, having
-// rewritten the file. With no segment it is a log that was never written:
-// raft-wal makes it anew.
+// emptyMeta refuses a log whose wal-meta.db is missing or empty beside its
+// segments (deleted or emptied by hand, or by a filesystem repair). Empty,
+// bbolt would make it a new database, and raft-wal then panicked on its
+// missing bucket, having rewritten the file. Missing, raft-wal wrote a new
+// one naming a fresh first segment and failed on the old file ("file
+// exists"); the next open then read that file as the whole log, whatever
+// segments came after it. With no segment it is a log that was never
+// written: raft-wal makes it anew.
 func emptyMeta(dir string) error {
 	st, err := os.Stat(filepath.Join(dir, "wal-meta.db"))
-	if err != nil || st.Size() > 0 {
-		return nil // missing or not empty: raft-wal says what it finds
+	if err == nil && st.Size() > 0 {
+		return nil // raft-wal says what it finds
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
 	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
 	if len(segs) == 0 {
 		return nil
 	}
-	return fmt.Errorf("wal-meta.db is empty while %d segment files are there: the file that says which segments hold the log, and where it ends, is lost", len(segs))
+	what := "is empty"
+	if err != nil {
+		what = "is missing"
+	}
+	return fmt.Errorf("wal-meta.db %s while %d segment files are there: the file that says which segments hold the log, and where it ends, is lost", what, len(segs))
 }
 
 // rotateWatch is raft-wal's logger; its "rotate error" (a rotation, run in
