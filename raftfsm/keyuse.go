@@ -495,7 +495,6 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		if ids := n.neededKeys(); len(ids) > 0 {
 			return &SealRefusedError{InUse: ids}
 		}
-		n.warnPlaintext()
 		return nil
 	}
 	id := kr.Primary()
@@ -622,10 +621,14 @@ func (n *Node) logRefusal(err *SealRefusedError) {
 
 // keyHandOff, run by the leader's health loop, hands the leadership over
 // as soon as this leader would refuse writes for want of the cluster's key,
-// before a write is refused.
+// before a write is refused. A keyless leader that may seal (no voter holds
+// a recorded key) says from here, not from every write's seal, that it
+// stores plaintext (warnPlaintext).
 func (n *Node) keyHandOff() {
 	if err := n.sealRefusal(false); err != nil {
 		n.handOff(err)
+	} else if n.Keyring() == nil {
+		n.warnPlaintext()
 	}
 }
 
