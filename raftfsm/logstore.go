@@ -262,7 +262,7 @@ func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 
 // open opens the log in s.path; the caller holds mu, or s is new.
 func (s *LogStore) open() error {
-	if err := emptyMeta(s.path); err != nil {
+	if err := lostMeta(s.path); err != nil {
 		return &walOpenError{path: s.path, err: err}
 	}
 	meta := &metadb.BoltMetaDB{}
@@ -275,7 +275,7 @@ func (s *LogStore) open() error {
 	return nil
 }
 
-// emptyMeta refuses a log whose wal-meta.db is missing or empty beside its
+// lostMeta refuses a log whose wal-meta.db is missing or empty beside its
 // segments (deleted or emptied by hand, or by a filesystem repair). Empty,
 // bbolt would make it a new database, and raft-wal then panicked on its
 // missing bucket, having rewritten the file. Missing, raft-wal wrote a new
@@ -283,7 +283,7 @@ func (s *LogStore) open() error {
 // exists"); the next open then read that file as the whole log, whatever
 // segments came after it. With no segment it is a log that was never
 // written: raft-wal makes it anew.
-func emptyMeta(dir string) error {
+func lostMeta(dir string) error {
 	st, err := os.Stat(filepath.Join(dir, "wal-meta.db"))
 	if err == nil && st.Size() > 0 {
 		return nil // raft-wal says what it finds
