@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"runtime/debug"
 	"sort"
 	"strings"
@@ -223,6 +224,11 @@ func flagValueError(f *flag.Flag, v string, err error, env string) error {
 			if isPlainNumber(v) {
 				return fmt.Errorf("%s: a duration needs a unit, e.g. 48h, 30m or 90s", given)
 			}
+			// Well formed but past what a duration holds: time.ParseDuration
+			// calls that invalid too.
+			if durationForm.MatchString(v) {
+				return fmt.Errorf("%s: invalid duration %q: out of range, the longest is 2562047h (about 292 years)", from, v)
+			}
 		case int, int64, uint, uint64:
 			kind = "integer"
 		case float64:
@@ -240,6 +246,9 @@ func flagValueError(f *flag.Flag, v string, err error, env string) error {
 	}
 	return fmt.Errorf("%s: %w", msg, err)
 }
+
+// durationForm is what time.ParseDuration accepts, whatever the size.
+var durationForm = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // isPlainNumber reports whether s is digits with at most a sign and a
 // decimal point: 48, -5, 1.5.

@@ -35,6 +35,8 @@ func TestDurationWithoutUnitNamesTheFix(t *testing.T) {
 		{args: []string{"serve", "--lease", "1.5"}, want: "idem serve: --lease 1.5: a duration needs a unit, e.g. 48h, 30m or 90s"},
 		{args: []string{"serve"}, env: "48", want: "idem serve: $IDEM_RETENTION=48 (--retention): a duration needs a unit, e.g. 48h, 30m or 90s"},
 		{args: []string{"serve", "--retention", "abc"}, want: `idem serve: --retention: invalid duration "abc"`},
+		{args: []string{"serve", "--max-lease", "10000000h"}, want: `idem serve: --max-lease: invalid duration "10000000h": out of range, the longest is 2562047h (about 292 years)`},
+		{args: []string{"serve", "--retention", "1e3h"}, want: `idem serve: --retention: invalid duration "1e3h"`},
 		{args: []string{"serve", "--max-keys-per-principal", "many"}, want: `idem serve: --max-keys-per-principal: invalid integer "many"`},
 		{args: []string{"cluster", "set-retention", "--retention", "48"}, want: "idem cluster set-retention: --retention 48: a duration needs a unit, e.g. 48h, 30m or 90s (see idem cluster --help)"},
 		{args: []string{"cluster", "status", "--force=maybe"}, want: `idem cluster status: --force: invalid boolean "maybe" (see idem cluster --help)`},
