@@ -256,6 +256,20 @@ func (c *serveConfig) validate() error {
 	if c.cacheBytes < 1<<20 {
 		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
 	}
+	mem := physicalMemory()
+	for _, f := range []struct {
+		name string
+		v    uint64
+	}{
+		{"cache-bytes", uint64(c.cacheBytes)},
+		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
+		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
+		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
+	} {
+		if why := memoryBound(f.name, f.v, mem); why != "" {
+			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
+		}
+	}
 	if c.fullDiskStopTimeout < 0 {
 		bad("--full-disk-stop-timeout %s must be 0 or more", c.fullDiskStopTimeout)
 	}

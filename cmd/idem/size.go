@@ -3,7 +3,9 @@ package main
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"math"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -110,4 +112,59 @@ func (v sizeValue[T]) Get() any { return *v.p }
 func sizeVar[T int | int64 | uint64](fs *flag.FlagSet, p *T, name string, def T, usage string) {
 	*p = def
 	fs.Var(sizeValue[T]{p}, name, usage)
+}
+
+// physicalMemory is the machine's memory in bytes (MemTotal of
+// /proc/meminfo), or 0 where that cannot be read.
+func physicalMemory() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 3 && f[0] == "MemTotal:" && f[2] == "kB" {
+			if kb, err := strconv.ParseUint(f[1], 10, 64); err == nil && kb < math.MaxUint64/1024 {
+				return kb * 1024
+			}
+		}
+	}
+	return 0
+}
+
+// memoryBound says why a size flag's value cannot fit in mem bytes of
+// memory, or "" if it can (or mem is unknown): a cache, a heap floor or a
+// request of more than the machine holds is a typo, found at start rather
+// than by the kernel's OOM killer under load.
+func memoryBound(flagName string, v, mem uint64) string {
+	if mem == 0 || v <= mem {
+		return ""
+	}
+	return fmt.Sprintf("--%s %s is more than this machine's memory (%s)", flagName, formatShortest(v), formatApprox(mem))
+}
+
+// formatShortest writes n exactly in whichever unit, binary or decimal,
+// writes it shortest: 1TiB, 100GB.
+func formatShortest(n uint64) string {
+	best := strconv.FormatUint(n, 10)
+	for _, u := range sizeUnits {
+		if n != 0 && n%u.mult == 0 {
+			if s := strconv.FormatUint(n/u.mult, 10) + u.name; len(s) < len(best) {
+				best = s
+			}
+		}
+	}
+	return best
+}
+
+// formatApprox writes n in the largest binary unit it holds at least one
+// of, to one decimal: 23.4GiB.
+func formatApprox(n uint64) string {
+	for i := 3; i >= 1; i-- {
+		u := sizeUnits[i]
+		if n >= u.mult {
+			return strconv.FormatFloat(float64(n)/float64(u.mult), 'f', 1, 64) + u.name
+		}
+	}
+	return strconv.FormatUint(n, 10)
 }

@@ -72,3 +72,24 @@ func TestSizeFlagsTakeUnits(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrNotExist, "%v: nothing was created", tc.args)
 	}
 }
+
+// A size flag past the machine's memory is refused at start, naming the
+// flag, the value as it is shortest written and the machine's memory,
+// and nothing is created.
+func TestSizeBeyondMemoryIsRefused(t *testing.T) {
+	require.Equal(t, "", memoryBound("cache-bytes", 8<<30, 16<<30))
+	require.Equal(t, "", memoryBound("cache-bytes", 1<<40, 0), "memory unknown: no bound")
+	require.Equal(t, "--cache-bytes 1TiB is more than this machine's memory (16.0GiB)", memoryBound("cache-bytes", 1<<40, 16<<30))
+	require.Equal(t, "--max-request-bytes 100GB is more than this machine's memory (23.5GiB)", memoryBound("max-request-bytes", 100e9, 23.5*(1<<30)))
+	if physicalMemory() == 0 {
+		t.Skip("no /proc/meminfo here")
+	}
+	for _, flagName := range []string{"cache-bytes", "gc-floor-bytes", "max-request-bytes", "max-response-bytes"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"serve", "--data-dir", dir, "--" + flagName, "1000TiB"}, &stdout, &stderr)
+		require.Equal(t, 2, code, stderr.String())
+		require.Contains(t, stderr.String(), "idem serve: --"+flagName+" 1000TiB is more than this machine's memory (")
+		require.NoDirExists(t, dir)
+	}
+}
