@@ -161,6 +161,12 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		}
 		if leaderless {
 			err = raftfsm.ErrNoLeader
+			if stop := s.store.LogStopped(); stop != nil && !forwarded && r.Method != http.MethodGet {
+				// No leader, and this node cannot be one: its disk, not an
+				// election, is what an operator must see to. (A read stays
+				// 503: it needs a leader, not space.)
+				err = stop
+			}
 		}
 		if forwarded && (leaderless || errors.Is(err, raftfsm.ErrNotProposed)) {
 			w.Header().Set(notAppliedHeader, "1")

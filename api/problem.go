@@ -99,6 +99,10 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, refused.Detail())
 		p.retryAfter = 5
 		return p
+	case errors.Is(err, raftfsm.ErrLogStopped):
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "this node's raft log is stopped: the disk filled as it made the log's next segment file, so no leader can be elected here and the write was refused; nothing changed. Reads still work, and writes are accepted again once space is freed (the log reopens by itself)")
+		p.retryAfter = 30
+		return p
 	case errors.Is(err, raftfsm.ErrStorageFull):
 		// Space comes back by expiry or by an operator, not in a second:
 		// a client retrying at once would only be refused again.

@@ -23,6 +23,10 @@ type Store interface {
 	// not; raftfsm.Node.ForeignLeader).
 	ForeignLeader() string
 	IsLeader() bool
+	// LogStopped is raftfsm.ErrLogStopped while this node's raft log takes
+	// no entries for want of space, else nil: with no leader known, a
+	// write is then refused 507, not 503.
+	LogStopped() error
 	// CaughtUp reports whether this replica applies everything up to index
 	// within a short wait (a replica under load always trails a commit index
 	// by a replication round; see raftfsm.Node.CaughtUp).

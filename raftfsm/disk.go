@@ -22,6 +22,14 @@ import (
 // themselves once space is freed.
 var ErrStorageFull = errors.New("raftfsm: storage full")
 
+// ErrLogStopped means this node's raft log takes no entries: its next
+// segment file could not be made (the disk filled; a raft log reopens by
+// itself once there is room). A node so stopped cannot lead, so while no
+// other leader is known its writes are refused for storage, not for an
+// election that cannot end: a one-node store with its guard off
+// (--min-free-disk 0) answered 503 "no leader" forever.
+var ErrLogStopped = fmt.Errorf("%w: this node's raft log is stopped", ErrStorageFull)
+
 // BallastFile is the name of the ballast in the data dir: space reserved
 // at start that the node gives back when its disk fills, so it can still
 // apply expiry, flush Pebble and restart. An operator may delete it to make

@@ -932,6 +932,15 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	return r, nil
 }
 
+// LogStopped is ErrLogStopped while this node's raft log takes no
+// entries (a failed segment rotation sealed it), else nil.
+func (n *Node) LogStopped() error {
+	if n.logStore != nil && n.logStore.sealed.Load() {
+		return ErrLogStopped
+	}
+	return nil
+}
+
 func (n *Node) notLeader() error {
 	if _, ok := n.Leader(); ok {
 		return ErrNotLeader

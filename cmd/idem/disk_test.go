@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -641,4 +642,66 @@ func TestDiskTooSmallForTheRaftLogSaysSo(t *testing.T) {
 	out = exitOutput(launch(t, filepath.Join(big, "data"), freePort(t), freePort(t), "--min-free-disk", "0"))
 	require.Regexp(t, `the disk holding \S+ has [\d.]+ MiB free: free at least [\d.]+ MiB more on it`, out)
 	require.NotContains(t, out, "too small")
+}
+
+// A one-node store with its guard off (--min-free-disk 0) whose disk fills
+// as the raft log makes its next segment: the log stops, the node cannot
+// lead, and a write is refused 507 storage_full naming the stopped log,
+// not 503 "no leader" for as long as the disk stays full. Reads of what
+// was acknowledged go on; given room (the tmpfs grown), the log reopens
+// by itself and writes are taken again.
+func TestOneNodeStoppedLogAnswers507(t *testing.T) {
+	// 100 MiB: the first 64 MiB segment fits, the next one never does.
+	mnt := tmpfs(t, "100m")
+	dir := filepath.Join(mnt, "data")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--min-free-disk", "0")
+
+	keys := &diskKeys{acked: map[string]string{}}
+	body := strings.Repeat("r", 32<<10) // compressible: Pebble stays small
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !strings.Contains(p.logs.String(), "could not make its next segment file") {
+				key := fmt.Sprintf("fill-%d", next.Add(1))
+				a := call("POST", httpAddr, "/v1/claim", claimReq(key, ""))
+				if a.err != nil || a.code != 201 {
+					continue // from the stop on: 503, then 507
+				}
+				var c claimedAnswer
+				json.Unmarshal(a.body, &c)
+				if a := call("POST", httpAddr, "/v1/complete", completeReq(key, c.Token, body+key)); a.err == nil && a.code == 200 {
+					keys.add(key, body+key)
+				} else {
+					keys.add(key, "")
+				}
+			}
+		}()
+	}
+	waitFor(t, 120*time.Second, "the raft log stopped for want of space", func() (bool, string) {
+		return strings.Contains(p.logs.String(), "could not make its next segment file"), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
+	})
+	wg.Wait()
+
+	var a answer
+	waitFor(t, 30*time.Second, "507 storage_full for a write", func() (bool, string) {
+		a = call("POST", httpAddr, "/v1/claim", claimReq("after-stop", ""))
+		require.True(t, a.err != nil || storageFull507(a) || a.unavailable503(), "write with the log stopped: %s", a)
+		return storageFull507(a), a.String()
+	})
+	require.Contains(t, string(a.body), "raft log is stopped", "%s", a)
+	a = call("GET", httpAddr, recordPath("after-stop", ""), "")
+	require.True(t, a.err != nil || a.unavailable503(), "a linearizable read needs a leader, not space: %s", a)
+	requireAckedFull(t, httpAddr, keys)
+
+	out, err := exec.Command("mount", "-o", "remount,size=300m", mnt).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	waitFor(t, 60*time.Second, "writes taken again once there is room", func() (bool, string) {
+		a := call("POST", httpAddr, "/v1/claim", claimReq("after-room", ""))
+		return a.err == nil && a.code == 201, a.String()
+	})
+	requireAcked(t, httpAddr, keys)
 }
