@@ -106,5 +106,8 @@ func clientError(err error) error {
 	if p.Status == 503 || p.Status == 502 || p.Status == 504 {
 		return Indeterminately(code, p)
 	}
+	if refusedStatus(p.Status) {
+		return Refusal(code, p)
+	}
 	return Definitely(code, p)
 }

@@ -151,6 +151,7 @@ type Report struct {
 	Errors        map[string]int     `json:"errors"`
 	ErrorExamples map[string]string  `json:"error_examples,omitempty"` // the first message of each code
 	Indeterminate int                `json:"indeterminate"`
+	Refused       int                `json:"refused"` // 507 and 429: declined, nothing changed
 	LostFresh     int                `json:"lost_fresh_claims"`
 	DupsWon       int                `json:"duplicates_won"`
 	WrongAnswer   int                `json:"wrong_answers"`
@@ -189,6 +190,7 @@ type worker struct {
 	errs            map[string]int
 	examples        map[string]string
 	indet           int
+	refused         int
 	lost            int
 	dupWon          int
 	wrong           int
@@ -318,6 +320,7 @@ func report(ws []*worker, elapsed float64) *Report {
 			}
 		}
 		r.Indeterminate += w.indet
+		r.Refused += w.refused
 		r.LostFresh += w.lost
 		r.DupsWon += w.dupWon
 		r.WrongAnswer += w.wrong
@@ -409,6 +412,9 @@ func (w *worker) step(ctx context.Context, measure bool) {
 	if indet {
 		w.indet++
 	}
+	if e := (*Error)(nil); errors.As(err, &e) && e.Refused {
+		w.refused++
+	}
 	w.errs[code]++
 	if _, ok := w.examples[code]; !ok && len(w.examples) < 32 {
 		if w.examples == nil {
@@ -445,7 +451,7 @@ func (w *worker) do(ctx context.Context, op string) error {
 		k := w.newKey()
 		res, err := w.d.Claim(ctx, k, "c1")
 		if err != nil {
-			if _, indet := errorInfo(err); indet {
+			if excused(err) {
 				return err
 			}
 			return &checkError{checkLost, err} // a fresh key must always win
@@ -461,7 +467,7 @@ func (w *worker) do(ctx context.Context, op string) error {
 			return nil
 		}
 		if err := w.d.Complete(ctx, k, res.Token, w.body); err != nil {
-			if _, indet := errorInfo(err); indet {
+			if excused(err) {
 				return err
 			}
 			return &checkError{checkWrong, err}
@@ -471,7 +477,7 @@ func (w *worker) do(ctx context.Context, op string) error {
 		k := w.owned[w.rng.IntN(len(w.owned))]
 		res, err := w.d.Claim(ctx, k, "dup-"+strconv.FormatUint(uint64(w.rng.Uint32()), 10))
 		if err != nil {
-			if _, indet := errorInfo(err); indet {
+			if excused(err) {
 				return err
 			}
 			return &checkError{checkWrong, err}
@@ -488,7 +494,7 @@ func (w *worker) do(ctx context.Context, op string) error {
 		k := w.owned[w.rng.IntN(len(w.owned))]
 		found, err := w.d.Lookup(ctx, k)
 		if err != nil {
-			if _, indet := errorInfo(err); indet {
+			if excused(err) {
 				return err
 			}
 			return &checkError{checkWrong, err}

@@ -335,11 +335,15 @@ type memDriver struct {
 	keys        map[Scope]bool
 	broken      bool
 	unavailable bool
+	full        bool // every claim refused 507 storage_full
 }
 
 func (m *memDriver) Claim(_ context.Context, s Scope, _ string) (ClaimResult, error) {
 	if m.unavailable {
 		return ClaimResult{}, Indeterminately("unavailable", nil)
+	}
+	if m.full {
+		return ClaimResult{}, statusError(http.StatusInsufficientStorage, []byte(`{"code":"storage_full","status":507}`))
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -385,5 +389,26 @@ func TestRunCountsIndeterminateWithoutFailing(t *testing.T) {
 	}
 	if !rep.OK() || rep.Errors["unavailable"] == 0 || rep.Indeterminate != rep.Errors["unavailable"] || rep.Ops != 0 {
 		t.Fatalf("report: %+v", rep)
+	}
+}
+
+// A store that refuses (507 storage_full on a full disk, 429 over a
+// quota) changed nothing: the run counts the refusals by code, and they
+// are not fresh claims lost. A full disk's run said "CORRECTNESS CHECK
+// FAILED: 452 fresh claims lost" for 507s the store is bound to give.
+func TestRunCountsRefusalsWithoutFailing(t *testing.T) {
+	rep, err := Run(context.Background(), Config{Driver: &memDriver{full: true}, Concurrency: 2,
+		Duration: 50 * time.Millisecond, Mix: Mix{Fresh: 1, Complete: 1}, Principals: 1, KeyBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.OK() || rep.Errors["storage_full"] == 0 || rep.Refused != rep.Errors["storage_full"] || rep.Indeterminate != 0 || rep.Ops != 0 {
+		t.Fatalf("report: %+v", rep)
+	}
+	for status, want := range map[int]bool{507: true, 429: true, 409: false, 422: false, 400: false} {
+		err := statusError(status, nil)
+		if excused(err) != want {
+			t.Errorf("status %d: excused %v, want %v (%v)", status, excused(err), want, err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"net/http"
 )
 
 // Scope names one record: the full (principal, endpoint, key) triple.
@@ -65,10 +66,14 @@ type Driver interface {
 
 // Error is a failed operation: Code names it in the report ("unavailable",
 // "transport", "quota_exceeded", "409", ...). An Indeterminate error says
-// nothing about the outcome; any other error is a definite, wrong answer.
+// nothing about the outcome; a Refused one is the store declining and
+// changing nothing (507 storage_full, 429 quota): counted, but no more a
+// lost claim than an indeterminate answer is. Any other error is a
+// definite, wrong answer.
 type Error struct {
 	Code          string
 	Indeterminate bool
+	Refused       bool
 	Err           error // the underlying error, if any
 }
 
@@ -84,6 +89,29 @@ func (e *Error) Unwrap() error { return e.Err }
 // Indeterminately wraps err as an indeterminate failure named code.
 func Indeterminately(code string, err error) error {
 	return &Error{Code: code, Indeterminate: true, Err: err}
+}
+
+// Refusal wraps err as a refusal named code: the store declined the
+// operation and changed nothing.
+func Refusal(code string, err error) error {
+	return &Error{Code: code, Refused: true, Err: err}
+}
+
+// refusedStatus reports whether an HTTP status is a refusal that changes
+// nothing: 507 (the disk is full) and 429 (a quota).
+func refusedStatus(status int) bool {
+	return status == http.StatusInsufficientStorage || status == http.StatusTooManyRequests
+}
+
+// excused reports whether err breaks no rule: its outcome is unknown, or
+// the store refused and changed nothing.
+func excused(err error) bool {
+	var e *Error
+	if errors.As(err, &e) && e.Refused {
+		return true
+	}
+	_, indet := errorInfo(err)
+	return indet
 }
 
 // Definitely wraps err as a definite failure named code.

@@ -130,6 +130,9 @@ func statusError(status int, b []byte) error {
 	if status == http.StatusServiceUnavailable || status == http.StatusBadGateway || status == http.StatusGatewayTimeout {
 		return Indeterminately(code, nil)
 	}
+	if refusedStatus(status) {
+		return Refusal(code, nil)
+	}
 	return Definitely(code, nil)
 }
 

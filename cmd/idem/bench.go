@@ -143,7 +143,7 @@ func printReport(w io.Writer, cfg *bench.Config, r *bench.Report) {
 	if len(r.Errors) == 0 {
 		fmt.Fprintln(w, "errors: none")
 	} else {
-		fmt.Fprintf(w, "errors: %v (%d indeterminate)\n", r.Errors, r.Indeterminate)
+		fmt.Fprintf(w, "errors: %v (%d indeterminate, %d refused: nothing written)\n", r.Errors, r.Indeterminate, r.Refused)
 		codes := make([]string, 0, len(r.ErrorExamples))
 		for c := range r.ErrorExamples {
 			codes = append(codes, c)
