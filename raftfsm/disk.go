@@ -331,14 +331,28 @@ func (g *diskGuard) admit(op Op) error {
 // Node.CloseBounded gives up on it instead, and the process exits as kill
 // -9 would, which loses nothing (the entries stay in the raft log).
 func (g *diskGuard) waitForSpace(what string, stop <-chan struct{}) {
-	if g.minFree == 0 || g.free.Load() >= g.floor {
+	if g.minFree == 0 {
+		return
+	}
+	g.waitForFloor(what, stop, g.floor)
+}
+
+// offFloor is the free space a Pebble write that met ENOSPC waits for
+// with the guard off (--min-free-disk 0): room for the write retried and
+// a memtable's flush.
+const offFloor = 16 << 20
+
+// waitForFloor holds the caller until the disk has floor bytes free
+// (waitForSpace).
+func (g *diskGuard) waitForFloor(what string, stop <-chan struct{}, floor uint64) {
+	if g.free.Load() >= floor {
 		return
 	}
 	stopping := false
 	for {
 		g.refresh()
 		free := g.free.Load()
-		if free >= g.floor {
+		if free >= floor {
 			g.mu.Lock()
 			if g.waiting {
 				g.waiting = false
@@ -350,7 +364,7 @@ func (g *diskGuard) waitForSpace(what string, stop <-chan struct{}) {
 		g.mu.Lock()
 		if !g.waiting || time.Since(g.lastWaitLog) >= diskRemind {
 			g.log.Error("disk full: "+what+" wait for free space; applied data can still be read and nothing is lost",
-				"free-bytes", free, "needed-bytes", g.floor, "data-dir", g.dir)
+				"free-bytes", free, "needed-bytes", floor, "data-dir", g.dir)
 			g.waiting, g.lastWaitLog = true, time.Now()
 		}
 		g.mu.Unlock()
@@ -372,6 +386,13 @@ func (g *diskGuard) waitForSpace(what string, stop <-chan struct{}) {
 // retried.
 func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine.Options {
 	if g.minFree == 0 {
+		// The guard is off, not the store's safety: Pebble panicked on
+		// the write, and a node restarted on the full disk panicked again.
+		o.FS = engine.DiskFullFS(func() {
+			g.read()
+			time.Sleep(diskRefresh)
+			g.waitForFloor("Pebble writes (--min-free-disk is 0)", stop, offFloor)
+		})
 		return o
 	}
 	o.FS = engine.DiskFullFS(func() {
@@ -444,16 +465,17 @@ func (g *diskGuard) gate(f *FSM, stop <-chan struct{}) raft.FSM {
 
 // short reports whether the disk is under the minimum free space, or an
 // apply or a Pebble write waits for space, with the free space read again
-// (the watcher stops with the node). Always false with the guard off.
+// (the watcher stops with the node). With the guard off, only a Pebble
+// write held for space (engineOptions) is short.
 func (g *diskGuard) short() (bool, uint64) {
-	if g.minFree == 0 {
-		return false, 0
-	}
 	g.read() // on error, the last value read
 	g.mu.Lock()
 	waiting := g.waiting
 	g.mu.Unlock()
 	free := g.free.Load()
+	if g.minFree == 0 {
+		return waiting, free // only a Pebble write held for space
+	}
 	// The minimum itself, not fullBelow: the raft log's next segment has
 	// no bearing on whether a close is stuck waiting for space.
 	return waiting || free < g.minFree, free

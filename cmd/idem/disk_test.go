@@ -1,8 +1,10 @@
 package main
 
 import (
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -703,5 +705,73 @@ func TestOneNodeStoppedLogAnswers507(t *testing.T) {
 		a := call("POST", httpAddr, "/v1/claim", claimReq("after-room", ""))
 		return a.err == nil && a.code == 201, a.String()
 	})
+	requireAcked(t, httpAddr, keys)
+}
+
+// With the guard off (--min-free-disk 0) a disk that fills under Pebble's
+// writes panicked the node inside Pebble ("panic: write .../fsm/000005.log:
+// no space left on device", exit 2). Its writes now wait for space, saying
+// so, as with the guard on: the node stays up, and once there is room
+// (the tmpfs grown) it takes writes again with every acknowledged record.
+func TestGuardOffFullDiskWaitsRatherThanPanics(t *testing.T) {
+	// 72 MiB: the raft log's 64 MiB segment is made, Pebble fills the rest.
+	mnt := tmpfs(t, "72m")
+	dir := filepath.Join(mnt, "data")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--min-free-disk", "0")
+
+	keys := &diskKeys{acked: map[string]string{}}
+	waiting := func() bool {
+		return strings.Contains(p.logs.String(), "Pebble writes (--min-free-disk is 0) wait for free space")
+	}
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(seed int64) {
+			defer wg.Done()
+			rng := rand.New(rand.NewSource(seed))
+			raw := make([]byte, 24<<10) // incompressible: Pebble fills
+			for !waiting() && !strings.Contains(p.logs.String(), "panic:") {
+				key := fmt.Sprintf("fill-%d", next.Add(1))
+				a := call("POST", httpAddr, "/v1/claim", claimReq(key, ""))
+				if a.err != nil || a.code != 201 {
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				var c claimedAnswer
+				json.Unmarshal(a.body, &c)
+				rng.Read(raw)
+				body := base64.StdEncoding.EncodeToString(raw)[:24<<10]
+				if a := call("POST", httpAddr, "/v1/complete", completeReq(key, c.Token, body)); a.err == nil && a.code == 200 {
+					keys.add(key, body)
+				} else {
+					keys.add(key, "")
+				}
+			}
+		}(int64(w))
+	}
+	waitFor(t, 120*time.Second, "Pebble's writes waiting for space", func() (bool, string) {
+		require.NotContains(t, p.logs.String(), "panic:", "the node panicked on the full disk")
+		return waiting(), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
+	})
+	wg.Wait()
+	time.Sleep(2 * time.Second)
+	require.NotContains(t, p.logs.String(), "panic:")
+	select {
+	case <-p.done:
+		t.Fatalf("the node exited on the full disk: %v\n%s", p.err, p.logs.String())
+	default:
+	}
+	a := call("GET", httpAddr, "/healthz", "")
+	require.Equal(t, 200, a.code, "%s", a)
+
+	out, err := exec.Command("mount", "-o", "remount,size=400m", mnt).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	waitFor(t, 60*time.Second, "writes taken again once there is room", func() (bool, string) {
+		a := call("POST", httpAddr, "/v1/claim", claimReq(fmt.Sprintf("after-room-%d", time.Now().UnixNano()), ""))
+		return a.err == nil && a.code == 201, a.String()
+	})
+	require.Contains(t, p.logs.String(), "disk space is back")
 	requireAcked(t, httpAddr, keys)
 }
