@@ -654,37 +654,13 @@ func TestDiskTooSmallForTheRaftLogSaysSo(t *testing.T) {
 // by itself and writes are taken again.
 func TestOneNodeStoppedLogAnswers507(t *testing.T) {
 	// 100 MiB: the first 64 MiB segment fits, the next one never does.
-	mnt := tmpfs(t, "100m")
-	dir := filepath.Join(mnt, "data")
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	p := start(t, dir, httpAddr, raftAddr, "--min-free-disk", "0")
-
+	mnt, httpAddr, p := guardOffNode(t, "100m")
 	keys := &diskKeys{acked: map[string]string{}}
-	body := strings.Repeat("r", 32<<10) // compressible: Pebble stays small
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for !strings.Contains(p.logs.String(), "could not make its next segment file") {
-				key := fmt.Sprintf("fill-%d", next.Add(1))
-				a := call("POST", httpAddr, "/v1/claim", claimReq(key, ""))
-				if a.err != nil || a.code != 201 {
-					continue // from the stop on: 503, then 507
-				}
-				var c claimedAnswer
-				json.Unmarshal(a.body, &c)
-				if a := call("POST", httpAddr, "/v1/complete", completeReq(key, c.Token, body+key)); a.err == nil && a.code == 200 {
-					keys.add(key, body+key)
-				} else {
-					keys.add(key, "")
-				}
-			}
-		}()
-	}
+	stopped := func() bool { return strings.Contains(p.logs.String(), "could not make its next segment file") }
+	pad := strings.Repeat("r", 32<<10) // compressible: Pebble stays small
+	wg := fillUntil(httpAddr, keys, 8, func(_ *rand.Rand, key string) string { return pad + key }, stopped)
 	waitFor(t, 120*time.Second, "the raft log stopped for want of space", func() (bool, string) {
-		return strings.Contains(p.logs.String(), "could not make its next segment file"), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
+		return stopped(), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
 	})
 	wg.Wait()
 
@@ -715,42 +691,18 @@ func TestOneNodeStoppedLogAnswers507(t *testing.T) {
 // (the tmpfs grown) it takes writes again with every acknowledged record.
 func TestGuardOffFullDiskWaitsRatherThanPanics(t *testing.T) {
 	// 72 MiB: the raft log's 64 MiB segment is made, Pebble fills the rest.
-	mnt := tmpfs(t, "72m")
-	dir := filepath.Join(mnt, "data")
-	httpAddr, raftAddr := freePort(t), freePort(t)
-	p := start(t, dir, httpAddr, raftAddr, "--min-free-disk", "0")
-
+	mnt, httpAddr, p := guardOffNode(t, "72m")
 	keys := &diskKeys{acked: map[string]string{}}
 	waiting := func() bool {
 		return strings.Contains(p.logs.String(), "Pebble writes (--min-free-disk is 0) wait for free space")
 	}
-	var wg sync.WaitGroup
-	var next atomic.Int64
-	for w := 0; w < 4; w++ {
-		wg.Add(1)
-		go func(seed int64) {
-			defer wg.Done()
-			rng := rand.New(rand.NewSource(seed))
-			raw := make([]byte, 24<<10) // incompressible: Pebble fills
-			for !waiting() && !strings.Contains(p.logs.String(), "panic:") {
-				key := fmt.Sprintf("fill-%d", next.Add(1))
-				a := call("POST", httpAddr, "/v1/claim", claimReq(key, ""))
-				if a.err != nil || a.code != 201 {
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				var c claimedAnswer
-				json.Unmarshal(a.body, &c)
-				rng.Read(raw)
-				body := base64.StdEncoding.EncodeToString(raw)[:24<<10]
-				if a := call("POST", httpAddr, "/v1/complete", completeReq(key, c.Token, body)); a.err == nil && a.code == 200 {
-					keys.add(key, body)
-				} else {
-					keys.add(key, "")
-				}
-			}
-		}(int64(w))
+	panicked := func() bool { return strings.Contains(p.logs.String(), "panic:") }
+	raw := func(rng *rand.Rand, _ string) string { // incompressible: Pebble fills
+		b := make([]byte, 24<<10)
+		rng.Read(b)
+		return base64.StdEncoding.EncodeToString(b)[:24<<10]
 	}
+	wg := fillUntil(httpAddr, keys, 4, raw, func() bool { return waiting() || panicked() })
 	waitFor(t, 120*time.Second, "Pebble's writes waiting for space", func() (bool, string) {
 		require.NotContains(t, p.logs.String(), "panic:", "the node panicked on the full disk")
 		return waiting(), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
@@ -774,4 +726,43 @@ func TestGuardOffFullDiskWaitsRatherThanPanics(t *testing.T) {
 	})
 	require.Contains(t, p.logs.String(), "disk space is back")
 	requireAcked(t, httpAddr, keys)
+}
+
+// guardOffNode starts a node with its disk guard off (--min-free-disk 0)
+// on a tmpfs of size.
+func guardOffNode(t *testing.T, size string) (mnt, httpAddr string, p *proc) {
+	mnt = tmpfs(t, size)
+	httpAddr = freePort(t)
+	p = start(t, filepath.Join(mnt, "data"), httpAddr, freePort(t), "--min-free-disk", "0")
+	return mnt, httpAddr, p
+}
+
+// fillUntil has writers goroutines claim fresh keys and complete them
+// with body(rng, key) until done, recording in keys what was acknowledged.
+func fillUntil(addr string, keys *diskKeys, writers int, body func(rng *rand.Rand, key string) string, done func() bool) *sync.WaitGroup {
+	var wg sync.WaitGroup
+	var next atomic.Int64
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(rng *rand.Rand) {
+			defer wg.Done()
+			for !done() {
+				key := fmt.Sprintf("fill-%d", next.Add(1))
+				a := call("POST", addr, "/v1/claim", claimReq(key, ""))
+				if a.err != nil || a.code != 201 {
+					time.Sleep(20 * time.Millisecond) // the disk full: 503, then 507
+					continue
+				}
+				var c claimedAnswer
+				json.Unmarshal(a.body, &c)
+				b := body(rng, key)
+				if a := call("POST", addr, "/v1/complete", completeReq(key, c.Token, b)); a.err == nil && a.code == 200 {
+					keys.add(key, b)
+				} else {
+					keys.add(key, "")
+				}
+			}
+		}(rand.New(rand.NewSource(int64(w))))
+	}
+	return &wg
 }
