@@ -248,7 +248,7 @@ func flagValueError(f *flag.Flag, v string, err error, env string) error {
 }
 
 // durationForm is what time.ParseDuration accepts, whatever the size.
-var durationForm = regexp.MustCompile(`^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$`)
+var durationForm = regexp.MustCompile(`^[-+]?(([0-9]+(\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h))+$`)
 
 // isPlainNumber reports whether s is digits with at most a sign and a
 // decimal point: 48, -5, 1.5.
