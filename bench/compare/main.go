@@ -223,7 +223,7 @@ func printReport(w io.Writer, res *Result) {
 		fmt.Fprintf(w, "  %-9s %9d  p50 %7.2f  p90 %7.2f  p99 %7.2f  max %8.2f\n", op, l.Count, l.P50, l.P90, l.P99, l.Max)
 	}
 	if len(r.Errors) > 0 {
-		fmt.Fprintf(w, "  errors: %v (%d indeterminate)\n", r.Errors, r.Indeterminate)
+		fmt.Fprintf(w, "  errors: %v (%d indeterminate, %d refused: nothing written)\n", r.Errors, r.Indeterminate, r.Refused)
 		for _, c := range slices.Sorted(maps.Keys(r.ErrorExamples)) {
 			fmt.Fprintf(w, "    e.g. %s: %s\n", c, r.ErrorExamples[c])
 		}
