@@ -547,9 +547,13 @@ func (n *Node) abandonClose(waited time.Duration, free uint64) error {
 	n.log.Warn("stopping without waiting longer for disk space: committed raft entries the store has not applied are left unapplied, and the store is not closed. "+
 		"Nothing acknowledged is lost: those entries are in the raft log and are applied at the next start, as after kill -9, and an apply commits to the store whole or not at all. "+
 		"Free some space on the data dir's disk before starting the node again", attrs...)
-	return fmt.Errorf("%w: the disk holding %s has %d bytes free (under the minimum %d) and closing the node still waited after %s; "+
+	under := fmt.Sprintf("under the minimum %d", n.disk.minFree)
+	if n.disk.minFree == 0 {
+		under = fmt.Sprintf("a Pebble write waits for %d, --min-free-disk being 0", offFloor)
+	}
+	return fmt.Errorf("%w: the disk holding %s has %d bytes free (%s) and closing the node still waited after %s; "+
 		"the entries not applied are in the raft log and are applied at the next start",
-		ErrCloseAbandoned, n.cfg.DataDir, free, n.disk.minFree, waited.Round(time.Second))
+		ErrCloseAbandoned, n.cfg.DataDir, free, under, waited.Round(time.Second))
 }
 
 // watchDisk keeps the free space current while the node runs.

@@ -693,16 +693,9 @@ func TestGuardOffFullDiskWaitsRatherThanPanics(t *testing.T) {
 	// 72 MiB: the raft log's 64 MiB segment is made, Pebble fills the rest.
 	mnt, httpAddr, p := guardOffNode(t, "72m")
 	keys := &diskKeys{acked: map[string]string{}}
-	waiting := func() bool {
-		return strings.Contains(p.logs.String(), "Pebble writes (--min-free-disk is 0) wait for free space")
-	}
+	waiting := func() bool { return strings.Contains(p.logs.String(), pebbleWaits) }
 	panicked := func() bool { return strings.Contains(p.logs.String(), "panic:") }
-	raw := func(rng *rand.Rand, _ string) string { // incompressible: Pebble fills
-		b := make([]byte, 24<<10)
-		rng.Read(b)
-		return base64.StdEncoding.EncodeToString(b)[:24<<10]
-	}
-	wg := fillUntil(httpAddr, keys, 4, raw, func() bool { return waiting() || panicked() })
+	wg := fillUntil(httpAddr, keys, 4, incompressible, func() bool { return waiting() || panicked() })
 	waitFor(t, 120*time.Second, "Pebble's writes waiting for space", func() (bool, string) {
 		require.NotContains(t, p.logs.String(), "panic:", "the node panicked on the full disk")
 		return waiting(), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
@@ -729,12 +722,55 @@ func TestGuardOffFullDiskWaitsRatherThanPanics(t *testing.T) {
 }
 
 // guardOffNode starts a node with its disk guard off (--min-free-disk 0)
-// on a tmpfs of size.
-func guardOffNode(t *testing.T, size string) (mnt, httpAddr string, p *proc) {
+// on a tmpfs of size, with args.
+func guardOffNode(t *testing.T, size string, args ...string) (mnt, httpAddr string, p *proc) {
 	mnt = tmpfs(t, size)
 	httpAddr = freePort(t)
-	p = start(t, filepath.Join(mnt, "data"), httpAddr, freePort(t), "--min-free-disk", "0")
+	p = start(t, filepath.Join(mnt, "data"), httpAddr, freePort(t), append([]string{"--min-free-disk", "0"}, args...)...)
 	return mnt, httpAddr, p
+}
+
+// incompressible is a fill body Pebble cannot compress.
+func incompressible(rng *rand.Rand, _ string) string {
+	b := make([]byte, 24<<10)
+	rng.Read(b)
+	return base64.StdEncoding.EncodeToString(b)[:24<<10]
+}
+
+// pebbleWaits is the log line of a guard-off Pebble write held for space.
+const pebbleWaits = "Pebble writes (--min-free-disk is 0) wait for free space"
+
+// A stop while a guard-off Pebble write waits for space is bounded by
+// --full-disk-stop-timeout as with the guard on: exit 1, saying why; the
+// data dir then starts, once there is room, with every acknowledged record.
+func TestGuardOffFullDiskStopIsBounded(t *testing.T) {
+	mnt, httpAddr, p := guardOffNode(t, "72m", "--full-disk-stop-timeout", "2s")
+	keys := &diskKeys{acked: map[string]string{}}
+	waiting := func() bool { return strings.Contains(p.logs.String(), pebbleWaits) }
+	wg := fillUntil(httpAddr, keys, 4, incompressible, func() bool { return waiting() || strings.Contains(p.logs.String(), "panic:") })
+	waitFor(t, 120*time.Second, "Pebble's writes waiting for space", func() (bool, string) {
+		return waiting(), fmt.Sprintf("%d keys acknowledged", len(keys.snapshot()))
+	})
+	wg.Wait()
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.done:
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("SIGTERM with a Pebble write waiting for space: the node did not exit:\n%s", p.logs)
+	}
+	logs := p.logs.String()
+	require.NotContains(t, logs, "panic")
+	var exit *exec.ExitError
+	require.ErrorAs(t, p.err, &exit, "a stop that left entries unapplied must not exit 0:\n%s", logs)
+	require.Equal(t, 1, exit.ExitCode(), "%s", logs)
+	require.Contains(t, logs, "--min-free-disk being 0) and closing the node still waited after 2s")
+
+	out, err := exec.Command("mount", "-o", "remount,size=400m", mnt).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	p = start(t, filepath.Join(mnt, "data"), httpAddr, p.raft, "--min-free-disk", "0")
+	requireAcked(t, httpAddr, keys)
+	claimOK(t, httpAddr, "after-restart")
 }
 
 // fillUntil has writers goroutines claim fresh keys and complete them
