@@ -412,7 +412,7 @@ func (w *worker) step(ctx context.Context, measure bool) {
 	if indet {
 		w.indet++
 	}
-	if e := (*Error)(nil); errors.As(err, &e) && e.Refused {
+	if refused(err) {
 		w.refused++
 	}
 	w.errs[code]++

@@ -103,15 +103,17 @@ func refusedStatus(status int) bool {
 	return status == http.StatusInsufficientStorage || status == http.StatusTooManyRequests
 }
 
+// refused reports whether err is a Refusal.
+func refused(err error) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Refused
+}
+
 // excused reports whether err breaks no rule: its outcome is unknown, or
 // the store refused and changed nothing.
 func excused(err error) bool {
-	var e *Error
-	if errors.As(err, &e) && e.Refused {
-		return true
-	}
 	_, indet := errorInfo(err)
-	return indet
+	return indet || refused(err)
 }
 
 // Definitely wraps err as a definite failure named code.

@@ -389,8 +389,8 @@ func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine
 		// The guard is off, not the store's safety: Pebble panicked on
 		// the write, and a node restarted on the full disk panicked again.
 		o.FS = engine.DiskFullFS(func() {
-			g.read()
-			time.Sleep(diskRefresh)
+			time.Sleep(diskRefresh) // a write that keeps failing cannot spin
+			g.read()                // waitForFloor starts from the cached value
 			g.waitForFloor("Pebble writes (--min-free-disk is 0)", stop, offFloor)
 		})
 		return o

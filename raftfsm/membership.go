@@ -148,12 +148,12 @@ type VoteHoldStatus struct {
 // GET /v1/cluster to another node (without asking anyone else in turn).
 type PeerProbe func(ctx context.Context, httpAddr string) (Status, error)
 
-// peerProbe is the PeerProbe SetPeerProbe set, nil before.
 // NotMeasuredYet starts the unhealthy reason of a member the leader has
 // not checked yet: a status taken right after an election or a join, not
 // a sign that the member is down.
 const NotMeasuredYet = "not measured yet"
 
+// peerProbe is the PeerProbe SetPeerProbe set, nil before.
 func (n *Node) peerProbe() PeerProbe {
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()

@@ -44,15 +44,7 @@ func TestDamagedRaftLogTailIsNamedAndRecovered(t *testing.T) {
 	require.Contains(t, out, "idem recover --data-dir "+dir+" --node-id n1 --peers n1="+raftAddr, "the message gives the way out: %s", out)
 	require.NotContains(t, out, "failed to get last log")
 
-	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr, "--yes")
-	require.NoError(t, err, out)
-
-	start(t, dir, httpAddr, raftAddr, args...)
-	for _, key := range keys {
-		a := call("GET", httpAddr, recordPath(key, ""), "")
-		require.Equal(t, 200, a.code, "%s: %s", key, a)
-	}
-	claimOK(t, httpAddr, "after-recover")
+	recoverAndCheck(t, dir, httpAddr, raftAddr, args, keys)
 }
 
 // Pebble's manifest marker (fsm/marker.manifest.*, an empty file whose
@@ -168,15 +160,7 @@ func TestDeletedSnapshotsAreNamedAndRecovered(t *testing.T) {
 	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr)
 	require.NoError(t, err, out)
 	require.Contains(t, out, "none covers the raft log", "the dry run says what recovery does first")
-	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr, "--yes")
-	require.NoError(t, err, out)
-
-	start(t, dir, httpAddr, raftAddr, args...)
-	for _, key := range keys {
-		a := call("GET", httpAddr, recordPath(key, ""), "")
-		require.Equal(t, 200, a.code, "%s: %s", key, a)
-	}
-	claimOK(t, httpAddr, "after-recover")
+	recoverAndCheck(t, dir, httpAddr, raftAddr, args, keys)
 }
 
 // compactedNode runs node n1 with snapshots every threshold entries
@@ -202,4 +186,19 @@ func compactedNode(t *testing.T, prefix string, n int, threshold, trailing strin
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, p.wait())
 	return dir, httpAddr, raftAddr, args, keys
+}
+
+// recoverAndCheck runs idem recover --yes on the one-node data dir dir,
+// starts it with args, and requires every key answered and a new claim
+// taken.
+func recoverAndCheck(t *testing.T, dir, httpAddr, raftAddr string, args, keys []string) {
+	t.Helper()
+	out, err := idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+raftAddr, "--yes")
+	require.NoError(t, err, out)
+	start(t, dir, httpAddr, raftAddr, args...)
+	for _, key := range keys {
+		a := call("GET", httpAddr, recordPath(key, ""), "")
+		require.Equal(t, 200, a.code, "%s: %s", key, a)
+	}
+	claimOK(t, httpAddr, "after-recover")
 }
