@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -200,7 +201,7 @@ func probeMembers(ctx context.Context, st raftfsm.OfflineState, self string, tim
 	var cands []liveMember
 	// With the snapshot that held the configuration lost, the members the
 	// state records may be members still (raftfsm.OfflineState).
-	for _, p := range append(st.Configuration[:len(st.Configuration):len(st.Configuration)], st.RecordedMembers...) {
+	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
 		if p.ID == self {
 			continue
 		}
