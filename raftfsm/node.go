@@ -647,6 +647,11 @@ func logStoreError(err error, cfg Config) error {
 	return fmt.Errorf("%w: the raft log in %s cannot be read (a file of it is missing or damaged); nothing was changed. %s", err, filepath.Join(cfg.DataDir, logStoreDir), lostLogAdvice(cfg))
 }
 
+// CommandName names the idem binary in the commands messages give to paste:
+// cmd/idem sets it to how it was run (./bin/idem, say), so the command
+// works as printed.
+var CommandName = "idem"
+
 // lostLogAdvice is what to do with a node whose raft log cannot be read;
 // it never advises deleting the data dir, which may be the only copy.
 func lostLogAdvice(cfg Config) string {
@@ -655,8 +660,8 @@ func lostLogAdvice(cfg Config) string {
 		raftAddr = cfg.RaftAddr
 	}
 	return fmt.Sprintf("%s. "+
-		"If every node is in this state, or this is the only node, make a one-node cluster of this node's state with idem recover --data-dir %s --node-id %s --peers %s=%s (it prints what it will do; add --yes to do it), then join the others with empty data dirs",
-		rejoinAdvice(cfg), cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
+		"If every node is in this state, or this is the only node, make a one-node cluster of this node's state with %s recover --data-dir %s --node-id %s --peers %s=%s (it prints what it will do; add --yes to do it), then join the others with empty data dirs",
+		rejoinAdvice(cfg), CommandName, cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
 }
 
 // lostStateAdvice is what to do with a node whose own files cannot

@@ -137,7 +137,7 @@ func addBackCommand(c *serveConfig) string {
 			break
 		}
 	}
-	return fmt.Sprintf("idem cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", c.nodeID, c.raftAdvertise, c.httpAdvertise, member)
+	return fmt.Sprintf("%s cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", raftfsm.CommandName, c.nodeID, c.raftAdvertise, c.httpAdvertise, member)
 }
 
 type member struct {

@@ -174,10 +174,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	fmt.Fprintf(stdout, "\nrecovered: configuration is now %s, state applied to index %d\n", fmtPeers(after.Configuration), after.Applied)
-	fmt.Fprintf(stdout, "start it with: idem serve --data-dir %s --node-id %s --raft-addr %s\n", *dataDir, *nodeID, self.RaftAddr)
+	fmt.Fprintf(stdout, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s\n", raftfsm.CommandName, *dataDir, *nodeID, self.RaftAddr)
 	fmt.Fprintln(stdout, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 	if len(peers) == 1 {
-		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (idem serve ... --join %s's HTTP address)\n", *nodeID)
+		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (%s serve ... --join %s's HTTP address)\n", raftfsm.CommandName, *nodeID)
 	}
 	return 0
 }

@@ -138,7 +138,9 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	r1.http, r1.raft = freePortOn(t, r1.ip), freePortOn(t, r1.ip)
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", r1.dir, "--node-id", r1.id, "--raft-addr", r1.raft)
 	require.NoError(t, err, out)
-	require.Contains(t, out, "start it with: idem serve --data-dir "+r1.dir+" --node-id r1 --raft-addr "+r1.raft)
+	// The command to paste names the binary as it was run (a path here,
+	// as the README's ./bin/idem), not an "idem" the shell may not find.
+	require.Contains(t, out, "start it with: "+binary+" serve --data-dir "+r1.dir+" --node-id r1 --raft-addr "+r1.raft)
 	require.NoError(t, filepath.WalkDir(r1.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err

@@ -114,3 +114,19 @@ func TestHelpPrintsFlagsAlike(t *testing.T) {
 		require.False(t, single.Match(out), "%v --help prints a flag as -name:\n%s", c, out)
 	}
 }
+
+// TestCommandForPastes: restore, recover and a removed node print a
+// command to paste, which named "idem" even when it was run as ./bin/idem
+// (the README's way), and a shell without idem on its PATH refused it.
+func TestCommandForPastes(t *testing.T) {
+	for arg0, want := range map[string]string{
+		"idem":                            "idem",
+		"./bin/idem":                      "./bin/idem",
+		"/usr/local/bin/idem":             "/usr/local/bin/idem",
+		"/tmp/go-build1234/b001/exe/idem": "go run ./cmd/idem",
+		"/opt/my idem/idem":               "'/opt/my idem/idem'",
+		"/opt/it's/idem":                  `'/opt/it'\''s/idem'`,
+	} {
+		require.Equal(t, want, commandFor(arg0), arg0)
+	}
+}
