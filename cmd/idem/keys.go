@@ -394,8 +394,29 @@ func loadKeyFile(path string, log *slog.Logger) (*raftfsm.Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--encryption-key-file: %w", err)
 	}
-	if st, err := os.Stat(path); err == nil && st.Mode().Perm()&0o077 != 0 {
-		log.Warn("--encryption-key-file is readable by other users: make it mode 0600, owned by the user idem runs as", "path", path, "mode", st.Mode().Perm().String())
-	}
+	warnOpenFile(log, "--encryption-key-file", path, "it holds the keys that encrypt every record")
 	return kr, nil
+}
+
+// warnOpenFile warns when a secret file (--encryption-key-file,
+// --node-token-file, --auth-file) gives group or other users any access:
+// readable, a node token is an admin token and a key file every record;
+// writable, an auth file takes whatever admin entry is added at the next
+// SIGHUP.
+func warnOpenFile(log *slog.Logger, flag, path, why string) {
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm()&0o077 == 0 {
+		return
+	}
+	access := "readable"
+	switch perm := st.Mode().Perm(); {
+	case perm&0o022 != 0 && perm&0o044 != 0:
+		access = "readable and writable"
+	case perm&0o022 != 0:
+		access = "writable"
+	case perm&0o044 == 0:
+		access = "open (execute bits)"
+	}
+	log.Warn(flag+" is "+access+" by other users ("+why+"): make it mode 0600 (chmod 600), owned by the user idem runs as",
+		"path", path, "mode", st.Mode().Perm().String())
 }

@@ -263,6 +263,7 @@ func loadAuth(c *serveConfig, log *slog.Logger) (*api.Auth, string, error) {
 		if err != nil {
 			return nil, "", fmt.Errorf("--node-token-file %s: %w", c.nodeTokenFile, err)
 		}
+		warnOpenFile(log, "--node-token-file", c.nodeTokenFile, "its token is an admin token")
 	}
 	if c.authFile == "" {
 		return nil, nodeToken, nil
@@ -285,8 +286,12 @@ func loadAuth(c *serveConfig, log *slog.Logger) (*api.Auth, string, error) {
 			"auth-file", c.authFile)
 	}
 	logAuth(log, "auth file loaded", c.authFile, creds)
+	warnOpenFile(log, "--auth-file", c.authFile, authFileWhy)
 	return api.NewAuth(creds), nodeToken, nil
 }
+
+// authFileWhy is why the auth file is kept from other users.
+const authFileWhy = "it says which token may do what; writable, it takes any admin entry added"
 
 func logAuth(log *slog.Logger, msg, path string, creds *api.Credentials) {
 	if creds.Legacy() {
@@ -321,5 +326,6 @@ func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken
 		}
 		auth.Set(creds)
 		logAuth(log, "auth file reloaded", path, creds)
+		warnOpenFile(log, "--auth-file", path, authFileWhy)
 	}
 }
