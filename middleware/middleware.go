@@ -200,12 +200,20 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 // key would be handed that caller's stored answer, Set-Cookie and all.
 // Services that authenticate otherwise (cookies, mTLS, an API-key header)
 // set Principal; AnonymousPrincipal keeps one shared tenant on purpose.
+//
+// A request with the header twice is refused too: the principal would be
+// the first's hash, and a service that authenticates with the last would
+// store a caller's answer under another's credential (a shared guest one,
+// say) for whoever sends that first.
 func AuthorizationPrincipal(r *http.Request) (string, error) {
-	a := r.Header.Get("Authorization")
-	if a == "" {
+	vs := r.Header.Values("Authorization")
+	if len(vs) > 1 {
+		return "", fmt.Errorf("middleware: the request has the Authorization header %d times", len(vs))
+	}
+	if len(vs) == 0 || vs[0] == "" {
 		return "", errNoAuthorization
 	}
-	sum := sha256.Sum256([]byte(a))
+	sum := sha256.Sum256([]byte(vs[0]))
 	return "authz:" + hex.EncodeToString(sum[:16]), nil
 }
 
@@ -217,7 +225,7 @@ var errNoAuthorization = errors.New("middleware: the request has no Authorizatio
 // one caller's stored answer may be replayed to another that sends the
 // same key.
 func AnonymousPrincipal(r *http.Request) (string, error) {
-	if r.Header.Get("Authorization") == "" {
+	if vs := r.Header.Values("Authorization"); len(vs) == 0 || (len(vs) == 1 && vs[0] == "") {
 		return "anonymous", nil
 	}
 	return AuthorizationPrincipal(r)

@@ -514,6 +514,40 @@ func TestNoCredentialIsRefused(t *testing.T) {
 	require.Equal(t, "true", second.header.Get("Idempotency-Replayed"))
 }
 
+// Two Authorization headers: the principal was the first one's hash, so an
+// attacker who put a shared guest credential first and their own second (a
+// service that authenticates with the last) had their answer stored, and
+// replayed, under the guest's principal. Refused (401), the handler not run,
+// by the default principal and by AnonymousPrincipal.
+func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	for _, principal := range []func(*http.Request) (string, error){nil, middleware.AnonymousPrincipal} {
+		idem, err := middleware.New(middleware.Options{Store: store, Principal: principal})
+		require.NoError(t, err)
+		srv := httptest.NewServer(idem(h))
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"order-78"`)
+		req.Header.Add("Authorization", "Basic Z3Vlc3Q6Z3Vlc3Q=")
+		req.Header.Add("Authorization", "Bearer attacker")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		srv.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", b)
+		require.Contains(t, string(b), "Authorization header 2 times")
+	}
+	require.Zero(t, runs.Load(), "the handler ran for a request with two credentials")
+}
+
 // A keyed request whose Content-Length is over MaxBodyBytes is refused from
 // its headers, as a node refuses one: it waited for a body that never came
 // (idem proxy: until --body-read-timeout, then 400 invalid_request).
