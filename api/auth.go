@@ -446,7 +446,8 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			s.refuseUnread(w, r, invalid("the request has %d Authorization headers; send one", n))
 			return
 		}
-		cred, ok := s.cfg.Auth.Credentials().Authenticate(bearerToken(r.Header.Get("Authorization")))
+		creds := s.credentialsOf(r)
+		cred, ok := creds.Authenticate(bearerToken(r.Header.Get("Authorization")))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
 			s.refuseUnread(w, r, newProblem(http.StatusUnauthorized, codeUnauthorized, "a valid Authorization: Bearer token is required"))
@@ -458,9 +459,18 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
 		}
+		ctx := r.Context()
 		if cred.MaxPrincipals > 0 {
 			// For the claim handlers (claimArgs): the cap goes in the entry.
-			r = r.WithContext(context.WithValue(r.Context(), credentialKey{}, cred))
+			ctx = context.WithValue(ctx, credentialKey{}, cred)
+		}
+		if ctx.Value(credentialsKey{}) == nil {
+			// The ops of a batch are judged (authorizeOp) by the version
+			// that admitted the batch, not by one a SIGHUP loads meanwhile.
+			ctx = context.WithValue(ctx, credentialsKey{}, creds)
+		}
+		if ctx != r.Context() {
+			r = r.WithContext(ctx)
 		}
 		if cred.Role == RoleApp && where != principalNowhere {
 			principal, ok := s.principalOf(w, r, where)
@@ -481,6 +491,19 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 // credentialKey holds, in a request's context, its credential when that
 // has a principal cap (Credential.MaxPrincipals).
 type credentialKey struct{}
+
+// credentialsKey holds, in a request's context, the version of the auth
+// file that authenticated it: a request is decided by one version.
+type credentialsKey struct{}
+
+// credentialsOf is the version of the auth file r is decided by: the one
+// that admitted the request it is part of, else the one in force.
+func (s *Server) credentialsOf(r *http.Request) *Credentials {
+	if c, ok := r.Context().Value(credentialsKey{}).(*Credentials); ok {
+		return c
+	}
+	return s.cfg.Auth.Credentials()
+}
 
 // cappedCredential is the credential of r when it has a principal cap.
 func cappedCredential(r *http.Request) *Credential {

@@ -219,3 +219,56 @@ func TestReadLookupOpBrokenInput(t *testing.T) {
 		}
 	}
 }
+
+// The ops of a batch were each judged by the auth file in force when the
+// op was read, so a SIGHUP during a batch split it between two versions
+// (the first ops allowed, the rest refused, or the reverse), though a
+// request is documented to finish under the tokens that admitted it. The
+// ops are judged by the version that admitted the batch now.
+func TestBatchOpsAreJudgedByTheVersionThatAdmittedTheBatch(t *testing.T) {
+	parse := func(entries string) *Credentials {
+		t.Helper()
+		c, err := parseAuthJSON([]byte(`{"tokens":[` + entries + `]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	entry := func(name, token, principal string) string {
+		return fmt.Sprintf(`{"name":%q,"sha256":%q,"role":"app","principals":[%q]}`, name, HashToken(token), principal)
+	}
+	before := parse(entry("old", "tok-old", "alpha"))
+	after := parse(entry("new", "tok-new", "alpha")) // tok-old revoked
+	auth := NewAuth(before)
+	s := &Server{cfg: Config{Auth: auth}}
+	s.cfg.Limits.MaxRequestBytes = 1 << 20
+	claim := []byte(`{"principal":"alpha","endpoint":"e","key":"k","fingerprint":"ab"}`)
+	var judged []int
+	h := s.guard(func(w http.ResponseWriter, r *http.Request) {
+		for i := range 2 {
+			if i == 1 {
+				auth.Set(after) // a SIGHUP between two ops of the batch
+			}
+			if rec := s.authorizeOp(r, "claim", claim, lookupOp{}); rec != nil {
+				judged = append(judged, rec.result().Status)
+			} else {
+				judged = append(judged, http.StatusOK)
+			}
+		}
+	}, func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere })
+	req := httptest.NewRequest(http.MethodPost, "/v1/batch", strings.NewReader(`{"ops":[]}`))
+	req.Header.Set("Authorization", "Bearer tok-old")
+	h(httptest.NewRecorder(), req)
+	if !reflect.DeepEqual(judged, []int{http.StatusOK, http.StatusOK}) {
+		t.Fatalf("the two ops were judged %v; want both by the version that admitted the batch (200, 200)", judged)
+	}
+	// The next request is judged by the new version.
+	rec := httptest.NewRecorder()
+	req = httptest.NewRequest(http.MethodPost, "/v1/batch", strings.NewReader(`{"ops":[]}`))
+	req.Header.Set("Authorization", "Bearer tok-old")
+	s.guard(func(http.ResponseWriter, *http.Request) { t.Fatal("a revoked token was admitted") },
+		func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere })(rec, req)
+	if rec.Code != http.StatusUnauthorized {
+		t.Fatalf("revoked token: %d, want 401", rec.Code)
+	}
+}
