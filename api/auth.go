@@ -459,19 +459,15 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
 		}
-		ctx := r.Context()
-		if cred.MaxPrincipals > 0 {
-			// For the claim handlers (claimArgs): the cap goes in the entry.
-			ctx = context.WithValue(ctx, credentialKey{}, cred)
-		}
+		// For the claim handlers (claimArgs: a principal cap goes in the
+		// entry) and the batch answers' share (tokenShare).
+		ctx := context.WithValue(r.Context(), credentialKey{}, cred)
 		if ctx.Value(credentialsKey{}) == nil {
 			// The ops of a batch are judged (authorizeOp) by the version
 			// that admitted the batch, not by one a SIGHUP loads meanwhile.
 			ctx = context.WithValue(ctx, credentialsKey{}, creds)
 		}
-		if ctx != r.Context() {
-			r = r.WithContext(ctx)
-		}
+		r = r.WithContext(ctx)
 		if cred.Role == RoleApp && where != principalNowhere {
 			principal, ok := s.principalOf(w, r, where)
 			if !ok {
@@ -488,8 +484,8 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 	}
 }
 
-// credentialKey holds, in a request's context, its credential when that
-// has a principal cap (Credential.MaxPrincipals).
+// credentialKey holds, in a request's context, the credential that
+// authenticated it.
 type credentialKey struct{}
 
 // credentialsKey holds, in a request's context, the version of the auth
@@ -507,6 +503,14 @@ func (s *Server) credentialsOf(r *http.Request) *Credentials {
 
 // cappedCredential is the credential of r when it has a principal cap.
 func cappedCredential(r *http.Request) *Credential {
+	if c := credentialOf(r); c != nil && c.MaxPrincipals > 0 {
+		return c
+	}
+	return nil
+}
+
+// credentialOf is the credential that authenticated r (nil with auth off).
+func credentialOf(r *http.Request) *Credential {
 	c, _ := r.Context().Value(credentialKey{}).(*Credential)
 	return c
 }

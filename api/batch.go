@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf16"
 	"unicode/utf8"
@@ -121,9 +122,13 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	if s.answering.Load() >= s.maxBatchAnswerBytes() {
-		p := answersFull("nothing was decided")
-		writeProblem(w, p)
+	tok := s.answeringBy.take(credentialOf(r))
+	defer s.answeringBy.put(tok)
+	if max := s.maxBatchAnswerBytes(); s.answering.Load() >= max {
+		writeProblem(w, answersFull(nil, "nothing was decided"))
+		return
+	} else if tok.over(0, max) {
+		writeProblem(w, answersFull(tok, "nothing was decided"))
 		return
 	}
 	items := make([]batchItem, len(ops))
@@ -132,8 +137,8 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	var results []wire.BatchResult
 	var held int64 // of the node's batch answer bytes, until answered
-	defer func() { s.answering.Add(-held) }()
-	if s.onLeader(w, r, body, func() (err error) { results, held, err = s.runBatch(r.Context(), items); return err }) != nil {
+	defer func() { s.answering.Add(-held); tok.add(-held) }()
+	if s.onLeader(w, r, body, func() (err error) { results, held, err = s.runBatch(r.Context(), items, tok); return err }) != nil {
 		return
 	}
 	for _, res := range results {
@@ -150,12 +155,79 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 }
 
 // answersFull is the 503 of a batch, or of one op, refused because this
-// node holds as many bytes of batch answers as it may.
-func answersFull(what string) *problem {
-	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-		"this node is writing as many batch answers as it holds memory for (clients that are slow to read theirs); "+what+", retry shortly")
+// node (tok nil), or the request's token, holds as many bytes of batch
+// answers as it may.
+func answersFull(tok *tokenHeld, what string) *problem {
+	detail := "this node is writing as many batch answers as it holds memory for (clients that are slow to read theirs); " + what + ", retry shortly"
+	if tok != nil {
+		detail = fmt.Sprintf("the token %q holds half of the memory this node keeps for batch answers (its clients are slow to read theirs); %s, retry shortly", tok.name, what)
+	}
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, detail)
 	p.retryAfter = 1
 	return p
+}
+
+// tokenHoldings counts the batch answer bytes each token's requests hold,
+// so that one tenant whose clients do not read (or read slowly) can hold
+// at most half of the node's --max-batch-answer-bytes, and the other
+// tenants' batches still go. With auth off there is no token to count.
+type tokenHoldings struct {
+	mu sync.Mutex
+	by map[string]*tokenHeld
+}
+
+// tokenHeld is one token's count; nil (auth off) counts nothing.
+type tokenHeld struct {
+	name  string
+	n     atomic.Int64
+	users int // requests using it, under tokenHoldings.mu
+}
+
+func (h *tokenHoldings) take(c *Credential) *tokenHeld {
+	if c == nil {
+		return nil
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.by == nil {
+		h.by = map[string]*tokenHeld{}
+	}
+	t := h.by[c.Name]
+	if t == nil {
+		t = &tokenHeld{name: c.Name}
+		h.by[c.Name] = t
+	}
+	t.users++
+	return t
+}
+
+func (h *tokenHoldings) put(t *tokenHeld) {
+	if t == nil {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t.users--; t.users == 0 {
+		delete(h.by, t.name)
+	}
+}
+
+func (t *tokenHeld) add(n int64) {
+	if t != nil {
+		t.n.Add(n)
+	}
+}
+
+// over reports whether n bytes more would take the token past its share
+// of max (at it, for n 0).
+func (t *tokenHeld) over(n, max int64) bool {
+	if t == nil {
+		return false
+	}
+	if n == 0 {
+		return t.n.Load() >= max/2
+	}
+	return t.n.Load()+n > max/2
 }
 
 // batchOps reads the request's ops: the whole request is refused only when
@@ -581,7 +653,7 @@ var errQueued = errors.New("api: queued")
 // as much memory as those being written. An answer that would carry a
 // stored response (a get's record, a claim's replay) past the bound is
 // 503 instead: it decided nothing, and asked again it is the same answer.
-func (s *Server) runBatch(ctx context.Context, items []batchItem) (_ []wire.BatchResult, held int64, err error) {
+func (s *Server) runBatch(ctx context.Context, items []batchItem, tok *tokenHeld) (_ []wire.BatchResult, held int64, err error) {
 	if !s.store.IsLeader() {
 		for i := range items {
 			if it := &items[i]; !it.done && (it.kind != wire.OpGet || it.linear) {
@@ -595,6 +667,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) (_ []wire.Batc
 	defer func() {
 		if err != nil {
 			s.answering.Add(-held) // tried again whole, or answered 503
+			tok.add(-held)
 			held = 0
 		}
 	}()
@@ -602,14 +675,19 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem) (_ []wire.Batc
 	max := s.maxBatchAnswerBytes()
 	keep := func(i int, r wire.BatchResult) {
 		n := int64(len(r.Body)) + 48
-		if r.Status == http.StatusOK && s.answering.Load()+n > max &&
+		if full, tokFull := s.answering.Load()+n > max, tok.over(n, max); r.Status == http.StatusOK && (full || tokFull) &&
 			(items[i].kind == wire.OpGet || items[i].kind == wire.OpClaim) {
+			by := tok
+			if full {
+				by = nil
+			}
 			rec := newOpRecorder()
-			writeProblem(rec, answersFull("this op was not decided"))
+			writeProblem(rec, answersFull(by, "this op was not decided"))
 			r = rec.result()
 			n = int64(len(r.Body)) + 48
 		}
 		s.answering.Add(n)
+		tok.add(n)
 		held += n
 		out[i] = r
 	}

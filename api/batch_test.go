@@ -389,6 +389,55 @@ func TestBatchAnswersUnreadAreBounded(t *testing.T) {
 	require.Equal(t, 200, n.batch(op("get", sc("while-held")))[0].Status)
 }
 
+// One tenant's unread answers held the whole node's batch answer memory,
+// and every other tenant's batch was 503 for as long as it kept doing so
+// (attack on loopback: four connections of 256 gets of a 64 KiB response,
+// never read). With auth on, a token's requests hold at most half of it:
+// the tenant's next batch is 503 naming its token, another tenant's goes.
+func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
+	const otherToken = "other-app-token-0123456789"
+	n := mustNode(t, withAuthFile(t, authFile(fmt.Sprintf(`{"name":"shop","sha256":%q,"role":"app","principals":["cus_b*"]}`, api.HashToken(otherToken)))),
+		withAPI(func(c *api.Config) {
+			c.MaxBatchAnswerBytes = 16 << 20
+			c.BatchAnswerWriteTimeout = 30 * time.Second
+			c.MaxBatchOps = 1024
+		}))
+	a, b := n.as(appToken), n.as(otherToken)
+	big := scope{"cus_a1", "POST /payments", "big"}
+	tok := a.mustClaim(big, fp1)["token"].(string)
+	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 60<<10))
+	r := a.complete(big, tok, map[string]any{"status": 200, "content_type": "text/plain", "body": body})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+
+	// 80 MB of answer, past the node's 16 MiB: the gets past the bound are
+	// answered 503, and those answers fill it up.
+	gets := make([]any, 1024)
+	for i := range gets {
+		gets[i] = op("get", big)
+	}
+	req, err := json.Marshal(map[string]any{"ops": gets})
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = fmt.Fprintf(conn, "POST /v1/batch HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", appToken, len(req), req)
+	require.NoError(t, err)
+
+	probe := map[string]any{"ops": []any{op("get", scope{"cus_a1", "POST /payments", "nothing"})}}
+	var refused reply
+	require.Eventually(t, func() bool {
+		refused = a.post("/v1/batch", probe)
+		return refused.status == http.StatusServiceUnavailable
+	}, 5*time.Second, 20*time.Millisecond, "the tenant's own batch while its unread answer holds its half")
+	require.Contains(t, string(refused.raw), `the token \"payments\" holds half of the memory`)
+
+	// The other tenant's batch is decided: a claim and a get of it.
+	mine := scope{"cus_b1", "POST /payments", "k"}
+	rs := b.batch(op("claim", mine, "fingerprint", fp1), op("get", mine))
+	require.Equal(t, http.StatusCreated, rs[0].Status, "%s", rs[0].Body)
+	require.Equal(t, http.StatusOK, rs[1].Status, "%s", rs[1].Body)
+}
+
 // The bound on batch answers holds for answers being made, not only for
 // those being written: many batches of gets sent at once all passed the
 // check before any was written, and one client holding 150 connections

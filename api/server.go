@@ -73,6 +73,8 @@ type Server struct {
 	mux   *http.ServeMux
 	// answering is the bytes of batch answers being made or written now.
 	answering atomic.Int64
+	// answeringBy is the same per token: at most half of it each.
+	answeringBy tokenHoldings
 	// unknown answers a path no route serves (404, after the auth guard).
 	unknown http.HandlerFunc
 	fwd     *forwarder
