@@ -109,3 +109,23 @@ func TestAuthFileMaxPrincipals(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, creds.List()[0].MaxPrincipals, "no cap unless set")
 }
+
+// With auth on, the cluster's 429 principal_limit gave a tenant the
+// operator's --max-principals (only /v1/config, an operator route, shows
+// it) and, less its own principals, how many the other tenants hold. It
+// names the flag, not the figure; with auth off the figure stays.
+func TestClusterPrincipalLimitHidesTheCountFromTenants(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, capAuthFile()), withLimits(func(l *api.Limits) { l.MaxPrincipals = 3 }))
+	a, b := n.as(cappedToken), n.as(otherToken)
+	s := func(p, k string) scope { return scope{p, "POST /x", k} }
+	b.mustClaim(s("tb_1", "k"), fp1)
+	b.mustClaim(s("tb_2", "k"), fp1)
+	a.mustClaim(s("ta_1", "k"), fp1)
+	p := requireProblem(t, a.claim(s("solo", "k"), fp1), http.StatusTooManyRequests, "principal_limit")
+	require.Contains(t, p["detail"], "--max-principals")
+	require.NotContains(t, p["detail"], "3")
+	res := a.batch(op("claim", s("solo", "k"), "fingerprint", fp1))
+	require.Equal(t, http.StatusTooManyRequests, res[0].Status, "%s", res[0].Body)
+	require.NotContains(t, string(res[0].Body), "3 principals")
+}

@@ -298,7 +298,13 @@ func (s *Server) answerClaim(w http.ResponseWriter, a engine.ClaimArgs, cred *Cr
 			writeProblem(w, p)
 			return
 		}
-		p := newProblem(http.StatusTooManyRequests, codePrincipalLimit, fmt.Sprintf("the cluster holds keys of %d principals, the most allowed (--max-principals); principal %q has none", s.cfg.Limits.MaxPrincipals, scope.Principal))
+		held := fmt.Sprintf("%d principals, the most allowed", s.cfg.Limits.MaxPrincipals)
+		if s.cfg.Auth != nil {
+			// Not to a tenant: the bound is the operator's (/v1/config),
+			// and less the tenant's own principals it counts the others'.
+			held = "as many principals as it may"
+		}
+		p := newProblem(http.StatusTooManyRequests, codePrincipalLimit, fmt.Sprintf("the cluster holds keys of %s (--max-principals); principal %q has none", held, scope.Principal))
 		p.retryAfter = 60
 		writeProblem(w, p)
 	default:
