@@ -17,6 +17,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // Authentication and roles. With an auth file every route but /healthz and
@@ -455,7 +457,7 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 		}
 		least, where := policy(r)
 		if cred.Role < least {
-			s.log.Info("request refused: role", "token", cred.Name, "role", cred.Role.String(), "method", r.Method, "path", r.URL.Path)
+			s.logRefused("request refused: role", "token", cred.Name, "role", cred.Role.String(), "method", r.Method, "path", r.URL.Path)
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
 		}
@@ -474,7 +476,7 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 				return // answered
 			}
 			if principal != nil && !cred.Allows(*principal) {
-				s.log.Info("request refused: principal", "token", cred.Name, "principal", truncate(*principal, 64), "path", r.URL.Path)
+				s.logRefused("request refused: principal", "token", cred.Name, "principal", truncate(*principal, 64), "path", r.URL.Path)
 				writeProblem(w, forbidden(fmt.Sprintf("the app token %q may act only for the principals %s, not %q",
 					cred.Name, strings.Join(cred.Principals, ", "), truncate(*principal, 64))))
 				return
@@ -482,6 +484,23 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 		}
 		h(w, r)
 	}
+}
+
+// logRefused logs a request refused for its role or principal, at most
+// one a second: a token sending batches of ops for principals it may not
+// act for made a line per op, 256 a request, as fast as it could send them
+// (attack on loopback), and a log fills a disk too. The next line says how
+// many went unlogged.
+func (s *Server) logRefused(msg string, args ...any) {
+	last := s.refusedLog.Load()
+	if mono.Since(last) < time.Second || !s.refusedLog.CompareAndSwap(last, mono.Now()) {
+		s.refusedUnlogged.Add(1)
+		return
+	}
+	if n := s.refusedUnlogged.Swap(0); n > 0 {
+		args = append(args, "refused_unlogged", n)
+	}
+	s.log.Info(msg, args...)
 }
 
 // credentialKey holds, in a request's context, the credential that

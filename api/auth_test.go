@@ -2,12 +2,15 @@ package api_test
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -404,4 +407,46 @@ func TestAuthFileNotATokenListIsNotAdminTokens(t *testing.T) {
 		require.Error(t, err, "%q must be refused, not read as admin tokens", file)
 		require.ErrorContains(t, err, "line ", file)
 	}
+}
+
+// Each op of a batch refused for its principal logged a line: 256 a
+// request, as fast as a token could send them, enough to fill a disk with
+// the node's log (attack on loopback). At most one a second now, the next
+// saying how many went unlogged.
+func TestRefusalsAreLoggedAtMostOnceASecond(t *testing.T) {
+	t.Parallel()
+	var logs lockedLog
+	n := mustNode(t, withAuthFile(t, authFile()), withAPI(func(c *api.Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	}))
+	app := n.as(appToken)
+	ops := make([]any, 256)
+	for i := range ops {
+		ops[i] = op("get", scope{"cus_b1", "POST /payments", fmt.Sprint("k", i)})
+	}
+	for _, r := range app.batch(ops...) {
+		require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "request refused"), "%s", logs.String())
+	time.Sleep(1100 * time.Millisecond)
+	requireProblem(t, app.lookup(scope{"cus_b1", "POST /payments", "k"}), http.StatusForbidden, "forbidden")
+	require.Equal(t, 2, strings.Count(logs.String(), "request refused"), "%s", logs.String())
+	require.Contains(t, logs.String(), "refused_unlogged=255")
+}
+
+type lockedLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -75,6 +75,9 @@ type Server struct {
 	answering atomic.Int64
 	// answeringBy is the same per token: at most half of it each.
 	answeringBy tokenHoldings
+	// refusedLog is when a refusal was last logged (logRefused), and
+	// refusedUnlogged how many since went unlogged.
+	refusedLog, refusedUnlogged atomic.Int64
 	// unknown answers a path no route serves (404, after the auth guard).
 	unknown http.HandlerFunc
 	fwd     *forwarder
