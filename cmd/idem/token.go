@@ -246,7 +246,43 @@ func runTokenCheck(args []string, stdout, stderr io.Writer) int {
 		}
 		fmt.Fprintln(stdout, line)
 	}
+	list := creds.List()
+	for i := range list {
+		for _, b := range list[i+1:] {
+			if a := list[i]; a.Role == api.RoleApp && b.Role == api.RoleApp {
+				if shared, ok := sharedPrincipals(a.Principals, b.Principals); ok {
+					fmt.Fprintf(stdout, "note: app tokens %q and %q may both act for %s: each reads, completes and releases the other's records there (as meant while one service moves to a new token; otherwise narrow one)\n",
+						a.Name, b.Name, shared)
+				}
+			}
+		}
+	}
 	return 0
+}
+
+// sharedPrincipals names principals that two app tokens' patterns both
+// allow (exact names, or prefixes ending in '*'), as the narrower of the
+// first two patterns that meet.
+func sharedPrincipals(a, b []string) (string, bool) {
+	for _, p := range a {
+		for _, q := range b {
+			pp, pPrefix := strings.CutSuffix(p, "*")
+			qp, qPrefix := strings.CutSuffix(q, "*")
+			switch {
+			case !pPrefix && !qPrefix && p == q:
+				return fmt.Sprintf("the principal %q", p), true
+			case !pPrefix && qPrefix && strings.HasPrefix(p, qp):
+				return fmt.Sprintf("the principal %q", p), true
+			case pPrefix && !qPrefix && strings.HasPrefix(q, pp):
+				return fmt.Sprintf("the principal %q", q), true
+			case pPrefix && qPrefix && strings.HasPrefix(pp, qp):
+				return fmt.Sprintf("the principals matching %q", p), true
+			case pPrefix && qPrefix && strings.HasPrefix(qp, pp):
+				return fmt.Sprintf("the principals matching %q", q), true
+			}
+		}
+	}
+	return "", false
 }
 
 // loadAuth reads --auth-file and --node-token-file for idem serve: the

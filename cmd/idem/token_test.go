@@ -404,3 +404,36 @@ func TestLooseSecretFilesAreNamed(t *testing.T) {
 	require.NoError(t, os.Chmod(auth, 0o620))
 	require.Contains(t, load(), "--auth-file is writable by other users")
 }
+
+// Two app tokens whose patterns meet see each other's records there; the
+// check passed such a file without a word (cus_* beside cus_b*: the first
+// token has all of the second's). It notes each pair now, and still passes:
+// two tokens of one service are how a token is rotated.
+func TestTokenCheckNotesSharedPrincipals(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "auth.json")
+	writeAuth(t, file,
+		entry("x", "t-x", "app", "cus_*"),
+		entry("y", "t-y", "app", "cus_b*", "acme"),
+		entry("z", "t-z", "app", "acme"),
+		entry("w", "t-w", "app", "other"),
+		entry("ops", "t-ops", "operator"))
+	code, out, _ := runTokenCmd(t, "check", file)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `note: app tokens "x" and "y" may both act for the principals matching "cus_b*"`)
+	require.Contains(t, out, `note: app tokens "y" and "z" may both act for the principal "acme"`)
+	require.Equal(t, 2, strings.Count(out, "note:"), out)
+
+	for _, c := range []struct {
+		a, b []string
+		want string
+	}{
+		{[]string{"cus_a1"}, []string{"cus_*"}, `the principal "cus_a1"`},
+		{[]string{"*"}, []string{"p"}, `the principal "p"`},
+		{[]string{"cus_a*"}, []string{"cus_b*"}, ""},
+		{[]string{"cus_a"}, []string{"cus_ab*"}, ""},
+	} {
+		got, ok := sharedPrincipals(c.a, c.b)
+		require.Equal(t, c.want != "", ok, "%v %v", c.a, c.b)
+		require.Equal(t, c.want, got)
+	}
+}
