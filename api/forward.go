@@ -129,6 +129,12 @@ const minForwardWait = time.Second
 // "outcome unknown" only when the request may have reached a leader. A
 // non-nil return means the answer is written.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, do func() error) error {
+	if why := s.store.Superseded(); why != "" {
+		// Its records are older than the recovered cluster's: not one is
+		// served, nor is a write taken (superseded.go).
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
+		return errAnswered
+	}
 	deadline := time.Now().Add(s.cfg.LeaderWait)
 	forwarded := s.fromPeer(r)
 	for {

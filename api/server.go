@@ -621,6 +621,10 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	unready := func(detail string) {
 		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, detail))
 	}
+	if why := s.store.Superseded(); why != "" {
+		unready(why)
+		return
+	}
 	if why := s.store.ForeignLeader(); why != "" {
 		unready(why)
 		return

@@ -22,6 +22,9 @@ type Store interface {
 	// ready while a leader of another cluster sends it entries ("": it is
 	// not; raftfsm.Node.ForeignLeader).
 	ForeignLeader() string
+	// Superseded is why this node answers every request 503: its cluster
+	// was recovered without it ("": it was not; raftfsm.Node.Superseded).
+	Superseded() string
 	IsLeader() bool
 	// LogStopped is raftfsm.ErrLogStopped while this node's raft log takes
 	// no entries for want of space, else nil: with no leader known, a

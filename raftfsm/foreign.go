@@ -3,6 +3,8 @@ package raftfsm
 import (
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -66,6 +68,27 @@ type foreignGuard struct {
 	// hook, when set (tests only), is asked first about each RPC: an
 	// error refuses it as the guard's own do.
 	hook atomic.Pointer[func(raft.RPC) error]
+	// leftOut, set before raft runs, names the members this data dir's
+	// recoveries left out (superseded.go): their appends are answered
+	// with leftOutError. onLeftOut is told when a member answers this
+	// node's own append so.
+	leftOut   recoveryRecord
+	onLeftOut func(raft.ServerID, raft.ServerAddress, error)
+	// leftOutTold spaces the log of left-out members told.
+	leftOutTold spacer
+}
+
+// AppendEntries is the transport's, and learns from a member's answer that
+// this node was left out of a recovery (superseded.go). Raft's heartbeats
+// come this way, so a leader learns it within one heartbeat; entries may
+// also go by a pipeline, whose errors are not looked at: the heartbeats
+// suffice.
+func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	err := g.NetworkTransport.AppendEntries(id, target, args, resp)
+	if err != nil && g.onLeftOut != nil && strings.Contains(err.Error(), supersededMarker) {
+		g.onLeftOut(id, target, err)
+	}
+	return err
 }
 
 // voteGate is the part of a Node the guard asks about votes.
@@ -220,6 +243,9 @@ func (g *foreignGuard) foreign(from raft.RPCHeader) error {
 	if r == nil {
 		return fmt.Errorf("raftfsm: %s is starting", g.self)
 	}
+	if err := g.leftOutLeader(r, from); err != nil {
+		return err
+	}
 	if !g.armed.Load() {
 		return nil
 	}
@@ -239,6 +265,25 @@ func (g *foreignGuard) foreign(from raft.RPCHeader) error {
 	g.lastRefused.Store(mono.Now())
 	if g.refused.allow(time.Minute) {
 		g.log.Error("a leader of another cluster sends this node entries; refused: this node keeps its own state", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr), "error", err)
+	}
+	return err
+}
+
+// leftOutLeader refuses an append or a snapshot from a leader that a
+// recovery of this data dir left out, while it is not a member again (it
+// rejoins with an empty data dir): its cluster was replaced by this one.
+// The node stays ready: it is the recovered cluster, the sender is not.
+func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
+	if !slices.Contains(g.leftOut.LeftOut, string(from.ID)) {
+		return nil
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(from.ID) }) {
+		return nil
+	}
+	err := leftOutError(g.self, g.leftOut, from)
+	if g.leftOutTold.allow(time.Minute) {
+		g.log.Warn("a member that idem recover left out leads its old cluster with an older state; told it to stop serving", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
 	}
 	return err
 }

@@ -120,6 +120,12 @@ func errorLevel(msg string, args []any) slog.Level {
 	if !isErr {
 		return slog.LevelError
 	}
+	if strings.Contains(err.Error(), supersededMarker) {
+		// A recovered member's answer to this node, left out of the
+		// recovery: the node said so once (superseded.go) and answers
+		// every request 503; raft would say it at every heartbeat.
+		return slog.LevelDebug
+	}
 	switch msg {
 	case "failed to open snapshot", "failed to send snapshot to":
 		// A leader short of disk to write its state out for a follower

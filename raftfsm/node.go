@@ -76,9 +76,12 @@ type Node struct {
 	// admission is what the file says of the node's admission.
 	joining   atomic.Bool
 	admission atomic.Uint64
-	votes     voteHold     // votehold.go: the vote of a node that started empty
-	campaign  campaignHold // votehold.go: its candidacy, held with its vote
-	guard     *foreignGuard
+	// supersededBy, once set, is why this node answers every request 503:
+	// its cluster was recovered without it (superseded.go).
+	supersededBy atomic.Pointer[string]
+	votes        voteHold     // votehold.go: the vote of a node that started empty
+	campaign     campaignHold // votehold.go: its candidacy, held with its vote
+	guard        *foreignGuard
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps
@@ -116,6 +119,15 @@ func open(cfg Config) (*Node, error) {
 	}
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftfsm: create data dir: %w", err)
+	}
+	if rec, err := readSuperseded(cfg.DataDir); err != nil {
+		return nil, err
+	} else if rec != nil {
+		return nil, fmt.Errorf("%w: %s", ErrSuperseded, rec.message(cfg.DataDir))
+	}
+	leftOut, lerr := readRecoveryRecord(cfg.DataDir)
+	if lerr != nil {
+		return nil, lerr
 	}
 	tightenDataDir(cfg.DataDir, cfg.Logger)
 	var reg *undoRegisterer
@@ -270,6 +282,7 @@ func open(cfg Config) (*Node, error) {
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans
 	trans.votes = n
+	trans.leftOut, trans.onLeftOut = leftOut, n.superseded
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, loudStable{n.stable, cfg.Logger, cfg.DataDir}, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}

@@ -354,6 +354,15 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: %w", err)
 	}
+	// The members left out must not serve their older state if they come
+	// back with their data dirs: this node tells them so (superseded.go).
+	var before []string
+	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
+		before = append(before, p.ID)
+	}
+	if err := recordRecovery(dir, nodeID, before, peers, o.db.Meta().Applied); err != nil {
+		return st, fmt.Errorf("raftfsm: recover: the configuration was rewritten, but the members it leaves out could not be recorded (run idem recover again): %w", err)
+	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
 	return st, nil
 }

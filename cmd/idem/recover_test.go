@@ -287,3 +287,95 @@ func TestRecoverWithLostSnapshotsTriesTheMembersTheStateRecords(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, before, after, "a refused recover changed the data dir")
 }
+
+// The members idem recover left out, started again with their data dirs
+// (systemd restarting them after a kill -9), were a majority of the old
+// configuration: they elected a leader and served their older records, so
+// keys the recovered cluster held were claimed again through them, and
+// the recovered node, refusing their entries as another cluster's, was
+// the one /readyz called unready (walk of the operator docs). Now the
+// recovered node tells their leader it was left out; that leader answers
+// every request 503 saying so (a follower's requests too, which go to it),
+// the recovered node stays ready, and a left-out node will not start on
+// its data dir again.
+func TestMembersLeftOutOfARecoveryStopServing(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	for i := range 3 {
+		claimOK(t, c.leader().http, fmt.Sprint("pre-", i))
+	}
+	waitSameState(t, c.nodes...)
+	survivor := c.node("n1")
+	left := c.others(survivor)
+	for _, n := range left {
+		n.kill(t)
+	}
+	survivor.kill(t)
+	out, err := idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", "n1="+survivor.raft, "--yes")
+	require.NoError(t, err, out)
+	c.restart(survivor, nil)
+	c.waitStable(survivor)
+	for i := range 3 {
+		claimOK(t, survivor.http, fmt.Sprint("post-", i))
+	}
+
+	// Started as they were before the cluster formed (no --join: each has
+	// its state and the old configuration), as a unit file would.
+	for _, n := range left {
+		c.restart(n, []string{"--node-id", n.id})
+	}
+	// Their leader learns it at its first heartbeat to n1; its follower's
+	// requests go to it.
+	for _, n := range left {
+		waitFor(t, 30*time.Second, n.id+" refusing as left out of the recovery", func() (bool, string) {
+			a := call("POST", n.http, "/v1/claim", claimReq("post-0", "stale-check"))
+			return a.code == 503 && strings.Contains(string(a.body), "left out of a recovery"), a.String()
+		})
+		a := call("GET", n.http, recordPath("pre-0", ""), "")
+		require.Equal(t, 503, a.code, "a linearizable read of the old state through %s: %s", n.id, a)
+	}
+	// Not one of the recovered cluster's keys was claimed again.
+	for i := range 3 {
+		a := call("POST", survivor.http, "/v1/claim", claimReq(fmt.Sprint("post-", i), "stale-check"))
+		require.Equal(t, 409, a.code, "post-%d on the recovered node: %s", i, a)
+	}
+	a := call("GET", survivor.http, "/readyz", "")
+	require.Equal(t, 200, a.code, "the recovered node, told apart from another cluster: %s", a)
+
+	// Stopped and started again, a left-out node refuses to start: only the
+	// one that heard it has the file, so look at both.
+	refused := 0
+	var follower *cnode
+	for _, n := range left {
+		n.kill(t)
+		if _, err := os.Stat(filepath.Join(n.dir, raftfsm.SupersededFile)); err != nil {
+			follower = n
+			continue
+		}
+		c.restart(n, []string{"--node-id", n.id})
+		select {
+		case <-n.p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s started on a data dir left out of a recovery", n.id)
+		}
+		require.Error(t, n.p.err)
+		require.Contains(t, n.p.logs.String(), "left out of a recovery")
+		require.Contains(t, n.p.logs.String(), "start this node with an empty data dir and --join")
+		refused++
+	}
+	require.Positive(t, refused, "no left-out node recorded it")
+
+	// The other, which followed, is started with its first command (--join
+	// n1), and was taken in by n1 with its older state: its log replaced
+	// by n1's, its state kept past n1's entries where it had applied its
+	// own. n1 refuses it now, naming what to do (the node logs n1's answer).
+	if follower != nil {
+		c.restart(follower, nil)
+		waitFor(t, 30*time.Second, "n1 refusing "+follower.id+"'s join", func() (bool, string) {
+			return strings.Contains(follower.p.logs.String(), follower.id+" was left out when idem recover made n1 this cluster"), ""
+		})
+		a := call("GET", survivor.http, "/v1/cluster", "")
+		require.Equal(t, 200, a.code, "%s", a)
+		require.NotContains(t, string(a.body), `"`+follower.id+`"`, "a left-out member with its old state was taken in")
+	}
+	require.NotContains(t, survivor.p.logs.String(), "level=ERROR", "the recovered node")
+}

@@ -366,6 +366,7 @@ var dataDirEntries = map[string]bool{
 	"node.json": true, "node.json.tmp": true, "raft.db": true, "raft-wal": true, "raft-wal.tmp": true, "snapshots": true,
 	"fsm": true, "fsm.filters": true, "fsm.filters.tmp": true, "fsm.restore": true, // engine: probe filters, a restore being built
 	raftfsm.BallastFile: true, raftfsm.BallastFile + ".tmp": true,
+	raftfsm.RecoveredFile: true, raftfsm.RecoveredFile + ".tmp": true, raftfsm.SupersededFile: true, // superseded.go
 }
 
 // checkDataDir refuses a --data-dir that exists, is not empty and holds

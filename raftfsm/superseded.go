@@ -1,0 +1,177 @@
+package raftfsm
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// After idem recover makes a survivor the cluster, the members it left out
+// still hold the old configuration. Started again with their data dirs
+// (systemd's Restart=always after a kill -9 does it), two of three are a
+// majority of that configuration: they elect a leader and serve their
+// older records, so keys the recovered cluster holds are claimed again,
+// and load balancers route to them (the recovered node, refusing their
+// entries as another cluster's, was the one that looked unready).
+//
+// So Recover records whom it left out (recoveredFile). The recovered node
+// answers an append from one of them, while it is not a member again, with
+// an error that says so (supersededMarker) and stays ready. A leader that
+// gets that answer writes supersededFile into its own data dir, answers
+// every request 503 from then on (Node.Superseded), and refuses to start
+// on that data dir again: its cluster was replaced, and only an operator
+// may decide what becomes of its records.
+const (
+	recoveredFile  = "recovered.json"
+	supersededFile = "superseded.json"
+	// supersededMarker starts the error a recovered node answers a
+	// left-out member's append with; the leader that gets it learns so.
+	supersededMarker = "raftfsm: left out of a recovery:"
+)
+
+// ErrSuperseded is returned by Open for a data dir whose node learned that
+// its cluster was recovered without it.
+var ErrSuperseded = errors.New("raftfsm: this node was left out of a recovery of its cluster")
+
+// RecoveredFile and SupersededFile name the two files in a data dir.
+const (
+	RecoveredFile  = recoveredFile
+	SupersededFile = supersededFile
+)
+
+// recoveryRecord is recoveredFile: the members recoveries of this data dir
+// left out, by id.
+type recoveryRecord struct {
+	LeftOut []string  `json:"left_out"`
+	At      time.Time `json:"recovered_at"`
+	Node    string    `json:"node"`
+	Applied uint64    `json:"applied_index"`
+}
+
+func readRecoveryRecord(dir string) (recoveryRecord, error) {
+	var rec recoveryRecord
+	b, err := os.ReadFile(filepath.Join(dir, recoveredFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return rec, nil
+	}
+	if err != nil {
+		return rec, fmt.Errorf("raftfsm: read %s: %w", filepath.Join(dir, recoveredFile), err)
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return rec, fmt.Errorf("raftfsm: %s is damaged (%v): it lists the members a recovery left out; restore it from a copy, or delete it if no member was left out", filepath.Join(dir, recoveredFile), err)
+	}
+	return rec, nil
+}
+
+// recordRecovery adds to recoveredFile the members of before that the new
+// configuration leaves out; members it names again are taken off the list.
+func recordRecovery(dir, node string, before []string, peers []Peer, applied uint64) error {
+	rec, err := readRecoveryRecord(dir)
+	if err != nil {
+		return err
+	}
+	kept := func(id string) bool { return slices.ContainsFunc(peers, func(p Peer) bool { return p.ID == id }) }
+	for _, id := range before {
+		if !kept(id) && !slices.Contains(rec.LeftOut, id) {
+			rec.LeftOut = append(rec.LeftOut, id)
+		}
+	}
+	rec.LeftOut = slices.DeleteFunc(rec.LeftOut, kept)
+	if len(rec.LeftOut) == 0 {
+		if err := os.Remove(filepath.Join(dir, recoveredFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(dir, recoveredFile), err)
+		}
+		return syncDir(dir)
+	}
+	slices.Sort(rec.LeftOut)
+	rec.At, rec.Node, rec.Applied = time.Now().UTC(), node, applied
+	b, _ := json.MarshalIndent(rec, "", "  ")
+	tmp := filepath.Join(dir, recoveredFile+".tmp")
+	if err := writeSynced(tmp, append(b, '\n')); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, recoveredFile)); err != nil {
+		return fmt.Errorf("raftfsm: %w", err)
+	}
+	return syncDir(dir)
+}
+
+// leftOutError is the recovered node's answer to an append from leader
+// from, a member its recovery left out.
+func leftOutError(self raft.ServerID, rec recoveryRecord, from raft.RPCHeader) error {
+	return fmt.Errorf("%s node %s was made the cluster by idem recover on %s (state at index %d) without %s: %s's data dir holds an older state, which must not serve; "+
+		"move it aside and start %s with an empty data dir and --join naming %s's HTTP address",
+		supersededMarker, self, rec.At.Format(time.RFC3339), rec.Applied, from.ID, from.ID, from.ID, self)
+}
+
+// supersededRecord is supersededFile: what this node learned, from whom.
+type supersededRecord struct {
+	From    string    `json:"from"`
+	Address string    `json:"raft_address"`
+	At      time.Time `json:"learned_at"`
+	Detail  string    `json:"detail"`
+}
+
+func (r supersededRecord) message(dir string) string {
+	return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
+		"The records here are older than the recovered cluster's: served, they would let keys it holds be claimed again. "+
+		"Keep this data dir aside (it may hold records acknowledged after that recovery, to read with idem snapshot inspect after a save) and start this node with an empty data dir and --join naming a member of the recovered cluster. "+
+		"Only if that recovery was the mistake and %s is stopped for good, delete %s to serve this data dir again",
+		r.From, r.Address, r.At.Format(time.RFC3339), strings.TrimPrefix(r.Detail, supersededMarker+" "), r.From, filepath.Join(dir, supersededFile))
+}
+
+func readSuperseded(dir string) (*supersededRecord, error) {
+	b, err := os.ReadFile(filepath.Join(dir, supersededFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: read %s: %w", filepath.Join(dir, supersededFile), err)
+	}
+	var r supersededRecord
+	if json.Unmarshal(b, &r) != nil {
+		r = supersededRecord{From: "a recovered member", Detail: "(the file is damaged)"}
+	}
+	return &r, nil
+}
+
+// superseded is called when a member answered this node's append with
+// leftOutError: the first time, it writes supersededFile and makes the
+// node answer every request 503 (Superseded).
+func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) {
+	if n.supersededBy.Load() != nil {
+		return
+	}
+	detail := err.Error()
+	if i := strings.Index(detail, supersededMarker); i >= 0 {
+		detail = detail[i:]
+	}
+	rec := supersededRecord{From: string(to), Address: string(addr), At: time.Now().UTC(), Detail: detail}
+	msg := fmt.Sprintf("%v: %s", ErrSuperseded, rec.message(n.cfg.DataDir))
+	if !n.supersededBy.CompareAndSwap(nil, &msg) {
+		return
+	}
+	b, _ := json.MarshalIndent(rec, "", "  ")
+	if werr := writeSynced(filepath.Join(n.cfg.DataDir, supersededFile), append(b, '\n')); werr != nil {
+		n.log.Error("could not record that this node was left out of a recovery; it refuses requests until it stops, and a restart would serve this data dir again", "error", werr)
+	} else if werr := syncDir(n.cfg.DataDir); werr != nil {
+		n.log.Error("could not sync the data dir after recording that this node was left out of a recovery", "error", werr)
+	}
+	n.log.Error("this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again", "recovered-member", string(to), "error", msg)
+}
+
+// Superseded is why this node answers every request 503: a member of
+// its cluster was recovered without it (superseded.go). "" otherwise.
+func (n *Node) Superseded() string {
+	if m := n.supersededBy.Load(); m != nil {
+		return *m
+	}
+	return ""
+}
