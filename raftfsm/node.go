@@ -739,10 +739,10 @@ func addressOfAnother(r *raft.Raft, self raft.ServerID, addr string) error {
 	}
 	for _, s := range servers {
 		if string(s.Address) == addr && s.ID != self {
-			return fmt.Errorf("%w: this data dir is node %s's, and its cluster configuration lists raft address %s as member %s's. "+
-				"Swapped data dirs or --node-id? Start each node on its own data dir at its own addresses (%s's data dir at %s). "+
-				"If %s was removed from the cluster, or moved to other addresses, while this node was down, start this node at another --raft-addr: the cluster records its new address",
-				ErrAddressOfAnother, self, addr, s.ID, s.ID, addr, s.ID)
+			return fmt.Errorf("%w: started as node %s, but the cluster configuration in this data dir lists raft address %s as member %s's. "+
+				"Most likely this is %s's data dir, or the data dirs were swapped: start %s's data dir with --node-id %s at %s, and each node on its own data dir at its own addresses. "+
+				"Only if this data dir is %s's for certain, and %s was removed from the cluster or moved to other addresses while it was down, start it at another --raft-addr: the cluster records its new address",
+				ErrAddressOfAnother, self, addr, s.ID, s.ID, s.ID, s.ID, addr, self, s.ID)
 		}
 	}
 	return nil

@@ -32,6 +32,7 @@ func TestNodeRefusesARaftAddressItsConfigurationGivesAnother(t *testing.T) {
 	_, err := Open(cfg)
 	require.ErrorIs(t, err, ErrAddressOfAnother)
 	require.Contains(t, err.Error(), "member n1's")
+	require.Contains(t, err.Error(), "Most likely this is n1's data dir", "the likelier mistake first, not \"this data dir is n2's\"")
 
 	// At its own address it starts, with its state as it was.
 	again := c.openAt("n2", dir2, n2.self.RaftAddr, false, &logBuffer{})

@@ -157,6 +157,10 @@ func TestWrongNodeFileSaysTheWayOut(t *testing.T) {
 	out, code := exited(t, launch(t, dir, httpAddr, raftAddr, "--node-id", "n1"))
 	require.Equal(t, 2, code, "%s", out)
 	require.Contains(t, out, `--node-id "n1" differs from "n2"`)
+	// The flag is the likelier mistake, and said first: an operator who
+	// moved node.json aside on a mere typo went on to run n3's data dir as
+	// n2 (walk of the operator docs).
+	require.Contains(t, out, "start it with --node-id n2. Only if that file is what is wrong")
 	require.Contains(t, out, "mv "+path+" "+path+".bad")
 	require.NoError(t, os.Rename(path, path+".bad"))
 	start(t, dir, httpAddr, raftAddr, "--node-id", "n1")

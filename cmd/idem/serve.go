@@ -488,9 +488,9 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	if nf.NodeID != "" && nf.NodeID != c.nodeID {
 		// node.json itself may be what is wrong: an earlier release wrote
 		// it with whatever --node-id started a data dir that had lost it.
-		return nil, usageError{fmt.Errorf("--node-id %q differs from %q, the node %s was created for (%s records it); "+
-			"if that file is what is wrong (written by a start under a mistaken --node-id), move it aside (mv %s %s.bad) and start again: without it, --node-id is checked against the raft configuration stored in %s",
-			c.nodeID, nf.NodeID, c.dataDir, path, path, path, c.dataDir)}
+		return nil, usageError{fmt.Errorf("--node-id %q differs from %q, the node %s was created for (%s records it): start it with --node-id %s. "+
+			"Only if that file is what is wrong (written by a start under a mistaken --node-id), move it aside (mv %s %s.bad) and start again: without it, --node-id is checked against the raft configuration stored in %s",
+			c.nodeID, nf.NodeID, c.dataDir, path, nf.NodeID, path, path, c.dataDir)}
 	}
 	return nil, nil
 }
