@@ -178,7 +178,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			w.Header().Set(notAppliedHeader, "1")
 		}
 		if leaderless && s.outsideCluster() {
-			writeProblem(w, notMemberProblem())
+			writeProblem(w, s.notMemberProblem())
 			return errAnswered
 		}
 		writeProblem(w, storeProblem(err))
@@ -373,9 +373,16 @@ func (s *Server) outsideCluster() bool {
 	return ok && m.HasState() && !m.IsMember()
 }
 
-func notMemberProblem() *problem {
+func (s *Server) notMemberProblem() *problem {
+	member := ""
+	if m, ok := s.store.(interface{ PeerHTTPAddrs() []string }); ok {
+		if addrs := m.PeerHTTPAddrs(); len(addrs) > 0 {
+			member = addrs[0]
+		}
+	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-		"this node is not in the cluster's configuration (it was removed, or has not been admitted yet), so it cannot take writes or joins: send them to a member; an operator adds it back with idem cluster join --addr <a member's HTTP address>")
+		"this node is not in the cluster's configuration (it was removed, or has not been admitted yet), so it cannot take writes or joins: send them to a member; an operator adds it back with "+
+			raftfsm.AddBackCommand(s.store.Self(), member))
 	p.retryAfter = 5
 	return p
 }

@@ -169,6 +169,16 @@ func (n *Node) SetPeerProbe(p PeerProbe) {
 	n.peers.mu.Unlock()
 }
 
+// AddBackCommand is the command that adds node back to a cluster, ready
+// to paste: member is a member's HTTP address to ask, "" for a placeholder
+// without angle brackets, which a shell would take for a redirection.
+func AddBackCommand(node NodeInfo, member string) string {
+	if member == "" {
+		member = "MEMBER_HTTP_ADDR"
+	}
+	return fmt.Sprintf("%s cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", CommandName, node.ID, node.RaftAddr, node.HTTPAddr, member)
+}
+
 // Errors of membership changes. (They live here rather than in errors.go
 // because they carry the details the operator needs.)
 var (

@@ -1055,6 +1055,9 @@ func watchRemoved(t *testing.T, c *testCluster, removed *cnode, rest []*cnode) {
 	a := call("POST", removed.http, "/v1/claim", claimReq("to-removed-final-"+removed.id, ""))
 	require.True(t, a.unavailable503(), "%s", a)
 	require.Contains(t, string(a.body), "not in the cluster's configuration", "%s", a)
+	// With the whole command to paste: the CLI refuses a join without
+	// --id, --raft-addr and --node-http-addr.
+	require.Contains(t, string(a.body), "cluster join --id "+removed.id+" --raft-addr "+removed.raft+" --node-http-addr "+removed.http+" --addr ", "%s", a)
 }
 
 // moveLeadership makes target the leader with `idem cluster

@@ -70,7 +70,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			// moment while it replays entries older than its admission.)
 			if outside == 2 {
 				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
-					"add-back", addBackCommand(c))
+					"add-back", addBackCommand(c, node.PeerHTTPAddrs()...))
 			}
 		case node.IsMember() && !node.IsLeader() && (!node.Registered() || node.AdmissionPending()) && !alone(node, c.nodeID):
 			// AdmissionPending: taken in before it asked (by hand), or its
@@ -126,18 +126,17 @@ func alone(node *raftfsm.Node, self string) bool {
 }
 
 // addBackCommand is the command that adds a removed node back, ready to
-// paste: the member to ask is one of --join (not the node itself), else a
-// placeholder without angle brackets, which a shell would take for a
-// redirection.
-func addBackCommand(c *serveConfig) string {
-	member := "MEMBER_HTTP_ADDR"
-	for _, a := range splitAddrs(c.join) {
+// paste: the member to ask is one of --join (not the node itself), else
+// one of the members the node knows (known), else a placeholder.
+func addBackCommand(c *serveConfig, known ...string) string {
+	member := ""
+	for _, a := range append(splitAddrs(c.join), known...) {
 		if a != c.httpAdvertise {
 			member = a
 			break
 		}
 	}
-	return fmt.Sprintf("%s cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", raftfsm.CommandName, c.nodeID, c.raftAdvertise, c.httpAdvertise, member)
+	return raftfsm.AddBackCommand(raftfsm.NodeInfo{ID: c.nodeID, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}, member)
 }
 
 type member struct {

@@ -91,6 +91,9 @@ func TestAddBackCommandPastes(t *testing.T) {
 	require.NotContains(t, cmd, "<")
 	require.NotContains(t, cmd, "'")
 	require.Contains(t, cmd, "--addr MEMBER_HTTP_ADDR")
+	// Without --join (removed soon after a start by --bootstrap-expect),
+	// a member the node knows is named rather than the placeholder.
+	require.Contains(t, addBackCommand(c, "127.0.0.3:7070", "127.0.0.2:7070"), "--addr 127.0.0.2:7070")
 }
 
 // TestHelpPrintsFlagsAlike: `idem cluster --help` printed its flags as
