@@ -137,6 +137,26 @@ type proxy struct {
 	noToken    bool // neither --store-token nor --store-token-file
 }
 
+// sameListener reports whether addr (host:port) reaches the proxy's own
+// --listen address: the same port, and the same host, or any loopback
+// host when the proxy listens on every interface.
+func sameListener(listen, addr string) bool {
+	lh, lp, err1 := net.SplitHostPort(listen)
+	ah, ap, err2 := net.SplitHostPort(addr)
+	if err1 != nil || err2 != nil || lp != ap {
+		return false
+	}
+	if strings.EqualFold(lh, ah) {
+		return true
+	}
+	loop := func(h string) bool {
+		ip := net.ParseIP(h)
+		return strings.EqualFold(h, "localhost") || (ip != nil && ip.IsLoopback())
+	}
+	wildcard := lh == "" || lh == "0.0.0.0" || lh == "::"
+	return (wildcard && (loop(ah) || ah == "")) || (loop(lh) && loop(ah) && strings.EqualFold(lh, ah))
+}
+
 // build checks every flag and names each one that is wrong; nothing is
 // started until all are right.
 func (c proxyConfig) build() (*proxy, []error) {
@@ -162,6 +182,10 @@ func (c proxyConfig) build() (*proxy, []error) {
 		p.upstream = u
 	}
 
+	if p.upstream != nil && sameListener(c.listen, p.upstream.Host) {
+		bad("upstream", "%s is --listen's address: the proxy would send each request to itself", c.upstream)
+	}
+
 	storeTLS, err := c.storeTLS.config()
 	if err != nil {
 		problems = append(problems, err) // names --ca-file, --cert-file or --key-file
@@ -172,6 +196,11 @@ func (c proxyConfig) build() (*proxy, []error) {
 		bad("store", "%v", err)
 	} else if err == nil {
 		p.failover = newStoreFailover(nodes, storeTLS)
+		for _, n := range splitAddrs(c.stores) {
+			if sameListener(c.listen, strings.TrimPrefix(strings.TrimPrefix(n, "http://"), "https://")) {
+				bad("store", "%s is --listen's address: the store is an idem node (idem serve --http-addr), not this proxy", n)
+			}
+		}
 	}
 
 	token := c.storeToken
@@ -214,6 +243,11 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if strings.EqualFold(c.principalHeader, "Idempotency-Key") {
 		bad("principal-header", "the principal cannot be the key itself")
+	}
+	for _, secret := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+		if strings.EqualFold(c.principalHeader, secret) {
+			bad("principal-header", "%s carries a secret, which would be stored as the principal in plain text (and a new token would be a new tenant); leave the flag out to key by a hash of Authorization, or name the header a gateway sets to the tenant", secret)
+		}
 	}
 	if c.allowAnonymous && c.principalHeader != "" {
 		bad("allow-anonymous", "has no effect with --principal-header, which is required on every keyed request")
@@ -472,7 +506,7 @@ func (p *proxy) run(ctx context.Context) error {
 		scheme = "https"
 	}
 	srv := &http.Server{
-		Handler:           writeDeadlines(p.limitInFlight(h), p.cfg.writeTimeout),
+		Handler:           writeDeadlines(p.framing(p.limitInFlight(h)), p.cfg.writeTimeout),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -517,6 +551,34 @@ const proxyFdReserve = 256
 // upstream: 1,024 of them fit the open-files limit most systems give a
 // process (raised as far as the hard limit allows at start).
 const defaultProxyMaxInFlight = 1024
+
+// framing closes the connection after any request with a
+// Transfer-Encoding, and refuses a keyed method sent in another case.
+//
+// A request with both Content-Length and Transfer-Encoding was framed by
+// the latter and the connection kept: the bytes a front end framing by
+// Content-Length took for the body ran as a second request, past whatever
+// that front end checks (attack on loopback; RFC 9112 6.3 says to close).
+// Go's server drops the Content-Length before a handler sees it, so every
+// request with a Transfer-Encoding is answered and its connection closed,
+// as a node does.
+//
+// "post" is not "POST" to the proxy (methods are case-sensitive), so it
+// passed through without a key, to an upstream that may take it for POST.
+func (p *proxy) framing(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if len(r.TransferEncoding) > 0 {
+			w.Header().Set("Connection", "close")
+		}
+		if up := strings.ToUpper(r.Method); up != r.Method && slices.Contains(p.methods, up) {
+			w.Header().Set("Connection", "close")
+			problemDoc(w, http.StatusBadRequest, "invalid_request", "Invalid request",
+				fmt.Sprintf("method %q: methods are case-sensitive, and %s needs an Idempotency-Key here; send it as %s", r.Method, up, up))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
 
 // limitInFlight answers 503 to a request beyond --max-inflight handled at
 // once, as a node does beyond its own --max-inflight: before its body is

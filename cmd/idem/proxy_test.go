@@ -614,6 +614,15 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--max-conns", "0"), "--max-conns:"},
 		{with("--store-token-file", "/nonexistent-token"), "--store-token-file:"},
 		{with("--bogus", "1"), "-bogus"},
+		// The proxy's own address as its upstream or its store: every
+		// keyed request answered to itself (a 409 in_progress stored and
+		// replayed for a day), or "Idempotency-Key header is required".
+		{append(with("--upstream", "http://127.0.0.1:7390"), "--listen", "127.0.0.1:7390"), "--upstream: http://127.0.0.1:7390 is --listen's address"},
+		{append(with("--upstream", "http://localhost:7390"), "--listen", ":7390"), "--upstream: http://localhost:7390 is --listen's address"},
+		{append(with("--store", "127.0.0.1:7390"), "--listen", "127.0.0.1:7390"), "--store: 127.0.0.1:7390 is --listen's address"},
+		// A secret as the principal: stored in plain text.
+		{with("--principal-header", "authorization"), "--principal-header: Authorization carries a secret"},
+		{with("--principal-header", "Cookie"), "--principal-header: Cookie carries a secret"},
 	}
 	for _, c := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -697,4 +706,34 @@ func TestProxyTLS(t *testing.T) {
 	bare := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--ca-file", ca.ca())
 	require.Equal(t, 503, pxSend(t, "POST", bare.url+"/pay", "tls-2", `{}`).status)
 	require.Equal(t, int64(1), up.runs.Load())
+}
+
+// Attack on loopback: a keyed POST carrying both Content-Length and
+// Transfer-Encoding, whose chunked body ended at once, was answered and its
+// connection kept, so the bytes after the chunked end ran as a second
+// request (a GET the front end never saw). Every request with a
+// Transfer-Encoding is answered and its connection closed now. And a keyed
+// method sent in lower case ("post") went through without a key.
+func TestProxyClosesAfterTransferEncodingAndRefusesMethodCase(t *testing.T) {
+	up := newUpstream(t)
+	store := startStore(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", store.http)
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(px.url, "http://"))
+	require.NoError(t, err)
+	defer conn.Close()
+	smuggled := "GET /pay HTTP/1.1\r\nHost: x\r\n\r\n"
+	body := "0\r\n\r\n" + smuggled
+	fmt.Fprintf(conn, "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer s\r\nIdempotency-Key: sm-1\r\nContent-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n%s", len(body), body)
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	all, _ := io.ReadAll(conn) // until the proxy closes the connection
+	require.Equal(t, 1, strings.Count(string(all), "HTTP/1.1 "), "one answer, the connection closed after it:\n%s", all)
+	require.Equal(t, int64(1), up.runs.Load(), "the smuggled GET reached the upstream")
+
+	for _, m := range []string{"post", "Post", "patch"} {
+		a := pxSend(t, m, px.url+"/pay", "lower-1", `{}`)
+		require.Equal(t, http.StatusBadRequest, a.status, "%s: %+v", m, a)
+		require.Contains(t, a.body, "methods are case-sensitive")
+	}
+	require.Equal(t, int64(1), up.runs.Load(), "a lower-case keyed method reached the upstream")
 }
