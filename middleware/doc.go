@@ -24,7 +24,11 @@
 //     AuthorizationPrincipal: a hash of the Authorization header, refusing
 //     (401) a keyed request without one, since callers with no credential
 //     would share one tenant and each other's stored answers;
-//     AnonymousPrincipal lets them share it on purpose.
+//     AnonymousPrincipal lets them share it on purpose. The scheme's case
+//     and spacing do not count, the credential does: a token refreshed
+//     between a request and its retry is a new principal, and the retry
+//     runs again. Where tokens rotate (OAuth, JWT), set Principal to the
+//     account the token stands for.
 //   - endpoint is the method and the route pattern when the middleware wraps
 //     a handler registered on a Go 1.22 ServeMux (r.Pattern), so
 //     POST /payments/{id} is one endpoint; otherwise the method and path.

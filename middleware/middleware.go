@@ -210,11 +210,26 @@ func AuthorizationPrincipal(r *http.Request) (string, error) {
 	if len(vs) > 1 {
 		return "", fmt.Errorf("middleware: the request has the Authorization header %d times", len(vs))
 	}
-	if len(vs) == 0 || vs[0] == "" {
+	if len(vs) == 0 || strings.TrimSpace(vs[0]) == "" {
 		return "", errNoAuthorization
 	}
-	sum := sha256.Sum256([]byte(vs[0]))
+	sum := sha256.Sum256([]byte(canonicalAuthorization(vs[0])))
 	return "authz:" + hex.EncodeToString(sum[:16]), nil
+}
+
+// canonicalAuthorization writes a credential as "Scheme rest": the
+// scheme is case-insensitive (RFC 9110 11.1) and the space after it may be
+// more than one, so "bearer T" and "Bearer  T" are the caller of "Bearer
+// T", which keeps the hash it always had. The credential itself is not
+// touched: a refreshed token is another principal.
+func canonicalAuthorization(v string) string {
+	v = strings.TrimSpace(v)
+	i := strings.IndexAny(v, " \t")
+	if i <= 0 {
+		return v // a scheme alone, or no scheme: left as it is
+	}
+	scheme, rest := v[:i], strings.TrimLeft(v[i:], " \t")
+	return strings.ToUpper(scheme[:1]) + strings.ToLower(scheme[1:]) + " " + rest
 }
 
 var errNoAuthorization = errors.New("middleware: the request has no Authorization header, and idempotency keys belong to the caller's credential")
@@ -382,6 +397,13 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			detail = strings.TrimPrefix(err.Error(), "middleware: ")
 		}
 		writeProblem(w, http.StatusUnauthorized, "unauthorized", detail, 0)
+		return
+	}
+	if r.Header.Get("Upgrade") != "" {
+		// A 101 hands the connection over (hijacked): nothing is stored,
+		// the key is released, and every retry runs again.
+		writeProblem(w, http.StatusBadRequest, "invalid_request",
+			"a request that upgrades its connection (Upgrade: "+r.Header.Get("Upgrade")+") cannot be made idempotent: its answer is a connection, not a response to replay; send it without an Idempotency-Key", 0)
 		return
 	}
 	endpoint := m.o.Endpoint(r)
@@ -723,10 +745,12 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 		return err
 	}
 	err := retry(ctx, send)
-	if errors.Is(err, client.ErrResponseTooLarge) {
-		// Over the store's limits after all (its --max-response-bytes is
+	if errors.Is(err, client.ErrResponseTooLarge) || errors.Is(err, client.ErrRequestTooLarge) {
+		// Over the store's limits after all (its --max-response-bytes, or
+		// its --max-request-bytes for the complete that carries it, is
 		// below MaxStoredBody, or the headers are too many): keep the
-		// status, and say what is missing.
+		// status, and say what is missing. Left failed, the key stayed
+		// taken until its lease ran out, and the retry ran it again.
 		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)

@@ -2,7 +2,10 @@ package middleware_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -568,4 +571,92 @@ func TestDeclaredOversizedBodyIs413AtOnce(t *testing.T) {
 	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "%s", body)
 	require.Contains(t, string(body), `"code":"request_too_large"`)
 	require.True(t, resp.Close, "the connection closes: the body is not read")
+}
+
+// The scheme of an Authorization header is case-insensitive and may be
+// followed by more than one space: "bearer T" from the same caller was
+// another tenant, and its retry ran the handler again (attack on the
+// proxy). The canonical form keeps the hash "Bearer T" always had; the
+// credential itself still tells tenants apart.
+func TestAuthorizationSchemeCaseIsOneCaller(t *testing.T) {
+	principal := func(v string) string {
+		r := httptest.NewRequest(http.MethodPost, "/pay", nil)
+		r.Header.Set("Authorization", v)
+		p, err := middleware.AuthorizationPrincipal(r)
+		require.NoError(t, err, v)
+		return p
+	}
+	sum := sha256.Sum256([]byte("Bearer T"))
+	want := "authz:" + hex.EncodeToString(sum[:16])
+	for _, v := range []string{"Bearer T", "bearer T", "BEARER T", "Bearer  T", "Bearer\tT", " Bearer T "} {
+		require.Equal(t, want, principal(v), "%q", v)
+	}
+	require.NotEqual(t, want, principal("Bearer t"), "the credential is case-sensitive")
+	require.NotEqual(t, want, principal("Bearer T2"))
+	require.Equal(t, principal("garbage-1"), principal("garbage-1"))
+	require.NotEqual(t, principal("garbage-1"), principal("GARBAGE-1"), "no scheme: left as it is")
+}
+
+// A keyed request that upgrades its connection (WebSocket) answered 101,
+// the middleware released the key (the connection was hijacked), and every
+// retry ran the handler again. It is refused before the handler runs.
+func TestUpgradeRequestIsNotMadeIdempotent(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	idem, err := middleware.New(middleware.Options{Store: store})
+	require.NoError(t, err)
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })))
+	defer srv.Close()
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/ws", strings.NewReader("x"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", `"up-1"`)
+	req.Header.Set("Authorization", "Bearer u")
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", "websocket")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
+	require.Contains(t, string(b), "cannot be made idempotent")
+	require.Zero(t, runs.Load())
+}
+
+// A stored body larger than the store's --max-request-bytes (MaxStoredBody
+// set above it) made the complete 413 request_too_large, which was not
+// taken for "too large": the record stayed in progress, and the retry ran
+// the handler again once the lease ran out. The answer is stored without
+// its body, as one over --max-response-bytes is.
+func TestAnswerOverTheStoresRequestLimitIsStoredWithoutBody(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{MaxRequestBytes: 64 << 10, MaxResponseBytes: 1 << 20})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	idem, err := middleware.New(middleware.Options{Store: store, MaxStoredBody: 1 << 20})
+	require.NoError(t, err)
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Type", "text/plain")
+		w.Write(bytes.Repeat([]byte("x"), 200<<10))
+	})))
+	defer srv.Close()
+	send := func() *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/big", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"big-1"`)
+		req.Header.Set("Authorization", "Bearer b")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	require.Equal(t, http.StatusOK, send().StatusCode)
+	again := send()
+	require.Equal(t, http.StatusOK, again.StatusCode)
+	require.Equal(t, "true", again.Header.Get(middleware.HeaderReplayed))
+	require.Equal(t, middleware.OmittedTooLarge, again.Header.Get(middleware.HeaderBodyOmitted))
+	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
 }

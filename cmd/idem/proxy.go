@@ -45,6 +45,8 @@ back with Idempotency-Replayed: true, a retry while the first still runs gets
 The principal (whose keys these are) is the --principal-header value, or else
 a hash of the Authorization header: a keyed request without one is refused
 with 401 unless --allow-anonymous makes such requests share one principal.
+A token refreshed between a request and its retry is a new principal, and
+the retry runs again: where tokens rotate, use --principal-header.
 The endpoint is the method and path (a path too long for the store ends in a
 hash of it). When no store node answers, the proxy answers 503 and does not
 call the upstream.
