@@ -65,6 +65,12 @@
 //     Options.StoreTimeout, then 503 unavailable with Retry-After, and the
 //     handler does not run (fail closed). FailOpen runs the handler
 //     unprotected instead: unsafe, a retry may run it twice.
+//   - the store goes away after the claim: the handler's answer is sent,
+//     and its complete is asked again within StoreTimeout, then in the
+//     background until the lease runs out; a store back within the lease
+//     stores it, and the retry replays. Away for longer, the record's lease
+//     runs out in progress and a retry runs the handler again (logged at
+//     error).
 //   - the store refuses the client's credentials (401 or 403: a wrong store
 //     token, or an app token whose principal patterns miss this principal)
 //     or the call (another 4xx): logged at error as a configuration

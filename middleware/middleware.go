@@ -739,11 +739,14 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
 	resp := rec.response()
-	send := func() error {
-		_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
-			Token: token, Response: resp})
-		return err
+	sendIn := func(ctx context.Context) func() error {
+		return func() error {
+			_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+				Token: token, Response: resp})
+			return err
+		}
 	}
+	send := sendIn(ctx)
 	err := retry(ctx, send)
 	if errors.Is(err, client.ErrResponseTooLarge) || errors.Is(err, client.ErrRequestTooLarge) {
 		// Over the store's limits after all (its --max-response-bytes, or
@@ -754,6 +757,27 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)
+	}
+	var p *client.Problem
+	if err != nil && !(errors.As(err, &p) && p.Status < 500) {
+		// The store did not answer within StoreTimeout. The caller has its
+		// answer; the record is in progress until its lease runs out, and a
+		// retry after that runs the request again. Asked on in the
+		// background until then, a store back within the lease stores the
+		// answer, and the retry replays it (one after an outage of a few
+		// seconds ran again). A retry that took the key over meanwhile
+		// makes this token stale: the store refuses it, and that ends it.
+		m.log.Warn("idempotency complete not stored yet: the store does not answer; retrying until the lease runs out", "endpoint", s.endpoint, "status", resp.Status, "lease", m.o.Lease, "error", err)
+		go func() {
+			bctx, bcancel := context.WithTimeout(context.Background(), m.o.Lease)
+			defer bcancel()
+			if err := retry(bctx, sendIn(bctx)); err != nil {
+				m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
+				return
+			}
+			m.log.Info("idempotency complete stored once the store answered again", "endpoint", s.endpoint)
+		}()
+		return
 	}
 	if err != nil {
 		m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)

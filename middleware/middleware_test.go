@@ -660,3 +660,60 @@ func TestAnswerOverTheStoresRequestLimitIsStoredWithoutBody(t *testing.T) {
 	require.Equal(t, middleware.OmittedTooLarge, again.Header.Get(middleware.HeaderBodyOmitted))
 	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
 }
+
+// outage passes calls to a real store, except completes while down is set:
+// those fail as a store that does not answer does.
+type outage struct {
+	*client.Client
+	down atomic.Bool
+}
+
+func (o *outage) Complete(ctx context.Context, req client.CompleteRequest) (*client.CompleteResponse, error) {
+	if o.down.Load() {
+		return nil, errors.New("dial tcp 127.0.0.1:7070: connect: connection refused")
+	}
+	return o.Client.Complete(ctx, req)
+}
+
+// The store went away between a request's claim and its complete, for
+// longer than StoreTimeout, and came back within the lease: the complete
+// had been given up after StoreTimeout, the record stayed in progress, and
+// the retry ran the handler again once the lease ran out (attack on the
+// proxy: kill -9 of the store for 9 s). The complete is asked on in the
+// background until the lease runs out, and the retry replays.
+func TestCompleteOutlivesAStoreOutageWithinTheLease(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	real, err := client.New(node.URL)
+	require.NoError(t, err)
+	store := &outage{Client: real}
+	var runs atomic.Int32
+	idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: 300 * time.Millisecond, Lease: 5 * time.Second})
+	require.NoError(t, err)
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		store.down.Store(true) // the store goes away while the handler runs
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged once")
+	})))
+	defer srv.Close()
+	send := func() (int, string, http.Header) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"outage-1"`)
+		req.Header.Set("Authorization", "Bearer o")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), resp.Header
+	}
+	code, body, _ := send()
+	require.Equal(t, http.StatusCreated, code, body)
+	time.Sleep(time.Second) // three StoreTimeouts: given up, before
+	store.down.Store(false)
+	require.Eventually(t, func() bool {
+		code, body, h := send()
+		return code == http.StatusCreated && body == "charged once" && h.Get(middleware.HeaderReplayed) == "true"
+	}, 10*time.Second, 100*time.Millisecond, "the retry replays")
+	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
+}
