@@ -48,8 +48,9 @@
 //   - claimed: the handler runs, its answer passes through to the client as
 //     it is written and is recorded. A status below 500 is stored with a
 //     complete whose context the client's disconnect cannot cancel (a lost
-//     complete would run the payment again on retry). A 5xx or a panic
-//     releases the claim (then the panic goes on), so a retry runs again.
+//     complete would run the payment again on retry), but for 408, 425 and
+//     429, which say "not now". Those, a 5xx or a panic release the claim
+//     (then the panic goes on), so a retry runs again.
 //   - replay: Options.Reauthorize, when set, decides whether this caller may
 //     still see the stored answer (403 reauthorization_failed otherwise);
 //     then the stored status, headers (a header sent twice, two Set-Cookie,

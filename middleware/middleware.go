@@ -661,11 +661,20 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	switch {
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
-	case rec.status() >= 500:
+	case rec.status() >= 500 || notYet(rec.status()):
 		m.release(r, s, c.Token, fmt.Sprintf("handler answered %d", rec.status()))
 	default:
 		m.complete(r, s, c.Token, rec)
 	}
+}
+
+// notYet reports the 4xx answers that say "not now" rather than answer
+// the request: 408 Request Timeout, 425 Too Early, 429 Too Many Requests.
+// Stored, a rate limiter's 429 was replayed to every retry for the whole
+// retention, each telling the client to retry; released, as a 5xx is, the
+// retry runs.
+func notYet(status int) bool {
+	return status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests
 }
 
 // keepLease extends the lease every third of it until stop, that is until

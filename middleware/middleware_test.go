@@ -717,3 +717,50 @@ func TestCompleteOutlivesAStoreOutageWithinTheLease(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond, "the retry replays")
 	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
 }
+
+// A handler's 429 (a rate limiter in front of the work) was stored and
+// replayed to every retry for the whole retention, each replay telling
+// the client to retry (attack on idem proxy). 408, 425 and 429 say "not
+// now": released as a 5xx is, the retry runs; other 4xx are still stored.
+func TestNotNowAnswersAreNotStored(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	status := atomic.Int32{}
+	idem, err := middleware.New(middleware.Options{Store: store})
+	require.NoError(t, err)
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(int(status.Load()))
+	})))
+	defer srv.Close()
+	send := func(key string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		req.Header.Set("Authorization", "Bearer n")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	for _, st := range []int{http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusTooEarly} {
+		runs.Store(0)
+		status.Store(int32(st))
+		key := fmt.Sprint("not-now-", st)
+		require.Equal(t, st, send(key).StatusCode)
+		status.Store(http.StatusCreated)
+		again := send(key)
+		require.Equal(t, http.StatusCreated, again.StatusCode, "%d was replayed", st)
+		require.Empty(t, again.Header.Get(middleware.HeaderReplayed))
+		require.Equal(t, int32(2), runs.Load())
+	}
+	runs.Store(0)
+	status.Store(http.StatusNotFound)
+	send("stored-404")
+	status.Store(http.StatusCreated)
+	require.Equal(t, http.StatusNotFound, send("stored-404").StatusCode, "a 404 is an answer: replayed")
+	require.Equal(t, int32(1), runs.Load())
+}
