@@ -17,8 +17,10 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/idem-store/idem/api"
@@ -388,6 +390,17 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			pr.SetURL(p.upstream)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host // the upstream sees the name the caller used
+			// The attempt the request runs under, for an upstream to fence
+			// its own writes with: after a proxy crash or an upstream
+			// timeout a retry runs again, and only the attempt number
+			// tells the upstream which run is the later. Never the
+			// caller's own values.
+			pr.Out.Header.Del(headerAttempt)
+			pr.Out.Header.Del(headerAttemptToken)
+			if a, ok := middleware.FromContext(pr.In.Context()); ok {
+				pr.Out.Header.Set(headerAttempt, strconv.Itoa(a.Number))
+				pr.Out.Header.Set(headerAttemptToken, a.Token)
+			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
@@ -395,11 +408,33 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			} else {
 				p.log.Warn("upstream failed", "path", r.URL.Path, "err", err)
 			}
-			problemDoc(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream did not answer: "+err.Error())
+			// The detail names what happened, not the addresses inside
+			// (the log has the whole error).
+			if errors.Is(err, context.DeadlineExceeded) {
+				problemDoc(w, http.StatusGatewayTimeout, "upstream_timeout", "Upstream timeout",
+					fmt.Sprintf("the upstream did not answer within %s (--upstream-timeout); it may have done the work, and a retry runs it again", p.cfg.upstreamTimeout))
+				return
+			}
+			what := "did not answer"
+			switch {
+			case errors.Is(err, syscall.ECONNREFUSED):
+				what = "refused the connection"
+			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+				what = "closed the connection before it answered"
+			}
+			problemDoc(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream "+what)
 		},
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 }
+
+// The headers that tell the upstream the attempt a keyed request runs
+// under: its number (1, 2, ...; a later attempt has a larger one) and its
+// fencing token.
+const (
+	headerAttempt      = "Idempotency-Attempt"
+	headerAttemptToken = "Idempotency-Attempt-Token"
+)
 
 // problemDoc writes a problem document the command makes itself (the
 // proxy's answers, serve's --health-addr listener).

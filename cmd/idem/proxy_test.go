@@ -737,3 +737,45 @@ func TestProxyClosesAfterTransferEncodingAndRefusesMethodCase(t *testing.T) {
 	}
 	require.Equal(t, int64(1), up.runs.Load(), "a lower-case keyed method reached the upstream")
 }
+
+// After a proxy crash or an --upstream-timeout, a retry runs the upstream
+// again, and the upstream had nothing to tell the two runs apart: only
+// Idempotency-Key and X-Forwarded-* reached it. It gets the attempt's
+// number and fencing token now (never a caller's own), and a timeout is
+// 504 upstream_timeout, not a 502 whose detail named the proxy's and the
+// upstream's inside addresses.
+func TestProxyTellsTheUpstreamTheAttempt(t *testing.T) {
+	var seen atomic.Pointer[http.Header]
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := r.Header.Clone()
+		seen.Store(&h)
+		if r.URL.Path == "/slow" {
+			time.Sleep(1500 * time.Millisecond)
+		}
+		w.WriteHeader(http.StatusCreated)
+	}))
+	defer up.Close()
+	store := startStore(t)
+	px := startProxy(t, "--upstream", up.URL, "--store", store.http, "--upstream-timeout", "500ms")
+
+	a := pxSend(t, "POST", px.url+"/pay", "att-1", `{}`, "Idempotency-Attempt", "99", "Idempotency-Attempt-Token", "forged")
+	require.Equal(t, http.StatusCreated, a.status, "%+v", a)
+	h := *seen.Load()
+	require.Equal(t, "1", h.Get("Idempotency-Attempt"))
+	require.Len(t, h.Values("Idempotency-Attempt"), 1)
+	require.Regexp(t, `^\d{20}\.[0-9a-f]{32}$`, h.Get("Idempotency-Attempt-Token"))
+
+	a = pxSend(t, "POST", px.url+"/slow", "att-2", `{}`)
+	require.Equal(t, http.StatusGatewayTimeout, a.status, "%+v", a)
+	require.Contains(t, a.body, "upstream_timeout")
+	require.Contains(t, a.body, "--upstream-timeout")
+	require.NotContains(t, a.body, "127.0.0.1", "inside addresses")
+	time.Sleep(1200 * time.Millisecond) // the first run ends
+	a = pxSend(t, "POST", px.url+"/slow", "att-2", `{}`)
+	require.Equal(t, http.StatusGatewayTimeout, a.status, "%+v", a)
+	require.Equal(t, "2", (*seen.Load()).Get("Idempotency-Attempt"), "the retry is the second attempt")
+
+	// Unkeyed requests get no attempt.
+	pxSend(t, "GET", px.url+"/pay", "", "", "Idempotency-Attempt", "5")
+	require.Empty(t, (*seen.Load()).Get("Idempotency-Attempt"))
+}
