@@ -597,30 +597,47 @@ func TestAuthorizationSchemeCaseIsOneCaller(t *testing.T) {
 	require.NotEqual(t, principal("garbage-1"), principal("GARBAGE-1"), "no scheme: left as it is")
 }
 
+// keyedServer serves h behind the middleware with options o over a real
+// store (o.Store, when nil, a node of its own with options no), and
+// returns how to send it a keyed POST with extra headers (pairs) and
+// read the whole answer.
+func keyedServer(t *testing.T, no idemtest.Options, o middleware.Options, h http.HandlerFunc) func(key string, hdr ...string) (*http.Response, string) {
+	t.Helper()
+	if o.Store == nil {
+		store, err := client.New(idemtest.Start(t, no).URL)
+		require.NoError(t, err)
+		o.Store = store
+	}
+	idem, err := middleware.New(o)
+	require.NoError(t, err)
+	srv := httptest.NewServer(idem(h))
+	t.Cleanup(srv.Close)
+	return func(key string, hdr ...string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", `"`+key+`"`)
+		req.Header.Set("Authorization", "Bearer t")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			req.Header.Set(hdr[i], hdr[i+1])
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+}
+
 // A keyed request that upgrades its connection (WebSocket) answered 101,
 // the middleware released the key (the connection was hijacked), and every
 // retry ran the handler again. It is refused before the handler runs.
 func TestUpgradeRequestIsNotMadeIdempotent(t *testing.T) {
-	node := idemtest.Start(t, idemtest.Options{})
-	store, err := client.New(node.URL)
-	require.NoError(t, err)
 	var runs atomic.Int32
-	idem, err := middleware.New(middleware.Options{Store: store})
-	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })))
-	defer srv.Close()
-	req, err := http.NewRequest(http.MethodPost, srv.URL+"/ws", strings.NewReader("x"))
-	require.NoError(t, err)
-	req.Header.Set("Idempotency-Key", `"up-1"`)
-	req.Header.Set("Authorization", "Bearer u")
-	req.Header.Set("Connection", "Upgrade")
-	req.Header.Set("Upgrade", "websocket")
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{}, func(w http.ResponseWriter, r *http.Request) { runs.Add(1) })
+	resp, b := send("up-1", "Connection", "Upgrade", "Upgrade", "websocket")
 	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", b)
-	require.Contains(t, string(b), "cannot be made idempotent")
+	require.Contains(t, b, "cannot be made idempotent")
 	require.Zero(t, runs.Load())
 }
 
@@ -630,31 +647,16 @@ func TestUpgradeRequestIsNotMadeIdempotent(t *testing.T) {
 // the handler again once the lease ran out. The answer is stored without
 // its body, as one over --max-response-bytes is.
 func TestAnswerOverTheStoresRequestLimitIsStoredWithoutBody(t *testing.T) {
-	node := idemtest.Start(t, idemtest.Options{MaxRequestBytes: 64 << 10, MaxResponseBytes: 1 << 20})
-	store, err := client.New(node.URL)
-	require.NoError(t, err)
 	var runs atomic.Int32
-	idem, err := middleware.New(middleware.Options{Store: store, MaxStoredBody: 1 << 20})
-	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		w.Header().Set("Content-Type", "text/plain")
-		w.Write(bytes.Repeat([]byte("x"), 200<<10))
-	})))
-	defer srv.Close()
-	send := func() *http.Response {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/big", strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", `"big-1"`)
-		req.Header.Set("Authorization", "Bearer b")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
-	require.Equal(t, http.StatusOK, send().StatusCode)
-	again := send()
+	send := keyedServer(t, idemtest.Options{MaxRequestBytes: 64 << 10, MaxResponseBytes: 1 << 20}, middleware.Options{MaxStoredBody: 1 << 20},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Type", "text/plain")
+			w.Write(bytes.Repeat([]byte("x"), 200<<10))
+		})
+	first, _ := send("big-1")
+	require.Equal(t, http.StatusOK, first.StatusCode)
+	again, _ := send("big-1")
 	require.Equal(t, http.StatusOK, again.StatusCode)
 	require.Equal(t, "true", again.Header.Get(middleware.HeaderReplayed))
 	require.Equal(t, middleware.OmittedTooLarge, again.Header.Get(middleware.HeaderBodyOmitted))
@@ -682,38 +684,24 @@ func (o *outage) Complete(ctx context.Context, req client.CompleteRequest) (*cli
 // proxy: kill -9 of the store for 9 s). The complete is asked on in the
 // background until the lease runs out, and the retry replays.
 func TestCompleteOutlivesAStoreOutageWithinTheLease(t *testing.T) {
-	node := idemtest.Start(t, idemtest.Options{})
-	real, err := client.New(node.URL)
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
 	require.NoError(t, err)
 	store := &outage{Client: real}
 	var runs atomic.Int32
-	idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: 300 * time.Millisecond, Lease: 5 * time.Second})
-	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		runs.Add(1)
-		store.down.Store(true) // the store goes away while the handler runs
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, "charged once")
-	})))
-	defer srv.Close()
-	send := func() (int, string, http.Header) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", `"outage-1"`)
-		req.Header.Set("Authorization", "Bearer o")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), resp.Header
-	}
-	code, body, _ := send()
-	require.Equal(t, http.StatusCreated, code, body)
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, StoreTimeout: 300 * time.Millisecond, Lease: 5 * time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			store.down.Store(true) // the store goes away while the handler runs
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged once")
+		})
+	resp, body := send("outage-1")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
 	time.Sleep(time.Second) // three StoreTimeouts: given up, before
 	store.down.Store(false)
 	require.Eventually(t, func() bool {
-		code, body, h := send()
-		return code == http.StatusCreated && body == "charged once" && h.Get(middleware.HeaderReplayed) == "true"
+		resp, body := send("outage-1")
+		return resp.StatusCode == http.StatusCreated && body == "charged once" && resp.Header.Get(middleware.HeaderReplayed) == "true"
 	}, 10*time.Second, 100*time.Millisecond, "the retry replays")
 	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
 }
@@ -723,36 +711,19 @@ func TestCompleteOutlivesAStoreOutageWithinTheLease(t *testing.T) {
 // the client to retry (attack on idem proxy). 408, 425 and 429 say "not
 // now": released as a 5xx is, the retry runs; other 4xx are still stored.
 func TestNotNowAnswersAreNotStored(t *testing.T) {
-	node := idemtest.Start(t, idemtest.Options{})
-	store, err := client.New(node.URL)
-	require.NoError(t, err)
-	var runs atomic.Int32
-	status := atomic.Int32{}
-	idem, err := middleware.New(middleware.Options{Store: store})
-	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var runs, status atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{}, func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.WriteHeader(int(status.Load()))
-	})))
-	defer srv.Close()
-	send := func(key string) *http.Response {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", `"`+key+`"`)
-		req.Header.Set("Authorization", "Bearer n")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
+	})
 	for _, st := range []int{http.StatusTooManyRequests, http.StatusRequestTimeout, http.StatusTooEarly} {
 		runs.Store(0)
 		status.Store(int32(st))
 		key := fmt.Sprint("not-now-", st)
-		require.Equal(t, st, send(key).StatusCode)
+		first, _ := send(key)
+		require.Equal(t, st, first.StatusCode)
 		status.Store(http.StatusCreated)
-		again := send(key)
+		again, _ := send(key)
 		require.Equal(t, http.StatusCreated, again.StatusCode, "%d was replayed", st)
 		require.Empty(t, again.Header.Get(middleware.HeaderReplayed))
 		require.Equal(t, int32(2), runs.Load())
@@ -761,6 +732,7 @@ func TestNotNowAnswersAreNotStored(t *testing.T) {
 	status.Store(http.StatusNotFound)
 	send("stored-404")
 	status.Store(http.StatusCreated)
-	require.Equal(t, http.StatusNotFound, send("stored-404").StatusCode, "a 404 is an answer: replayed")
+	again, _ := send("stored-404")
+	require.Equal(t, http.StatusNotFound, again.StatusCode, "a 404 is an answer: replayed")
 	require.Equal(t, int32(1), runs.Load())
 }
