@@ -323,6 +323,17 @@ func TestBatchEnvelopeRefusesDuplicateAndCaseFoldedOps(t *testing.T) {
 	require.Equal(t, 201, rs[2].Status, "%s", rs[2].Body)
 }
 
+// storeBig claims and completes s with a 60 KiB response, whose gets make
+// batch answers of 80 KiB an op.
+func storeBig(t *testing.T, n *testNode, s scope) scope {
+	t.Helper()
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 60<<10))
+	r := n.complete(s, tok, map[string]any{"status": 200, "content_type": "text/plain", "body": body})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	return s
+}
+
 // A batch answer can be hundreds of times its request (256 gets of a record
 // with a 64 KiB response): clients that sent such batches and did not read
 // the answers held a gigabyte of a node's memory with ten connections
@@ -335,11 +346,7 @@ func TestBatchAnswersUnreadAreBounded(t *testing.T) {
 		c.BatchAnswerWriteTimeout = 2 * time.Second
 		c.MaxBatchOps = 1024
 	}))
-	big := sc("big")
-	tok := n.mustClaim(big, fp1)["token"].(string)
-	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 60<<10))
-	r := n.complete(big, tok, map[string]any{"status": 200, "content_type": "text/plain", "body": body})
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	big := storeBig(t, n, sc("big"))
 
 	gets := make([]any, 1024)
 	for i := range gets {
@@ -365,7 +372,7 @@ func TestBatchAnswersUnreadAreBounded(t *testing.T) {
 	}, 5*time.Second, 20*time.Millisecond, "a batch while an unread answer holds the budget")
 	before := n.dataHash()
 	claim := op("claim", sc("while-held"), "fingerprint", fp1)
-	r = n.post("/v1/batch", map[string]any{"ops": []any{claim}})
+	r := n.post("/v1/batch", map[string]any{"ops": []any{claim}})
 	requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
 	require.Equal(t, "1", r.header.Get("Retry-After"))
 	require.Equal(t, before, n.dataHash(), "a refused batch decides nothing")
@@ -403,11 +410,7 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 			c.MaxBatchOps = 1024
 		}))
 	a, b := n.as(appToken), n.as(otherToken)
-	big := scope{"cus_a1", "POST /payments", "big"}
-	tok := a.mustClaim(big, fp1)["token"].(string)
-	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("x"), 60<<10))
-	r := a.complete(big, tok, map[string]any{"status": 200, "content_type": "text/plain", "body": body})
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	big := storeBig(t, a, scope{"cus_a1", "POST /payments", "big"})
 
 	// 80 MB of answer, past the node's 16 MiB: the gets past the bound are
 	// answered 503, and those answers fill it up.
