@@ -62,6 +62,12 @@ type joinAnswer struct {
 // unless the request itself comes from a node (a leader measuring this
 // one, a follower asking the leader), which gets this node's own view.
 func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
+	if why := s.store.Superseded(); why != "" && r.Header.Get(forwardedHeader) != "" {
+		// A follower asking for the commit index its /readyz needs: it is
+		// no more ready than this node (an operator still sees the status).
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
+		return
+	}
 	st, err := s.store.Status()
 	if err != nil {
 		writeProblem(w, storeProblem(err))

@@ -332,6 +332,12 @@ func TestMembersLeftOutOfARecoveryStopServing(t *testing.T) {
 		})
 		a := call("GET", n.http, recordPath("pre-0", ""), "")
 		require.Equal(t, 503, a.code, "a linearizable read of the old state through %s: %s", n.id, a)
+		// Not ready either, the follower (which asks its leader) too: a
+		// load balancer sends clients elsewhere.
+		waitFor(t, 10*time.Second, n.id+" unready", func() (bool, string) {
+			a := call("GET", n.http, "/readyz", "")
+			return a.code == 503, a.String()
+		})
 	}
 	// Not one of the recovered cluster's keys was claimed again.
 	for i := range 3 {
