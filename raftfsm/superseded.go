@@ -122,7 +122,7 @@ type supersededRecord struct {
 func (r supersededRecord) message(dir string) string {
 	return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
 		"The records here are older than the recovered cluster's: served, they would let keys it holds be claimed again. "+
-		"Keep this data dir aside (it may hold records acknowledged after that recovery, to read with idem snapshot inspect after a save) and start this node with an empty data dir and --join naming a member of the recovered cluster. "+
+		"Move this data dir aside and keep it (it may hold records acknowledged after that recovery, which the recovered cluster lacks), then start this node with an empty data dir and --join naming a member of the recovered cluster. "+
 		"Only if that recovery was the mistake and %s is stopped for good, delete %s to serve this data dir again",
 		r.From, r.Address, r.At.Format(time.RFC3339), strings.TrimPrefix(r.Detail, supersededMarker+" "), r.From, filepath.Join(dir, supersededFile))
 }
