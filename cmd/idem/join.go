@@ -125,6 +125,16 @@ func alone(node *raftfsm.Node, self string) bool {
 	return len(ids) == 1 && ids[0] == self
 }
 
+// notHTTPHint says, for an error of a --join address that answered but not
+// HTTP (a raft port closes the connection on an HTTP request), that --join
+// takes HTTP addresses; "" for any other error.
+func notHTTPHint(err error) string {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "malformed HTTP") {
+		return " HTTP (it closed the connection, or sent something else): --join takes members' HTTP addresses (their --http-addr, default 127.0.0.1:7070), not their raft addresses"
+	}
+	return ""
+}
+
 // addBackCommand is the command that adds a removed node back, ready to
 // paste: the member to ask is one of --join (not the node itself), else
 // one of the members the node knows (known), else a placeholder.
@@ -230,7 +240,7 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 					m.unreachable = map[string]string{}
 				}
 				m.unreachable[a] = err.Error()
-				m.log.Warn("join: this --join address did not answer; retrying every second until a member accepts the join", "addr", a, "error", err)
+				m.log.Warn("join: this --join address did not answer"+notHTTPHint(err)+"; retrying every second until a member accepts the join", "addr", a, "error", err)
 			}
 		case status == http.StatusOK:
 			var ans struct {

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -132,4 +133,18 @@ func TestCommandForPastes(t *testing.T) {
 	} {
 		require.Equal(t, want, commandFor(arg0), arg0)
 	}
+}
+
+// --join given a member's raft address (a copy of the wrong column) logged
+// one warning with a bare EOF and retried for ever; `idem cluster join
+// --addr` says what is wrong with the same mistake. The warning does too.
+func TestJoinAtARaftAddressSaysSo(t *testing.T) {
+	dir := t.TempDir()
+	n1raft := freePort(t)
+	start(t, filepath.Join(dir, "n1"), freePort(t), n1raft, "--node-id", "n1")
+	p := launch(t, filepath.Join(dir, "n2"), freePort(t), freePort(t), "--node-id", "n2", "--join", n1raft)
+	waitFor(t, 20*time.Second, "the join warning naming the raft address mistake", func() (bool, string) {
+		return strings.Contains(p.logs.String(), "--join takes members' HTTP addresses"), ""
+	})
+	require.Empty(t, notHTTPHint(errors.New("dial tcp 127.0.0.1:1: connect: connection refused")), "nothing listening is another mistake")
 }
