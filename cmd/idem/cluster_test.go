@@ -1058,6 +1058,11 @@ func watchRemoved(t *testing.T, c *testCluster, removed *cnode, rest []*cnode) {
 	// With the whole command to paste: the CLI refuses a join without
 	// --id, --raft-addr and --node-http-addr.
 	require.Contains(t, string(a.body), "cluster join --id "+removed.id+" --raft-addr "+removed.raft+" --node-http-addr "+removed.http+" --addr ", "%s", a)
+	// A backup asked of it says the same, not "no leader, retry shortly"
+	// (operator walk: retrying never helped).
+	a = call("GET", removed.http, "/v1/admin/snapshot", "")
+	require.Equal(t, 503, a.code, "%s", a)
+	require.Contains(t, string(a.body), "not in the cluster's configuration", "%s", a)
 }
 
 // moveLeadership makes target the leader with `idem cluster
