@@ -548,7 +548,7 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) e
 		return fmt.Errorf("%w: %s, at %s, is not measured yet; retry in a few seconds (a node that moved is let in once it no longer answers there)", ErrIDInUse, id, at)
 	}
 	if _, why := n.judge(h, m.ID, time.Now()); why == "" {
-		return fmt.Errorf("%w: %s answers at %s and is healthy: give the new node another --node-id, or stop %s there first (a node that moved is let in once it no longer answers at its old addresses)", ErrIDInUse, id, at, id)
+		return fmt.Errorf("%w: %s answers at %s and is healthy: give the new node another --node-id. Only if the joining node is %s itself, moved with its data dir to new addresses, stop it at the old ones first: it is let in once it no longer answers there", ErrIDInUse, id, at, id)
 	}
 	return nil
 }
