@@ -731,8 +731,7 @@ func retry(ctx context.Context, f func() error) error {
 	pause := 50 * time.Millisecond
 	for {
 		err := f()
-		var p *client.Problem
-		if err == nil || (errors.As(err, &p) && p.Status < 500) {
+		if err == nil || refusedByStore(err) {
 			return err
 		}
 		select {
@@ -742,6 +741,13 @@ func retry(ctx context.Context, f func() error) error {
 			pause = min(pause*2, time.Second)
 		}
 	}
+}
+
+// refusedByStore reports whether err is the store's answer below 500: a
+// refusal that asking again would only repeat (retry stops at it).
+func refusedByStore(err error) bool {
+	var p *client.Problem
+	return errors.As(err, &p) && p.Status < 500
 }
 
 func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
@@ -767,8 +773,7 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)
 	}
-	var p *client.Problem
-	if err != nil && !(errors.As(err, &p) && p.Status < 500) {
+	if err != nil && !refusedByStore(err) {
 		// The store did not answer within StoreTimeout. The caller has its
 		// answer; the record is in progress until its lease runs out, and a
 		// retry after that runs the request again. Asked on in the

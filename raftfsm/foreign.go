@@ -274,7 +274,7 @@ func (g *foreignGuard) foreign(from raft.RPCHeader) error {
 // rejoins with an empty data dir): its cluster was replaced by this one.
 // The node stays ready: it is the recovered cluster, the sender is not.
 func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
-	if !slices.Contains(g.leftOut.LeftOut, string(from.ID)) {
+	if !g.leftOut.leftOut(string(from.ID)) {
 		return nil
 	}
 	f := r.GetConfiguration()

@@ -441,7 +441,7 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			return JoinResult{}, fmt.Errorf("%w: HTTP address %s is %s's", ErrAddressInUse, info.HTTPAddr, s.ID)
 		}
 	}
-	if existing == nil && !empty && n.guard != nil && slices.Contains(n.guard.leftOut.LeftOut, info.ID) {
+	if existing == nil && !empty && n.guard != nil && n.guard.leftOut.leftOut(info.ID) {
 		// Its log would be replaced by this cluster's, but its state kept,
 		// past this cluster's entries at the indexes it had applied.
 		return JoinResult{}, fmt.Errorf("%w: %s was left out when idem recover made %s this cluster (on %s), and joins with the older state it kept; move its data dir aside and start it with an empty data dir and --join",

@@ -55,6 +55,9 @@ type recoveryRecord struct {
 	Applied uint64    `json:"applied_index"`
 }
 
+// leftOut reports whether a recovery of this data dir left out id.
+func (r recoveryRecord) leftOut(id string) bool { return slices.Contains(r.LeftOut, id) }
+
 func readRecoveryRecord(dir string) (recoveryRecord, error) {
 	var rec recoveryRecord
 	b, err := os.ReadFile(filepath.Join(dir, recoveredFile))

@@ -257,6 +257,19 @@ func printProblem(w io.Writer, name, detail, code string, status int, withToken 
 	}
 }
 
+// notHTTPAnswer says how an address that was reached did not answer HTTP
+// (a raft port closes the connection on an HTTP request), "" when err is
+// not that.
+func notHTTPAnswer(err error) string {
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "it closed the connection"
+	case strings.Contains(err.Error(), "malformed HTTP"): // net/http's words for an answer that is not HTTP
+		return "it sent something else"
+	}
+	return ""
+}
+
 // notHTTP says which flag to fix when a node's certificate is not signed by
 // a CA the command trusts (https:// without --ca-file). And it says what
 // probably happened when err is a request's address
@@ -289,13 +302,8 @@ func notHTTP(err error) error {
 		return fmt.Errorf("%w: nothing listens at %s, so nothing was asked or changed; check that the node runs and that --addr is its HTTP address (its --http-addr, default %s)",
 			err, host, client.DefaultAddr)
 	}
-	what := ""
-	switch {
-	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
-		what = "it closed the connection"
-	case strings.Contains(err.Error(), "malformed HTTP"): // net/http's words for an answer that is not HTTP
-		what = "it sent something else"
-	default:
+	what := notHTTPAnswer(err)
+	if what == "" {
 		return err
 	}
 	return fmt.Errorf("%w: %s did not answer HTTP (%s); --addr takes a node's HTTP address (its --http-addr, default %s), not its raft address (its --raft-addr, default 127.0.0.1:7071)",

@@ -129,8 +129,8 @@ func alone(node *raftfsm.Node, self string) bool {
 // HTTP (a raft port closes the connection on an HTTP request), that --join
 // takes HTTP addresses; "" for any other error.
 func notHTTPHint(err error) string {
-	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.Contains(err.Error(), "malformed HTTP") {
-		return " HTTP (it closed the connection, or sent something else): --join takes members' HTTP addresses (their --http-addr, default 127.0.0.1:7070), not their raft addresses"
+	if what := notHTTPAnswer(err); what != "" {
+		return " HTTP (" + what + "): --join takes members' HTTP addresses (their --http-addr, default 127.0.0.1:7070), not their raft addresses"
 	}
 	return ""
 }

@@ -142,8 +142,8 @@ type proxy struct {
 }
 
 // sameListener reports whether addr (host:port) reaches the proxy's own
-// --listen address: the same port, and the same host, or any loopback
-// host when the proxy listens on every interface.
+// --listen address: the same port, and the same host, or a loopback host
+// when the proxy listens on every interface.
 func sameListener(listen, addr string) bool {
 	lh, lp, err1 := net.SplitHostPort(listen)
 	ah, ap, err2 := net.SplitHostPort(addr)
@@ -158,7 +158,7 @@ func sameListener(listen, addr string) bool {
 		return strings.EqualFold(h, "localhost") || (ip != nil && ip.IsLoopback())
 	}
 	wildcard := lh == "" || lh == "0.0.0.0" || lh == "::"
-	return (wildcard && (loop(ah) || ah == "")) || (loop(lh) && loop(ah) && strings.EqualFold(lh, ah))
+	return wildcard && (loop(ah) || ah == "")
 }
 
 // build checks every flag and names each one that is wrong; nothing is
@@ -200,9 +200,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 		bad("store", "%v", err)
 	} else if err == nil {
 		p.failover = newStoreFailover(nodes, storeTLS)
-		for _, n := range splitAddrs(c.stores) {
-			if sameListener(c.listen, strings.TrimPrefix(strings.TrimPrefix(n, "http://"), "https://")) {
-				bad("store", "%s is --listen's address: the store is an idem node (idem serve --http-addr), not this proxy", n)
+		for _, n := range nodes {
+			if sameListener(c.listen, n.Host) {
+				bad("store", "%s is --listen's address: the store is an idem node (idem serve --http-addr), not this proxy", n.Host)
 			}
 		}
 	}
