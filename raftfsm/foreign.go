@@ -74,6 +74,9 @@ type foreignGuard struct {
 	// node's own append so.
 	leftOut   recoveryRecord
 	onLeftOut func(raft.ServerID, raft.ServerAddress, error)
+	// onTwin is told when a member this node's recovery left out probes
+	// it: that member was recovered without this node (twins.go).
+	onTwin func(id string, addr raft.ServerAddress)
 	// leftOutTold spaces the log of left-out members told.
 	leftOutTold spacer
 }
@@ -85,10 +88,33 @@ type foreignGuard struct {
 // suffice.
 func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	err := g.NetworkTransport.AppendEntries(id, target, args, resp)
+	g.toldLeftOut(id, target, err)
+	return err
+}
+
+// RequestVote and RequestPreVote are the transport's, and learn from a
+// member's answer that this node, a candidate, was left out of a recovery
+// (superseded.go): so a left-out member learns it when it first stands for
+// election, before it can lead (its appends would tell it only once it
+// leads).
+func (g *foreignGuard) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	err := g.NetworkTransport.RequestVote(id, target, args, resp)
+	g.toldLeftOut(id, target, err)
+	return err
+}
+
+func (g *foreignGuard) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	err := g.NetworkTransport.RequestPreVote(id, target, args, resp)
+	g.toldLeftOut(id, target, err)
+	return err
+}
+
+// toldLeftOut tells onLeftOut when err is a member's answer that this
+// node was left out of a recovery.
+func (g *foreignGuard) toldLeftOut(id raft.ServerID, target raft.ServerAddress, err error) {
 	if err != nil && g.onLeftOut != nil && strings.Contains(err.Error(), supersededMarker) {
 		g.onLeftOut(id, target, err)
 	}
-	return err
 }
 
 // voteGate is the part of a Node the guard asks about votes.
@@ -132,6 +158,9 @@ func (g *foreignGuard) forward() {
 		case rpc := <-in:
 			if err := g.check(rpc); err != nil {
 				rpc.Respond(nil, err)
+				continue
+			}
+			if g.answerProbe(rpc) {
 				continue
 			}
 			if g.settle(rpc) {
@@ -214,8 +243,21 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 	case *raft.InstallSnapshotRequest:
 		return g.foreign(c.RPCHeader)
 	case *raft.RequestVoteRequest:
+		if err := g.leftOutCandidate(c.RPCHeader); err != nil {
+			return err
+		}
 		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
 	case *raft.RequestPreVoteRequest:
+		if err := g.leftOutCandidate(c.RPCHeader); err != nil {
+			if c.Term == recoveryProbeTerm && g.onTwin != nil {
+				// Only a recovery that left this node out probes it.
+				go g.onTwin(string(c.ID), raft.ServerAddress(c.Addr))
+			}
+			return err
+		}
+		if c.Term == recoveryProbeTerm {
+			return nil // answered by forward, never raft's (twins.go)
+		}
 		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
 	case *raft.TimeoutNowRequest:
 		if g.votes == nil {
@@ -286,6 +328,24 @@ func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
 		g.log.Warn("a member that idem recover left out leads its old cluster with an older state; told it to stop serving", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
 	}
 	return err
+}
+
+// leftOutCandidate refuses a vote or a pre-vote asked by a member that a
+// recovery of this data dir left out, while it is not a member again: it
+// stands for election in the cluster this one replaced (leftOutLeader).
+func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
+	r := g.r.Load()
+	if r == nil || !g.leftOut.leftOut(string(from.ID)) {
+		return nil
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(from.ID) }) {
+		return nil
+	}
+	if g.leftOutTold.allow(time.Minute) {
+		g.log.Warn("a member that idem recover left out asked for a vote, or probed for a twin recovery; told it it was left out", "member-id", string(from.ID), "member-raft-addr", string(from.Addr))
+	}
+	return leftOutError(g.self, g.leftOut, from)
 }
 
 // foreignUnready is how long after the last refused leader of another

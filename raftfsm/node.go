@@ -282,7 +282,7 @@ func open(cfg Config) (*Node, error) {
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans
 	trans.votes = n
-	trans.leftOut, trans.onLeftOut = leftOut, n.superseded
+	trans.leftOut, trans.onLeftOut, trans.onTwin = leftOut, n.superseded, n.probedByTwin
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, loudStable{n.stable, cfg.Logger, cfg.DataDir}, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
 	}
@@ -324,6 +324,10 @@ func open(cfg Config) (*Node, error) {
 	n.wg.Add(2)
 	go n.watchDisk()
 	go n.watchFSM()
+	if len(leftOut.LeftOut) > 0 {
+		n.wg.Add(1)
+		go n.watchTwins(leftOut, raft.ServerAddress(cfg.RaftAdvertise)) // twins.go
+	}
 	ok = true
 	return n, nil
 }

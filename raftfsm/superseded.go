@@ -120,9 +120,15 @@ type supersededRecord struct {
 	Address string    `json:"raft_address"`
 	At      time.Time `json:"learned_at"`
 	Detail  string    `json:"detail"`
+	// Twin: this node was itself made the cluster by a recovery that left
+	// From out, and From by one that left this node out (twins.go).
+	Twin bool `json:"twin_recovery,omitempty"`
 }
 
 func (r supersededRecord) message(dir string) string {
+	if r.Twin {
+		return r.twinMessage(dir)
+	}
 	return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
 		"The records here are older than the recovered cluster's: served, they would let keys it holds be claimed again. "+
 		"Move this data dir aside and keep it (it may hold records acknowledged after that recovery, which the recovered cluster lacks), then start this node with an empty data dir and --join naming a member of the recovered cluster. "+
@@ -157,6 +163,13 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 		detail = detail[i:]
 	}
 	rec := supersededRecord{From: string(to), Address: string(addr), At: time.Now().UTC(), Detail: detail}
+	n.markSuperseded(rec, "this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again")
+}
+
+// markSuperseded makes the node answer every request 503 with rec's
+// message, and writes rec into supersededFile so that it does not start
+// on this data dir again. The first call wins.
+func (n *Node) markSuperseded(rec supersededRecord, what string) {
 	msg := fmt.Sprintf("%v: %s", ErrSuperseded, rec.message(n.cfg.DataDir))
 	if !n.supersededBy.CompareAndSwap(nil, &msg) {
 		return
@@ -167,7 +180,7 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 	} else if werr := syncDir(n.cfg.DataDir); werr != nil {
 		n.log.Error("could not sync the data dir after recording that this node was left out of a recovery", "error", werr)
 	}
-	n.log.Error("this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again", "recovered-member", string(to), "error", msg)
+	n.log.Error(what, "recovered-member", rec.From, "error", msg)
 }
 
 // Superseded is why this node answers every request 503: a member of

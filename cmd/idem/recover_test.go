@@ -385,3 +385,61 @@ func TestMembersLeftOutOfARecoveryStopServing(t *testing.T) {
 	}
 	require.NotContains(t, survivor.p.logs.String(), "level=ERROR", "the recovered node")
 }
+
+// Bug: idem recover run on two survivors, each alone (the documented
+// command, copied once per survivor), made two one-node clusters that
+// never spoke: each left the other out, so no raft RPC went between them,
+// and both answered `201 claimed` for one key, each from its own copy.
+// Each now probes the members it left out; learning that one was
+// recovered without it, both answer 503 and refuse to start again, until
+// the operator keeps one copy.
+func TestTwoSurvivorsRecoveredAloneStopServing(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	for i := range 3 {
+		claimOK(t, c.leader().http, fmt.Sprint("pre-", i))
+	}
+	waitSameState(t, c.nodes...)
+	for _, n := range c.nodes {
+		n.kill(t)
+	}
+	n1, n2 := c.node("n1"), c.node("n2")
+	for _, n := range []*cnode{n1, n2} {
+		out, err := idemCmd(t, "recover", "--data-dir", n.dir, "--node-id", n.id, "--peers", n.id+"="+n.raft, "--yes")
+		require.NoError(t, err, out)
+	}
+	for _, n := range []*cnode{n1, n2} {
+		c.restart(n, []string{"--node-id", n.id})
+	}
+	for _, n := range []*cnode{n1, n2} {
+		waitFor(t, 30*time.Second, n.id+" refusing as one of two recoveries", func() (bool, string) {
+			a := call("POST", n.http, "/v1/claim", claimReq("twin-"+n.id, "twin-check"))
+			return a.code == 503 && strings.Contains(string(a.body), "were each made the cluster by idem recover"), a.String()
+		})
+		a := call("GET", n.http, "/readyz", "")
+		require.Equal(t, 503, a.code, "%s: %s", n.id, a)
+	}
+	// Both refuse to start on their data dirs; the operator keeps n1: n2's
+	// dir moved aside, n1's superseded file deleted, n1 serves again, and
+	// n2 joins it empty.
+	for _, n := range []*cnode{n1, n2} {
+		n.kill(t)
+		_, err := os.Stat(filepath.Join(n.dir, raftfsm.SupersededFile))
+		require.NoError(t, err, n.id)
+		c.restart(n, []string{"--node-id", n.id})
+		select {
+		case <-n.p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s started on the data dir of a twin recovery", n.id)
+		}
+		require.Contains(t, n.p.logs.String(), "Choose the copy to keep")
+	}
+	require.NoError(t, os.Rename(n2.dir, n2.dir+".aside"))
+	require.NoError(t, os.Remove(filepath.Join(n1.dir, raftfsm.SupersededFile)))
+	c.restart(n1, []string{"--node-id", n1.id})
+	c.waitStable(n1)
+	claimOK(t, n1.http, "after-twins")
+	c.restart(n2, []string{"--node-id", n2.id, "--join", n1.http})
+	c.waitStable(n1, n2)
+	a := call("POST", n2.http, "/v1/claim", claimReq("pre-0", "after-check"))
+	require.Equal(t, 409, a.code, "pre-0 through the rejoined n2: %s", a)
+}
