@@ -378,6 +378,11 @@ const codeNoTransferTarget = "no_transfer_target"
 // to hand it to (none: the most up-to-date voter, as raft picks).
 type transferRequest struct {
 	ID string `json:"id"`
+	// From, when set, makes the transfer conditional: only the node of
+	// that id, leading, hands over; another leader answers "unchanged".
+	// So a transfer run twice (a retry at 3 am, a script run again) does
+	// not move the leadership on, or back to the node being restarted.
+	From string `json:"from,omitempty"`
 }
 
 type transferAnswer struct {
@@ -397,14 +402,22 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	if p == nil {
 		p = memberID(req.ID)
 	}
+	if p == nil && req.From != "" {
+		p = memberID(req.From)
+	}
 	if p != nil {
 		writeProblem(w, p)
 		return
 	}
 	var refused *problem
+	notFrom := false // from names another node than the leader
 	if s.onLeader(w, r, body, func() error {
 		if !s.store.IsLeader() {
 			return s.store.TransferLeadershipTo(req.ID) // not the leader: forwarded
+		}
+		if req.From != "" && req.From != s.store.Self().ID {
+			notFrom = true
+			return nil
 		}
 		if req.ID == "" { // a named target is checked by the transfer itself
 			if refused = s.noTransferTarget(); refused != nil {
@@ -439,6 +452,11 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	a := transferAnswer{Outcome: "transferred", From: s.store.Self().ID}
+	if notFrom {
+		a.Outcome, a.Leader = "unchanged", a.From // another node leads: nothing to hand over
+		writeJSON(w, http.StatusOK, a)
+		return
+	}
 	if req.ID == a.From {
 		a.Outcome, a.Leader = "unchanged", a.From // asked to lead, and leads
 	} else {

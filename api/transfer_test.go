@@ -53,4 +53,12 @@ func TestTransferToANamedNode(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	require.Equal(t, map[string]any{"outcome": "unchanged", "from": self, "leader": self}, r.obj(t))
 	require.True(t, n.node.IsLeader())
+
+	// "from" naming another node than the leader hands nothing over (it
+	// would otherwise go to n-absent's check and answer 409).
+	r = n.post("/v1/cluster/transfer-leadership", map[string]any{"id": "n-absent", "from": "n-other"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, map[string]any{"outcome": "unchanged", "from": self, "leader": self}, r.obj(t))
+	requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"from": long}), http.StatusBadRequest, "invalid_request")
+	require.True(t, n.node.IsLeader())
 }

@@ -37,7 +37,9 @@ const clusterUsage = `Usage: idem cluster <status|join|remove|transfer-leadershi
                          would not have a healthy quorum, unless --force; the
                          last voter is never removed
   transfer-leadership    hand leadership to another voter (for rolling restarts);
-                         --id names the voter, else raft picks the most up to date
+                         --id names the voter, else raft picks the most up to date;
+                         --from n1 hands over only while n1 leads, so running
+                         it twice does not move the leadership on again
   set-retention          change the cluster's retention: --retention. Records
                          claimed from then on get it; stored records keep the
                          expires_at they were given. The cluster's retention is
@@ -85,6 +87,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	addr := fs.String("addr", envOr("IDEM_ADDR", client.DefaultAddr), "HTTP address of any node (env IDEM_ADDR)")
 	tokenOf := authTokenFlag(fs, "bearer token for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
 	id := fs.String("id", "", "node id (join, remove; transfer-leadership: the voter to hand it to, default the most up to date)")
+	from := fs.String("from", "", "transfer-leadership: hand over only if this node leads (so a transfer run twice does not move the leadership again)")
 	raftAddr := fs.String("raft-addr", "", "raft address of the node to add (join)")
 	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add (join)")
 	scope := fs.String("scope", "", "scope mode of the node to add, endpoint or principal (join; refused when it differs from the cluster's)")
@@ -145,8 +148,15 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		raw, err = cl.RemoveNode(ctx, client.RemoveRequest{ID: *id, Force: *force})
 	case "transfer-leadership":
 		var body any
-		if *id != "" {
-			body = map[string]string{"id": *id}
+		if *id != "" || *from != "" {
+			b := map[string]string{}
+			if *id != "" {
+				b["id"] = *id
+			}
+			if *from != "" {
+				b["from"] = *from
+			}
+			body = b
 		}
 		raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, body)
 	case "set-retention":
@@ -213,6 +223,8 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		var a struct{ Outcome, From, Leader string }
 		json.Unmarshal(raw, &a)
 		switch {
+		case a.Outcome == "unchanged" && *from != "" && a.Leader != *from:
+			fmt.Fprintf(stdout, "%s leads, not %s: nothing was handed over\n", a.Leader, *from)
 		case a.Outcome == "unchanged":
 			fmt.Fprintf(stdout, "%s leads already\n", a.Leader)
 		case a.From == "": // a node of an earlier release says only that

@@ -1176,6 +1176,16 @@ func TestClusterTransferUnderLoad(t *testing.T) {
 	require.Empty(t, res.bad, "answers no client may get")
 	require.Zero(t, res.counts["claim conn-error"]+res.counts["complete conn-error"], "connection errors")
 
+	// The same transfer run again, with --from naming the old leader (as
+	// OPERATIONS.md runs it), hands nothing over: without --from it moved
+	// the leadership on again, maybe back to the node being restarted.
+	out, err := idemCmd(t, "cluster", "transfer-leadership", "--addr", old.http, "--from", old.id)
+	require.NoError(t, err, out)
+	require.Contains(t, out, newLeader.id+" leads, not "+old.id+": nothing was handed over")
+	time.Sleep(500 * time.Millisecond)
+	l, why := c.stableCheck(c.nodes)
+	require.Equal(t, newLeader, l, "leader after a transfer --from a node that no longer leads: %s", why)
+
 	// The old leader, now a follower, forwards: claims through it succeed.
 	for i := 0; i < 5; i++ {
 		a := call("POST", old.http, "/v1/claim", claimReq(fmt.Sprintf("after-transfer-%d", i), ""))
