@@ -31,7 +31,9 @@
 //     account the token stands for.
 //   - endpoint is the method and the route pattern when the middleware wraps
 //     a handler registered on a Go 1.22 ServeMux (r.Pattern), so
-//     POST /payments/{id} is one endpoint; otherwise the method and path.
+//     POST /payments/{id} is one endpoint; otherwise the method and path,
+//     its percent-escapes normalized (/%70ay is /pay; /a%2Fb stays apart
+//     from /a/b), as in the fingerprint.
 //     Wrap each route (mux.Handle(pattern, idem(h))) to get patterns; wrapping
 //     the whole mux keys by path. An endpoint over 255 bytes (a long path)
 //     keeps its first bytes and ends in a hash of the whole, to fit the

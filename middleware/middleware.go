@@ -275,7 +275,58 @@ func DefaultEndpoint(r *http.Request) string {
 		}
 		return fitEndpoint(r.Method + " " + p)
 	}
-	return fitEndpoint(r.Method + " " + r.URL.EscapedPath())
+	return fitEndpoint(r.Method + " " + canonicalPath(r.URL.EscapedPath()))
+}
+
+// canonicalPath normalizes a path's percent-encoding as RFC 3986 (6.2.2)
+// allows without changing what it names: an escaped unreserved character
+// is written as itself, and every other escape with upper-case hex. So
+// /%70ay and /pay, which every server routes alike, are one endpoint (and
+// one request to the fingerprint): a retry whose client encoded the path
+// otherwise was a new endpoint, and ran again. /a%2Fb stays apart from
+// /a/b: a server may route the two differently.
+func canonicalPath(p string) string {
+	if !strings.Contains(p, "%") {
+		return p
+	}
+	var b strings.Builder
+	b.Grow(len(p))
+	for i := 0; i < len(p); i++ {
+		if p[i] == '%' && i+2 < len(p) && isHex(p[i+1]) && isHex(p[i+2]) {
+			c := unhex(p[i+1])<<4 | unhex(p[i+2])
+			if unreserved(c) {
+				b.WriteByte(c)
+			} else {
+				b.WriteByte('%')
+				b.WriteByte(upperHex[c>>4])
+				b.WriteByte(upperHex[c&15])
+			}
+			i += 2
+			continue
+		}
+		b.WriteByte(p[i])
+	}
+	return b.String()
+}
+
+const upperHex = "0123456789ABCDEF"
+
+func isHex(c byte) bool {
+	return '0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F'
+}
+
+func unhex(c byte) byte {
+	switch {
+	case c <= '9':
+		return c - '0'
+	case c >= 'a':
+		return c - 'a' + 10
+	}
+	return c - 'A' + 10
+}
+
+func unreserved(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '.' || c == '_' || c == '~'
 }
 
 // MaxEndpointBytes is the longest endpoint DefaultEndpoint makes: the
@@ -300,7 +351,7 @@ func fitEndpoint(e string) string {
 func DefaultFingerprint(r *http.Request, endpoint string, body []byte) (string, error) {
 	h := sha256.New()
 	var n [8]byte
-	for _, part := range [][]byte{[]byte(r.Method), []byte(r.URL.EscapedPath()), []byte(r.URL.RawQuery), []byte(r.Header.Get("Content-Type")), body} {
+	for _, part := range [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(r.Header.Get("Content-Type")), body} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)

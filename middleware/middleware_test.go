@@ -736,3 +736,44 @@ func TestNotNowAnswersAreNotStored(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, again.StatusCode, "a 404 is an answer: replayed")
 	require.Equal(t, int32(1), runs.Load())
 }
+
+// Bug: the endpoint was the path as the client escaped it, so a retry to
+// /%70ay of a key first sent to /pay (one route to every server) was a new
+// endpoint and ran the handler again. Escapes are normalized as RFC 3986
+// allows; an escaped slash stays apart from a slash.
+func TestPathEscapesAreOneEndpoint(t *testing.T) {
+	store, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	idem, err := middleware.New(middleware.Options{Store: store})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "run %d", runs.Add(1))
+	})))
+	t.Cleanup(srv.Close)
+	send := func(path, key string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", key)
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for _, path := range []string{"/pay", "/%70ay", "/p%61%79", "/%70%61%79"} {
+		code, body := send(path, "esc-1")
+		require.Equal(t, 200, code, "%s: %s", path, body)
+		require.Equal(t, "run 1", body, "%s ran again", path)
+	}
+	for _, path := range []string{"/a%2fb", "/a%2Fb"} {
+		code, body := send(path, "esc-2")
+		require.Equal(t, 200, code, "%s: %s", path, body)
+		require.Equal(t, "run 2", body, "%s ran again", path)
+	}
+	code, body := send("/a/b", "esc-2")
+	require.Equal(t, 200, code, "%s", body)
+	require.Equal(t, "run 3", body, "/a/b is not /a%2Fb")
+}
