@@ -422,6 +422,29 @@ func checkDataDir(dir string) error {
 	return fmt.Errorf("--data-dir %s is not empty and holds no idem node (no node.json, fsm/, raft.db, raft-wal/): it holds %s%s; point it at a node's data dir, or an empty or new directory", dir, held, hint)
 }
 
+// nodesBeside lists the directories beside dir (in its parent) that hold a
+// node: a store started in a new dir next to them (a --data-dir typo,
+// /var/lib/idme) serves an empty store.
+func nodesBeside(dir string) []string {
+	clean := filepath.Clean(dir)
+	parent := filepath.Dir(clean)
+	entries, err := os.ReadDir(parent)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range entries {
+		p := filepath.Join(parent, e.Name())
+		if e.IsDir() && p != clean && holdsNode(p) {
+			out = append(out, p)
+			if len(out) == 3 {
+				break
+			}
+		}
+	}
+	return out
+}
+
 // holdsNode reports whether dir holds node.json, fsm/ or raft.db.
 func holdsNode(dir string) bool {
 	for _, name := range []string{"node.json", "fsm", "raft.db"} {
@@ -684,6 +707,13 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	pin, err := fixedSettings(c, set)
 	if err != nil {
 		return err
+	}
+	if c.join == "" && c.bootstrapExpect == 0 && !holdsNode(c.dataDir) {
+		if near := nodesBeside(c.dataDir); len(near) > 0 {
+			log.Warn("--data-dir holds no store: this node starts a NEW, EMPTY one-node cluster there, where every key is free again. "+
+				"Beside it, "+strings.Join(near, ", ")+" holds a node's data: if --data-dir has a typo, stop this node now (before clients retry through it) and start it with the right one",
+				"data-dir", c.dataDir)
+		}
 	}
 	if c.httpAdvertise == "" {
 		c.httpAdvertise = c.httpAddr

@@ -409,3 +409,33 @@ func TestWideBucketsAreSaidAtStart(t *testing.T) {
 	require.Equal(t, 201, code, body)
 	require.NotContains(t, plain.logs.String(), "is wider than the retention")
 }
+
+// Bug: a --data-dir typo (/var/lib/idme beside /var/lib/idem) started a
+// new, empty store as quietly as a first start: on a single node every
+// key was free again and every retry ran again. The node still starts (a
+// second store beside the first is legitimate) but warns, naming the
+// store beside it; a start on the real dir, or a new node that joins, does
+// not.
+func TestNewStoreBesideAnotherWarns(t *testing.T) {
+	root := t.TempDir()
+	real, typo := filepath.Join(root, "idem"), filepath.Join(root, "idme")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, real, httpAddr, raftAddr)
+	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "the first store of a parent")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait())
+
+	p = start(t, typo, httpAddr, raftAddr)
+	require.Contains(t, p.logs.String(), "NEW, EMPTY")
+	require.Contains(t, p.logs.String(), real+" holds a node's data")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait())
+
+	p = start(t, real, httpAddr, raftAddr)
+	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "a restart on the real dir")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait())
+	p = launch(t, filepath.Join(root, "n4"), httpAddr, raftAddr, "--join", "127.0.0.1:1")
+	time.Sleep(time.Second)
+	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "a node that joins")
+}
