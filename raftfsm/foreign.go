@@ -95,8 +95,8 @@ func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress
 // RequestVote and RequestPreVote are the transport's, and learn from a
 // member's answer that this node, a candidate, was left out of a recovery
 // (superseded.go): so a left-out member learns it when it first stands for
-// election, before it can lead (its appends would tell it only once it
-// leads).
+// election, as a rule before it leads (its appends would tell it only once
+// it leads).
 func (g *foreignGuard) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
 	err := g.NetworkTransport.RequestVote(id, target, args, resp)
 	g.toldLeftOut(id, target, err)
@@ -316,11 +316,7 @@ func (g *foreignGuard) foreign(from raft.RPCHeader) error {
 // rejoins with an empty data dir): its cluster was replaced by this one.
 // The node stays ready: it is the recovered cluster, the sender is not.
 func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
-	if !g.leftOut.leftOut(string(from.ID)) {
-		return nil
-	}
-	f := r.GetConfiguration()
-	if f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(from.ID) }) {
+	if !g.leftOutNonMember(r, from) {
 		return nil
 	}
 	err := leftOutError(g.self, g.leftOut, from)
@@ -334,18 +330,23 @@ func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
 // recovery of this data dir left out, while it is not a member again: it
 // stands for election in the cluster this one replaced (leftOutLeader).
 func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
-	r := g.r.Load()
-	if r == nil || !g.leftOut.leftOut(string(from.ID)) {
-		return nil
-	}
-	f := r.GetConfiguration()
-	if f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(from.ID) }) {
+	if r := g.r.Load(); r == nil || !g.leftOutNonMember(r, from) {
 		return nil
 	}
 	if g.leftOutTold.allow(time.Minute) {
 		g.log.Warn("a member that idem recover left out asked for a vote, or probed for a twin recovery; told it it was left out", "member-id", string(from.ID), "member-raft-addr", string(from.Addr))
 	}
 	return leftOutError(g.self, g.leftOut, from)
+}
+
+// leftOutNonMember reports whether the sender of from is a member that a
+// recovery of this data dir left out, and not a member again.
+func (g *foreignGuard) leftOutNonMember(r *raft.Raft, from raft.RPCHeader) bool {
+	if !g.leftOut.leftOut(string(from.ID)) {
+		return false
+	}
+	f := r.GetConfiguration()
+	return f.Error() == nil && !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(from.ID) })
 }
 
 // foreignUnready is how long after the last refused leader of another
