@@ -30,6 +30,9 @@ func TestImportsPointDown(t *testing.T) {
 		"client":  {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem"},
 		// The application side links the client only, never the server.
 		"middleware": {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem", "conformance", "internal/idemtest"},
+		// Tests that need a store, kept out of client/ and middleware/.
+		"internal/e2e/client":     {"*"},
+		"internal/e2e/middleware": {"*"},
 		// Black-box tests over HTTP, run against the middleware and idem proxy.
 		"conformance": {"engine", "raftfsm", "api", "partition", "ttl", "bench", "chaos", "cmd/idem", "middleware", "internal/idemtest"},
 		"bench":       {"engine", "raftfsm", "api", "partition", "ttl", "chaos", "cmd/idem"},
@@ -70,4 +73,22 @@ func TestImportsPointDown(t *testing.T) {
 		}
 	}
 	require.Equal(t, len(forbidden), seen, "a package of the layout is missing")
+}
+
+// Bug: an application's `go mod tidy` failed on a module that imported
+// the client or the middleware: it loads the tests of the packages it
+// imports, and theirs started a real store (internal/idemtest), bringing
+// raft-wal and the go-metrics version only idem's own go.mod replaces.
+// The tests of the packages an application imports reach nothing of the
+// store.
+func TestApplicationPackagesTestsNeedNoStore(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "-test", "../../client", "../../middleware", "../../wire").Output()
+	require.NoError(t, err)
+	for _, dep := range strings.Fields(string(out)) {
+		for _, store := range []string{module + "raftfsm", module + "engine", module + "api", module + "internal/idemtest", "github.com/hashicorp/raft", "github.com/cockroachdb/pebble"} {
+			if dep == store || strings.HasPrefix(dep, store+"/") {
+				t.Errorf("the tests of client, middleware or wire reach %s: an application that imports them would need it", dep)
+			}
+		}
+	}
 }

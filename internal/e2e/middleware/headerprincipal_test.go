@@ -1,4 +1,4 @@
-package middleware_test
+package e2emiddleware_test
 
 import (
 	"io"

@@ -1,4 +1,4 @@
-package middleware_test
+package e2emiddleware_test
 
 import (
 	"bufio"
@@ -26,54 +26,6 @@ import (
 	"github.com/idem-store/idem/internal/idemtest"
 	"github.com/idem-store/idem/middleware"
 )
-
-func TestParseKey(t *testing.T) {
-	good := map[string]string{
-		`"abc"`:               "abc",
-		`abc`:                 "abc",
-		` "a b" `:             "a b",
-		`"a\"b\\c"`:           `a"b\c`,
-		`"k";p=1`:             "k",
-		`tok:en/1`:            "tok:en/1",
-		`"` + long(255) + `"`: long(255),
-	}
-	for in, want := range good {
-		got, err := middleware.ParseKey([]string{in})
-		require.NoError(t, err, "%q", in)
-		require.Equal(t, want, got, "%q", in)
-	}
-	bad := map[string][]string{
-		"missing":          nil,
-		"twice":            {`"a"`, `"a"`},
-		"empty string":     {`""`},
-		"empty field":      {""},
-		"a list":           {`"a", "b"`},
-		"bare list":        {"a,b"},
-		"unterminated":     {`"abc`},
-		"bad escape":       {`"a\nb"`},
-		"control":          {"\"a\x01\""},
-		"non-ASCII":        {"\"caf\xc3\xa9\""},
-		"bare with space":  {"a b"},
-		"bare with quote":  {`a"b`},
-		"256 bytes":        {`"` + long(256) + `"`},
-		"256 bytes, bare":  {long(256)},
-		"trailing garbage": {`"a" b`},
-	}
-	for name, in := range bad {
-		_, err := middleware.ParseKey(in)
-		require.Error(t, err, name)
-	}
-}
-
-func long(n int) string { return strings.Repeat("k", n) }
-
-func TestNewReportsEveryBadOption(t *testing.T) {
-	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, Methods: []string{"post"}})
-	require.Error(t, err)
-	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", `"post"`} {
-		require.Contains(t, err.Error(), want)
-	}
-}
 
 // env is a real store with a middleware in front of a handler.
 type env struct {
@@ -375,28 +327,6 @@ func TestOversizedRequestBodyIs413(t *testing.T) {
 	a := e.post("/p", "b1", strings.Repeat("x", 11))
 	require.Equal(t, http.StatusRequestEntityTooLarge, a.status)
 	require.Equal(t, "request_too_large", problemCode(t, a))
-}
-
-// Whatever a client sends, ParseKey never panics and accepts only what the
-// store accepts: 1 to 255 bytes of printable ASCII.
-func FuzzParseKey(f *testing.F) {
-	for _, s := range []string{`"abc"`, `abc`, `"a\"b"`, `"k";p=1`, `""`, `"a", "b"`, "\"\xff\"", `"` + long(300) + `"`} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, in string) {
-		key, err := middleware.ParseKey([]string{in})
-		if err != nil {
-			return
-		}
-		if len(key) < 1 || len(key) > 255 {
-			t.Fatalf("%q accepted as a key of %d bytes", in, len(key))
-		}
-		for i := 0; i < len(key); i++ {
-			if key[i] < 0x20 || key[i] > 0x7e {
-				t.Fatalf("%q accepted with byte 0x%02x", in, key[i])
-			}
-		}
-	})
 }
 
 // A client that goes away does not end the attempt's lease while the

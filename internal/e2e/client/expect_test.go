@@ -1,4 +1,4 @@
-package client_test
+package e2eclient_test
 
 import (
 	"bytes"

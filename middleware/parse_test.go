@@ -1,0 +1,86 @@
+package middleware_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/middleware"
+)
+
+// The tests that need a running store are in internal/e2e/middleware: a
+// module that imports this package loads its tests (go mod tidy does), and
+// those would bring in the store.
+
+func TestParseKey(t *testing.T) {
+	good := map[string]string{
+		`"abc"`:               "abc",
+		`abc`:                 "abc",
+		` "a b" `:             "a b",
+		`"a\"b\\c"`:           `a"b\c`,
+		`"k";p=1`:             "k",
+		`tok:en/1`:            "tok:en/1",
+		`"` + long(255) + `"`: long(255),
+	}
+	for in, want := range good {
+		got, err := middleware.ParseKey([]string{in})
+		require.NoError(t, err, "%q", in)
+		require.Equal(t, want, got, "%q", in)
+	}
+	bad := map[string][]string{
+		"missing":          nil,
+		"twice":            {`"a"`, `"a"`},
+		"empty string":     {`""`},
+		"empty field":      {""},
+		"a list":           {`"a", "b"`},
+		"bare list":        {"a,b"},
+		"unterminated":     {`"abc`},
+		"bad escape":       {`"a\nb"`},
+		"control":          {"\"a\x01\""},
+		"non-ASCII":        {"\"caf\xc3\xa9\""},
+		"bare with space":  {"a b"},
+		"bare with quote":  {`a"b`},
+		"256 bytes":        {`"` + long(256) + `"`},
+		"256 bytes, bare":  {long(256)},
+		"trailing garbage": {`"a" b`},
+	}
+	for name, in := range bad {
+		_, err := middleware.ParseKey(in)
+		require.Error(t, err, name)
+	}
+}
+
+func long(n int) string { return strings.Repeat("k", n) }
+
+func TestNewReportsEveryBadOption(t *testing.T) {
+	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, Methods: []string{"post"}})
+	require.Error(t, err)
+	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", `"post"`} {
+		require.Contains(t, err.Error(), want)
+	}
+}
+
+// Whatever a client sends, ParseKey never panics and accepts only what the
+// store accepts: 1 to 255 bytes of printable ASCII.
+func FuzzParseKey(f *testing.F) {
+	for _, s := range []string{`"abc"`, `abc`, `"a\"b"`, `"k";p=1`, `""`, `"a", "b"`, "\"\xff\"", `"` + long(300) + `"`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		key, err := middleware.ParseKey([]string{in})
+		if err != nil {
+			return
+		}
+		if len(key) < 1 || len(key) > 255 {
+			t.Fatalf("%q accepted as a key of %d bytes", in, len(key))
+		}
+		for i := 0; i < len(key); i++ {
+			if key[i] < 0x20 || key[i] > 0x7e {
+				t.Fatalf("%q accepted with byte 0x%02x", in, key[i])
+			}
+		}
+	})
+}
+
