@@ -70,10 +70,12 @@
 //     unprotected instead: unsafe, a retry may run it twice.
 //   - the store goes away after the claim: the handler's answer is sent,
 //     and its complete is asked again within StoreTimeout, then in the
-//     background until the lease runs out; a store back within the lease
-//     stores it, and the retry replays. Away for longer, the record's lease
-//     runs out in progress and a retry runs the handler again (logged at
-//     error).
+//     background for ten minutes (or the lease, if longer). The store
+//     takes it until a retry takes the key over (which a retry can only
+//     do once the lease has run out by the store's clock, which stands
+//     still while the store is down), and the retry then replays. A store
+//     away for longer, or a retry that took the key over first, runs the
+//     handler again (logged at error).
 //   - the store refuses the client's credentials (401 or 403: a wrong store
 //     token, or an app token whose principal patterns miss this principal)
 //     or the call (another 4xx): logged at error as a configuration
@@ -91,12 +93,24 @@
 // Idempotency-Body-Omitted: too-large. An answer the handler flushed while
 // writing (streaming) is stored the same way with
 // Idempotency-Body-Omitted: streamed: it is never replayed as if complete.
-// A hijacked connection (WebSocket) releases the claim.
+// A hijacked connection (WebSocket) releases the claim. A header the
+// store would refuse (a name that is no HTTP token, a value with a control
+// character other than tab or not in UTF-8) reaches the first caller and
+// is left out of the stored copy, with a warning in the log: refused, the
+// whole answer went unstored and the retry ran the handler again.
+//
+// The handler's context is not cancelled when the caller goes away: the
+// handler runs to its end and its answer is stored for the caller's retry
+// (a handler that stopped on the caller's disconnect had an empty 200
+// stored). Wrap the handler in http.TimeoutHandler outside the middleware,
+// never inside: inside, the timeout's 503 releases the key while the
+// handler still runs, and a retry runs it a second time beside it.
 //
 // While the handler runs, the lease is extended in the background every
 // third of Options.Lease. If the store says the lease is lost (another
 // attempt took the key over after the lease ran out), the handler's context
-// is cancelled with ErrLeaseLost: its effect must not commit. The handler
+// is cancelled with ErrLeaseLost (the only cancellation it sees): its
+// effect must not commit. The handler
 // runs until its answer is written, so give the http.Server a WriteTimeout
 // (idem proxy's --write-timeout): a caller that never reads a large answer
 // would otherwise keep the attempt, and its lease extensions, going for as

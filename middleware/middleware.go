@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -117,6 +118,10 @@ const (
 const (
 	OmittedTooLarge = "too-large"
 	OmittedStreamed = "streamed"
+	// OmittedRefused: the store refused the answer as the handler wrote it
+	// (it never should: headers it would refuse are left out first), so
+	// only the status was stored.
+	OmittedRefused = "refused"
 )
 
 // maxKeyBytes is the longest key the store accepts.
@@ -687,7 +692,11 @@ func FromContext(ctx context.Context) (Attempt, bool) {
 // run runs the handler under the claim and stores or releases its answer.
 func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s scope, c *client.ClaimResponse) {
 	a := Attempt{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: c.Token, Number: c.Attempt}
-	ctx, cancel := context.WithCancelCause(context.WithValue(r.Context(), attemptKey{}, a))
+	// The caller going away does not cancel the handler: its answer is
+	// stored for the caller's retry (cancelled, a handler that stopped
+	// without writing had an empty 200 stored and replayed as success).
+	// A lost lease does (keepLease).
+	ctx, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(r.Context()), attemptKey{}, a))
 	defer cancel(nil)
 	stop := m.keepLease(ctx, cancel, s, c.Token)
 	rec := newRecorder(w, m.o.MaxStoredBody)
@@ -778,7 +787,10 @@ func (m *mw) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 
 // retry calls f until it succeeds, a problem other than unavailable comes
 // back, or ctx ends: complete and release are idempotent with their token.
-func retry(ctx context.Context, f func() error) error {
+func retry(ctx context.Context, f func() error) error { return retryPaused(ctx, time.Second, f) }
+
+// retryPaused is retry with pauses growing to longest.
+func retryPaused(ctx context.Context, longest time.Duration, f func() error) error {
 	pause := 50 * time.Millisecond
 	for {
 		err := f()
@@ -789,7 +801,7 @@ func retry(ctx context.Context, f func() error) error {
 		case <-ctx.Done():
 			return err
 		case <-time.After(pause):
-			pause = min(pause*2, time.Second)
+			pause = min(pause*2, longest)
 		}
 	}
 }
@@ -805,6 +817,9 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
 	resp := rec.response()
+	if len(rec.dropped) > 0 {
+		m.log.Warn("idempotency: headers of the answer left out of the stored copy: the store refuses their names or values (control characters, not UTF-8); a replay lacks them", "endpoint", s.endpoint, "headers", fmt.Sprintf("%q", rec.dropped))
+	}
 	sendIn := func(ctx context.Context) func() error {
 		return func() error {
 			_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
@@ -823,20 +838,39 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)
+	} else if errors.Is(err, client.ErrInvalidRequest) {
+		// The store refused the answer as given (something response()
+		// does not foresee): the status alone is stored, rather than
+		// leave the key in progress for the retry to run again.
+		m.log.Error("idempotency: the store refused the answer; storing its status alone", "endpoint", s.endpoint, "status", resp.Status, "error", err)
+		resp = client.Response{Status: resp.Status}
+		resp.SetHeader(HeaderBodyOmitted, OmittedRefused)
+		err = retry(ctx, send)
 	}
 	if err != nil && !refusedByStore(err) {
 		// The store did not answer within StoreTimeout. The caller has its
-		// answer; the record is in progress until its lease runs out, and a
-		// retry after that runs the request again. Asked on in the
-		// background until then, a store back within the lease stores the
-		// answer, and the retry replays it (one after an outage of a few
-		// seconds ran again). A retry that took the key over meanwhile
-		// makes this token stale: the store refuses it, and that ends it.
-		m.log.Warn("idempotency complete not stored yet: the store does not answer; retrying until the lease runs out", "endpoint", s.endpoint, "status", resp.Status, "lease", m.o.Lease, "error", err)
+		// answer; the record is in progress, and a retry once its lease has
+		// run out takes it over and runs the request again. Asked on in
+		// the background, a store back in time stores the answer, and the
+		// retry replays it (one after an outage of a few seconds ran
+		// again). The lease runs by the store's clock, which stands still
+		// while the store is down: a complete with this token succeeds
+		// until a retry takes the key over, whatever the wall clock says,
+		// so it is asked for completeRetryFor, not just the lease (a
+		// store back 35 s after a 30 s lease ran the request again). A
+		// takeover makes this token stale: the store refuses it, and that
+		// ends it. At most maxPendingCompletes wait at once.
+		if pendingCompletes.Add(1) > maxPendingCompletes {
+			pendingCompletes.Add(-1)
+			m.log.Error("idempotency complete failed, and too many others wait for the store to store this one later: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
+			return
+		}
+		m.log.Warn("idempotency complete not stored yet: the store does not answer; retrying in the background", "endpoint", s.endpoint, "status", resp.Status, "for", completeRetryFor(m.o.Lease), "error", err)
 		go func() {
-			bctx, bcancel := context.WithTimeout(context.Background(), m.o.Lease)
+			defer pendingCompletes.Add(-1)
+			bctx, bcancel := context.WithTimeout(context.Background(), completeRetryFor(m.o.Lease))
 			defer bcancel()
-			if err := retry(bctx, sendIn(bctx)); err != nil {
+			if err := retryPaused(bctx, 5*time.Second, sendIn(bctx)); err != nil {
 				m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 				return
 			}
@@ -848,6 +882,17 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 		m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 	}
 }
+
+// completeRetryFor is how long a complete the store did not answer is
+// asked again in the background: ten minutes, or the lease if longer.
+func completeRetryFor(lease time.Duration) time.Duration { return max(lease, 10*time.Minute) }
+
+// pendingCompletes counts the completes asked again in the background, in
+// every middleware of the process; each holds its answer (up to
+// MaxStoredBody), so their number is bounded.
+var pendingCompletes atomic.Int64
+
+const maxPendingCompletes = 10_000
 
 func (m *mw) release(r *http.Request, s scope, token, reason string) {
 	ctx, cancel := m.storeCtx(r)

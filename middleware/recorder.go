@@ -5,6 +5,9 @@ import (
 	"bytes"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/idem-store/idem/client"
 )
@@ -21,6 +24,9 @@ type recorder struct {
 	overflow bool // the body passed limit: stored without it
 	flushed  bool // streamed: never replayed as if complete
 	hijacked bool
+	// dropped names the headers (or the Content-Type) that response left
+	// out as the store would refuse them.
+	dropped []string
 }
 
 func newRecorder(w http.ResponseWriter, limit int) *recorder { return &recorder{w: w, limit: limit} }
@@ -85,6 +91,33 @@ func (r *recorder) status() int {
 	return r.code
 }
 
+// storableName and storableValue are what the store keeps of a header:
+// a name that is an HTTP token, a value without control characters (a
+// tab aside) in UTF-8. The handler's client got the others; the store
+// refused the whole answer for one of them, and the retry ran the handler
+// again. They are left out of the stored answer instead (and logged).
+func storableName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+func storableValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return utf8.ValidString(v)
+}
+
 // notStored are headers of one connection or one transmission, which a
 // replay makes anew.
 var notStored = []string{"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection",
@@ -104,12 +137,24 @@ func (r *recorder) response() client.Response {
 			resp.ContentType = http.DetectContentType(body) // what net/http sent
 		}
 	}
+	if !storableValue(resp.ContentType) {
+		r.dropped = append(r.dropped, "Content-Type")
+		resp.ContentType = ""
+	}
 	for _, k := range notStored {
 		delete(h, k)
 	}
 	for k, vs := range h {
-		if len(vs) > 0 {
-			resp.SetHeader(k, vs...)
+		if !storableName(k) {
+			r.dropped = append(r.dropped, k)
+			continue
+		}
+		kept := slices.DeleteFunc(slices.Clone(vs), func(v string) bool { return !storableValue(v) })
+		if len(kept) < len(vs) {
+			r.dropped = append(r.dropped, k)
+		}
+		if len(kept) > 0 {
+			resp.SetHeader(k, kept...)
 		}
 	}
 	switch {

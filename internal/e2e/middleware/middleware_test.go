@@ -707,3 +707,119 @@ func TestPathEscapesAreOneEndpoint(t *testing.T) {
 	require.Equal(t, 200, code, "%s", body)
 	require.Equal(t, "run 3", body, "/a/b is not /a%2Fb")
 }
+
+// Bug: a handler's answer with a header the store refuses (a control
+// character in a value or in Content-Type, a name that is no HTTP token)
+// was refused whole by the store: the caller had its 201, the record
+// stayed in progress, and the retry ran the handler again once the lease
+// ran out. Such headers are left out of the stored copy; the rest is
+// replayed.
+func TestHeadersTheStoreRefusesAreLeftOut(t *testing.T) {
+	var runs atomic.Int32
+	var addr string
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Lease: time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 && r.Header.Get("Idempotency-Key") == `"addr"` {
+				addr = r.Host // the probe below
+				return
+			}
+			w.Header().Set("X-Debug", "a\x01b")
+			w.Header().Set("Content-Type", "text/plain\x01")
+			w.Header()["X Bad"] = []string{"v"}
+			w.Header().Add("X-Two", "ok")
+			w.Header().Add("X-Two", "b\x7fad")
+			w.Header().Set("X-Ok", "kept")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged")
+		})
+	send("addr")
+	runs.Store(0)
+	// The caller's own answer does not parse in Go's client ("malformed
+	// MIME header line"): it is sent and read raw, as curl would.
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	fmt.Fprintf(conn, "POST /pay HTTP/1.1\r\nHost: %s\r\nIdempotency-Key: \"hdr-1\"\r\nAuthorization: Bearer t\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}", addr)
+	first, _ := io.ReadAll(conn)
+	conn.Close()
+	require.Contains(t, string(first), "HTTP/1.1 201")
+	time.Sleep(1500 * time.Millisecond) // past the lease: a record left in progress is taken over
+	again, body := send("hdr-1")
+	require.Equal(t, http.StatusCreated, again.StatusCode, body)
+	require.Equal(t, "charged", body)
+	require.Equal(t, "true", again.Header.Get(middleware.HeaderReplayed))
+	require.Equal(t, "kept", again.Header.Get("X-Ok"))
+	require.Equal(t, []string{"ok"}, again.Header.Values("X-Two"))
+	require.Empty(t, again.Header.Get("X-Debug"))
+	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
+}
+
+// Bug: the caller going away cancelled the handler's context; a handler
+// that stopped on it without writing had an empty 200 stored, and the
+// retry was told the payment succeeded though it never ran. As the proxy
+// does, the middleware lets the handler finish; its answer is replayed.
+func TestCallerLeavingDoesNotCancelTheHandler(t *testing.T) {
+	var runs atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{}, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		select {
+		case <-r.Context().Done():
+			return // gave up: writes nothing
+		case <-time.After(700 * time.Millisecond):
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	})
+	srvURL := func() string { // keyedServer posts to /pay on its own server: find it by a first request
+		resp, _ := send("leave-probe")
+		return resp.Request.URL.String()
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srvURL, strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", `"leave-1"`)
+	req.Header.Set("Authorization", "Bearer t")
+	_, err = http.DefaultClient.Do(req)
+	require.Error(t, err, "the caller gives up first")
+	require.Eventually(t, func() bool {
+		resp, body := send("leave-1")
+		return resp.StatusCode == http.StatusCreated && body == "charged" && resp.Header.Get(middleware.HeaderReplayed) == "true"
+	}, 10*time.Second, 100*time.Millisecond, "the retry replays what the handler answered")
+	require.Equal(t, int32(2), runs.Load(), "the probe and leave-1, each once")
+}
+
+// Bug: a complete the store did not answer was asked again only until the
+// lease ran out by the wall clock; a store away longer (kill -9, restarted
+// 35 s later, its clock standing still meanwhile) found the record in
+// progress, and the retry ran the handler again once the lease ran out by
+// the store's clock. A complete with the attempt's token succeeds until a
+// retry takes the key over: it is asked for much longer than the lease.
+func TestCompleteOutlivesAStoreOutageLongerThanTheLease(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	store := &outage{Client: real}
+	var runs atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, StoreTimeout: 200 * time.Millisecond, Lease: time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			store.down.Store(true)
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged once")
+		})
+	resp, body := send("long-outage-1")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+	time.Sleep(2500 * time.Millisecond) // 2.5 leases, and no retry meanwhile
+	store.down.Store(false)
+	probe := httptest.NewRequest(http.MethodPost, "/pay", nil)
+	probe.Header.Set("Authorization", "Bearer t")
+	principal, err := middleware.AuthorizationPrincipal(probe)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		rec, err := real.Get(context.Background(), principal, "POST /pay", "long-outage-1", "")
+		return err == nil && rec.State == client.StateCompleted
+	}, 15*time.Second, 200*time.Millisecond, "the complete stored once the store is back")
+	again, body := send("long-outage-1")
+	require.Equal(t, http.StatusCreated, again.StatusCode, body)
+	require.Equal(t, "charged once", body)
+	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
+}
