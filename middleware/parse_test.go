@@ -83,4 +83,3 @@ func FuzzParseKey(f *testing.F) {
 		}
 	})
 }
-
