@@ -719,7 +719,7 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 			return invalid("response.headers must be valid UTF-8")
 		}
 		if !validHeaderValue(v) {
-			return invalid("response.headers[%q] contains a control character (CR, LF or NUL)", truncate(k, 40))
+			return invalid("response.headers[%q] contains a control character (only tab is allowed)", truncate(k, 40))
 		}
 		total += len(k) + len(v)
 		return nil
