@@ -25,6 +25,8 @@ type FSM struct {
 	metrics *Metrics
 	// dropped receives buckets this replica removed, for compaction.
 	dropped chan partition.Bucket
+	// rewound spaces the log of the clock going back to the log's time.
+	rewound spacer
 	// skipUniqueness is the injected bug of Config.InjectBug.
 	skipUniqueness bool
 	// keys counts sealed values per bucket and key id (keyuse.go).
@@ -108,8 +110,18 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		f.nodesGen.Add(1)
 	}
 	f.metrics.batch(len(logs))
-	f.clock.Observe(txn.Meta().NowMs)
+	f.observe(txn.Meta().NowMs)
 	return out
+}
+
+// observe anchors the node's clock at the applied cluster time, and says
+// when that moved it back (ttl.Clock.Observe): this node had counted time
+// the log never did, most often an outage of most of the cluster that it
+// stayed up through.
+func (f *FSM) observe(ms int64) {
+	if d := f.clock.Observe(ms); d > 0 && f.rewound.allow(time.Minute) {
+		f.log.Warn("cluster time on this node was ahead of the log's (it counted time the cluster did not, such as an outage of most nodes it stayed up through): it follows the log's", "behind-by", d.Round(time.Millisecond))
+	}
 }
 
 func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
@@ -238,7 +250,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.secret.Store(nil) // read again from the restored state
-	f.clock.Observe(f.db.Meta().NowMs)
+	f.observe(f.db.Meta().NowMs)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
 	if f.installedPath != "" {
 		if err := writeInstalled(f.installedPath, f.db.Meta().Applied); err != nil {

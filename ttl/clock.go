@@ -8,8 +8,18 @@ import (
 // Clock is cluster time as seen by one node. It is anchored at the cluster
 // time of the last applied entry and advances by this node's monotonic clock
 // from the moment that entry was applied, so a node whose wall clock is
-// minutes off never moves cluster time by those minutes. Once anchored it
-// never goes backwards.
+// minutes off never moves cluster time by those minutes.
+//
+// Between two applied entries its reading is this node's extrapolation,
+// which the log never confirmed: a node that stayed up while most of the
+// cluster was down counted the outage, the restarted nodes (resuming from
+// their stored time) did not, and once that node led, its stamps moved
+// cluster time forward by the outage (ten seconds an entry, so within
+// seconds): leases granted meanwhile were taken over, and records
+// expired, early (an attack on cluster time). So an applied entry more
+// than RewindAfter behind the reading anchors the clock back at it: the
+// log's time is cluster time. Within RewindAfter (an entry's usual way
+// from its stamp to its apply) the reading never goes backwards.
 //
 // Only the very first command of a new cluster takes its time from a wall
 // clock (the bootstrap node's); from then on time flows through the log.
@@ -30,23 +40,35 @@ func NewClock(offset time.Duration) *Clock {
 	return &Clock{wall: time.Now, offset: offset}
 }
 
-// Observe anchors the clock at cluster time ms, seen now. Anchors that would
-// move time backwards are ignored.
-func (c *Clock) Observe(ms int64) {
+// RewindAfter is how far behind this node's reading an applied entry's
+// cluster time must be for the clock to go back to it (Observe): longer
+// than an entry takes from its stamp to its apply, even on a stalled disk.
+const RewindAfter = 5 * time.Second
+
+// Observe anchors the clock at cluster time ms, seen now, when that is
+// ahead of the reading, or more than RewindAfter behind it; it returns how
+// far it moved the reading back (0 when it did not).
+func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ms <= 0 {
-		return
+		return 0
 	}
 	if c.at.IsZero() {
 		// Reads before the first anchor were this node's wall clock: drop
 		// them, or a skewed wall clock would stay in cluster time.
 		c.anchorMs, c.at, c.lastMs = ms, time.Now(), 0
-		return
+		return 0
 	}
-	if ms > c.nowLocked() {
+	now := max(c.nowLocked(), c.lastMs)
+	switch {
+	case ms > c.nowLocked():
 		c.anchorMs, c.at = ms, time.Now()
+	case now-ms > RewindAfter.Milliseconds():
+		c.anchorMs, c.at, c.lastMs = ms, time.Now(), ms
+		return time.Duration(now-ms) * time.Millisecond
 	}
+	return 0
 }
 
 // WallMs is this node's own wall clock (with its test offset), uncorrected:

@@ -219,11 +219,13 @@ func TestClockAnchoredAdvancesByMonotonicTimeOnly(t *testing.T) {
 	require.LessOrEqual(t, got, int64(anchor)+time.Since(start).Milliseconds(), "advances by monotonic time only")
 }
 
-func TestClockObserveNeverMovesBackwards(t *testing.T) {
+// An applied entry a little behind the reading (its way from stamp to
+// apply) never moves it back; a newer one moves it forward.
+func TestClockObserveNeverMovesBackwardsWithinRewindAfter(t *testing.T) {
 	const anchor = 1_700_000_000_000
 	c, _ := clockWithWall(0, wall0)
 	c.Observe(anchor)
-	c.Observe(anchor - 60_000) // an older entry, or a follower behind
+	require.Zero(t, c.Observe(anchor-RewindAfter.Milliseconds()+500))
 	got := c.NowMs()
 	require.GreaterOrEqual(t, got, int64(anchor))
 	require.Less(t, got, int64(anchor)+1000)
@@ -234,9 +236,30 @@ func TestClockObserveNeverMovesBackwards(t *testing.T) {
 	require.GreaterOrEqual(t, got, int64(anchor)+60_000)
 	require.Less(t, got, int64(anchor)+61_000)
 
-	// And an older one after that still does not move it back.
-	c.Observe(anchor)
+	// And one a little older after that still does not move it back.
+	require.Zero(t, c.Observe(anchor+60_000-1000))
 	require.GreaterOrEqual(t, c.NowMs(), got)
+}
+
+// Bug: a node that stayed up while most of the cluster was down counted
+// the outage; the restarted nodes resumed from their stored time, and the
+// entries they applied, far behind this node's reading, were ignored.
+// Leading later, it stamped its own time: cluster time jumped by the
+// outage, and leases and records granted meanwhile ran out early. An
+// entry more than RewindAfter behind the reading anchors the clock at it.
+func TestClockFollowsTheLogWhenItsReadingRanAhead(t *testing.T) {
+	const anchor = 1_700_000_000_000
+	c, _ := clockWithWall(0, wall0)
+	c.Observe(anchor + 150_000) // this node's reading, 150 s on: it counted an outage
+	c.NowMs()
+	back := c.Observe(anchor) // what the restarted majority applied since
+	require.InDelta(t, 150*time.Second, back, float64(time.Second))
+	got := c.NowMs()
+	require.GreaterOrEqual(t, got, int64(anchor))
+	require.Less(t, got, int64(anchor)+1000, "the reading follows the log, not the node's extrapolation")
+	// The log's later entries move it on as before.
+	c.Observe(anchor + 2000)
+	require.GreaterOrEqual(t, c.NowMs(), int64(anchor)+2000)
 }
 
 // A node whose wall clock is ten minutes ahead agrees with cluster time once

@@ -1234,3 +1234,42 @@ func TestJoinOfOnlyItselfSaysSo(t *testing.T) {
 	})
 	require.Contains(t, p.logs.String(), "--bootstrap-expect")
 }
+
+// Bug (an attack on cluster time): a node that stayed up while the other
+// two were down for a while counted the outage; they, restarted, resumed
+// cluster time from their stored value and granted a lease in that frame.
+// Once the node that stayed up led, its stamps moved cluster time forward
+// by the outage, and the lease was taken over after a third of its 30 s.
+// Its clock now follows the log's time (ttl.Clock.Observe).
+func TestNodeThatOutlivedAnOutageDoesNotJumpClusterTime(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	n1, n2, n3 := c.node("n1"), c.node("n2"), c.node("n3")
+	claimOK(t, c.leader().http, "before")
+	waitSameState(t, c.nodes...)
+	n1.kill(t)
+	n3.kill(t)
+	const gap = 20 * time.Second
+	time.Sleep(gap) // n2 runs on alone, without a quorum, counting it
+	require.NoError(t, n2.p.cmd.Process.Signal(syscall.SIGSTOP))
+	defer n2.p.cmd.Process.Signal(syscall.SIGCONT)
+	c.restart(n1, nil)
+	c.restart(n3, nil)
+	var granted time.Time
+	waitFor(t, 45*time.Second, "a claim through n1 while n2 is stopped", func() (bool, string) {
+		a := call("POST", n1.http, "/v1/claim", claimReq("held", "first"))
+		granted = time.Now()
+		return a.code == 201, a.String()
+	})
+	require.NoError(t, n2.p.cmd.Process.Signal(syscall.SIGCONT))
+	waitSameState(t, c.nodes...)
+	c.moveLeadership(n2)
+	// The lease is 30 s from the grant: until then, every other claim of
+	// the key is 409, however cluster time was counted on n2.
+	for time.Since(granted) < 25*time.Second {
+		a := call("POST", n2.http, "/v1/claim", claimReq("held", "second"))
+		require.Equal(t, 409, a.code, "%.1f s after a 30 s lease was granted, through n2 (which counted the %s outage): %s",
+			time.Since(granted).Seconds(), gap, a)
+		time.Sleep(500 * time.Millisecond)
+	}
+	require.Contains(t, n2.p.logs.String(), "it follows the log's")
+}
