@@ -35,6 +35,9 @@ func TestWrongKeyPromotedWhileAMemberIsDown(t *testing.T) {
 	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
 	n1.setKeyring(testRing(t, "k1"))
 	n2.setKeyring(testRing(t, "k1"))
+	// A leader seals under a key nothing is sealed under yet only once its
+	// health checks have seen which voters hold it (keyOnFew).
+	time.Sleep(3 * probeEvery)
 	write(t, n2, "sealed")
 	time.Sleep(3 * probeEvery)
 	require.Nil(t, n2.fsm.keys.check("k1"), "no check value while n3 is down")

@@ -392,6 +392,17 @@ type SealRefusedError struct {
 	KeyID    string
 	Mismatch bool
 	InUse    []string
+	// Few: the leader's sealing key KeyID is held by too few voters
+	// (Holders of Voters): values sealed under it would be unreadable to
+	// most of the cluster (keyOnFew).
+	Few             bool
+	Holders, Voters int
+	// Unmeasured: Few, for a key nothing is sealed under yet, before this
+	// leader has seen its voters' keys.
+	Unmeasured bool
+	// Turning: no value is encrypted yet, but most voters hold the keys
+	// InUse and this leader holds none (turning encryption on).
+	Turning bool
 }
 
 func (e *SealRefusedError) Error() string { return "raftfsm: write refused: " + e.Detail() }
@@ -400,6 +411,17 @@ func (e *SealRefusedError) Unwrap() error { return ErrNotProposed }
 
 // Detail says why, for a problem document.
 func (e *SealRefusedError) Detail() string {
+	if e.Few && e.Unmeasured {
+		return fmt.Sprintf("the leader would encrypt with key %q for the first time and has not yet seen which voters hold it (it was elected a moment ago); nothing was stored; retry shortly", e.KeyID)
+	}
+	if e.Few {
+		return fmt.Sprintf("the leader would encrypt with key %q, which only %d of the cluster's %d voters hold: the others could not read what it stored if it failed, so it refuses; nothing was stored. "+
+			"Give every node a key file listing that key before making it the first (rotation step 1), or move the leadership away; retry shortly", e.KeyID, e.Holders, e.Voters)
+	}
+	if e.Turning {
+		return fmt.Sprintf("most of the cluster's voters hold an --encryption-key-file (key %s) and the leader holds none, so it refuses to store this value in plaintext; nothing was stored. "+
+			"The leadership moves to a voter holding the key; retry shortly", strings.Join(e.InUse, ", "))
+	}
 	if e.Mismatch {
 		return fmt.Sprintf("the leader's key %q is not the key the cluster recorded under that id, so it refuses to store values nobody else could read; nothing was stored. "+
 			"An operator must copy the cluster's key file to that node (or move the leadership away); retry shortly", e.KeyID)
@@ -495,6 +517,9 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		if ids := n.neededKeys(); len(ids) > 0 {
 			return &SealRefusedError{InUse: ids}
 		}
+		if v, _ := n.voterKeys(); len(v.most) > 0 {
+			return &SealRefusedError{InUse: v.most, Turning: true}
+		}
 		return nil
 	}
 	id := kr.Primary()
@@ -509,7 +534,117 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 	case rec == nil && !n.heldByMost(id, own):
 		return &SealRefusedError{KeyID: id, Mismatch: true}
 	}
+	switch v, seen := n.voterKeys(); {
+	case seen && v.few && v.id == id:
+		return &SealRefusedError{KeyID: id, Few: true, Holders: v.holders, Voters: v.voters}
+	case !seen && !slices.Contains(n.fsm.keys.inUse(), id):
+		// A new leader has not seen its voters' keys yet (its first health
+		// round): it seals under a key values are already sealed under,
+		// but not under a new one, which might be on this node alone,
+		// unless the voters it knows hold it are enough (a one-node store).
+		if _, _, few := n.keyOnFew(id, own, false); few {
+			return &SealRefusedError{KeyID: id, Few: true, Unmeasured: true}
+		}
+	}
 	return nil
+}
+
+// voterKeysView is what the leader's health loop last saw of the voters'
+// keys (noteVoterKeys), for the write path, which then takes no lock of
+// the health checks nor reads the configuration.
+type voterKeysView struct {
+	term            uint64
+	most            []string // keysOfMost: for a keyless leader
+	id              string   // this leader's sealing key, and whether it is on few voters (keyOnFew)
+	few             bool
+	holders, voters int
+}
+
+// voterKeys is the view of this term, and whether there is one yet (the
+// term's first health round noted it).
+func (n *Node) voterKeys() (voterKeysView, bool) {
+	if v := n.keyView.Load(); v != nil && v.term == n.term() {
+		return *v, true
+	}
+	return voterKeysView{}, false
+}
+
+// noteVoterKeys, run by the leader's health loop after its checks of the
+// round, stores the view voterKeys returns.
+func (n *Node) noteVoterKeys() {
+	v := voterKeysView{term: n.term()}
+	if kr := n.Keyring(); kr == nil {
+		v.most = n.keysOfMost()
+	} else {
+		v.id = kr.Primary()
+		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id), true)
+	}
+	n.keyView.Store(&v)
+}
+
+// keyOnFew reports whether this leader's sealing key id (check value c)
+// is held by so few voters that the others are a quorum without it (they
+// could elect a leader that cannot read what this one seals), counting
+// voters not seen this term as holders when unseenHold. A node whose key file lists the new key first while the
+// others lack it (a rotation's step 1 skipped on it) sealed values only it
+// could read: once it failed, the others answered them 500 and refused to
+// start again (an attack on encryption at rest).
+func (n *Node) keyOnFew(id string, c []byte, unseenHold bool) (holders, voters int, few bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0, 0, false
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
+	}
+	n.peers.mu.Lock()
+	same, _, unknown := n.voterChecksLocked(id, c)
+	n.peers.mu.Unlock()
+	if !unseenHold {
+		unknown = 0
+	}
+	return same, voters, voters-(same+unknown) >= voters/2+1
+}
+
+// keysOfMost returns, for a keyless leader, the ids of the keys held by
+// more than half of the voters (as this term's health checks saw them):
+// encryption is being turned on, and this leader must not store plaintext
+// on nodes that hold a key, nor stay leader (an attack on encryption at
+// rest: a keyless leader kept writing plaintext into the keyed nodes'
+// logs, with no warning, although the docs said it hands over).
+func (n *Node) keysOfMost() []string {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return nil
+	}
+	term := n.term()
+	voters := 0
+	count := map[string]int{}
+	n.peers.mu.Lock()
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		h := n.peers.byID[string(s.ID)]
+		if string(s.ID) == n.self.ID || h == nil || n.peers.term != term || h.answeredAt.IsZero() {
+			continue
+		}
+		for _, k := range h.keys {
+			count[k.ID]++
+		}
+	}
+	n.peers.mu.Unlock()
+	var ids []string
+	for id, c := range count {
+		if c*2 > voters {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // warnPlaintext says, at most every ten minutes, that this keyless leader
@@ -608,13 +743,21 @@ func (n *Node) heldByMost(id string, c []byte) bool {
 // logRefusal tries to hand the leadership to a voter that holds the key,
 // and logs a refused write, at most once every ten seconds.
 func (n *Node) logRefusal(err *SealRefusedError) {
+	if err.Unmeasured {
+		return // the next health round decides
+	}
 	n.handOff(err)
 	if !n.fsm.keys.logged.allow(10 * time.Second) {
 		return
 	}
-	if err.Mismatch {
+	switch {
+	case err.Few:
+		n.log.Error("refusing writes: this leader's key file lists first a key that most voters lack; list it in every node's key file before making it the first (rotation step 1)", "key-id", err.KeyID, "holders", err.Holders, "voters", err.Voters)
+	case err.Turning:
+		n.log.Error("refusing writes: most voters hold an --encryption-key-file and this leader holds none, so it would store plaintext; it hands the leadership to a voter holding the key", "key-ids", strings.Join(err.InUse, ","))
+	case err.Mismatch:
 		n.log.Error("refusing writes: this leader's sealing key is not the key the cluster recorded under its id; copy the cluster's key file to this node and restart it", "key-id", err.KeyID)
-	} else {
+	default:
 		n.log.Error("refusing writes: stored values are encrypted and this leader holds no --encryption-key-file, so it would store plaintext; give it the cluster's key file and restart it", "key-ids", strings.Join(err.InUse, ","))
 	}
 }
@@ -625,6 +768,7 @@ func (n *Node) logRefusal(err *SealRefusedError) {
 // a recorded key) says from here, not from every write's seal, that it
 // stores plaintext (warnPlaintext).
 func (n *Node) keyHandOff() {
+	n.noteVoterKeys()
 	if err := n.sealRefusal(false); err != nil {
 		n.handOff(err)
 	} else if n.Keyring() == nil {
@@ -646,6 +790,12 @@ func (n *Node) handOff(err *SealRefusedError) {
 		ids = []string{err.KeyID}
 	}
 	avoid := "" // with none recorded, this leader's own key under err.KeyID is the odd one out
+	if err.Few {
+		// Any healthy voter without err.KeyID: its first key is another
+		// one, or it holds none and stores plaintext, as it may while most
+		// voters hold no key.
+		ids, need = nil, map[string]string{}
+	}
 	for _, id := range ids {
 		need[id] = ""
 		if c := n.fsm.keys.check(id); c != nil {
@@ -669,7 +819,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 		if ok, _ := n.judge(h, s.ID, now); !ok {
 			continue
 		}
-		fits := true
+		fits := !err.Few || h.keyCheck(err.KeyID) == ""
 		for id, c := range need {
 			if got := h.keyCheck(id); got == "" || (c != "" && got != c) || (c == "" && avoid != "" && got == avoid) {
 				fits = false

@@ -79,9 +79,12 @@ type Node struct {
 	// supersededBy, once set, is why this node answers every request 503:
 	// its cluster was recovered without it (superseded.go).
 	supersededBy atomic.Pointer[string]
-	votes        voteHold     // votehold.go: the vote of a node that started empty
-	campaign     campaignHold // votehold.go: its candidacy, held with its vote
-	guard        *foreignGuard
+	// keyView is what the leader's health loop last saw of the voters'
+	// encryption keys (keyuse.go's voterKeys).
+	keyView  atomic.Pointer[voterKeysView]
+	votes    voteHold     // votehold.go: the vote of a node that started empty
+	campaign campaignHold // votehold.go: its candidacy, held with its vote
+	guard    *foreignGuard
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps

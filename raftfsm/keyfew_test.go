@@ -1,0 +1,102 @@
+package raftfsm
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// keyValues is how many values the cluster's state counts under key id.
+func keyValues(n *Node, id string) uint64 {
+	for _, u := range n.KeyUse() {
+		if u.ID == id {
+			return u.Values
+		}
+	}
+	return 0
+}
+
+// writeSomewhere writes a fresh key (key-1, key-2, …) through whichever
+// node leads, until one takes it, and returns the node that did.
+func writeSomewhere(t *testing.T, c *memCluster, key string, nodes ...*Node) *Node {
+	t.Helper()
+	var by *Node
+	try := 0
+	require.Eventually(t, func() bool {
+		l := c.leader(nodes...)
+		try++
+		s := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: fmt.Sprint(key, "-", try)}
+		res, _, err := l.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		if err != nil {
+			t.Logf("claim through %s: %v", l.self.ID, err)
+			return false
+		}
+		if res.Outcome != engine.OutcomeClaimed {
+			return false
+		}
+		_, err = l.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 201, Body: secretBody})
+		if err != nil {
+			t.Logf("complete through %s: %v", l.self.ID, err)
+		}
+		by = l
+		return err == nil
+	}, 20*time.Second, 50*time.Millisecond, "no leader took the write")
+	return by
+}
+
+// Bug (an attack on encryption at rest): a node whose key file listed the
+// rotation's new key first while the other voters did not hold it (step 1
+// skipped on it) sealed every value under it once it led: after it
+// failed, the others answered those records 500 and refused to start. A
+// leader whose sealing key the other voters, a quorum without it, lack
+// refuses to seal and hands the leadership over.
+func TestLeaderWithAKeyOnlyItHoldsDoesNotSeal(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	n1.setKeyring(testRing(t, "k1"))
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	n2.setKeyring(testRing(t, "k1"))
+	n3.setKeyring(testRing(t, "k1"))
+	c.join(n2, n1)
+	c.join(n3, n1)
+	write(t, n1, "before")
+	require.Positive(t, keyValues(n1, "k1"))
+
+	n3.setKeyring(testRing(t, "k2", "k1")) // rotation step 2 on n3 alone
+	require.NoError(t, n1.TransferLeadershipTo("n3"))
+	require.Eventually(t, n3.IsLeader, 10*time.Second, 10*time.Millisecond)
+	by := writeSomewhere(t, c, "after", n1, n2, n3)
+	require.NotEqual(t, "n3", by.self.ID, "n3 sealed under a key only it holds")
+	require.Zero(t, keyValues(by, "k2"), "a value sealed under k2, which n1 and n2 cannot read")
+	require.Positive(t, keyValues(by, "k1"))
+}
+
+// Bug (an attack on encryption at rest): turning encryption on with a
+// rolling restart, the keyless leader stayed leader with two of three
+// voters holding the key, and kept writing plaintext into their raft logs
+// without a word (the docs said it hands over). With most voters holding
+// a key, a keyless leader refuses plaintext and hands the leadership to a
+// voter holding it.
+func TestKeylessLeaderHandsOverOnceMostVotersHoldAKey(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	c.join(n2, n1)
+	c.join(n3, n1)
+	write(t, n1, "plain") // before any node holds a key: plaintext, as it must be
+	require.Zero(t, keyValues(n1, "k1"))
+
+	n2.setKeyring(testRing(t, "k1"))
+	n3.setKeyring(testRing(t, "k1"))
+	require.Eventually(t, func() bool { return !n1.IsLeader() }, 10*time.Second, 20*time.Millisecond,
+		"the keyless leader kept the leadership with most voters holding a key")
+	by := writeSomewhere(t, c, "after", n1, n2, n3)
+	require.NotEqual(t, "n1", by.self.ID, "the keyless leader stored plaintext with most voters holding a key")
+	require.Positive(t, keyValues(by, "k1"), "the value is sealed")
+}
