@@ -421,6 +421,10 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 				what = "refused the connection"
 			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 				what = "closed the connection before it answered"
+			case strings.Contains(err.Error(), "malformed"):
+				// It answered, with a status line or a header net/http
+				// cannot read: it may well have done the work.
+				what = "answered something that is not HTTP (a malformed status line or header): it may have done the work, and a retry runs it again (told Idempotency-Attempt)"
 			}
 			problemDoc(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream "+what)
 		},

@@ -779,3 +779,25 @@ func TestProxyTellsTheUpstreamTheAttempt(t *testing.T) {
 	pxSend(t, "GET", px.url+"/pay", "", "", "Idempotency-Attempt", "5")
 	require.Empty(t, (*seen.Load()).Get("Idempotency-Attempt"))
 }
+
+// An upstream whose answer net/http cannot read (a control character in
+// a header) answered, and may have done the work: the 502 said it "did not
+// answer". It says what happened, and that a retry runs it again.
+func TestProxySaysWhenTheUpstreamsAnswerIsNotHTTP(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		conn, buf, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		buf.WriteString("HTTP/1.1 201 Created\r\nX-Debug: a\x01b\r\nContent-Length: 2\r\n\r\nok")
+		buf.Flush()
+		conn.Close()
+	}))
+	defer up.Close()
+	store := startStore(t)
+	px := startProxy(t, "--upstream", up.URL, "--store", store.http)
+	a := pxSend(t, "POST", px.url+"/pay", "bad-1", `{}`)
+	require.Equal(t, http.StatusBadGateway, a.status, "%+v", a)
+	require.Contains(t, a.body, "not HTTP")
+	require.Contains(t, a.body, "may have done the work")
+}
