@@ -718,7 +718,7 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		if !utf8.ValidString(v) {
 			return invalid("response.headers must be valid UTF-8")
 		}
-		if !validHeaderValue(v) {
+		if !wire.ValidHeaderValue(v) {
 			return invalid("response.headers[%q] contains a control character (only tab is allowed)", truncate(k, 40))
 		}
 		total += len(k) + len(v)
@@ -733,7 +733,7 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		}
 		// A stored header is replayed by the caller into a real response:
 		// refuse what would split it (header injection).
-		if !validHeaderName(k) {
+		if !wire.ValidHeaderName(k) {
 			return invalid("response.headers name %q is not a valid HTTP header name", truncate(k, 40))
 		}
 		return nil
@@ -763,7 +763,7 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		return nil, newProblem(http.StatusRequestEntityTooLarge, codeResponseTooLarge,
 			fmt.Sprintf("response.headers are %d bytes together; at most %d are stored", total, l.MaxResponseHeaderBytes))
 	}
-	if len(r.ContentType) > l.MaxResponseHeaderBytes || !utf8.ValidString(r.ContentType) || !validHeaderValue(r.ContentType) {
+	if len(r.ContentType) > l.MaxResponseHeaderBytes || !utf8.ValidString(r.ContentType) || !wire.ValidHeaderValue(r.ContentType) {
 		return nil, invalid("response.content_type must be valid UTF-8 without control characters, at most %d bytes", l.MaxResponseHeaderBytes)
 	}
 	resp := &engine.Response{Status: r.Status, ContentType: r.ContentType, Body: r.Body}
@@ -777,28 +777,4 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		resp.HeaderLists = r.HeaderLists
 	}
 	return resp, nil
-}
-
-// validHeaderName: an RFC 9110 token.
-func validHeaderName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
-
-// validHeaderValue: no control characters but horizontal tab.
-func validHeaderValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return true
 }

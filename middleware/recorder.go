@@ -6,10 +6,10 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/wire"
 )
 
 // recorder passes the handler's answer through to the client as it is
@@ -96,27 +96,9 @@ func (r *recorder) status() int {
 // tab aside) in UTF-8. The handler's client got the others; the store
 // refused the whole answer for one of them, and the retry ran the handler
 // again. They are left out of the stored answer instead (and logged).
-func storableName(k string) bool {
-	if k == "" {
-		return false
-	}
-	for i := 0; i < len(k); i++ {
-		c := k[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
-			return false
-		}
-	}
-	return true
-}
+func storableName(k string) bool { return wire.ValidHeaderName(k) }
 
-func storableValue(v string) bool {
-	for i := 0; i < len(v); i++ {
-		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
-			return false
-		}
-	}
-	return utf8.ValidString(v)
-}
+func storableValue(v string) bool { return wire.ValidHeaderValue(v) && utf8.ValidString(v) }
 
 // notStored are headers of one connection or one transmission, which a
 // replay makes anew.

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
 )
 
 // Response is an HTTP response stored by a complete and replayed verbatim.
@@ -164,4 +165,32 @@ func (r *Response) UnmarshalJSON(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// ValidHeaderName reports whether k may name a stored response header: an
+// RFC 9110 token. A stored header is replayed into a real response, so
+// the store refuses what would split it (header injection).
+func ValidHeaderName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		c := k[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0) {
+			return false
+		}
+	}
+	return true
+}
+
+// ValidHeaderValue reports whether v may be a stored header value (or
+// content type): no control characters but horizontal tab. The store also
+// wants UTF-8 (it stores JSON strings).
+func ValidHeaderValue(v string) bool {
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < 0x20 && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
 }
