@@ -324,9 +324,10 @@ func open(cfg Config) (*Node, error) {
 	go n.watchMembership()
 	go n.leaderLoop()
 	go n.compactDropped()
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.watchDisk()
 	go n.watchFSM()
+	go n.watchClock() // clockwatch.go
 	if len(leftOut.LeftOut) > 0 {
 		n.wg.Add(1)
 		go n.watchTwins(leftOut, raft.ServerAddress(cfg.RaftAdvertise)) // twins.go
