@@ -126,7 +126,7 @@ func open(cfg Config) (*Node, error) {
 	if rec, err := readSuperseded(cfg.DataDir); err != nil {
 		return nil, err
 	} else if rec != nil {
-		return nil, fmt.Errorf("%w: %s", ErrSuperseded, rec.message(cfg.DataDir))
+		return nil, fmt.Errorf("%w: %s", rec.err(), rec.message(cfg.DataDir)) // superseded.go
 	}
 	leftOut, lerr := readRecoveryRecord(cfg.DataDir)
 	if lerr != nil {

@@ -40,6 +40,21 @@ const (
 // its cluster was recovered without it.
 var ErrSuperseded = errors.New("raftfsm: this node was left out of a recovery of its cluster")
 
+// err is the error a superseded record stands for: ErrSuperseded, which a
+// twin recovery (twins.go) wraps with its own words (the node was not left
+// out: it was recovered beside another member).
+func (r supersededRecord) err() error {
+	if r.Twin {
+		return twinRecovery{}
+	}
+	return ErrSuperseded
+}
+
+type twinRecovery struct{}
+
+func (twinRecovery) Error() string { return "raftfsm: two recoveries of this cluster" }
+func (twinRecovery) Unwrap() error { return ErrSuperseded }
+
 // RecoveredFile and SupersededFile name the two files in a data dir.
 const (
 	RecoveredFile  = recoveredFile
@@ -170,7 +185,7 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 // message, and writes rec into supersededFile so that it does not start
 // on this data dir again. The first call wins.
 func (n *Node) markSuperseded(rec supersededRecord, what string) {
-	msg := fmt.Sprintf("%v: %s", ErrSuperseded, rec.message(n.cfg.DataDir))
+	msg := fmt.Sprintf("%v: %s", rec.err(), rec.message(n.cfg.DataDir))
 	if !n.supersededBy.CompareAndSwap(nil, &msg) {
 		return
 	}

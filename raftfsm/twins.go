@@ -129,6 +129,6 @@ func (r supersededRecord) twinMessage(dir string) string {
 	return fmt.Sprintf("this node and %s (%s) were each made the cluster by idem recover, each without the other (learned on %s): "+
 		"they are two clusters with diverging copies of the records, and a key claimed on one could be claimed again on the other, so neither serves. "+
 		"Choose the copy to keep. Stop the other node, move its data dir aside and keep it (records acknowledged only there are not in the copy you keep), "+
-		"delete %s on the node you keep and start it, then start the other with an empty data dir and --join naming the kept node's HTTP address",
+		"on the node you keep, stop it, delete %s and start it again, then start the other with an empty data dir and --join naming the kept node's HTTP address",
 		r.From, r.Address, r.At.Format(time.RFC3339), filepath.Join(dir, supersededFile))
 }

@@ -13,6 +13,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -423,26 +424,51 @@ func checkDataDir(dir string) error {
 }
 
 // nodesBeside lists the directories beside dir (in its parent) that hold a
-// node: a store started in a new dir next to them (a --data-dir typo,
-// /var/lib/idme) serves an empty store.
-func nodesBeside(dir string) []string {
+// node, the names closest to dir's first (a typo: cluster-data/n33 names
+// n3 before n1), at most three, and how many more there are: a store
+// started in a new dir next to them (/var/lib/idme) serves an empty store.
+func nodesBeside(dir string) (near []string, more int) {
 	clean := filepath.Clean(dir)
 	parent := filepath.Dir(clean)
 	entries, err := os.ReadDir(parent)
 	if err != nil {
-		return nil
+		return nil, 0
 	}
-	var out []string
+	name := filepath.Base(clean)
 	for _, e := range entries {
 		p := filepath.Join(parent, e.Name())
 		if e.IsDir() && p != clean && holdsNode(p) {
-			out = append(out, p)
-			if len(out) == 3 {
-				break
-			}
+			near = append(near, p)
 		}
 	}
-	return out
+	slices.SortStableFunc(near, func(a, b string) int {
+		return editDistance(name, filepath.Base(a)) - editDistance(name, filepath.Base(b))
+	})
+	if len(near) > 3 {
+		return near[:3], len(near) - 3
+	}
+	return near, 0
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // holdsNode reports whether dir holds node.json, fsm/ or raft.db.
@@ -709,9 +735,17 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		return err
 	}
 	if c.join == "" && c.bootstrapExpect == 0 && !holdsNode(c.dataDir) {
-		if near := nodesBeside(c.dataDir); len(near) > 0 {
+		if near, more := nodesBeside(c.dataDir); len(near) > 0 {
+			held := near[0] + " holds"
+			if len(near) > 1 {
+				held = strings.Join(near[:len(near)-1], ", ") + " and " + near[len(near)-1] + " each hold"
+			}
+			if more > 0 {
+				held = strings.Replace(held, " each hold", fmt.Sprintf(" (the closest names; %d more) each hold", more), 1)
+			}
 			log.Warn("--data-dir holds no store: this node starts a NEW, EMPTY one-node cluster there, where every key is free again. "+
-				"Beside it, "+strings.Join(near, ", ")+" holds a node's data: if --data-dir has a typo, stop this node now (before clients retry through it) and start it with the right one",
+				"Beside it, "+held+" a node's data: if --data-dir has a typo, stop this node now (before clients retry through it), "+
+				"delete the new directory it made and start it with the right one",
 				"data-dir", c.dataDir)
 		}
 	}

@@ -438,4 +438,16 @@ func TestNewStoreBesideAnotherWarns(t *testing.T) {
 	p = launch(t, filepath.Join(root, "n4"), httpAddr, raftAddr, "--join", "127.0.0.1:1")
 	time.Sleep(time.Second)
 	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "a node that joins")
+	p.cmd.Process.Kill()
+	p.wait()
+
+	// Among many, the closest names come first: n33 is a typo of n3.
+	nodes := filepath.Join(root, "cluster-data")
+	for _, n := range []string{"m1", "n1", "n2", "n3", "x9"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(nodes, n), 0o700))
+		require.NoError(t, os.WriteFile(filepath.Join(nodes, n, "node.json"), []byte("{}"), 0o600))
+	}
+	p = start(t, filepath.Join(nodes, "n33"), httpAddr, raftAddr)
+	require.Contains(t, p.logs.String(), "Beside it, "+filepath.Join(nodes, "n3")+", ")
+	require.Contains(t, p.logs.String(), "(the closest names; 2 more) each hold a node's data")
 }
