@@ -27,7 +27,9 @@ func TestClusterTimeOffTheWallClockIsSaid(t *testing.T) {
 		c.DataDir = dir
 		c.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	})
-	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "cluster time reads ahead of this node's wall clock") }, 10*time.Second, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return strings.Contains(logs.String(), "cluster time reads ahead of this node's wall clock")
+	}, 10*time.Second, 50*time.Millisecond)
 	require.Contains(t, logs.String(), "ahead-by=2h0m")
 	require.Contains(t, logs.String(), "level=WARN")
 }
