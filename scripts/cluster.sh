@@ -33,7 +33,7 @@ stop() {
 }
 trap stop INT TERM EXIT
 for i in 1 2 3; do
-  mkdir -p "$data/n$i"
+  mkdir -p -m 700 "$data/n$i"   # a data dir is private: idem tightens one that is not (and says so)
   mkfifo "$fifos/n$i"
   # The prefixer ignores INT and TERM: a Ctrl-C or a signal to the whole
   # process group must not end it before its node has logged its stop.

@@ -298,7 +298,7 @@ func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
 	w("max retention", "%s", time.Duration(h.MaxRetentionMs)*time.Millisecond)
 	w("scope", "%s", scope)
 	w("records", "%d", info.Stream.Records)
-	w("keys", "%d", info.Stream.Pairs)
+	w("keys", "%d (Pebble entries: records, lease index, counters and metadata)", info.Stream.Pairs)
 	if len(use) == 0 {
 		w("encryption", "no value encrypted: restoring it needs no key file")
 	} else {
