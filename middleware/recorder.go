@@ -91,13 +91,11 @@ func (r *recorder) status() int {
 	return r.code
 }
 
-// storableName and storableValue are what the store keeps of a header:
-// a name that is an HTTP token, a value without control characters (a
-// tab aside) in UTF-8. The handler's client got the others; the store
+// storableValue is a header value the store keeps: without control
+// characters (a tab aside), in UTF-8; a name must be an HTTP token
+// (wire.ValidHeaderName). The handler's client got the others; the store
 // refused the whole answer for one of them, and the retry ran the handler
 // again. They are left out of the stored answer instead (and logged).
-func storableName(k string) bool { return wire.ValidHeaderName(k) }
-
 func storableValue(v string) bool { return wire.ValidHeaderValue(v) && utf8.ValidString(v) }
 
 // notStored are headers of one connection or one transmission, which a
@@ -127,7 +125,7 @@ func (r *recorder) response() client.Response {
 		delete(h, k)
 	}
 	for k, vs := range h {
-		if !storableName(k) {
+		if !wire.ValidHeaderName(k) {
 			r.dropped = append(r.dropped, k)
 			continue
 		}

@@ -342,11 +342,14 @@ func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
 // leftOutNonMember reports whether the sender of from is a member that a
 // recovery of this data dir left out, and not a member again.
 func (g *foreignGuard) leftOutNonMember(r *raft.Raft, from raft.RPCHeader) bool {
-	if !g.leftOut.leftOut(string(from.ID)) {
-		return false
-	}
+	return g.leftOut.leftOut(string(from.ID)) && knownNonMember(r, string(from.ID))
+}
+
+// knownNonMember reports whether id is not in r's latest configuration
+// (false when the configuration cannot be read).
+func knownNonMember(r *raft.Raft, id string) bool {
 	f := r.GetConfiguration()
-	return f.Error() == nil && !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(from.ID) })
+	return f.Error() == nil && !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) })
 }
 
 // foreignUnready is how long after the last refused leader of another

@@ -628,8 +628,8 @@ func (n *Node) keysOfMost() []string {
 			continue
 		}
 		voters++
-		h := n.peers.byID[string(s.ID)]
-		if string(s.ID) == n.self.ID || h == nil || n.peers.term != term || h.answeredAt.IsZero() {
+		h := n.seenLocked(s.ID, term)
+		if string(s.ID) == n.self.ID || h == nil {
 			continue
 		}
 		for _, k := range h.keys {
@@ -714,7 +714,7 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 			if c := n.Keyring().Check(id); c != nil {
 				check = hex.EncodeToString(c)
 			}
-		} else if h := n.peers.byID[string(s.ID)]; h != nil && n.peers.term == term && !h.answeredAt.IsZero() {
+		} else if h := n.seenLocked(s.ID, term); h != nil {
 			check = h.keyCheck(id)
 		} else {
 			unknown++
@@ -728,6 +728,15 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 		}
 	}
 	return same, holders, unknown
+}
+
+// seenLocked is what this leader's health checks of term saw of member id,
+// or nil when they have not answered in it. The caller holds n.peers.mu.
+func (n *Node) seenLocked(id raft.ServerID, term uint64) *peerHealth {
+	if h := n.peers.byID[string(id)]; h != nil && n.peers.term == term && !h.answeredAt.IsZero() {
+		return h
+	}
+	return nil
 }
 
 // heldByMost reports whether more than half of the voters known to hold

@@ -173,12 +173,18 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 	if n.supersededBy.Load() != nil {
 		return
 	}
+	rec := supersededRecord{From: string(to), Address: string(addr), At: time.Now().UTC(), Detail: markerDetail(err)}
+	n.markSuperseded(rec, "this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again")
+}
+
+// markerDetail is err's text from supersededMarker on (a transport wraps
+// the member's answer in words of its own).
+func markerDetail(err error) string {
 	detail := err.Error()
 	if i := strings.Index(detail, supersededMarker); i >= 0 {
 		detail = detail[i:]
 	}
-	rec := supersededRecord{From: string(to), Address: string(addr), At: time.Now().UTC(), Detail: detail}
-	n.markSuperseded(rec, "this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again")
+	return detail
 }
 
 // markSuperseded makes the node answer every request 503 with rec's

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -89,8 +88,7 @@ func (n *Node) watchTwins(rec recoveryRecord, self raft.ServerAddress) {
 // the state records for it, unless it is a member again (it rejoined) or
 // the address is this node's own.
 func (n *Node) leftOutAddr(id string, self raft.ServerAddress) raft.ServerAddress {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil || slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) }) {
+	if !knownNonMember(n.raft, id) {
 		return ""
 	}
 	v, err := n.db.Named("node/" + id)
@@ -108,11 +106,7 @@ func (n *Node) leftOutAddr(id string, self raft.ServerAddress) raft.ServerAddres
 // it was itself recovered without this node: it records it as superseded
 // does, with what the operator must choose.
 func (n *Node) recoveredTwice(id string, addr raft.ServerAddress, err error) {
-	detail := err.Error()
-	if i := strings.Index(detail, supersededMarker); i >= 0 {
-		detail = detail[i:]
-	}
-	rec := supersededRecord{From: id, Address: string(addr), At: time.Now().UTC(), Detail: detail, Twin: true}
+	rec := supersededRecord{From: id, Address: string(addr), At: time.Now().UTC(), Detail: markerDetail(err), Twin: true}
 	n.markSuperseded(rec, "this node and "+id+" were each made the cluster by idem recover, each without the other: it answers every request 503 from now on, and will not start on this data dir again")
 }
 

@@ -60,9 +60,10 @@ func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 		c.anchorMs, c.at, c.lastMs = ms, time.Now(), 0
 		return 0
 	}
-	now := max(c.nowLocked(), c.lastMs)
+	reading := c.nowLocked()
+	now := max(reading, c.lastMs) // what was handed out, which a rewind takes back
 	switch {
-	case ms > c.nowLocked():
+	case ms > reading:
 		c.anchorMs, c.at = ms, time.Now()
 	case now-ms > RewindAfter.Milliseconds():
 		c.anchorMs, c.at, c.lastMs = ms, time.Now(), ms

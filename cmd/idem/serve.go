@@ -738,10 +738,11 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		if near, more := nodesBeside(c.dataDir); len(near) > 0 {
 			held := near[0] + " holds"
 			if len(near) > 1 {
-				held = strings.Join(near[:len(near)-1], ", ") + " and " + near[len(near)-1] + " each hold"
-			}
-			if more > 0 {
-				held = strings.Replace(held, " each hold", fmt.Sprintf(" (the closest names; %d more) each hold", more), 1)
+				held = strings.Join(near[:len(near)-1], ", ") + " and " + near[len(near)-1]
+				if more > 0 {
+					held += fmt.Sprintf(" (the closest names; %d more)", more)
+				}
+				held += " each hold"
 			}
 			log.Warn("--data-dir holds no store: this node starts a NEW, EMPTY one-node cluster there, where every key is free again. "+
 				"Beside it, "+held+" a node's data: if --data-dir has a typo, stop this node now (before clients retry through it), "+
