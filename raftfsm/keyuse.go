@@ -697,7 +697,8 @@ func (n *Node) neededKeysLocked() []string {
 // voterChecksLocked counts the voters, this node included, that hold key
 // id, as this leader's health checks of the current term saw them: with
 // the check value want (every holder when want is nil), and all of them;
-// unknown are the voters not seen this term. The caller holds n.peers.mu.
+// unknown are the voters not seen this term, or seen running a release
+// that does not report its keys. The caller holds n.peers.mu.
 func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown int) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
@@ -714,9 +715,12 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 			if c := n.Keyring().Check(id); c != nil {
 				check = hex.EncodeToString(c)
 			}
-		} else if h := n.seenLocked(s.ID, term); h != nil {
+		} else if h := n.seenLocked(s.ID, term); h != nil && slices.Contains(h.features, FeatureKeyCheck) {
 			check = h.keyCheck(id)
 		} else {
+			// Not seen this term, or seen running a release that does
+			// not report its keys (no FeatureKeyCheck): which keys it
+			// holds is not known, so it is neither a holder nor not one.
 			unknown++
 		}
 		if check == "" {
