@@ -65,6 +65,13 @@ type Member struct {
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 	// NotPromoted says why a healthy, caught-up non-voter is kept one.
 	NotPromoted string `json:"not_promoted,omitempty"`
+	// Keys are the keys of the node's --encryption-key-file as the
+	// leader's last health check saw them (its own, on the leader): an
+	// empty list when it holds none, null when not known (not measured,
+	// or a release that does not report them). An operator rotating keys
+	// checks here that every node holds the new key before making it the
+	// first (rotation step 2).
+	Keys []NodeKey `json:"keys"`
 }
 
 // FeatureRetention, in a node's Status.Features (and its /healthz), says
@@ -327,6 +334,7 @@ func (n *Node) Status() (Status, error) {
 				m.Healthy = true
 				m.LastContactMs, m.AppliedIndex, m.Lag = ptr(int64(0)), ptr(st.AppliedIndex), ptr(sub(st.CommitIndex, st.AppliedIndex))
 				m.CheckedAt, m.CheckedMsAgo = ptr(now.UTC()), ptr(int64(0))
+				m.Keys = ownKeys(st.Keys)
 				continue
 			}
 			h := n.peers.byID[m.ID]
@@ -356,7 +364,7 @@ func (n *Node) Status() (Status, error) {
 			continue
 		}
 		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), ptr(now.UTC()), ptr(int64(0))
-		m.LastContactMs = st.LastLeaderContactMs
+		m.LastContactMs, m.Keys = st.LastLeaderContactMs, ownKeys(st.Keys)
 		switch {
 		case !hasLeader:
 			m.UnhealthyReason = "knows no leader"
@@ -382,9 +390,21 @@ func (s *Status) MergeHealth(leader Status) {
 		if l, ok := byID[m.ID]; ok {
 			m.Healthy, m.LastContactMs, m.AppliedIndex, m.Lag = l.Healthy, l.LastContactMs, l.AppliedIndex, l.Lag
 			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason, m.NotPromoted = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason, l.NotPromoted
+			if l.Keys != nil || m.ID != s.Self.ID {
+				m.Keys = l.Keys // a leader of an earlier release shows none: this node's own stay
+			}
 		}
 	}
 	s.HealthFrom = leader.HealthFrom
+}
+
+// ownKeys is a node's own keys for its row of the status: an empty list,
+// not null, when it holds none (it knows it holds none).
+func ownKeys(k []NodeKey) []NodeKey {
+	if k == nil {
+		return []NodeKey{}
+	}
+	return k
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -936,6 +956,9 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 	}
 	if !h.answeredAt.IsZero() {
 		m.AppliedIndex, m.Lag = ptr(h.applied), ptr(h.lag)
+		if slices.Contains(h.features, FeatureKeyCheck) {
+			m.Keys = ownKeys(h.keys)
+		}
 	}
 }
 

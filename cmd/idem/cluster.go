@@ -344,7 +344,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	}
 	voters, healthy, refused, unmeasured := 0, 0, 0, 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tHTTP\tRAFT")
+	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tKEYS\tHTTP\tRAFT")
 	var reasons, kept []string
 	for _, m := range st.Nodes {
 		name := m.ID
@@ -377,8 +377,8 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		if m.LastContactMs != nil {
 			contact = msAge(*m.LastContactMs) + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.ToLower(m.Suffrage), h,
-			optUint(m.Lag), optUint(m.AppliedIndex), contact, checked, m.HTTPAddr, m.RaftAddr)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.ToLower(m.Suffrage), h,
+			optUint(m.Lag), optUint(m.AppliedIndex), contact, checked, keyIDs(m.Keys), m.HTTPAddr, m.RaftAddr)
 	}
 	tw.Flush()
 	from := st.HealthFrom
@@ -409,6 +409,12 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	case healthy < voters/2+1:
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
 	}
+	for _, d := range keyDisagreements(st.Nodes) {
+		fmt.Fprintln(w, "WARNING: "+d)
+	}
+	if keyed(st.Nodes) {
+		fmt.Fprintln(w, "KEYS: the ids in each node's --encryption-key-file, the first is the one it encrypts with (? not known: not measured yet, or a release that does not report them)")
+	}
 	if len(reasons) > 0 {
 		fmt.Fprintln(w, "unhealthy:")
 		for _, r := range reasons {
@@ -437,4 +443,61 @@ func msAge(ms int64) string {
 		return d.Round(100 * time.Millisecond).String()
 	}
 	return d.Round(time.Second).String()
+}
+
+// keyIDs is a member's KEYS column: its key ids, the one it encrypts with
+// first; "none" without a key file, "?" when not known.
+func keyIDs(keys []raftfsm.NodeKey) string {
+	if keys == nil {
+		return "?"
+	}
+	if len(keys) == 0 {
+		return "none"
+	}
+	ids := make([]string, len(keys))
+	for i, k := range keys {
+		ids[i] = k.ID
+	}
+	return strings.Join(ids, ",")
+}
+
+// keyed reports whether any member holds a key file: the KEYS column is
+// explained only then.
+func keyed(nodes []raftfsm.Member) bool {
+	for _, m := range nodes {
+		if len(m.Keys) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// keyDisagreements says which key ids members hold with different keys
+// (their check values differ): a key generated on each node instead of
+// copied, whose values one node cannot read of another.
+func keyDisagreements(nodes []raftfsm.Member) []string {
+	checks := map[string]map[string][]string{} // id -> check -> members
+	for _, m := range nodes {
+		for _, k := range m.Keys {
+			if checks[k.ID] == nil {
+				checks[k.ID] = map[string][]string{}
+			}
+			checks[k.ID][k.Check] = append(checks[k.ID][k.Check], m.ID)
+		}
+	}
+	var out []string
+	for _, id := range slices.Sorted(maps.Keys(checks)) {
+		byCheck := checks[id]
+		if len(byCheck) < 2 {
+			continue
+		}
+		var groups []string
+		for _, c := range slices.Sorted(maps.Keys(byCheck)) {
+			groups = append(groups, strings.Join(byCheck[c], ", "))
+		}
+		slices.Sort(groups)
+		out = append(out, fmt.Sprintf("key %q is not the same key on every node (the check values differ: %s): values sealed under it on one of these nodes cannot be read on the other. "+
+			"Copy the key file of the nodes that hold the cluster's key to the others (idem keys status on a node says whether its key is the one the cluster recorded); never generate a key id in use again", id, strings.Join(groups, " / ")))
+	}
+	return out
 }

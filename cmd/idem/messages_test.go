@@ -227,3 +227,33 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	printStatus(&out, st)
 	require.Contains(t, out.String(), "until its log reaches index 812 of term 3")
 }
+
+// cluster status shows each member's key ids, and warns when one id names
+// different keys on different nodes (a key generated on each node).
+func TestClusterStatusShowsEveryMembersKeys(t *testing.T) {
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true, Keys: []raftfsm.NodeKey{{ID: "k2", Check: "aa"}, {ID: "k1", Check: "bb"}}},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true, Keys: []raftfsm.NodeKey{{ID: "k1", Check: "bb"}}},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true, Keys: []raftfsm.NodeKey{}},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n4"}, Suffrage: "nonvoter", UnhealthyReason: raftfsm.NotMeasuredYet},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	rows := map[string][]string{}
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) > 0 {
+			rows[strings.TrimSuffix(f[0], " (leader)")] = f
+		}
+	}
+	require.Contains(t, rows["NODE"], "KEYS", out.String())
+	require.Contains(t, rows["n1"], "k2,k1", out.String())
+	require.Contains(t, rows["n2"], "k1", out.String())
+	require.Contains(t, rows["n3"], "none", out.String())
+	require.Contains(t, rows["n4"], "?", out.String())
+	require.NotContains(t, out.String(), "not the same key on every node")
+
+	st.Nodes[1].Keys[0].Check = "cc"
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), `WARNING: key "k1" is not the same key on every node (the check values differ: n1 / n2)`)
+}
