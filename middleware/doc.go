@@ -67,7 +67,11 @@
 //     (with the same claim_id, which is always safe) until
 //     Options.StoreTimeout, then 503 unavailable with Retry-After, and the
 //     handler does not run (fail closed). FailOpen runs the handler
-//     unprotected instead: unsafe, a retry may run it twice.
+//     unprotected instead: unsafe, a retry may run it twice. The claim may
+//     have been applied all the same (a stalled store that resumes): it is
+//     asked again with its claim_id in the background until the store
+//     answers, within the lease, and released, so that the retry is not
+//     answered 409 for the whole lease.
 //   - the store goes away after the claim: the handler's answer is sent,
 //     and its complete is asked again within StoreTimeout, then in the
 //     background for ten minutes (or the lease, if longer). The store

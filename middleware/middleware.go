@@ -501,6 +501,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		deadline = time.Now().Add(m.o.WaitInProgress)
 	}
 	pause := 25 * time.Millisecond
+	claimedAt := time.Now()
 	for {
 		res, err := m.claim(r.Context(), req)
 		if err == nil && res.Outcome == client.OutcomeClaimed {
@@ -525,9 +526,60 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 				return
 			}
 		}
+		if !refusedByStore(err) {
+			m.unclaim(s, req, claimedAt)
+		}
 		m.refuse(w, r, next, err)
 		return
 	}
+}
+
+// unclaim releases, in the background, a claim whose answer never came
+// (the store did not answer within StoreTimeout, or the caller left): the
+// store may have applied it, or may yet (a stalled leader that resumes),
+// and the key then stayed taken until the lease ran out, the caller's
+// retry answered 409 for the whole lease although nothing ran. Sent again
+// with its claim_id until the store answers, the claim comes back as the
+// same claim if it was decided, or is made now; either way it is released.
+// It stops at any other answer (another attempt holds the key, or
+// completed it) and once the first claim's lease would have run out by the
+// wall clock (the store's clock runs no faster), so it never takes over a
+// key from an attempt that claimed it after this one.
+func (m *mw) unclaim(s scope, req client.ClaimRequest, claimedAt time.Time) {
+	left := time.Until(claimedAt.Add(m.o.Lease))
+	if left <= 0 {
+		return
+	}
+	if pendingCompletes.Add(1) > maxPendingCompletes {
+		pendingCompletes.Add(-1)
+		m.log.Warn("idempotency claim unanswered, and too many others wait for the store: if it was applied, the key stays taken until its lease runs out", "endpoint", s.endpoint)
+		return
+	}
+	go func() {
+		defer pendingCompletes.Add(-1)
+		ctx, cancel := context.WithTimeout(context.Background(), left)
+		defer cancel()
+		var res *client.ClaimResponse
+		err := retryPaused(ctx, 2*time.Second, func() (err error) {
+			res, err = m.o.Store.Claim(ctx, req)
+			return err
+		})
+		if err != nil || res.Outcome != client.OutcomeClaimed {
+			return
+		}
+		rctx, rcancel := context.WithTimeout(context.Background(), m.o.StoreTimeout)
+		defer rcancel()
+		err = retry(rctx, func() error {
+			_, err := m.o.Store.Release(rctx, client.ReleaseRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+				Token: res.Token, Reason: "idempotency middleware: the store did not answer this claim in time; the request was not processed"})
+			return err
+		})
+		if err != nil && !errors.Is(err, client.ErrTokenMismatch) {
+			m.log.Warn("idempotency release of an unanswered claim failed: the key stays taken until its lease runs out", "endpoint", s.endpoint, "error", err)
+			return
+		}
+		m.log.Info("idempotency claim the store had not answered in time released", "endpoint", s.endpoint)
+	}()
 }
 
 type scope struct{ principal, endpoint, key string }
@@ -887,9 +939,10 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 // asked again in the background: ten minutes, or the lease if longer.
 func completeRetryFor(lease time.Duration) time.Duration { return max(lease, 10*time.Minute) }
 
-// pendingCompletes counts the completes asked again in the background, in
-// every middleware of the process; each holds its answer (up to
-// MaxStoredBody), so their number is bounded.
+// pendingCompletes counts the completes asked again in the background, and
+// the unanswered claims being released (unclaim), in every middleware of
+// the process; a complete holds its answer (up to MaxStoredBody), so
+// their number is bounded.
 var pendingCompletes atomic.Int64
 
 const maxPendingCompletes = 10_000

@@ -823,3 +823,60 @@ func TestCompleteOutlivesAStoreOutageLongerThanTheLease(t *testing.T) {
 	require.Equal(t, "charged once", body)
 	require.Equal(t, int32(1), runs.Load(), "the retry ran the handler again")
 }
+
+// lostClaims passes calls to a real store, but while lose is set a claim's
+// answer is lost after the store applied it: a stalled store (SIGSTOP)
+// that applies the claim once it resumes, after the middleware gave up.
+type lostClaims struct {
+	*client.Client
+	lose atomic.Bool
+}
+
+func (l *lostClaims) Claim(ctx context.Context, req client.ClaimRequest) (*client.ClaimResponse, error) {
+	res, err := l.Client.Claim(ctx, req)
+	if l.lose.Load() {
+		return nil, errors.New("read tcp 127.0.0.1:51234->127.0.0.1:7070: i/o timeout")
+	}
+	return res, err
+}
+
+// A claim the store applied but whose answer never came (the store stalled
+// past StoreTimeout): the caller got 503, and its retry answered 409
+// in_progress for the whole lease although nothing ran (attack on the
+// middleware: SIGSTOP of the store). The middleware asks the claim again
+// with its claim_id once the store answers, and releases it.
+func TestUnansweredClaimIsReleased(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	store := &lostClaims{Client: real}
+	var runs atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, StoreTimeout: 300 * time.Millisecond, Lease: time.Minute},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged")
+		})
+	store.lose.Store(true)
+	resp, body := send("lost-claim-1")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Equal(t, int32(0), runs.Load())
+	store.lose.Store(false)
+
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		resp, body := send("lost-claim-1")
+		if resp.StatusCode == http.StatusCreated {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the retry is let in long before the minute's lease runs out; last answer: %d %s", resp.StatusCode, body)
+	}
+	require.Equal(t, int32(1), runs.Load(), "the handler ran once, for the retry")
+
+	probe := httptest.NewRequest(http.MethodPost, "/pay", nil)
+	probe.Header.Set("Authorization", "Bearer t")
+	principal, err := middleware.AuthorizationPrincipal(probe)
+	require.NoError(t, err)
+	rec, err := real.Get(context.Background(), principal, "POST /pay", "lost-claim-1", "")
+	require.NoError(t, err)
+	require.Equal(t, client.StateCompleted, rec.State)
+	require.Equal(t, 2, rec.Attempt, "the lost claim was attempt 1, released")
+}
