@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -94,7 +95,15 @@ func warnLevel(msg string, args []any) slog.Level {
 			return slog.LevelInfo
 		}
 	case "failed to get previous log":
-		if v, ok := hcArg(args, "last-index"); ok && fmt.Sprint(v) == "0" {
+		// The leader's entries start past this follower's log: an empty
+		// one (a join), or one behind (a node that was down, or caught up
+		// by a snapshot); the leader goes back until they meet. A previous
+		// index within the log that is missing stays a warning.
+		last, ok1 := hcArg(args, "last-index")
+		prev, ok2 := hcArg(args, "previous-index")
+		l, err1 := strconv.ParseUint(fmt.Sprint(last), 10, 64)
+		p, err2 := strconv.ParseUint(fmt.Sprint(prev), 10, 64)
+		if ok1 && ok2 && err1 == nil && err2 == nil && (l == 0 || p > l) {
 			return slog.LevelInfo
 		}
 	case "appendEntries rejected, sending older logs":

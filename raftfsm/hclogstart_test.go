@@ -18,8 +18,8 @@ import (
 
 // A healthy start logs no raft warning: a node that has known no leader
 // since it started times out once before its first election, and a node
-// that joined empty refuses the leader's first append, which the leader
-// reports too; all are info. The same warnings when something did go
+// that joined empty (or behind the leader) refuses the leader's first
+// append, which the leader reports too; all are info. The same warnings when something did go
 // wrong (a leader was lost, a log that is not empty misses an entry) stay
 // warnings.
 func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
@@ -42,8 +42,14 @@ func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
 	require.Contains(t, line("appendEntries rejected, sending older logs", "peer", peer, "next", uint64(40)), "level=WARN")
 	require.Contains(t, line("heartbeat timeout reached, starting election",
 		"last-leader-addr", raft.ServerAddress("127.0.0.2:7071"), "last-leader-id", raft.ServerID("n2")), "level=WARN")
+	// A node behind the leader (it was down, or a join caught it up by a
+	// snapshot while entries went on): the leader goes back until they
+	// meet, as for an empty log.
 	require.Contains(t, line("failed to get previous log",
-		"previous-index", uint64(21), "last-index", uint64(17), "error", raft.ErrLogNotFound), "level=WARN")
+		"previous-index", uint64(21), "last-index", uint64(17), "error", raft.ErrLogNotFound), "level=INFO")
+	// An entry missing within the log is not routine.
+	require.Contains(t, line("failed to get previous log",
+		"previous-index", uint64(15), "last-index", uint64(17), "error", raft.ErrLogNotFound), "level=WARN")
 	require.Contains(t, line("failed to contact", "server-id", raft.ServerID("n1")), "level=WARN")
 }
 
