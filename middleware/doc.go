@@ -79,7 +79,10 @@
 //     do once the lease has run out by the store's clock, which stands
 //     still while the store is down), and the retry then replays. A store
 //     away for longer, or a retry that took the key over first, runs the
-//     handler again (logged at error).
+//     handler again (logged at error). At most 10,000 completes wait in
+//     the background at once in a process, each holding its answer (up to
+//     MaxStoredBody: 640 MiB at the default, the price of not running a
+//     request twice); one more is dropped, logged at error.
 //   - the store refuses the client's credentials (401 or 403: a wrong store
 //     token, or an app token whose principal patterns miss this principal)
 //     or the call (another 4xx): logged at error as a configuration
@@ -106,15 +109,17 @@
 // The handler's context is not cancelled when the caller goes away: the
 // handler runs to its end and its answer is stored for the caller's retry
 // (a handler that stopped on the caller's disconnect had an empty 200
-// stored). Wrap the handler in http.TimeoutHandler outside the middleware,
+// stored). Only once the caller has been gone for a whole Options.Lease is
+// it cancelled, with ErrCallerGone, so that a handler that ends only on its
+// context (a stream, a long poll) does not run and hold its key for ever; if
+// it then returns without writing anything, its key is released. Wrap the handler in http.TimeoutHandler outside the middleware,
 // never inside: inside, the timeout's 503 releases the key while the
 // handler still runs, and a retry runs it a second time beside it.
 //
 // While the handler runs, the lease is extended in the background every
 // third of Options.Lease. If the store says the lease is lost (another
 // attempt took the key over after the lease ran out), the handler's context
-// is cancelled with ErrLeaseLost (the only cancellation it sees): its
-// effect must not commit. The handler
+// is cancelled with ErrLeaseLost: its effect must not commit. The handler
 // runs until its answer is written, so give the http.Server a WriteTimeout
 // (idem proxy's --write-timeout): a caller that never reads a large answer
 // would otherwise keep the attempt, and its lease extensions, going for as

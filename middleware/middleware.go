@@ -107,6 +107,13 @@ type Options struct {
 // attempt took its key over: the handler must not commit its effect.
 var ErrLeaseLost = errors.New("middleware: the attempt's lease was lost to another attempt")
 
+// ErrCallerGone is the cause of a handler's cancelled context one lease
+// (Options.Lease) after its caller went away: a handler that ends only on
+// its context (a stream, a long poll) would otherwise run, and keep its
+// key, for ever. A handler that then returns without writing anything has
+// its key released, not an empty 200 stored.
+var ErrCallerGone = errors.New("middleware: the caller went away a lease ago")
+
 // Headers the middleware writes.
 const (
 	HeaderKey         = "Idempotency-Key"
@@ -550,13 +557,13 @@ func (m *mw) unclaim(s scope, req client.ClaimRequest, claimedAt time.Time) {
 	if left <= 0 {
 		return
 	}
-	if pendingCompletes.Add(1) > maxPendingCompletes {
-		pendingCompletes.Add(-1)
+	if pendingUnclaims.Add(1) > maxPendingUnclaims {
+		pendingUnclaims.Add(-1)
 		m.log.Warn("idempotency claim unanswered, and too many others wait for the store: if it was applied, the key stays taken until its lease runs out", "endpoint", s.endpoint)
 		return
 	}
 	go func() {
-		defer pendingCompletes.Add(-1)
+		defer pendingUnclaims.Add(-1)
 		ctx, cancel := context.WithTimeout(context.Background(), left)
 		defer cancel()
 		var res *client.ClaimResponse
@@ -744,12 +751,24 @@ func FromContext(ctx context.Context) (Attempt, bool) {
 // run runs the handler under the claim and stores or releases its answer.
 func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s scope, c *client.ClaimResponse) {
 	a := Attempt{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: c.Token, Number: c.Attempt}
-	// The caller going away does not cancel the handler: its answer is
-	// stored for the caller's retry (cancelled, a handler that stopped
-	// without writing had an empty 200 stored and replayed as success).
-	// A lost lease does (keepLease).
+	// The caller going away does not cancel the handler at once: its
+	// answer is stored for the caller's retry (cancelled, a handler that
+	// stopped without writing had an empty 200 stored and replayed as
+	// success). A lost lease does (keepLease), and so does the caller
+	// having gone for a lease (a stream, a long poll that ends only on its
+	// context ran for ever, and its key answered 409 to every retry).
 	ctx, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(r.Context()), attemptKey{}, a))
 	defer cancel(nil)
+	gone := context.AfterFunc(r.Context(), func() {
+		t := time.NewTimer(m.o.Lease)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel(ErrCallerGone)
+		case <-ctx.Done():
+		}
+	})
+	defer gone()
 	stop := m.keepLease(ctx, cancel, s, c.Token)
 	rec := newRecorder(w, m.o.MaxStoredBody)
 	done := false
@@ -773,6 +792,8 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	switch {
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
+	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrCallerGone):
+		m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer")
 	case rec.status() >= 500 || notYet(rec.status()):
 		m.release(r, s, c.Token, fmt.Sprintf("handler answered %d", rec.status()))
 	default:
@@ -939,13 +960,21 @@ func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
 // asked again in the background: ten minutes, or the lease if longer.
 func completeRetryFor(lease time.Duration) time.Duration { return max(lease, 10*time.Minute) }
 
-// pendingCompletes counts the completes asked again in the background, and
-// the unanswered claims being released (unclaim), in every middleware of
-// the process; a complete holds its answer (up to MaxStoredBody), so
-// their number is bounded.
+// pendingCompletes counts the completes asked again in the background, in
+// every middleware of the process; each holds its answer (up to
+// MaxStoredBody), so their number is bounded.
 var pendingCompletes atomic.Int64
 
 const maxPendingCompletes = 10_000
+
+// pendingUnclaims counts the unanswered claims being released (unclaim).
+// They have their own bound: an outage's flood of refused requests must not
+// take the places of completes, which keep a handler from running twice
+// (sharing one bound, 10,000 unanswered claims made the complete of a
+// request that had run wait for nothing, and its retry ran it again).
+var pendingUnclaims atomic.Int64
+
+const maxPendingUnclaims = 10_000
 
 func (m *mw) release(r *http.Request, s scope, token, reason string) {
 	ctx, cancel := m.storeCtx(r)

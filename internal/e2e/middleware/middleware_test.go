@@ -880,3 +880,48 @@ func TestUnansweredClaimIsReleased(t *testing.T) {
 	require.Equal(t, client.StateCompleted, rec.State)
 	require.Equal(t, 2, rec.Attempt, "the lost claim was attempt 1, released")
 }
+
+// A handler that ends only on its context (a long poll, a stream) ran for
+// ever once its caller left, since the caller's going does not cancel it:
+// its lease was extended for ever and every retry answered 409 (a review).
+// One lease after the caller left it is cancelled with ErrCallerGone; one
+// that then returns without writing has its key released, and the retry
+// runs.
+func TestHandlerOfACallerLongGoneIsCancelled(t *testing.T) {
+	var runs atomic.Int32
+	causes := make(chan error, 1)
+	store, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	idem, err := middleware.New(middleware.Options{Store: store, Lease: 500 * time.Millisecond, Principal: middleware.AnonymousPrincipal})
+	require.NoError(t, err)
+	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if runs.Add(1) == 1 {
+			<-r.Context().Done() // a long poll: nothing to say yet
+			causes <- context.Cause(r.Context())
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "polled")
+	})))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/poll", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "poll-1")
+	req.Header.Set("Content-Type", "application/json") // as e.post sends it: the same request
+	_, err = http.DefaultClient.Do(req)
+	require.Error(t, err, "the caller gives up first")
+	select {
+	case cause := <-causes:
+		require.ErrorIs(t, cause, middleware.ErrCallerGone)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler still runs 10 s (20 leases) after its caller left")
+	}
+	e := &env{t: t, url: srv.URL}
+	require.Eventually(t, func() bool {
+		a := e.post("/poll", "poll-1", "{}")
+		return a.status == http.StatusCreated && a.body == "polled" && a.header.Get(middleware.HeaderReplayed) == ""
+	}, 10*time.Second, 100*time.Millisecond, "the key was released, not an empty 200 stored: the retry runs")
+	require.Equal(t, int32(2), runs.Load())
+}
