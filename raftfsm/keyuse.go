@@ -542,7 +542,7 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		// round): it seals under a key values are already sealed under,
 		// but not under a new one, which might be on this node alone,
 		// unless the voters it knows hold it are enough (a one-node store).
-		if _, _, few := n.keyOnFew(id, own, false); few {
+		if _, _, few := n.keyOnFew(id, own); few {
 			return &SealRefusedError{KeyID: id, Few: true, Unmeasured: true}
 		}
 	}
@@ -577,19 +577,22 @@ func (n *Node) noteVoterKeys() {
 		v.most = n.keysOfMost()
 	} else {
 		v.id = kr.Primary()
-		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id), true)
+		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id))
 	}
 	n.keyView.Store(&v)
 }
 
 // keyOnFew reports whether this leader's sealing key id (check value c)
 // is held by so few voters that the others are a quorum without it (they
-// could elect a leader that cannot read what this one seals), counting
-// voters not seen this term as holders when unseenHold. A node whose key file lists the new key first while the
-// others lack it (a rotation's step 1 skipped on it) sealed values only it
-// could read: once it failed, the others answered them 500 and refused to
-// start again (an attack on encryption at rest).
-func (n *Node) keyOnFew(id string, c []byte, unseenHold bool) (holders, voters int, few bool) {
+// could elect a leader that cannot read what this one seals). A voter not
+// seen this term is not counted as a holder: with one down (a rolling
+// restart), counting it let a leader seal under a key only it held, and
+// the two others were a quorum that could not read it (a review). A node
+// whose key file lists the new key first while the others lack it (a
+// rotation's step 1 skipped on them) sealed values only it could read:
+// once it failed, the others answered them 500 and refused to start again
+// (an attack on encryption at rest).
+func (n *Node) keyOnFew(id string, c []byte) (holders, voters int, few bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0, 0, false
@@ -600,12 +603,12 @@ func (n *Node) keyOnFew(id string, c []byte, unseenHold bool) (holders, voters i
 		}
 	}
 	n.peers.mu.Lock()
-	same, _, unknown := n.voterChecksLocked(id, c)
+	same, _, _, silent := n.voterChecksLocked(id, c)
 	n.peers.mu.Unlock()
-	if !unseenHold {
-		unknown = 0
-	}
-	return same, voters, voters-(same+unknown) >= voters/2+1
+	// A voter of a release that does not report its keys is trusted to
+	// hold it, as that release trusted every member (refused, every write
+	// of a rolling upgrade from it failed).
+	return same, voters, voters-(same+silent) >= voters/2+1
 }
 
 // keysOfMost returns, for a keyless leader, the ids of the keys held by
@@ -686,7 +689,7 @@ func (n *Node) neededKeysLocked() []string {
 			continue
 		}
 		// Until every voter was seen this term, a voter may hold it.
-		if held, _, unknown := n.voterChecksLocked(id, nil); held > 0 || unknown > 0 {
+		if held, _, unknown, _ := n.voterChecksLocked(id, nil); held > 0 || unknown > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -698,11 +701,12 @@ func (n *Node) neededKeysLocked() []string {
 // id, as this leader's health checks of the current term saw them: with
 // the check value want (every holder when want is nil), and all of them;
 // unknown are the voters not seen this term, or seen running a release
-// that does not report its keys. The caller holds n.peers.mu.
-func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown int) {
+// that does not report its keys (silent, of them). The caller holds
+// n.peers.mu.
+func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown, silent int) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return 0, 0, 1
+		return 0, 0, 1, 0
 	}
 	w := hex.EncodeToString(want)
 	term := n.term()
@@ -715,13 +719,13 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 			if c := n.Keyring().Check(id); c != nil {
 				check = hex.EncodeToString(c)
 			}
-		} else if h := n.seenLocked(s.ID, term); h != nil && slices.Contains(h.features, FeatureKeyCheck) {
-			check = h.keyCheck(id)
+		} else if h := n.seenLocked(s.ID, term); h == nil {
+			unknown++ // which keys it holds is not known
+		} else if !slices.Contains(h.features, FeatureKeyCheck) {
+			unknown++ // a release that does not report its keys
+			silent++
 		} else {
-			// Not seen this term, or seen running a release that does
-			// not report its keys (no FeatureKeyCheck): which keys it
-			// holds is not known, so it is neither a holder nor not one.
-			unknown++
+			check = h.keyCheck(id)
 		}
 		if check == "" {
 			continue
@@ -731,7 +735,7 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 			same++
 		}
 	}
-	return same, holders, unknown
+	return same, holders, unknown, silent
 }
 
 // seenLocked is what this leader's health checks of term saw of member id,
@@ -749,7 +753,7 @@ func (n *Node) seenLocked(id raft.ServerID, term uint64) *peerHealth {
 func (n *Node) heldByMost(id string, c []byte) bool {
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
-	same, holders, _ := n.voterChecksLocked(id, c)
+	same, holders, _, _ := n.voterChecksLocked(id, c)
 	return same*2 > holders
 }
 
@@ -851,7 +855,11 @@ func (n *Node) handOff(err *SealRefusedError) {
 		}
 		return
 	}
-	n.log.Warn("handing the leadership to a voter that holds the cluster's key", "to", target, "key-ids", strings.Join(ids, ","))
+	if err.Few {
+		n.log.Warn("this leader's first key is held by too few voters to encrypt with: handing the leadership to a voter without it", "to", target, "key-id", err.KeyID, "holders", err.Holders, "voters", err.Voters)
+	} else {
+		n.log.Warn("handing the leadership to a voter that holds the cluster's key", "to", target, "key-ids", strings.Join(ids, ","))
+	}
 	go func() {
 		if err := n.TransferLeadershipTo(target); err != nil {
 			n.log.Warn("leadership transfer to a voter holding the key failed", "to", target, "error", err)
