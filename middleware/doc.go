@@ -109,10 +109,11 @@
 // The handler's context is not cancelled when the caller goes away: the
 // handler runs to its end and its answer is stored for the caller's retry
 // (a handler that stopped on the caller's disconnect had an empty 200
-// stored). Only once the caller has been gone for a whole Options.Lease is
-// it cancelled, with ErrCallerGone, so that a handler that ends only on its
-// context (a stream, a long poll) does not run and hold its key for ever; if
-// it then returns without writing anything, its key is released. Wrap the handler in http.TimeoutHandler outside the middleware,
+// stored). Only once the caller has been gone for Options.CallerGoneTimeout
+// (10 minutes) is it cancelled, with ErrCallerGone, so that a handler that
+// ends only on its context (a stream, a long poll) does not run and hold its
+// key for ever; if it then returns without writing anything, its key is
+// released. Wrap the handler in http.TimeoutHandler outside the middleware,
 // never inside: inside, the timeout's 503 releases the key while the
 // handler still runs, and a retry runs it a second time beside it.
 //

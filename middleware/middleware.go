@@ -93,6 +93,16 @@ type Options struct {
 	// StoreTimeout. Default 5s.
 	StoreTimeout time.Duration
 
+	// CallerGoneTimeout is how long a handler goes on once its caller has
+	// gone before its context is cancelled with ErrCallerGone. The caller
+	// going away does not stop the handler at once (a payment half done
+	// must finish, and its answer is stored for the retry); this bounds a
+	// handler that ends only on its context (a long poll, a stream), which
+	// would otherwise run, and hold its key, for ever. Default 10 minutes;
+	// keep it longer than your slowest handler, since a handler cut short
+	// has its key released and the retry runs it again.
+	CallerGoneTimeout time.Duration
+
 	// FailOpen runs the handler without protection when the store is
 	// unreachable, instead of answering 503. UNSAFE: a retry during the
 	// outage runs the handler again (a second payment). Use it only for
@@ -107,12 +117,12 @@ type Options struct {
 // attempt took its key over: the handler must not commit its effect.
 var ErrLeaseLost = errors.New("middleware: the attempt's lease was lost to another attempt")
 
-// ErrCallerGone is the cause of a handler's cancelled context one lease
-// (Options.Lease) after its caller went away: a handler that ends only on
-// its context (a stream, a long poll) would otherwise run, and keep its
-// key, for ever. A handler that then returns without writing anything has
-// its key released, not an empty 200 stored.
-var ErrCallerGone = errors.New("middleware: the caller went away a lease ago")
+// ErrCallerGone is the cause of a handler's cancelled context
+// Options.CallerGoneTimeout after its caller went away: a handler that ends
+// only on its context (a stream, a long poll) would otherwise run, and keep
+// its key, for ever. A handler that then returns without writing anything
+// has its key released, not an empty 200 stored.
+var ErrCallerGone = errors.New("middleware: the caller went away long ago (Options.CallerGoneTimeout)")
 
 // Headers the middleware writes.
 const (
@@ -173,6 +183,12 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	}
 	if o.StoreTimeout < 0 {
 		errs = append(errs, fmt.Errorf("middleware: Options.StoreTimeout must be positive (got %s)", o.StoreTimeout))
+	}
+	if o.CallerGoneTimeout == 0 {
+		o.CallerGoneTimeout = 10 * time.Minute
+	}
+	if o.CallerGoneTimeout < 0 {
+		errs = append(errs, fmt.Errorf("middleware: Options.CallerGoneTimeout must be positive (got %s)", o.CallerGoneTimeout))
 	}
 	if len(o.Methods) == 0 {
 		o.Methods = []string{http.MethodPost, http.MethodPatch}
@@ -755,12 +771,14 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	// answer is stored for the caller's retry (cancelled, a handler that
 	// stopped without writing had an empty 200 stored and replayed as
 	// success). A lost lease does (keepLease), and so does the caller
-	// having gone for a lease (a stream, a long poll that ends only on its
-	// context ran for ever, and its key answered 409 to every retry).
+	// having gone for CallerGoneTimeout (a stream, a long poll that ends
+	// only on its context ran for ever, and its key answered 409 to every
+	// retry). Not a lease: a slow payment whose caller gave up would be
+	// cut short, released, and run again by the retry.
 	ctx, cancel := context.WithCancelCause(context.WithValue(context.WithoutCancel(r.Context()), attemptKey{}, a))
 	defer cancel(nil)
 	gone := context.AfterFunc(r.Context(), func() {
-		t := time.NewTimer(m.o.Lease)
+		t := time.NewTimer(m.o.CallerGoneTimeout)
 		defer t.Stop()
 		select {
 		case <-t.C:

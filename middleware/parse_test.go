@@ -55,9 +55,9 @@ func TestParseKey(t *testing.T) {
 func long(n int) string { return strings.Repeat("k", n) }
 
 func TestNewReportsEveryBadOption(t *testing.T) {
-	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, Methods: []string{"post"}})
+	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, CallerGoneTimeout: -time.Second, Methods: []string{"post"}})
 	require.Error(t, err)
-	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", `"post"`} {
+	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", "CallerGoneTimeout", `"post"`} {
 		require.Contains(t, err.Error(), want)
 	}
 }
