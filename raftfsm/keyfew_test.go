@@ -55,17 +55,7 @@ func writeSomewhere(t *testing.T, c *memCluster, key string, nodes ...*Node) *No
 // leader whose sealing key the other voters, a quorum without it, lack
 // refuses to seal and hands the leadership over.
 func TestLeaderWithAKeyOnlyItHoldsDoesNotSeal(t *testing.T) {
-	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	n1.setKeyring(testRing(t, "k1"))
-	c.leader(n1)
-	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
-	n2.setKeyring(testRing(t, "k1"))
-	n3.setKeyring(testRing(t, "k1"))
-	c.join(n2, n1)
-	c.join(n3, n1)
-	write(t, n1, "before")
-	require.Positive(t, keyValues(n1, "k1"))
+	c, n1, n2, n3 := keyedThree(t)
 
 	n3.setKeyring(testRing(t, "k2", "k1")) // rotation step 2 on n3 alone
 	require.NoError(t, n1.TransferLeadershipTo("n3"))
@@ -108,17 +98,7 @@ func TestKeylessLeaderHandsOverOnceMostVotersHoldAKey(t *testing.T) {
 // it sealed under k2, which neither other voter holds. Once it fails, the
 // other two (a quorum) cannot read those values.
 func TestLeaderDoesNotSealUnderAKeyOnlyItHoldsWhileAVoterIsDown(t *testing.T) {
-	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	n1.setKeyring(testRing(t, "k1"))
-	c.leader(n1)
-	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
-	n2.setKeyring(testRing(t, "k1"))
-	n3.setKeyring(testRing(t, "k1"))
-	c.join(n2, n1)
-	c.join(n3, n1)
-	write(t, n1, "before")
-	require.Positive(t, keyValues(n1, "k1"))
+	c, n1, n2, n3 := keyedThree(t)
 
 	c.stop(n2)                             // n2 down, as in a rolling restart
 	n3.setKeyring(testRing(t, "k2", "k1")) // rotation step 2 on n3 alone; n1 lacks k2
@@ -127,4 +107,22 @@ func TestLeaderDoesNotSealUnderAKeyOnlyItHoldsWhileAVoterIsDown(t *testing.T) {
 	time.Sleep(2 * time.Second) // several health rounds of n3's term
 	by := writeSomewhere(t, c, "after", n1, n3)
 	require.Zero(t, keyValues(by, "k2"), "%s sealed a value under k2, which n1 and n2 (a quorum without n3) lack", by.self.ID)
+}
+
+// keyedThree is a three-voter cluster led by n1, every node holding k1,
+// with a value sealed under it.
+func keyedThree(t *testing.T) (c *memCluster, n1, n2, n3 *Node) {
+	t.Helper()
+	c = newMemCluster(t)
+	n1 = c.open("n1", "", true)
+	n1.setKeyring(testRing(t, "k1"))
+	c.leader(n1)
+	n2, n3 = c.open("n2", "", false), c.open("n3", "", false)
+	n2.setKeyring(testRing(t, "k1"))
+	n3.setKeyring(testRing(t, "k1"))
+	c.join(n2, n1)
+	c.join(n3, n1)
+	write(t, n1, "before")
+	require.Positive(t, keyValues(n1, "k1"))
+	return c, n1, n2, n3
 }
