@@ -1,7 +1,10 @@
 package raftfsm
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -125,4 +128,60 @@ func keyedThree(t *testing.T) (c *memCluster, n1, n2, n3 *Node) {
 	write(t, n1, "before")
 	require.Positive(t, keyValues(n1, "k1"))
 	return c, n1, n2, n3
+}
+
+// Bug (a review of the fix above): counting every voter not seen this term
+// as lacking the leader's key made a cluster whose voters all hold the key
+// in use refuse every write once the leader's health checks failed (the
+// peers' HTTP API unreachable, their node token refused) while raft
+// replicated: nothing handed over, the outage lasted. A voter not seen
+// lacks only a key nothing is sealed under yet.
+func TestUnseenPeersDoNotStopWritesUnderAKeyInUse(t *testing.T) {
+	c, n1, n2, n3 := keyedThree(t)
+	fail := func(ctx context.Context, addr string) (Status, error) {
+		return Status{}, errors.New("http api unreachable")
+	}
+	for _, n := range []*Node{n1, n2, n3} {
+		n.SetPeerProbe(fail)
+	}
+	require.NoError(t, n1.TransferLeadershipTo("n2"))
+	require.Eventually(t, n2.IsLeader, 10*time.Second, 10*time.Millisecond)
+	time.Sleep(2 * time.Second) // several failed health rounds of n2's term
+	by := writeSomewhere(t, c, "after", n1, n2, n3)
+	require.Positive(t, keyValues(by, "k1"))
+}
+
+// Bug (the same review): a voter of a release that does not report its
+// keys counted as one that might hold a recorded key, so once encryption
+// was turned off (no key file anywhere, nothing sealed) one such voter (a
+// downgrade) made the keyless leader refuse every write, for good.
+func TestSilentVoterDoesNotKeepATurnedOffKeyNeeded(t *testing.T) {
+	c := newMemCluster(t)
+	var old atomic.Bool
+	hide := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if old.Load() && addr == "mem-n3" {
+			st.Features = []string{FeatureRetention}
+			st.Keys = nil
+		}
+		return st, err
+	}
+	n1 := c.open("n1", "", true)
+	n1.SetPeerProbe(hide)
+	c.leader(n1)
+	n2, n3 := c.open("n2", "", false), c.open("n3", "", false)
+	c.join(n2, n1)
+	c.join(n3, n1)
+	for _, n := range []*Node{n1, n2, n3} {
+		n.setKeyring(testRing(t, "k1"))
+	}
+	require.Eventually(t, func() bool { return n1.fsm.keys.check("k1") != nil }, 15*time.Second, 20*time.Millisecond)
+	for _, n := range []*Node{n1, n2, n3} {
+		n.setKeyring(nil) // encryption turned off
+	}
+	time.Sleep(1500 * time.Millisecond)
+	writeSomewhere(t, c, "plain", n1, n2, n3)
+	old.Store(true) // n3 now runs a release without key checks
+	time.Sleep(1500 * time.Millisecond)
+	writeSomewhere(t, c, "plain-after", n1, n2, n3)
 }

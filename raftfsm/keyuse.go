@@ -542,7 +542,7 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		// round): it seals under a key values are already sealed under,
 		// but not under a new one, which might be on this node alone,
 		// unless the voters it knows hold it are enough (a one-node store).
-		if _, _, few := n.keyOnFew(id, own); few {
+		if _, _, few := n.keyOnFew(id, own, false); few {
 			return &SealRefusedError{KeyID: id, Few: true, Unmeasured: true}
 		}
 	}
@@ -577,7 +577,10 @@ func (n *Node) noteVoterKeys() {
 		v.most = n.keysOfMost()
 	} else {
 		v.id = kr.Primary()
-		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id))
+		// A voter not seen this term may hold a key values are sealed
+		// under already (they were sealed once voters were seen to hold
+		// it), but is not known to hold a new one.
+		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id), slices.Contains(n.fsm.keys.inUse(), v.id))
 	}
 	n.keyView.Store(&v)
 }
@@ -585,14 +588,18 @@ func (n *Node) noteVoterKeys() {
 // keyOnFew reports whether this leader's sealing key id (check value c)
 // is held by so few voters that the others are a quorum without it (they
 // could elect a leader that cannot read what this one seals). A voter not
-// seen this term is not counted as a holder: with one down (a rolling
-// restart), counting it let a leader seal under a key only it held, and
-// the two others were a quorum that could not read it (a review). A node
+// seen this term counts as a holder only when unseenHold (a key values are
+// sealed under already): with one down (a rolling restart), counting it let
+// a leader seal under a new key only it held, and the two others were a
+// quorum that could not read it (a review); counting it as lacking a key in
+// use refused every write whenever the leader's health checks failed (its
+// peers' HTTP API unreachable, their node token refused) while raft
+// replicated (another review). A node
 // whose key file lists the new key first while the others lack it (a
 // rotation's step 1 skipped on them) sealed values only it could read:
 // once it failed, the others answered them 500 and refused to start again
 // (an attack on encryption at rest).
-func (n *Node) keyOnFew(id string, c []byte) (holders, voters int, few bool) {
+func (n *Node) keyOnFew(id string, c []byte, unseenHold bool) (holders, voters int, few bool) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0, 0, false
@@ -603,12 +610,16 @@ func (n *Node) keyOnFew(id string, c []byte) (holders, voters int, few bool) {
 		}
 	}
 	n.peers.mu.Lock()
-	same, _, _, silent := n.voterChecksLocked(id, c)
+	same, _, unseen, silent := n.voterChecksLocked(id, c)
 	n.peers.mu.Unlock()
 	// A voter of a release that does not report its keys is trusted to
 	// hold it, as that release trusted every member (refused, every write
 	// of a rolling upgrade from it failed).
-	return same, voters, voters-(same+silent) >= voters/2+1
+	held := same + silent
+	if unseenHold {
+		held += unseen
+	}
+	return same, voters, voters-held >= voters/2+1
 }
 
 // keysOfMost returns, for a keyless leader, the ids of the keys held by
@@ -689,7 +700,7 @@ func (n *Node) neededKeysLocked() []string {
 			continue
 		}
 		// Until every voter was seen this term, a voter may hold it.
-		if held, _, unknown, _ := n.voterChecksLocked(id, nil); held > 0 || unknown > 0 {
+		if held, _, unseen, _ := n.voterChecksLocked(id, nil); held > 0 || unseen > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -700,10 +711,10 @@ func (n *Node) neededKeysLocked() []string {
 // voterChecksLocked counts the voters, this node included, that hold key
 // id, as this leader's health checks of the current term saw them: with
 // the check value want (every holder when want is nil), and all of them;
-// unknown are the voters not seen this term, or seen running a release
-// that does not report its keys (silent, of them). The caller holds
-// n.peers.mu.
-func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown, silent int) {
+// unseen are the voters not seen this term, silent those seen running a
+// release that does not report its keys: neither holds it as far as this
+// leader knows. The caller holds n.peers.mu.
+func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unseen, silent int) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return 0, 0, 1, 0
@@ -720,9 +731,8 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 				check = hex.EncodeToString(c)
 			}
 		} else if h := n.seenLocked(s.ID, term); h == nil {
-			unknown++ // which keys it holds is not known
+			unseen++
 		} else if !slices.Contains(h.features, FeatureKeyCheck) {
-			unknown++ // a release that does not report its keys
 			silent++
 		} else {
 			check = h.keyCheck(id)
@@ -735,7 +745,7 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unknown
 			same++
 		}
 	}
-	return same, holders, unknown, silent
+	return same, holders, unseen, silent
 }
 
 // seenLocked is what this leader's health checks of term saw of member id,
