@@ -69,9 +69,9 @@
 //     handler does not run (fail closed). FailOpen runs the handler
 //     unprotected instead: unsafe, a retry may run it twice. The claim may
 //     have been applied all the same (a stalled store that resumes): it is
-//     asked again with its claim_id in the background until the store
-//     answers, within the lease, and released, so that the retry is not
-//     answered 409 for the whole lease.
+//     queued, asked again with its claim_id once the store answers (one
+//     claim at a time while it does not), within the lease, and released,
+//     so that the retry is not answered 409 for the whole lease.
 //   - the store goes away after the claim: the handler's answer is sent,
 //     and its complete is asked again within StoreTimeout, then in the
 //     background for ten minutes (or the lease, if longer). The store

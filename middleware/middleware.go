@@ -145,9 +145,10 @@ const (
 const maxKeyBytes = 255
 
 type mw struct {
-	o       Options
-	methods map[string]bool
-	log     *slog.Logger
+	o        Options
+	methods  map[string]bool
+	log      *slog.Logger
+	unclaims unclaims // unclaim.go
 }
 
 // New returns the middleware configured by o, or an error naming every
@@ -557,54 +558,6 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	}
 }
 
-// unclaim releases, in the background, a claim whose answer never came
-// (the store did not answer within StoreTimeout, or the caller left): the
-// store may have applied it, or may yet (a stalled leader that resumes),
-// and the key then stayed taken until the lease ran out, the caller's
-// retry answered 409 for the whole lease although nothing ran. Sent again
-// with its claim_id until the store answers, the claim comes back as the
-// same claim if it was decided, or is made now; either way it is released.
-// It stops at any other answer (another attempt holds the key, or
-// completed it) and once the first claim's lease would have run out by the
-// wall clock (the store's clock runs no faster), so it never takes over a
-// key from an attempt that claimed it after this one.
-func (m *mw) unclaim(s scope, req client.ClaimRequest, claimedAt time.Time) {
-	left := time.Until(claimedAt.Add(m.o.Lease))
-	if left <= 0 {
-		return
-	}
-	if pendingUnclaims.Add(1) > maxPendingUnclaims {
-		pendingUnclaims.Add(-1)
-		m.log.Warn("idempotency claim unanswered, and too many others wait for the store: if it was applied, the key stays taken until its lease runs out", "endpoint", s.endpoint)
-		return
-	}
-	go func() {
-		defer pendingUnclaims.Add(-1)
-		ctx, cancel := context.WithTimeout(context.Background(), left)
-		defer cancel()
-		var res *client.ClaimResponse
-		err := retryPaused(ctx, 2*time.Second, func() (err error) {
-			res, err = m.o.Store.Claim(ctx, req)
-			return err
-		})
-		if err != nil || res.Outcome != client.OutcomeClaimed {
-			return
-		}
-		rctx, rcancel := context.WithTimeout(context.Background(), m.o.StoreTimeout)
-		defer rcancel()
-		err = retry(rctx, func() error {
-			_, err := m.o.Store.Release(rctx, client.ReleaseRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
-				Token: res.Token, Reason: "idempotency middleware: the store did not answer this claim in time; the request was not processed"})
-			return err
-		})
-		if err != nil && !errors.Is(err, client.ErrTokenMismatch) {
-			m.log.Warn("idempotency release of an unanswered claim failed: the key stays taken until its lease runs out", "endpoint", s.endpoint, "error", err)
-			return
-		}
-		m.log.Info("idempotency claim the store had not answered in time released", "endpoint", s.endpoint)
-	}()
-}
-
 type scope struct{ principal, endpoint, key string }
 
 // claim asks the store for the key. An unreachable store or a 503 (an
@@ -984,15 +937,6 @@ func completeRetryFor(lease time.Duration) time.Duration { return max(lease, 10*
 var pendingCompletes atomic.Int64
 
 const maxPendingCompletes = 10_000
-
-// pendingUnclaims counts the unanswered claims being released (unclaim).
-// They have their own bound: an outage's flood of refused requests must not
-// take the places of completes, which keep a handler from running twice
-// (sharing one bound, 10,000 unanswered claims made the complete of a
-// request that had run wait for nothing, and its retry ran it again).
-var pendingUnclaims atomic.Int64
-
-const maxPendingUnclaims = 10_000
 
 func (m *mw) release(r *http.Request, s scope, token, reason string) {
 	ctx, cancel := m.storeCtx(r)

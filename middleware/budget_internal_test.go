@@ -1,4 +1,4 @@
-package e2emiddleware_test
+package middleware
 
 import (
 	"context"
@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-store/idem/client"
-	"github.com/idem-store/idem/middleware"
 )
 
 // floodStore stands for a store in an outage, seen from the middleware:
@@ -23,12 +22,14 @@ import (
 // claimed, and its complete fails while down.
 type floodStore struct {
 	down, over, completed atomic.Bool
+	floodClaims           atomic.Int64
 }
 
 var errUnreachable = errors.New("dial tcp 127.0.0.1:7070: connect: connection refused")
 
 func (s *floodStore) Claim(ctx context.Context, req client.ClaimRequest) (*client.ClaimResponse, error) {
 	if strings.HasPrefix(req.Key, "flood-") {
+		s.floodClaims.Add(1)
 		if s.over.Load() {
 			return nil, &client.Problem{Status: http.StatusConflict, Code: client.CodeInProgress}
 		}
@@ -61,13 +62,13 @@ func (s *floodStore) Extend(context.Context, client.ExtendRequest) (*client.Exte
 func TestUnansweredClaimsDoNotCrowdOutCompletes(t *testing.T) {
 	store := &floodStore{}
 	t.Cleanup(func() {
-		// The flood's background claims stop at their next try (2 s at
-		// most), so that they hold no places in the tests after this one.
+		// The flood's queued claims are answered at the queue's next try,
+		// so that they hold no places in the tests after this one.
 		store.over.Store(true)
-		time.Sleep(2500 * time.Millisecond)
+		require.Eventually(t, func() bool { return pendingUnclaims.Load() == 0 }, 20*time.Second, 50*time.Millisecond)
 	})
-	idem, err := middleware.New(middleware.Options{Store: store, StoreTimeout: 30 * time.Millisecond, Lease: time.Minute,
-		Principal: middleware.AnonymousPrincipal})
+	idem, err := New(Options{Store: store, StoreTimeout: 30 * time.Millisecond, Lease: time.Minute,
+		Principal: AnonymousPrincipal})
 	require.NoError(t, err)
 	h := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Idempotency-Key") == "pay" {
@@ -98,4 +99,40 @@ func TestUnansweredClaimsDoNotCrowdOutCompletes(t *testing.T) {
 	store.down.Store(false) // the store is back
 	require.Eventually(t, store.completed.Load, 10*time.Second, 50*time.Millisecond,
 		"the payment's answer was stored once the store was back (dropped, its retry runs it again)")
+}
+
+// Each unanswered claim was asked again by a goroutine of its own every
+// two seconds at most (a review): an outage's thousands of refused requests
+// became thousands of claims a second against the struggling store. One
+// queue per middleware asks with one claim at a time until the store
+// answers, then works through the rest.
+func TestUnansweredClaimsAskTheStoreOneAtATime(t *testing.T) {
+	store := &floodStore{}
+	t.Cleanup(func() {
+		store.over.Store(true)
+		require.Eventually(t, func() bool { return pendingUnclaims.Load() == 0 }, 20*time.Second, 50*time.Millisecond)
+	})
+	idem, err := New(Options{Store: store, StoreTimeout: 30 * time.Millisecond, Lease: time.Minute, Principal: AnonymousPrincipal})
+	require.NoError(t, err)
+	h := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	var wg sync.WaitGroup
+	for i := range 1000 {
+		wg.Go(func() {
+			req := httptest.NewRequest(http.MethodPost, "/pay", strings.NewReader("{}"))
+			req.Header.Set("Idempotency-Key", "flood-"+strconv.Itoa(i))
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			require.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		})
+	}
+	wg.Wait()
+	before := store.floodClaims.Load()
+	time.Sleep(3 * time.Second)
+	asked := store.floodClaims.Load() - before
+	require.Less(t, asked, int64(50), "claims asked again in 3 s of the outage, for 1,000 unanswered ones")
+	require.Positive(t, asked, "they are asked again")
+
+	store.over.Store(true) // the store answers: each queued claim is asked once more
+	require.Eventually(t, func() bool { return pendingUnclaims.Load() == 0 }, 20*time.Second, 50*time.Millisecond)
+	require.GreaterOrEqual(t, store.floodClaims.Load()-before, int64(1000))
 }
