@@ -542,7 +542,7 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 		// round): it seals under a key values are already sealed under,
 		// but not under a new one, which might be on this node alone,
 		// unless the voters it knows hold it are enough (a one-node store).
-		if _, _, few := n.keyOnFew(id, own, false); few {
+		if _, _, few := n.keyOnFew(id, own); few {
 			return &SealRefusedError{KeyID: id, Few: true, Unmeasured: true}
 		}
 	}
@@ -577,10 +577,7 @@ func (n *Node) noteVoterKeys() {
 		v.most = n.keysOfMost()
 	} else {
 		v.id = kr.Primary()
-		// A voter not seen this term may hold a key values are sealed
-		// under already (they were sealed once voters were seen to hold
-		// it), but is not known to hold a new one.
-		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id), slices.Contains(n.fsm.keys.inUse(), v.id))
+		v.holders, v.voters, v.few = n.keyOnFew(v.id, kr.Check(v.id))
 	}
 	n.keyView.Store(&v)
 }
@@ -588,8 +585,9 @@ func (n *Node) noteVoterKeys() {
 // keyOnFew reports whether this leader's sealing key id (check value c)
 // is held by so few voters that the others are a quorum without it (they
 // could elect a leader that cannot read what this one seals). A voter not
-// seen this term counts as a holder only when unseenHold (a key values are
-// sealed under already): with one down (a rolling restart), counting it let
+// seen this term counts as a holder only of a key values are sealed under
+// already (they were sealed once voters were seen to hold it), not of a
+// new one: with one down (a rolling restart), counting it let
 // a leader seal under a new key only it held, and the two others were a
 // quorum that could not read it (a review); counting it as lacking a key in
 // use refused every write whenever the leader's health checks failed (its
@@ -599,27 +597,18 @@ func (n *Node) noteVoterKeys() {
 // rotation's step 1 skipped on them) sealed values only it could read:
 // once it failed, the others answered them 500 and refused to start again
 // (an attack on encryption at rest).
-func (n *Node) keyOnFew(id string, c []byte, unseenHold bool) (holders, voters int, few bool) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return 0, 0, false
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			voters++
-		}
-	}
+func (n *Node) keyOnFew(id string, c []byte) (holders, voters int, few bool) {
 	n.peers.mu.Lock()
-	same, _, unseen, silent := n.voterChecksLocked(id, c)
+	v := n.voterChecksLocked(id, c)
 	n.peers.mu.Unlock()
 	// A voter of a release that does not report its keys is trusted to
 	// hold it, as that release trusted every member (refused, every write
 	// of a rolling upgrade from it failed).
-	held := same + silent
-	if unseenHold {
-		held += unseen
+	held := v.same + v.silent
+	if slices.Contains(n.fsm.keys.inUse(), id) {
+		held += v.unseen
 	}
-	return same, voters, voters-held >= voters/2+1
+	return v.same, v.voters, v.voters-held >= v.voters/2+1
 }
 
 // keysOfMost returns, for a keyless leader, the ids of the keys held by
@@ -700,7 +689,7 @@ func (n *Node) neededKeysLocked() []string {
 			continue
 		}
 		// Until every voter was seen this term, a voter may hold it.
-		if held, _, unseen, _ := n.voterChecksLocked(id, nil); held > 0 || unseen > 0 {
+		if v := n.voterChecksLocked(id, nil); v.same > 0 || v.unseen > 0 {
 			ids = append(ids, id)
 		}
 	}
@@ -708,16 +697,25 @@ func (n *Node) neededKeysLocked() []string {
 	return ids
 }
 
-// voterChecksLocked counts the voters, this node included, that hold key
-// id, as this leader's health checks of the current term saw them: with
-// the check value want (every holder when want is nil), and all of them;
-// unseen are the voters not seen this term, silent those seen running a
-// release that does not report its keys: neither holds it as far as this
-// leader knows. The caller holds n.peers.mu.
-func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unseen, silent int) {
+// voterChecks counts voters, this node included, for voterChecksLocked.
+type voterChecks struct {
+	same    int // hold the key with the check value asked for (any, when none is)
+	holders int // hold the key
+	unseen  int // not seen this term
+	silent  int // seen running a release that does not report its keys
+	voters  int // all of them
+}
+
+// voterChecksLocked counts the voters that hold key id, as this leader's
+// health checks of the current term saw them: with the check value want
+// (every holder when want is nil), and all of them; the unseen and the
+// silent hold it as far as this leader knows. When the configuration
+// cannot be read, one voter is unseen and none is counted. The caller
+// holds n.peers.mu.
+func (n *Node) voterChecksLocked(id string, want []byte) (v voterChecks) {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
-		return 0, 0, 1, 0
+		return voterChecks{unseen: 1}
 	}
 	w := hex.EncodeToString(want)
 	term := n.term()
@@ -725,27 +723,28 @@ func (n *Node) voterChecksLocked(id string, want []byte) (same, holders, unseen,
 		if s.Suffrage != raft.Voter {
 			continue
 		}
+		v.voters++
 		check := ""
 		if string(s.ID) == n.self.ID {
 			if c := n.Keyring().Check(id); c != nil {
 				check = hex.EncodeToString(c)
 			}
 		} else if h := n.seenLocked(s.ID, term); h == nil {
-			unseen++
+			v.unseen++
 		} else if !slices.Contains(h.features, FeatureKeyCheck) {
-			silent++
+			v.silent++
 		} else {
 			check = h.keyCheck(id)
 		}
 		if check == "" {
 			continue
 		}
-		holders++
+		v.holders++
 		if want == nil || check == w {
-			same++
+			v.same++
 		}
 	}
-	return same, holders, unseen, silent
+	return v
 }
 
 // seenLocked is what this leader's health checks of term saw of member id,
@@ -763,8 +762,8 @@ func (n *Node) seenLocked(id raft.ServerID, term uint64) *peerHealth {
 func (n *Node) heldByMost(id string, c []byte) bool {
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
-	same, holders, _, _ := n.voterChecksLocked(id, c)
-	return same*2 > holders
+	v := n.voterChecksLocked(id, c)
+	return v.same*2 > v.holders
 }
 
 // logRefusal tries to hand the leadership to a voter that holds the key,
