@@ -82,16 +82,8 @@ func (m *mw) unclaimLoop() {
 	for {
 		u.mu.Lock()
 		now := time.Now()
-		live := u.queue[:0]
-		for _, c := range u.queue {
-			if now.Before(c.until) {
-				live = append(live, c)
-			} else {
-				pendingUnclaims.Add(-1) // its lease has run out: the key is free anyway
-			}
-		}
-		clear(u.queue[len(live):])
-		u.queue = live
+		// A claim whose lease has run out has a free key anyway.
+		u.dropLocked(func(_ int, c unclaimed) bool { return !now.Before(c.until) })
 		if len(u.queue) == 0 {
 			u.running = false
 			u.mu.Unlock()
@@ -114,18 +106,12 @@ func (m *mw) unclaimLoop() {
 		wg.Wait()
 		// Only unclaim appends, at the end: the batch is still the head.
 		u.mu.Lock()
-		kept := u.queue[:0]
 		progress := false
-		for i, c := range u.queue {
-			if i < n && answered[i] {
-				progress = true
-				pendingUnclaims.Add(-1)
-				continue
-			}
-			kept = append(kept, c)
-		}
-		clear(u.queue[len(kept):])
-		u.queue = kept
+		u.dropLocked(func(i int, _ unclaimed) bool {
+			done := i < n && answered[i]
+			progress = progress || done
+			return done
+		})
 		u.mu.Unlock()
 		if progress {
 			pause = 50 * time.Millisecond
@@ -134,6 +120,21 @@ func (m *mw) unclaimLoop() {
 		time.Sleep(pause + rand.N(pause/2))
 		pause = min(pause*2, unclaimPauseMax)
 	}
+}
+
+// dropLocked takes the claims gone names out of the queue, and out of
+// pendingUnclaims. The caller holds u.mu.
+func (u *unclaims) dropLocked(gone func(i int, c unclaimed) bool) {
+	kept := u.queue[:0]
+	for i, c := range u.queue {
+		if gone(i, c) {
+			pendingUnclaims.Add(-1)
+			continue
+		}
+		kept = append(kept, c)
+	}
+	clear(u.queue[len(kept):])
+	u.queue = kept
 }
 
 // unclaimOne sends the claim c again and releases it if the store gives it
