@@ -72,8 +72,11 @@
 //     queued, asked again with its claim_id once the store answers (one
 //     claim at a time while it does not), within the lease, and released,
 //     so that the retry is not answered 409 for the whole lease.
-//   - the store goes away after the claim: the handler's answer is sent,
-//     and its complete is asked again within StoreTimeout, then in the
+//   - the store goes away after the claim: the handler's answer is sent
+//     (an answer goes to the caller once its complete is stored, so that
+//     a retry replays it, or after a second if the store has not answered
+//     by then; a streamed or larger than MaxStoredBody one as it is
+//     written), and its complete is asked again within StoreTimeout, then in the
 //     background for ten minutes (or the lease, if longer). The store
 //     takes it until a retry takes the key over (which a retry can only
 //     do once the lease has run out by the store's clock, which stands

@@ -741,7 +741,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	})
 	defer gone()
 	stop := m.keepLease(ctx, cancel, s, c.Token)
-	rec := newRecorder(w, m.o.MaxStoredBody)
+	rec := newRecorder(w, r, m.o.MaxStoredBody)
 	done := false
 	defer func() {
 		stop()
@@ -764,11 +764,40 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
 	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrCallerGone):
-		m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer")
+		m.storeThenAnswer(rec, func() { m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer") })
 	case rec.status() >= 500 || notYet(rec.status()):
-		m.release(r, s, c.Token, fmt.Sprintf("handler answered %d", rec.status()))
+		reason := fmt.Sprintf("handler answered %d", rec.status())
+		m.storeThenAnswer(rec, func() { m.release(r, s, c.Token, reason) })
 	default:
-		m.complete(r, s, c.Token, rec)
+		resp, dropped := rec.response(), rec.dropped
+		m.storeThenAnswer(rec, func() { m.complete(r, s, c.Token, resp, dropped) })
+	}
+}
+
+// answerWait is the longest a held answer waits for the store to take its
+// complete (or release) before it goes to the caller all the same.
+const answerWait = time.Second
+
+// storeThenAnswer runs tell (the complete or release of the answer) and
+// sends the held answer (recorder.finish) once it is done, so that a caller
+// that has its answer finds it stored (the retry replays it), or after
+// answerWait if the store has not answered by then: the caller does not
+// wait StoreTimeout for an answer it already has, and tell goes on. It
+// returns once both are done (a server's Shutdown waits for tell).
+func (m *mw) storeThenAnswer(rec *recorder, tell func()) {
+	told := make(chan struct{})
+	go func() {
+		defer close(told)
+		tell()
+	}()
+	t := time.NewTimer(answerWait)
+	defer t.Stop()
+	select {
+	case <-told:
+		rec.finish()
+	case <-t.C:
+		rec.finish()
+		<-told
 	}
 }
 
@@ -857,12 +886,11 @@ func refusedByStore(err error) bool {
 	return errors.As(err, &p) && p.Status < 500
 }
 
-func (m *mw) complete(r *http.Request, s scope, token string, rec *recorder) {
+func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
-	resp := rec.response()
-	if len(rec.dropped) > 0 {
-		m.log.Warn("idempotency: headers of the answer left out of the stored copy: the store refuses their names or values (control characters, not UTF-8); a replay lacks them", "endpoint", s.endpoint, "headers", fmt.Sprintf("%q", rec.dropped))
+	if len(dropped) > 0 {
+		m.log.Warn("idempotency: headers of the answer left out of the stored copy: the store refuses their names or values (control characters, not UTF-8); a replay lacks them", "endpoint", s.endpoint, "headers", fmt.Sprintf("%q", dropped))
 	}
 	sendIn := func(ctx context.Context) func() error {
 		return func() error {

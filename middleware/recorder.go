@@ -6,17 +6,29 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/wire"
 )
 
-// recorder passes the handler's answer through to the client as it is
-// written and keeps a copy of what a replay needs: the status, the headers
+// recorder keeps a copy of what a replay needs: the status, the headers
 // as they were when the status was written, and the body up to a limit.
+//
+// It holds the answer back until the handler has returned and the store
+// has taken it, or answerWait has passed (storeThenAnswer), then sends it
+// whole, with its length (finish). Passed through as written, an answer
+// without a Content-Length (most handlers set none) ended only when the
+// middleware returned, after the complete: the caller of a request whose
+// store went away after the claim waited StoreTimeout for the end of an
+// answer it already had. An answer goes through as written from the
+// moment the handler flushes it (a stream), hijacks the connection, or
+// writes more than the limit.
 type recorder struct {
 	w        http.ResponseWriter
+	method   string
 	limit    int
 	code     int         // the final status; 0 until written
 	header   http.Header // the headers sent with code
@@ -24,25 +36,38 @@ type recorder struct {
 	overflow bool // the body passed limit: stored without it
 	flushed  bool // streamed: never replayed as if complete
 	hijacked bool
+	passing  bool // the answer goes through as written (released)
 	// dropped names the headers (or the Content-Type) that response left
 	// out as the store would refuse them.
 	dropped []string
 }
 
-func newRecorder(w http.ResponseWriter, limit int) *recorder { return &recorder{w: w, limit: limit} }
+func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
+	return &recorder{w: w, method: r.Method, limit: limit}
+}
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
 
 func (r *recorder) WriteHeader(code int) {
 	// An informational answer (103 Early Hints) goes out and the final one
-	// follows; a second final status is net/http's to complain about.
-	if r.code != 0 || (code >= 100 && code < 200 && code != http.StatusSwitchingProtocols) {
+	// follows; a second final status is net/http's to complain about, and
+	// of a held answer the first stands, as net/http would have it.
+	if r.code == 0 && code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		r.w.WriteHeader(code)
+		return
+	}
+	if r.code != 0 {
+		if r.passing {
+			r.w.WriteHeader(code)
+		}
 		return
 	}
 	r.code = code
 	r.header = r.w.Header().Clone()
-	r.w.WriteHeader(code)
+	if r.passing || code == http.StatusSwitchingProtocols {
+		r.passing = true
+		r.w.WriteHeader(code)
+	}
 }
 
 func (r *recorder) Write(p []byte) (int, error) {
@@ -51,13 +76,93 @@ func (r *recorder) Write(p []byte) (int, error) {
 	}
 	if !r.overflow {
 		if r.body.Len()+len(p) > r.limit {
+			r.release()
 			r.overflow = true
 			r.body = bytes.Buffer{}
 		} else {
 			r.body.Write(p)
+			if !r.passing {
+				return len(p), nil
+			}
 		}
 	}
 	return r.w.Write(p)
+}
+
+// release sends what is held (the status and the body so far) and lets
+// the rest of the answer through as it is written.
+func (r *recorder) release() {
+	if r.passing {
+		return
+	}
+	r.passing = true
+	if r.code == 0 {
+		return
+	}
+	r.restoreHeader()
+	r.w.WriteHeader(r.code)
+	if r.body.Len() > 0 {
+		_, _ = r.w.Write(r.body.Bytes())
+	}
+}
+
+// restoreHeader puts back the headers as they were when the status was
+// written: net/http ignores later changes, and so does a held answer,
+// except the trailers (declared in Trailer, or http.TrailerPrefix).
+func (r *recorder) restoreHeader() {
+	h := r.w.Header()
+	trailer := func(k string) bool {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			return true
+		}
+		for _, v := range r.header.Values("Trailer") {
+			for t := range strings.SplitSeq(v, ",") {
+				if http.CanonicalHeaderKey(strings.TrimSpace(t)) == k {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for k := range h {
+		if _, ok := r.header[k]; !ok && !trailer(k) {
+			delete(h, k)
+		}
+	}
+	for k, vs := range r.header {
+		if !trailer(k) {
+			h[k] = vs
+		}
+	}
+}
+
+// finish sends a held answer whole, with its Content-Length, and flushes
+// it, once the handler has returned.
+func (r *recorder) finish() {
+	if r.passing || r.hijacked {
+		return
+	}
+	r.passing = true
+	code := r.status()
+	if r.code != 0 {
+		r.restoreHeader()
+	}
+	h := r.w.Header()
+	if bodyAllowed(code) && r.method != http.MethodHead && h.Get("Content-Length") == "" &&
+		h.Get("Transfer-Encoding") == "" && h.Get("Trailer") == "" {
+		h.Set("Content-Length", strconv.Itoa(r.body.Len()))
+	}
+	r.w.WriteHeader(code)
+	if r.body.Len() > 0 {
+		_, _ = r.w.Write(r.body.Bytes())
+	}
+	_ = http.NewResponseController(r.w).Flush()
+}
+
+// bodyAllowed reports whether an answer of this status may have a body
+// (RFC 9110: none for 1xx, 204 and 304).
+func bodyAllowed(code int) bool {
+	return code >= 200 && code != http.StatusNoContent && code != http.StatusNotModified
 }
 
 // FlushError makes the answer a stream (http.ResponseController finds it).
@@ -66,6 +171,7 @@ func (r *recorder) FlushError() error {
 		r.WriteHeader(http.StatusOK)
 	}
 	r.flushed = true
+	r.release()
 	return http.NewResponseController(r.w).Flush()
 }
 
@@ -74,6 +180,7 @@ func (r *recorder) Flush() { _ = r.FlushError() }
 
 // Hijack implements http.Hijacker: the connection is the handler's from now.
 func (r *recorder) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	r.release()
 	c, rw, err := http.NewResponseController(r.w).Hijack()
 	if err == nil {
 		r.hijacked = true
@@ -106,8 +213,8 @@ var notStored = []string{"Content-Length", "Transfer-Encoding", "Connection", "K
 // response is what to store: status, headers and body, or the status and
 // headers with a note of why the body is missing.
 func (r *recorder) response() client.Response {
-	h := r.header
-	if h == nil { // nothing written: an empty 200
+	h := r.header.Clone() // the held answer still goes out with r.header
+	if h == nil {         // nothing written: an empty 200
 		h = r.w.Header().Clone()
 	}
 	resp := client.Response{Status: r.status(), ContentType: h.Get("Content-Type")}

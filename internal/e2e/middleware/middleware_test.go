@@ -925,3 +925,67 @@ func TestHandlerOfACallerLongGoneIsCancelled(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond, "the key was released, not an empty 200 stored: the retry runs")
 	require.Equal(t, int32(2), runs.Load())
 }
+
+// stalled holds every Complete until open is closed: a store that stopped
+// answering after the claim.
+type stalled struct {
+	*client.Client
+	open chan struct{}
+}
+
+func (s *stalled) Complete(ctx context.Context, req client.CompleteRequest) (*client.CompleteResponse, error) {
+	select {
+	case <-s.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Client.Complete(ctx, req)
+}
+
+// Bug (a review): the answer went to the caller as the handler wrote it,
+// without a length, so it ended only when the middleware returned, after
+// the complete: a store that went away after the claim kept the caller
+// waiting StoreTimeout (a minute here) for the end of an answer it already
+// had. The answer is held and sent whole, with its length, once stored or
+// after a second; the complete still stores it, and the retry replays it.
+func TestCallerHasItsAnswerBeforeTheComplete(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	store := &stalled{Client: real, open: make(chan struct{})}
+	var runs atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, StoreTimeout: time.Minute, Lease: 5 * time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			runs.Add(1)
+			w.Header().Set("Content-Type", "text/plain")
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged ")
+			io.WriteString(w, "once")
+			w.Header().Set("X-Late", "ignored") // after the status: not sent, as net/http has it
+		})
+	type got struct {
+		resp *http.Response
+		body string
+	}
+	answered := make(chan got, 1)
+	go func() {
+		resp, body := send("held-1")
+		answered <- got{resp, body}
+	}()
+	var a got
+	select {
+	case a = <-answered:
+	case <-time.After(30 * time.Second):
+		close(store.open)
+		t.Fatal("the caller had no whole answer while the complete waited for the store")
+	}
+	require.Equal(t, http.StatusCreated, a.resp.StatusCode)
+	require.Equal(t, "charged once", a.body)
+	require.Equal(t, "12", a.resp.Header.Get("Content-Length"))
+	require.Empty(t, a.resp.Header.Get("X-Late"))
+	close(store.open)
+	require.Eventually(t, func() bool {
+		resp, body := send("held-1")
+		return resp.StatusCode == http.StatusCreated && body == "charged once" && resp.Header.Get(middleware.HeaderReplayed) == "true"
+	}, 10*time.Second, 50*time.Millisecond, "the retry replays the stored answer")
+	require.Equal(t, int32(1), runs.Load())
+}
