@@ -982,6 +982,7 @@ func TestCallerHasItsAnswerBeforeTheComplete(t *testing.T) {
 	require.Equal(t, "charged once", a.body)
 	require.Equal(t, "12", a.resp.Header.Get("Content-Length"))
 	require.Empty(t, a.resp.Header.Get("X-Late"))
+	require.Equal(t, "text/plain", a.resp.Header.Get("Content-Type"))
 	close(store.open)
 	require.Eventually(t, func() bool {
 		resp, body := send("held-1")
