@@ -120,6 +120,22 @@ const notAppliedHeader = "X-Idem-Not-Applied"
 // when the wait for a leader used up most of LeaderWait.
 const minForwardWait = time.Second
 
+// servesNoRecord says why this node must neither take a write nor answer a
+// read now, or "": its records are older than a recovered cluster's
+// (Superseded, for good), or a leader of another cluster sends it entries
+// (ForeignLeader, while they come): that cluster counts this node's raft
+// address as one of its members', so its clients reach this node, and a
+// key they claimed there would be claimed again here. A node started at a
+// running member's addresses on an empty or mistyped data dir (a mount
+// that failed) was unready but answered claims: 201 for a key the cluster
+// held in progress (an operator walk).
+func (s *Server) servesNoRecord() string {
+	if why := s.store.Superseded(); why != "" {
+		return why
+	}
+	return s.store.ForeignLeader()
+}
+
 // onLeader runs do, which must be decided by the leader. A follower
 // forwards the original request to the leader and passes its answer
 // through unchanged. During an election, or when the leader it forwarded
@@ -129,9 +145,7 @@ const minForwardWait = time.Second
 // "outcome unknown" only when the request may have reached a leader. A
 // non-nil return means the answer is written.
 func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, do func() error) error {
-	if why := s.store.Superseded(); why != "" {
-		// Its records are older than the recovered cluster's: not one is
-		// served, nor is a write taken (superseded.go).
+	if why := s.servesNoRecord(); why != "" {
 		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
 		return errAnswered
 	}

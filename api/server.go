@@ -500,6 +500,9 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 		if s.onLeader(w, r, nil, do) != nil {
 			return
 		}
+	} else if why := s.servesNoRecord(); why != "" {
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
+		return
 	} else if err := do(); err != nil {
 		writeProblem(w, storeProblem(err))
 		return

@@ -1295,7 +1295,7 @@ func (n *Node) ForeignLeader() string {
 		return ""
 	}
 	return fmt.Sprintf("a leader of another cluster, %s, sends this node entries: that cluster counts this node's raft address as one of its members, and its clients may reach this node and get answers from another cluster's records. "+
-		"Remove this address from that cluster (idem cluster remove there), or run this node at another --raft-addr and --http-addr; it is ready again 30 s after the last refused entry", l)
+		"Remove this address from that cluster (idem cluster remove there), or run this node at another --raft-addr and --http-addr; until 30 s after the last refused entry it is not ready and answers no request for records", l)
 }
 
 // Ready reports whether this node knows a leader and applies the commit

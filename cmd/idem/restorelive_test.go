@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,6 +55,20 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 		a := call("GET", n1.http, "/readyz", "")
 		return a.code == 503 && strings.Contains(string(a.body), "a leader of another cluster"), a.String()
 	})
+	// Nor does it answer for records meanwhile: unready, it still
+	// answered claims, 201 for a key the running cluster holds (an
+	// operator walk, with an empty data dir at a member's addresses).
+	held := claimOK(t, c.node("n2").http, "held-by-the-cluster") // a follower forwards it
+	require.Equal(t, 1, held.Attempt)
+	for _, req := range []struct{ method, path, body string }{
+		{"POST", "/v1/claim", claimReq("held-by-the-cluster", "c-stray")},
+		{"POST", "/v1/batch", `{"ops":[{"op":"claim",` + claimReq("held-by-the-cluster", "c-stray")[1:] + `]}`},
+		{"GET", "/v1/records?principal=" + url.QueryEscape(cPrincipal) + "&endpoint=" + url.QueryEscape(cEndpoint) + "&key=before-backup&consistency=stale", ""},
+	} {
+		a := call(req.method, n1.http, req.path, req.body)
+		require.Equal(t, 503, a.code, "%s %s on the node another cluster's leader sends entries to: %s", req.method, req.path, a)
+		require.Contains(t, string(a.body), "a leader of another cluster")
+	}
 }
 
 // raft.db (raft's term and vote) of a member of a three-node cluster is
