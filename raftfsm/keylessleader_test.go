@@ -257,7 +257,7 @@ func leadBlind(t *testing.T, c *memCluster, from, to *Node) *atomic.Bool {
 		}
 		return c.probe(ctx, addr)
 	})
-	require.NoError(t, from.TransferLeadershipTo(to.self.ID))
+	electAnyway(t, from, to)
 	require.Eventually(t, to.IsLeader, 10*time.Second, 10*time.Millisecond)
 	return &blind
 }

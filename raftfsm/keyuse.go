@@ -403,6 +403,9 @@ type SealRefusedError struct {
 	// Turning: no value is encrypted yet, but most voters hold the keys
 	// InUse and this leader holds none (turning encryption on).
 	Turning bool
+	// forReads: the leader can seal, but lacks the keys InUse that stored
+	// values are sealed under (keyHandOff), so reads of them fail.
+	forReads bool
 }
 
 func (e *SealRefusedError) Error() string { return "raftfsm: write refused: " + e.Detail() }
@@ -797,9 +800,56 @@ func (n *Node) keyHandOff() {
 	n.noteVoterKeys()
 	if err := n.sealRefusal(false); err != nil {
 		n.handOff(err)
-	} else if n.Keyring() == nil {
+	} else if kr := n.Keyring(); kr == nil {
 		n.warnPlaintext()
+	} else if lacks := lacking(kr, n.fsm.keys.inUse()); len(lacks) > 0 {
+		// It may seal under its own key, but reads and replays of the
+		// values sealed under these fail (500) on every node while it
+		// leads: a voter rebuilt empty with an old key file, then made
+		// leader, kept the leadership (an attack on encryption at rest).
+		n.handOff(&SealRefusedError{InUse: lacks, forReads: true})
 	}
+}
+
+// lacking returns the ids of ids that kr does not hold.
+func lacking(kr *Keyring, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if !kr.Has(id) {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// transferLacksKeys says why voter id must not be handed the leadership,
+// or "": this leader's health checks of the term saw it without a key that
+// stored values are sealed under (a node rebuilt with an old key file).
+// Leading, it could not read them. A voter not seen this term, or of a
+// release that does not report its keys, is left to raft (and, leading,
+// hands over by keyHandOff).
+func (n *Node) transferLacksKeys(id raft.ServerID) string {
+	inUse := n.fsm.keys.inUse()
+	if len(inUse) == 0 {
+		return ""
+	}
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	h := n.seenLocked(id, n.term())
+	if h == nil || !slices.Contains(h.features, FeatureKeyCheck) {
+		return ""
+	}
+	var lacks []string
+	for _, k := range inUse {
+		if h.keyCheck(k) == "" {
+			lacks = append(lacks, k)
+		}
+	}
+	if len(lacks) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s lacks encryption key %s, under which stored values are sealed: as leader it could not read them. "+
+		"Give it the cluster's key file (--encryption-key-file, the same file on every node) and restart it", id, strings.Join(lacks, ", "))
 }
 
 // handOff moves the leadership to a healthy voter whose status lists the
@@ -860,7 +910,11 @@ func (n *Node) handOff(err *SealRefusedError) {
 	n.peers.mu.Unlock()
 	if target == "" {
 		if n.fsm.keys.warned.allow(10 * time.Second) {
-			n.log.Warn("no healthy voter is known to hold the key this leader lacks (yet): writes stay refused until one is, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
+			if err.forReads {
+				n.log.Warn("this leader lacks keys that stored values are sealed under, and no healthy voter is known to hold them (yet): reads and replays of those values fail until one leads, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
+			} else {
+				n.log.Warn("no healthy voter is known to hold the key this leader lacks (yet): writes stay refused until one is, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
+			}
 		}
 		return
 	}

@@ -38,7 +38,7 @@ func TestStatusListsEveryMembersKeys(t *testing.T) {
 		require.NoError(t, err)
 		k := keysOf(st)
 		return len(k["n2"]) == 1 && k["n3"] != nil
-	}, 10*time.Second, 20*time.Millisecond, "the leader's health checks see n2's and n3's keys")
+	}, 30*time.Second, 20*time.Millisecond, "the leader's health checks see n2's and n3's keys")
 	k := keysOf(st)
 	require.Equal(t, []string{"k2", "k1"}, []string{k["n1"][0].ID, k["n1"][1].ID}, "the leader's own, its first key first")
 	require.Equal(t, n1.nodeKeys(), k["n1"])

@@ -193,6 +193,9 @@ var (
 	ErrUnknownMember = errors.New("raftfsm: no such member")
 	// ErrNotVoter means a leadership transfer named a non-voter.
 	ErrNotVoter = errors.New("raftfsm: not a voter")
+	// ErrLacksKey means a leadership transfer named a voter without a key
+	// stored values are sealed under.
+	ErrLacksKey = errors.New("raftfsm: lacks a key in use")
 	// ErrWouldLoseQuorum means the change was refused (see QuorumError).
 	ErrWouldLoseQuorum = errors.New("raftfsm: would lose quorum")
 	// ErrAddressInUse means another member already has that address.

@@ -1503,6 +1503,9 @@ func (n *Node) TransferLeadershipTo(id string) error {
 		if target.Suffrage != raft.Voter {
 			return fmt.Errorf("%w: %s is a non-voter: only a voter can lead (the leader promotes a non-voter once it has caught up)", ErrNotVoter, id)
 		}
+		if why := n.transferLacksKeys(target.ID); why != "" {
+			return fmt.Errorf("%w: %s", ErrLacksKey, why)
+		}
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
 	if err := f.Error(); err != nil {
