@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -124,9 +125,23 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 // leftOutError is the recovered node's answer to an append from leader
 // from, a member its recovery left out.
 func leftOutError(self raft.ServerID, rec recoveryRecord, from raft.RPCHeader) error {
-	return fmt.Errorf("%s node %s was made the cluster by idem recover on %s (state at index %d) without %s: %s's data dir holds an older state, which must not serve; "+
+	return fmt.Errorf("%s node %s was made the cluster by idem recover on %s (state at index %d) without %s: %s's data dir holds a state the recovery did not start from, which must not serve; "+
 		"move it aside and start %s with an empty data dir and --join naming %s's HTTP address",
 		supersededMarker, self, rec.At.Format(time.RFC3339), rec.Applied, from.ID, from.ID, from.ID, self)
+}
+
+// recoveredFromIndex is the state index a leftOutError names, or 0.
+func recoveredFromIndex(detail string) uint64 {
+	_, rest, ok := strings.Cut(detail, "(state at index ")
+	if !ok {
+		return 0
+	}
+	n, _, _ := strings.Cut(rest, ")")
+	i, err := strconv.ParseUint(n, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return i
 }
 
 // supersededRecord is supersededFile: what this node learned, from whom.
@@ -138,11 +153,28 @@ type supersededRecord struct {
 	// Twin: this node was itself made the cluster by a recovery that left
 	// From out, and From by one that left this node out (twins.go).
 	Twin bool `json:"twin_recovery,omitempty"`
+	// Applied is this node's state index when it learned it, and
+	// RecoveredFrom the index of the state the recovery started from.
+	Applied       uint64 `json:"applied_index,omitempty"`
+	RecoveredFrom uint64 `json:"recovered_from_index,omitempty"`
 }
 
 func (r supersededRecord) message(dir string) string {
 	if r.Twin {
 		return r.twinMessage(dir)
+	}
+	if r.RecoveredFrom > 0 && r.Applied > r.RecoveredFrom {
+		// The operator recovered a survivor whose log ended lower than
+		// this one's: the message called this newer copy older and said
+		// to start empty, throwing away acknowledged records (an
+		// operator walk).
+		return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
+			"This data dir's state (index %d) is ahead of the state that recovery started from (index %d): the recovery was made from a survivor that lacked records this data dir holds, and they may have been acknowledged. "+
+			"Do not delete this data dir. It does not serve, because the recovered cluster may have taken claims since, and serving both would claim keys twice. "+
+			"If the recovered cluster has taken no writes that matter, stop it and run idem recover on this data dir instead (its log ends highest); otherwise keep this data dir aside, "+
+			"start this node with an empty data dir and --join naming a member of the recovered cluster, and look up what only this copy holds. "+
+			"Only if that recovery was the choice to keep and %s is stopped for good, delete %s to serve this data dir again",
+			r.From, r.Address, r.At.Format(time.RFC3339), strings.TrimPrefix(r.Detail, supersededMarker+" "), r.Applied, r.RecoveredFrom, r.From, filepath.Join(dir, supersededFile))
 	}
 	return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
 		"The records here are older than the recovered cluster's: served, they would let keys it holds be claimed again. "+
@@ -173,7 +205,9 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 	if n.supersededBy.Load() != nil {
 		return
 	}
-	rec := supersededRecord{From: string(to), Address: string(addr), At: time.Now().UTC(), Detail: markerDetail(err)}
+	rec := supersededRecord{From: string(to), Address: string(addr), At: time.Now().UTC(), Detail: markerDetail(err),
+		Applied: n.db.Meta().Applied}
+	rec.RecoveredFrom = recoveredFromIndex(rec.Detail)
 	n.markSuperseded(rec, "this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again")
 }
 

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 )
 
@@ -38,4 +39,27 @@ func TestRecordRecoveryKeepsWhomEveryRecoveryLeftOut(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, recoveredFile), []byte("{"), 0o600))
 	_, err = readRecoveryRecord(dir)
 	require.ErrorContains(t, err, "is damaged")
+}
+
+// Bug (an operator walk): recovering the survivor whose log ended lower
+// (n1 at 1877, while n2 held acknowledged records up to 1910), n2 was told
+// its data dir "holds an older state" and to start with an empty one,
+// which throws away the only copy of those records. A node ahead of the
+// state the recovery started from is told so, and not to delete it.
+func TestSupersededNodeAheadOfTheRecoveryIsToldToKeepItsData(t *testing.T) {
+	detail := markerDetail(leftOutError("n1", recoveryRecord{Applied: 1877}, raft.RPCHeader{ID: []byte("n2")}))
+	require.Equal(t, uint64(1877), recoveredFromIndex(detail))
+	require.NotContains(t, detail, "older")
+
+	ahead := supersededRecord{From: "n1", Detail: detail, Applied: 1910, RecoveredFrom: recoveredFromIndex(detail)}
+	msg := ahead.message("/data/n2")
+	require.Contains(t, msg, "(index 1910) is ahead of the state that recovery started from (index 1877)")
+	require.Contains(t, msg, "Do not delete this data dir")
+	require.Contains(t, msg, "run idem recover on this data dir instead")
+	require.NotContains(t, msg, "older than")
+
+	behind := ahead
+	behind.Applied = 1800
+	require.Contains(t, behind.message("/data/n2"), "The records here are older than the recovered cluster's")
+	require.Zero(t, recoveredFromIndex("no index here"))
 }
