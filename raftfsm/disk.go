@@ -269,11 +269,11 @@ func (g *diskGuard) settleStateLocked() bool {
 	full := free < g.fullBelow
 	switch was := g.full.Swap(full); {
 	case full && !was:
-		g.log.Error("disk space low: writes are refused with 507 storage_full until space is freed; reads still work",
+		g.log.Error("disk space low: while this node leads, writes are refused with 507 storage_full until space is freed (only the leader's disk decides: a follower's writes go to the leader, and it falls behind if it cannot store them); reads still work",
 			"free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
 	case full && time.Since(g.lastRemind) >= diskRemind:
-		g.log.Error("disk space still low: writes are refused with 507 storage_full",
+		g.log.Error("disk space still low: while this node leads, writes are refused with 507 storage_full",
 			"free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
 	case !full && was:
