@@ -4,14 +4,20 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/internal/idemtest"
 )
 
 // apiFake answers every request with status and body and records the last
@@ -387,4 +393,50 @@ func TestSnapshotSaveIntoAMissingDirectoryNamesIt(t *testing.T) {
 	if _, err := os.Stat(missing); !os.IsNotExist(err) {
 		t.Errorf("%s: %v; nothing may be created", missing, err)
 	}
+}
+
+// Bug (an operator walk): two saves into one FILE (two cron jobs, a save
+// run again while the first still streams) shared FILE.tmp: the second
+// truncated and wrote over the first's stream, and both were refused as
+// "incomplete or damaged", blaming the node (3 rounds of 8). Each save has
+// a temporary file of its own: here the first is held mid-stream while the
+// second saves, then finishes, and both are whole.
+func TestTwoSavesIntoOneFileBothSucceed(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{})
+	resp, err := http.Get(node.URL + "/v1/admin/snapshot")
+	require.NoError(t, err)
+	snap, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", snap)
+
+	// A node whose stream stops half-way until released.
+	release := make(chan struct{})
+	started := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", strconv.Itoa(len(snap)))
+		w.Write(snap[:len(snap)/2])
+		w.(http.Flusher).Flush()
+		close(started)
+		<-release
+		w.Write(snap[len(snap)/2:])
+	}))
+	defer slow.Close()
+
+	file := filepath.Join(t.TempDir(), "idem.snap")
+	first := make(chan string, 1)
+	go func() {
+		code, _, stderr := runClientCmd(t, runSnapshot, "save", file, "--force", "--addr", slow.URL)
+		first <- fmt.Sprintf("exit %d: %s", code, stderr)
+	}()
+	<-started
+	code, _, stderr := runClientCmd(t, runSnapshot, "save", file, "--force", "--addr", node.URL)
+	require.Equal(t, 0, code, stderr)
+	close(release)
+	require.Equal(t, "exit 0: ", <-first)
+	code, _, stderr = runClientCmd(t, runSnapshot, "inspect", file)
+	require.Equal(t, 0, code, stderr)
+	left, err := filepath.Glob(file + ".tmp*")
+	require.NoError(t, err)
+	require.Empty(t, left)
 }

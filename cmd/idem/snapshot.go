@@ -29,7 +29,7 @@ const snapshotUsage = `Usage:
   idem snapshot save FILE [--addr ADDR] [--auth-token TOKEN] [--force]
       Stream a consistent snapshot of the whole state from a running
       cluster (any node; followers forward to the leader) into FILE. It is
-      written to FILE.tmp, synced, verified, then renamed; an existing FILE
+      written to FILE.tmp-*, synced, verified, then renamed; an existing FILE
       is kept unless --force.
   idem snapshot inspect FILE [--json]
       Verify FILE's checksums and print what it holds.
@@ -130,7 +130,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
 		return 1
 	}
-	// Before a byte is streamed: FILE.tmp's "no such file or directory"
+	// Before a byte is streamed: FILE.tmp-*'s "no such file or directory"
 	// would name neither the directory nor the way out.
 	if dir := filepath.Dir(file); dir != "" {
 		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
@@ -184,19 +184,23 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		}
 		return 1
 	}
-	tmp := file + ".tmp"
+	// A temporary file of this save's own (FILE.tmp-*): two saves into one
+	// FILE shared FILE.tmp, each truncating and writing over the other's
+	// stream, and both were refused as damaged, blaming the node (an
+	// operator walk). CreateTemp's mode is 0600: a backup holds every
+	// record, readable by its owner only.
+	f, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".tmp-*")
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 1
+	}
+	tmp := f.Name()
 	keep := false
 	defer func() {
 		if !keep {
 			os.Remove(tmp)
 		}
 	}()
-	// A backup holds every record: readable by its owner only.
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", name, err)
-		return 1
-	}
 	bw := bufio.NewWriterSize(f, 1<<20)
 	_, err = io.Copy(bw, resp.Body)
 	if err == nil {
