@@ -27,9 +27,12 @@ import (
 // nothing but this cluster's nodes and operators.
 type TLS struct {
 	certFile, keyFile, caFile string
-	log                       *slog.Logger
-	cur                       atomic.Pointer[tlsMaterial]
-	reload                    sync.Mutex
+	// hosts are this node's advertised hosts, which other nodes dial and
+	// check its certificate against.
+	hosts  []string
+	log    *slog.Logger
+	cur    atomic.Pointer[tlsMaterial]
+	reload sync.Mutex
 
 	// watchers are told of every reload that changed the files (the raft
 	// transport: it closes connections the new CA no longer trusts).
@@ -58,12 +61,15 @@ var ErrTLS = errors.New("raftfsm: tls")
 
 // LoadTLS reads a node's certificate and key (PEM) and the CA (PEM, one
 // or more certificates) that signed every node's certificate. The node's
-// certificate must be valid now and signed by that CA.
-func LoadTLS(certFile, keyFile, caFile string, log *slog.Logger) (*TLS, error) {
+// certificate must be valid now, signed by that CA, good for a node's
+// uses (server and client), and valid for each of hosts (the node's
+// advertised addresses' hosts, which the other nodes check it against),
+// when it reloads too.
+func LoadTLS(certFile, keyFile, caFile string, log *slog.Logger, hosts ...string) (*TLS, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	t := &TLS{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log}
+	t := &TLS{certFile: certFile, keyFile: keyFile, caFile: caFile, log: log, hosts: hosts}
 	m, err := t.read()
 	if err != nil {
 		return nil, err
@@ -188,6 +194,18 @@ func (t *TLS) read() (*tlsMaterial, error) {
 		// refuse it, so refuse it here with the reason.
 		return nil, fmt.Errorf("%w: certificate %s does not verify against --tls-ca-file %s: %w", ErrTLS, t.certFile, t.caFile, err)
 	}
+	// Another node's certificate, or an operator's (client use only),
+	// loaded and reloaded without a word: the other nodes refused it, and
+	// this node logged their refusals as if theirs were wrong (an attack
+	// on TLS: the wrong file copied in a renewal).
+	if err := nodeUse(leaf); err != nil {
+		return nil, fmt.Errorf("%w: certificate %s %w: make one with idem tls cert for this node's addresses", ErrTLS, t.certFile, err)
+	}
+	for _, h := range t.hosts {
+		if err := leaf.VerifyHostname(h); err != nil {
+			return nil, fmt.Errorf("%w: certificate %s is not valid for %s, this node's address, which the other nodes check it against (%w): is it another node's? Make one with idem tls cert for this node's addresses", ErrTLS, t.certFile, h, err)
+		}
+	}
 	return &tlsMaterial{cert: cert, pool: pool, notAfter: leaf.NotAfter, caNotAfter: caNotAfter}, nil
 }
 
@@ -300,6 +318,22 @@ func (m *tlsMaterial) raftClientConfig(host string) *tls.Config {
 	c := m.clientConfig(host)
 	c.MinVersion = tls.VersionTLS13
 	return c
+}
+
+// nodeUse says why a node's own certificate is not good for both of a
+// node's uses, serving and dialling, or nil. (A certificate without
+// extended key usage is good for any use, as x509 has it.)
+func nodeUse(leaf *x509.Certificate) error {
+	if len(leaf.ExtKeyUsage) == 0 || slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
+		return nil
+	}
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) {
+		return errors.New("is not a node certificate: it has no server use (an operator's client certificate?)")
+	}
+	if !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageClientAuth) {
+		return errors.New("is not a node certificate: it has no client use, which raft's mutual TLS between nodes needs")
+	}
+	return nil
 }
 
 // requireNodeCert refuses a verified peer whose certificate is not a

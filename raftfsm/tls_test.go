@@ -266,3 +266,34 @@ func TestGeneratedCertificates(t *testing.T) {
 	err = pki.ca.WriteFiles(filepath.Join(pki.dir, "ca.pem"), filepath.Join(pki.dir, "x.pem"), false)
 	require.True(t, err != nil && strings.Contains(err.Error(), "exists"), "an existing CA must not be overwritten: %v", err)
 }
+
+// Bug (an attack on TLS): another node's certificate, or an operator's
+// (client use only), copied over a node's was loaded at start and on
+// SIGHUP without a word; the other nodes refused it, and this node logged
+// their refusals as if theirs were wrong. Both are refused, naming why,
+// and a reload keeps the certificate in use.
+func TestTLSRefusesACertificateNotForThisNode(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	c, k, ca := pki.files(certgen.CertRequest{CommonName: "n3", IPs: []net.IP{net.IPv4(127, 0, 0, 3)}})
+	tl, err := LoadTLS(c, k, ca, nil, "127.0.0.3")
+	require.NoError(t, err)
+	before := tl.NotAfter()
+
+	n1c, n1k, _ := pki.files(certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: 2 * time.Hour})
+	_, err = LoadTLS(n1c, n1k, ca, nil, "127.0.0.3")
+	require.ErrorIs(t, err, ErrTLS)
+	require.ErrorContains(t, err, "is not valid for 127.0.0.3, this node's address")
+	copyFile(t, n1c, c)
+	copyFile(t, n1k, k)
+	require.ErrorContains(t, tl.Reload(), "is not valid for 127.0.0.3")
+	require.Equal(t, before, tl.NotAfter(), "the refused certificate is in use")
+
+	opc, opk, _ := pki.files(certgen.CertRequest{CommonName: "operator", Client: true})
+	_, err = LoadTLS(opc, opk, ca, nil)
+	require.ErrorContains(t, err, "is not a node certificate: it has no server use")
+	copyFile(t, opc, c)
+	copyFile(t, opk, k)
+	require.ErrorContains(t, tl.Reload(), "is not a node certificate")
+	require.Equal(t, before, tl.NotAfter())
+}

@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -96,7 +97,7 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 		log.Info("no TLS: the API is plain HTTP and raft plaintext, on loopback")
 		return nil, nil
 	}
-	t, err := raftfsm.LoadTLS(f.certFile, f.keyFile, f.caFile, log)
+	t, err := raftfsm.LoadTLS(f.certFile, f.keyFile, f.caFile, log, advertisedHosts(c)...)
 	if err != nil {
 		return nil, fmt.Errorf("--tls-cert-file: %s", strings.TrimPrefix(err.Error(), "raftfsm: tls: "))
 	}
@@ -105,6 +106,31 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 		"tls-cert-file", f.certFile, "not-after", t.NotAfter().UTC().Format(time.RFC3339), "tls-client-auth", f.clientAuth)
 	warnExpiry(t, log)
 	return t, nil
+}
+
+// advertisedHosts are the hosts of the addresses other nodes reach this
+// one at (its advertised raft and HTTP addresses, else the listen ones),
+// which they check its certificate against; an unspecified address
+// (0.0.0.0, ::) names no host to check.
+func advertisedHosts(c *serveConfig) []string {
+	var hosts []string
+	for _, pair := range [][2]string{{c.raftAdvertise, c.raftAddr}, {c.httpAdvertise, c.httpAddr}} {
+		a := pair[0]
+		if a == "" {
+			a = pair[1]
+		}
+		h, _, err := net.SplitHostPort(a)
+		if err != nil || h == "" {
+			continue
+		}
+		if ip := net.ParseIP(h); ip != nil && ip.IsUnspecified() {
+			continue
+		}
+		if !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
+	return hosts
 }
 
 // expiryWarning is how long before a certificate expires the node warns
