@@ -145,29 +145,44 @@ const expiryCheckEvery = 24 * time.Hour
 // warnExpiry warns when the node's certificate (served on HTTPS and raft)
 // or the first of its CAs expires within expiryWarning.
 func warnExpiry(t *raftfsm.TLS, log *slog.Logger) {
-	if left := time.Until(t.NotAfter()); left < expiryWarning {
+	_, _, caFile := t.Files()
+	switch left := time.Until(t.NotAfter()); {
+	case left <= 0:
+		log.Error("this node's certificate has expired: other nodes and clients refuse new connections to it; renew it (idem tls cert) and send SIGHUP", "not-after", t.NotAfter().UTC().Format(time.RFC3339))
+	case left < expiryWarning:
 		log.Warn("this node's certificate expires soon: renew it (idem tls cert) and send SIGHUP", "not-after", t.NotAfter().UTC().Format(time.RFC3339), "hours-left", int(left.Hours()))
 	}
-	if left := time.Until(t.CANotAfter()); left < expiryWarning {
-		_, _, caFile := t.Files()
+	switch left := time.Until(t.CANotAfter()); {
+	case left <= 0:
+		log.Error("a CA in --tls-ca-file has expired: every certificate it signed is refused now; rotate the CA (docs/SECURITY.md)", "tls-ca-file", caFile, "not-after", t.CANotAfter().UTC().Format(time.RFC3339))
+	case left < expiryWarning:
 		log.Warn("a CA in --tls-ca-file expires soon: every certificate it signed stops working then; rotate the CA (docs/SECURITY.md)", "tls-ca-file", caFile, "not-after", t.CANotAfter().UTC().Format(time.RFC3339), "hours-left", int(left.Hours()))
 	}
 }
 
 // watchExpiry runs warnExpiry every period until ctx ends (load has
-// already checked once at start).
+// already checked once at start), and once more just after the
+// certificate or a CA in use expires: a certificate that expired while
+// the node ran was said nowhere, while every new connection to the node
+// failed (an attack on TLS).
 func (f *serveTLSFlags) watchExpiry(ctx context.Context, log *slog.Logger, every time.Duration) {
 	if f.loaded == nil {
 		return
 	}
 	go func() {
-		tick := time.NewTicker(every)
-		defer tick.Stop()
 		for {
+			next := every
+			for _, at := range []time.Time{f.loaded.NotAfter(), f.loaded.CANotAfter()} {
+				if d := time.Until(at); d > 0 && d+time.Second < next {
+					next = d + time.Second
+				}
+			}
+			t := time.NewTimer(next)
 			select {
 			case <-ctx.Done():
+				t.Stop()
 				return
-			case <-tick.C:
+			case <-t.C:
 				warnExpiry(f.loaded, log)
 			}
 		}

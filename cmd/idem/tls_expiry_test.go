@@ -135,3 +135,28 @@ func readFile(t *testing.T, path string) []byte {
 	require.NoError(t, err)
 	return b
 }
+
+// Bug (an attack on TLS): a certificate that expired while the node ran
+// was said nowhere (the next daily check was up to a day away), while
+// every new connection to the node failed. The check runs again just
+// after the certificate in use expires, and logs it as an error.
+func TestTLSExpiryLoggedWhenItHappens(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("CA", 24*time.Hour)
+	require.NoError(t, err)
+	cert, key, caFile := filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem"), filepath.Join(dir, "ca.pem")
+	pair, err := certgen.NewCert(ca, certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}, Lifetime: 3 * time.Second})
+	require.NoError(t, err)
+	require.NoError(t, pair.WriteFiles(cert, key, true))
+	require.NoError(t, os.WriteFile(caFile, ca.Cert, 0o600))
+	tl, err := raftfsm.LoadTLS(cert, key, caFile, nil)
+	require.NoError(t, err)
+	logs := &logBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	(&serveTLSFlags{loaded: tl}).watchExpiry(ctx, slog.New(slog.NewTextHandler(logs, nil)), time.Hour)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "this node's certificate has expired") }, 30*time.Second, 50*time.Millisecond,
+		"no word of the expiry an hour before the next check: %s", logs)
+	require.Contains(t, logs.String(), "level=ERROR")
+}
