@@ -132,6 +132,8 @@ func TestCommandsReportMissingFlags(t *testing.T) {
 		{"claim with a bad lease", runClaim, []string{"--lease", "soon"}, []string{"idem claim:", "-lease"}},
 		{"delete with a stray argument", runDelete, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "extra"},
 			[]string{`idem delete: unexpected argument "extra"`}},
+		{"cluster remove with the id as an argument", runCluster, []string{"remove", "n4"},
+			[]string{`idem cluster remove: unexpected argument "n4" (did you mean --id n4?)`}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runClientCmd(t, tc.run, tc.args...)

@@ -141,7 +141,13 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 	}
 	fs.SetOutput(stderr)
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "%s %s: unexpected argument %q (flags go as --name value)\n", name, sub, fs.Arg(0))
+		// "cluster remove n4" was told "flags go as --name value", a flag
+		// it does not have (an operator walk): name the one it has.
+		hint := "flags go as --flag value"
+		if (sub == "remove" || sub == "join" || sub == "transfer-leadership") && fs.Lookup("id") != nil && !flagSet(fs, "id") {
+			hint = fmt.Sprintf("did you mean --id %s?", fs.Arg(0))
+		}
+		fmt.Fprintf(stderr, "%s %s: unexpected argument %q (%s)\n", name, sub, fs.Arg(0), hint)
 		return sub, 2, true
 	}
 	return sub, 0, false
