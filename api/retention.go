@@ -96,7 +96,11 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, refused)
 		return
 	}
-	s.log.Info("retention of new records changed on request", "retention", d, "previous", prev)
+	if prev == d {
+		s.log.Info("retention of new records set on request, as it was", "retention", d)
+	} else {
+		s.log.Info("retention of new records changed on request", "retention", d, "previous", prev)
+	}
 	writeJSON(w, http.StatusOK, retentionAnswer{Outcome: "set", Retention: d.String(),
 		RetentionSeconds: durationSeconds(d), PreviousRetention: prev.String()})
 }

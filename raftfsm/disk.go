@@ -169,7 +169,7 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 			return nil, err
 		}
 		if free := g.free.Load(); free < g.floor {
-			return nil, fmt.Errorf("raftfsm: the disk holding %s has %d bytes free, less than the %d bytes (an eighth of the minimum free disk space, %d) the node needs to open its stores safely, and no ballast is left to remove; nothing was changed: free some space on that disk and start the node again",
+			return nil, fmt.Errorf("raftfsm: the disk holding %s has %d bytes free, less than the %d bytes (an eighth of --min-free-disk, %d) the node needs to open its stores safely, and no ballast is left to remove; nothing was changed: free some space on that disk and start the node again",
 				g.dir, free, g.floor, g.minFree)
 		}
 	}

@@ -240,7 +240,13 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			PreviousRetention string `json:"previous_retention"`
 		}
 		json.Unmarshal(raw, &a)
-		fmt.Fprintf(stdout, "the cluster's retention is %s (was %s): records claimed from now on get it; stored records keep their expires_at\n", a.Retention, a.PreviousRetention)
+		if a.Retention == a.PreviousRetention {
+			// Run twice, it said "(was 48h0m0s)" as if it had changed (an
+			// operator walk).
+			fmt.Fprintf(stdout, "the cluster's retention is %s already: nothing changed\n", a.Retention)
+		} else {
+			fmt.Fprintf(stdout, "the cluster's retention is %s (was %s): records claimed from now on get it; stored records keep their expires_at\n", a.Retention, a.PreviousRetention)
+		}
 		fmt.Fprintln(stdout, retentionFlagReminder(*retention))
 	case "join", "remove":
 		var a struct{ Outcome, Suffrage, Detail string }

@@ -538,6 +538,9 @@ func TestClusterRetentionIsTheClusters(t *testing.T) {
 	out, code = cli(t, "set-retention", "--retention", "48h", "--addr", n1.http)
 	require.Equal(t, 0, code, "%s", out)
 	require.Contains(t, out, "the cluster's retention is 48h0m0s (was 24h0m0s)")
+	out, code = cli(t, "set-retention", "--retention", "48h", "--addr", n1.http)
+	require.Equal(t, 0, code, "%s", out)
+	require.Contains(t, out, "the cluster's retention is 48h0m0s already: nothing changed", "run twice, it is no change")
 	// The follower answered once it had applied the change: its own
 	// config, asked next, shows it (it showed the old one for a moment).
 	a := call("GET", n1.http, "/v1/config", "")
