@@ -77,8 +77,9 @@ type foreignGuard struct {
 	// onTwin is told when a member this node's recovery left out probes
 	// it: that member was recovered without this node (twins.go).
 	onTwin func(id string, addr raft.ServerAddress)
-	// leftOutTold spaces the log of left-out members told.
-	leftOutTold spacer
+	// leftOutTold spaces the log of left-out members told, leftOutAhead
+	// that of one whose log ends past this recovery's state.
+	leftOutTold, leftOutAhead spacer
 }
 
 // AppendEntries is the transport's, and learns from a member's answer that
@@ -244,6 +245,7 @@ func (g *foreignGuard) check(rpc raft.RPC) error {
 		return g.foreign(c.RPCHeader)
 	case *raft.RequestVoteRequest:
 		if err := g.leftOutCandidate(c.RPCHeader); err != nil {
+			g.leftOutAheadOf(c.RPCHeader, c.LastLogIndex)
 			return err
 		}
 		return g.vote(c.RPCHeader, c.LastLogTerm, c.LastLogIndex)
@@ -321,7 +323,7 @@ func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
 	}
 	err := leftOutError(g.self, g.leftOut, from)
 	if g.leftOutTold.allow(time.Minute) {
-		g.log.Warn("a member that idem recover left out leads its old cluster with an older state; told it to stop serving", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
+		g.log.Warn("a member that idem recover left out leads its old cluster with the state it kept; told it to stop serving", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
 	}
 	return err
 }
@@ -337,6 +339,20 @@ func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
 		g.log.Warn("a member that idem recover left out asked for a vote, or probed for a twin recovery; told it it was left out", "member-id", string(from.ID), "member-raft-addr", string(from.Addr))
 	}
 	return leftOutError(g.self, g.leftOut, from)
+}
+
+// leftOutAheadOf says, at most once a minute, that a left-out member asking
+// for a vote has a log that ends past the state this recovery started
+// from: the recovery may have been made from the wrong survivor (the one
+// whose log ended lower), and the member may hold acknowledged records
+// this cluster lacks (an operator walk: nothing said so here).
+func (g *foreignGuard) leftOutAheadOf(from raft.RPCHeader, lastLogIndex uint64) {
+	if lastLogIndex <= g.leftOut.Applied || !g.leftOutAhead.allow(time.Minute) {
+		return
+	}
+	g.log.Error("a member that idem recover left out has a log that ends past the state this recovery started from: it may hold acknowledged records this cluster lacks, and the recovery may have been made from the wrong survivor (the one whose log ended highest should be); "+
+		"if this cluster has taken no writes that matter since, stop it and run idem recover on that member's data dir instead (docs/BACKUP.md)",
+		"member-id", string(from.ID), "member-raft-addr", string(from.Addr), "member-last-log-index", lastLogIndex, "recovered-from-index", g.leftOut.Applied)
 }
 
 // leftOutNonMember reports whether the sender of from is a member that a

@@ -1,6 +1,8 @@
 package raftfsm
 
 import (
+	"bytes"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -62,4 +64,18 @@ func TestSupersededNodeAheadOfTheRecoveryIsToldToKeepItsData(t *testing.T) {
 	behind.Applied = 1800
 	require.Contains(t, behind.message("/data/n2"), "The records here are older than the recovered cluster's")
 	require.Zero(t, recoveredFromIndex("no index here"))
+}
+
+// The recovered node, asked for a vote by a left-out member whose log
+// ends past the state the recovery started from, says the recovery may
+// have been made from the wrong survivor (it said nothing, an operator
+// walk); a member behind it is no news.
+func TestRecoveredNodeSaysALeftOutMemberIsAhead(t *testing.T) {
+	var logs bytes.Buffer
+	g := &foreignGuard{leftOut: recoveryRecord{Applied: 1877}, log: slog.New(slog.NewTextHandler(&logs, nil))}
+	g.leftOutAheadOf(raft.RPCHeader{ID: []byte("n2"), Addr: []byte("127.0.0.2:7071")}, 1800)
+	require.Empty(t, logs.String())
+	g.leftOutAheadOf(raft.RPCHeader{ID: []byte("n2"), Addr: []byte("127.0.0.2:7071")}, 1910)
+	require.Contains(t, logs.String(), "ends past the state this recovery started from")
+	require.Contains(t, logs.String(), "member-last-log-index=1910 recovered-from-index=1877")
 }
