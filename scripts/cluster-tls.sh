@@ -2,7 +2,8 @@
 # Starts the three-node cluster of cluster.sh with TLS everywhere: HTTPS
 # API, HTTPS between nodes, mutual TLS on raft. The first run makes a
 # development CA, a certificate per node (n1 for 127.0.0.1, n2 for
-# 127.0.0.2, n3 for 127.0.0.3) and an operator's client certificate in
+# 127.0.0.2, n3 for 127.0.0.3, or CLUSTER_IPS as in cluster.sh) and an
+# operator's client certificate in
 # ./cluster-data/tls; later runs reuse them. Extra arguments go to every
 # `idem serve`. Ctrl-C stops all three cleanly, as cluster.sh does.
 #
@@ -16,8 +17,11 @@ tls=$data/tls
 mkdir -p "$tls"
 chmod 700 "$tls"
 [ -f "$tls/idem-ca.pem" ] || bin/idem tls ca --dir "$tls" --name "idem local cluster CA"
+read -r -a ips <<<"${CLUSTER_IPS:-127.0.0.1 127.0.0.2 127.0.0.3}"
 for i in 1 2 3; do
-  [ -f "$tls/n$i.pem" ] || bin/idem tls cert --dir "$tls" --name "n$i" --ip "127.0.0.$i"
+  ip=${ips[$((i - 1))]:-}
+  [ -n "$ip" ] || { echo "CLUSTER_IPS must name three addresses (got: ${CLUSTER_IPS})" >&2; exit 2; }
+  [ -f "$tls/n$i.pem" ] || bin/idem tls cert --dir "$tls" --name "n$i" --ip "$ip"
 done
 [ -f "$tls/ops.pem" ] || bin/idem tls cert --dir "$tls" --name ops --client
 echo "TLS material in $tls: clients need --ca-file $tls/idem-ca.pem (joining a node also --cert-file $tls/ops.pem --key-file $tls/ops-key.pem)"

@@ -8,14 +8,28 @@
 # Extra arguments go to every `idem serve`; {id} in them becomes the
 # node's id (scripts/cluster-tls.sh gives each node its own certificate).
 # CLUSTER_HTTP_PORT and CLUSTER_RAFT_PORT move the ports (7070, 7071) when
-# they are taken; CLUSTER_DATA the data (./cluster-data).
+# they are taken; CLUSTER_IPS the three addresses ("127.0.0.1 127.0.0.2
+# 127.0.0.3"; a machine without 127.0.0.2 and .3 can give one address three
+# times with distinct ports: see below); CLUSTER_DATA the data (./cluster-data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 data=${CLUSTER_DATA:-./cluster-data}
 http=${CLUSTER_HTTP_PORT:-7070}
 raft=${CLUSTER_RAFT_PORT:-7071}
-peers=127.0.0.1:$http,127.0.0.2:$http,127.0.0.3:$http
+read -r -a ips <<<"${CLUSTER_IPS:-127.0.0.1 127.0.0.2 127.0.0.3}"
+if [ "${#ips[@]}" -ne 3 ]; then
+  echo "CLUSTER_IPS must name three addresses, separated by spaces (got: ${CLUSTER_IPS})" >&2
+  exit 2
+fi
+# One address three times: each node gets its own ports (HTTP, raft) + 10*(i-1).
+same=0
+if [ "${ips[0]}" = "${ips[1]}" ] || [ "${ips[1]}" = "${ips[2]}" ] || [ "${ips[0]}" = "${ips[2]}" ]; then
+  same=1
+fi
+httpOf() { if [ "$same" = 1 ]; then echo $((http + 10 * ($1 - 1))); else echo "$http"; fi; }
+raftOf() { if [ "$same" = 1 ]; then echo $((raft + 10 * ($1 - 1))); else echo "$raft"; fi; }
+peers=${ips[0]}:$(httpOf 1),${ips[1]}:$(httpOf 2),${ips[2]}:$(httpOf 3)
 # Each node writes into a fifo read by its own prefixer, so $! is the
 # node's PID (with `idem | sed &` it is sed's, and stopping sed killed the
 # node by SIGPIPE before it could log its stop).
@@ -40,7 +54,7 @@ for i in 1 2 3; do
   (trap '' INT TERM; exec sed -u "s/^/[n$i] /" <"$fifos/n$i") &
   prefixers+=($!)
   bin/idem serve --node-id "n$i" --data-dir "$data/n$i" \
-    --http-addr "127.0.0.$i:$http" --raft-addr "127.0.0.$i:$raft" \
+    --http-addr "${ips[$((i - 1))]}:$(httpOf "$i")" --raft-addr "${ips[$((i - 1))]}:$(raftOf "$i")" \
     --bootstrap-expect 3 --join "$peers" "${@//\{id\}/n$i}" >"$fifos/n$i" 2>&1 &
   nodes+=($!)
 done
