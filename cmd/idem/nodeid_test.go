@@ -167,3 +167,32 @@ func TestWrongNodeFileSaysTheWayOut(t *testing.T) {
 	a := call("GET", httpAddr, recordPath("before", ""), "")
 	require.Equal(t, 200, a.code, "%s", a)
 }
+
+// A --data-dir with a typo beside a node's data dir starts a new, empty
+// store where every key is free again. The warning names the node's dir
+// beside it and says to move the new one aside, not to delete it: by the
+// time an operator reads it, a client may hold a claim the new store
+// acknowledged (no idem message advises deleting a data dir).
+func TestDataDirTypoBesideANodeWarnsToMoveTheNewOneAside(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	real := filepath.Join(parent, "node-a")
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, real, httpAddr, raftAddr, "--node-id", "n1")
+	claimOK(t, httpAddr, "kept")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.NoError(t, p.wait())
+
+	typo := filepath.Join(parent, "node-b")
+	q := start(t, typo, httpAddr, raftAddr, "--node-id", "n1")
+	logs := q.logs.String()
+	require.Contains(t, logs, "NEW, EMPTY one-node cluster", "no warning for a fresh data dir beside a node's")
+	require.Contains(t, logs, real+" holds a node's data")
+	require.Contains(t, logs, "move the new directory it made aside")
+	require.NotContains(t, logs, "delete", "the warning advises deleting a data dir that may already hold acknowledged claims")
+
+	// A fresh dir with no node beside it is a plain first start: no warning.
+	alone := filepath.Join(t.TempDir(), "data")
+	r := start(t, alone, freePort(t), freePort(t), "--node-id", "n1")
+	require.NotContains(t, r.logs.String(), "NEW, EMPTY")
+}

@@ -746,7 +746,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 			}
 			log.Warn("--data-dir holds no store: this node starts a NEW, EMPTY one-node cluster there, where every key is free again. "+
 				"Beside it, "+held+" a node's data: if --data-dir has a typo, stop this node now (before clients retry through it), "+
-				"delete the new directory it made and start it with the right one",
+				"move the new directory it made aside (mv; not rm: a client may already hold a claim it acknowledged) and start it with the right one",
 				"data-dir", c.dataDir)
 		}
 	}
