@@ -231,6 +231,16 @@ func memberID(id string) *problem {
 }
 
 func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.PeerTLS != nil && !raftfsm.HasVerifiedClientCert(r.TLS) {
+		// With TLS on, adding a member needs the CA's certificate as well
+		// as an admin token, so a stolen token alone cannot put an address
+		// of its choosing into the configuration. Checked after the token
+		// (admin): without one the answer is 401, as on every route.
+		// Nodes joining present their own; operators one from idem tls
+		// cert --client.
+		s.refuseUnread(w, r, forbidden("with TLS on, joining a node needs a client certificate from the cluster's CA (the node's own, or an operator's from idem tls cert --client, given with --cert-file and --key-file)"))
+		return
+	}
 	var req clusterJoinRequest
 	body, p := s.readJSON(w, r, &req)
 	if p == nil && (req.ID == "" || req.RaftAddr == "" || req.HTTPAddr == "") {

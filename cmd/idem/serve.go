@@ -902,7 +902,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 			srv.ServeHTTP(w, r)
 		})
 	}
-	hs := httpServer(c.tls.requireCertToJoin(handler), cl, c.conns)
+	hs := httpServer(handler, cl, c.conns)
 	hs.ErrorLog = httpErrorLog(log)   // tls.go
 	defer c.tls.trackConns(hs, log)() // tls.go: a CA reload closes what it no longer trusts
 	errc := make(chan error, 2)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -316,29 +315,6 @@ func (f *serveTLSFlags) httpClient(timeout time.Duration) *http.Client {
 		Proxy: nil, DialContext: d.DialContext, DialTLSContext: f.loaded.DialTLSContext(d),
 		MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
 	}}
-}
-
-// requireCertToJoin answers 403 to POST /v1/cluster/join over a connection
-// without a client certificate from the CA: with TLS on, adding a member
-// needs the CA's certificate as well as an admin token, so a stolen token
-// alone cannot put an address of its choosing into the configuration.
-// Nodes joining present their own; operators one from idem tls cert --client.
-func (f *serveTLSFlags) requireCertToJoin(next http.Handler) http.Handler {
-	if f.loaded == nil {
-		return next
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/v1/cluster/join" && !raftfsm.HasVerifiedClientCert(r.TLS) {
-			w.Header().Set("Content-Type", "application/problem+json")
-			w.WriteHeader(http.StatusForbidden)
-			json.NewEncoder(w).Encode(map[string]any{
-				"type": "about:blank", "title": "Forbidden", "status": http.StatusForbidden, "code": "forbidden",
-				"detail": "with TLS on, joining a node needs a client certificate from the cluster's CA (the node's own, or an operator's from idem tls cert --client, given with --cert-file and --key-file)",
-			})
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
 }
 
 // httpErrorLog gives net/http's own messages to the node's logger: a

@@ -387,3 +387,53 @@ func TestTLSGoClientReusesConnectionsToANode(t *testing.T) {
 	require.ErrorContains(t, err, "certificate signed by unknown authority", "a client trusting another CA")
 	t.Logf("trusting another CA: %v", err)
 }
+
+// POST /v1/cluster/join with TLS on needs an admin token and a client
+// certificate from the CA. The token is checked first, as on every route:
+// without one the answer is 401 (it was a 403 about the certificate, an
+// about:blank problem sent before authentication, which told a caller with
+// no credentials what the node asks of an admin). Without the certificate
+// an admin gets idem's forbidden problem naming it.
+func TestJoinChecksTheTokenBeforeTheClientCertificate(t *testing.T) {
+	t.Parallel()
+	ca := newPKI(t)
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth.json")
+	writeAuth(t, auth, entry("ops", "admin-1", "admin"), entry("shop", "app-1", "app", "p"))
+	n := launch(t, filepath.Join(dir, "data"), freePort(t), freePort(t), append([]string{"--auth-file", auth}, ca.serveArgs("n1")...)...)
+	hc := ca.httpsClient("", "")
+	waitReadyTLS(t, hc, n)
+	withCert := ca.httpsClient(ca.cert("ops", "--client"))
+
+	post := func(c *http.Client, token string) (int, string) {
+		req, err := http.NewRequest("POST", "https://"+n.http+"/v1/cluster/join",
+			strings.NewReader(`{"id":"","raft_addr":"127.0.0.9:1","http_addr":"127.0.0.9:2"}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	code, body := post(hc, "")
+	require.Equal(t, http.StatusUnauthorized, code, "%s", body)
+	require.Contains(t, body, "https://idem.dev/problems/unauthorized")
+	require.NotContains(t, body, "certificate", "a caller without a token is told what an admin needs")
+	code, body = post(withCert, "")
+	require.Equal(t, http.StatusUnauthorized, code, "the certificate alone is no credential: %s", body)
+	code, body = post(hc, "app-1")
+	require.Equal(t, http.StatusForbidden, code, "%s", body)
+	require.Contains(t, body, "it needs an admin token")
+	code, body = post(hc, "admin-1")
+	require.Equal(t, http.StatusForbidden, code, "%s", body)
+	require.Contains(t, body, `"type":"https://idem.dev/problems/forbidden"`)
+	require.Contains(t, body, "joining a node needs a client certificate from the cluster's CA")
+	// Both: the handler decides (and refuses the empty id).
+	code, body = post(withCert, "admin-1")
+	require.Equal(t, http.StatusBadRequest, code, "%s", body)
+	require.Contains(t, body, "id, raft_addr and http_addr are required")
+}
