@@ -242,6 +242,29 @@ func TestRotationKeyCheckedBeforeItSeals(t *testing.T) {
 	var mismatch *KeyMismatchError
 	require.ErrorAs(t, err, &mismatch)
 	require.Equal(t, []string{"k2"}, mismatch.IDs)
+	require.Empty(t, mismatch.Moved)
+	require.Contains(t, err.Error(), `holds key "k2", but not the key the cluster recorded under that id`)
+
+	// The cluster's two keys with their ids swapped in the file: the check
+	// values show which is which, and the refusal says so rather than
+	// guess at a key generated on this node.
+	enc := func(id string) string {
+		k := sha256.Sum256([]byte("test key " + id))
+		return base64.StdEncoding.EncodeToString(k[:])
+	}
+	require.NotNil(t, n.fsm.keys.check("k1"), "the test needs k1's check recorded")
+	swapped, err := ParseKeyring([]byte(`{"keys":[{"id":"k1","key":"` + enc("k2") + `"},{"id":"k2","key":"` + enc("k1") + `"}]}`))
+	require.NoError(t, err)
+	cfg.Keyring = swapped
+	m, err = Open(cfg)
+	if err == nil {
+		m.Close()
+	}
+	require.ErrorAs(t, err, &mismatch)
+	require.Equal(t, []string{"k1", "k2"}, mismatch.IDs)
+	require.Equal(t, map[string]string{"k1": "k2", "k2": "k1"}, mismatch.Moved)
+	require.Contains(t, err.Error(), `holds the cluster's keys under other ids: its key "k1" is the cluster's key "k2", its key "k2" is the cluster's key "k1"`)
+	require.NotContains(t, err.Error(), "generated")
 }
 
 // leadBlind hands the leadership from one node to another that cannot

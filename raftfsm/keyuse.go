@@ -328,7 +328,19 @@ func (n *Node) checkKeys() error {
 		return &MissingKeysError{IDs: missing, Have: n.Keyring().IDs()}
 	}
 	if wrong := n.wrongKeys(); len(wrong) > 0 {
-		return &KeyMismatchError{IDs: wrong}
+		e := &KeyMismatchError{IDs: wrong}
+		recorded := n.fsm.keys.recordedChecks()
+		for _, id := range wrong {
+			for other, c := range recorded {
+				if other != id && hmac.Equal(n.Keyring().Check(id), c) {
+					if e.Moved == nil {
+						e.Moved = map[string]string{}
+					}
+					e.Moved[id] = other
+				}
+			}
+		}
+		return e
 	}
 	n.fsm.keys.mu.Lock()
 	n.fsm.keys.onNew = func(id string) {
@@ -364,20 +376,36 @@ func (n *Node) wrongKeys() []string {
 
 // KeyMismatchError refuses a start: the node's key file holds a key id the
 // cluster uses with other key bytes (a key generated on this node under an
-// id another node generated too, instead of one file copied to all).
+// id another node generated too, an edited file, another cluster's file).
 type KeyMismatchError struct {
 	IDs []string // sorted
+	// Moved maps an id of IDs to the id the cluster records this node's key
+	// under, where it does (ids swapped or renamed in the file): a check
+	// value proves the key, whatever its id.
+	Moved map[string]string
 }
 
 func (e *KeyMismatchError) Error() string {
+	const copyIt = "Copy the key file the other nodes use to this node and start again; "
+	const fix = copyIt + "a key file is generated once and the same file is copied to every node (never run idem keys generate for an id in use); nothing was changed"
 	q := make([]string, len(e.IDs))
+	var moved []string
 	for i, id := range e.IDs {
 		q[i] = fmt.Sprintf("%q", id)
+		if to, ok := e.Moved[id]; ok {
+			moved = append(moved, fmt.Sprintf("its key %q is the cluster's key %q", id, to))
+		}
 	}
-	ids := strings.Join(q, ", ")
-	return fmt.Sprintf("raftfsm: --encryption-key-file holds key %s, but not the key the cluster recorded under that id (its check value differs): "+
-		"the key was generated on this node instead of copied. Copy the key file the other nodes use to this node and start again; "+
-		"a key file is generated once and the same file is copied to every node (never run idem keys generate for an id in use); nothing was changed", ids)
+	if len(moved) == len(e.IDs) {
+		return fmt.Sprintf("raftfsm: --encryption-key-file holds the cluster's keys under other ids: %s (ids swapped or renamed in the file). %snothing was changed",
+			strings.Join(moved, ", "), copyIt)
+	}
+	also := ""
+	if len(moved) > 0 {
+		also = " (" + strings.Join(moved, ", ") + ")"
+	}
+	return fmt.Sprintf("raftfsm: --encryption-key-file holds key %s, but not the key the cluster recorded under that id (its check value differs)%s: "+
+		"a key generated or edited under an id in use, or another cluster's key file. %s", strings.Join(q, ", "), also, fix)
 }
 
 // SealRefusedError is a write the leader refused rather than store a value
