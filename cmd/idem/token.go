@@ -310,9 +310,8 @@ func loadAuth(c *serveConfig, log *slog.Logger) (*api.Auth, string, error) {
 	}
 	switch {
 	case nodeToken != "":
-		if cred, ok := creds.Authenticate(nodeToken); !ok || cred.Role != api.RoleAdmin {
-			return nil, "", fmt.Errorf("--node-token-file %s: its token is not an admin token of --auth-file %s; add the entry {\"name\":\"nodes\",\"sha256\":\"%s\",\"role\":\"admin\"} to the auth file of every node",
-				c.nodeTokenFile, c.authFile, api.HashToken(nodeToken))
+		if err := nodeTokenRefused(creds, nodeToken, c.nodeTokenFile, c.authFile); err != nil {
+			return nil, "", err
 		}
 	case creds.Legacy():
 		// The old format's behaviour: nodes call each other with its first token.
@@ -324,6 +323,36 @@ func loadAuth(c *serveConfig, log *slog.Logger) (*api.Auth, string, error) {
 	logAuth(log, "auth file loaded", c.authFile, creds)
 	warnOpenFile(log, "--auth-file", c.authFile, authFileWhy)
 	return api.NewAuth(creds), nodeToken, nil
+}
+
+// nodeTokenRefused says why the auth file does not take the node token as
+// an admin's, and what to check first: the entry the cluster's nodes share
+// is usually there already, and the node token file is what changed
+// (edited, another deployment's), so adding an entry for the token at hand
+// on every node would be the wrong fix.
+func nodeTokenRefused(creds *api.Credentials, token, tokenFile, authFile string) error {
+	cred, ok := creds.Authenticate(token)
+	switch {
+	case ok && cred.Role == api.RoleAdmin:
+		return nil
+	case ok:
+		return fmt.Errorf("--node-token-file %s: its token is the %s token %q of --auth-file %s, not an admin token: nodes call each other as admins; give --node-token-file an admin token (idem token new --role admin) whose entry is in the auth file of every node",
+			tokenFile, cred.Role, cred.Name, authFile)
+	}
+	var admins []string
+	for _, c := range creds.List() {
+		if c.Role == api.RoleAdmin {
+			admins = append(admins, fmt.Sprintf("%q", c.Name))
+		}
+	}
+	entry := fmt.Sprintf(`{"name":"nodes","sha256":"%s","role":"admin"}`, api.HashToken(token))
+	if len(admins) == 0 {
+		return fmt.Errorf("--node-token-file %s: its token is not an admin token of --auth-file %s, which has no admin entry; add the entry %s to the auth file of every node",
+			tokenFile, authFile, entry)
+	}
+	return fmt.Errorf("--node-token-file %s: its token is none of --auth-file %s's admin tokens (%s). Check the token file first: edited, or another cluster's? "+
+		"Put back the token the nodes share (its SHA-256 is in their auth files); only for a new node token, add the entry %s to the auth file of every node",
+		tokenFile, authFile, strings.Join(admins, ", "), entry)
 }
 
 // authFileWhy is why the auth file is kept from other users.

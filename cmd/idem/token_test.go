@@ -437,3 +437,37 @@ func TestTokenCheckNotesSharedPrincipals(t *testing.T) {
 		require.Equal(t, c.want, got)
 	}
 }
+
+// A node whose --node-token-file the auth file does not take as an admin's
+// refuses to start, and the refusal says what to check. With the nodes'
+// admin entry in the file, what changed is usually the token file (edited,
+// another cluster's): it says to check that first, rather than only to
+// add an entry for the token at hand to every node's file. An app token
+// there is named as the wrong role.
+func TestNodeTokenRefusalSaysToCheckTheTokenFileFirst(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth.json")
+	tokenFile := filepath.Join(dir, "node.token")
+	writeAuth(t, auth, entry("nodes", "node-secret-1", "admin"), entry("shop", "app-1", "app", "p"))
+	run := func(token string) string {
+		require.NoError(t, os.WriteFile(tokenFile, []byte(token+"\n"), 0o600))
+		out, code := exited(t, launch(t, filepath.Join(dir, "data"), freePort(t), freePort(t),
+			"--auth-file", auth, "--node-token-file", tokenFile))
+		require.Equal(t, 1, code, "%s", out)
+		return out
+	}
+	out := run("node-secret-1x") // edited by hand
+	require.Contains(t, out, `its token is none of --auth-file `+auth+`'s admin tokens ("nodes")`)
+	require.Contains(t, out, "Check the token file first")
+	require.Contains(t, out, `"sha256":"`+api.HashToken("node-secret-1x")+`"`)
+
+	out = run("app-1")
+	require.Contains(t, out, `its token is the app token "shop" of --auth-file`)
+	require.Contains(t, out, "not an admin token")
+
+	writeAuth(t, auth, entry("shop", "app-1", "app", "p"))
+	out = run("node-secret-1")
+	require.Contains(t, out, "which has no admin entry; add the entry")
+	require.NoDirExists(t, filepath.Join(dir, "data", "raft"), "a refused start wrote to the data dir")
+}
