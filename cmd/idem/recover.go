@@ -174,12 +174,26 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 	}
 	fmt.Fprintf(stdout, "\nrecovered: configuration is now %s, state applied to index %d\n", fmtPeers(after.Configuration), after.Applied)
-	fmt.Fprintf(stdout, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s\n", raftfsm.CommandName, *dataDir, *nodeID, self.RaftAddr)
-	fmt.Fprintln(stdout, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
+	printStartHint(stdout, *dataDir, *nodeID, self.RaftAddr, st.HTTPAddrs[*nodeID])
 	if len(peers) == 1 {
 		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (%s serve ... --join %s's HTTP address)\n", raftfsm.CommandName, *nodeID)
 	}
 	return 0
+}
+
+// printStartHint prints the command that starts a node recovered or
+// restored into dataDir. httpAddr is the HTTP address the state records
+// for the node ("" when it records none): given, the command holds it,
+// since a node started without --http-addr would serve on the default
+// while its members and clients use the recorded one.
+func printStartHint(w io.Writer, dataDir, nodeID, raftAddr, httpAddr string) {
+	if httpAddr == "" {
+		fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s\n", raftfsm.CommandName, dataDir, nodeID, raftAddr)
+		fmt.Fprintln(w, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
+		return
+	}
+	fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s --http-addr %s\n", raftfsm.CommandName, dataDir, nodeID, raftAddr, httpAddr)
+	fmt.Fprintf(w, "  (--http-addr is the address the state records for %s: change it if the node moved) plus every other flag it runs with (TLS, --auth-file, --encryption-key-file)\n", nodeID)
 }
 
 // recoverProbeTimeout bounds each connection attempt of probeMembers.

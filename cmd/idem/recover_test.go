@@ -88,6 +88,10 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 	out, err = idemCmd(t, "recover", "--data-dir", survivor.dir, "--node-id", "n1", "--peers", peers, "--yes")
 	require.NoError(t, err, out)
 	require.Contains(t, out, "recovered: configuration is now n1="+survivor.raft)
+	// The command to paste holds the HTTP address the state records for
+	// n1: without it the node would serve on 127.0.0.1:7070, not where its
+	// clients call it.
+	require.Contains(t, out, "--raft-addr "+survivor.raft+" --http-addr "+survivor.http+"\n", out)
 
 	c.restart(survivor, nil)
 	c.waitStable(survivor)

@@ -50,6 +50,9 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	// sent n1's clients to it).
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", dir, "--node-id", "n1", "--raft-addr", n1.raft, "--force")
 	require.NoError(t, err, out)
+	// In n1's place: the command to paste holds the HTTP address the
+	// backup records for n1, where its clients call it.
+	require.Contains(t, out, "--raft-addr "+n1.raft+" --http-addr "+n1.http+"\n", out)
 	launch(t, dir, n1.http, n1.raft, "--node-id", "n1")
 	waitFor(t, 20*time.Second, "the restored n1 is not ready, naming the other cluster's leader", func() (bool, string) {
 		a := call("GET", n1.http, "/readyz", "")

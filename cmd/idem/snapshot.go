@@ -438,8 +438,15 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			fmt.Fprintf(stderr, "%s: %s is left from a restore into %s that was stopped before it finished: nothing uses it; delete it (rm -r), it holds a copy of a backup's records\n", name, l, dataDir)
 		}
 	}
-	fmt.Fprintf(stdout, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s\n", raftfsm.CommandName, dataDir, nodeID, raftAddr)
-	fmt.Fprintln(stdout, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
+	// The backup's member of this id at this raft address is the node
+	// restored in its place: its HTTP address is the one its clients use.
+	recorded := ""
+	for _, m := range info.Members {
+		if m.ID == nodeID && m.RaftAddr == raftAddr {
+			recorded = m.HTTPAddr
+		}
+	}
+	printStartHint(stdout, dataDir, nodeID, raftAddr, recorded)
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
 }

@@ -141,7 +141,8 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	require.NoError(t, err, out)
 	// The command to paste names the binary as it was run (a path here,
 	// as the README's ./bin/idem), not an "idem" the shell may not find.
-	require.Contains(t, out, "start it with: "+binary+" serve --data-dir "+r1.dir+" --node-id r1 --raft-addr "+r1.raft)
+	require.Contains(t, out, "start it with: "+binary+" serve --data-dir "+r1.dir+" --node-id r1 --raft-addr "+r1.raft+"\n")
+	require.Contains(t, out, "plus the --http-addr it serves on", "r1 is no member of the backup: no HTTP address to give")
 	require.NoError(t, filepath.WalkDir(r1.dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
