@@ -439,7 +439,7 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, raftfsm.ErrUnknownMember):
 			refused = newProblem(http.StatusNotFound, codeNotFound, strings.TrimPrefix(err.Error(), "raftfsm: "))
 			return nil
-		case errors.Is(err, raftfsm.ErrNotVoter), errors.Is(err, raftfsm.ErrLacksKey):
+		case errors.Is(err, raftfsm.ErrNotVoter), errors.Is(err, raftfsm.ErrLacksKey), errors.Is(err, raftfsm.ErrRefusesNodes):
 			refused = newProblem(http.StatusConflict, codeNoTransferTarget, strings.TrimPrefix(err.Error(), "raftfsm: "))
 			refused.Title = "The named node cannot take the leadership"
 			return nil

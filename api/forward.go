@@ -361,7 +361,10 @@ func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, erro
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized || resp.StatusCode == http.StatusForbidden {
-		return 0, fmt.Errorf("leader answered %s: give this node --node-token-file, a token whose SHA-256 is an admin entry of the leader's --auth-file", resp.Status)
+		if f.s.cfg.NodeToken == "" {
+			return 0, fmt.Errorf("leader answered %s: give this node --node-token-file, a token whose SHA-256 is an admin entry of the leader's --auth-file", resp.Status)
+		}
+		return 0, fmt.Errorf("the leader at %s answered %s to this node's token (--node-token-file): the leader's --auth-file lacks its admin entry (reloaded without it?); add the entry there and kill -HUP the leader", addr, resp.Status)
 	}
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("leader answered %s", resp.Status)

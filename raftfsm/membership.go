@@ -196,6 +196,10 @@ var (
 	// ErrLacksKey means a leadership transfer named a voter without a key
 	// stored values are sealed under.
 	ErrLacksKey = errors.New("raftfsm: lacks a key in use")
+	// ErrRefusesNodes means a leadership transfer named a voter that
+	// refuses the cluster's node token: leading, the other nodes could not
+	// learn their readiness from it.
+	ErrRefusesNodes = errors.New("raftfsm: leadership transfer refused")
 	// ErrWouldLoseQuorum means the change was refused (see QuorumError).
 	ErrWouldLoseQuorum = errors.New("raftfsm: would lose quorum")
 	// ErrAddressInUse means another member already has that address.
@@ -946,10 +950,13 @@ type peerHealth struct {
 	lag        uint64    // the leader's commit index minus applied, at answeredAt
 	caughtUp   bool      // applied, at answeredAt, what was committed one round earlier
 	err        string    // why the last attempt failed ("" when it answered)
-	goodSince  time.Time // start of the current streak of healthy, caught-up answers
-	features   []string  // what its Apply knows, at answeredAt
-	keys       []NodeKey // its encryption keys, at answeredAt
-	refused    string    // the reason its promotion was last refused, logged once
+	// tokenRefused: the last attempt was refused for this node's token
+	// (ErrTokenRefused): the peer's --auth-file lacks the nodes' entry.
+	tokenRefused bool
+	goodSince    time.Time // start of the current streak of healthy, caught-up answers
+	features     []string  // what its Apply knows, at answeredAt
+	keys         []NodeKey // its encryption keys, at answeredAt
+	refused      string    // the reason its promotion was last refused, logged once
 }
 
 func (h *peerHealth) fill(m *Member, now time.Time) {
@@ -1146,9 +1153,10 @@ func (n *Node) measure(ctx context.Context) {
 		h.checkedAt = r.at
 		if r.err != nil {
 			h.err, h.goodSince = r.err.Error(), time.Time{}
+			h.tokenRefused = errors.Is(r.err, ErrTokenRefused) && !errors.Is(r.err, ErrNoNodeToken)
 			continue
 		}
-		h.err, h.answeredAt = "", r.at
+		h.err, h.answeredAt, h.tokenRefused = "", r.at, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys = r.st.Features, r.st.Keys
 		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit

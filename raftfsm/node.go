@@ -1487,7 +1487,15 @@ func (n *Node) TransferLeadershipTo(id string) error {
 	}
 	var f raft.Future
 	if id == "" {
-		f = n.raft.LeadershipTransfer()
+		to, err := n.transferAvoidingRefusers()
+		if err != nil {
+			return err
+		}
+		if to == nil {
+			f = n.raft.LeadershipTransfer()
+		} else {
+			f = n.raft.LeadershipTransferToServer(to.ID, to.Address)
+		}
 	} else {
 		if id == n.self.ID {
 			return nil
@@ -1505,6 +1513,9 @@ func (n *Node) TransferLeadershipTo(id string) error {
 		}
 		if why := n.transferLacksKeys(target.ID); why != "" {
 			return fmt.Errorf("%w: %s", ErrLacksKey, why)
+		}
+		if n.refusesNodes(target.ID) {
+			return fmt.Errorf("%w: %s", ErrRefusesNodes, refusesNodesWhy(string(target.ID)))
 		}
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
@@ -1524,6 +1535,70 @@ func (n *Node) TransferLeadershipTo(id string) error {
 		return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 	}
 	return nil
+}
+
+// refusesNodes reports whether this leader's last health check of voter
+// id, this term, was refused for the cluster's node token.
+func (n *Node) refusesNodes(id raft.ServerID) bool {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	h := n.peers.byID[string(id)]
+	return h != nil && n.peers.term == n.term() && h.tokenRefused
+}
+
+func refusesNodesWhy(ids ...string) string {
+	who, verb, its, it := ids[0], "refuses", "its", "it"
+	if len(ids) > 1 {
+		who, verb, its, it = strings.Join(ids[:len(ids)-1], ", ")+" and "+ids[len(ids)-1], "refuse", "their", "them"
+	}
+	return fmt.Sprintf("%s %s the cluster's node token (%s --auth-file lacks the entry of the token in --node-token-file; reloaded without it?): "+
+		"leading, the other nodes could not learn their readiness from %s and would answer /readyz 503 (a load balancer would send them nothing). "+
+		"Add the entry to %s auth file and kill -HUP %s, then transfer again", who, verb, its, it, its, it)
+}
+
+// transferAvoidingRefusers picks the target of a transfer to no voter in
+// particular when some voter refuses the cluster's node token (raft would
+// pick the most up-to-date, which may be one of them): the healthy voter
+// that had applied the most at its last check. nil: none refuses, raft
+// picks. An error: every other voter refuses.
+func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, fmt.Errorf("raftfsm: leadership transfer: %w", err)
+	}
+	now := time.Now()
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	var best *raft.Server
+	var bestApplied uint64
+	var refusers []string
+	others := 0
+	for _, srv := range cf.Configuration().Servers {
+		if srv.Suffrage != raft.Voter || string(srv.ID) == n.self.ID {
+			continue
+		}
+		others++
+		h := n.peers.byID[string(srv.ID)]
+		if h == nil || n.peers.term != n.term() {
+			continue
+		}
+		if h.tokenRefused {
+			refusers = append(refusers, string(srv.ID))
+			continue
+		}
+		if ok, _ := n.judge(h, srv.ID, now); ok && (best == nil || h.applied > bestApplied) {
+			best, bestApplied = &srv, h.applied
+		}
+	}
+	switch {
+	case len(refusers) == 0:
+		return nil, nil
+	case best != nil:
+		return best, nil
+	case len(refusers) == others:
+		return nil, fmt.Errorf("%w: %s", ErrRefusesNodes, refusesNodesWhy(refusers...))
+	}
+	return nil, nil // the others are unmeasured or unhealthy: raft's choice, as before
 }
 
 // leaderLoop runs the leader's duties while this node leads: record its own

@@ -402,7 +402,17 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		return
 	}
 	fmt.Fprintf(w, "%d of %d voters healthy (a quorum is %d); health measured by %s.\n", healthy, voters, voters/2+1, from)
+	leaderRefuses := false
+	for _, m := range st.Nodes {
+		leaderRefuses = leaderRefuses || st.HealthFrom == "" && st.Leader != nil && strings.Contains(m.UnhealthyReason, "could not ask the leader") && strings.Contains(m.UnhealthyReason, api.TokenRefused)
+	}
 	switch {
+	case leaderRefuses:
+		// The node asked could not get the leader's measurements: the
+		// leader refuses the token the others call it with, so they cannot
+		// ask it their readiness either (a reload of its auth file dropped
+		// the nodes' entry). Requests they forward carry the caller's token.
+		fmt.Fprintf(w, "WARNING: the leader %s refuses %s's node token (--node-token-file): %s's --auth-file lacks the entry of that token (reloaded without it?). The other nodes cannot learn their readiness from it and answer /readyz 503 (a load balancer sends them nothing): add the entry to its auth file and kill -HUP it\n", st.Leader.ID, st.Self.ID, st.Leader.ID)
 	case healthy < voters/2+1 && healthy+refused+unmeasured >= voters/2+1 && unmeasured > 0:
 		// Right after an election or a join: the leader has not checked
 		// them yet, which says nothing of the quorum (a walk read "writes

@@ -197,6 +197,19 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	require.Contains(t, out.String(), "members refuse the leader's health checks (its node token)")
 	require.NotContains(t, out.String(), "writes fail")
 
+	// The other way round, asked at a follower: the leader refuses the
+	// token the others call it with (its own reload dropped the entry).
+	// That warning blamed the members.
+	asked := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n3"}, Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", UnhealthyReason: "not measured: could not ask the leader n3: " + err.Error()},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", UnhealthyReason: "not measured: could not ask the leader n3: " + err.Error()},
+	}}
+	out.Reset()
+	printStatus(&out, asked)
+	require.Contains(t, out.String(), "WARNING: the leader n3 refuses n1's node token (--node-token-file): n3's --auth-file lacks the entry of that token")
+	require.NotContains(t, out.String(), "members refuse the leader's health checks")
+
 	// Right after an election the leader has measured nobody: no quorum
 	// warning, a note to look again.
 	st.Nodes[1].UnhealthyReason = raftfsm.NotMeasuredYet + " (this node became leader moments ago)"
