@@ -72,6 +72,14 @@ type Member struct {
 	// checks here that every node holds the new key before making it the
 	// first (rotation step 2).
 	Keys []NodeKey `json:"keys"`
+	// CertNotAfter and CANotAfter are when the node's TLS certificate and
+	// the first of its CAs expire, as the leader's last health check saw
+	// them (its own, on the leader); null without TLS or not known. A
+	// certificate that expires while the node runs breaks no connection
+	// already made, so the node looks healthy until its connections are
+	// made again (a restart, a network fault): these say so beforehand.
+	CertNotAfter *time.Time `json:"cert_not_after,omitempty"`
+	CANotAfter   *time.Time `json:"ca_not_after,omitempty"`
 }
 
 // FeatureRetention, in a node's Status.Features (and its /healthz), says
@@ -141,6 +149,10 @@ type Status struct {
 	// nor stands for election (votehold.go's voteHold and campaignHold): an
 	// operator looking for why no leader is elected sees it here.
 	HoldsVote *VoteHoldStatus `json:"holds_vote,omitempty"`
+	// CertNotAfter and CANotAfter are when this node's TLS certificate
+	// and the first of its CAs expire (absent without TLS).
+	CertNotAfter *time.Time `json:"cert_not_after,omitempty"`
+	CANotAfter   *time.Time `json:"ca_not_after,omitempty"`
 }
 
 // VoteHoldStatus is what a node holding its vote votes from: the term and
@@ -301,6 +313,9 @@ func (n *Node) Status() (Status, error) {
 	if hasLeader {
 		st.Leader = &leader
 	}
+	if t := n.cfg.TLS; t != nil {
+		st.CertNotAfter, st.CANotAfter = ptr(t.NotAfter().UTC()), ptr(t.CANotAfter().UTC())
+	}
 	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
@@ -342,6 +357,7 @@ func (n *Node) Status() (Status, error) {
 				m.LastContactMs, m.AppliedIndex, m.Lag = ptr(int64(0)), ptr(st.AppliedIndex), ptr(sub(st.CommitIndex, st.AppliedIndex))
 				m.CheckedAt, m.CheckedMsAgo = ptr(now.UTC()), ptr(int64(0))
 				m.Keys = ownKeys(st.Keys)
+				m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
 				continue
 			}
 			h := n.peers.byID[m.ID]
@@ -372,6 +388,7 @@ func (n *Node) Status() (Status, error) {
 		}
 		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), ptr(now.UTC()), ptr(int64(0))
 		m.LastContactMs, m.Keys = st.LastLeaderContactMs, ownKeys(st.Keys)
+		m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
 		switch {
 		case !hasLeader:
 			m.UnhealthyReason = "knows no leader"
@@ -399,6 +416,9 @@ func (s *Status) MergeHealth(leader Status) {
 			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason, m.NotPromoted = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason, l.NotPromoted
 			if l.Keys != nil || m.ID != s.Self.ID {
 				m.Keys = l.Keys // a leader of an earlier release shows none: this node's own stay
+			}
+			if l.CertNotAfter != nil || m.ID != s.Self.ID {
+				m.CertNotAfter, m.CANotAfter = l.CertNotAfter, l.CANotAfter
 			}
 		}
 	}
@@ -956,7 +976,9 @@ type peerHealth struct {
 	goodSince    time.Time // start of the current streak of healthy, caught-up answers
 	features     []string  // what its Apply knows, at answeredAt
 	keys         []NodeKey // its encryption keys, at answeredAt
-	refused      string    // the reason its promotion was last refused, logged once
+	// its TLS certificate's and CA's expiry, at answeredAt (nil: no TLS)
+	certNotAfter, caNotAfter *time.Time
+	refused                  string // the reason its promotion was last refused, logged once
 }
 
 func (h *peerHealth) fill(m *Member, now time.Time) {
@@ -969,6 +991,7 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 		if slices.Contains(h.features, FeatureKeyCheck) {
 			m.Keys = ownKeys(h.keys)
 		}
+		m.CertNotAfter, m.CANotAfter = h.certNotAfter, h.caNotAfter
 	}
 }
 
@@ -1159,6 +1182,7 @@ func (n *Node) measure(ctx context.Context) {
 		h.err, h.answeredAt, h.tokenRefused = "", r.at, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys = r.st.Features, r.st.Keys
+		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
 		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit
 		// Its last contact from a leader counts only when it follows this one.
 		if r.st.LastLeaderContactMs != nil && r.st.Leader != nil && r.st.Leader.ID == n.self.ID {

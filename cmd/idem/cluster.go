@@ -428,6 +428,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	for _, d := range keyDisagreements(st.Nodes) {
 		fmt.Fprintln(w, "WARNING: "+d)
 	}
+	for _, d := range expiryWarnings(st.Nodes, time.Now()) {
+		fmt.Fprintln(w, "WARNING: "+d)
+	}
 	if keyed(st.Nodes) {
 		fmt.Fprintln(w, "KEYS: the ids in each node's --encryption-key-file, the first is the one it encrypts with (? not known: not measured yet, or a release that does not report them)")
 	}
@@ -516,4 +519,46 @@ func keyDisagreements(nodes []raftfsm.Member) []string {
 			"Copy the key file of the nodes that hold the cluster's key to the others (idem keys status on a node says whether its key is the one the cluster recorded); never generate a key id in use again", id, strings.Join(groups, " / ")))
 	}
 	return out
+}
+
+// expiryWarnings says which members' TLS certificates or CAs have expired
+// or expire within expiryWarning, as the leader's last checks saw them. A
+// node whose certificate expired keeps the connections it had, so its row
+// still reads healthy: until a restart or a network fault, when no other
+// node can reach it.
+func expiryWarnings(nodes []raftfsm.Member, now time.Time) []string {
+	var out []string
+	for _, m := range nodes {
+		for _, c := range []struct {
+			what, fix string
+			at        *time.Time
+		}{
+			{"TLS certificate", "renew it (idem tls cert, docs/SECURITY.md) and kill -HUP " + m.ID, m.CertNotAfter},
+			{"CA (--tls-ca-file)", "rotate the CA on every node (docs/SECURITY.md)", m.CANotAfter},
+		} {
+			if c.at == nil {
+				continue
+			}
+			at := c.at.UTC().Format(time.RFC3339)
+			switch left := c.at.Sub(now); {
+			case left <= 0:
+				out = append(out, fmt.Sprintf("%s's %s EXPIRED at %s: connections made before still work, so it may look healthy, but no new one to or from it does (after a restart or a network fault it is cut off); %s", m.ID, c.what, at, c.fix))
+			case left < expiryWarning:
+				out = append(out, fmt.Sprintf("%s's %s expires in %s (%s): %s before then", m.ID, c.what, fmtLeft(left), at, c.fix))
+			}
+		}
+	}
+	return out
+}
+
+// fmtLeft is a duration in days and hours (or minutes under an hour).
+func fmtLeft(d time.Duration) string {
+	if d < time.Hour {
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	}
+	days, hours := int(d.Hours())/24, int(d.Hours())%24
+	if days == 0 {
+		return fmt.Sprintf("%dh", hours)
+	}
+	return fmt.Sprintf("%dd%dh", days, hours)
 }

@@ -270,3 +270,32 @@ func TestClusterStatusShowsEveryMembersKeys(t *testing.T) {
 	printStatus(&out, st)
 	require.Contains(t, out.String(), `WARNING: key "k1" is not the same key on every node (the check values differ: n1 / n2)`)
 }
+
+// cluster status warns of a member's TLS certificate or CA that expired or
+// expires within 30 days: a node whose certificate expired keeps the
+// connections it had and reads healthy until they are made again.
+func TestClusterStatusWarnsOfExpiringCertificates(t *testing.T) {
+	now := time.Now()
+	at := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true, CertNotAfter: at(365 * 24 * time.Hour), CANotAfter: at(3650 * 24 * time.Hour)},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true, CertNotAfter: at(-time.Hour), CANotAfter: at(3650 * 24 * time.Hour)},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true, CertNotAfter: at(3*24*time.Hour + 5*time.Hour + time.Minute), CANotAfter: at(20 * 24 * time.Hour)},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	s := out.String()
+	require.NotContains(t, s, "n1's", "a certificate good for a year is no warning")
+	require.Contains(t, s, "WARNING: n2's TLS certificate EXPIRED at "+st.Nodes[1].CertNotAfter.UTC().Format(time.RFC3339)+": connections made before still work")
+	require.Contains(t, s, "kill -HUP n2")
+	require.Contains(t, s, "WARNING: n3's TLS certificate expires in 3d5h")
+	require.Contains(t, s, "WARNING: n3's CA (--tls-ca-file) expires in 19d23h")
+
+	// Without TLS (no expiry known): nothing.
+	for i := range st.Nodes {
+		st.Nodes[i].CertNotAfter, st.Nodes[i].CANotAfter = nil, nil
+	}
+	out.Reset()
+	printStatus(&out, st)
+	require.NotContains(t, out.String(), "WARNING")
+}

@@ -168,6 +168,28 @@ func TestTLSClusterRefusesRogueRaftPeer(t *testing.T) {
 	}
 	before := facts()
 	require.NotNil(t, before[0].Leader)
+
+	// Every member's certificate and CA expiry shows in the status, as the
+	// leader measured them: cluster status warns of one about to expire
+	// (a node with an expired one looks healthy while its connections last).
+	waitFor(t, 10*time.Second, "every member's cert_not_after and ca_not_after in the status", func() (bool, string) {
+		var st struct {
+			Nodes []struct {
+				ID           string     `json:"id"`
+				CertNotAfter *time.Time `json:"cert_not_after"`
+				CANotAfter   *time.Time `json:"ca_not_after"`
+			} `json:"nodes"`
+		}
+		if getJSON(t, hc, "https://"+nodes[1].http+"/v1/cluster", &st) != http.StatusOK || len(st.Nodes) != 3 {
+			return false, fmt.Sprintf("%+v", st)
+		}
+		for _, m := range st.Nodes {
+			if m.CertNotAfter == nil || m.CANotAfter == nil || time.Until(*m.CertNotAfter) < 24*time.Hour || m.CANotAfter.Before(*m.CertNotAfter) {
+				return false, fmt.Sprintf("%s: %v %v", m.ID, m.CertNotAfter, m.CANotAfter)
+			}
+		}
+		return true, ""
+	})
 	record := func() map[string]any {
 		var rec map[string]any
 		require.Equal(t, http.StatusOK, getJSON(t, hc, "https://"+nodes[0].http+"/v1/records?principal=p&endpoint=e&key=before", &rec))
