@@ -69,8 +69,20 @@ func (n *Node) watchTwins(rec recoveryRecord, self raft.ServerAddress) {
 				RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(n.cfg.NodeID), Addr: []byte(self)},
 				Term:      recoveryProbeTerm,
 			}
-			var resp raft.RequestPreVoteResponse
-			err := n.trans.RequestPreVote(raft.ServerID(id), addr, req, &resp)
+			// The RPC runs apart: to an address that drops packets it
+			// takes the transport's whole timeout (10 s), which Close
+			// would otherwise wait out. Left behind, it ends by then.
+			done := make(chan error, 1)
+			go func() {
+				var resp raft.RequestPreVoteResponse
+				done <- n.trans.RequestPreVote(raft.ServerID(id), addr, req, &resp)
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-n.stop:
+				return
+			}
 			if err != nil && strings.Contains(err.Error(), supersededMarker) {
 				n.recoveredTwice(id, addr, err)
 				return
