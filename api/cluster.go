@@ -442,6 +442,9 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 		case errors.Is(err, raftfsm.ErrNotVoter), errors.Is(err, raftfsm.ErrLacksKey), errors.Is(err, raftfsm.ErrRefusesNodes):
 			refused = newProblem(http.StatusConflict, codeNoTransferTarget, strings.TrimPrefix(err.Error(), "raftfsm: "))
 			refused.Title = "The named node cannot take the leadership"
+			if req.ID == "" {
+				refused.Title = "No other voter can take the leadership"
+			}
 			return nil
 		case err != nil && !errors.Is(err, raftfsm.ErrNotLeader) && !errors.Is(err, raftfsm.ErrNoLeader):
 			// The target did not take over in time (down, behind) or a

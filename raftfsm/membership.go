@@ -1251,12 +1251,12 @@ func (n *Node) lacksKeys(h *peerHealth) string {
 	for _, id := range ids {
 		c := have[id]
 		if rec := checks[id]; rec != nil && c != hex.EncodeToString(rec) {
-			return fmt.Sprintf("its key %q is not the cluster's key under that id (the check values differ: a key generated on that node instead of copied): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
+			return fmt.Sprintf("its key %q is not the cluster's key under that id (the check values differ: a key generated on that node instead of copied, or ids swapped or renamed in its file): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
 		}
 		// None recorded yet (a member down, an upgrade under way): the
 		// leader's own key under the id is the reference.
 		if own := kr.Check(id); checks[id] == nil && own != nil && c != hex.EncodeToString(own) {
-			return fmt.Sprintf("its key %q is not the leader's key under that id (the check values differ: a key generated on that node instead of copied): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
+			return fmt.Sprintf("its key %q is not the leader's key under that id (the check values differ: a key generated on that node instead of copied, or ids swapped or renamed in its file): copy the cluster's key file to it and restart it; never regenerate a key in use", id)
 		}
 	}
 	return ""

@@ -1473,22 +1473,27 @@ func (n *Node) PeerHTTPAddrs() []string {
 // it was taken at: replicas at the same index must hash the same.
 func (n *Node) StateHash() (string, uint64, error) { return n.db.StateHashApplied() }
 
-// TransferLeadership hands leadership to another voter (for rolling
-// restarts). Writes arriving meanwhile wait for the new leader.
-func (n *Node) TransferLeadership() error { return n.TransferLeadershipTo("") }
+// TransferLeadership hands leadership to another voter before this node
+// stops (rolling restarts). Writes arriving meanwhile wait for the new
+// leader. Unlike TransferLeadershipTo(""), it hands over to a voter that
+// refuses the node token when no other can lead: one of them would be
+// elected anyway, after an election timeout without a leader.
+func (n *Node) TransferLeadership() error { return n.transferLeadership("", true) }
 
 // TransferLeadershipTo hands leadership to the voter id ("": the voter
 // raft picks, the most up to date). Naming this node, the leader, changes
 // nothing. An id not in the configuration is ErrUnknownMember; a
 // non-voter, ErrNotVoter.
-func (n *Node) TransferLeadershipTo(id string) error {
+func (n *Node) TransferLeadershipTo(id string) error { return n.transferLeadership(id, false) }
+
+func (n *Node) transferLeadership(id string, stopping bool) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
 	var f raft.Future
 	if id == "" {
 		to, err := n.transferAvoidingRefusers()
-		if err != nil {
+		if err != nil && !stopping {
 			return err
 		}
 		if to == nil {
@@ -1558,9 +1563,10 @@ func refusesNodesWhy(ids ...string) string {
 
 // transferAvoidingRefusers picks the target of a transfer to no voter in
 // particular when some voter refuses the cluster's node token (raft would
-// pick the most up-to-date, which may be one of them): the healthy voter
-// that had applied the most at its last check. nil: none refuses, raft
-// picks. An error: every other voter refuses.
+// pick the most up-to-date, which may be one of them): the voter that
+// does not, healthy first, then the one that had applied the most at its
+// last answer. nil: none refuses (or none of the others has answered the
+// leader yet), raft picks. An error: every other voter refuses.
 func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 	cf := n.raft.GetConfiguration()
 	if err := cf.Error(); err != nil {
@@ -1571,6 +1577,7 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 	defer n.peers.mu.Unlock()
 	var best *raft.Server
 	var bestApplied uint64
+	bestHealthy := false
 	var refusers []string
 	others := 0
 	for _, srv := range cf.Configuration().Servers {
@@ -1586,8 +1593,12 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 			refusers = append(refusers, string(srv.ID))
 			continue
 		}
-		if ok, _ := n.judge(h, srv.ID, now); ok && (best == nil || h.applied > bestApplied) {
-			best, bestApplied = &srv, h.applied
+		if h.answeredAt.IsZero() {
+			continue
+		}
+		ok, _ := n.judge(h, srv.ID, now)
+		if best == nil || ok && !bestHealthy || ok == bestHealthy && h.applied > bestApplied {
+			best, bestApplied, bestHealthy = &srv, h.applied, ok
 		}
 	}
 	switch {
@@ -1596,9 +1607,9 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 	case best != nil:
 		return best, nil
 	case len(refusers) == others:
-		return nil, fmt.Errorf("%w: %s", ErrRefusesNodes, refusesNodesWhy(refusers...))
+		return nil, fmt.Errorf("%w: %s (or this leader's --node-token-file changed, its entry added to its own auth file only)", ErrRefusesNodes, refusesNodesWhy(refusers...))
 	}
-	return nil, nil // the others are unmeasured or unhealthy: raft's choice, as before
+	return nil, nil // the others never answered this leader: raft's choice, as before
 }
 
 // leaderLoop runs the leader's duties while this node leads: record its own

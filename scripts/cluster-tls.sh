@@ -18,11 +18,20 @@ mkdir -p "$tls"
 chmod 700 "$tls"
 [ -f "$tls/idem-ca.pem" ] || bin/idem tls ca --dir "$tls" --name "idem local cluster CA"
 read -r -a ips <<<"${CLUSTER_IPS:-127.0.0.1 127.0.0.2 127.0.0.3}"
+# The certificates name the addresses they were made for: made for other
+# ones, every handshake would fail.
+# Certificates made before the file recorded them are for the defaults.
+[ -f "$tls/ips" ] || [ ! -f "$tls/n1.pem" ] || echo "127.0.0.1 127.0.0.2 127.0.0.3" >"$tls/ips"
+if [ -f "$tls/ips" ] && [ "$(cat "$tls/ips")" != "${ips[*]}" ]; then
+  echo "the certificates in $tls were made for $(cat "$tls/ips"), not ${ips[*]}: remove $tls/n1.pem, n2.pem, n3.pem (and their -key.pem) to make new ones, or run with CLUSTER_IPS=\"$(cat "$tls/ips")\"" >&2
+  exit 2
+fi
 for i in 1 2 3; do
   ip=${ips[$((i - 1))]:-}
   [ -n "$ip" ] || { echo "CLUSTER_IPS must name three addresses (got: ${CLUSTER_IPS})" >&2; exit 2; }
   [ -f "$tls/n$i.pem" ] || bin/idem tls cert --dir "$tls" --name "n$i" --ip "$ip"
 done
+echo "${ips[*]}" >"$tls/ips"
 [ -f "$tls/ops.pem" ] || bin/idem tls cert --dir "$tls" --name ops --client
 echo "TLS material in $tls: clients need --ca-file $tls/idem-ca.pem (joining a node also --cert-file $tls/ops.pem --key-file $tls/ops-key.pem)"
 # cluster.sh puts each node's id where an argument says {id}.

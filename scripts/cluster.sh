@@ -22,6 +22,11 @@ if [ "${#ips[@]}" -ne 3 ]; then
   echo "CLUSTER_IPS must name three addresses, separated by spaces (got: ${CLUSTER_IPS})" >&2
   exit 2
 fi
+for ip in "${ips[@]}"; do
+  case $ip in
+  *:*) echo "CLUSTER_IPS takes IPv4 addresses (got $ip)" >&2; exit 2 ;;
+  esac
+done
 # One address three times: each node gets its own ports (HTTP, raft) + 10*(i-1).
 same=0
 if [ "${ips[0]}" = "${ips[1]}" ] || [ "${ips[1]}" = "${ips[2]}" ] || [ "${ips[0]}" = "${ips[2]}" ]; then
@@ -29,6 +34,16 @@ if [ "${ips[0]}" = "${ips[1]}" ] || [ "${ips[1]}" = "${ips[2]}" ] || [ "${ips[0]
 fi
 httpOf() { if [ "$same" = 1 ]; then echo $((http + 10 * ($1 - 1))); else echo "$http"; fi; }
 raftOf() { if [ "$same" = 1 ]; then echo $((raft + 10 * ($1 - 1))); else echo "$raft"; fi; }
+if [ "$same" = 1 ]; then
+  for i in 1 2 3; do
+    for j in 1 2 3; do
+      if [ "$(httpOf "$i")" = "$(raftOf "$j")" ]; then
+        echo "CLUSTER_HTTP_PORT ($http) and CLUSTER_RAFT_PORT ($raft) collide on one address: n$i's HTTP port would be n$j's raft port (the nodes use +0, +10 and +20); pick ports more than 20 apart, or not a multiple of 10 apart" >&2
+        exit 2
+      fi
+    done
+  done
+fi
 peers=${ips[0]}:$(httpOf 1),${ips[1]}:$(httpOf 2),${ips[2]}:$(httpOf 3)
 # Each node writes into a fifo read by its own prefixer, so $! is the
 # node's PID (with `idem | sed &` it is sed's, and stopping sed killed the

@@ -404,7 +404,8 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	fmt.Fprintf(w, "%d of %d voters healthy (a quorum is %d); health measured by %s.\n", healthy, voters, voters/2+1, from)
 	leaderRefuses := false
 	for _, m := range st.Nodes {
-		leaderRefuses = leaderRefuses || st.HealthFrom == "" && st.Leader != nil && strings.Contains(m.UnhealthyReason, "could not ask the leader") && strings.Contains(m.UnhealthyReason, api.TokenRefused)
+		leaderRefuses = leaderRefuses || st.HealthFrom == "" && st.Leader != nil && strings.Contains(m.UnhealthyReason, "could not ask the leader") && strings.Contains(m.UnhealthyReason, api.TokenRefused) &&
+			!strings.Contains(m.UnhealthyReason, "has no --node-token-file")
 	}
 	switch {
 	case leaderRefuses:

@@ -209,6 +209,17 @@ func TestStatusTellsRefusedHealthChecksFromALostQuorum(t *testing.T) {
 	printStatus(&out, asked)
 	require.Contains(t, out.String(), "WARNING: the leader n3 refuses n1's node token (--node-token-file): n3's --auth-file lacks the entry of that token")
 	require.NotContains(t, out.String(), "members refuse the leader's health checks")
+	// Asked at a follower without a node token of its own (allowed, with a
+	// warning at its start): the fault is that node's, not the leader's.
+	_, noToken := api.NewPeerProbe("", "n1", nil)(context.Background(), addr)
+	require.ErrorIs(t, noToken, raftfsm.ErrNoNodeToken)
+	for i := 1; i < 3; i++ {
+		asked.Nodes[i].UnhealthyReason = "not measured: could not ask the leader n3: " + noToken.Error()
+	}
+	out.Reset()
+	printStatus(&out, asked)
+	require.NotContains(t, out.String(), "WARNING: the leader n3 refuses", "the leader blamed for this node's missing token")
+	require.Contains(t, out.String(), "has no --node-token-file")
 
 	// Right after an election the leader has measured nobody: no quorum
 	// warning, a note to look again.

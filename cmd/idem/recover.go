@@ -193,7 +193,8 @@ func printStartHint(w io.Writer, dataDir, nodeID, raftAddr, httpAddr string) {
 		return
 	}
 	fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s --http-addr %s\n", raftfsm.CommandName, dataDir, nodeID, raftAddr, httpAddr)
-	fmt.Fprintf(w, "  (--http-addr is the address the state records for %s: change it if the node moved) plus every other flag it runs with (TLS, --auth-file, --encryption-key-file)\n", nodeID)
+	fmt.Fprintf(w, "  (%s is the HTTP address the state records for %s, where its members and clients call it: if the node listened elsewhere, such as 0.0.0.0:7070, give that as --http-addr and %s as --http-advertise)\n", httpAddr, nodeID, httpAddr)
+	fmt.Fprintln(w, "  plus every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 }
 
 // recoverProbeTimeout bounds each connection attempt of probeMembers.
