@@ -92,4 +92,10 @@ func TestTransferAvoidsAVoterRefusingTheNodeToken(t *testing.T) {
 	require.ErrorIs(t, err, ErrRefusesNodes)
 	require.Contains(t, err.Error(), "n1 and n2 refuse the cluster's node token")
 	require.True(t, n3.IsLeader())
+
+	// A leader stopping hands over all the same: one of them would be
+	// elected anyway, after an election timeout with no leader.
+	require.NoError(t, n3.TransferLeadership())
+	l = c.leader(n1, n2)
+	require.NotEqual(t, "n3", l.self.ID)
 }
