@@ -420,6 +420,11 @@ type SealRefusedError struct {
 	KeyID    string
 	Mismatch bool
 	InUse    []string
+	// Unrecorded: Mismatch while no check value is recorded under KeyID:
+	// the leader's key is not the one most voters holding the id have.
+	// Split: no key under the id is held by most of them either (each
+	// node generated its own): no voter can seal with it.
+	Unrecorded, Split bool
 	// Few: the leader's sealing key KeyID is held by too few voters
 	// (Holders of Voters): values sealed under it would be unreadable to
 	// most of the cluster (keyOnFew).
@@ -452,6 +457,14 @@ func (e *SealRefusedError) Detail() string {
 	if e.Turning {
 		return fmt.Sprintf("most of the cluster's voters hold an --encryption-key-file (key %s) and the leader holds none, so it refuses to store this value in plaintext; nothing was stored. "+
 			"The leadership moves to a voter holding the key; retry shortly", strings.Join(e.InUse, ", "))
+	}
+	if e.Split {
+		return fmt.Sprintf("the voters hold different keys under id %q (each node generated its own instead of one file copied to all), so none may encrypt with it; nothing was stored. "+
+			"An operator must make the key once, copy the same key file to every node and restart them (or put back the key that was first before); this does not pass by retrying", e.KeyID)
+	}
+	if e.Mismatch && e.Unrecorded {
+		return fmt.Sprintf("the leader's key %q is not the key most voters hold under that id, so it refuses to store values they could not read; nothing was stored. "+
+			"The leadership moves to a voter holding theirs; retry shortly. An operator must copy the cluster's key file to that node", e.KeyID)
 	}
 	if e.Mismatch {
 		return fmt.Sprintf("the leader's key %q is not the key the cluster recorded under that id, so it refuses to store values nobody else could read; nothing was stored. "+
@@ -563,7 +576,8 @@ func (n *Node) sealRefusal(record bool) *SealRefusedError {
 	case rec != nil && !hmac.Equal(rec, own):
 		return &SealRefusedError{KeyID: id, Mismatch: true}
 	case rec == nil && !n.heldByMost(id, own):
-		return &SealRefusedError{KeyID: id, Mismatch: true}
+		_, split := n.majorityCheck(id)
+		return &SealRefusedError{KeyID: id, Mismatch: true, Unrecorded: true, Split: split}
 	}
 	switch v, seen := n.voterKeys(); {
 	case seen && v.few && v.id == id:
@@ -797,6 +811,48 @@ func (n *Node) heldByMost(id string, c []byte) bool {
 	return v.same*2 > v.holders
 }
 
+// majorityCheck is the check value (hex) of key id that more than half of
+// the voters known to hold the id have, and split when they hold it but
+// no value has such a majority (each node generated its own key).
+func (n *Node) majorityCheck(id string) (check string, split bool) {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	return n.majorityCheckLocked(id)
+}
+
+func (n *Node) majorityCheckLocked(id string) (check string, split bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return "", false
+	}
+	term := n.term()
+	count := map[string]int{}
+	holders := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		c := ""
+		if string(s.ID) == n.self.ID {
+			if own := n.Keyring().Check(id); own != nil {
+				c = hex.EncodeToString(own)
+			}
+		} else if h := n.seenLocked(s.ID, term); h != nil && slices.Contains(h.features, FeatureKeyCheck) {
+			c = h.keyCheck(id)
+		}
+		if c != "" {
+			count[c]++
+			holders++
+		}
+	}
+	for c, k := range count {
+		if k*2 > holders {
+			return c, false
+		}
+	}
+	return "", holders > 1
+}
+
 // logRefusal tries to hand the leadership to a voter that holds the key,
 // and logs a refused write, at most once every ten seconds.
 func (n *Node) logRefusal(err *SealRefusedError) {
@@ -905,7 +961,24 @@ func (n *Node) handOff(err *SealRefusedError) {
 		if c := n.fsm.keys.check(id); c != nil {
 			need[id] = hex.EncodeToString(c)
 		} else if err.Mismatch {
-			avoid = hex.EncodeToString(n.Keyring().Check(id))
+			// None recorded: only a voter with the key most holders of the
+			// id have may seal under it. Without such a key (each node
+			// generated its own), every voter would refuse as this one
+			// does and hand over again: the leadership went round the
+			// voters for as long as the operator took (an operator walk,
+			// term 13 to 179).
+			c, split := n.majorityCheck(id)
+			if c == "" {
+				if split && n.fsm.keys.warned.allow(10*time.Second) {
+					n.log.Error("the voters hold different keys under one id (each node generated its own instead of one file copied to all): no voter may encrypt with it, so this leader keeps the leadership and refuses writes that need it; make the key once, copy the same key file to every node and restart them", "key-id", id)
+				}
+				if split {
+					return
+				}
+				avoid = hex.EncodeToString(n.Keyring().Check(id))
+			} else {
+				need[id] = c
+			}
 		}
 	}
 	f := n.raft.GetConfiguration()
