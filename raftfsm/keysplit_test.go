@@ -21,7 +21,10 @@ import (
 // keeps the leadership and says the voters hold different keys.
 func TestKeysGeneratedOnEachNodeDoNotBounceTheLeadership(t *testing.T) {
 	c, n1, n2, n3 := keyedThree(t)
-	b64 := func(seed string) string { k := sha256.Sum256([]byte(seed)); return base64.StdEncoding.EncodeToString(k[:]) }
+	b64 := func(seed string) string {
+		k := sha256.Sum256([]byte(seed))
+		return base64.StdEncoding.EncodeToString(k[:])
+	}
 	for _, n := range []*Node{n1, n2, n3} {
 		kr, err := ParseKeyring([]byte(`{"keys":[{"id":"k4","key":"` + b64("k4 generated on "+n.self.ID) + `"},{"id":"k1","key":"` + b64("test key k1") + `"}]}`))
 		require.NoError(t, err)

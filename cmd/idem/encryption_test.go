@@ -553,3 +553,52 @@ func TestKeyStatusListsKeysFoundOnlyInTheFile(t *testing.T) {
 	require.Equal(t, "only in file", keyRow(t, text, "k1")["KEY IN FILE"], text)
 	require.NotContains(t, text, "no stored value is encrypted")
 }
+
+// Rotation step 1 with the new key generated on each node (idem keys
+// generate --id k4 run three times) instead of once: no check value is
+// recorded (most voters do not share one), so idem keys status said of k4
+// "keep it and move it first next (rotation step 2)", and checking a
+// node's file exited 0. Made first, the voters could not encrypt at all
+// (an operator walk). It now lists which members hold which key under
+// the id, exits 1, and flags a file whose key differs from a member's.
+func TestKeysStatusTellsKeysGeneratedOnEachNode(t *testing.T) {
+	root := t.TempDir()
+	k1 := filepath.Join(root, "k1.json")
+	writeKeyFile(t, k1, "k1")
+	c := newCluster(t, viaJoin, []string{"--min-free-disk", "0", "--encryption-key-file", k1}, nil)
+	leader := c.leader()
+	writeEncRecord(t, leader.http, "before")
+	// Step 1, followers first, each with a k4 generated on it.
+	files := map[string]string{}
+	for _, n := range append(c.others(leader), leader) {
+		k4 := filepath.Join(root, n.id+"-k4.json")
+		writeKeyFile(t, k4, "k4") // generated on each node
+		files[n.id] = filepath.Join(root, n.id+"-keys.json")
+		mergeKeyFiles(t, files[n.id], k1, k4) // step 1: k4 after the first key
+		n.stop(t)
+		c.restart(n, []string{"--node-id", n.id, "--min-free-disk", "0", "--encryption-key-file", files[n.id]})
+		c.waitStable(c.nodes...)
+	}
+	leader = c.leader()
+	status := func(args ...string) (string, error) {
+		out, err := exec.Command(binary, append([]string{"keys", "status", "--addr", leader.http}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	var text string
+	waitFor(t, 20*time.Second, "keys status sees the members hold different k4s", func() (bool, string) {
+		var err error
+		text, err = status()
+		return err != nil && strings.Contains(text, "the members hold different keys under k4 ("), text
+	})
+	require.Contains(t, text, "k4: the members hold different keys under this id")
+	require.Contains(t, text, "do not move it first")
+	require.NotContains(t, text, "move it first next (rotation step 2)")
+	require.NotContains(t, text, "members hold different keys under k1", "k1 was copied to every node")
+
+	// Another node's file, checked against the node asked: flagged.
+	other := files[c.others(leader)[0].id]
+	text, err := status("--encryption-key-file", other)
+	require.Error(t, err, text)
+	require.Contains(t, text, "the key file holds another key under this id than a member does")
+	require.Equal(t, "WRONG KEY", keyRow(t, text, "k4")["KEY IN FILE"], text)
+}

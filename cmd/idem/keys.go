@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -150,6 +151,76 @@ type keyStatus struct {
 	// asked does not hold it, and the cluster has no value or check value
 	// under it (a key being rotated in, before step 1 reached this node).
 	FileOnly bool `json:"file_only,omitempty"`
+	// Members are the members holding the id, by the check value of the
+	// key they hold under it, as the leader's health checks saw them
+	// (GET /v1/cluster); MembersLack those measured without it. Before a
+	// check value is recorded, it is what shows a key generated on each
+	// node instead of copied.
+	Members     map[string][]string `json:"members,omitempty"`
+	MembersLack []string            `json:"members_lack,omitempty"`
+	// FileDiffers: --encryption-key-file holds another key under the id
+	// than a member does (none recorded).
+	FileDiffers bool `json:"file_differs,omitempty"`
+}
+
+// memberKeys fills keys' Members and MembersLack from the cluster status
+// (the leader's measurements), adding the ids only members hold. An error
+// (a node of an earlier release, a token without the role) leaves them out.
+func memberKeys(ctx context.Context, cl *client.Client, keys []keyStatus) []keyStatus {
+	raw, err := cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
+	if err != nil {
+		return keys
+	}
+	var st raftfsm.Status
+	if json.Unmarshal(raw, &st) != nil {
+		return keys
+	}
+	idx := map[string]int{}
+	for i, k := range keys {
+		idx[k.ID] = i
+	}
+	for _, m := range st.Nodes {
+		if m.Keys == nil {
+			continue // not measured
+		}
+		has := map[string]bool{}
+		for _, nk := range m.Keys {
+			has[nk.ID] = true
+			i, ok := idx[nk.ID]
+			if !ok {
+				keys = append(keys, keyStatus{ID: nk.ID, Node: "not held"})
+				i = len(keys) - 1
+				idx[nk.ID] = i
+			}
+			if keys[i].Members == nil {
+				keys[i].Members = map[string][]string{}
+			}
+			keys[i].Members[nk.Check] = append(keys[i].Members[nk.Check], m.ID)
+		}
+		for id, i := range idx {
+			if !has[id] {
+				keys[i].MembersLack = append(keys[i].MembersLack, m.ID)
+			}
+		}
+	}
+	for i := range keys {
+		slices.Sort(keys[i].MembersLack)
+	}
+	return keys
+}
+
+// membersDiffer says, for a key whose members hold different keys under its
+// id, which hold which ("n1 / n2, n3"); "" when they agree.
+func (k keyStatus) membersDiffer() string {
+	if len(k.Members) < 2 {
+		return ""
+	}
+	groups := make([]string, 0, len(k.Members))
+	for _, ids := range k.Members {
+		groups = append(groups, strings.Join(ids, ", "))
+	}
+	slices.Sort(groups)
+	return strings.Join(groups, " / ")
 }
 
 func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, timeout time.Duration, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
@@ -187,7 +258,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		}
 		return 1
 	}
-	keys := parseKeyMetrics(string(raw))
+	keys := memberKeys(ctx, cl, parseKeyMetrics(string(raw)))
 	if file != nil {
 		// The file's ids the node told nothing of were left out: a file
 		// checked before rotation step 1 showed no row for its new key.
@@ -214,6 +285,16 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 				keys[i].FileMismatch = true
 				wrongInFile = append(wrongInFile, keys[i].ID)
 			}
+			if in && keys[i].Check == "" {
+				for c := range keys[i].Members {
+					if c != hex.EncodeToString(file.Check(keys[i].ID)) {
+						keys[i].FileDiffers = true
+					}
+				}
+				if keys[i].FileDiffers {
+					wrongInFile = append(wrongInFile, keys[i].ID)
+				}
+			}
 		}
 	}
 	if asJSON {
@@ -230,8 +311,18 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		code = 1
 	}
 	if len(wrongInFile) > 0 {
-		fmt.Fprintf(stderr, "idem keys status: %s holds key %s, but not the key the cluster recorded under that id (the check values differ): a node started with it would refuse to start. "+
+		fmt.Fprintf(stderr, "idem keys status: %s holds key %s, but not the key the cluster recorded, or a member holds, under that id (the check values differ): rolled out, it would be refused or make the nodes disagree. "+
 			"Build the file from the key file the nodes use (never regenerate a key that is in use)\n", keyFile, strings.Join(wrongInFile, ", "))
+		code = 1
+	}
+	var differ []string
+	for _, k := range keys {
+		if d := k.membersDiffer(); d != "" {
+			differ = append(differ, fmt.Sprintf("%s (%s)", k.ID, d))
+		}
+	}
+	if len(differ) > 0 {
+		fmt.Fprintf(stderr, "idem keys status: the members hold different keys under %s: each node generated its own instead of one file copied to all. Do not make it the first key (no node may encrypt with it); make the key once and copy the same file to every node\n", strings.Join(differ, ", "))
 		code = 1
 	}
 	return code
@@ -333,7 +424,7 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 			if k.FileOnly {
 				line += "\tonly in file"
 			} else {
-				line += "\t" + keyVerdict(*k.InFile, k.Check != "", k.FileMismatch, "not in file")
+				line += "\t" + keyVerdict(*k.InFile, k.Check != "", k.FileMismatch || k.FileDiffers, "not in file")
 				unchecked = unchecked || (*k.InFile && k.Check == "")
 			}
 		}
@@ -341,6 +432,9 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 		fmt.Fprintln(tw, line)
 		if k.NodeMismatch {
 			notes = append(notes, fmt.Sprintf("%s: this node holds another key under this id than the one the cluster recorded: it cannot read values sealed under it and refuses to seal with it; copy the key file the other nodes use to it and restart it (never regenerate a key in use)", k.ID))
+		}
+		if k.FileDiffers {
+			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than a member does (none is recorded yet): do not roll it out; copy the file the nodes use", k.ID))
 		}
 		if k.FileMismatch {
 			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than the one the cluster recorded: do not roll it out", k.ID))
@@ -350,6 +444,10 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 			notes = append(notes, fmt.Sprintf("%s: found only in the key file: this node does not hold it, and no stored value or check value names it; if it is the key being rotated in, add it to every node's key file after the current first key (rotation step 1) before moving it first", k.ID))
 		case k.Node == "missing" && k.Values > 0:
 			notes = append(notes, fmt.Sprintf("%s: stored values need it and this node does not hold it: its reads of them fail, and it will not start again without it", k.ID))
+		case k.membersDiffer() != "":
+			notes = append(notes, fmt.Sprintf("%s: the members hold different keys under this id (%s): do not move it first; make the key once and copy the same key file to every node", k.ID, k.membersDiffer()))
+		case k.Values == 0 && k.Node == "decrypt" && len(k.MembersLack) > 0:
+			notes = append(notes, fmt.Sprintf("%s: no value is encrypted with it yet, and %s do not hold it: add it to their key files and restart them (rotation step 1) before moving it first", k.ID, strings.Join(k.MembersLack, ", ")))
 		case k.Values == 0 && k.Node == "decrypt":
 			// Nothing tells a key being rotated in (step 1) from one whose
 			// values have all expired: the leader records a check value for
