@@ -118,6 +118,22 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 			rep.LostFresh, rep.DupsWon, rep.WrongAnswer)
 		return 1
 	}
+	if rep.Ops == 0 && rep.ErrorCount() > 0 {
+		// Nothing was measured: a run that reached no node (a client
+		// certificate missing, the wrong address) is no result.
+		codes := make([]string, 0, len(rep.Errors))
+		for code := range rep.Errors {
+			codes = append(codes, code)
+		}
+		sort.Strings(codes)
+		msg := rep.ErrorExamples[codes[0]]
+		if hint := clientCertHint(msg); hint != "" {
+			msg += "; " + hint
+		}
+		fmt.Fprintf(stderr, "idem bench: every operation failed (%d), nothing was measured: %s: %s\n",
+			rep.ErrorCount(), codes[0], msg)
+		return 1
+	}
 	return 0
 }
 

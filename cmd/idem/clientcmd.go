@@ -283,6 +283,9 @@ func notHTTPAnswer(err error) string {
 // is down (it said only "connection refused", naming no flag). Other
 // errors (a timeout, another TLS error) are returned as they are.
 func notHTTP(err error) error {
+	if hint := clientCertHint(err.Error()); hint != "" {
+		return fmt.Errorf("%w; %s", err, hint)
+	}
 	var unknownCA x509.UnknownAuthorityError
 	if errors.As(err, &unknownCA) {
 		// https:// without --ca-file, or with another CA: crypto/tls's
@@ -616,4 +619,18 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 		out = append(out, p)
 	}
 	return strings.Join(out, ","), nil
+}
+
+// clientCertHint names the flags when a node refused the TLS handshake for
+// this command's client certificate (crypto/tls's alert names none): it
+// asks for one (--tls-client-auth require) and got none, or got one its CA
+// did not sign. "" for any other error.
+func clientCertHint(msg string) string {
+	switch {
+	case strings.Contains(msg, "tls: certificate required"):
+		return "the node asks every client for a certificate (--tls-client-auth require): give one from the nodes' CA with --cert-file and --key-file (or IDEM_CERT_FILE and IDEM_KEY_FILE; idem tls cert --client makes one)"
+	case strings.Contains(msg, "remote error: tls: unknown certificate authority"), strings.Contains(msg, "remote error: tls: bad certificate"):
+		return "the node refused this command's client certificate (--cert-file): it is not signed by a CA in the nodes' --tls-ca-file, or has expired"
+	}
+	return ""
 }

@@ -459,3 +459,31 @@ func TestJoinChecksTheTokenBeforeTheClientCertificate(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code, "%s", body)
 	require.Contains(t, body, "id, raft_addr and http_addr are required")
 }
+
+// With --tls-client-auth require, a command without a client certificate
+// failed with crypto/tls's "remote error: tls: certificate required",
+// naming no flag, and idem bench, every operation failed, printed
+// "correctness: ok" and exited 0 (an operator walk). Both name the flags;
+// bench exits 1 when nothing was measured.
+func TestCommandsWithoutAClientCertificateNameTheFlags(t *testing.T) {
+	t.Parallel()
+	ca := newPKI(t)
+	n := launch(t, t.TempDir(), freePort(t), freePort(t), append(ca.serveArgs("n1"), "--tls-client-auth", "require")...)
+	opsCert, opsKey := ca.cert("ops", "--client")
+	waitReadyTLS(t, ca.httpsClient(opsCert, opsKey), n)
+
+	out, err := exec.Command(binary, "get", "--addr", n.http, "--ca-file", ca.ca(), "--principal", "p", "--endpoint", "e", "--key", "k").CombinedOutput()
+	require.Error(t, err, "%s", out)
+	require.Contains(t, string(out), "certificate required")
+	require.Contains(t, string(out), "give one from the nodes' CA with --cert-file and --key-file")
+
+	out, err = exec.Command(binary, "bench", "--addr", n.http, "--ca-file", ca.ca(), "--ops", "10", "--concurrency", "2").CombinedOutput()
+	require.Error(t, err, "a bench that measured nothing must fail: %s", out)
+	require.Equal(t, 1, exitCode(err))
+	require.Contains(t, string(out), "every operation failed (10), nothing was measured")
+	require.Contains(t, string(out), "--cert-file and --key-file")
+
+	out, err = exec.Command(binary, "bench", "--addr", n.http, "--ca-file", ca.ca(), "--cert-file", opsCert, "--key-file", opsKey, "--ops", "10", "--concurrency", "2").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "correctness: ok")
+}
