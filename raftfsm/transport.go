@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -229,8 +230,14 @@ func (c *serverConn) handshake() error {
 	c.once.Do(func() {
 		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
 		if c.err = c.Conn.Handshake(); c.err != nil {
-			c.log.Warn("refused a raft connection: no valid node certificate from the cluster's CA",
-				"remote-addr", c.Conn.RemoteAddr().String(), "error", c.err)
+			msg := "refused a raft connection: no valid node certificate from the cluster's CA"
+			if strings.Contains(c.err.Error(), "didn't provide a certificate") {
+				// Go's client leaves out a certificate whose issuer this node
+				// did not list: one from a CA not in --tls-ca-file looks
+				// like none (a CA rotation done out of order).
+				msg += " (the peer sent none: it has none, or one from a CA not in this node's --tls-ca-file, as in a CA rotation done out of order)"
+			}
+			c.log.Warn(msg, "remote-addr", c.Conn.RemoteAddr().String(), "error", c.err)
 			c.Conn.Close()
 			return
 		}
