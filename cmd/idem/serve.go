@@ -70,7 +70,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.httpAddr, "http-addr", "127.0.0.1:7070", "address the HTTP API listens on")
 	fs.StringVar(&c.raftAddr, "raft-addr", "127.0.0.1:7071", "address raft listens on")
 	fs.StringVar(&c.httpAdvertise, "http-advertise", "", "HTTP address other nodes forward to (default: --http-addr)")
-	fs.StringVar(&c.healthAddr, "health-addr", "", "address of a second HTTP listener that serves only /healthz and /readyz, for probes: it answers while the API's connections are all taken (--max-conns; a flood of slow connections), where the API's own /healthz waits behind them. Same TLS as --http-addr; off by default")
+	fs.StringVar(&c.healthAddr, "health-addr", "", "address of a second HTTP listener that serves only /healthz and /readyz, for probes: it answers while the API's connections are all taken (--max-conns; a flood of slow connections), where the API's own /healthz waits behind them. HTTPS with --http-addr's certificate, but it never asks for a client certificate (probes present none, whatever --tls-client-auth says); off by default")
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of cluster members to join (ignored once this node has state)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one included) are reachable through --join, without a designated first node")
@@ -914,7 +914,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		hsrv = &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
 			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log)}
 		go func() {
-			if err := hsrv.Serve(c.tls.listener(hcl)); !errors.Is(err, http.ErrServerClosed) {
+			if err := hsrv.Serve(c.tls.probeListener(hcl)); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("--health-addr: %w", err)
 			}
 		}()

@@ -197,6 +197,18 @@ func (f *serveTLSFlags) listener(ln net.Listener) net.Listener {
 	return tls.NewListener(ln, f.loaded.ServerConfig(ca))
 }
 
+// probeListener is --health-addr's: HTTPS as the API, but it never asks a
+// client for a certificate, whatever --tls-client-auth says. It serves only
+// /healthz and /readyz, to load balancers and orchestrators that present
+// none: with require there, turning it on for the API took every node out
+// of its load balancer.
+func (f *serveTLSFlags) probeListener(ln net.Listener) net.Listener {
+	if f.loaded == nil {
+		return ln
+	}
+	return tls.NewListener(ln, f.loaded.ServerConfig(tls.NoClientCert))
+}
+
 // httpsConns are the API's open connections whose client presented a
 // certificate. http.Server keeps a keep-alive connection as long as its
 // client uses it, so after a CA rotation a client certificate of the old

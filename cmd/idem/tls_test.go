@@ -468,9 +468,15 @@ func TestJoinChecksTheTokenBeforeTheClientCertificate(t *testing.T) {
 func TestCommandsWithoutAClientCertificateNameTheFlags(t *testing.T) {
 	t.Parallel()
 	ca := newPKI(t)
-	n := launch(t, t.TempDir(), freePort(t), freePort(t), append(ca.serveArgs("n1"), "--tls-client-auth", "require")...)
+	health := freePort(t)
+	n := launch(t, t.TempDir(), freePort(t), freePort(t), append(ca.serveArgs("n1"), "--tls-client-auth", "require", "--health-addr", health)...)
 	opsCert, opsKey := ca.cert("ops", "--client")
 	waitReadyTLS(t, ca.httpsClient(opsCert, opsKey), n)
+	// Probes present no certificate: --health-addr asks for none, or a
+	// load balancer would take every node out once require is on.
+	require.Equal(t, http.StatusOK, getJSON(t, ca.httpsClient("", ""), "https://"+health+"/readyz", nil))
+	_, err := ca.httpsClient("", "").Get("https://" + n.http + "/readyz")
+	require.Error(t, err, "the API's own listener requires a certificate")
 
 	out, err := exec.Command(binary, "get", "--addr", n.http, "--ca-file", ca.ca(), "--principal", "p", "--endpoint", "e", "--key", "k").CombinedOutput()
 	require.Error(t, err, "%s", out)
