@@ -1013,6 +1013,8 @@ func (n *Node) handOff(err *SealRefusedError) {
 		if n.fsm.keys.warned.allow(10 * time.Second) {
 			if err.forReads {
 				n.log.Warn("this leader lacks keys that stored values are sealed under, and no healthy voter is known to hold them (yet): reads and replays of those values fail until one leads, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
+			} else if err.Few {
+				n.log.Warn("this leader's first key is held by too few voters to encrypt with, and no healthy voter without it is known (yet) to hand the leadership to: writes that store a value stay refused until the other nodes hold the key (rotation step 1) or are measured", "key-id", err.KeyID, "holders", err.Holders, "voters", err.Voters)
 			} else {
 				n.log.Warn("no healthy voter is known to hold the key this leader lacks (yet): writes stay refused until one is, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
 			}

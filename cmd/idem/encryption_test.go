@@ -427,6 +427,16 @@ func TestEncryptionKeyRegeneratedUnderSameIDIsRefused(t *testing.T) {
 	require.Contains(t, text, "not the key the cluster recorded")
 	require.Equal(t, "WRONG KEY", keyRow(t, text, "k1")["KEY IN FILE"], text)
 	require.Equal(t, "matches", keyRow(t, text, "k1")["THIS NODE'S KEY"], text)
+	// Step 2's file checked before step 1 reached the node (a new key
+	// first that the node does not hold): it exited 0 and said to add
+	// the key after the first one (an operator walk).
+	k3, k31 := filepath.Join(root, "k3.json"), filepath.Join(root, "k31.json")
+	writeKeyFile(t, k3, "k3")
+	mergeKeyFiles(t, k31, k3, k12)
+	text, err = status("--encryption-key-file", k31)
+	require.Error(t, err, "a file making first a key the node lacks must fail the check: %s", text)
+	require.Contains(t, text, "makes k3 the first key while this node does not hold it")
+	require.Contains(t, text, "k3: the key file makes it the first key (rotation step 2)")
 
 	// A backup says which keys restoring it needs.
 	snap := filepath.Join(root, "b.snap")

@@ -151,6 +151,9 @@ type keyStatus struct {
 	// asked does not hold it, and the cluster has no value or check value
 	// under it (a key being rotated in, before step 1 reached this node).
 	FileOnly bool `json:"file_only,omitempty"`
+	// FileFirst: --encryption-key-file makes this id its first key, the
+	// one a node started with it would encrypt with.
+	FileFirst bool `json:"file_first,omitempty"`
 	// Members are the members holding the id, by the check value of the
 	// key they hold under it, as the leader's health checks saw them
 	// (GET /v1/cluster); MembersLack those measured without it. Before a
@@ -273,7 +276,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		}
 		sort.Slice(keys, func(i, j int) bool { return keys[i].ID < keys[j].ID })
 	}
-	missingInFile, wrongInFile := false, []string{}
+	missingInFile, wrongInFile, earlyFirst := false, []string{}, []string{}
 	for i := range keys {
 		if file != nil {
 			in := file.Has(keys[i].ID)
@@ -284,6 +287,10 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 			if in && keys[i].Check != "" && hex.EncodeToString(file.Check(keys[i].ID)) != keys[i].Check {
 				keys[i].FileMismatch = true
 				wrongInFile = append(wrongInFile, keys[i].ID)
+			}
+			keys[i].FileFirst = file.Primary() == keys[i].ID
+			if keys[i].FileOnly && keys[i].FileFirst {
+				earlyFirst = append(earlyFirst, keys[i].ID)
 			}
 			if in && keys[i].Check == "" {
 				for c := range keys[i].Members {
@@ -313,6 +320,10 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 	if len(wrongInFile) > 0 {
 		fmt.Fprintf(stderr, "idem keys status: %s holds key %s, but not the key the cluster recorded, or a member holds, under that id (the check values differ): rolled out, it would be refused or make the nodes disagree. "+
 			"Build the file from the key file the nodes use (never regenerate a key that is in use)\n", keyFile, strings.Join(wrongInFile, ", "))
+		code = 1
+	}
+	if len(earlyFirst) > 0 {
+		fmt.Fprintf(stderr, "idem keys status: %s makes %s the first key while this node does not hold it: a node started with it would encrypt with a key the others cannot read (it refuses, 503). Roll out rotation step 1 first\n", keyFile, strings.Join(earlyFirst, ", "))
 		code = 1
 	}
 	var differ []string
@@ -440,6 +451,8 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than the one the cluster recorded: do not roll it out", k.ID))
 		}
 		switch {
+		case k.FileOnly && k.FileFirst:
+			notes = append(notes, fmt.Sprintf("%s: the key file makes it the first key (rotation step 2) while this node does not hold it: roll out step 1 (the key after the current first one) on every node before this file", k.ID))
 		case k.FileOnly:
 			notes = append(notes, fmt.Sprintf("%s: found only in the key file: this node does not hold it, and no stored value or check value names it; if it is the key being rotated in, add it to every node's key file after the current first key (rotation step 1) before moving it first", k.ID))
 		case k.Node == "missing" && k.Values > 0:
