@@ -23,12 +23,7 @@ import (
 func TestHeldVoterForgetsADeadLeader(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	c.join(n2, n1)
-	n3 := c.open("n3", "", false)
-	c.join(n3, n1)
+	n1, n2, n3 := c.three()
 	for i := range 50 {
 		require.NoError(t, claim(n1, "k"+string(rune('a'+i%26))+string(rune('a'+i/26))))
 	}

@@ -92,6 +92,19 @@ func (c *memCluster) leader(nodes ...*Node) *Node {
 	return l
 }
 
+// three starts a three-node cluster: n1 bootstraps and leads, n2 and n3
+// join as voters.
+func (c *memCluster) three() (n1, n2, n3 *Node) {
+	c.t.Helper()
+	n1 = c.open("n1", "", true)
+	c.leader(n1)
+	n2 = c.open("n2", "", false)
+	c.join(n2, n1)
+	n3 = c.open("n3", "", false)
+	c.join(n3, n1)
+	return n1, n2, n3
+}
+
 // join adds n through the leader among via and waits until n is a voter.
 func (c *memCluster) join(n *Node, via ...*Node) {
 	c.t.Helper()

@@ -21,12 +21,7 @@ import (
 // every other voter refusing it is refused too.
 func TestTransferAvoidsAVoterRefusingTheNodeToken(t *testing.T) {
 	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	c.join(n2, n1)
-	n3 := c.open("n3", "", false)
-	c.join(n3, n1)
+	n1, n2, n3 := c.three()
 
 	var mu sync.Mutex
 	refusing := map[string]bool{}
