@@ -903,7 +903,8 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		})
 	}
 	hs := httpServer(handler, cl, c.conns)
-	hs.ErrorLog = httpErrorLog(log)   // tls.go
+	handshakes := newHandshakeFailures(reg) // tls.go
+	hs.ErrorLog = httpErrorLog(log, handshakes)
 	defer c.tls.trackConns(hs, log)() // tls.go: a CA reload closes what it no longer trusts
 	errc := make(chan error, 2)
 	go func() { errc <- hs.Serve(c.tls.listener(cl)) }()
@@ -912,7 +913,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		// Its own connections, so a flood of the API's cannot reach it.
 		hcl := api.ListenNoHeadroom(healthLn, healthMaxConns, log)
 		hsrv = &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
-			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log)}
+			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log, handshakes)}
 		go func() {
 			if err := hsrv.Serve(c.tls.probeListener(hcl)); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("--health-addr: %w", err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -333,16 +334,50 @@ func (f *serveTLSFlags) httpClient(timeout time.Duration) *http.Client {
 // failed TLS handshake (a port scanner, a load balancer's TCP check, a
 // client without the CA) at debug, since anyone can cause one; the rest,
 // rare, as warnings.
-func httpErrorLog(log *slog.Logger) *stdlog.Logger {
-	return stdlog.New(httpLogWriter{log}, "", 0)
+func httpErrorLog(log *slog.Logger, failed *prometheus.CounterVec) *stdlog.Logger {
+	return stdlog.New(httpLogWriter{log, failed}, "", 0)
 }
 
-type httpLogWriter struct{ log *slog.Logger }
+type httpLogWriter struct {
+	log *slog.Logger
+	// failed counts the failed handshakes by handshakeReason: the log has
+	// them at debug only, and an operator turning --tls-client-auth
+	// require on must see the clients it shuts out.
+	failed *prometheus.CounterVec
+}
+
+// newHandshakeFailures is idem_http_tls_handshake_failures_total.
+func newHandshakeFailures(reg prometheus.Registerer) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_http_tls_handshake_failures_total",
+		Help: "TLS handshakes of the HTTP API (and --health-addr) that failed, by reason: no_client_certificate (--tls-client-auth require, a client without one), client_certificate_refused (not from a CA in --tls-ca-file, expired), client_refused_ours (the client does not trust this node's certificate), other (port scans, plain HTTP, timeouts)."},
+		[]string{"reason"})
+	for _, r := range []string{"no_client_certificate", "client_certificate_refused", "client_refused_ours", "other"} {
+		c.WithLabelValues(r)
+	}
+	reg.MustRegister(c)
+	return c
+}
+
+// handshakeReason sorts a failed handshake by net/http's message.
+func handshakeReason(msg string) string {
+	switch {
+	case strings.Contains(msg, "didn't provide a certificate"):
+		return "no_client_certificate"
+	case strings.Contains(msg, "failed to verify certificate"), strings.Contains(msg, "client certificate"):
+		return "client_certificate_refused"
+	case strings.Contains(msg, "remote error: tls: unknown certificate authority"), strings.Contains(msg, "remote error: tls: bad certificate"):
+		return "client_refused_ours"
+	}
+	return "other"
+}
 
 func (w httpLogWriter) Write(p []byte) (int, error) {
 	msg := strings.TrimSpace(strings.TrimPrefix(string(p), "http: "))
 	if strings.Contains(msg, "TLS handshake error") {
 		w.log.Debug("tls handshake failed", "detail", msg)
+		if w.failed != nil {
+			w.failed.WithLabelValues(handshakeReason(msg)).Inc()
+		}
 	} else {
 		w.log.Warn("http server", "detail", msg)
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -488,6 +489,14 @@ func TestCommandsWithoutAClientCertificateNameTheFlags(t *testing.T) {
 	require.Equal(t, 1, exitCode(err))
 	require.Contains(t, string(out), "every operation failed (10), nothing was measured")
 	require.Contains(t, string(out), "--cert-file and --key-file")
+	// The node logs these at debug only; the metric shows who is shut out.
+	resp, err := ca.httpsClient(opsCert, opsKey).Get("https://" + n.http + "/metrics")
+	require.NoError(t, err)
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	m := regexp.MustCompile(`idem_http_tls_handshake_failures_total\{reason="no_client_certificate"\} (\d+)`).FindSubmatch(metrics)
+	require.NotNil(t, m, "%s", metrics)
+	require.NotEqual(t, "0", string(m[1]), "the refused handshakes are not counted")
 
 	out, err = exec.Command(binary, "bench", "--addr", n.http, "--ca-file", ca.ca(), "--cert-file", opsCert, "--key-file", opsKey, "--ops", "10", "--concurrency", "2").CombinedOutput()
 	require.NoError(t, err, "%s", out)
