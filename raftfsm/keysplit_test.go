@@ -50,3 +50,27 @@ func TestKeysGeneratedOnEachNodeDoNotBounceTheLeadership(t *testing.T) {
 	require.Never(t, func() bool { return !l.IsLeader() || l.term() != term }, 3*time.Second, 50*time.Millisecond,
 		"the leadership left %s: a voter with another k4 can seal no more than it", l.self.ID)
 }
+
+// Rotation step 2 on one node before step 1 reached the others: a
+// transfer to it reported "leadership moved", and the leadership came
+// straight back (its first key held by too few voters, it refused to
+// encrypt and handed over; an operator walk). The transfer is refused,
+// saying why; once the others hold the key it goes through.
+func TestTransferToAVoterWhoseFirstKeyFewHoldIsRefused(t *testing.T) {
+	c, n1, n2, n3 := keyedThree(t)
+	n2.setKeyring(testRing(t, "k2", "k1")) // step 2 on n2 alone
+	keysOf := func(id string) []NodeKey { return member(t, n1, id).Keys }
+	require.Eventually(t, func() bool { return len(keysOf("n2")) == 2 }, 10*time.Second, 20*time.Millisecond,
+		"the leader's health checks see n2's k2")
+	err := n1.TransferLeadershipTo("n2")
+	require.ErrorIs(t, err, ErrLacksKey)
+	require.Contains(t, err.Error(), `n2's first key "k2" (the one it would encrypt with) is held by 1 of the cluster's 3 voters`)
+	require.True(t, n1.IsLeader())
+
+	n1.setKeyring(testRing(t, "k1", "k2")) // step 1 on the others
+	n3.setKeyring(testRing(t, "k1", "k2"))
+	require.Eventually(t, func() bool { return len(keysOf("n3")) == 2 }, 10*time.Second, 20*time.Millisecond,
+		"the leader's health checks see n3's k2")
+	require.NoError(t, n1.TransferLeadershipTo("n2"))
+	require.Equal(t, "n2", c.leader(n1, n2, n3).self.ID)
+}

@@ -936,6 +936,35 @@ func (n *Node) transferLacksKeys(id raft.ServerID) string {
 		"Give it the cluster's key file (--encryption-key-file, the same file on every node) and restart it", id, strings.Join(lacks, ", "))
 }
 
+// transferFirstKeyOnFew says why voter id must not be handed the
+// leadership because its first key, under which nothing is sealed yet,
+// is held by no more than half of the voters as far as this leader has
+// seen (step 2 of a rotation before step 1 reached the others): leading,
+// it would refuse to encrypt with it and hand the leadership straight on,
+// after the transfer had reported it moved. "" when it may lead.
+func (n *Node) transferFirstKeyOnFew(id raft.ServerID) string {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	h := n.seenLocked(id, n.term())
+	if h == nil || !slices.Contains(h.features, FeatureKeyCheck) || len(h.keys) == 0 {
+		return ""
+	}
+	first := h.keys[0]
+	if slices.Contains(n.fsm.keys.inUse(), first.ID) {
+		return ""
+	}
+	check, err := hex.DecodeString(first.Check)
+	if err != nil {
+		return ""
+	}
+	v := n.voterChecksLocked(first.ID, check)
+	if v.same*2 > v.voters {
+		return ""
+	}
+	return fmt.Sprintf("%s's first key %q (the one it would encrypt with) is held by %d of the cluster's %d voters as far as this leader has seen: leading, it would refuse to encrypt with it and hand the leadership straight on. "+
+		"Add the key to every node's key file after the current first key (rotation step 1) before making it first anywhere", id, first.ID, v.same, v.voters)
+}
+
 // handOff moves the leadership to a healthy voter whose status lists the
 // keys this leader lacks (with the recorded check values), so writes resume
 // before an operator fixes this node. At most one attempt per health round.
@@ -1027,7 +1056,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 		n.log.Warn("handing the leadership to a voter that holds the cluster's key", "to", target, "key-ids", strings.Join(ids, ","))
 	}
 	go func() {
-		if err := n.TransferLeadershipTo(target); err != nil {
+		if err := n.transferLeadership(target, transferHandOff); err != nil {
 			n.log.Warn("leadership transfer to a voter holding the key failed", "to", target, "error", err)
 		}
 	}()

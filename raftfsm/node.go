@@ -1478,15 +1478,25 @@ func (n *Node) StateHash() (string, uint64, error) { return n.db.StateHashApplie
 // leader. Unlike TransferLeadershipTo(""), it hands over to a voter that
 // refuses the node token when no other can lead: one of them would be
 // elected anyway, after an election timeout without a leader.
-func (n *Node) TransferLeadership() error { return n.transferLeadership("", true) }
+func (n *Node) TransferLeadership() error { return n.transferLeadership("", transferStopping) }
 
 // TransferLeadershipTo hands leadership to the voter id ("": the voter
 // raft picks, the most up to date). Naming this node, the leader, changes
 // nothing. An id not in the configuration is ErrUnknownMember; a
 // non-voter, ErrNotVoter.
-func (n *Node) TransferLeadershipTo(id string) error { return n.transferLeadership(id, false) }
+func (n *Node) TransferLeadershipTo(id string) error { return n.transferLeadership(id, transferAsked) }
 
-func (n *Node) transferLeadership(id string, stopping bool) error {
+// transferWhy is who asks for a leadership transfer.
+type transferWhy int
+
+const (
+	transferAsked    transferWhy = iota // an operator (the API)
+	transferStopping                    // this leader, stopping (TransferLeadership)
+	transferHandOff                     // this leader's key checks (handOff), to a voter they chose
+)
+
+func (n *Node) transferLeadership(id string, why transferWhy) error {
+	stopping := why == transferStopping
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
@@ -1518,6 +1528,12 @@ func (n *Node) transferLeadership(id string, stopping bool) error {
 		}
 		if why := n.transferLacksKeys(target.ID); why != "" {
 			return fmt.Errorf("%w: %s", ErrLacksKey, why)
+		}
+		if why == transferAsked {
+			// The key checks' own hand-off chose its target by keys.
+			if reason := n.transferFirstKeyOnFew(target.ID); reason != "" {
+				return fmt.Errorf("%w: %s", ErrLacksKey, reason)
+			}
 		}
 		if n.refusesNodes(target.ID) {
 			return fmt.Errorf("%w: %s", ErrRefusesNodes, refusesNodesWhy(string(target.ID)))
