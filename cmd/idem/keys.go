@@ -277,6 +277,13 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		sort.Slice(keys, func(i, j int) bool { return keys[i].ID < keys[j].ID })
 	}
 	missingInFile, wrongInFile, earlyFirst := false, []string{}, []string{}
+	// A node with keys rotating to the file's first key must hold it first
+	// (step 1); one without any is turning encryption on, which has no
+	// step 1.
+	nodeHolds := false
+	for _, k := range keys {
+		nodeHolds = nodeHolds || k.Node == "encrypt" || k.Node == "decrypt"
+	}
 	for i := range keys {
 		if file != nil {
 			in := file.Has(keys[i].ID)
@@ -289,7 +296,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 				wrongInFile = append(wrongInFile, keys[i].ID)
 			}
 			keys[i].FileFirst = file.Primary() == keys[i].ID
-			if keys[i].FileOnly && keys[i].FileFirst {
+			if keys[i].FileOnly && keys[i].FileFirst && nodeHolds {
 				earlyFirst = append(earlyFirst, keys[i].ID)
 			}
 			if in && keys[i].Check == "" {
@@ -451,7 +458,7 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than the one the cluster recorded: do not roll it out", k.ID))
 		}
 		switch {
-		case k.FileOnly && k.FileFirst:
+		case k.FileOnly && k.FileFirst && slices.ContainsFunc(keys, func(o keyStatus) bool { return o.Node == "encrypt" || o.Node == "decrypt" }):
 			notes = append(notes, fmt.Sprintf("%s: the key file makes it the first key (rotation step 2) while this node does not hold it: roll out step 1 (the key after the current first one) on every node before this file", k.ID))
 		case k.FileOnly:
 			notes = append(notes, fmt.Sprintf("%s: found only in the key file: this node does not hold it, and no stored value or check value names it; if it is the key being rotated in, add it to every node's key file after the current first key (rotation step 1) before moving it first", k.ID))

@@ -219,8 +219,10 @@ func TestServeOldAuthFileWarns(t *testing.T) {
 	require.Equal(t, 401, authCall("GET", httpAddr, "/v1/admin/state", "# old", "").code)
 }
 
-// A node token that is not an admin of the auth file is refused at start,
-// naming the entry to add.
+// A node token that is not an admin of the auth file is refused at start.
+// One that is another role's token there is named as such (adding an
+// admin entry for it would give the operators' token to the nodes); an
+// unknown one names the entry to add (TestNodeTokenRefusalSaysToCheckTheTokenFileFirst).
 func TestServeRefusesANodeTokenThatIsNotAdmin(t *testing.T) {
 	dir := t.TempDir()
 	auth, nodeToken := filepath.Join(dir, "auth.json"), filepath.Join(dir, "node.token")
@@ -229,7 +231,9 @@ func TestServeRefusesANodeTokenThatIsNotAdmin(t *testing.T) {
 	out, err := runServeOnce(t, dir, "--auth-file", auth, "--node-token-file", nodeToken)
 	require.Error(t, err)
 	require.Contains(t, out, "--node-token-file")
-	require.Contains(t, out, api.HashToken("operator-1"))
+	require.Contains(t, out, `its token is the operator token "oncall"`)
+	require.Contains(t, out, "idem token new --role admin")
+	require.NotContains(t, out, api.HashToken("operator-1"), "advised to make the operators' token an admin's")
 	out, err = runServeOnce(t, dir, "--auth-file", auth, "--node-token-file", filepath.Join(dir, "missing"))
 	require.Error(t, err)
 	require.Contains(t, out, "--node-token-file")
