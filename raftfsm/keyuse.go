@@ -749,6 +749,8 @@ type voterChecks struct {
 	unseen  int // not seen this term
 	silent  int // seen running a release that does not report its keys
 	voters  int // all of them
+	// byCheck counts the holders by the check value (hex) of their key.
+	byCheck map[string]int
 }
 
 // voterChecksLocked counts the voters that hold key id, as this leader's
@@ -788,6 +790,10 @@ func (n *Node) voterChecksLocked(id string, want []byte) (v voterChecks) {
 		if want == nil || check == w {
 			v.same++
 		}
+		if v.byCheck == nil {
+			v.byCheck = map[string]int{}
+		}
+		v.byCheck[check]++
 	}
 	return v
 }
@@ -817,40 +823,13 @@ func (n *Node) heldByMost(id string, c []byte) bool {
 func (n *Node) majorityCheck(id string) (check string, split bool) {
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
-	return n.majorityCheckLocked(id)
-}
-
-func (n *Node) majorityCheckLocked(id string) (check string, split bool) {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return "", false
-	}
-	term := n.term()
-	count := map[string]int{}
-	holders := 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter {
-			continue
-		}
-		c := ""
-		if string(s.ID) == n.self.ID {
-			if own := n.Keyring().Check(id); own != nil {
-				c = hex.EncodeToString(own)
-			}
-		} else if h := n.seenLocked(s.ID, term); h != nil && slices.Contains(h.features, FeatureKeyCheck) {
-			c = h.keyCheck(id)
-		}
-		if c != "" {
-			count[c]++
-			holders++
-		}
-	}
-	for c, k := range count {
-		if k*2 > holders {
+	v := n.voterChecksLocked(id, nil)
+	for c, k := range v.byCheck {
+		if k*2 > v.holders {
 			return c, false
 		}
 	}
-	return "", holders > 1
+	return "", v.holders > 1
 }
 
 // logRefusal tries to hand the leadership to a voter that holds the key,

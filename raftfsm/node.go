@@ -1526,8 +1526,8 @@ func (n *Node) transferLeadership(id string, why transferWhy) error {
 		if target.Suffrage != raft.Voter {
 			return fmt.Errorf("%w: %s is a non-voter: only a voter can lead (the leader promotes a non-voter once it has caught up)", ErrNotVoter, id)
 		}
-		if why := n.transferLacksKeys(target.ID); why != "" {
-			return fmt.Errorf("%w: %s", ErrLacksKey, why)
+		if reason := n.transferLacksKeys(target.ID); reason != "" {
+			return fmt.Errorf("%w: %s", ErrLacksKey, reason)
 		}
 		if why == transferAsked {
 			// The key checks' own hand-off chose its target by keys.
@@ -1591,6 +1591,9 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 	now := time.Now()
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
+	if n.peers.term != n.term() {
+		return nil, nil // no measurement of this term yet: raft's choice
+	}
 	var best *raft.Server
 	var bestApplied uint64
 	bestHealthy := false
@@ -1602,7 +1605,7 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 		}
 		others++
 		h := n.peers.byID[string(srv.ID)]
-		if h == nil || n.peers.term != n.term() {
+		if h == nil {
 			continue
 		}
 		if h.tokenRefused {

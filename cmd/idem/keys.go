@@ -212,6 +212,13 @@ func memberKeys(ctx context.Context, cl *client.Client, keys []keyStatus) []keyS
 	return keys
 }
 
+// nodeHoldsKeys reports whether the node asked holds any key. Rotating to
+// a key file's first key, a node with keys must hold it first (step 1);
+// one without any is turning encryption on, which has no step 1.
+func nodeHoldsKeys(keys []keyStatus) bool {
+	return slices.ContainsFunc(keys, func(k keyStatus) bool { return k.Node == "encrypt" || k.Node == "decrypt" })
+}
+
 // membersDiffer says, for a key whose members hold different keys under its
 // id, which hold which ("n1 / n2, n3"); "" when they agree.
 func (k keyStatus) membersDiffer() string {
@@ -277,13 +284,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		sort.Slice(keys, func(i, j int) bool { return keys[i].ID < keys[j].ID })
 	}
 	missingInFile, wrongInFile, earlyFirst := false, []string{}, []string{}
-	// A node with keys rotating to the file's first key must hold it first
-	// (step 1); one without any is turning encryption on, which has no
-	// step 1.
-	nodeHolds := false
-	for _, k := range keys {
-		nodeHolds = nodeHolds || k.Node == "encrypt" || k.Node == "decrypt"
-	}
+	nodeHolds := nodeHoldsKeys(keys)
 	for i := range keys {
 		if file != nil {
 			in := file.Has(keys[i].ID)
@@ -458,7 +459,7 @@ func printKeyStatus(w io.Writer, keys []keyStatus, withFile bool) {
 			notes = append(notes, fmt.Sprintf("%s: the key file holds another key under this id than the one the cluster recorded: do not roll it out", k.ID))
 		}
 		switch {
-		case k.FileOnly && k.FileFirst && slices.ContainsFunc(keys, func(o keyStatus) bool { return o.Node == "encrypt" || o.Node == "decrypt" }):
+		case k.FileOnly && k.FileFirst && nodeHoldsKeys(keys):
 			notes = append(notes, fmt.Sprintf("%s: the key file makes it the first key (rotation step 2) while this node does not hold it: roll out step 1 (the key after the current first one) on every node before this file", k.ID))
 		case k.FileOnly:
 			notes = append(notes, fmt.Sprintf("%s: found only in the key file: this node does not hold it, and no stored value or check value names it; if it is the key being rotated in, add it to every node's key file after the current first key (rotation step 1) before moving it first", k.ID))
