@@ -28,7 +28,7 @@ import (
 // its answer back from a read goroutine. For a claim of a few hundred
 // bytes those hand-offs cost a third of the client's CPU: 106–113 µs per
 // claim with them, 67–74 µs without, one request per claim over loopback
-// (README, Benchmarks). Over TLS, where net/http also spoke HTTP/2 to the
+// (docs/BENCHMARKS.md). Over TLS, where net/http also spoke HTTP/2 to the
 // node, about a quarter: 100–167 µs per claim through net/http, 76–122 µs
 // through this transport (idem bench, 64 clients, one node on loopback,
 // on a busy two-core machine).
