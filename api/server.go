@@ -103,13 +103,13 @@ func New(store Store, cfg Config) *Server {
 	s.setupAuth()
 	s.fwd = newForwarder(s)
 	// Who may call what: auth.go and the role table of docs/API.md.
-	s.route("/v1/claim", http.MethodPost, s.app(s.handleClaim))
-	s.route("/v1/complete", http.MethodPost, s.app(s.handleComplete))
-	s.route("/v1/release", http.MethodPost, s.app(s.handleRelease))
-	s.route("/v1/extend", http.MethodPost, s.app(s.handleExtend))
+	s.route("/v1/claim", http.MethodPost, s.app(noQuery(s.handleClaim)))
+	s.route("/v1/complete", http.MethodPost, s.app(noQuery(s.handleComplete)))
+	s.route("/v1/release", http.MethodPost, s.app(noQuery(s.handleRelease)))
+	s.route("/v1/extend", http.MethodPost, s.app(noQuery(s.handleExtend)))
 	// Any valid token may send a batch; each op is then authorized as its
 	// own route would be (batch.go).
-	s.route("/v1/batch", http.MethodPost, s.guard(s.handleBatch, func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere }))
+	s.route("/v1/batch", http.MethodPost, s.guard(noQuery(s.handleBatch), func(*http.Request) (Role, principalIn) { return RoleApp, principalNowhere }))
 	s.mux.HandleFunc("/v1/records", s.records(s.handleRecords))
 	s.route("/v1/config", http.MethodGet, s.operator(s.handleConfig))
 	s.route("/v1/cluster", http.MethodGet, s.operator(s.handleCluster))
@@ -168,6 +168,23 @@ func cleanPath(p string) string {
 		np += "/"
 	}
 	return np
+}
+
+// noQuery refuses a query string on a route whose request is its body
+// alone (400 invalid_request, before anything is decided). It was ignored:
+// "POST /v1/claim?principal=cus_9" with another principal in the body
+// claimed the body's, and a client that put a member in the query (as a
+// lookup takes it) had it dropped unseen, as strict parsing refuses for
+// any body member and for the query of /v1/records.
+func noQuery(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.RawQuery != "" {
+			writeProblem(w, invalid("%s %s takes no query parameters (got %q): every member goes in the JSON body",
+				r.Method, r.URL.Path, truncate(r.URL.RawQuery, 200)))
+			return
+		}
+		h(w, r)
+	}
 }
 
 // route registers h for exactly one method, answering others with a

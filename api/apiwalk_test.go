@@ -1,0 +1,31 @@
+package api_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A query string on a route that takes its request as a JSON body was
+// ignored: the claim below was decided for the body's principal, while the
+// client meant the query's. It is refused and nothing is written.
+func TestPostRouteRefusesQueryString(t *testing.T) {
+	n := mustNode(t)
+	s := sc("query-1")
+	for _, path := range []string{"/v1/claim?principal=cus_9", "/v1/claim?x", "/v1/batch?dry_run=1"} {
+		var body any = s.body("fingerprint", fp1)
+		if path == "/v1/batch?dry_run=1" {
+			body = map[string]any{"ops": []any{s.body("op", "claim", "fingerprint", fp1)}}
+		}
+		requireProblem(t, n.post(path, body), http.StatusBadRequest, "invalid_request")
+	}
+	r := n.lookup(s)
+	requireProblem(t, r, http.StatusNotFound, "not_found")
+	for _, p := range []string{"/v1/complete?a=1", "/v1/release?a=1", "/v1/extend?a=1"} {
+		requireProblem(t, n.post(p, s.body("token", "1")), http.StatusBadRequest, "invalid_request")
+	}
+	// An empty query ("?" alone) is no query: still taken.
+	r = n.post("/v1/claim?", s.body("fingerprint", fp1))
+	require.Equal(t, http.StatusCreated, r.status, "%s", r)
+}
