@@ -29,3 +29,21 @@ func TestPostRouteRefusesQueryString(t *testing.T) {
 	r = n.post("/v1/claim?", s.body("fingerprint", fp1))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
 }
+
+// Header names that differ only in case are one HTTP header: stored as two
+// map entries, a replay wrote both in no kept order. They are refused, and
+// nothing is stored.
+func TestCompleteRefusesHeaderNamesDifferingInCase(t *testing.T) {
+	n := mustNode(t)
+	for i, headers := range []map[string]any{
+		{"X-A": "1", "x-a": "2"},
+		{"Set-Cookie": []string{"a=1"}, "set-cookie": "b=2"},
+		{"Link": []string{"<a>"}, "LINK": []string{"<b>"}},
+	} {
+		s := sc("case-" + string(rune('a'+i)))
+		tok := n.mustClaim(s, fp1)["token"].(string)
+		requireProblem(t, n.complete(s, tok, map[string]any{"status": 200, "headers": headers}),
+			http.StatusBadRequest, "invalid_request")
+		require.Equal(t, "in_progress", n.record(s)["state"])
+	}
+}
