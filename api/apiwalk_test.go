@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/idem-store/idem/api"
 	"github.com/stretchr/testify/require"
 )
 
@@ -46,4 +47,16 @@ func TestCompleteRefusesHeaderNamesDifferingInCase(t *testing.T) {
 			http.StatusBadRequest, "invalid_request")
 		require.Equal(t, "in_progress", n.record(s)["state"])
 	}
+}
+
+// docs/openapi.yaml's Limits, and docs/API.md's limits table ("GET
+// /v1/config publishes the values in force"), include --max-batch-ops;
+// /v1/config left it out, so a client could not size its batches by it.
+func TestConfigPublishesMaxBatchOps(t *testing.T) {
+	n := mustNode(t, withAPI(func(c *api.Config) { c.MaxBatchOps = 7 }))
+	r := n.do("GET", "/v1/config", nil)
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	limits, _ := r.obj(t)["limits"].(map[string]any)
+	require.Equal(t, int64(7), num(t, limits["max_batch_ops"]), "%s", r)
+	require.NotContains(t, api.DefaultLimits().Published(), "max_batch_ops")
 }

@@ -87,12 +87,18 @@ type limitsJSON struct {
 	MaxResponseHeaderBytes int   `json:"max_response_header_bytes"`
 	MaxKeysPerPrincipal    int64 `json:"max_keys_per_principal"`
 	MaxPrincipals          int64 `json:"max_principals"`
+	// MaxBatchOps is --max-batch-ops, a server flag outside Limits: set
+	// by /v1/config only (Published leaves it out, so a peer's drift
+	// check compares what it did).
+	MaxBatchOps int `json:"max_batch_ops,omitempty"`
 }
 
 func (l Limits) json() limitsJSON {
-	return limitsJSON{l.MaxScopeBytes, l.MaxFingerprintChars, l.MaxIDBytes, l.MinLease.Milliseconds(),
-		l.MaxLease.Milliseconds(), l.MaxRequestBytes, l.MaxResponseBytes, l.MaxResponseHeaders,
-		l.MaxResponseHeaderBytes, l.MaxKeysPerPrincipal, l.MaxPrincipals}
+	return limitsJSON{MaxScopeBytes: l.MaxScopeBytes, MaxFingerprintChars: l.MaxFingerprintChars,
+		MaxIDBytes: l.MaxIDBytes, MinLeaseMs: l.MinLease.Milliseconds(), MaxLeaseMs: l.MaxLease.Milliseconds(),
+		MaxRequestBytes: l.MaxRequestBytes, MaxResponseBytes: l.MaxResponseBytes,
+		MaxResponseHeaders: l.MaxResponseHeaders, MaxResponseHeaderBytes: l.MaxResponseHeaderBytes,
+		MaxKeysPerPrincipal: l.MaxKeysPerPrincipal, MaxPrincipals: l.MaxPrincipals}
 }
 
 // Published is the limits as GET /v1/config publishes them, by name

@@ -611,10 +611,12 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 	if cw, ok := s.store.BucketWidth(); ok {
 		width = cw // the cluster's, fixed by its first command; this node's flag may differ
 	}
+	limits := s.cfg.Limits.json()
+	limits.MaxBatchOps = s.maxBatchOps() // docs/openapi.yaml's Limits lists it; clients size batches by it
 	writeJSON(w, http.StatusOK, configJSON{
 		Retention: ret.String(), RetentionSeconds: durationSeconds(ret),
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
-		BucketWidth: width.String(), Limits: s.cfg.Limits.json(),
+		BucketWidth: width.String(), Limits: limits,
 	})
 }
 
