@@ -26,6 +26,11 @@ func TestPostRouteRefusesQueryString(t *testing.T) {
 	for _, p := range []string{"/v1/complete?a=1", "/v1/release?a=1", "/v1/extend?a=1"} {
 		requireProblem(t, n.post(p, s.body("token", "1")), http.StatusBadRequest, "invalid_request")
 	}
+	for _, p := range []string{"/v1/cluster/join?id=n9", "/v1/cluster/remove?id=n9", "/v1/cluster/transfer-leadership?id=n9"} {
+		requireProblem(t, n.post(p, map[string]any{"id": "n9"}), http.StatusBadRequest, "invalid_request")
+	}
+	requireProblem(t, n.do("PUT", "/v1/admin/retention?retention=1h", map[string]any{"retention": "48h"}), http.StatusBadRequest, "invalid_request")
+	require.Equal(t, "24h0m0s", n.do("GET", "/v1/config", nil).obj(t)["retention"])
 	// An empty query ("?" alone) is no query: still taken.
 	r = n.post("/v1/claim?", s.body("fingerprint", fp1))
 	require.Equal(t, http.StatusCreated, r.status, "%s", r)
