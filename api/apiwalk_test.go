@@ -65,3 +65,20 @@ func TestConfigPublishesMaxBatchOps(t *testing.T) {
 	require.Equal(t, int64(7), num(t, limits["max_batch_ops"]), "%s", r)
 	require.NotContains(t, api.DefaultLimits().Published(), "max_batch_ops")
 }
+
+// docs/API.md: "GET routes also answer HEAD", and a 405's Allow header
+// lists what the route takes; it named GET alone.
+func TestAllowListsHeadOfGetRoutes(t *testing.T) {
+	n := mustNode(t)
+	for path, want := range map[string]string{
+		"/v1/config": "GET, HEAD", "/healthz": "GET, HEAD", "/v1/cluster": "GET, HEAD",
+		sc("allow").query(): "GET, HEAD, DELETE", "/v1/claim": "POST",
+	} {
+		r := n.do("PUT", path, nil)
+		requireProblem(t, r, http.StatusMethodNotAllowed, "method_not_allowed")
+		require.Equal(t, want, r.header.Get("Allow"), path)
+		if want != "POST" {
+			require.Equal(t, http.StatusOK == n.do("GET", path, nil).status, http.StatusOK == n.do("HEAD", path, nil).status, path)
+		}
+	}
+}

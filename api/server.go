@@ -190,8 +190,12 @@ func noQuery(h http.HandlerFunc) http.HandlerFunc {
 // route registers h for exactly one method, answering others with a
 // problem document rather than the mux's plain text.
 func (s *Server) route(path, method string, h http.HandlerFunc) {
+	allow := method
+	if method == http.MethodGet {
+		allow = "GET, HEAD" // a GET route answers HEAD too (RFC 9110 10.2.1: Allow lists every method)
+	}
 	wrong := func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Allow", method)
+		w.Header().Set("Allow", allow)
 		writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, fmt.Sprintf("%s takes %s", path, method)))
 	}
 	if path != "/healthz" && path != "/readyz" {
@@ -481,7 +485,7 @@ func (s *Server) handleExtend(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead && r.Method != http.MethodDelete {
-		w.Header().Set("Allow", "GET, DELETE")
+		w.Header().Set("Allow", "GET, HEAD, DELETE")
 		writeProblem(w, newProblem(http.StatusMethodNotAllowed, codeMethod, "/v1/records takes GET or DELETE"))
 		return
 	}
