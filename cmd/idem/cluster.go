@@ -320,11 +320,20 @@ func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option)
 	}
 	var out []string
 	for _, k := range slices.Sorted(maps.Keys(names)) {
+		// A node that does not publish a setting (an older version, in a
+		// rolling upgrade) is left out of its comparison, not shown as "".
 		var vals []string
-		differ := false
+		differ, first := false, ""
 		for _, v := range views {
-			vals = append(vals, v.id+" "+v.cfg[k])
-			differ = differ || v.cfg[k] != views[0].cfg[k]
+			val, ok := v.cfg[k]
+			if !ok {
+				continue
+			}
+			if len(vals) == 0 {
+				first = val
+			}
+			vals = append(vals, v.id+" "+val)
+			differ = differ || val != first
 		}
 		if differ {
 			out = append(out, k+": "+strings.Join(vals, ", "))
