@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/wire"
 )
 
 // Membership that an operator cannot get wrong (docs/DESIGN.md invariant 9):
@@ -44,6 +46,19 @@ const (
 	promoteStable = probeEvery      // healthy and caught up this long (two answers in a row) before a promotion
 )
 
+// Stamp is a time of /v1/cluster as every time of the API is written:
+// RFC 3339 UTC with milliseconds (wire.TimeLayout). A *time.Time would be
+// written with nanoseconds, and without a fraction at a whole second.
+type Stamp struct{ time.Time }
+
+// MarshalJSON writes s in wire.TimeLayout; a time.Time's own
+// UnmarshalJSON, promoted, reads it back.
+func (s Stamp) MarshalJSON() ([]byte, error) {
+	return []byte(`"` + s.UTC().Format(wire.TimeLayout) + `"`), nil
+}
+
+func stamp(t time.Time) *Stamp { return &Stamp{t.UTC()} }
+
 // Member is one node as /v1/cluster shows it. The fields after Healthy are
 // the measurements healthy is judged by, taken by the leader (Status's
 // HealthFrom) at CheckedAt; they are null where nothing was measured.
@@ -59,8 +74,8 @@ type Member struct {
 	Lag          *uint64 `json:"lag"`
 	// CheckedAt is the leader's last attempt to measure the node, and
 	// CheckedMsAgo its age when this status was made.
-	CheckedAt    *time.Time `json:"checked_at"`
-	CheckedMsAgo *int64     `json:"checked_ms_ago"`
+	CheckedAt    *Stamp `json:"checked_at"`
+	CheckedMsAgo *int64 `json:"checked_ms_ago"`
 	// UnhealthyReason says why Healthy is false.
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 	// NotPromoted says why a healthy, caught-up non-voter is kept one.
@@ -78,8 +93,8 @@ type Member struct {
 	// certificate that expires while the node runs breaks no connection
 	// already made, so the node looks healthy until its connections are
 	// made again (a restart, a network fault): these say so beforehand.
-	CertNotAfter *time.Time `json:"cert_not_after,omitempty"`
-	CANotAfter   *time.Time `json:"ca_not_after,omitempty"`
+	CertNotAfter *Stamp `json:"cert_not_after,omitempty"`
+	CANotAfter   *Stamp `json:"ca_not_after,omitempty"`
 }
 
 // FeatureRetention, in a node's Status.Features (and its /healthz), says
@@ -151,8 +166,8 @@ type Status struct {
 	HoldsVote *VoteHoldStatus `json:"holds_vote,omitempty"`
 	// CertNotAfter and CANotAfter are when this node's TLS certificate
 	// and the first of its CAs expire (absent without TLS).
-	CertNotAfter *time.Time `json:"cert_not_after,omitempty"`
-	CANotAfter   *time.Time `json:"ca_not_after,omitempty"`
+	CertNotAfter *Stamp `json:"cert_not_after,omitempty"`
+	CANotAfter   *Stamp `json:"ca_not_after,omitempty"`
 }
 
 // VoteHoldStatus is what a node holding its vote votes from: the term and
@@ -314,7 +329,7 @@ func (n *Node) Status() (Status, error) {
 		st.Leader = &leader
 	}
 	if t := n.cfg.TLS; t != nil {
-		st.CertNotAfter, st.CANotAfter = ptr(t.NotAfter().UTC()), ptr(t.CANotAfter().UTC())
+		st.CertNotAfter, st.CANotAfter = stamp(t.NotAfter()), stamp(t.CANotAfter())
 	}
 	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
@@ -355,7 +370,7 @@ func (n *Node) Status() (Status, error) {
 			if m.ID == n.self.ID {
 				m.Healthy = true
 				m.LastContactMs, m.AppliedIndex, m.Lag = ptr(int64(0)), ptr(st.AppliedIndex), ptr(sub(st.CommitIndex, st.AppliedIndex))
-				m.CheckedAt, m.CheckedMsAgo = ptr(now.UTC()), ptr(int64(0))
+				m.CheckedAt, m.CheckedMsAgo = stamp(now), ptr(int64(0))
 				m.Keys = ownKeys(st.Keys)
 				m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
 				continue
@@ -386,7 +401,7 @@ func (n *Node) Status() (Status, error) {
 			m.UnhealthyReason = "not measured by this node: only the leader measures health"
 			continue
 		}
-		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), ptr(now.UTC()), ptr(int64(0))
+		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), stamp(now), ptr(int64(0))
 		m.LastContactMs, m.Keys = st.LastLeaderContactMs, ownKeys(st.Keys)
 		m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
 		switch {
@@ -977,12 +992,12 @@ type peerHealth struct {
 	features     []string  // what its Apply knows, at answeredAt
 	keys         []NodeKey // its encryption keys, at answeredAt
 	// its TLS certificate's and CA's expiry, at answeredAt (nil: no TLS)
-	certNotAfter, caNotAfter *time.Time
+	certNotAfter, caNotAfter *Stamp
 	refused                  string // the reason its promotion was last refused, logged once
 }
 
 func (h *peerHealth) fill(m *Member, now time.Time) {
-	m.CheckedAt, m.CheckedMsAgo = ptr(h.checkedAt.UTC()), ptr(now.Sub(h.checkedAt).Milliseconds())
+	m.CheckedAt, m.CheckedMsAgo = stamp(h.checkedAt), ptr(now.Sub(h.checkedAt).Milliseconds())
 	if !h.contactAt.IsZero() {
 		m.LastContactMs = ptr(now.Sub(h.contactAt).Milliseconds())
 	}

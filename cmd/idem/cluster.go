@@ -541,7 +541,7 @@ func expiryWarnings(nodes []raftfsm.Member, now time.Time) []string {
 	for _, m := range nodes {
 		for _, c := range []struct {
 			what, fix string
-			at        *time.Time
+			at        *raftfsm.Stamp
 		}{
 			{"TLS certificate", "renew it (idem tls cert, docs/SECURITY.md) and kill -HUP " + m.ID, m.CertNotAfter},
 			{"CA (--tls-ca-file)", "rotate the CA on every node (docs/SECURITY.md)", m.CANotAfter},

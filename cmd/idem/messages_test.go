@@ -287,7 +287,7 @@ func TestClusterStatusShowsEveryMembersKeys(t *testing.T) {
 // connections it had and reads healthy until they are made again.
 func TestClusterStatusWarnsOfExpiringCertificates(t *testing.T) {
 	now := time.Now()
-	at := func(d time.Duration) *time.Time { v := now.Add(d); return &v }
+	at := func(d time.Duration) *raftfsm.Stamp { return &raftfsm.Stamp{Time: now.Add(d)} }
 	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
 		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true, CertNotAfter: at(365 * 24 * time.Hour), CANotAfter: at(3650 * 24 * time.Hour)},
 		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true, CertNotAfter: at(-time.Hour), CANotAfter: at(3650 * 24 * time.Hour)},
