@@ -156,3 +156,24 @@ func TestHealthzListsHeaderLists(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status)
 	require.Contains(t, strings.Split(r.header.Get("X-Idem-Features"), ","), "header-lists")
 }
+
+// No cache between a client and a node may keep an answer of the API: a
+// lookup and a replay carry the stored response (payment data), a claim
+// its token. The probes and metrics are not the API's.
+func TestAPIAnswersAreNotStored(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	s := sc("no-store")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	r := n.complete(s, tok, map[string]any{"status": 201, "body": base64.StdEncoding.EncodeToString([]byte("card 4242"))})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	for name, r := range map[string]reply{
+		"lookup":  n.do("GET", s.query(), nil),
+		"replay":  n.claim(s, fp1),
+		"problem": n.do("GET", "/v1/records?principal=x", nil),
+		"config":  n.do("GET", "/v1/config", nil),
+	} {
+		require.Equal(t, "no-store", r.header.Get("Cache-Control"), "%s: %s", name, r)
+	}
+	require.Empty(t, n.do("GET", "/healthz", nil).header.Get("Cache-Control"))
+}

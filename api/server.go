@@ -144,6 +144,11 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.shield(w, r, s.unknown)
 		return
 	}
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		// The API's answers carry records, stored responses (payment
+		// data) and tokens: no cache between client and node may keep one.
+		w.Header().Set("Cache-Control", "no-store")
+	}
 	s.shield(w, r, s.mux)
 }
 
