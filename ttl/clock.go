@@ -21,14 +21,26 @@ import (
 // log's time is cluster time. Within RewindAfter (an entry's usual way
 // from its stamp to its apply) the reading never goes backwards.
 //
+// The elapsed time is the lesser of two monotonic clocks' (ticks): Go's,
+// CLOCK_MONOTONIC, which never steps but which NTP slews along with the
+// wall clock (chronyd corrects an offset by running the clock up to 8.3%
+// fast, its default maxslewrate), and CLOCK_MONOTONIC_RAW, which nothing
+// adjusts. A leader's elapsed time is cluster time's rate: by Go's clock
+// alone, a leader whose wall clock was behind and being slewed forward ran
+// cluster time up to 8.3% fast, so records expired, and leases were taken
+// over, that much early (a 24 h record was free after 22 h).
+//
 // Only the very first command of a new cluster takes its time from a wall
 // clock (the bootstrap node's); from then on time flows through the log.
 type Clock struct {
 	mu       sync.Mutex
-	anchorMs int64     // cluster time of the last observed applied entry
-	at       time.Time // monotonic instant that anchor was observed
-	lastMs   int64     // last value handed out, for monotonicity
+	anchorMs int64         // cluster time of the last observed applied entry
+	anchored bool          // whether an entry was observed
+	atMono   time.Duration // ticks when that anchor was observed
+	atRaw    time.Duration
+	lastMs   int64 // last value handed out, for monotonicity
 	wall     func() time.Time
+	ticks    func() (mono, raw time.Duration)
 	offset   time.Duration // test-only skew of this node's wall clock
 	correct  time.Duration // agreed correction of the wall clock before anchoring
 }
@@ -37,7 +49,27 @@ type Clock struct {
 // the wall clock (plus offset), which only matters for the first command of
 // a brand-new cluster.
 func NewClock(offset time.Duration) *Clock {
-	return &Clock{wall: time.Now, offset: offset}
+	return &Clock{wall: time.Now, ticks: ticks, offset: offset}
+}
+
+// procStart is the origin of Go's monotonic reading in ticks.
+var procStart = time.Now()
+
+// ticks reads both monotonic clocks; raw is the monotonic one where the
+// platform has no raw clock (monotonicRaw).
+func ticks() (mono, raw time.Duration) {
+	mono = time.Since(procStart)
+	raw, ok := monotonicRaw()
+	if !ok {
+		raw = mono
+	}
+	return mono, raw
+}
+
+// anchorLocked anchors the clock at cluster time ms, now.
+func (c *Clock) anchorLocked(ms int64) {
+	c.anchorMs, c.anchored = ms, true
+	c.atMono, c.atRaw = c.ticks()
 }
 
 // RewindAfter is how far behind this node's reading an applied entry's
@@ -54,19 +86,21 @@ func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 	if ms <= 0 {
 		return 0
 	}
-	if c.at.IsZero() {
+	if !c.anchored {
 		// Reads before the first anchor were this node's wall clock: drop
 		// them, or a skewed wall clock would stay in cluster time.
-		c.anchorMs, c.at, c.lastMs = ms, time.Now(), 0
+		c.anchorLocked(ms)
+		c.lastMs = 0
 		return 0
 	}
 	reading := c.nowLocked()
 	now := max(reading, c.lastMs) // what was handed out, which a rewind takes back
 	switch {
 	case ms > reading:
-		c.anchorMs, c.at = ms, time.Now()
+		c.anchorLocked(ms)
 	case now-ms > RewindAfter.Milliseconds():
-		c.anchorMs, c.at, c.lastMs = ms, time.Now(), ms
+		c.anchorLocked(ms)
+		c.lastMs = ms
 		return time.Duration(now-ms) * time.Millisecond
 	}
 	return 0
@@ -90,7 +124,7 @@ func (c *Clock) Correct(d time.Duration) {
 func (c *Clock) Anchored() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return !c.at.IsZero()
+	return c.anchored
 }
 
 // NowMs returns cluster time in Unix milliseconds.
@@ -106,8 +140,9 @@ func (c *Clock) NowMs() int64 {
 }
 
 func (c *Clock) nowLocked() int64 {
-	if c.at.IsZero() {
+	if !c.anchored {
 		return c.wall().Add(c.offset + c.correct).UnixMilli()
 	}
-	return c.anchorMs + time.Since(c.at).Milliseconds()
+	mono, raw := c.ticks()
+	return c.anchorMs + min(mono-c.atMono, raw-c.atRaw).Milliseconds()
 }
