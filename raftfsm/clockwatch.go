@@ -48,10 +48,10 @@ func (n *Node) sayClockOff() {
 	d := time.Duration(n.clock.NowMs()-n.clock.WallMs()) * time.Millisecond
 	switch {
 	case d > clockOffBy:
-		n.log.Warn("cluster time reads ahead of this node's wall clock: the cluster started from clocks that were off (or this node's clock is behind); "+
+		n.log.Warn("cluster time reads ahead of this node's wall clock: the cluster started from clocks that were ahead, or this node's clock is behind (check its NTP sync), or a leader of an earlier release ran its time fast while NTP slewed its clock; "+
 			"records still live their whole retention, but created_at and expires_at in answers read that far in the future", "ahead-by", d.Round(time.Second))
 	case d < -clockOffBy:
-		n.log.Info("cluster time reads behind this node's wall clock: time while the whole cluster was down is not counted (windows only lengthen), or this node's clock is ahead; "+
+		n.log.Info("cluster time reads behind this node's wall clock: time while the whole cluster was down is not counted (windows only lengthen), or the cluster started from clocks that were behind, or this node's clock is ahead (check its NTP sync); "+
 			"created_at and expires_at in answers read that far in the past", "behind-by", (-d).Round(time.Second))
 	}
 }
