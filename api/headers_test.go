@@ -1,6 +1,8 @@
 package api_test
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -176,4 +178,34 @@ func TestAPIAnswersAreNotStored(t *testing.T) {
 		require.Equal(t, "no-store", r.header.Get("Cache-Control"), "%s: %s", name, r)
 	}
 	require.Empty(t, n.do("GET", "/healthz", nil).header.Get("Cache-Control"))
+}
+
+// A compressed request body is refused for what it is, not as "not valid
+// JSON" (which sent its author looking at the JSON), and decides nothing.
+func TestCompressedRequestBodyIsRefusedByName(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	before := n.stateHash()
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	zw.Write([]byte(`{"principal":"p","endpoint":"e","key":"gz","fingerprint":"aa"}`))
+	zw.Close()
+	req, err := http.NewRequest("POST", n.url+"/v1/claim", bytes.NewReader(gz.Bytes()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Content-Encoding", "gzip")
+	resp, err := n.client.Do(req)
+	require.NoError(t, err)
+	raw, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	p := requireProblem(t, reply{status: resp.StatusCode, header: resp.Header, raw: raw}, http.StatusBadRequest, "invalid_request")
+	require.Contains(t, p["detail"], `Content-Encoding "gzip" is not supported`)
+	require.Equal(t, before, n.stateHash())
+	// identity is no encoding.
+	req, _ = http.NewRequest("POST", n.url+"/v1/claim", strings.NewReader(`{"principal":"p","endpoint":"e","key":"id","fingerprint":"aa"}`))
+	req.Header.Set("Content-Encoding", "identity")
+	resp, err = n.client.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
 }

@@ -64,6 +64,11 @@ func (s *Server) readJSON(w http.ResponseWriter, r *http.Request, dst any) ([]by
 // read, it would hold the request (and its --max-inflight slot) until the
 // whole limit arrived or --body-read-timeout ran out.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *problem) {
+	if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+		// The body would be read as JSON and refused as "not valid JSON",
+		// which sends its author looking in the wrong place.
+		return nil, invalid("Content-Encoding %q is not supported: send the request body as plain JSON", truncate(ce, 40))
+	}
 	max := s.cfg.Limits.MaxRequestBytes
 	if r.ContentLength > max {
 		dropBody(w, r)
