@@ -95,6 +95,13 @@ type Member struct {
 	// made again (a restart, a network fault): these say so beforehand.
 	CertNotAfter *Stamp `json:"cert_not_after,omitempty"`
 	CANotAfter   *Stamp `json:"ca_not_after,omitempty"`
+	// ClockOffsetMs is the node's wall clock minus the leader's, as the
+	// leader's last health check measured it (to within half the check's
+	// round trip, ClockUncertaintyMs); 0 on the leader, null when not
+	// measured. Expiry does not depend on it (cluster time), but TLS
+	// certificates are judged by it and the nodes' logs line up by it.
+	ClockOffsetMs      *int64 `json:"clock_offset_ms,omitempty"`
+	ClockUncertaintyMs *int64 `json:"clock_uncertainty_ms,omitempty"`
 }
 
 // FeatureRetention, in a node's Status.Features (and its /healthz), says
@@ -373,6 +380,7 @@ func (n *Node) Status() (Status, error) {
 				m.CheckedAt, m.CheckedMsAgo = stamp(now), ptr(int64(0))
 				m.Keys = ownKeys(st.Keys)
 				m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
+				m.ClockOffsetMs, m.ClockUncertaintyMs = ptr(int64(0)), ptr(int64(0))
 				continue
 			}
 			h := n.peers.byID[m.ID]
@@ -432,6 +440,7 @@ func (s *Status) MergeHealth(leader Status) {
 			if l.Keys != nil || m.ID != s.Self.ID {
 				m.Keys = l.Keys // a leader of an earlier release shows none: this node's own stay
 			}
+			m.ClockOffsetMs, m.ClockUncertaintyMs = l.ClockOffsetMs, l.ClockUncertaintyMs
 			if l.CertNotAfter != nil || m.ID != s.Self.ID {
 				m.CertNotAfter, m.CANotAfter = l.CertNotAfter, l.CANotAfter
 			}
@@ -993,7 +1002,9 @@ type peerHealth struct {
 	keys         []NodeKey // its encryption keys, at answeredAt
 	// its TLS certificate's and CA's expiry, at answeredAt (nil: no TLS)
 	certNotAfter, caNotAfter *Stamp
-	refused                  string // the reason its promotion was last refused, logged once
+	// its wall clock minus this node's, at answeredAt, and to within what
+	clockOffsetMs, clockUncertaintyMs *int64
+	refused                           string // the reason its promotion was last refused, logged once
 }
 
 func (h *peerHealth) fill(m *Member, now time.Time) {
@@ -1007,6 +1018,7 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 			m.Keys = ownKeys(h.keys)
 		}
 		m.CertNotAfter, m.CANotAfter = h.certNotAfter, h.caNotAfter
+		m.ClockOffsetMs, m.ClockUncertaintyMs = h.clockOffsetMs, h.clockUncertaintyMs
 	}
 }
 
@@ -1096,6 +1108,9 @@ type peerAnswer struct {
 	st  Status
 	err error
 	at  time.Time
+	// sentWallMs and atWallMs are this node's wall clock when the
+	// question went and when the answer came, for the peer's clock offset.
+	sentWallMs, atWallMs int64
 }
 
 // askOthers asks every member of cf but this node for its status, in
@@ -1121,7 +1136,7 @@ func (n *Node) askOthers(ctx context.Context, cf raft.Configuration, probe PeerP
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := peerAnswer{id: id}
+			r := peerAnswer{id: id, sentWallMs: n.clock.WallMs()}
 			switch {
 			case probe == nil:
 				r.err = errors.New("this node cannot reach its peers' HTTP API yet")
@@ -1133,7 +1148,7 @@ func (n *Node) askOthers(ctx context.Context, cf raft.Configuration, probe PeerP
 					r.err = fmt.Errorf("%s answered as node %q", info.HTTPAddr, r.st.Self.ID)
 				}
 			}
-			r.at = time.Now()
+			r.at, r.atWallMs = time.Now(), n.clock.WallMs()
 			mu.Lock()
 			results = append(results, r)
 			mu.Unlock()
@@ -1198,6 +1213,13 @@ func (n *Node) measure(ctx context.Context) {
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys = r.st.Features, r.st.Keys
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
+		h.clockOffsetMs, h.clockUncertaintyMs = nil, nil
+		if r.st.WallMs != 0 {
+			// The answer's wall clock was read between the question and
+			// the answer: against their midpoint, to within half the trip.
+			h.clockOffsetMs = ptr(r.st.WallMs - (r.sentWallMs+r.atWallMs)/2)
+			h.clockUncertaintyMs = ptr(max(r.atWallMs-r.sentWallMs, 0)/2 + 1)
+		}
 		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit
 		// Its last contact from a leader counts only when it follows this one.
 		if r.st.LastLeaderContactMs != nil && r.st.Leader != nil && r.st.Leader.ID == n.self.ID {

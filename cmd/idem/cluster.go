@@ -441,6 +441,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	for _, d := range expiryWarnings(st.Nodes, time.Now()) {
 		fmt.Fprintln(w, "WARNING: "+d)
 	}
+	for _, d := range clockWarnings(st) {
+		fmt.Fprintln(w, "WARNING: "+d)
+	}
 	if keyed(st.Nodes) {
 		fmt.Fprintln(w, "KEYS: the ids in each node's --encryption-key-file, the first is the one it encrypts with (? not known: not measured yet, or a release that does not report them)")
 	}
@@ -557,6 +560,41 @@ func expiryWarnings(nodes []raftfsm.Member, now time.Time) []string {
 				out = append(out, fmt.Sprintf("%s's %s expires in %s (%s): %s before then", m.ID, c.what, fmtLeft(left), at, c.fix))
 			}
 		}
+	}
+	return out
+}
+
+// clockSkewWarning is how far a member's wall clock may be from the
+// leader's, beyond what the measurement cannot tell, before cluster
+// status says so: NTP keeps clocks within milliseconds.
+const clockSkewWarning = 10 * time.Second
+
+// clockWarnings says which members' wall clocks are off the leader's, as
+// its health checks measured them. Records do not expire by wall clocks
+// (cluster time), but certificates are judged by them and logs line up by
+// them, and a clock off by hours is otherwise found by neither.
+func clockWarnings(st raftfsm.Status) []string {
+	if st.Leader == nil {
+		return nil
+	}
+	var out []string
+	for _, m := range st.Nodes {
+		if m.ClockOffsetMs == nil || m.ID == st.Leader.ID {
+			continue
+		}
+		off, within := time.Duration(*m.ClockOffsetMs)*time.Millisecond, time.Duration(0)
+		if m.ClockUncertaintyMs != nil {
+			within = time.Duration(*m.ClockUncertaintyMs) * time.Millisecond
+		}
+		if off.Abs()-within < clockSkewWarning {
+			continue
+		}
+		dir := "ahead of"
+		if off < 0 {
+			dir = "behind"
+		}
+		out = append(out, fmt.Sprintf("%s's wall clock is %s %s the leader %s's: check NTP on both (timedatectl, chronyc tracking). Records do not expire by it (idem keeps cluster time), but TLS certificates are judged by it (a clock behind refuses certificates issued since, one ahead takes expired ones) and the nodes' logs no longer line up",
+			m.ID, off.Abs().Round(time.Second), dir, st.Leader.ID))
 	}
 	return out
 }

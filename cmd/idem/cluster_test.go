@@ -1124,6 +1124,36 @@ func TestClusterClockSkew(t *testing.T) {
 			require.Equal(t, time.Duration(cfg.LeaseDefaultMs)*time.Millisecond, lease.Sub(created), "lease_expires_at - created_at")
 		}
 	}
+
+	// The leader (n2, 10 m behind) measures its members' wall clocks, and
+	// cluster status names the clocks that are off, as seen from a
+	// follower too: n1 10 m ahead of it, n3 20 m.
+	offsets := func() (map[string]int64, string) {
+		out, err := exec.Command(binary, "cluster", "status", "--json", "--addr", c.node("n1").http).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		var st raftfsm.Status
+		require.NoError(t, json.Unmarshal(out, &st), "%s", out)
+		got := map[string]int64{}
+		for _, m := range st.Nodes {
+			if m.ClockOffsetMs != nil {
+				got[m.ID] = *m.ClockOffsetMs
+			}
+		}
+		return got, string(out)
+	}
+	waitFor(t, 10*time.Second, "the leader's measure of its members' clocks", func() (bool, string) {
+		got, out := offsets()
+		near := func(id string, want time.Duration) bool {
+			return (time.Duration(got[id])*time.Millisecond - want).Abs() < 2*time.Second
+		}
+		_, has := got["n2"]
+		return has && got["n2"] == 0 && near("n1", 10*time.Minute) && near("n3", 20*time.Minute), out
+	})
+	out, err := exec.Command(binary, "cluster", "status", "--addr", c.node("n1").http).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, string(out), "WARNING: n1's wall clock is 10m0s ahead of the leader n2's: check NTP on both")
+	require.Contains(t, string(out), "WARNING: n3's wall clock is 20m0s ahead of the leader n2's")
+	require.NotContains(t, string(out), "WARNING: n2's wall clock")
 }
 
 // 8b. Three fresh nodes forming a cluster with skewed wall clocks (+10m,
