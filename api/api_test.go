@@ -131,6 +131,7 @@ func mustNode(tb testing.TB, opts ...nodeOpt) *testNode {
 	require.NoError(tb, err)
 	tn := &testNode{tb: tb, node: node, srv: srv, url: "http://" + c.raft.HTTPAdvertise}
 	tn.api = api.New(node, c.api)
+	reg.MustRegister(tn.api.Collectors()...) // as cmd/idem/serve.go does
 	srv.Config.Handler = tn.api
 	srv.Start()
 	tn.client = &http.Client{

@@ -451,12 +451,18 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 		creds := s.credentialsOf(r)
 		cred, ok := creds.Authenticate(bearerToken(r.Header.Get("Authorization")))
 		if !ok {
+			reason := "unknown_token"
+			if bearerToken(r.Header.Get("Authorization")) == "" {
+				reason = "no_token"
+			}
+			s.authRefused.WithLabelValues(reason).Inc()
 			w.Header().Set("WWW-Authenticate", `Bearer realm="idem"`)
 			s.refuseUnread(w, r, newProblem(http.StatusUnauthorized, codeUnauthorized, "a valid Authorization: Bearer token is required"))
 			return
 		}
 		least, where := policy(r)
 		if cred.Role < least {
+			s.authRefused.WithLabelValues("role").Inc()
 			s.logRefused("request refused: role", "token", cred.Name, "role", cred.Role.String(), "method", r.Method, "path", r.URL.Path)
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
@@ -476,6 +482,7 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 				return // answered
 			}
 			if principal != nil && !cred.Allows(*principal) {
+				s.authRefused.WithLabelValues("principal").Inc()
 				s.logRefused("request refused: principal", "token", cred.Name, "principal", truncate(*principal, 64), "path", r.URL.Path)
 				writeProblem(w, forbidden(fmt.Sprintf("the app token %q may act only for the principals %s, not %q",
 					cred.Name, strings.Join(cred.Principals, ", "), truncate(*principal, 64))))

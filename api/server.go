@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -71,6 +72,9 @@ type Server struct {
 	store Store
 	log   *slog.Logger
 	mux   *http.ServeMux
+	// authRefused counts the requests the auth guard refused, by why
+	// (Collectors: idem_http_auth_refused_total).
+	authRefused *prometheus.CounterVec
 	// answering is the bytes of batch answers being made or written now.
 	answering atomic.Int64
 	// answeringBy is the same per token: at most half of it each.
@@ -99,7 +103,13 @@ func New(store Store, cfg Config) *Server {
 	if cfg.LeaderWait == 0 {
 		cfg.LeaderWait = 3 * time.Second
 	}
-	s := &Server{cfg: cfg, store: store, log: cfg.Logger, mux: http.NewServeMux()}
+	s := &Server{cfg: cfg, store: store, log: cfg.Logger, mux: http.NewServeMux(),
+		authRefused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_http_auth_refused_total",
+			Help: "Requests refused by --auth-file, by reason: no_token (no Bearer token), unknown_token (not in the file), role (the token's role may not call the route), principal (an app token acting for a principal outside its prefixes)."},
+			[]string{"reason"})}
+	for _, r := range []string{"no_token", "unknown_token", "role", "principal"} {
+		s.authRefused.WithLabelValues(r) // each reason reads 0 before its first refusal
+	}
 	s.setupAuth()
 	s.fwd = newForwarder(s)
 	// Who may call what: auth.go and the role table of docs/API.md.
@@ -649,38 +659,58 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // lag far behind after a restart (it learns the leader's only once its log
 // matches), so a follower asks the leader.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
-	unready := func(detail string) {
-		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, detail))
-	}
-	if why := s.store.Superseded(); why != "" {
-		unready(why)
+	if why := s.unready(r.Context()); why != "" {
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
 		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// Collectors are the API's own metrics, for the registry /metrics
+// serves (cmd/idem/serve.go registers them beside the node's):
+// idem_ready, what /readyz would answer now (1 ready, 0 not), and
+// idem_http_auth_refused_total{reason}. A node unready while the others
+// are ready gets no traffic from a load balancer, and nothing else shows
+// it; a flood of wrong tokens was counted nowhere.
+func (s *Server) Collectors() []prometheus.Collector {
+	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_ready",
+		Help: "1 when /readyz would answer 200 now (this node knows a leader and has applied its commit index), 0 when it would answer 503: curl /readyz for why."},
+		func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if s.unready(ctx) != "" {
+				return 0
+			}
+			return 1
+		})
+	return []prometheus.Collector{ready, s.authRefused}
+}
+
+// unready is why this node is not ready (handleReadyz), "" when it is.
+func (s *Server) unready(ctx context.Context) string {
+	if why := s.store.Superseded(); why != "" {
+		return why
 	}
 	if why := s.store.ForeignLeader(); why != "" {
-		unready(why)
-		return
+		return why
 	}
 	if !s.store.Ready() {
-		unready("this node has no leader or has not applied its commit index")
-		return
+		return "this node has no leader or has not applied its commit index"
 	}
 	if !s.store.IsLeader() {
 		l, ok := s.store.Leader()
 		if !ok || l.HTTPAddr == "" {
-			unready("this node does not know the leader's address yet")
-			return
+			return "this node does not know the leader's address yet"
 		}
-		commit, err := s.fwd.sharedCommit(r.Context(), l.HTTPAddr)
+		commit, err := s.fwd.sharedCommit(ctx, l.HTTPAddr)
 		if err != nil {
-			unready("the leader did not tell its commit index: " + err.Error())
-			return
+			return "the leader did not tell its commit index: " + err.Error()
 		}
 		if !s.store.CaughtUp(commit) {
-			unready(fmt.Sprintf("this node has not applied the leader's commit index %d yet", commit))
-			return
+			return fmt.Sprintf("this node has not applied the leader's commit index %d yet", commit)
 		}
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	return ""
 }
 
 // errAnswered means onLeader already wrote the answer.

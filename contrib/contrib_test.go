@@ -336,10 +336,12 @@ func startNode(t *testing.T) (string, *raftfsm.TLS) {
 	rc.HTTPAdvertise = srv.Listener.Addr().String()
 	node, err := raftfsm.Open(rc)
 	require.NoError(t, err)
-	srv.Config.Handler = api.New(node, api.Config{
+	as := api.New(node, api.Config{
 		Retention: 24 * time.Hour, DefaultLease: 30 * time.Second, BucketWidth: rc.BucketWidth,
 		Limits: api.DefaultLimits(), Gatherer: reg,
 	})
+	reg.MustRegister(as.Collectors()...) // as cmd/idem/serve.go does
+	srv.Config.Handler = as
 	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()

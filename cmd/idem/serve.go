@@ -883,6 +883,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		Logger: log, Gatherer: reg, PeerTLS: tlsConf,
 	})
 	connMetrics(reg, cl, srv) // listen.go
+	reg.MustRegister(srv.Collectors()...)
 	var handler http.Handler = srv
 	if c.pprof {
 		mux := http.NewServeMux()
