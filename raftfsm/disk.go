@@ -134,6 +134,9 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 				Name: "idem_disk_free_bytes", Help: "Bytes free on the filesystem of the data dir (as df shows available), read every second.",
 			}, func() float64 { return float64(g.free.Load()) }),
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "idem_storage_full_below_bytes", Help: "Free bytes under which the node is full (idem_storage_full): --min-free-disk, or 96 MiB if that is more; 0 when --min-free-disk is 0 (nothing stops writes).",
+			}, func() float64 { return float64(g.fullBelow) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "idem_storage_full", Help: "1 while free space is below --min-free-disk (never less than 96 MiB, room for the raft log's next segment) and the leader refuses writes with 507 storage_full.",
 			}, func() float64 {
 				if g.full.Load() {
