@@ -4,7 +4,8 @@ import (
 	"time"
 )
 
-// Cluster time runs at the rate of real time but need not read as this
+// Cluster time runs at the rate of real time (at most, with a slewed
+// clock, NTP's 500 ppm faster: ttl.Clock) but need not read as this
 // node's wall clock does: a cluster formed by nodes whose clocks were off
 // alike starts off by as much (the median of three, two of them skewed),
 // and time while the whole cluster was down is not counted. Windows are

@@ -21,22 +21,26 @@ import (
 // log's time is cluster time. Within RewindAfter (an entry's usual way
 // from its stamp to its apply) the reading never goes backwards.
 //
-// The elapsed time is the lesser of two monotonic clocks': Go's,
-// CLOCK_MONOTONIC, which never steps but which NTP slews along with the
-// wall clock, and CLOCK_MONOTONIC_RAW, which nothing adjusts. A leader's
-// elapsed time is cluster time's rate: by Go's clock alone, a leader whose
-// wall clock was behind and being slewed forward (chronyd runs the clock
-// up to 8.3% fast to correct an offset, its default maxslewrate; a VM
-// resumed from a pause is behind by the pause) ran cluster time that much
-// fast while the slew lasted, so records expired, and leases were taken
-// over, early by as much as the offset being corrected. A slew back only
-// slows cluster time (records live longer, never less).
+// The elapsed time is Go's monotonic clock's (CLOCK_MONOTONIC), capped by
+// the raw hardware clock's (CLOCK_MONOTONIC_RAW) times 1 + maxFreq. NTP
+// steers CLOCK_MONOTONIC two ways: its frequency, by at most 500 ppm, to
+// correct the hardware clock's own rate error (so Go's clock runs at the
+// rate of real time where the raw one does not), and slews, up to 10%
+// fast, to correct an offset (chronyd's default maxslewrate is 8.3%; a VM
+// resumed from a pause is behind by the pause). A leader's elapsed time is
+// cluster time's rate: by Go's clock alone, a leader being slewed forward
+// ran cluster time that much fast while the slew lasted, so records
+// expired, and leases were taken over, early by as much as the offset
+// being corrected. Capped, a slew can run it at most maxFreq (plus the
+// hardware clock's error, which NTP's frequency corrects) fast: a pause
+// of an hour slewed back at 8.3% moves it by seconds, not the hour. The
+// cap does not take the raw clock's own slowness (the lesser of the two
+// clocks would lose it for good: 4 s a day at 50 ppm).
 //
 // The raw clock is a system call (~2 µs on a VM, against 60 ns for Go's
-// clock), so it is read at most every rawEvery; in between, the raw
-// clock's progress is taken as Go's times minSlew, the slowest a slewed
-// clock runs against the raw one (the kernel's tick adjustment is at most
-// 10%), so the estimate never runs ahead of the raw clock.
+// clock), so it is read at most every rawEvery; in between, its progress
+// is taken as Go's times minSlew, the slowest Go's clock runs against the
+// raw one, so the estimate never runs ahead of the raw clock.
 //
 // Only the very first command of a new cluster takes its time from a wall
 // clock (the bootstrap node's); from then on time flows through the log.
@@ -71,6 +75,9 @@ const (
 	// a margin: Linux's tick adjustment (ADJ_TICK) is at most 10%, NTP's
 	// frequency 0.05% more.
 	minSlew = 0.9
+	// maxFreq is the most NTP's frequency correction makes Go's clock run
+	// faster than the raw one (the kernel's MAXFREQ, 500 ppm).
+	maxFreq = 500e-6
 )
 
 // procStart is the origin of goMonotonic.
@@ -79,15 +86,17 @@ var procStart = time.Now()
 // goMonotonic is Go's monotonic clock (CLOCK_MONOTONIC on Linux).
 func goMonotonic() time.Duration { return time.Since(procStart) }
 
-// sampleLocked reads both clocks at once: Go's, and the raw one where the
-// platform has it (Go's again where not).
+// sampleLocked reads both clocks at once, the raw one first: a pause
+// between the two reads then makes the estimate (elapsedLocked) later, not
+// earlier. Where the platform has no raw clock, or a read fails, the raw
+// reading advances by Go's clock since the last sample (its origin kept).
 func (c *Clock) sampleLocked() {
-	c.sampleMono = c.mono()
 	raw, ok := c.raw()
+	mono := c.mono()
 	if !ok {
-		raw = c.sampleMono
+		raw = c.sampleRaw + (mono - c.sampleMono)
 	}
-	c.sampleRaw = raw
+	c.sampleMono, c.sampleRaw = mono, raw
 }
 
 // anchorLocked anchors the clock at cluster time ms, now.
@@ -171,8 +180,8 @@ func (c *Clock) nowLocked() int64 {
 	return c.anchorMs + c.elapsedLocked().Milliseconds()
 }
 
-// elapsedLocked is the time since the anchor: the lesser of Go's clock's
-// and the raw clock's, the latter estimated since its last read.
+// elapsedLocked is the time since the anchor: Go's clock's, capped by the
+// raw clock's (estimated since its last read) times 1 + maxFreq.
 func (c *Clock) elapsedLocked() time.Duration {
 	mono := c.mono()
 	if mono-c.sampleMono >= rawEvery {
@@ -180,5 +189,5 @@ func (c *Clock) elapsedLocked() time.Duration {
 		mono = c.sampleMono
 	}
 	raw := c.sampleRaw + time.Duration(float64(mono-c.sampleMono)*minSlew)
-	return min(mono-c.atMono, raw-c.atRaw)
+	return min(mono-c.atMono, time.Duration(float64(raw-c.atRaw)*(1+maxFreq)))
 }
