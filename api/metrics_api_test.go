@@ -36,7 +36,7 @@ func TestReadyMetricIsWhatReadyzAnswers(t *testing.T) {
 
 // Every refusal of --auth-file is counted by why: a flood of wrong tokens
 // (a client deployed with an old token, or someone guessing) was counted
-// nowhere and logged at debug only.
+// nowhere and logged nowhere.
 func TestAuthRefusalsAreCountedByReason(t *testing.T) {
 	t.Parallel()
 	n := mustNode(t, withAuthFile(t, authFile()))
