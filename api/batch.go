@@ -44,11 +44,12 @@ import (
 // linearizable read is still a read-barrier read (raftfsm.Node.Lookup).
 //
 // Leaders. A follower forwards the whole request, as onLeader does for a
-// single one. While no op has been decided, a batch that finds no leader
-// waits for one and is tried again (or forwarded) whole; once an op has
-// been decided, a later failure is that op's own 503 and the others stand.
-// The request answers 503 unavailable as a whole when no op could be
-// decided.
+// single one. While no write has been decided (reads and answers from the
+// state change nothing: asked again, they are answered again), a batch
+// that finds no leader waits for one and is tried again (or forwarded)
+// whole; once a write has been decided, a later failure is that op's own
+// 503 and the others stand. The request answers 503 unavailable as a
+// whole when no op could be decided.
 
 // DefaultMaxBatchOps is the default of --max-batch-ops.
 const DefaultMaxBatchOps = 256
@@ -769,7 +770,9 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem, tok *tokenHeld
 				}
 				continue
 			default:
-				decided = true
+				// Answered from the state (a refusal, a replay): nothing
+				// changed, so asked again after a lost leader it is
+				// answered again; the batch stays undecided.
 				keep(i, s.answerBatchOp(it, raftfsm.BatchResult{Result: res}))
 				continue
 			}
@@ -796,7 +799,8 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem, tok *tokenHeld
 				}
 				continue
 			}
-			decided = true
+			// A read changes nothing: the batch stays undecided (a later
+			// write finding no leader has it asked again whole).
 			answer(i, func(w http.ResponseWriter) { answerLookup(w, rec, found) })
 			continue
 		}
