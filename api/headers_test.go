@@ -174,6 +174,7 @@ func TestAPIAnswersAreNotStored(t *testing.T) {
 		"replay":  n.claim(s, fp1),
 		"problem": n.do("GET", "/v1/records?principal=x", nil),
 		"config":  n.do("GET", "/v1/config", nil),
+		"unclean": n.do("GET", "/v1//config", nil),
 	} {
 		require.Equal(t, "no-store", r.header.Get("Cache-Control"), "%s: %s", name, r)
 	}

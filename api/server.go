@@ -148,16 +148,16 @@ func New(store Store, cfg Config) *Server {
 
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if strings.HasPrefix(r.URL.Path, "/v1/") {
+		// The API's answers carry records, stored responses (payment
+		// data) and tokens: no cache between client and node may keep one.
+		w.Header().Set("Cache-Control", "no-store")
+	}
 	if Unclean(r) {
 		// ServeMux would answer an HTML redirect to the cleaned path
 		// ("/v1//config", "/v1/../x"); no route is served at such a path.
 		s.shield(w, r, s.unknown)
 		return
-	}
-	if strings.HasPrefix(r.URL.Path, "/v1/") {
-		// The API's answers carry records, stored responses (payment
-		// data) and tokens: no cache between client and node may keep one.
-		w.Header().Set("Cache-Control", "no-store")
 	}
 	s.shield(w, r, s.mux)
 }
@@ -676,12 +676,22 @@ func (s *Server) Collectors() []prometheus.Collector {
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_ready",
 		Help: "1 when /readyz would answer 200 now (this node knows a leader and has applied its commit index), 0 when it would answer 503: curl /readyz for why."},
 		func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			// A second in all (the leader's answer, the waits for a
+			// leader and for the apply): a scrape must not wait out a
+			// leader that does not answer, and a node that cannot tell
+			// within a second is not ready to a load balancer either.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			if s.unready(ctx) != "" {
-				return 0
+			ready := make(chan bool, 1)
+			go func() { ready <- s.unready(ctx) == "" }()
+			select {
+			case ok := <-ready:
+				if ok {
+					return 1
+				}
+			case <-ctx.Done():
 			}
-			return 1
+			return 0
 		})
 	return []prometheus.Collector{ready, s.authRefused}
 }
