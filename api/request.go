@@ -751,9 +751,6 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 	sameName := func(k string) *problem {
 		f := strings.ToLower(k)
 		if o, ok := folded[f]; ok && o != k {
-			if o > k {
-				o, k = k, o // the same detail whichever the map gave first
-			}
 			return invalid("response.headers names %q and %q are one HTTP header (names are case-insensitive): give its values as one array", truncate(o, 40), truncate(k, 40))
 		}
 		folded[f] = k
