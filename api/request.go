@@ -743,24 +743,8 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		}
 		return nil
 	}
-	// HTTP field names are case-insensitive (RFC 9110 5.1): "X-A" and
-	// "x-a" are one header, which a replay would write twice in an order
-	// the store does not keep (a map). A header sent more than once is one
-	// name with an array of values.
-	folded := make(map[string]string, len(r.Headers)+len(r.HeaderLists))
-	sameName := func(k string) *problem {
-		f := strings.ToLower(k)
-		if o, ok := folded[f]; ok && o != k {
-			return invalid("response.headers names %q and %q are one HTTP header (names are case-insensitive): give its values as one array", truncate(o, 40), truncate(k, 40))
-		}
-		folded[f] = k
-		return nil
-	}
 	for k, v := range r.Headers {
 		if p := checkName(k); p != nil {
-			return nil, p
-		}
-		if p := sameName(k); p != nil {
 			return nil, p
 		}
 		if p := check(k, v); p != nil {
@@ -773,9 +757,6 @@ func (s *Server) checkResponse(r *responseBody) (*engine.Response, *problem) {
 		}
 		if _, dup := r.Headers[k]; dup || len(vs) == 0 {
 			return nil, invalid("response.headers[%q] must be a string or a non-empty array of strings", truncate(k, 40))
-		}
-		if p := sameName(k); p != nil {
-			return nil, p
 		}
 		for _, v := range vs {
 			if p := check(k, v); p != nil {
