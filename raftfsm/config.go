@@ -17,6 +17,10 @@ type Config struct {
 	RaftAddr      string // bind address of the raft transport
 	RaftAdvertise string // address other nodes dial; defaults to RaftAddr
 	HTTPAdvertise string // HTTP address other nodes forward to
+	// Version is the release this node runs, as /v1/cluster shows it (the
+	// members' as the leader's health checks read them): an operator in a
+	// rolling upgrade sees which nodes are done.
+	Version string
 
 	// Bootstrap a one-node cluster when there is no state (no --join).
 	Bootstrap bool

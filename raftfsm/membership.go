@@ -102,6 +102,9 @@ type Member struct {
 	// certificates are judged by it and the nodes' logs line up by it.
 	ClockOffsetMs      *int64 `json:"clock_offset_ms,omitempty"`
 	ClockUncertaintyMs *int64 `json:"clock_uncertainty_ms,omitempty"`
+	// Version is the release the node runs, as the leader's last health
+	// check read it (its own, on the leader); empty when not known.
+	Version string `json:"version,omitempty"`
 }
 
 // FeatureRetention, in a node's Status.Features (and its /healthz), says
@@ -141,6 +144,8 @@ type Status struct {
 	Self   NodeInfo  `json:"self"`
 	Leader *NodeInfo `json:"leader"`
 	Nodes  []Member  `json:"nodes"`
+	// Version is the release this node runs (Config.Version).
+	Version string `json:"version,omitempty"`
 	// WallMs is this node's wall clock, for nodes agreeing on a new
 	// cluster's first time (see ttl.Clock.Correct).
 	WallMs       int64  `json:"wall_ms"`
@@ -329,7 +334,7 @@ func isAre(n int) string {
 // Status returns the cluster membership and raft progress, with the
 // members' health as this node measured it when it leads.
 func (n *Node) Status() (Status, error) {
-	st := Status{Self: n.self, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{},
+	st := Status{Self: n.self, Version: n.cfg.Version, WallMs: n.clock.WallMs(), Term: n.term(), CommitIndex: n.raft.CommitIndex(), AppliedIndex: n.raft.AppliedIndex(), Nodes: []Member{},
 		Features: features, Keys: n.nodeKeys()}
 	leader, hasLeader := n.Leader()
 	if hasLeader {
@@ -381,6 +386,7 @@ func (n *Node) Status() (Status, error) {
 				m.Keys = ownKeys(st.Keys)
 				m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
 				m.ClockOffsetMs, m.ClockUncertaintyMs = ptr(int64(0)), ptr(int64(0))
+				m.Version = st.Version
 				continue
 			}
 			h := n.peers.byID[m.ID]
@@ -412,6 +418,7 @@ func (n *Node) Status() (Status, error) {
 		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), stamp(now), ptr(int64(0))
 		m.LastContactMs, m.Keys = st.LastLeaderContactMs, ownKeys(st.Keys)
 		m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
+		m.Version = st.Version
 		switch {
 		case !hasLeader:
 			m.UnhealthyReason = "knows no leader"
@@ -441,6 +448,9 @@ func (s *Status) MergeHealth(leader Status) {
 				m.Keys = l.Keys // a leader of an earlier release shows none: this node's own stay
 			}
 			m.ClockOffsetMs, m.ClockUncertaintyMs = l.ClockOffsetMs, l.ClockUncertaintyMs
+			if l.Version != "" || m.ID != s.Self.ID {
+				m.Version = l.Version // a leader of an earlier release shows none: this node's own stays
+			}
 			if l.CertNotAfter != nil || m.ID != s.Self.ID {
 				m.CertNotAfter, m.CANotAfter = l.CertNotAfter, l.CANotAfter
 			}
@@ -1004,6 +1014,7 @@ type peerHealth struct {
 	certNotAfter, caNotAfter *Stamp
 	// its wall clock minus this node's, at answeredAt, and to within what
 	clockOffsetMs, clockUncertaintyMs *int64
+	version                           string // its release, at answeredAt
 	refused                           string // the reason its promotion was last refused, logged once
 }
 
@@ -1019,6 +1030,7 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 		}
 		m.CertNotAfter, m.CANotAfter = h.certNotAfter, h.caNotAfter
 		m.ClockOffsetMs, m.ClockUncertaintyMs = h.clockOffsetMs, h.clockUncertaintyMs
+		m.Version = h.version
 	}
 }
 
@@ -1213,7 +1225,7 @@ func (n *Node) measure(ctx context.Context) {
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys = r.st.Features, r.st.Keys
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
-		h.clockOffsetMs, h.clockUncertaintyMs = nil, nil
+		h.clockOffsetMs, h.clockUncertaintyMs, h.version = nil, nil, r.st.Version
 		if r.st.WallMs != 0 {
 			// The answer's wall clock was read between the question and
 			// the answer: against their midpoint, to within half the trip.

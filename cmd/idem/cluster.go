@@ -444,6 +444,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	for _, d := range clockWarnings(st) {
 		fmt.Fprintln(w, "WARNING: "+d)
 	}
+	for _, d := range upgradeNotes(st) {
+		fmt.Fprintln(w, "NOTE: "+d)
+	}
 	if keyed(st.Nodes) {
 		fmt.Fprintln(w, "KEYS: the ids in each node's --encryption-key-file, the first is the one it encrypts with (? not known: not measured yet, or a release that does not report them)")
 	}
@@ -595,6 +598,37 @@ func clockWarnings(st raftfsm.Status) []string {
 		}
 		out = append(out, fmt.Sprintf("%s's wall clock is %s %s the leader %s's: check NTP on both (timedatectl, chronyc tracking). Records do not expire by it (idem keeps cluster time), but TLS certificates are judged by it (a clock behind refuses certificates issued since, one ahead takes expired ones) and the nodes' logs no longer line up",
 			m.ID, off.Abs().Round(time.Second), dir, st.Leader.ID))
+	}
+	return out
+}
+
+// upgradeNotes say which release each member runs when they differ (a
+// rolling upgrade: which nodes are done), and that the clocks were not
+// measured when the leader, or the node asked, does not report them.
+func upgradeNotes(st raftfsm.Status) []string {
+	if st.Leader == nil {
+		return nil
+	}
+	var out []string
+	versions, differ, measured, others := []string{}, false, false, 0
+	for _, m := range st.Nodes {
+		v := m.Version
+		if v == "" {
+			v = "? (an earlier release, or not measured)"
+		}
+		versions = append(versions, m.ID+" "+v)
+		differ = differ || m.Version != st.Nodes[0].Version
+		if m.ID != st.Leader.ID && m.Healthy {
+			others++
+			measured = measured || m.ClockOffsetMs != nil
+		}
+	}
+	if differ {
+		out = append(out, "the members run different releases: "+strings.Join(versions, ", ")+
+			". In a rolling upgrade that is expected until the last node is done; run the newest release's idem for commands meanwhile (an older one may report what only newer nodes publish as a difference)")
+	}
+	if others > 0 && !measured {
+		out = append(out, "the members' clocks were not measured: the leader, or the node asked, runs an earlier release")
 	}
 	return out
 }

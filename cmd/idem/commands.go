@@ -88,6 +88,37 @@ Client (speak the HTTP API of a running node; each takes --help):
 	fmt.Fprint(w, "\nRun 'idem <command> --help' for the flags of a command.\n")
 }
 
+// releaseVersion is version, or for a build without -ldflags ("dev": go
+// build, go run) the commit it was built from, where the Go tool
+// recorded it: the nodes of a rolling upgrade built either way tell
+// apart in cluster status.
+func releaseVersion() string {
+	if version != "dev" {
+		return version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return version
+	}
+	rev, dirty := "", false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if len(rev) < 7 {
+		return version
+	}
+	v := "dev+" + rev[:7]
+	if dirty {
+		v += "-dirty"
+	}
+	return v
+}
+
 func goVersion() string {
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		return bi.GoVersion

@@ -310,3 +310,33 @@ func TestClusterStatusWarnsOfExpiringCertificates(t *testing.T) {
 	printStatus(&out, st)
 	require.NotContains(t, out.String(), "WARNING")
 }
+
+// In a rolling upgrade cluster status says which release each member
+// runs (which nodes are done), and that the clocks were not measured when
+// the leader, or the node asked, is of a release that does not measure
+// them; with one release and measured clocks it says neither.
+func TestClusterStatusTellsReleasesApartInAnUpgrade(t *testing.T) {
+	off := func(ms int64) *int64 { return &ms }
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Version: "v1.4.0", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true, Version: "v1.4.0", ClockOffsetMs: off(0)},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true, Version: "v1.4.0", ClockOffsetMs: off(3)},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true, Version: "v1.4.0", ClockOffsetMs: off(-2)},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.NotContains(t, out.String(), "NOTE")
+	require.NotContains(t, out.String(), "WARNING")
+
+	st.Nodes[2].Version = ""
+	st.Nodes[1].Version = "v1.3.2"
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "NOTE: the members run different releases: n1 v1.4.0, n2 v1.3.2, n3 ? (an earlier release, or not measured)")
+
+	for i := range st.Nodes {
+		st.Nodes[i].ClockOffsetMs = nil // an earlier leader
+	}
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "NOTE: the members' clocks were not measured")
+}

@@ -762,6 +762,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	rc := raftfsm.DefaultConfig()
 	rc.NodeID, rc.DataDir = c.nodeID, c.dataDir
+	rc.Version = releaseVersion()
 	rc.RaftAddr, rc.RaftAdvertise, rc.HTTPAdvertise = c.raftAddr, c.raftAdvertise, c.httpAdvertise
 	rc.Bootstrap = c.join == "" && c.bootstrapExpect <= 1
 	rc.BucketWidth = c.bucketWidth
@@ -926,7 +927,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(),
-		"scope", c.scope, "version", version)
+		"scope", c.scope, "version", rc.Version)
 	go membership(ctx, node, c, nodeToken, log)
 	if !pinned {
 		go watchRetentionPin(ctx, node, c.retention, log)
