@@ -64,7 +64,7 @@ func (d *BatchDriver) Claim(ctx context.Context, s Scope, claimID string) (Claim
 	case res.Outcome == client.OutcomeReplay:
 		return ClaimResult{Outcome: Replay}, nil
 	}
-	return ClaimResult{Outcome: Won, Token: res.Token}, nil
+	return ClaimResult{Outcome: Won, Token: res.Token, Lease: res.LeaseExpiresAt.Sub(res.CreatedAt)}, nil
 }
 
 // Complete is a complete op with a 201 application/json response.

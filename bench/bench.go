@@ -185,7 +185,7 @@ type worker struct {
 	principalPrefix string
 	rng             *rand.Rand
 	n               int
-	owned           []Scope // keys this worker claimed and may re-claim or look up
+	owned           []owned // keys this worker claimed and may re-claim or look up
 	samples         []sample
 	errs            map[string]int
 	examples        map[string]string
@@ -449,6 +449,7 @@ func (w *worker) do(ctx context.Context, op string) error {
 	switch op {
 	case "fresh", "complete":
 		k := w.newKey()
+		sent := time.Now()
 		res, err := w.d.Claim(ctx, k, "c1")
 		if err != nil {
 			if excused(err) {
@@ -462,20 +463,29 @@ func (w *worker) do(ctx context.Context, op string) error {
 			}
 			return &checkError{checkLost, Definitely("fresh_"+res.Outcome.String(), nil)}
 		}
-		w.remember(k)
+		o := owned{s: k}
+		if res.Lease > 0 {
+			// The lease began no earlier than the claim was sent.
+			o.lease, o.takeable = res.Lease, sent.Add(res.Lease)
+		}
 		if op == "fresh" {
+			w.remember(o)
 			return nil
 		}
 		if err := w.d.Complete(ctx, k, res.Token, w.body); err != nil {
+			w.remember(o) // maybe still in progress
 			if excused(err) {
 				return err
 			}
 			return &checkError{checkWrong, err}
 		}
+		w.remember(owned{s: k}) // completed: replayed, never taken over
 		return nil
 	case "dup":
-		k := w.owned[w.rng.IntN(len(w.owned))]
-		res, err := w.d.Claim(ctx, k, "dup-"+strconv.FormatUint(uint64(w.rng.Uint32()), 10))
+		i := w.rng.IntN(len(w.owned))
+		o := &w.owned[i]
+		sent := time.Now()
+		res, err := w.d.Claim(ctx, o.s, "dup-"+strconv.FormatUint(uint64(w.rng.Uint32()), 10))
 		if err != nil {
 			if excused(err) {
 				return err
@@ -486,12 +496,19 @@ func (w *worker) do(ctx context.Context, op string) error {
 		case Lost, Replay:
 			return nil
 		case Won:
+			if !o.takeable.IsZero() && !time.Now().Before(o.takeable) {
+				// An attempt left in progress past its lease is taken
+				// over (attempt 2): the rule, not a duplicate. Its new
+				// lease began no earlier than this claim was sent.
+				o.takeable = sent.Add(o.lease)
+				return nil
+			}
 			return &checkError{checkDupWon, Definitely("duplicate_won", nil)} // never allowed
 		default:
 			return Indeterminately("indeterminate", nil)
 		}
 	default: // lookup of a key this worker claimed: it must be there
-		k := w.owned[w.rng.IntN(len(w.owned))]
+		k := w.owned[w.rng.IntN(len(w.owned))].s
 		found, err := w.d.Lookup(ctx, k)
 		if err != nil {
 			if excused(err) {
@@ -506,7 +523,16 @@ func (w *worker) do(ctx context.Context, op string) error {
 	}
 }
 
-func (w *worker) remember(k Scope) {
+// owned is a key a worker claimed. takeable is the earliest a takeover of
+// its attempt can be right (its lease began no earlier than the claim was
+// sent); zero once completed, or for a store without leases.
+type owned struct {
+	s        Scope
+	lease    time.Duration
+	takeable time.Time
+}
+
+func (w *worker) remember(k owned) {
 	if len(w.owned) < 1024 {
 		w.owned = append(w.owned, k)
 	} else {

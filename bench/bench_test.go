@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"image/png"
 	"io"
 	"net/http"
@@ -410,5 +411,56 @@ func TestRunCountsRefusalsWithoutFailing(t *testing.T) {
 		if excused(err) != want {
 			t.Errorf("status %d: excused %v, want %v (%v)", status, excused(err), want, err)
 		}
+	}
+}
+
+// leaseDriver is a store with leases: an attempt left in progress is
+// taken over by the next claim once its lease has run out (early: while
+// it has not, the bug a run must catch).
+type leaseDriver struct {
+	mu    sync.Mutex
+	lease time.Duration
+	early bool
+	held  map[Scope]time.Time // when each attempt's lease ends
+}
+
+func (d *leaseDriver) Claim(_ context.Context, s Scope, _ string) (ClaimResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held == nil {
+		d.held = map[Scope]time.Time{}
+	}
+	now := time.Now()
+	if end, ok := d.held[s]; ok && now.Before(end) && !d.early {
+		return ClaimResult{Outcome: Lost}, nil
+	}
+	d.held[s] = now.Add(d.lease)
+	return ClaimResult{Outcome: Won, Token: "t", Lease: d.lease}, nil
+}
+func (d *leaseDriver) Complete(context.Context, Scope, string, []byte) error {
+	return errors.New("not used")
+}
+func (d *leaseDriver) Lookup(context.Context, Scope) (bool, error) { return true, nil }
+func (d *leaseDriver) Close() error                                { return nil }
+
+// An attempt left in progress past its lease is taken over by the next
+// claim (attempt 2): the rule. `idem bench --mix fresh=60,dup=15,...` for
+// longer than idem's 30 s lease reported those takeovers as "duplicates
+// won" (1,209 in a 120 s run) and failed its correctness check. A
+// takeover before the lease has run out is still caught.
+func TestRunTakesTakeoversAfterTheLeaseForTheRule(t *testing.T) {
+	cfg := Config{Concurrency: 2, Duration: 400 * time.Millisecond, Mix: Mix{Fresh: 1, Dup: 4}, Principals: 1, KeyBytes: 16}
+	cfg.Driver = &leaseDriver{lease: 20 * time.Millisecond}
+	rep, err := Run(context.Background(), cfg)
+	if err != nil || !rep.OK() || rep.DupsWon != 0 {
+		t.Fatalf("takeovers after the lease failed the check: %+v %v", rep, err)
+	}
+	cfg.Driver = &leaseDriver{lease: time.Hour, early: true}
+	rep, err = Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.OK() || rep.DupsWon == 0 {
+		t.Fatalf("takeovers within the lease passed: %+v", rep)
 	}
 }

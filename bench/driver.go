@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"time"
 )
 
 // Scope names one record: the full (principal, endpoint, key) triple.
@@ -46,6 +47,10 @@ func (o Outcome) String() string {
 type ClaimResult struct {
 	Outcome Outcome
 	Token   string
+	// Lease is how long a won claim holds its key before another claim
+	// may take the attempt over (idem's lease); 0 when nothing takes it
+	// over before it expires.
+	Lease time.Duration
 }
 
 // Driver speaks to one store. The load generator calls it from every

@@ -74,11 +74,14 @@ func (d *HTTPDriver) Claim(ctx context.Context, s Scope, claimID string) (ClaimR
 	}
 	switch status {
 	case http.StatusCreated:
-		var c struct{ Token string }
+		var c struct {
+			Token                     string
+			CreatedAt, LeaseExpiresAt time.Time
+		}
 		if json.Unmarshal(b, &c) != nil || c.Token == "" {
 			return ClaimResult{}, Definitely("bad_answer", fmt.Errorf("201 without a token: %.200s", b))
 		}
-		return ClaimResult{Outcome: Won, Token: c.Token}, nil
+		return ClaimResult{Outcome: Won, Token: c.Token, Lease: c.LeaseExpiresAt.Sub(c.CreatedAt)}, nil
 	case http.StatusOK:
 		return ClaimResult{Outcome: Replay}, nil
 	case http.StatusConflict:
