@@ -355,6 +355,9 @@ func (m *member) warnSettingsDrift(ctx context.Context) {
 	for k, v := range m.c.limits.Published() {
 		own[k] = publishedValue(k, float64(v))
 	}
+	// A batch over a node's --max-batch-ops is refused whole by it (413),
+	// and a forwarded one by both the node asked and the leader.
+	own["max_batch_ops"] = publishedValue("max_batch_ops", float64(m.c.maxBatchOps))
 	for end := time.Now().Add(driftCheckFor); time.Now().Before(end); {
 		if m.compareSettings(ctx, own) || ctx.Err() != nil {
 			return

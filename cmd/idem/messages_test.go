@@ -142,14 +142,14 @@ func TestRestartWithOtherLeaseOrLimitsWarns(t *testing.T) {
 	}
 	n3 := c.node("n3")
 	n3.stop(t)
-	c.restart(n3, append(slices.Clone(n3.args), "--lease", "45s", "--max-keys-per-principal", "5"))
+	c.restart(n3, append(slices.Clone(n3.args), "--lease", "45s", "--max-keys-per-principal", "5", "--max-batch-ops", "64"))
 	waitFor(t, 30*time.Second, "n3's warning", func() (bool, string) {
 		return strings.Contains(n3.p.logs.String(), warning), n3.p.logs.String()
 	})
 	logs := n3.p.logs.String()
 	require.Equal(t, 1, strings.Count(logs, warning), logs)
-	require.Contains(t, logs, `msg="--lease, --max-keys-per-principal differ `+warning+`:`)
-	require.Contains(t, logs, `lease="n1 30s, n2 30s, n3 45s (this node)" max-keys-per-principal="n1 100000, n2 100000, n3 5 (this node)"`)
+	require.Contains(t, logs, `msg="--lease, --max-batch-ops, --max-keys-per-principal differ `+warning+`:`)
+	require.Contains(t, logs, `lease="n1 30s, n2 30s, n3 45s (this node)" max-batch-ops="n1 256, n2 256, n3 64 (this node)" max-keys-per-principal="n1 100000, n2 100000, n3 5 (this node)"`)
 }
 
 // TestSetRetentionRemindsOfTheFlag: idem cluster set-retention answered
