@@ -449,10 +449,11 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			return
 		}
 		creds := s.credentialsOf(r)
-		cred, ok := creds.Authenticate(bearerToken(r.Header.Get("Authorization")))
+		token := bearerToken(r.Header.Get("Authorization"))
+		cred, ok := creds.Authenticate(token)
 		if !ok {
 			reason := "unknown_token"
-			if bearerToken(r.Header.Get("Authorization")) == "" {
+			if token == "" {
 				reason = "no_token"
 			}
 			s.countRefused(reason)

@@ -975,16 +975,15 @@ func (n *Node) handOff(err *SealRefusedError) {
 			// does and hand over again: the leadership went round the
 			// voters for as long as the operator took (an operator walk,
 			// term 13 to 179).
-			c, split := n.majorityCheck(id)
-			if c == "" {
-				if split && n.fsm.keys.warned.allow(10*time.Second) {
+			switch c, split := n.majorityCheck(id); {
+			case split:
+				if n.fsm.keys.warned.allow(10 * time.Second) {
 					n.log.Error("the voters hold different keys under one id (each node generated its own instead of one file copied to all): no voter may encrypt with it, so this leader keeps the leadership and refuses writes that need it; make the key once, copy the same key file to every node and restart them", "key-id", id)
 				}
-				if split {
-					return
-				}
+				return
+			case c == "":
 				avoid = hex.EncodeToString(n.Keyring().Check(id))
-			} else {
+			default:
 				need[id] = c
 			}
 		}

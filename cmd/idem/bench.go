@@ -7,8 +7,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"runtime/pprof"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -121,17 +123,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if rep.Ops == 0 && rep.ErrorCount() > 0 {
 		// Nothing was measured: a run that reached no node (a client
 		// certificate missing, the wrong address) is no result.
-		codes := make([]string, 0, len(rep.Errors))
-		for code := range rep.Errors {
-			codes = append(codes, code)
-		}
-		sort.Strings(codes)
-		msg := rep.ErrorExamples[codes[0]]
+		code := slices.Sorted(maps.Keys(rep.Errors))[0]
+		msg := rep.ErrorExamples[code]
 		if hint := clientCertHint(msg); hint != "" {
 			msg += "; " + hint
 		}
 		fmt.Fprintf(stderr, "idem bench: every operation failed (%d), nothing was measured: %s: %s\n",
-			rep.ErrorCount(), codes[0], msg)
+			rep.ErrorCount(), code, msg)
 		return 1
 	}
 	return 0

@@ -435,13 +435,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	case healthy < voters/2+1:
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
 	}
-	for _, d := range keyDisagreements(st.Nodes) {
-		fmt.Fprintln(w, "WARNING: "+d)
-	}
-	for _, d := range expiryWarnings(st.Nodes, time.Now()) {
-		fmt.Fprintln(w, "WARNING: "+d)
-	}
-	for _, d := range clockWarnings(st) {
+	for _, d := range slices.Concat(keyDisagreements(st.Nodes), expiryWarnings(st.Nodes, time.Now()), clockWarnings(st)) {
 		fmt.Fprintln(w, "WARNING: "+d)
 	}
 	for _, d := range upgradeNotes(st) {

@@ -301,10 +301,9 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 				earlyFirst = append(earlyFirst, keys[i].ID)
 			}
 			if in && keys[i].Check == "" {
+				own := hex.EncodeToString(file.Check(keys[i].ID))
 				for c := range keys[i].Members {
-					if c != hex.EncodeToString(file.Check(keys[i].ID)) {
-						keys[i].FileDiffers = true
-					}
+					keys[i].FileDiffers = keys[i].FileDiffers || c != own
 				}
 				if keys[i].FileDiffers {
 					wrongInFile = append(wrongInFile, keys[i].ID)

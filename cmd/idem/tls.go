@@ -6,7 +6,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/prometheus/client_golang/prometheus"
 	"io"
 	stdlog "log"
 	"log/slog"
@@ -20,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-store/idem/certgen"
 	"github.com/idem-store/idem/client"
