@@ -340,7 +340,14 @@ func startNode(t *testing.T) (string, *raftfsm.TLS) {
 		Retention: 24 * time.Hour, DefaultLease: 30 * time.Second, BucketWidth: rc.BucketWidth,
 		Limits: api.DefaultLimits(), Gatherer: reg,
 	})
-	reg.MustRegister(as.Collectors()...) // as cmd/idem/serve.go does
+	// as cmd/idem/serve.go does: the handler's, the listener's and the
+	// TLS handshakes' metrics
+	cl := api.Listen(srv.Listener, 64, nil)
+	srv.Listener = cl
+	srv.Config.ConnContext = cl.ConnContext
+	reg.MustRegister(as.Collectors()...)
+	reg.MustRegister(api.ListenerCollectors(cl, as)...)
+	reg.MustRegister(api.HandshakeFailures())
 	srv.Config.Handler = as
 	srv.Start()
 	t.Cleanup(func() {

@@ -9,8 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/idem-store/idem/api"
 )
 
@@ -84,23 +82,4 @@ func limitConns(ln net.Listener, c connConfig, log *slog.Logger) *api.ConnListen
 // answer (a snapshot download) must not be cut.
 func httpServer(h http.Handler, cl *api.ConnListener, c connConfig) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout, ConnContext: cl.ConnContext}
-}
-
-// connMetrics exports what the connection and load limits see, so an
-// operator can tell when they bite.
-func connMetrics(reg prometheus.Registerer, cl *api.ConnListener, srv *api.Server) {
-	reg.MustRegister(
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_http_connections_open",
-			Help: "HTTP connections open now (--max-conns, plus the headroom kept for /healthz and /readyz)."},
-			func() float64 { return float64(cl.Open()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_connections_refused_total",
-			Help: "HTTP connections answered 503 and closed at once: beyond --max-conns and the health headroom."},
-			func() float64 { return float64(cl.Refused()) }),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_http_requests_in_flight",
-			Help: "HTTP requests being handled now, /healthz and /readyz aside (--max-inflight)."},
-			func() float64 { return float64(srv.InFlight()) }),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_requests_refused_total",
-			Help: "HTTP requests answered 503 for --max-inflight."},
-			func() float64 { return float64(srv.RefusedInFlight()) }),
-	)
 }

@@ -883,8 +883,8 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		PrincipalScope: c.scope == "principal", Limits: c.limits, MaxBatchOps: c.maxBatchOps, Auth: auth, NodeToken: nodeToken,
 		Logger: log, Gatherer: reg, PeerTLS: tlsConf,
 	})
-	connMetrics(reg, cl, srv) // listen.go
 	reg.MustRegister(srv.Collectors()...)
+	reg.MustRegister(api.ListenerCollectors(cl, srv)...)
 	var handler http.Handler = srv
 	if c.pprof {
 		mux := http.NewServeMux()
@@ -905,7 +905,8 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		})
 	}
 	hs := httpServer(handler, cl, c.conns)
-	handshakes := newHandshakeFailures(reg) // tls.go
+	handshakes := api.HandshakeFailures()
+	reg.MustRegister(handshakes)
 	hs.ErrorLog = httpErrorLog(log, handshakes)
 	defer c.tls.trackConns(hs, log)() // tls.go: a CA reload closes what it no longer trusts
 	errc := make(chan error, 2)

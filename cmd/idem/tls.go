@@ -347,18 +347,6 @@ type httpLogWriter struct {
 	failed *prometheus.CounterVec
 }
 
-// newHandshakeFailures is idem_http_tls_handshake_failures_total.
-func newHandshakeFailures(reg prometheus.Registerer) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "idem_http_tls_handshake_failures_total",
-		Help: "TLS handshakes of the HTTP API (and --health-addr) that failed, by reason: no_client_certificate (--tls-client-auth require, a client without one), client_certificate_refused (not from a CA in --tls-ca-file, expired), client_refused_ours (the client does not trust this node's certificate), other (port scans, plain HTTP, timeouts)."},
-		[]string{"reason"})
-	for _, r := range []string{"no_client_certificate", "client_certificate_refused", "client_refused_ours", "other"} {
-		c.WithLabelValues(r)
-	}
-	reg.MustRegister(c)
-	return c
-}
-
 // handshakeReason sorts a failed handshake by net/http's message.
 func handshakeReason(msg string) string {
 	switch {
