@@ -123,7 +123,15 @@
 // While the handler runs, the lease is extended in the background every
 // third of Options.Lease. If the store says the lease is lost (another
 // attempt took the key over after the lease ran out), the handler's context
-// is cancelled with ErrLeaseLost: its effect must not commit. The handler
+// is cancelled with ErrLeaseLost: its effect must not commit. If no extend
+// gets through before the lease runs out (this process cannot reach the
+// store, or the store does not answer), it is cancelled with
+// ErrLeaseExpired, which wraps ErrLeaseLost, a tenth of the lease before
+// then: a retry reaching the store from elsewhere may take the key over
+// from then on and run the handler beside this one. A handler that answers
+// all the same, after another attempt took its key, has its complete
+// refused; its caller gets 409 lease_lost rather than an answer no retry
+// would see, and its retry the answer that is stored. The handler
 // runs until its answer is written, so give the http.Server a WriteTimeout
 // (idem proxy's --write-timeout): a caller that never reads a large answer
 // would otherwise keep the attempt, and its lease extensions, going for as
@@ -146,6 +154,8 @@
 // idempotency_key_missing, idempotency_key_invalid (400), unauthorized
 // (401, Options.Principal failed), reauthorization_failed (403),
 // request_too_large (413, over Options.MaxBodyBytes), in_progress (409),
+// lease_lost (409, the attempt's lease ran out and another attempt holds
+// the key: retry),
 // fingerprint_mismatch (422), quota_exceeded or principal_limit (429),
 // invalid_request (400, the store refused the scope), unavailable (503).
 package middleware

@@ -117,6 +117,14 @@ type Options struct {
 // attempt took its key over: the handler must not commit its effect.
 var ErrLeaseLost = errors.New("middleware: the attempt's lease was lost to another attempt")
 
+// ErrLeaseExpired is the cause of a handler's cancelled context when the
+// store could not extend the lease before it ran out (unreachable, or not
+// answering): from then on a retry that reaches the store may take the key
+// over and run the handler beside this one, so the handler must not commit
+// its effect either. It wraps ErrLeaseLost: errors.Is(cause, ErrLeaseLost)
+// holds for both.
+var ErrLeaseExpired = fmt.Errorf("%w: the store did not extend it before it ran out", ErrLeaseLost)
+
 // ErrCallerGone is the cause of a handler's cancelled context
 // Options.CallerGoneTimeout after its caller went away: a handler that ends
 // only on its context (a stream, a long poll) would otherwise run, and keep
@@ -527,9 +535,10 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	pause := 25 * time.Millisecond
 	claimedAt := time.Now()
 	for {
+		sentAt := time.Now() // an earlier turn's claim met another attempt: this one's lease is later
 		res, err := m.claim(r.Context(), req)
 		if err == nil && res.Outcome == client.OutcomeClaimed {
-			m.run(w, r, next, s, res)
+			m.run(w, r, next, s, res, sentAt)
 			return
 		}
 		if err == nil { // a replay
@@ -718,7 +727,7 @@ func FromContext(ctx context.Context) (Attempt, bool) {
 }
 
 // run runs the handler under the claim and stores or releases its answer.
-func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s scope, c *client.ClaimResponse) {
+func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s scope, c *client.ClaimResponse, sentAt time.Time) {
 	a := Attempt{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: c.Token, Number: c.Attempt}
 	// The caller going away does not cancel the handler at once: its
 	// answer is stored for the caller's retry (cancelled, a handler that
@@ -740,7 +749,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 		}
 	})
 	defer gone()
-	stop := m.keepLease(ctx, cancel, s, c.Token)
+	stop := m.keepLease(ctx, cancel, s, c.Token, sentAt)
 	rec := newRecorder(w, r, m.o.MaxStoredBody)
 	done := false
 	defer func() {
@@ -764,13 +773,16 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
 	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrCallerGone):
-		m.storeThenAnswer(rec, func() { m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer") })
+		m.storeThenAnswer(rec, func() bool {
+			m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer")
+			return false
+		})
 	case rec.status() >= 500 || notYet(rec.status()):
 		reason := fmt.Sprintf("handler answered %d", rec.status())
-		m.storeThenAnswer(rec, func() { m.release(r, s, c.Token, reason) })
+		m.storeThenAnswer(rec, func() bool { m.release(r, s, c.Token, reason); return false })
 	default:
 		resp, dropped := rec.response(), rec.dropped
-		m.storeThenAnswer(rec, func() { m.complete(r, s, c.Token, resp, dropped) })
+		m.storeThenAnswer(rec, func() bool { return m.complete(r, s, c.Token, resp, dropped) })
 	}
 }
 
@@ -784,16 +796,24 @@ const answerWait = time.Second
 // answerWait if the store has not answered by then: the caller does not
 // wait StoreTimeout for an answer it already has, and tell goes on. It
 // returns once both are done (a server's Shutdown waits for tell).
-func (m *mw) storeThenAnswer(rec *recorder, tell func()) {
-	told := make(chan struct{})
-	go func() {
-		defer close(told)
-		tell()
-	}()
+//
+// When tell says the key is another attempt's now (the store refused this
+// attempt's complete: its lease ran out and a retry took the key over), a
+// held answer is not sent: every retry replays the other attempt's, and
+// this caller would be the only one told otherwise. It gets 409 lease_lost
+// instead, and its retry gets the stored answer.
+func (m *mw) storeThenAnswer(rec *recorder, tell func() (lost bool)) {
+	told := make(chan bool, 1)
+	go func() { told <- tell() }()
 	t := time.NewTimer(answerWait)
 	defer t.Stop()
 	select {
-	case <-told:
+	case lost := <-told:
+		if lost && rec.withhold() {
+			writeProblem(rec.w, http.StatusConflict, "lease_lost",
+				"this attempt's lease ran out while it ran and another attempt holds the key now; retry to get the answer that is stored", 1)
+			return
+		}
 		rec.finish()
 	case <-t.C:
 		rec.finish()
@@ -813,31 +833,62 @@ func notYet(status int) bool {
 // keepLease extends the lease every third of it until stop, that is until
 // the handler returns: not until the client goes away, since a handler
 // that goes on (a payment committing) must keep its key, or a retry would
-// run it a second time. A lost lease cancels the handler's context.
-func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string) (stop func()) {
+// run it a second time. A lost lease cancels the handler's context: with
+// ErrLeaseLost when the store says another attempt holds the key, with
+// ErrLeaseExpired when no extend got through before the lease ran out
+// (the store unreachable or not answering), since a retry that reaches the
+// store may take the key over from then on, and run the handler beside
+// this one. sentAt is when the claim was sent: its lease runs from when the
+// store decided it, later.
+func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string, sentAt time.Time) (stop func()) {
 	quit := make(chan struct{})
 	finished := make(chan struct{})
+	// stop aborts an extend in flight: the handler has returned, and its
+	// answer must not wait StoreTimeout for an extend it no longer needs.
+	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(finished)
+		held := leaseHeld(sentAt, m.o.Lease) // the lease surely runs until then
+		expire := time.NewTimer(time.Until(held))
+		defer expire.Stop()
 		t := time.NewTicker(m.o.Lease / 3)
 		defer t.Stop()
 		for {
 			select {
 			case <-quit:
 				return
+			case <-expire.C:
+				m.log.Error("idempotency lease ran out: the store did not extend it in time; cancelling the handler, since a retry may now take the key over and run it again", "endpoint", s.endpoint, "lease", m.o.Lease)
+				cancel(ErrLeaseExpired)
+				return
 			case <-t.C:
 			}
-			ectx, ecancel := context.WithTimeout(context.WithoutCancel(ctx), m.o.StoreTimeout)
+			select {
+			case <-quit: // the handler returned while a tick was due
+				return
+			default:
+			}
+			sent := time.Now()
+			deadline := sent.Add(m.o.StoreTimeout)
+			if held.Before(deadline) {
+				deadline = held // past it, only the cancel counts
+			}
+			ectx, ecancel := context.WithDeadline(lctx, deadline)
 			_, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
 				Token: token, LeaseMs: m.o.Lease.Milliseconds()})
 			ecancel()
-			if errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound) {
+			switch {
+			case err == nil:
+				held = leaseHeld(sent, m.o.Lease)
+				expire.Reset(time.Until(held))
+			case errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound):
 				m.log.Error("idempotency lease lost while the handler ran: cancelling it", "endpoint", s.endpoint, "error", err)
 				cancel(ErrLeaseLost)
 				return
-			}
-			if err != nil {
-				m.log.Warn("idempotency lease extension failed; retrying", "endpoint", s.endpoint, "error", err)
+			case lctx.Err() != nil: // stopped
+				return
+			default:
+				m.log.Warn("idempotency lease extension failed; retrying", "endpoint", s.endpoint, "error", err, "lease-runs-out-in", time.Until(held).Round(time.Millisecond))
 			}
 		}
 	}()
@@ -846,10 +897,17 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 		if !once {
 			once = true
 			close(quit)
+			lcancel()
 			<-finished
 		}
 	}
 }
+
+// leaseHeld is when a lease asked for at sent surely still runs: the store
+// starts it when it decides the call, after sent, by its clock; a tenth of
+// the lease is kept for the clocks' rates and for the handler to see its
+// context cancelled.
+func leaseHeld(sent time.Time, lease time.Duration) time.Time { return sent.Add(lease - lease/10) }
 
 // storeCtx is the context of a complete or release: the client's
 // disconnect must not cancel it (a lost complete runs the payment again on
@@ -886,7 +944,10 @@ func refusedByStore(err error) bool {
 	return errors.As(err, &p) && p.Status < 500
 }
 
-func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string) {
+// complete stores the answer; lost reports that the store refused this
+// attempt's token or no longer has the key: another attempt holds it, or an
+// operator evicted it.
+func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string) (lost bool) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
 	if len(dropped) > 0 {
@@ -935,7 +996,7 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 		if pendingCompletes.Add(1) > maxPendingCompletes {
 			pendingCompletes.Add(-1)
 			m.log.Error("idempotency complete failed, and too many others wait for the store to store this one later: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
-			return
+			return false
 		}
 		m.log.Warn("idempotency complete not stored yet: the store does not answer; retrying in the background", "endpoint", s.endpoint, "status", resp.Status, "for", completeRetryFor(m.o.Lease), "error", err)
 		go func() {
@@ -948,11 +1009,12 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			}
 			m.log.Info("idempotency complete stored once the store answered again", "endpoint", s.endpoint)
 		}()
-		return
+		return false
 	}
 	if err != nil {
 		m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 	}
+	return errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound)
 }
 
 // completeRetryFor is how long a complete the store did not answer is

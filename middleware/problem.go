@@ -22,6 +22,7 @@ var titles = map[string]string{
 	"reauthorization_failed":  "Stored answer not available to this caller",
 	"request_too_large":       "Request body too large",
 	"in_progress":             "Request in progress",
+	"lease_lost":              "Attempt superseded",
 	"fingerprint_mismatch":    "Idempotency-Key reused with another request",
 	"quota_exceeded":          "Too many idempotency keys",
 	"principal_limit":         "Too many principals",

@@ -159,6 +159,21 @@ func (r *recorder) finish() {
 	_ = http.NewResponseController(r.w).Flush()
 }
 
+// withhold drops a held answer that was not sent, so that another can go
+// in its place; false when it has gone out already (a stream, a hijacked
+// connection, a body over the limit).
+func (r *recorder) withhold() bool {
+	if r.passing || r.hijacked {
+		return false
+	}
+	r.passing = true
+	h := r.w.Header()
+	for k := range h {
+		delete(h, k)
+	}
+	return true
+}
+
 // bodyAllowed reports whether an answer of this status may have a body
 // (RFC 9110: none for 1xx, 204 and 304).
 func bodyAllowed(code int) bool {

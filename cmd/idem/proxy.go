@@ -65,6 +65,7 @@ type proxyConfig struct {
 	storeTLS                   *clientTLSFlags
 	tlsCert, tlsKey            string
 	storeTimeout               time.Duration
+	lease                      time.Duration
 	maxStoredBody              int
 	storeBatch                 int
 	shutdownTimeout            time.Duration
@@ -99,6 +100,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM `file` of the key of --tls-cert-file")
 	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load; a call waits only while other batches are in flight, until its batch holds as many calls as they do, at most 0.5 ms); at or below the store's --max-batch-ops (256 by default) is best, a larger batch is sent again in halves; 0: one store request per call")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second, "the lease of an attempt (100ms to 1h), extended every third of it while the upstream works; if no extend reaches the store before it runs out, the upstream call is cancelled (a retry through another proxy could take the key over) and the caller gets 503. A retry after a proxy crash waits this long for the key")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 504 and a retry runs again, told Idempotency-Attempt; 0: never). A call goes on when its caller disconnects, so its answer is stored for the retry")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed)")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
@@ -276,6 +278,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if c.maxStoredBody <= 0 {
 		bad("max-stored-body", "must be positive")
 	}
+	if c.lease < 100*time.Millisecond || c.lease > time.Hour {
+		bad("lease", "must be between 100ms and 1h")
+	}
 	if c.upstreamTimeout < 0 {
 		bad("upstream-timeout", "must not be negative")
 	}
@@ -403,6 +408,16 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if errors.Is(context.Cause(r.Context()), middleware.ErrLeaseLost) {
+				// The middleware cancelled the call: the attempt's lease
+				// could not be kept (and it logged why). Released, as
+				// any 5xx is: the retry runs again.
+				p.log.Warn("upstream call cancelled: the attempt's lease was lost", "path", r.URL.Path, "cause", context.Cause(r.Context()))
+				w.Header().Set("Retry-After", "1")
+				problemDoc(w, http.StatusServiceUnavailable, "unavailable", "Idempotency store unavailable",
+					"the proxy could not keep this request's idempotency key in the store, so the upstream call was cancelled before it could finish; retry")
+				return
+			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				p.log.Debug("caller went away", "path", r.URL.Path)
 			} else {
@@ -666,6 +681,7 @@ func (p *proxy) handler() (http.Handler, error) {
 		Principal:     p.principal,
 		Methods:       p.methods,
 		StoreTimeout:  p.cfg.storeTimeout,
+		Lease:         p.cfg.lease,
 		MaxStoredBody: p.cfg.maxStoredBody,
 		Logger:        p.log,
 	})
@@ -777,10 +793,17 @@ func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter 
 // still listens, so cancelling the call would only lose its answer: the
 // attempt would be released and the caller's retry would run it a second
 // time. Instead the answer is read whole and stored, and the retry replays
-// it. The call is bounded by --upstream-timeout when set.
+// it. The call is bounded by --upstream-timeout when set. A keyed call
+// keeps the middleware's context, which the caller's going cannot cancel
+// but a lost lease does (middleware.ErrLeaseLost): detached from it too,
+// the call ran on past a lease the proxy could not extend, beside the
+// retry that took the key over.
 func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := context.WithoutCancel(r.Context())
+		ctx := r.Context()
+		if _, keyed := middleware.FromContext(ctx); !keyed {
+			ctx = context.WithoutCancel(ctx)
+		}
 		if timeout > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, timeout)

@@ -1,0 +1,172 @@
+package e2emiddleware_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/idemtest"
+	"github.com/idem-store/idem/middleware"
+)
+
+// noExtend passes calls to a real store, except extends: those fail as a
+// store that cannot be reached does (this process lost the store; the
+// callers' retries, from another process, still reach it).
+type noExtend struct {
+	*client.Client
+	block bool // hold each extend until its context ends, rather than fail at once
+}
+
+func (s *noExtend) Extend(ctx context.Context, req client.ExtendRequest) (*client.ExtendResponse, error) {
+	if s.block {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return nil, errors.New("dial tcp 127.0.0.1:7070: connect: connection refused")
+}
+
+// Bug (adoption walk): only a store saying "token mismatch" or "not found"
+// cancelled a handler. With every extend failing, the handler ran on past
+// its lease; a retry that reached the store took the key over and ran the
+// handler a second time beside the first (two charges). The handler's
+// context is now cancelled, with ErrLeaseExpired, before the lease can run
+// out by the store's clock.
+func TestUnextendableLeaseCancelsTheHandlerBeforeATakeover(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	var running, most, runs atomic.Int32
+	causes := make(chan error, 2)
+	started := make(chan struct{}, 2)
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: &noExtend{Client: real}, Lease: 300 * time.Millisecond},
+		func(w http.ResponseWriter, r *http.Request) {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			run := runs.Add(1)
+			started <- struct{}{}
+			if run > 1 {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "run 2")
+				return
+			}
+			select {
+			case <-r.Context().Done():
+				causes <- context.Cause(r.Context())
+				w.WriteHeader(http.StatusServiceUnavailable) // not committed: released
+			case <-time.After(10 * time.Second):
+				causes <- nil
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "run 1")
+			}
+		})
+	first := make(chan *http.Response, 1)
+	go func() {
+		resp, _ := send("lease-1")
+		first <- resp
+	}()
+	<-started
+	time.Sleep(700 * time.Millisecond) // the lease (300 ms) has run out by the store's clock
+	var resp *http.Response
+	var body string
+	require.Eventually(t, func() bool {
+		resp, body = send("lease-1")
+		return resp.StatusCode != http.StatusConflict
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+	require.Equal(t, "run 2", body)
+	cause := <-causes
+	require.ErrorIs(t, cause, middleware.ErrLeaseExpired)
+	require.ErrorIs(t, cause, middleware.ErrLeaseLost, "a handler checking ErrLeaseLost sees this one too")
+	require.Equal(t, http.StatusServiceUnavailable, (<-first).StatusCode)
+	require.Equal(t, int32(1), most.Load(), "the retry ran the handler beside the first attempt")
+}
+
+// A handler that goes on after its lease was lost (it ignores its
+// context) answers after a retry took the key over and stored its own
+// answer. That answer went to its caller, who then held "run 1" while every
+// retry replays "run 2". The store refuses its complete; the caller gets
+// 409 lease_lost, and its retry the stored answer.
+func TestAnswerOfASupersededAttemptIsNotSent(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	proceed := make(chan struct{})
+	started := make(chan struct{}, 2)
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: &noExtend{Client: real}, Lease: 300 * time.Millisecond},
+		func(w http.ResponseWriter, r *http.Request) {
+			started <- struct{}{}
+			if runs.Add(1) > 1 {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "run 2")
+				return
+			}
+			<-proceed // whatever its context says
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "run 1")
+		})
+	type got struct {
+		resp *http.Response
+		body string
+	}
+	first := make(chan got, 1)
+	go func() {
+		resp, body := send("lease-2")
+		first <- got{resp, body}
+	}()
+	<-started
+	time.Sleep(700 * time.Millisecond)
+	var resp *http.Response
+	var body string
+	require.Eventually(t, func() bool {
+		resp, body = send("lease-2")
+		return resp.StatusCode != http.StatusConflict
+	}, 10*time.Second, 50*time.Millisecond)
+	require.Equal(t, "run 2", body)
+	close(proceed)
+	a := <-first
+	require.Equal(t, http.StatusConflict, a.resp.StatusCode, a.body)
+	require.Contains(t, a.body, `"code":"lease_lost"`)
+	require.Equal(t, "1", a.resp.Header.Get("Retry-After"))
+	resp, body = send("lease-2")
+	require.Equal(t, "true", resp.Header.Get(middleware.HeaderReplayed))
+	require.Equal(t, "run 2", body, "the retry replays the answer that is stored")
+}
+
+// Bug (adoption walk): once the handler returned, its answer waited for an
+// extend in flight to the store (up to StoreTimeout, a minute here), and a
+// tick due then could start one more. The extend is abandoned instead.
+func TestAnswerDoesNotWaitForAnExtendInFlight(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	var once sync.Once
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: &noExtend{Client: real, block: true},
+		Lease: 6 * time.Second, StoreTimeout: time.Minute},
+		func(w http.ResponseWriter, r *http.Request) {
+			once.Do(func() { time.Sleep(2500 * time.Millisecond) }) // one extend (at 2 s) is in flight
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged once")
+		})
+	answered := make(chan string, 1)
+	go func() {
+		_, body := send("held-extend")
+		answered <- body
+	}()
+	select {
+	case body := <-answered:
+		require.Equal(t, "charged once", body)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the answer waited for an extend the handler no longer needed")
+	}
+	resp, body := send("held-extend")
+	require.Equal(t, "true", resp.Header.Get(middleware.HeaderReplayed))
+	require.Equal(t, "charged once", body)
+}
