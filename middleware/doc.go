@@ -13,7 +13,9 @@
 // Requests whose method is not in Options.Methods (default POST and PATCH)
 // pass through untouched; an Idempotency-Key on them is ignored. The others
 // need exactly one Idempotency-Key header: a structured-field string
-// ("abc"), or a bare token (abc) for clients that do not quote. Missing:
+// ("abc"; parameters after it, "abc";p=1, are ignored), or a bare key (abc)
+// for clients that do not quote, taken whole as Stripe takes raw keys
+// (inv-7;part-1 is that key, not "inv-7" with a parameter). Missing:
 // 400 idempotency_key_missing; empty, over 255 bytes, not printable ASCII or
 // sent more than once: 400 idempotency_key_invalid. The handler does not run.
 //

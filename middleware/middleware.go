@@ -397,8 +397,9 @@ func DefaultFingerprint(r *http.Request, endpoint string, body []byte) (string, 
 }
 
 // ParseKey reads the Idempotency-Key header values of a request: exactly one
-// field holding a structured-field string ("abc") or a bare token (abc), of
-// 1 to 255 printable ASCII characters.
+// field holding a structured-field string ("abc", parameters after it
+// ignored) or a bare key (abc) taken whole, ';' included, of 1 to 255
+// printable ASCII characters.
 func ParseKey(values []string) (string, error) {
 	switch len(values) {
 	case 0:
@@ -440,7 +441,11 @@ func ParseKey(values []string) (string, error) {
 		}
 		key = b.String()
 	} else {
-		if v, _, _ = strings.Cut(v, ";"); strings.ContainsAny(v, ", \t\"") {
+		// A bare key is the key as the client wrote it (Stripe's raw
+		// keys), ';' and all: only a quoted string may carry parameters
+		// after it. Cut at ';', inv-7;part-1 and inv-7;part-2 were one
+		// key, and the second was replayed the first's answer.
+		if strings.ContainsAny(v, ", \t\"") {
 			return "", fmt.Errorf("%w: a bare key must be one token; quote it as a structured-field string (\"...\")", errKeyInvalid)
 		}
 		for i := 0; i < len(v); i++ {

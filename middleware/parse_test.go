@@ -16,12 +16,18 @@ import (
 
 func TestParseKey(t *testing.T) {
 	good := map[string]string{
-		`"abc"`:               "abc",
-		`abc`:                 "abc",
-		` "a b" `:             "a b",
-		`"a\"b\\c"`:           `a"b\c`,
-		`"k";p=1`:             "k",
-		`tok:en/1`:            "tok:en/1",
+		`"abc"`:     "abc",
+		`abc`:       "abc",
+		` "a b" `:   "a b",
+		`"a\"b\\c"`: `a"b\c`,
+		`"k";p=1`:   "k",
+		`tok:en/1`:  "tok:en/1",
+		// A bare key is taken whole: two parts of one invoice are two
+		// keys, not the key "inv-7" twice (the second was replayed the
+		// first's answer).
+		`inv-7;part-1`:        "inv-7;part-1",
+		`inv-7;part-2`:        "inv-7;part-2",
+		`k;p=1`:               "k;p=1",
 		`"` + long(255) + `"`: long(255),
 	}
 	for in, want := range good {
@@ -30,21 +36,22 @@ func TestParseKey(t *testing.T) {
 		require.Equal(t, want, got, "%q", in)
 	}
 	bad := map[string][]string{
-		"missing":          nil,
-		"twice":            {`"a"`, `"a"`},
-		"empty string":     {`""`},
-		"empty field":      {""},
-		"a list":           {`"a", "b"`},
-		"bare list":        {"a,b"},
-		"unterminated":     {`"abc`},
-		"bad escape":       {`"a\nb"`},
-		"control":          {"\"a\x01\""},
-		"non-ASCII":        {"\"caf\xc3\xa9\""},
-		"bare with space":  {"a b"},
-		"bare with quote":  {`a"b`},
-		"256 bytes":        {`"` + long(256) + `"`},
-		"256 bytes, bare":  {long(256)},
-		"trailing garbage": {`"a" b`},
+		"missing":             nil,
+		"twice":               {`"a"`, `"a"`},
+		"empty string":        {`""`},
+		"empty field":         {""},
+		"a list":              {`"a", "b"`},
+		"bare list":           {"a,b"},
+		"unterminated":        {`"abc`},
+		"bad escape":          {`"a\nb"`},
+		"control":             {"\"a\x01\""},
+		"non-ASCII":           {"\"caf\xc3\xa9\""},
+		"bare with space":     {"a b"},
+		"bare with quote":     {`a"b`},
+		"bare, space after ;": {"a;b c"},
+		"256 bytes":           {`"` + long(256) + `"`},
+		"256 bytes, bare":     {long(256)},
+		"trailing garbage":    {`"a" b`},
 	}
 	for name, in := range bad {
 		_, err := middleware.ParseKey(in)
