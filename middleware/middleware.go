@@ -238,6 +238,9 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 // Services that authenticate otherwise (cookies, mTLS, an API-key header)
 // set Principal; AnonymousPrincipal keeps one shared tenant on purpose.
 //
+// A scheme without a credential ("Bearer", "Bearer " from an unset token
+// variable) is no credential, and refused alike.
+//
 // A request with the header twice is refused too: the principal would be
 // the first's hash, and a service that authenticates with the last would
 // store a caller's answer under another's credential (a shared guest one,
@@ -247,7 +250,7 @@ func AuthorizationPrincipal(r *http.Request) (string, error) {
 	if len(vs) > 1 {
 		return "", fmt.Errorf("middleware: the request has the Authorization header %d times", len(vs))
 	}
-	if len(vs) == 0 || strings.TrimSpace(vs[0]) == "" {
+	if len(vs) == 0 || noCredential(vs[0]) {
 		return "", errNoAuthorization
 	}
 	sum := sha256.Sum256([]byte(canonicalAuthorization(vs[0])))
@@ -269,15 +272,40 @@ func canonicalAuthorization(v string) string {
 	return strings.ToUpper(scheme[:1]) + strings.ToLower(scheme[1:]) + " " + rest
 }
 
+// noCredential reports an Authorization header that carries no
+// credential: empty, or an authentication scheme alone ("Bearer", "Bearer
+// " with the token variable unset). Hashed as a credential, it made every
+// caller whose token was unset one principal, handed each other's stored
+// answers. A single word that is no scheme's name stays a credential (an
+// API key sent bare).
+func noCredential(v string) bool {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return true
+	}
+	if strings.ContainsAny(v, " \t") {
+		return false
+	}
+	switch strings.ToLower(v) {
+	// The IANA HTTP Authentication Scheme Registry, and Token (GitHub's,
+	// Django REST framework's).
+	case "basic", "bearer", "concealed", "digest", "dpop", "gnap", "hoba", "mutual", "negotiate", "oauth",
+		"privatetoken", "scram-sha-1", "scram-sha-256", "vapid", "token":
+		return true
+	}
+	return false
+}
+
 var errNoAuthorization = errors.New("middleware: the request has no Authorization header, and idempotency keys belong to the caller's credential")
 
 // AnonymousPrincipal is AuthorizationPrincipal, except that requests
 // without an Authorization header share the principal "anonymous": for a
 // service whose callers all trust one another (one internal client), where
 // one caller's stored answer may be replayed to another that sends the
-// same key.
+// same key. A scheme without a credential ("Bearer") is no header, for
+// both.
 func AnonymousPrincipal(r *http.Request) (string, error) {
-	if vs := r.Header.Values("Authorization"); len(vs) == 0 || (len(vs) == 1 && vs[0] == "") {
+	if vs := r.Header.Values("Authorization"); len(vs) == 0 || (len(vs) == 1 && noCredential(vs[0])) {
 		return "anonymous", nil
 	}
 	return AuthorizationPrincipal(r)

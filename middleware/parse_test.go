@@ -1,6 +1,8 @@
 package middleware_test
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +91,28 @@ func FuzzParseKey(f *testing.F) {
 			}
 		}
 	})
+}
+
+// An Authorization scheme without its credential ("Bearer", or "Bearer "
+// from a token variable left unset) counted as a credential: every such
+// caller was one principal, handed the others' stored answers. It is no
+// credential (401, as a missing header; AnonymousPrincipal's "anonymous").
+// A single word that names no scheme (a bare API key) still is one.
+func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
+	principal := func(f func(*http.Request) (string, error), v string) (string, error) {
+		r := httptest.NewRequest(http.MethodPost, "/pay", nil)
+		r.Header.Set("Authorization", v)
+		return f(r)
+	}
+	for _, v := range []string{"Bearer", "Bearer ", "Bearer  \t", "bearer", "Basic ", "Token"} {
+		_, err := principal(middleware.AuthorizationPrincipal, v)
+		require.Error(t, err, "%q", v)
+		p, err := principal(middleware.AnonymousPrincipal, v)
+		require.NoError(t, err, "%q", v)
+		require.Equal(t, "anonymous", p, "%q", v)
+	}
+	for _, v := range []string{"Bearer T", "sk_live_1"} {
+		_, err := principal(middleware.AuthorizationPrincipal, v)
+		require.NoError(t, err, "%q", v)
+	}
 }
