@@ -143,7 +143,10 @@ func (b *Batcher) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, 
 		}
 	}
 	switch {
-	case out.Outcome == OutcomeClaimed && status == http.StatusCreated:
+	case out.Outcome == OutcomeClaimed:
+		if err := wonClaim(status, &out); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/batch", err)
+		}
 	case out.Outcome == OutcomeReplay && status == http.StatusOK:
 		if err := replayable(out.Record); err != nil {
 			return nil, badAnswer(http.MethodPost, "/v1/batch", err)
@@ -413,7 +416,7 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 	body.WriteString(`]}`)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 	defer cancel()
-	raw, err := b.c.exchange(ctx, http.MethodPost, "/v1/batch", nil, body.Bytes(), true)
+	raw, _, err := b.c.exchange(ctx, http.MethodPost, "/v1/batch", nil, body.Bytes(), true)
 	if p := (*Problem)(nil); errors.As(err, &p) && p.Status == http.StatusRequestEntityTooLarge && len(live) > 1 {
 		cancel()
 		half := len(live) / 2

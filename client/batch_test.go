@@ -286,3 +286,17 @@ func TestBatcherRefusesWholeABatchWithARecordOfAnotherScope(t *testing.T) {
 		}
 	}
 }
+
+// A batch's claimed answer without a token was taken for a won claim, as a
+// single call's was: the middleware ran the handler unprotected.
+func TestBatcherRefusesAClaimWithoutAToken(t *testing.T) {
+	c, _ := batchFake(t, nil, func(op map[string]any) wire.BatchResult {
+		return wire.BatchResult{Status: 201, Body: json.RawMessage(`{"outcome":"claimed","attempt":1}`)}
+	})
+	b := c.NewBatcher(BatcherConfig{})
+	defer b.Close()
+	res, err := b.Claim(context.Background(), ClaimRequest{Principal: "p", Endpoint: "e", Key: "k", Fingerprint: "ab"})
+	if !errors.Is(err, ErrBadAnswer) {
+		t.Fatalf("claim = %+v, %v; want ErrBadAnswer", res, err)
+	}
+}

@@ -211,7 +211,7 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 			return nil, fmt.Errorf("client: encode %s %s: %w", method, path, err)
 		}
 	}
-	raw, err := c.exchange(ctx, method, path, query, b, in != nil)
+	raw, _, err := c.exchange(ctx, method, path, query, b, in != nil)
 	if err == nil && method == http.MethodPost && path == "/v1/batch" {
 		// Each op's record against its scope, here where the ops and the
 		// answer are both at hand. A Batcher checks its own batches
@@ -225,8 +225,9 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 }
 
 // exchange is Do with the body already encoded (the Batcher builds its
-// JSON itself: through Do, json.Marshal would check and copy it again).
-func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, b []byte, hasBody bool) (json.RawMessage, error) {
+// JSON itself: through Do, json.Marshal would check and copy it again),
+// and the status of a 2xx answer.
+func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, b []byte, hasBody bool) (_ json.RawMessage, status int, _ error) {
 	start := int(c.cur.Load())
 	var resp *http.Response
 	used := start
@@ -250,7 +251,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 				continue
 			}
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	defer resp.Body.Close()
 	if l := resp.Header.Get(LeaderHeader); l != "" {
@@ -263,18 +264,18 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 	}
 	raw, err := answerBody(resp)
 	if err != nil {
-		return nil, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
+		return nil, 0, fmt.Errorf("client: read answer of %s %s: %w", method, path, err)
 	}
 	if len(raw) > maxAnswerBytes {
-		return nil, fmt.Errorf("%w of %s %s: larger than %d bytes", ErrBadAnswer, method, path, maxAnswerBytes)
+		return nil, 0, fmt.Errorf("%w of %s %s: larger than %d bytes", ErrBadAnswer, method, path, maxAnswerBytes)
 	}
 	if err := plainToHTTPS(c.nodes[used], resp.StatusCode, raw); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return nil, newProblem(resp, raw, time.Now())
+		return nil, 0, newProblem(resp, raw, time.Now())
 	}
-	return raw, nil
+	return raw, resp.StatusCode, nil
 }
 
 // answerBody reads an answer's body, at most maxAnswerBytes+1 of it: into
@@ -376,7 +377,11 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 // fingerprint_mismatch, 429 or 503 is a *Problem; after a 503 repeat the
 // claim with the same ClaimID.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, error) {
-	raw, err := c.Do(ctx, http.MethodPost, "/v1/claim", nil, req)
+	b, err := wire.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("client: encode POST /v1/claim: %w", err)
+	}
+	raw, status, err := c.exchange(ctx, http.MethodPost, "/v1/claim", nil, b, true)
 	if err != nil {
 		return nil, err
 	}
@@ -391,6 +396,13 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, e
 	}
 	switch out.Outcome {
 	case OutcomeClaimed:
+		// A store answers a won claim 201 with its token. Anything else
+		// (a 200, no token) is not a store's answer: taken as a won
+		// claim, the middleware ran the handler with nothing to
+		// complete, unprotected.
+		if err := wonClaim(status, &out); err != nil {
+			return nil, badAnswer(http.MethodPost, "/v1/claim", err)
+		}
 		out.StatusCode = http.StatusCreated
 	case OutcomeReplay:
 		out.StatusCode = http.StatusOK
@@ -405,6 +417,18 @@ func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, e
 	}
 	out.Raw = raw
 	return &out, nil
+}
+
+// wonClaim checks a claimed answer: 201 with a token, as every node
+// answers a won claim.
+func wonClaim(status int, out *ClaimResponse) error {
+	switch {
+	case status != http.StatusCreated:
+		return fmt.Errorf("claimed answered %d, not 201", status)
+	case out.Token == "":
+		return fmt.Errorf("claimed without a token")
+	}
+	return nil
 }
 
 // replayable checks what a replay hands its caller to send as its own

@@ -159,10 +159,11 @@ func TestRequestShapes(t *testing.T) {
 		query      url.Values
 		body       map[string]any
 		noBodyJSON bool
+		status     int // of the answer; 0: 200
 	}{
 		{
 			name:   "claim with every member",
-			answer: `{"outcome":"claimed","token":"17","attempt":1}`,
+			answer: `{"outcome":"claimed","token":"17","attempt":1}`, status: http.StatusCreated,
 			call: func(c *Client) error {
 				_, err := c.Claim(ctx, ClaimRequest{Principal: "cus_42", Endpoint: "POST /payments", Key: "retry-1",
 					Fingerprint: "9f86d0", LeaseMs: 30000, ClaimID: "a1b2", CorrelationID: "req-77"})
@@ -173,7 +174,7 @@ func TestRequestShapes(t *testing.T) {
 		},
 		{
 			name:   "claim leaves optional members out",
-			answer: `{"outcome":"claimed","token":"17","attempt":1}`,
+			answer: `{"outcome":"claimed","token":"17","attempt":1}`, status: http.StatusCreated,
 			call: func(c *Client) error {
 				_, err := c.Claim(ctx, ClaimRequest{Principal: "cus_42", Endpoint: "POST /payments", Key: "retry-1", Fingerprint: "9f86d0"})
 				return err
@@ -307,7 +308,11 @@ func TestRequestShapes(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c, got := fake(t, http.StatusOK, map[string]string{"Content-Type": "application/json"}, tc.answer)
+			status := tc.status
+			if status == 0 {
+				status = http.StatusOK
+			}
+			c, got := fake(t, status, map[string]string{"Content-Type": "application/json"}, tc.answer)
 			if err := tc.call(c); err != nil {
 				t.Fatal(err)
 			}
@@ -412,6 +417,27 @@ func TestClaimOutcomes(t *testing.T) {
 			t.Errorf("lease_expires_at %v on a completed record", r.LeaseExpiresAt)
 		}
 	})
+
+	// A won claim is 201 with a token. A 200, or no token, was taken for
+	// one: the middleware ran the handler with no token to complete it
+	// with, unprotected, where it answers 503 for an answer that is not a
+	// store's.
+	for name, a := range map[string]struct {
+		status int
+		body   string
+	}{
+		"claimed without a token": {http.StatusCreated, `{"outcome":"claimed","attempt":1}`},
+		"claimed, empty token":    {http.StatusCreated, `{"outcome":"claimed","token":"","attempt":1}`},
+		"claimed answered 200":    {http.StatusOK, `{"outcome":"claimed","token":"42","attempt":1}`},
+		"claimed answered 202":    {http.StatusAccepted, `{"outcome":"claimed","token":"42","attempt":1}`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c, _ := fake(t, a.status, nil, a.body)
+			if res, err := c.Claim(ctx, req); !errors.Is(err, ErrBadAnswer) {
+				t.Fatalf("claim = %+v, %v; want ErrBadAnswer", res, err)
+			}
+		})
+	}
 
 	t.Run("unknown outcome", func(t *testing.T) {
 		c, _ := fake(t, http.StatusOK, nil, `{"outcome":"maybe"}`)
