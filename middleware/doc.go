@@ -107,7 +107,10 @@
 // Idempotency-Body-Omitted: too-large. An answer the handler flushed while
 // writing (streaming) is stored the same way with
 // Idempotency-Body-Omitted: streamed: it is never replayed as if complete.
-// A hijacked connection (WebSocket) releases the claim. A header the
+// A hijacked connection (WebSocket) releases the claim; a keyed request
+// that asks to upgrade its connection is refused (400) before it runs, but
+// for an offer of h2c alone (curl --http2 on http://), which net/http
+// ignores: it runs as the HTTP/1.1 request it is, the offer removed. A header the
 // store would refuse (a name that is no HTTP token, a value with a control
 // character other than tab or not in UTF-8) reaches the first caller and
 // is left out of the stored copy, with a warning in the log: refused, the

@@ -520,7 +520,15 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		writeProblem(w, http.StatusUnauthorized, "unauthorized", detail, 0)
 		return
 	}
-	if r.Header.Get("Upgrade") != "" {
+	if up := r.Header.Values("Upgrade"); len(up) > 0 && onlyH2C(up) {
+		// curl --http2 offers h2c on every http:// request. net/http
+		// ignores the offer and answers in HTTP/1.1, so this is an
+		// ordinary request: refused, the caller was told to drop its key.
+		// The offer is dropped, so that no handler takes it up (a reverse
+		// proxy passing it on to an upstream that switches).
+		r.Header.Del("Upgrade")
+		r.Header.Del("HTTP2-Settings")
+	} else if len(up) > 0 {
 		// A 101 hands the connection over (hijacked): nothing is stored,
 		// the key is released, and every retry runs again.
 		writeProblem(w, http.StatusBadRequest, "invalid_request",
@@ -598,6 +606,19 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		m.refuse(w, r, next, err)
 		return
 	}
+}
+
+// onlyH2C reports whether the Upgrade header values offer h2c and
+// nothing else.
+func onlyH2C(values []string) bool {
+	for _, v := range values {
+		for p := range strings.SplitSeq(v, ",") {
+			if !strings.EqualFold(strings.TrimSpace(p), "h2c") {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 type scope struct{ principal, endpoint, key string }

@@ -395,6 +395,16 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			pr.SetURL(p.upstream)
 			pr.SetXForwarded()
 			pr.Out.Host = pr.In.Host // the upstream sees the name the caller used
+			if up := pr.Out.Header.Get("Upgrade"); up != "" && h2cOnly(up) {
+				// An h2c offer (curl --http2 on http://) is for this hop,
+				// whose server ignores it and answers in HTTP/1.1. Passed
+				// on (without its HTTP2-Settings, dropped as a header
+				// Connection names), an upstream that took it up would
+				// switch the caller's connection to HTTP/2 under the
+				// proxy, a hijack that no key protects.
+				pr.Out.Header.Del("Upgrade")
+				pr.Out.Header.Del("Connection")
+			}
 			// The attempt the request runs under, for an upstream to fence
 			// its own writes with: after a proxy crash or an upstream
 			// timeout a retry runs again, and only the attempt number
@@ -445,6 +455,16 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 		},
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// h2cOnly reports whether an Upgrade value offers h2c and nothing else.
+func h2cOnly(v string) bool {
+	for p := range strings.SplitSeq(v, ",") {
+		if !strings.EqualFold(strings.TrimSpace(p), "h2c") {
+			return false
+		}
+	}
+	return true
 }
 
 // The headers that tell the upstream the attempt a keyed request runs

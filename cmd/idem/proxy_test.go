@@ -806,3 +806,36 @@ func TestProxySaysWhenTheUpstreamsAnswerIsNotHTTP(t *testing.T) {
 	require.Contains(t, a.body, "not HTTP")
 	require.Contains(t, a.body, "may have done the work")
 }
+
+// curl --http2 on http:// offers h2c (Connection: Upgrade, HTTP2-Settings;
+// Upgrade: h2c). A keyed request was refused 400; it runs, and is
+// replayed. Neither it nor an unkeyed request passes the offer on: an
+// upstream that took it up would switch the caller's connection under the
+// proxy.
+func TestProxyH2COfferIsNotAnUpgrade(t *testing.T) {
+	var upgrades atomic.Int32
+	var runs atomic.Int32
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" || r.Header.Get("HTTP2-Settings") != "" {
+			upgrades.Add(1)
+		}
+		w.WriteHeader(http.StatusCreated)
+		fmt.Fprintf(w, "run %d", runs.Add(1))
+	}))
+	defer up.Close()
+	store := startStore(t)
+	px := startProxy(t, "--upstream", up.URL, "--store", store.http)
+	offer := []string{"Connection", "Upgrade, HTTP2-Settings", "Upgrade", "h2c", "HTTP2-Settings", "AAMAAABkAAQAoAAAAAIAAAAA"}
+
+	first := pxSend(t, "POST", px.url+"/pay", "h2c-1", `{}`, offer...)
+	require.Equal(t, http.StatusCreated, first.status, "%+v", first)
+	again := pxSend(t, "POST", px.url+"/pay", "h2c-1", `{}`, offer...)
+	require.Equal(t, first.body, again.body, "%+v", again)
+	require.Equal(t, "true", again.header.Get("Idempotency-Replayed"))
+	a := pxSend(t, "GET", px.url+"/read", "", "", offer...)
+	require.Equal(t, http.StatusCreated, a.status, "%+v", a)
+	require.Zero(t, upgrades.Load(), "the upstream was offered h2c")
+
+	a = pxSend(t, "POST", px.url+"/pay", "ws-1", `{}`, "Connection", "Upgrade", "Upgrade", "websocket")
+	require.Equal(t, http.StatusBadRequest, a.status, "%+v", a)
+}
