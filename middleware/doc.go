@@ -102,7 +102,8 @@
 //     redirect (3xx, never followed: no idem route redirects).
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
-// too large) reaches the first caller untouched and is stored with its
+// too large, each logged as a warning: the store's --max-response-bytes is
+// below MaxStoredBody) reaches the first caller untouched and is stored with its
 // status and headers but an empty body; replays carry
 // Idempotency-Body-Omitted: too-large. An answer the handler flushed while
 // writing (streaming) is stored the same way with

@@ -1022,6 +1022,10 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 		// below MaxStoredBody, or the headers are too many): keep the
 		// status, and say what is missing. Left failed, the key stayed
 		// taken until its lease ran out, and the retry ran it again.
+		// Said, or answers went unstored without a word while every
+		// replay lacked its body.
+		m.log.Warn("idempotency: an answer was stored without its body: the store refused it as too large; its --max-response-bytes (or --max-request-bytes) is below MaxStoredBody (idem proxy's --max-stored-body): set them alike",
+			"endpoint", s.endpoint, "status", resp.Status, "body-bytes", len(resp.Body), "max-stored-body", m.o.MaxStoredBody, "error", err)
 		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)

@@ -517,6 +517,25 @@ func (p *proxy) checkStores(ctx context.Context) {
 	}
 }
 
+// checkStoreLimit says, once at start, when --max-stored-body is above the
+// store's --max-response-bytes (GET /v1/config, which a store with
+// --auth-file shows only to a read or admin token): every answer between
+// the two would be stored without its body, each one logged only as it
+// comes.
+func (p *proxy) checkStoreLimit(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cfg, err := p.store.Config(cctx)
+	if err != nil {
+		p.log.Debug("cannot read the store's limits to check --max-stored-body", "error", err)
+		return
+	}
+	if limit, ok := cfg.Limits["max_response_bytes"].(float64); ok && limit < float64(p.cfg.maxStoredBody) {
+		p.log.Warn("--max-stored-body is above the store's --max-response-bytes: answers between the two are stored without their body; set --max-stored-body to the store's limit",
+			"max-stored-body", p.cfg.maxStoredBody, "store-max-response-bytes", int64(limit))
+	}
+}
+
 // storeWantsToken reports whether the store node at base answers a call
 // without a token 401: it runs with --auth-file. /v1/config needs a token
 // there and none without.
@@ -594,7 +613,10 @@ func (p *proxy) run(ctx context.Context) error {
 	p.log.Info("proxy listening", "addr", scheme+"://"+ln.Addr().String(), "upstream", p.upstream.String(),
 		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader,
 		"max-inflight", p.cfg.maxInFlight, "max-conns", conns)
-	go p.checkStores(ctx)
+	go func() {
+		p.checkStores(ctx)
+		p.checkStoreLimit(ctx)
+	}()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {

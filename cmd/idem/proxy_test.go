@@ -839,3 +839,23 @@ func TestProxyH2COfferIsNotAnUpgrade(t *testing.T) {
 	a = pxSend(t, "POST", px.url+"/pay", "ws-1", `{}`, "Connection", "Upgrade", "Upgrade", "websocket")
 	require.Equal(t, http.StatusBadRequest, a.status, "%+v", a)
 }
+
+// --max-stored-body above the store's --max-response-bytes: answers
+// between the two were stored without their body, and nothing said so.
+// The proxy says so at start (it reads the store's limit), and for each
+// answer stored without its body.
+func TestProxyWarnsOfAStoreLimitBelowMaxStoredBody(t *testing.T) {
+	up := newUpstream(t)
+	store := start(t, filepath.Join(t.TempDir(), "data"), freePort(t), freePort(t), "--max-response-bytes", "1024")
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", store.http, "--max-stored-body", "64KiB")
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(px.logs.String(), "above the store's --max-response-bytes") {
+		require.True(t, time.Now().Before(deadline), "no warning at start; logs:\n%s", px.logs)
+		time.Sleep(20 * time.Millisecond)
+	}
+	first := pxSend(t, "POST", px.url+"/big", "big-1", `{}`)
+	require.Equal(t, http.StatusOK, first.status, "%+v", first)
+	again := pxSend(t, "POST", px.url+"/big", "big-1", `{}`)
+	require.Equal(t, "too-large", again.header.Get("Idempotency-Body-Omitted"), "%+v", again)
+	require.Contains(t, px.logs.String(), "stored without its body: the store refused it as too large")
+}
