@@ -751,10 +751,13 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 // connectionHeader reports the headers of one connection or one
 // transmission, which the middleware never stores (notStored) and a replay
 // makes anew: replayed from a record stored otherwise, a Content-Length
-// other than the body's, say, would break the answer.
+// other than the body's, say, would break the answer, and a hop-by-hop
+// header (RFC 9110 7.6.1) or a proxy's challenge was for the first
+// caller's connection only.
 func connectionHeader(name string) bool {
 	switch http.CanonicalHeaderKey(name) {
-	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Trailer":
+	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Trailer",
+		"Te", "Proxy-Authenticate", "Proxy-Authorization":
 		return true
 	}
 	return false

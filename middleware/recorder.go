@@ -221,9 +221,12 @@ func (r *recorder) status() int {
 func storableValue(v string) bool { return wire.ValidHeaderValue(v) && utf8.ValidString(v) }
 
 // notStored are headers of one connection or one transmission, which a
-// replay makes anew.
+// replay makes anew: the hop-by-hop ones (RFC 9110 7.6.1; those the
+// answer's Connection names too, response drops them), the proxy's
+// challenge, and those of the body and the middleware.
 var notStored = []string{"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection",
-	"Upgrade", "Trailer", "Date", "Content-Type", HeaderReplayed, HeaderBodyOmitted}
+	"Upgrade", "Trailer", "Te", "Proxy-Authenticate", "Proxy-Authorization", "Date", "Content-Type",
+	HeaderReplayed, HeaderBodyOmitted}
 
 // response is what to store: status, headers and body, or the status and
 // headers with a note of why the body is missing.
@@ -242,6 +245,13 @@ func (r *recorder) response() client.Response {
 	if !storableValue(resp.ContentType) {
 		r.dropped = append(r.dropped, "Content-Type")
 		resp.ContentType = ""
+	}
+	for _, v := range h.Values("Connection") {
+		for name := range strings.SplitSeq(v, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				delete(h, http.CanonicalHeaderKey(name)) // this hop's only
+			}
+		}
 	}
 	for _, k := range notStored {
 		delete(h, k)

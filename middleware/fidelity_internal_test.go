@@ -1,0 +1,46 @@
+package middleware
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/client"
+)
+
+// The headers the answer's Connection names, and the other hop-by-hop ones
+// (RFC 9110 7.6.1) and Proxy-Authenticate, were stored and replayed: they
+// were for the first caller's connection only. Neither stored nor
+// replayed (a record stored before, with them, replays without them).
+func TestHopByHopHeadersAreNotStoredOrReplayed(t *testing.T) {
+	store, send := memServer(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "X-Hop, Keep-Alive")
+		w.Header().Set("X-Hop", "1")
+		w.Header().Set("Proxy-Authenticate", `Basic realm="p"`)
+		w.Header().Set("Te", "trailers")
+		w.Header().Set("X-Kept", "1")
+		w.WriteHeader(http.StatusCreated)
+	})
+	resp := send("hop-1")
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
+	stored := store.response("hop-1")
+	require.NotNil(t, stored)
+	for _, h := range []string{"X-Hop", "Proxy-Authenticate", "Te", "Connection"} {
+		require.Empty(t, stored.Values(h), "%s stored", h)
+	}
+	require.Equal(t, []string{"1"}, stored.Values("X-Kept"))
+
+	old := client.Response{Status: http.StatusCreated}
+	old.SetHeader("Proxy-Authenticate", `Basic realm="p"`)
+	old.SetHeader("Te", "trailers")
+	old.SetHeader("X-Kept", "1")
+	store.mu.Lock()
+	store.stored["hop-old"] = &old
+	store.mu.Unlock()
+	resp = send("hop-old")
+	require.Equal(t, "true", resp.Header.Get(HeaderReplayed))
+	require.Empty(t, resp.Header.Get("Proxy-Authenticate"))
+	require.Empty(t, resp.Header.Get("Te"))
+	require.Equal(t, "1", resp.Header.Get("X-Kept"))
+}
