@@ -1,7 +1,9 @@
 package middleware
 
 import (
+	"io"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -43,4 +45,37 @@ func TestHopByHopHeadersAreNotStoredOrReplayed(t *testing.T) {
 	require.Empty(t, resp.Header.Get("Proxy-Authenticate"))
 	require.Empty(t, resp.Header.Get("Te"))
 	require.Equal(t, "1", resp.Header.Get("X-Kept"))
+}
+
+// A handler that declared Content-Length: 100 and wrote 5 bytes: its
+// caller got a broken transfer, and the 5 bytes were stored and replayed
+// as a complete answer. The key is released: the retry runs again.
+func TestAnswerShorterThanItsContentLengthIsNotStored(t *testing.T) {
+	var runs atomic.Int32
+	store, send := memServer(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Set("Content-Length", "100")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "short")
+	})
+	for i := 1; i <= 2; i++ {
+		resp := send("short-1")
+		_, err := io.ReadAll(resp.Body)
+		require.Error(t, err, "the transfer is broken")
+		require.Empty(t, resp.Header.Get(HeaderReplayed))
+		require.EqualValues(t, i, runs.Load())
+	}
+	require.Nil(t, store.response("short-1"))
+
+	// Declared and written alike, it is stored.
+	_, send = memServer(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "5")
+		io.WriteString(w, "whole")
+	})
+	send("whole-1")
+	resp := send("whole-1")
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, "whole", string(b))
+	require.Equal(t, "true", resp.Header.Get(HeaderReplayed))
 }

@@ -837,6 +837,14 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	case rec.status() >= 500 || notYet(rec.status()):
 		reason := fmt.Sprintf("handler answered %d", rec.status())
 		m.storeThenAnswer(rec, func() bool { m.release(r, s, c.Token, reason); return false })
+	case rec.broken():
+		// Its Content-Length is not what it wrote: the caller's transfer
+		// breaks, so the retry runs again, as after a truncated upstream
+		// answer in idem proxy (ReverseProxy panics, run releases).
+		m.storeThenAnswer(rec, func() bool {
+			m.release(r, s, c.Token, "the answer's Content-Length is not the length of its body")
+			return false
+		})
 	default:
 		resp, dropped := rec.response(), rec.dropped
 		m.storeThenAnswer(rec, func() bool { return m.complete(r, s, c.Token, resp, dropped) })

@@ -33,8 +33,9 @@ type recorder struct {
 	code     int         // the final status; 0 until written
 	header   http.Header // the headers sent with code
 	body     bytes.Buffer
-	overflow bool // the body passed limit: stored without it
-	flushed  bool // streamed: never replayed as if complete
+	written  int64 // the body's bytes the handler wrote, kept or not
+	overflow bool  // the body passed limit: stored without it
+	flushed  bool  // streamed: never replayed as if complete
 	hijacked bool
 	passing  bool // the answer goes through as written (released)
 	// dropped names the headers (or the Content-Type) that response left
@@ -74,6 +75,7 @@ func (r *recorder) Write(p []byte) (int, error) {
 	if r.code == 0 {
 		r.WriteHeader(http.StatusOK)
 	}
+	r.written += int64(len(p))
 	if !r.overflow {
 		if r.body.Len()+len(p) > r.limit {
 			r.release()
@@ -227,6 +229,23 @@ func storableValue(v string) bool { return wire.ValidHeaderValue(v) && utf8.Vali
 var notStored = []string{"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection",
 	"Upgrade", "Trailer", "Te", "Proxy-Authenticate", "Proxy-Authorization", "Date", "Content-Type",
 	HeaderReplayed, HeaderBodyOmitted}
+
+// broken reports an answer whose declared Content-Length is not the
+// length of the body the handler wrote: its caller got a broken transfer
+// (net/http cuts it off), and stored, it was replayed as complete with the
+// bytes that were written.
+func (r *recorder) broken() bool {
+	h := r.header
+	if h == nil {
+		h = r.w.Header()
+	}
+	cl := h.Get("Content-Length")
+	if cl == "" || r.hijacked || r.method == http.MethodHead || !bodyAllowed(r.status()) {
+		return false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(cl), 10, 64)
+	return err == nil && n != r.written
+}
 
 // response is what to store: status, headers and body, or the status and
 // headers with a note of why the body is missing.
