@@ -415,6 +415,13 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			if a, ok := middleware.FromContext(pr.In.Context()); ok {
 				pr.Out.Header.Set(headerAttempt, strconv.Itoa(a.Number))
 				pr.Out.Header.Set(headerAttemptToken, a.Token)
+				// The stored answer is replayed to every retry, whatever
+				// encodings it accepts: a gzip answer stored for a caller
+				// that accepted gzip was replayed gzipped to one that did
+				// not. Without the caller's Accept-Encoding, the transport
+				// asks for gzip itself and decompresses the answer, so
+				// what is stored is the identity.
+				pr.Out.Header.Del("Accept-Encoding")
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"errors"
 	"fmt"
@@ -858,4 +859,50 @@ func TestProxyWarnsOfAStoreLimitBelowMaxStoredBody(t *testing.T) {
 	again := pxSend(t, "POST", px.url+"/big", "big-1", `{}`)
 	require.Equal(t, "too-large", again.header.Get("Idempotency-Body-Omitted"), "%+v", again)
 	require.Contains(t, px.logs.String(), "stored without its body: the store refused it as too large")
+}
+
+// An upstream that gzips for callers that accept it: its answer to a
+// caller with Accept-Encoding: gzip was stored gzipped, and replayed
+// gzipped (Content-Encoding: gzip) to a retry that accepts no encoding.
+// The stored answer is the identity, which every caller can read.
+func TestProxyReplayIsReadableWhateverTheCallerAccepts(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			io.WriteString(w, "paid in full")
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		zw := gzip.NewWriter(w)
+		io.WriteString(zw, "paid in full")
+		zw.Close()
+	}))
+	defer up.Close()
+	store := startStore(t)
+	px := startProxy(t, "--upstream", up.URL, "--store", store.http)
+	// Its own transport: net/http's default one asks for gzip and
+	// decompresses, which hid what a caller without it is sent.
+	send := func(acceptEncoding string) (*http.Response, []byte) {
+		req, err := http.NewRequest(http.MethodPost, px.url+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "gz-1")
+		req.Header.Set("Authorization", "Bearer proxy-test")
+		if acceptEncoding != "" {
+			req.Header.Set("Accept-Encoding", acceptEncoding)
+		}
+		tr := &http.Transport{DisableCompression: true}
+		defer tr.CloseIdleConnections()
+		resp, err := tr.RoundTrip(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp, b
+	}
+	resp, b := send("gzip")
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	resp, b = send("")
+	require.Equal(t, "true", resp.Header.Get("Idempotency-Replayed"))
+	require.Empty(t, resp.Header.Get("Content-Encoding"))
+	require.Equal(t, "paid in full", string(b))
 }
