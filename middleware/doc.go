@@ -38,8 +38,13 @@
 //     its percent-escapes normalized (/%70ay is /pay; /a%2Fb stays apart
 //     from /a/b), as in the fingerprint.
 //     Wrap each route (mux.Handle(pattern, idem(h))) to get patterns; wrapping
-//     the whole mux keys by path. An endpoint over 255 bytes (a long path)
-//     keeps its first bytes and ends in a hash of the whole, to fit the
+//     the whole mux keys by path only when that mux is the server's root
+//     handler. A mux mounted under another (outer.Handle("/api/",
+//     idem(inner))) runs the middleware with the outer route's pattern, so
+//     every route of the inner mux is one endpoint ("POST /api/"): a key
+//     sent to two of its routes collides (422). Wrap the routes, or set
+//     Options.Endpoint. An endpoint over 255 bytes (a long path) keeps its
+//     first bytes and ends in a hash of the whole, to fit the
 //     store's default --max-scope-bytes. With the store's --scope principal,
 //     the endpoint is stored but a key is unique per principal across
 //     endpoints.

@@ -329,6 +329,8 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 
 // DefaultEndpoint is the method and route pattern (r.Pattern, set by a Go
 // 1.22 ServeMux for the handler it routes to), else the method and path.
+// The pattern is that of the mux that routed to the middleware: wrapping a
+// mux mounted under another gives every route of it the outer pattern.
 // One longer than MaxEndpointBytes keeps its first bytes and ends in a
 // hash of the whole, so that it fits the store's default --max-scope-bytes
 // and two long paths stay two endpoints: the store refused it, and every

@@ -50,7 +50,12 @@ func run(listen, storeAddr, storeToken, dbPath string, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	srv := &http.Server{Addr: listen, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// WriteTimeout, as the middleware asks: a caller that never reads its
+	// answer would otherwise keep the attempt, and its lease extensions,
+	// going for as long as its connection stays open. A payment's answer
+	// is stored before it is written: the retry of a caller cut off
+	// replays it.
+	srv := &http.Server{Addr: listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go func() {
