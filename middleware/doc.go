@@ -59,12 +59,25 @@
 //     it is written and is recorded. A status below 500 is stored with a
 //     complete whose context the client's disconnect cannot cancel (a lost
 //     complete would run the payment again on retry), but for 408, 425 and
-//     429, which say "not now". Those, a 5xx or a panic release the claim
-//     (then the panic goes on), so a retry runs again.
+//     429, which say "not now". Those, a 5xx, a panic or an answer whose
+//     Content-Length is not the length of what the handler wrote (its
+//     caller's transfer broke) release the claim (then the panic goes on),
+//     so a retry runs again.
 //   - replay: Options.Reauthorize, when set, decides whether this caller may
 //     still see the stored answer (403 reauthorization_failed otherwise);
 //     then the stored status, headers (a header sent twice, two Set-Cookie,
 //     comes back twice) and body are written with Idempotency-Replayed: true.
+//     Not the trailers: they are not stored, and a replay has none, with
+//     nothing to mark their absence (an answer whose trailers matter, a
+//     checksum, a gRPC status, is not replayed faithfully). Nor the
+//     headers of the first caller's connection, which are neither stored
+//     nor replayed: the hop-by-hop ones (RFC 9110 7.6.1: Connection and
+//     every name it lists, Keep-Alive, Proxy-Connection, TE,
+//     Transfer-Encoding, Upgrade, Trailer), Proxy-Authenticate,
+//     Proxy-Authorization; Content-Length and Date are made anew. A
+//     handler that picks its Content-Encoding by the caller's
+//     Accept-Encoding has its first caller's encoding replayed to every
+//     retry.
 //   - another attempt holds the key: 409 in_progress with Retry-After: 1, or
 //     with Options.WaitInProgress the request waits up to that long for the
 //     first attempt and replays its answer.
