@@ -44,6 +44,10 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	// Another raft address is a new cluster beside the old one, as before.
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", filepath.Join(t.TempDir(), "beside"), "--node-id", "n1", "--raft-addr", freePortOn(t, "127.0.0.19"))
 	require.NoError(t, err, out)
+	// A restore is a rollback, and says so (a walk: keys completed after
+	// the backup were claimed afresh, and nothing had warned).
+	require.Contains(t, out, "keys claimed or completed after the backup can be claimed again")
+	require.NotContains(t, out, "never start its other members", "beside the old cluster, not in a member's place")
 	// --force restores anyway. Started there, the node is a cluster of its
 	// own that the old cluster's leader keeps sending entries: it refuses
 	// them, and is not ready while they come (it was, and load balancers
@@ -53,6 +57,11 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	// In n1's place: the command to paste holds the HTTP address the
 	// backup records for n1, where its clients call it.
 	require.Contains(t, out, "--raft-addr "+n1.raft+" --http-addr "+n1.http+"\n", out)
+	// In a member's place, the other members must not come back on their
+	// old data dirs: they hold the old cluster's quorum (a walk: they
+	// served its state, and claimed afresh a key the restored cluster had
+	// completed).
+	require.Contains(t, out, "never start its other members (n2 ("+c.node("n2").raft+"), n3 ("+c.node("n3").raft+"))", out)
 	launch(t, dir, n1.http, n1.raft, "--node-id", "n1")
 	waitFor(t, 20*time.Second, "the restored n1 is not ready, naming the other cluster's leader", func() (bool, string) {
 		a := call("GET", n1.http, "/readyz", "")

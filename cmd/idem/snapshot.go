@@ -430,6 +430,26 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	syncDir(parent)
 	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s\n",
 		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs))
+	// A restore is a rollback to the backup: what the cluster decided
+	// after it is gone, and nothing in the restored state can say so.
+	fmt.Fprintf(stderr, "%s: the restored cluster is the backup's, as of cluster time %s: keys claimed or completed after the backup can be claimed again (their work would run again), records deleted after it are back, and attempt numbers and fencing tokens go on from the backup's, so some repeat ones the lost cluster gave out. Reconcile what was done after the backup with your own records (docs/BACKUP.md)\n",
+		name, fmtClusterTime(h.ClusterTimeMs))
+	var others []string
+	inPlace := false
+	for _, m := range info.Members {
+		if m.RaftAddr == raftAddr {
+			inPlace = true
+		} else {
+			others = append(others, m.ID+" ("+m.RaftAddr+")")
+		}
+	}
+	if inPlace && len(others) > 0 {
+		// Restored at a member's address: the other members, started
+		// again on their data dirs, hold a quorum of the old cluster and
+		// serve its state at the addresses the clients know.
+		fmt.Fprintf(stderr, "%s: this node takes the place of a member of the backup's cluster: never start its other members (%s) on their old data dirs again; move those aside and add the nodes back with empty data dirs and --join. Started, they would serve the old cluster's state at the addresses its clients know\n",
+			name, strings.Join(others, ", "))
+	}
 	// A restore killed before it finished (kill -9, a reboot) leaves its
 	// half-built copy beside DIR, with the backup's records in it, where
 	// nothing would ever mention it.
