@@ -75,8 +75,9 @@ func (d *HTTPDriver) Claim(ctx context.Context, s Scope, claimID string) (ClaimR
 	switch status {
 	case http.StatusCreated:
 		var c struct {
-			Token                     string
-			CreatedAt, LeaseExpiresAt time.Time
+			Token          string    `json:"token"`
+			CreatedAt      time.Time `json:"created_at"`
+			LeaseExpiresAt time.Time `json:"lease_expires_at"`
 		}
 		if json.Unmarshal(b, &c) != nil || c.Token == "" {
 			return ClaimResult{}, Definitely("bad_answer", fmt.Errorf("201 without a token: %.200s", b))
