@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -332,4 +333,68 @@ func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 		return err == nil && ok
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Contains(t, logs[2].String(), "the state was installed from the leader's snapshot past the snapshot's index")
+}
+
+// A joining node killed while installing the leader's snapshot (raft had
+// saved it, the state was not restored yet) restored it at its next start,
+// from the snapshot store, and then refused to start: the stream holds the
+// leader's state past the snapshot's index, the log nothing (a membership
+// walk, 3 of 3 tries, where MEMBERSHIP.md says to start it again with the
+// same command). It starts, and catches up.
+func TestFollowerKilledWhileInstallingStartsAgain(t *testing.T) {
+	c := newMemCluster(t)
+	var logs [2]logBuffer
+	dirs := []string{t.TempDir(), t.TempDir()}
+	addrs := []string{"127.0.0.1:0", freeRaftAddr(t)}
+	open := func(i int, bootstrap bool) *Node {
+		cfg := DefaultConfig()
+		id := fmt.Sprint("n", i+1)
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dirs[i], bootstrap, addrs[i], "mem-"+id
+		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1<<30, 4, time.Hour
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
+		return c.start(cfg)
+	}
+	n1 := open(0, true)
+	c.leader(n1)
+	claim := func(key string) {
+		t.Helper()
+		res, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
+	}
+	for i := range 20 {
+		claim(fmt.Sprint("a", i))
+	}
+	require.NoError(t, n1.Snapshot())
+	for i := range 5 {
+		claim(fmt.Sprint("b", i)) // the stream holds these too
+	}
+
+	// n2 joins; every install fails as the node killed in it would.
+	var once sync.Once
+	reached := make(chan struct{})
+	defer func(f func() error) { beforeRestore = f }(beforeRestore)
+	beforeRestore = func() error {
+		once.Do(func() { close(reached) })
+		return errors.New("killed while installing")
+	}
+	n2 := open(1, false)
+	res, err := n1.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	select {
+	case <-reached:
+	case <-time.After(20 * time.Second):
+		t.Fatal("n2 was sent no snapshot")
+	}
+	c.stop(n2)
+	beforeRestore = func() error { return nil }
+
+	claim("after")
+	n2 = open(1, false)
+	require.Eventually(t, func() bool {
+		_, ok, err := n2.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "after"}, false, false)
+		return err == nil && ok
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Contains(t, logs[1].String(), "state was behind the newest snapshot; restored it")
 }

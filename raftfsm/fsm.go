@@ -238,12 +238,33 @@ func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	return &fsmSnapshot{s: s, log: f.log}, nil
 }
 
-// Restore replaces the state with a snapshot stream, atomically.
+// Restore replaces the state with a snapshot stream from the leader,
+// atomically: raft calls it only to install one (NoSnapshotRestoreOnStart).
+//
+// A stream whose state is not newer than this node's is refused, this
+// node's state and log left as they are. Raft, once the FSM has taken a
+// snapshot, drops the node's whole log (raft-wal takes no gaps) and goes
+// back to the snapshot's index, while its idea of the log's end stays
+// where it was: the next entries were stored after a gap, and the node
+// panicked on the first missing one ("log not found") and could not
+// restart (a membership walk: a replication of the leader's that began
+// before the node was removed and added back sent it the old snapshot
+// again, seconds after it had caught up). A snapshot older than what a
+// node applied is never needed: everything in it is in the node's state.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer f.busy.begin("restore", 0, 0)()
 	defer rc.Close()
-	if err := f.db.Restore(rc); err != nil {
+	if err := beforeRestore(); err != nil {
+		return err
+	}
+	had := f.db.Meta().Applied
+	restored, err := f.db.RestoreIfNewer(rc)
+	if err != nil {
 		return fmt.Errorf("raftfsm: restore: %w", err)
+	}
+	if !restored && had > 0 {
+		f.log.Warn("refused a snapshot from the leader whose state is not newer than this node's (a replication that began before this node was last added sends it): kept this node's state and log", "applied-index", had)
+		return fmt.Errorf("raftfsm: refusing a snapshot whose state is not newer than this node's (applied index %d): installed, raft would drop entries this node still needs", had)
 	}
 	f.nodesGen.Add(1)
 	if err := f.keys.load(f.db); err != nil {
@@ -265,6 +286,11 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 // afterRestore is called once a snapshot from a leader is installed; a
 // test stops the node there.
 var afterRestore = func() {}
+
+// beforeRestore is called when a leader's snapshot, saved in the snapshot
+// store, is about to be installed; a test fails the install there, as a
+// node killed while installing it.
+var beforeRestore = func() error { return nil }
 
 type fsmSnapshot struct {
 	s   *engine.Snapshot

@@ -316,8 +316,40 @@ func TestNodesGenMovesWithStoredAddresses(t *testing.T) {
 	var sink memSink
 	require.NoError(t, snap.Persist(&sink))
 	snap.Release()
-	require.NoError(t, f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
-	require.Greater(t, f.nodesGen.Load(), gen, "Restore")
+	g, gdb := mustFSM(t, t.TempDir()) // a node joining: its state is older
+	defer gdb.Close()
+	gen = g.nodesGen.Load()
+	require.NoError(t, g.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+	require.Greater(t, g.nodesGen.Load(), gen, "Restore")
+}
+
+// Bug (membership walk): a node that had caught up was sent the leader's
+// older snapshot again (a replication begun before the node was removed
+// and added back) and installed it; raft then dropped its log and went
+// back to the snapshot's index, and the node panicked on the first entry
+// it no longer had. The FSM refuses a snapshot not newer than its state,
+// and keeps its state.
+func TestRestoreRefusesASnapshotNotNewerThanTheState(t *testing.T) {
+	logs := genLog(11, 300)
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	applyInBatches(f, logs[:200], 1, 16)
+	snap, err := f.Snapshot()
+	require.NoError(t, err)
+	var sink memSink
+	require.NoError(t, snap.Persist(&sink))
+	snap.Release()
+	// The same state: refused, nothing changes.
+	before := stateHash(t, db)
+	require.Error(t, f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes()))))
+	require.Equal(t, before, stateHash(t, db))
+	// An older one: refused, the entries applied since are kept.
+	applyInBatches(f, logs[200:], 1, 16)
+	after := stateHash(t, db)
+	err = f.Restore(io.NopCloser(bytes.NewReader(sink.Bytes())))
+	require.ErrorContains(t, err, "not newer than this node's (applied index 300)")
+	require.Equal(t, uint64(300), db.Meta().Applied)
+	require.Equal(t, after, stateHash(t, db))
 }
 
 // Bug: the scope mode travelled in each command, so a node configured with

@@ -403,6 +403,16 @@ func (n *Node) catchUpFromSnapshot() error {
 	}
 	if restored {
 		n.log.Warn("state was behind the newest snapshot; restored it", "snapshot-index", newest.Index, "applied-before", applied, "applied-index", n.db.Meta().Applied)
+		if now := n.db.Meta().Applied; now > newest.Index {
+			// A leader's stream, saved before the node stopped while
+			// installing it, holds the leader's state past the snapshot's
+			// index: recorded as FSM.Restore records it, or checkLogPresent
+			// refused the node (a membership walk: kill -9 during a join,
+			// and the documented restart was refused).
+			if err := writeInstalled(filepath.Join(n.cfg.DataDir, installedFile), now); err != nil {
+				return fmt.Errorf("raftfsm: record the state installed from snapshot %s: %w", newest.ID, err)
+			}
+		}
 	}
 	return nil
 }
