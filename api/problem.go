@@ -112,7 +112,7 @@ func storeProblem(err error) *problem {
 	case errors.Is(err, raftfsm.ErrNoLeader), errors.Is(err, raftfsm.ErrNotLeader):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "no leader is available; retry shortly")
 	case errors.Is(err, raftfsm.ErrUnknownOutcome):
-		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership changed while the request was in flight; its outcome is unknown, retry it (the same claim_id returns the same claim)")
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership changed while the request was in flight; its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
 	case errors.Is(err, raftfsm.ErrTimeout):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the cluster did not commit the request in time; retry it")
 	case errors.Is(err, raftfsm.ErrShutdown):

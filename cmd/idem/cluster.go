@@ -183,6 +183,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			if p.Code == "would_lose_quorum" && !strings.Contains(p.Detail, "force does not") {
 				fmt.Fprintf(stderr, "idem cluster %s: nothing was changed; see `idem cluster status`, or repeat with --force\n", sub)
 			}
+			if p.Status == http.StatusServiceUnavailable && strings.HasPrefix(p.Detail, "no leader is available") && sub != "status" {
+				// Retrying helps only through an election; with most voters
+				// down (a membership walk: two of four killed) it never does.
+				fmt.Fprintf(stderr, "idem cluster %s: nothing was changed. If no leader comes within seconds, most voters are down or cut off: start them again (idem cluster status --addr on each says what it sees); a change of membership needs a leader, so if most voters are lost for good, see idem recover (docs/BACKUP.md)\n", sub)
+			}
 		} else {
 			fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, notHTTP(err))
 		}
