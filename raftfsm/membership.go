@@ -552,6 +552,18 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			}
 		}
 	}
+	if existing != nil && string(existing.Address) == info.RaftAddr && existing.Suffrage == raft.Voter && !force {
+		// The raft address stays and the HTTP address changes: a voter
+		// started on a new --http-addr joins from there and answers; a typo
+		// in cluster join was recorded (a membership walk), and health
+		// checks and forwarding went to it until the voter restarted.
+		var stored NodeInfo
+		if json.Unmarshal(named["node/"+info.ID], &stored) == nil && stored.HTTPAddr != "" && stored.HTTPAddr != info.HTTPAddr {
+			if err := n.answersAt(info); err != nil {
+				return res, err
+			}
+		}
+	}
 	if existing == nil {
 		if err := n.notForeign(info, conf); err != nil {
 			return res, err

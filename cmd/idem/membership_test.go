@@ -44,6 +44,7 @@ type clusterView struct {
 type memberView struct {
 	ID              string     `json:"id"`
 	RaftAddr        string     `json:"raft_addr"`
+	HTTPAddr        string     `json:"http_addr"`
 	Suffrage        string     `json:"suffrage"`
 	Healthy         bool       `json:"healthy"`
 	UnhealthyReason string     `json:"unhealthy_reason"`
@@ -426,6 +427,16 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 	require.Contains(t, out, "does not answer at HTTP "+f.http)
 	m, _ = memberAt(t, leader.http, f.id)
 	require.Equal(t, f.raft, m.RaftAddr, "%s's place after a join with a typo: %+v", f.id, m)
+	// A typo in the HTTP address alone, at the raft address it has: it was
+	// recorded (a membership walk), and health checks and forwarding went
+	// there until the member restarted.
+	httpTypo := freePortOn(t, f.ip)
+	out, code = cli(t, "join", "--addr", leader.http, "--id", f.id, "--raft-addr", f.raft, "--node-http-addr", httpTypo)
+	require.NotEqual(t, 0, code, "%s", out)
+	require.Contains(t, out, "not_answering")
+	require.Contains(t, out, "does not answer at HTTP "+httpTypo)
+	m, _ = memberAt(t, leader.http, f.id)
+	require.Equal(t, f.http, m.HTTPAddr, "%s's HTTP address after a join with a typo: %+v", f.id, m)
 	// Started where it is recorded, it answers, and the same join with the
 	// raft address it really has goes through.
 	c.restart(f, nil)
