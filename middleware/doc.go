@@ -151,13 +151,21 @@
 // attempt took the key over after the lease ran out), the handler's context
 // is cancelled with ErrLeaseLost: its effect must not commit. If no extend
 // gets through before the lease runs out (this process cannot reach the
-// store, or the store does not answer), it is cancelled with
-// ErrLeaseExpired, which wraps ErrLeaseLost, a tenth of the lease before
-// then: a retry reaching the store from elsewhere may take the key over
-// from then on and run the handler beside this one. A handler that answers
-// all the same, after another attempt took its key, has its complete
-// refused; its caller gets 409 lease_lost rather than an answer no retry
-// would see, and its retry the answer that is stored. The handler
+// store, or the store does not answer; a failed extend is asked again
+// within a tenth of the lease), it is cancelled with ErrLeaseExpired,
+// which wraps ErrLeaseLost, a tenth of the lease before then: a retry
+// reaching the store from elsewhere may take the key over from then on and
+// run the handler beside this one. The extends go on meanwhile, and keep
+// the key while no retry has taken it. A handler so stopped that returns
+// without writing is released, and its caller gets 503 unavailable; one
+// that answers all the same after another attempt took its key has its
+// complete refused, and its caller gets 409 lease_lost rather than an
+// answer no retry would see (when the store says so within a second and
+// the answer was held: not a stream, not larger than MaxStoredBody). A
+// retry in a record's last Lease of retention (the store cuts its lease at
+// the record's expires_at, at a time the middleware cannot tell) is not
+// run: released, 503 with Retry-After, and the key is new once the record
+// expires. The handler
 // runs until its answer is written, so give the http.Server a WriteTimeout
 // (idem proxy's --write-timeout): a caller that never reads a large answer
 // would otherwise keep the attempt, and its lease extensions, going for as

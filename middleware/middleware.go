@@ -615,7 +615,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 func onlyH2C(values []string) bool {
 	for _, v := range values {
 		for p := range strings.SplitSeq(v, ",") {
-			if !strings.EqualFold(strings.TrimSpace(p), "h2c") {
+			if p = strings.TrimSpace(p); p != "" && !strings.EqualFold(p, "h2c") { // an empty element offers nothing
 				return false
 			}
 		}
@@ -787,6 +787,18 @@ func FromContext(ctx context.Context) (Attempt, bool) {
 
 // run runs the handler under the claim and stores or releases its answer.
 func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s scope, c *client.ClaimResponse, sentAt time.Time) {
+	granted, known := grantedLease(c, m.o.Lease)
+	if !known {
+		// A retry in the record's last Lease of retention: the store cut
+		// the lease at the record's expires_at, which may be at once, and
+		// a claim after it makes a new record (attempt 1) and runs the
+		// handler again, beside this one (a review: it was taken for a
+		// whole Lease). The key is new again once the record expires.
+		m.release(r, s, c.Token, "the record expires within the lease")
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable",
+			"this Idempotency-Key's record reaches the end of its retention within the lease, so the request cannot be protected while it runs; retry after Retry-After", retrySeconds(m.o.Lease))
+		return
+	}
 	a := Attempt{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: c.Token, Number: c.Attempt}
 	// The caller going away does not cancel the handler at once: its
 	// answer is stored for the caller's retry (cancelled, a handler that
@@ -808,7 +820,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 		}
 	})
 	defer gone()
-	stop := m.keepLease(ctx, cancel, s, c.Token, sentAt)
+	stop := m.keepLease(ctx, cancel, s, c.Token, leaseHeld(sentAt, granted), c.ExpiresAt)
 	rec := newRecorder(w, r, m.o.MaxStoredBody)
 	done := false
 	defer func() {
@@ -831,6 +843,16 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	switch {
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
+	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrLeaseLost):
+		// Stopped by its context without an answer: stored, an empty 200
+		// was replayed as the request's success though nothing was done
+		// (a review: a lease that ran out while the store was away, with
+		// no other attempt to refuse the complete). Released; the caller
+		// is told to retry.
+		m.storeThenAnswer(rec, func() bool {
+			m.release(r, s, c.Token, "the lease was lost and the handler stopped without an answer")
+			return true
+		})
 	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrCallerGone):
 		m.storeThenAnswer(rec, func() bool {
 			m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer")
@@ -877,6 +899,11 @@ func (m *mw) storeThenAnswer(rec *recorder, tell func() (lost bool)) {
 	select {
 	case lost := <-told:
 		if lost && rec.withhold() {
+			if rec.code == 0 && rec.body.Len() == 0 { // released: nothing to take the place of
+				writeProblem(rec.w, http.StatusServiceUnavailable, "unavailable",
+					"this request's idempotency key could not be kept in the store while it ran (its lease ran out), so it was stopped before it answered; retry", 1)
+				return
+			}
 			writeProblem(rec.w, http.StatusConflict, "lease_lost",
 				"this attempt's lease ran out while it ran and another attempt holds the key now; retry to get the answer that is stored", 1)
 			return
@@ -905,9 +932,11 @@ func notYet(status int) bool {
 // ErrLeaseExpired when no extend got through before the lease ran out
 // (the store unreachable or not answering), since a retry that reaches the
 // store may take the key over from then on, and run the handler beside
-// this one. sentAt is when the claim was sent: its lease runs from when the
-// store decided it, later.
-func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string, sentAt time.Time) (stop func()) {
+// this one. held is when the claim's lease surely still runs (grantedLease).
+// A failed extend is asked again within a second; after ErrLeaseExpired
+// the extends go on (while no other attempt took the key, they keep it
+// from a retry), until stop.
+func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string, held, recordExpires time.Time) (stop func()) {
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	// stop aborts an extend in flight: the handler has returned, and its
@@ -915,11 +944,10 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 	lctx, lcancel := context.WithCancel(context.WithoutCancel(ctx))
 	go func() {
 		defer close(finished)
-		held := leaseHeld(sentAt, m.o.Lease) // the lease surely runs until then
 		expire := time.NewTimer(time.Until(held))
 		defer expire.Stop()
-		t := time.NewTicker(m.o.Lease / 3)
-		defer t.Stop()
+		next := time.NewTimer(m.o.Lease / 3)
+		defer next.Stop()
 		for {
 			select {
 			case <-quit:
@@ -927,27 +955,33 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 			case <-expire.C:
 				m.log.Error("idempotency lease ran out: the store did not extend it in time; cancelling the handler, since a retry may now take the key over and run it again", "endpoint", s.endpoint, "lease", m.o.Lease)
 				cancel(ErrLeaseExpired)
-				return
-			case <-t.C:
+				continue
+			case <-next.C:
 			}
 			select {
-			case <-quit: // the handler returned while a tick was due
+			case <-quit: // the handler returned while an extend was due
 				return
 			default:
 			}
 			sent := time.Now()
 			deadline := sent.Add(m.o.StoreTimeout)
-			if held.Before(deadline) {
-				deadline = held // past it, only the cancel counts
+			if until := held.Add(-time.Millisecond); sent.Before(until) && until.Before(deadline) {
+				deadline = until // the expiry's cancel must not wait for it
 			}
 			ectx, ecancel := context.WithDeadline(lctx, deadline)
-			_, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+			res, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
 				Token: token, LeaseMs: m.o.Lease.Milliseconds()})
 			ecancel()
 			switch {
 			case err == nil:
-				held = leaseHeld(sent, m.o.Lease)
-				expire.Reset(time.Until(held))
+				// A lease the store cut at the record's expires_at (its last
+				// Lease of retention) ends then, at an unknown time this
+				// side: it holds no longer than before.
+				if res.LeaseExpiresAt.Before(recordExpires) {
+					held = leaseHeld(sent, m.o.Lease)
+					expire.Reset(time.Until(held))
+				}
+				next.Reset(m.o.Lease / 3)
 			case errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound):
 				m.log.Error("idempotency lease lost while the handler ran: cancelling it", "endpoint", s.endpoint, "error", err)
 				cancel(ErrLeaseLost)
@@ -956,6 +990,7 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 				return
 			default:
 				m.log.Warn("idempotency lease extension failed; retrying", "endpoint", s.endpoint, "error", err, "lease-runs-out-in", time.Until(held).Round(time.Millisecond))
+				next.Reset(min(m.o.Lease/10, time.Second))
 			}
 		}
 	}()
@@ -970,11 +1005,30 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 	}
 }
 
-// leaseHeld is when a lease asked for at sent surely still runs: the store
-// starts it when it decides the call, after sent, by its clock; a tenth of
-// the lease is kept for the clocks' rates and for the handler to see its
+// leaseHeld is when a lease of d asked for at sent surely still runs: the
+// store starts it when it decides the call, after sent, by its clock; a
+// tenth of it is kept for the clocks' rates and for the handler to see its
 // context cancelled.
-func leaseHeld(sent time.Time, lease time.Duration) time.Time { return sent.Add(lease - lease/10) }
+func leaseHeld(sent time.Time, d time.Duration) time.Time { return sent.Add(d - d/10) }
+
+// grantedLease is how long the claim's lease runs from when the store
+// decided it, and false when that cannot be known from the answer. A new
+// record's (attempt 1) is its lease_expires_at minus its created_at, both
+// stamped then: the lease asked for, or less where the retention is
+// shorter. A later attempt keeps the record's created_at and expires_at,
+// so its lease is the one asked for, unless the store cut it at expires_at
+// (a retry in the record's last Lease of retention): then it ends at a
+// time this side cannot tell, maybe at once, and the record expires with
+// it.
+func grantedLease(c *client.ClaimResponse, asked time.Duration) (time.Duration, bool) {
+	if c.Attempt == 1 && !c.CreatedAt.IsZero() && !c.LeaseExpiresAt.IsZero() {
+		return min(c.LeaseExpiresAt.Sub(c.CreatedAt), asked), true
+	}
+	if !c.ExpiresAt.IsZero() && !c.LeaseExpiresAt.Before(c.ExpiresAt) {
+		return 0, false
+	}
+	return asked, true
+}
 
 // storeCtx is the context of a complete or release: the client's
 // disconnect must not cancel it (a lost complete runs the payment again on
@@ -1012,8 +1066,7 @@ func refusedByStore(err error) bool {
 }
 
 // complete stores the answer; lost reports that the store refused this
-// attempt's token or no longer has the key: another attempt holds it, or an
-// operator evicted it.
+// attempt's token: another attempt holds the key.
 func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string) (lost bool) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
@@ -1085,7 +1138,10 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	if err != nil {
 		m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 	}
-	return errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound)
+	// Not found is an evicted or expired record: nothing holds the key, and
+	// the answer the caller gets is the only one (a retry runs again
+	// whatever it is told), so it is sent.
+	return errors.Is(err, client.ErrTokenMismatch)
 }
 
 // completeRetryFor is how long a complete the store did not answer is

@@ -37,14 +37,15 @@ type recorder struct {
 	overflow bool  // the body passed limit: stored without it
 	flushed  bool  // streamed: never replayed as if complete
 	hijacked bool
-	passing  bool // the answer goes through as written (released)
+	passing  bool        // the answer goes through as written (released)
+	outer    http.Header // the headers set before the handler ran (outer middleware: CORS)
 	// dropped names the headers (or the Content-Type) that response left
 	// out as the store would refuse them.
 	dropped []string
 }
 
 func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
-	return &recorder{w: w, method: r.Method, limit: limit}
+	return &recorder{w: w, method: r.Method, limit: limit, outer: w.Header().Clone()}
 }
 
 func (r *recorder) Header() http.Header { return r.w.Header() }
@@ -162,7 +163,8 @@ func (r *recorder) finish() {
 }
 
 // withhold drops a held answer that was not sent, so that another can go
-// in its place; false when it has gone out already (a stream, a hijacked
+// in its place (with the headers set before the handler ran, such as an
+// outer middleware's CORS headers); false when it has gone out already (a stream, a hijacked
 // connection, a body over the limit).
 func (r *recorder) withhold() bool {
 	if r.passing || r.hijacked {
@@ -172,6 +174,9 @@ func (r *recorder) withhold() bool {
 	h := r.w.Header()
 	for k := range h {
 		delete(h, k)
+	}
+	for k, vs := range r.outer {
+		h[k] = vs
 	}
 	return true
 }

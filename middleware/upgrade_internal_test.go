@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"sync/atomic"
@@ -41,4 +42,21 @@ func TestH2COfferIsAnOrdinaryRequest(t *testing.T) {
 		require.Contains(t, string(b), "cannot be made idempotent")
 	}
 	require.EqualValues(t, 1, runs.Load())
+}
+
+// A review: an empty Upgrade header, or an h2c offer with an empty element
+// ("h2c, "), was refused 400 as an upgrade; before the h2c change an empty
+// one was no upgrade at all. Empty elements offer nothing.
+func TestEmptyUpgradeIsNoUpgrade(t *testing.T) {
+	var runs atomic.Int32
+	_, send := memServer(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+	})
+	for i, up := range []string{"", "h2c, ", " , "} {
+		resp := send(fmt.Sprint("empty-up-", i), "Upgrade", up)
+		b, _ := io.ReadAll(resp.Body)
+		require.Equal(t, http.StatusCreated, resp.StatusCode, "Upgrade %q: %s", up, b)
+	}
+	require.EqualValues(t, 3, runs.Load())
 }

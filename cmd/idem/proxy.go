@@ -467,7 +467,7 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 // h2cOnly reports whether an Upgrade value offers h2c and nothing else.
 func h2cOnly(v string) bool {
 	for p := range strings.SplitSeq(v, ",") {
-		if !strings.EqualFold(strings.TrimSpace(p), "h2c") {
+		if p = strings.TrimSpace(p); p != "" && !strings.EqualFold(p, "h2c") { // an empty element offers nothing
 			return false
 		}
 	}
@@ -842,16 +842,23 @@ func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter 
 // still listens, so cancelling the call would only lose its answer: the
 // attempt would be released and the caller's retry would run it a second
 // time. Instead the answer is read whole and stored, and the retry replays
-// it. The call is bounded by --upstream-timeout when set. A keyed call
-// keeps the middleware's context, which the caller's going cannot cancel
-// but a lost lease does (middleware.ErrLeaseLost): detached from it too,
-// the call ran on past a lease the proxy could not extend, beside the
-// retry that took the key over.
+// it. The call is bounded by --upstream-timeout when set. A keyed call is
+// cancelled by a lost lease (middleware.ErrLeaseLost) alone: detached from
+// it too, the call ran on past a lease the proxy could not extend, beside
+// the retry that took the key over. The middleware's other cancel, its
+// caller gone for CallerGoneTimeout, is not the proxy's: a call goes on.
 func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		ctx := r.Context()
-		if _, keyed := middleware.FromContext(ctx); !keyed {
-			ctx = context.WithoutCancel(ctx)
+		ctx := context.WithoutCancel(r.Context())
+		if _, keyed := middleware.FromContext(r.Context()); keyed {
+			var cancel context.CancelCauseFunc
+			ctx, cancel = context.WithCancelCause(ctx)
+			defer cancel(nil)
+			defer context.AfterFunc(r.Context(), func() {
+				if cause := context.Cause(r.Context()); errors.Is(cause, middleware.ErrLeaseLost) {
+					cancel(cause)
+				}
+			})()
 		}
 		if timeout > 0 {
 			var cancel context.CancelFunc

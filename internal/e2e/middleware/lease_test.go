@@ -170,3 +170,146 @@ func TestAnswerDoesNotWaitForAnExtendInFlight(t *testing.T) {
 	require.Equal(t, "true", resp.Header.Get(middleware.HeaderReplayed))
 	require.Equal(t, "charged once", body)
 }
+
+// toggledExtend passes extends to the real store only while up is set.
+type toggledExtend struct {
+	*client.Client
+	up atomic.Bool
+}
+
+func (s *toggledExtend) Extend(ctx context.Context, req client.ExtendRequest) (*client.ExtendResponse, error) {
+	if !s.up.Load() {
+		return nil, errors.New("dial tcp 127.0.0.1:7070: connect: connection refused")
+	}
+	return s.Client.Extend(ctx, req)
+}
+
+// A review: a handler stopped by ErrLeaseExpired that returns without
+// writing (the usual `<-ctx.Done(); return`) had an empty 200 completed —
+// no other attempt held the key to refuse it — sent, and replayed to every
+// retry as the request's success. It is released; the caller gets 503, and
+// the retry runs.
+func TestHandlerStoppedByItsLeaseWithoutAnswerIsReleased(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	store := &toggledExtend{Client: real}
+	var runs atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, Lease: 300 * time.Millisecond},
+		func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				<-r.Context().Done()
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "done")
+		})
+	resp, body := send("stopped-1")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Contains(t, body, "could not be kept")
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	store.up.Store(true)
+	resp, body = send("stopped-1")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+	require.Empty(t, resp.Header.Get(middleware.HeaderReplayed), "the retry runs: nothing was stored")
+	require.Equal(t, int32(2), runs.Load())
+}
+
+// A review: a complete answered not found (an operator evicted the key
+// while the handler ran) was taken as a lost lease, and the caller told
+// 409 to retry for a stored answer that did not exist: the retry ran the
+// payment again. Nothing holds the key; the caller gets its answer.
+func TestAnswerOfAnEvictedKeyIsSent(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: real},
+		func(w http.ResponseWriter, r *http.Request) {
+			a, _ := middleware.FromContext(r.Context())
+			_, err := real.Delete(context.Background(), a.Principal, a.Endpoint, a.Key)
+			require.NoError(t, err)
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "charged once")
+		})
+	resp, body := send("evicted-1")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+	require.Equal(t, "charged once", body)
+}
+
+// A review: after ErrLeaseExpired no extend was sent again, so a handler
+// still finishing its commit lost the key to a retry once the store was
+// back, and failed extends were asked again only every third of the lease.
+// They go on, a failure asked again within a tenth of the lease: the store
+// back, the lease is kept, and the retry meets 409.
+func TestExtendsGoOnAfterTheLeaseRanOut(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	store := &toggledExtend{Client: real}
+	var runs atomic.Int32
+	cancelled := make(chan struct{})
+	finish := make(chan struct{})
+	var finished sync.Once
+	release := func() { finished.Do(func() { close(finish) }) }
+	defer release() // on a failure too, or the server's Close waits for the handler
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, Lease: 600 * time.Millisecond},
+		func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) > 1 {
+				w.WriteHeader(http.StatusCreated)
+				io.WriteString(w, "ran again")
+				return
+			}
+			<-r.Context().Done()
+			store.up.Store(true) // the store answers again at once
+			close(cancelled)
+			<-finish // committing, whatever its context says
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "committed")
+		})
+	first := make(chan string, 1)
+	go func() {
+		_, body := send("goes-on-1")
+		first <- body
+	}()
+	<-cancelled
+	time.Sleep(time.Second) // past the lease the claim was given
+	resp, body := send("goes-on-1")
+	require.Equal(t, http.StatusConflict, resp.StatusCode, "the extends kept the key once the store was back: %s", body)
+	release()
+	require.Equal(t, "committed", <-first)
+	resp, body = send("goes-on-1")
+	require.Equal(t, "true", resp.Header.Get(middleware.HeaderReplayed))
+	require.Equal(t, "committed", body)
+	require.Equal(t, int32(1), runs.Load())
+}
+
+// A review: a retry in a record's last Lease of retention took it over
+// with a lease the store had cut at the record's expires_at, while the
+// middleware counted a whole Lease; once the record expired, a claim made
+// a new one (attempt 1) and ran the handler beside it. Such a claim is
+// released, and the caller told to retry once the key is new.
+func TestRetryInTheRecordsLastLeaseIsNotRun(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{Retention: 3 * time.Second})
+	real, err := client.New(node.URL)
+	require.NoError(t, err)
+	var runs atomic.Int32
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: real, Lease: 2 * time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			if runs.Add(1) == 1 {
+				w.WriteHeader(http.StatusInternalServerError) // released: a retry may run
+				return
+			}
+			w.WriteHeader(http.StatusCreated)
+			io.WriteString(w, "done")
+		})
+	resp, _ := send("last-lease-1")
+	require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	time.Sleep(1500 * time.Millisecond) // within 2 s of the record's expiry
+	resp, body := send("last-lease-1")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Contains(t, body, "end of its retention within the lease")
+	require.Equal(t, "2", resp.Header.Get("Retry-After"))
+	require.Equal(t, int32(1), runs.Load(), "not run on a lease of unknown length")
+	require.Eventually(t, func() bool {
+		resp, body = send("last-lease-1")
+		return resp.StatusCode == http.StatusCreated
+	}, 10*time.Second, 200*time.Millisecond, "once the record expired the key is new: %s", body)
+	require.Equal(t, int32(2), runs.Load())
+}
