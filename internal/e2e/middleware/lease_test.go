@@ -17,16 +17,21 @@ import (
 	"github.com/idem-store/idem/middleware"
 )
 
-// noExtend passes calls to a real store, except extends: those fail as a
-// store that cannot be reached does (this process lost the store; the
-// callers' retries, from another process, still reach it).
+// noExtend passes calls to a real store, except extends while up is unset:
+// those fail as a store that cannot be reached does (this process lost the
+// store; the callers' retries, from another process, still reach it), or
+// with block, hang until their context ends.
 type noExtend struct {
 	*client.Client
-	block bool // hold each extend until its context ends, rather than fail at once
+	block bool
+	up    atomic.Bool
 }
 
 func (s *noExtend) Extend(ctx context.Context, req client.ExtendRequest) (*client.ExtendResponse, error) {
-	if s.block {
+	switch {
+	case s.up.Load():
+		return s.Client.Extend(ctx, req)
+	case s.block:
 		<-ctx.Done()
 		return nil, ctx.Err()
 	}
@@ -171,19 +176,6 @@ func TestAnswerDoesNotWaitForAnExtendInFlight(t *testing.T) {
 	require.Equal(t, "charged once", body)
 }
 
-// toggledExtend passes extends to the real store only while up is set.
-type toggledExtend struct {
-	*client.Client
-	up atomic.Bool
-}
-
-func (s *toggledExtend) Extend(ctx context.Context, req client.ExtendRequest) (*client.ExtendResponse, error) {
-	if !s.up.Load() {
-		return nil, errors.New("dial tcp 127.0.0.1:7070: connect: connection refused")
-	}
-	return s.Client.Extend(ctx, req)
-}
-
 // A review: a handler stopped by ErrLeaseExpired that returns without
 // writing (the usual `<-ctx.Done(); return`) had an empty 200 completed —
 // no other attempt held the key to refuse it — sent, and replayed to every
@@ -192,7 +184,7 @@ func (s *toggledExtend) Extend(ctx context.Context, req client.ExtendRequest) (*
 func TestHandlerStoppedByItsLeaseWithoutAnswerIsReleased(t *testing.T) {
 	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
 	require.NoError(t, err)
-	store := &toggledExtend{Client: real}
+	store := &noExtend{Client: real}
 	var runs atomic.Int32
 	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, Lease: 300 * time.Millisecond},
 		func(w http.ResponseWriter, r *http.Request) {
@@ -242,7 +234,7 @@ func TestAnswerOfAnEvictedKeyIsSent(t *testing.T) {
 func TestExtendsGoOnAfterTheLeaseRanOut(t *testing.T) {
 	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
 	require.NoError(t, err)
-	store := &toggledExtend{Client: real}
+	store := &noExtend{Client: real}
 	var runs atomic.Int32
 	cancelled := make(chan struct{})
 	finish := make(chan struct{})
