@@ -257,6 +257,20 @@ func setApplyHook(t *testing.T, h func(*FSM, []*raft.Log)) {
 	t.Cleanup(func() { applyHook.Store(nil) })
 }
 
+// snapshotOpener opens node i (n1, n2, ...) of a cluster in memory on
+// dirs[i] and addrs[i], logging to logs[i], taking snapshots only when the
+// test does and keeping 4 entries behind them.
+func snapshotOpener(c *memCluster, dirs, addrs []string, logs []logBuffer) func(i int, bootstrap bool) *Node {
+	return func(i int, bootstrap bool) *Node {
+		cfg := DefaultConfig()
+		id := fmt.Sprint("n", i+1)
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dirs[i], bootstrap, addrs[i], "mem-"+id
+		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1<<30, 4, time.Hour
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
+		return c.start(cfg)
+	}
+}
+
 // A leader's snapshot stream holds its state at a later index than the
 // snapshot's (expanded when sent). A follower stopped after installing it
 // and before its log passed that state held no log entry of what it had
@@ -268,15 +282,7 @@ func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 	var logs [3]logBuffer
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	addrs := []string{"127.0.0.1:0", "127.0.0.1:0", freeRaftAddr(t)} // n3 comes back where it was
-	open := func(i int, bootstrap bool) *Node {
-		cfg := DefaultConfig()
-		id := fmt.Sprint("n", i+1)
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dirs[i], bootstrap, addrs[i], "mem-"+id
-		// Snapshots only when the test takes them, keeping 4 entries.
-		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1<<30, 4, time.Hour
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
-		return c.start(cfg)
-	}
+	open := snapshotOpener(c, dirs, addrs, logs[:])
 	n1 := open(0, true)
 	c.leader(n1)
 	c.join(open(1, false), n1)
@@ -346,14 +352,7 @@ func TestFollowerKilledWhileInstallingStartsAgain(t *testing.T) {
 	var logs [2]logBuffer
 	dirs := []string{t.TempDir(), t.TempDir()}
 	addrs := []string{"127.0.0.1:0", freeRaftAddr(t)}
-	open := func(i int, bootstrap bool) *Node {
-		cfg := DefaultConfig()
-		id := fmt.Sprint("n", i+1)
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, dirs[i], bootstrap, addrs[i], "mem-"+id
-		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1<<30, 4, time.Hour
-		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
-		return c.start(cfg)
-	}
+	open := snapshotOpener(c, dirs, addrs, logs[:])
 	n1 := open(0, true)
 	c.leader(n1)
 	claim := func(key string) {
