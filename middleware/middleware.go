@@ -848,11 +848,13 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 		// was replayed as the request's success though nothing was done
 		// (a review: a lease that ran out while the store was away, with
 		// no other attempt to refuse the complete). Released; the caller
-		// is told to retry.
-		m.storeThenAnswer(rec, func() bool {
-			m.release(r, s, c.Token, "the lease was lost and the handler stopped without an answer")
-			return true
-		})
+		// is told to retry at once, not held for a release that an
+		// unreachable store answers only after StoreTimeout.
+		rec.withhold() // the headers the handler set go with nothing
+		writeProblem(w, http.StatusServiceUnavailable, "unavailable",
+			"this request's idempotency key could not be kept in the store while it ran (its lease ran out), so it was stopped before it answered; retry", 1)
+		_ = http.NewResponseController(w).Flush()
+		m.release(r, s, c.Token, "the lease was lost and the handler stopped without an answer")
 	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrCallerGone):
 		m.storeThenAnswer(rec, func() bool {
 			m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer")
@@ -899,11 +901,6 @@ func (m *mw) storeThenAnswer(rec *recorder, tell func() (lost bool)) {
 	select {
 	case lost := <-told:
 		if lost && rec.withhold() {
-			if rec.code == 0 && rec.body.Len() == 0 { // released: nothing to take the place of
-				writeProblem(rec.w, http.StatusServiceUnavailable, "unavailable",
-					"this request's idempotency key could not be kept in the store while it ran (its lease ran out), so it was stopped before it answered; retry", 1)
-				return
-			}
 			writeProblem(rec.w, http.StatusConflict, "lease_lost",
 				"this attempt's lease ran out while it ran and another attempt holds the key now; retry to get the answer that is stored", 1)
 			return

@@ -305,3 +305,29 @@ func TestRetryInTheRecordsLastLeaseIsNotRun(t *testing.T) {
 	}, 10*time.Second, 200*time.Millisecond, "once the record expired the key is new: %s", body)
 	require.Equal(t, int32(2), runs.Load())
 }
+
+// slowRelease is noExtend whose releases hang until their context ends
+// (StoreTimeout): the store the handler lost its lease to is still away.
+type slowRelease struct{ noExtend }
+
+func (s *slowRelease) Release(ctx context.Context, req client.ReleaseRequest) (*client.ReleaseResponse, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A handler stopped by ErrLeaseExpired without an answer, while the store
+// is still away: the release waited for it, and after a second the held
+// empty answer went out as a 200. The caller gets its 503 at once.
+func TestHandlerStoppedByItsLeaseGets503WhileTheStoreIsAway(t *testing.T) {
+	real, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
+	require.NoError(t, err)
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: &slowRelease{noExtend{Client: real}}, Lease: 300 * time.Millisecond, StoreTimeout: 3 * time.Second},
+		func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Set-Cookie", "session=handler") // set, never sent
+			<-r.Context().Done()
+		})
+	resp, body := send("stopped-away-1")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+	require.Contains(t, body, "could not be kept")
+	require.Empty(t, resp.Header.Get("Set-Cookie"))
+}
