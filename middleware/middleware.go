@@ -757,13 +757,13 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 // header (RFC 9110 7.6.1) or a proxy's challenge was for the first
 // caller's connection only.
 func connectionHeader(name string) bool {
-	switch http.CanonicalHeaderKey(name) {
-	case "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection", "Upgrade", "Trailer",
-		"Te", "Proxy-Authenticate", "Proxy-Authorization":
-		return true
-	}
-	return false
+	return slices.Contains(connectionHeaders, http.CanonicalHeaderKey(name))
 }
+
+// connectionHeaders are the headers of one connection or one transmission:
+// the body's length and coding, and the hop-by-hop ones.
+var connectionHeaders = []string{"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection",
+	"Upgrade", "Trailer", "Te", "Proxy-Authenticate", "Proxy-Authorization"}
 
 // attemptKey is the context key of the running attempt.
 type attemptKey struct{}

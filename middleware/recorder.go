@@ -231,9 +231,7 @@ func storableValue(v string) bool { return wire.ValidHeaderValue(v) && utf8.Vali
 // replay makes anew: the hop-by-hop ones (RFC 9110 7.6.1; those the
 // answer's Connection names too, response drops them), the proxy's
 // challenge, and those of the body and the middleware.
-var notStored = []string{"Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive", "Proxy-Connection",
-	"Upgrade", "Trailer", "Te", "Proxy-Authenticate", "Proxy-Authorization", "Date", "Content-Type",
-	HeaderReplayed, HeaderBodyOmitted}
+var notStored = append(slices.Clone(connectionHeaders), "Date", "Content-Type", HeaderReplayed, HeaderBodyOmitted)
 
 // broken reports an answer whose declared Content-Length is not the
 // length of the body the handler wrote: its caller got a broken transfer
