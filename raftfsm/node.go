@@ -409,7 +409,7 @@ func (n *Node) catchUpFromSnapshot() error {
 			// index: recorded as FSM.Restore records it, or checkLogPresent
 			// refused the node (a membership walk: kill -9 during a join,
 			// and the documented restart was refused).
-			if err := writeInstalled(filepath.Join(n.cfg.DataDir, installedFile), now); err != nil {
+			if err := writeInstalled(n.fsm.installedPath, now); err != nil {
 				return fmt.Errorf("raftfsm: record the state installed from snapshot %s: %w", newest.ID, err)
 			}
 		}
