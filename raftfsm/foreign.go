@@ -323,7 +323,7 @@ func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
 	}
 	err := leftOutError(g.self, g.leftOut, from)
 	if g.leftOutTold.allow(time.Minute) {
-		g.log.Warn("a member that idem recover left out leads its old cluster with the state it kept; told it to stop serving", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
+		g.log.Warn("a member that a recovery or restore of this data dir left out leads its old cluster with the state it kept; told it to stop serving", "left-out-by", g.leftOut.by(), "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
 	}
 	return err
 }
@@ -336,7 +336,7 @@ func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
 		return nil
 	}
 	if g.leftOutTold.allow(time.Minute) {
-		g.log.Warn("a member that idem recover left out asked for a vote, or probed for a twin recovery; told it it was left out", "member-id", string(from.ID), "member-raft-addr", string(from.Addr))
+		g.log.Warn("a member that a recovery or restore of this data dir left out asked for a vote, or probed for a twin recovery; told it it was left out", "left-out-by", g.leftOut.by(), "member-id", string(from.ID), "member-raft-addr", string(from.Addr))
 	}
 	return leftOutError(g.self, g.leftOut, from)
 }
@@ -348,6 +348,12 @@ func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
 // this cluster lacks (an operator walk: nothing said so here).
 func (g *foreignGuard) leftOutAheadOf(from raft.RPCHeader, lastLogIndex uint64) {
 	if lastLogIndex <= g.leftOut.Applied || !g.leftOutAhead.allow(time.Minute) {
+		return
+	}
+	if g.leftOut.Via == viaRestore {
+		g.log.Error("a member of the cluster this node was restored in place of has a log that ends past the backup's state: it may hold acknowledged records the backup lacks; "+
+			"if this cluster has taken no writes that matter since, stop it and run idem recover on that member's data dir instead (docs/BACKUP.md)",
+			"member-id", string(from.ID), "member-raft-addr", string(from.Addr), "member-last-log-index", lastLogIndex, "restored-from-index", g.leftOut.Applied)
 		return
 	}
 	g.log.Error("a member that idem recover left out has a log that ends past the state this recovery started from: it may hold acknowledged records this cluster lacks, and the recovery may have been made from the wrong survivor (the one whose log ended highest should be); "+

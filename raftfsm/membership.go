@@ -525,8 +525,8 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if existing == nil && !empty && n.guard != nil && n.guard.leftOut.leftOut(info.ID) {
 		// Its log would be replaced by this cluster's, but its state kept,
 		// past this cluster's entries at the indexes it had applied.
-		return JoinResult{}, fmt.Errorf("%w: %s was left out when idem recover made %s this cluster (on %s), and joins with the older state it kept; move its data dir aside and start it with an empty data dir and --join",
-			ErrForeignCluster, info.ID, n.cfg.NodeID, n.guard.leftOut.At.Format(time.RFC3339))
+		return JoinResult{}, fmt.Errorf("%w: %s was left out when %s made %s this cluster (on %s), and joins with the older state it kept; move its data dir aside and start it with an empty data dir and --join",
+			ErrForeignCluster, info.ID, n.guard.leftOut.by(), n.cfg.NodeID, n.guard.leftOut.At.Format(time.RFC3339))
 	}
 	res := JoinResult{Suffrage: "nonvoter", Existing: existing != nil}
 	if existing != nil && existing.Suffrage == raft.Voter {

@@ -360,7 +360,7 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
 		before = append(before, p.ID)
 	}
-	if err := recordRecovery(dir, nodeID, before, peers, o.db.Meta().Applied); err != nil {
+	if err := recordRecovery(dir, nodeID, before, peers, o.db.Meta().Applied, ""); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: the configuration was rewritten, but the members it leaves out could not be recorded (run idem recover again): %w", err)
 	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)

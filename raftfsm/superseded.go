@@ -69,10 +69,25 @@ type recoveryRecord struct {
 	At      time.Time `json:"recovered_at"`
 	Node    string    `json:"node"`
 	Applied uint64    `json:"applied_index"`
+	// Via is "restore" when idem snapshot restore made this data dir in
+	// the place of a member of the backup's cluster (RecordRestoreInPlace),
+	// and empty for idem recover.
+	Via string `json:"via,omitempty"`
 }
 
 // leftOut reports whether a recovery of this data dir left out id.
 func (r recoveryRecord) leftOut(id string) bool { return slices.Contains(r.LeftOut, id) }
+
+// by names what made this data dir the cluster without the members it
+// lists, for the messages those members and the operator read.
+func (r recoveryRecord) by() string {
+	if r.Via == viaRestore {
+		return "idem snapshot restore, from a backup, in the place of a member"
+	}
+	return "idem recover"
+}
+
+const viaRestore = "restore"
 
 func readRecoveryRecord(dir string) (recoveryRecord, error) {
 	var rec recoveryRecord
@@ -91,7 +106,7 @@ func readRecoveryRecord(dir string) (recoveryRecord, error) {
 
 // recordRecovery adds to recoveredFile the members of before that the new
 // configuration leaves out; members it names again are taken off the list.
-func recordRecovery(dir, node string, before []string, peers []Peer, applied uint64) error {
+func recordRecovery(dir, node string, before []string, peers []Peer, applied uint64, via string) error {
 	rec, err := readRecoveryRecord(dir)
 	if err != nil {
 		return err
@@ -110,7 +125,7 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 		return syncDir(dir)
 	}
 	slices.Sort(rec.LeftOut)
-	rec.At, rec.Node, rec.Applied = time.Now().UTC(), node, applied
+	rec.At, rec.Node, rec.Applied, rec.Via = time.Now().UTC(), node, applied, via
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	tmp := filepath.Join(dir, recoveredFile+".tmp")
 	if err := writeSynced(tmp, append(b, '\n')); err != nil {
@@ -125,9 +140,20 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 // leftOutError is the recovered node's answer to an append from leader
 // from, a member its recovery left out.
 func leftOutError(self raft.ServerID, rec recoveryRecord, from raft.RPCHeader) error {
-	return fmt.Errorf("%s node %s was made the cluster by idem recover on %s (state at index %d) without %s: %s's data dir holds a state the recovery did not start from, which must not serve; "+
+	return fmt.Errorf("%s node %s was made the cluster by %s on %s (state at index %d) without %s: %s's data dir holds a state the recovery did not start from, which must not serve; "+
 		"move it aside and start %s with an empty data dir and --join naming %s's HTTP address",
-		supersededMarker, self, rec.At.Format(time.RFC3339), rec.Applied, from.ID, from.ID, from.ID, self)
+		supersededMarker, self, rec.by(), rec.At.Format(time.RFC3339), rec.Applied, from.ID, from.ID, from.ID, self)
+}
+
+// RecordRestoreInPlace records in dir, a data dir idem snapshot restore
+// made at the raft address of a member of the backup's cluster, that the
+// backup's other members (others, by id) are left out: started again on
+// their old data dirs, they would hold a quorum of the old cluster and
+// serve its state at the addresses its clients know. As after idem
+// recover (superseded.go), the restored node answers their appends and
+// votes with leftOutError, and the one that hears it stops serving.
+func RecordRestoreInPlace(dir, node string, others []string, applied uint64) error {
+	return recordRecovery(dir, node, others, []Peer{{ID: node}}, applied, viaRestore)
 }
 
 // recoveredFromIndex is the state index a leftOutError names, or 0.

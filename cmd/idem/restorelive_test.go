@@ -1,7 +1,6 @@
 package main
 
 import (
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -10,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // A tired operator rebuilds member n1 of a running cluster from last
@@ -48,39 +49,32 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	// the backup were claimed afresh, and nothing had warned).
 	require.Contains(t, out, "keys claimed or completed after the backup can be claimed again")
 	require.NotContains(t, out, "never start its other members", "beside the old cluster, not in a member's place")
-	// --force restores anyway. Started there, the node is a cluster of its
-	// own that the old cluster's leader keeps sending entries: it refuses
-	// them, and is not ready while they come (it was, and load balancers
-	// sent n1's clients to it).
+	// --force restores anyway: the operator says that cluster is gone for
+	// good. In a member's place, the other members must not come back on
+	// their old data dirs: they hold the old cluster's quorum (a walk: they
+	// served its state, and claimed afresh a key the restored cluster had
+	// completed).
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", dir, "--node-id", "n1", "--raft-addr", n1.raft, "--force")
 	require.NoError(t, err, out)
 	// In n1's place: the command to paste holds the HTTP address the
 	// backup records for n1, where its clients call it.
 	require.Contains(t, out, "--raft-addr "+n1.raft+" --http-addr "+n1.http+"\n", out)
-	// In a member's place, the other members must not come back on their
-	// old data dirs: they hold the old cluster's quorum (a walk: they
-	// served its state, and claimed afresh a key the restored cluster had
-	// completed).
 	require.Contains(t, out, "never start its other members (n2 ("+c.node("n2").raft+"), n3 ("+c.node("n3").raft+"))", out)
+	// Started there while that cluster in fact runs, the restored node is
+	// the cluster, as after idem recover --force: the old members, whose
+	// leader sends it entries, are told they were left out and stop
+	// serving; it stays ready. (Before the restore recorded them, it was
+	// the restored node that answered 503 while they served.)
 	launch(t, dir, n1.http, n1.raft, "--node-id", "n1")
-	waitFor(t, 20*time.Second, "the restored n1 is not ready, naming the other cluster's leader", func() (bool, string) {
-		a := call("GET", n1.http, "/readyz", "")
-		return a.code == 503 && strings.Contains(string(a.body), "a leader of another cluster"), a.String()
-	})
-	// Nor does it answer for records meanwhile: unready, it still
-	// answered claims, 201 for a key the running cluster holds (an
-	// operator walk, with an empty data dir at a member's addresses).
-	held := claimOK(t, c.node("n2").http, "held-by-the-cluster") // a follower forwards it
-	require.Equal(t, 1, held.Attempt)
-	for _, req := range []struct{ method, path, body string }{
-		{"POST", "/v1/claim", claimReq("held-by-the-cluster", "c-stray")},
-		{"POST", "/v1/batch", `{"ops":[{"op":"claim",` + claimReq("held-by-the-cluster", "c-stray")[1:] + `]}`},
-		{"GET", "/v1/records?principal=" + url.QueryEscape(cPrincipal) + "&endpoint=" + url.QueryEscape(cEndpoint) + "&key=before-backup&consistency=stale", ""},
-	} {
-		a := call(req.method, n1.http, req.path, req.body)
-		require.Equal(t, 503, a.code, "%s %s on the node another cluster's leader sends entries to: %s", req.method, req.path, a)
-		require.Contains(t, string(a.body), "a leader of another cluster")
+	for _, id := range []string{"n2", "n3"} {
+		n := c.node(id)
+		waitFor(t, 30*time.Second, id+" refusing as left out by the restore", func() (bool, string) {
+			a := call("POST", n.http, "/v1/claim", claimReq("held-by-the-old-cluster", "c-stray"))
+			return a.code == 503 && strings.Contains(string(a.body), "left out of a recovery"), a.String()
+		})
 	}
+	a := call("GET", n1.http, "/readyz", "")
+	require.Equal(t, 200, a.code, "%s", a)
 }
 
 // raft.db (raft's term and vote) of a member of a three-node cluster is
@@ -115,4 +109,73 @@ func TestLostRaftDBIsRefusedInACluster(t *testing.T) {
 	start(t, dir, httpAddr, raftAddr)
 	a := call("GET", httpAddr, recordPath("solo", ""), "")
 	require.Equal(t, 200, a.code, "%s", a)
+}
+
+// The whole cluster is lost at once (a bad deploy, a region outage), and
+// the operator rebuilds it from last night's backup at n1's addresses, as
+// BACKUP.md says. Later the old n2 and n3 come back on their old data dirs
+// (systemd's Restart=always, a host rebooted): two of three, they held a
+// quorum of the old cluster, elected a leader and served its state at the
+// addresses its clients know, beside the restored cluster; the restored
+// n1 refused their entries, and only the restore's message had said not to
+// start them (a walk). The restore now records them as left out, as idem
+// recover does, and the restored node tells them so: they stop serving
+// (503) and refuse to start again on those data dirs.
+func TestMembersBesideARestoreInPlaceStopServing(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	claimOK(t, leader.http, "before-backup")
+	file := filepath.Join(t.TempDir(), "b.snap")
+	out, err := idemCmd(t, "snapshot", "save", file, "--addr", leader.http)
+	require.NoError(t, err, out)
+	after := claimOK(t, leader.http, "after-backup")
+	completeOK(t, leader.http, "after-backup", after.Token, "charged once")
+	waitSameState(t, c.nodes...)
+	for _, n := range c.nodes {
+		n.kill(t)
+	}
+
+	n1 := c.node("n1")
+	n1.dir = filepath.Join(t.TempDir(), "n1-restored")
+	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", n1.dir, "--node-id", "n1", "--raft-addr", n1.raft)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "never start its other members")
+	c.restart(n1, []string{"--node-id", "n1"})
+	c.waitStable(n1)
+	claimOK(t, n1.http, "only-in-the-restored-cluster")
+
+	left := c.others(n1)
+	for _, n := range left {
+		c.restart(n, []string{"--node-id", n.id})
+	}
+	for _, n := range left {
+		waitFor(t, 30*time.Second, n.id+" refusing as left out by the restore", func() (bool, string) {
+			a := call("POST", n.http, "/v1/claim", claimReq("only-in-the-restored-cluster", "stale-check"))
+			return a.code == 503 && strings.Contains(string(a.body), "left out of a recovery"), a.String()
+		})
+	}
+	a := call("GET", n1.http, "/readyz", "")
+	require.Equal(t, 200, a.code, "the restored node, told apart from the old cluster: %s", a)
+	a = call("POST", n1.http, "/v1/claim", claimReq("only-in-the-restored-cluster", "again"))
+	require.Equal(t, 409, a.code, "the restored cluster still holds its key: %s", a)
+
+	// The one that heard it refuses to start on its data dir again, and
+	// its log says what made it so.
+	refused := 0
+	for _, n := range left {
+		n.kill(t)
+		if _, err := os.Stat(filepath.Join(n.dir, raftfsm.SupersededFile)); err != nil {
+			continue
+		}
+		c.restart(n, []string{"--node-id", n.id})
+		select {
+		case <-n.p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s started on a data dir the restore left out", n.id)
+		}
+		require.Error(t, n.p.err)
+		require.Contains(t, n.p.logs.String(), "idem snapshot restore, from a backup, in the place of a member")
+		refused++
+	}
+	require.Positive(t, refused, "no old member recorded it")
 }

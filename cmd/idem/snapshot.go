@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -416,6 +417,32 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			return 1
 		}
 	}
+	// Restored at a member's raft address, the backup's other members are
+	// left out: started again on their old data dirs they would hold a
+	// quorum of the old cluster and serve its state at the addresses its
+	// clients know (a walk: they claimed afresh a key the restored cluster
+	// had completed). Recorded as idem recover records whom it left out,
+	// the restored node tells each, at its first vote or append, to stop
+	// serving (raftfsm's superseded.go).
+	var others, leftOut []string
+	inPlace := false
+	for _, m := range info.Members {
+		if m.RaftAddr == raftAddr {
+			inPlace = true
+			continue
+		}
+		others = append(others, m.ID+" ("+m.RaftAddr+")")
+		if m.ID != nodeID {
+			leftOut = append(leftOut, m.ID)
+		}
+	}
+	slices.Sort(others)
+	if inPlace && len(leftOut) > 0 {
+		if err := raftfsm.RecordRestoreInPlace(tmp, nodeID, leftOut, h.AppliedIndex); err != nil {
+			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+			return 1
+		}
+	}
 	if existed {
 		if err := os.Remove(abs); err != nil {
 			fmt.Fprintf(stderr, "%s: --data-dir: %v (nothing was written to %s)\n", name, err, dataDir)
@@ -434,20 +461,8 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	// after it is gone, and nothing in the restored state can say so.
 	fmt.Fprintf(stderr, "%s: the restored cluster is the backup's, as of cluster time %s: keys claimed or completed after the backup can be claimed again (their work would run again), records deleted after it are back, and attempt numbers and fencing tokens go on from the backup's, so some repeat ones the lost cluster gave out. Reconcile what was done after the backup with your own records (docs/BACKUP.md)\n",
 		name, fmtClusterTime(h.ClusterTimeMs))
-	var others []string
-	inPlace := false
-	for _, m := range info.Members {
-		if m.RaftAddr == raftAddr {
-			inPlace = true
-		} else {
-			others = append(others, m.ID+" ("+m.RaftAddr+")")
-		}
-	}
 	if inPlace && len(others) > 0 {
-		// Restored at a member's address: the other members, started
-		// again on their data dirs, hold a quorum of the old cluster and
-		// serve its state at the addresses the clients know.
-		fmt.Fprintf(stderr, "%s: this node takes the place of a member of the backup's cluster: never start its other members (%s) on their old data dirs again; move those aside and add the nodes back with empty data dirs and --join. Started, they would serve the old cluster's state at the addresses its clients know\n",
+		fmt.Fprintf(stderr, "%s: this node takes the place of a member of the backup's cluster: never start its other members (%s) on their old data dirs again; move those aside and add the nodes back with empty data dirs and --join. Started, they would serve the old cluster's state at the addresses its clients know until this node runs and tells them to stop (they then answer 503 and refuse to start on those data dirs)\n",
 			name, strings.Join(others, ", "))
 	}
 	// A restore killed before it finished (kill -9, a reboot) leaves its
