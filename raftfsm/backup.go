@@ -13,6 +13,7 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"time"
 
@@ -317,6 +318,43 @@ type RestoreOptions struct {
 	// of the one-node configuration written into the data dir.
 	RaftAddr string
 	Logger   *slog.Logger
+	// Now is the time the restore runs at (zero: time.Now), which sets
+	// how far above the backup's applied index the restored log starts
+	// (RestoredIndex).
+	Now time.Time
+}
+
+// The raft log of a restored data dir goes on far above the backup's
+// applied index J: the lost cluster went on after the backup and gave out
+// fencing tokens (the raft index of each claim) above J. Continued at J+1,
+// the restored cluster gave out the same numbers again, so tokens of one
+// scope no longer ordered by attempt across the restore, and a fence
+// downstream that had seen a lost attempt's token refused the new ones
+// while taking an older one. No cluster appends anywhere near
+// restoreIndexRate entries a second (a claim, a batch, a no-op is one
+// each), so starting restoreIndexRate times the seconds since the backup
+// above J (at least restoreMinGapSeconds' worth, for a clock behind the
+// backup's) puts every new token above the lost cluster's.
+const (
+	restoreIndexRate     = 1_000_000
+	restoreMinGapSeconds = 3600
+	// restoreMaxGapSeconds caps the jump (a clock a century off).
+	restoreMaxGapSeconds = 100 * 365 * 24 * 3600
+)
+
+// RestoredIndex is the index a restore of a backup of applied index
+// applied, taken at cluster time backupMs, starts the raft log and the
+// state at when it runs at now.
+func RestoredIndex(applied uint64, backupMs int64, now time.Time) uint64 {
+	secs := int64(restoreMinGapSeconds)
+	if el := (now.UnixMilli() - backupMs) / 1000; el > secs {
+		secs = min(el, restoreMaxGapSeconds)
+	}
+	gap := uint64(secs) * restoreIndexRate
+	if applied > math.MaxUint64/2 { // never in practice: keep the index sane
+		return applied
+	}
+	return applied + gap
 }
 
 // RestoreBackup builds, in the empty directory dir, the data dir of a
@@ -324,12 +362,14 @@ type RestoreOptions struct {
 // caller builds into a temporary directory and renames it when this
 // returns nil: on error dir holds a partial build.
 //
-// The state's applied index J is above 0, so the raft log must continue
-// above J: a fresh BootstrapCluster would start it at 1, and the FSM would
-// skip every entry up to J as already applied. So dir gets what a node
-// that had taken its own snapshot at J would have: a snapshot marker at
-// index J, term 1, holding the one-node configuration, and a stable store
-// whose current term is 1. raft then starts with its last index at J.
+// The state's applied index is first moved up from the backup's J to
+// RestoredIndex R, far above J, so that fencing tokens go on above the
+// lost cluster's. The raft log must continue above R: a fresh
+// BootstrapCluster would start it at 1, and the FSM would skip every entry
+// up to R as already applied. So dir gets what a node that had taken its
+// own snapshot at R would have: a snapshot marker at index R, term 1,
+// holding the one-node configuration, and a stable store whose current
+// term is 1. raft then starts with its last index at R.
 func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error) {
 	log := o.Logger
 	if log == nil {
@@ -365,6 +405,21 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	if meta.Applied != b.Header.AppliedIndex {
 		return info, fmt.Errorf("%w: header says applied index %d, the data holds %d", ErrBackup, b.Header.AppliedIndex, meta.Applied)
 	}
+	now := o.Now
+	if now.IsZero() {
+		now = time.Now()
+	}
+	// The state's applied index moves up with the log (RestoredIndex): the
+	// raft snapshot below stands for this state, at this index.
+	if at := RestoredIndex(meta.Applied, b.Header.ClusterTimeMs, now); at > meta.Applied {
+		if err := db.Begin().Commit(at); err != nil {
+			return info, fmt.Errorf("raftfsm: restore: %w", err)
+		}
+		if err := db.Sync(); err != nil {
+			return info, fmt.Errorf("raftfsm: restore: %w", err)
+		}
+		meta = db.Meta()
+	}
 	info.Stream.Meta = meta
 	named, err := db.Named("node/")
 	if err != nil {
@@ -396,31 +451,20 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	conf := raft.Configuration{Servers: []raft.Server{{
 		ID: raft.ServerID(o.NodeID), Address: raft.ServerAddress(o.RaftAddr), Suffrage: raft.Voter,
 	}}}
-	if meta.Applied == 0 {
-		// A state no command ever reached: nothing to skip, so a plain
-		// bootstrap is right.
-		rc := raft.DefaultConfig()
-		rc.LocalID = raft.ServerID(o.NodeID)
-		rc.Logger = newHCLog(log)
-		if err := raft.BootstrapCluster(rc, logStore, stable, snaps, trans, conf); err != nil {
-			return info, fmt.Errorf("raftfsm: restore: bootstrap: %w", err)
-		}
-	} else {
-		const term = 1
-		if err := stable.SetUint64([]byte("CurrentTerm"), term); err != nil {
-			return info, fmt.Errorf("raftfsm: restore: write raft term: %w", err)
-		}
-		sink, err := snaps.Create(raft.SnapshotVersionMax, meta.Applied, term, conf, meta.Applied, trans)
-		if err != nil {
-			return info, fmt.Errorf("raftfsm: restore: create raft snapshot: %w", err)
-		}
-		if err := writeMarker(sink, meta.Applied); err != nil {
-			sink.Cancel()
-			return info, fmt.Errorf("raftfsm: restore: write raft snapshot: %w", err)
-		}
-		if err := sink.Close(); err != nil {
-			return info, fmt.Errorf("raftfsm: restore: write raft snapshot: %w", err)
-		}
+	const term = 1
+	if err := stable.SetUint64([]byte("CurrentTerm"), term); err != nil {
+		return info, fmt.Errorf("raftfsm: restore: write raft term: %w", err)
+	}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, meta.Applied, term, conf, meta.Applied, trans)
+	if err != nil {
+		return info, fmt.Errorf("raftfsm: restore: create raft snapshot: %w", err)
+	}
+	if err := writeMarker(sink, meta.Applied); err != nil {
+		sink.Cancel()
+		return info, fmt.Errorf("raftfsm: restore: write raft snapshot: %w", err)
+	}
+	if err := sink.Close(); err != nil {
+		return info, fmt.Errorf("raftfsm: restore: write raft snapshot: %w", err)
 	}
 	err = db.Close()
 	db = nil

@@ -82,11 +82,24 @@ func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "restored")
 	require.NoError(t, os.Mkdir(dir, 0o755))
 	addr := freeRaftAddr(t)
-	rinfo, err := RestoreBackup(bytes.NewReader(data), dir, RestoreOptions{NodeID: "r1", RaftAddr: addr})
+	// The lost cluster goes on after the backup, and gives out fencing
+	// tokens (raft indexes) above the backup's applied index J.
+	var lost uint64
+	for i := range 5 {
+		_, idx, err := n.Claim(engine.ClaimArgs{Scope: scopeN(2000 + i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		lost = idx
+	}
+	// Restored two hours after the backup.
+	now := time.UnixMilli(info.Header.ClusterTimeMs).Add(2 * time.Hour)
+	rinfo, err := RestoreBackup(bytes.NewReader(data), dir, RestoreOptions{NodeID: "r1", RaftAddr: addr, Now: now})
 	require.NoError(t, err)
-	require.Equal(t, info.Header.AppliedIndex, rinfo.Stream.Meta.Applied)
 	J := info.Header.AppliedIndex
 	require.NotZero(t, J)
+	require.Greater(t, lost, J)
+	R := rinfo.Stream.Meta.Applied
+	require.Equal(t, J+2*3600*restoreIndexRate, R, "the restored state and log start far above J")
+	require.Equal(t, R, RestoredIndex(J, info.Header.ClusterTimeMs, now))
 
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.RaftAddr = "r1", dir, addr
@@ -106,7 +119,12 @@ func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	res, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1000), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
-	require.Greater(t, idx, J)
+	// Above R, and so above every token the lost cluster gave out after
+	// the backup: continued at J+1, the restored cluster gave out the lost
+	// one's numbers again, and tokens of one scope no longer ordered by
+	// attempt across the restore.
+	require.Greater(t, idx, R)
+	require.Greater(t, idx, lost)
 	res, _, err = m.Claim(engine.ClaimArgs{Scope: scopeN(0), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeReplay, res.Outcome)
@@ -204,8 +222,8 @@ func TestRecoverOneSurvivor(t *testing.T) {
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
 }
 
-// A state no command ever reached (applied index 0) restores with a plain
-// bootstrap.
+// A state no command ever reached (applied index 0) restores, and its log
+// goes on above RestoredIndex as any other's.
 func TestRestoreOfUntouchedState(t *testing.T) {
 	db, err := engine.Open(t.TempDir(), engine.Options{})
 	require.NoError(t, err)
@@ -231,9 +249,10 @@ func TestRestoreOfUntouchedState(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
-	res, _, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	res, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
+	require.Greater(t, idx, uint64(restoreMinGapSeconds*restoreIndexRate))
 }
 
 // A node whose state is past its raft log's end (it installed a leader's

@@ -455,11 +455,11 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	}
 	done = true
 	syncDir(parent)
-	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s\n",
-		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs))
+	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s; the raft log goes on at index %d\n",
+		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs), info.Stream.Meta.Applied+1)
 	// A restore is a rollback to the backup: what the cluster decided
 	// after it is gone, and nothing in the restored state can say so.
-	fmt.Fprintf(stderr, "%s: the restored cluster is the backup's, as of cluster time %s: keys claimed or completed after the backup can be claimed again (their work would run again), records deleted after it are back, and attempt numbers and fencing tokens go on from the backup's, so some repeat ones the lost cluster gave out. Reconcile what was done after the backup with your own records (docs/BACKUP.md)\n",
+	fmt.Fprintf(stderr, "%s: the restored cluster is the backup's, as of cluster time %s: keys claimed or completed after the backup can be claimed again (their work would run again), records deleted after it are back, and attempt numbers go on from the backup's, so some repeat ones the lost cluster gave out (fencing tokens do not: the raft log goes on far above the backup's index). Reconcile what was done after the backup with your own records (docs/BACKUP.md)\n",
 		name, fmtClusterTime(h.ClusterTimeMs))
 	if inPlace && len(others) > 0 {
 		fmt.Fprintf(stderr, "%s: this node takes the place of a member of the backup's cluster: never start its other members (%s) on their old data dirs again; move those aside and add the nodes back with empty data dirs and --join. Started, they would serve the old cluster's state at the addresses its clients know until this node runs and tells them to stop (they then answer 503 and refuse to start on those data dirs)\n",
