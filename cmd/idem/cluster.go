@@ -261,6 +261,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stdout, "%s: %s\n", a.Outcome, a.Detail)
 		case a.Outcome == "removed":
 			fmt.Fprintf(stdout, "removed %s from the cluster\n", *id)
+			if note := faultToleranceNote(ctx, cl, *id); note != "" {
+				fmt.Fprintln(stdout, note)
+			}
 		default:
 			cliWriteJSON(stdout, raw)
 		}
@@ -268,6 +271,35 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		cliWriteJSON(stdout, raw)
 	}
 	return 0
+}
+
+// faultToleranceNote says, after a removal, what the voters left can
+// survive when that is less than one failure: removing down to two or one
+// voter said only "removed" (a membership walk), and the next failure of
+// any node then stopped the cluster. "" when the status cannot be read or
+// three or more voters remain.
+func faultToleranceNote(ctx context.Context, cl *client.Client, removed string) string {
+	raw, err := cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
+	if err != nil {
+		return ""
+	}
+	var st raftfsm.Status
+	if json.Unmarshal(raw, &st) != nil {
+		return ""
+	}
+	var voters []string
+	for _, m := range st.Nodes {
+		if m.Suffrage == "voter" && m.ID != removed {
+			voters = append(voters, m.ID)
+		}
+	}
+	switch len(voters) {
+	case 1:
+		return fmt.Sprintf("NOTE: %s is the only voter left: the cluster survives no failure (if it stops, nothing is served until it is back). Join nodes again to have three voters (idem cluster join, docs/MEMBERSHIP.md)", voters[0])
+	case 2:
+		return fmt.Sprintf("NOTE: two voters are left (%s): a majority of two is both, so the cluster stops serving if either fails. Join a node again to have three voters (idem cluster join, docs/MEMBERSHIP.md)", strings.Join(voters, ", "))
+	}
+	return ""
 }
 
 // retentionFlagReminder is what set-retention adds to its answer: the

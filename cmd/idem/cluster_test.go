@@ -994,6 +994,8 @@ func TestClusterRemoveNode(t *testing.T) {
 	out, err := exec.Command(binary, "cluster", "remove", "--addr", c.node("n2").http, "--id", "n3").CombinedOutput()
 	require.NoError(t, err, "idem cluster remove: %s", out)
 	require.Contains(t, string(out), "removed")
+	// Down to two voters, it says what that means (it said only "removed").
+	require.Contains(t, string(out), "two voters are left (n1, n2): a majority of two is both", "%s", out)
 	rest := c.others(n3)
 	leader := c.waitStable(rest...)
 	watchRemoved(t, c, n3, rest)
