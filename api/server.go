@@ -30,7 +30,10 @@ type Config struct {
 	DefaultLease   time.Duration
 	BucketWidth    time.Duration
 	PrincipalScope bool // --scope principal: the endpoint is not part of uniqueness
-	Limits         Limits
+	// BootstrapExpect is the node's --bootstrap-expect, published in its
+	// cluster status for peers forming a cluster with it to compare.
+	BootstrapExpect int
+	Limits          Limits
 	// MaxBatchOps bounds the ops of one POST /v1/batch (--max-batch-ops);
 	// 0 means DefaultMaxBatchOps.
 	MaxBatchOps int

@@ -171,6 +171,11 @@ type Status struct {
 	// Nodes about to form a cluster, and a leader taking in a node joined
 	// by hand, compare it.
 	Scope string `json:"scope,omitempty"`
+	// BootstrapExpect is this node's --bootstrap-expect (0 without it).
+	// The API sets it, as Scope; nodes about to form a cluster with it
+	// compare it, since nodes expecting different counts would each
+	// bootstrap a configuration of their own.
+	BootstrapExpect int `json:"bootstrap_expect,omitempty"`
 	// HoldsVote is set while this node, which started with an empty data
 	// dir, neither votes for a candidate that may miss acknowledged writes
 	// nor stands for election (votehold.go's voteHold and campaignHold): an

@@ -1317,3 +1317,56 @@ func TestNodeThatOutlivedAnOutageDoesNotJumpClusterTime(t *testing.T) {
 	}
 	require.Contains(t, n2.p.logs.String(), "it follows the log's")
 }
+
+// Three nodes formed with --bootstrap-expect, one of them started with 2
+// (a typo, a unit file from another cluster). Nothing compared the counts:
+// it bootstrapped a cluster of two with the first peer it reached while
+// the others still waited for three, and two nodes expecting two could
+// form two clusters around one third node. Nodes now publish the count in
+// their status and none bootstraps beside a peer expecting another; the
+// odd one restarted with the same count forms the cluster.
+func TestBootstrapExpectMismatchFormsNoCluster(t *testing.T) {
+	root := t.TempDir()
+	var nodes []*cnode
+	for i := 1; i <= 3; i++ {
+		ip := fmt.Sprintf("127.0.0.%d", 10+i)
+		nodes = append(nodes, &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
+			http: freePortOn(t, ip), raft: freePortOn(t, ip)})
+	}
+	var all []string
+	for _, n := range nodes {
+		all = append(all, n.http)
+	}
+	for _, n := range nodes {
+		expect := "3"
+		if n.id == "n3" {
+			expect = "2"
+		}
+		n.args = []string{"--node-id", n.id, "--bootstrap-expect", expect, "--join", strings.Join(all, ",")}
+		n.p = launch(t, n.dir, n.http, n.raft, n.args...)
+	}
+	for _, n := range nodes {
+		waitFor(t, 20*time.Second, n.id+" naming the other --bootstrap-expect", func() (bool, string) {
+			return strings.Contains(n.p.logs.String(), "the nodes forming a cluster must all expect the same count"), ""
+		})
+	}
+	time.Sleep(2 * time.Second) // a few more rounds of trying
+	for _, n := range nodes {
+		require.NotContains(t, n.p.logs.String(), "bootstrapped the cluster", "%s formed a cluster beside a peer expecting another count", n.id)
+		a := call("GET", n.http, "/v1/cluster", "")
+		require.Equal(t, 200, a.code, "%s", a)
+		var st raftfsm.Status
+		require.NoError(t, json.Unmarshal(a.body, &st))
+		require.Empty(t, st.Nodes, "%s has a configuration", n.id)
+	}
+	// Restarted with the same count, the odd one forms the cluster with
+	// the others.
+	n3 := nodes[2]
+	require.NoError(t, n3.p.cmd.Process.Signal(syscall.SIGKILL))
+	n3.p.wait()
+	n3.args[3] = "3"
+	n3.p = launch(t, n3.dir, n3.http, n3.raft, n3.args...)
+	c := &testCluster{t: t, nodes: nodes}
+	c.waitStable(nodes...)
+	claimOK(t, n3.http, "formed")
+}

@@ -302,6 +302,19 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			}
 			return
 		}
+		if st.BootstrapExpect > 1 && st.BootstrapExpect != m.c.bootstrapExpect {
+			// Each would bootstrap once it saw its own count of nodes: a
+			// node expecting two formed a cluster of two with the first
+			// peer it reached while the others waited for three, and two
+			// nodes expecting two could form two clusters sharing a third
+			// node. A node started with --join alone (0) is only counted.
+			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs with --bootstrap-expect %d and this node with --bootstrap-expect %d; the nodes forming a cluster must all expect the same count: restart the odd one with the same --bootstrap-expect (its data dir is still empty)", st.Self.ID, a, st.BootstrapExpect, m.c.bootstrapExpect)
+			if msg != m.refused {
+				m.refused = msg
+				m.log.Error(msg)
+			}
+			return
+		}
 		peers[st.Self.ID] = st.Self
 		walls = append(walls, st.WallMs)
 	}
