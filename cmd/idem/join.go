@@ -396,6 +396,7 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 	values := map[string][]string{} // flag -> "id value" of each member, in id order
 	differ := map[string]bool{}
 	answered, refused := 0, 0
+	var refusedBy []string
 	for _, p := range st.Nodes {
 		if p.ID == m.c.nodeID {
 			for k, v := range own {
@@ -415,6 +416,7 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 		}
 		if status == http.StatusUnauthorized || status == http.StatusForbidden {
 			refused++ // --auth-file without a --node-token-file to ask with: asking again changes nothing
+			refusedBy = append(refusedBy, fmt.Sprintf("%s (%s: %d)", p.ID, p.HTTPAddr, status))
 			continue
 		}
 		if err != nil || status != http.StatusOK || json.Unmarshal(b, &cfg) != nil || cfg.LeaseDefaultMs == nil {
@@ -435,6 +437,14 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 				}
 			}
 		}
+	}
+	if refused > 0 && m.token != "" {
+		// A member restarted with another --node-token-file, or whose
+		// token the others' auth files dropped, logged nothing itself: only
+		// the leader's health checks and the CLI showed it (a membership
+		// walk). Its own calls to the others are refused the same way.
+		m.log.Error("other members refuse this node's --node-token-file token: their --auth-file has no admin entry for it. Until it does, this node cannot measure its peers' health while it leads (no promotions, membership changes refused), its /readyz stays 503 as a follower, and it cannot join; give every node a token their auth files list (idem token new --role admin prints the entry)",
+			"refused-by", strings.Join(refusedBy, ", "))
 	}
 	if answered == 0 {
 		return refused > 0

@@ -331,6 +331,19 @@ func TestClusterWithNodeTokens(t *testing.T) {
 	require.Contains(t, string(a.body), "--node-token-file")
 	require.Contains(t, f.p.logs.String(), "no --node-token-file")
 
+	// Restarted with an auth file and node token of its own that the
+	// others' auth files do not list (rolled out to one node only), it
+	// logged nothing itself; only the leader's health checks showed it.
+	f.stop(t)
+	auth2, nodeTok2 := filepath.Join(dir, "auth2.json"), filepath.Join(dir, "node2.token")
+	writeAuth(t, auth2, entry("nodes-2", "node-secret-2", "admin"), entry("oncall", "operator-1", "operator"), entry("payments", "app-1", "app", "cus_a*"))
+	require.NoError(t, os.WriteFile(nodeTok2, []byte("node-secret-2\n"), 0o600))
+	f.p = launch(t, f.dir, f.http, f.raft, "--node-id", f.id, "--auth-file", auth2, "--node-token-file", nodeTok2)
+	waitFor(t, 30*time.Second, f.id+" says the others refuse its node token", func() (bool, string) {
+		return strings.Contains(f.p.logs.String(), "other members refuse this node's --node-token-file token"), ""
+	})
+	require.Contains(t, f.p.logs.String(), ": 401)")
+
 	// A fourth node without --node-token-file cannot join.
 	ip := "127.0.0.24"
 	n4 := launch(t, filepath.Join(dir, "n4"), freePortOn(t, ip), freePortOn(t, ip), "--node-id", "n4", "--join", nodes[0].http, "--auth-file", auth)
