@@ -642,13 +642,25 @@ func upgradeNotes(st raftfsm.Status) []string {
 	}
 	var out []string
 	versions, differ, measured, others := []string{}, false, false, 0
+	var first *string // the release of the first member whose release is known
 	for _, m := range st.Nodes {
 		v := m.Version
-		if v == "" {
-			v = "? (an earlier release, or not measured)"
+		switch {
+		case v == "" && !m.Healthy:
+			// Down or unreachable: its release is unknown, not different
+			// (a membership walk: one node down read "the members run
+			// different releases").
+			v = "? (not measured: down or unreachable)"
+		case v == "":
+			v = "? (an earlier release)"
 		}
 		versions = append(versions, m.ID+" "+v)
-		differ = differ || m.Version != st.Nodes[0].Version
+		if m.Version != "" || m.Healthy {
+			if first == nil {
+				first = &m.Version
+			}
+			differ = differ || m.Version != *first
+		}
 		if m.ID != st.Leader.ID && m.Healthy {
 			others++
 			measured = measured || m.ClockOffsetMs != nil

@@ -331,7 +331,21 @@ func TestClusterStatusTellsReleasesApartInAnUpgrade(t *testing.T) {
 	st.Nodes[1].Version = "v1.3.2"
 	out.Reset()
 	printStatus(&out, st)
-	require.Contains(t, out.String(), "NOTE: the members run different releases: n1 v1.4.0, n2 v1.3.2, n3 ? (an earlier release, or not measured)")
+	require.Contains(t, out.String(), "NOTE: the members run different releases: n1 v1.4.0, n2 v1.3.2, n3 ? (an earlier release)")
+
+	// A member that is merely down has no release to compare: one release
+	// and a node down read "the members run different releases" (a
+	// membership walk).
+	st.Nodes[1].Version = "v1.4.0"
+	st.Nodes[2].Healthy = false
+	out.Reset()
+	printStatus(&out, st)
+	require.NotContains(t, out.String(), "different releases")
+	st.Nodes[1].Version = "v1.3.2" // a difference among the others still shows
+	out.Reset()
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "NOTE: the members run different releases: n1 v1.4.0, n2 v1.3.2, n3 ? (not measured: down or unreachable)")
+	st.Nodes[1].Version, st.Nodes[2].Healthy = "v1.4.0", true
 
 	for i := range st.Nodes {
 		st.Nodes[i].ClockOffsetMs = nil // an earlier leader
