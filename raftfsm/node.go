@@ -175,7 +175,7 @@ func open(cfg Config) (*Node, error) {
 	}
 	if n.stable, err = raftboltdb.New(raftboltdb.Options{
 		Path:        filepath.Join(cfg.DataDir, "raft.db"),
-		BoltOptions: &bbolt.Options{Timeout: 2 * time.Second},
+		BoltOptions: stableOptions(),
 	}); err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			return nil, fmt.Errorf("raftfsm: data dir %s is in use by another idem process", cfg.DataDir)
@@ -199,6 +199,9 @@ func open(cfg Config) (*Node, error) {
 	}
 	if n.logStore, err = openLogStore(cfg.DataDir, n.stable, cfg.Logger); err != nil {
 		return nil, logStoreError(err, cfg)
+	}
+	if n.stable, err = scrubStableStore(cfg.DataDir, n.stable, stableOptions(), cfg.Logger); err != nil {
+		return nil, err
 	}
 	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
