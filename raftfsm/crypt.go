@@ -185,6 +185,11 @@ func ParseKeyring(b []byte) (*Keyring, error) {
 	seen := map[string]string{}
 	for i, e := range f.Keys {
 		if !keyIDPattern.MatchString(e.ID) {
+			if raw, err := base64.StdEncoding.DecodeString(e.ID); err == nil && len(raw) == 32 {
+				// "id" and "key" swapped: the id is a key, which an
+				// error must not carry to the node's log.
+				return bad("key %d: its id is the base64 of 32 bytes, a key (are \"id\" and \"key\" swapped?); not shown here so that it stays out of logs. An id is 1-64 letters, digits, '.', '_' or '-'", i+1)
+			}
 			return bad("key %d: id %q must be 1-64 letters, digits, '.', '_' or '-'", i+1, e.ID)
 		}
 		if kr.byID[e.ID] != nil {

@@ -126,6 +126,13 @@ func TestKeyFilesAreChecked(t *testing.T) {
 		require.ErrorIs(t, err, ErrKeyFile, name)
 		require.Contains(t, err.Error(), tc.want, name)
 	}
+	// A key file with "id" and "key" swapped: the error says so without
+	// carrying the key to the node's log.
+	swapped := base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef"))
+	_, err := ParseKeyring([]byte(`{"keys":[{"id":"` + swapped + `","key":"k1"}]}`))
+	require.ErrorIs(t, err, ErrKeyFile)
+	require.Contains(t, err.Error(), "swapped")
+	require.NotContains(t, err.Error(), swapped[:16], "the error shows the key")
 	kr, err := ParseKeyring(keyFile("k2", "k1"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"k2", "k1"}, kr.IDs())
