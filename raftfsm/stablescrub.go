@@ -16,9 +16,13 @@ import (
 // stableScrubTmp is where scrubStableStore builds the new raft.db.
 const stableScrubTmp = "raft.db.scrub"
 
-// scrubStableStore rewrites raft.db without its free pages when this data
-// dir's raft log was moved out of it (the moved marker's range is not
-// empty) and it has free pages, and returns the store to use from then on.
+// stableScrubbed, a key of raft.db's stable store (raft reads only its own
+// keys there), says raft.db was rewritten after the log moved out of it.
+var stableScrubbed = []byte("IdemMovedLogScrubbed")
+
+// scrubStableStore rewrites raft.db without its free pages, once, when
+// this data dir's raft log was moved out of it (the moved marker's range is
+// not empty), and returns the store to use from then on.
 //
 // Deleting the moved entries (dropBoltLog) frees bolt's pages but does not
 // clear them: raft.db kept every byte of the old log, the responses and
@@ -27,8 +31,9 @@ const stableScrubTmp = "raft.db.scrub"
 // data dir, since term and vote updates reuse only a page or two of them.
 // bbolt's Compact copies the live keys (term, vote) into a new file, which
 // replaces raft.db with a synced rename, so a crash leaves either file
-// whole. Checked at every start, it also cleans a data dir moved by a build
-// before this one.
+// whole; then stableScrubbed is set (a crash before it only rewrites the
+// file again). Checked at every start, it also cleans a data dir moved by
+// a build before this one.
 func scrubStableStore(dir string, stable *raftboltdb.BoltStore, opts *bbolt.Options, log *slog.Logger) (*raftboltdb.BoltStore, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -41,10 +46,10 @@ func scrubStableStore(dir string, stable *raftboltdb.BoltStore, opts *bbolt.Opti
 	if err != nil || mark == nil || binary.BigEndian.Uint64(mark[8:]) == 0 {
 		return stable, err // no log was ever moved out of raft.db
 	}
-	st := stable.Stats()
-	if st.FreePageN+st.PendingPageN == 0 {
+	if v, err := stable.Get(stableScrubbed); err == nil && len(v) > 0 {
 		return stable, nil
 	}
+	st := stable.Stats()
 	path := filepath.Join(dir, "raft.db")
 	if err := stable.Close(); err != nil {
 		return nil, fmt.Errorf("raftfsm: close raft.db to rewrite it: %w", err)
@@ -86,7 +91,14 @@ func scrubStableStore(dir string, stable *raftboltdb.BoltStore, opts *bbolt.Opti
 	}
 	log.Info("rewrote raft.db without the free pages left by the raft log moved out of it (they held its entries)",
 		"free-pages", st.FreePageN+st.PendingPageN)
-	return reopen()
+	s, err := reopen()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Set(stableScrubbed, []byte{1}); err != nil {
+		return s, fmt.Errorf("raftfsm: record in raft.db that it was rewritten: %w", err)
+	}
+	return s, nil
 }
 
 // stableOptions are the bolt options raft.db is opened with.

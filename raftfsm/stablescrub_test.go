@@ -60,8 +60,13 @@ func TestMovedLogLeavesNothingInRaftDB(t *testing.T) {
 	require.NoError(t, m.Close())
 	requireInFile(false, "after a stop")
 
+	before, err := os.Stat(raftDB)
+	require.NoError(t, err)
 	m, err = Open(cfg) // the rewritten raft.db keeps raft's term
 	require.NoError(t, err)
+	after, err := os.Stat(raftDB)
+	require.NoError(t, err)
+	require.True(t, os.SameFile(before, after), "raft.db is rewritten once, not at every start")
 	t.Cleanup(func() { m.Close() })
 	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
 	require.Greater(t, m.raft.CurrentTerm(), term)
