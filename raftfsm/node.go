@@ -201,7 +201,13 @@ func open(cfg Config) (*Node, error) {
 		return nil, logStoreError(err, cfg)
 	}
 	if n.stable, err = scrubStableStore(cfg.DataDir, n.stable, stableOptions(), cfg.Logger); err != nil {
-		return nil, err
+		if n.stable == nil {
+			return nil, err
+		}
+		// raft.db is whole and open again: the rewrite is hygiene (old
+		// log bytes in free pages), not worth refusing to start for on a
+		// full disk; it is tried again at the next start.
+		cfg.Logger.Error("could not rewrite raft.db without the free pages of the raft log moved out of it: they still hold that log's entries; tried again at the next start", "error", err)
 	}
 	if n.snaps, err = newSnapshotStore(cfg.DataDir, n.db, cfg.Logger); err != nil {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -71,4 +72,40 @@ func TestMovedLogLeavesNothingInRaftDB(t *testing.T) {
 	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
 	require.Greater(t, m.raft.CurrentTerm(), term)
 	require.NoFileExists(t, filepath.Join(cfg.DataDir, stableScrubTmp))
+}
+
+// The rewrite is hygiene: when it cannot be done (here raft.db.scrub is in
+// the way; a full disk is the real case) the node starts with raft.db as
+// it was, says so, and tries again at its next start.
+func TestRaftDBRewriteThatFailsDoesNotStopTheNode(t *testing.T) {
+	n := mustNode(t, func(c *Config) {
+		c.TickInterval, c.SweepInterval = time.Hour, time.Hour
+		c.SnapshotThreshold, c.SnapshotInterval = 1<<20, time.Hour
+	})
+	for i := range 20 {
+		write(t, n, fmt.Sprintf("k%03d", i))
+	}
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+	toOldLayout(t, cfg.DataDir)
+	blocker := filepath.Join(cfg.DataDir, stableScrubTmp)
+	require.NoError(t, os.MkdirAll(filepath.Join(blocker, "x"), 0o700))
+	var logs bytes.Buffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	m, err := Open(cfg)
+	require.NoError(t, err, "a rewrite that fails must not keep the node from starting")
+	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+	require.Contains(t, logs.String(), "could not rewrite raft.db")
+	_, ok, err := m.Lookup(context.Background(), engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "k007"}, false, true)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, m.Close())
+
+	require.NoError(t, os.RemoveAll(blocker))
+	m, err = Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	b, err := os.ReadFile(filepath.Join(cfg.DataDir, "raft.db"))
+	require.NoError(t, err)
+	require.False(t, bytes.Contains(b, secretBody), "rewritten at the next start")
 }
