@@ -250,6 +250,17 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 			if i+1 < len(c.nodes) && ctx.Err() == nil {
 				continue
 			}
+		} else {
+			// Delivered, perhaps, but not answered: the node dropped the
+			// connection, or never answered before the context ended. A
+			// stopped or wedged process (SIGSTOP, a stalled disk) still
+			// has its kernel accept connections, so its dials succeed:
+			// had later requests started there, every caller would wait
+			// out its deadline on it while the others elect a leader.
+			// They start at the next node (an answer naming the leader
+			// brings them back); this one is not sent again (it may
+			// have been decided).
+			c.cur.CompareAndSwap(int32(n), int32((n+1)%len(c.nodes)))
 		}
 		return nil, 0, err
 	}

@@ -31,8 +31,10 @@
 // 10.0.0.2:7070,10.0.0.3:7070")), a Client sends to the leader once an
 // answer has named it (the Idem-Leader header), so writes skip a
 // follower's forwarding. A request the client could not deliver goes to
-// the next node; after a node dropped the connection or answered 503
-// naming no leader, later requests start at the next node.
+// the next node; after a node dropped the connection, did not answer
+// before the request's context ended (a stopped or wedged process, whose
+// kernel still accepts connections), or answered 503 naming no leader,
+// later requests start at the next node.
 //
 // Over HTTP and HTTPS alike a Client writes each request and reads its
 // answer on the calling goroutine, over kept-alive HTTP/1.1 connections

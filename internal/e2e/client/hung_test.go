@@ -1,0 +1,91 @@
+package e2eclient_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/idemtest"
+)
+
+// hungNode is a node whose process is stopped (SIGSTOP) or wedged: its
+// kernel still accepts connections (the listen backlog), so a dial
+// succeeds, but nothing is ever read or answered.
+func hungNode(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return ln.Addr().String()
+}
+
+// A client of several nodes whose current node takes requests and never
+// answers moves on: the request that timed out is not sent again, but the
+// next ones go to the next node. Bug: only a refused dial or a 503 moved
+// the client on, so with the leader stopped (kill -STOP) every request of
+// every caller went to it and waited out its deadline, for as long as the
+// process stayed stopped, while the other nodes had elected a new leader.
+func TestSeveralNodesLeaveANodeThatDoesNotAnswer(t *testing.T) {
+	n := idemtest.Start(t, idemtest.Options{})
+	c, err := client.New(hungNode(t) + "," + n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(i int) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		_, err := c.Claim(ctx, client.ClaimRequest{Principal: "p", Endpoint: "e", Key: fmt.Sprint("k", i), Fingerprint: "aa", ClaimID: "a"})
+		return err
+	}
+	if err := claim(0); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("claim sent to the node that does not answer: got %v, want its deadline", err)
+	}
+	for i := 1; i <= 3; i++ {
+		if err := claim(i); err != nil {
+			t.Fatalf("claim %d after the node did not answer: %v (sent to %s)", i, err, c.Addr())
+		}
+	}
+	// The Batcher, whose batches go out with their own deadline, too.
+	c, err = client.New(hungNode(t) + "," + n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.NewBatcher(client.BatcherConfig{Timeout: 300 * time.Millisecond})
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	req := client.ClaimRequest{Principal: "p", Endpoint: "e", Key: "kb", Fingerprint: "aa", ClaimID: "a"}
+	if _, err := b.Claim(ctx, req); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("batch sent to the node that does not answer: got %v, want its deadline", err)
+	}
+	if _, err := b.Claim(ctx, req); err != nil {
+		t.Fatalf("batch after the node did not answer: %v", err)
+	}
+}
