@@ -67,7 +67,8 @@ type BatcherConfig struct {
 	// 8); calls arriving meanwhile gather into the next batches.
 	MaxInFlight int
 	// Timeout bounds one batch request (default 30 s); a caller's own
-	// context bounds its wait.
+	// context bounds its wait, and a request whose callers have all gone
+	// is abandoned.
 	Timeout time.Duration
 }
 
@@ -416,6 +417,22 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 	body.WriteString(`]}`)
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
 	defer cancel()
+	// Once every caller of the batch has gone (its context ended), no one
+	// waits for the answer: the request is abandoned rather than left to
+	// hold a slot (MaxInFlight) for up to Timeout. A node that took the
+	// batch and does not answer (a stopped process) otherwise held up every
+	// later call for Timeout, whatever its callers' deadlines, before the
+	// client moved on to another node.
+	var left atomic.Int64
+	left.Store(int64(len(live)))
+	for _, c := range live {
+		stop := context.AfterFunc(c.ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+		defer stop()
+	}
 	raw, _, err := b.c.exchange(ctx, http.MethodPost, "/v1/batch", nil, body.Bytes(), true)
 	if p := (*Problem)(nil); errors.As(err, &p) && p.Status == http.StatusRequestEntityTooLarge && len(live) > 1 {
 		cancel()

@@ -89,3 +89,33 @@ func TestSeveralNodesLeaveANodeThatDoesNotAnswer(t *testing.T) {
 		t.Fatalf("batch after the node did not answer: %v", err)
 	}
 }
+
+// A Batcher whose batch went to a node that takes requests and never
+// answers gives the batch up once all its callers have gone, and moves on
+// to the next node. Bug: the batch request was kept for the Batcher's
+// Timeout (30 s by default) whatever its callers' deadlines, so with the
+// leader stopped every call failed for that long: the batches held the
+// slots (MaxInFlight) and the client stayed on the stopped node.
+func TestBatcherGivesUpABatchItsCallersLeft(t *testing.T) {
+	n := idemtest.Start(t, idemtest.Options{})
+	c, err := client.New(hungNode(t) + "," + n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := c.NewBatcher(client.BatcherConfig{MaxInFlight: 1}) // default Timeout: 30 s
+	defer b.Close()
+	claim := func(key string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := b.Claim(ctx, client.ClaimRequest{Principal: "p", Endpoint: "e", Key: key, Fingerprint: "aa", ClaimID: "a"})
+		return err
+	}
+	if err := claim("k0"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("claim sent to the node that does not answer: got %v, want its deadline", err)
+	}
+	for i := 1; i <= 3; i++ {
+		if err := claim(fmt.Sprint("k", i)); err != nil {
+			t.Fatalf("claim %d after its batch's callers had gone: %v (client at %s)", i, err, c.Addr())
+		}
+	}
+}
