@@ -132,6 +132,9 @@ func (b *Batcher) Close() error {
 
 // Claim is Client.Claim through the batch.
 func (b *Batcher) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, error) {
+	if err := checkClaim("claim", &req); err != nil {
+		return nil, err
+	}
 	raw, status, err := b.do(ctx, wire.OpClaim, &req)
 	if err != nil {
 		return nil, err
@@ -161,6 +164,9 @@ func (b *Batcher) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, 
 
 // Complete is Client.Complete through the batch.
 func (b *Batcher) Complete(ctx context.Context, req CompleteRequest) (*CompleteResponse, error) {
+	if err := checkComplete("complete", &req); err != nil {
+		return nil, err
+	}
 	if req.Response.Body == nil {
 		req.Response.Body = []byte{} // "" rather than null, as Client.Complete sends
 	}
@@ -173,6 +179,9 @@ func (b *Batcher) Complete(ctx context.Context, req CompleteRequest) (*CompleteR
 
 // Release is Client.Release through the batch.
 func (b *Batcher) Release(ctx context.Context, req ReleaseRequest) (*ReleaseResponse, error) {
+	if err := checkRelease("release", &req); err != nil {
+		return nil, err
+	}
 	var out ReleaseResponse
 	if err := b.typed(ctx, wire.OpRelease, &req, &out); err != nil {
 		return nil, err
@@ -182,6 +191,9 @@ func (b *Batcher) Release(ctx context.Context, req ReleaseRequest) (*ReleaseResp
 
 // Extend is Client.Extend through the batch.
 func (b *Batcher) Extend(ctx context.Context, req ExtendRequest) (*ExtendResponse, error) {
+	if err := checkExtend("extend", &req); err != nil {
+		return nil, err
+	}
 	var out ExtendResponse
 	if err := b.typed(ctx, wire.OpExtend, &req, &out); err != nil {
 		return nil, err
@@ -191,6 +203,9 @@ func (b *Batcher) Extend(ctx context.Context, req ExtendRequest) (*ExtendRespons
 
 // Get is Client.Get through the batch.
 func (b *Batcher) Get(ctx context.Context, principal, endpoint, key, consistency string) (*Record, error) {
+	if err := checkScope("get", principal, endpoint, key); err != nil {
+		return nil, err
+	}
 	raw, _, err := b.do(ctx, wire.OpGet, &wire.Lookup{Principal: principal, Endpoint: endpoint, Key: key, Consistency: consistency})
 	if err != nil {
 		return nil, err

@@ -388,6 +388,9 @@ func (c *Client) call(ctx context.Context, method, path string, query url.Values
 // fingerprint_mismatch, 429 or 503 is a *Problem; after a 503 repeat the
 // claim with the same ClaimID.
 func (c *Client) Claim(ctx context.Context, req ClaimRequest) (*ClaimResponse, error) {
+	if err := checkClaim("POST /v1/claim", &req); err != nil {
+		return nil, err
+	}
 	b, err := wire.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("client: encode POST /v1/claim: %w", err)
@@ -461,6 +464,9 @@ func replayable(rec *Record) error {
 // Complete stores the response of the attempt that holds req.Token. It is
 // idempotent: repeating it with the same token and response succeeds again.
 func (c *Client) Complete(ctx context.Context, req CompleteRequest) (*CompleteResponse, error) {
+	if err := checkComplete("POST /v1/complete", &req); err != nil {
+		return nil, err
+	}
 	if req.Response.Body == nil {
 		req.Response.Body = []byte{} // "" rather than null
 	}
@@ -476,6 +482,9 @@ func (c *Client) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 // Release ends the attempt that holds req.Token without an effect: the
 // record becomes failed and the next claim with the same fingerprint runs.
 func (c *Client) Release(ctx context.Context, req ReleaseRequest) (*ReleaseResponse, error) {
+	if err := checkRelease("POST /v1/release", &req); err != nil {
+		return nil, err
+	}
 	var out ReleaseResponse
 	raw, err := c.call(ctx, http.MethodPost, "/v1/release", nil, req, &out)
 	if err != nil {
@@ -487,6 +496,9 @@ func (c *Client) Release(ctx context.Context, req ReleaseRequest) (*ReleaseRespo
 
 // Extend renews the lease of the attempt that holds req.Token.
 func (c *Client) Extend(ctx context.Context, req ExtendRequest) (*ExtendResponse, error) {
+	if err := checkExtend("POST /v1/extend", &req); err != nil {
+		return nil, err
+	}
 	var out ExtendResponse
 	raw, err := c.call(ctx, http.MethodPost, "/v1/extend", nil, req, &out)
 	if err != nil {
@@ -504,6 +516,9 @@ func scopeQuery(principal, endpoint, key string) url.Values {
 // (also for an expired one). consistency is "" (the server's default,
 // linearizable), ConsistencyLinearizable or ConsistencyStale.
 func (c *Client) Get(ctx context.Context, principal, endpoint, key, consistency string) (*Record, error) {
+	if err := checkScope("GET /v1/records", principal, endpoint, key); err != nil {
+		return nil, err
+	}
 	q := scopeQuery(principal, endpoint, key)
 	if consistency != "" {
 		q.Set("consistency", consistency)
@@ -526,6 +541,9 @@ func (c *Client) Get(ctx context.Context, principal, endpoint, key, consistency 
 // Delete evicts the record of a scope (an operator's tool: a retry after it
 // runs the request again).
 func (c *Client) Delete(ctx context.Context, principal, endpoint, key string) (*DeleteResponse, error) {
+	if err := checkScope("DELETE /v1/records", principal, endpoint, key); err != nil {
+		return nil, err
+	}
 	var out DeleteResponse
 	raw, err := c.call(ctx, http.MethodDelete, "/v1/records", scopeQuery(principal, endpoint, key), nil, &out)
 	if err != nil {

@@ -55,6 +55,12 @@
 // result included. The endpoint is not compared: under --scope principal a
 // record shows the endpoint of its first claim.
 //
+// A string of a typed call (a principal, key, claim id, stored header...)
+// that is not valid UTF-8 is refused before any request, by a Client and a
+// Batcher alike: JSON would carry each invalid byte as U+FFFD, so two
+// claim ids or two principals that differ only in such bytes would be one
+// to the node.
+//
 // Every typed answer keeps the bytes the server sent in its Raw field, and Do
 // returns the raw answer of any route, for callers that print the JSON.
 package client
