@@ -53,7 +53,11 @@ type ClaimRequest struct {
 	// default.
 	LeaseMs int64 `json:"lease_ms,omitempty"`
 	// ClaimID names this attempt: repeating a claim with the same ClaimID
-	// after a timeout or a 503 returns the same claim instead of a 409.
+	// after a timeout or a 503 returns the same claim (the same token)
+	// instead of a 409, while that attempt holds its lease. Once the lease
+	// has run out, the repeat is a new claim like any other: a new attempt
+	// and token when no one else holds the key, a 409 or a replay if
+	// another attempt took it over meanwhile.
 	ClaimID       string `json:"claim_id,omitempty"`
 	CorrelationID string `json:"correlation_id,omitempty"`
 }
