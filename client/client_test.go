@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -547,6 +548,24 @@ func TestProblems(t *testing.T) {
 			header: map[string]string{"Content-Type": "text/html"},
 			body:   "<html>bad gateway</html>\n",
 			want:   Problem{Title: "Bad Gateway", Status: 502, Detail: "<html>bad gateway</html>"},
+		},
+		{
+			// More seconds than a Duration holds came out negative (an
+			// overflow): a caller waiting it out retried at once.
+			name: "503 from a proxy with a Retry-After beyond a Duration", status: 503,
+			header:   map[string]string{"Retry-After": "9223372037"},
+			body:     `{"type":"t","title":"Service unavailable","status":503,"detail":"busy","code":"unavailable"}`,
+			sentinel: ErrUnavailable,
+			want: Problem{Type: "t", Title: "Service unavailable", Status: 503, Detail: "busy", Code: CodeUnavailable,
+				RetryAfter: time.Duration(math.MaxInt64/time.Second) * time.Second},
+		},
+		{
+			name: "503 from a proxy with a Retry-After beyond an int64", status: 503,
+			header:   map[string]string{"Retry-After": "99999999999999999999"},
+			body:     `{"type":"t","title":"Service unavailable","status":503,"detail":"busy","code":"unavailable"}`,
+			sentinel: ErrUnavailable,
+			want: Problem{Type: "t", Title: "Service unavailable", Status: 503, Detail: "busy", Code: CodeUnavailable,
+				RetryAfter: time.Duration(math.MaxInt64/time.Second) * time.Second},
 		},
 		{
 			name: "503 with Retry-After as an HTTP date", status: 503,

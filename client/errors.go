@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
@@ -147,6 +148,9 @@ func textDetail(raw []byte) string {
 	return strings.ToValidUTF8(s, string(utf8.RuneError))
 }
 
+// maxRetryAfterSeconds is the most whole seconds a time.Duration holds.
+const maxRetryAfterSeconds = int64(math.MaxInt64 / time.Second)
+
 // parseRetryAfter reads both forms of RFC 9110's Retry-After: delay seconds
 // (what idem sends) and an HTTP date.
 func parseRetryAfter(v string, now time.Time) time.Duration {
@@ -154,7 +158,13 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 	if v == "" {
 		return 0
 	}
-	if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+	if n, err := strconv.ParseInt(v, 10, 64); err == nil || errors.Is(err, strconv.ErrRange) {
+		// More seconds than a Duration holds (a broken or hostile proxy;
+		// a node sends a few) is the longest one, not an overflow: that
+		// came out negative, and a caller waiting it out retried at once.
+		if n > maxRetryAfterSeconds {
+			n = maxRetryAfterSeconds
+		}
 		if n <= 0 {
 			return 0
 		}
