@@ -245,6 +245,11 @@ func (b *Batcher) typed(ctx context.Context, kind string, in, out any) error {
 // do queues one op and waits for its answer: the 2xx body and status, or
 // the error a single call would return.
 func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessage, int, error) {
+	if ctx == nil {
+		// As a Client's call answers it (net/http refuses it), rather
+		// than a nil dereference in the caller's goroutine.
+		return nil, 0, fmt.Errorf("client: %s: nil Context", kind)
+	}
 	// MarshalJSON directly: json.Marshal would compact and copy its output.
 	op, err := wire.BatchOp{Op: kind, Body: body}.MarshalJSON()
 	if err != nil {
