@@ -228,6 +228,12 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 // JSON itself: through Do, json.Marshal would check and copy it again),
 // and the status of a 2xx answer.
 func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, b []byte, hasBody bool) (_ json.RawMessage, status int, _ error) {
+	if ctx != nil && ctx.Err() != nil {
+		// Not sent: that says nothing of the node, which stays the one
+		// later requests start at (a request that failed once sent moves
+		// them on).
+		return nil, 0, fmt.Errorf("client: %s %s: %w", method, path, ctx.Err())
+	}
 	start := int(c.cur.Load())
 	var resp *http.Response
 	used := start

@@ -119,3 +119,30 @@ func TestBatcherGivesUpABatchItsCallersLeft(t *testing.T) {
 		}
 	}
 }
+
+// A call whose context had already ended is not sent, and leaves the
+// client on its node: only a request that reached a node and failed says
+// something of it. Bug (with the move-on above): a careless caller's
+// already cancelled calls moved the client off a healthy leader, here
+// onto a node that does not answer.
+func TestSeveralNodesStayAfterACallThatWasNeverSent(t *testing.T) {
+	n := idemtest.Start(t, idemtest.Options{})
+	c, err := client.New(n.URL + "," + hungNode(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	req := client.ClaimRequest{Principal: "p", Endpoint: "e", Key: "k", Fingerprint: "aa", ClaimID: "a"}
+	if _, err := c.Claim(done, req); !errors.Is(err, context.Canceled) {
+		t.Fatalf("claim with an ended context: got %v, want context.Canceled", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, "p", "e", "k", ""); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("get after a claim that was never sent: got %v, want not_found (client at %s)", err, c.Addr())
+	}
+	if _, err := c.Claim(ctx, req); err != nil {
+		t.Fatalf("claim after one that was never sent: %v (client at %s)", err, c.Addr())
+	}
+}
