@@ -19,9 +19,18 @@ import (
 // client's transport instead). LoadTLSConfig reads a cfg from PEM files.
 // The Client speaks HTTP/1.1 over kept-alive TLS connections
 // (NewTransport): cfg's NextProtos is not used, and its ServerName, when
-// empty, is the address's host.
+// empty, is the address's host. A nil cfg is HTTPS with the system's CAs,
+// as NewTransport takes nil, never plain HTTP.
 func WithTLS(cfg *tls.Config) Option {
-	return func(c *Client) { c.tls = cfg }
+	return func(c *Client) {
+		if cfg == nil {
+			// A caller that asked for TLS gets it: a nil config (a
+			// loader's error ignored) left the client on plain HTTP,
+			// sending its bearer token in clear text.
+			cfg = &tls.Config{}
+		}
+		c.tls = cfg
+	}
 }
 
 // LoadTLSConfig reads what idem tls makes: the CA that signed the nodes'
