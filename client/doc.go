@@ -45,6 +45,11 @@
 // The client never retries on its own: a claim answered 503 may or may not
 // have been applied, and only the caller knows whether to repeat it with the
 // same ClaimID (always safe) or to give up.
+// The same holds for a call whose context ended (or whose connection
+// broke) after its request was sent: it returns the context's (or the
+// connection's) error, and the node may have decided it all the same. A
+// claim repeated with its ClaimID then gets the claim back (the same
+// token) while its lease holds, or the replay once it completed.
 //
 // A record an answer hands back (a claim's replay, a lookup) must be of the
 // principal and key asked for: a node answers with no other, so one comes
