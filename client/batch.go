@@ -91,7 +91,9 @@ func (c BatcherConfig) withDefaults() BatcherConfig {
 	return c
 }
 
-// ErrBatcherClosed is returned by calls on a closed Batcher.
+// ErrBatcherClosed is returned by calls on a closed Batcher, and by calls
+// made before Close whose ops were not sent yet: an op answered so was
+// never sent (a claim of it may be made again, through a Client).
 var ErrBatcherClosed = errors.New("client: batcher closed")
 
 // batchCall is one caller's op and where its answer goes (buffered: the
@@ -122,7 +124,9 @@ func (c *Client) NewBatcher(cfg BatcherConfig) *Batcher {
 }
 
 // Close stops the Batcher after the batches already sent are answered;
-// calls made after it return ErrBatcherClosed.
+// calls made after it, and calls made before it that were not sent yet,
+// return ErrBatcherClosed. It may be called more than once, from several
+// goroutines.
 func (b *Batcher) Close() error {
 	b.closeMu.Do(func() { close(b.stop) })
 	<-b.done
