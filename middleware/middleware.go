@@ -514,6 +514,13 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		return
 	}
 	principal, err := m.o.Principal(r)
+	if err == nil && !utf8.ValidString(principal) {
+		// The store's scopes are UTF-8, which JSON carries: the client
+		// refuses the others rather than send each bad byte as U+FFFD
+		// (two tenants "acme\xff" and "acme\xfe" would be one). Refused
+		// here, the caller is told; it was a 503 after every retry.
+		err = errors.New("middleware: the request's principal is not valid UTF-8")
+	}
 	if err != nil || principal == "" {
 		detail := "the request's principal could not be determined"
 		if err != nil {
@@ -538,6 +545,13 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		return
 	}
 	endpoint := m.o.Endpoint(r)
+	if !utf8.ValidString(endpoint) {
+		// A path such as /pay%FF: the store's scopes are UTF-8, and the
+		// client refuses the others (it used to be a 503 after every
+		// retry).
+		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request's endpoint (its method and path) is not valid UTF-8", 0)
+		return
+	}
 	if r.ContentLength > m.o.MaxBodyBytes {
 		// Its length says it is too large: refused at once, as a node
 		// refuses it, rather than after waiting for a body that may never
