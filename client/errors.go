@@ -112,10 +112,24 @@ func (p *Problem) Error() string {
 }
 
 // Is reports whether target is a *Problem with the same code, so that
-// errors.Is(err, client.ErrNotFound) works.
+// errors.Is(err, client.ErrNotFound) works. A node's 404 for a path it
+// serves no route at (the Client's address has a wrong base path, or names
+// another listener of the node) is not ErrNotFound: a service asking Get
+// "was this paid?" took such an answer for "no record".
 func (p *Problem) Is(target error) bool {
 	t, ok := target.(*Problem)
+	if ok && t.Code == CodeNotFound && p.NoRoute() {
+		return false
+	}
 	return ok && t.Code != "" && t.Code == p.Code
+}
+
+// NoRoute reports whether p is a node's answer to a path it serves no
+// route at: the request never reached a record, and the Client's address
+// is likely wrong.
+func (p *Problem) NoRoute() bool {
+	return p.Status == http.StatusNotFound && p.Code == CodeNotFound &&
+		(strings.HasPrefix(p.Detail, "no route ") || strings.HasPrefix(p.Detail, "this listener (--health-addr)"))
 }
 
 // maxDetailBytes bounds the Detail made from a body that is not a problem
