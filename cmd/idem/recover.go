@@ -282,8 +282,8 @@ func parsePeers(s string) ([]raftfsm.Peer, error) {
 		if !ok || !nodeIDPattern.MatchString(id) {
 			return nil, fmt.Errorf("--peers: %q is not ID=RAFTADDR with a valid node id", part)
 		}
-		if host, _, err := net.SplitHostPort(addr); err != nil || host == "" {
-			return nil, fmt.Errorf("--peers: raft address %q of %s is not host:port", addr, id)
+		if err := checkDialableRaftAddr(addr); err != nil {
+			return nil, fmt.Errorf("--peers: raft address %q of %s %v", addr, id, err)
 		}
 		if ids[id] || addrs[addr] {
 			return nil, fmt.Errorf("--peers: %s or %s is named twice", id, addr)

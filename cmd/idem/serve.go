@@ -282,6 +282,22 @@ func (c *serveConfig) validate() error {
 // addresses: the flags that name addresses hold the same rule.
 var checkHostPort = api.CheckHostPort
 
+// checkDialableRaftAddr is the rule for a raft address written into a raft
+// configuration offline (snapshot restore --raft-addr, recover --peers):
+// idem serve refuses the same address as its --raft-addr or
+// --raft-advertise, so a configuration holding it names a node that can
+// never be started or dialled there.
+func checkDialableRaftAddr(addr string) error {
+	if err := checkHostPort(addr); err != nil {
+		return fmt.Errorf("is not host:port with a port from 1 to 65535 (e.g. 10.0.0.4:7071): %v", err)
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return errors.New("names no address other nodes can dial: give the node's raft address as they reach it (its --raft-advertise, else its --raft-addr; e.g. 10.0.0.4:7071)")
+	}
+	return nil
+}
+
 // sameAddr reports whether two host:port addresses are written the same
 // (a busy port written another way is found when the ports are opened).
 func sameAddr(a, b string) bool {

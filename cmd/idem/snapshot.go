@@ -336,8 +336,8 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	}
 	if raftAddr == "" {
 		bad = append(bad, "--raft-addr is required: the raft address the restored node will serve on (its idem serve --raft-addr), e.g. 127.0.0.1:7071")
-	} else if host, _, err := net.SplitHostPort(raftAddr); err != nil || host == "" {
-		bad = append(bad, fmt.Sprintf("--raft-addr %q is not host:port", raftAddr))
+	} else if err := checkDialableRaftAddr(raftAddr); err != nil {
+		bad = append(bad, fmt.Sprintf("--raft-addr %q %v", raftAddr, err))
 	}
 	if len(bad) > 0 {
 		fmt.Fprintf(stderr, "%s: %s\n", name, strings.Join(bad, "\n"+name+": "))

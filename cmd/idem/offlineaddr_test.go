@@ -1,0 +1,30 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestOfflineRaftAddrsAreCheckedAsServeChecksThem: snapshot restore
+// --raft-addr 127.0.0.1:99999 (or 0.0.0.0:7071) and recover --peers
+// n1=127.0.0.1:99999 were accepted and written into the data dir's raft
+// configuration, with a start command that idem serve then refused.
+// Nothing is opened or written before the address is refused.
+func TestOfflineRaftAddrsAreCheckedAsServeChecksThem(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:99999", "127.0.0.1:0", "0.0.0.0:7071", ":7071", "[::]:7071"} {
+		dir := filepath.Join(t.TempDir(), "new")
+		out, err := idemCmd(t, "snapshot", "restore", filepath.Join(t.TempDir(), "absent.snap"),
+			"--data-dir", dir, "--node-id", "n1", "--raft-addr", addr)
+		require.Equal(t, 2, exitCode(err), "restore --raft-addr %s:\n%s", addr, out)
+		require.Contains(t, out, `--raft-addr "`+addr+`"`, out)
+		_, statErr := os.Stat(dir)
+		require.True(t, os.IsNotExist(statErr), "restore with a bad --raft-addr made %s", dir)
+
+		out, err = idemCmd(t, "recover", "--data-dir", filepath.Join(t.TempDir(), "none"), "--node-id", "n1", "--peers", "n1="+addr)
+		require.Equal(t, 2, exitCode(err), "recover --peers n1=%s:\n%s", addr, out)
+		require.Contains(t, out, `--peers: raft address "`+addr+`" of n1`, out)
+	}
+}
