@@ -105,6 +105,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if done {
 		return code
 	}
+	if *timeout <= 0 {
+		// --timeout 0 read as "no limit" (the client commands' 0) gave up
+		// at once with "context deadline exceeded" from the server.
+		fmt.Fprintf(stderr, "idem cluster %s: --timeout %s must be positive (e.g. --timeout 30s)\n", sub, *timeout)
+		return 2
+	}
 	var opts []client.Option
 	if token := tokenOf(); token != "" {
 		opts = append(opts, client.WithToken(token))

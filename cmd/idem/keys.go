@@ -76,6 +76,11 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	switch sub {
 	case "status":
+		if *timeout <= 0 {
+			// As idem cluster: 0 gave up at once, "context deadline exceeded".
+			fmt.Fprintf(stderr, "idem keys status: --timeout %s must be positive (e.g. --timeout 10s)\n", *timeout)
+			return 2
+		}
 		a, err := addrFlag(fs, *addr)
 		if err != nil {
 			fmt.Fprintf(stderr, "idem keys status: %v\n", err)

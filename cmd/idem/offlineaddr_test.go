@@ -28,3 +28,21 @@ func TestOfflineRaftAddrsAreCheckedAsServeChecksThem(t *testing.T) {
 		require.Contains(t, out, `--peers: raft address "`+addr+`" of n1`, out)
 	}
 }
+
+// TestClusterAndKeysTimeoutMustBePositive: idem cluster status --timeout 0
+// (the client commands' "0: never") and --timeout -1s called the node and
+// failed with "context deadline exceeded", naming no flag.
+func TestClusterAndKeysTimeoutMustBePositive(t *testing.T) {
+	addr := "127.0.0.15:28999" // every case must be refused before a call
+	for _, args := range [][]string{
+		{"cluster", "status", "--addr", addr, "--timeout", "0"},
+		{"cluster", "set-retention", "--addr", addr, "--retention", "48h", "--timeout", "-1s"},
+		{"keys", "status", "--addr", addr, "--timeout", "0"},
+	} {
+		out, err := idemCmd(t, args...)
+		require.Equal(t, 2, exitCode(err), "%v:\n%s", args, out)
+		require.Contains(t, out, "--timeout", "%v", args)
+		require.Contains(t, out, "must be positive", "%v", args)
+		require.NotContains(t, out, "deadline exceeded", "%v", args)
+	}
+}
