@@ -46,3 +46,23 @@ func TestClusterAndKeysTimeoutMustBePositive(t *testing.T) {
 		require.NotContains(t, out, "deadline exceeded", "%v", args)
 	}
 }
+
+// TestSnapshotSaveRefusesADirectoryBeforeStreaming: snapshot save DIR
+// --force streamed the whole snapshot, failed to rename it over DIR and
+// left DIR.tmp-* behind; snapshot save "" said "got 1" FILE argument.
+func TestSnapshotSaveRefusesADirectoryBeforeStreaming(t *testing.T) {
+	parent := t.TempDir()
+	dir := filepath.Join(parent, "backups")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	// Nothing listens at --addr: the directory must be refused before a call.
+	out, err := idemCmd(t, "snapshot", "save", dir, "--force", "--addr", "127.0.0.15:28999")
+	require.Equal(t, 2, exitCode(err), out)
+	require.Contains(t, out, dir+" is a directory", out)
+	entries, err := os.ReadDir(parent)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "only the directory: no temporary file left")
+
+	out, err = idemCmd(t, "snapshot", "save", "", "--addr", "127.0.0.15:28999")
+	require.Equal(t, 2, exitCode(err), out)
+	require.Contains(t, out, "FILE is empty", out)
+}

@@ -87,7 +87,12 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "idem snapshot: unknown subcommand %q (save, inspect or restore; see idem snapshot --help)\n", sub)
 		return 2
 	}
-	if len(files) != 1 || files[0] == "" {
+	if len(files) == 1 && strings.TrimSpace(files[0]) == "" {
+		// An empty $VAR: "want exactly one FILE argument, got 1".
+		fmt.Fprintf(stderr, "%s: FILE is empty (an unset shell variable?): give the backup file's path (see idem snapshot --help)\n", name)
+		return 2
+	}
+	if len(files) != 1 {
 		fmt.Fprintf(stderr, "%s: want exactly one FILE argument, got %d (see idem snapshot --help)\n", name, len(files))
 		return 2
 	}
@@ -127,6 +132,12 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 
 func snapshotSave(ctx context.Context, file, addr, token string, force bool, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
 	const name = "idem snapshot save"
+	if st, err := os.Stat(file); err == nil && st.IsDir() {
+		// --force streamed the whole snapshot, then failed to rename it over
+		// the directory and left FILE.tmp-* beside it.
+		fmt.Fprintf(stderr, "%s: %s is a directory: give a file's path in it (e.g. %s)\n", name, file, filepath.Join(file, "idem.snap"))
+		return 2
+	}
 	if _, err := os.Lstat(file); err == nil && !force {
 		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
 		return 1
