@@ -57,6 +57,10 @@ func parseStores(list string, withTLS bool) ([]*url.URL, error) {
 			return nil, fmt.Errorf("%q: want host:port or scheme://host:port", part)
 		case u.Port() == "":
 			return nil, fmt.Errorf("%q: no port (idem serve listens on 7070 by default)", part)
+		case checkHostPort(u.Host) != nil:
+			// 127.0.0.1:99999 was accepted: the proxy ran and answered
+			// every keyed request 503.
+			return nil, fmt.Errorf("%q: port %q is not a number from 1 to 65535", part, u.Port())
 		case withTLS && u.Scheme == "http":
 			return nil, fmt.Errorf("%q: TLS settings given (--ca-file, --cert-file) for an http:// address: use https://", part)
 		}

@@ -600,6 +600,10 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--store", "127.0.0.1"), "--store:"},
 		{with("--store", "gopher://h:1"), "--store:"},
 		{with("--store", "127.0.0.1:7070,127.0.0.1:7070"), "--store:"},
+		// A port out of range: the proxy ran, answering every keyed
+		// request 503; as --listen, it exited 1 on "invalid port".
+		{with("--store", "127.0.0.1:99999"), `--store: "127.0.0.1:99999": port "99999" is not a number from 1 to 65535`},
+		{with("--listen", "127.0.0.1:99999"), `--listen: "127.0.0.1:99999" is not host:port with a port from 1 to 65535`},
 		{with("--methods", "GET"), "--methods:"},
 		{with("--methods", "PO ST"), "--methods:"},
 		{with("--principal-header", "X Tenant"), "--principal-header:"},
