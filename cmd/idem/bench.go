@@ -9,6 +9,7 @@ import (
 	"io"
 	"maps"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -57,6 +58,24 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem bench: --hist %q must end in .svg or .png\n", *hist)
 		return 2
 	}
+	if *hist != "" {
+		// Checked before the run: a missing directory was found only after
+		// the whole run, and its histogram lost.
+		if dir := filepath.Dir(*hist); dir != "" {
+			if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+				fmt.Fprintf(stderr, "idem bench: --hist %s: the directory %s does not exist or is not a directory\n", *hist, dir)
+				return 2
+			}
+		}
+	}
+	// Checked as the client commands check --addr: ":" or a port out of
+	// range ran the whole load, every operation a transport error.
+	a, err := addrFlag(fs, *addrs)
+	if err != nil {
+		fmt.Fprintf(stderr, "idem bench: %v\n", err)
+		return 2
+	}
+	*addrs = a
 	if *gcFloor < 0 {
 		fmt.Fprintf(stderr, "idem bench: --gc-floor-bytes %d must be 0 (Go's pacing) or more\n", *gcFloor)
 		return 2

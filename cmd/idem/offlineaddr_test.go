@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -65,4 +66,24 @@ func TestSnapshotSaveRefusesADirectoryBeforeStreaming(t *testing.T) {
 	out, err = idemCmd(t, "snapshot", "save", "", "--addr", "127.0.0.15:28999")
 	require.Equal(t, 2, exitCode(err), out)
 	require.Contains(t, out, "FILE is empty", out)
+}
+
+// TestBenchChecksAddrAndHistBeforeTheRun: idem bench --addr ":" (or a port
+// out of range) ran the whole load with every operation a transport error,
+// and a --hist in a missing directory was refused only after the run.
+func TestBenchChecksAddrAndHistBeforeTheRun(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--addr", ":"}, `--addr ":" is not host:port`},
+		{[]string{"--addr", "127.0.0.15:99999"}, `--addr "127.0.0.15:99999" is not host:port`},
+		{[]string{"--addr", "127.0.0.15:28999", "--hist", filepath.Join(t.TempDir(), "absent", "h.svg")}, "--hist"},
+	} {
+		start := time.Now()
+		out, err := idemCmd(t, append([]string{"bench", "--duration", "2s", "--warmup", "0", "--quiet"}, tc.args...)...)
+		require.Equal(t, 2, exitCode(err), "%v:\n%s", tc.args, out)
+		require.Contains(t, out, tc.want, "%v", tc.args)
+		require.Less(t, time.Since(start), time.Second, "%v: refused before the run", tc.args)
+	}
 }
