@@ -86,13 +86,44 @@ func TestRetentionOutlastsTheRunAndTheSkewExceedsIt(t *testing.T) {
 		require.GreaterOrEqual(t, r, d+9*time.Minute+30*time.Second, "duration %s", d)
 		require.GreaterOrEqual(t, r, 10*time.Minute)
 		require.Greater(t, SkewFor(r), r, "duration %s", d)
-		cfg := Config{Nodes: 3, Duration: d, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x", ReadyBound: 30 * time.Second, RaftPort: 17071}
+		cfg := Config{Nodes: 3, Duration: d, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x", ReadyBound: 30 * time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute}
 		require.NoError(t, cfg.Validate())
 		cfg.Retention = d
 		require.ErrorContains(t, cfg.Validate(), "--retention")
 	}
 	require.Equal(t, time.Hour, SkewFor(11*time.Minute), "issue 9's bug 2 was found with an hour")
 
-	cfg := Config{Nodes: 3, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x", ReadyBound: time.Second, RaftPort: 17071}
+	cfg := Config{Nodes: 3, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x", ReadyBound: time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute}
 	require.ErrorContains(t, cfg.Validate(), "--ready-bound 1s must be at least 5s")
+}
+
+// TestValidateRefusesWhatOnlyTheRunFoundWrong: --http-port 0 or 99999, the
+// same port for HTTP and raft, --request-timeout 0, --check-timeout 0 and
+// --inject-into a node the cluster does not have passed Validate; the run
+// then failed to form its cluster (exit 3), answered nothing, or broke no
+// node.
+func TestValidateRefusesWhatOnlyTheRunFoundWrong(t *testing.T) {
+	good := Config{Nodes: 3, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x",
+		ReadyBound: 30 * time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute}
+	require.NoError(t, good.Validate())
+	for _, tc := range []struct {
+		change func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.HTTPPort = 0 }, "--http-port 0 must be a port from 1 to 65535"},
+		{func(c *Config) { c.HTTPPort = 99999 }, "--http-port 99999 must be a port from 1 to 65535"},
+		{func(c *Config) { c.RaftPort = -1 }, "--raft-port -1 must be a port from 1 to 65535"},
+		{func(c *Config) { c.RaftPort = c.HTTPPort }, "--http-port and --raft-port are both 17070"},
+		{func(c *Config) { c.HTTPPort = c.RaftPort + ProxyRaftOffset }, "which is --http-port"},
+		{func(c *Config) { c.Timeout = 0 }, "--request-timeout 0s must be positive"},
+		{func(c *Config) { c.CheckTimeout = 0 }, "--check-timeout 0s must be positive"},
+		{func(c *Config) { c.InjectBug, c.InjectInto = "local-reads", "n9" }, `--inject-into "n9" must be all or a node id (n1..n3)`},
+	} {
+		c := good
+		tc.change(&c)
+		require.ErrorContains(t, c.Validate(), tc.want)
+	}
+	c := good
+	c.InjectBug, c.InjectInto = "local-reads", "n3"
+	require.NoError(t, c.Validate())
 }

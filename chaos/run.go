@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -105,9 +106,38 @@ func (c *Config) Validate() error {
 	default:
 		bad("--partition-mode %q must be auto, iptables or proxy", c.PartitionMode)
 	}
+	// Ports, timeouts and the node to break were found wrong only once the
+	// harness ran: --http-port 0 (or --raft-port equal to it) as "the
+	// cluster did not form", exit 3; --request-timeout 0 as a run in which
+	// every operation was indeterminate; --inject-into n9 of 3 nodes as a
+	// run that broke no node and so proved nothing.
+	for _, p := range []struct {
+		flag string
+		port int
+	}{{"--http-port", c.HTTPPort}, {"--raft-port", c.RaftPort}} {
+		if p.port < 1 || p.port > 65535 {
+			bad("%s %d must be a port from 1 to 65535", p.flag, p.port)
+		}
+	}
+	if c.HTTPPort == c.RaftPort {
+		bad("--http-port and --raft-port are both %d: HTTP and raft need a port each", c.HTTPPort)
+	}
+	if c.Timeout <= 0 {
+		bad("--request-timeout %s must be positive", c.Timeout)
+	}
+	if c.CheckTimeout <= 0 {
+		bad("--check-timeout %s must be positive", c.CheckTimeout)
+	}
+	if c.InjectBug != "" && c.InjectInto != "all" && strings.HasPrefix(c.InjectInto, "n") && (c.Nodes == 3 || c.Nodes == 5) {
+		if n, err := strconv.Atoi(c.InjectInto[1:]); err != nil || n < 1 || n > c.Nodes {
+			bad("--inject-into %q must be all or a node id (n1..n%d)", c.InjectInto, c.Nodes)
+		}
+	}
 	if c.PartitionMode == PartitionProxy || c.PartitionMode == PartitionAuto || c.PartitionMode == "" {
 		if c.RaftPort+ProxyRaftOffset > 65535 {
 			bad("--raft-port %d: the proxy mode needs --raft-port+%d free as well", c.RaftPort, ProxyRaftOffset)
+		} else if c.RaftPort+ProxyRaftOffset == c.HTTPPort {
+			bad("--raft-port %d: the proxy mode moves raft to --raft-port+%d, which is --http-port", c.RaftPort, ProxyRaftOffset)
 		}
 	}
 	return errors.Join(errs...)
