@@ -522,7 +522,8 @@ func loadKeyFile(path string, log *slog.Logger) (*raftfsm.Keyring, error) {
 }
 
 // warnOpenFile warns when a secret file (--encryption-key-file,
-// --node-token-file, --auth-file) gives group or other users any access:
+// --node-token-file, --auth-file, --tls-key-file) gives group or other
+// users any access:
 // readable, a node token is an admin token and a key file every record;
 // writable, an auth file takes whatever admin entry is added at the next
 // SIGHUP.

@@ -87,3 +87,26 @@ func TestBenchChecksAddrAndHistBeforeTheRun(t *testing.T) {
 		require.Less(t, time.Since(start), time.Second, "%v: refused before the run", tc.args)
 	}
 }
+
+// TestServeWarnsOfAnOpenTLSKey: idem serve warns, naming the flag, when
+// --auth-file, --node-token-file or --encryption-key-file gives other users
+// access (SECURITY.md), but loaded a --tls-key-file of mode 0644, the key
+// that speaks raft to the cluster, without a word. The node is given an
+// address it cannot bind (TEST-NET-1), so it stops right after loading TLS
+// and opens no port.
+func TestServeWarnsOfAnOpenTLSKey(t *testing.T) {
+	dir := t.TempDir()
+	out, err := idemCmd(t, "tls", "ca", "--dir", dir)
+	require.NoError(t, err, out)
+	out, err = idemCmd(t, "tls", "cert", "--dir", dir, "--name", "n1", "--ip", "192.0.2.1")
+	require.NoError(t, err, out)
+	key := filepath.Join(dir, "n1-key.pem")
+	require.NoError(t, os.Chmod(key, 0o644))
+	out, err = idemCmd(t, "serve", "--data-dir", filepath.Join(dir, "data"), "--insecure",
+		"--http-addr", "192.0.2.1:28901", "--raft-addr", "192.0.2.1:28902",
+		"--tls-cert-file", filepath.Join(dir, "n1.pem"), "--tls-key-file", key, "--tls-ca-file", filepath.Join(dir, "idem-ca.pem"))
+	require.Equal(t, 1, exitCode(err), out)
+	require.Contains(t, out, "TLS on", out)
+	require.Contains(t, out, "--tls-key-file is readable by other users", out)
+	require.Contains(t, out, "mode=-rw-r--r--", out)
+}

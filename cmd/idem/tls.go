@@ -103,6 +103,9 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 		return nil, fmt.Errorf("--tls-cert-file: %s", strings.TrimPrefix(err.Error(), "raftfsm: tls: "))
 	}
 	f.loaded = t
+	// As for the other secret files (SECURITY.md): a private key others can
+	// read was loaded without a word.
+	warnOpenFile(log, "--tls-key-file", f.keyFile, "it is this node's private key: whoever reads it can speak raft to the cluster as this node")
 	log.Info("TLS on: the API is HTTPS, nodes call each other over HTTPS, raft is mutual TLS against --tls-ca-file",
 		"tls-cert-file", f.certFile, "not-after", t.NotAfter().UTC().Format(time.RFC3339), "tls-client-auth", f.clientAuth)
 	warnExpiry(t, log)
