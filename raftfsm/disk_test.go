@@ -154,3 +154,24 @@ func TestDiskTooSmallToTakeWritesIsSaidAtStart(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, logs.String(), "too small")
 }
+
+// A start refused because the disk is too full to open the stores says
+// "nothing was changed", but left behind the data dir it had just made
+// (idem serve --data-dir new --min-free-disk larger than the disk): a
+// refused start on a new data dir now leaves no directory.
+func TestRefusedStartLeavesNoNewDataDir(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.DataDir = filepath.Join(t.TempDir(), "new")
+	cfg.RaftAddr = "127.0.0.15:28903" // never bound: the start is refused before the transport
+	cfg.MinFreeDisk = 1 << 60         // an eighth of it is more than any disk has free
+	_, err := Open(cfg)
+	require.ErrorContains(t, err, "nothing was changed")
+	_, statErr := os.Stat(cfg.DataDir)
+	require.True(t, os.IsNotExist(statErr), "the refused start left %s: %v", cfg.DataDir, statErr)
+
+	// An existing (empty) data dir is the operator's: it stays.
+	require.NoError(t, os.Mkdir(cfg.DataDir, 0o700))
+	_, err = Open(cfg)
+	require.ErrorContains(t, err, "nothing was changed")
+	require.DirExists(t, cfg.DataDir)
+}

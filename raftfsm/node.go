@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -120,9 +121,20 @@ func open(cfg Config) (*Node, error) {
 	if cfg.RaftAdvertise == "" {
 		cfg.RaftAdvertise = cfg.RaftAddr
 	}
+	_, statErr := os.Stat(cfg.DataDir)
+	created := errors.Is(statErr, fs.ErrNotExist)
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftfsm: create data dir: %w", err)
 	}
+	opened := false
+	defer func() {
+		// A start refused before anything was written (the disk too full
+		// to open the stores, "nothing was changed") left the data dir it
+		// had just made: remove it again while it is empty.
+		if !opened && created {
+			os.Remove(cfg.DataDir)
+		}
+	}()
 	if rec, err := readSuperseded(cfg.DataDir); err != nil {
 		return nil, err
 	} else if rec != nil {
@@ -342,6 +354,7 @@ func open(cfg Config) (*Node, error) {
 		go n.watchTwins(leftOut, raft.ServerAddress(cfg.RaftAdvertise)) // twins.go
 	}
 	ok = true
+	opened = true
 	return n, nil
 }
 
