@@ -30,13 +30,13 @@ func TestCommandsSayHowToGiveATokenOn401(t *testing.T) {
 		}, "--auth-token, --token-file or IDEM_AUTH_TOKEN"},
 		{"idem cluster status", func(a []string) (int, string, string) {
 			return runClientCmd(t, runCluster, append([]string{"status", "--addr", httpAddr}, a...)...)
-		}, "--auth-token or IDEM_AUTH_TOKEN"},
+		}, "--auth-token, --token-file or IDEM_AUTH_TOKEN"},
 		{"idem snapshot save", func(a []string) (int, string, string) {
 			return runClientCmd(t, runSnapshot, append([]string{"save", filepath.Join(dir, "b.snap"), "--addr", httpAddr}, a...)...)
-		}, "--auth-token or IDEM_AUTH_TOKEN"},
+		}, "--auth-token, --token-file or IDEM_AUTH_TOKEN"},
 		{"idem keys status", func(a []string) (int, string, string) {
 			return runClientCmd(t, runKeys, append([]string{"status", "--addr", httpAddr}, a...)...)
-		}, "--auth-token or IDEM_AUTH_TOKEN"},
+		}, "--auth-token, --token-file or IDEM_AUTH_TOKEN"},
 	} {
 		code, _, stderr := c.run(nil)
 		require.Equal(t, 1, code, "%s: %s", c.name, stderr)

@@ -54,6 +54,10 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseArgs(fs, args, "idem bench", stdout, stderr); done {
 		return code
 	}
+	if err := authTokenProblem(fs); err != nil {
+		fmt.Fprintf(stderr, "idem bench: %v\n", err)
+		return 2
+	}
 	if h := strings.ToLower(*hist); h != "" && !strings.HasSuffix(h, ".svg") && !strings.HasSuffix(h, ".png") {
 		fmt.Fprintf(stderr, "idem bench: --hist %q must end in .svg or .png\n", *hist)
 		return 2

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/x509"
@@ -151,17 +150,7 @@ func (c *cliCmd) bearer() (string, error) {
 	case c.authToken != "":
 		return c.authToken, nil
 	case c.tokenFile != "":
-		b, err := os.ReadFile(c.tokenFile)
-		if err != nil {
-			return "", fmt.Errorf("--token-file: %w", err)
-		}
-		sc := bufio.NewScanner(bytes.NewReader(b))
-		for sc.Scan() {
-			if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
-				return line, nil
-			}
-		}
-		return "", fmt.Errorf("--token-file %s holds no token", c.tokenFile)
+		return readTokenFile(c.tokenFile)
 	}
 	return os.Getenv("IDEM_AUTH_TOKEN"), nil
 }
@@ -252,7 +241,7 @@ func authHint(code string, withToken bool, ways string) string {
 // --auth-token, with authHint's line after a 401.
 func printProblem(w io.Writer, name, detail, code string, status int, withToken bool) {
 	fmt.Fprintf(w, "%s: %s (code %s, HTTP %d)\n", name, detail, code, status)
-	if hint := authHint(code, withToken, "--auth-token or IDEM_AUTH_TOKEN"); hint != "" {
+	if hint := authHint(code, withToken, "--auth-token, --token-file or IDEM_AUTH_TOKEN"); hint != "" {
 		fmt.Fprintf(w, "%s: %s\n", name, hint)
 	}
 }

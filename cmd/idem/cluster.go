@@ -105,6 +105,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if done {
 		return code
 	}
+	if err := authTokenProblem(fs); err != nil {
+		fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, err)
+		return 2
+	}
 	if *timeout <= 0 {
 		// --timeout 0 read as "no limit" (the client commands' 0) gave up
 		// at once with "context deadline exceeded" from the server.

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -299,12 +301,51 @@ func isPlainNumber(s string) bool {
 // --help prints defaults, and a token would land in terminals and CI logs.
 func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
 	v := fs.String("auth-token", "", usage)
+	// The client commands' --token-file: without it an operator's or
+	// admin's token (cluster, snapshot, keys) could only be given on the
+	// command line or in the environment, though SECURITY.md says to keep
+	// tokens in a file of mode 0600.
+	file := fs.String("token-file", "", "read the bearer token (as --auth-token) from the first line of `path` that is not empty or a # comment")
 	return func() string {
 		if *v != "" {
 			return *v
 		}
+		if *file != "" {
+			t, _ := readTokenFile(*file) // authTokenProblem has refused a file that does not give one
+			return t
+		}
 		return os.Getenv("IDEM_AUTH_TOKEN")
 	}
+}
+
+// authTokenProblem says what is wrong with the flags authTokenFlag
+// registered on fs (both given, a --token-file that gives no token), or nil.
+func authTokenProblem(fs *flag.FlagSet) error {
+	tok, file := fs.Lookup("auth-token"), fs.Lookup("token-file")
+	if tok == nil || file == nil || file.Value.String() == "" {
+		return nil
+	}
+	if tok.Value.String() != "" {
+		return errors.New("--auth-token and --token-file exclude each other")
+	}
+	_, err := readTokenFile(file.Value.String())
+	return err
+}
+
+// readTokenFile reads a bearer token from the first line of path that is
+// not empty or a # comment.
+func readTokenFile(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("--token-file: %w", err)
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
+			return line, nil
+		}
+	}
+	return "", fmt.Errorf("--token-file %s holds no token", path)
 }
 
 // printFlags prints every flag of fs with its usage string, as --name

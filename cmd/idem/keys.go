@@ -74,6 +74,10 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
+	if err := authTokenProblem(fs); err != nil {
+		fmt.Fprintf(stderr, "idem keys %s: %v\n", sub, err)
+		return 2
+	}
 	switch sub {
 	case "status":
 		if *timeout <= 0 {

@@ -110,3 +110,41 @@ func TestServeWarnsOfAnOpenTLSKey(t *testing.T) {
 	require.Contains(t, out, "--tls-key-file is readable by other users", out)
 	require.Contains(t, out, "mode=-rw-r--r--", out)
 }
+
+// TestAdminCommandsTakeATokenFile: the client commands read a token from
+// --token-file (SECURITY.md: keep tokens in a file of mode 0600), but the
+// commands that need the operator's and admin's tokens (cluster, snapshot
+// save, keys status, bench) refused the flag, leaving the command line or
+// the environment. They take it now, with the client commands' checks,
+// before any call.
+func TestAdminCommandsTakeATokenFile(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.token")
+	require.NoError(t, os.WriteFile(empty, []byte("# no token here\n\n"), 0o600))
+	good := filepath.Join(dir, "ops.token")
+	require.NoError(t, os.WriteFile(good, []byte("idem_abc\n"), 0o600))
+	addr := "127.0.0.15:28999" // every case is refused before a call
+	for _, cmd := range [][]string{
+		{"cluster", "status", "--addr", addr},
+		{"snapshot", "save", filepath.Join(dir, "b.snap"), "--addr", addr},
+		{"keys", "status", "--addr", addr},
+		{"bench", "--addr", addr, "--ops", "1"},
+	} {
+		for _, tc := range []struct {
+			args []string
+			want string
+		}{
+			{[]string{"--token-file", filepath.Join(dir, "absent")}, "--token-file: open"},
+			{[]string{"--token-file", empty}, "--token-file " + empty + " holds no token"},
+			{[]string{"--token-file", good, "--auth-token", "x"}, "--auth-token and --token-file exclude each other"},
+		} {
+			args := append(append([]string{}, cmd...), tc.args...)
+			out, err := idemCmd(t, args...)
+			require.Equal(t, 2, exitCode(err), "%v:\n%s", args, out)
+			require.Contains(t, out, tc.want, "%v", args)
+		}
+		out, err := idemCmd(t, append(append([]string{}, cmd[0]), "--help")...)
+		require.NoError(t, err, out)
+		require.Contains(t, out, "--token-file path", "%s --help", cmd[0])
+	}
+}

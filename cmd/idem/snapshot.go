@@ -83,6 +83,10 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "%s: %v (see idem snapshot --help)\n", name, err)
 		return 2
 	}
+	if err := authTokenProblem(fs); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return 2
+	}
 	if sub != "save" && sub != "inspect" && sub != "restore" {
 		fmt.Fprintf(stderr, "idem snapshot: unknown subcommand %q (save, inspect or restore; see idem snapshot --help)\n", sub)
 		return 2
