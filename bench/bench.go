@@ -151,7 +151,7 @@ type Report struct {
 	Errors        map[string]int     `json:"errors"`
 	ErrorExamples map[string]string  `json:"error_examples,omitempty"` // the first message of each code
 	Indeterminate int                `json:"indeterminate"`
-	Refused       int                `json:"refused"` // 507 and 429: declined, nothing changed
+	Refused       int                `json:"refused"` // 507, 429, 401 and 403: declined, nothing changed
 	LostFresh     int                `json:"lost_fresh_claims"`
 	DupsWon       int                `json:"duplicates_won"`
 	WrongAnswer   int                `json:"wrong_answers"`

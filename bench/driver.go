@@ -103,9 +103,16 @@ func Refusal(code string, err error) error {
 }
 
 // refusedStatus reports whether an HTTP status is a refusal that changes
-// nothing: 507 (the disk is full) and 429 (a quota).
+// nothing: 507 (the disk is full), 429 (a quota), and 401 and 403 (a token
+// the nodes do not take, or an app token without the run's principals),
+// which were counted as fresh claims lost: "CORRECTNESS CHECK FAILED" for
+// a run that wrote nothing.
 func refusedStatus(status int) bool {
-	return status == http.StatusInsufficientStorage || status == http.StatusTooManyRequests
+	switch status {
+	case http.StatusInsufficientStorage, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
+		return true
+	}
+	return false
 }
 
 // refused reports whether err is a Refusal.
