@@ -1262,14 +1262,17 @@ func TestClusterTransferToAStoppedVoter(t *testing.T) {
 
 // A node whose --join names only itself cannot join anything: it said
 // nothing and answered 503 to every write for ever (an operator walk). It
-// now says so, and what to give instead.
+// then said so in its log, but still made the data dir and waited for
+// ever; on a new data dir it is now refused at start, naming the flags,
+// before anything is made or opened (the addresses are never bound).
 func TestJoinOfOnlyItselfSaysSo(t *testing.T) {
-	httpAddr := freePort(t)
-	p := launch(t, t.TempDir(), httpAddr, freePort(t), "--join", httpAddr)
-	waitFor(t, 15*time.Second, "the self-only --join is named", func() (bool, string) {
-		return strings.Contains(p.logs.String(), "--join names only this node's own address"), p.logs.String()
-	})
-	require.Contains(t, p.logs.String(), "--bootstrap-expect")
+	dir := filepath.Join(t.TempDir(), "data")
+	httpAddr := "127.0.0.15:28905"
+	out, err := idemCmdWithin(t, 5*time.Second, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", "127.0.0.15:28906", "--join", httpAddr)
+	require.Equal(t, 2, exitCode(err), out)
+	require.Contains(t, out, "--join "+httpAddr+" names only this node's own address", out)
+	require.Contains(t, out, "--bootstrap-expect", out)
+	require.NoDirExists(t, dir)
 }
 
 // Bug (an attack on cluster time): a node that stayed up while the other

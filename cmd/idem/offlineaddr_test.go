@@ -1,7 +1,9 @@
 package main
 
 import (
+	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -147,4 +149,39 @@ func TestAdminCommandsTakeATokenFile(t *testing.T) {
 		require.NoError(t, err, out)
 		require.Contains(t, out, "--token-file path", "%s --help", cmd[0])
 	}
+}
+
+// TestBootstrapExpectThatCanNeverFormIsRefused: on a new data dir,
+// --bootstrap-expect 3 with a --join naming fewer than two other nodes
+// waited for ever ("waiting for peers to bootstrap" every second), and
+// --bootstrap-expect 1 with --join was silently ignored (the node joined).
+// Both are refused at start, naming the flags, before the data dir is made.
+// A node with state ignores both flags and still starts with them.
+func TestBootstrapExpectThatCanNeverFormIsRefused(t *testing.T) {
+	self, raft := "127.0.0.15:28907", "127.0.0.15:28908" // never bound: refused first
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--bootstrap-expect", "3", "--join", self}, "--bootstrap-expect 3: --join names 0 other node(s)"},
+		{[]string{"--bootstrap-expect", "3", "--join", self + ",127.0.0.16:28907"}, "--bootstrap-expect 3: --join names 1 other node(s)"},
+		{[]string{"--bootstrap-expect", "3", "--join", "127.0.0.16:28907,127.0.0.16:28907"}, "--bootstrap-expect 3: --join names 1 other node(s)"},
+		{[]string{"--bootstrap-expect", "1", "--join", "127.0.0.16:28907"}, "--bootstrap-expect 1 with --join"},
+	} {
+		dir := filepath.Join(t.TempDir(), "data")
+		out, err := idemCmdWithin(t, 5*time.Second, append([]string{"serve", "--data-dir", dir, "--http-addr", self, "--raft-addr", raft}, tc.args...)...)
+		require.Equal(t, 2, exitCode(err), "%v:\n%s", tc.args, out)
+		require.Contains(t, out, tc.want, "%v", tc.args)
+		require.NoDirExists(t, dir, "%v", tc.args)
+	}
+}
+
+// idemCmdWithin is idemCmd for a command that, when a check is missing,
+// would run for ever (a node waiting for peers): it is killed after d.
+func idemCmdWithin(t *testing.T, d time.Duration, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
+	return string(out), err
 }

@@ -347,6 +347,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem serve: %v\n", permissionHint(err, c.dataDir))
 		return 2
 	}
+	if !holdsNode(c.dataDir) {
+		if err := c.formationProblem(); err != nil {
+			fmt.Fprintf(stderr, "idem serve: %v\n", err)
+			return 2
+		}
+	}
 	log := newLogger(c, stderr)
 	defer gcfloor.Start(c.gcFloorBytes).Stop()
 	if err := serve(ctx, c, set, log); err != nil {
@@ -488,6 +494,33 @@ func editDistance(a, b string) int {
 }
 
 // holdsNode reports whether dir holds node.json, fsm/ or raft.db.
+// formationProblem says why a node on an empty data dir could never
+// become a member with the --join and --bootstrap-expect given, or nil.
+// Each of these started, made the data dir and waited for ever, logging
+// "waiting for peers to bootstrap" (or an ERROR) every few seconds. A node
+// with state ignores both flags, so it is asked only of a new data dir.
+func (c *serveConfig) formationProblem() error {
+	self := c.httpAdvertise
+	if self == "" {
+		self = c.httpAddr
+	}
+	others := map[string]bool{}
+	for _, a := range splitAddrs(c.join) {
+		if !sameAddr(a, self) {
+			others[a] = true
+		}
+	}
+	switch {
+	case c.bootstrapExpect == 1 && c.join != "":
+		return fmt.Errorf("--bootstrap-expect 1 with --join %s: a node started with --join joins that cluster and never forms one of its own, so --bootstrap-expect 1 would be ignored; leave out --join to start a new one-node cluster, or --bootstrap-expect to join", c.join)
+	case c.bootstrapExpect > 1 && len(others)+1 < c.bootstrapExpect:
+		return fmt.Errorf("--bootstrap-expect %d: --join names %d other node(s) besides this one (%s), so %d nodes can never be found and the cluster would never form; give every node's HTTP address in --join (this node's may be among them)", c.bootstrapExpect, len(others), self, c.bootstrapExpect)
+	case c.bootstrapExpect == 0 && c.join != "" && len(others) == 0:
+		return fmt.Errorf("--join %s names only this node's own address: a node cannot join itself. Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address", c.join)
+	}
+	return nil
+}
+
 func holdsNode(dir string) bool {
 	for _, name := range []string{"node.json", "fsm", "raft.db"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
