@@ -328,7 +328,7 @@ func runClaim(ctx context.Context, args []string, stdout, stderr io.Writer) int 
   {"outcome":"replay","record":...}  (HTTP 200: the stored response).
 Another live attempt (409 in_progress) or a different fingerprint (422) is an
 error. After a timeout or a 503, repeat the claim with the same --claim-id.`, stdout, stderr)
-	fingerprint := c.fs.String("fingerprint", "", "hex hash of the request, 2-128 characters (required)")
+	fingerprint := c.fs.String("fingerprint", "", "hex hash of the request: an even number of hex characters, from 2 to the node's --max-fingerprint-chars (128 by default) (required)")
 	lease := c.fs.Duration("lease", 0, "how long the attempt may run before another may take over, e.g. 30s (0: the server's default)")
 	claimID := c.fs.String("claim-id", "", "`id` of this attempt: repeating a claim with it returns the same claim")
 	correlationID := c.fs.String("correlation-id", "", "`id` stored with the record, e.g. a request id for tracing")

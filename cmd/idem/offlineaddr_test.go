@@ -185,3 +185,12 @@ func idemCmdWithin(t *testing.T, d time.Duration, args ...string) (string, error
 	out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
 	return string(out), err
 }
+
+// TestClaimHelpSaysTheFingerprintIsEven: claim --help said "2-128
+// characters", and --fingerprint abc was then refused by the node as "hex
+// of even length" (README's flag table says even too).
+func TestClaimHelpSaysTheFingerprintIsEven(t *testing.T) {
+	out, err := idemCmd(t, "claim", "--help")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "an even number of hex characters")
+}
