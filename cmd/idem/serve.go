@@ -347,13 +347,18 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem serve: %v\n", permissionHint(err, c.dataDir))
 		return 2
 	}
+	var formationNote string
 	if !holdsNode(c.dataDir) {
-		if err := c.formationProblem(); err != nil {
+		var err error
+		if formationNote, err = c.formationProblem(); err != nil {
 			fmt.Fprintf(stderr, "idem serve: %v\n", err)
 			return 2
 		}
 	}
 	log := newLogger(c, stderr)
+	if formationNote != "" {
+		log.Warn(formationNote)
+	}
 	defer gcfloor.Start(c.gcFloorBytes).Stop()
 	if err := serve(ctx, c, set, log); err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", permissionHint(err, c.dataDir))
@@ -495,11 +500,12 @@ func editDistance(a, b string) int {
 
 // holdsNode reports whether dir holds node.json, fsm/ or raft.db.
 // formationProblem says why a node on an empty data dir could never
-// become a member with the --join and --bootstrap-expect given, or nil.
-// Each of these started, made the data dir and waited for ever, logging
+// become a member with the --join and --bootstrap-expect given, or nil;
+// and, as a note to log, when it can only be taken in by a peer. Each of
+// the refused ones started, made the data dir and waited for ever, logging
 // "waiting for peers to bootstrap" (or an ERROR) every few seconds. A node
 // with state ignores both flags, so it is asked only of a new data dir.
-func (c *serveConfig) formationProblem() error {
+func (c *serveConfig) formationProblem() (string, error) {
 	self := c.httpAdvertise
 	if self == "" {
 		self = c.httpAddr
@@ -512,13 +518,15 @@ func (c *serveConfig) formationProblem() error {
 	}
 	switch {
 	case c.bootstrapExpect == 1 && c.join != "":
-		return fmt.Errorf("--bootstrap-expect 1 with --join %s: a node started with --join joins that cluster and never forms one of its own, so --bootstrap-expect 1 would be ignored; leave out --join to start a new one-node cluster, or --bootstrap-expect to join", c.join)
+		return "", fmt.Errorf("--bootstrap-expect 1 with --join %s: a node started with --join joins that cluster and never forms one of its own, so --bootstrap-expect 1 would be ignored; leave out --join to start a new one-node cluster, or --bootstrap-expect to join", c.join)
 	case c.bootstrapExpect > 1 && len(others)+1 < c.bootstrapExpect:
-		return fmt.Errorf("--bootstrap-expect %d: --join names %d other node(s) besides this one (%s), so %d nodes can never be found and the cluster would never form; give every node's HTTP address in --join (this node's may be among them)", c.bootstrapExpect, len(others), self, c.bootstrapExpect)
+		// Not refused: a peer whose --join names every node bootstraps
+		// them all, this one included (TestBootstrapExpectPeersThatAskedToJoinElectALeader).
+		return fmt.Sprintf("--bootstrap-expect %d: --join names %d other node(s) besides this one (%s), so this node never finds %d nodes and never bootstraps the cluster itself: it waits for a node whose --join names every node to bootstrap them all. If no node's --join does, the cluster never forms: give every node's HTTP address in --join", c.bootstrapExpect, len(others), self, c.bootstrapExpect), nil
 	case c.bootstrapExpect == 0 && c.join != "" && len(others) == 0:
-		return fmt.Errorf("--join %s names only this node's own address: a node cannot join itself. Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address", c.join)
+		return "", fmt.Errorf("--join %s names only this node's own address: a node cannot join itself. Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address", c.join)
 	}
-	return nil
+	return "", nil
 }
 
 func holdsNode(dir string) bool {
