@@ -250,6 +250,7 @@ func TestServeRefusesBadSettings(t *testing.T) {
 		{[]string{"--lease", "10ms"}, "--lease"},
 		{[]string{"--max-response-bytes", "0"}, "--max-response-bytes"},
 		{[]string{"--node-id", "bad id"}, "--node-id"},
+		{[]string{"--shutdown-timeout", "-1s"}, "--shutdown-timeout -1s must not be negative"}, // a CLI walk: accepted
 		{[]string{"--http-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "--auth-file"},
 	} {
 		args := append([]string{"serve", "--data-dir", dir, "--raft-addr", raftAddr}, tc.args...)

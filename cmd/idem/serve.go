@@ -230,6 +230,9 @@ func (c *serveConfig) validate() error {
 	if c.scope != "endpoint" && c.scope != "principal" {
 		bad("--scope %q must be endpoint or principal", c.scope)
 	}
+	if c.shutdownTimeout < 0 {
+		bad("--shutdown-timeout %s must not be negative (0 stops without draining requests)", c.shutdownTimeout)
+	}
 	if c.logFormat != "text" && c.logFormat != "json" {
 		bad("--log-format %q must be text or json", c.logFormat)
 	}
