@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -181,6 +182,13 @@ func (t *TLS) read() (*tlsMaterial, error) {
 	if err != nil {
 		return nil, err
 	}
+	if leaves := notCAs(t.caFile); len(leaves) > 0 {
+		// A node's own certificate given as the CA (a CLI walk): Go takes
+		// any certificate in the pool as an anchor, so it loads, and then
+		// only peers presenting that very certificate are trusted.
+		t.log.Warn("--tls-ca-file holds a certificate that is not a CA: only peers presenting that very certificate are trusted, so a node with another certificate cannot speak raft or join; give the CA that signed every node's certificate (idem tls ca)",
+			"tls-ca-file", t.caFile, "not-ca", strings.Join(leaves, "; "))
+	}
 	inter := x509.NewCertPool()
 	for _, der := range cert.Certificate[1:] {
 		if c, err := x509.ParseCertificate(der); err == nil {
@@ -213,6 +221,25 @@ func (t *TLS) read() (*tlsMaterial, error) {
 func readCAFile(path string) (*x509.CertPool, error) {
 	pool, _, err := readCAs(path)
 	return pool, err
+}
+
+// notCAs names the certificates of the PEM file at path that are not CA
+// certificates (readCAs has parsed them all).
+func notCAs(path string) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for rest := b; ; {
+		var blk *pem.Block
+		if blk, rest = pem.Decode(rest); blk == nil {
+			return out
+		}
+		if c, err := x509.ParseCertificate(blk.Bytes); blk.Type == "CERTIFICATE" && err == nil && !(c.BasicConstraintsValid && c.IsCA) {
+			out = append(out, c.Subject.String())
+		}
+	}
 }
 
 // readCAs reads a PEM file of one or more CA certificates, and when the

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bytes"
 	"crypto/tls"
 	"io"
 	"log/slog"
@@ -303,4 +304,22 @@ func TestTLSRefusesACertificateNotForThisNode(t *testing.T) {
 	copyFile(t, opk, k)
 	require.ErrorContains(t, tl.Reload(), "is not a node certificate")
 	require.Equal(t, before, tl.NotAfter())
+}
+
+// A node's own certificate given as --tls-ca-file (a CLI walk) loads: Go
+// takes any certificate in the pool as an anchor. Then only peers that
+// present that very certificate are trusted, and nothing said so.
+func TestNodeCertificateAsTheCAIsNamed(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "cluster CA")
+	c, k, ca := pki.files(certgen.CertRequest{CommonName: "n1", IPs: []net.IP{net.IPv4(127, 0, 0, 1)}})
+	var logs bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	_, err := LoadTLS(c, k, ca, log)
+	require.NoError(t, err)
+	require.NotContains(t, logs.String(), "not a CA", "the real CA")
+	_, err = LoadTLS(c, k, c, log)
+	require.NoError(t, err, "it works for peers with this very certificate")
+	require.Contains(t, logs.String(), "--tls-ca-file holds a certificate that is not a CA")
+	require.Contains(t, logs.String(), "CN=n1")
 }
