@@ -150,7 +150,7 @@ func (c *cliCmd) bearer() (string, error) {
 	case c.authToken != "":
 		return c.authToken, nil
 	case c.tokenFile != "":
-		return readTokenFile(c.tokenFile)
+		return readTokenFile("--token-file", c.tokenFile)
 	}
 	return os.Getenv("IDEM_AUTH_TOKEN"), nil
 }

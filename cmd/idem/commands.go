@@ -311,7 +311,7 @@ func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
 			return *v
 		}
 		if *file != "" {
-			t, _ := readTokenFile(*file) // authTokenProblem has refused a file that does not give one
+			t, _ := readTokenFile("--token-file", *file) // authTokenProblem has refused a file that does not give one
 			return t
 		}
 		return os.Getenv("IDEM_AUTH_TOKEN")
@@ -328,16 +328,16 @@ func authTokenProblem(fs *flag.FlagSet) error {
 	if tok.Value.String() != "" {
 		return errors.New("--auth-token and --token-file exclude each other")
 	}
-	_, err := readTokenFile(file.Value.String())
+	_, err := readTokenFile("--token-file", file.Value.String())
 	return err
 }
 
 // readTokenFile reads a bearer token from the first line of path that is
-// not empty or a # comment.
-func readTokenFile(path string) (string, error) {
+// not empty or a # comment; errors name flag, the flag that gave path.
+func readTokenFile(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return "", fmt.Errorf("--token-file: %w", err)
+		return "", fmt.Errorf("%s: %w", flag, err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -345,7 +345,7 @@ func readTokenFile(path string) (string, error) {
 			return line, nil
 		}
 	}
-	return "", fmt.Errorf("--token-file %s holds no token", path)
+	return "", fmt.Errorf("%s %s holds no token", flag, path)
 }
 
 // printFlags prints every flag of fs with its usage string, as --name

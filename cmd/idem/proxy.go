@@ -216,8 +216,8 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if c.storeTokenFile != "" {
 		if token != "" && c.storeToken != "" {
 			bad("store-token-file", "give --store-token or --store-token-file, not both")
-		} else if t, err := proxyReadTokenFile(c.storeTokenFile); err != nil {
-			bad("store-token-file", "%v", err)
+		} else if t, err := readTokenFile("--store-token-file", c.storeTokenFile); err != nil {
+			problems = append(problems, err)
 		} else {
 			token = t
 		}
@@ -313,6 +313,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 		return nil, problems
 	}
 	p.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	if c.storeTokenFile != "" {
+		warnOpenFile(p.log, "--store-token-file", c.storeTokenFile, "its token acts for every principal the proxy serves")
+	}
 	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: p.failover})}
 	if token != "" {
 		opts = append(opts, client.WithToken(token))
@@ -322,20 +325,6 @@ func (c proxyConfig) build() (*proxy, []error) {
 		return nil, []error{fmt.Errorf("--store: %w", err)}
 	}
 	return p, nil
-}
-
-// proxyReadTokenFile reads the first line of path that is not empty or a comment.
-func proxyReadTokenFile(path string) (string, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if line = strings.TrimSpace(line); line != "" && !strings.HasPrefix(line, "#") {
-			return line, nil
-		}
-	}
-	return "", fmt.Errorf("%s holds no token", path)
 }
 
 // proxyIsToken says whether s is an RFC 9110 token (a method or header name).

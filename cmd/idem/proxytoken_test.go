@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,5 +26,22 @@ func TestProxyWithoutStoreTokenNamesTheFlag(t *testing.T) {
 		logs := px.logs.String()
 		return strings.Contains(logs, "the store runs with --auth-file and the proxy has no store token") &&
 			strings.Contains(logs, "--store-token or --store-token-file"), logs
+	})
+}
+
+// A --store-token-file open to other users is named at start, as the
+// node's --auth-file and --node-token-file are (a CLI walk: nothing said
+// so, and its token acts for every principal the proxy serves).
+func TestProxyWarnsOfAnOpenStoreTokenFile(t *testing.T) {
+	dir := t.TempDir()
+	tok := filepath.Join(dir, "store.token")
+	if err := os.WriteFile(tok, []byte("app-token\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", freePort(t), "--store-token-file", tok)
+	waitFor(t, 10*time.Second, "the proxy's warning about its open token file", func() (bool, string) {
+		logs := px.logs.String()
+		return strings.Contains(logs, "--store-token-file is readable by other users"), logs
 	})
 }
