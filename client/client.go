@@ -189,6 +189,10 @@ func (c *Client) follow(leader string) {
 	}
 }
 
+// errNotMade wraps the error of a request that could not be built, so
+// was never sent (exchange leaves the client on its node).
+var errNotMade = errors.New("request not made")
+
 // neverDelivered reports whether a failed request provably never reached
 // the node: the connection could not be made, or its TLS handshake failed
 // (the request is written only after it).
@@ -228,7 +232,13 @@ func (c *Client) Do(ctx context.Context, method, path string, query url.Values, 
 // JSON itself: through Do, json.Marshal would check and copy it again),
 // and the status of a 2xx answer.
 func (c *Client) exchange(ctx context.Context, method, path string, query url.Values, b []byte, hasBody bool) (_ json.RawMessage, status int, _ error) {
-	if ctx != nil && ctx.Err() != nil {
+	if ctx == nil {
+		// As net/http refuses it, but before the loop below: a request
+		// that could not be made says nothing of the node, and took the
+		// "sent, not answered" path that moves later requests on.
+		return nil, 0, fmt.Errorf("client: %s %s: nil Context", method, path)
+	}
+	if ctx.Err() != nil {
 		// Not sent: that says nothing of the node, which stays the one
 		// later requests start at (a request that failed once sent moves
 		// them on).
@@ -242,6 +252,9 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 		used = n
 		var err error
 		resp, err = c.send(ctx, c.nodes[n], method, path, query, b, hasBody)
+		if errors.Is(err, errNotMade) {
+			return nil, 0, err // never left this process: the node stays
+		}
 		if err == nil {
 			if i > 0 {
 				c.cur.CompareAndSwap(int32(start), int32(n))
@@ -356,7 +369,7 @@ func (c *Client) send(ctx context.Context, base *url.URL, method, path string, q
 	u.RawQuery = query.Encode()
 	req, err := http.NewRequestWithContext(ctx, method, u.String(), body)
 	if err != nil {
-		return nil, fmt.Errorf("client: %s %s: %w", method, path, err)
+		return nil, fmt.Errorf("client: %s %s: %w: %w", method, path, errNotMade, err)
 	}
 	if hasBody {
 		req.Header.Set("Content-Type", "application/json")

@@ -146,3 +146,25 @@ func TestSeveralNodesStayAfterACallThatWasNeverSent(t *testing.T) {
 		t.Fatalf("claim after one that was never sent: %v (client at %s)", err, c.Addr())
 	}
 }
+
+// A call that could not even be made (a nil context, which net/http
+// refuses before any connection) leaves the client on its node, as an
+// already ended context does. Bug: the refusal took the "sent, not
+// answered" path and moved the client off a healthy leader, here onto a
+// node that does not answer, where the next caller waited out its deadline.
+func TestSeveralNodesStayAfterACallThatCouldNotBeMade(t *testing.T) {
+	n := idemtest.Start(t, idemtest.Options{})
+	c, err := client.New(n.URL + "," + hungNode(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var nilCtx context.Context // a careless caller's
+	if _, err := c.Get(nilCtx, "p", "e", "k", ""); err == nil {
+		t.Fatal("get with a nil context: no error")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if _, err := c.Get(ctx, "p", "e", "k", ""); !errors.Is(err, client.ErrNotFound) {
+		t.Fatalf("get after one that could not be made: got %v, want not_found (client at %s)", err, c.Addr())
+	}
+}
