@@ -501,7 +501,6 @@ func editDistance(a, b string) int {
 	return prev[len(b)]
 }
 
-// holdsNode reports whether dir holds node.json, fsm/ or raft.db.
 // formationProblem says why a node on an empty data dir could never
 // become a member with the --join and --bootstrap-expect given, or nil;
 // and, as a note to log, when it can only be taken in by a peer. Each of
@@ -532,6 +531,7 @@ func (c *serveConfig) formationProblem() (string, error) {
 	return "", nil
 }
 
+// holdsNode reports whether dir holds node.json, fsm/ or raft.db.
 func holdsNode(dir string) bool {
 	for _, name := range []string{"node.json", "fsm", "raft.db"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
