@@ -439,7 +439,9 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 		body.Write(c.op)
 	}
 	body.WriteString(`]}`)
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.Timeout)
+	parent, abandon := context.WithCancelCause(context.Background())
+	defer abandon(nil)
+	ctx, cancel := context.WithTimeout(parent, b.cfg.Timeout)
 	defer cancel()
 	// Once every caller of the batch has gone (its context ended), no one
 	// waits for the answer: the request is abandoned rather than left to
@@ -447,12 +449,25 @@ func (b *Batcher) post(live []*batchCall) []batchAnswer {
 	// batch and does not answer (a stopped process) otherwise held up every
 	// later call for Timeout, whatever its callers' deadlines, before the
 	// client moved on to another node.
+	// It is abandoned with the cause of the callers' leaving: past a
+	// deadline (the node did not answer in time) the client moves on to
+	// the next node, as after a single call; cancelled by all of them, it
+	// stays (exchange's cancelledByCaller).
 	var left atomic.Int64
+	var timedOut atomic.Bool
 	left.Store(int64(len(live)))
 	for _, c := range live {
-		stop := context.AfterFunc(c.ctx, func() {
+		cctx := c.ctx
+		stop := context.AfterFunc(cctx, func() {
+			if errors.Is(cctx.Err(), context.DeadlineExceeded) {
+				timedOut.Store(true)
+			}
 			if left.Add(-1) == 0 {
-				cancel()
+				cause := context.Canceled
+				if timedOut.Load() {
+					cause = context.DeadlineExceeded
+				}
+				abandon(cause)
 			}
 		})
 		defer stop()

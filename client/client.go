@@ -189,6 +189,12 @@ func (c *Client) follow(leader string) {
 	}
 }
 
+// cancelledByCaller reports whether ctx ended by a cancel rather than a
+// deadline: a Batcher abandoning a batch cancels with its callers' cause.
+func cancelledByCaller(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
+}
+
 // errNotMade wraps the error of a request that could not be built, so
 // was never sent (exchange leaves the client on its node).
 var errNotMade = errors.New("request not made")
@@ -269,16 +275,17 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 			if i+1 < len(c.nodes) && ctx.Err() == nil {
 				continue
 			}
-		} else {
+		} else if !cancelledByCaller(ctx) {
 			// Delivered, perhaps, but not answered: the node dropped the
-			// connection, or never answered before the context ended. A
+			// connection, or never answered before the deadline. A
 			// stopped or wedged process (SIGSTOP, a stalled disk) still
 			// has its kernel accept connections, so its dials succeed:
 			// had later requests started there, every caller would wait
 			// out its deadline on it while the others elect a leader.
 			// They start at the next node (an answer naming the leader
 			// brings them back); this one is not sent again (it may
-			// have been decided).
+			// have been decided). A caller that cancelled its own call
+			// says nothing of the node: they stay.
 			c.cur.CompareAndSwap(int32(n), int32((n+1)%len(c.nodes)))
 		}
 		return nil, 0, err
