@@ -32,9 +32,10 @@
 // answer has named it (the Idem-Leader header), so writes skip a
 // follower's forwarding. A request the client could not deliver goes to
 // the next node; after a node dropped the connection, did not answer
-// before the request's context ended (a stopped or wedged process, whose
+// before the request's deadline (a stopped or wedged process, whose
 // kernel still accepts connections), or answered 503 naming no leader,
-// later requests start at the next node.
+// later requests start at the next node. A call its caller cancelled
+// leaves them where they were.
 //
 // Over HTTP and HTTPS alike a Client writes each request and reads its
 // answer on the calling goroutine, over kept-alive HTTP/1.1 connections
