@@ -568,7 +568,10 @@ func TestProxySIGTERMFinishesInFlight(t *testing.T) {
 // TestProxyRefusesBadFlags: each bad flag exits 2 with a message naming it,
 // before anything listens.
 func TestProxyRefusesBadFlags(t *testing.T) {
-	ok := []string{"--listen", "127.0.0.1:0", "--upstream", "http://127.0.0.1:9", "--store", "127.0.0.1:7070"}
+	// A valid --listen (never bound: every case is refused first). It was
+	// 127.0.0.1:0, which 8b8e3ee made a refusal of its own: every case
+	// then exited 2 for --listen whatever its own flag did.
+	ok := []string{"--listen", "127.0.0.1:29391", "--upstream", "http://127.0.0.1:9", "--store", "127.0.0.1:7070"}
 	with := func(flag, value string) []string {
 		out := []string{"proxy"}
 		replaced := false
@@ -637,6 +640,9 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		require.ErrorAs(t, err, &ee, "%v: %s", c.args, out)
 		require.Equal(t, 2, ee.ExitCode(), "%v: %s", c.args, out)
 		require.Contains(t, string(out), c.want, "%v", c.args)
+		if !strings.Contains(c.want, "--listen") {
+			require.NotContains(t, string(out), "--listen:", "%v: the base flags must be valid", c.args)
+		}
 	}
 	out, err := exec.Command(binary, "proxy", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
