@@ -124,9 +124,10 @@ func (c *Client) NewBatcher(cfg BatcherConfig) *Batcher {
 }
 
 // Close stops the Batcher after the batches already sent are answered;
-// calls made after it, and calls made before it that were not sent yet,
-// return ErrBatcherClosed. It may be called more than once, from several
-// goroutines.
+// calls made after it return ErrBatcherClosed, and so may calls made
+// before it that were not sent yet (their ops were never sent; some of
+// them may still go out with the last batches). It may be called more
+// than once, from several goroutines.
 func (b *Batcher) Close() error {
 	b.closeMu.Do(func() { close(b.stop) })
 	<-b.done

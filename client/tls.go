@@ -87,7 +87,7 @@ func (c *Client) applyTLS(addr string, explicit bool) error {
 		case !explicit:
 			n.Scheme = "https"
 		case n.Scheme != "https":
-			return fmt.Errorf("%w %q: TLS settings given (--ca-file) for an http:// address: use https://", ErrAddress, addr)
+			return fmt.Errorf("%w %q: TLS settings given (client.WithTLS; --ca-file on the command line) for an http:// address: use https://, or leave out WithTLS for plain HTTP (WithTLS(nil) asks for HTTPS)", ErrAddress, addr)
 		}
 	}
 	return nil

@@ -347,7 +347,9 @@ const (
 // state at when it runs at now.
 func RestoredIndex(applied uint64, backupMs int64, now time.Time) uint64 {
 	secs := int64(restoreMinGapSeconds)
-	if el := (now.UnixMilli() - backupMs) / 1000; el > secs {
+	// A state no command reached has no cluster time (0): measured from
+	// 1970, every restore of it jumped some 56 years' worth.
+	if el := (now.UnixMilli() - backupMs) / 1000; backupMs > 0 && el > secs {
 		secs = min(el, restoreMaxGapSeconds)
 	}
 	gap := uint64(secs) * restoreIndexRate

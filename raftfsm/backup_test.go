@@ -298,3 +298,13 @@ func TestRecoverStatePastTheLogsEnd(t *testing.T) {
 		require.Equal(t, r, got)
 	}
 }
+
+// A backup of a state no command reached has cluster time 0: the jump is
+// the least one, not the seconds since 1970 (a review: some 56 years'
+// worth at each restore of such a state).
+func TestRestoredIndexOfAStateWithoutClusterTime(t *testing.T) {
+	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
+	require.Equal(t, uint64(7+restoreMinGapSeconds*restoreIndexRate), RestoredIndex(7, 0, now))
+	require.Equal(t, uint64(7+2*3600*restoreIndexRate), RestoredIndex(7, now.Add(-2*time.Hour).UnixMilli(), now))
+	require.Equal(t, uint64(7+restoreMinGapSeconds*restoreIndexRate), RestoredIndex(7, now.Add(time.Hour).UnixMilli(), now), "a clock behind the backup's")
+}

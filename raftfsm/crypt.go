@@ -185,12 +185,10 @@ func ParseKeyring(b []byte) (*Keyring, error) {
 	seen := map[string]string{}
 	for i, e := range f.Keys {
 		if !keyIDPattern.MatchString(e.ID) {
-			if raw, err := base64.StdEncoding.DecodeString(e.ID); err == nil && len(raw) == 32 {
-				// "id" and "key" swapped: the id is a key, which an
-				// error must not carry to the node's log.
-				return bad("key %d: its id is the base64 of 32 bytes, a key (are \"id\" and \"key\" swapped?); not shown here so that it stays out of logs. An id is 1-64 letters, digits, '.', '_' or '-'", i+1)
-			}
-			return bad("key %d: id %q must be 1-64 letters, digits, '.', '_' or '-'", i+1, e.ID)
+			// Not quoted: with "id" and "key" swapped the id is a key
+			// (base64, perhaps with a stray space or in another
+			// alphabet), which an error must not carry to the node's log.
+			return bad("key %d: its id (%d bytes, not shown here so that a key given as the id stays out of logs) must be 1-64 letters, digits, '.', '_' or '-' (are \"id\" and \"key\" swapped?)", i+1, len(e.ID))
 		}
 		if kr.byID[e.ID] != nil {
 			return bad("key id %q appears twice", e.ID)

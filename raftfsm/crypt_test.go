@@ -114,8 +114,8 @@ func TestKeyFilesAreChecked(t *testing.T) {
 		"not json":      {`keys`, "not {"},
 		"no keys":       {`{"keys":[]}`, "no keys"},
 		"unknown field": {`{"keys":[{"id":"k1","key":"` + k32 + `","primary":true}]}`, "unknown field"},
-		"bad id":        {`{"keys":[{"id":"k 1","key":"` + k32 + `"}]}`, `id "k 1"`},
-		"empty id":      {`{"keys":[{"id":"","key":"` + k32 + `"}]}`, `id ""`},
+		"bad id":        {`{"keys":[{"id":"k 1","key":"` + k32 + `"}]}`, "key 1: its id (3 bytes"},
+		"empty id":      {`{"keys":[{"id":"","key":"` + k32 + `"}]}`, "key 1: its id (0 bytes"},
 		"short key":     {`{"keys":[{"id":"k1","key":"` + k16 + `"}]}`, "16 bytes"},
 		"not base64":    {`{"keys":[{"id":"k1","key":"%%%"}]}`, "base64"},
 		"twice":         {`{"keys":[{"id":"k1","key":"` + k32 + `"},{"id":"k1","key":"` + k32b + `"}]}`, "appears twice"},
@@ -133,6 +133,13 @@ func TestKeyFilesAreChecked(t *testing.T) {
 	require.ErrorIs(t, err, ErrKeyFile)
 	require.Contains(t, err.Error(), "swapped")
 	require.NotContains(t, err.Error(), swapped[:16], "the error shows the key")
+	// Nor a key with a stray space, or in the URL alphabet (a review:
+	// only exact standard base64 was recognised, and the others quoted).
+	for _, id := range []string{swapped + " ", base64.URLEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcde\xff"))} {
+		_, err = ParseKeyring([]byte(`{"keys":[{"id":"` + id + `","key":"k1"}]}`))
+		require.ErrorIs(t, err, ErrKeyFile)
+		require.NotContains(t, err.Error(), id[:16], "the error shows the key")
+	}
 	kr, err := ParseKeyring(keyFile("k2", "k1"))
 	require.NoError(t, err)
 	require.Equal(t, []string{"k2", "k1"}, kr.IDs())

@@ -418,7 +418,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			fmt.Fprintf(stderr, "  %s: %s address %s\n", l.id, l.kind, l.addr)
 		}
 		fmt.Fprintf(stderr, "%s: a node restored there is a one-node cluster of its own at %s's addresses: it elects itself beside that cluster, the clients of %s reach it, and a key claimed in one cluster is claimed again in the other. Nothing was written to %s.\n", name, member, member, dataDir)
-		fmt.Fprintf(stderr, "%s: to rebuild %s, start it with an empty data dir and --join a live member: the leader sends it the state (docs/MEMBERSHIP.md). To start a new cluster from the backup beside that one, restore it with another --raft-addr. --force skips this check (only if that cluster is gone for good and these addresses now belong to something else).\n", name, member)
+		fmt.Fprintf(stderr, "%s: to rebuild %s, start it with an empty data dir and --join a live member: the leader sends it the state (docs/MEMBERSHIP.md). To start a new cluster from the backup beside that one, restore it with another --raft-addr. --force skips this check (only if that cluster is gone for good and these addresses now belong to something else): the restored node then tells the members of that cluster, if any still run, that they were left out, and they stop serving for good.\n", name, member)
 		return 1
 	}
 	h := info.Header
