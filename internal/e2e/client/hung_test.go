@@ -4,47 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/internal/idemtest"
 )
-
-// hungNode is a node whose process is stopped (SIGSTOP) or wedged: its
-// kernel still accepts connections (the listen backlog), so a dial
-// succeeds, but nothing is ever read or answered.
-func hungNode(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	return ln.Addr().String()
-}
 
 // A client of several nodes whose current node takes requests and never
 // answers moves on: the request that timed out is not sent again, but the
@@ -54,7 +19,7 @@ func hungNode(t *testing.T) string {
 // process stayed stopped, while the other nodes had elected a new leader.
 func TestSeveralNodesLeaveANodeThatDoesNotAnswer(t *testing.T) {
 	n := idemtest.Start(t, idemtest.Options{})
-	c, err := client.New(hungNode(t) + "," + n.URL)
+	c, err := client.New(idemtest.HungNode(t) + "," + n.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +38,7 @@ func TestSeveralNodesLeaveANodeThatDoesNotAnswer(t *testing.T) {
 		}
 	}
 	// The Batcher, whose batches go out with their own deadline, too.
-	c, err = client.New(hungNode(t) + "," + n.URL)
+	c, err = client.New(idemtest.HungNode(t) + "," + n.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +63,7 @@ func TestSeveralNodesLeaveANodeThatDoesNotAnswer(t *testing.T) {
 // slots (MaxInFlight) and the client stayed on the stopped node.
 func TestBatcherGivesUpABatchItsCallersLeft(t *testing.T) {
 	n := idemtest.Start(t, idemtest.Options{})
-	c, err := client.New(hungNode(t) + "," + n.URL)
+	c, err := client.New(idemtest.HungNode(t) + "," + n.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +92,7 @@ func TestBatcherGivesUpABatchItsCallersLeft(t *testing.T) {
 // onto a node that does not answer.
 func TestSeveralNodesStayAfterACallThatWasNeverSent(t *testing.T) {
 	n := idemtest.Start(t, idemtest.Options{})
-	c, err := client.New(n.URL + "," + hungNode(t))
+	c, err := client.New(n.URL + "," + idemtest.HungNode(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,7 +119,7 @@ func TestSeveralNodesStayAfterACallThatWasNeverSent(t *testing.T) {
 // node that does not answer, where the next caller waited out its deadline.
 func TestSeveralNodesStayAfterACallThatCouldNotBeMade(t *testing.T) {
 	n := idemtest.Start(t, idemtest.Options{})
-	c, err := client.New(n.URL + "," + hungNode(t))
+	c, err := client.New(n.URL + "," + idemtest.HungNode(t))
 	if err != nil {
 		t.Fatal(err)
 	}
