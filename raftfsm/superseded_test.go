@@ -59,6 +59,13 @@ func TestSupersededNodeAheadOfTheRecoveryIsToldToKeepItsData(t *testing.T) {
 	require.Contains(t, msg, "Do not delete this data dir")
 	require.Contains(t, msg, "run idem recover on this data dir instead")
 	require.NotContains(t, msg, "older than")
+	// It said "Only if that recovery was the choice to keep ... delete
+	// superseded.json to serve this data dir again": the one choice under
+	// which serving this data dir beside the recovered cluster claims keys
+	// twice (an operator walk of a restore in place).
+	require.NotContains(t, msg, "recovery was the choice to keep")
+	require.Contains(t, msg, "Only if this data dir is the copy to keep and n1 is stopped for good")
+	require.NotContains(t, msg, "made from a survivor", "a restore starts from a backup, not a survivor")
 
 	behind := ahead
 	behind.Applied = 1800
