@@ -112,6 +112,15 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 		return err
 	}
 	kept := func(id string) bool { return slices.ContainsFunc(peers, func(p Peer) bool { return p.ID == id }) }
+	// Members an earlier recovery or restore left out, still left out,
+	// were cut off at that one's state: keep its index and what made it.
+	// A recover after a restore in place recorded its own applied index
+	// (the restored one, far above the backup's, restore.go) and "idem
+	// recover", so a left-out member holding records acknowledged after
+	// the backup was told its records were older than the recovered
+	// cluster's (an operator walk). The lowest index errs toward "ahead":
+	// keep the data dir.
+	earlier := slices.ContainsFunc(rec.LeftOut, func(id string) bool { return !kept(id) })
 	for _, id := range before {
 		if !kept(id) && !slices.Contains(rec.LeftOut, id) {
 			rec.LeftOut = append(rec.LeftOut, id)
@@ -125,7 +134,10 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 		return syncDir(dir)
 	}
 	slices.Sort(rec.LeftOut)
-	rec.At, rec.Node, rec.Applied, rec.Via = time.Now().UTC(), node, applied, via
+	rec.Node = node
+	if !earlier || applied < rec.Applied {
+		rec.At, rec.Applied, rec.Via = time.Now().UTC(), applied, via
+	}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	tmp := filepath.Join(dir, recoveredFile+".tmp")
 	if err := writeSynced(tmp, append(b, '\n')); err != nil {

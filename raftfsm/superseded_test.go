@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
@@ -41,6 +42,36 @@ func TestRecordRecoveryKeepsWhomEveryRecoveryLeftOut(t *testing.T) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, recoveredFile), []byte("{"), 0o600))
 	_, err = readRecoveryRecord(dir)
 	require.ErrorContains(t, err, "is damaged")
+}
+
+// Bug (an operator walk): idem recover on a data dir restored in a member's
+// place rewrote recovered.json with its own applied index (the restored
+// one, far above the backup's) and "idem recover": a left-out member whose
+// log held claims acknowledged after the backup was then told its records
+// were older than the recovered cluster's, and the restored node never
+// logged it as ahead. The restore's cut-off and name must stay.
+func TestRecoverAfterRestoreInPlaceKeepsTheBackupsIndex(t *testing.T) {
+	dir := t.TempDir()
+	require.NoError(t, RecordRestoreInPlace(dir, "n1", []string{"n2", "n3"}, 18))
+	require.NoError(t, recordRecovery(dir, "n1", []string{"n1"}, []Peer{{ID: "n1"}}, RestoredIndex(18, 0, time.UnixMilli(0)), ""))
+	rec, err := readRecoveryRecord(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n2", "n3"}, rec.LeftOut)
+	require.Equal(t, uint64(18), rec.Applied)
+	require.Equal(t, viaRestore, rec.Via)
+
+	detail := markerDetail(leftOutError("n1", rec, raft.RPCHeader{ID: []byte("n2")}))
+	msg := supersededRecord{From: "n1", Detail: detail, Applied: 29, RecoveredFrom: recoveredFromIndex(detail)}.message("/data/n2")
+	require.Contains(t, msg, "is ahead of the state that recovery started from (index 18)")
+	require.Contains(t, msg, "idem snapshot restore")
+
+	// A later recover that leaves out a member anew, at a lower index,
+	// takes that one.
+	require.NoError(t, recordRecovery(dir, "n1", []string{"n1", "n4"}, []Peer{{ID: "n1"}}, 10, ""))
+	rec, err = readRecoveryRecord(dir)
+	require.NoError(t, err)
+	require.Equal(t, []string{"n2", "n3", "n4"}, rec.LeftOut)
+	require.Equal(t, uint64(10), rec.Applied)
 }
 
 // Bug (an operator walk): recovering the survivor whose log ended lower
