@@ -332,31 +332,41 @@ type RestoreOptions struct {
 // downstream that had seen a lost attempt's token refused the new ones
 // while taking an older one. No cluster appends anywhere near
 // restoreIndexRate entries a second (a claim, a batch, a no-op is one
-// each), so starting restoreIndexRate times the seconds since the backup
-// above J (at least restoreMinGapSeconds' worth, for a clock behind the
-// backup's) puts every new token above the lost cluster's.
+// each), so the restored log starts at restoreIndexRate times the
+// restoring machine's clock in Unix seconds, plus restoreMarginSeconds'
+// worth (for a clock behind the lost cluster's), and at least that margin
+// above J: above every index a cluster started from scratch (at index 1)
+// or by an earlier restore (on this formula) can have reached by now.
+//
+// It was J plus restoreIndexRate per second since the backup's cluster
+// time, at least an hour's worth: relative to J, so a second restore from
+// an older backup (the newer one turned out to hold the damage) within the
+// hour started below the first restored cluster's log, and gave out its
+// tokens again, byte for byte (same secret, same scope: an operator walk).
+// A clock reading counts for every backup alike.
 const (
 	restoreIndexRate     = 1_000_000
-	restoreMinGapSeconds = 3600
-	// restoreMaxGapSeconds caps the jump (a clock a century off).
-	restoreMaxGapSeconds = 100 * 365 * 24 * 3600
+	restoreMarginSeconds = 3600
+	// restoreMaxUnixSeconds caps the clock's part (a clock centuries
+	// ahead): 1e10 seconds is the year 2286, and 1e16 an index still far
+	// from overflowing (and exact as a float64 metric).
+	restoreMaxUnixSeconds = 10_000_000_000
 )
 
 // RestoredIndex is the index a restore of a backup of applied index
-// applied, taken at cluster time backupMs, starts the raft log and the
-// state at when it runs at now.
-func RestoredIndex(applied uint64, backupMs int64, now time.Time) uint64 {
-	secs := int64(restoreMinGapSeconds)
-	// A state no command reached has no cluster time (0): measured from
-	// 1970, every restore of it jumped some 56 years' worth.
-	if el := (now.UnixMilli() - backupMs) / 1000; backupMs > 0 && el > secs {
-		secs = min(el, restoreMaxGapSeconds)
-	}
-	gap := uint64(secs) * restoreIndexRate
+// applied starts the raft log and the state at when it runs at now.
+func RestoredIndex(applied uint64, now time.Time) uint64 {
+	margin := uint64(restoreMarginSeconds) * restoreIndexRate
 	if applied > math.MaxUint64/2 { // never in practice: keep the index sane
 		return applied
 	}
-	return applied + gap
+	at := applied + margin
+	if secs := now.Unix(); secs > 0 {
+		if c := uint64(min(secs, restoreMaxUnixSeconds))*restoreIndexRate + margin; c > at {
+			at = c
+		}
+	}
+	return at
 }
 
 // RestoreBackup builds, in the empty directory dir, the data dir of a
@@ -413,7 +423,7 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	}
 	// The state's applied index moves up with the log (RestoredIndex): the
 	// raft snapshot below stands for this state, at this index.
-	if at := RestoredIndex(meta.Applied, b.Header.ClusterTimeMs, now); at > meta.Applied {
+	if at := RestoredIndex(meta.Applied, now); at > meta.Applied {
 		if err := db.Begin().Commit(at); err != nil {
 			return info, fmt.Errorf("raftfsm: restore: %w", err)
 		}

@@ -98,8 +98,8 @@ func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	require.NotZero(t, J)
 	require.Greater(t, lost, J)
 	R := rinfo.Stream.Meta.Applied
-	require.Equal(t, J+2*3600*restoreIndexRate, R, "the restored state and log start far above J")
-	require.Equal(t, R, RestoredIndex(J, info.Header.ClusterTimeMs, now))
+	require.Equal(t, uint64(now.Unix()+restoreMarginSeconds)*restoreIndexRate, R, "the restored state and log start far above J")
+	require.Equal(t, R, RestoredIndex(J, now))
 
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.RaftAddr = "r1", dir, addr
@@ -138,6 +138,53 @@ func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	_, ok, err := m.Lookup(context.Background(), scopeN(1000), false, true)
 	require.NoError(t, err)
 	require.True(t, ok)
+}
+
+// Bug (an operator walk): restored from the newest backup, then, minutes
+// later, from an older one (the newest held the damage that called for a
+// restore), the second cluster's log started below the first's: its start
+// was relative to the backup's index (J plus an hour's worth). It gave out
+// the first restored cluster's tokens again, byte for byte, so a fence
+// that had seen the first cluster's attempts refused the new ones, and a
+// worker of the first still holding its token completed the second's.
+func TestRestoreOfAnOlderBackupAfterANewerGoesOnAboveIt(t *testing.T) {
+	n := mustNode(t)
+	fill(t, n, 5)
+	older := backupOf(t, n)
+	for i := range 50 {
+		_, _, err := n.Claim(engine.ClaimArgs{Scope: scopeN(3000 + i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+	}
+	newer := backupOf(t, n)
+	oinfo, err := VerifyBackup(bytes.NewReader(older))
+	require.NoError(t, err)
+	ninfo, err := VerifyBackup(bytes.NewReader(newer))
+	require.NoError(t, err)
+	require.Greater(t, ninfo.Header.AppliedIndex, oinfo.Header.AppliedIndex+40)
+
+	claimOn := func(data []byte, id string, now time.Time, claims int) uint64 {
+		dir := filepath.Join(t.TempDir(), id)
+		addr := freeRaftAddr(t)
+		_, err := RestoreBackup(bytes.NewReader(data), dir, RestoreOptions{NodeID: id, RaftAddr: addr, Now: now})
+		require.NoError(t, err)
+		cfg := DefaultConfig()
+		cfg.NodeID, cfg.DataDir, cfg.RaftAddr = id, dir, addr
+		m, err := Open(cfg)
+		require.NoError(t, err)
+		defer m.Close()
+		require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+		var last uint64
+		for i := range claims {
+			_, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(5000 + i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+			require.NoError(t, err)
+			last = idx
+		}
+		return last
+	}
+	now := time.UnixMilli(ninfo.Header.ClusterTimeMs).Add(10 * time.Minute)
+	first := claimOn(newer, "r1", now, 20)
+	second := claimOn(older, "r2", now.Add(5*time.Minute), 1)
+	require.Greater(t, second, first, "the second restored cluster gave out the first one's tokens again")
 }
 
 func TestBadBackupsAreRefused(t *testing.T) {
@@ -252,7 +299,7 @@ func TestRestoreOfUntouchedState(t *testing.T) {
 	res, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
-	require.Greater(t, idx, uint64(restoreMinGapSeconds*restoreIndexRate))
+	require.Greater(t, idx, uint64(restoreMarginSeconds*restoreIndexRate))
 }
 
 // A node whose state is past its raft log's end (it installed a leader's
@@ -299,12 +346,16 @@ func TestRecoverStatePastTheLogsEnd(t *testing.T) {
 	}
 }
 
-// A backup of a state no command reached has cluster time 0: the jump is
-// the least one, not the seconds since 1970 (a review: some 56 years'
-// worth at each restore of such a state).
-func TestRestoredIndexOfAStateWithoutClusterTime(t *testing.T) {
+// RestoredIndex reads the restoring clock, not the backup's cluster time
+// (a backup with none, of a state no command reached, jumped the seconds
+// since 1970 from J), and stays a margin above J whatever the clock says.
+func TestRestoredIndexFollowsTheClockAboveJ(t *testing.T) {
 	now := time.Date(2026, 12, 4, 0, 0, 0, 0, time.UTC)
-	require.Equal(t, uint64(7+restoreMinGapSeconds*restoreIndexRate), RestoredIndex(7, 0, now))
-	require.Equal(t, uint64(7+2*3600*restoreIndexRate), RestoredIndex(7, now.Add(-2*time.Hour).UnixMilli(), now))
-	require.Equal(t, uint64(7+restoreMinGapSeconds*restoreIndexRate), RestoredIndex(7, now.Add(time.Hour).UnixMilli(), now), "a clock behind the backup's")
+	margin := uint64(restoreMarginSeconds * restoreIndexRate)
+	require.Equal(t, uint64(now.Unix())*restoreIndexRate+margin, RestoredIndex(7, now))
+	require.Equal(t, uint64(now.Unix())*restoreIndexRate+margin, RestoredIndex(0, now))
+	big := uint64(now.Unix())*restoreIndexRate + 5*margin
+	require.Equal(t, big+margin, RestoredIndex(big, now), "a state above the clock's reading")
+	require.Equal(t, 7+margin, RestoredIndex(7, time.Unix(-5, 0)), "a clock before 1970")
+	require.Less(t, RestoredIndex(7, now), uint64(1)<<53, "exact as a float64 metric")
 }

@@ -53,7 +53,7 @@ func TestRecordRecoveryKeepsWhomEveryRecoveryLeftOut(t *testing.T) {
 func TestRecoverAfterRestoreInPlaceKeepsTheBackupsIndex(t *testing.T) {
 	dir := t.TempDir()
 	require.NoError(t, RecordRestoreInPlace(dir, "n1", []string{"n2", "n3"}, 18))
-	require.NoError(t, recordRecovery(dir, "n1", []string{"n1"}, []Peer{{ID: "n1"}}, RestoredIndex(18, 0, time.UnixMilli(0)), ""))
+	require.NoError(t, recordRecovery(dir, "n1", []string{"n1"}, []Peer{{ID: "n1"}}, RestoredIndex(18, time.Now()), ""))
 	rec, err := readRecoveryRecord(dir)
 	require.NoError(t, err)
 	require.Equal(t, []string{"n2", "n3"}, rec.LeftOut)
