@@ -209,10 +209,10 @@ func (r supersededRecord) message(dir string) string {
 		return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
 			"This data dir's state (index %d) is ahead of the state that recovery started from (index %d): the recovery (or restore) started from a state that lacked records this data dir holds, and they may have been acknowledged. "+
 			"Do not delete this data dir. It does not serve, because the recovered cluster may have taken claims since, and serving both would claim keys twice. "+
-			"If the recovered cluster has taken no writes that matter, stop it and run idem recover on this data dir instead (its log ends highest); otherwise keep this data dir aside, "+
+			"If the recovered cluster has taken no writes that matter, stop it and run idem recover on this data dir instead (its log ends highest) and delete %s; otherwise keep this data dir aside, "+
 			"start this node with an empty data dir and --join naming a member of the recovered cluster, and look up what only this copy holds. "+
 			"Only if this data dir is the copy to keep and %s is stopped for good (its records are then given up), delete %s to serve this data dir again",
-			r.From, r.Address, r.At.Format(time.RFC3339), strings.TrimPrefix(r.Detail, supersededMarker+" "), r.Applied, r.RecoveredFrom, r.From, filepath.Join(dir, supersededFile))
+			r.From, r.Address, r.At.Format(time.RFC3339), strings.TrimPrefix(r.Detail, supersededMarker+" "), r.Applied, r.RecoveredFrom, filepath.Join(dir, supersededFile), r.From, filepath.Join(dir, supersededFile))
 	}
 	return fmt.Sprintf("%s (%s) answered on %s that its cluster was recovered without this node (%s). "+
 		"The records here are older than the recovered cluster's: served, they would let keys it holds be claimed again. "+

@@ -88,7 +88,7 @@ func TestSupersededNodeAheadOfTheRecoveryIsToldToKeepItsData(t *testing.T) {
 	msg := ahead.message("/data/n2")
 	require.Contains(t, msg, "(index 1910) is ahead of the state that recovery started from (index 1877)")
 	require.Contains(t, msg, "Do not delete this data dir")
-	require.Contains(t, msg, "run idem recover on this data dir instead")
+	require.Contains(t, msg, "run idem recover on this data dir instead (its log ends highest) and delete /data/n2/superseded.json;")
 	require.NotContains(t, msg, "older than")
 	// It said "Only if that recovery was the choice to keep ... delete
 	// superseded.json to serve this data dir again": the one choice under

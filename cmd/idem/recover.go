@@ -106,6 +106,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
+	superseded := supersededNote(*dataDir)
+	if superseded != "" {
+		fmt.Fprintf(stdout, "superseded:            %s\n", superseded)
+	}
 	if st.LogUnreadable != "" {
 		fmt.Fprintf(stdout, "raft log:              cannot be read (%s): recovery sets it aside (raft-wal.unreadable-*, kept) and starts a new log at the state's index %d; what the old log held above that index (writes committed but not yet applied, if any) is lost\n", st.LogUnreadable, st.Applied)
 	}
@@ -175,6 +179,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	fmt.Fprintf(stdout, "\nrecovered: configuration is now %s, state applied to index %d\n", fmtPeers(after.Configuration), after.Applied)
 	printStartHint(stdout, *dataDir, *nodeID, self.RaftAddr, st.HTTPAddrs[*nodeID])
+	if superseded != "" {
+		fmt.Fprintf(stdout, "but first: %s\n", superseded)
+	}
 	if len(peers) == 1 {
 		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (%s serve ... --join %s's HTTP address)\n", raftfsm.CommandName, *nodeID)
 	}
@@ -335,4 +342,28 @@ func checkNodeFile(dir, nodeID string) error {
 		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", nodeID, nf.NodeID, dir)
 	}
 	return nil
+}
+
+// supersededNote says, for a data dir holding superseded.json (a member
+// that a recovery or restore left out, told so), that idem serve refuses
+// it until the file is deleted, and when to delete it; "" without the
+// file. The message such a node answers advises idem recover on its data
+// dir when its log ends highest, but recover left the file, and the
+// serve it printed next was refused (an operator walk).
+func supersededNote(dataDir string) string {
+	path := filepath.Join(dataDir, raftfsm.SupersededFile)
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	var rec struct {
+		From    string `json:"from"`
+		Address string `json:"raft_address"`
+	}
+	from := "a member of the cluster that replaced it"
+	if json.Unmarshal(b, &rec) == nil && rec.From != "" {
+		from = rec.From + " (" + rec.Address + ")"
+	}
+	return fmt.Sprintf("%s is there: %s said this node was left out of a recovery or restore, and idem serve refuses this data dir until the file is deleted (recovering does not delete it). "+
+		"Delete it only if this copy is the one to keep and %s is stopped for good: its cluster may have taken claims since, which this copy lacks", path, from, from)
 }

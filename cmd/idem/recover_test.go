@@ -453,3 +453,29 @@ func TestTwoSurvivorsRecoveredAloneStopServing(t *testing.T) {
 	a := call("POST", n2.http, "/v1/claim", claimReq("pre-0", "after-check"))
 	require.Equal(t, 409, a.code, "pre-0 through the rejoined n2: %s", a)
 }
+
+// A member left out of a restore in place whose log ends highest is told
+// to run idem recover on its data dir; recover did, said nothing of
+// superseded.json, and printed a serve that was refused because the file
+// was still there (an operator walk). Recover says so, dry run and --yes.
+func TestRecoverNamesSupersededFile(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	p.cmd.Process.Kill()
+	p.wait()
+	path := filepath.Join(dir, raftfsm.SupersededFile)
+	require.NoError(t, os.WriteFile(path, []byte(`{"from":"n9","raft_address":"127.0.0.9:7071","learned_at":"2026-01-01T00:00:00Z","detail":"x"}`), 0o600))
+
+	peers := "n1=" + raftAddr
+	out, err := idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", peers)
+	require.Equal(t, 0, exitCode(err), out)
+	require.Contains(t, out, "superseded:            "+path+" is there: n9 (127.0.0.9:7071) said")
+	out, err = idemCmd(t, "recover", "--data-dir", dir, "--node-id", "n1", "--peers", peers, "--yes")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "but first: "+path+" is there")
+	require.Contains(t, out, "Delete it only if this copy is the one to keep and n9 (127.0.0.9:7071) is stopped for good")
+	require.FileExists(t, path, "recover deletes no such file: the choice is the operator's")
+}
