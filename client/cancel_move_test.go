@@ -2,12 +2,12 @@ package client
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
-
-	"github.com/idem-store/idem/internal/idemtest"
 )
 
 // slowNode answers every request after delay (or when the caller leaves),
@@ -27,6 +27,39 @@ func slowNode(t *testing.T, delay time.Duration) string {
 	return srv.URL
 }
 
+// silentNode accepts connections and never answers (a stopped process).
+// It is idemtest.HungNode, kept here: the client's own tests must not
+// reach the store's packages (layout_test.go).
+func silentNode(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var conns []net.Conn
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return "http://" + ln.Addr().String()
+}
+
 // A caller that cancels its own call while the node is working on it
 // (a service's request whose caller went away, a hedged call) says nothing
 // of the node: later requests stay on it. Bug: the cancel took the "sent,
@@ -37,7 +70,7 @@ func slowNode(t *testing.T, delay time.Duration) string {
 // (internal/e2e/client's TestSeveralNodesLeaveANodeThatDoesNotAnswer).
 func TestCallerCancelLeavesTheClientOnItsNode(t *testing.T) {
 	healthy := slowNode(t, 300*time.Millisecond)
-	c, err := New(healthy + "," + idemtest.HungNode(t))
+	c, err := New(healthy + "," + silentNode(t))
 	if err != nil {
 		t.Fatal(err)
 	}
