@@ -119,7 +119,7 @@ func (n *Node) leftOutAddr(id string, self raft.ServerAddress) raft.ServerAddres
 // does, with what the operator must choose.
 func (n *Node) recoveredTwice(id string, addr raft.ServerAddress, err error) {
 	rec := supersededRecord{From: id, Address: string(addr), At: time.Now().UTC(), Detail: markerDetail(err), Twin: true}
-	n.markSuperseded(rec, "this node and "+id+" were each made the cluster by idem recover, each without the other: it answers every request 503 from now on, and will not start on this data dir again")
+	n.markSuperseded(rec, "this node and "+id+" were each made the cluster by idem recover (or idem snapshot restore in a member's place), each without the other: it answers every request 503 from now on, and will not start on this data dir again")
 }
 
 // probedByTwin is called when left-out member id probed this node: only a
@@ -132,7 +132,7 @@ func (n *Node) probedByTwin(id string, addr raft.ServerAddress) {
 
 // twinMessage is supersededRecord.message for a twin recovery.
 func (r supersededRecord) twinMessage(dir string) string {
-	return fmt.Sprintf("this node and %s (%s) were each made the cluster by idem recover, each without the other (learned on %s): "+
+	return fmt.Sprintf("this node and %s (%s) were each made the cluster by idem recover (or idem snapshot restore in a member's place), each without the other (learned on %s): "+
 		"they are two clusters with diverging copies of the records, and a key claimed on one could be claimed again on the other, so neither serves. "+
 		"Choose the copy to keep. Stop the other node, move its data dir aside and keep it (records acknowledged only there are not in the copy you keep), "+
 		"on the node you keep, stop it, delete %s and start it again, then start the other with an empty data dir and --join naming the kept node's HTTP address",

@@ -497,9 +497,10 @@ attempt). The new lease runs --lease from now.`, stdout, stderr)
 	}
 	c.require("token", *token == "")
 	switch {
-	case *lease == 0:
+	case *lease == 0 && !flagSet(c.fs, "lease"):
 		c.require("lease", true)
-	case *lease < 0:
+	case *lease <= 0:
+		// --lease 0 said "--lease is required" (a CLI walk).
 		c.invalid("lease", "must be positive")
 	}
 	leaseMs := c.leaseMs("lease", *lease)

@@ -125,6 +125,8 @@ func TestCommandsReportMissingFlags(t *testing.T) {
 		{"complete with a bad header", runComplete, []string{"--header", "nocolon"}, []string{"idem complete:", "-header", "Name: value"}},
 		{"extend without lease", runExtend, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--token", "1"},
 			[]string{"idem extend: --lease is required"}},
+		{"extend with lease 0", runExtend, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--token", "1", "--lease", "0"},
+			[]string{"idem extend: --lease must be positive"}}, // it said "is required" (a CLI walk)
 		{"release without token", runRelease, []string{"--principal", "p", "--endpoint", "e", "--key", "k"},
 			[]string{"idem release: --token is required"}},
 		{"get with a bad consistency", runGet, []string{"--principal", "p", "--endpoint", "e", "--key", "k", "--consistency", "eventual"},

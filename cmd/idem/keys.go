@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -117,6 +118,11 @@ func keysGenerate(id, out string, stdout, stderr io.Writer) int {
 	if out == "" {
 		stdout.Write(b)
 		return 0
+	}
+	if st, err := os.Stat(out); err == nil && st.IsDir() {
+		// It said "file exists" for a directory (a CLI walk).
+		fmt.Fprintf(stderr, "idem keys generate: --out %s is a directory: name the key file to write (e.g. %s)\n", out, filepath.Join(out, "keys.json"))
+		return 2
 	}
 	f, err := os.OpenFile(out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {

@@ -421,7 +421,7 @@ func TestTwoSurvivorsRecoveredAloneStopServing(t *testing.T) {
 	for _, n := range []*cnode{n1, n2} {
 		waitFor(t, 30*time.Second, n.id+" refusing as one of two recoveries", func() (bool, string) {
 			a := call("POST", n.http, "/v1/claim", claimReq("twin-"+n.id, "twin-check"))
-			return a.code == 503 && strings.Contains(string(a.body), "were each made the cluster by idem recover"), a.String()
+			return a.code == 503 && strings.Contains(string(a.body), "were each made the cluster by idem recover (or idem snapshot restore"), a.String()
 		})
 		a := call("POST", n.http, "/v1/claim", claimReq("twin-"+n.id, "twin-check"))
 		require.NotContains(t, string(a.body), "was left out", "%s was recovered, not left out", n.id)
