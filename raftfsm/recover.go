@@ -65,6 +65,11 @@ type OfflineState struct {
 	// lost with it. Recover sets the log aside (raft-wal.unreadable-*) and
 	// starts a new one at the state's index.
 	LogUnreadable string
+	// SupersededBy names the member that told this data dir's node it was
+	// left out of a recovery or restore ("id (raft address)"), when the
+	// data dir holds superseded.json; "" otherwise. Open refuses such a
+	// data dir until the file is deleted, recovered or not.
+	SupersededBy string
 }
 
 // offline is a stopped node's stores, opened without starting raft:
@@ -158,6 +163,9 @@ func (o *offline) close() error {
 func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	var st OfflineState
 	st.Applied = o.db.Meta().Applied
+	if rec, err := readSuperseded(o.dir); err == nil && rec != nil {
+		st.SupersededBy = rec.by()
+	}
 	term, err := o.stable.GetUint64([]byte("CurrentTerm"))
 	if err == nil {
 		st.CurrentTerm = term

@@ -221,6 +221,14 @@ func (r supersededRecord) message(dir string) string {
 		r.From, r.Address, r.At.Format(time.RFC3339), strings.TrimPrefix(r.Detail, supersededMarker+" "), r.From, filepath.Join(dir, supersededFile))
 }
 
+// by names the member that told this node: "id (raft address)".
+func (r supersededRecord) by() string {
+	if r.Address == "" {
+		return r.From
+	}
+	return r.From + " (" + r.Address + ")"
+}
+
 func readSuperseded(dir string) (*supersededRecord, error) {
 	b, err := os.ReadFile(filepath.Join(dir, supersededFile))
 	if errors.Is(err, os.ErrNotExist) {

@@ -106,7 +106,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
-	superseded := supersededNote(*dataDir)
+	superseded := supersededNote(*dataDir, st.SupersededBy)
 	if superseded != "" {
 		fmt.Fprintf(stdout, "superseded:            %s\n", superseded)
 	}
@@ -345,25 +345,16 @@ func checkNodeFile(dir, nodeID string) error {
 }
 
 // supersededNote says, for a data dir holding superseded.json (a member
-// that a recovery or restore left out, told so), that idem serve refuses
-// it until the file is deleted, and when to delete it; "" without the
-// file. The message such a node answers advises idem recover on its data
-// dir when its log ends highest, but recover left the file, and the
-// serve it printed next was refused (an operator walk).
-func supersededNote(dataDir string) string {
-	path := filepath.Join(dataDir, raftfsm.SupersededFile)
-	b, err := os.ReadFile(path)
-	if err != nil {
+// that a recovery or restore left out, told so by from), that idem serve
+// refuses it until the file is deleted, and when to delete it; "" when
+// from is "" (no file). The message such a node answers advises idem
+// recover on its data dir when its log ends highest, but recover left the
+// file, and the serve it printed next was refused (an operator walk).
+func supersededNote(dataDir, from string) string {
+	if from == "" {
 		return ""
 	}
-	var rec struct {
-		From    string `json:"from"`
-		Address string `json:"raft_address"`
-	}
-	from := "a member of the cluster that replaced it"
-	if json.Unmarshal(b, &rec) == nil && rec.From != "" {
-		from = rec.From + " (" + rec.Address + ")"
-	}
+	path := filepath.Join(dataDir, raftfsm.SupersededFile)
 	return fmt.Sprintf("%s is there: %s said this node was left out of a recovery or restore, and idem serve refuses this data dir until the file is deleted (recovering does not delete it). "+
 		"Delete it only if this copy is the one to keep and %s is stopped for good: its cluster may have taken claims since, which this copy lacks", path, from, from)
 }
