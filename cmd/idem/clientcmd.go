@@ -143,17 +143,7 @@ func (c *cliCmd) usage(w io.Writer) {
 // bearer returns the bearer token: --auth-token, else --token-file, else
 // $IDEM_AUTH_TOKEN. The token is never a flag default, so --help never
 // prints it.
-func (c *cliCmd) bearer() (string, error) {
-	switch {
-	case c.authToken != "" && c.tokenFile != "":
-		return "", errors.New("--auth-token and --token-file exclude each other")
-	case c.authToken != "":
-		return c.authToken, nil
-	case c.tokenFile != "":
-		return readTokenFile("--token-file", c.tokenFile)
-	}
-	return os.Getenv("IDEM_AUTH_TOKEN"), nil
-}
+func (c *cliCmd) bearer() (string, error) { return bearerToken(c.authToken, c.tokenFile) }
 
 // call connects, runs do within --timeout and prints its answer.
 func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Client) (json.RawMessage, error)) int {

@@ -307,15 +307,23 @@ func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
 	// tokens in a file of mode 0600.
 	file := fs.String("token-file", "", "read the bearer token (as --auth-token) from the first line of `path` that is not empty or a # comment")
 	return func() string {
-		if *v != "" {
-			return *v
-		}
-		if *file != "" {
-			t, _ := readTokenFile("--token-file", *file) // authTokenProblem has refused a file that does not give one
-			return t
-		}
-		return os.Getenv("IDEM_AUTH_TOKEN")
+		t, _ := bearerToken(*v, *file) // authTokenProblem has refused flags that give none
+		return t
 	}
+}
+
+// bearerToken is the bearer token of --auth-token token and --token-file
+// file, which exclude each other; without either, $IDEM_AUTH_TOKEN.
+func bearerToken(token, file string) (string, error) {
+	switch {
+	case token != "" && file != "":
+		return "", errors.New("--auth-token and --token-file exclude each other")
+	case token != "":
+		return token, nil
+	case file != "":
+		return readTokenFile("--token-file", file)
+	}
+	return os.Getenv("IDEM_AUTH_TOKEN"), nil
 }
 
 // authTokenProblem says what is wrong with the flags authTokenFlag
@@ -325,10 +333,7 @@ func authTokenProblem(fs *flag.FlagSet) error {
 	if tok == nil || file == nil || file.Value.String() == "" {
 		return nil
 	}
-	if tok.Value.String() != "" {
-		return errors.New("--auth-token and --token-file exclude each other")
-	}
-	_, err := readTokenFile("--token-file", file.Value.String())
+	_, err := bearerToken(tok.Value.String(), file.Value.String())
 	return err
 }
 
