@@ -199,14 +199,17 @@ func (m *member) do(ctx context.Context, method, addr, path string, body []byte)
 // joinSelfOnly says, once, that --join (addrs) names no node but this one,
 // and reports whether it does: there is nothing to ask, and the node waited
 // in silence, answering 503 to every write (an operator walk).
+// joinSelfAdvice is what to do instead of a --join of this node alone
+// (serve's formationProblem refuses it on a new data dir).
+const joinSelfAdvice = "Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address"
+
 func (m *member) joinSelfOnly(addrs []string) bool {
 	if len(addrs) == 0 || slices.ContainsFunc(addrs, func(a string) bool { return a != m.c.httpAdvertise }) {
 		return false
 	}
 	if !m.selfOnly {
 		m.selfOnly = true
-		m.log.Error("--join names only this node's own address: a node cannot join itself, so it waits for ever, answering no write. "+
-			"Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address",
+		m.log.Error("--join names only this node's own address: a node cannot join itself, so it waits for ever, answering no write. "+joinSelfAdvice,
 			"join", strings.Join(addrs, ","), "http-advertise", m.c.httpAdvertise)
 	}
 	return true

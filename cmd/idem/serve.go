@@ -526,7 +526,7 @@ func (c *serveConfig) formationProblem() (string, error) {
 		// them all, this one included (TestBootstrapExpectPeersThatAskedToJoinElectALeader).
 		return fmt.Sprintf("--bootstrap-expect %d: --join names %d other node(s) besides this one (%s), so this node never finds %d nodes and never bootstraps the cluster itself: it waits for a node whose --join names every node to bootstrap them all. If no node's --join does, the cluster never forms: give every node's HTTP address in --join", c.bootstrapExpect, len(others), self, c.bootstrapExpect), nil
 	case c.bootstrapExpect == 0 && c.join != "" && len(others) == 0:
-		return "", fmt.Errorf("--join %s names only this node's own address: a node cannot join itself. Give the HTTP address of a member of the cluster to join; to start a new cluster leave --join out (one node), or give --bootstrap-expect N with every node's address", c.join)
+		return "", fmt.Errorf("--join %s names only this node's own address: a node cannot join itself. %s", c.join, joinSelfAdvice)
 	}
 	return "", nil
 }
