@@ -126,12 +126,12 @@ func open(cfg Config) (*Node, error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("raftfsm: create data dir: %w", err)
 	}
-	opened := false
+	ok := false // set once the node runs; every cleanup below checks it
 	defer func() {
 		// A start refused before anything was written (the disk too full
 		// to open the stores, "nothing was changed") left the data dir it
 		// had just made: remove it again while it is empty.
-		if !opened && created {
+		if !ok && created {
 			os.Remove(cfg.DataDir)
 		}
 	}()
@@ -161,7 +161,6 @@ func open(cfg Config) (*Node, error) {
 		barrierSem: make(chan struct{}, 1),
 	}
 	n.keyring.Store(cfg.Keyring)
-	ok := false
 	defer func() {
 		if !ok {
 			close(n.stop) // ends what waits on it (foreignGuard's forward)
@@ -354,7 +353,6 @@ func open(cfg Config) (*Node, error) {
 		go n.watchTwins(leftOut, raft.ServerAddress(cfg.RaftAdvertise)) // twins.go
 	}
 	ok = true
-	opened = true
 	return n, nil
 }
 
