@@ -178,11 +178,11 @@ func (t *TLS) read() (*tlsMaterial, error) {
 			return nil, fmt.Errorf("%w: certificate %s: %w", ErrTLS, t.certFile, err)
 		}
 	}
-	pool, caNotAfter, err := readCAs(t.caFile)
+	pool, caNotAfter, leaves, err := readCAs(t.caFile)
 	if err != nil {
 		return nil, err
 	}
-	if leaves := notCAs(t.caFile); len(leaves) > 0 {
+	if len(leaves) > 0 {
 		// A node's own certificate given as the CA (a CLI walk): Go takes
 		// any certificate in the pool as an anchor, so it loads, and then
 		// only peers presenting that very certificate are trusted.
@@ -219,38 +219,21 @@ func (t *TLS) read() (*tlsMaterial, error) {
 
 // readCAFile reads a PEM file of one or more CA certificates.
 func readCAFile(path string) (*x509.CertPool, error) {
-	pool, _, err := readCAs(path)
+	pool, _, _, err := readCAs(path)
 	return pool, err
 }
 
-// notCAs names the certificates of the PEM file at path that are not CA
-// certificates (readCAs has parsed them all).
-func notCAs(path string) []string {
+// readCAs reads a PEM file of one or more CA certificates, when the first
+// of them to expire does, and the subjects of those that are not CA
+// certificates (a node's own certificate given as the CA).
+func readCAs(path string) (*x509.CertPool, time.Time, []string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil
-	}
-	var out []string
-	for rest := b; ; {
-		var blk *pem.Block
-		if blk, rest = pem.Decode(rest); blk == nil {
-			return out
-		}
-		if c, err := x509.ParseCertificate(blk.Bytes); blk.Type == "CERTIFICATE" && err == nil && !(c.BasicConstraintsValid && c.IsCA) {
-			out = append(out, c.Subject.String())
-		}
-	}
-}
-
-// readCAs reads a PEM file of one or more CA certificates, and when the
-// first of them to expire does.
-func readCAs(path string) (*x509.CertPool, time.Time, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("%w: CA file: %w", ErrTLS, err)
+		return nil, time.Time{}, nil, fmt.Errorf("%w: CA file: %w", ErrTLS, err)
 	}
 	pool := x509.NewCertPool()
 	var first time.Time
+	var notCA []string
 	n := 0
 	for rest := b; ; {
 		var blk *pem.Block
@@ -263,7 +246,10 @@ func readCAs(path string) (*x509.CertPool, time.Time, error) {
 		}
 		c, err := x509.ParseCertificate(blk.Bytes)
 		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("%w: CA file %s: %w", ErrTLS, path, err)
+			return nil, time.Time{}, nil, fmt.Errorf("%w: CA file %s: %w", ErrTLS, path, err)
+		}
+		if !c.BasicConstraintsValid || !c.IsCA {
+			notCA = append(notCA, c.Subject.String())
 		}
 		pool.AddCert(c)
 		if n == 0 || c.NotAfter.Before(first) {
@@ -272,9 +258,9 @@ func readCAs(path string) (*x509.CertPool, time.Time, error) {
 		n++
 	}
 	if n == 0 {
-		return nil, time.Time{}, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrTLS, path)
+		return nil, time.Time{}, nil, fmt.Errorf("%w: CA file %s holds no PEM certificate", ErrTLS, path)
 	}
-	return pool, first, nil
+	return pool, first, notCA, nil
 }
 
 // ServerConfig is for a listener of the HTTP API: TLS 1.2 or later (API
