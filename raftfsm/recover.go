@@ -105,7 +105,7 @@ func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error)
 	// The raft log first: it is locked by a running node, and says so
 	// clearly (Pebble's lock would say "resource temporarily unavailable").
 	var err error
-	o.stable, err = raftboltdb.New(raftboltdb.Options{Path: raftPath, BoltOptions: &bbolt.Options{Timeout: 2 * time.Second}})
+	o.stable, err = raftboltdb.New(raftboltdb.Options{Path: raftPath, BoltOptions: stableOptions()})
 	if err != nil {
 		if errors.Is(err, bbolt.ErrTimeout) {
 			who := ""
