@@ -381,6 +381,16 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		return 1
 	}
 	defer f.Close()
+	// The raft log preallocates its first segment whole: on a nearly full
+	// disk the restore failed midway with a bare ENOSPC. Say up front how
+	// much it needs, before anything is written.
+	if st, err := f.Stat(); err == nil {
+		need, parts := raftfsm.RestoreSpace(st.Size())
+		if err := raftfsm.CheckSpace("the restore", dataDir, need, parts); err != nil {
+			fmt.Fprintf(stderr, "%s: %v\n", name, err)
+			return 1
+		}
+	}
 	abs, err := filepath.Abs(dataDir)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
