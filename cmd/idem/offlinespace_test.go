@@ -90,3 +90,43 @@ func TestRestoreRefusesADiskWithoutRoomUpFront(t *testing.T) {
 	require.NoError(t, err, out)
 	require.DirExists(t, filepath.Join(dataDir, "raft-wal"))
 }
+
+// `idem recover --yes` starts a new raft log segment (64 MiB, preallocated
+// whole) before it removes the old one: on a nearly full disk it failed
+// midway with a bare "no space left on device". The dry run now says the
+// disk has too little room, exit 1, and --yes refuses before it changes
+// anything, naming what it needs and what is free.
+func TestRecoverRefusesADiskWithoutRoomUpFront(t *testing.T) {
+	mnt := tmpfs(t, "256m")
+	dataDir := filepath.Join(mnt, "d")
+	out, err := idemCmd(t, "snapshot", "restore", writeBackupFile(t, 0), "--data-dir", dataDir, "--node-id", "r1", "--raft-addr", "127.0.0.1:7071")
+	require.NoError(t, err, out)
+	segments := func() []string {
+		s, _ := filepath.Glob(filepath.Join(dataDir, "raft-wal", "*.wal"))
+		return s
+	}
+	before := segments()
+	require.NotEmpty(t, before)
+
+	fillDiskTo(t, filepath.Join(mnt, "filler"), 0, 40<<20)
+	refusal := regexp.MustCompile(`not enough free disk space for the recovery: the disk holding \S+ has [\d.]+ MiB free, and the recovery needs 80 MiB \(a new raft log segment file, 64 MiB, preallocated whole before the old one is removed; 16 MiB for the state store's own files\); nothing was written`)
+	recoverArgs := []string{"recover", "--data-dir", dataDir, "--node-id", "r1", "--peers", "r1=127.0.0.1:7071"}
+	out, err = idemCmd(t, recoverArgs...)
+	require.Error(t, err, out)
+	require.Contains(t, out, "free disk space:       too little (it needs 80 MiB)")
+	require.Regexp(t, refusal, out)
+	require.Contains(t, out, "--yes would be refused")
+
+	out, err = idemCmd(t, append(recoverArgs, "--yes")...)
+	require.Error(t, err, out)
+	require.Regexp(t, refusal, out)
+	require.NotContains(t, out, "no space left on device")
+	require.Equal(t, before, segments(), "the raft log changed")
+
+	// With the room it needs, it recovers.
+	require.NoError(t, os.Remove(filepath.Join(mnt, "filler")))
+	out, err = idemCmd(t, append(recoverArgs, "--yes")...)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "free disk space:       enough (it needs 80 MiB)")
+	require.Contains(t, out, "recovered: configuration is now r1=127.0.0.1:7071")
+}

@@ -139,6 +139,16 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stdout, "other members alive:   %s\n", fmtLive(live))
 		}
 	}
+	// The compaction starts a new raft log segment, preallocated whole,
+	// before it removes the old one: on a nearly full disk --yes failed
+	// midway with a bare ENOSPC.
+	need, parts := raftfsm.RecoverSpace()
+	noRoom := raftfsm.CheckSpace("the recovery", *dataDir, need, parts)
+	if noRoom == nil {
+		fmt.Fprintf(stdout, "free disk space:       enough (it needs %s)\n", fmtMiB(need))
+	} else {
+		fmt.Fprintf(stdout, "free disk space:       too little (it needs %s)\n", fmtMiB(need))
+	}
 	if !*yes {
 		fmt.Fprintf(stdout, "\nThis rewrites the membership recorded in %s: every entry of its raft log, committed or not, is applied to its state, then the log is compacted into a snapshot carrying the new configuration. Records are not deleted. Make sure the nodes left out are gone for good: if they came back they would not be part of this cluster.\n", *dataDir)
 		if len(peers) > 1 {
@@ -151,6 +161,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "%s: nothing was changed; --yes would be refused while they answer\n", name)
 			return 1
 		}
+		if noRoom != nil {
+			fmt.Fprintf(stderr, "%s: %v; --yes would be refused\n", name, noRoom)
+			return 1
+		}
 		// A dry run that found nothing in the way only reports: exit 0, so a
 		// script can tell it from a refusal or an error (exit 1 or 2).
 		fmt.Fprintf(stderr, "%s: nothing was changed; run again with --yes to do it\n", name)
@@ -159,6 +173,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if len(live) > 0 {
 		printLiveRefusal(stderr, name, live)
 		fmt.Fprintf(stderr, "%s: refused; nothing was changed\n", name)
+		return 1
+	}
+	if noRoom != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, noRoom)
 		return 1
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -357,4 +375,12 @@ func supersededNote(dataDir, from string) string {
 	path := filepath.Join(dataDir, raftfsm.SupersededFile)
 	return fmt.Sprintf("%s is there: %s said this node was left out of a recovery or restore, and idem serve refuses this data dir until the file is deleted (recovering does not delete it). "+
 		"Delete it only if this copy is the one to keep and %s is stopped for good: its cluster may have taken claims since, which this copy lacks", path, from, from)
+}
+
+// fmtMiB writes a size in MiB, to a tenth where it is not whole.
+func fmtMiB(n uint64) string {
+	if n%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", n>>20)
+	}
+	return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
 }
