@@ -985,11 +985,21 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		defer hsrv.Close()
 		log.Info("probes served on their own listener", "health-addr", healthLn.Addr().String())
 	}
+	// A node without state (joining, or before the first write) has only
+	// its flag's width: the cluster's replaces it once known
+	// (watchBucketWidth says so when they differ).
+	widthFrom := "flag"
+	if _, fixed := node.BucketWidth(); fixed {
+		widthFrom = "cluster"
+	}
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
-		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(),
+		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(), "bucket-width-from", widthFrom,
 		"scope", c.scope, "version", rc.Version)
 	go membership(ctx, node, c, nodeToken, log)
+	if _, fixed := node.BucketWidth(); !fixed {
+		go watchBucketWidth(ctx, node, c.bucketWidth, c.retention, log)
+	}
 	if !pinned {
 		go watchRetentionPin(ctx, node, c.retention, log)
 	}
@@ -1067,6 +1077,39 @@ func watchRetentionPin(ctx context.Context, node *raftfsm.Node, flag time.Durati
 				warnRetentionDrift(log, flag, ret)
 			}
 		}
+	}
+}
+
+// watchBucketWidth says which bucket width is in force once a node that
+// started without one learns the cluster's: a node that joined with an
+// empty data dir logged --bucket-width's at its start ("idem serving")
+// and nothing after, while its state, metrics and /v1/config had the
+// cluster's, until it restarted. It warns once, naming both, when they
+// differ.
+func watchBucketWidth(ctx context.Context, node *raftfsm.Node, flag, retentionFlag time.Duration, log *slog.Logger) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		width, fixed := node.BucketWidth()
+		if !fixed {
+			continue
+		}
+		if width != flag {
+			w := width.String()
+			log.Warn("this node's --bucket-width "+flag.String()+" differs from "+w+", the cluster's bucket width (fixed by its first write): this node uses "+w+", as every member does; give it --bucket-width "+w+" or omit the flag (a restart with "+flag.String()+" is refused once node.json records "+w+")",
+				"bucket-width", w, "flag-bucket-width", flag.String())
+			retention := retentionFlag
+			if r, pinned := node.Retention(); pinned {
+				retention = r
+			}
+			warnWideBuckets(log, width, retention)
+		}
+		return
 	}
 }
 
