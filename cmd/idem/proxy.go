@@ -93,7 +93,10 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
-	fs.StringVar(&c.storeToken, "store-token", os.Getenv("IDEM_STORE_TOKEN"), "bearer `token` for a store started with --auth-file (an app token needs the principals the proxy uses; env IDEM_STORE_TOKEN)")
+	// IDEM_STORE_TOKEN is read after the flags, never made --store-token's
+	// default: --help prints defaults, and the token would land in
+	// terminals and CI logs (as authTokenFlag says of IDEM_AUTH_TOKEN).
+	fs.StringVar(&c.storeToken, "store-token", "", "bearer `token` for a store started with --auth-file (an app token needs the principals the proxy uses; env IDEM_STORE_TOKEN)")
 	fs.StringVar(&c.storeTokenFile, "store-token-file", "", "read the store's bearer token from the first line of `path` that is not empty or a # comment")
 	c.storeTLS = addClientTLSFlags(fs, "store")
 	fs.StringVar(&c.tlsCert, "tls-cert-file", "", "PEM `file` of the certificate to serve HTTPS on --listen with (with --tls-key-file)")
@@ -111,6 +114,9 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	if code, done := parseArgs(fs, args, name, stdout, stderr); done {
 		return code
+	}
+	if c.storeToken == "" && c.storeTokenFile == "" {
+		c.storeToken = os.Getenv("IDEM_STORE_TOKEN")
 	}
 	p, problems := c.build()
 	if len(problems) > 0 {
@@ -214,7 +220,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 
 	token := c.storeToken
 	if c.storeTokenFile != "" {
-		if token != "" && c.storeToken != "" {
+		if c.storeToken != "" {
 			bad("store-token-file", "give --store-token or --store-token-file, not both")
 		} else if t, err := readTokenFile("--store-token-file", c.storeTokenFile); err != nil {
 			problems = append(problems, err)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // A proxy started without a store token in front of a store that runs
@@ -44,4 +46,54 @@ func TestProxyWarnsOfAnOpenStoreTokenFile(t *testing.T) {
 		logs := px.logs.String()
 		return strings.Contains(logs, "--store-token-file is readable by other users"), logs
 	})
+}
+
+// IDEM_STORE_TOKEN is read when neither --store-token nor
+// --store-token-file is given, but is never --store-token's default:
+// `idem proxy --help` printed defaults, and with it the store token (an
+// app token for every principal the proxy serves) into terminals and CI
+// logs, as TestAuthTokenFromEnvIsNeverPrinted guards for the client
+// commands' IDEM_AUTH_TOKEN (a leak walk).
+func TestProxyStoreTokenFromEnvIsNeverPrinted(t *testing.T) {
+	const secret = "idem_s3cr3t-store-token-from-env"
+	t.Setenv("IDEM_STORE_TOKEN", secret)
+	code, stdout, stderr := runClientCmd(t, runProxy, "--help")
+	if code != 0 {
+		t.Fatalf("idem proxy --help exited %d: %s", code, stderr)
+	}
+	if !strings.Contains(stdout+stderr, "--store-token") {
+		t.Fatalf("idem proxy --help lists no --store-token:\n%s%s", stdout, stderr)
+	}
+	if strings.Contains(stdout+stderr, secret) {
+		t.Errorf("idem proxy --help printed the token of IDEM_STORE_TOKEN:\n%s%s", stdout, stderr)
+	}
+}
+
+// The store token of IDEM_STORE_TOKEN still reaches the store, and a
+// --store-token-file given beside it is the token used (a flag before the
+// environment, as the client commands' --token-file before
+// IDEM_AUTH_TOKEN), not refused as if --store-token had been given too.
+func TestProxyStoreTokenFromEnvReachesTheStore(t *testing.T) {
+	dir := t.TempDir()
+	auth := filepath.Join(dir, "auth.json")
+	writeAuth(t, auth, entry("nodes", "admin-1", "admin"), entry("px", "px-token", "app", "*"))
+	httpAddr := freePort(t)
+	start(t, filepath.Join(dir, "data"), httpAddr, freePort(t), "--auth-file", auth)
+	up := newUpstream(t)
+
+	t.Setenv("IDEM_STORE_TOKEN", "px-token")
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", httpAddr)
+	a := pxSend(t, "POST", px.url+"/pay", "env-1", `{"amount":1}`, "Authorization", "Bearer caller")
+	if a.status != 201 {
+		t.Fatalf("keyed request through a proxy with IDEM_STORE_TOKEN: %d %s\n%s", a.status, a.body, px.logs)
+	}
+
+	tok := filepath.Join(dir, "px.token")
+	require.NoError(t, os.WriteFile(tok, []byte("px-token\n"), 0o600))
+	t.Setenv("IDEM_STORE_TOKEN", "not-a-token-of-the-store")
+	px2 := startProxy(t, "--upstream", up.srv.URL, "--store", httpAddr, "--store-token-file", tok)
+	a = pxSend(t, "POST", px2.url+"/pay", "file-1", `{"amount":1}`, "Authorization", "Bearer caller")
+	if a.status != 201 {
+		t.Fatalf("keyed request through a proxy with --store-token-file and IDEM_STORE_TOKEN: %d %s\n%s", a.status, a.body, px2.logs)
+	}
 }
