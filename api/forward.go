@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -229,7 +230,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 			return false
 		}
 		// The leader may or may not have decided: same answer as a lost leadership.
-		f.s.log.Warn("forward to leader failed; outcome unknown", "leader", addr, "error", err)
+		f.s.log.Warn("forward to leader failed; outcome unknown", "leader", addr, "method", r.Method, "path", r.URL.Path, "error", withoutURL(err))
 		writeProblem(w, storeProblem(raftfsm.ErrUnknownOutcome))
 		return false
 	}
@@ -251,6 +252,18 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 	return false
+}
+
+// withoutURL is err without the URL net/http puts in its errors: the
+// URL of a forwarded DELETE /v1/records carries the principal, endpoint
+// and key in its query, which the node's log must not hold (operators
+// paste logs into tickets; the log holds no other key).
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // neverDelivered reports whether a failed forward provably never reached

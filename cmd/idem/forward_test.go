@@ -138,3 +138,33 @@ func TestClientRequestWithTheForwardingHeaderIsAnswered(t *testing.T) {
 	a = send("POST", "/v1/claim", claimReq("fwd-header-loop-2", "l2"), "edge-proxy,"+leader.id)
 	require.Equal(t, 503, a.code, "a request a member forwarded is never forwarded again: %s", a)
 }
+
+// A forward whose outcome is unknown is logged without its URL: the URL of
+// a DELETE /v1/records carries the principal, endpoint and key in its
+// query, and net/http's error quoted it whole into the follower's WARN
+// line (a leak walk: every caller that went away mid-eviction put a
+// customer's key into a log that operators paste into tickets; the node
+// logs no key anywhere else).
+func TestUnknownForwardIsLoggedWithoutTheQuery(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	f := c.others(leader)[0]
+	const key = "leak-key-cus-4242"
+	require.Equal(t, 201, call("POST", leader.http, "/v1/claim", claimReq(key, "a1")).code)
+	waitFor(t, 10*time.Second, "the follower to apply the claim", func() (bool, string) {
+		a := call("GET", f.http, "/v1/records?consistency=stale&principal="+cPrincipal+"&endpoint=POST%20/payments&key="+key, "")
+		return a.code == 200, a.String()
+	})
+
+	// The stopped leader's socket takes the forward, and never answers.
+	require.NoError(t, leader.p.cmd.Process.Signal(syscall.SIGSTOP))
+	defer leader.p.cmd.Process.Signal(syscall.SIGCONT)
+	a := call("DELETE", f.http, "/v1/records?principal="+cPrincipal+"&endpoint=POST%20/payments&key="+key, "")
+	require.NoError(t, a.err)
+	require.True(t, unknownOutcome(a), "a DELETE forwarded to a stopped leader: %s", a)
+
+	logs := f.p.logs.String()
+	require.Contains(t, logs, "forward to leader failed; outcome unknown")
+	require.NotContains(t, logs, key, "the follower logged the evicted record's key")
+	require.Contains(t, logs, "path=/v1/records", "the line still says what was forwarded")
+}
