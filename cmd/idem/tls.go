@@ -322,16 +322,21 @@ func (f *serveTLSFlags) scheme() string {
 	return "http"
 }
 
-// httpClient is a client for calls between nodes (join, bootstrap).
+// httpClient is a client for calls between nodes (join, bootstrap). It
+// never goes through HTTP_PROXY, with or without TLS, as no other call
+// between nodes does: these calls carry the node token, an admin token,
+// which a proxy of the environment (set machine-wide, for the egress of
+// other programs) would otherwise receive in plaintext on every join.
 func (f *serveTLSFlags) httpClient(timeout time.Duration) *http.Client {
-	if f.loaded == nil {
-		return &http.Client{Timeout: timeout}
-	}
 	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
-	return &http.Client{Timeout: timeout, Transport: &http.Transport{
-		Proxy: nil, DialContext: d.DialContext, DialTLSContext: f.loaded.DialTLSContext(d),
+	tr := &http.Transport{
+		Proxy: nil, DialContext: d.DialContext,
 		MaxIdleConnsPerHost: 2, IdleConnTimeout: 90 * time.Second,
-	}}
+	}
+	if f.loaded != nil {
+		tr.DialTLSContext = f.loaded.DialTLSContext(d)
+	}
+	return &http.Client{Timeout: timeout, Transport: tr}
 }
 
 // httpErrorLog gives net/http's own messages to the node's logger: a
