@@ -154,19 +154,50 @@ func parseAddr(addr string) (*url.URL, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
+		if r := redactAddr(addr); r != addr {
+			// url.Parse's error quotes the whole address, password included.
+			return nil, fmt.Errorf("%w %q: not a URL", ErrAddress, r)
+		}
 		return nil, fmt.Errorf("%w %q: %w", ErrAddress, addr, err)
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("%w %q: scheme must be http or https", ErrAddress, addr)
+		return nil, fmt.Errorf("%w %q: scheme must be http or https", ErrAddress, redactAddr(addr))
 	case u.Host == "":
-		return nil, fmt.Errorf("%w %q: no host", ErrAddress, addr)
-	case u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return nil, fmt.Errorf("%w %q: no host", ErrAddress, redactAddr(addr))
+	case u.User != nil:
+		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redactAddr(addr))
+	case u.RawQuery != "" || u.Fragment != "":
 		return nil, fmt.Errorf("%w %q: want host:port or scheme://host:port[/path]", ErrAddress, addr)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
 	return u, nil
+}
+
+// redactAddr is addr for an error message, its user info's password
+// replaced by "xxxxx" (and anything between "://" and the last "@" before
+// the host, where it does not parse): an address refused for the user
+// info it carries must not print that password to a terminal or a log.
+func redactAddr(addr string) string {
+	s := strings.TrimSpace(addr)
+	rest, scheme := s, ""
+	if i := strings.Index(s, "://"); i >= 0 {
+		scheme, rest = s[:i+3], s[i+3:]
+	}
+	end := strings.IndexAny(rest, "/?#")
+	if end < 0 {
+		end = len(rest)
+	}
+	at := strings.LastIndex(rest[:end], "@")
+	if at < 0 {
+		return addr
+	}
+	user := rest[:at]
+	if c := strings.IndexByte(user, ':'); c >= 0 {
+		user = user[:c] + ":xxxxx"
+	}
+	return scheme + user + rest[at:]
 }
 
 // Addr returns the base URL the client sends to next.

@@ -749,3 +749,29 @@ func TestDoHeadAnswer(t *testing.T) {
 		t.Fatalf("HEAD = %q (%s)", raw, (*got)[0].method)
 	}
 }
+
+// An address refused for the user info it carries does not print its
+// password: the CLI writes the error to a terminal, and idem proxy's
+// --store to its log (a leak walk: "http://u:pass@node:7070" came back
+// whole in `client: bad address "http://u:pass@node:7070"`).
+func TestBadAddressErrorHidesThePassword(t *testing.T) {
+	for _, addr := range []string{
+		"http://ops:hunter2-secret@10.0.0.1:7070",
+		"ops:hunter2-secret@10.0.0.1:7070",
+		"https://ops:hunter2-secret@idem.internal/prefix",
+		"http://ops:hunter2-secret@10.0.0.1:bad",
+		"127.0.0.1:7070,http://ops:hunter2-secret@10.0.0.2:7070",
+	} {
+		_, err := New(addr)
+		if !errors.Is(err, ErrAddress) {
+			t.Errorf("New(%q) = %v, want ErrAddress", addr, err)
+			continue
+		}
+		if strings.Contains(err.Error(), "hunter2-secret") {
+			t.Errorf("New(%q): the error shows the password: %v", addr, err)
+		}
+		if !strings.Contains(err.Error(), "ops:xxxxx@") {
+			t.Errorf("New(%q): the error does not name the address it refused: %v", addr, err)
+		}
+	}
+}

@@ -189,10 +189,16 @@ func (c proxyConfig) build() (*proxy, []error) {
 
 	if c.upstream == "" {
 		bad("upstream", "required (e.g. --upstream http://127.0.0.1:9000)")
-	} else if u, err := url.Parse(c.upstream); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+	} else if u, err := url.Parse(c.upstream); err != nil && strings.Contains(c.upstream, "@") {
+		// Neither the URL nor url.Parse's error, which quotes it: a
+		// password in it would reach the terminal or the log.
+		bad("upstream", "an address with user info is not a URL; want an http:// or https:// URL with a host")
+	} else if err == nil && u.User != nil {
+		bad("upstream", "%q: a base URL takes no user info (put the upstream's credentials in its callers' requests)", u.Redacted())
+	} else if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		bad("upstream", "%q must be an http:// or https:// URL with a host", c.upstream)
-	} else if u.RawQuery != "" || u.Fragment != "" || u.User != nil {
-		bad("upstream", "%q: a base URL takes no query, fragment or user info", c.upstream)
+	} else if u.RawQuery != "" || u.Fragment != "" {
+		bad("upstream", "%q: a base URL takes no query or fragment", c.upstream)
 	} else {
 		p.upstream = u
 	}

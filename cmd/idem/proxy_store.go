@@ -47,13 +47,18 @@ func parseStores(list string, withTLS bool) ([]*url.URL, error) {
 		}
 		u, err := url.Parse(s)
 		switch {
+		case err != nil && strings.Contains(part, "@"):
+			// url.Parse's error quotes the address, password included.
+			return nil, errors.New("an address with user info is not a URL: want host:port or scheme://host:port")
 		case err != nil:
 			return nil, fmt.Errorf("%q: %w", part, err)
+		case u.User != nil:
+			return nil, fmt.Errorf("%q: an address takes no user info (the store token authenticates: --store-token-file)", u.Redacted())
 		case u.Scheme != "http" && u.Scheme != "https":
 			return nil, fmt.Errorf("%q: the scheme must be http or https", part)
 		case u.Host == "":
 			return nil, fmt.Errorf("%q: no host", part)
-		case u.User != nil || u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/"):
+		case u.RawQuery != "" || u.Fragment != "" || (u.Path != "" && u.Path != "/"):
 			return nil, fmt.Errorf("%q: want host:port or scheme://host:port", part)
 		case u.Port() == "":
 			return nil, fmt.Errorf("%q: no port (idem serve listens on 7070 by default)", part)

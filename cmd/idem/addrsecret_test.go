@@ -1,0 +1,58 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// An address refused for the user info it carries is named without its
+// password: idem proxy writes its refusals to stderr, which a service
+// manager keeps in the journal, and the CLI to terminals pasted into
+// tickets (a leak walk: `--upstream "http://u:pass@…": a base URL takes no
+// query, fragment or user info`, the password whole).
+func TestRefusedAddressesHideTheirPassword(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	const pw = "hunter2-secret"
+	for _, tc := range []struct {
+		name string
+		run  func(t *testing.T) (int, string)
+	}{
+		{"proxy --upstream", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://u:"+pw+"@127.0.0.9:1", "--store", freePort(t))
+			return code, out + errOut
+		}},
+		{"proxy --upstream, not a URL", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://u:"+pw+"@127.0.0.9:bad", "--store", freePort(t))
+			return code, out + errOut
+		}},
+		{"proxy --store", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://127.0.0.9:1", "--store", "http://u:"+pw+"@"+freePort(t))
+			return code, out + errOut
+		}},
+		{"proxy --store, not a URL", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://127.0.0.9:1", "--store", "http://u:"+pw+"@127.0.0.9:bad")
+			return code, out + errOut
+		}},
+		{"cluster status --addr", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runCluster, "status", "--addr", "http://u:"+pw+"@"+freePort(t))
+			return code, out + errOut
+		}},
+		{"get --addr", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runGet, "--addr", "u:"+pw+"@"+freePort(t), "--principal", "p", "--endpoint", "e", "--key", "k")
+			return code, out + errOut
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := tc.run(t)
+			if code == 0 {
+				t.Fatalf("an address with user info was accepted:\n%s", out)
+			}
+			if strings.Contains(out, pw) {
+				t.Errorf("the refusal shows the password:\n%s", out)
+			}
+			if !strings.Contains(out, "user info") && !strings.Contains(out, "u:xxxxx@") {
+				t.Errorf("the refusal does not say what is wrong:\n%s", out)
+			}
+		})
+	}
+}
