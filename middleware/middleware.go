@@ -3,12 +3,14 @@ package middleware
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -246,6 +248,17 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 // store a caller's answer under another's credential (a shared guest one,
 // say) for whoever sends that first.
 func AuthorizationPrincipal(r *http.Request) (string, error) {
+	cred, err := credential(r)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256([]byte(cred))
+	return "authz:" + hex.EncodeToString(sum[:16]), nil
+}
+
+// credential is the request's one Authorization header, canonical
+// (canonicalAuthorization), or AuthorizationPrincipal's refusal.
+func credential(r *http.Request) (string, error) {
 	vs := r.Header.Values("Authorization")
 	if len(vs) > 1 {
 		return "", fmt.Errorf("middleware: the request has the Authorization header %d times", len(vs))
@@ -253,8 +266,45 @@ func AuthorizationPrincipal(r *http.Request) (string, error) {
 	if len(vs) == 0 || noCredential(vs[0]) {
 		return "", errNoAuthorization
 	}
-	sum := sha256.Sum256([]byte(canonicalAuthorization(vs[0])))
-	return "authz:" + hex.EncodeToString(sum[:16]), nil
+	return canonicalAuthorization(vs[0]), nil
+}
+
+// KeyedAuthorizationPrincipal returns AuthorizationPrincipal with the
+// credential's hash keyed: the first 16 bytes of HMAC-SHA256 under key,
+// written "authk:" and 32 hex digits, with the same refusals.
+//
+// AuthorizationPrincipal's plain SHA-256 is what the store keeps, logs (a
+// released attempt names its principal) and backs up; anyone who reads
+// those can hash guesses of a credential and compare: a Basic-auth
+// password or a short API key falls to a word list. Under a secret key
+// (32 random bytes or more, the same for every instance in front of one
+// store) a guess cannot be tested without it. Starting, changing or
+// dropping the key changes every principal: a key retried across the
+// change is a new key, and its request runs again.
+func KeyedAuthorizationPrincipal(key []byte) func(*http.Request) (string, error) {
+	key = bytes.Clone(key)
+	return func(r *http.Request) (string, error) {
+		cred, err := credential(r)
+		if err != nil {
+			return "", err
+		}
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(cred))
+		return "authk:" + hex.EncodeToString(m.Sum(nil)[:16]), nil
+	}
+}
+
+// KeyedAnonymousPrincipal is AnonymousPrincipal with
+// KeyedAuthorizationPrincipal's keyed hash for callers that present a
+// credential.
+func KeyedAnonymousPrincipal(key []byte) func(*http.Request) (string, error) {
+	keyed := KeyedAuthorizationPrincipal(key)
+	return func(r *http.Request) (string, error) {
+		if noAuthorization(r) {
+			return "anonymous", nil
+		}
+		return keyed(r)
+	}
 }
 
 // canonicalAuthorization writes a credential as "Scheme rest": the
@@ -305,10 +355,17 @@ var errNoAuthorization = errors.New("middleware: the request has no Authorizatio
 // same key. A scheme without a credential ("Bearer") is no header, for
 // both.
 func AnonymousPrincipal(r *http.Request) (string, error) {
-	if vs := r.Header.Values("Authorization"); len(vs) == 0 || (len(vs) == 1 && noCredential(vs[0])) {
+	if noAuthorization(r) {
 		return "anonymous", nil
 	}
 	return AuthorizationPrincipal(r)
+}
+
+// noAuthorization reports a request without an Authorization header, or
+// with one that holds a scheme alone.
+func noAuthorization(r *http.Request) bool {
+	vs := r.Header.Values("Authorization")
+	return len(vs) == 0 || (len(vs) == 1 && noCredential(vs[0]))
 }
 
 // HeaderPrincipal returns a Principal that reads the named header, set by a
@@ -416,14 +473,33 @@ func fitEndpoint(e string) string {
 // endpoint POST /payments/{id}/capture, one key sent for two ids is two
 // requests (422), not a replay of the other payment's answer.
 func DefaultFingerprint(r *http.Request, endpoint string, body []byte) (string, error) {
-	h := sha256.New()
+	return fingerprint(sha256.New(), r, body), nil
+}
+
+// KeyedFingerprint returns DefaultFingerprint keyed: HMAC-SHA256 under
+// key over the same fields. The store keeps fingerprints as they are,
+// even with encryption at rest (they must be compared), so a plain hash of
+// a guessable request (a small body of known shape) can be confirmed by
+// whoever reads the store's data or backups; keyed, it cannot without the
+// key. Every instance in front of one store needs the same key, and
+// changing it makes a retry across the change a different request (422).
+func KeyedFingerprint(key []byte) func(r *http.Request, endpoint string, body []byte) (string, error) {
+	key = bytes.Clone(key)
+	return func(r *http.Request, endpoint string, body []byte) (string, error) {
+		return fingerprint(hmac.New(sha256.New, key), r, body), nil
+	}
+}
+
+// fingerprint writes DefaultFingerprint's fields into h and returns its
+// sum in hex.
+func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 	var n [8]byte
 	for _, part := range [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(r.Header.Get("Content-Type")), body} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // ParseKey reads the Idempotency-Key header values of a request: exactly one

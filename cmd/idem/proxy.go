@@ -56,12 +56,16 @@ call the upstream.
 Flags:
 `
 
+// minHashKey is the fewest characters --hash-key-file's key may have.
+const minHashKey = 32
+
 // proxyConfig is what idem proxy's flags say.
 type proxyConfig struct {
 	listen, upstream, stores   string
 	principalHeader, methods   string
 	allowAnonymous             bool
 	storeToken, storeTokenFile string
+	hashKeyFile                string
 	storeTLS                   *clientTLSFlags
 	tlsCert, tlsKey            string
 	storeTimeout               time.Duration
@@ -92,6 +96,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.stores, "store", os.Getenv("IDEM_PROXY_STORE"), "comma-separated `addresses` of idem nodes, host:port or URL; a node that cannot be reached or answers 503 is skipped for the next (required; env IDEM_PROXY_STORE)")
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
+	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "key the hashes of the principal (without --principal-header) and of the request's fingerprint with the secret on the first line of `path` that is not empty or a # comment, at least 32 characters (openssl rand -hex 32): HMAC-SHA256, principals authk:…. Without it both are plain SHA-256, which the store keeps, logs (the principal) and backs up: a reader of those can test guessed credentials (a Basic-auth password) and guessed requests against them. Every proxy in front of one store needs the same key; adding, changing or removing it changes every principal and fingerprint, so a request retried across the change runs again (or gets 422)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	// IDEM_STORE_TOKEN is read after the flags, never made --store-token's
 	// default: --help prints defaults, and the token would land in
@@ -147,6 +152,11 @@ type proxy struct {
 	// request refused for want of a principal.
 	unkeyedLog atomic.Int64
 	noToken    bool // neither --store-token nor --store-token-file
+	// byCredential and anonymous are the principal without
+	// --principal-header, and with --allow-anonymous, and fingerprint the
+	// request's: keyed with --hash-key-file's key, or plain SHA-256.
+	byCredential, anonymous func(*http.Request) (string, error)
+	fingerprint             func(r *http.Request, endpoint string, body []byte) (string, error)
 }
 
 // sameListener reports whether addr (host:port) reaches the proxy's own
@@ -176,7 +186,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 	bad := func(flag, format string, a ...any) {
 		problems = append(problems, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, a...)))
 	}
-	p := &proxy{cfg: c}
+	p := &proxy{cfg: c, byCredential: middleware.AuthorizationPrincipal, anonymous: middleware.AnonymousPrincipal, fingerprint: middleware.DefaultFingerprint}
 
 	if c.listen == "" {
 		bad("listen", "required (e.g. --listen 127.0.0.1:8080)")
@@ -232,6 +242,17 @@ func (c proxyConfig) build() (*proxy, []error) {
 			problems = append(problems, err)
 		} else {
 			token = t
+		}
+	}
+	if c.hashKeyFile != "" {
+		if k, err := readTokenFile("--hash-key-file", c.hashKeyFile); err != nil {
+			problems = append(problems, err)
+		} else if len(k) < minHashKey {
+			bad("hash-key-file", "the key in %s is %d characters: give at least %d random ones (openssl rand -hex 32 > %s)", c.hashKeyFile, len(k), minHashKey, c.hashKeyFile)
+		} else {
+			p.byCredential = middleware.KeyedAuthorizationPrincipal([]byte(k))
+			p.anonymous = middleware.KeyedAnonymousPrincipal([]byte(k))
+			p.fingerprint = middleware.KeyedFingerprint([]byte(k))
 		}
 	}
 	if strings.ContainsAny(token, " \t\r\n") {
@@ -328,6 +349,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if c.storeTokenFile != "" {
 		warnOpenFile(p.log, "--store-token-file", c.storeTokenFile, "its token acts for every principal the proxy serves")
 	}
+	if c.hashKeyFile != "" {
+		warnOpenFile(p.log, "--hash-key-file", c.hashKeyFile, "with it, guessed credentials can be tested against the principals in the store's logs and backups")
+	}
 	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: p.failover})}
 	if token != "" {
 		opts = append(opts, client.WithToken(token))
@@ -369,9 +393,9 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 		return strings.TrimSpace(vals[0]), nil
 	}
 	if p.cfg.allowAnonymous {
-		return middleware.AnonymousPrincipal(r)
+		return p.anonymous(r)
 	}
-	pr, err := middleware.AuthorizationPrincipal(r)
+	pr, err := p.byCredential(r)
 	if err != nil && r.Header.Get("Authorization") == "" {
 		// The caller hears 401; the operator, who may not know that keys
 		// belong to credentials, hears why and what to set (once a minute).
@@ -732,6 +756,7 @@ func (p *proxy) handler() (http.Handler, error) {
 	mw, err := middleware.New(middleware.Options{
 		Store:         store,
 		Principal:     p.principal,
+		Fingerprint:   p.fingerprint,
 		Methods:       p.methods,
 		StoreTimeout:  p.cfg.storeTimeout,
 		Lease:         p.cfg.lease,

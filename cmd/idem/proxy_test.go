@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -590,10 +591,17 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		}
 		return out
 	}
+	shortKey := filepath.Join(t.TempDir(), "short.key")
+	require.NoError(t, os.WriteFile(shortKey, []byte("# hash key\nabc123\n"), 0o600))
+	emptyKey := filepath.Join(t.TempDir(), "empty.key")
+	require.NoError(t, os.WriteFile(emptyKey, []byte("# nothing\n\n"), 0o600))
 	cases := []struct {
 		args []string
 		want string
 	}{
+		{with("--hash-key-file", "/nonexistent-key"), "--hash-key-file:"},
+		{with("--hash-key-file", shortKey), "--hash-key-file: the key in " + shortKey + " is 6 characters: give at least 32"},
+		{with("--hash-key-file", emptyKey), "--hash-key-file " + emptyKey + " holds no"},
 		{with("--listen", "<none>"), "--listen: required"},
 		{with("--listen", "nope"), "--listen:"},
 		{with("--upstream", "<none>"), "--upstream: required"},
