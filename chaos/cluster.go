@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -173,7 +174,8 @@ func (c *Cluster) args(n *Node) []string {
 		"--pprof",
 	}
 	if n.noSnapshots {
-		a = append(a, "--snapshot-threshold", strconv.FormatUint(1<<62, 10), "--snapshot-interval", "24h")
+		a = setFlag(a, "--snapshot-threshold", strconv.FormatUint(1<<62, 10))
+		a = setFlag(a, "--snapshot-interval", "24h")
 	}
 	if n.clockOffset != 0 {
 		a = append(a, "--clock-offset", n.clockOffset.String())
@@ -184,11 +186,31 @@ func (c *Cluster) args(n *Node) []string {
 	if c.cfg.TLSDir != "" {
 		a = append(a, tlsArgs(c.cfg.TLSDir, n.ID)...)
 	}
-	a = append(a, c.cfg.ExtraArgs...)
+	for i := 0; i < len(c.cfg.ExtraArgs); i++ {
+		if x := c.cfg.ExtraArgs; i+1 < len(x) && !strings.HasPrefix(x[i+1], "--") {
+			a = setFlag(a, x[i], x[i+1])
+			i++
+		} else if !slices.Contains(a, x[i]) { // a switch: --pprof
+			a = append(a, x[i])
+		}
+	}
 	if n.retention != 0 {
-		a = append(a, "--retention", n.retention.String()) // the last one given wins
+		a = setFlag(a, "--retention", n.retention.String())
 	}
 	return a
+}
+
+// setFlag sets flag to value in args, a command and "--flag value"
+// pairs: in place when args has it, else at the end. idem refuses a flag
+// given twice, so a later setting replaces an earlier one here.
+func setFlag(args []string, flag, value string) []string {
+	for i := 1; i+1 < len(args); i++ {
+		if args[i] == flag {
+			args[i+1] = value
+			return args
+		}
+	}
+	return append(args, flag, value)
 }
 
 // Start starts the node's process (it must not be running).
