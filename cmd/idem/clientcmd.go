@@ -367,6 +367,8 @@ func (h *cliHeaders) String() string {
 	return strings.Join(parts, ", ")
 }
 
+func (*cliHeaders) repeatable() {} // parseFlags: --header may be given again
+
 func (h *cliHeaders) Set(v string) error {
 	name, value, ok := strings.Cut(v, ":")
 	name = strings.TrimSpace(name)

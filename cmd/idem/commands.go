@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"runtime/debug"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -197,12 +198,27 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // reported by flagValueError, where the flag package says only `invalid
 // value "48" for flag -retention: parse error`, which neither writes the
 // flag as it is typed nor says that a duration needs a unit.
+//
+// A flag given twice is refused, naming it, unless its value is
+// repeatable (--header): the flag package keeps the last value silently,
+// so `--join a --join b` or `--data-dir x --data-dir y` pasted together
+// from two commands ran with half of what was typed.
 func parseFlags(fs *flag.FlagSet, args []string) error {
 	var bad func() error
 	var flags []*flag.Flag
+	given := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
 		flags = append(flags, f)
-		f.Value = watchedValue{f.Value, func(v string, err error) {
+		f.Value = watchedValue{f.Value, func(v string) error {
+			first, twice := given[f.Name]
+			if twice && !isRepeatable(f.Value.(watchedValue).Value) {
+				err := fmt.Errorf("--%s is given twice (%s, then %s): give it once", f.Name, quoteFlagValue(first), quoteFlagValue(v))
+				bad = func() error { return err }
+				return err
+			}
+			given[f.Name] = v
+			return nil
+		}, func(v string, err error) {
 			bad = func() error { return flagValueError(f, v, err, "") }
 		}}
 	})
@@ -218,18 +234,41 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return err
 }
 
-// watchedValue is a flag's value that tells failed which value it refused.
+// watchedValue is a flag's value that asks first whether it may be set
+// (not given before) and tells failed which value it refused.
 type watchedValue struct {
 	flag.Value
+	first  func(v string) error
 	failed func(v string, err error)
 }
 
 func (w watchedValue) Set(v string) error {
+	if err := w.first(v); err != nil {
+		return err
+	}
 	err := w.Value.Set(v)
 	if err != nil {
 		w.failed(v, err)
 	}
 	return err
+}
+
+// repeatable is a flag value that takes every value given, in order, as
+// --header does; parseFlags lets it be given more than once.
+type repeatable interface{ repeatable() }
+
+func isRepeatable(v flag.Value) bool {
+	_, ok := v.(repeatable)
+	return ok
+}
+
+// quoteFlagValue writes a flag's value as an error shows it: quoted when
+// empty or holding a space.
+func quoteFlagValue(v string) string {
+	if v == "" || strings.ContainsAny(v, " \t") {
+		return strconv.Quote(v)
+	}
+	return v
 }
 
 // IsBoolFlag keeps --force meaning --force=true.

@@ -82,6 +82,27 @@ func (p *proc) wait() error {
 	return p.err
 }
 
+// withFlags is base (a command and "--flag value" pairs) with args after
+// it, less base's pairs of the flags args gives again: a flag given twice
+// is refused.
+func withFlags(base []string, args ...string) []string {
+	given := map[string]bool{}
+	for _, a := range args {
+		if strings.HasPrefix(a, "--") {
+			given[a] = true
+		}
+	}
+	var out []string
+	for i := 0; i < len(base); i++ {
+		if given[base[i]] && i+1 < len(base) {
+			i++
+			continue
+		}
+		out = append(out, base[i])
+	}
+	return append(out, args...)
+}
+
 // launch runs `idem serve` with args without waiting for it to be ready.
 func launch(t *testing.T, dataDir, httpAddr, raftAddr string, args ...string) *proc {
 	t.Helper()

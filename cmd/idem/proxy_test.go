@@ -633,9 +633,9 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		// The proxy's own address as its upstream or its store: every
 		// keyed request answered to itself (a 409 in_progress stored and
 		// replayed for a day), or "Idempotency-Key header is required".
-		{append(with("--upstream", "http://127.0.0.1:7390"), "--listen", "127.0.0.1:7390"), "--upstream: http://127.0.0.1:7390 is --listen's address"},
-		{append(with("--upstream", "http://localhost:7390"), "--listen", ":7390"), "--upstream: http://localhost:7390 is --listen's address"},
-		{append(with("--store", "127.0.0.1:7390"), "--listen", "127.0.0.1:7390"), "--store: 127.0.0.1:7390 is --listen's address"},
+		{withFlags(with("--upstream", "http://127.0.0.1:7390"), "--listen", "127.0.0.1:7390"), "--upstream: http://127.0.0.1:7390 is --listen's address"},
+		{withFlags(with("--upstream", "http://localhost:7390"), "--listen", ":7390"), "--upstream: http://localhost:7390 is --listen's address"},
+		{withFlags(with("--store", "127.0.0.1:7390"), "--listen", "127.0.0.1:7390"), "--store: 127.0.0.1:7390 is --listen's address"},
 		// A secret as the principal: stored in plain text.
 		{with("--principal-header", "authorization"), "--principal-header: Authorization carries a secret"},
 		{with("--principal-header", "Cookie"), "--principal-header: Cookie carries a secret"},

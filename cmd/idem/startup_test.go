@@ -230,7 +230,7 @@ func TestServeRefusesBadJoinFlags(t *testing.T) {
 		{[]string{"--raft-advertise", "0.0.0.0:7071"}, `--raft-advertise "0.0.0.0:7071" names no address other nodes can dial`},
 		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(raftAddr, ":")[1], "--insecure"}, "names no address other nodes can dial: give --raft-advertise"},
 	} {
-		args := append([]string{"--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, tc.args...)
+		args := withFlags([]string{"--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr}, tc.args...)
 		code, out := serveExit(t, args...)
 		require.Equal(t, 2, code, "%v:\n%s", tc.args, out)
 		require.Contains(t, out, tc.want, "%v", tc.args)

@@ -317,7 +317,7 @@ func TestServeTLSFlagsRefused(t *testing.T) {
 		{[]string{"--raft-advertise", "10.1.2.3:7071"}, "refusing plaintext raft on non-loopback --raft-advertise"},
 		{[]string{"--http-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "refusing to listen on non-loopback --http-addr 0.0.0.0:"},
 	} {
-		args := append([]string{"serve", "--data-dir", t.TempDir(), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, tc.args...)
+		args := withFlags([]string{"serve", "--data-dir", t.TempDir(), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, tc.args...)
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		out, err := exec.CommandContext(ctx, binary, args...).CombinedOutput()
 		cancel()
