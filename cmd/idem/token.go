@@ -302,6 +302,14 @@ func loadAuth(c *serveConfig, log *slog.Logger) (*api.Auth, string, error) {
 		warnOpenFile(log, "--node-token-file", c.nodeTokenFile, "its token is an admin token")
 	}
 	if c.authFile == "" {
+		if nodeToken != "" {
+			// Not refused: the token is still sent on this node's calls to
+			// its peers, which check it when they run with --auth-file (a
+			// cluster part-way through a rolling restart that turns tokens
+			// on). But --node-token-file alone protects nothing here.
+			log.Warn("--node-token-file without --auth-file: this node's own API takes every request without a token; the node token is only sent on its calls to other nodes, which check it against their --auth-file. Give this node --auth-file too, as the other nodes have (docs/SECURITY.md, the node credential)",
+				"node-token-file", c.nodeTokenFile)
+		}
 		return nil, nodeToken, nil
 	}
 	creds, err := api.LoadAuthFile(c.authFile)

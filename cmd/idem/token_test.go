@@ -488,3 +488,25 @@ func TestNodeTokenRefusalSaysToCheckTheTokenFileFirst(t *testing.T) {
 	require.Contains(t, out, "which has no admin entry; add the entry")
 	require.NoDirExists(t, filepath.Join(dir, "data", "raft"), "a refused start wrote to the data dir")
 }
+
+// --node-token-file without --auth-file was taken without a word, as if
+// it protected something: the node's own API takes every request without
+// a token. It is not refused (peers that run with --auth-file still check
+// the token it sends them, as in a rolling restart that turns tokens on),
+// but the start says so, naming both flags.
+func TestNodeTokenFileWithoutAuthFileIsNamed(t *testing.T) {
+	nodeToken := filepath.Join(t.TempDir(), "node.token")
+	require.NoError(t, os.WriteFile(nodeToken, []byte("admin-1\n"), 0o600))
+	var logs bytes.Buffer
+	auth, tok, err := loadAuth(&serveConfig{nodeTokenFile: nodeToken}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	require.Nil(t, auth)
+	require.Equal(t, "admin-1", tok, "the token is still sent to peers")
+	require.Contains(t, logs.String(), "--node-token-file without --auth-file")
+	require.Contains(t, logs.String(), "takes every request without a token")
+
+	logs.Reset()
+	_, _, err = loadAuth(&serveConfig{}, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	require.NotContains(t, logs.String(), "--node-token-file", "no flag, no word")
+}
