@@ -2,6 +2,8 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -126,4 +128,33 @@ func TestValidateRefusesWhatOnlyTheRunFoundWrong(t *testing.T) {
 	c := good
 	c.InjectBug, c.InjectInto = "local-reads", "n3"
 	require.NoError(t, c.Validate())
+}
+
+// TestValidateRefusesAnUnusableBinaryOrOut: a --binary without execute
+// bits and an --out that is an existing file (or inside one) passed
+// Validate; the run found them only after its setup (the first node's
+// start failed, MkdirAll failed), exit 3 for a usage error.
+func TestValidateRefusesAnUnusableBinaryOrOut(t *testing.T) {
+	dir := t.TempDir()
+	noExec, file := filepath.Join(dir, "idem"), filepath.Join(dir, "file")
+	require.NoError(t, os.WriteFile(noExec, []byte("#!/bin/sh\n"), 0o644))
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	good := Config{Nodes: 3, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: filepath.Join(dir, "new", "out"),
+		ReadyBound: 30 * time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute}
+	require.NoError(t, good.Validate(), "an --out to be made")
+	for _, tc := range []struct {
+		change func(*Config)
+		want   string
+	}{
+		{func(c *Config) { c.Binary = noExec }, "--binary " + noExec + " is not executable (mode -rw-r--r--)"},
+		{func(c *Config) { c.Out = file }, "--out " + file + " is an existing file, not a directory"},
+		{func(c *Config) { c.Out = filepath.Join(file, "out") }, "is inside " + file + ", which is a file"},
+	} {
+		c := good
+		tc.change(&c)
+		require.ErrorContains(t, c.Validate(), tc.want)
+	}
+	c := good
+	c.Out = dir
+	require.NoError(t, c.Validate(), "an existing directory")
 }

@@ -91,6 +91,10 @@ func (c *Config) Validate() error {
 		bad("--binary is required")
 	} else if st, err := os.Stat(c.Binary); err != nil || st.IsDir() {
 		bad("--binary %s is not a file", c.Binary)
+	} else if st.Mode().Perm()&0o111 == 0 {
+		// Found only when the first node failed to start, after the
+		// run had cleared --out and made its certificates.
+		bad("--binary %s is not executable (mode %s): give the idem binary, or chmod +x it", c.Binary, st.Mode().Perm())
 	}
 	if c.InjectBug != "" && c.InjectBug != "local-reads" && c.InjectBug != "skip-uniqueness" {
 		bad("--inject-bug %q must be local-reads or skip-uniqueness", c.InjectBug)
@@ -100,6 +104,8 @@ func (c *Config) Validate() error {
 	}
 	if c.Out == "" {
 		bad("--out is required")
+	} else if why := outDirProblem(c.Out); why != "" {
+		bad("--out %s %s: give a directory, or a path where one can be made", c.Out, why)
 	}
 	switch c.PartitionMode {
 	case "", PartitionAuto, PartitionIPTables, PartitionProxy:
@@ -157,6 +163,29 @@ func SkewFor(retention time.Duration) time.Duration { return max(time.Hour, 2*re
 // ErrHarness wraps failures of the harness itself (the cluster did not
 // start), as opposed to violations by the store.
 var ErrHarness = errors.New("chaos")
+
+// outDirProblem says why dir cannot be the run's output directory (it,
+// or the nearest of its parents that exists, is not a directory), or "".
+// MkdirAll found it only at the start of the run.
+func outDirProblem(dir string) string {
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		st, err := os.Stat(p)
+		switch {
+		case err == nil && st.IsDir():
+			return ""
+		case err == nil && p == filepath.Clean(dir):
+			return "is an existing file, not a directory"
+		case err == nil:
+			return "is inside " + p + ", which is a file, not a directory"
+		case errors.Is(err, os.ErrPermission):
+			return "cannot be checked: " + err.Error()
+		}
+		// Absent, or below a file (ENOTDIR): look at the parent.
+		if filepath.Dir(p) == p {
+			return ""
+		}
+	}
+}
 
 // Run starts the cluster, runs the workload and the nemeses, heals, checks
 // and writes the results into cfg.Out. The report says what was found; an
