@@ -54,7 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseArgs(fs, args, "idem bench", stdout, stderr); done {
 		return code
 	}
-	if err := authTokenProblem(fs); err != nil {
+	if err := authTokenProblem(fs, stderr, "idem bench"); err != nil {
 		fmt.Fprintf(stderr, "idem bench: %v\n", err)
 		return 2
 	}

@@ -151,6 +151,9 @@ func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Clie
 	if err != nil {
 		return c.usageError(err.Error())
 	}
+	if c.tokenFile != "" {
+		warnOpenFileTo(c.stderr, "idem "+c.name, "--token-file", c.tokenFile, tokenFileWhy)
+	}
 	var opts []client.Option
 	if token != "" {
 		opts = append(opts, client.WithToken(token))

@@ -105,7 +105,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if done {
 		return code
 	}
-	if err := authTokenProblem(fs); err != nil {
+	if err := authTokenProblem(fs, stderr, "idem cluster "+sub); err != nil {
 		fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, err)
 		return 2
 	}

@@ -367,14 +367,23 @@ func bearerToken(token, file string) (string, error) {
 
 // authTokenProblem says what is wrong with the flags authTokenFlag
 // registered on fs (both given, a --token-file that gives no token), or nil.
-func authTokenProblem(fs *flag.FlagSet) error {
+// A --token-file other users may read or write is warned of on stderr,
+// under the command's name, as idem serve warns of its secret files.
+func authTokenProblem(fs *flag.FlagSet, stderr io.Writer, name string) error {
 	tok, file := fs.Lookup("auth-token"), fs.Lookup("token-file")
 	if tok == nil || file == nil || file.Value.String() == "" {
 		return nil
 	}
-	_, err := bearerToken(tok.Value.String(), file.Value.String())
-	return err
+	if _, err := bearerToken(tok.Value.String(), file.Value.String()); err != nil {
+		return err
+	}
+	warnOpenFileTo(stderr, name, "--token-file", file.Value.String(), tokenFileWhy)
+	return nil
 }
+
+// tokenFileWhy is why a client command's --token-file is kept from other
+// users.
+const tokenFileWhy = "whoever reads it can use its bearer token"
 
 // readTokenFile reads a bearer token from the first line of path that is
 // not empty or a # comment; errors name flag, the flag that gave path.

@@ -75,7 +75,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if done {
 		return code
 	}
-	if err := authTokenProblem(fs); err != nil {
+	if err := authTokenProblem(fs, stderr, "idem keys "+sub); err != nil {
 		fmt.Fprintf(stderr, "idem keys %s: %v\n", sub, err)
 		return 2
 	}
@@ -538,9 +538,25 @@ func loadKeyFile(path string, log *slog.Logger) (*raftfsm.Keyring, error) {
 // writable, an auth file takes whatever admin entry is added at the next
 // SIGHUP.
 func warnOpenFile(log *slog.Logger, flag, path, why string) {
+	if msg, mode := openFile(flag, path, why); msg != "" {
+		log.Warn(msg, "path", path, "mode", mode)
+	}
+}
+
+// warnOpenFileTo is warnOpenFile for a command's one-line messages on w
+// (stderr): "idem get: warning: --token-file ... (path, mode)".
+func warnOpenFileTo(w io.Writer, name, flag, path, why string) {
+	if msg, mode := openFile(flag, path, why); msg != "" {
+		fmt.Fprintf(w, "%s: warning: %s (%s, mode %s)\n", name, msg, path, mode)
+	}
+}
+
+// openFile is warnOpenFile's message about the file at path, which flag
+// gave, and the file's mode; "" when only its owner may use it.
+func openFile(flag, path, why string) (msg, mode string) {
 	st, err := os.Stat(path)
 	if err != nil || st.Mode().Perm()&0o077 == 0 {
-		return
+		return "", ""
 	}
 	access := "readable"
 	switch perm := st.Mode().Perm(); {
@@ -551,6 +567,5 @@ func warnOpenFile(log *slog.Logger, flag, path, why string) {
 	case perm&0o044 == 0:
 		access = "open (execute bits)"
 	}
-	log.Warn(flag+" is "+access+" by other users ("+why+"): make it mode 0600 (chmod 600), owned by the user idem runs as",
-		"path", path, "mode", st.Mode().Perm().String())
+	return flag + " is " + access + " by other users (" + why + "): make it mode 0600 (chmod 600), owned by the user idem runs as", st.Mode().Perm().String()
 }

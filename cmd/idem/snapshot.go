@@ -83,7 +83,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "%s: %v (see idem snapshot --help)\n", name, err)
 		return 2
 	}
-	if err := authTokenProblem(fs); err != nil {
+	if err := authTokenProblem(fs, stderr, name); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}

@@ -231,6 +231,7 @@ func runTokenCheck(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idem token check: %s\n", strings.ReplaceAll(strings.ReplaceAll(err.Error(), "api: ", ""), "\n", "\nidem token check: "))
 		return 1
 	}
+	warnOpenFileTo(stderr, "idem token check", "the auth file", args[0], authFileWhy)
 	if creds.Legacy() {
 		fmt.Fprintf(stdout, "%s: %d plain tokens in the old format, each an admin token; move to the JSON format (docs/SECURITY.md)\n", args[0], creds.Len())
 		return 0
