@@ -33,7 +33,9 @@ import (
 // gets ctx.Err() at once and never holds up the others; an op already sent
 // may still be decided (retry a claim with its ClaimID, as after a timeout).
 //
-// Batcher is opt-in: create it with Client.NewBatcher and Close it when done.
+// Batcher is opt-in: create it with Client.NewBatcher and Close it when
+// done. A Batcher it did not make (Batcher{}) answers every call, Close
+// included, with ErrBatcherNotMade.
 type Batcher struct {
 	c        *Client
 	cfg      BatcherConfig
@@ -96,6 +98,14 @@ func (c BatcherConfig) withDefaults() BatcherConfig {
 // never sent (a claim of it may be made again, through a Client).
 var ErrBatcherClosed = errors.New("client: batcher closed")
 
+// ErrBatcherNotMade is returned by every method of a Batcher that
+// Client.NewBatcher did not make (a zero Batcher{}, or a nil *Batcher):
+// it has no Client to send through, and its calls waited for ever.
+var ErrBatcherNotMade = errors.New("client: Batcher not made by Client.NewBatcher: a zero Batcher has no Client to send through")
+
+// made reports whether b came from Client.NewBatcher.
+func (b *Batcher) made() bool { return b != nil && b.queue != nil }
+
 // batchCall is one caller's op and where its answer goes (buffered: the
 // caller may have gone).
 type batchCall struct {
@@ -129,6 +139,9 @@ func (c *Client) NewBatcher(cfg BatcherConfig) *Batcher {
 // them may still go out with the last batches). It may be called more
 // than once, from several goroutines.
 func (b *Batcher) Close() error {
+	if !b.made() {
+		return ErrBatcherNotMade
+	}
 	b.closeMu.Do(func() { close(b.stop) })
 	<-b.done
 	b.inflight.Wait()
@@ -254,6 +267,9 @@ func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessag
 		// As a Client's call answers it (net/http refuses it), rather
 		// than a nil dereference in the caller's goroutine.
 		return nil, 0, fmt.Errorf("client: %s: nil Context", kind)
+	}
+	if !b.made() {
+		return nil, 0, ErrBatcherNotMade
 	}
 	// MarshalJSON directly: json.Marshal would compact and copy its output.
 	op, err := wire.BatchOp{Op: kind, Body: body}.MarshalJSON()

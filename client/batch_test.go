@@ -300,3 +300,42 @@ func TestBatcherRefusesAClaimWithoutAToken(t *testing.T) {
 		t.Fatalf("claim = %+v, %v; want ErrBadAnswer", res, err)
 	}
 }
+
+// A Batcher{} (not made by Client.NewBatcher) has no Client and no loop:
+// its calls waited for ever on a nil queue unless their context ended, and
+// Close panicked closing a nil channel. Every method answers
+// ErrBatcherNotMade now, before looking at its context.
+func TestZeroBatcherSaysToUseNewBatcher(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel() // before the fix, an ended context was the only way out
+	for _, b := range []*Batcher{{}, nil} {
+		calls := map[string]func() error{
+			"Claim": func() error {
+				_, err := b.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: "k", Fingerprint: "00"})
+				return err
+			},
+			"Complete": func() error {
+				_, err := b.Complete(ctx, CompleteRequest{Principal: "p", Endpoint: "e", Key: "k", Token: "1", Response: Response{Status: 200}})
+				return err
+			},
+			"Release": func() error {
+				_, err := b.Release(ctx, ReleaseRequest{Principal: "p", Endpoint: "e", Key: "k", Token: "1"})
+				return err
+			},
+			"Extend": func() error {
+				_, err := b.Extend(ctx, ExtendRequest{Principal: "p", Endpoint: "e", Key: "k", Token: "1", LeaseMs: 1000})
+				return err
+			},
+			"Get": func() error {
+				_, err := b.Get(ctx, "p", "e", "k", "")
+				return err
+			},
+			"Close": func() error { return b.Close() },
+		}
+		for name, call := range calls {
+			if err := call(); !errors.Is(err, ErrBatcherNotMade) || !strings.Contains(err.Error(), "Client.NewBatcher") {
+				t.Errorf("%T (nil %v): %s: %v, want ErrBatcherNotMade", b, b == nil, name, err)
+			}
+		}
+	}
+}
