@@ -43,7 +43,8 @@ const LeaderHeader = wire.LeaderHeader
 type Option func(*Client)
 
 // WithToken sends "Authorization: Bearer token" on every request, as a
-// server started with --auth-file requires.
+// server started with --auth-file requires. New refuses a token longer
+// than MaxTokenBytes with ErrToken.
 func WithToken(token string) Option {
 	return func(c *Client) { c.token = token }
 }
@@ -92,6 +93,9 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if len(c.token) > MaxTokenBytes {
+		return nil, fmt.Errorf("%w: it is %d bytes, more than MaxTokenBytes (%d): a node reads at most 1 MiB of request headers, and answers a request with more 431 or drops its connection, which would read as an unknown outcome; idem token new makes tokens of 37 bytes", ErrToken, len(c.token), MaxTokenBytes)
 	}
 	for _, part := range strings.Split(addr, ",") {
 		if strings.TrimSpace(part) == "" {

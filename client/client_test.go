@@ -8,6 +8,7 @@ import (
 	"errors"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -773,5 +774,43 @@ func TestBadAddressErrorHidesThePassword(t *testing.T) {
 		if !strings.Contains(err.Error(), "ops:xxxxx@") {
 			t.Errorf("New(%q): the error does not name the address it refused: %v", addr, err)
 		}
+	}
+}
+
+// A bearer token of 2 MiB was sent: the node, reading at most 1 MiB of
+// headers (net/http's default, which idem serve keeps), answered 431 or
+// dropped the connection, and the caller got an unknown outcome ("maybe
+// applied", retryable) for a request that could never work. New refuses a
+// token over MaxTokenBytes before any request; one of MaxTokenBytes
+// reaches a server with net/http's default header limit whole.
+func TestNewRefusesATokenNoNodeCouldRead(t *testing.T) {
+	_, err := New("127.0.0.1:7070", WithToken(strings.Repeat("t", 2<<20)))
+	if !errors.Is(err, ErrToken) || !strings.Contains(err.Error(), "2097152 bytes, more than MaxTokenBytes (65536)") {
+		t.Fatalf("New with a 2 MiB token: %v, want ErrToken naming both sizes", err)
+	}
+	if _, err := New("127.0.0.1:7070", WithToken(strings.Repeat("t", MaxTokenBytes+1))); !errors.Is(err, ErrToken) {
+		t.Fatalf("New with a token of MaxTokenBytes+1: %v, want ErrToken", err)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan int, 1)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- len(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer "))
+		io.WriteString(w, `{"status":"ok"}`)
+	})}
+	go srv.Serve(ln)
+	defer srv.Close()
+	c, err := New(ln.Addr().String(), WithToken(strings.Repeat("t", MaxTokenBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Healthz(context.Background()); err != nil {
+		t.Fatalf("a token of MaxTokenBytes: %v", err)
+	}
+	if n := <-got; n != MaxTokenBytes {
+		t.Fatalf("the server read a token of %d bytes, want %d", n, MaxTokenBytes)
 	}
 }

@@ -15,10 +15,22 @@ import (
 var (
 	// ErrAddress is returned by New for an address it cannot use.
 	ErrAddress = errors.New("client: bad address")
+	// ErrToken is returned by New for a bearer token (WithToken) that
+	// could never be sent: longer than MaxTokenBytes.
+	ErrToken = errors.New("client: bearer token too large")
 	// ErrBadAnswer is returned when a 2xx answer is not the JSON the route
 	// promises (or is too large to read).
 	ErrBadAnswer = errors.New("client: malformed answer")
 )
+
+// MaxTokenBytes is the longest bearer token New takes. An idem node
+// (net/http's default) reads at most 1 MiB of a request's line and
+// headers together; a token near that leaves no room for the rest (a
+// lookup's URL, the headers a follower adds when it forwards), and one
+// beyond it is answered 431 or with a dropped connection, which a caller
+// could only read as an unknown outcome. 64 KiB is far above any real
+// token (idem token new makes 37 bytes; JWTs are a few KiB).
+const MaxTokenBytes = 64 << 10
 
 // The machine-readable codes of docs/API.md's problem documents.
 const (

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/idem-store/idem/client"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -354,30 +356,42 @@ func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
 // bearerToken is the bearer token of --auth-token token and --token-file
 // file, which exclude each other; without either, $IDEM_AUTH_TOKEN.
 func bearerToken(token, file string) (string, error) {
+	from := "--auth-token"
 	switch {
 	case token != "" && file != "":
 		return "", errors.New("--auth-token and --token-file exclude each other")
-	case token != "":
-		return token, nil
 	case file != "":
-		return readTokenFile("--token-file", file)
+		var err error
+		if token, err = readTokenFile("--token-file", file); err != nil {
+			return "", err
+		}
+		from = "--token-file " + file
+	case token == "":
+		token, from = os.Getenv("IDEM_AUTH_TOKEN"), "$IDEM_AUTH_TOKEN"
 	}
-	return os.Getenv("IDEM_AUTH_TOKEN"), nil
+	// client.New refuses it too, but as it cannot name the flag.
+	if len(token) > client.MaxTokenBytes {
+		return "", fmt.Errorf("%s: the token is %d bytes, more than %d, the most a node can be sent (it reads at most 1 MiB of request headers)", from, len(token), client.MaxTokenBytes)
+	}
+	return token, nil
 }
 
 // authTokenProblem says what is wrong with the flags authTokenFlag
-// registered on fs (both given, a --token-file that gives no token), or nil.
+// registered on fs (both given, a --token-file that gives no token, a
+// token no node could be sent), or nil.
 // A --token-file other users may read or write is warned of on stderr,
 // under the command's name, as idem serve warns of its secret files.
 func authTokenProblem(fs *flag.FlagSet, stderr io.Writer, name string) error {
 	tok, file := fs.Lookup("auth-token"), fs.Lookup("token-file")
-	if tok == nil || file == nil || file.Value.String() == "" {
+	if tok == nil || file == nil {
 		return nil
 	}
 	if _, err := bearerToken(tok.Value.String(), file.Value.String()); err != nil {
 		return err
 	}
-	warnOpenFileTo(stderr, name, "--token-file", file.Value.String(), tokenFileWhy)
+	if file.Value.String() != "" {
+		warnOpenFileTo(stderr, name, "--token-file", file.Value.String(), tokenFileWhy)
+	}
 	return nil
 }
 
@@ -393,10 +407,16 @@ func readTokenFile(flag, path string) (string, error) {
 		return "", fmt.Errorf("%s: %w", flag, err)
 	}
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	// Room for a token of client.MaxTokenBytes and the spaces around it:
+	// a longer line stopped the scan, and the file "held no token".
+	sc.Buffer(nil, client.MaxTokenBytes+4096)
 	for sc.Scan() {
 		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
 			return line, nil
 		}
+	}
+	if errors.Is(sc.Err(), bufio.ErrTooLong) {
+		return "", fmt.Errorf("%s %s: a line is longer than %d bytes, more than any token a node can be sent (it reads at most 1 MiB of request headers)", flag, path, client.MaxTokenBytes)
 	}
 	return "", fmt.Errorf("%s %s holds no token", flag, path)
 }

@@ -3,9 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/client"
 )
 
 // The client commands' --token-file and the file of idem token check were
@@ -48,5 +51,44 @@ func TestLooseTokenFilesOfTheClientCommandsAreNamed(t *testing.T) {
 			want = c.name + ": warning: the auth file is readable and writable by other users"
 		}
 		require.Contains(t, stderr, want, c.name)
+	}
+}
+
+// A token no node could read (2 MiB: a node reads at most 1 MiB of request
+// headers) was sent, and the 431 or dropped connection that came back
+// was reported as an unknown outcome. Each command refuses it before any
+// request, naming where it came from.
+func TestTokenTooLargeForAnyNodeIsRefusedNamingItsSource(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	big := strings.Repeat("t", 2<<20)
+	file := filepath.Join(t.TempDir(), "t")
+	require.NoError(t, os.WriteFile(file, []byte(big+"\n"), 0o600))
+	const addr = "127.0.0.13:27709" // never reached
+	scope := []string{"--principal", "p", "--endpoint", "e", "--key", "k"}
+	for _, tc := range []struct {
+		name string
+		run  func() (int, string, string)
+		want string
+	}{
+		{"get --token-file", func() (int, string, string) {
+			return runClientCmd(t, runGet, append([]string{"--addr", addr, "--token-file", file}, scope...)...)
+		}, "idem get: --token-file " + file + ": a line is longer than 65536 bytes, more than any token a node can be sent"},
+		{"get --token-file of a token just too long", func() (int, string, string) {
+			require.NoError(t, os.WriteFile(file, []byte(big[:client.MaxTokenBytes+1]+"\n"), 0o600))
+			return runClientCmd(t, runGet, append([]string{"--addr", addr, "--token-file", file}, scope...)...)
+		}, "idem get: --token-file " + file + ": the token is 65537 bytes, more than 65536"},
+		{"get --auth-token", func() (int, string, string) {
+			return runClientCmd(t, runGet, append([]string{"--addr", addr, "--auth-token", big}, scope...)...)
+		}, "idem get: --auth-token: the token is 2097152 bytes"},
+		{"cluster status $IDEM_AUTH_TOKEN", func() (int, string, string) {
+			t.Setenv("IDEM_AUTH_TOKEN", big)
+			defer t.Setenv("IDEM_AUTH_TOKEN", "")
+			return runClientCmd(t, runCluster, "status", "--addr", addr)
+		}, "idem cluster status: $IDEM_AUTH_TOKEN: the token is 2097152 bytes"},
+	} {
+		code, _, stderr := tc.run()
+		require.Equal(t, 2, code, "%s: %s", tc.name, stderr)
+		require.Contains(t, stderr, tc.want, tc.name)
+		require.NotContains(t, stderr, "nothing listens", "%s: refused before any request", tc.name)
 	}
 }
