@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -53,6 +54,20 @@ import (
 
 // DefaultMaxBatchOps is the default of --max-batch-ops.
 const DefaultMaxBatchOps = 256
+
+// smallestBatchOp is the shortest op a batch can decide: a get of
+// one-byte principal, endpoint and key (every op names all three; the
+// writes carry more).
+const smallestBatchOp = `{"op":"get","principal":"p","endpoint":"e","key":"k"}`
+
+// MaxBatchOpsFor is the most ops a batch body of at most maxRequestBytes
+// can hold, each op a decidable one (smallestBatchOp), written
+// {"ops":[op,op,...]}: a --max-batch-ops above it can never be reached.
+func MaxBatchOpsFor(maxRequestBytes int64) int {
+	const envelope = int64(len(`{"ops":[]}`) - 1) // the comma after the last op is not written
+	n := (maxRequestBytes - envelope) / int64(len(smallestBatchOp)+1)
+	return int(max(min(n, int64(math.MaxInt32)), 0))
+}
 
 // batchStore is the part of a Store that decides a batch's writes together
 // (raftfsm.Node); a Store without it decides them one at a time.

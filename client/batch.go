@@ -62,8 +62,8 @@ type BatcherConfig struct {
 	// the server refuses as too large is sent again in halves, which
 	// works but costs a request.
 	MaxOps int
-	// MaxBytes bounds a request's body (default 512 KiB, half the server's
-	// default request limit); an op larger than it goes alone.
+	// MaxBytes bounds a request's body (default DefaultBatchMaxBytes, half
+	// the server's default request limit); an op larger than it goes alone.
 	MaxBytes int
 	// MaxInFlight is the most batch requests outstanding at once (default
 	// 8); calls arriving meanwhile gather into the next batches.
@@ -74,6 +74,9 @@ type BatcherConfig struct {
 	Timeout time.Duration
 }
 
+// DefaultBatchMaxBytes is the default of BatcherConfig.MaxBytes: 512 KiB.
+const DefaultBatchMaxBytes = 512 << 10
+
 func (c BatcherConfig) withDefaults() BatcherConfig {
 	if c.Linger <= 0 {
 		c.Linger = 500 * time.Microsecond
@@ -82,7 +85,7 @@ func (c BatcherConfig) withDefaults() BatcherConfig {
 		c.MaxOps = 256
 	}
 	if c.MaxBytes <= 0 {
-		c.MaxBytes = 512 << 10
+		c.MaxBytes = DefaultBatchMaxBytes
 	}
 	if c.MaxInFlight <= 0 {
 		c.MaxInFlight = 8

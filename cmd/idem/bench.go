@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/bench"
+	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/internal/gcfloor"
 )
 
@@ -46,13 +48,21 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	quiet := fs.Bool("quiet", false, "no progress line")
 	cpuProfile := fs.String("cpuprofile", "", "write the load generator's own CPU profile (go tool pprof) to this file: where the client side of the run spends its time")
 	gcFloor := fs.Int64("gc-floor-bytes", 64<<20, "the load generator's Go garbage collection waits until its heap reaches this many bytes, as idem serve's flag of the same name (0: Go's pacing, GOGC)")
-	batch := fs.Int("batch", 0, "coalesce the clients' calls into POST /v1/batch requests of at most this many ops, with the Go client's batcher (0: one request per call)")
+	batch := fs.Int("batch", 0, "coalesce the clients' calls into POST /v1/batch requests of at most this many ops, with the Go client's batcher (0: one request per call; at most 9708, what its requests of 512 KiB hold)")
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem bench [flags]\n       idem bench scale [flags]   (scale benchmark: see idem bench scale --help)\n\nDrives concurrent clients against running nodes, then prints ops/s,\nlatency percentiles (p50/p90/p99/max), errors by code and a correctness\ncheck; --hist draws the latency histogram. Exits 1\nif a fresh claim was lost or a duplicate won.\n\nFlags:\n")
 		printFlags(fs.Output(), fs)
 	}
 	if code, done := parseArgs(fs, args, "idem bench", stdout, stderr); done {
 		return code
+	}
+	// The batcher cuts its requests at DefaultBatchMaxBytes: a batch of
+	// more ops than that holds of the smallest kind is never sent, and
+	// the batcher's queue is made --batch long (--batch 1000000000 asked
+	// for gigabytes before the first request).
+	if most := api.MaxBatchOpsFor(client.DefaultBatchMaxBytes); *batch > most {
+		fmt.Fprintf(stderr, "idem bench: --batch %d is more than the maximum, %d: the Go client's batcher sends at most 512 KiB a request, which holds no more ops (a node's --max-batch-ops takes at most as many as its --max-request-bytes holds)\n", *batch, most)
+		return 2
 	}
 	if err := authTokenProblem(fs, stderr, "idem bench"); err != nil {
 		fmt.Fprintf(stderr, "idem bench: %v\n", err)

@@ -60,7 +60,21 @@ type serveConfig struct {
 	pprof                           bool
 	injectBug                       string
 	tls                             serveTLSFlags // tls.go
+	// given are the flags set on the command line or by IDEM_*
+	// (parseWithEnv): a limit checked against another flag's value is
+	// refused only when given, so that lowering one flag does not make
+	// another's default an error.
+	given map[string]bool
 }
+
+// maxScopeBytesLimit is the most --max-scope-bytes can be. GET /v1/records
+// carries principal, endpoint and key in its URL, which a node reads with
+// the request's headers, at most 1 MiB (net/http's default, which idem
+// serve keeps); percent-encoded (up to 3 bytes a byte), three fields of
+// 64 KiB take 576 KiB, leaving room for a bearer token of up to
+// client.MaxTokenBytes and the rest of the headers. Twice that (1152 KiB)
+// could never be looked up.
+const maxScopeBytesLimit = 64 << 10
 
 func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{limits: api.DefaultLimits()}
@@ -84,9 +98,9 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback --http-addr without --auth-file, and raft on a non-loopback address without TLS (--tls-cert-file)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
-	sizeVar(fs, &c.limits.MaxScopeBytes, "max-scope-bytes", c.limits.MaxScopeBytes, "largest principal, endpoint and key, in bytes")
+	sizeVar(fs, &c.limits.MaxScopeBytes, "max-scope-bytes", c.limits.MaxScopeBytes, "largest principal, endpoint and key, in bytes (at most 64KiB, and at most --max-request-bytes)")
 	fs.IntVar(&c.limits.MaxFingerprintChars, "max-fingerprint-chars", c.limits.MaxFingerprintChars, "longest fingerprint, in hex characters")
-	sizeVar(fs, &c.limits.MaxIDBytes, "max-id-bytes", c.limits.MaxIDBytes, "largest claim_id, correlation_id and reason, in bytes")
+	sizeVar(fs, &c.limits.MaxIDBytes, "max-id-bytes", c.limits.MaxIDBytes, "largest claim_id, correlation_id and reason, in bytes (at most --max-request-bytes)")
 	fs.DurationVar(&c.limits.MinLease, "min-lease", c.limits.MinLease, "shortest lease_ms a request may ask for")
 	fs.DurationVar(&c.limits.MaxLease, "max-lease", c.limits.MaxLease, "longest lease_ms a request may ask for")
 	sizeVar(fs, &c.limits.MaxRequestBytes, "max-request-bytes", c.limits.MaxRequestBytes, "largest request body, in bytes (413 request_too_large above)")
@@ -94,7 +108,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.IntVar(&c.limits.MaxResponseHeaders, "max-response-headers", c.limits.MaxResponseHeaders, "most stored response headers")
 	sizeVar(fs, &c.limits.MaxResponseHeaderBytes, "max-response-header-bytes", c.limits.MaxResponseHeaderBytes, "largest stored response headers, names and values together")
 	fs.Int64Var(&c.limits.MaxKeysPerPrincipal, "max-keys-per-principal", c.limits.MaxKeysPerPrincipal, "live keys one principal may hold (429 quota_exceeded above)")
-	fs.IntVar(&c.maxBatchOps, "max-batch-ops", api.DefaultMaxBatchOps, "most operations in one POST /v1/batch (413 request_too_large above)")
+	fs.IntVar(&c.maxBatchOps, "max-batch-ops", api.DefaultMaxBatchOps, "most operations in one POST /v1/batch (413 request_too_large above); at most what a body of --max-request-bytes holds (19417 for 1MiB)")
 	fs.Uint64Var(&c.snapshotThreshold, "snapshot-threshold", d.SnapshotThreshold, "raft log entries between snapshots")
 	fs.DurationVar(&c.snapshotInterval, "snapshot-interval", d.SnapshotInterval, "how often raft checks whether to snapshot")
 	fs.Uint64Var(&c.trailingLogs, "trailing-logs", d.TrailingLogs, "raft log entries kept after a snapshot, for followers to catch up without one")
@@ -242,6 +256,7 @@ func (c *serveConfig) validate() error {
 	if c.maxBatchOps < 1 {
 		bad("--max-batch-ops must be at least 1 (got %d)", c.maxBatchOps)
 	}
+	errs = append(errs, c.unreachableLimits()...)
 	if err := c.limits.Validate(); err != nil {
 		bad("%s", strings.ReplaceAll(err.Error(), "api: ", ""))
 	}
@@ -279,6 +294,33 @@ func (c *serveConfig) validate() error {
 	}
 	errs = append(errs, c.tls.validate()...)
 	return errors.Join(errs...)
+}
+
+// unreachableLimits refuses the request limits no request could reach:
+// --max-scope-bytes over maxScopeBytesLimit; and, when given,
+// --max-scope-bytes and --max-id-bytes over --max-request-bytes (their
+// fields travel in request bodies) and --max-batch-ops over the ops of
+// the smallest kind a body of --max-request-bytes holds.
+func (c *serveConfig) unreachableLimits() []error {
+	var errs []error
+	l := c.limits
+	if l.MaxScopeBytes > maxScopeBytesLimit {
+		errs = append(errs, fmt.Errorf("--max-scope-bytes %d is more than the maximum, %d (64KiB): GET /v1/records carries principal, endpoint and key in its URL, and a node reads at most 1 MiB of request line and headers", l.MaxScopeBytes, maxScopeBytesLimit))
+	}
+	if l.MaxRequestBytes < 1 {
+		return errs // refused by Limits.Validate
+	}
+	body := fmt.Sprint(l.MaxRequestBytes)
+	if c.given["max-scope-bytes"] && l.MaxScopeBytes <= maxScopeBytesLimit && int64(l.MaxScopeBytes) > l.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("--max-scope-bytes %d is more than %d, the maximum --max-request-bytes %s allows: principal, endpoint and key travel in request bodies", l.MaxScopeBytes, l.MaxRequestBytes, body))
+	}
+	if c.given["max-id-bytes"] && int64(l.MaxIDBytes) > l.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("--max-id-bytes %d is more than %d, the maximum --max-request-bytes %s allows: claim_id, correlation_id and reason travel in request bodies", l.MaxIDBytes, l.MaxRequestBytes, body))
+	}
+	if most := api.MaxBatchOpsFor(l.MaxRequestBytes); c.given["max-batch-ops"] && c.maxBatchOps > most {
+		errs = append(errs, fmt.Errorf("--max-batch-ops %d is more than %d, the maximum --max-request-bytes %s allows: a batch of more ops, each at least a get of one-byte principal, endpoint and key (53 bytes), does not fit in a request body", c.maxBatchOps, most, body))
+	}
+	return errs
 }
 
 // checkHostPort is the check the join API applies to a member's
@@ -342,6 +384,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem serve: "))
 		return 2
 	}
+	c.given = set
 	if err := c.validate(); err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem serve: "))
 		return 2
