@@ -214,7 +214,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		f.Value = watchedValue{f.Value, func(v string) error {
 			first, twice := given[f.Name]
 			if twice && !isRepeatable(f.Value.(watchedValue).Value) {
-				err := fmt.Errorf("--%s is given twice (%s, then %s): give it once", f.Name, quoteFlagValue(first), quoteFlagValue(v))
+				err := fmt.Errorf("--%s is given twice: give it once", f.Name)
+				if !strings.HasSuffix(f.Name, "-token") { // a secret is not echoed
+					err = fmt.Errorf("--%s is given twice (%s, then %s): give it once", f.Name, quoteFlagValue(first), quoteFlagValue(v))
+				}
 				bad = func() error { return err }
 				return err
 			}

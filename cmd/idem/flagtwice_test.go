@@ -29,6 +29,7 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 		{[]string{"cluster", "status", "--addr", "127.0.0.13:27701", "--timeout", "1s", "--timeout", "2s"}, "idem cluster status: --timeout is given twice (1s, then 2s)"},
 		{[]string{"bench", "--addr", ":", "--batch", "8", "--batch", "16"}, "idem bench: --batch is given twice"},
 		{[]string{"token", "new", "--name", "a", "--name", "b", "--role", "admin"}, "idem token new: --name is given twice"},
+		{[]string{"get", "--auth-token", "idem_secret-one", "--auth-token", "idem_secret-two", "--principal", "p", "--endpoint", "e", "--key", "k"}, "idem get: --auth-token is given twice: give it once"},
 	} {
 		args := tc.args
 		if args[0] == "serve" {
@@ -41,6 +42,7 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
 		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
 		require.Empty(t, stdout.String(), "%v", tc.args)
+		require.NotContains(t, stderr.String(), "idem_secret", "%v: a token is echoed", tc.args)
 		for _, d := range []string{x, y} {
 			_, err := os.Stat(d)
 			require.ErrorIs(t, err, os.ErrNotExist, "%v created %s", tc.args, d)
