@@ -736,6 +736,21 @@ func TestCompleteTooLargeStoresNothing(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 }
 
+// A response within the node's limits whose raft log entry would be over
+// what raft-wal reads back (64 MiB) is refused 413 with nothing changed: it
+// was acknowledged, and the node then could not start on its log.
+func TestCompleteOverTheRaftEntryLimitStoresNothing(t *testing.T) {
+	n := mustNode(t, withLimits(func(l *api.Limits) { l.MaxResponseBytes = 100 << 20; l.MaxRequestBytes = 200 << 20 }))
+	s := sc("over-entry")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	before := n.stateHash()
+	resp := map[string]any{"status": 200, "body": base64.StdEncoding.EncodeToString(make([]byte, 64<<20))}
+	p := requireProblem(t, n.complete(s, tok, resp), http.StatusRequestEntityTooLarge, "request_too_large")
+	require.Contains(t, p["detail"], "raft log entry")
+	require.Equal(t, before, n.stateHash())
+	require.Equal(t, "in_progress", n.record(s)["state"])
+}
+
 func TestRelease(t *testing.T) {
 	t.Parallel()
 	n := mustNode(t)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/idem-store/idem/raftfsm"
 )
@@ -109,6 +110,9 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's disk is below its minimum free space (--min-free-disk), so the write was refused and nothing changed; reads still work, and writes are accepted again once space is freed")
 		p.retryAfter = 30
 		return p
+	case errors.Is(err, raftfsm.ErrEntryTooLarge):
+		// The same request is refused again: no Retry-After.
+		return newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge, strings.TrimPrefix(err.Error(), "raftfsm: ")+"; nothing changed: send less in one request (fewer ops in a batch, a smaller response)")
 	case errors.Is(err, raftfsm.ErrNoLeader), errors.Is(err, raftfsm.ErrNotLeader):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "no leader is available; retry shortly")
 	case errors.Is(err, raftfsm.ErrUnknownOutcome):

@@ -361,6 +361,9 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotProposed, err)
 	}
+	if err := checkEntrySize(data); err != nil {
+		return nil, err
+	}
 	n.lastWrite.Store(mono.Now())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	if err := n.wait(f); err != nil {

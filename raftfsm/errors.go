@@ -1,6 +1,9 @@
 package raftfsm
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrNotLeader means this node cannot decide; the caller should ask the
@@ -25,3 +28,33 @@ var (
 	// ErrConfig reports an invalid node configuration.
 	ErrConfig = errors.New("raftfsm: invalid config")
 )
+
+// MaxEntryBytes is the largest raft log entry a node proposes. raft-wal
+// writes an entry of any size but refuses, as corrupt, to read one over 64
+// MiB (segment.MaxEntrySize): a node that had acknowledged a write of a
+// 100 MiB response panicked at its next start, its log unreadable. The MiB
+// below that limit holds the entry's framing, and keeps every value the
+// entry stores under the 64 MiB a state snapshot's reader takes.
+const MaxEntryBytes = 63 << 20
+
+// ErrEntryTooLarge is the refusal of a command whose raft log entry would
+// be over MaxEntryBytes: nothing was proposed, and the same command will be
+// refused again (send less: fewer ops in a batch, a smaller response).
+var ErrEntryTooLarge = errors.New("raftfsm: the raft log entry would be too large")
+
+// EntryTooLargeError says how large the refused entry was.
+type EntryTooLargeError struct{ Bytes int }
+
+func (e *EntryTooLargeError) Error() string {
+	return fmt.Sprintf("raftfsm: the request makes a raft log entry of %d bytes, more than the %d (63 MiB) one entry may hold", e.Bytes, MaxEntryBytes)
+}
+
+func (e *EntryTooLargeError) Unwrap() error { return ErrEntryTooLarge }
+
+// checkEntrySize refuses an encoded command over MaxEntryBytes.
+func checkEntrySize(data []byte) error {
+	if len(data) > MaxEntryBytes {
+		return &EntryTooLargeError{Bytes: len(data)}
+	}
+	return nil
+}

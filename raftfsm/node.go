@@ -973,6 +973,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkEntrySize(data); err != nil {
+		return nil, err
+	}
 	n.lastWrite.Store(mono.Now())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
 	if err := n.wait(f); err != nil {

@@ -29,6 +29,9 @@ func TestServeRefusesLimitsNoRequestCanReach(t *testing.T) {
 		{[]string{"--max-id-bytes", "2MiB"}, "--max-id-bytes 2097152 is more than 1048576, the maximum --max-request-bytes 1048576 allows"},
 		{[]string{"--max-batch-ops", "19418"}, "--max-batch-ops 19418 is more than 19417, the maximum --max-request-bytes 1048576 allows"},
 		{[]string{"--max-batch-ops", "256", "--max-request-bytes", "8KiB"}, "--max-batch-ops 256 is more than 151, the maximum --max-request-bytes 8192 allows"},
+		// A response is stored through one raft log entry, which raft-wal
+		// reads back only up to 64 MiB.
+		{[]string{"--max-response-bytes", "100MiB", "--max-request-bytes", "200MiB"}, "--max-response-bytes 104857600 is more than the maximum, 65011712 (62MiB)"},
 	} {
 		// --bootstrap-expect 10 is refused too: a serve that took the
 		// limit stops before starting a node.
@@ -49,6 +52,7 @@ func TestServeRefusesLimitsNoRequestCanReach(t *testing.T) {
 		{"--max-request-bytes", "8KiB"},
 		{"--max-request-bytes", "200"},
 		{"--max-batch-ops", "151", "--max-request-bytes", "8KiB"},
+		{"--max-response-bytes", "62MiB", "--max-request-bytes", "100MiB"},
 	} {
 		fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)

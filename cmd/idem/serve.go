@@ -76,6 +76,11 @@ type serveConfig struct {
 // could never be looked up.
 const maxScopeBytesLimit = 64 << 10
 
+// maxResponseBytesLimit is the largest --max-response-bytes: a response is
+// stored through one raft log entry, with its headers (at most 8 KiB) and
+// its record, and an entry may hold raftfsm.MaxEntryBytes (63 MiB).
+const maxResponseBytesLimit = 62 << 20
+
 func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{limits: api.DefaultLimits()}
 	d := raftfsm.DefaultConfig()
@@ -104,7 +109,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.limits.MinLease, "min-lease", c.limits.MinLease, "shortest lease_ms a request may ask for")
 	fs.DurationVar(&c.limits.MaxLease, "max-lease", c.limits.MaxLease, "longest lease_ms a request may ask for")
 	sizeVar(fs, &c.limits.MaxRequestBytes, "max-request-bytes", c.limits.MaxRequestBytes, "largest request body, in bytes (413 request_too_large above)")
-	sizeVar(fs, &c.limits.MaxResponseBytes, "max-response-bytes", c.limits.MaxResponseBytes, "largest stored response body, decoded bytes (413 response_too_large above)")
+	sizeVar(fs, &c.limits.MaxResponseBytes, "max-response-bytes", c.limits.MaxResponseBytes, "largest stored response body, decoded bytes (413 response_too_large above; at most 62MiB)")
 	fs.IntVar(&c.limits.MaxResponseHeaders, "max-response-headers", c.limits.MaxResponseHeaders, "most stored response headers")
 	sizeVar(fs, &c.limits.MaxResponseHeaderBytes, "max-response-header-bytes", c.limits.MaxResponseHeaderBytes, "largest stored response headers, names and values together")
 	fs.Int64Var(&c.limits.MaxKeysPerPrincipal, "max-keys-per-principal", c.limits.MaxKeysPerPrincipal, "live keys one principal may hold (429 quota_exceeded above)")
@@ -306,6 +311,9 @@ func (c *serveConfig) unreachableLimits() []error {
 	l := c.limits
 	if l.MaxScopeBytes > maxScopeBytesLimit {
 		errs = append(errs, fmt.Errorf("--max-scope-bytes %d is more than the maximum, %d (64KiB): GET /v1/records carries principal, endpoint and key in its URL, and a node reads at most 1 MiB of request line and headers", l.MaxScopeBytes, maxScopeBytesLimit))
+	}
+	if l.MaxResponseBytes > maxResponseBytesLimit {
+		errs = append(errs, fmt.Errorf("--max-response-bytes %d is more than the maximum, %d (62MiB): a response is stored through one raft log entry, which holds at most 63 MiB (a larger one was acknowledged, and the node could not start on its log)", l.MaxResponseBytes, maxResponseBytesLimit))
 	}
 	if l.MaxRequestBytes < 1 {
 		return errs // refused by Limits.Validate
