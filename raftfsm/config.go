@@ -63,6 +63,12 @@ type Config struct {
 	// transport closes it (on Close, or when Open fails later); until then
 	// it is the caller's to close. Closing it again is harmless.
 	RaftListener net.Listener
+	// MaxInboundRaftConns bounds the connections peers (or anyone who
+	// reaches the raft port) hold open to this node at once; 0 is
+	// DefaultMaxInboundRaftConns. idem serve lowers it under a small
+	// open-files limit, where 256 silent connections alone took every
+	// descriptor the process had.
+	MaxInboundRaftConns int
 	// BeforeRaft, when set, runs once this process holds the data dir (the
 	// stores are open) and the raft transport is listening, before raft
 	// reads or writes any state. idem serve records the settings a data dir

@@ -256,6 +256,9 @@ func open(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.MaxInboundRaftConns > 0 {
+		stream.slots = make(chan struct{}, cfg.MaxInboundRaftConns)
+	}
 	cfg.RaftAdvertise = stream.Addr().String()
 	n.self.RaftAddr = cfg.RaftAdvertise
 	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{

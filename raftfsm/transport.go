@@ -57,10 +57,11 @@ type streamLayer struct {
 // connection gets as long for its first byte.
 const handshakeTimeout = 10 * time.Second
 
-// maxInboundRaftConns bounds the raft connections peers hold open to this
-// node. Each peer keeps a handful (a pool of 3 per target, plus a pipeline
-// and snapshot streams), so 256 serves dozens of members.
-const maxInboundRaftConns = 256
+// DefaultMaxInboundRaftConns bounds the raft connections peers hold open
+// to this node (Config.MaxInboundRaftConns). Each peer keeps a handful (a
+// pool of 3 per target, plus a pipeline and snapshot streams), so 256
+// serves dozens of members.
+const DefaultMaxInboundRaftConns = 256
 
 // newStreamLayer listens on bind, or takes ln when the caller opened it.
 func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.Logger) (*streamLayer, error) {
@@ -87,7 +88,7 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log,
-		slots: make(chan struct{}, maxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{})}
+		slots: make(chan struct{}, DefaultMaxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{})}
 	if tcp, ok := ln.Addr().(*net.TCPAddr); ok && !tcp.IP.IsUnspecified() {
 		s.dialer.LocalAddr = &net.TCPAddr{IP: tcp.IP}
 	}

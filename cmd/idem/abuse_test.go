@@ -2,10 +2,14 @@ package main
 
 import (
 	"bufio"
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -263,4 +267,76 @@ func TestHealthAddrAnswersWhileTheAPIConnectionsAreFull(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusNotFound, resp.StatusCode)
 	require.Contains(t, string(b), "serves only /healthz and /readyz")
+}
+
+// Anyone who reaches the raft port may hold its bound of connections, each
+// silent until its first byte is due, and open them again. That bound
+// (256) did not count against the open-files limit: on a node limited to
+// 1,024 files whose API connections were full, or to 256 files at all,
+// the process ran out of descriptors. Its HTTP and raft accepts failed,
+// and Pebble's flushes failed in a loop that logged hundreds of thousands
+// of lines. Now the raft port's bound is fitted into the limit beside
+// --max-conns, and the node keeps descriptors for its own files.
+func TestRaftPortFloodLeavesDescriptorsForTheStore(t *testing.T) {
+	const httpFlood, raftFlood = 800, 400
+	soft, hard, err := raiseOpenFiles() // this process holds the attackers' ends
+	if err != nil || soft < httpFlood+raftFlood+300 {
+		t.Skipf("this test needs %d open files in the test process (soft %d, hard %d, %v)", httpFlood+raftFlood+300, soft, hard, err)
+	}
+	addr, raftAddr := freePort(t), freePort(t)
+	p := launchWithFiles(t, 1024, t.TempDir(), addr, raftAddr, "--log-level", "warn")
+	pid := p.cmd.Process.Pid // sh exec'd the node
+	openFiles := func() int {
+		fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		require.NoError(t, err)
+		return len(fds)
+	}
+
+	// The client's connection, open before the attack.
+	client := &http.Client{Timeout: 15 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1, MaxConnsPerHost: 1}}
+	defer client.CloseIdleConnections()
+	post := func(path, body string) (int, string) {
+		resp, err := client.Post("http://"+addr+path, "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	status, _ := post("/v1/claim", `{"principal":"p","endpoint":"e","key":"warm","fingerprint":"aa"}`)
+	require.Equal(t, http.StatusCreated, status)
+
+	// The attack: silent connections to both ports, more than either holds.
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range httpFlood + raftFlood {
+		to := addr
+		if i%3 == 2 {
+			to = raftAddr
+		}
+		c, err := net.DialTimeout("tcp", to, 2*time.Second)
+		if err != nil {
+			continue // the kernel's backlog is full
+		}
+		conns = append(conns, c)
+	}
+	require.Eventually(t, func() bool { return openFiles() >= 600 }, 20*time.Second, 50*time.Millisecond,
+		"the node never took the attackers' connections")
+
+	// Meanwhile the store writes more than a memtable (a flush makes new
+	// files), through the client's connection.
+	body := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte("r"), 60<<10))
+	for i := range 100 {
+		status, answer := post("/v1/claim", fmt.Sprintf(`{"principal":"p","endpoint":"e","key":"k%d","fingerprint":"aa"}`, i))
+		require.Equal(t, http.StatusCreated, status, answer)
+		var claim struct{ Token string }
+		require.NoError(t, json.Unmarshal([]byte(answer), &claim))
+		status, answer = post("/v1/complete", fmt.Sprintf(`{"principal":"p","endpoint":"e","key":"k%d","token":%q,"response":{"status":200,"body":%q}}`, i, claim.Token, body))
+		require.Equal(t, http.StatusOK, status, answer)
+	}
+	require.Less(t, openFiles(), 1024, "the node holds every descriptor it may open")
+	require.NotContains(t, p.logs.String(), "too many open files")
 }

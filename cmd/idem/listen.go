@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/api"
+	"github.com/idem-store/idem/raftfsm"
 )
 
 // connConfig is how `idem serve` bounds what clients can hold: open
@@ -51,28 +52,67 @@ func (c connConfig) validate() []error {
 // fdReserve is how many descriptors are kept from the HTTP connections
 // for everything else a node opens: Pebble's tables and WAL, the raft log,
 // snapshots, raft's connections to its peers, forwarding to the leader.
+// The connections others open to the raft port and to --health-addr are
+// counted apart (fdBudget).
 func fdReserve(limit uint64) uint64 {
 	return min(max(limit/4, 256), 2048)
 }
 
+// listenerCap is the most connections the raft port, and --health-addr,
+// hold open under an open-files limit: their usual bound (256), lowered to
+// an eighth of a small limit. Anyone who reaches the raft port can hold
+// its bound, silent connections a few seconds each, again and again: at
+// 256 under a limit of 1,024 (with the API's connections full) or 256,
+// they took the descriptors Pebble's flushes, the raft log and the HTTP
+// accepts needed.
+func listenerCap(limit uint64, usual int) int {
+	return int(min(uint64(usual), max(limit/8, 16)))
+}
+
+// fdBudget is how an open-files limit is shared by the connections others
+// open: the API's (--max-conns, lowered to fit, and HealthHeadroom more),
+// the raft port's and --health-addr's (0 without one).
+type fdBudget struct {
+	httpConns, raftConns, healthConns int
+}
+
+// budgetFor fits the connection caps into the open-files limit soft,
+// fdReserve(soft) kept for the node's own files.
+func budgetFor(soft uint64, maxConns int, health bool) fdBudget {
+	b := fdBudget{httpConns: maxConns, raftConns: listenerCap(soft, raftfsm.DefaultMaxInboundRaftConns)}
+	if health {
+		b.healthConns = listenerCap(soft, healthMaxConns)
+	}
+	room := int64(soft) - int64(fdReserve(soft)) - api.HealthHeadroom - int64(b.raftConns) - int64(b.healthConns)
+	if int64(b.httpConns) > room {
+		b.httpConns = int(max(room, 16))
+	}
+	return b
+}
+
 // limitConns raises the open-files limit as far as allowed and wraps ln in
-// the connection cap, lowered when the limit cannot hold it. It logs both.
-func limitConns(ln net.Listener, c connConfig, log *slog.Logger) *api.ConnListener {
+// the connection cap, lowered when the limit cannot hold it. It logs both,
+// and returns the caps of the raft port and --health-addr (health: one is
+// given) fitted to the same limit.
+func limitConns(ln net.Listener, c connConfig, health bool, log *slog.Logger) (*api.ConnListener, fdBudget) {
 	soft, hard, err := raiseOpenFiles()
-	limit := c.maxConns
+	b := fdBudget{httpConns: c.maxConns, raftConns: raftfsm.DefaultMaxInboundRaftConns}
+	if health {
+		b.healthConns = healthMaxConns
+	}
 	switch {
 	case errors.Is(err, errNoRlimit):
 	case err != nil:
 		log.Warn("cannot read or raise the open-files limit", "error", err)
 	default:
-		if room := int64(soft) - int64(fdReserve(soft)) - api.HealthHeadroom; int64(limit) > room {
-			limit = int(max(room, 16))
+		b = budgetFor(soft, c.maxConns, health)
+		if b.httpConns < c.maxConns {
 			log.Warn("--max-conns lowered to fit the open-files limit; raise the hard limit (ulimit -Hn, LimitNOFILE=) to allow more",
-				"max-conns", c.maxConns, "lowered-to", limit, "open-files", soft, "hard-limit", hard)
+				"max-conns", c.maxConns, "lowered-to", b.httpConns, "open-files", soft, "hard-limit", hard)
 		}
-		log.Info("connection limits", "open-files", soft, "hard-limit", hard, "max-conns", limit)
+		log.Info("connection limits", "open-files", soft, "hard-limit", hard, "max-conns", b.httpConns, "raft-conns", b.raftConns)
 	}
-	return api.Listen(ln, limit, log)
+	return api.Listen(ln, b.httpConns, log), b
 }
 
 // httpServer is the server of the API with the header and idle timeouts.

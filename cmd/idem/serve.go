@@ -867,7 +867,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if c.raftAdvertise == "" {
 		c.raftAdvertise = c.raftAddr
 	}
-	cl := limitConns(ln, c.conns, log) // listen.go
+	cl, fds := limitConns(ln, c.conns, healthLn != nil, log) // listen.go
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -885,6 +885,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.InjectBug = c.injectBug
 	rc.TLS = tlsConf
 	rc.RaftListener, rc.BeforeRaft = raftLn, pin
+	rc.MaxInboundRaftConns = fds.raftConns
 	// Without node.json, --node-id is checked against the raft
 	// configuration the data dir holds before pin records it: a data dir
 	// whose node.json was lost, started under a mistyped id, ran outside
@@ -1025,7 +1026,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	var hsrv *http.Server // --health-addr's
 	if healthLn != nil {
 		// Its own connections, so a flood of the API's cannot reach it.
-		hcl := api.ListenNoHeadroom(healthLn, healthMaxConns, log)
+		hcl := api.ListenNoHeadroom(healthLn, fds.healthConns, log)
 		hsrv = &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
 			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log, handshakes)}
 		go func() {
@@ -1185,7 +1186,8 @@ func inUse(dataDir string, err error) error {
 }
 
 // healthMaxConns bounds the connections of --health-addr: probes make a
-// few each, and one more is answered 503 and closed at once.
+// few each, and one more is answered 503 and closed at once. It is lowered
+// under a small open-files limit (listenerCap).
 const healthMaxConns = 256
 
 // healthOnly serves /healthz and /readyz of the API and nothing else (the
