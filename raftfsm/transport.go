@@ -9,6 +9,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -44,6 +45,13 @@ type streamLayer struct {
 	notRaftLogged spacer
 	// tlsPeerLogged spaces the log of TLS handshakes on a plaintext port.
 	tlsPeerLogged spacer
+	// refusedLogged and silentLogged space the logs of refused TLS
+	// handshakes and of connections closed for sending nothing: anyone who
+	// reaches the raft port makes one of each per connection, thousands a
+	// second (2 lines each, 1 MB of log a second, before they were spaced).
+	// refused and silent count those not logged.
+	refusedLogged, silentLogged spacer
+	refused, silent             atomic.Int64
 
 	// conns are the open TLS connections, both ways, with a finished
 	// handshake, those dialled by this node to be dialled again when its
@@ -141,6 +149,12 @@ type slotConn struct {
 
 func (c *slotConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n == 0 && c.silent && isTimeout(err) {
+		// Raft would log each at error level ("failed to decode incoming
+		// command: i/o timeout"); EOF closes quietly.
+		c.layer.silentClosed(c.RemoteAddr())
+		return 0, io.EOF
+	}
 	if n > 0 && c.silent {
 		c.silent = false
 		c.Conn.SetReadDeadline(time.Time{})
@@ -162,6 +176,34 @@ func (c *slotConn) Read(b []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// isTimeout reports a read that ran into its deadline.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// silentClosed logs, at most once a minute, that connections were closed
+// for sending nothing within the first byte's deadline.
+func (s *streamLayer) silentClosed(from net.Addr) {
+	n := s.silent.Add(1)
+	if !s.silentLogged.allow(time.Minute) {
+		return
+	}
+	s.silent.Add(-n)
+	s.log.Warn("closed raft connections that sent nothing within the handshake timeout (a port scan, or a peer that hangs); logged at most once a minute",
+		"from", from.String(), "closed", n, "timeout", s.firstByte.String())
+}
+
+// refusedPeer logs, at most once a minute, a refused TLS handshake.
+func (s *streamLayer) refusedPeer(msg string, from net.Addr, err error) {
+	n := s.refused.Add(1)
+	if !s.refusedLogged.allow(time.Minute) {
+		return
+	}
+	s.refused.Add(-n)
+	s.log.Warn(msg+"; logged at most once a minute", "remote-addr", from.String(), "error", err, "refused", n)
 }
 
 // tlsPeer logs, at most once a minute, that a peer spoke TLS to this
@@ -238,7 +280,7 @@ func (c *serverConn) handshake() error {
 				// like none (a CA rotation done out of order).
 				msg += " (the peer sent none: it has none, or one from a CA not in this node's --tls-ca-file, as in a CA rotation done out of order)"
 			}
-			c.log.Warn(msg, "remote-addr", c.Conn.RemoteAddr().String(), "error", c.err)
+			c.layer.refusedPeer(msg, c.Conn.RemoteAddr(), c.err)
 			c.Conn.Close()
 			return
 		}
@@ -260,7 +302,10 @@ func (c *serverConn) Close() error {
 
 func (c *serverConn) Read(b []byte) (int, error) {
 	if err := c.handshake(); err != nil {
-		return 0, err
+		// Logged (spaced) by handshake. Raft logs any other error of a
+		// connection's first read at error level, once per connection:
+		// EOF closes it quietly.
+		return 0, io.EOF
 	}
 	return c.Conn.Read(b)
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 )
 
@@ -148,4 +149,54 @@ func TestPlainRaftPortNamesATLSPeer(t *testing.T) {
 	}
 	require.Equal(t, 1, strings.Count(logs.String(), "speaks TLS"), "logged once a minute:\n%s", logs.String())
 	require.Contains(t, logs.String(), "--tls-ca-file")
+}
+
+// Anyone who reaches the raft port makes the node log: a TLS handshake
+// refused, or a connection closed for sending nothing, was logged for each
+// connection, and raft logged it again at error level ("failed to decode
+// incoming command"). A loop of junk connections wrote 25,000 lines (5.6 MB)
+// in 5 s. Each kind is now logged at most once a minute, with a count, and
+// raft sees the end of the connection.
+func TestRaftPortLogsJunkConnectionsSpaced(t *testing.T) {
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	pki := newTestPKI(t, "junk")
+	for _, c := range []struct {
+		name string
+		tls  *TLS
+		send []byte // nil: nothing, until the first byte's deadline
+		want string
+	}{
+		{"tls", pki.node("n1"), []byte{0x16, 0x03, 0x01, 0x00, 0x05, 'h', 'e', 'l', 'l', 'o'}, "refused a raft connection"},
+		{"silent", nil, nil, "closed raft connections that sent nothing"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			logs.Reset()
+			s, err := newStreamLayer("127.0.0.1:0", "127.0.0.1:0", nil, c.tls, log)
+			require.NoError(t, err)
+			s.firstByte = 100 * time.Millisecond
+			tr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: s, MaxPool: 1, Timeout: time.Second, Logger: newHCLog(log)})
+			defer tr.Close()
+			const junk = 20
+			for range junk {
+				conn, err := net.Dial("tcp", s.Listener.Addr().String())
+				require.NoError(t, err)
+				if c.send != nil {
+					_, err = conn.Write(c.send)
+					require.NoError(t, err)
+				}
+				// The node closes it: read to the end (an alert, a reset).
+				io.Copy(io.Discard, conn)
+				conn.Close()
+			}
+			require.Equal(t, 1, strings.Count(logs.String(), c.want), "logged once a minute:\n%s", logs.String())
+			require.NotContains(t, logs.String(), "failed to decode incoming command")
+		})
+	}
+}
+
+func (l *logBuffer) Reset() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.b.Reset()
 }
