@@ -101,7 +101,7 @@ func storeProblem(err error) *problem {
 		p.retryAfter = 5
 		return p
 	case errors.Is(err, raftfsm.ErrLogStopped):
-		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "this node's raft log is stopped: the disk filled as it made the log's next segment file, so no leader can be elected here and the write was refused; nothing changed. Reads still work, and writes are accepted again once space is freed (the log reopens by itself)")
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "this node's raft log is stopped: the disk filled as it made the log's next segment file, so no leader can be elected here and the write was refused; nothing changed. Without a leader, reads answer 503 too, but with consistency=stale they are answered from this node's state; writes are accepted again once space is freed (the log reopens by itself)")
 		p.retryAfter = 30
 		return p
 	case errors.Is(err, raftfsm.ErrStorageFull):

@@ -671,8 +671,17 @@ func TestOneNodeStoppedLogAnswers507(t *testing.T) {
 		return storageFull507(a), a.String()
 	})
 	require.Contains(t, string(a.body), "raft log is stopped", "%s", a)
+	// It said "Reads still work", and a client's next (linearizable) read
+	// got 503: it names the reads that do.
+	require.NotContains(t, string(a.body), "Reads still work", "%s", a)
+	require.Contains(t, string(a.body), "consistency=stale", "%s", a)
 	a = call("GET", httpAddr, recordPath("after-stop", ""), "")
 	require.True(t, a.err != nil || a.unavailable503(), "a linearizable read needs a leader, not space: %s", a)
+	for key := range keys.snapshot() {
+		a = call("GET", httpAddr, recordPath(key, "stale"), "")
+		require.Equal(t, 200, a.code, "a stale read of an acknowledged key: %s", a)
+		break
+	}
 	requireAckedFull(t, httpAddr, keys)
 
 	out, err := exec.Command("mount", "-o", "remount,size=300m", mnt).CombinedOutput()
