@@ -24,7 +24,20 @@ type Limits struct {
 	// What protects the node itself (limits_conn.go); not published.
 	MaxInFlight     int           // requests handled at once, /healthz and /readyz aside
 	BodyReadTimeout time.Duration // the whole request body must arrive within it
+	// MaxInFlightBytes bounds the request bodies the node holds at once,
+	// in bytes: a body counts its Content-Length (MaxRequestBytes when it
+	// has none) from its headers to the end of its answer. A body larger
+	// than the whole bound counts as the bound: it is taken when nothing
+	// else is held. 0 turns the bound off.
+	MaxInFlightBytes int64
 }
+
+// DefaultMaxInFlightBytes is the default of Limits.MaxInFlightBytes: 256
+// bodies of the default --max-request-bytes (1 MiB) at once, about 512 MiB
+// of memory (a body takes about twice its size while read and decoded).
+// Ordinary traffic never reaches it: --max-inflight requests of a few KiB
+// each hold a few MiB.
+const DefaultMaxInFlightBytes = 256 << 20
 
 // DefaultLimits are docs/docs/API.md's defaults.
 func DefaultLimits() Limits {
@@ -42,6 +55,7 @@ func DefaultLimits() Limits {
 		MaxPrincipals:          1_000_000,
 		MaxInFlight:            2048,
 		BodyReadTimeout:        10 * time.Second,
+		MaxInFlightBytes:       DefaultMaxInFlightBytes,
 	}
 }
 
@@ -62,6 +76,11 @@ func (l Limits) Validate() error {
 	pos("--max-keys-per-principal", l.MaxKeysPerPrincipal)
 	pos("--max-principals", l.MaxPrincipals)
 	pos("--max-inflight", int64(l.MaxInFlight))
+	pos("--max-inflight-bytes", l.MaxInFlightBytes)
+	if l.MaxInFlightBytes >= 1 && l.MaxRequestBytes >= 1 && l.MaxInFlightBytes < l.MaxRequestBytes {
+		errs = append(errs, fmt.Errorf("api: --max-inflight-bytes %d is less than --max-request-bytes %d: a body of the largest size could be read only while the node holds no other; raise --max-inflight-bytes or lower --max-request-bytes",
+			l.MaxInFlightBytes, l.MaxRequestBytes))
+	}
 	if l.BodyReadTimeout < 10*time.Millisecond {
 		errs = append(errs, fmt.Errorf("api: --body-read-timeout must be at least 10ms (got %s)", l.BodyReadTimeout))
 	}

@@ -24,6 +24,10 @@ import (
 //     after the answer (RFC 9112 §6.3, see sniffer);
 //   - at most Limits.MaxInFlight requests are handled at once; beyond it
 //     503 unavailable with Retry-After: 1, decided before anything is read;
+//   - at most Limits.MaxInFlightBytes of request bodies are held at once,
+//     each counted by its Content-Length (Limits.MaxRequestBytes without
+//     one) until its answer is written; beyond it 503 unavailable with
+//     Retry-After: 1, decided before the body is read (bodyHeld);
 //   - the whole body must arrive within Limits.BodyReadTimeout of the
 //     handler's start. The deadline is cleared once the body is read, so
 //     a long answer (a snapshot download) is never cut by it;
@@ -45,6 +49,38 @@ type connGuard struct {
 	inFlight atomic.Int64
 	refused  atomic.Int64 // requests refused for --max-inflight
 	lastLog  atomic.Int64 // unix nanos of the last warning about it
+
+	bodyBytes   atomic.Int64 // request body bytes held now (--max-inflight-bytes)
+	bodyRefused atomic.Int64 // requests refused for --max-inflight-bytes
+	bodyLastLog atomic.Int64 // unix nanos of the last warning about it
+}
+
+// BodyBytesInUse is the bytes of request bodies the node holds now, as
+// --max-inflight-bytes counts them, for metrics.
+func (s *Server) BodyBytesInUse() int64 { return s.guards.bodyBytes.Load() }
+
+// RefusedBodyBytes is how many requests were refused for
+// --max-inflight-bytes.
+func (s *Server) RefusedBodyBytes() int64 { return s.guards.bodyRefused.Load() }
+
+// bodyHeld is what a request's body counts against --max-inflight-bytes:
+// its Content-Length; Limits.MaxRequestBytes when it has none (chunked),
+// the most it may grow to; nothing when it is over that, refused 413
+// unread (readBody), or when it has no body. A body larger than the whole
+// bound counts as the bound, so that it is still taken, alone.
+func (s *Server) bodyHeld(r *http.Request) int64 {
+	if r.Body == nil || r.Body == http.NoBody {
+		return 0
+	}
+	max := s.cfg.Limits.MaxRequestBytes
+	n := r.ContentLength
+	switch {
+	case n > max:
+		return 0
+	case n < 0:
+		n = max
+	}
+	return min(n, s.cfg.Limits.MaxInFlightBytes)
 }
 
 // InFlight is the number of requests being handled now (/healthz and
@@ -96,6 +132,18 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 				return
 			}
 		}
+		if max := s.cfg.Limits.MaxInFlightBytes; max > 0 {
+			if n := s.bodyHeld(r); n > 0 {
+				// Held until the answer is written: the raw body is kept
+				// for forwarding to the leader (onLeader), and what it
+				// decodes to as long as the handler runs.
+				defer s.guards.bodyBytes.Add(-n)
+				if s.guards.bodyBytes.Add(n) > max {
+					s.refuseBody(w, r, max)
+					return
+				}
+			}
+		}
 	}
 	if d := s.cfg.Limits.BodyReadTimeout; d > 0 && r.Body != nil && r.Body != http.NoBody {
 		rc := http.NewResponseController(w)
@@ -108,6 +156,19 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 		w = &answerWriter{ResponseWriter: w, timeout: s.answerWriteTimeout()}
 	}
 	next.ServeHTTP(w, r)
+}
+
+// refuseBody answers a request whose body would take the node past
+// --max-inflight-bytes: 503 before the body is read, as for --max-inflight.
+func (s *Server) refuseBody(w http.ResponseWriter, r *http.Request, max int64) {
+	s.guards.bodyRefused.Add(1)
+	if last := s.guards.bodyLastLog.Load(); mono.Since(last) > 10*time.Second && s.guards.bodyLastLog.CompareAndSwap(last, mono.Now()) {
+		s.log.Warn("refusing requests: request bodies held at once past --max-inflight-bytes", "max-inflight-bytes", max, "refused-total", s.guards.bodyRefused.Load())
+	}
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+		fmt.Sprintf("the node holds as many request bodies as it takes at once (%d bytes, --max-inflight-bytes); nothing was decided, retry shortly", max))
+	p.retryAfter = 1
+	refuseNow(w, r, p)
 }
 
 // DefaultAnswerWriteTimeout is the default of Config.AnswerWriteTimeout.

@@ -3,7 +3,7 @@ package api
 import "github.com/prometheus/client_golang/prometheus"
 
 // ListenerCollectors export what the connection and load limits see
-// (Listen's cap, Limits.MaxInFlight), so an operator can tell when they
+// (Listen's cap, Limits.MaxInFlight, Limits.MaxInFlightBytes), so an operator can tell when they
 // bite. `idem serve` registers them beside Collectors.
 func ListenerCollectors(cl *ConnListener, s *Server) []prometheus.Collector {
 	return []prometheus.Collector{
@@ -19,6 +19,12 @@ func ListenerCollectors(cl *ConnListener, s *Server) []prometheus.Collector {
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_requests_refused_total",
 			Help: "HTTP requests answered 503 for --max-inflight."},
 			func() float64 { return float64(s.RefusedInFlight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_http_request_body_bytes_in_use",
+			Help: "Bytes of request bodies held now, each counted by its Content-Length (--max-request-bytes when chunked) from its headers to its answer (--max-inflight-bytes)."},
+			func() float64 { return float64(s.BodyBytesInUse()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_request_body_refused_total",
+			Help: "HTTP requests answered 503 for --max-inflight-bytes: their bodies would have taken the node past it."},
+			func() float64 { return float64(s.RefusedBodyBytes()) }),
 	}
 }
 
