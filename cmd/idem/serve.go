@@ -171,6 +171,11 @@ var nodeIDPattern = api.NodeIDPattern
 func (c *serveConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !c.given["max-inflight-bytes"] && c.limits.MaxRequestBytes > c.limits.MaxInFlightBytes {
+		// The default holds at least one body of the largest size; a
+		// given --max-inflight-bytes under it is refused (Limits.Validate).
+		c.limits.MaxInFlightBytes = c.limits.MaxRequestBytes
+	}
 	if !nodeIDPattern.MatchString(c.nodeID) {
 		bad("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", c.nodeID)
 	}
@@ -288,6 +293,7 @@ func (c *serveConfig) validate() error {
 		{"cache-bytes", uint64(c.cacheBytes)},
 		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
 		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
+		{"max-inflight-bytes", uint64(max(c.limits.MaxInFlightBytes, 0))},
 		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
 	} {
 		if why := memoryBound(f.name, f.v, mem); why != "" {
@@ -989,7 +995,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 			"retention", c.retention.String())
 	}
 	warnWideBuckets(log, c.bucketWidth, retention)
-	warnRequestMemory(log, c.limits.MaxInFlight, c.limits.MaxRequestBytes, physicalMemory())
+	warnRequestMemory(log, c.limits.MaxInFlightBytes, physicalMemory())
 
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
@@ -1209,22 +1215,22 @@ func healthOnly(h http.Handler) http.Handler {
 // node to 2.1 GB (VmHWM).
 const requestMemoryFactor = 2
 
-// warnRequestMemory says when the requests --max-inflight lets in at once,
-// each with a body of --max-request-bytes, would take more memory than the
-// machine has: each flag is checked alone at start, but any client that
+// warnRequestMemory says when the request bodies --max-inflight-bytes lets
+// the node hold at once would take more memory than the machine has (it
+// refuses a bound past the memory itself, as a typo): any client that
 // reaches the API (with --auth-file, any holder of a token) can send that
-// many such bodies together and the node is killed for lack of memory.
-func warnRequestMemory(log *slog.Logger, inFlight int, maxBody int64, mem uint64) {
-	if inFlight <= 0 || maxBody <= 0 || mem == 0 {
+// many bytes of bodies together, and the node is killed for lack of memory.
+func warnRequestMemory(log *slog.Logger, held int64, mem uint64) {
+	if held <= 0 || mem == 0 {
 		return
 	}
-	need := uint64(inFlight) * uint64(maxBody) * requestMemoryFactor
+	need := uint64(held) * requestMemoryFactor
 	if need <= mem {
 		return
 	}
-	log.Warn(fmt.Sprintf("--max-inflight %d requests with bodies of --max-request-bytes %s can take about %s of memory at once (twice their bytes, while read and decoded), more than this machine's %s: lower one of them",
-		inFlight, formatShortest(uint64(maxBody)), formatApprox(need), formatApprox(mem)),
-		"max-inflight", inFlight, "max-request-bytes", maxBody, "memory-bytes", mem)
+	log.Warn(fmt.Sprintf("--max-inflight-bytes %s of request bodies held at once can take about %s of memory (twice their bytes, while read and decoded), more than this machine's %s: lower it",
+		formatShortest(uint64(held)), formatApprox(need), formatApprox(mem)),
+		"max-inflight-bytes", held, "memory-bytes", mem)
 }
 
 // warnWideBuckets says when the bucket width is wider than the retention:

@@ -95,26 +95,26 @@ func TestSizeBeyondMemoryIsRefused(t *testing.T) {
 	}
 }
 
-// Each size flag is checked alone against the machine's memory, but the
-// requests --max-inflight lets in may each hold a body of
-// --max-request-bytes, about twice its size while it is read and decoded
-// (1,000 bodies of 1 MiB took a node to 2.1 GB). A node whose product of
-// the two is past the machine's memory says so at start.
+// --max-inflight-bytes bounds the request bodies a node holds at once,
+// which take about twice their bytes while read and decoded (1,000 bodies
+// of 1 MiB took a node to 2.1 GB). A bound whose memory is past the
+// machine's says so at start; the default (256 MiB) says nothing on a
+// machine of 512 MiB or more.
 func TestRequestMemoryPastTheMachineIsWarned(t *testing.T) {
 	mem := physicalMemory()
 	if mem == 0 {
 		t.Skip("no /proc/meminfo here")
 	}
-	body := mem/512 + 1 // 512 in flight, twice the body each: past the memory
-	p := launch(t, t.TempDir(), freePort(t), freePort(t), "--max-inflight", "512", "--max-request-bytes", strconv.FormatUint(body, 10))
+	held := mem/2 + 1 // twice the bodies: past the memory
+	p := launch(t, t.TempDir(), freePort(t), freePort(t), "--max-inflight-bytes", strconv.FormatUint(held, 10))
 	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "idem serving") }, 20*time.Second, 20*time.Millisecond, "%s", p.logs)
-	require.Contains(t, p.logs.String(), "--max-inflight 512 requests with bodies of --max-request-bytes")
+	require.Contains(t, p.logs.String(), "--max-inflight-bytes "+formatShortest(held)+" of request bodies held at once")
 	require.Contains(t, p.logs.String(), "more than this machine's")
 
-	if mem < 2048*(1<<20)*2 {
-		return // the defaults do not fit this machine either
+	if mem < 2*256<<20 {
+		return // the default does not fit this machine either
 	}
-	q := launch(t, t.TempDir(), freePort(t), freePort(t))
+	q := launch(t, t.TempDir(), freePort(t), freePort(t), "--max-inflight", "100000")
 	require.Eventually(t, func() bool { return strings.Contains(q.logs.String(), "idem serving") }, 20*time.Second, 20*time.Millisecond, "%s", q.logs)
-	require.NotContains(t, q.logs.String(), "--max-inflight", "the defaults fit this machine")
+	require.NotContains(t, q.logs.String(), "of request bodies held at once", "the default fits this machine, whatever --max-inflight")
 }
