@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"slices"
@@ -568,7 +567,7 @@ func (s *Server) principalOf(w http.ResponseWriter, r *http.Request, where princ
 		writeProblem(w, p)
 		return nil, false
 	}
-	r.Body = io.NopCloser(bytes.NewReader(body))
+	r.Body = &readBytes{Reader: bytes.NewReader(body), b: body}
 	// The same decoder and field tag as the handler's (case-insensitive
 	// match, the last of repeated members), so both see one principal.
 	var named struct {
