@@ -63,8 +63,8 @@ func TestServeValidatesMaxInFlightBytes(t *testing.T) {
 		args []string
 		want int64
 	}{
-		{nil, 256 << 20},
-		{[]string{"--max-request-bytes", "300MiB"}, 300 << 20}, // raised to hold one body
+		{nil, defaultInFlightBytes(physicalMemory(), 1<<20)},
+		{[]string{"--max-request-bytes", "300MiB"}, defaultInFlightBytes(physicalMemory(), 300<<20)},
 		{[]string{"--max-inflight-bytes", "8MiB", "--max-request-bytes", "8MiB"}, 8 << 20},
 		{[]string{"--max-inflight-bytes", "1GB"}, 1e9},
 	} {
@@ -80,6 +80,25 @@ func TestServeValidatesMaxInFlightBytes(t *testing.T) {
 			require.NoError(t, err, "%v", tc.args)
 		}
 		require.Equal(t, tc.want, c.limits.MaxInFlightBytes, "%v", tc.args)
+	}
+}
+
+// The default scales with the machine: an eighth of its memory, at least
+// 256 MiB and at least one body of --max-request-bytes.
+func TestDefaultInFlightBytesFollowsTheMachine(t *testing.T) {
+	const mib = 1 << 20
+	for _, tc := range []struct {
+		mem        uint64
+		maxRequest int64
+		want       int64
+	}{
+		{0, mib, 256 * mib},             // memory unknown
+		{1 << 30, mib, 256 * mib},       // 1 GiB: the floor
+		{24 << 30, mib, 3 << 30},        // 24 GiB: 3 GiB, more than 2,048 bodies of 1 MiB
+		{24 << 30, 4 << 30, 4 << 30},    // one body of --max-request-bytes
+		{2 << 30, 300 * mib, 300 * mib}, // raised to one body
+	} {
+		require.Equal(t, tc.want, defaultInFlightBytes(tc.mem, tc.maxRequest), "%+v", tc)
 	}
 }
 

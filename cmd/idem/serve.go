@@ -171,10 +171,8 @@ var nodeIDPattern = api.NodeIDPattern
 func (c *serveConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	if !c.given["max-inflight-bytes"] && c.limits.MaxRequestBytes > c.limits.MaxInFlightBytes {
-		// The default holds at least one body of the largest size; a
-		// given --max-inflight-bytes under it is refused (Limits.Validate).
-		c.limits.MaxInFlightBytes = c.limits.MaxRequestBytes
+	if !c.given["max-inflight-bytes"] {
+		c.limits.MaxInFlightBytes = defaultInFlightBytes(physicalMemory(), c.limits.MaxRequestBytes)
 	}
 	if !nodeIDPattern.MatchString(c.nodeID) {
 		bad("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", c.nodeID)
@@ -1214,6 +1212,24 @@ func healthOnly(h http.Handler) http.Handler {
 // while it is read and decoded: 1,000 bodies of 1 MiB sent at once took a
 // node to 2.1 GB (VmHWM).
 const requestMemoryFactor = 2
+
+// defaultInFlightBytes is --max-inflight-bytes when not given: an eighth
+// of the machine's memory (bodies take about twice their bytes while read
+// and decoded, so a quarter of it), at least api.DefaultMaxInFlightBytes,
+// and at least one body of --max-request-bytes (a smaller value given is
+// refused, by Limits.Validate). Scaled to the machine rather than fixed:
+// every held body also holds a --max-inflight slot, and a bound far below
+// --max-inflight bodies of --max-request-bytes (2 GiB at the defaults)
+// lets fewer slow senders, each declaring a large body and trickling it,
+// hold every body back; on a machine that has the memory for them, the
+// bound does not take that from it.
+func defaultInFlightBytes(mem uint64, maxRequest int64) int64 {
+	v := int64(api.DefaultMaxInFlightBytes)
+	if eighth := mem / 8; eighth > uint64(v) && eighth < 1<<62 {
+		v = int64(eighth)
+	}
+	return max(v, maxRequest)
+}
 
 // warnRequestMemory says when the request bodies --max-inflight-bytes lets
 // the node hold at once would take more memory than the machine has (it
