@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"container/list"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -38,8 +39,19 @@ type streamLayer struct {
 	// TLS, its handshake).
 	slots     chan struct{}
 	firstByte time.Duration
-	done      chan struct{}
-	closeOnce sync.Once
+	// pending are the accepted connections that have not yet shown they
+	// are a peer (plaintext: no first byte; TLS: no finished handshake),
+	// oldest first. When every slot is held, the oldest of them is closed
+	// for the connection just accepted: an attacker who opens connections
+	// faster than they time out held every slot, and a real peer's
+	// connection waited in the backlog behind the attacker's until raft's
+	// dial timed out (a restarted member never rejoined while it lasted).
+	pendingMu     sync.Mutex
+	pending       list.List // of *slotConn
+	evicted       atomic.Int64
+	evictedLogged spacer
+	done          chan struct{}
+	closeOnce     sync.Once
 	// notRaftLogged spaces the log of connections that spoke HTTP: once a
 	// minute is enough to name the mistake.
 	notRaftLogged spacer
@@ -110,23 +122,39 @@ func (s *streamLayer) Addr() net.Addr { return s.advertise }
 // stalls its handshake must not hold up the accept loop.
 func (s *streamLayer) Accept() (net.Conn, error) {
 	select {
-	case s.slots <- struct{}{}:
 	case <-s.done:
 		return nil, net.ErrClosed
+	default:
 	}
 	c, err := s.Listener.Accept()
 	if err != nil {
-		<-s.slots
 		return nil, err
 	}
+	select {
+	case s.slots <- struct{}{}:
+	default:
+		// Every slot is held. The oldest connection that has not shown it
+		// is a peer gives its slot up to this one; when all are peers',
+		// this one waits (one descriptor past the bound).
+		s.evictOldest(c.RemoteAddr())
+		select {
+		case s.slots <- struct{}{}:
+		case <-s.done:
+			c.Close()
+			return nil, net.ErrClosed
+		}
+	}
 	sc := &slotConn{Conn: c, free: s.slots, layer: s}
+	s.pendingMu.Lock()
+	sc.elem = s.pending.PushBack(sc)
+	s.pendingMu.Unlock()
 	if s.tls == nil {
 		// Until its first byte: a handshake's deadline, plaintext.
 		c.SetReadDeadline(time.Now().Add(s.firstByte))
 		sc.silent = true
 		return sc, nil
 	}
-	srv := &serverConn{log: s.log, layer: s}
+	srv := &serverConn{log: s.log, layer: s, slot: sc}
 	srv.Conn = tls.Server(sc, s.tls.raftServerConfig(func(m *tlsMaterial) { srv.used = m }))
 	return srv, nil
 }
@@ -137,18 +165,60 @@ func (s *streamLayer) Close() error {
 	return s.Listener.Close()
 }
 
+// evictOldest closes the oldest pending connection, whose Close frees its
+// slot, and logs it at most once a minute.
+func (s *streamLayer) evictOldest(newcomer net.Addr) {
+	s.pendingMu.Lock()
+	e := s.pending.Front()
+	var sc *slotConn
+	if e != nil {
+		sc = s.pending.Remove(e).(*slotConn)
+		sc.elem = nil
+		sc.evicted.Store(true)
+	}
+	s.pendingMu.Unlock()
+	if sc == nil {
+		return
+	}
+	sc.Close()
+	n := s.evicted.Add(1)
+	if !s.evictedLogged.allow(time.Minute) {
+		return
+	}
+	s.evicted.Add(-n)
+	s.log.Warn("the raft port's connections were all held: closed the oldest that had not yet shown it is a peer (no first byte, or no finished TLS handshake), for a new one (a flood of connections, or many peers connecting at once); logged at most once a minute",
+		"closed", sc.RemoteAddr().String(), "for", newcomer.String(), "evicted", n, "max-conns", cap(s.slots))
+}
+
+// proven takes c off the pending list: it spoke raft (plaintext) or
+// finished its TLS handshake, and is not closed for a newcomer.
+func (s *streamLayer) proven(c *slotConn) {
+	s.pendingMu.Lock()
+	if c.elem != nil {
+		s.pending.Remove(c.elem)
+		c.elem = nil
+	}
+	s.pendingMu.Unlock()
+}
+
 // slotConn gives its slot back once closed, and clears the first-byte
 // deadline once a byte has come.
 type slotConn struct {
 	net.Conn
-	free   chan struct{}
-	once   sync.Once
-	layer  *streamLayer
-	silent bool // a first-byte deadline is set; Read is raft's one goroutine
+	free    chan struct{}
+	once    sync.Once
+	layer   *streamLayer
+	silent  bool          // a first-byte deadline is set; Read is raft's one goroutine
+	elem    *list.Element // on layer.pending; guarded by layer.pendingMu
+	evicted atomic.Bool   // closed for a newer connection
 }
 
 func (c *slotConn) Read(b []byte) (int, error) {
 	n, err := c.Conn.Read(b)
+	if n == 0 && c.evicted.Load() {
+		// Closed for a newer connection (logged, spaced, by evictOldest).
+		return 0, io.EOF
+	}
 	if n == 0 && c.silent && isTimeout(err) {
 		// Raft would log each at error level ("failed to decode incoming
 		// command: i/o timeout"); EOF closes quietly.
@@ -174,6 +244,7 @@ func (c *slotConn) Read(b []byte) (int, error) {
 			c.layer.tlsPeer(c.RemoteAddr())
 			return 0, io.EOF
 		}
+		c.layer.proven(c)
 	}
 	return n, err
 }
@@ -225,6 +296,7 @@ func (s *streamLayer) notRaft(from net.Addr) {
 }
 
 func (c *slotConn) Close() error {
+	c.layer.proven(c) // off the pending list
 	err := c.Conn.Close()
 	c.once.Do(func() { <-c.free })
 	return err
@@ -265,6 +337,7 @@ type serverConn struct {
 	log   *slog.Logger
 	layer *streamLayer
 	used  *tlsMaterial // the files the handshake used
+	slot  *slotConn    // the connection under TLS: pending until the handshake ends
 	once  sync.Once
 	err   error
 }
@@ -272,7 +345,11 @@ type serverConn struct {
 func (c *serverConn) handshake() error {
 	c.once.Do(func() {
 		c.Conn.SetDeadline(time.Now().Add(handshakeTimeout))
-		if c.err = c.Conn.Handshake(); c.err != nil {
+		if c.err = c.Conn.Handshake(); c.err != nil && c.slot.evicted.Load() {
+			c.Conn.Close() // closed for a newer connection, logged by evictOldest
+			return
+		}
+		if c.err != nil {
 			msg := "refused a raft connection: no valid node certificate from the cluster's CA"
 			if strings.Contains(c.err.Error(), "didn't provide a certificate") {
 				// Go's client leaves out a certificate whose issuer this node
@@ -285,6 +362,7 @@ func (c *serverConn) handshake() error {
 			return
 		}
 		c.Conn.SetDeadline(time.Time{})
+		c.layer.proven(c.slot)
 		if !c.layer.conns.track(c.layer.tls, c.Conn, c.used, false) {
 			c.err = errors.New("raftfsm: raft peer's certificate is not trusted by the reloaded --tls-ca-file")
 			c.log.Warn("closed a raft connection: the peer's certificate is not trusted by the reloaded --tls-ca-file",

@@ -56,18 +56,24 @@ func TestRaftPortBoundsSilentConnections(t *testing.T) {
 	require.Eventually(t, func() bool { return accepted.Load() == 1 }, 2*time.Second, 10*time.Millisecond)
 	silent := dial()
 	require.Eventually(t, func() bool { return accepted.Load() == 2 }, 2*time.Second, 10*time.Millisecond)
-	waiting := dial() // past the bound: not accepted while both slots are held
-	time.Sleep(100 * time.Millisecond)
-	require.Equal(t, int32(2), accepted.Load(), "a third connection was accepted beyond the bound of 2")
-
-	// The silent one is closed once its first byte is overdue, which frees
-	// its slot for the one waiting; the talker stays open though idle.
+	// Past the bound, a third takes the slot of the silent one, the oldest
+	// that has not spoken (an attacker holding every slot starved the
+	// peers); the talker keeps its slot.
+	waiting := dial()
+	require.Eventually(t, func() bool { return accepted.Load() == 3 }, 2*time.Second, 10*time.Millisecond)
 	silent.SetReadDeadline(time.Now().Add(5 * time.Second))
 	_, err = silent.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "the silent connection is closed for the newer one")
+	require.Eventually(t, func() bool { return closed.Load() == 1 }, 5*time.Second, 10*time.Millisecond)
+	require.LessOrEqual(t, len(s.slots), 2)
+
+	// The newer one is silent too: closed once its first byte is overdue;
+	// the talker stays open though idle.
+	waiting.SetReadDeadline(time.Now().Add(5 * time.Second))
+	_, err = waiting.Read(make([]byte, 1))
 	require.ErrorIs(t, err, io.EOF, "the silent connection is closed by the node")
-	require.Eventually(t, func() bool { return accepted.Load() == 3 }, 5*time.Second, 10*time.Millisecond, "the waiting connection gets the freed slot")
 	time.Sleep(2 * s.firstByte)
-	require.Equal(t, int32(2), closed.Load(), "closed: the silent one and the waiting one (silent too); the talker must stay")
+	require.Equal(t, int32(2), closed.Load(), "closed: the two silent ones; the talker must stay")
 	_, err = talker.Write([]byte{1})
 	require.NoError(t, err, "the talker idled past the first-byte deadline and was closed")
 	waiting.Close()
@@ -78,6 +84,7 @@ func TestRaftPortBoundsSilentConnections(t *testing.T) {
 	_, err = talker2.Write([]byte{0})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return accepted.Load() == 4 }, 5*time.Second, 10*time.Millisecond)
+	dial()                             // both slots are talkers': this one waits for a slot
 	time.Sleep(100 * time.Millisecond) // the accept loop now waits for a slot
 	require.NoError(t, s.Close())
 	select {
@@ -199,4 +206,59 @@ func (l *logBuffer) Reset() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.b.Reset()
+}
+
+// An attacker who holds every slot of the raft port with silent
+// connections, and keeps more waiting in the backlog, starved the real
+// peers: a peer's new connection (a restarted member's leader dialling it
+// again) waited behind the attacker's until raft's dial timed out, and a
+// member restarted during a flood never rejoined while it lasted. When
+// the bound is full, the oldest connection that has not spoken gives its
+// slot to the newest, so a peer gets in however many silent ones are held.
+func TestRaftPeerGetsPastSilentConnectionsHoldingEverySlot(t *testing.T) {
+	s, err := newStreamLayer("127.0.0.1:0", "127.0.0.1:0", nil, nil, nil)
+	require.NoError(t, err)
+	s.slots = make(chan struct{}, 4)
+	s.firstByte = time.Hour // the silent ones are not closed for their silence
+	server := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: s, MaxPool: 1, Timeout: time.Minute})
+	defer server.Close()
+	go func() {
+		for rpc := range server.Consumer() {
+			rpc.Respond(&raft.RequestVoteResponse{Term: 7, Granted: true}, nil)
+		}
+	}()
+
+	// The attacker: every slot, and as many again in the backlog.
+	for range 2 * cap(s.slots) {
+		c, err := net.Dial("tcp", s.Listener.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+	}
+	require.Eventually(t, func() bool { return len(s.slots) == cap(s.slots) }, 5*time.Second, 10*time.Millisecond)
+
+	// A real peer's RPC on a new connection. The client's timeout only ends
+	// the test without the fix: the attacker held the slots for an hour.
+	client, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 30*time.Second, io.Discard)
+	require.NoError(t, err)
+	defer client.Close()
+	var resp raft.RequestVoteResponse
+	err = client.RequestVote("n1", raft.ServerAddress(s.Listener.Addr().String()),
+		&raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte("x")}, Term: 7}, &resp)
+	require.NoError(t, err, "the peer's RPC did not get past the silent connections holding every slot")
+	require.True(t, resp.Granted)
+	require.LessOrEqual(t, len(s.slots), cap(s.slots))
+
+	// Its connection spoke: the flood that follows does not close it.
+	for range 3 * cap(s.slots) {
+		c, err := net.Dial("tcp", s.Listener.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { c.Close() })
+	}
+	require.Eventually(t, func() bool {
+		s.pendingMu.Lock()
+		defer s.pendingMu.Unlock()
+		return s.pending.Len() == cap(s.slots)-1
+	}, 5*time.Second, 10*time.Millisecond, "the peer's pooled connection holds one slot, the newest silent ones the rest")
+	require.NoError(t, client.RequestVote("n1", raft.ServerAddress(s.Listener.Addr().String()),
+		&raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte("x")}, Term: 7}, &resp))
 }
