@@ -33,8 +33,9 @@ type streamLayer struct {
 	// slots bounds the inbound connections open at once: a peer opening
 	// thousands and sending nothing took every file descriptor of the
 	// process, and the HTTP listener's accepts failed with them (an
-	// attack on loopback). Past the bound, connections wait in the
-	// kernel's backlog until one closes. firstByte is how long an
+	// attack on loopback). Past the bound, the oldest pending connection
+	// (below) is closed for a new one; when none is pending, connections
+	// wait in the kernel's backlog until one closes. firstByte is how long an
 	// accepted connection may stay silent before its first byte (with
 	// TLS, its handshake).
 	slots     chan struct{}
