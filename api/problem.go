@@ -112,7 +112,7 @@ func storeProblem(err error) *problem {
 		return p
 	case errors.Is(err, raftfsm.ErrEntryTooLarge):
 		// The same request is refused again: no Retry-After.
-		return newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge, strings.TrimPrefix(err.Error(), "raftfsm: ")+"; nothing changed: send less in one request (fewer ops in a batch, a smaller response)")
+		return newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge, strings.TrimPrefix(err.Error(), "raftfsm: ")+"; nothing changed: send a smaller response")
 	case errors.Is(err, raftfsm.ErrNoLeader), errors.Is(err, raftfsm.ErrNotLeader):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "no leader is available; retry shortly")
 	case errors.Is(err, raftfsm.ErrUnknownOutcome):

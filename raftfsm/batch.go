@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"time"
 
@@ -194,18 +195,7 @@ func (n *Node) Batch(ops []BatchOp) []BatchResult {
 		logged = append(logged, i)
 	}
 	for _, entry := range splitEntries(cmds, logged) {
-		subs := make([]*Command, len(entry))
-		for j, i := range entry {
-			subs[j] = cmds[i]
-		}
-		rs, err := n.proposeEntry(subs)
-		for j, i := range entry {
-			if err != nil {
-				out[i].Err = err
-				continue
-			}
-			out[i].Result, out[i].Index, out[i].Err = rs[j].Result, rs[j].Index, rs[j].Err
-		}
+		n.proposeFitting(cmds, entry, out)
 	}
 	for i, c := range cmds {
 		if c == nil || out[i].Err != nil {
@@ -319,6 +309,34 @@ func splitEntries(cmds []*Command, logged []int) [][]int {
 		entries = append(entries, cur)
 	}
 	return entries
+}
+
+// proposeFitting commits the ops of entry (indexes into cmds, in order)
+// as one entry and puts each op's result in out. An entry over
+// MaxEntryBytes is proposed as two halves, in order, each halved again as
+// needed: nothing of a refused entry was proposed, and ops that each fit
+// must not be refused because the batch put them together (the client's
+// Batcher packs the calls of unrelated callers into one request). Only an
+// op too large alone is refused with ErrEntryTooLarge.
+func (n *Node) proposeFitting(cmds []*Command, entry []int, out []BatchResult) {
+	subs := make([]*Command, len(entry))
+	for j, i := range entry {
+		subs[j] = cmds[i]
+	}
+	rs, err := n.proposeEntry(subs)
+	if len(entry) > 1 && errors.Is(err, ErrEntryTooLarge) {
+		half := len(entry) / 2
+		n.proposeFitting(cmds, entry[:half], out)
+		n.proposeFitting(cmds, entry[half:], out)
+		return
+	}
+	for j, i := range entry {
+		if err != nil {
+			out[i].Err = err
+			continue
+		}
+		out[i].Result, out[i].Index, out[i].Err = rs[j].Result, rs[j].Index, rs[j].Err
+	}
 }
 
 // proposeEntry commits ops as one entry and returns each op's result. One

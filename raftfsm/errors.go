@@ -38,8 +38,9 @@ var (
 const MaxEntryBytes = 63 << 20
 
 // ErrEntryTooLarge is the refusal of a command whose raft log entry would
-// be over MaxEntryBytes: nothing was proposed, and the same command will be
-// refused again (send less: fewer ops in a batch, a smaller response).
+// be over MaxEntryBytes alone: nothing was proposed, and the same command
+// will be refused again (send a smaller response). A batch whose ops pass
+// it only together is proposed as several entries (Node.Batch).
 var ErrEntryTooLarge = errors.New("raftfsm: the raft log entry would be too large")
 
 // EntryTooLargeError says how large the refused entry was.
