@@ -15,4 +15,10 @@ for _ in $(seq 100); do
   curl -fs "http://$http/readyz" >/dev/null 2>&1 && break
   sleep 0.1
 done
-bin/idem bench --addr "$http" --concurrency 64 --duration 10s "$@"
+# The defaults only where the arguments do not give their own: idem
+# refuses a flag given twice (scripts/bench-http.sh --duration 30s).
+defaults=()
+for d in "--concurrency 64" "--duration 10s"; do
+  case " $* " in *" ${d%% *} "* | *" ${d%% *}="*) ;; *) defaults+=($d) ;; esac
+done
+bin/idem bench --addr "$http" "${defaults[@]}" "$@"
