@@ -65,6 +65,9 @@ type serveConfig struct {
 	// refused only when given, so that lowering one flag does not make
 	// another's default an error.
 	given map[string]bool
+	// lowered says which request limits validate lowered to their
+	// maximum (lowerUnreachableLimits), logged once the logger exists.
+	lowered []string
 }
 
 // maxScopeBytesLimit is the most --max-scope-bytes can be. GET /v1/records
@@ -264,7 +267,24 @@ func (c *serveConfig) validate() error {
 	if c.maxBatchOps < 1 {
 		bad("--max-batch-ops must be at least 1 (got %d)", c.maxBatchOps)
 	}
-	errs = append(errs, c.unreachableLimits()...)
+	// A size past the memory is refused as given, before a limit past its
+	// maximum is lowered: 1000TiB is a typo, not an old unit file.
+	mem := physicalMemory()
+	for _, f := range []struct {
+		name string
+		v    uint64
+	}{
+		{"cache-bytes", uint64(c.cacheBytes)},
+		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
+		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
+		{"max-inflight-bytes", uint64(max(c.limits.MaxInFlightBytes, 0))},
+		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
+	} {
+		if why := memoryBound(f.name, f.v, mem); why != "" {
+			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
+		}
+	}
+	c.lowered = c.lowerUnreachableLimits()
 	if err := c.limits.Validate(); err != nil {
 		bad("%s", strings.ReplaceAll(err.Error(), "api: ", ""))
 	}
@@ -283,21 +303,6 @@ func (c *serveConfig) validate() error {
 	if c.cacheBytes < 1<<20 {
 		bad("--cache-bytes %d must be at least 1 MiB", c.cacheBytes)
 	}
-	mem := physicalMemory()
-	for _, f := range []struct {
-		name string
-		v    uint64
-	}{
-		{"cache-bytes", uint64(c.cacheBytes)},
-		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
-		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
-		{"max-inflight-bytes", uint64(max(c.limits.MaxInFlightBytes, 0))},
-		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
-	} {
-		if why := memoryBound(f.name, f.v, mem); why != "" {
-			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
-		}
-	}
 	if c.fullDiskStopTimeout < 0 {
 		bad("--full-disk-stop-timeout %s must be 0 or more", c.fullDiskStopTimeout)
 	}
@@ -305,34 +310,48 @@ func (c *serveConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// unreachableLimits refuses the request limits no request could reach:
-// --max-scope-bytes over maxScopeBytesLimit; and, when given,
-// --max-scope-bytes and --max-id-bytes over --max-request-bytes (their
-// fields travel in request bodies) and --max-batch-ops over the ops of
-// the smallest kind a body of --max-request-bytes holds.
-func (c *serveConfig) unreachableLimits() []error {
-	var errs []error
-	l := c.limits
+// lowerUnreachableLimits lowers the request limits no request could reach
+// to the most one can, and says so (runServe logs it at WARN):
+// --max-scope-bytes over maxScopeBytesLimit, --max-response-bytes over
+// maxResponseBytesLimit; and, when given, --max-scope-bytes and
+// --max-id-bytes over --max-request-bytes (their fields travel in request
+// bodies) and --max-batch-ops over the ops of the smallest kind a body of
+// --max-request-bytes holds. Lowered, not refused: a unit file that ran
+// under an earlier release, which took these values, must still start in
+// a rolling upgrade; the values lowered are the ones no request reached
+// (or, for --max-response-bytes, that no node could read back), so no
+// request that worked before is refused.
+func (c *serveConfig) lowerUnreachableLimits() []string {
+	var notes []string
+	l := &c.limits
+	lower := func(flag string, from, to int64, why string) {
+		notes = append(notes, fmt.Sprintf("--%s %d lowered to %d, the maximum: %s", flag, from, to, why))
+	}
 	if l.MaxScopeBytes > maxScopeBytesLimit {
-		errs = append(errs, fmt.Errorf("--max-scope-bytes %d is more than the maximum, %d (64KiB): GET /v1/records carries principal, endpoint and key in its URL, and a node reads at most 1 MiB of request line and headers", l.MaxScopeBytes, maxScopeBytesLimit))
+		lower("max-scope-bytes", int64(l.MaxScopeBytes), maxScopeBytesLimit, "GET /v1/records carries principal, endpoint and key in its URL, and a node reads at most 1 MiB of request line and headers")
+		l.MaxScopeBytes = maxScopeBytesLimit
 	}
 	if l.MaxResponseBytes > maxResponseBytesLimit {
-		errs = append(errs, fmt.Errorf("--max-response-bytes %d is more than the maximum, %d (62MiB): a response is stored through one raft log entry, which holds at most 63 MiB (a larger one was acknowledged, and the node could not start on its log)", l.MaxResponseBytes, maxResponseBytesLimit))
+		lower("max-response-bytes", int64(l.MaxResponseBytes), maxResponseBytesLimit, "a response is stored through one raft log entry, which holds at most 63 MiB (a larger one was acknowledged, and the node could not start on its log)")
+		l.MaxResponseBytes = maxResponseBytesLimit
 	}
 	if l.MaxRequestBytes < 1 {
-		return errs // refused by Limits.Validate
+		return notes // refused by Limits.Validate
 	}
-	body := fmt.Sprint(l.MaxRequestBytes)
-	if c.given["max-scope-bytes"] && l.MaxScopeBytes <= maxScopeBytesLimit && int64(l.MaxScopeBytes) > l.MaxRequestBytes {
-		errs = append(errs, fmt.Errorf("--max-scope-bytes %d is more than %d, the maximum --max-request-bytes %s allows: principal, endpoint and key travel in request bodies", l.MaxScopeBytes, l.MaxRequestBytes, body))
+	body := fmt.Sprintf("--max-request-bytes %d allows", l.MaxRequestBytes)
+	if c.given["max-scope-bytes"] && int64(l.MaxScopeBytes) > l.MaxRequestBytes {
+		lower("max-scope-bytes", int64(l.MaxScopeBytes), l.MaxRequestBytes, body+": principal, endpoint and key travel in request bodies")
+		l.MaxScopeBytes = int(l.MaxRequestBytes)
 	}
 	if c.given["max-id-bytes"] && int64(l.MaxIDBytes) > l.MaxRequestBytes {
-		errs = append(errs, fmt.Errorf("--max-id-bytes %d is more than %d, the maximum --max-request-bytes %s allows: claim_id, correlation_id and reason travel in request bodies", l.MaxIDBytes, l.MaxRequestBytes, body))
+		lower("max-id-bytes", int64(l.MaxIDBytes), l.MaxRequestBytes, body+": claim_id, correlation_id and reason travel in request bodies")
+		l.MaxIDBytes = int(l.MaxRequestBytes)
 	}
-	if most := api.MaxBatchOpsFor(l.MaxRequestBytes); c.given["max-batch-ops"] && c.maxBatchOps > most {
-		errs = append(errs, fmt.Errorf("--max-batch-ops %d is more than %d, the maximum --max-request-bytes %s allows: a batch of more ops, each at least a get of one-byte principal, endpoint and key (53 bytes), does not fit in a request body", c.maxBatchOps, most, body))
+	if most := max(api.MaxBatchOpsFor(l.MaxRequestBytes), 1); c.given["max-batch-ops"] && c.maxBatchOps > most {
+		lower("max-batch-ops", int64(c.maxBatchOps), int64(most), body+": a batch of more ops, each at least a get of one-byte principal, endpoint and key (53 bytes), does not fit in a request body")
+		c.maxBatchOps = most
 	}
-	return errs
+	return notes
 }
 
 // checkHostPort is the check the join API applies to a member's
@@ -414,6 +433,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		}
 	}
 	log := newLogger(c, stderr)
+	for _, note := range c.lowered {
+		log.Warn(note)
+	}
 	if formationNote != "" {
 		log.Warn(formationNote)
 	}
