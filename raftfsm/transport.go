@@ -62,9 +62,12 @@ type streamLayer struct {
 	// handshakes and of connections closed for sending nothing: anyone who
 	// reaches the raft port makes one of each per connection, thousands a
 	// second (2 lines each, 1 MB of log a second, before they were spaced).
-	// refused and silent count those not logged.
-	refusedLogged, silentLogged spacer
-	refused, silent             atomic.Int64
+	// Refusals are spaced per remote host: one a minute from a scanner
+	// must not be the only line while a member is refused for its
+	// certificate. refused and silent count those not logged.
+	refusedLogged   hostSpacer
+	silentLogged    spacer
+	refused, silent atomic.Int64
 
 	// conns are the open TLS connections, both ways, with a finished
 	// handshake, those dialled by this node to be dialled again when its
@@ -268,14 +271,23 @@ func (s *streamLayer) silentClosed(from net.Addr) {
 		"from", from.String(), "closed", n, "timeout", s.firstByte.String())
 }
 
-// refusedPeer logs, at most once a minute, a refused TLS handshake.
+// maxRefusedHostsLogged bounds the hosts whose refused handshakes are
+// logged in one minute: a flood from many addresses is that many lines.
+const maxRefusedHostsLogged = 8
+
+// refusedPeer logs a refused TLS handshake at most once a minute for each
+// remote host (of at most maxRefusedHostsLogged a minute).
 func (s *streamLayer) refusedPeer(msg string, from net.Addr, err error) {
 	n := s.refused.Add(1)
-	if !s.refusedLogged.allow(time.Minute) {
+	host := from.String()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	if !s.refusedLogged.allow(host, time.Minute, maxRefusedHostsLogged) {
 		return
 	}
 	s.refused.Add(-n)
-	s.log.Warn(msg+"; logged at most once a minute", "remote-addr", from.String(), "error", err, "refused", n)
+	s.log.Warn(msg+"; logged at most once a minute for each address", "remote-addr", from.String(), "error", err, "refused", n)
 }
 
 // tlsPeer logs, at most once a minute, that a peer spoke TLS to this

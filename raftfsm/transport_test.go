@@ -262,3 +262,34 @@ func TestRaftPeerGetsPastSilentConnectionsHoldingEverySlot(t *testing.T) {
 	require.NoError(t, client.RequestVote("n1", raft.ServerAddress(s.Listener.Addr().String()),
 		&raft.RequestVoteRequest{RPCHeader: raft.RPCHeader{ID: []byte("n2"), Addr: []byte("x")}, Term: 7}, &resp))
 }
+
+// Refused handshakes are spaced per remote host: a flood of junk from one
+// address logged one line a minute, and that line was the only one, so a
+// member refused for its certificate meanwhile (a CA rotation done out of
+// order) was never named. Each address gets its first line.
+func TestRaftPortJunkDoesNotHideARefusedMember(t *testing.T) {
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	pki := newTestPKI(t, "junk-member")
+	s, err := newStreamLayer("127.0.0.11:0", "127.0.0.11:0", nil, pki.node("n1"), log)
+	require.NoError(t, err)
+	tr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: s, MaxPool: 1, Timeout: time.Second, Logger: newHCLog(log)})
+	defer tr.Close()
+	junk := []byte{0x16, 0x03, 0x01, 0x00, 0x05, 'h', 'e', 'l', 'l', 'o'}
+	send := func(from string) {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		conn, err := d.Dial("tcp", s.Listener.Addr().String())
+		require.NoError(t, err)
+		_, err = conn.Write(junk)
+		require.NoError(t, err)
+		io.Copy(io.Discard, conn)
+		conn.Close()
+	}
+	for range 10 {
+		send("127.0.0.11")
+	}
+	send("127.0.0.12")
+	send("127.0.0.12")
+	require.Equal(t, 2, strings.Count(logs.String(), "refused a raft connection"), "one line for each address:\n%s", logs.String())
+	require.Contains(t, logs.String(), "remote-addr=127.0.0.12:", logs.String())
+}
