@@ -158,9 +158,12 @@ func parseAddr(addr string) (*url.URL, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil {
-		if r := redactAddr(addr); r != addr {
-			// url.Parse's error quotes the whole address, password included.
-			return nil, fmt.Errorf("%w %q: not a URL", ErrAddress, r)
+		if strings.Contains(addr, "@") {
+			// url.Parse's error quotes the whole address, password
+			// included; and a password holding '/', '?' or '#' is not
+			// even taken as user info (the host ends there), so it is
+			// cut at the last '@' of the address.
+			return nil, fmt.Errorf("%w %q: not a URL", ErrAddress, redactBrokenAddr(addr))
 		}
 		return nil, fmt.Errorf("%w %q: %w", ErrAddress, addr, err)
 	}
@@ -200,6 +203,30 @@ func redactAddr(addr string) string {
 	user := rest[:at]
 	if c := strings.IndexByte(user, ':'); c >= 0 {
 		user = user[:c] + ":xxxxx"
+	}
+	return scheme + user + rest[at:]
+}
+
+// redactBrokenAddr is an address url.Parse refused, for an error message:
+// what stands between "://" (or the start) and its last '@' is taken for
+// user info, its password replaced by "xxxxx". redactAddr stops at the
+// first '/', '?' or '#', where a password holding one (base64 has '/')
+// would be printed whole.
+func redactBrokenAddr(addr string) string {
+	s := strings.TrimSpace(addr)
+	rest, scheme := s, ""
+	if i := strings.Index(s, "://"); i >= 0 {
+		scheme, rest = s[:i+3], s[i+3:]
+	}
+	at := strings.LastIndex(rest, "@")
+	if at < 0 {
+		return addr
+	}
+	user := rest[:at]
+	if c := strings.IndexByte(user, ':'); c >= 0 {
+		user = user[:c] + ":xxxxx"
+	} else {
+		user = "xxxxx"
 	}
 	return scheme + user + rest[at:]
 }

@@ -37,6 +37,14 @@ func TestRefusedAddressesHideTheirPassword(t *testing.T) {
 			code, out, errOut := runClientCmd(t, runCluster, "status", "--addr", "http://u:"+pw+"@"+freePort(t))
 			return code, out + errOut
 		}},
+		{"get --addr, a '/' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runGet, "--addr", "http://u:"+pw+"/x@"+freePort(t), "--principal", "p", "--endpoint", "e", "--key", "k")
+			return code, out + errOut
+		}},
+		{"cluster status --addr, a '?' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runCluster, "status", "--addr", "u:"+pw+"?x@"+freePort(t))
+			return code, out + errOut
+		}},
 		{"get --addr", func(t *testing.T) (int, string) {
 			code, out, errOut := runClientCmd(t, runGet, "--addr", "u:"+pw+"@"+freePort(t), "--principal", "p", "--endpoint", "e", "--key", "k")
 			return code, out + errOut
@@ -50,7 +58,7 @@ func TestRefusedAddressesHideTheirPassword(t *testing.T) {
 			if strings.Contains(out, pw) {
 				t.Errorf("the refusal shows the password:\n%s", out)
 			}
-			if !strings.Contains(out, "user info") && !strings.Contains(out, "u:xxxxx@") {
+			if !strings.Contains(out, "user info") && !strings.Contains(out, "xxxxx@") {
 				t.Errorf("the refusal does not say what is wrong:\n%s", out)
 			}
 		})

@@ -590,7 +590,7 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 			bad = checkHostPort(u.Host) != nil
 		}
 		if bad {
-			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, p)
+			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, withoutUserinfo(p))
 		}
 		if path := strings.TrimRight(u.Path, "/"); path == "/v1" || strings.HasSuffix(path, "/v1") {
 			u.Path, u.RawPath = strings.TrimSuffix(path, "/v1"), ""
@@ -618,4 +618,21 @@ func clientCertHint(msg string) string {
 		return "the node refused this command's client certificate (--cert-file): it is not signed by a CA in the nodes' --tls-ca-file, or has expired"
 	}
 	return ""
+}
+
+// withoutUserinfo is an address refused as not a URL, for an error
+// message: anything before its last '@' (after "://") replaced by
+// "xxxxx", since it may be user info whose password holds a '/', '?' or
+// '#' (base64 has '/'), where url.Parse ends the host and the whole
+// address, password and all, was printed.
+func withoutUserinfo(addr string) string {
+	at := strings.LastIndex(addr, "@")
+	if at < 0 {
+		return addr
+	}
+	scheme := ""
+	if i := strings.Index(addr[:at], "://"); i >= 0 {
+		scheme = addr[:i+3]
+	}
+	return scheme + "xxxxx" + addr[at:]
 }
