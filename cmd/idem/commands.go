@@ -215,7 +215,9 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 			first, twice := given[f.Name]
 			if twice && !isRepeatable(f.Value.(watchedValue).Value) {
 				err := fmt.Errorf("--%s is given twice: give it once", f.Name)
-				if !strings.HasSuffix(f.Name, "-token") { // a secret is not echoed
+				// A secret is not echoed: a bearer token (--auth-token,
+				// --store-token) or a claim's fencing token (--token).
+				if f.Name != "token" && !strings.HasSuffix(f.Name, "-token") {
 					err = fmt.Errorf("--%s is given twice (%s, then %s): give it once", f.Name, quoteFlagValue(first), quoteFlagValue(v))
 				}
 				bad = func() error { return err }

@@ -30,6 +30,8 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 		{[]string{"bench", "--addr", ":", "--batch", "8", "--batch", "16"}, "idem bench: --batch is given twice"},
 		{[]string{"token", "new", "--name", "a", "--name", "b", "--role", "admin"}, "idem token new: --name is given twice"},
 		{[]string{"get", "--auth-token", "idem_secret-one", "--auth-token", "idem_secret-two", "--principal", "p", "--endpoint", "e", "--key", "k"}, "idem get: --auth-token is given twice: give it once"},
+		// A claim's fencing token completes or releases its attempt.
+		{[]string{"complete", "--token", "idem_secret-1", "--token", "idem_secret-2", "--principal", "p", "--endpoint", "e", "--key", "k", "--status", "200"}, "idem complete: --token is given twice: give it once"},
 	} {
 		args := tc.args
 		if args[0] == "serve" {
