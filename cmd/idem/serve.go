@@ -1180,7 +1180,7 @@ func watchBucketWidth(ctx context.Context, node *raftfsm.Node, flag, retentionFl
 		}
 		if width != flag {
 			w := width.String()
-			log.Warn("this node's --bucket-width "+flag.String()+" differs from "+w+", the cluster's bucket width (fixed by its first write): this node uses "+w+", as every member does; give it --bucket-width "+w+" or omit the flag (a restart with "+flag.String()+" is refused once node.json records "+w+")",
+			log.Warn("this node's --bucket-width "+flag.String()+" differs from "+w+", the cluster's bucket width (fixed by its first write): this node uses "+w+", as every member does; give it --bucket-width "+w+" or omit the flag (its next restart records "+w+" in node.json, and a restart with "+flag.String()+" after that is refused)",
 				"bucket-width", w, "flag-bucket-width", flag.String())
 			retention := retentionFlag
 			if r, pinned := node.Retention(); pinned {

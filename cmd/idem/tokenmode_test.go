@@ -24,7 +24,7 @@ func TestLooseTokenFilesOfTheClientCommandsAreNamed(t *testing.T) {
 	require.NoError(t, os.Chmod(auth, 0o600))
 	// Nothing listens at --addr: each command fails to connect (exit 1)
 	// after reading the token.
-	const addr = "127.0.0.13:27709"
+	addr := deadAddr(t)
 	commands := []struct {
 		name string
 		run  func() (int, string, string)
@@ -63,7 +63,7 @@ func TestTokenTooLargeForAnyNodeIsRefusedNamingItsSource(t *testing.T) {
 	big := strings.Repeat("t", 2<<20)
 	file := filepath.Join(t.TempDir(), "t")
 	require.NoError(t, os.WriteFile(file, []byte(big+"\n"), 0o600))
-	const addr = "127.0.0.13:27709" // never reached
+	addr := deadAddr(t) // never reached
 	scope := []string{"--principal", "p", "--endpoint", "e", "--key", "k"}
 	for _, tc := range []struct {
 		name string
