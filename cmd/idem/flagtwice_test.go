@@ -53,7 +53,7 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 
 	// --header is repeatable: both are taken, and the command goes on to
 	// send (to an address nothing listens on: exit 1, not a usage error).
-	code, _, stderr := runClientCmd(t, runComplete, "--addr", "127.0.0.13:27709", "--timeout", "2s", "--principal", "p", "--endpoint", "e", "--key", "k",
+	code, _, stderr := runClientCmd(t, runComplete, "--addr", deadAddr(t), "--timeout", "2s", "--principal", "p", "--endpoint", "e", "--key", "k",
 		"--token", "t", "--status", "200", "--header", "A: 1", "--header", "B: 2", "--header", "a: 3")
 	require.NotContains(t, stderr, "given twice")
 	require.Equal(t, 1, code, stderr)
