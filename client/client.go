@@ -167,6 +167,12 @@ func parseAddr(addr string) (*url.URL, error) {
 		}
 		return nil, fmt.Errorf("%w %q: %w", ErrAddress, addr, err)
 	}
+	if u.User == nil && strings.Contains(s, "@") {
+		// A password of digits (or none) before a '/', '?' or '#' parses
+		// as a port, and the rest of it as a path, query or fragment: the
+		// address was taken (its host the user name) or printed whole.
+		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redactBrokenAddr(addr))
+	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
 		return nil, fmt.Errorf("%w %q: scheme must be http or https", ErrAddress, redactAddr(addr))

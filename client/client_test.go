@@ -768,6 +768,15 @@ func TestBadAddressErrorHidesThePassword(t *testing.T) {
 		"ops:hunter2/secret@10.0.0.1:7070",
 		"http://ops:hunter2?secret@10.0.0.1:7070",
 		"http://ops:hunter2#secret@10.0.0.1:7070",
+		// A password of digits (or none) before its '/', '?' or '#' is a
+		// valid port, and url.Parse takes the rest for a path, query or
+		// fragment: accepted (a client of host "ops"), or refused with
+		// the address printed whole.
+		"http://ops:2024/hunter2secret@10.0.0.1:7070",
+		"http://ops:/hunter2secret@10.0.0.1:7070",
+		"http://ops:2024?hunter2secret@10.0.0.1:7070",
+		"http://ops:2024#hunter2secret@10.0.0.1:7070",
+		"ops:2024/hunter2secret@10.0.0.1:7070",
 	} {
 		_, err := New(addr)
 		if !errors.Is(err, ErrAddress) {
