@@ -45,6 +45,24 @@ func TestRefusedAddressesHideTheirPassword(t *testing.T) {
 			code, out, errOut := runClientCmd(t, runCluster, "status", "--addr", "u:"+pw+"?x@"+freePort(t))
 			return code, out + errOut
 		}},
+		// A password of digits before its '/', '?' or '#' parses as a
+		// port, the rest as a path, query or fragment.
+		{"get --addr, digits then '/' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runGet, "--addr", "http://u:2024/"+pw+"@"+freePort(t), "--principal", "p", "--endpoint", "e", "--key", "k")
+			return code, out + errOut
+		}},
+		{"cluster status --addr, digits then '#' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runCluster, "status", "--addr", "u:2024#"+pw+"@"+freePort(t))
+			return code, out + errOut
+		}},
+		{"proxy --upstream, digits then '/' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://u:2024/"+pw+"@127.0.0.9:1", "--store", freePort(t))
+			return code, out + errOut
+		}},
+		{"proxy --store, digits then '?' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://127.0.0.9:1", "--store", "http://u:2024?"+pw+"@"+freePort(t))
+			return code, out + errOut
+		}},
 		{"get --addr", func(t *testing.T) (int, string) {
 			code, out, errOut := runClientCmd(t, runGet, "--addr", "u:"+pw+"@"+freePort(t), "--principal", "p", "--endpoint", "e", "--key", "k")
 			return code, out + errOut

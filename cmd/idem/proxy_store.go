@@ -47,7 +47,9 @@ func parseStores(list string, withTLS bool) ([]*url.URL, error) {
 		}
 		u, err := url.Parse(s)
 		switch {
-		case err != nil && strings.Contains(part, "@"):
+		case strings.Contains(part, "@") && (err != nil || u.User == nil):
+			// A password of digits (or none) before '/', '?' or '#'
+			// parses as a port, the rest as a path, query or fragment.
 			// url.Parse's error quotes the address, password included.
 			return nil, errors.New("an address with user info is not a URL: want host:port or scheme://host:port")
 		case err != nil:
