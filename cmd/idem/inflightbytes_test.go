@@ -97,6 +97,11 @@ func TestDefaultInFlightBytesFollowsTheMachine(t *testing.T) {
 		{24 << 30, mib, 3 << 30},        // 24 GiB: 3 GiB, more than 2,048 bodies of 1 MiB
 		{24 << 30, 4 << 30, 4 << 30},    // one body of --max-request-bytes
 		{2 << 30, 300 * mib, 300 * mib}, // raised to one body
+		// A machine of less than the floor: the default stays within its
+		// memory, which validate refuses past as a typo (a node that
+		// started before the flag existed must start after it).
+		{192 * mib, mib, 192 * mib},
+		{192 * mib, 300 * mib, 300 * mib}, // --max-request-bytes is refused itself
 	} {
 		require.Equal(t, tc.want, defaultInFlightBytes(tc.mem, tc.maxRequest), "%+v", tc)
 	}

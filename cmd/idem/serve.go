@@ -277,10 +277,16 @@ func (c *serveConfig) validate() error {
 		{"cache-bytes", uint64(c.cacheBytes)},
 		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
 		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
-		{"max-inflight-bytes", uint64(max(c.limits.MaxInFlightBytes, 0))},
 		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
 	} {
 		if why := memoryBound(f.name, f.v, mem); why != "" {
+			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
+		}
+	}
+	if c.given["max-inflight-bytes"] {
+		// Its default fits (defaultInFlightBytes) unless --max-request-bytes
+		// does not, which is refused by name above.
+		if why := memoryBound("max-inflight-bytes", uint64(max(c.limits.MaxInFlightBytes, 0)), mem); why != "" {
 			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
 		}
 	}
@@ -1237,7 +1243,8 @@ const requestMemoryFactor = 2
 
 // defaultInFlightBytes is --max-inflight-bytes when not given: an eighth
 // of the machine's memory (bodies take about twice their bytes while read
-// and decoded, so a quarter of it), at least api.DefaultMaxInFlightBytes,
+// and decoded, so a quarter of it), at least api.DefaultMaxInFlightBytes
+// (but no more than the memory, on a machine of less),
 // and at least one body of --max-request-bytes (a smaller value given is
 // refused, by Limits.Validate). Scaled to the machine rather than fixed:
 // every held body also holds a --max-inflight slot, and a bound far below
@@ -1249,6 +1256,11 @@ func defaultInFlightBytes(mem uint64, maxRequest int64) int64 {
 	v := int64(api.DefaultMaxInFlightBytes)
 	if eighth := mem / 8; eighth > uint64(v) && eighth < 1<<62 {
 		v = int64(eighth)
+	}
+	if mem > 0 && mem < uint64(v) {
+		// A machine of less memory than the floor: validate refuses a
+		// bound past the memory, and the operator gave none.
+		v = int64(mem)
 	}
 	return max(v, maxRequest)
 }
