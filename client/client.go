@@ -189,49 +189,36 @@ func parseAddr(addr string) (*url.URL, error) {
 }
 
 // redactAddr is addr for an error message, its user info's password
-// replaced by "xxxxx" (and anything between "://" and the last "@" before
-// the host, where it does not parse): an address refused for the user
-// info it carries must not print that password to a terminal or a log.
-func redactAddr(addr string) string {
+// replaced by "xxxxx": an address refused for the user info it carries
+// must not print that password to a terminal or a log.
+func redactAddr(addr string) string { return redactUserInfo(addr, false) }
+
+// redactBrokenAddr is an address url.Parse refused (or read otherwise than
+// it was meant), for an error message: what stands between "://" (or the
+// start) and its last '@' is taken for user info, and a user alone is
+// hidden too. redactAddr stops at the first '/', '?' or '#', where a
+// password holding one (base64 has '/') would be printed whole.
+func redactBrokenAddr(addr string) string { return redactUserInfo(addr, true) }
+
+func redactUserInfo(addr string, broken bool) string {
 	s := strings.TrimSpace(addr)
 	rest, scheme := s, ""
 	if i := strings.Index(s, "://"); i >= 0 {
 		scheme, rest = s[:i+3], s[i+3:]
 	}
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
+	end := len(rest)
+	if e := strings.IndexAny(rest, "/?#"); e >= 0 && !broken {
+		end = e
 	}
 	at := strings.LastIndex(rest[:end], "@")
 	if at < 0 {
 		return addr
 	}
 	user := rest[:at]
-	if c := strings.IndexByte(user, ':'); c >= 0 {
+	switch c := strings.IndexByte(user, ':'); {
+	case c >= 0:
 		user = user[:c] + ":xxxxx"
-	}
-	return scheme + user + rest[at:]
-}
-
-// redactBrokenAddr is an address url.Parse refused, for an error message:
-// what stands between "://" (or the start) and its last '@' is taken for
-// user info, its password replaced by "xxxxx". redactAddr stops at the
-// first '/', '?' or '#', where a password holding one (base64 has '/')
-// would be printed whole.
-func redactBrokenAddr(addr string) string {
-	s := strings.TrimSpace(addr)
-	rest, scheme := s, ""
-	if i := strings.Index(s, "://"); i >= 0 {
-		scheme, rest = s[:i+3], s[i+3:]
-	}
-	at := strings.LastIndex(rest, "@")
-	if at < 0 {
-		return addr
-	}
-	user := rest[:at]
-	if c := strings.IndexByte(user, ':'); c >= 0 {
-		user = user[:c] + ":xxxxx"
-	} else {
+	case broken:
 		user = "xxxxx"
 	}
 	return scheme + user + rest[at:]
