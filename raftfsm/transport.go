@@ -271,23 +271,27 @@ func (s *streamLayer) silentClosed(from net.Addr) {
 		"from", from.String(), "closed", n, "timeout", s.firstByte.String())
 }
 
-// maxRefusedHostsLogged bounds the hosts whose refused handshakes are
-// logged in one minute: a flood from many addresses is that many lines.
+// maxRefusedHostsLogged bounds the hosts (and reasons) whose refused
+// handshakes are logged in one minute: a flood from many addresses is that
+// many lines.
 const maxRefusedHostsLogged = 8
 
 // refusedPeer logs a refused TLS handshake at most once a minute for each
-// remote host (of at most maxRefusedHostsLogged a minute).
+// remote host and reason (of at most maxRefusedHostsLogged a minute).
 func (s *streamLayer) refusedPeer(msg string, from net.Addr, err error) {
 	n := s.refused.Add(1)
 	host := from.String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}
-	if !s.refusedLogged.allow(host, time.Minute, maxRefusedHostsLogged) {
+	// Keyed by the reason too: a peer refused for another reason than
+	// the last from its address (a missing certificate, then one from
+	// the wrong CA) is a different mistake, and is told.
+	if !s.refusedLogged.allow(host+" "+msg, time.Minute, maxRefusedHostsLogged) {
 		return
 	}
 	s.refused.Add(-n)
-	s.log.Warn(msg+"; logged at most once a minute for each address", "remote-addr", from.String(), "error", err, "refused", n)
+	s.log.Warn(msg+"; logged at most once a minute for each address and reason", "remote-addr", from.String(), "error", err, "refused", n)
 }
 
 // tlsPeer logs, at most once a minute, that a peer spoke TLS to this
