@@ -88,8 +88,14 @@ func TestFloorCollectsLessAndStaysBounded(t *testing.T) {
 	// loaded machine a slow concurrent mark lets the heap overshoot its goal,
 	// and default pacing then collects half as often as when idle (29 per
 	// 256 MiB against 60 when make test ran beside other work).
-	if after := churn(512 << 20); after < 2*withFloor {
-		t.Fatalf("%d collections per 512 MiB after Stop, %d with the floor: the floor still acts", after, withFloor)
+	// The best of three: a loaded spell lowers a count (14 once, beside
+	// -race tests), a floor that still acts lowers every one.
+	after := churn(512 << 20)
+	for try := 1; try < 3 && after < 2*withFloor; try++ {
+		after = max(after, churn(512<<20))
+	}
+	if after < 2*withFloor {
+		t.Fatalf("%d collections per 512 MiB after Stop (the most of three runs), %d with the floor: the floor still acts", after, withFloor)
 	}
 }
 
