@@ -46,13 +46,31 @@ func init() {
 
 // connGuard holds the state of the limits.
 type connGuard struct {
-	inFlight atomic.Int64
-	refused  atomic.Int64 // requests refused for --max-inflight
-	lastLog  atomic.Int64 // unix nanos of the last warning about it
+	inFlight  atomic.Int64
+	inFlightS shedding // --max-inflight
 
-	bodyBytes   atomic.Int64 // request body bytes held now (--max-inflight-bytes)
-	bodyRefused atomic.Int64 // requests refused for --max-inflight-bytes
-	bodyLastLog atomic.Int64 // unix nanos of the last warning about it
+	bodyBytes atomic.Int64 // request body bytes held now (--max-inflight-bytes)
+	bodyS     shedding     // --max-inflight-bytes
+}
+
+// shedding counts the requests one load limit refused, and spaces its
+// warning about them.
+type shedding struct {
+	refused atomic.Int64
+	lastLog atomic.Int64 // mono time of the last warning
+}
+
+// shed answers a request a load limit refused, before its body is read:
+// 503 unavailable with Retry-After: 1 (nothing was decided), counted in sh
+// and logged as why, naming the flag and its max, at most every 10 s.
+func (s *Server) shed(w http.ResponseWriter, r *http.Request, sh *shedding, why, flag string, max int64, detail string) {
+	sh.refused.Add(1)
+	if last := sh.lastLog.Load(); mono.Since(last) > 10*time.Second && sh.lastLog.CompareAndSwap(last, mono.Now()) {
+		s.log.Warn("refusing requests: "+why, flag, max, "refused-total", sh.refused.Load())
+	}
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, detail)
+	p.retryAfter = 1
+	refuseNow(w, r, p)
 }
 
 // BodyBytesInUse is the bytes of request bodies the node holds now, as
@@ -61,7 +79,7 @@ func (s *Server) BodyBytesInUse() int64 { return s.guards.bodyBytes.Load() }
 
 // RefusedBodyBytes is how many requests were refused for
 // --max-inflight-bytes.
-func (s *Server) RefusedBodyBytes() int64 { return s.guards.bodyRefused.Load() }
+func (s *Server) RefusedBodyBytes() int64 { return s.guards.bodyS.refused.Load() }
 
 // bodyHeld is what a request's body counts against --max-inflight-bytes:
 // its Content-Length; Limits.MaxRequestBytes when it has none (chunked),
@@ -88,7 +106,7 @@ func (s *Server) bodyHeld(r *http.Request) int64 {
 func (s *Server) InFlight() int64 { return s.guards.inFlight.Load() }
 
 // RefusedInFlight is how many requests were refused for --max-inflight.
-func (s *Server) RefusedInFlight() int64 { return s.guards.refused.Load() }
+func (s *Server) RefusedInFlight() int64 { return s.guards.inFlightS.refused.Load() }
 
 // Probe reports the routes probes use, /healthz and /readyz: never refused
 // for load, and all that serve's --health-addr listener serves.
@@ -121,14 +139,8 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 			n := s.guards.inFlight.Add(1)
 			defer s.guards.inFlight.Add(-1)
 			if n > max {
-				s.guards.refused.Add(1)
-				if last := s.guards.lastLog.Load(); mono.Since(last) > 10*time.Second && s.guards.lastLog.CompareAndSwap(last, mono.Now()) {
-					s.log.Warn("refusing requests: too many in flight", "max-inflight", max, "refused-total", s.guards.refused.Load())
-				}
-				p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+				s.shed(w, r, &s.guards.inFlightS, "too many in flight", "max-inflight", max,
 					fmt.Sprintf("the node is handling %d requests, the most it takes at once (--max-inflight); retry shortly", max))
-				p.retryAfter = 1
-				refuseNow(w, r, p)
 				return
 			}
 		}
@@ -139,7 +151,8 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 				// decodes to as long as the handler runs.
 				defer s.guards.bodyBytes.Add(-n)
 				if s.guards.bodyBytes.Add(n) > max {
-					s.refuseBody(w, r, max)
+					s.shed(w, r, &s.guards.bodyS, "request bodies held at once past --max-inflight-bytes", "max-inflight-bytes", max,
+						fmt.Sprintf("the node holds as many request bodies as it takes at once (%d bytes, --max-inflight-bytes); nothing was decided, retry shortly", max))
 					return
 				}
 			}
@@ -156,19 +169,6 @@ func (s *Server) shield(w http.ResponseWriter, r *http.Request, next http.Handle
 		w = &answerWriter{ResponseWriter: w, timeout: s.answerWriteTimeout()}
 	}
 	next.ServeHTTP(w, r)
-}
-
-// refuseBody answers a request whose body would take the node past
-// --max-inflight-bytes: 503 before the body is read, as for --max-inflight.
-func (s *Server) refuseBody(w http.ResponseWriter, r *http.Request, max int64) {
-	s.guards.bodyRefused.Add(1)
-	if last := s.guards.bodyLastLog.Load(); mono.Since(last) > 10*time.Second && s.guards.bodyLastLog.CompareAndSwap(last, mono.Now()) {
-		s.log.Warn("refusing requests: request bodies held at once past --max-inflight-bytes", "max-inflight-bytes", max, "refused-total", s.guards.bodyRefused.Load())
-	}
-	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-		fmt.Sprintf("the node holds as many request bodies as it takes at once (%d bytes, --max-inflight-bytes); nothing was decided, retry shortly", max))
-	p.retryAfter = 1
-	refuseNow(w, r, p)
 }
 
 // DefaultAnswerWriteTimeout is the default of Config.AnswerWriteTimeout.
