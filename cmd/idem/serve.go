@@ -174,8 +174,9 @@ var nodeIDPattern = api.NodeIDPattern
 func (c *serveConfig) validate() error {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	mem := physicalMemory()
 	if !c.given["max-inflight-bytes"] {
-		c.limits.MaxInFlightBytes = defaultInFlightBytes(physicalMemory(), c.limits.MaxRequestBytes)
+		c.limits.MaxInFlightBytes = defaultInFlightBytes(mem, c.limits.MaxRequestBytes)
 	}
 	if !nodeIDPattern.MatchString(c.nodeID) {
 		bad("--node-id %q must be 1-64 letters, digits, '.', '_' or '-'", c.nodeID)
@@ -269,7 +270,6 @@ func (c *serveConfig) validate() error {
 	}
 	// A size past the memory is refused as given, before a limit past its
 	// maximum is lowered: 1000TiB is a typo, not an old unit file.
-	mem := physicalMemory()
 	for _, f := range []struct {
 		name string
 		v    uint64
