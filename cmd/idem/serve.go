@@ -270,6 +270,13 @@ func (c *serveConfig) validate() error {
 	}
 	// A size past the memory is refused as given, before a limit past its
 	// maximum is lowered: 1000TiB is a typo, not an old unit file.
+	// --max-inflight-bytes only when given: its default fits
+	// (defaultInFlightBytes) unless --max-request-bytes does not, which is
+	// refused by name.
+	var inFlightGiven uint64
+	if c.given["max-inflight-bytes"] {
+		inFlightGiven = uint64(max(c.limits.MaxInFlightBytes, 0))
+	}
 	for _, f := range []struct {
 		name string
 		v    uint64
@@ -278,15 +285,9 @@ func (c *serveConfig) validate() error {
 		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
 		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
 		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
+		{"max-inflight-bytes", inFlightGiven},
 	} {
 		if why := memoryBound(f.name, f.v, mem); why != "" {
-			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
-		}
-	}
-	if c.given["max-inflight-bytes"] {
-		// Its default fits (defaultInFlightBytes) unless --max-request-bytes
-		// does not, which is refused by name above.
-		if why := memoryBound("max-inflight-bytes", uint64(max(c.limits.MaxInFlightBytes, 0)), mem); why != "" {
 			bad("%s: the node would run out of memory before reaching it; give a size that fits beside everything else the machine runs", why)
 		}
 	}
