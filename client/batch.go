@@ -74,6 +74,10 @@ type BatcherConfig struct {
 	Timeout time.Duration
 }
 
+// maxQueuedCalls bounds the Batcher's queue of calls not yet in a batch;
+// callers past it wait for room, as their contexts allow.
+const maxQueuedCalls = 4096
+
 // DefaultBatchMaxBytes is the default of BatcherConfig.MaxBytes: 512 KiB.
 const DefaultBatchMaxBytes = 512 << 10
 
@@ -129,7 +133,9 @@ type batchAnswer struct {
 // NewBatcher returns a Batcher sending through c.
 func (c *Client) NewBatcher(cfg BatcherConfig) *Batcher {
 	cfg = cfg.withDefaults()
-	b := &Batcher{c: c, cfg: cfg, queue: make(chan *batchCall, cfg.MaxOps),
+	// The queue is a buffer, not a bound on a batch: a MaxOps in the
+	// millions must not allocate its length before the first call.
+	b := &Batcher{c: c, cfg: cfg, queue: make(chan *batchCall, min(cfg.MaxOps, maxQueuedCalls)),
 		slots: make(chan struct{}, cfg.MaxInFlight), stop: make(chan struct{}), done: make(chan struct{}),
 		back: make(chan struct{}, 1)}
 	go b.loop()

@@ -339,3 +339,23 @@ func TestZeroBatcherSaysToUseNewBatcher(t *testing.T) {
 		}
 	}
 }
+
+// MaxOps bounds a batch, not memory: a huge one (a typo, or "no limit")
+// once made the queue that long before the first call, which asked for
+// gigabytes or panicked. Batches are still cut by MaxBytes.
+func TestBatcherWithAHugeMaxOpsWorks(t *testing.T) {
+	c, sizes := batchFake(t, nil, claimedFor)
+	b := c.NewBatcher(BatcherConfig{MaxOps: 1 << 40})
+	defer b.Close()
+	if got := cap(b.queue); got > maxQueuedCalls {
+		t.Fatalf("queue of %d calls for MaxOps 1<<40, want at most %d", got, maxQueuedCalls)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := b.Claim(ctx, ClaimRequest{Principal: "p", Endpoint: "e", Key: "huge", Fingerprint: "aa"}); err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	if n := len(sizes()); n != 1 {
+		t.Fatalf("%d requests for one call", n)
+	}
+}

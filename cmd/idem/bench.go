@@ -56,12 +56,8 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if code, done := parseArgs(fs, args, "idem bench", stdout, stderr); done {
 		return code
 	}
-	// The batcher cuts its requests at DefaultBatchMaxBytes: a batch of
-	// more ops than that holds of the smallest kind is never sent, and
-	// the batcher's queue is made --batch long (--batch 1000000000 asked
-	// for gigabytes before the first request).
-	if most := api.MaxBatchOpsFor(client.DefaultBatchMaxBytes); *batch > most {
-		fmt.Fprintf(stderr, "idem bench: --batch %d is more than the maximum, %d: the Go client's batcher sends at most 512 KiB a request, which holds no more ops (a node's --max-batch-ops takes at most as many as its --max-request-bytes holds)\n", *batch, most)
+	if err := batchFlagProblem(*batch); err != nil {
+		fmt.Fprintf(stderr, "idem bench: %v\n", err)
 		return 2
 	}
 	if err := authTokenProblem(fs, stderr, "idem bench"); err != nil {
@@ -222,4 +218,16 @@ func envOr(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// batchFlagProblem checks a --batch of idem bench or idem chaos. The
+// batcher cuts its requests at DefaultBatchMaxBytes: a batch of more ops
+// than that holds of the smallest kind is never sent, so a larger --batch
+// is a mistake (--batch 1000000000 once asked for gigabytes of queue
+// before the first request).
+func batchFlagProblem(batch int) error {
+	if most := api.MaxBatchOpsFor(client.DefaultBatchMaxBytes); batch > most {
+		return fmt.Errorf("--batch %d is more than the maximum, %d: the Go client's batcher sends at most 512 KiB a request, which holds no more ops (a node's --max-batch-ops takes at most as many as its --max-request-bytes holds)", batch, most)
+	}
+	return nil
 }

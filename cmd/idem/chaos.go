@@ -76,6 +76,10 @@ Flags:
 	if code, done := parseArgs(fs, args, "idem chaos", stdout, stderr); done {
 		return code
 	}
+	if err := batchFlagProblem(cfg.Batch); err != nil {
+		fmt.Fprintf(stderr, "idem chaos: %v\n", err)
+		return 2
+	}
 	var err error
 	if cfg.Nemeses, err = chaos.ParseNemeses(*nem); err != nil {
 		fmt.Fprintf(stderr, "idem chaos: --nemesis: %v\n", err)

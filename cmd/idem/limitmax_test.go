@@ -99,3 +99,12 @@ func TestBenchBatchHasAMaximum(t *testing.T) {
 	require.NotContains(t, stderr.String(), "--batch", "the maximum itself is taken")
 	require.Contains(t, stderr.String(), `--addr ":"`)
 }
+
+// idem chaos --batch has the same maximum as idem bench's: its workload
+// sends through the same batcher.
+func TestChaosBatchHasAMaximum(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"chaos", "--batch", "9709"}, &stdout, &stderr)
+	require.Equal(t, 2, code, stderr.String())
+	require.Contains(t, stderr.String(), "idem chaos: --batch 9709 is more than the maximum, 9708")
+}
