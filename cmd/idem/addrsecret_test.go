@@ -63,6 +63,16 @@ func TestRefusedAddressesHideTheirPassword(t *testing.T) {
 			code, out, errOut := runClientCmd(t, runProxy, "--listen", freePort(t), "--upstream", "http://127.0.0.9:1", "--store", "http://u:2024?"+pw+"@"+freePort(t))
 			return code, out + errOut
 		}},
+		// idem bench's own driver took user info as Basic auth and
+		// printed the address, password and all, in its report.
+		{"bench --addr", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runBench, "--addr", "http://u:"+pw+"@"+freePort(t), "--duration", "1s", "--warmup", "0s", "--quiet")
+			return code, out + errOut
+		}},
+		{"bench --addr, digits then '/' in the password", func(t *testing.T) (int, string) {
+			code, out, errOut := runClientCmd(t, runBench, "--addr", "u:2024/"+pw+"@"+freePort(t), "--duration", "1s", "--warmup", "0s", "--quiet")
+			return code, out + errOut
+		}},
 		{"get --addr", func(t *testing.T) (int, string) {
 			code, out, errOut := runClientCmd(t, runGet, "--addr", "u:"+pw+"@"+freePort(t), "--principal", "p", "--endpoint", "e", "--key", "k")
 			return code, out + errOut
