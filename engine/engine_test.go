@@ -1349,3 +1349,29 @@ func TestCountersFollowRestore(t *testing.T) {
 	require.Equal(t, OutcomeClaimed, h.claimRet(t0+5, q("k4")).Outcome)
 	require.Equal(t, OutcomeQuotaExceeded, h.claimRet(t0+6, q("k5")).Outcome, "and counts again from there")
 }
+
+// A corrupt quota key stops the FSM with ErrCorrupt, and the message names
+// the bucket and sizes, never the principal (a tenant's name or a hash of
+// its credential): a panic's text reaches logs and tickets.
+func TestCorruptQuotaKeyPanicNamesNoPrincipal(t *testing.T) {
+	h := newHarness(t)
+	const principal = "tenant-with-a-secret-name"
+	s := Scope{Principal: principal, Endpoint: "POST /payments", Key: "k"}
+	a := h.claim(t0, args(s))
+	require.Equal(t, OutcomeClaimed, a.Outcome)
+	b := recordBucket(a.Record.ExpiresMs)
+	require.NoError(t, h.db.pdb.Set(quotaKey(b, principal), []byte{1, 2, 3}, nil), "a value of 3 bytes, not 8")
+
+	var got any
+	func() {
+		defer func() { got = recover() }()
+		tx := h.db.Begin()
+		defer tx.Abort()
+		tx.DropBucket(b, b.End(testWidth)+1)
+	}()
+	err, ok := got.(error)
+	require.True(t, ok, "want a panic with an error, got %v", got)
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.NotContains(t, err.Error(), principal)
+	require.Contains(t, err.Error(), "3 bytes")
+}
