@@ -25,7 +25,7 @@ func (s *Snapshot) Records() (int64, error) {
 	for ok := it.First(); ok; {
 		b, _, good := partition.Parse(it.Key())
 		if !good {
-			return 0, fmt.Errorf("%w: key %q", ErrCorrupt, it.Key())
+			return 0, fmt.Errorf("%w: key %s", ErrCorrupt, keyForError(it.Key()))
 		}
 		sk := statsKey(b)
 		if it.SeekGE(sk) && bytes.Equal(it.Key(), sk) {

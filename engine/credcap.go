@@ -88,7 +88,7 @@ func countPrefix(newIter func(*pebble.IterOptions) (*pebble.Iterator, error), pr
 		k := it.Key()
 		l, w := binary.Uvarint(k[len(lo):])
 		if w <= 0 {
-			err = fmt.Errorf("%w: quota key %q", ErrCorrupt, k)
+			err = fmt.Errorf("%w: quota key %s", ErrCorrupt, keyForError(k))
 			break
 		}
 		head := append([]byte(nil), k[:len(lo)+w]...) // q/<length>

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/binary"
+	"fmt"
 	"github.com/cockroachdb/pebble/v2"
 
 	"github.com/idem-store/idem/partition"
@@ -156,4 +157,16 @@ func (d *DB) CompactBucket(b partition.Bucket) error {
 		return err
 	}
 	return nil
+}
+
+// keyForError names a stored key in an error: its size and its layout
+// prefix (a bucket's kind byte and number, or another kind's byte), not the
+// principal, endpoint or key a client chose that follow: errors reach logs
+// and tickets.
+func keyForError(k []byte) string {
+	n := min(len(k), 1)
+	if len(k) >= 9 && k[0] == partition.KeyPrefix {
+		n = 9
+	}
+	return fmt.Sprintf("of %d bytes starting %q", len(k), k[:n])
 }

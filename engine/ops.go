@@ -375,7 +375,7 @@ func (d *DB) eachBucket(fn func(it *pebble.Iterator, b partition.Bucket) bool) e
 	for ok := it.First(); ok; {
 		b, _, good := partition.Parse(it.Key())
 		if !good {
-			return fmt.Errorf("%w: key %q", ErrCorrupt, it.Key())
+			return fmt.Errorf("%w: key %s", ErrCorrupt, keyForError(it.Key()))
 		}
 		if !fn(it, b) {
 			break
