@@ -428,9 +428,15 @@ func (s *Server) records(h http.HandlerFunc) http.HandlerFunc {
 	})
 }
 
-// Admin guards h (e.g. /debug/pprof) like the admin routes: with auth on,
-// only an admin token passes.
-func (s *Server) Admin(h http.Handler) http.Handler { return s.admin(h.ServeHTTP) }
+// Admin guards h (e.g. /debug/pprof), a route served beside the API's own,
+// like the admin routes: through the API's front door (shield: a headroom
+// connection serves only probes, Content-Length with Transfer-Encoding is
+// refused, --max-inflight counts it), then, with auth on, only an admin
+// token passes.
+func (s *Server) Admin(h http.Handler) http.Handler {
+	guarded := s.admin(h.ServeHTTP)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { s.shield(w, r, guarded) })
+}
 
 // guard authenticates a request and checks its role and, for an app
 // token, its principal, before h reads anything. policy says the least

@@ -201,22 +201,25 @@ func TestSlowBodiesDoNotTakeANodeDown(t *testing.T) {
 }
 
 // A request with both Content-Length and Transfer-Encoding is 400 and its
-// connection closed, on a real node.
+// connection closed, on a real node: on the API's routes and on --pprof's,
+// which are served beside the API's mux and once skipped its front door.
 func TestContentLengthAndTransferEncodingCloseTheConnection(t *testing.T) {
 	addr := freePort(t)
-	start(t, t.TempDir(), addr, freePort(t), "--log-level", "warn")
-	c, err := net.Dial("tcp", addr)
-	require.NoError(t, err)
-	defer c.Close()
-	io.WriteString(c, "POST /v1/claim HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
-	c.SetReadDeadline(time.Now().Add(5 * time.Second))
-	br := bufio.NewReader(c)
-	resp, err := http.ReadResponse(br, nil)
-	require.NoError(t, err)
-	require.Equal(t, http.StatusBadRequest, resp.StatusCode)
-	io.Copy(io.Discard, resp.Body)
-	_, err = br.ReadByte()
-	require.ErrorIs(t, err, io.EOF, "the connection is closed")
+	start(t, t.TempDir(), addr, freePort(t), "--log-level", "warn", "--pprof")
+	for _, path := range []string{"/v1/claim", "/debug/pprof/"} {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		io.WriteString(c, "POST "+path+" HTTP/1.1\r\nHost: x\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		br := bufio.NewReader(c)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, resp.StatusCode, path)
+		io.Copy(io.Discard, resp.Body)
+		_, err = br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "%s: the connection is closed", path)
+	}
 }
 
 // With every API connection and the health headroom taken by callers that
