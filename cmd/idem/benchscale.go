@@ -27,7 +27,8 @@ func runBenchScale(ctx context.Context, args []string, stdout, stderr io.Writer)
 	inProgress := fs.Int("in-progress-pct", 0, "percent of loaded records left in progress (a lease entry each) instead of completed")
 	retention := fs.Duration("retention", 24*time.Hour, "the server's --retention; loaded expiries are spread over it as if created over the past retention")
 	width := fs.Duration("bucket-width", 2*time.Hour, "the server's --bucket-width")
-	cache := fs.Int64("cache-bytes", 64<<20, "the server's --cache-bytes (Pebble block cache)")
+	var cache int64
+	sizeVar(fs, &cache, "cache-bytes", 64<<20, "the server's --cache-bytes (Pebble block cache), a size as that flag takes (bytes, or e.g. 64MiB)")
 	seed := fs.Uint64("seed", 1, "seed of the generated records")
 	conc := fs.Int("concurrency", 64, "concurrent clients of the claim workload (fresh claims, as idem bench)")
 	dur := fs.Duration("duration", 10*time.Second, "measured claim run at each size (after --warmup)")
@@ -81,7 +82,7 @@ Flags:
 	}
 	cfg := scale.Config{
 		Sizes: ns, Binary: *binary, Dir: *dir, Keep: *keep, Principals: *loadPrincipals, BodyBytes: *bodyBytes,
-		InProgressPct: *inProgress, Retention: *retention, BucketWidth: *width, CacheBytes: *cache, Seed: *seed,
+		InProgressPct: *inProgress, Retention: *retention, BucketWidth: *width, CacheBytes: cache, Seed: *seed,
 		Concurrency: *conc, Duration: *dur, Warmup: *warm, BenchPrincipals: *principals,
 		DropRecords: dn, DropAfter: *dropAfter, DropLoad: *dropLoad, ReclaimTimeout: *reclaim, ReadyTimeout: *ready, SettleTimeout: *settle,
 	}

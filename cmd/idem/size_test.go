@@ -118,3 +118,27 @@ func TestRequestMemoryPastTheMachineIsWarned(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(q.logs.String(), "idem serving") }, 20*time.Second, 20*time.Millisecond, "%s", q.logs)
 	require.NotContains(t, q.logs.String(), "of request bodies held at once", "the default fits this machine, whatever --max-inflight")
 }
+
+// idem bench's --gc-floor-bytes is "as idem serve's flag of the same name",
+// and idem bench scale's --cache-bytes is "the server's --cache-bytes", but
+// both took plain integers: `idem bench --gc-floor-bytes 64MiB` was refused
+// as an invalid integer. They take sizes as the server's flags do.
+func TestBenchSizeFlagsTakeUnits(t *testing.T) {
+	forms := "a size is a number of bytes, or a whole number with a unit: KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000), e.g. 32MiB, 1GiB, 500MB, 65536"
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		// Accepted, so the run goes on to the next check, which refuses.
+		{args: []string{"bench", "--gc-floor-bytes", "64MiB", "--batch", "99999"}, want: "idem bench: --batch 99999 is more than the maximum"},
+		{args: []string{"bench", "--gc-floor-bytes", "1.5GiB"}, want: `idem bench: --gc-floor-bytes: invalid size "1.5GiB": ` + forms},
+		{args: []string{"bench", "--gc-floor-bytes", "-1"}, want: `idem bench: --gc-floor-bytes: invalid size "-1": ` + forms},
+		{args: []string{"bench", "scale", "--cache-bytes", "512KiB", "--dir", filepath.Join(t.TempDir(), "scale")}, want: "--cache-bytes must be at least 1 MiB"},
+		{args: []string{"bench", "scale", "--cache-bytes", "64k"}, want: `idem bench scale: --cache-bytes: invalid size "64k": ` + forms},
+	} {
+		var stdout, stderr bytes.Buffer
+		require.Equal(t, 2, run(context.Background(), tc.args, &stdout, &stderr), "%v: %s", tc.args, stderr.String())
+		require.Contains(t, stderr.String(), tc.want, "%v", tc.args)
+		require.NotContains(t, stderr.String(), "invalid integer", "%v", tc.args)
+	}
+}
