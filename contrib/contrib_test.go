@@ -97,19 +97,31 @@ type reference struct {
 	where  string // file and rule or panel, for the error message
 	name   string
 	labels map[string]string
+	// alts are the values of a regex matcher made of plain alternatives
+	// (outcome=~"quota_exceeded|principal_limit"): each must exist, or a
+	// misspelt one matches nothing and its alert never fires.
+	alts map[string][]string
 }
+
+// plainAlts is a regex matcher that is only literal alternatives.
+var plainAlts = regexp.MustCompile(`^[a-zA-Z0-9_:.-]+(\|[a-zA-Z0-9_:.-]+)*$`)
 
 // references returns every metric expr reads. Labels that Prometheus adds
 // at scrape time (job, instance) and Grafana variables are not checked.
 func references(where, expr string) []reference {
 	var out []reference
 	for _, m := range selector.FindAllStringSubmatch(expr, -1) {
-		r := reference{where: where, name: m[1], labels: map[string]string{}}
+		r := reference{where: where, name: m[1], labels: map[string]string{}, alts: map[string][]string{}}
 		for _, lm := range matcher.FindAllStringSubmatch(m[2], -1) {
-			if lm[2] != "=" || lm[1] == "job" || lm[1] == "instance" || strings.Contains(lm[3], "$") {
+			if lm[1] == "job" || lm[1] == "instance" || strings.Contains(lm[3], "$") {
 				continue
 			}
-			r.labels[lm[1]] = lm[3]
+			switch {
+			case lm[2] == "=":
+				r.labels[lm[1]] = lm[3]
+			case lm[2] == "=~" && plainAlts.MatchString(lm[3]):
+				r.alts[lm[1]] = strings.Split(lm[3], "|")
+			}
 		}
 		out = append(out, r)
 	}
@@ -127,16 +139,24 @@ func (s scrape) missing(refs []reference) (bad []string) {
 			bad = append(bad, fmt.Sprintf("%s: metric %s is not in /metrics", r.where, r.name))
 			continue
 		}
-		for k, v := range r.labels {
-			found := false
+		has := func(k, v string) bool {
 			for _, g := range got {
 				if g.labels[k] == v {
-					found = true
-					break
+					return true
 				}
 			}
-			if !found {
+			return false
+		}
+		for k, v := range r.labels {
+			if !has(k, v) {
 				bad = append(bad, fmt.Sprintf("%s: no series %s{%s=%q} in /metrics", r.where, r.name, k, v))
+			}
+		}
+		for k, vs := range r.alts {
+			for _, v := range vs {
+				if !has(k, v) {
+					bad = append(bad, fmt.Sprintf("%s: no series %s{%s=%q} in /metrics (one of %s=~%q)", r.where, r.name, k, v, k, strings.Join(vs, "|")))
+				}
 			}
 		}
 	}
@@ -168,6 +188,39 @@ func TestReferencesAreFound(t *testing.T) {
 		`x: no series idem_claims_total{outcome="claimd"} in /metrics`,
 		`x: metric idem_recrods is not in /metrics`,
 	}, bad, "a misspelled label value and metric must be reported")
+
+	bad = s.missing(references("x", `idem_claims_total{outcome=~"claimed|quota_exeeded"} + idem_claims_total{outcome=~"claim.*"}`))
+	require.Equal(t, []string{
+		`x: no series idem_claims_total{outcome="quota_exeeded"} in /metrics (one of outcome=~"claimed|quota_exeeded")`,
+	}, bad, "a misspelled alternative of a regex matcher must be reported; a real regex is not checked")
+}
+
+// loadRuleTests returns the series the rules' unit tests feed promtool: a
+// test that feeds a metric or label value the server never exports passes
+// while the alert it tests stays silent in production.
+func loadRuleTests(t *testing.T) []reference {
+	t.Helper()
+	b, err := os.ReadFile(rulesTestFile)
+	require.NoError(t, err)
+	var f struct {
+		Tests []struct {
+			InputSeries []struct {
+				Series string `yaml:"series"`
+			} `yaml:"input_series"`
+		} `yaml:"tests"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &f), "%s", rulesTestFile)
+	var refs []reference
+	for i, tc := range f.Tests {
+		for _, in := range tc.InputSeries {
+			where := fmt.Sprintf("%s test %d series %s", rulesTestFile, i+1, in.Series)
+			rr := references(where, in.Series)
+			require.NotEmpty(t, rr, "%s names no metric", where)
+			refs = append(refs, rr...)
+		}
+	}
+	require.NotEmpty(t, refs)
+	return refs
 }
 
 // alertRules is the shape of a Prometheus rule file.
@@ -389,6 +442,7 @@ func post(t *testing.T, url, body string, want int) map[string]any {
 func TestOperatorFilesNameRealMetrics(t *testing.T) {
 	ruleRefs := loadRules(t)
 	dashRefs := loadDashboard(t)
+	testRefs := loadRuleTests(t)
 
 	url, tl := startNode(t)
 	claim := func(key, fp string) string {
@@ -414,6 +468,7 @@ func TestOperatorFilesNameRealMetrics(t *testing.T) {
 
 	s.check(t, ruleRefs)
 	s.check(t, dashRefs)
+	s.check(t, testRefs)
 
 	// The outcomes driven above are counted under the label values the
 	// files read.
