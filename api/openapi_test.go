@@ -360,3 +360,74 @@ func TestOpenAPIMatchesARealNode(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPISchemasComposeForGenerators checks what a client generator
+// (oapi-codegen, openapi-generator) needs of docs/openapi.yaml and the
+// server's checks above cannot see:
+//   - a discriminator maps every branch of its oneOf, each a $ref (with
+//     inline branches oapi-codegen refused the whole document: "not all
+//     schemas were mapped");
+//   - a schema that closes its members (unevaluatedProperties: false) is
+//     not reused inside another schema's allOf: there it refuses the
+//     members the outer schema adds, as it refused every batch op's "op";
+//   - no schema is named after an operation's answer wrapper
+//     (operationId "batch" and a schema BatchResponse did not compile).
+func TestOpenAPISchemasComposeForGenerators(t *testing.T) {
+	s := loadSpec(t)
+	schemas, _ := get(s.root, "components", "schemas").(map[string]any)
+	require.NotEmpty(t, schemas)
+	closed := map[string]bool{}
+	for name, v := range schemas {
+		if get(v, "unevaluatedProperties") == false {
+			closed["#/components/schemas/"+name] = true
+		}
+	}
+	var walk func(where string, v any)
+	walk = func(where string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if d, ok := v["discriminator"].(map[string]any); ok {
+				mapping, _ := d["mapping"].(map[string]any)
+				mapped := map[string]bool{}
+				for _, ref := range mapping {
+					mapped[fmt.Sprint(ref)] = true
+				}
+				branches, _ := v["oneOf"].([]any)
+				require.NotEmpty(t, branches, "%s: a discriminator without oneOf", where)
+				for i, b := range branches {
+					ref, ok := get(b, "$ref").(string)
+					require.True(t, ok, "%s: oneOf branch %d of a discriminator is not a $ref", where, i)
+					require.True(t, mapped[ref], "%s: the discriminator's mapping leaves out %s", where, ref)
+				}
+			}
+			if all, ok := v["allOf"].([]any); ok && len(all) > 1 || ok && (v["properties"] != nil || v["required"] != nil) {
+				for _, sub := range all {
+					ref, _ := get(sub, "$ref").(string)
+					require.False(t, closed[ref], "%s: allOf reuses %s, whose unevaluatedProperties: false refuses the members added beside it", where, ref)
+				}
+			}
+			for k, sub := range v {
+				walk(where+"/"+k, sub)
+			}
+		case []any:
+			for i, sub := range v {
+				walk(fmt.Sprintf("%s/%d", where, i), sub)
+			}
+		}
+	}
+	walk("#", s.root)
+
+	paths, _ := get(s.root, "paths").(map[string]any)
+	for path := range paths {
+		for _, m := range []string{"get", "head", "post", "put", "patch", "delete"} {
+			op := s.operation(path, m)
+			if op == nil {
+				continue
+			}
+			id := fmt.Sprint(op["operationId"])
+			require.NotEmpty(t, id, "%s %s has no operationId", m, path)
+			wrapper := strings.ToUpper(id[:1]) + id[1:] + "Response"
+			require.NotContains(t, schemas, wrapper, "schema %s has the name a generated client gives the answer of operation %q", wrapper, id)
+		}
+	}
+}
