@@ -8,7 +8,9 @@ go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev
 dir=$(mktemp -d)
 http=${BENCH_HTTP_ADDR:-127.0.0.1:7170}
 raft=${BENCH_RAFT_ADDR:-127.0.0.1:7171}
-bin/idem serve --data-dir "$dir" --http-addr "$http" --raft-addr "$raft" --log-level warn &
+# A directory of its own inside the temporary one: beside other nodes'
+# data dirs (as /tmp often holds) the node warns of a --data-dir typo.
+bin/idem serve --data-dir "$dir/data" --http-addr "$http" --raft-addr "$raft" --log-level warn &
 pid=$!
 trap 'kill $pid 2>/dev/null; wait $pid 2>/dev/null; rm -rf "$dir"' EXIT
 for _ in $(seq 100); do
