@@ -263,8 +263,11 @@ func credential(r *http.Request) (string, error) {
 	if len(vs) > 1 {
 		return "", fmt.Errorf("middleware: the request has the Authorization header %d times", len(vs))
 	}
-	if len(vs) == 0 || noCredential(vs[0]) {
+	if len(vs) == 0 {
 		return "", errNoAuthorization
+	}
+	if noCredential(vs[0]) {
+		return "", errNoCredential
 	}
 	return canonicalAuthorization(vs[0]), nil
 }
@@ -347,6 +350,11 @@ func noCredential(v string) bool {
 }
 
 var errNoAuthorization = errors.New("middleware: the request has no Authorization header, and idempotency keys belong to the caller's credential")
+
+// errNoCredential is errNoAuthorization for a header that holds a scheme
+// alone ("Bearer "): told it had no header, its sender looked for the
+// wrong fault.
+var errNoCredential = errors.New("middleware: the request's Authorization header holds no credential (a scheme alone, or nothing), and idempotency keys belong to the caller's credential")
 
 // AnonymousPrincipal is AuthorizationPrincipal, except that requests
 // without an Authorization header share the principal "anonymous": for a

@@ -107,6 +107,9 @@ func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
 	for _, v := range []string{"Bearer", "Bearer ", "Bearer  \t", "bearer", "Basic ", "Token"} {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
 		require.Error(t, err, "%q", v)
+		// Told it had no header, its sender looked for the wrong fault.
+		require.Contains(t, err.Error(), "holds no credential", "%q", v)
+		require.NotContains(t, err.Error(), "no Authorization header", "%q", v)
 		p, err := principal(middleware.AnonymousPrincipal, v)
 		require.NoError(t, err, "%q", v)
 		require.Equal(t, "anonymous", p, "%q", v)
