@@ -226,6 +226,15 @@ func Open(dir string, o Options) (*DB, error) {
 	if err := checkOptionsFile(o.FS, dir, po); err != nil {
 		return nil, err
 	}
+	// Tables of a restore that was stopped before it finished (kill -9
+	// while a follower installed its leader's snapshot) are garbage: a
+	// restore starts by removing them. Removed before Pebble opens, they
+	// give back the space they hold; on a disk they filled, Pebble's own
+	// writes at Open waited for that space for ever and the node never
+	// started.
+	if err := o.FS.RemoveAll(dir + ".restore"); err != nil && o.Logger != nil {
+		o.Logger.Warn("engine: could not remove the tables of an unfinished restore", "path", dir+".restore", "error", err)
+	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
 		return nil, openError(dir, err)
