@@ -37,6 +37,12 @@ type Options struct {
 	// (see probeFilter); 0 means DefaultFilterBytes, negative disables the
 	// filters (every claim then probes every bucket of its span in Pebble).
 	FilterBytes int
+	// TableFS is the filesystem a restore writes its temporary tables
+	// through; nil means FS. When FS waits for space on a full disk
+	// (DiskFullFS), give the plain one: those tables are what fills the
+	// disk, so a restore that meets ENOSPC must fail and give their space
+	// back, not wait for space they hold.
+	TableFS vfs.FS
 }
 
 // DefaultMemTableBytes is the memtable size of a serving node: 4 MiB,
@@ -132,10 +138,12 @@ func (m ScopeMode) String() string {
 
 // DB is the Pebble store of idem.
 type DB struct {
-	pdb  *pebble.DB
-	dir  string
-	fs   vfs.FS
-	opts *pebble.Options // for writing tables to ingest (Restore)
+	pdb *pebble.DB
+	dir string
+	fs  vfs.FS
+	// tableFS is Options.TableFS (fs when nil).
+	tableFS vfs.FS
+	opts    *pebble.Options // for writing tables to ingest (Restore)
 
 	mu     sync.RWMutex
 	meta   Meta
@@ -242,7 +250,10 @@ func Open(dir string, o Options) (*DB, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	d := &DB{pdb: pdb, dir: dir, fs: o.FS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger), stalls: stalls}
+	if o.TableFS == nil {
+		o.TableFS = o.FS
+	}
+	d := &DB{pdb: pdb, dir: dir, fs: o.FS, tableFS: o.TableFS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger), stalls: stalls}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if d.meta, err = d.readMeta(); err != nil {
 		pdb.Close()

@@ -300,7 +300,7 @@ func (t *tableWriter) set(k, v []byte) error {
 			return err
 		}
 		path := t.d.fs.PathJoin(t.dir, fmt.Sprintf("%06d.sst", len(t.paths)))
-		f, err := t.d.fs.Create(path, vfs.WriteCategoryUnspecified)
+		f, err := t.d.tableFS.Create(path, vfs.WriteCategoryUnspecified)
 		if err != nil {
 			return err
 		}

@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -391,6 +392,7 @@ func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine
 	if g.minFree == 0 {
 		// The guard is off, not the store's safety: Pebble panicked on
 		// the write, and a node restarted on the full disk panicked again.
+		o.TableFS = vfs.Default
 		o.FS = engine.DiskFullFS(func() {
 			time.Sleep(diskRefresh) // a write that keeps failing cannot spin
 			g.read()                // waitForFloor starts from the cached value
@@ -398,6 +400,7 @@ func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine
 		})
 		return o
 	}
+	o.TableFS = vfs.Default // a restore's tables: fail on ENOSPC (engine.Options.TableFS)
 	o.FS = engine.DiskFullFS(func() {
 		g.mu.Lock()
 		released := g.releaseLocked("after a write failed for lack of space")
