@@ -422,7 +422,7 @@ func (n *Node) catchUpFromSnapshot() error {
 	}
 	restored, err := n.db.RestoreIfNewer(br)
 	if err != nil {
-		return fmt.Errorf("raftfsm: restore snapshot %s: %w", newest.ID, err)
+		return startRestoreError(newest.ID, newest.Size, n.cfg.DataDir, err)
 	}
 	if restored {
 		n.log.Warn("state was behind the newest snapshot; restored it", "snapshot-index", newest.Index, "applied-before", applied, "applied-index", n.db.Meta().Applied)
@@ -1813,4 +1813,18 @@ func (s loudStable) said(key []byte, err error) error {
 	s.log.Error("raft cannot record its "+string(key)+" in raft.db, and stops the node (nothing acknowledged is lost: the next start reads the state as last recorded): "+why,
 		"file", filepath.Join(s.dataDir, "raft.db"), "error", err)
 	return err
+}
+
+// startRestoreError is the error of a node that could not, at start,
+// install the newest snapshot it holds (a leader's, received before the
+// node stopped). On a full disk it names the ways out: a restart alone
+// meets the same full disk, since the received snapshot still holds its
+// space.
+func startRestoreError(id string, size int64, dataDir string, err error) error {
+	if !errors.Is(err, syscall.ENOSPC) {
+		return fmt.Errorf("raftfsm: restore snapshot %s: %w", id, err)
+	}
+	return fmt.Errorf("raftfsm: restore snapshot %s: %w. The disk holding %s has no room to install the snapshot this node received (%d bytes; installing it needs about as much again, free). "+
+		"Give that disk more room and start the node again; or, if the other members are healthy, move this data dir aside (mv, keep it) and start the node with an empty data dir and --join, so the leader sends its state again",
+		id, err, dataDir, size)
 }
