@@ -435,9 +435,11 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	if h.BucketWidthMs > 0 {
 		// The settings fixed at a data dir's creation are the backup's:
 		// idem serve then refuses a --bucket-width or --scope that differs.
+		// Synced as serve writes it: the directory is renamed into place
+		// and synced below, and a machine crash after that must not find
+		// an empty node.json (serve refuses one until moved aside).
 		nf := nodeFile{NodeID: nodeID, BucketWidthMs: h.BucketWidthMs, Scope: h.Scope}
-		b, _ := json.Marshal(nf)
-		if err := os.WriteFile(filepath.Join(tmp, "node.json"), b, 0o644); err != nil {
+		if err := replaceNodeFile(filepath.Join(tmp, "node.json"), nf); err != nil {
 			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
 			return 1
 		}
