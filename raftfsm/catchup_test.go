@@ -279,6 +279,11 @@ func snapshotOpener(c *memCluster, dirs, addrs []string, logs []logBuffer) func(
 // install is recorded; such a node starts, and catches up.
 func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 	c := newMemCluster(t)
+	// The hook is put back once every node is closed (cleanups run last
+	// first), not when the test returns: n3 may still be installing the
+	// leader's snapshot then, and its FSM goroutine reads the hook.
+	prev := afterRestore
+	t.Cleanup(func() { afterRestore = prev })
 	var logs [3]logBuffer
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	addrs := []string{"127.0.0.1:0", "127.0.0.1:0", freeRaftAddr(t)} // n3 comes back where it was
@@ -311,7 +316,6 @@ func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 	// above the snapshot reaches its log.
 	var once sync.Once
 	restored := make(chan struct{})
-	defer func(f func()) { afterRestore = f }(afterRestore)
 	afterRestore = func() { once.Do(func() { close(restored) }) }
 	n3again := open(2, false)
 	select {
@@ -349,6 +353,9 @@ func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 // same command). It starts, and catches up.
 func TestFollowerKilledWhileInstallingStartsAgain(t *testing.T) {
 	c := newMemCluster(t)
+	// Put back once every node is closed, as afterRestore above.
+	prev := beforeRestore
+	t.Cleanup(func() { beforeRestore = prev })
 	var logs [2]logBuffer
 	dirs := []string{t.TempDir(), t.TempDir()}
 	addrs := []string{"127.0.0.1:0", freeRaftAddr(t)}
@@ -372,7 +379,6 @@ func TestFollowerKilledWhileInstallingStartsAgain(t *testing.T) {
 	// n2 joins; every install fails as the node killed in it would.
 	var once sync.Once
 	reached := make(chan struct{})
-	defer func(f func() error) { beforeRestore = f }(beforeRestore)
 	beforeRestore = func() error {
 		once.Do(func() { close(reached) })
 		return errors.New("killed while installing")
