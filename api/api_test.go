@@ -741,6 +741,9 @@ func TestCompleteTooLargeStoresNothing(t *testing.T) {
 // was acknowledged, and the node then could not start on its log.
 func TestCompleteOverTheRaftEntryLimitStoresNothing(t *testing.T) {
 	n := mustNode(t, withLimits(func(l *api.Limits) { l.MaxResponseBytes = 100 << 20; l.MaxRequestBytes = 200 << 20 }))
+	// 85 MiB of JSON to send and decode before the 413: 5 s here, 40 s
+	// under -race or on a loaded machine, past the test client's 20 s.
+	n.client.Timeout = 3 * time.Minute
 	s := sc("over-entry")
 	tok := n.mustClaim(s, fp1)["token"].(string)
 	before := n.stateHash()
