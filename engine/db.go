@@ -139,8 +139,11 @@ func (m ScopeMode) String() string {
 // DB is the Pebble store of idem.
 type DB struct {
 	pdb *pebble.DB
-	dir string
-	fs  vfs.FS
+	// closePebble closes pdb, then releases the store's lock (Open took
+	// it before Pebble opened, and Pebble keeps a lock it was given).
+	closePebble func() error
+	dir         string
+	fs          vfs.FS
 	// tableFS is Options.TableFS (fs when nil).
 	tableFS vfs.FS
 	opts    *pebble.Options // for writing tables to ingest (Restore)
@@ -234,38 +237,55 @@ func Open(dir string, o Options) (*DB, error) {
 	if err := checkOptionsFile(o.FS, dir, po); err != nil {
 		return nil, err
 	}
+	// The store's lock first: what follows removes files beside the
+	// store, which are another process's while it holds the store (a
+	// second start on a data dir in use, whose holder the OS did not
+	// name: serve's Holder check lets those through).
+	if err := o.FS.MkdirAll(dir, 0o755); err != nil {
+		return nil, openError(dir, err)
+	}
+	lock, err := pebble.LockDirectory(dir, o.FS)
+	if err != nil {
+		return nil, openError(dir, err)
+	}
+	po.Lock = lock
 	// Tables of a restore that was stopped before it finished (kill -9
 	// while a follower installed its leader's snapshot) are garbage: a
 	// restore starts by removing them. Removed before Pebble opens, they
 	// give back the space they hold; on a disk they filled, Pebble's own
 	// writes at Open waited for that space for ever and the node never
-	// started.
+	// started. Only under the lock: while another process holds the
+	// store, they may be the tables of its restore in progress.
 	if err := o.FS.RemoveAll(dir + ".restore"); err != nil && o.Logger != nil {
 		o.Logger.Warn("engine: could not remove the tables of an unfinished restore", "path", dir+".restore", "error", err)
 	}
 	pdb, err := pebble.Open(dir, po)
 	if err != nil {
+		lock.Close()
 		return nil, openError(dir, err)
 	}
+	// Pebble does not release a lock it was given: every Close of pdb
+	// below is closePebble.
+	closePebble := func() error { return errors.Join(pdb.Close(), lock.Close()) }
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.TableFS == nil {
 		o.TableFS = o.FS
 	}
-	d := &DB{pdb: pdb, dir: dir, fs: o.FS, tableFS: o.TableFS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger), stalls: stalls}
+	d := &DB{pdb: pdb, closePebble: closePebble, dir: dir, fs: o.FS, tableFS: o.TableFS, opts: po, filter: newProbeFilter(o.FilterBytes, o.Logger), stalls: stalls}
 	d.ctx, d.cancel = context.WithCancel(context.Background())
 	if d.meta, err = d.readMeta(); err != nil {
-		pdb.Close()
+		closePebble()
 		return nil, err
 	}
 	if d.principals, err = d.countPrincipals(); err != nil {
-		pdb.Close()
+		closePebble()
 		return nil, err
 	}
 	if !d.filter.load(o.FS, d.filterPath(), d.meta.Applied) {
 		if err := d.rebuildFilter(); err != nil {
-			pdb.Close()
+			closePebble()
 			return nil, err
 		}
 	}
@@ -315,7 +335,7 @@ func (d *DB) Close() error {
 	// when a commit cannot write its WAL, so a node stopped on a full
 	// disk exited with a panic. Writes that did not reach the files are
 	// above the stored applied index, and the raft log replays them.
-	if err := d.pdb.Close(); err != nil {
+	if err := d.closePebble(); err != nil {
 		return fmt.Errorf("engine: close: %w", err)
 	}
 	// Every write is in and synced: the filters describe exactly this
