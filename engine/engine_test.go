@@ -1375,3 +1375,16 @@ func TestCorruptQuotaKeyPanicNamesNoPrincipal(t *testing.T) {
 	require.NotContains(t, err.Error(), principal)
 	require.Contains(t, err.Error(), "3 bytes")
 }
+
+// keyForError names a bucket key's bucket and kind (which of the bucket's
+// records, leases, quotas or stats is corrupt), and nothing a client chose.
+func TestKeyForErrorNamesBucketAndKindOnly(t *testing.T) {
+	const secret = "tenant-with-a-secret-name"
+	k := quotaKey(partition.Bucket(7), secret)
+	got := keyForError(k)
+	require.NotContains(t, got, secret)
+	require.Contains(t, got, fmt.Sprintf("of %d bytes", len(k)))
+	require.Regexp(t, `/q"$`, got, "the kind of the key (a quota counter) ends the prefix, before the principal's length: %s", got)
+	require.Equal(t, `of 1 bytes starting "m"`, keyForError([]byte("m")))
+	require.Equal(t, `of 0 bytes starting ""`, keyForError(nil))
+}

@@ -160,13 +160,16 @@ func (d *DB) CompactBucket(b partition.Bucket) error {
 }
 
 // keyForError names a stored key in an error: its size and its layout
-// prefix (a bucket's kind byte and number, or another kind's byte), not the
-// principal, endpoint or key a client chose that follow: errors reach logs
-// and tickets.
+// prefix (a bucket key's 'b', bucket number, '/' and kind byte, or another
+// key's first byte), not the principal, endpoint or key a client chose
+// that follow: errors reach logs and tickets.
 func keyForError(k []byte) string {
 	n := min(len(k), 1)
 	if len(k) >= 9 && k[0] == partition.KeyPrefix {
 		n = 9
+		if len(k) >= 11 && k[9] == '/' {
+			n = 11 // the kind: record, lease, quota or stats
+		}
 	}
 	return fmt.Sprintf("of %d bytes starting %q", len(k), k[:n])
 }
