@@ -422,7 +422,7 @@ func (n *Node) catchUpFromSnapshot() error {
 	}
 	restored, err := n.db.RestoreIfNewer(br)
 	if err != nil {
-		return startRestoreError(newest.ID, newest.Size, n.cfg.DataDir, err)
+		return startRestoreError(newest.ID, newest.Size, n.cfg, err)
 	}
 	if restored {
 		n.log.Warn("state was behind the newest snapshot; restored it", "snapshot-index", newest.Index, "applied-before", applied, "applied-index", n.db.Meta().Applied)
@@ -1820,11 +1820,15 @@ func (s loudStable) said(key []byte, err error) error {
 // node stopped). On a full disk it names the ways out: a restart alone
 // meets the same full disk, since the received snapshot still holds its
 // space.
-func startRestoreError(id string, size int64, dataDir string, err error) error {
+//
+// The other way out is rejoinAdvice's, removal first: an empty member the
+// quorum still counts is what docs/MEMBERSHIP.md has removed before it
+// rejoins.
+func startRestoreError(id string, size int64, cfg Config, err error) error {
 	if !errors.Is(err, syscall.ENOSPC) {
 		return fmt.Errorf("raftfsm: restore snapshot %s: %w", id, err)
 	}
 	return fmt.Errorf("raftfsm: restore snapshot %s: %w. The disk holding %s has no room to install the snapshot this node received (%d bytes; installing it needs about as much again, free). "+
-		"Give that disk more room and start the node again; or, if the other members are healthy, move this data dir aside (mv, keep it) and start the node with an empty data dir and --join, so the leader sends its state again",
-		id, err, dataDir, size)
+		"Give that disk more room and start the node again. %s",
+		id, err, cfg.DataDir, size, rejoinAdvice(cfg))
 }
