@@ -424,7 +424,7 @@ func TestOpenAPISchemasComposeForGenerators(t *testing.T) {
 			if op == nil {
 				continue
 			}
-			id := fmt.Sprint(op["operationId"])
+			id, _ := op["operationId"].(string)
 			require.NotEmpty(t, id, "%s %s has no operationId", m, path)
 			wrapper := strings.ToUpper(id[:1]) + id[1:] + "Response"
 			require.NotContains(t, schemas, wrapper, "schema %s has the name a generated client gives the answer of operation %q", wrapper, id)

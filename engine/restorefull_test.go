@@ -59,9 +59,22 @@ func TestRestoreOnAFullDiskFailsRatherThanWaits(t *testing.T) {
 	})
 	require.NoError(t, err)
 	defer db.Close()
+	loadBucket(t, db, 10) // a state of its own, which the failed restore must keep
+	applied := db.Meta().Applied
+	before, err := db.Stats()
+	require.NoError(t, err)
+	require.Equal(t, int64(10), before.Records)
+	hash, err := db.StateHash()
+	require.NoError(t, err)
 
 	err = db.Restore(bytes.NewReader(buf.Bytes()))
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	require.Zero(t, waited.Load(), "the restore's table writes waited for space (they hold it themselves)")
-	require.Zero(t, db.Meta().Applied, "a failed restore changes nothing")
+	require.Equal(t, applied, db.Meta().Applied, "a failed restore changes nothing")
+	after, err := db.StateHash()
+	require.NoError(t, err)
+	require.Equal(t, hash, after, "a failed restore changes nothing")
+	st, err := db.Stats()
+	require.NoError(t, err)
+	require.Equal(t, before.Records, st.Records, "a failed restore changes nothing")
 }

@@ -597,7 +597,7 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 			// driver took u:pass@ as Basic auth and printed it in its
 			// report. An '@' url.Parse read as part of a host or path
 			// (a password of digits before a '/') is user info as well.
-			return "", fmt.Errorf("%s %q: an address takes no user info (a bearer token authenticates: --auth-token or --token-file)", name, withoutUserinfo(p))
+			return "", fmt.Errorf("%s %q: an address takes no user info (a bearer token authenticates: --auth-token or --token-file; an '@' of a path is written %%40)", name, withoutUserinfo(p))
 		}
 		if path := strings.TrimRight(u.Path, "/"); path == "/v1" || strings.HasSuffix(path, "/v1") {
 			u.Path, u.RawPath = strings.TrimSuffix(path, "/v1"), ""
