@@ -124,3 +124,15 @@ func TestRestoreThroughManyTables(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, got)
 }
+
+// snapshotBytes is db's state as a snapshot stream (Snapshot.WriteTo).
+func snapshotBytes(t testing.TB, db *DB) []byte {
+	t.Helper()
+	snap, err := db.Snapshot()
+	require.NoError(t, err)
+	defer snap.Close()
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	return buf.Bytes()
+}

@@ -591,14 +591,9 @@ func (r *modelRun) event(step int) {
 }
 
 func (r *modelRun) snapshot() savedSnap {
-	snap, err := r.db.Snapshot()
-	require.NoError(r.t, err)
-	var buf bytes.Buffer
-	_, err = snap.WriteTo(&buf)
-	require.NoError(r.t, err)
-	require.NoError(r.t, snap.Close())
+	stream := snapshotBytes(r.t, r.db)
 	r.markDurable() // Snapshot syncs
-	s := savedSnap{stream: buf.Bytes(), m: r.m.clone(), applied: r.applied}
+	s := savedSnap{stream: stream, m: r.m.clone(), applied: r.applied}
 	r.snaps = append(r.snaps, s)
 	return s
 }

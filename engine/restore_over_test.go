@@ -73,13 +73,7 @@ func TestRestoreOverAStateLeavesNothingOfIt(t *testing.T) {
 			check(step, "a batch")
 			switch rng.IntN(20) {
 			case 0:
-				s, err := db.Snapshot()
-				require.NoError(t, err)
-				var buf bytes.Buffer
-				_, err = s.WriteTo(&buf)
-				require.NoError(t, err)
-				require.NoError(t, s.Close())
-				snaps = append(snaps, snap{buf.Bytes(), maps.Clone(model)})
+				snaps = append(snaps, snap{snapshotBytes(t, db), maps.Clone(model)})
 			case 1:
 				if len(snaps) > 0 {
 					s := snaps[rng.IntN(len(snaps))]

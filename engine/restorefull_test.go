@@ -41,12 +41,7 @@ func (enospcFile) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
 func TestRestoreOnAFullDiskFailsRatherThanWaits(t *testing.T) {
 	src := mustOpenDir(t, t.TempDir())
 	loadBucket(t, src, 2_000)
-	snap, err := src.Snapshot()
-	require.NoError(t, err)
-	var buf bytes.Buffer
-	_, err = snap.WriteTo(&buf)
-	require.NoError(t, err)
-	require.NoError(t, snap.Close())
+	stream := snapshotBytes(t, src)
 
 	base := fullUnder{FS: vfs.Default, part: ".restore"}
 	var waited atomic.Int32
@@ -67,7 +62,7 @@ func TestRestoreOnAFullDiskFailsRatherThanWaits(t *testing.T) {
 	hash, err := db.StateHash()
 	require.NoError(t, err)
 
-	err = db.Restore(bytes.NewReader(buf.Bytes()))
+	err = db.Restore(bytes.NewReader(stream))
 	require.ErrorIs(t, err, syscall.ENOSPC)
 	require.Zero(t, waited.Load(), "the restore's table writes waited for space (they hold it themselves)")
 	require.Equal(t, applied, db.Meta().Applied, "a failed restore changes nothing")
