@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-store/idem/internal/redact"
 	"github.com/idem-store/idem/wire"
 )
 
@@ -163,7 +164,7 @@ func parseAddr(addr string) (*url.URL, error) {
 			// included; and a password holding '/', '?' or '#' is not
 			// even taken as user info (the host ends there), so it is
 			// cut at the last '@' of the address.
-			return nil, fmt.Errorf("%w %q: not a URL", ErrAddress, redactBrokenAddr(addr))
+			return nil, fmt.Errorf("%w %q: not a URL", ErrAddress, redact.BrokenAddr(addr))
 		}
 		return nil, fmt.Errorf("%w %q: %w", ErrAddress, addr, err)
 	}
@@ -171,57 +172,21 @@ func parseAddr(addr string) (*url.URL, error) {
 		// A password of digits (or none) before a '/', '?' or '#' parses
 		// as a port, and the rest of it as a path, query or fragment: the
 		// address was taken (its host the user name) or printed whole.
-		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redactBrokenAddr(addr))
+		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redact.BrokenAddr(addr))
 	}
 	switch {
 	case u.Scheme != "http" && u.Scheme != "https":
-		return nil, fmt.Errorf("%w %q: scheme must be http or https", ErrAddress, redactAddr(addr))
+		return nil, fmt.Errorf("%w %q: scheme must be http or https", ErrAddress, redact.Addr(addr))
 	case u.Host == "":
-		return nil, fmt.Errorf("%w %q: no host", ErrAddress, redactAddr(addr))
+		return nil, fmt.Errorf("%w %q: no host", ErrAddress, redact.Addr(addr))
 	case u.User != nil:
-		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redactAddr(addr))
+		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redact.Addr(addr))
 	case u.RawQuery != "" || u.Fragment != "":
 		return nil, fmt.Errorf("%w %q: want host:port or scheme://host:port[/path]", ErrAddress, addr)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""
 	return u, nil
-}
-
-// redactAddr is addr for an error message, its user info's password
-// replaced by "xxxxx": an address refused for the user info it carries
-// must not print that password to a terminal or a log.
-func redactAddr(addr string) string { return redactUserInfo(addr, false) }
-
-// redactBrokenAddr is an address url.Parse refused (or read otherwise than
-// it was meant), for an error message: what stands between "://" (or the
-// start) and its last '@' is taken for user info, and a user alone is
-// hidden too. redactAddr stops at the first '/', '?' or '#', where a
-// password holding one (base64 has '/') would be printed whole.
-func redactBrokenAddr(addr string) string { return redactUserInfo(addr, true) }
-
-func redactUserInfo(addr string, broken bool) string {
-	s := strings.TrimSpace(addr)
-	rest, scheme := s, ""
-	if i := strings.Index(s, "://"); i >= 0 {
-		scheme, rest = s[:i+3], s[i+3:]
-	}
-	end := len(rest)
-	if e := strings.IndexAny(rest, "/?#"); e >= 0 && !broken {
-		end = e
-	}
-	at := strings.LastIndex(rest[:end], "@")
-	if at < 0 {
-		return addr
-	}
-	user := rest[:at]
-	switch c := strings.IndexByte(user, ':'); {
-	case c >= 0:
-		user = user[:c] + ":xxxxx"
-	case broken:
-		user = "xxxxx"
-	}
-	return scheme + user + rest[at:]
 }
 
 // Addr returns the base URL the client sends to next.

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/redact"
 )
 
 // clientCommands are the subcommands that speak the HTTP API of a running
@@ -590,14 +591,14 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 			bad = checkHostPort(u.Host) != nil
 		}
 		if bad {
-			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, withoutUserinfo(p))
+			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, redact.BrokenAddr(p))
 		}
 		if strings.Contains(p, "@") {
 			// client.New refuses user info too, but idem bench's own
 			// driver took u:pass@ as Basic auth and printed it in its
 			// report. An '@' url.Parse read as part of a host or path
 			// (a password of digits before a '/') is user info as well.
-			return "", fmt.Errorf("%s %q: an address takes no user info (a bearer token authenticates: --auth-token or --token-file; an '@' of a path is written %%40)", name, withoutUserinfo(p))
+			return "", fmt.Errorf("%s %q: an address takes no user info (a bearer token authenticates: --auth-token or --token-file; an '@' of a path is written %%40)", name, redact.BrokenAddr(p))
 		}
 		if path := strings.TrimRight(u.Path, "/"); path == "/v1" || strings.HasSuffix(path, "/v1") {
 			u.Path, u.RawPath = strings.TrimSuffix(path, "/v1"), ""
@@ -625,21 +626,4 @@ func clientCertHint(msg string) string {
 		return "the node refused this command's client certificate (--cert-file): it is not signed by a CA in the nodes' --tls-ca-file, or has expired"
 	}
 	return ""
-}
-
-// withoutUserinfo is an address refused as not a URL, for an error
-// message: anything before its last '@' (after "://") replaced by
-// "xxxxx", since it may be user info whose password holds a '/', '?' or
-// '#' (base64 has '/'), where url.Parse ends the host and the whole
-// address, password and all, was printed.
-func withoutUserinfo(addr string) string {
-	at := strings.LastIndex(addr, "@")
-	if at < 0 {
-		return addr
-	}
-	scheme := ""
-	if i := strings.Index(addr[:at], "://"); i >= 0 {
-		scheme = addr[:i+3]
-	}
-	return scheme + "xxxxx" + addr[at:]
 }
