@@ -406,10 +406,8 @@ func (t *Txn) subtractQuotas(b partition.Bucket) {
 		p, _, good := readString(it.Key()[len(lo):])
 		v, verr := it.ValueAndErr()
 		if !good || verr != nil || len(v) != 8 {
-			// The key holds a principal (a tenant's name, maybe a hash of
-			// a credential): a panic's message reaches logs and tickets,
-			// so it names the bucket and the key's size, not the key.
-			panic(fmt.Errorf("%w: a quota key of bucket %d (%d bytes) or its value (%d bytes)", ErrCorrupt, b, len(it.Key()), len(v)))
+			// The key holds a principal: named as every corrupt key is.
+			panic(fmt.Errorf("%w: quota key %s or its value (%d bytes)", ErrCorrupt, keyForError(it.Key()), len(v)))
 		}
 		counts = append(counts, count{p, int64(binary.BigEndian.Uint64(v))})
 	}

@@ -199,14 +199,12 @@ func (c proxyConfig) build() (*proxy, []error) {
 
 	if c.upstream == "" {
 		bad("upstream", "required (e.g. --upstream http://127.0.0.1:9000)")
-	} else if u, err := url.Parse(c.upstream); err != nil && strings.Contains(c.upstream, "@") {
+	} else if u, err := url.Parse(c.upstream); strings.Contains(c.upstream, "@") && (err != nil || u.User == nil) {
 		// Neither the URL nor url.Parse's error, which quotes it: a
-		// password in it would reach the terminal or the log.
-		bad("upstream", "an address with user info is not a URL; want an http:// or https:// URL with a host")
-	} else if err == nil && u.User == nil && strings.Contains(c.upstream, "@") {
-		// A password of digits (or none) before a '/', '?' or '#' parses
-		// as a port and the rest as a path, query or fragment: the proxy
-		// ran against host "u", or printed the address whole.
+		// password in it would reach the terminal or the log. A password
+		// of digits (or none) before a '/', '?' or '#' parses as a port
+		// and the rest as a path, query or fragment: the proxy ran
+		// against host "u", or printed the address whole.
 		bad("upstream", "an address with user info is not a URL; want an http:// or https:// URL with a host")
 	} else if err == nil && u.User != nil {
 		bad("upstream", "%q: a base URL takes no user info (put the upstream's credentials in its callers' requests)", u.Redacted())
