@@ -65,7 +65,7 @@ type streamLayer struct {
 	// Refusals are spaced per remote host: one a minute from a scanner
 	// must not be the only line while a member is refused for its
 	// certificate. refused and silent count those not logged.
-	refusedLogged   hostSpacer
+	refusedLogged   keySpacer
 	silentLogged    spacer
 	refused, silent atomic.Int64
 
@@ -281,7 +281,7 @@ const maxRefusedHostsLogged = 8
 func (s *streamLayer) refusedPeer(msg string, from net.Addr, err error) {
 	n := s.refused.Add(1)
 	host := from.String()
-	if h, _, err := net.SplitHostPort(host); err == nil {
+	if h, _, serr := net.SplitHostPort(host); serr == nil {
 		host = h
 	}
 	// Keyed by the reason too: a peer refused for another reason than
