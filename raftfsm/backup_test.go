@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -358,4 +359,60 @@ func TestRestoredIndexFollowsTheClockAboveJ(t *testing.T) {
 	require.Equal(t, big+margin, RestoredIndex(big, now), "a state above the clock's reading")
 	require.Equal(t, 7+margin, RestoredIndex(7, time.Unix(-5, 0)), "a clock before 1970")
 	require.Less(t, RestoredIndex(7, now), uint64(1)<<53, "exact as a float64 metric")
+}
+
+// A recover stopped part-way (killed before it changed anything, or after
+// it rewrote the configuration and before it recorded whom it left out)
+// leaves recovering.json: a plain start refuses the data dir and names the
+// command that finishes the work, and running it again does.
+func TestUnfinishedRecoverIsRefusedUntilItIsRunAgain(t *testing.T) {
+	for _, step := range []string{"marked", "rewritten"} {
+		t.Run(step, func(t *testing.T) {
+			n := mustNode(t, func(c *Config) { c.ApplyTimeout = 500 * time.Millisecond })
+			want := fill(t, n, 10)
+			n.raft.AddVoter("ghost", "127.0.0.1:1", 0, 500*time.Millisecond).Error() // quorum is lost
+			cfg := n.cfg
+			require.NoError(t, n.Close())
+
+			addr := freeRaftAddr(t)
+			peers := []Peer{{ID: "n1", RaftAddr: addr}}
+			stopped := errors.New("killed at " + step)
+			recoverHook = func(s string) error {
+				if s == step {
+					return stopped
+				}
+				return nil
+			}
+			_, err := Recover(cfg.DataDir, "n1", peers, nil)
+			recoverHook = func(string) error { return nil }
+			require.ErrorIs(t, err, stopped)
+
+			st, err := ReadOfflineState(cfg.DataDir)
+			require.NoError(t, err)
+			require.NotNil(t, st.Unfinished)
+			require.Equal(t, peers, st.Unfinished.Peers)
+
+			cfg.RaftAddr = addr
+			_, err = Open(cfg)
+			require.ErrorIs(t, err, ErrRecoverUnfinished)
+			require.ErrorContains(t, err, "idem recover --data-dir "+cfg.DataDir+" --node-id n1 --peers n1="+addr+" --yes")
+
+			_, err = Recover(cfg.DataDir, "n1", peers, nil)
+			require.NoError(t, err)
+			st, err = ReadOfflineState(cfg.DataDir)
+			require.NoError(t, err)
+			require.Nil(t, st.Unfinished)
+			require.Equal(t, []Peer{{ID: "n1", RaftAddr: addr, Suffrage: "Voter"}}, st.Configuration)
+			m, err := Open(cfg)
+			require.NoError(t, err)
+			t.Cleanup(func() { m.Close() })
+			require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
+			for s, r := range want {
+				got, ok, err := m.Lookup(context.Background(), s, false, true)
+				require.NoError(t, err)
+				require.True(t, ok)
+				require.Equal(t, r, got)
+			}
+		})
+	}
 }

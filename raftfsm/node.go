@@ -140,6 +140,11 @@ func open(cfg Config) (*Node, error) {
 	} else if rec != nil {
 		return nil, fmt.Errorf("%w: %s", rec.err(), rec.message(cfg.DataDir)) // superseded.go
 	}
+	if r, err := ReadRecovering(cfg.DataDir); err != nil {
+		return nil, err
+	} else if r != nil {
+		return nil, fmt.Errorf("%w: %s", ErrRecoverUnfinished, r.message(cfg.DataDir)) // recovering.go
+	}
 	leftOut, lerr := readRecoveryRecord(cfg.DataDir)
 	if lerr != nil {
 		return nil, lerr

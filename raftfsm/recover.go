@@ -70,6 +70,10 @@ type OfflineState struct {
 	// data dir holds superseded.json; "" otherwise. Open refuses such a
 	// data dir until the file is deleted, recovered or not.
 	SupersededBy string
+	// Unfinished is the recovery of this data dir that began and did not
+	// finish (recovering.json), nil when there is none: Open refuses the
+	// data dir until a recover finishes.
+	Unfinished *Recovering
 }
 
 // offline is a stopped node's stores, opened without starting raft:
@@ -165,6 +169,9 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	st.Applied = o.db.Meta().Applied
 	if rec, err := readSuperseded(o.dir); err == nil && rec != nil {
 		st.SupersededBy = rec.by()
+	}
+	if r, err := ReadRecovering(o.dir); err == nil {
+		st.Unfinished = r
 	}
 	term, err := o.stable.GetUint64([]byte("CurrentTerm"))
 	if err == nil {
@@ -304,6 +311,12 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := o.checkLogHead(st); err != nil { // before anything is changed
 		return st, err
 	}
+	if err := markRecovering(dir, nodeID, peers); err != nil { // recovering.go
+		return st, err
+	}
+	if err := recoverHook("marked"); err != nil {
+		return st, err
+	}
 	if o.unreadable != nil {
 		if err := o.setAsideLog(); err != nil {
 			return st, err
@@ -362,6 +375,9 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := raft.RecoverCluster(rc, fsm, o.logs, o.stable, recoverSnaps{o.snaps}, trans, conf); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: %w", err)
 	}
+	if err := recoverHook("rewritten"); err != nil {
+		return st, err
+	}
 	// The members left out must not serve their older state if they come
 	// back with their data dirs: this node tells them so (superseded.go).
 	var before []string
@@ -370,6 +386,9 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	}
 	if err := recordRecovery(dir, nodeID, before, peers, o.db.Meta().Applied, ""); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: the configuration was rewritten, but the members it leaves out could not be recorded (run idem recover again): %w", err)
+	}
+	if err := unmarkRecovering(dir); err != nil {
+		return st, fmt.Errorf("raftfsm: recover: the configuration was rewritten, but %s could not be removed (run idem recover again): %w", recoveringFile, err)
 	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
 	return st, nil

@@ -482,6 +482,7 @@ var dataDirEntries = map[string]bool{
 	"fsm": true, "fsm.filters": true, "fsm.filters.tmp": true, "fsm.restore": true, // engine: probe filters, a restore being built
 	raftfsm.BallastFile: true, raftfsm.BallastFile + ".tmp": true,
 	raftfsm.RecoveredFile: true, raftfsm.RecoveredFile + ".tmp": true, raftfsm.SupersededFile: true, // superseded.go
+	raftfsm.RecoveringFile: true, raftfsm.RecoveringFile + ".tmp": true, // recovering.go
 }
 
 // checkDataDir refuses a --data-dir that exists, is not empty and holds
