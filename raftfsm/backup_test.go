@@ -65,6 +65,17 @@ func fill(t *testing.T, n *Node, count int) map[engine.Scope]*engine.Record {
 	return out
 }
 
+// requireRecords checks that m serves every record of want, as fill stored it.
+func requireRecords(t *testing.T, m *Node, want map[engine.Scope]*engine.Record) {
+	t.Helper()
+	for s, r := range want {
+		got, ok, err := m.Lookup(context.Background(), s, false, true)
+		require.NoError(t, err)
+		require.True(t, ok, "%v lost", s)
+		require.Equal(t, r, got)
+	}
+}
+
 func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	n := mustNode(t)
 	want := fill(t, n, 40)
@@ -109,12 +120,7 @@ func TestBackupRestoreContinuesAboveTheSnapshotIndex(t *testing.T) {
 	t.Cleanup(func() { m.Close() })
 	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
 	require.GreaterOrEqual(t, m.NowMs(), info.Header.ClusterTimeMs, "cluster time went back")
-	for s, r := range want {
-		got, ok, err := m.Lookup(context.Background(), s, false, true)
-		require.NoError(t, err)
-		require.True(t, ok, "%v lost", s)
-		require.Equal(t, r, got)
-	}
+	requireRecords(t, m, want)
 	// New writes are applied, above J: a log restarted at index 1 would
 	// have them skipped as already applied.
 	res, idx, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1000), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
@@ -259,12 +265,7 @@ func TestRecoverOneSurvivor(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { m.Close() })
 	require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
-	for s, r := range want {
-		got, ok, err := m.Lookup(context.Background(), s, false, true)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.Equal(t, r, got)
-	}
+	requireRecords(t, m, want)
 	res, _, err := m.Claim(engine.ClaimArgs{Scope: scopeN(500), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
@@ -339,12 +340,7 @@ func TestRecoverStatePastTheLogsEnd(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
 	require.Greater(t, idx, before.Applied)
-	for s, r := range want {
-		got, ok, err := m.Lookup(context.Background(), s, false, true)
-		require.NoError(t, err)
-		require.True(t, ok)
-		require.Equal(t, r, got)
-	}
+	requireRecords(t, m, want)
 }
 
 // RestoredIndex reads the restoring clock, not the backup's cluster time
@@ -407,12 +403,7 @@ func TestUnfinishedRecoverIsRefusedUntilItIsRunAgain(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(func() { m.Close() })
 			require.Eventually(t, m.IsLeader, 10*time.Second, 10*time.Millisecond)
-			for s, r := range want {
-				got, ok, err := m.Lookup(context.Background(), s, false, true)
-				require.NoError(t, err)
-				require.True(t, ok)
-				require.Equal(t, r, got)
-			}
+			requireRecords(t, m, want)
 		})
 	}
 }

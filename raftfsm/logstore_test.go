@@ -385,12 +385,7 @@ func TestLogStoreMigratesOneNode(t *testing.T) {
 	require.Equal(t, first, f)
 	require.GreaterOrEqual(t, m.raft.CurrentTerm(), term)
 	require.GreaterOrEqual(t, m.raft.LastIndex(), last)
-	for s, r := range want {
-		got, ok, err := m.Lookup(context.Background(), s, false, true)
-		require.NoError(t, err)
-		require.True(t, ok, "%v lost", s)
-		require.Equal(t, r, got)
-	}
+	requireRecords(t, m, want)
 	res, _, err := m.Claim(engine.ClaimArgs{Scope: scopeN(1000), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
