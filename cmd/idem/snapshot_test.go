@@ -324,3 +324,30 @@ func TestRestoreNamesTheCopyAKilledRestoreLeft(t *testing.T) {
 	// It is only named: a restore running beside this one may own it.
 	require.DirExists(t, left)
 }
+
+// A save killed while it received (kill -9, a lost terminal) leaves
+// FILE.tmp-*, a partial copy of every record, beside FILE: the next save
+// succeeded and said nothing of it, nor did a save that then failed on the
+// disk those leftovers filled (a walk left three, 80 MB). A save now names
+// them, and leaves them in place: another save may still own one.
+func TestSaveNamesTheFileAKilledSaveLeft(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr := freePort(t)
+	start(t, filepath.Join(dir, "src"), httpAddr, freePort(t))
+	claimOK(t, httpAddr, "before-backup")
+	file := filepath.Join(dir, "b.snap")
+	// What save receives into (os.CreateTemp beside FILE), as a killed save
+	// leaves it; and one of another FILE's, which is not named.
+	left := file + ".tmp-1234567"
+	require.NoError(t, os.WriteFile(left, []byte("IDEM partial"), 0o600))
+	other := filepath.Join(dir, "c.snap.tmp-7654321")
+	require.NoError(t, os.WriteFile(other, []byte("IDEM partial"), 0o600))
+	out, err := idemCmd(t, "snapshot", "save", file, "--addr", httpAddr)
+	require.NoError(t, err, out)
+	require.Contains(t, out, left+" (12 bytes) is left from a save into "+file+" that was stopped before it finished")
+	require.Contains(t, out, "delete it")
+	require.NotContains(t, out, other)
+	require.Equal(t, 1, strings.Count(out, "is left from a save"), out)
+	require.FileExists(t, left)
+	require.FileExists(t, file)
+}
