@@ -102,6 +102,9 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 2
 }
 
+// syncKeyFile syncs a new key file; a test fails it, as a disk would.
+var syncKeyFile = (*os.File).Sync
+
 func keysGenerate(id, out string, stdout, stderr io.Writer) int {
 	if id == "" {
 		fmt.Fprintln(stderr, "idem keys generate: --id is required (it is stored with every value the key encrypts)")
@@ -129,13 +132,26 @@ func keysGenerate(id, out string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "idem keys generate: --out: %v (an existing key file is never overwritten)\n", err)
 		return 1
 	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		fmt.Fprintf(stderr, "idem keys generate: --out: %v\n", err)
-		return 1
+	// Synced, file and directory, before it is reported written: the
+	// node started with it fsyncs every value it encrypts into the raft
+	// log, while the key file could still sit in the page cache, and a
+	// machine crash then left an empty keys.json beside records no key
+	// reads. Written in part (a full disk, an I/O error), it is removed:
+	// it was ours (O_EXCL), and left there it made every retry refuse
+	// ("never overwritten") and idem serve refuse it as no key file.
+	_, err = f.Write(b)
+	if err == nil {
+		err = syncKeyFile(f)
 	}
-	if err := f.Close(); err != nil {
-		fmt.Fprintf(stderr, "idem keys generate: --out: %v\n", err)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = syncDirErr(filepath.Dir(out))
+	}
+	if err != nil {
+		os.Remove(out)
+		fmt.Fprintf(stderr, "idem keys generate: --out %s: %v (no key was written: free space or fix the disk, then run it again)\n", out, err)
 		return 1
 	}
 	fmt.Fprintf(stderr, "wrote key %q to %s (mode 0600); keep a copy where you keep secrets: without it the records it encrypts cannot be read\n", id, out)
