@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idem-store/idem/client"
@@ -218,7 +219,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	_, err = io.Copy(bw, resp.Body)
+	received, err := io.Copy(bw, resp.Body)
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -229,7 +230,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		err = cerr
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: receiving into %s: %v (nothing was saved)\n", name, tmp, err)
+		fmt.Fprintf(stderr, "%s: %s\n", name, receiveFailure(err, file, tmp, received))
 		nameLeftSaves(stderr, name, file, tmp)
 		return 1
 	}
@@ -254,6 +255,17 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 	fmt.Fprintf(stdout, "saved %s: %d records, applied index %d, cluster time %s, %d bytes, sha256 %s\n",
 		file, info.Header.Records, info.Header.AppliedIndex, fmtClusterTime(info.Header.ClusterTimeMs), info.Bytes, info.SHA256)
 	return 0
+}
+
+// receiveFailure says why a save could not write what it received. A full
+// disk said only "write FILE.tmp-*: no space left on device": neither
+// which disk, nor how far the save got, nor the way out.
+func receiveFailure(err error, file, tmp string, received int64) string {
+	if errors.Is(err, syscall.ENOSPC) {
+		dir := filepath.Dir(file)
+		return fmt.Sprintf("the disk holding %s is full: it filled after %d bytes of the snapshot were received into %s, which is removed (nothing was saved); free space on that disk or save into a directory on another one: the backup takes about the size of the node's state, more than %d bytes", dir, received, tmp, received)
+	}
+	return fmt.Sprintf("receiving into %s: %v (nothing was saved)", tmp, err)
 }
 
 // nameLeftSaves names the FILE.tmp-* beside FILE that a save killed
