@@ -609,7 +609,7 @@ func openLogStoreReadOnly(dir string, stable *raftboltdb.BoltStore, log *slog.Lo
 func writeSynced(path string, b []byte) error {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	if err != nil {
-		return fmt.Errorf("raftfsm: write %s: %w", path, err)
+		return fmt.Errorf("raftfsm: %w", err) // "open path: …"
 	}
 	_, err = f.Write(b)
 	if err == nil {
@@ -619,7 +619,7 @@ func writeSynced(path string, b []byte) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("raftfsm: write %s: %w", path, err)
+		return fmt.Errorf("raftfsm: %w", err) // the error names path
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -465,4 +466,14 @@ func TestLogStoreMigratesThreeNodes(t *testing.T) {
 	list, err := nodes[2].snaps.List()
 	require.NoError(t, err)
 	require.Empty(t, list, "the node behind must catch up from the moved log, not a snapshot")
+}
+
+// writeSynced's errors named their file twice ("raftfsm: write F: write F:
+// no space left on device", a restore on a full disk): the os error names
+// it already.
+func TestWriteSyncedNamesItsFileOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "missing", "f")
+	err := writeSynced(path, []byte("x"))
+	require.Error(t, err)
+	require.Equal(t, 1, strings.Count(err.Error(), path), err.Error())
 }

@@ -27,3 +27,18 @@ func TestSaveOnAFullDiskNamesTheDiskAndTheWayOut(t *testing.T) {
 	msg = receiveFailure(errors.New("unexpected EOF"), "/backups/b.snap", tmp, 10)
 	require.Equal(t, "receiving into "+tmp+": unexpected EOF (nothing was saved)", msg)
 }
+
+// A restore whose disk filled midway (the check of free space passed, and
+// another writer took the room; a walk) said "raftfsm: restore: raftfsm:
+// write …/moved-from-raft.db: write …/moved-from-raft.db: no space left on
+// device": the path twice, and neither the disk nor the way out.
+func TestRestoreOnADiskThatFillsNamesTheDiskAndTheWayOut(t *testing.T) {
+	tmp := "/data/n1.restore-123"
+	full := fmt.Errorf("raftfsm: restore: %w", &os.PathError{Op: "write", Path: tmp + "/raft-wal/00001.wal", Err: syscall.ENOSPC})
+	msg := restoreFailure(full, "b.snap", tmp, "/data/n1", 90<<20+1)
+	require.Contains(t, msg, "the disk holding /data filled while b.snap was restored into "+tmp+", which is removed (nothing was written to /data/n1)")
+	require.Contains(t, msg, "free space on that disk (the restore needs about 91 MiB) or restore into a data dir on another disk")
+
+	msg = restoreFailure(errors.New("raftfsm: restore: truncated"), "b.snap", tmp, "/data/n1", 0)
+	require.Equal(t, "b.snap: raftfsm: restore: truncated (nothing was written to /data/n1)", msg)
+}

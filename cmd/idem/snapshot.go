@@ -268,6 +268,22 @@ func receiveFailure(err error, file, tmp string, received int64) string {
 	return fmt.Sprintf("receiving into %s: %v (nothing was saved)", tmp, err)
 }
 
+// restoreFailure says why a restore into tmp, built for dataDir, failed.
+// The disk filling midway (the check of free space passed, and another
+// writer took it) said only "raftfsm: restore: … write …: no space left on
+// device": neither the disk nor the way out.
+func restoreFailure(err error, file, tmp, dataDir string, need uint64) string {
+	if errors.Is(err, syscall.ENOSPC) {
+		room := ""
+		if need > 0 {
+			room = fmt.Sprintf(" (the restore needs about %d MiB)", (need+1<<20-1)>>20)
+		}
+		return fmt.Sprintf("the disk holding %s filled while %s was restored into %s, which is removed (nothing was written to %s): free space on that disk%s or restore into a data dir on another disk, then run it again (%v)",
+			filepath.Dir(tmp), file, tmp, dataDir, room, err)
+	}
+	return fmt.Sprintf("%s: %v (nothing was written to %s)", file, err, dataDir)
+}
+
 // nameLeftSaves names the FILE.tmp-* beside FILE that a save killed
 // before it finished (kill -9, a reboot, a lost terminal) left: no later
 // save removed or mentioned them, so each stayed, a partial copy of every
@@ -424,8 +440,10 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	// The raft log preallocates its first segment whole: on a nearly full
 	// disk the restore failed midway with a bare ENOSPC. Say up front how
 	// much it needs, before anything is written.
+	var need uint64
 	if st, err := f.Stat(); err == nil {
-		need, parts := raftfsm.RestoreSpace(st.Size())
+		var parts string
+		need, parts = raftfsm.RestoreSpace(st.Size())
 		if err := raftfsm.CheckSpace("the restore", dataDir, need, parts); err != nil {
 			fmt.Fprintf(stderr, "%s: %v\n", name, err)
 			return 1
@@ -459,7 +477,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	info, err := raftfsm.RestoreBackup(bufio.NewReaderSize(f, 1<<20), tmp, raftfsm.RestoreOptions{NodeID: nodeID, RaftAddr: raftAddr, Logger: log})
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: %s: %v (nothing was written to %s)\n", name, file, err, dataDir)
+		fmt.Fprintf(stderr, "%s: %s\n", name, restoreFailure(err, file, tmp, dataDir, need))
 		return 1
 	}
 	if live, member := liveSourceMembers(ctx, info.Members, raftAddr); len(live) > 0 && !force {
