@@ -153,6 +153,26 @@ func (c *Credentials) List() []Credential { return slices.Clone(c.list) }
 // Len is the number of tokens.
 func (c *Credentials) Len() int { return len(c.list) }
 
+// Digest is a short hex digest of what the credentials grant: each token's
+// hash with its role, principals and max_principals, in hash order (names
+// and file order left out). Nodes publish it at GET /v1/config, so that a
+// node whose --auth-file differs from the others' is found: a follower
+// decides a consistency=stale lookup with its own file alone, so a token
+// that file gives other principals reads their records there, and a token
+// only some nodes list works or not with the node asked and the leader.
+// It is a hash of hashes: it says nothing of a token.
+func (c *Credentials) Digest() string {
+	entries := make([]string, 0, len(c.list))
+	for _, e := range c.list {
+		ps := slices.Clone(e.Principals)
+		slices.Sort(ps)
+		entries = append(entries, fmt.Sprintf("%x %s %q %d", e.hash, e.Role, ps, e.MaxPrincipals))
+	}
+	slices.Sort(entries)
+	h := sha256.Sum256([]byte(strings.Join(entries, "\n")))
+	return hex.EncodeToString(h[:8])
+}
+
 // FirstLegacyToken is the first plain token of an old-format file ("" for
 // a JSON file, which holds no plain token): with the old format, nodes
 // used it for their calls to each other, and still do.

@@ -63,6 +63,10 @@ type configJSON struct {
 	Scope            string     `json:"scope"`
 	BucketWidth      string     `json:"bucket_width"`
 	Limits           limitsJSON `json:"limits"`
+	// AuthFileDigest is Credentials.Digest of the --auth-file in force,
+	// "none" without one: what idem cluster status and a starting node
+	// compare among the members.
+	AuthFileDigest string `json:"auth_file_digest"`
 }
 
 func durationSeconds(d time.Duration) int64 { return int64(d / time.Second) }

@@ -638,8 +638,17 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, configJSON{
 		Retention: ret.String(), RetentionSeconds: durationSeconds(ret),
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
-		BucketWidth: width.String(), Limits: limits,
+		BucketWidth: width.String(), Limits: limits, AuthFileDigest: s.authDigest(),
 	})
+}
+
+// authDigest is the digest of the credentials in force (a SIGHUP may have
+// changed them), "none" without --auth-file.
+func (s *Server) authDigest() string {
+	if s.cfg.Auth == nil {
+		return "none"
+	}
+	return s.cfg.Auth.Credentials().Digest()
 }
 
 // handleState shows this replica's state hash and the applied index it was

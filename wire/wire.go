@@ -205,8 +205,11 @@ type ServerConfig struct {
 	Scope            string `json:"scope"` // "endpoint" or "principal"
 	BucketWidth      string `json:"bucket_width,omitempty"`
 	// Limits are the server's limits by name; their set may grow.
-	Limits map[string]any  `json:"limits,omitempty"`
-	Raw    json.RawMessage `json:"-"`
+	Limits map[string]any `json:"limits,omitempty"`
+	// AuthFileDigest is a digest of the node's --auth-file ("none"
+	// without one); an earlier release leaves it out.
+	AuthFileDigest string          `json:"auth_file_digest,omitempty"`
+	Raw            json.RawMessage `json:"-"`
 }
 
 // Node is a member of the cluster. Leader answers carry only the addresses.

@@ -232,6 +232,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 					// changes nothing then.
 					fmt.Fprintln(stdout, "  (the retention is each node's --retention only until the first claim pins one for the cluster; after that a member showing another has not applied the latest set-retention yet: run cluster status again before restarting anything)")
 				}
+				if strings.HasPrefix(d, "auth file digest: ") {
+					fmt.Fprintln(stdout, "  "+authFileDrift)
+				}
 			}
 		}
 	case "transfer-leadership":
@@ -327,6 +330,9 @@ func retentionFlagReminder(d time.Duration) string {
 	return fmt.Sprintf("set --retention %s (or IDEM_RETENTION) on every node too, so that their configuration agrees: the flag only seeds a new cluster's retention and changes nothing here, but a node whose flag differs warns at each start, and a cluster started from empty data dirs would take the old value", v)
 }
 
+// authFileDrift says what members with different --auth-file files do.
+const authFileDrift = "(the members' --auth-file differ, \"none\" for a node without one: a token is checked by the node asked and by the leader, but a consistency=stale lookup by the node asked alone, so a token that one node's file gives other principals reads their records there, and a token only some files list works or not with the node asked and the leader. Copy one file to every node, then SIGHUP each; no restart is needed)"
+
 // settingsDrift compares what each member publishes at GET /v1/config on
 // its own address. The default lease and the limits are each node's own
 // flags, and the leader's decide a claim. Retention is replicated state
@@ -355,7 +361,16 @@ func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option)
 		}
 		v := map[string]string{"retention": cfg.Retention, "default lease": fmt.Sprintf("%d ms", cfg.LeaseDefaultMs)}
 		for k, l := range cfg.Limits {
-			v[k] = fmt.Sprint(l)
+			if f, ok := l.(float64); ok {
+				v[k] = publishedValue(k, f) // 3600000, not 3.6e+06
+			} else {
+				v[k] = fmt.Sprint(l)
+			}
+		}
+		if cfg.AuthFileDigest != "" {
+			// A follower decides a stale lookup with its own auth file:
+			// one that differs lets a token read other principals there.
+			v["auth file digest"] = cfg.AuthFileDigest
 		}
 		views = append(views, view{m.ID, v})
 	}

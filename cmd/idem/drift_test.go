@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -35,4 +37,43 @@ func TestSettingsDriftLeavesOutASettingANodeDoesNotPublish(t *testing.T) {
 	st := raftfsm.Status{Nodes: []raftfsm.Member{member("n1", older), member("n2", newer), member("n3", newest)}}
 	out := settingsDrift(context.Background(), st, nil)
 	require.Equal(t, []string{"max_keys_per_principal: n1 100000, n2 5, n3 100000"}, out)
+}
+
+// configByHost answers GET /v1/config with the body given for the host
+// asked, in memory.
+type configByHost map[string]string
+
+func (c configByHost) RoundTrip(r *http.Request) (*http.Response, error) {
+	b := c[r.URL.Host]
+	return &http.Response{StatusCode: 200, Header: http.Header{"Content-Type": {"application/json"}},
+		Body: io.NopCloser(strings.NewReader(b)), ContentLength: int64(len(b)), Request: r}, nil
+}
+
+// A member started with another --auth-file (a token only its file lists,
+// or one its file gives other principals: it then serves them their
+// records with consistency=stale) was not among the settings idem cluster
+// status compared. It is now, by a digest each node publishes; a member
+// of an earlier release publishes none and is left out. Limits print as
+// their flags take them (max_lease_ms printed 3.6e+06).
+func TestSettingsDriftNamesAnotherAuthFile(t *testing.T) {
+	config := func(digest string) string {
+		d := ""
+		if digest != "" {
+			d = `,"auth_file_digest":"` + digest + `"`
+		}
+		return `{"retention":"24h0m0s","retention_seconds":86400,"lease_default_ms":30000,"scope":"endpoint","bucket_width":"2h0m0s","limits":{"max_lease_ms":3600000,"max_keys_per_principal":100000}` + d + `}`
+	}
+	rt := configByHost{"n1:1": config("aaaa"), "n2:1": config("aaaa"), "n3:1": config("bbbb"), "n4:1": config("")}
+	var st raftfsm.Status
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		var m raftfsm.Member
+		m.ID, m.HTTPAddr = id, id+":1"
+		st.Nodes = append(st.Nodes, m)
+	}
+	out := settingsDrift(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})})
+	require.Equal(t, []string{"auth file digest: n1 aaaa, n2 aaaa, n3 bbbb"}, out)
+
+	rt["n3:1"] = strings.Replace(config("aaaa"), "3600000", "7200000", 1)
+	out = settingsDrift(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})})
+	require.Equal(t, []string{"max_lease_ms: n1 1h0m0s, n2 1h0m0s, n3 2h0m0s, n4 1h0m0s"}, out)
 }

@@ -374,6 +374,9 @@ func (m *member) warnSettingsDrift(ctx context.Context) {
 	// A batch over a node's --max-batch-ops is refused whole by it (413),
 	// and a forwarded one by both the node asked and the leader.
 	own["max_batch_ops"] = publishedValue("max_batch_ops", float64(m.c.maxBatchOps))
+	if m.c.authDigest != "" {
+		own["auth_file"] = m.c.authDigest
+	}
 	for end := time.Now().Add(driftCheckFor); time.Now().Before(end); {
 		if m.compareSettings(ctx, own) || ctx.Err() != nil {
 			return
@@ -416,6 +419,7 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 		var cfg struct {
 			LeaseDefaultMs *float64            `json:"lease_default_ms"`
 			Limits         map[string]*float64 `json:"limits"`
+			AuthFileDigest string              `json:"auth_file_digest"`
 		}
 		if status == http.StatusUnauthorized || status == http.StatusForbidden {
 			refused++ // --auth-file without a --node-token-file to ask with: asking again changes nothing
@@ -431,6 +435,9 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 			if v != nil {
 				theirs[k] = publishedValue(k, *v)
 			}
+		}
+		if cfg.AuthFileDigest != "" { // an earlier release publishes none
+			theirs["auth_file"] = cfg.AuthFileDigest
 		}
 		for k, v := range own {
 			if t, ok := theirs[k]; ok { // an earlier release may publish fewer limits
@@ -464,7 +471,15 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 		if len(flags) == 1 {
 			verb = " differs"
 		}
-		m.log.Warn(strings.Join(flags, ", ")+verb+" between this node and other members: a claim gets the default lease and limits of the leader that decides it, so what clients get changes with leadership. Give every node the same flags (idem cluster status compares them too)", attrs...)
+		msg := strings.Join(flags, ", ") + verb + " between this node and other members:"
+		if len(differ) > 1 || !differ["auth_file"] {
+			msg += " a claim gets the default lease and limits of the leader that decides it, so what clients get changes with leadership;"
+		}
+		if differ["auth_file"] {
+			msg += " " + strings.Trim(authFileDrift, "()") + " (auth-file shows a digest of each member's file);"
+		}
+		msg += " give every node the same flags (idem cluster status compares them too)"
+		m.log.Warn(msg, attrs...)
 	} else {
 		m.log.Info("--lease and the limits agree with the other members that answered", "members-answered", answered)
 	}

@@ -30,7 +30,10 @@ import (
 // serveConfig is everything `idem serve` is told, from flags and IDEM_*
 // environment variables.
 type serveConfig struct {
-	nodeID, dataDir              string
+	nodeID, dataDir string
+	// authDigest is the digest of --auth-file at start ("none" without
+	// one), compared with the other members' (warnSettingsDrift).
+	authDigest                   string
 	httpAddr, raftAddr           string
 	httpAdvertise, raftAdvertise string
 	healthAddr                   string
@@ -828,6 +831,10 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	auth, nodeToken, err := loadAuth(c, log) // token.go
 	if err != nil {
 		return err
+	}
+	c.authDigest = "none" // what GET /v1/config publishes; membership compares the members'
+	if auth != nil {
+		c.authDigest = auth.Credentials().Digest()
 	}
 	if auth == nil && !isLoopback(c.httpAddr) {
 		if !c.insecure {
