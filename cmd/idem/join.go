@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -183,6 +184,11 @@ func (m *member) do(ctx context.Context, method, addr, path string, body []byte)
 		req.Header.Set("Authorization", "Bearer "+m.token)
 	}
 	resp, err := m.client.Do(req)
+	var plain tls.RecordHeaderError
+	if err != nil && req.URL.Scheme == "https" && (errors.As(err, &plain) || strings.Contains(err.Error(), "first record does not look like a TLS handshake")) {
+		// A node without TLS answers a handshake with plain HTTP.
+		return nil, 0, fmt.Errorf("%s speaks plain HTTP: this node runs with TLS and that one without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file too (a certificate from this cluster's CA): %w", addr, err)
+	}
 	if err != nil {
 		return nil, 0, err
 	}
@@ -281,7 +287,26 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			continue
 		}
 		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
-		if err != nil || status != http.StatusOK {
+		if err == nil && status != http.StatusOK {
+			var p struct{ Detail, Code string }
+			json.Unmarshal(b, &p)
+			err = fmt.Errorf("answered %d %s: %s", status, p.Code, p.Detail)
+			if status == http.StatusUnauthorized || status == http.StatusForbidden {
+				err = fmt.Errorf("%w (it refuses this node's --node-token-file token: every node of a cluster needs the same --auth-file, listing each node's token as admin)", err)
+			}
+		}
+		if err != nil {
+			// A peer speaking HTTPS to this plain node (or the reverse), a
+			// certificate from another CA, another auth file: the node
+			// waited for ever, saying only "waiting for peers to
+			// bootstrap" (a mixed-settings walk). Said once per answer.
+			if ctx.Err() == nil && m.unreachable[a] != err.Error() {
+				if m.unreachable == nil {
+					m.unreachable = map[string]string{}
+				}
+				m.unreachable[a] = err.Error()
+				m.log.Warn("bootstrap: this --join address did not answer"+notHTTPHint(err)+"; not counted among the peers, asking again every second", "addr", a, "error", err)
+			}
 			continue
 		}
 		var st raftfsm.Status

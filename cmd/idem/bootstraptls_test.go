@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// testAddrOn is freePortOn(ip), or with IDEM_TEST_PORT set the port
+// IDEM_TEST_PORT+i: for machines where tests may use only given ports.
+func testAddrOn(t *testing.T, ip string, i int) string {
+	t.Helper()
+	if p := os.Getenv("IDEM_TEST_PORT"); p != "" {
+		base, err := strconv.Atoi(p)
+		require.NoError(t, err, "IDEM_TEST_PORT")
+		return net.JoinHostPort(ip, strconv.Itoa(base+i))
+	}
+	return freePortOn(t, ip)
+}
+
+// Nodes forming a cluster with --bootstrap-expect where one was started
+// without the --tls-* flags the others have (a unit file edited on one
+// node) formed nothing, rightly, but said only "waiting for peers to
+// bootstrap" every second, on both sides: the answer naming the cause was
+// thrown away. Each side now names the other's address and the flags.
+func TestBootstrapBesideANodeWithoutTLSSaysSo(t *testing.T) {
+	ip := "127.0.0.9"
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		ip = v
+	}
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"tls", "ca", "--dir", dir}, &stdout, &stderr), stderr.String())
+	require.Equal(t, 0, run(context.Background(), []string{"tls", "cert", "--dir", dir, "--name", "n2", "--ip", ip}, &stdout, &stderr), stderr.String())
+	plainHTTP, plainRaft := testAddrOn(t, ip, 0), testAddrOn(t, ip, 1)
+	tlsHTTP, tlsRaft := testAddrOn(t, ip, 2), testAddrOn(t, ip, 3)
+	join := plainHTTP + "," + tlsHTTP
+	plain := launch(t, filepath.Join(dir, "n1"), plainHTTP, plainRaft, "--node-id", "n1", "--bootstrap-expect", "2", "--join", join)
+	withTLS := launch(t, filepath.Join(dir, "n2"), tlsHTTP, tlsRaft, "--node-id", "n2", "--bootstrap-expect", "2", "--join", join,
+		"--tls-cert-file", filepath.Join(dir, "n2.pem"), "--tls-key-file", filepath.Join(dir, "n2-key.pem"), "--tls-ca-file", filepath.Join(dir, "idem-ca.pem"))
+	waitFor(t, 20*time.Second, "the plain node naming the HTTPS one", func() (bool, string) {
+		return strings.Contains(plain.logs.String(), tlsHTTP+" speaks HTTPS: the cluster runs with TLS, and this node without it; start it with --tls-cert-file"), ""
+	})
+	waitFor(t, 20*time.Second, "the TLS node naming the plain one", func() (bool, string) {
+		return strings.Contains(withTLS.logs.String(), plainHTTP+" speaks plain HTTP: this node runs with TLS and that one without it; start it with --tls-cert-file"), ""
+	})
+	time.Sleep(2 * time.Second) // a few more rounds: said once, not every second
+	require.Equal(t, 1, strings.Count(plain.logs.String(), "speaks HTTPS"), plain.logs.String())
+	require.NotContains(t, plain.logs.String()+withTLS.logs.String(), "bootstrapped the cluster")
+}
