@@ -38,7 +38,13 @@ type Config struct {
 	// ClockOffset skews this node's wall clock, for tests of clock skew. Only
 	// the very first command of a new cluster reads a wall clock.
 	ClockOffset time.Duration
-	CacheBytes  int64
+	// Scope is this node's --scope ("endpoint" or "principal"; "" when
+	// the caller does not say). Until the first write pins the cluster's
+	// mode, a leader compares it with a non-voter's before promoting it:
+	// a voter that led the first write would pin its own mode for every
+	// node.
+	Scope      string
+	CacheBytes int64
 	// MinFreeDisk is the free space under which the leader refuses client
 	// writes with ErrStorageFull; a ballast of a quarter of it is kept in
 	// the data dir (disk.go). 0 turns the guard off.

@@ -348,7 +348,8 @@ func (n *Node) Status() (Status, error) {
 	if t := n.cfg.TLS; t != nil {
 		st.CertNotAfter, st.CANotAfter = stamp(t.NotAfter()), stamp(t.CANotAfter())
 	}
-	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
+	st.Scope = n.scopeMode() // the API sets the same (its flag is this node's Scope)
+	if n.voteHeld() {        // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
@@ -1027,6 +1028,7 @@ type peerHealth struct {
 	goodSince    time.Time // start of the current streak of healthy, caught-up answers
 	features     []string  // what its Apply knows, at answeredAt
 	keys         []NodeKey // its encryption keys, at answeredAt
+	scope        string    // its scope mode, at answeredAt ("" from a release that does not say)
 	// its TLS certificate's and CA's expiry, at answeredAt (nil: no TLS)
 	certNotAfter, caNotAfter *Stamp
 	// its wall clock minus this node's, at answeredAt, and to within what
@@ -1240,7 +1242,7 @@ func (n *Node) measure(ctx context.Context) {
 		}
 		h.err, h.answeredAt, h.tokenRefused = "", r.at, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
-		h.features, h.keys = r.st.Features, r.st.Keys
+		h.features, h.keys, h.scope = r.st.Features, r.st.Keys, r.st.Scope
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
 		h.clockOffsetMs, h.clockUncertaintyMs, h.version = nil, nil, r.st.Version
 		if r.st.WallMs != 0 {
@@ -1264,6 +1266,16 @@ func (n *Node) measure(ctx context.Context) {
 	}
 }
 
+// scopeMode is the cluster's scope mode once the first write pinned it,
+// else this node's --scope (Config.Scope), which that write pins when this
+// node leads it; "" when neither is known.
+func (n *Node) scopeMode() string {
+	if mode, pinned := n.ScopeMode(); pinned {
+		return mode
+	}
+	return n.cfg.Scope
+}
+
 // notPromotable says why a node that answered with h must stay a
 // non-voter whatever its health, or "". Once the cluster's retention is
 // pinned, a voter of an earlier release could lead and give claims its
@@ -1275,6 +1287,14 @@ func (n *Node) notPromotable(h *peerHealth) string {
 	}
 	if n.db.Meta().RetentionMs != 0 && !slices.Contains(h.features, FeatureRetention) {
 		return "it runs a release that does not hold the cluster's retention (its status lists no " + FeatureRetention + "): upgrade it, and it is promoted once caught up"
+	}
+	if want := n.scopeMode(); want != "" && h.scope != "" && h.scope != want {
+		// Admitted by an idem cluster join by hand before it answered
+		// (the join's scope check then has nothing to ask), and started
+		// with another --scope: its own join is refused, but caught up it
+		// was promoted, and leading the cluster's first write it pinned
+		// its mode for every node (the same key claimed twice).
+		return fmt.Sprintf("it runs with --scope %s and this cluster's scope is %s (a voter leading the first write would fix its mode for every node, and the same key would be claimed twice): start it with --scope %s on an empty data dir, and it is promoted once caught up", h.scope, want, want)
 	}
 	return n.lacksKeys(h)
 }

@@ -920,6 +920,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.BucketWidth = c.bucketWidth
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
 	rc.ClockOffset = c.clockOffset
+	rc.Scope = c.scope
 	rc.CacheBytes = c.cacheBytes
 	rc.Keyring = keyring
 	rc.MinFreeDisk = c.minFreeDisk
