@@ -56,3 +56,36 @@ func TestBootstrapBesideANodeWithoutTLSSaysSo(t *testing.T) {
 	require.Equal(t, 1, strings.Count(plain.logs.String(), "speaks HTTPS"), plain.logs.String())
 	require.NotContains(t, plain.logs.String()+withTLS.logs.String(), "bootstrapped the cluster")
 }
+
+// Three nodes of a new cluster, two given one --node-id (a command copied
+// with the address changed and the id not): the two counted as one peer,
+// and every node waited for ever saying only "waiting for peers to
+// bootstrap". Each now names the id and both addresses.
+func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
+	ip := "127.0.0.9"
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		ip = v
+	}
+	dir := t.TempDir()
+	var https []string
+	for i := range 3 {
+		https = append(https, testAddrOn(t, ip, 10+2*i))
+	}
+	join := strings.Join(https, ",")
+	var procs []*proc
+	for i, id := range []string{"n1", "n2", "n2"} {
+		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], testAddrOn(t, ip, 11+2*i), "--node-id", id, "--bootstrap-expect", "3", "--join", join))
+	}
+	for i, p := range procs {
+		waitFor(t, 20*time.Second, "node "+strconv.Itoa(i)+" naming the id given twice", func() (bool, string) {
+			return strings.Contains(p.logs.String(), "not bootstrapping: two nodes run with --node-id n2, at "), ""
+		})
+		require.Contains(t, p.logs.String(), https[1])
+		require.Contains(t, p.logs.String(), https[2])
+	}
+	time.Sleep(2 * time.Second)
+	for _, p := range procs {
+		require.Equal(t, 1, strings.Count(p.logs.String(), "two nodes run with --node-id"), p.logs.String())
+		require.NotContains(t, p.logs.String(), "bootstrapped the cluster")
+	}
+}

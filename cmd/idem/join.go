@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/idem-store/idem/api"
@@ -305,7 +306,11 @@ func (m *member) tryBootstrap(ctx context.Context) {
 					m.unreachable = map[string]string{}
 				}
 				m.unreachable[a] = err.Error()
-				m.log.Warn("bootstrap: this --join address did not answer"+notHTTPHint(err)+"; not counted among the peers, asking again every second", "addr", a, "error", err)
+				level := slog.LevelWarn
+				if errors.Is(err, syscall.ECONNREFUSED) {
+					level = slog.LevelInfo // a peer not started yet: the usual start of a cluster
+				}
+				m.log.Log(ctx, level, "bootstrap: this --join address did not answer"+notHTTPHint(err)+"; not counted among the peers, asking again every second", "addr", a, "error", err)
 			}
 			continue
 		}
@@ -337,6 +342,17 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			// nodes expecting two could form two clusters sharing a third
 			// node. A node started with --join alone (0) is only counted.
 			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs with --bootstrap-expect %d and this node with --bootstrap-expect %d; the nodes forming a cluster must all expect the same count: restart the odd one with the same --bootstrap-expect (its data dir is still empty)", st.Self.ID, a, st.BootstrapExpect, m.c.bootstrapExpect)
+			if msg != m.refused {
+				m.refused = msg
+				m.log.Error(msg)
+			}
+			return
+		}
+		if p, ok := peers[st.Self.ID]; ok && p.HTTPAddr != st.Self.HTTPAddr {
+			// Two nodes given one --node-id (a command copied with one
+			// part changed) counted as one: every node waited for ever,
+			// saying only "waiting for peers to bootstrap".
+			msg := fmt.Sprintf("not bootstrapping: two nodes run with --node-id %s, at %s and at %s; every node of a cluster needs its own id: restart one of them with another --node-id (its data dir is still empty)", st.Self.ID, p.HTTPAddr, st.Self.HTTPAddr)
 			if msg != m.refused {
 				m.refused = msg
 				m.log.Error(msg)
