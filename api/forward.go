@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/idem-store/idem/raftfsm"
@@ -78,6 +79,36 @@ type forwarder struct {
 	client    *http.Client
 	snapshots *http.Client // snapshotClient's settings, with this node's TLS
 	commits   sharedProbe  // the leader's commit index, for /readyz
+	// refusedAt is when refusedByLeader last logged, per status (unix
+	// nanoseconds): at most once a minute each.
+	refusedAt [3]atomic.Int64
+}
+
+// refusedByLeader logs that the leader refused, with status, a request
+// this node had checked and passed on: their settings differ, and the
+// client's answer (passed through as the leader gave it) names neither
+// node. A token this node takes and the leader does not (their
+// --auth-file differ) was a 401 "not one of the node's tokens" from a
+// node whose file lists it (a mixed-settings walk).
+func (f *forwarder) refusedByLeader(status int, addr string) {
+	var i int
+	var why string
+	switch status {
+	case http.StatusUnauthorized:
+		i, why = 0, "a token this node takes: their --auth-file differ (a token only this node's file lists); give every node the same file and SIGHUP them"
+	case http.StatusForbidden:
+		i, why = 1, "a token this node lets act for the request's principal: their --auth-file differ (the token's role or principals); give every node the same file and SIGHUP them"
+	case http.StatusRequestEntityTooLarge:
+		i, why = 2, "a body this node takes: most likely their --max-request-bytes, --max-response-bytes or --max-batch-ops differ (idem cluster status compares them); give every node the same flags"
+	default:
+		return
+	}
+	now := time.Now().UnixNano()
+	last := f.refusedAt[i].Load()
+	if now-last < int64(time.Minute) || !f.refusedAt[i].CompareAndSwap(last, now) {
+		return
+	}
+	f.s.log.Warn(fmt.Sprintf("the leader answered %d to a request this node passed on, %s; logged at most once a minute", status, why), "leader", addr)
 }
 
 func newForwarder(s *Server) *forwarder {
@@ -249,6 +280,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 	if v := resp.Header.Get(wire.LeaderHeader); v != "" {
 		w.Header().Set(wire.LeaderHeader, v)
 	}
+	f.refusedByLeader(resp.StatusCode, addr)
 	w.WriteHeader(resp.StatusCode)
 	io.Copy(w, resp.Body)
 	return false
