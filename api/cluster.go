@@ -75,6 +75,7 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	st.Scope = s.clusterScope()
 	st.BootstrapExpect = s.cfg.BootstrapExpect
+	st.RetentionFlag = s.cfg.Retention.String()
 	// Any mark will do here (not only fromPeer's): it forwards nothing, and
 	// a node asks before it is a member (a leader asking a joining node).
 	if r.Header.Get(forwardedHeader) == "" && st.HealthFrom == "" {

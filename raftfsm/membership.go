@@ -176,6 +176,11 @@ type Status struct {
 	// compare it, since nodes expecting different counts would each
 	// bootstrap a configuration of their own.
 	BootstrapExpect int `json:"bootstrap_expect,omitempty"`
+	// RetentionFlag is this node's --retention (not the cluster's, which
+	// GET /v1/config publishes). The API sets it, as BootstrapExpect: the
+	// first claim pins the retention of the node that leads it, so nodes
+	// about to form a cluster compare it.
+	RetentionFlag string `json:"retention_flag,omitempty"`
 	// HoldsVote is set while this node, which started with an empty data
 	// dir, neither votes for a candidate that may miss acknowledged writes
 	// nor stands for election (votehold.go's voteHold and campaignHold): an

@@ -89,3 +89,35 @@ func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
 		require.NotContains(t, p.logs.String(), "bootstrapped the cluster")
 	}
 }
+
+// Three nodes of a new cluster, one given --retention 1h and two 24h: the
+// first claim pins the retention of the node leading it, so when the odd
+// one won the first election every record was kept 1h, and the two
+// others then advised starting them with 1h too. They now form nothing,
+// each naming the odd value, as for --scope and --bootstrap-expect.
+func TestBootstrapWithAnotherRetentionFormsNoCluster(t *testing.T) {
+	ip := "127.0.0.9"
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		ip = v
+	}
+	dir := t.TempDir()
+	var https []string
+	for i := range 3 {
+		https = append(https, testAddrOn(t, ip, 30+2*i))
+	}
+	join := strings.Join(https, ",")
+	var procs []*proc
+	for i, retention := range []string{"24h", "24h", "1h"} {
+		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], testAddrOn(t, ip, 31+2*i),
+			"--node-id", "n"+strconv.Itoa(i+1), "--retention", retention, "--bootstrap-expect", "3", "--join", join))
+	}
+	for i, p := range procs {
+		waitFor(t, 20*time.Second, "node "+strconv.Itoa(i)+" naming the other --retention", func() (bool, string) {
+			return strings.Contains(p.logs.String(), "--retention 1h0m0s") && strings.Contains(p.logs.String(), "the cluster's first claim pins the retention of the node that leads it"), ""
+		})
+	}
+	time.Sleep(2 * time.Second)
+	for _, p := range procs {
+		require.NotContains(t, p.logs.String(), "bootstrapped the cluster")
+	}
+}

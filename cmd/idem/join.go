@@ -348,6 +348,18 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			}
 			return
 		}
+		if st.RetentionFlag != "" && st.RetentionFlag != m.c.retention.String() {
+			// The cluster's first claim pins the --retention of the node
+			// that leads it: one node started with 1h beside two with 24h
+			// gave the cluster 1h when it won the first election, and the
+			// others then advised starting them with 1h too.
+			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs with --retention %s and this node with --retention %s; the cluster's first claim pins the retention of the node that leads it, so the cluster's would depend on an election: restart the odd one with the same --retention (its data dir is still empty)", st.Self.ID, a, st.RetentionFlag, m.c.retention)
+			if msg != m.refused {
+				m.refused = msg
+				m.log.Error(msg)
+			}
+			return
+		}
 		if p, ok := peers[st.Self.ID]; ok && p.HTTPAddr != st.Self.HTTPAddr {
 			// Two nodes given one --node-id (a command copied with one
 			// part changed) counted as one: every node waited for ever,
