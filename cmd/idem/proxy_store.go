@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -131,6 +132,7 @@ func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := int(f.cur.Load())
 	var lastErr error
 	var last *http.Response
+	tried := -1
 	for i := range f.nodes {
 		if err := req.Context().Err(); err != nil {
 			break
@@ -149,6 +151,7 @@ func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
 			}
 			r.Body = b
 		}
+		tried = idx
 		resp, err := f.rt.RoundTrip(r)
 		if err == nil && resp.StatusCode != http.StatusServiceUnavailable {
 			if last != nil {
@@ -179,5 +182,22 @@ func (f *storeFailover) RoundTrip(req *http.Request) (*http.Response, error) {
 	if lastErr == nil {
 		lastErr = req.Context().Err()
 	}
+	if ctx := req.Context(); lastErr != nil && ctx.Err() != nil && !cancelledByCaller(ctx) && tried >= 0 {
+		// Sent, perhaps, but not answered before the deadline: a stopped
+		// or wedged node (SIGSTOP, a stalled disk) still has its kernel
+		// accept connections, so it is never skipped as unreachable. Left
+		// first, every keyed request waited out --store-timeout on it and
+		// was answered 503 for as long as it stayed stopped, while the
+		// others had elected a leader in seconds. Later calls start at the
+		// next node (an answer naming the leader brings them back).
+		f.cur.CompareAndSwap(int64(start), int64((tried+1)%len(f.nodes)))
+	}
 	return nil, lastErr
+}
+
+// cancelledByCaller reports whether ctx ended by a cancel rather than a
+// deadline (a caller that went away says nothing of the node); a Batcher
+// abandoning a batch cancels with its callers' cause.
+func cancelledByCaller(ctx context.Context) bool {
+	return errors.Is(ctx.Err(), context.Canceled) && !errors.Is(context.Cause(ctx), context.DeadlineExceeded)
 }
