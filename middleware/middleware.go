@@ -732,10 +732,28 @@ func (m *mw) claim(ctx context.Context, req client.ClaimRequest) (*client.ClaimR
 	defer cancel()
 	var res *client.ClaimResponse
 	err := retry(ctx, func() (err error) {
-		res, err = m.o.Store.Claim(ctx, req)
+		cctx, ccancel := context.WithTimeout(ctx, m.callTimeout())
+		defer ccancel()
+		res, err = m.o.Store.Claim(cctx, req)
 		return err
 	})
 	return res, err
+}
+
+// callTimeout bounds one store call within a claim, extend, complete or
+// release, which are asked again (a claim with its claim_id, the others
+// with their token: always safe) until StoreTimeout: a quarter of the
+// Lease, at most StoreTimeout. A node that takes a call and never answers
+// (a leader under SIGSTOP, a stalled disk) kept the whole StoreTimeout
+// for one call: with a Lease not much longer, a handler's complete was
+// still waiting on it when the lease ran out, while the other nodes had a
+// new leader; a retry took the key over there and ran the handler a second
+// time (a walk under faults: Lease 3 s, a payment charged twice, its first
+// caller and its retries told two charges). Cut, the call is asked again,
+// of the next node for a client of several (a call that timed out moves
+// the client on).
+func (m *mw) callTimeout() time.Duration {
+	return min(m.o.StoreTimeout, max(m.o.Lease/4, 50*time.Millisecond))
 }
 
 // refuse answers a claim that did not give this request the key.
@@ -1059,7 +1077,7 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 			default:
 			}
 			sent := time.Now()
-			deadline := sent.Add(m.o.StoreTimeout)
+			deadline := sent.Add(m.callTimeout())
 			if until := held.Add(-time.Millisecond); sent.Before(until) && until.Before(deadline) {
 				deadline = until // the expiry's cancel must not wait for it
 			}
@@ -1170,6 +1188,8 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	}
 	sendIn := func(ctx context.Context) func() error {
 		return func() error {
+			ctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+			defer cancel()
 			_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
 				Token: token, Response: resp})
 			return err
@@ -1254,6 +1274,8 @@ func (m *mw) release(r *http.Request, s scope, token, reason string) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
 	err := retry(ctx, func() error {
+		ctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+		defer cancel()
 		_, err := m.o.Store.Release(ctx, client.ReleaseRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: token, Reason: reason})
 		return err
 	})
