@@ -159,6 +159,7 @@ type mw struct {
 	methods  map[string]bool
 	log      *slog.Logger
 	unclaims unclaims // unclaim.go
+	running  running  // unclaim.go
 }
 
 // New returns the middleware configured by o, or an error naming every
@@ -915,6 +916,10 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 			"this Idempotency-Key's record reaches the end of its retention within the lease, so the request cannot be protected while it runs; retry after Retry-After", retrySeconds(m.o.Lease))
 		return
 	}
+	// While the attempt runs and its answer is stored, a queued claim of
+	// the key (a retry refused in an outage) is not sent again: it could
+	// take the key over from this attempt (unclaimOne).
+	defer m.running.hold(s)()
 	a := Attempt{Principal: s.principal, Endpoint: s.endpoint, Key: s.key, Token: c.Token, Number: c.Attempt}
 	// The caller going away does not cancel the handler at once: its
 	// answer is stored for the caller's retry (cancelled, a handler that
@@ -1238,8 +1243,10 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			return false
 		}
 		m.log.Warn("idempotency complete not stored yet: the store does not answer; retrying in the background", "endpoint", s.endpoint, "status", resp.Status, "for", completeRetryFor(m.o.Lease), "error", err)
+		unhold := m.running.hold(s) // taken while run's hold is
 		go func() {
 			defer pendingCompletes.Add(-1)
+			defer unhold()
 			bctx, bcancel := context.WithTimeout(context.Background(), completeRetryFor(m.o.Lease))
 			defer bcancel()
 			if err := retryPaused(bctx, 5*time.Second, sendIn(bctx)); err != nil {

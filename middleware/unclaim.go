@@ -22,7 +22,11 @@ import (
 // stops at any other answer (another attempt holds the key, or completed
 // it), and is dropped once the first claim's lease would have run out by
 // the wall clock (the store's clock runs no faster), so it never takes over
-// a key from an attempt that claimed it after this one.
+// a key from an attempt that claimed it after this one. Nor is it sent while
+// an attempt of the key runs in this process or has its answer stored: that
+// attempt's lease may have run out in the outage, and the claim would take
+// the key from it, its complete refused, its handler run again by a retry.
+// (An attempt in another process is not seen: there the claim can take it.)
 //
 // One loop per middleware works the queue: while the store does not answer
 // it asks with one claim at a time, pausing up to unclaimPauseMax, so an
@@ -140,6 +144,16 @@ func (u *unclaims) dropLocked(gone func(i int, c unclaimed) bool) {
 // unclaimOne sends the claim c again and releases it if the store gives it
 // back; it reports whether the store answered (nothing more to do for c).
 func (m *mw) unclaimOne(c unclaimed) bool {
+	if m.running.held(c.s) {
+		// An attempt of this key runs in this process, or its answer is
+		// on its way to the store. Its lease may have run out by the
+		// store's clock (the outage that refused this claim outlasted
+		// it): sent again, this claim, if it was never decided, took the
+		// key over and released it, the attempt's complete was refused,
+		// and the next retry ran the handler a second time. If it was
+		// decided, it took the key over already, and its lease runs out.
+		return true
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), m.o.StoreTimeout)
 	defer cancel()
 	res, err := m.o.Store.Claim(ctx, c.req)
@@ -163,4 +177,39 @@ func (m *mw) unclaimOne(c unclaimed) bool {
 	}
 	m.log.Info("idempotency claim the store had not answered in time released", "endpoint", c.s.endpoint)
 	return true
+}
+
+// running counts the attempts of each scope that run in this process, or
+// whose answer is still being stored (a complete asked again in the
+// background).
+type running struct {
+	mu sync.Mutex
+	n  map[scope]int
+}
+
+// hold counts an attempt of s until the returned func is called.
+func (r *running) hold(s scope) (unhold func()) {
+	r.mu.Lock()
+	if r.n == nil {
+		r.n = map[scope]int{}
+	}
+	r.n[s]++
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			if r.n[s]--; r.n[s] <= 0 {
+				delete(r.n, s)
+			}
+			r.mu.Unlock()
+		})
+	}
+}
+
+// held reports whether an attempt of s is counted.
+func (r *running) held(s scope) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.n[s] > 0
 }
