@@ -72,7 +72,10 @@ type Options struct {
 	Methods []string
 
 	// Lease of an attempt, extended in the background while the handler
-	// runs; default 30s.
+	// runs; default 30s. Keep it at ShortLease or more: an answer the
+	// store cannot take before the lease runs out (the cluster electing a
+	// leader, a stopped node: seconds) lets a retry take the key over and
+	// run the handler again; New logs a warning below it.
 	Lease time.Duration
 
 	// WaitInProgress, when positive, makes a request whose key another
@@ -162,6 +165,11 @@ type mw struct {
 	running  running  // unclaim.go
 }
 
+// ShortLease is the shortest Lease New takes without a warning: a lease
+// must outlast a leader election plus a store call, or the answer of an
+// attempt whose store was failing over may be stored too late.
+const ShortLease = 10 * time.Second
+
 // New returns the middleware configured by o, or an error naming every
 // option that is wrong.
 func New(o Options) (func(http.Handler) http.Handler, error) {
@@ -226,6 +234,10 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
+	}
+	if o.Lease < ShortLease {
+		o.Logger.Warn("idempotency lease is shorter than "+ShortLease.String()+": an answer the store cannot take before the lease runs out (while the cluster elects a leader, or a node is stopped: seconds) lets a retry take the key over and run the handler a second time; a walk under faults charged payments twice with a 3s lease. Use a lease of "+ShortLease.String()+" or more",
+			"lease", o.Lease)
 	}
 	m := &mw{o: o, methods: methods, log: o.Logger}
 	return func(next http.Handler) http.Handler {

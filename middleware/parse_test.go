@@ -1,6 +1,7 @@
 package middleware_test
 
 import (
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-store/idem/client"
 	"github.com/idem-store/idem/middleware"
 )
 
@@ -118,4 +120,22 @@ func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
 		require.NoError(t, err, "%q", v)
 	}
+}
+
+// A lease shorter than a failover let a retry run the handler again (a
+// walk under faults: a 3s lease, payments charged twice while the cluster
+// elected a leader): New takes it, with a warning naming it.
+func TestNewWarnsOfAShortLease(t *testing.T) {
+	store, err := client.New("http://127.0.0.1:1")
+	require.NoError(t, err)
+	warned := func(lease time.Duration) string {
+		var out strings.Builder
+		_, err := middleware.New(middleware.Options{Store: store, Lease: lease, Logger: slog.New(slog.NewTextHandler(&out, nil))})
+		require.NoError(t, err)
+		return out.String()
+	}
+	require.Contains(t, warned(3*time.Second), "idempotency lease is shorter than 10s")
+	require.Contains(t, warned(3*time.Second), "lease=3s")
+	require.Empty(t, warned(middleware.ShortLease))
+	require.Empty(t, warned(0), "the default")
 }
