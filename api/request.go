@@ -611,9 +611,29 @@ func invalid(format string, args ...any) *problem {
 	return newProblem(http.StatusBadRequest, codeInvalid, fmt.Sprintf(format, args...))
 }
 
-// scope validates the three parts of a scope.
+// MaxScopeBytesLimit is the most --max-scope-bytes can be (idem serve
+// lowers a larger value to it): GET /v1/records carries principal,
+// endpoint and key in its URL, which a node reads with the request's
+// headers, at most 1 MiB.
+const MaxScopeBytesLimit = 64 << 10
+
+// scope validates the three parts of a scope against --max-scope-bytes.
 func (s *Server) scope(principal, endpoint, key string) (engine.Scope, *problem) {
-	max := s.cfg.Limits.MaxScopeBytes
+	return scopeUpTo(principal, endpoint, key, s.cfg.Limits.MaxScopeBytes)
+}
+
+// storedScope validates the scope of a request that acts on a record
+// already stored (a read, a delete, a complete, release or extend with its
+// token) against MaxScopeBytesLimit, not --max-scope-bytes: a record
+// stored before the limit was lowered, or by a leader with a higher one,
+// was answered 400 to its every retry (a walk of mixed settings), and such
+// a request stores no new scope: without a record it finds nothing.
+func (s *Server) storedScope(principal, endpoint, key string) (engine.Scope, *problem) {
+	return scopeUpTo(principal, endpoint, key, max(s.cfg.Limits.MaxScopeBytes, MaxScopeBytesLimit))
+}
+
+// scopeUpTo validates the three parts of a scope, each 1 to max bytes.
+func scopeUpTo(principal, endpoint, key string, max int) (engine.Scope, *problem) {
 	if p := checkText("principal", principal, max); p != nil {
 		return engine.Scope{}, p
 	}
@@ -658,7 +678,10 @@ func (s *Server) checkID(field, v string) *problem {
 }
 
 func (s *Server) checkFingerprint(v string) *problem {
-	max := s.cfg.Limits.MaxFingerprintChars
+	return fingerprintUpTo(v, s.cfg.Limits.MaxFingerprintChars)
+}
+
+func fingerprintUpTo(v string, max int) *problem {
 	if len(v) < 2 || len(v) > max || len(v)%2 != 0 {
 		return invalid("fingerprint must be hex of even length, 2 to %d characters (got %d)", max, len(v))
 	}

@@ -262,10 +262,13 @@ func (s *Server) handleClaim(w http.ResponseWriter, r *http.Request) {
 // request r). A credential with a principal cap puts it in the claim.
 func (s *Server) claimArgs(r *http.Request, req *claimRequest) (engine.ClaimArgs, *problem) {
 	scope, p := s.scope(req.Principal, req.Endpoint, req.Key)
-	var lease int64
 	if p == nil {
 		p = s.checkFingerprint(req.Fingerprint)
 	}
+	if p != nil {
+		scope, p = s.claimOfStored(r, req, p)
+	}
+	var lease int64
 	if p == nil {
 		p = s.checkID("claim_id", req.ClaimID)
 	}
@@ -292,6 +295,25 @@ func (s *Server) claimArgs(r *http.Request, req *claimRequest) (engine.ClaimArgs
 		a.CredentialPrefixes, a.CredentialMaxPrincipals = c.capPrefixes(), c.MaxPrincipals
 	}
 	return a, nil
+}
+
+// claimOfStored takes a claim refused (p) for a principal, endpoint, key
+// or fingerprint over this node's --max-scope-bytes or
+// --max-fingerprint-chars when its record is stored: it was taken by a
+// node with higher limits (before they were lowered, or by another
+// leader), and a retry of it must get the stored answer, not a 400 its
+// client takes for a permanent failure of work that was done (a walk of
+// mixed settings). Only sizes are forgiven, up to MaxScopeBytesLimit and
+// the request's own size; the record is looked up in this node's state.
+func (s *Server) claimOfStored(r *http.Request, req *claimRequest, p *problem) (engine.Scope, *problem) {
+	scope, sp := s.storedScope(req.Principal, req.Endpoint, req.Key)
+	if sp != nil || fingerprintUpTo(req.Fingerprint, len(req.Fingerprint)+2) != nil {
+		return engine.Scope{}, p
+	}
+	if _, found, err := s.store.Lookup(r.Context(), scope, s.cfg.PrincipalScope, false); err != nil || !found {
+		return engine.Scope{}, p
+	}
+	return scope, nil
 }
 
 // claimBound is a claim as the leader proposes it once it has tried to
@@ -361,7 +383,7 @@ func (s *Server) unexpected(w http.ResponseWriter, res engine.Result) {
 
 // tokenTarget validates the scope and token shared by complete, release and extend.
 func (s *Server) tokenTarget(principal, endpoint, key, token string) (engine.TokenArgs, *problem) {
-	scope, p := s.scope(principal, endpoint, key)
+	scope, p := s.storedScope(principal, endpoint, key)
 	if p != nil {
 		return engine.TokenArgs{}, p
 	}
@@ -593,7 +615,7 @@ func (s *Server) lookupArgs(q url.Values, read bool) (scope engine.Scope, linear
 			return engine.Scope{}, false, invalid("unknown parameter %q (the parameters are %s; names are case-sensitive)", truncate(k, 40), allowed)
 		}
 	}
-	if scope, p = s.scope(q.Get("principal"), q.Get("endpoint"), q.Get("key")); p != nil {
+	if scope, p = s.storedScope(q.Get("principal"), q.Get("endpoint"), q.Get("key")); p != nil {
 		return engine.Scope{}, false, p
 	}
 	if !read {

@@ -80,7 +80,7 @@ type serveConfig struct {
 // 64 KiB take 576 KiB, leaving room for a bearer token of up to
 // client.MaxTokenBytes and the rest of the headers. Twice that (1152 KiB)
 // could never be looked up.
-const maxScopeBytesLimit = 64 << 10
+const maxScopeBytesLimit = api.MaxScopeBytesLimit
 
 // maxResponseBytesLimit is the largest --max-response-bytes: a response is
 // stored through one raft log entry, with its headers (at most 8 KiB) and
