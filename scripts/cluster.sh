@@ -13,7 +13,6 @@
 # times with distinct ports: see below); CLUSTER_DATA the data (./cluster-data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 data=${CLUSTER_DATA:-./cluster-data}
 http=${CLUSTER_HTTP_PORT:-7070}
 raft=${CLUSTER_RAFT_PORT:-7071}
@@ -45,6 +44,20 @@ if [ "$same" = 1 ]; then
   done
 fi
 peers=${ips[0]}:$(httpOf 1),${ips[1]}:$(httpOf 2),${ips[2]}:$(httpOf 3)
+# Every address must be free before anything starts: with one taken (a
+# `make run` node on 127.0.0.1:7070, say) that node failed alone while the
+# other two went on, and joined whatever cluster answered there.
+taken=()
+for i in 1 2 3; do
+  for a in "${ips[$((i - 1))]}:$(httpOf "$i")" "${ips[$((i - 1))]}:$(raftOf "$i")"; do
+    if (exec 3<>"/dev/tcp/${a%:*}/${a##*:}") 2>/dev/null; then taken+=("$a (n$i)"); fi
+  done
+done
+if [ "${#taken[@]}" -gt 0 ]; then
+  echo "something already listens on ${taken[*]}: stop it first (a make run node uses 127.0.0.1:7070 and :7071), or move the cluster (CLUSTER_HTTP_PORT, CLUSTER_RAFT_PORT, CLUSTER_IPS); nothing was started" >&2
+  exit 2
+fi
+go build -ldflags "-X main.version=$(git describe --tags --always --dirty 2>/dev/null || echo dev)" -o bin/idem ./cmd/idem
 # Each node writes into a fifo read by its own prefixer, so $! is the
 # node's PID (with `idem | sed &` it is sed's, and stopping sed killed the
 # node by SIGPIPE before it could log its stop).
