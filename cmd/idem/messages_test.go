@@ -41,6 +41,8 @@ func TestDurationWithoutUnitNamesTheFix(t *testing.T) {
 		{args: []string{"serve", "--retention", ".h"}, want: `idem serve: --retention: invalid duration ".h"`},
 		{args: []string{"serve", "--retention", "2562048h"}, want: `idem serve: --retention: invalid duration "2562048h": out of range, the longest is 2562047h (about 292 years)`},
 		{args: []string{"serve", "--max-keys-per-principal", "many"}, want: `idem serve: --max-keys-per-principal: invalid integer "many"`},
+		// It printed slog's `slog: level string "verbose": unknown name`, naming no level it takes.
+		{args: []string{"serve", "--log-level", "verbose"}, want: `idem serve: --log-level "verbose" must be debug, info, warn or error`},
 		{args: []string{"cluster", "set-retention", "--retention", "48"}, want: "idem cluster set-retention: --retention 48: a duration needs a unit, e.g. 48h, 30m or 90s (see idem cluster --help)"},
 		{args: []string{"cluster", "status", "--force=maybe"}, want: `idem cluster status: --force: invalid boolean "maybe" (see idem cluster --help)`},
 		{args: []string{"keys", "status", "--timeout", "5"}, want: "idem keys status: --timeout 5: a duration needs a unit, e.g. 48h, 30m or 90s (see idem keys --help)"},

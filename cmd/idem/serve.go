@@ -266,7 +266,7 @@ func (c *serveConfig) validate() error {
 		bad("--log-format %q must be text or json", c.logFormat)
 	}
 	if _, err := parseLevel(c.logLevel); err != nil {
-		bad("--log-level: %v", err)
+		bad("--log-level %q must be debug, info, warn or error", c.logLevel)
 	}
 	if c.maxBatchOps < 1 {
 		bad("--max-batch-ops must be at least 1 (got %d)", c.maxBatchOps)
