@@ -545,6 +545,12 @@ func (p *proxy) checkStores(ctx context.Context) {
 			return
 		}
 		if err != nil {
+			if what := notHTTPAnswer(err); what != "" {
+				// A raft port (7071 beside 7070) closes an HTTP request:
+				// "EOF" alone named no flag.
+				p.log.Warn("a --store node did not answer HTTP ("+what+"): --store takes nodes' HTTP addresses (their --http-addr, default "+client.DefaultAddr+"), not their raft addresses (their --raft-addr, default 127.0.0.1:7071); keyed requests go to the other nodes, and are answered 503 while none answers", "store", n.String(), "error", err)
+				continue
+			}
 			p.log.Warn("a --store node does not answer its health check: keyed requests go to the other nodes, and are answered 503 while none answers", "store", n.String(), "error", err)
 			continue
 		}
