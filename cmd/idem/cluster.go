@@ -327,6 +327,10 @@ func retentionFlagReminder(d time.Duration) string {
 	if strings.HasSuffix(v, "h0m") {
 		v = strings.TrimSuffix(v, "0m")
 	}
+	if d < ttl.MinRetention {
+		// A node refuses such a --retention without the flag that allows it.
+		v += " --allow-short-retention"
+	}
 	return fmt.Sprintf("set --retention %s (or IDEM_RETENTION) on every node too, so that their configuration agrees: the flag only seeds a new cluster's retention and changes nothing here, but a node whose flag differs warns at each start, and a cluster started from empty data dirs would take the old value", v)
 }
 

@@ -170,6 +170,10 @@ func TestSetRetentionRemindsOfTheFlag(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	require.NotContains(t, stdout, "--retention")
 	require.Contains(t, stderr, reminder)
+	// Under a minute a node refuses the flag alone: the reminder gives both.
+	code, stdout, stderr = runClientCmd(t, runCluster, "set-retention", "--retention", "30s", "--allow-short-retention", "--addr", f.url)
+	require.Equal(t, 0, code, stderr)
+	require.Contains(t, stdout, "set --retention 30s --allow-short-retention (or IDEM_RETENTION) on every node too")
 }
 
 // Members that refuse the leader's health checks for its node token (the
