@@ -251,7 +251,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 		if k, err := readTokenFile("--hash-key-file", c.hashKeyFile); err != nil {
 			problems = append(problems, err)
 		} else if len(k) < minHashKey {
-			bad("hash-key-file", "the key in %s is %d characters: give at least %d random ones (openssl rand -hex 32 > %s)", c.hashKeyFile, len(k), minHashKey, c.hashKeyFile)
+			bad("hash-key-file", "the key in %s is %d characters: give at least %d random ones (umask 077; openssl rand -hex 32 > %s)", c.hashKeyFile, len(k), minHashKey, c.hashKeyFile)
 		} else {
 			p.byCredential = middleware.KeyedAuthorizationPrincipal([]byte(k))
 			p.anonymous = middleware.KeyedAnonymousPrincipal([]byte(k))

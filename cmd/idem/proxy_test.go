@@ -601,6 +601,9 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 	}{
 		{with("--hash-key-file", "/nonexistent-key"), "--hash-key-file:"},
 		{with("--hash-key-file", shortKey), "--hash-key-file: the key in " + shortKey + " is 6 characters: give at least 32"},
+		// The command it suggests must make a file the proxy takes without its
+		// warning that others can read it (openssl writes 0644 otherwise).
+		{with("--hash-key-file", shortKey), "(umask 077; openssl rand -hex 32 > " + shortKey + ")"},
 		{with("--hash-key-file", emptyKey), "--hash-key-file " + emptyKey + " holds no"},
 		{with("--listen", "<none>"), "--listen: required"},
 		{with("--listen", "nope"), "--listen:"},
