@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -406,4 +407,33 @@ func TestUnfinishedRecoverIsRefusedUntilItIsRunAgain(t *testing.T) {
 			requireRecords(t, m, want)
 		})
 	}
+}
+
+// A start whose raft log holds many entries above the newest snapshot was
+// silent while raft read them all (seconds, before the node listens): it
+// says so first, with how many.
+func TestStartSaysItReadsALongLog(t *testing.T) {
+	defer func(v uint64) { logScanNote = v }(logScanNote)
+	logScanNote = 20
+	n := mustNode(t)
+	fill(t, n, 30)
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+
+	var logs logBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	m, err := Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.Contains(t, logs.String(), "reading the raft log's entries above the newest snapshot before raft starts")
+	require.Regexp(t, `entries=(3\d|4\d)\b`, logs.String())
+
+	// Fewer than that: nothing said.
+	logScanNote = 1000
+	require.NoError(t, m.Close())
+	logs = logBuffer{}
+	m, err = Open(cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { m.Close() })
+	require.NotContains(t, logs.String(), "reading the raft log's entries")
 }
