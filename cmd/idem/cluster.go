@@ -640,11 +640,18 @@ func clockWarnings(st raftfsm.Status) []string {
 	if st.Leader == nil {
 		return nil
 	}
-	var out []string
+	const why = "Records do not expire by it (idem keeps cluster time), but TLS certificates are judged by it (a clock behind refuses certificates issued since, one ahead takes expired ones) and the nodes' logs no longer line up"
+	type skew struct {
+		id  string
+		off time.Duration
+	}
+	var skewed []skew
+	measured := 0
 	for _, m := range st.Nodes {
 		if m.ClockOffsetMs == nil || m.ID == st.Leader.ID {
 			continue
 		}
+		measured++
 		off, within := time.Duration(*m.ClockOffsetMs)*time.Millisecond, time.Duration(0)
 		if m.ClockUncertaintyMs != nil {
 			within = time.Duration(*m.ClockUncertaintyMs) * time.Millisecond
@@ -652,12 +659,35 @@ func clockWarnings(st raftfsm.Status) []string {
 		if off.Abs()-within < clockSkewWarning {
 			continue
 		}
-		dir := "ahead of"
+		skewed = append(skewed, skew{m.ID, off})
+	}
+	dir := func(off time.Duration) string {
 		if off < 0 {
-			dir = "behind"
+			return "behind"
 		}
-		out = append(out, fmt.Sprintf("%s's wall clock is %s %s the leader %s's: check NTP on both (timedatectl, chronyc tracking). Records do not expire by it (idem keeps cluster time), but TLS certificates are judged by it (a clock behind refuses certificates issued since, one ahead takes expired ones) and the nodes' logs no longer line up",
-			m.ID, off.Abs().Round(time.Second), dir, st.Leader.ID))
+		return "ahead of"
+	}
+	// Every other member off by about the same from the leader: the
+	// leader's clock is the odd one. Said per member, the warning blamed
+	// the majority ("n1's and n2's clocks are 30h behind the leader n3's"
+	// when n3 ran 30h ahead; a walk of mixed settings).
+	if len(skewed) >= 2 && len(skewed) == measured {
+		lo, hi := skewed[0].off, skewed[0].off
+		var ids []string
+		for _, k := range skewed {
+			lo, hi = min(lo, k.off), max(hi, k.off)
+			ids = append(ids, k.id)
+		}
+		if (lo > 0) == (hi > 0) && hi-lo < clockSkewWarning {
+			off := -(lo + (hi-lo)/2)
+			return []string{fmt.Sprintf("the leader %s's wall clock is %s %s every other member's (%s): check NTP on %s first (timedatectl, chronyc tracking). %s",
+				st.Leader.ID, off.Abs().Round(time.Second), dir(off), strings.Join(ids, ", "), st.Leader.ID, why)}
+		}
+	}
+	var out []string
+	for _, k := range skewed {
+		out = append(out, fmt.Sprintf("%s's wall clock is %s %s the leader %s's: check NTP on both (timedatectl, chronyc tracking). %s",
+			k.id, k.off.Abs().Round(time.Second), dir(k.off), st.Leader.ID, why))
 	}
 	return out
 }
