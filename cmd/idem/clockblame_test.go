@@ -37,3 +37,12 @@ func TestClockWarningsNameTheLeaderWhenEveryOtherMemberAgrees(t *testing.T) {
 	require.Len(t, w, 1, "%q", w)
 	require.Contains(t, w[0], "n1's wall clock is 1h0m0s behind the leader n3's")
 }
+
+// A --trailing-logs of 32 kept a follower installing snapshots for minutes
+// (each time the leader had moved past it again) with nothing saying why
+// (a crash walk): a start below fewTrailingLogs warns.
+func TestFewTrailingLogsWarn(t *testing.T) {
+	require.Contains(t, trailingLogsNote(32), "--trailing-logs 32 is low: a follower more than 32 entries behind")
+	require.Empty(t, trailingLogsNote(fewTrailingLogs))
+	require.Empty(t, trailingLogsNote(raftfsm.DefaultConfig().TrailingLogs))
+}
