@@ -568,7 +568,9 @@ func TestClaimQuotaPerPrincipal(t *testing.T) {
 	n.mustClaim(sc("q2"), fp1)
 	before := n.dataHash()
 	r := n.claim(sc("q3"), fp1)
-	requireProblem(t, r, http.StatusTooManyRequests, "quota_exceeded")
+	// The limit, not a count: a principal holding more than a lowered
+	// limit was told it held the limit's number of keys.
+	require.Contains(t, requireProblem(t, r, http.StatusTooManyRequests, "quota_exceeded")["detail"], `principal "cus_42" holds the most live keys allowed (2, or more if the limit was lowered since)`)
 	retryAfter(t, r)
 	require.Equal(t, before, n.dataHash())
 	requireProblem(t, n.lookup(sc("q3")), http.StatusNotFound, "not_found")

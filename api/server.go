@@ -347,7 +347,7 @@ func (s *Server) answerClaim(w http.ResponseWriter, a engine.ClaimArgs, cred *Cr
 		writeProblem(w, newProblem(http.StatusUnprocessableEntity, codeFingerprintMismatch,
 			"this key was first used with a different request fingerprint; use a new key for a new request"))
 	case engine.OutcomeQuotaExceeded:
-		p := newProblem(http.StatusTooManyRequests, codeQuota, fmt.Sprintf("principal %q holds %d live keys, the most allowed", scope.Principal, s.cfg.Limits.MaxKeysPerPrincipal))
+		p := newProblem(http.StatusTooManyRequests, codeQuota, fmt.Sprintf("principal %q holds the most live keys allowed (%d, or more if the limit was lowered since): a new key is taken once some expire", scope.Principal, s.cfg.Limits.MaxKeysPerPrincipal))
 		p.retryAfter = 60
 		writeProblem(w, p)
 	case engine.OutcomePrincipalLimit:
