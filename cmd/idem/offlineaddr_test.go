@@ -201,3 +201,17 @@ func TestClaimHelpSaysTheFingerprintIsEven(t *testing.T) {
 	require.NoError(t, err, out)
 	require.Contains(t, out, "an even number of hex characters")
 }
+
+// With no node at --addr, idem bench spent its whole run on "connection
+// refused" errors (about 430,000 in 5 s), printed "correctness: ok", and
+// only then said nothing was measured (a README walk). It now asks each
+// node's /healthz first and stops at once, naming the address.
+func TestBenchWithoutANodeStopsBeforeTheRun(t *testing.T) {
+	addr := freePort(t)
+	out, err := idemCmdWithin(t, time.Minute, "bench", "--addr", addr, "--duration", "10m", "--warmup", "0", "--quiet")
+	require.Equal(t, 1, exitCode(err), "%s", out)
+	require.Contains(t, out, "--addr "+addr+": the node's /healthz failed")
+	require.Contains(t, out, "start a node there (idem serve)")
+	require.Contains(t, out, "nothing was run")
+	require.NotContains(t, out, "correctness")
+}
