@@ -11,6 +11,7 @@ import (
 	"hash"
 	"hash/crc32"
 	"io"
+	"slices"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/objstorage/objstorageprovider"
@@ -244,16 +245,14 @@ func readStream(r io.Reader, pair func(k, v []byte) error) (uint64, int64, error
 		if kl > 1<<20 {
 			return bad("key too long", nil)
 		}
-		k = grow(k, int(kl))
-		if _, err := io.ReadFull(hr, k); err != nil {
+		if k, err = readStreamBytes(hr, k, int(kl)); err != nil {
 			return bad("key", err)
 		}
 		vl, err := binary.ReadUvarint(hr)
 		if err != nil || vl > 64<<20 {
 			return bad("value length", err)
 		}
-		v = grow(v, int(vl))
-		if _, err := io.ReadFull(hr, v); err != nil {
+		if v, err = readStreamBytes(hr, v, int(vl)); err != nil {
 			return bad("value", err)
 		}
 		if prev != nil && bytes.Compare(k, prev) <= 0 {
@@ -282,6 +281,33 @@ func readStream(r io.Reader, pair func(k, v []byte) error) (uint64, int64, error
 	}
 	// What the buffer read ahead is not part of the stream.
 	return n, cr.n - int64(hr.br.Buffered()), nil
+}
+
+// readChunk is the most readStreamBytes allocates ahead of the bytes it has.
+const readChunk = 64 << 10
+
+// readStreamBytes reads n bytes into buf (reused when it has room). A length
+// past buf's room is read in steps that grow with what has arrived, not
+// allocated whole up front: a damaged or hostile stream of a few bytes
+// that claims a 64 MiB value made every restore or backup check allocate
+// 64 MiB before it found the stream short.
+func readStreamBytes(r io.Reader, buf []byte, n int) ([]byte, error) {
+	if n <= cap(buf) || n <= readChunk {
+		buf = grow(buf, n)
+		_, err := io.ReadFull(r, buf)
+		return buf, err
+	}
+	buf = buf[:0]
+	for len(buf) < n {
+		step := min(n-len(buf), max(len(buf), readChunk))
+		buf = slices.Grow(buf, step)
+		m, err := io.ReadFull(r, buf[len(buf):len(buf)+step])
+		buf = buf[:len(buf)+m]
+		if err != nil {
+			return buf, err
+		}
+	}
+	return buf, nil
 }
 
 // tableWriter writes sorted pairs into sstables of about restoreTableBytes

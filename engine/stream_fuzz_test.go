@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"hash/crc32"
+	"runtime"
+	"testing"
+)
+
+// streamOf writes pairs in Snapshot.WriteTo's format.
+func streamOf(pairs ...[2]string) []byte {
+	b := append([]byte(nil), snapMagic...)
+	for _, p := range pairs {
+		b = binary.AppendUvarint(b, uint64(len(p[0])))
+		b = append(b, p[0]...)
+		b = binary.AppendUvarint(b, uint64(len(p[1])))
+		b = append(b, p[1]...)
+	}
+	b = append(b, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(len(pairs)))
+	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+}
+
+// A damaged or hostile stream (a backup, a snapshot sent by a peer) is
+// refused with ErrSnapshot, never a panic, and what it makes ScanStream
+// allocate is bounded by the bytes it holds, not by a length it claims.
+func FuzzScanStream(f *testing.F) {
+	f.Add(streamOf())
+	f.Add(streamOf([2]string{"a", "1"}, [2]string{"b", ""}, [2]string{string(keyApplied), "\x00\x00\x00\x00\x00\x00\x00\x07"}))
+	f.Add(append(append([]byte(nil), snapMagic...), 1, 'k', 0xff, 0xff, 0xff, 0x1f))                             // a value of 64 MiB claimed
+	f.Add(append(append([]byte(nil), snapMagic...), 0x80, 0x80, 0x40))                                           // a key of 1 MiB claimed
+	f.Add(append(append([]byte(nil), snapMagic...), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01)) // 2^64-1
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		info, err := ScanStream(bytes.NewReader(b))
+		runtime.ReadMemStats(&after)
+		if err != nil && !errors.Is(err, ErrSnapshot) {
+			t.Fatalf("error is not ErrSnapshot: %v", err)
+		}
+		if err == nil && info.Bytes != int64(len(b)) {
+			t.Fatalf("stream of %d bytes read as %d", len(b), info.Bytes)
+		}
+		// The reader's own buffer is 1 MiB; beyond it, a few times the input.
+		if n := after.TotalAlloc - before.TotalAlloc; n > 2<<20+8*uint64(len(b)) {
+			t.Fatalf("a stream of %d bytes made ScanStream allocate %d bytes", len(b), n)
+		}
+	})
+}
+
+// Keys and values longer than a read step come back whole, after shorter
+// ones and before them (the buffers are reused).
+func TestReadStreamLongPairs(t *testing.T) {
+	long := func(c byte, n int) string { return string(bytes.Repeat([]byte{c}, n)) }
+	want := [][2]string{{"a", "1"}, {"b" + long('k', 3*readChunk+7), long('v', 5*readChunk+1)}, {"c", long('w', readChunk+1)}, {"d", "2"}}
+	var got [][2]string
+	n, _, err := readStream(bytes.NewReader(streamOf(want...)), func(k, v []byte) error {
+		got = append(got, [2]string{string(k), string(v)})
+		return nil
+	})
+	if err != nil || n != uint64(len(want)) {
+		t.Fatalf("%d pairs, %v", n, err)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("pair %d: %d, %d bytes; want %d, %d", i, len(got[i][0]), len(got[i][1]), len(want[i][0]), len(want[i][1]))
+		}
+	}
+}
