@@ -523,6 +523,64 @@ func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// sfParameters reports whether s is the parameters of a structured-field
+// item and nothing more (RFC 8941: ;key or ;key=bare-item, each), white
+// space around the semicolons allowed. A bare item that is not a string is
+// taken as a run of the characters integers, decimals, tokens, byte
+// sequences and booleans are written with.
+func sfParameters(s string) bool {
+	for {
+		s = strings.TrimLeft(s, " \t")
+		if s == "" {
+			return true
+		}
+		if s[0] != ';' {
+			return false
+		}
+		s = strings.TrimLeft(s[1:], " ")
+		n := 0
+		for n < len(s) && (s[n] >= 'a' && s[n] <= 'z' || s[n] == '*' ||
+			n > 0 && (s[n] >= '0' && s[n] <= '9' || strings.IndexByte("_-.", s[n]) >= 0)) {
+			n++
+		}
+		if n == 0 {
+			return false
+		}
+		s = s[n:]
+		if s == "" || s[0] != '=' {
+			continue
+		}
+		s = s[1:]
+		if s != "" && s[0] == '"' {
+			i := 1
+			for ; i < len(s) && s[i] != '"'; i++ {
+				if s[i] == '\\' {
+					i++
+					if i >= len(s) || (s[i] != '"' && s[i] != '\\') {
+						return false
+					}
+				} else if s[i] < 0x20 || s[i] > 0x7e {
+					return false
+				}
+			}
+			if i >= len(s) {
+				return false
+			}
+			s = s[i+1:]
+			continue
+		}
+		n = 0
+		for n < len(s) && (s[n] >= 'a' && s[n] <= 'z' || s[n] >= 'A' && s[n] <= 'Z' || s[n] >= '0' && s[n] <= '9' ||
+			strings.IndexByte("!#$%&'*+-.^_`|~:/?=", s[n]) >= 0) {
+			n++
+		}
+		if n == 0 {
+			return false
+		}
+		s = s[n:]
+	}
+}
+
 // ParseKey reads the Idempotency-Key header values of a request: exactly one
 // field holding a structured-field string ("abc", parameters after it
 // ignored) or a bare key (abc) taken whole, ';' included, of 1 to 255
@@ -562,8 +620,10 @@ func ParseKey(values []string) (string, error) {
 			return "", fmt.Errorf("%w: the string has no closing quote", errKeyInvalid)
 		}
 		// Parameters of the item (;a=1) carry nothing the key needs;
-		// anything else after the string (a list) is refused.
-		if rest := strings.TrimLeft(v[i+1:], " \t"); rest != "" && rest[0] != ';' {
+		// anything else after the string (a list) is refused. The
+		// parameters are read, not skipped: "a";p, "b" is a list of two
+		// keys, which was taken as the key "a".
+		if !sfParameters(v[i+1:]) {
 			return "", fmt.Errorf("%w: one structured-field string is expected, got more after it", errKeyInvalid)
 		}
 		key = b.String()

@@ -25,7 +25,9 @@ func TestParseKey(t *testing.T) {
 		` "a b" `:   "a b",
 		`"a\"b\\c"`: `a"b\c`,
 		`"k";p=1`:   "k",
-		`tok:en/1`:  "tok:en/1",
+		// parameters of every kind, a string's holding a comma
+		`"k" ; a ;b=?1;c=-1.5;d=tok/en:1;e=:aGk=:;f="x,\"y\";z"`: "k",
+		`tok:en/1`: "tok:en/1",
 		// A bare key is taken whole: two parts of one invoice are two
 		// keys, not the key "inv-7" twice (the second was replayed the
 		// first's answer).
@@ -56,6 +58,13 @@ func TestParseKey(t *testing.T) {
 		"256 bytes":           {`"` + long(256) + `"`},
 		"256 bytes, bare":     {long(256)},
 		"trailing garbage":    {`"a" b`},
+		// a list whose first key has a parameter: two keys, not "a"
+		"a list after parameters":     {`"a";p, "b"`},
+		"a list after a value":        {`"a";p=1,"b"`},
+		"garbage in parameters":       {`"a";p=1 2`},
+		"unterminated parameter":      {`"a";p="x`},
+		"empty parameter":             {`"a";`},
+		"parameter key in upper case": {`"a";P=1`},
 	}
 	for name, in := range bad {
 		_, err := middleware.ParseKey(in)
