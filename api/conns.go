@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -248,6 +249,46 @@ type sniffer struct {
 	bodyLeft int64
 	clte     bool // the chunked request's headers also held Content-Length
 	known    bool // clte is known for the latest chunked request
+	// long reads the value of a Content-Length line longer than line,
+	// as its bytes go by (longCL: the current line is one).
+	long   lengthReader
+	longCL bool
+}
+
+// lengthReader reads a Content-Length value as net/http does (white space
+// around it trimmed, then decimal digits up to 2^63-1, leading zeros
+// included) from bytes given in any number of pieces. Reading it from the
+// line's first bytes only, or refusing more than 18 digits, lost the
+// sniffer a request net/http took (Content-Length: 0000000000000000000005,
+// or 5 after 60 spaces): it stopped following the connection, so a later
+// request with both Content-Length and chunked went unrefused.
+type lengthReader struct {
+	n     uint64
+	state uint8 // 0 before the digits, 1 in them, 2 after them, 3 not a length
+}
+
+func (l *lengthReader) feed(b []byte) {
+	for _, c := range b {
+		switch {
+		case c == ' ' || c == '\t' || c == '\r':
+			if l.state == 1 {
+				l.state = 2
+			}
+		case c >= '0' && c <= '9' && l.state <= 1:
+			d := uint64(c - '0')
+			if l.n > (1<<63-1-d)/10 {
+				l.state = 3
+				continue
+			}
+			l.n, l.state = l.n*10+d, 1
+		default:
+			l.state = 3
+		}
+	}
+}
+
+func (l *lengthReader) value() (int64, bool) {
+	return int64(l.n), l.state == 1 || l.state == 2
 }
 
 const (
@@ -259,8 +300,10 @@ const (
 
 func (s *sniffer) feed(p []byte) {
 	if s.state == sniffStart {
-		// A request line starts with a method token; TLS and others do not.
-		if p[0] < 'A' || p[0] > 'Z' {
+		// A request line starts with a method token; TLS and others do
+		// not. Any token: net/http serves "post" (a 405), and a first
+		// request the sniffer left alone turned it off for the rest.
+		if !isTokenByte(p[0]) {
 			s.state = sniffOff
 			return
 		}
@@ -283,10 +326,19 @@ func (s *sniffer) feed(p []byte) {
 			if i >= 0 {
 				chunk = p[:i]
 			}
-			if s.lineLen < len(s.line) {
-				copy(s.line[s.lineLen:], chunk)
+			start := s.lineLen
+			if start < len(s.line) {
+				copy(s.line[start:], chunk)
 			}
 			s.lineLen += len(chunk)
+			if s.lineLen > len(s.line) {
+				if start <= len(s.line) {
+					s.beginLong()
+				}
+				if s.longCL {
+					s.long.feed(chunk[max(len(s.line)-start, 0):])
+				}
+			}
 			if i < 0 {
 				return
 			}
@@ -296,10 +348,27 @@ func (s *sniffer) feed(p []byte) {
 	}
 }
 
+// isTokenByte reports whether c is an RFC 9110 tchar.
+func isTokenByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// beginLong starts a line longer than line: a Content-Length one is read
+// on by long.
+func (s *sniffer) beginLong() {
+	name, value, ok := bytes.Cut(s.line[:], []byte(":"))
+	s.longCL = ok && bytes.EqualFold(name, []byte("content-length"))
+	if s.longCL {
+		s.long = lengthReader{}
+		s.long.feed(value)
+	}
+}
+
 // endLine handles one complete line of a header block.
 func (s *sniffer) endLine() {
 	n := s.lineLen
 	s.lineLen = 0
+	defer func() { s.longCL = false }()
 	line := s.line[:min(n, len(s.line))]
 	if n <= len(s.line) {
 		line = bytes.TrimSuffix(line, []byte("\r"))
@@ -313,7 +382,12 @@ func (s *sniffer) endLine() {
 		case bytes.EqualFold(name, []byte("transfer-encoding")):
 			s.sawTE = true
 		case bytes.EqualFold(name, []byte("content-length")):
-			v, ok := parseLength(bytes.TrimSpace(value))
+			l := s.long
+			if n <= len(s.line) {
+				l = lengthReader{}
+				l.feed(value)
+			}
+			v, ok := l.value()
 			if !ok {
 				s.state = sniffOff // the server refuses it; nothing to follow
 				return
@@ -333,18 +407,4 @@ func (s *sniffer) endLine() {
 		s.cl = -1
 	}
 	s.sawTE = false
-}
-
-func parseLength(v []byte) (int64, bool) {
-	if len(v) == 0 || len(v) > 18 {
-		return 0, false
-	}
-	var n int64
-	for _, c := range v {
-		if c < '0' || c > '9' {
-			return 0, false
-		}
-		n = n*10 + int64(c-'0')
-	}
-	return n, true
 }
