@@ -253,6 +253,15 @@ type sniffer struct {
 	// as its bytes go by (longCL: the current line is one).
 	long   lengthReader
 	longCL bool
+	// tail is the last bytes of the current line: a request line's
+	// version. net/http ignores Transfer-Encoding in an HTTP/1.0 request
+	// and frames its body by Content-Length; taken as chunked, such a
+	// request (Connection: keep-alive) turned the sniffer off for the
+	// requests after it.
+	tail    [10]byte
+	tailLen int
+	inBlock bool // the request line of the current header block was read
+	http10  bool // and it is HTTP/1.0
 }
 
 // lengthReader reads a Content-Length value as net/http does (white space
@@ -331,6 +340,7 @@ func (s *sniffer) feed(p []byte) {
 				copy(s.line[start:], chunk)
 			}
 			s.lineLen += len(chunk)
+			s.keepTail(chunk)
 			if s.lineLen > len(s.line) {
 				if start <= len(s.line) {
 					s.beginLong()
@@ -353,6 +363,17 @@ func isTokenByte(c byte) bool {
 	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
+// keepTail keeps the last bytes of the current line in tail.
+func (s *sniffer) keepTail(chunk []byte) {
+	if len(chunk) >= len(s.tail) {
+		s.tailLen = copy(s.tail[:], chunk[len(chunk)-len(s.tail):])
+		return
+	}
+	keep := min(s.tailLen, len(s.tail)-len(chunk))
+	copy(s.tail[:], s.tail[s.tailLen-keep:s.tailLen])
+	s.tailLen = keep + copy(s.tail[keep:], chunk)
+}
+
 // beginLong starts a line longer than line: a Content-Length one is read
 // on by long.
 func (s *sniffer) beginLong() {
@@ -367,16 +388,23 @@ func (s *sniffer) beginLong() {
 // endLine handles one complete line of a header block.
 func (s *sniffer) endLine() {
 	n := s.lineLen
-	s.lineLen = 0
+	last := bytes.TrimSuffix(s.tail[:s.tailLen], []byte("\r"))
+	s.lineLen, s.tailLen = 0, 0
 	defer func() { s.longCL = false }()
 	line := s.line[:min(n, len(s.line))]
 	if n <= len(s.line) {
 		line = bytes.TrimSuffix(line, []byte("\r"))
 		n = len(line)
 	}
+	if !s.inBlock {
+		// The request line (blank lines before it, which net/http
+		// skips after a POST, are passed over).
+		s.inBlock = n != 0
+		s.http10 = bytes.HasSuffix(last, []byte(" HTTP/1.0"))
+		return
+	}
 	if n != 0 {
-		// A header (only its start is kept: the names and a length fit),
-		// or the request line, which has no name before a colon.
+		// A header (only its start is kept: the names and a length fit).
 		name, value, _ := bytes.Cut(line, []byte(":"))
 		switch {
 		case bytes.EqualFold(name, []byte("transfer-encoding")):
@@ -398,7 +426,7 @@ func (s *sniffer) endLine() {
 	}
 	// The end of a header block.
 	switch {
-	case s.sawTE:
+	case s.sawTE && !s.http10:
 		s.clte, s.known = s.cl >= 0, true
 		s.state = sniffOff // a chunked request ends the connection
 	case s.cl > 0:
@@ -406,5 +434,5 @@ func (s *sniffer) endLine() {
 	default:
 		s.cl = -1
 	}
-	s.sawTE = false
+	s.sawTE, s.inBlock, s.http10 = false, false, false
 }
