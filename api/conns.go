@@ -262,6 +262,11 @@ type sniffer struct {
 	tailLen int
 	inBlock bool // the request line of the current header block was read
 	http10  bool // and it is HTTP/1.0
+	// pend is the value of the Content-Length line before (pending): a
+	// line that starts with white space continues it (obs-fold), which
+	// net/http joins to it ("Content-Length:" then " 5" is 5).
+	pend    lengthReader
+	pending bool
 }
 
 // lengthReader reads a Content-Length value as net/http does (white space
@@ -377,12 +382,39 @@ func (s *sniffer) keepTail(chunk []byte) {
 // beginLong starts a line longer than line: a Content-Length one is read
 // on by long.
 func (s *sniffer) beginLong() {
+	if s.inBlock && isFold(s.line[0]) {
+		s.longCL = s.pending
+		if s.longCL {
+			s.long = s.pend
+			s.long.feed([]byte{' '})
+			s.long.feed(s.line[:])
+		}
+		return
+	}
 	name, value, ok := bytes.Cut(s.line[:], []byte(":"))
-	s.longCL = ok && bytes.EqualFold(name, []byte("content-length"))
+	s.longCL = s.inBlock && ok && bytes.EqualFold(name, []byte("content-length"))
 	if s.longCL {
 		s.long = lengthReader{}
 		s.long.feed(value)
 	}
+}
+
+func isFold(c byte) bool { return c == ' ' || c == '\t' }
+
+// endCL ends a pending Content-Length line: it is the header block's
+// length, or, not one, stops the sniffer (net/http refuses the request).
+func (s *sniffer) endCL() bool {
+	if !s.pending {
+		return true
+	}
+	s.pending = false
+	v, ok := s.pend.value()
+	if !ok {
+		s.state = sniffOff // the server refuses it; nothing to follow
+		return false
+	}
+	s.cl = v
+	return true
 }
 
 // endLine handles one complete line of a header block.
@@ -403,6 +435,21 @@ func (s *sniffer) endLine() {
 		s.http10 = bytes.HasSuffix(last, []byte(" HTTP/1.0"))
 		return
 	}
+	if n != 0 && isFold(line[0]) {
+		// A continuation of the header before.
+		if s.pending {
+			if n > len(s.line) {
+				s.pend = s.long
+			} else {
+				s.pend.feed([]byte{' '})
+				s.pend.feed(line)
+			}
+		}
+		return
+	}
+	if !s.endCL() {
+		return
+	}
 	if n != 0 {
 		// A header (only its start is kept: the names and a length fit).
 		name, value, _ := bytes.Cut(line, []byte(":"))
@@ -410,17 +457,11 @@ func (s *sniffer) endLine() {
 		case bytes.EqualFold(name, []byte("transfer-encoding")):
 			s.sawTE = true
 		case bytes.EqualFold(name, []byte("content-length")):
-			l := s.long
+			s.pend, s.pending = s.long, true
 			if n <= len(s.line) {
-				l = lengthReader{}
-				l.feed(value)
+				s.pend = lengthReader{}
+				s.pend.feed(value)
 			}
-			v, ok := l.value()
-			if !ok {
-				s.state = sniffOff // the server refuses it; nothing to follow
-				return
-			}
-			s.cl = v
 		}
 		return
 	}

@@ -66,6 +66,8 @@ func FuzzSniffer(f *testing.F) {
 		"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length:                                                              5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\nPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n                                                                          5\r\n\t\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"post /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"GET /b HTTP/1.1\nHost: x\nX-Long: zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\n\nPOST /c HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n0\n\n",
 	} {
