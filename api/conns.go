@@ -429,9 +429,9 @@ func (s *sniffer) endLine() {
 		n = len(line)
 	}
 	if !s.inBlock {
-		// The request line (blank lines before it, which net/http
+		// The request line (the CR and LF bytes before it, which net/http
 		// skips after a POST, are passed over).
-		s.inBlock = n != 0
+		s.inBlock = n != 0 && (n > len(s.line) || len(bytes.Trim(line, "\r")) != 0)
 		s.http10 = bytes.HasSuffix(last, []byte(" HTTP/1.0"))
 		return
 	}

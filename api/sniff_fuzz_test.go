@@ -27,7 +27,17 @@ func (c *countingReader) Read(p []byte) (int, error) {
 func goCLTE(stream []byte) (clte, found bool) {
 	cr := &countingReader{r: bytes.NewReader(stream)}
 	br := bufio.NewReader(cr)
+	lastMethod := ""
 	for {
+		if lastMethod == "POST" {
+			// The server skips up to four CR or LF bytes after a POST.
+			peek, _ := br.Peek(4)
+			n := 0
+			for n < len(peek) && (peek[n] == '\r' || peek[n] == '\n') {
+				n++
+			}
+			br.Discard(n)
+		}
 		start := cr.n - br.Buffered()
 		req, err := http.ReadRequest(br)
 		if err != nil {
@@ -49,6 +59,7 @@ func goCLTE(stream []byte) (clte, found bool) {
 		if _, err := io.Copy(io.Discard, req.Body); err != nil {
 			return false, false
 		}
+		lastMethod = req.Method
 		if req.Close {
 			return false, false // the server ends the connection here
 		}
@@ -68,6 +79,7 @@ func FuzzSniffer(f *testing.F) {
 		"POST /a HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\nPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length:\r\n                                                                          5\r\n\t\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
+		"POST /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhello\r\r\nPOST /b HTTP/1.0\r\nHost: x\r\nConnection: keep-alive\r\nTransfer-Encoding: chunked\r\n\r\nPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"post /a HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nhelloPOST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 7\r\n\r\n0\r\n\r\n",
 		"GET /b HTTP/1.1\nHost: x\nX-Long: zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz\n\nPOST /c HTTP/1.1\nHost: x\nTransfer-Encoding: chunked\n\n0\n\n",
 	} {
