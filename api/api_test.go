@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -80,9 +81,18 @@ type logWriter struct {
 func (w *logWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.done {
-		w.tb.Log(strings.TrimRight(string(p), "\n"))
+	if w.done {
+		return len(p), nil
 	}
+	if _, ok := w.tb.(*testing.F); ok {
+		// f.Log inside the fuzz function panics ("use t.Log instead"),
+		// and a node's goroutines log whenever they log: a warning while
+		// an input ran killed the fuzzing process (exit status 2, with
+		// the input it happened to be running "written" as a failure).
+		fmt.Fprintln(os.Stderr, strings.TrimRight(string(p), "\n"))
+		return len(p), nil
+	}
+	w.tb.Log(strings.TrimRight(string(p), "\n"))
 	return len(p), nil
 }
 
