@@ -17,6 +17,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/idem-store/idem/internal/jsonstrict"
 	"github.com/idem-store/idem/internal/mono"
 )
 
@@ -277,6 +278,11 @@ func parseAuthJSON(b []byte) (*Credentials, error) {
 	}
 	if dec.More() {
 		return nil, errors.New("api: the auth file has data after its JSON object")
+	}
+	if err := jsonstrict.DuplicateMember(b); err != nil {
+		// {"role":"app",…,"Role":"operator"} loaded as an operator token
+		// while the file read as an app token (a fuzz walk).
+		return nil, fmt.Errorf("api: the auth file: %w", err)
 	}
 	if len(f.Tokens) == 0 {
 		return nil, errors.New("api: the auth file holds no token (\"tokens\" is empty or missing)")

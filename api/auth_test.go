@@ -343,6 +343,10 @@ func TestAuthFileValidation(t *testing.T) {
 		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app","principals":["x"]}]} {}`, "data after"},
 		{`{"tokens":[{"name":"a"`, "not valid JSON"},
 		{"# only comments\n\n", "holds no token"},
+		// encoding/json keeps the last of two members, matched without
+		// regard to case: this loaded as an operator token without
+		// principals while the file reads as an app token of "a".
+		{`{"tokens":[{"name":"a","sha256":"` + h + `","role":"app","principals":["a"],"Role":"operator","principals":null}]}`, `"role" and "Role" are in one object (at tokens[0])`},
 	} {
 		_, err := api.ParseAuthFile([]byte(c.file))
 		require.Error(t, err, c.file)

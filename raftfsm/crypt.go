@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/jsonstrict"
 )
 
 // Encryption at rest (docs/SECURITY.md). The leader seals every stored
@@ -177,6 +178,9 @@ func ParseKeyring(b []byte) (*Keyring, error) {
 	}
 	if dec.More() {
 		return bad("trailing data after the JSON object")
+	}
+	if err := jsonstrict.DuplicateMember(b); err != nil {
+		return bad("%v", err)
 	}
 	if len(f.Keys) == 0 {
 		return bad("no keys")

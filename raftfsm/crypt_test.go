@@ -121,6 +121,9 @@ func TestKeyFilesAreChecked(t *testing.T) {
 		"twice":         {`{"keys":[{"id":"k1","key":"` + k32 + `"},{"id":"k1","key":"` + k32b + `"}]}`, "appears twice"},
 		"same key":      {`{"keys":[{"id":"k1","key":"` + k32 + `"},{"id":"k2","key":"` + k32 + `"}]}`, "same key"},
 		"trailing":      {`{"keys":[{"id":"k1","key":"` + k32 + `"}]} {}`, "trailing"},
+		// encoding/json keeps the last of two, matched without regard to
+		// case: the key a reader of the file sees is not the one loaded.
+		"member twice": {`{"keys":[{"id":"k1","key":"` + k32 + `","Key":"` + k32b + `"}]}`, `"key" and "Key" are in one object (at keys[0])`},
 	} {
 		_, err := ParseKeyring([]byte(tc.file))
 		require.ErrorIs(t, err, ErrKeyFile, name)
