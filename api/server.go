@@ -304,13 +304,26 @@ func (s *Server) claimArgs(r *http.Request, req *claimRequest) (engine.ClaimArgs
 // leader), and a retry of it must get the stored answer, not a 400 its
 // client takes for a permanent failure of work that was done (a walk of
 // mixed settings). Only sizes are forgiven, up to MaxScopeBytesLimit and
-// the request's own size; the record is looked up in this node's state.
+// the stored record's fingerprint length; the record is looked up in this
+// node's state.
+//
+// The lookup is at the applied log's time and the claim is applied later:
+// a record that expires (or is deleted) in between is gone when the claim
+// applies, and the claim stores a new record of its sizes. The same scope
+// and a fingerprint no longer than the stored one's keep that record no
+// larger than the one it replaces; forgiving any fingerprint the request
+// carried let an app store one of up to the body limit under any key it
+// had claimed once.
 func (s *Server) claimOfStored(r *http.Request, req *claimRequest, p *problem) (engine.Scope, *problem) {
 	scope, sp := s.storedScope(req.Principal, req.Endpoint, req.Key)
-	if sp != nil || fingerprintUpTo(req.Fingerprint, len(req.Fingerprint)+2) != nil {
+	if sp != nil {
 		return engine.Scope{}, p
 	}
-	if _, found, err := s.store.Lookup(r.Context(), scope, s.cfg.PrincipalScope, false); err != nil || !found {
+	rec, found, err := s.store.Lookup(r.Context(), scope, s.cfg.PrincipalScope, false)
+	if err != nil || !found || rec == nil {
+		return engine.Scope{}, p
+	}
+	if fingerprintUpTo(req.Fingerprint, max(s.cfg.Limits.MaxFingerprintChars, len(rec.Fingerprint))) != nil {
 		return engine.Scope{}, p
 	}
 	return scope, nil

@@ -74,3 +74,28 @@ func TestRetryOfARecordTakenUnderHigherLimitsGetsItsAnswer(t *testing.T) {
 	r = low.claim(s, strings.Repeat("cd", 16))
 	require.Equal(t, http.StatusUnprocessableEntity, r.status, "%s", r)
 }
+
+// The record a claim over the limits was forgiven for is looked up at the
+// applied log's time, and the claim is applied later: a record that
+// expires in between (on an idle cluster, the log's time stands still
+// until the claim) is gone when the claim applies, and the claim stores a
+// new record. Its sizes must not exceed the record's it was forgiven for:
+// a fingerprint larger than the stored one's is refused as before, or any
+// app could store a fingerprint of any size (up to the body limit) under
+// a key it once claimed.
+func TestClaimForgivenForAStoredRecordStoresNothingLargerThanIt(t *testing.T) {
+	n := mustNode(t, withRetention(time.Second))
+	s := scope{"cus_42", "POST /payments", "order-1"}
+	n.mustClaim(s, strings.Repeat("ab", 8))
+	time.Sleep(1500 * time.Millisecond) // the record expires; nothing is applied meanwhile
+
+	low := withLowerLimits(t, n, 64, 8)
+	huge := strings.Repeat("cd", 20_000)
+	requireProblem(t, low.claim(s, huge), http.StatusBadRequest, "invalid_request")
+	r := n.lookup(s)
+	require.NotContains(t, string(r.raw), huge[:100], "a claim over the limits stored a new record")
+	// A fingerprint as long as the stored one's is still forgiven: the
+	// record it may replace is no larger than the one that was there.
+	r = low.claim(s, strings.Repeat("ab", 8))
+	require.NotEqual(t, http.StatusBadRequest, r.status, "%s", r)
+}
