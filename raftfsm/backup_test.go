@@ -400,6 +400,13 @@ func TestUnfinishedRecoverIsRefusedUntilItIsRunAgain(t *testing.T) {
 			require.NoError(t, err)
 			require.Nil(t, st.Unfinished)
 			require.Equal(t, []Peer{{ID: "n1", RaftAddr: addr, Suffrage: "Voter"}}, st.Configuration)
+			// The member the recovery leaves out is recorded, to be told
+			// it is superseded, even by a run after the configuration was
+			// rewritten (which finds only the new one in the data dir).
+			rec, err := readRecoveryRecord(cfg.DataDir)
+			require.NoError(t, err)
+			require.NotNil(t, rec)
+			require.Equal(t, []string{"ghost"}, rec.LeftOut)
 			m, err := Open(cfg)
 			require.NoError(t, err)
 			t.Cleanup(func() { m.Close() })

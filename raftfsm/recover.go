@@ -311,7 +311,22 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := o.checkLogHead(st); err != nil { // before anything is changed
 		return st, err
 	}
-	if err := markRecovering(dir, nodeID, peers); err != nil { // recovering.go
+	// The members before the change, for the record of those it leaves
+	// out: a recover stopped after it rewrote the configuration and run
+	// again reads only the new configuration here, so the members the
+	// stopped run saw are kept in its recoveringFile.
+	var before []string
+	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
+		before = append(before, p.ID)
+	}
+	if st.Unfinished != nil {
+		for _, id := range st.Unfinished.Before {
+			if !slices.Contains(before, id) {
+				before = append(before, id)
+			}
+		}
+	}
+	if err := markRecovering(dir, nodeID, peers, before); err != nil { // recovering.go
 		return st, err
 	}
 	if err := recoverHook("marked"); err != nil {
@@ -380,10 +395,6 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	}
 	// The members left out must not serve their older state if they come
 	// back with their data dirs: this node tells them so (superseded.go).
-	var before []string
-	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
-		before = append(before, p.ID)
-	}
 	if err := recordRecovery(dir, nodeID, before, peers, o.db.Meta().Applied, ""); err != nil {
 		return st, fmt.Errorf("raftfsm: recover: the configuration was rewritten, but the members it leaves out could not be recorded (run idem recover again): %w", err)
 	}

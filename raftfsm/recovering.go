@@ -36,11 +36,15 @@ type Recovering struct {
 	Node  string    `json:"node"`
 	Peers []Peer    `json:"peers"`
 	At    time.Time `json:"started_at"`
+	// Before are the ids of the members before the recovery: a recover
+	// stopped after it rewrote the configuration and run again finds only
+	// the new one there, and would record no member as left out.
+	Before []string `json:"members_before,omitempty"`
 }
 
 // markRecovering writes recoveringFile before Recover changes anything.
-func markRecovering(dir, node string, peers []Peer) error {
-	b, _ := json.MarshalIndent(Recovering{Node: node, Peers: peers, At: time.Now().UTC()}, "", "  ")
+func markRecovering(dir, node string, peers []Peer, before []string) error {
+	b, _ := json.MarshalIndent(Recovering{Node: node, Peers: peers, At: time.Now().UTC(), Before: before}, "", "  ")
 	tmp := filepath.Join(dir, recoveringFile+".tmp")
 	if err := writeSynced(tmp, append(b, '\n')); err != nil {
 		return err
