@@ -303,17 +303,18 @@ func (s *Server) claimArgs(r *http.Request, req *claimRequest) (engine.ClaimArgs
 // node with higher limits (before they were lowered, or by another
 // leader), and a retry of it must get the stored answer, not a 400 its
 // client takes for a permanent failure of work that was done (a walk of
-// mixed settings). Only sizes are forgiven, up to MaxScopeBytesLimit and
-// the stored record's fingerprint length; the record is looked up in this
-// node's state.
+// mixed settings). Only sizes are forgiven, each part and the fingerprint
+// up to the stored record's (and MaxScopeBytesLimit); the record is looked
+// up in this node's state.
 //
 // The lookup is at the applied log's time and the claim is applied later:
 // a record that expires (or is deleted) in between is gone when the claim
-// applies, and the claim stores a new record of its sizes. The same scope
-// and a fingerprint no longer than the stored one's keep that record no
-// larger than the one it replaces; forgiving any fingerprint the request
-// carried let an app store one of up to the body limit under any key it
-// had claimed once.
+// applies, and the claim stores a new record of its sizes. Parts and a
+// fingerprint no longer than the stored one's keep that record no larger
+// than the one it replaces (in principal scope the endpoint named may be
+// another); forgiving any size the request carried let an app store a
+// fingerprint up to the body limit, or an endpoint up to 64 KiB, under
+// any key it had claimed once.
 func (s *Server) claimOfStored(r *http.Request, req *claimRequest, p *problem) (engine.Scope, *problem) {
 	scope, sp := s.storedScope(req.Principal, req.Endpoint, req.Key)
 	if sp != nil {
@@ -324,6 +325,13 @@ func (s *Server) claimOfStored(r *http.Request, req *claimRequest, p *problem) (
 		return engine.Scope{}, p
 	}
 	if fingerprintUpTo(req.Fingerprint, max(s.cfg.Limits.MaxFingerprintChars, len(rec.Fingerprint))) != nil {
+		return engine.Scope{}, p
+	}
+	// In principal scope the record is found by principal and key alone:
+	// the endpoint named may be another, and longer, than the stored one.
+	limit := s.cfg.Limits.MaxScopeBytes
+	if len(scope.Principal) > max(limit, len(rec.Scope.Principal)) || len(scope.Endpoint) > max(limit, len(rec.Scope.Endpoint)) ||
+		len(scope.Key) > max(limit, len(rec.Scope.Key)) {
 		return engine.Scope{}, p
 	}
 	return scope, nil

@@ -99,3 +99,18 @@ func TestClaimForgivenForAStoredRecordStoresNothingLargerThanIt(t *testing.T) {
 	r = low.claim(s, strings.Repeat("ab", 8))
 	require.NotEqual(t, http.StatusBadRequest, r.status, "%s", r)
 }
+
+// In principal scope a record is found by principal and key alone: a claim
+// naming another, longer endpoint was forgiven its size, and stored it
+// when the record had expired by the time the claim applied.
+func TestClaimForgivenInPrincipalScopeStoresNoLongerEndpoint(t *testing.T) {
+	n := mustNode(t, withRetention(time.Second), principalScope())
+	s := scope{"cus_42", "POST /payments", "order-1"}
+	fp := strings.Repeat("ab", 4)
+	n.mustClaim(s, fp)
+	time.Sleep(1500 * time.Millisecond) // the record expires; nothing is applied meanwhile
+
+	low := withLowerLimits(t, n, 32, 8)
+	long := scope{s.principal, "POST /" + strings.Repeat("e", 5000), s.key}
+	requireProblem(t, low.claim(long, fp), http.StatusBadRequest, "invalid_request")
+}
