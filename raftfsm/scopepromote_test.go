@@ -1,27 +1,11 @@
 package raftfsm
 
 import (
-	"net"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 )
-
-// testRaftAddr is "" (any port on 127.0.0.1), or with IDEM_TEST_IP and
-// IDEM_TEST_PORT set, that address at port IDEM_TEST_PORT+i: for machines
-// where tests may use only given addresses.
-func testRaftAddr(t *testing.T, i int) string {
-	ip, port := os.Getenv("IDEM_TEST_IP"), os.Getenv("IDEM_TEST_PORT")
-	if ip == "" || port == "" {
-		return "127.0.0.1:0"
-	}
-	base, err := strconv.Atoi(port)
-	require.NoError(t, err, "IDEM_TEST_PORT")
-	return net.JoinHostPort(ip, strconv.Itoa(base+i))
-}
 
 // A node admitted by an idem cluster join by hand before it was started
 // (nothing to ask its scope of), then started with another --scope than
@@ -35,7 +19,7 @@ func TestNodeWithAnotherScopeIsNotPromoted(t *testing.T) {
 	open := func(id string, i int, bootstrap bool, scope string) *Node {
 		cfg := DefaultConfig()
 		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, t.TempDir(), bootstrap
-		cfg.RaftAddr, cfg.HTTPAdvertise, cfg.Scope = testRaftAddr(t, i), "mem-"+id, scope
+		cfg.RaftAddr, cfg.HTTPAdvertise, cfg.Scope = "127.0.0.1:0", "mem-"+id, scope
 		return c.start(cfg)
 	}
 	n1 := open("n1", 0, true, "principal")

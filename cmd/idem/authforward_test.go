@@ -21,10 +21,7 @@ import (
 // The follower now logs that the leader refused what it passed on, and
 // why that happens.
 func TestFollowerSaysTheLeaderRefusedATokenItTakes(t *testing.T) {
-	ip := "127.0.0.9"
-	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
-		ip = v
-	}
+	const ip = "127.0.0.9"
 	dir := t.TempDir()
 	entry := func(name, token, role string) string {
 		return `{"name":"` + name + `","sha256":"` + api.HashToken(token) + `","role":"` + role + `"}`
@@ -39,7 +36,7 @@ func TestFollowerSaysTheLeaderRefusedATokenItTakes(t *testing.T) {
 	followerAuth := write("follower.json", `{"tokens":[`+node+`,`+entry("ops", "ops-token-0123456789", "operator")+`]}`)
 	nodeToken := write("node.token", "node-token-0123456789\n")
 
-	h1, r1, h2, r2 := testAddrOn(t, ip, 20), testAddrOn(t, ip, 21), testAddrOn(t, ip, 22), testAddrOn(t, ip, 23)
+	h1, r1, h2, r2 := freePortOn(t, ip), freePortOn(t, ip), freePortOn(t, ip), freePortOn(t, ip)
 	start(t, filepath.Join(dir, "n1"), h1, r1, "--node-id", "n1", "--auth-file", leaderAuth, "--node-token-file", nodeToken)
 	follower := start(t, filepath.Join(dir, "n2"), h2, r2, "--node-id", "n2", "--join", h1, "--auth-file", followerAuth, "--node-token-file", nodeToken)
 

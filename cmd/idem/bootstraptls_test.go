@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"net"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,34 +12,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// testAddrOn is freePortOn(ip), or with IDEM_TEST_PORT set the port
-// IDEM_TEST_PORT+i: for machines where tests may use only given ports.
-func testAddrOn(t *testing.T, ip string, i int) string {
-	t.Helper()
-	if p := os.Getenv("IDEM_TEST_PORT"); p != "" {
-		base, err := strconv.Atoi(p)
-		require.NoError(t, err, "IDEM_TEST_PORT")
-		return net.JoinHostPort(ip, strconv.Itoa(base+i))
-	}
-	return freePortOn(t, ip)
-}
-
 // Nodes forming a cluster with --bootstrap-expect where one was started
 // without the --tls-* flags the others have (a unit file edited on one
 // node) formed nothing, rightly, but said only "waiting for peers to
 // bootstrap" every second, on both sides: the answer naming the cause was
 // thrown away. Each side now names the other's address and the flags.
 func TestBootstrapBesideANodeWithoutTLSSaysSo(t *testing.T) {
-	ip := "127.0.0.9"
-	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
-		ip = v
-	}
+	const ip = "127.0.0.9"
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
 	require.Equal(t, 0, run(context.Background(), []string{"tls", "ca", "--dir", dir}, &stdout, &stderr), stderr.String())
 	require.Equal(t, 0, run(context.Background(), []string{"tls", "cert", "--dir", dir, "--name", "n2", "--ip", ip}, &stdout, &stderr), stderr.String())
-	plainHTTP, plainRaft := testAddrOn(t, ip, 0), testAddrOn(t, ip, 1)
-	tlsHTTP, tlsRaft := testAddrOn(t, ip, 2), testAddrOn(t, ip, 3)
+	plainHTTP, plainRaft := freePortOn(t, ip), freePortOn(t, ip)
+	tlsHTTP, tlsRaft := freePortOn(t, ip), freePortOn(t, ip)
 	join := plainHTTP + "," + tlsHTTP
 	plain := launch(t, filepath.Join(dir, "n1"), plainHTTP, plainRaft, "--node-id", "n1", "--bootstrap-expect", "2", "--join", join)
 	withTLS := launch(t, filepath.Join(dir, "n2"), tlsHTTP, tlsRaft, "--node-id", "n2", "--bootstrap-expect", "2", "--join", join,
@@ -62,19 +45,16 @@ func TestBootstrapBesideANodeWithoutTLSSaysSo(t *testing.T) {
 // and every node waited for ever saying only "waiting for peers to
 // bootstrap". Each now names the id and both addresses.
 func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
-	ip := "127.0.0.9"
-	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
-		ip = v
-	}
+	const ip = "127.0.0.9"
 	dir := t.TempDir()
 	var https []string
-	for i := range 3 {
-		https = append(https, testAddrOn(t, ip, 10+2*i))
+	for range 3 {
+		https = append(https, freePortOn(t, ip))
 	}
 	join := strings.Join(https, ",")
 	var procs []*proc
 	for i, id := range []string{"n1", "n2", "n2"} {
-		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], testAddrOn(t, ip, 11+2*i), "--node-id", id, "--bootstrap-expect", "3", "--join", join))
+		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], freePortOn(t, ip), "--node-id", id, "--bootstrap-expect", "3", "--join", join))
 	}
 	for i, p := range procs {
 		waitFor(t, 20*time.Second, "node "+strconv.Itoa(i)+" naming the id given twice", func() (bool, string) {
@@ -96,19 +76,16 @@ func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
 // others then advised starting them with 1h too. They now form nothing,
 // each naming the odd value, as for --scope and --bootstrap-expect.
 func TestBootstrapWithAnotherRetentionFormsNoCluster(t *testing.T) {
-	ip := "127.0.0.9"
-	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
-		ip = v
-	}
+	const ip = "127.0.0.9"
 	dir := t.TempDir()
 	var https []string
-	for i := range 3 {
-		https = append(https, testAddrOn(t, ip, 30+2*i))
+	for range 3 {
+		https = append(https, freePortOn(t, ip))
 	}
 	join := strings.Join(https, ",")
 	var procs []*proc
 	for i, retention := range []string{"24h", "24h", "1h"} {
-		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], testAddrOn(t, ip, 31+2*i),
+		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], freePortOn(t, ip),
 			"--node-id", "n"+strconv.Itoa(i+1), "--retention", retention, "--bootstrap-expect", "3", "--join", join))
 	}
 	for i, p := range procs {
