@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // DuplicateMember returns an error naming the first member that appears
@@ -36,13 +38,13 @@ func walk(dec *json.Decoder, path string) error {
 				return nil
 			}
 			name, _ := t.(string)
-			if was, ok := seen[strings.ToLower(name)]; ok {
+			if was, ok := seen[fold(name)]; ok {
 				if was == name {
 					return fmt.Errorf("%q appears twice in one object%s: JSON readers disagree on which counts (encoding/json takes the last); keep one", name, at(path))
 				}
 				return fmt.Errorf("%q and %q are in one object%s: names match without regard to case, and JSON readers disagree on which counts (encoding/json takes the last); keep one", was, name, at(path))
 			}
-			seen[strings.ToLower(name)] = name
+			seen[fold(name)] = name
 			if err := walk(dec, path+"."+name); err != nil {
 				return err
 			}
@@ -57,6 +59,26 @@ func walk(dec *json.Decoder, path string) error {
 		dec.Token() // ']'
 	}
 	return nil
+}
+
+// fold is the name encoding/json matches a struct field by: ASCII upper
+// case, and each other rune as unicode.ToUpper(unicode.ToLower(r)), so
+// "tokenſ" (U+017F) and "\u212Aeys" (the Kelvin sign) are "tokens" and
+// "keys" to the decoder. strings.ToLower kept them apart, and
+// {"tokens":[…],"tokenſ":[…]} loaded the second list unflagged.
+func fold(name string) string {
+	var b strings.Builder
+	for _, r := range name {
+		if r < utf8.RuneSelf {
+			if 'a' <= r && r <= 'z' {
+				r -= 'a' - 'A'
+			}
+			b.WriteRune(r)
+			continue
+		}
+		b.WriteRune(unicode.ToUpper(unicode.ToLower(r)))
+	}
+	return b.String()
 }
 
 func at(path string) string {
