@@ -121,6 +121,13 @@ func limitConns(ln net.Listener, c connConfig, health bool, log *slog.Logger) (*
 // handler (--body-read-timeout, cleared once read), the sending of an
 // answer from when it is ready (api.Config.AnswerWriteTimeout), and a long
 // answer (a snapshot download) must not be cut.
+//
+// OPTIONS * goes to the handler too (DisableGeneralOptionsHandler): net/http
+// answered it itself, past the API's shield, so a chunked one kept its
+// connection while the connection sniffer had stopped at it, and a later
+// request there with both Content-Length and Transfer-Encoding was served,
+// not refused.
 func httpServer(h http.Handler, cl *api.ConnListener, c connConfig) *http.Server {
-	return &http.Server{Handler: h, ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout, ConnContext: cl.ConnContext}
+	return &http.Server{Handler: h, ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout, ConnContext: cl.ConnContext,
+		DisableGeneralOptionsHandler: true}
 }
