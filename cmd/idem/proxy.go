@@ -649,6 +649,10 @@ func (p *proxy) run(ctx context.Context) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
+		// OPTIONS * reaches framing (which answers it as net/http would):
+		// answered by net/http before any handler, a chunked one kept its
+		// connection, and a request after it went unchecked (a review).
+		DisableGeneralOptionsHandler: true,
 	}
 	var stores []string
 	for _, n := range p.failover.nodes {
@@ -711,6 +715,15 @@ func (p *proxy) framing(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if len(r.TransferEncoding) > 0 {
 			w.Header().Set("Connection", "close")
+		}
+		if r.RequestURI == "*" {
+			// OPTIONS * (DisableGeneralOptionsHandler), answered as
+			// net/http's own handler does, never sent upstream.
+			if r.ContentLength != 0 {
+				io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10))
+			}
+			w.Header().Set("Content-Length", "0")
+			return
 		}
 		if up := strings.ToUpper(r.Method); up != r.Method && slices.Contains(p.methods, up) {
 			w.Header().Set("Connection", "close")

@@ -752,6 +752,18 @@ func TestProxyClosesAfterTransferEncodingAndRefusesMethodCase(t *testing.T) {
 	require.Equal(t, 1, strings.Count(string(all), "HTTP/1.1 "), "one answer, the connection closed after it:\n%s", all)
 	require.Equal(t, int64(1), up.runs.Load(), "the smuggled GET reached the upstream")
 
+	// OPTIONS *, which net/http answered before any handler: a chunked
+	// one kept its connection, and the bytes after it ran as a request.
+	conn2, err := net.Dial("tcp", strings.TrimPrefix(px.url, "http://"))
+	require.NoError(t, err)
+	defer conn2.Close()
+	fmt.Fprintf(conn2, "OPTIONS * HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n%s", smuggled)
+	conn2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	all, _ = io.ReadAll(conn2)
+	require.Equal(t, 1, strings.Count(string(all), "HTTP/1.1 "), "one answer, the connection closed after it:\n%s", all)
+	require.True(t, strings.HasPrefix(string(all), "HTTP/1.1 200 "), "%s", all)
+	require.Equal(t, int64(1), up.runs.Load(), "OPTIONS * or the GET after it reached the upstream")
+
 	for _, m := range []string{"post", "Post", "patch"} {
 		a := pxSend(t, m, px.url+"/pay", "lower-1", `{}`)
 		require.Equal(t, http.StatusBadRequest, a.status, "%s: %+v", m, a)
