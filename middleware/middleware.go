@@ -624,6 +624,9 @@ func ParseKey(values []string) (string, error) {
 		// parameters are read, not skipped: "a";p, "b" is a list of two
 		// keys, which was taken as the key "a".
 		if !sfParameters(v[i+1:]) {
+			if rest := strings.TrimLeft(v[i+1:], " \t"); rest[0] == ';' && !strings.Contains(rest, ",") {
+				return "", fmt.Errorf("%w: the parameters after the key's string are malformed (each ;name or ;name=value, names in lowercase: RFC 8941)", errKeyInvalid)
+			}
 			return "", fmt.Errorf("%w: one structured-field string is expected, got more after it", errKeyInvalid)
 		}
 		key = b.String()

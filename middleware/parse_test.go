@@ -70,6 +70,8 @@ func TestParseKey(t *testing.T) {
 		_, err := middleware.ParseKey(in)
 		require.Error(t, err, name)
 	}
+	_, err := middleware.ParseKey([]string{`"abc";Foo=bar`})
+	require.ErrorContains(t, err, "the parameters after the key's string are malformed", "not \"got more after it\"")
 }
 
 func long(n int) string { return strings.Repeat("k", n) }
