@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/wire"
 )
@@ -79,8 +80,9 @@ type forwarder struct {
 	client    *http.Client
 	snapshots *http.Client // snapshotClient's settings, with this node's TLS
 	commits   sharedProbe  // the leader's commit index, for /readyz
-	// refusedAt is when refusedByLeader last logged, per status (unix
-	// nanoseconds): at most once a minute each.
+	// refusedAt is when refusedByLeader last logged, per status (mono.Now:
+	// a wall clock stepped back would silence it until it caught up): at
+	// most once a minute each.
 	refusedAt [3]atomic.Int64
 }
 
@@ -103,9 +105,8 @@ func (f *forwarder) refusedByLeader(status int, addr string) {
 	default:
 		return
 	}
-	now := time.Now().UnixNano()
 	last := f.refusedAt[i].Load()
-	if now-last < int64(time.Minute) || !f.refusedAt[i].CompareAndSwap(last, now) {
+	if mono.Since(last) < time.Minute || !f.refusedAt[i].CompareAndSwap(last, mono.Now()) {
 		return
 	}
 	f.s.log.Warn(fmt.Sprintf("the leader answered %d to a request this node passed on, %s; logged at most once a minute", status, why), "leader", addr)
