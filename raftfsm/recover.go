@@ -172,6 +172,8 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	}
 	if r, err := ReadRecovering(o.dir); err == nil {
 		st.Unfinished = r
+	} else {
+		st.Unfinished = &Recovering{} // unreadable: Open refuses it all the same
 	}
 	term, err := o.stable.GetUint64([]byte("CurrentTerm"))
 	if err == nil {

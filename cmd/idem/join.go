@@ -314,6 +314,9 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			}
 			continue
 		}
+		// Answered: the same failure again later is said again (the
+		// peer stopped, came back, and stopped once more).
+		delete(m.unreachable, a)
 		var st raftfsm.Status
 		if json.Unmarshal(b, &st) != nil || st.Self.ID == "" {
 			continue
@@ -374,6 +377,10 @@ func (m *member) tryBootstrap(ctx context.Context) {
 		peers[st.Self.ID] = st.Self
 		walls = append(walls, st.WallMs)
 	}
+	// A round without a refusal: a refusal that comes back later (the odd
+	// peer stopped, then restarted with the same flag) is said again,
+	// not kept silent by the last one's message.
+	m.refused = ""
 	if len(peers) < m.c.bootstrapExpect {
 		m.log.Info("waiting for peers to bootstrap", "known", len(peers), "expect", m.c.bootstrapExpect)
 		return

@@ -215,3 +215,15 @@ func TestBenchWithoutANodeStopsBeforeTheRun(t *testing.T) {
 	require.Contains(t, out, "nothing was run")
 	require.NotContains(t, out, "correctness")
 }
+
+// One node of several down: the run goes on with those that answer (the
+// driver leaves a node it cannot reach), naming the one that did not.
+func TestBenchWithOneNodeDownNamesItAndRuns(t *testing.T) {
+	down := freePort(t)
+	store := startStore(t)
+	out, err := idemCmdWithin(t, time.Minute, "bench", "--addr", down+","+store.http, "--ops", "20", "--concurrency", "2", "--warmup", "0", "--quiet")
+	require.NoError(t, err, "%s", out)
+	require.Contains(t, out, "--addr "+down+": the node's /healthz failed")
+	require.Contains(t, out, "the run goes on with the nodes that answered")
+	require.Contains(t, out, "correctness: ok")
+}

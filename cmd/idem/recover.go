@@ -110,8 +110,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if superseded != "" {
 		fmt.Fprintf(stdout, "superseded:            %s\n", superseded)
 	}
-	if st.Unfinished != nil {
-		fmt.Fprintf(stdout, "unfinished recover:    a recover to %s (begun %s) did not finish; idem serve refuses this data dir until a recover finishes\n", fmtPeers(st.Unfinished.Peers), st.Unfinished.At.Format(time.RFC3339))
+	if u := st.Unfinished; u != nil {
+		what := "a recover (its " + raftfsm.RecoveringFile + " is damaged or unreadable)"
+		if len(u.Peers) > 0 {
+			what = fmt.Sprintf("a recover to %s (begun %s)", fmtPeers(u.Peers), u.At.Format(time.RFC3339))
+		}
+		fmt.Fprintf(stdout, "unfinished recover:    %s did not finish; idem serve refuses this data dir until a recover finishes\n", what)
 	}
 	if st.LogUnreadable != "" {
 		fmt.Fprintf(stdout, "raft log:              cannot be read (%s): recovery sets it aside (raft-wal.unreadable-*, kept) and starts a new log at the state's index %d; what the old log held above that index (writes committed but not yet applied, if any) is lost\n", st.LogUnreadable, st.Applied)
