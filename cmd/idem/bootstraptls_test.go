@@ -40,11 +40,10 @@ func TestBootstrapBesideANodeWithoutTLSSaysSo(t *testing.T) {
 	require.NotContains(t, plain.logs.String()+withTLS.logs.String(), "bootstrapped the cluster")
 }
 
-// Three nodes of a new cluster, two given one --node-id (a command copied
-// with the address changed and the id not): the two counted as one peer,
-// and every node waited for ever saying only "waiting for peers to
-// bootstrap". Each now names the id and both addresses.
-func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
+// launchBootstrapping starts three nodes on 127.0.0.9 with --bootstrap-expect
+// 3 and --join naming all three, node i with the flags of flags(i), and
+// returns them with their HTTP addresses.
+func launchBootstrapping(t *testing.T, flags func(i int) []string) ([]*proc, []string) {
 	const ip = "127.0.0.9"
 	dir := t.TempDir()
 	var https []string
@@ -53,9 +52,19 @@ func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
 	}
 	join := strings.Join(https, ",")
 	var procs []*proc
-	for i, id := range []string{"n1", "n2", "n2"} {
-		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], freePortOn(t, ip), "--node-id", id, "--bootstrap-expect", "3", "--join", join))
+	for i := range 3 {
+		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], freePortOn(t, ip),
+			append(flags(i), "--bootstrap-expect", "3", "--join", join)...))
 	}
+	return procs, https
+}
+
+// Three nodes of a new cluster, two given one --node-id (a command copied
+// with the address changed and the id not): the two counted as one peer,
+// and every node waited for ever saying only "waiting for peers to
+// bootstrap". Each now names the id and both addresses.
+func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
+	procs, https := launchBootstrapping(t, func(i int) []string { return []string{"--node-id", []string{"n1", "n2", "n2"}[i]} })
 	for i, p := range procs {
 		waitFor(t, 20*time.Second, "node "+strconv.Itoa(i)+" naming the id given twice", func() (bool, string) {
 			return strings.Contains(p.logs.String(), "not bootstrapping: two nodes run with --node-id n2, at "), ""
@@ -76,18 +85,9 @@ func TestBootstrapWithTwoNodesOfOneIDSaysSo(t *testing.T) {
 // others then advised starting them with 1h too. They now form nothing,
 // each naming the odd value, as for --scope and --bootstrap-expect.
 func TestBootstrapWithAnotherRetentionFormsNoCluster(t *testing.T) {
-	const ip = "127.0.0.9"
-	dir := t.TempDir()
-	var https []string
-	for range 3 {
-		https = append(https, freePortOn(t, ip))
-	}
-	join := strings.Join(https, ",")
-	var procs []*proc
-	for i, retention := range []string{"24h", "24h", "1h"} {
-		procs = append(procs, launch(t, filepath.Join(dir, strconv.Itoa(i)), https[i], freePortOn(t, ip),
-			"--node-id", "n"+strconv.Itoa(i+1), "--retention", retention, "--bootstrap-expect", "3", "--join", join))
-	}
+	procs, _ := launchBootstrapping(t, func(i int) []string {
+		return []string{"--node-id", "n" + strconv.Itoa(i+1), "--retention", []string{"24h", "24h", "1h"}[i]}
+	})
 	for i, p := range procs {
 		waitFor(t, 20*time.Second, "node "+strconv.Itoa(i)+" naming the other --retention", func() (bool, string) {
 			return strings.Contains(p.logs.String(), "--retention 1h0m0s") && strings.Contains(p.logs.String(), "the cluster's first claim pins the retention of the node that leads it"), ""
