@@ -624,6 +624,28 @@ func writeSynced(path string, b []byte) error {
 	return nil
 }
 
+// replaceSynced writes b to dir/name through a synced temporary file
+// renamed into place, then syncs dir: a crash leaves the old file or the
+// new one, never part of either.
+func replaceSynced(dir, name string, b []byte) error {
+	tmp := filepath.Join(dir, name+".tmp")
+	if err := writeSynced(tmp, b); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
+		return fmt.Errorf("raftfsm: %w", err)
+	}
+	return syncDir(dir)
+}
+
+// removeSynced removes dir/name, if there, and syncs dir.
+func removeSynced(dir, name string) error {
+	if err := os.Remove(filepath.Join(dir, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(dir, name), err)
+	}
+	return syncDir(dir)
+}
+
 func syncDir(path string) error {
 	d, err := os.Open(path)
 	if err != nil {

@@ -45,22 +45,12 @@ type Recovering struct {
 // markRecovering writes recoveringFile before Recover changes anything.
 func markRecovering(dir, node string, peers []Peer, before []string) error {
 	b, _ := json.MarshalIndent(Recovering{Node: node, Peers: peers, At: time.Now().UTC(), Before: before}, "", "  ")
-	tmp := filepath.Join(dir, recoveringFile+".tmp")
-	if err := writeSynced(tmp, append(b, '\n')); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, recoveringFile)); err != nil {
-		return fmt.Errorf("raftfsm: %w", err)
-	}
-	return syncDir(dir)
+	return replaceSynced(dir, recoveringFile, append(b, '\n'))
 }
 
 // unmarkRecovering removes recoveringFile once Recover is done.
 func unmarkRecovering(dir string) error {
-	if err := os.Remove(filepath.Join(dir, recoveringFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(dir, recoveringFile), err)
-	}
-	return syncDir(dir)
+	return removeSynced(dir, recoveringFile)
 }
 
 // ReadRecovering returns the unfinished recovery recoveringFile records in

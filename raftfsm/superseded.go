@@ -128,10 +128,7 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 	}
 	rec.LeftOut = slices.DeleteFunc(rec.LeftOut, kept)
 	if len(rec.LeftOut) == 0 {
-		if err := os.Remove(filepath.Join(dir, recoveredFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return fmt.Errorf("raftfsm: remove %s: %w", filepath.Join(dir, recoveredFile), err)
-		}
-		return syncDir(dir)
+		return removeSynced(dir, recoveredFile)
 	}
 	slices.Sort(rec.LeftOut)
 	rec.Node = node
@@ -139,14 +136,7 @@ func recordRecovery(dir, node string, before []string, peers []Peer, applied uin
 		rec.At, rec.Applied, rec.Via = time.Now().UTC(), applied, via
 	}
 	b, _ := json.MarshalIndent(rec, "", "  ")
-	tmp := filepath.Join(dir, recoveredFile+".tmp")
-	if err := writeSynced(tmp, append(b, '\n')); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, recoveredFile)); err != nil {
-		return fmt.Errorf("raftfsm: %w", err)
-	}
-	return syncDir(dir)
+	return replaceSynced(dir, recoveredFile, append(b, '\n'))
 }
 
 // leftOutError is the recovered node's answer to an append from leader
