@@ -25,7 +25,8 @@
 //     authentication (never from what the end user typed). The default is
 //     AuthorizationPrincipal: a hash of the Authorization header, refusing
 //     (401) a keyed request without one (or with a scheme and no
-//     credential, "Bearer " from an unset token), since callers with no
+//     credential, "Bearer " from an unset token, or one that reads as an
+//     unset value, "Bearer undefined", "Bearer null", "Bearer None"), since callers with no
 //     credential would share one tenant and each other's stored answers;
 //     AnonymousPrincipal lets them share it on purpose. The scheme's case
 //     and spacing do not count, the credential does: a token refreshed

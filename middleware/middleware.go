@@ -254,7 +254,8 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 // set Principal; AnonymousPrincipal keeps one shared tenant on purpose.
 //
 // A scheme without a credential ("Bearer", "Bearer " from an unset token
-// variable) is no credential, and refused alike.
+// variable), or with the text of an unset value ("Bearer undefined",
+// "Bearer null", "Bearer None"), is no credential, and refused alike.
 //
 // A request with the header twice is refused too: the principal would be
 // the first's hash, and a service that authenticates with the last would
@@ -344,13 +345,24 @@ func canonicalAuthorization(v string) string {
 // caller whose token was unset one principal, handed each other's stored
 // answers. A single word that is no scheme's name stays a credential (an
 // API key sent bare).
+//
+// A credential that is the text of an unset value ("Bearer undefined",
+// "Bearer null", "Bearer None", "Bearer <nil>": a client that formats a
+// token variable it never set) is none either: hashed, it made every such
+// caller one principal, and an upstream that serves a caller whose token
+// it cannot read (a guest checkout that goes by a cookie) had one caller's
+// stored answer, Set-Cookie and all, replayed to another that sent the
+// same key.
 func noCredential(v string) bool {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return true
 	}
-	if strings.ContainsAny(v, " \t") {
-		return false
+	if i := strings.IndexAny(v, " \t"); i >= 0 {
+		return unsetValue(strings.TrimLeft(v[i:], " \t"))
+	}
+	if unsetValue(v) {
+		return true
 	}
 	switch strings.ToLower(v) {
 	// The IANA HTTP Authentication Scheme Registry, and Token (GitHub's,
@@ -362,12 +374,24 @@ func noCredential(v string) bool {
 	return false
 }
 
+// unsetValue reports the text that languages print for a variable with no
+// value: JavaScript's undefined, null and [object Object], Python's None,
+// Go's <nil> (and %!s(<nil>) from a nil interface), Ruby's and Lua's nil,
+// NaN.
+func unsetValue(v string) bool {
+	switch strings.ToLower(v) {
+	case "undefined", "null", "none", "nil", "<nil>", "%!s(<nil>)", "%!v(<nil>)", "nan", "[object object]":
+		return true
+	}
+	return false
+}
+
 var errNoAuthorization = errors.New("middleware: the request has no Authorization header, and idempotency keys belong to the caller's credential")
 
 // errNoCredential is errNoAuthorization for a header that holds a scheme
 // alone ("Bearer "): told it had no header, its sender looked for the
 // wrong fault.
-var errNoCredential = errors.New("middleware: the request's Authorization header holds no credential (a scheme alone, or nothing), and idempotency keys belong to the caller's credential")
+var errNoCredential = errors.New("middleware: the request's Authorization header holds no credential (a scheme alone, nothing, or the text of an unset value such as undefined or null), and idempotency keys belong to the caller's credential")
 
 // AnonymousPrincipal is AuthorizationPrincipal, except that requests
 // without an Authorization header share the principal "anonymous": for a

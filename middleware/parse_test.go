@@ -117,7 +117,11 @@ func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
 		r.Header.Set("Authorization", v)
 		return f(r)
 	}
-	for _, v := range []string{"Bearer", "Bearer ", "Bearer  \t", "bearer", "Basic ", "Token"} {
+	for _, v := range []string{"Bearer", "Bearer ", "Bearer  \t", "bearer", "Basic ", "Token",
+		// The text of an unset token variable: one principal for every
+		// caller whose client formatted it.
+		"Bearer undefined", "Bearer null", "Bearer None", "Bearer <nil>", "Bearer %!s(<nil>)", "Token nil",
+		"Bearer [object Object]", "undefined", "NULL"} {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
 		require.Error(t, err, "%q", v)
 		// Told it had no header, its sender looked for the wrong fault.
@@ -127,7 +131,7 @@ func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
 		require.NoError(t, err, "%q", v)
 		require.Equal(t, "anonymous", p, "%q", v)
 	}
-	for _, v := range []string{"Bearer T", "sk_live_1"} {
+	for _, v := range []string{"Bearer T", "sk_live_1", "Basic bnVsbA==", "Bearer nullable", "Bearer null2"} {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
 		require.NoError(t, err, "%q", v)
 	}
