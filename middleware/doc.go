@@ -52,7 +52,13 @@
 //
 // The fingerprint binds a key to one request: by default SHA-256 of the
 // method, path, query, Content-Type and body (Options.Fingerprint replaces
-// it, e.g. with a canonical JSON form that ignores key order).
+// it, e.g. with a canonical JSON form that ignores key order). A multipart
+// body (multipart/form-data: an upload, a form) counts as its parts'
+// headers and contents, without the boundary, which every client picks at
+// random for each request it makes: a form made anew for its retry is the
+// same request, not a 422. The body is taken as it is sent: a retry
+// compressed again (Content-Encoding: gzip) by a client that stamps the
+// time in its gzip header (Python's gzip.compress) is another request.
 //
 // Then the key is claimed:
 //

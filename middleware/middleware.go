@@ -13,6 +13,9 @@ import (
 	"hash"
 	"io"
 	"log/slog"
+	"maps"
+	"mime"
+	"mime/multipart"
 	"net/http"
 	"slices"
 	"strings"
@@ -516,7 +519,10 @@ func fitEndpoint(e string) string {
 // Content-Type and body, each length-prefixed so no two requests collide by
 // moving bytes between fields. The path, not the endpoint: under the
 // endpoint POST /payments/{id}/capture, one key sent for two ids is two
-// requests (422), not a replay of the other payment's answer.
+// requests (422), not a replay of the other payment's answer. Every
+// Content-Type the request has counts; a multipart body counts as its
+// parts, without the boundary its client picked at random (a form made
+// anew for its retry is the same request).
 func DefaultFingerprint(r *http.Request, endpoint string, body []byte) (string, error) {
 	return fingerprint(sha256.New(), r, body), nil
 }
@@ -537,14 +543,75 @@ func KeyedFingerprint(key []byte) func(r *http.Request, endpoint string, body []
 
 // fingerprint writes DefaultFingerprint's fields into h and returns its
 // sum in hex.
+//
+// Content-Type sent more than once counts every value (the first alone
+// let a retry that added a second, which an upstream may read instead,
+// replay the first request's answer). A multipart body counts its parts,
+// not its boundary (multipartFields).
 func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 	var n [8]byte
-	for _, part := range [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(r.Header.Get("Content-Type")), body} {
+	ct := strings.Join(r.Header.Values("Content-Type"), ", ")
+	if mct, mbody, ok := multipartFields(ct, body); ok {
+		ct, body = mct, mbody
+	}
+	for _, part := range [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(ct), body} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// multipartFields returns the Content-Type and body fields of a multipart
+// request without its boundary: every client picks a random boundary for
+// each request it makes (curl -F, browsers, Go's mime/multipart, Python's
+// requests), so a retry of an upload or a form, made anew, was always
+// another request (422), and its sender never learned what became of the
+// first. The Content-Type is its media type and parameters but the
+// boundary, the body each part's headers and content, all
+// length-prefixed; the preamble and epilogue, which carry nothing, are
+// left out. The Content-Type field starts with a NUL, which no header
+// value holds, so that no request fingerprinted whole has its fields. A
+// body that is not well-formed multipart is fingerprinted whole (ok
+// false).
+func multipartFields(ct string, body []byte) (string, []byte, bool) {
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || !strings.HasPrefix(mt, "multipart/") || params["boundary"] == "" {
+		return "", nil, false
+	}
+	mr := multipart.NewReader(bytes.NewReader(body), params["boundary"])
+	var out []byte
+	field := func(b []byte) {
+		out = binary.BigEndian.AppendUint64(out, uint64(len(b)))
+		out = append(out, b...)
+	}
+	parts := 0
+	for {
+		p, err := mr.NextRawPart()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return "", nil, false
+		}
+		content, err := io.ReadAll(p)
+		if err != nil {
+			return "", nil, false
+		}
+		names := slices.Sorted(maps.Keys(p.Header))
+		field(binary.BigEndian.AppendUint64(nil, uint64(len(names))))
+		for _, k := range names {
+			field([]byte(k))
+			field([]byte(strings.Join(p.Header[k], "\x00")))
+		}
+		field(content)
+		parts++
+	}
+	if parts == 0 {
+		return "", nil, false
+	}
+	delete(params, "boundary")
+	return "\x00" + mime.FormatMediaType(mt, params), out, true
 }
 
 // sfParameters reports whether s is the parameters of a structured-field
