@@ -59,6 +59,10 @@
 // same request, not a 422. The body is taken as it is sent: a retry
 // compressed again (Content-Encoding: gzip) by a client that stamps the
 // time in its gzip header (Python's gzip.compress) is another request.
+// No other header counts: where the application picks what a request acts
+// on by a header (an account header) or by Host, wrap the fingerprint in
+// HeaderFingerprint, or a key sent for one account and then for another is
+// replayed the first one's answer.
 //
 // Then the key is claimed:
 //

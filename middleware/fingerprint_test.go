@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"bytes"
 	"mime/multipart"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 
@@ -69,4 +70,41 @@ func TestFingerprintCountsEveryContentType(t *testing.T) {
 	twice, err := middleware.DefaultFingerprint(r, "POST /pay", body)
 	require.NoError(t, err)
 	require.NotEqual(t, once, twice)
+}
+
+// An application that picks the account a request acts on by a header (or
+// by Host) had one account's answer replayed to a request for another
+// that sent the same key: no header but Content-Type counts by default.
+// HeaderFingerprint makes the named ones count, and leaves the
+// fingerprint of a request without them as it was.
+func TestHeaderFingerprint(t *testing.T) {
+	body := []byte(`{"amount":1}`)
+	fp := middleware.HeaderFingerprint(middleware.DefaultFingerprint, "x-account", "Host")
+	req := func(host string, hdr ...string) *http.Request {
+		r := httptest.NewRequest("POST", "/pay", bytes.NewReader(body))
+		r.Host = host
+		r.Header.Set("Content-Type", "application/json")
+		for i := 0; i+1 < len(hdr); i += 2 {
+			r.Header.Add(hdr[i], hdr[i+1])
+		}
+		return r
+	}
+	sum := func(f func(*http.Request, string, []byte) (string, error), r *http.Request) string {
+		s, err := f(r, "POST /pay", body)
+		require.NoError(t, err)
+		return s
+	}
+	a1 := sum(fp, req("shop.example", "X-Account", "acct_1"))
+	require.Equal(t, a1, sum(fp, req("SHOP.example", "X-Account", "acct_1")), "a host's case does not count")
+	require.NotEqual(t, a1, sum(fp, req("shop.example", "X-Account", "acct_2")), "another account")
+	require.NotEqual(t, a1, sum(fp, req("other.example", "X-Account", "acct_1")), "another host")
+	require.NotEqual(t, a1, sum(fp, req("shop.example")), "no account")
+	require.NotEqual(t, a1, sum(fp, req("shop.example", "X-Account", "acct_1", "X-Account", "acct_2")), "two accounts")
+	require.NotEqual(t, a1, sum(middleware.DefaultFingerprint, req("shop.example", "X-Account", "acct_1")))
+
+	// A request without the named headers keeps its fingerprint.
+	only := middleware.HeaderFingerprint(middleware.DefaultFingerprint, "X-Account")
+	r := req("shop.example")
+	require.Equal(t, sum(middleware.DefaultFingerprint, r), sum(only, r))
+	require.NotEqual(t, sum(only, r), sum(only, req("shop.example", "X-Account", "")), "an empty value is a value")
 }

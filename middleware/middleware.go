@@ -541,6 +541,50 @@ func KeyedFingerprint(key []byte) func(r *http.Request, endpoint string, body []
 	}
 }
 
+// HeaderFingerprint returns fp extended by the named request headers, for
+// an application that picks what a request acts on by a header (an
+// account header, X-HTTP-Method-Override) or by its Host ("Host": the
+// request's host, in lower case): with fp alone a request that differs
+// from another only there has the other's fingerprint, and a key sent
+// with both is replayed the first one's answer. A request that has none
+// of the headers keeps fp's fingerprint, so that naming a header keeps
+// the records stored before; one that has any gets SHA-256 of fp's
+// fingerprint and every named header's values, length-prefixed (keyed
+// already when fp is KeyedFingerprint).
+func HeaderFingerprint(fp func(r *http.Request, endpoint string, body []byte) (string, error), names ...string) func(r *http.Request, endpoint string, body []byte) (string, error) {
+	canon := make([]string, len(names))
+	for i, n := range names {
+		canon[i] = http.CanonicalHeaderKey(n)
+	}
+	return func(r *http.Request, endpoint string, body []byte) (string, error) {
+		base, err := fp(r, endpoint, body)
+		if err != nil {
+			return "", err
+		}
+		var fields []byte
+		found := false
+		for _, n := range canon {
+			vs := r.Header.Values(n)
+			if n == "Host" {
+				vs = []string{strings.ToLower(r.Host)}
+			}
+			found = found || len(vs) > 0
+			fields = binary.BigEndian.AppendUint64(fields, uint64(len(vs)))
+			for _, v := range vs {
+				fields = binary.BigEndian.AppendUint64(fields, uint64(len(v)))
+				fields = append(fields, v...)
+			}
+		}
+		if !found {
+			return base, nil
+		}
+		h := sha256.New()
+		h.Write([]byte("headers\x00" + base + "\x00"))
+		h.Write(fields)
+		return hex.EncodeToString(h.Sum(nil)), nil
+	}
+}
+
 // fingerprint writes DefaultFingerprint's fields into h and returns its
 // sum in hex.
 //

@@ -63,6 +63,7 @@ const minHashKey = 32
 type proxyConfig struct {
 	listen, upstream, stores   string
 	principalHeader, methods   string
+	fingerprintHeaders         string
 	allowAnonymous             bool
 	storeToken, storeTokenFile string
 	hashKeyFile                string
@@ -97,6 +98,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "key the hashes of the principal (without --principal-header) and of the request's fingerprint with the secret on the first line of `path` that is not empty or a # comment, at least 32 characters (openssl rand -hex 32): HMAC-SHA256, principals authk:…. Without it both are plain SHA-256, which the store keeps, logs (the principal) and backs up: a reader of those can test guessed credentials (a Basic-auth password) and guessed requests against them. Every proxy in front of one store needs the same key; adding, changing or removing it changes every principal and fingerprint, so a request retried across the change runs again (or gets 422)")
+	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; naming Host changes every request's, so a retry across the change gets 422")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	// IDEM_STORE_TOKEN is read after the flags, never made --store-token's
 	// default: --help prints defaults, and the token would land in
@@ -157,6 +159,7 @@ type proxy struct {
 	// request's: keyed with --hash-key-file's key, or plain SHA-256.
 	byCredential, anonymous func(*http.Request) (string, error)
 	fingerprint             func(r *http.Request, endpoint string, body []byte) (string, error)
+	fingerprintHeaders      []string // --fingerprint-header, canonical
 }
 
 // sameListener reports whether addr (host:port) reaches the proxy's own
@@ -281,6 +284,19 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if len(p.methods) == 0 && c.methods == "" {
 		bad("methods", "no method given (the default is POST,PATCH)")
+	}
+
+	for _, h := range strings.Split(c.fingerprintHeaders, ",") {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		} else if !proxyIsToken(h) {
+			bad("fingerprint-header", "%q is not a header name", h)
+		} else {
+			p.fingerprintHeaders = append(p.fingerprintHeaders, http.CanonicalHeaderKey(h))
+		}
+	}
+	if len(p.fingerprintHeaders) > 0 {
+		p.fingerprint = middleware.HeaderFingerprint(p.fingerprint, p.fingerprintHeaders...)
 	}
 
 	if c.principalHeader != "" && !proxyIsToken(c.principalHeader) {
@@ -788,7 +804,39 @@ func (p *proxy) handler() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
-	return p.keyedBodyDeadline(mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout))), nil
+	return p.keyedBodyDeadline(p.keptHeaders(mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout)))), nil
+}
+
+// keptHeaders refuses (400) a keyed request whose Connection header names
+// a header the proxy keys it by: the principal's (Authorization, or
+// --principal-header), Content-Type and the --fingerprint-header ones
+// (the fingerprint), Idempotency-Key. A header Connection names is for
+// this hop only, and the reverse proxy drops it: the upstream ran a
+// request other than the one the proxy claimed and stored the answer of
+// (Connection: Authorization reached it without a credential, and its
+// answer to no one was stored under the caller's principal).
+func (p *proxy) keptHeaders(next http.Handler) http.Handler {
+	used := []string{"Content-Type", "Idempotency-Key"}
+	if p.cfg.principalHeader != "" {
+		used = append(used, http.CanonicalHeaderKey(p.cfg.principalHeader))
+	} else {
+		used = append(used, "Authorization")
+	}
+	used = append(used, p.fingerprintHeaders...)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if slices.Contains(p.methods, r.Method) {
+			for _, v := range r.Header.Values("Connection") {
+				for name := range strings.SplitSeq(v, ",") {
+					if name = http.CanonicalHeaderKey(strings.TrimSpace(name)); slices.Contains(used, name) {
+						problemDoc(w, http.StatusBadRequest, "invalid_request", "Invalid request",
+							fmt.Sprintf("the Connection header names %s, which would not reach the upstream, and the proxy keys this request by it; send the request without naming it in Connection", name))
+						return
+					}
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // keyedBodyDeadline bounds how long the body of a keyed request may take to
