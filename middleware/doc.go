@@ -31,7 +31,9 @@
 //     AnonymousPrincipal lets them share it on purpose. The scheme's case
 //     and spacing do not count, the credential does: a token refreshed
 //     between a request and its retry is a new principal, and the retry
-//     runs again. Where tokens rotate (OAuth, JWT), set Principal to the
+//     runs again; a credential signed for each request (AWS SigV4, OAuth
+//     1.0a, Digest) makes every retry its client signs anew another
+//     principal. Where tokens rotate (OAuth, JWT), set Principal to the
 //     account the token stands for.
 //   - endpoint is the method and the route pattern when the middleware wraps
 //     a handler registered on a Go 1.22 ServeMux (r.Pattern), so

@@ -153,7 +153,10 @@ type proxy struct {
 	// unkeyedLog is the mono time of the last log line about a keyed
 	// request refused for want of a principal.
 	unkeyedLog atomic.Int64
-	noToken    bool // neither --store-token nor --store-token-file
+	// signedLog is the mono time of the last log line about a keyed
+	// request whose credential is signed per request (signedPerRequest).
+	signedLog atomic.Int64
+	noToken   bool // neither --store-token nor --store-token-file
 	// byCredential and anonymous are the principal without
 	// --principal-header, and with --allow-anonymous, and fingerprint the
 	// request's: keyed with --hash-key-file's key, or plain SHA-256.
@@ -412,9 +415,12 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 		return strings.TrimSpace(vals[0]), nil
 	}
 	if p.cfg.allowAnonymous {
-		return p.anonymous(r)
+		pr, err := p.anonymous(r)
+		p.warnSigned(r, err)
+		return pr, err
 	}
 	pr, err := p.byCredential(r)
+	p.warnSigned(r, err)
 	if err != nil && r.Header.Get("Authorization") == "" {
 		// The caller hears 401; the operator, who may not know that keys
 		// belong to credentials, hears why and what to set (once a minute).
@@ -426,6 +432,38 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 		}
 	}
 	return pr, err
+}
+
+// warnSigned tells the operator, once a minute, of a keyed request whose
+// Authorization is signed for each request it is sent in (AWS SigV4,
+// OAuth 1.0a, Digest: signedPerRequest). Its principal is a hash of the
+// whole header, the only part a caller cannot make up for someone else,
+// so a retry that its client signs anew (every SDK does) is another
+// principal, and runs again: only a resend of the same bytes is replayed.
+func (p *proxy) warnSigned(r *http.Request, err error) {
+	if err != nil || !signedPerRequest(r.Header.Get("Authorization")) {
+		return
+	}
+	if last := p.signedLog.Load(); mono.Since(last) > time.Minute && p.signedLog.CompareAndSwap(last, mono.Now()) {
+		scheme, _, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
+		p.log.Warn("a keyed request is authenticated by "+scheme+", which signs each request anew: its principal is a hash of the signature, so a retry its client signs again is another principal and runs again (a second charge). "+
+			"Have a gateway that verifies the signature pass the account in a header and name it with --principal-header",
+			"method", r.Method, "path", r.URL.Path)
+	}
+}
+
+// signedPerRequest reports an Authorization value of a scheme that signs
+// each request (a date or nonce in what is signed): AWS SigV4 and its
+// kin, HTTP Signatures, Hawk, Digest, OAuth 1.0a, Azure's shared keys.
+func signedPerRequest(v string) bool {
+	scheme, rest, _ := strings.Cut(strings.TrimSpace(v), " ")
+	switch strings.ToLower(scheme) {
+	case "aws4-hmac-sha256", "goog4-hmac-sha256", "goog4-rsa-sha256", "hmac-sha256", "signature", "hawk", "digest", "sharedkey", "sharedkeylite":
+		return true
+	case "oauth": // OAuth 1.0a, not a bearer token sent as "OAuth <token>"
+		return strings.Contains(rest, "oauth_signature")
+	}
+	return false
 }
 
 // reverseProxy forwards to the upstream. An answer of a streaming type

@@ -2,7 +2,9 @@ package main
 
 import (
 	"net/http"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -53,4 +55,29 @@ func TestProxyFingerprintHeader(t *testing.T) {
 	require.Equal(t, http.StatusCreated, first.status, first.body)
 	other = pxSend(t, "POST", plain.url+"/pay", "order-2", `{"amount":1}`, "X-Account", "acct_2")
 	require.Equal(t, "true", other.header.Get("Idempotency-Replayed"), "without the flag the header does not count")
+}
+
+// A credential signed for each request (AWS SigV4 here) is hashed whole
+// into the principal: a retry its SDK signs anew is another principal and
+// ran again, a second charge, with nothing said. The operator is told,
+// and what to set; a bearer token says nothing.
+func TestProxyWarnsOfACredentialSignedPerRequest(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http)
+	bearer := pxSend(t, "POST", px.url+"/pay", "sig-0", `{"amount":1}`, "Authorization", "Bearer tok")
+	require.Equal(t, http.StatusCreated, bearer.status, bearer.body)
+	sig := func(date, signature string) string {
+		return "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/" + date + "/us-east-1/execute-api/aws4_request, SignedHeaders=host;x-amz-date, Signature=" + signature
+	}
+	first := pxSend(t, "POST", px.url+"/pay", "sig-1", `{"amount":1}`, "Authorization", sig("20261205", "aa11"))
+	require.Equal(t, http.StatusCreated, first.status, first.body)
+	retry := pxSend(t, "POST", px.url+"/pay", "sig-1", `{"amount":1}`, "Authorization", sig("20261205", "bb22"))
+	require.Equal(t, http.StatusCreated, retry.status, retry.body)
+	require.Empty(t, retry.header.Get("Idempotency-Replayed"), "a retry signed anew is another principal (documented)")
+	require.Eventually(t, func() bool {
+		return strings.Contains(px.logs.String(), "AWS4-HMAC-SHA256, which signs each request anew") &&
+			strings.Contains(px.logs.String(), "--principal-header")
+	}, 5*time.Second, 10*time.Millisecond, "logs: %s", px.logs)
+	require.Equal(t, 1, strings.Count(px.logs.String(), "signs each request anew"), "once a minute")
 }
