@@ -87,7 +87,10 @@
 //     nor replayed: the hop-by-hop ones (RFC 9110 7.6.1: Connection and
 //     every name it lists, Keep-Alive, Proxy-Connection, TE,
 //     Transfer-Encoding, Upgrade, Trailer), Proxy-Authenticate,
-//     Proxy-Authorization; Content-Length and Date are made anew. A
+//     Proxy-Authorization; Content-Length and Date are made anew. Nor the
+//     headers an outer middleware set before this one ran and the handler
+//     left as they were (a request id, CORS's Access-Control-Allow-Origin):
+//     they are the request's, and a replay carries those set for it. A
 //     handler that picks its Content-Encoding by the caller's
 //     Accept-Encoding has its first caller's encoding replayed to every
 //     retry.

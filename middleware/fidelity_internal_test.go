@@ -3,6 +3,8 @@ package middleware
 import (
 	"io"
 	"net/http"
+	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -78,4 +80,49 @@ func TestAnswerShorterThanItsContentLengthIsNotStored(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "whole", string(b))
 	require.Equal(t, "true", resp.Header.Get(HeaderReplayed))
+}
+
+// Headers an outer middleware sets before the handler runs belong to the
+// request they were set for: stored with the answer, they were replayed
+// over the retry's own (its request id, the Access-Control-Allow-Origin
+// for its Origin), so a browser retrying from another origin was refused
+// the answer. A header the handler changes is its answer's.
+func TestOuterHeadersAreNotReplayedOverTheRetrysOwn(t *testing.T) {
+	store := &memStore{}
+	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal})
+	require.NoError(t, err)
+	inner := idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Cache-Control", "no-store") // the handler's, over the outer one
+		io.WriteString(w, `{"ok":true}`)
+	}))
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
+		w.Header().Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))
+		w.Header().Set("Cache-Control", "private")
+		inner.ServeHTTP(w, r)
+	}))
+	defer srv.Close()
+	send := func(id, origin string) *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set(HeaderKey, "k")
+		req.Header.Set("X-Request-Id", id)
+		req.Header.Set("Origin", origin)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	first := send("req-1", "https://a.example")
+	require.Equal(t, "https://a.example", first.Header.Get("Access-Control-Allow-Origin"))
+	require.Equal(t, "req-1", first.Header.Get("X-Request-Id"))
+	retry := send("req-2", "https://b.example")
+	require.Equal(t, "true", retry.Header.Get(HeaderReplayed))
+	require.Equal(t, "https://b.example", retry.Header.Get("Access-Control-Allow-Origin"))
+	require.Equal(t, "req-2", retry.Header.Get("X-Request-Id"))
+	require.Equal(t, "no-store", retry.Header.Get("Cache-Control"), "the handler's header is replayed")
+	stored := store.response("k")
+	require.NotNil(t, stored)
+	require.Empty(t, stored.Headers["X-Request-Id"])
 }

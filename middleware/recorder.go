@@ -278,6 +278,17 @@ func (r *recorder) response() client.Response {
 	for _, k := range notStored {
 		delete(h, k)
 	}
+	// Headers an outer middleware set for this request before the handler
+	// ran (a request id, CORS's Access-Control-Allow-Origin for the
+	// caller's Origin) are not the handler's answer: stored, they were
+	// replayed over the ones set for the retry, which then carried the
+	// first request's id, and a browser retrying from another origin was
+	// refused its answer. Those the handler changed are its own.
+	for k, vs := range r.outer {
+		if slices.Equal(h[k], vs) {
+			delete(h, k)
+		}
+	}
 	for k, vs := range h {
 		if !wire.ValidHeaderName(k) {
 			r.dropped = append(r.dropped, k)
