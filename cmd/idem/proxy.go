@@ -294,6 +294,11 @@ func (c proxyConfig) build() (*proxy, []error) {
 			continue
 		} else if !proxyIsToken(h) {
 			bad("fingerprint-header", "%q is not a header name", h)
+		} else if slices.Contains([]string{"Authorization", "Proxy-Authorization", "Cookie"}, http.CanonicalHeaderKey(h)) {
+			// A secret, kept in the store as a hash no key protects without
+			// --hash-key-file; a cookie also changes between a request and
+			// its retry (a tracker's), making every retry a 422.
+			bad("fingerprint-header", "%s carries a credential: the caller's credential is the principal already (a hash of Authorization, or --principal-header); name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
 		} else {
 			p.fingerprintHeaders = append(p.fingerprintHeaders, http.CanonicalHeaderKey(h))
 		}
