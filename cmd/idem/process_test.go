@@ -76,6 +76,33 @@ func (l *logBuffer) String() string {
 	return l.b.String()
 }
 
+// waitForLine waits (10 s at most) until logs holds want, and returns
+// logs then. A process's line reaches logs through a pipe and a goroutine
+// of the test's own, so even a line written before the answer the test
+// just read can reach logs a moment after it; one written by another
+// goroutine of the process, later. Read at once only after the process
+// exited (Wait drains the pipe) or after waiting for a line it wrote
+// later.
+func waitForLine(t *testing.T, logs *logBuffer, want string) string {
+	t.Helper()
+	waitFor(t, 10*time.Second, fmt.Sprintf("the line %q", want), func() (bool, string) {
+		s := logs.String()
+		if strings.Contains(s, want) {
+			return true, ""
+		}
+		if len(s) > 2000 {
+			s = "..." + s[len(s)-2000:]
+		}
+		return false, "the log ends:\n" + s
+	})
+	return logs.String()
+}
+
+// serving is the start line `idem serve` writes once it serves, after
+// every line of its start: waited for (waitForLine), the lines before it
+// are in the log, and a line of the start that must not be there is not.
+const serving = `msg="idem serving"`
+
 // wait returns the exit error once the process has exited.
 func (p *proc) wait() error {
 	<-p.done

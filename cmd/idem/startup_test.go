@@ -298,7 +298,7 @@ func TestRestartTakesTheClusterScopeOverNodeFile(t *testing.T) {
 	dir, httpAddr, raftAddr, path := memberWithOtherNodeFileScope(t)
 
 	p := start(t, dir, httpAddr, raftAddr)
-	require.Contains(t, p.logs.String(), "the cluster's scope mode, fixed by its first write, is principal")
+	waitForLine(t, p.logs, "the cluster's scope mode, fixed by its first write, is principal")
 	code, _ := post(t, httpAddr, "/v1/claim", `{"principal":"p","endpoint":"b","key":"k","fingerprint":"ff"}`)
 	require.Equal(t, 409, code, "principal scope: another endpoint is the same record")
 	b, err := os.ReadFile(path)
@@ -378,7 +378,8 @@ func TestStartWithoutNodeFileTakesTheClusterBucketWidth(t *testing.T) {
 	} {
 		require.NoError(t, os.Remove(path))
 		p := start(t, dir, httpAddr, raftAddr, tc.args...)
-		logs := p.logs.String()
+		// /readyz can answer before the start line is written.
+		logs := waitForLine(t, p.logs, serving)
 		require.Contains(t, logs, tc.said, "%v", tc.args)
 		require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s`, logs, "%v: the start logs the width in force", tc.args)
 		b, err := os.ReadFile(path)
@@ -391,8 +392,9 @@ func TestStartWithoutNodeFileTakesTheClusterBucketWidth(t *testing.T) {
 	}
 	// With node.json now right, the next start says nothing about it.
 	p = start(t, dir, httpAddr, raftAddr)
-	require.NotContains(t, p.logs.String(), "fixed by its first write")
-	require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s`, p.logs.String())
+	logs := waitForLine(t, p.logs, serving) // written after what the start says of node.json
+	require.NotContains(t, logs, "fixed by its first write")
+	require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s`, logs)
 }
 
 // A bucket width wider than the retention keeps expired records' space
@@ -407,7 +409,7 @@ func TestWideBucketsAreSaidAtStart(t *testing.T) {
 	plain := start(t, t.TempDir(), freePort(t), freePort(t))
 	code, body := post(t, plain.http, "/v1/claim", claimBody)
 	require.Equal(t, 201, code, body)
-	require.NotContains(t, plain.logs.String(), "is wider than the retention")
+	require.NotContains(t, waitForLine(t, plain.logs, serving), "is wider than the retention", "said before the start line, if at all")
 }
 
 // Bug: a --data-dir typo (/var/lib/idme beside /var/lib/idem) started a
@@ -421,23 +423,24 @@ func TestNewStoreBesideAnotherWarns(t *testing.T) {
 	real, typo := filepath.Join(root, "idem"), filepath.Join(root, "idme")
 	httpAddr, raftAddr := freePort(t), freePort(t)
 	p := start(t, real, httpAddr, raftAddr)
-	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "the first store of a parent")
+	// The warning would come before the start line.
+	require.NotContains(t, waitForLine(t, p.logs, serving), "NEW, EMPTY", "the first store of a parent")
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	require.NoError(t, p.wait())
 
 	p = start(t, typo, httpAddr, raftAddr)
-	require.Contains(t, p.logs.String(), "NEW, EMPTY")
-	require.Contains(t, p.logs.String(), real+" holds a node's data")
+	logs := waitForLine(t, p.logs, serving)
+	require.Contains(t, logs, "NEW, EMPTY")
+	require.Contains(t, logs, real+" holds a node's data")
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	require.NoError(t, p.wait())
 
 	p = start(t, real, httpAddr, raftAddr)
-	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "a restart on the real dir")
+	require.NotContains(t, waitForLine(t, p.logs, serving), "NEW, EMPTY", "a restart on the real dir")
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	require.NoError(t, p.wait())
 	p = launch(t, filepath.Join(root, "n4"), httpAddr, raftAddr, "--join", "127.0.0.1:1")
-	time.Sleep(time.Second)
-	require.NotContains(t, p.logs.String(), "NEW, EMPTY", "a node that joins")
+	require.NotContains(t, waitForLine(t, p.logs, serving), "NEW, EMPTY", "a node that joins")
 	p.cmd.Process.Kill()
 	p.wait()
 
@@ -448,6 +451,7 @@ func TestNewStoreBesideAnotherWarns(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(nodes, n, "node.json"), []byte("{}"), 0o600))
 	}
 	p = start(t, filepath.Join(nodes, "n33"), httpAddr, raftAddr)
-	require.Contains(t, p.logs.String(), "Beside it, "+filepath.Join(nodes, "n3")+", ")
-	require.Contains(t, p.logs.String(), "(the closest names; 2 more) each hold a node's data")
+	logs = waitForLine(t, p.logs, serving)
+	require.Contains(t, logs, "Beside it, "+filepath.Join(nodes, "n3")+", ")
+	require.Contains(t, logs, "(the closest names; 2 more) each hold a node's data")
 }
