@@ -281,7 +281,11 @@ func TestMembershipThreeNodes(t *testing.T) {
 	n4.p = launch(t, n4.dir, n4.http, n4.raft, n4.args...)
 	c.nodes = append(c.nodes, n4)
 	c.waitStable(c.nodes...)
-	require.Contains(t, c.nodes[0].p.logs.String()+c.nodes[1].p.logs.String()+c.nodes[2].p.logs.String(), "promoted a caught-up non-voter to voter")
+	// The leader logs it once AddVoter's commit returns: the cluster can
+	// look stable, n4 a voter, before that.
+	waitFor(t, 10*time.Second, "a leader's line on promoting n4", func() (bool, string) {
+		return strings.Contains(c.nodes[0].p.logs.String()+c.nodes[1].p.logs.String()+c.nodes[2].p.logs.String(), "promoted a caught-up non-voter to voter"), ""
+	})
 	// Every node that joined empty, n4 taken in by hand before it asked
 	// included, learns where it was admitted and forgets its joining file
 	// once caught up (kept, a later start as the cluster's last voter
@@ -414,7 +418,9 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 	claimOK(t, f.http, "after-move")
 	// The answer says where from and where to: a typo in a join moves a
 	// member to an address where nothing answers, and only it shows that.
-	require.Contains(t, f.p.logs.String(), "now is at raft "+f.raft)
+	// f logs the answer to its join once it has it; the leader records the
+	// new address before it answers.
+	waitForLine(t, f.p.logs, "now is at raft "+f.raft)
 
 	// A typo in a join for a stopped member names addresses where nothing
 	// answers: the voter is not moved to them (it was, and the cluster
@@ -574,8 +580,9 @@ func TestClusterRetentionIsTheClusters(t *testing.T) {
 	n1.stop(t)
 	c.restart(n1, nil)
 	everyNodePublishes("48h0m0s")
-	require.Contains(t, n1.p.logs.String(), "--retention differs from the cluster's retention")
-	require.Contains(t, n1.p.logs.String(), "Start this node with --retention 48h0m0s, or, to change the cluster's, run idem cluster set-retention")
+	logs := waitForLine(t, n1.p.logs, serving) // said before the start line
+	require.Contains(t, logs, "--retention differs from the cluster's retention")
+	require.Contains(t, logs, "Start this node with --retention 48h0m0s, or, to change the cluster's, run idem cluster set-retention")
 
 	// Bad input: a message naming the flag, and nothing changed.
 	for _, bad := range []struct {

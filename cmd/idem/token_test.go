@@ -158,7 +158,7 @@ func TestServeAuthFileRolesAndReload(t *testing.T) {
 	writeAuth(t, auth, entry("deploy", "admin-1", "admin"), entry("oncall", "operator-1", "operator"), entry("payments", "app-1", "app", "cus_a*"))
 	httpAddr := freePort(t)
 	p := start(t, filepath.Join(dir, "data"), httpAddr, freePort(t), "--auth-file", auth, "--pprof")
-	require.Contains(t, p.logs.String(), "no --node-token-file", "a node without its own credential says what it cannot do")
+	require.Contains(t, waitForLine(t, p.logs, serving), "no --node-token-file", "a node without its own credential says what it cannot do")
 
 	require.Equal(t, 201, authCall("POST", httpAddr, "/v1/claim", "app-1", claimFor("cus_a1", "k1")).code)
 	a := authCall("POST", httpAddr, "/v1/claim", "app-1", claimFor("cus_b1", "k1"))
@@ -187,7 +187,9 @@ func TestServeAuthFileRolesAndReload(t *testing.T) {
 	})
 	require.Equal(t, 401, authCall("GET", httpAddr, "/v1/records?principal=cus_a1&endpoint=POST%20/payments&key=k1", "app-1", "").code)
 	require.Equal(t, 401, authCall("GET", httpAddr, "/v1/config", "operator-1", "").code)
-	require.Contains(t, p.logs.String(), "auth file reloaded")
+	// Logged after the new tokens are in force: it can come after the
+	// answers above.
+	waitForLine(t, p.logs, "auth file reloaded")
 
 	// A broken file: refused with the entry named, the tokens stay.
 	require.NoError(t, os.WriteFile(auth, []byte(`{"tokens":[{"name":"deploy","sha256":"`+api.HashToken("admin-1")+`","role":"root"}]}`), 0o600))
@@ -207,8 +209,9 @@ func TestServeOldAuthFileWarns(t *testing.T) {
 	require.NoError(t, os.WriteFile(auth, []byte("# old\nplain-1\nplain-2\n"), 0o600))
 	httpAddr := freePort(t)
 	p := start(t, filepath.Join(dir, "data"), httpAddr, freePort(t), "--auth-file", auth)
-	require.Contains(t, p.logs.String(), "old format")
-	require.NotContains(t, p.logs.String(), "no --node-token-file", "the old format's nodes use its first token")
+	logs := waitForLine(t, p.logs, serving) // written after what loading --auth-file says
+	require.Contains(t, logs, "old format")
+	require.NotContains(t, logs, "no --node-token-file", "the old format's nodes use its first token")
 	require.Equal(t, 200, authCall("GET", httpAddr, "/v1/admin/state", "plain-2", "").code)
 	req, _ := http.NewRequest("GET", "http://"+httpAddr+"/v1/admin/state", nil)
 	req.Header.Set("Authorization", "bearer plain-1")
