@@ -185,7 +185,7 @@ func TestDataDirTypoBesideANodeWarnsToMoveTheNewOneAside(t *testing.T) {
 
 	typo := filepath.Join(parent, "node-b")
 	q := start(t, typo, httpAddr, raftAddr, "--node-id", "n1")
-	logs := q.logs.String()
+	logs := waitForLine(t, q.logs, serving) // /readyz can answer before it
 	require.Contains(t, logs, "NEW, EMPTY one-node cluster", "no warning for a fresh data dir beside a node's")
 	require.Contains(t, logs, real+" holds a node's data")
 	require.Contains(t, logs, "move the new directory it made aside")
@@ -194,5 +194,5 @@ func TestDataDirTypoBesideANodeWarnsToMoveTheNewOneAside(t *testing.T) {
 	// A fresh dir with no node beside it is a plain first start: no warning.
 	alone := filepath.Join(t.TempDir(), "data")
 	r := start(t, alone, freePort(t), freePort(t), "--node-id", "n1")
-	require.NotContains(t, r.logs.String(), "NEW, EMPTY")
+	require.NotContains(t, waitForLine(t, r.logs, serving), "NEW, EMPTY", "said before the start line, if at all")
 }
