@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -54,8 +53,6 @@ func TestKilledFollowerCatchesUpBySnapshotUnderLoad(t *testing.T) {
 		a := call("GET", f.http, "/readyz", "")
 		return a.code == 200, a.String()
 	})
-	if !strings.Contains(f.p.logs.String(), "restored snapshot") {
-		t.Fatalf("%s caught up without a snapshot from the leader; the test needs one", f.id)
-	}
+	waitForLine(t, f.p.logs, "restored snapshot") // else f caught up without a snapshot from the leader; the test needs one
 	t.Logf("claims acknowledged during the test: %d", acked.Load())
 }

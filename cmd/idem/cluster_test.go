@@ -502,7 +502,7 @@ func TestClusterJoinAndStatus(t *testing.T) {
 				require.NotContains(t, n.p.logs.String(), "bootstrap failed", n.id)
 			}
 			if how == viaJoin {
-				require.Contains(t, c.nodes[0].p.logs.String(), "bootstrapped a new one-node cluster")
+				waitForLine(t, c.nodes[0].p.logs, "bootstrapped a new one-node cluster")
 				for _, n := range c.nodes[1:] {
 					require.NotContains(t, n.p.logs.String(), "bootstrapped", n.id)
 				}
@@ -916,8 +916,8 @@ func TestClusterSnapshotCatchUp(t *testing.T) {
 	}
 	a := call("GET", f.http, recordPath("down-completed", "stale"), "")
 	require.Contains(t, string(a.body), `"state":"completed"`)
-	logs := f.p.logs.String()
-	require.Contains(t, logs, "restored snapshot", "%s caught up without installing a snapshot", f.id)
+	// Ready and caught up says nothing of when f's lines reach the test.
+	logs := waitForLine(t, f.p.logs, "restored snapshot") // else f caught up without installing a snapshot
 	require.NotContains(t, logs, "state is behind the newest snapshot", "the snapshot must come from the leader, not %s's own", f.id)
 }
 
@@ -1109,7 +1109,7 @@ func TestClusterClockSkew(t *testing.T) {
 
 	for _, target := range []*cnode{c.node("n3"), c.node("n2")} {
 		c.moveLeadership(target)
-		require.Contains(t, target.p.logs.String(), "clock-offset")
+		waitForLine(t, target.p.logs, "clock-offset")
 		for i, via := range []*cnode{target, c.others(target)[0], target} {
 			key := fmt.Sprintf("skew-%s-%d", target.id, i)
 			cl := claimOK(t, via.http, key)

@@ -332,7 +332,7 @@ func TestClusterWithNodeTokens(t *testing.T) {
 	a = authCall("GET", f.http, "/readyz", "", "")
 	require.Equal(t, 503, a.code, "%s", a)
 	require.Contains(t, string(a.body), "--node-token-file")
-	require.Contains(t, f.p.logs.String(), "no --node-token-file")
+	waitForLine(t, f.p.logs, "no --node-token-file") // a start line; the claim above says nothing of when it reaches the test
 
 	// Restarted with an auth file and node token of its own that the
 	// others' auth files do not list (rolled out to one node only), it
