@@ -43,7 +43,12 @@ type Config struct {
 	// mode, a leader compares it with a non-voter's before promoting it:
 	// a voter that led the first write would pin its own mode for every
 	// node.
-	Scope      string
+	Scope string
+	// Retention is this node's --retention (0 when the caller does not
+	// say). Until the first claim pins the cluster's retention, a leader
+	// compares it with a non-voter's before promoting it, as it does
+	// Scope: a voter that led the first claim would pin its own.
+	Retention  time.Duration
 	CacheBytes int64
 	// MinFreeDisk is the free space under which the leader refuses client
 	// writes with ErrStorageFull; a ballast of a quarter of it is kept in

@@ -354,7 +354,10 @@ func (n *Node) Status() (Status, error) {
 		st.CertNotAfter, st.CANotAfter = stamp(t.NotAfter()), stamp(t.CANotAfter())
 	}
 	st.Scope = n.scopeMode() // the API sets the same (its flag is this node's Scope)
-	if n.voteHeld() {        // votehold.go; refreshMembership releases it once it may
+	if n.cfg.Retention > 0 {
+		st.RetentionFlag = n.cfg.Retention.String() // the API sets the same
+	}
+	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
@@ -1034,6 +1037,7 @@ type peerHealth struct {
 	features     []string  // what its Apply knows, at answeredAt
 	keys         []NodeKey // its encryption keys, at answeredAt
 	scope        string    // its scope mode, at answeredAt ("" from a release that does not say)
+	retention    string    // its --retention, at answeredAt ("" from a release that does not say)
 	// its TLS certificate's and CA's expiry, at answeredAt (nil: no TLS)
 	certNotAfter, caNotAfter *Stamp
 	// its wall clock minus this node's, at answeredAt, and to within what
@@ -1247,7 +1251,7 @@ func (n *Node) measure(ctx context.Context) {
 		}
 		h.err, h.answeredAt, h.tokenRefused = "", r.at, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
-		h.features, h.keys, h.scope = r.st.Features, r.st.Keys, r.st.Scope
+		h.features, h.keys, h.scope, h.retention = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
 		h.clockOffsetMs, h.clockUncertaintyMs, h.version = nil, nil, r.st.Version
 		if r.st.WallMs != 0 {
@@ -1301,7 +1305,30 @@ func (n *Node) notPromotable(h *peerHealth) string {
 		// its mode for every node (the same key claimed twice).
 		return fmt.Sprintf("it runs with --scope %s and this cluster's scope is %s (a voter leading the first write would fix its mode for every node, and the same key would be claimed twice): start it with --scope %s on an empty data dir, and it is promoted once caught up", h.scope, want, want)
 	}
+	if why := n.otherRetention(h); why != "" {
+		return why
+	}
 	return n.lacksKeys(h)
+}
+
+// otherRetention says why a node started with another --retention than
+// this leader's must stay a non-voter, or "". Until the first claim pins
+// the cluster's retention (or set-retention does), a claim gets the
+// --retention of the leader that decides it: the node, joined later with
+// another flag than the nodes that formed the cluster (whose flags were
+// compared then), could win an election and give the first claim, and so
+// the cluster, its own. Once the retention is pinned every leader gives
+// the pinned one and the flags no longer matter (a rolling change of
+// --retention after set-retention goes on). A node that does not say (an
+// earlier release) is not held back for it. The caller holds n.peers.mu.
+func (n *Node) otherRetention(h *peerHealth) string {
+	if n.cfg.Retention <= 0 || h.retention == "" || n.db.Meta().RetentionMs != 0 {
+		return ""
+	}
+	if d, err := time.ParseDuration(h.retention); err == nil && d == n.cfg.Retention {
+		return ""
+	}
+	return fmt.Sprintf("it runs with --retention %s and this leader with --retention %s, and no claim has pinned the cluster's retention yet (a voter leading the first claim would pin its own for every node): start it with --retention %s, or pin the cluster's first (idem cluster set-retention), and it is promoted once caught up", h.retention, n.cfg.Retention, n.cfg.Retention)
 }
 
 // lacksKeys says why a node must not become a voter of a cluster whose

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -462,8 +463,9 @@ func TestMembershipNodeIDInUse(t *testing.T) {
 // --retention does not silently change what clients get once it leads.
 func TestClusterStatusShowsSettingsDrift(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--retention", "1h", "--max-keys-per-principal", "500", "--bucket-width", "1h"}})
-	c.leader()
+	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--max-keys-per-principal", "500", "--bucket-width", "1h"}})
+	restartWithRetention(c, c.node("n3"), "1h")
+	c.moveLeadership(c.node("n1")) // the first claim below pins n1's 24h
 	// Before the first claim each member publishes its own --retention
 	// (that claim pins the leader's for the cluster). The status was once
 	// asked only after the claim below, and showed n3's 1h only while n3
@@ -495,6 +497,18 @@ func TestClusterStatusShowsSettingsDrift(t *testing.T) {
 	require.NotContains(t, out, "retention:", "the retention is the cluster's once pinned")
 }
 
+// restartWithRetention restarts member n with --retention d before the
+// cluster's first claim, and waits until the cluster is stable again: a
+// node joining with another --retention than its members' is not made a
+// voter until a claim pins the cluster's, but a voter restarted with one
+// is a member already.
+func restartWithRetention(c *testCluster, n *cnode, d string) {
+	c.t.Helper()
+	n.stop(c.t)
+	c.restart(n, append(slices.Clone(n.args), "--retention", d))
+	c.waitStable(c.nodes...)
+}
+
 // The retention is the cluster's, not a node's (review finding: a node
 // restarted with --retention 1h gave every claim 1 h once it led, while
 // the others published 24 h). The first claim pins it; a leader started
@@ -503,8 +517,9 @@ func TestClusterStatusShowsSettingsDrift(t *testing.T) {
 // restarted with its old flag keeps the cluster's and says so.
 func TestClusterRetentionIsTheClusters(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, viaJoin, nil, map[string][]string{"n3": {"--retention", "1h"}})
+	c := newCluster(t, viaJoin, nil, nil)
 	n1, n3 := c.node("n1"), c.node("n3")
+	restartWithRetention(c, n3, "1h")
 	span := func(a claimedAnswer) time.Duration {
 		created, err := time.Parse(time.RFC3339Nano, a.CreatedAt)
 		require.NoError(t, err)

@@ -941,6 +941,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
 	rc.ClockOffset = c.clockOffset
 	rc.Scope = c.scope
+	rc.Retention = c.retention
 	rc.CacheBytes = c.cacheBytes
 	rc.Keyring = keyring
 	rc.MinFreeDisk = c.minFreeDisk
