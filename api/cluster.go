@@ -21,6 +21,7 @@ import (
 const (
 	codeWouldLoseQuorum  = "would_lose_quorum"
 	codeScopeMismatch    = "scope_mismatch"
+	codeRetentionDiffers = "retention_mismatch"
 	codeAddressInUse     = "address_in_use"
 	codeIDInUse          = "id_in_use"
 	codeNotAnswering     = "not_answering"
@@ -29,14 +30,16 @@ const (
 )
 
 // clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
-// joining node's --scope, checked against the cluster's; Force skips the
-// quorum check.
+// joining node's --scope, checked against the cluster's; Retention its
+// --retention, checked against this node's until the cluster's is pinned;
+// Force skips the quorum check.
 type clusterJoinRequest struct {
-	ID       string `json:"id"`
-	RaftAddr string `json:"raft_addr"`
-	HTTPAddr string `json:"http_addr"`
-	Scope    string `json:"scope"`
-	Force    bool   `json:"force"`
+	ID        string `json:"id"`
+	RaftAddr  string `json:"raft_addr"`
+	HTTPAddr  string `json:"http_addr"`
+	Scope     string `json:"scope"`
+	Retention string `json:"retention"`
+	Force     bool   `json:"force"`
 	// Empty is sent by a node joining with no state in its data dir: it
 	// may not take the place of a voter (raftfsm.Node.Join).
 	Empty bool `json:"empty"`
@@ -194,6 +197,32 @@ func (s *Server) clusterScope() string {
 	return "endpoint"
 }
 
+// checksRetention reports whether a joining node's --retention must match
+// this node's: until the cluster's retention is pinned (by its first claim
+// or set-retention), a claim gets the --retention of the leader that
+// decides it. Once it is pinned every leader gives the pinned one, and the
+// flags may differ (a rolling change of --retention after set-retention).
+func (s *Server) checksRetention() bool {
+	_, pinned := s.store.Retention()
+	return !pinned && s.cfg.Retention > 0
+}
+
+// isVoter reports whether id is a voter of this node's configuration: a
+// voter asking again records its addresses (a restart on new ones), and
+// refusing that would not make it a non-voter, only unreachable.
+func (s *Server) isVoter(id string) bool {
+	st, err := s.store.Status()
+	if err != nil {
+		return false
+	}
+	for _, m := range st.Nodes {
+		if m.ID == id {
+			return strings.EqualFold(m.Suffrage, "voter")
+		}
+	}
+	return false
+}
+
 // hostPort refuses a member address that is not host:port with a port
 // number: the cluster would record it, and every node would dial it in
 // vain (a scheme, a missing port or a typo left an unreachable non-voter).
@@ -260,13 +289,28 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 	if p == nil && req.Scope != "" && req.Scope != "endpoint" && req.Scope != "principal" {
 		p = invalid("scope %q must be endpoint or principal", req.Scope)
 	}
-	if p == nil && req.Scope == "" {
-		// Joined by hand (idem cluster join sends no scope): ask the node.
+	var retention time.Duration
+	if p == nil && req.Retention != "" {
+		var err error
+		if retention, err = time.ParseDuration(req.Retention); err != nil || retention <= 0 {
+			p = invalid("retention %q must be a positive Go duration, the joining node's --retention", truncate(req.Retention, 70))
+		}
+	}
+	if p == nil && (req.Scope == "" || req.Retention == "" && s.checksRetention()) {
+		// Joined by hand (idem cluster join sends neither): ask the node.
 		// One that does not answer yet, or does not say (an earlier
-		// release), goes on as before.
+		// release), goes on as before (the leader then compares them
+		// before it promotes the node: raftfsm's notPromotable).
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		if st, err := s.fwd.peerStatus(ctx, req.HTTPAddr); err == nil && st.Self.ID == req.ID {
-			req.Scope = st.Scope
+			if req.Scope == "" {
+				req.Scope = st.Scope
+			}
+			if req.Retention == "" && st.RetentionFlag != "" {
+				if d, err := time.ParseDuration(st.RetentionFlag); err == nil {
+					req.Retention, retention = st.RetentionFlag, d
+				}
+			}
 		}
 		cancel()
 	}
@@ -275,6 +319,12 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 			"node %s runs with --scope %s but this cluster's scope is %s: the same key would be scoped two ways and claimed twice; start %s with --scope %s (on an empty data dir if it was created with %s)",
 			req.ID, req.Scope, s.clusterScope(), req.ID, s.clusterScope(), req.Scope))
 		p.Title = "Scope mode differs from the cluster's"
+	}
+	if p == nil && retention > 0 && retention != s.cfg.Retention && s.checksRetention() && !s.isVoter(req.ID) {
+		p = newProblem(http.StatusConflict, codeRetentionDiffers, fmt.Sprintf(
+			"node %s runs with --retention %s but this cluster's nodes run with --retention %s, and no claim has pinned the cluster's retention yet: the first claim pins the retention of the node that leads it, so the cluster's would depend on an election; start %s with --retention %s (or pin the cluster's retention first with idem cluster set-retention: after that the flag changes nothing)",
+			req.ID, retention, s.cfg.Retention, req.ID, s.cfg.Retention))
+		p.Title = "Retention differs from the cluster's nodes'"
 	}
 	if p != nil {
 		writeProblem(w, p)

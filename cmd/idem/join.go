@@ -44,11 +44,10 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 	node.SetPeerProbe(api.NewPeerProbe(nodeToken, c.nodeID, c.tls.loaded))
 	m := &member{node: node, c: c, log: log, client: c.tls.httpClient(5 * time.Second), token: nodeToken}
 	// The scope goes along so that the cluster refuses a node that would
-	// scope keys differently from it.
-	self := map[string]any{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope}
-	m.self, _ = json.Marshal(self)
-	self["empty"] = true
-	m.selfEmpty, _ = json.Marshal(self)
+	// scope keys differently from it, and the retention so that, until a
+	// claim pins the cluster's, it refuses one that would give the first
+	// claim, leading it, another retention than its nodes'.
+	m.self = map[string]any{"id": c.nodeID, "raft_addr": c.raftAdvertise, "http_addr": c.httpAdvertise, "scope": c.scope, "retention": c.retention.String()}
 	go m.warnSettingsDrift(ctx)
 	m.warnJoinIgnored()
 	outside := 0 // consecutive rounds with state but outside the configuration
@@ -157,10 +156,10 @@ type member struct {
 	log    *slog.Logger
 	client *http.Client
 	token  string
-	self   []byte
-	// selfEmpty is self saying the node holds no state yet: the leader
-	// then refuses it a voter's place (a stopped voter's id).
-	selfEmpty []byte
+	// self is the body of the node's join; with "empty" added when the
+	// node holds no state yet, the leader refuses it a voter's place (a
+	// stopped voter's id).
+	self map[string]any
 	// refused is the last refusal logged, so that a join retried every
 	// second logs a refusal once rather than every time.
 	refused string
@@ -227,9 +226,9 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		if a == m.c.httpAdvertise {
 			continue
 		}
-		body := m.self
+		body := maps.Clone(m.self)
 		if !m.node.HasState() {
-			body = m.selfEmpty
+			body["empty"] = true
 			// Before the cluster can send a first entry: restarted in the
 			// middle of replaying the cluster's log, the node must know it
 			// joined (raftfsm's joining.go).
@@ -238,11 +237,7 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 				return
 			}
 		}
-		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", body)
-		if status == http.StatusBadRequest && bytes.Contains(b, []byte(`unknown field \"empty\"`)) {
-			// A leader of an earlier release, which knows no "empty".
-			b, status, err = m.do(ctx, http.MethodPost, a, "/v1/cluster/join", m.self)
-		}
+		b, status, err := m.join(ctx, a, body)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil && m.unreachable[a] != err.Error() {
@@ -275,6 +270,29 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 				m.log.Error("join refused; retrying every second", "addr", a, "status", status, "code", p.Code, "detail", p.Detail)
 				m.refused = answer
 			}
+		}
+	}
+}
+
+// join asks the member at a to add this node. A member of an earlier
+// release refuses a field it does not know ("empty", "retention"): the
+// join is asked again without it, as that release's nodes asked.
+func (m *member) join(ctx context.Context, a string, body map[string]any) ([]byte, int, error) {
+	for {
+		raw, _ := json.Marshal(body)
+		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", raw)
+		if status != http.StatusBadRequest {
+			return b, status, err
+		}
+		dropped := false
+		for _, f := range []string{"empty", "retention"} {
+			if _, ok := body[f]; ok && bytes.Contains(b, []byte(`unknown field \"`+f+`\"`)) {
+				delete(body, f)
+				dropped = true
+			}
+		}
+		if !dropped {
+			return b, status, err
 		}
 	}
 }

@@ -499,9 +499,9 @@ func TestClusterStatusShowsSettingsDrift(t *testing.T) {
 
 // restartWithRetention restarts member n with --retention d before the
 // cluster's first claim, and waits until the cluster is stable again: a
-// node joining with another --retention than its members' is not made a
-// voter until a claim pins the cluster's, but a voter restarted with one
-// is a member already.
+// node joining with another --retention than its members' is refused (or
+// kept a non-voter) until a claim pins the cluster's, but a voter
+// restarted with one is a member already.
 func restartWithRetention(c *testCluster, n *cnode, d string) {
 	c.t.Helper()
 	n.stop(c.t)
