@@ -74,6 +74,15 @@ type OfflineState struct {
 	// finish (recovering.json), nil when there is none: Open refuses the
 	// data dir until a recover finishes.
 	Unfinished *Recovering
+	// UnfinishedMembers are the members Unfinished lists as the members
+	// before it (Recovering.Before) that neither Configuration nor
+	// RecordedMembers lists, with the raft address its marker records, or
+	// else the state's (node/<id>); their HTTP addresses are in HTTPAddrs
+	// likewise. A recover stopped after it rewrote the configuration left
+	// only the new one in the data dir, and the run again that finishes
+	// it must check them as the first run checked the old configuration:
+	// they may be a live cluster still.
+	UnfinishedMembers []Peer
 }
 
 // offline is a stopped node's stores, opened without starting raft:
@@ -252,7 +261,32 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		}
 		sort.Slice(st.RecordedMembers, func(i, j int) bool { return st.RecordedMembers[i].ID < st.RecordedMembers[j].ID })
 	}
-	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
+	if u := st.Unfinished; u != nil {
+		listed := func(id string) bool {
+			same := func(p Peer) bool { return p.ID == id }
+			return slices.ContainsFunc(st.Configuration, same) || slices.ContainsFunc(st.RecordedMembers, same) || slices.ContainsFunc(st.UnfinishedMembers, same)
+		}
+		for _, id := range u.Before {
+			if id == "" || listed(id) {
+				continue
+			}
+			raftAddr, httpAddr := raftAddrs[id], httpAddrs[id]
+			for _, a := range u.BeforeAddrs {
+				if a.ID == id {
+					if a.RaftAddr != "" {
+						raftAddr = a.RaftAddr
+					}
+					if a.HTTPAddr != "" {
+						httpAddr = a.HTTPAddr
+					}
+				}
+			}
+			st.UnfinishedMembers = append(st.UnfinishedMembers, Peer{ID: id, RaftAddr: raftAddr})
+			httpAddrs[id] = httpAddr
+		}
+		sort.Slice(st.UnfinishedMembers, func(i, j int) bool { return st.UnfinishedMembers[i].ID < st.UnfinishedMembers[j].ID })
+	}
+	for _, p := range st.Members() {
 		if a := httpAddrs[p.ID]; a != "" {
 			if st.HTTPAddrs == nil {
 				st.HTTPAddrs = map[string]string{}
@@ -261,6 +295,13 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 		}
 	}
 	return st, list, nil
+}
+
+// Members are every member st knows of: Configuration, RecordedMembers and
+// UnfinishedMembers, in that order. idem recover checks them all before it
+// changes anything.
+func (st OfflineState) Members() []Peer {
+	return slices.Concat(st.Configuration, st.RecordedMembers, st.UnfinishedMembers)
 }
 
 // ReadOfflineState reads a stopped node's data dir without changing it.
@@ -317,18 +358,14 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	// out: a recover stopped after it rewrote the configuration and run
 	// again reads only the new configuration here, so the members the
 	// stopped run saw are kept in its recoveringFile.
+	// With their addresses: a run again probes them (idem recover).
 	var before []string
-	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
+	var addrs []MemberAddrs
+	for _, p := range st.Members() { // UnfinishedMembers: those an earlier run saw
 		before = append(before, p.ID)
+		addrs = append(addrs, MemberAddrs{ID: p.ID, RaftAddr: p.RaftAddr, HTTPAddr: st.HTTPAddrs[p.ID]})
 	}
-	if st.Unfinished != nil {
-		for _, id := range st.Unfinished.Before {
-			if !slices.Contains(before, id) {
-				before = append(before, id)
-			}
-		}
-	}
-	if err := markRecovering(dir, nodeID, peers, before); err != nil { // recovering.go
+	if err := markRecovering(dir, nodeID, peers, before, addrs); err != nil { // recovering.go
 		return st, err
 	}
 	if err := recoverHook("marked"); err != nil {

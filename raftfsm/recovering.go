@@ -40,11 +40,25 @@ type Recovering struct {
 	// stopped after it rewrote the configuration and run again finds only
 	// the new one there, and would record no member as left out.
 	Before []string `json:"members_before,omitempty"`
+	// BeforeAddrs are the addresses of the members of Before, as the data
+	// dir recorded them when the recovery began: a run again must probe
+	// them as the first run did (idem recover refuses while a member
+	// answers), and after the rewrite the configuration no longer holds
+	// them. A marker of an earlier release has none: the state's node
+	// records (node/<id>) stand in (OfflineState.UnfinishedMembers).
+	BeforeAddrs []MemberAddrs `json:"members_before_addrs,omitempty"`
+}
+
+// MemberAddrs are a member's raft and HTTP addresses ("" when unknown).
+type MemberAddrs struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr,omitempty"`
+	HTTPAddr string `json:"http_addr,omitempty"`
 }
 
 // markRecovering writes recoveringFile before Recover changes anything.
-func markRecovering(dir, node string, peers []Peer, before []string) error {
-	b, _ := json.MarshalIndent(Recovering{Node: node, Peers: peers, At: time.Now().UTC(), Before: before}, "", "  ")
+func markRecovering(dir, node string, peers []Peer, before []string, addrs []MemberAddrs) error {
+	b, _ := json.MarshalIndent(Recovering{Node: node, Peers: peers, At: time.Now().UTC(), Before: before, BeforeAddrs: addrs}, "", "  ")
 	return replaceSynced(dir, recoveringFile, append(b, '\n'))
 }
 
