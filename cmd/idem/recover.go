@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,7 +37,10 @@ other member's raft address and the HTTP address its state records; if any
 answers it refuses and changes nothing: that cluster may still have its
 quorum, and a recovered node beside it would form a second cluster that
 claims the same keys again. Ask the live members instead (idem cluster
-status, remove, join). --force skips this check.
+status, remove, join). --force skips this check. A run that finishes a
+recover stopped part-way (recovering.json in DIR) also tries the members
+before that recover, which the file records: after the rewrite the
+configuration no longer lists them.
 
 Safest: recover ONE survivor (the one whose raft log ends highest: the
 latest term, then the highest index; this command prints both) with --peers
@@ -133,6 +135,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if len(recorded) > 0 {
 			fmt.Fprintf(stdout, "recorded members:      %s (the state records them, so they are checked as members)\n", fmtPeers(recorded))
 		}
+	}
+	if len(st.UnfinishedMembers) > 0 {
+		fmt.Fprintf(stdout, "members before:        %s (the unfinished recover lists them, so they are checked as members)\n", fmtPeers(st.UnfinishedMembers))
 	}
 	fmt.Fprintf(stdout, "new configuration:     %s\n", fmtPeers(peers))
 	var live []liveMember
@@ -247,8 +252,9 @@ type liveMember struct {
 func probeMembers(ctx context.Context, st raftfsm.OfflineState, self string, timeout time.Duration) []liveMember {
 	var cands []liveMember
 	// With the snapshot that held the configuration lost, the members the
-	// state records may be members still (raftfsm.OfflineState).
-	for _, p := range append(slices.Clip(st.Configuration), st.RecordedMembers...) {
+	// state records may be members still; after an unfinished recover's
+	// rewrite, the members before it (raftfsm.OfflineState).
+	for _, p := range st.Members() {
 		if p.ID == self {
 			continue
 		}

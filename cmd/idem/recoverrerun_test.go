@@ -1,0 +1,76 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// idem recover probes the other members of the node's configuration and
+// refuses while one answers: recovering beside a live cluster makes a
+// second cluster that claims the same keys again. A recover stopped after
+// it rewrote the configuration (killed, a lost ssh session) leaves its
+// recovering.json, and the run again that finishes it read only the new
+// configuration: it probed none of the old members and went ahead while
+// they served. It now probes the members the marker lists, at the
+// addresses the marker or the state records for them.
+func TestRecoverRunAgainProbesTheMembersItsMarkerLists(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	leader := c.leader()
+	claimOK(t, leader.http, "before-recover")
+	waitSameState(t, c.nodes...)
+	target := c.others(leader)[0]
+	target.kill(t)
+	live := c.others(target)
+	peers := target.id + "=" + target.raft
+
+	// The state of a recover stopped past its rewrite (with the marker an
+	// earlier release wrote, ids only): the configuration is the new one,
+	// recovering.json still lists the members before, and the members it
+	// left out are not recorded yet.
+	out, err := idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes", "--force")
+	require.NoError(t, err, out)
+	var ids []string
+	for _, n := range c.nodes {
+		ids = append(ids, n.id)
+	}
+	marker, _ := json.Marshal(map[string]any{"node": target.id, "peers": []raftfsm.Peer{{ID: target.id, RaftAddr: target.raft}}, "started_at": time.Now().UTC(), "members_before": ids})
+	require.NoError(t, os.WriteFile(filepath.Join(target.dir, raftfsm.RecoveringFile), marker, 0o600))
+	if err := os.Remove(filepath.Join(target.dir, "recovered.json")); !errors.Is(err, os.ErrNotExist) {
+		require.NoError(t, err)
+	}
+	before, err := raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.NotNil(t, before.Unfinished)
+	require.Len(t, before.Configuration, 1)
+
+	out, err = idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes")
+	require.Equal(t, 1, exitCode(err), out)
+	for _, n := range live {
+		require.Contains(t, out, n.id+": raft address "+n.raft, out)
+		require.Contains(t, out, n.id+": HTTP address "+n.http, out)
+	}
+	require.NotContains(t, out, target.id+": raft address", "this node itself is not probed")
+	require.Contains(t, out, "nothing was changed")
+	after, err := raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "a refused recover changed the data dir")
+
+	// Once they are stopped, the run again finishes the recovery.
+	for _, n := range live {
+		n.kill(t)
+	}
+	out, err = idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes")
+	require.NoError(t, err, out)
+	require.Contains(t, out, "recovered: configuration is now "+peers)
+	after, err = raftfsm.ReadOfflineState(target.dir)
+	require.NoError(t, err)
+	require.Nil(t, after.Unfinished)
+}
