@@ -69,12 +69,23 @@ func (f formation) String() string {
 // already in use", once in CI).
 func freePortOn(t *testing.T, ip string) string {
 	t.Helper()
-	for {
-		ln, err := net.Listen("tcp", ip+":0")
+	lo, hi := testPortRange(t)
+	for next := lo; ; next++ {
+		port := "0"
+		if lo > 0 {
+			if next > hi {
+				t.Fatalf("IDEM_TEST_PORTS: no free port left in %d-%d on %s", lo, hi, ip)
+			}
+			port = strconv.Itoa(next)
+		}
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, port))
+		if err != nil && lo > 0 {
+			continue // taken by someone else
+		}
 		require.NoError(t, err)
 		addr := ln.Addr().String()
 		ln.Close()
-		_, port, _ := net.SplitHostPort(addr)
+		_, port, _ = net.SplitHostPort(addr)
 		givenPortsMu.Lock()
 		taken := givenPorts[port]
 		givenPorts[port] = true
@@ -83,6 +94,23 @@ func freePortOn(t *testing.T, ip string) string {
 			return addr
 		}
 	}
+}
+
+// testPortRange is IDEM_TEST_PORTS ("27000-27999"), the ports freePortOn
+// takes from instead of the kernel's ephemeral ones, for a shared machine
+// that gives each run its own range; 0, 0 when unset.
+func testPortRange(t *testing.T) (lo, hi int) {
+	v := os.Getenv("IDEM_TEST_PORTS")
+	if v == "" {
+		return 0, 0
+	}
+	a, b, ok := strings.Cut(v, "-")
+	lo, err1 := strconv.Atoi(a)
+	hi, err2 := strconv.Atoi(b)
+	if !ok || err1 != nil || err2 != nil || lo <= 0 || hi < lo || hi > 65535 {
+		t.Fatalf("IDEM_TEST_PORTS=%q: want LOW-HIGH, e.g. 27000-27999", v)
+	}
+	return lo, hi
 }
 
 // givenPorts are the ports freePortOn has handed out, on any address (a

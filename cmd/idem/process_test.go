@@ -30,12 +30,39 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "idem")
-	out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput()
+	build := []string{"build", "-o", binary, "."}
+	// IDEM_TEST_RACE=1 builds the binary with -race: the nodes, proxies
+	// and bench clients these tests start then report their data races,
+	// which go test -race on this package never sees (it instruments the
+	// test process, not the binary it runs). Every child writes its
+	// reports into one directory (GORACE log_path), and the run fails if
+	// any child wrote one.
+	raceDir := ""
+	if os.Getenv("IDEM_TEST_RACE") == "1" {
+		build = []string{"build", "-race", "-o", binary, "."}
+		raceDir = filepath.Join(dir, "race")
+		if err := os.Mkdir(raceDir, 0o755); err != nil {
+			panic(err)
+		}
+		os.Setenv("GORACE", "halt_on_error=0 log_path="+filepath.Join(raceDir, "report"))
+	}
+	out, err := exec.Command("go", build...).CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build idem: %v\n%s", err, out)
 		os.Exit(1)
 	}
 	code := m.Run()
+	if raceDir != "" {
+		reports, _ := filepath.Glob(filepath.Join(raceDir, "report.*"))
+		for _, r := range reports {
+			b, _ := os.ReadFile(r)
+			fmt.Fprintf(os.Stderr, "data race in a child idem process (%s):\n%s\n", filepath.Base(r), b)
+		}
+		if len(reports) > 0 {
+			fmt.Fprintf(os.Stderr, "IDEM_TEST_RACE: %d child process(es) reported data races\n", len(reports))
+			code = 1
+		}
+	}
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
@@ -45,7 +72,16 @@ func TestMain(m *testing.M) {
 // ephemeral ports can take it before the node binds it.
 func freePort(t *testing.T) string {
 	t.Helper()
-	return freePortOn(t, "127.0.0.9")
+	return freePortOn(t, testIP("127.0.0.9"))
+}
+
+// testIP is ip, or IDEM_TEST_IP when set: a shared machine can give a
+// run its own address instead of 127.0.0.9.
+func testIP(ip string) string {
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		return v
+	}
+	return ip
 }
 
 type proc struct {

@@ -52,9 +52,9 @@ func (p *pki) cert(name string, args ...string) (cert, key string) {
 }
 
 // serveArgs are the --tls-* flags of node name (its certificate for
-// 127.0.0.9, where freePort puts every test node).
+// 127.0.0.9, or IDEM_TEST_IP, where freePort puts every test node).
 func (p *pki) serveArgs(name string) []string {
-	c, k := p.cert(name, "--ip", "127.0.0.9")
+	c, k := p.cert(name, "--ip", testIP("127.0.0.9"))
 	return []string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", p.ca()}
 }
 
@@ -284,7 +284,7 @@ func TestTLSReloadOnSIGHUPAndRequiredClientCerts(t *testing.T) {
 		return conn.ConnectionState().PeerCertificates[0].NotAfter
 	}
 	first := served()
-	ca.cert("n1", "--ip", "127.0.0.9", "--days", "30", "--force")
+	ca.cert("n1", "--ip", testIP("127.0.0.9"), "--days", "30", "--force")
 	require.NoError(t, n.cmd.Process.Signal(syscall.SIGHUP))
 	require.Eventually(t, func() bool { return served().Before(first.Add(-24 * time.Hour)) }, 5*time.Second, 50*time.Millisecond,
 		"the renewed certificate is not served after SIGHUP; logs:\n%s", n.logs)
