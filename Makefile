@@ -4,7 +4,7 @@ VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 FUZZTIME ?= 10s
 
-.PHONY: help run build test lint bench bench-scale fuzz cluster cluster-tls chaos chaos-ci clean
+.PHONY: help run build test lint race-cluster bench bench-scale fuzz cluster cluster-tls chaos chaos-ci clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -22,6 +22,14 @@ test: lint ## run every test (real Pebble, real raft, real processes)
 	@# Under the race detector too: Pebble takes other paths in its race
 	@# builds, where a restore's range deletion from the empty key was lost.
 	$(GO) test -race -count=1 -run 'TestRestoreOverAStateLeavesNothingOfIt|TestDerivedStateFollowsAModel' ./engine
+
+# Cluster tests whose nodes, proxies and bench clients are race-built
+# (IDEM_TEST_RACE=1): load batched and not, through followers and a proxy,
+# kill -9 of the leader, catch-up by snapshot, encryption at rest and snapshot save,
+# SIGHUP reloads of certificates and of the auth file.
+RACE_CLUSTER_TESTS := TestKill9DuringBatchedLoadKeepsAcknowledgedClaims|TestBatchThroughAFollower|TestBenchBatchedChecksCorrectness|TestForwardDuringCleanLeaderStopNeverSaysUnknown|TestKilledFollowerCatchesUpBySnapshotUnderLoad|TestEncryptionAtRestNothingPlainOnDisk|TestProxyFailsOverBetweenStores|TestProxyConcurrentRetryAndStreaming|TestTLSReloadOnSIGHUPAndRequiredClientCerts|TestServeAuthFileRolesAndReload
+race-cluster: ## a few cmd/idem cluster tests with the idem processes built with -race (~2 min); any race report fails
+	IDEM_TEST_RACE=1 $(GO) test -count=1 -timeout 6m -run '^($(RACE_CLUSTER_TESTS))$$' ./cmd/idem
 
 lint: ## gofmt and go vet
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
