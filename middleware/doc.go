@@ -58,7 +58,10 @@
 // body (multipart/form-data: an upload, a form) counts as its parts'
 // headers and contents, without the boundary, which every client picks at
 // random for each request it makes: a form made anew for its retry is the
-// same request, not a 422. The body is taken as it is sent: a retry
+// same request, not a 422. A multipart request that an earlier release
+// stored (its body whole, boundary and all) still replays to a resend of
+// the same bytes: on a 422 the middleware asks once more by that
+// fingerprint. The body is taken as it is sent: a retry
 // compressed again (Content-Encoding: gzip) by a client that stamps the
 // time in its gzip header (Python's gzip.compress) is another request.
 // No other header counts: where the application picks what a request acts

@@ -595,8 +595,10 @@ func HeaderFingerprint(fp func(r *http.Request, endpoint string, body []byte) (s
 func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 	var n [8]byte
 	ct := strings.Join(r.Header.Values("Content-Type"), ", ")
-	if mct, mbody, ok := multipartFields(ct, body); ok {
-		ct, body = mct, mbody
+	if r.Context().Value(wholeBody{}) == nil { // else as the releases before (earlierFingerprint)
+		if mct, mbody, ok := multipartFields(ct, body); ok {
+			ct, body = mct, mbody
+		}
 	}
 	for _, part := range [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(ct), body} {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
@@ -886,6 +888,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	}
 	pause := 25 * time.Millisecond
 	claimedAt := time.Now()
+	askedAsBefore := false
 	for {
 		sentAt := time.Now() // an earlier turn's claim met another attempt: this one's lease is later
 		res, err := m.claim(r.Context(), req)
@@ -898,6 +901,17 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			return
 		}
 		var p *client.Problem
+		if errors.As(err, &p) && p.Code == client.CodeFingerprintMismatch && !askedAsBefore {
+			// A multipart request whose record an earlier release stored,
+			// by its whole body (boundary and all): its client resending
+			// the same bytes after an upgrade is asked again by that
+			// fingerprint (earlierFingerprint).
+			askedAsBefore = true
+			if before, ok := m.earlierFingerprint(r, endpoint, body, fp); ok {
+				req.Fingerprint = before
+				continue
+			}
+		}
 		if errors.As(err, &p) && p.Code == client.CodeInProgress && !deadline.IsZero() && time.Now().Before(deadline) {
 			wait := min(pause, time.Until(deadline))
 			pause = min(pause*2, 500*time.Millisecond)
@@ -918,6 +932,37 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		return
 	}
 }
+
+// earlierFingerprint returns the fingerprint the releases before the
+// multipart change gave r (its body whole, boundary and all), when it
+// differs from fp: a record they stored for a multipart request has it,
+// and its client resending the same bytes (Go's GetBody, urllib3's Retry,
+// curl --retry keep the boundary) after an upgrade was refused 422 for the
+// retention's length, never told what became of the request that ran. Only
+// for a request with one Content-Type, multipart: for one with two, the
+// earlier releases counted the first alone, and asking by it would replay
+// the answer stored for that first alone (what counting both fixed).
+func (m *mw) earlierFingerprint(r *http.Request, endpoint string, body []byte, fp string) (string, bool) {
+	cts := r.Header.Values("Content-Type")
+	if len(cts) != 1 {
+		return "", false
+	}
+	if mt, _, err := mime.ParseMediaType(cts[0]); err != nil || !strings.HasPrefix(mt, "multipart/") {
+		return "", false
+	}
+	before, err := m.o.Fingerprint(r.WithContext(context.WithValue(r.Context(), wholeBody{}, true)), endpoint, body)
+	r.Body = io.NopCloser(bytes.NewReader(body)) // for a Fingerprint that reads it
+	if err != nil || before == fp {
+		return "", false
+	}
+	return before, true
+}
+
+// wholeBody, in a request's context, makes DefaultFingerprint and
+// KeyedFingerprint (and HeaderFingerprint over them) fingerprint a
+// multipart body whole, as the releases before the multipart change did
+// (earlierFingerprint).
+type wholeBody struct{}
 
 // onlyH2C reports whether the Upgrade header values offer h2c and
 // nothing else.
