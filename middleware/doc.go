@@ -61,7 +61,9 @@
 // same request, not a 422. A multipart request that an earlier release
 // stored (its body whole, boundary and all) still replays to a resend of
 // the same bytes: on a 422 the middleware asks once more by that
-// fingerprint. The body is taken as it is sent: a retry
+// fingerprint. A body of more than 1000 parts, or 10,000 part headers in
+// all (Go's ParseMultipartForm's bounds), is fingerprinted whole, its
+// boundary included. The body is taken as it is sent: a retry
 // compressed again (Content-Encoding: gzip) by a client that stamps the
 // time in its gzip header (Python's gzip.compress) is another request.
 // No other header counts: where the application picks what a request acts

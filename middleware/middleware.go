@@ -608,6 +608,17 @@ func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
+// maxMultipartParts and maxMultipartHeaders bound the parts, and their
+// header fields in all, of a multipart body fingerprinted by its parts,
+// as Go's ParseMultipartForm bounds them (1000, 10,000): it is parsed
+// before the claim, for any caller, and 1 MiB of empty parts took a
+// million allocations and 160 ms of CPU. A body past either is
+// fingerprinted whole.
+const (
+	maxMultipartParts   = 1000
+	maxMultipartHeaders = 10000
+)
+
 // multipartFields returns the Content-Type and body fields of a multipart
 // request without its boundary: every client picks a random boundary for
 // each request it makes (curl -F, browsers, Go's mime/multipart, Python's
@@ -619,7 +630,8 @@ func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 // left out. The Content-Type field starts with a NUL, which no header
 // value holds, so that no request fingerprinted whole has its fields. A
 // body that is not well-formed multipart is fingerprinted whole (ok
-// false).
+// false), as is one of more than maxMultipartParts parts or
+// maxMultipartHeaders part headers.
 func multipartFields(ct string, body []byte) (string, []byte, bool) {
 	mt, params, err := mime.ParseMediaType(ct)
 	if err != nil || !strings.HasPrefix(mt, "multipart/") || params["boundary"] == "" {
@@ -631,13 +643,19 @@ func multipartFields(ct string, body []byte) (string, []byte, bool) {
 		out = binary.BigEndian.AppendUint64(out, uint64(len(b)))
 		out = append(out, b...)
 	}
-	parts := 0
+	parts, headers := 0, 0
 	for {
 		p, err := mr.NextRawPart()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
+			return "", nil, false
+		}
+		if parts++; parts > maxMultipartParts {
+			return "", nil, false
+		}
+		if headers += len(p.Header); headers > maxMultipartHeaders {
 			return "", nil, false
 		}
 		content, err := io.ReadAll(p)
@@ -651,7 +669,6 @@ func multipartFields(ct string, body []byte) (string, []byte, bool) {
 			field([]byte(strings.Join(p.Header[k], "\x00")))
 		}
 		field(content)
-		parts++
 	}
 	if parts == 0 {
 		return "", nil, false
