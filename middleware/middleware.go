@@ -548,7 +548,9 @@ func KeyedFingerprint(key []byte) func(r *http.Request, endpoint string, body []
 // from another only there has the other's fingerprint, and a key sent
 // with both is replayed the first one's answer. A request that has none
 // of the headers keeps fp's fingerprint, so that naming a header keeps
-// the records stored before; one that has any gets SHA-256 of fp's
+// the records stored before for such requests (not for those that carry
+// it: a retry of one across the change is another request, 422); one
+// that has any gets SHA-256 of fp's
 // fingerprint and every named header's values, length-prefixed (keyed
 // already when fp is KeyedFingerprint).
 func HeaderFingerprint(fp func(r *http.Request, endpoint string, body []byte) (string, error), names ...string) func(r *http.Request, endpoint string, body []byte) (string, error) {
