@@ -28,7 +28,10 @@
 //     credential, "Bearer " from an unset token, or one that reads as an
 //     unset value, "Bearer undefined", "Bearer null", "Bearer None"), since callers with no
 //     credential would share one tenant and each other's stored answers;
-//     AnonymousPrincipal lets them share it on purpose. The scheme's case
+//     AnonymousPrincipal lets them share it on purpose (the text of an
+//     unset value keeps there the principal earlier releases gave it, a
+//     hash of the header shared by every caller that sends it, so that a
+//     request stored before the upgrade still replays). The scheme's case
 //     and spacing do not count, the credential does: a token refreshed
 //     between a request and its retry is a new principal, and the retry
 //     runs again; a credential signed for each request (AWS SigV4, OAuth

@@ -319,9 +319,15 @@ func KeyedAuthorizationPrincipal(key []byte) func(*http.Request) (string, error)
 // credential.
 func KeyedAnonymousPrincipal(key []byte) func(*http.Request) (string, error) {
 	keyed := KeyedAuthorizationPrincipal(key)
+	key = bytes.Clone(key)
 	return func(r *http.Request) (string, error) {
 		if noAuthorization(r) {
 			return "anonymous", nil
+		}
+		if unsetAuthorization(r) { // as AnonymousPrincipal
+			m := hmac.New(sha256.New, key)
+			m.Write([]byte(canonicalAuthorization(r.Header.Get("Authorization"))))
+			return "authk:" + hex.EncodeToString(m.Sum(nil)[:16]), nil
 		}
 		return keyed(r)
 	}
@@ -357,15 +363,28 @@ func canonicalAuthorization(v string) string {
 // stored answer, Set-Cookie and all, replayed to another that sent the
 // same key.
 func noCredential(v string) bool {
+	return schemeAlone(v) || unsetCredential(v)
+}
+
+// unsetCredential reports an Authorization header whose credential is the
+// text of an unset value (noCredential).
+func unsetCredential(v string) bool {
+	v = strings.TrimSpace(v)
+	if i := strings.IndexAny(v, " \t"); i >= 0 {
+		return unsetValue(strings.TrimLeft(v[i:], " \t"))
+	}
+	return unsetValue(v)
+}
+
+// schemeAlone reports an Authorization header that is empty or an
+// authentication scheme alone (noCredential).
+func schemeAlone(v string) bool {
 	v = strings.TrimSpace(v)
 	if v == "" {
 		return true
 	}
-	if i := strings.IndexAny(v, " \t"); i >= 0 {
-		return unsetValue(strings.TrimLeft(v[i:], " \t"))
-	}
-	if unsetValue(v) {
-		return true
+	if strings.ContainsAny(v, " \t") {
+		return false
 	}
 	switch strings.ToLower(v) {
 	// The IANA HTTP Authentication Scheme Registry, and Token (GitHub's,
@@ -401,10 +420,18 @@ var errNoCredential = errors.New("middleware: the request's Authorization header
 // service whose callers all trust one another (one internal client), where
 // one caller's stored answer may be replayed to another that sends the
 // same key. A scheme without a credential ("Bearer") is no header, for
-// both.
+// both. The text of an unset value ("Bearer undefined"), which
+// AuthorizationPrincipal refuses, keeps the principal it had before it
+// was: a hash of the header, shared by every caller that sends it, as
+// "anonymous" is (taken for "anonymous", every request stored under it
+// ran again when its client retried across the upgrade).
 func AnonymousPrincipal(r *http.Request) (string, error) {
 	if noAuthorization(r) {
 		return "anonymous", nil
+	}
+	if unsetAuthorization(r) {
+		sum := sha256.Sum256([]byte(canonicalAuthorization(r.Header.Get("Authorization"))))
+		return "authz:" + hex.EncodeToString(sum[:16]), nil
 	}
 	return AuthorizationPrincipal(r)
 }
@@ -413,7 +440,14 @@ func AnonymousPrincipal(r *http.Request) (string, error) {
 // with one that holds a scheme alone.
 func noAuthorization(r *http.Request) bool {
 	vs := r.Header.Values("Authorization")
-	return len(vs) == 0 || (len(vs) == 1 && noCredential(vs[0]))
+	return len(vs) == 0 || (len(vs) == 1 && schemeAlone(vs[0]))
+}
+
+// unsetAuthorization reports a request with one Authorization header whose
+// credential is the text of an unset value ("Bearer undefined").
+func unsetAuthorization(r *http.Request) bool {
+	vs := r.Header.Values("Authorization")
+	return len(vs) == 1 && !schemeAlone(vs[0]) && unsetCredential(vs[0])
 }
 
 // HeaderPrincipal returns a Principal that reads the named header, set by a

@@ -1,6 +1,9 @@
 package middleware_test
 
 import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -129,11 +132,52 @@ func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
 		require.NotContains(t, err.Error(), "no Authorization header", "%q", v)
 		p, err := principal(middleware.AnonymousPrincipal, v)
 		require.NoError(t, err, "%q", v)
+		if strings.Contains(strings.TrimSpace(v), " ") || strings.EqualFold(v, "undefined") || strings.EqualFold(v, "null") {
+			continue // the text of an unset value: TestAnonymousKeepsTheUnsetValuesPrincipal
+		}
 		require.Equal(t, "anonymous", p, "%q", v)
 	}
 	for _, v := range []string{"Bearer T", "sk_live_1", "Basic bnVsbA==", "Bearer nullable", "Bearer null2"} {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
 		require.NoError(t, err, "%q", v)
+	}
+}
+
+// With AnonymousPrincipal (idem proxy --allow-anonymous) every caller
+// without a credential shares a principal anyway, so "Bearer undefined"
+// keeps the one it had before it was counted as no credential, a hash of
+// the header: taken for "anonymous", every request stored under it was
+// run again when its client retried across the upgrade (a second charge,
+// reproduced through idem proxy). AuthorizationPrincipal still refuses it.
+func TestAnonymousKeepsTheUnsetValuesPrincipal(t *testing.T) {
+	key := []byte(strings.Repeat("k", 32))
+	for _, v := range []string{"Bearer undefined", "bearer  null", "Token nil", "undefined"} {
+		r := httptest.NewRequest(http.MethodPost, "/pay", nil)
+		r.Header.Set("Authorization", v)
+		canon := v
+		if scheme, rest, ok := strings.Cut(v, " "); ok {
+			canon = strings.ToUpper(scheme[:1]) + strings.ToLower(scheme[1:]) + " " + strings.TrimLeft(rest, " ")
+		}
+		sum := sha256.Sum256([]byte(canon))
+		p, err := middleware.AnonymousPrincipal(r)
+		require.NoError(t, err, "%q", v)
+		require.Equal(t, "authz:"+hex.EncodeToString(sum[:16]), p, "%q: the principal the release before gave it", v)
+		m := hmac.New(sha256.New, key)
+		m.Write([]byte(canon))
+		p, err = middleware.KeyedAnonymousPrincipal(key)(r)
+		require.NoError(t, err, "%q", v)
+		require.Equal(t, "authk:"+hex.EncodeToString(m.Sum(nil)[:16]), p, "%q", v)
+		_, err = middleware.AuthorizationPrincipal(r)
+		require.Error(t, err, "%q", v)
+	}
+	for _, v := range []string{"", "Bearer ", "Bearer"} {
+		r := httptest.NewRequest(http.MethodPost, "/pay", nil)
+		if v != "" {
+			r.Header.Set("Authorization", v)
+		}
+		p, err := middleware.AnonymousPrincipal(r)
+		require.NoError(t, err)
+		require.Equal(t, "anonymous", p, "%q", v)
 	}
 }
 
