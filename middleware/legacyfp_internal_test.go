@@ -3,6 +3,7 @@ package middleware
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -168,4 +169,38 @@ func TestTwoContentTypesAreNotAskedAgainByTheFirst(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode)
+}
+
+// The earlier fingerprint of a keyed deployment (idem proxy
+// --hash-key-file) is the earlier release's HMAC, and HeaderFingerprint
+// over it asks by it too.
+func TestEarlierFingerprintIsKeyedAsBefore(t *testing.T) {
+	var form bytes.Buffer
+	w := multipart.NewWriter(&form)
+	require.NoError(t, w.WriteField("amount", "100"))
+	require.NoError(t, w.Close())
+	ct, body := w.FormDataContentType(), form.Bytes()
+	key := bytes.Repeat([]byte("k"), 32)
+	r := httptest.NewRequest("POST", "/upload", bytes.NewReader(body))
+	r.Header.Set("Content-Type", ct)
+
+	var fields []byte
+	for _, f := range [][]byte{[]byte("POST"), []byte("/upload"), nil, []byte(ct), body} {
+		fields = binary.BigEndian.AppendUint64(fields, uint64(len(f)))
+		fields = append(fields, f...)
+	}
+	h := hmac.New(sha256.New, key)
+	h.Write(fields)
+	want := hex.EncodeToString(h.Sum(nil))
+
+	for _, fp := range []func(*http.Request, string, []byte) (string, error){
+		KeyedFingerprint(key), HeaderFingerprint(KeyedFingerprint(key), "X-Account"),
+	} {
+		now, err := fp(r, "POST /upload", body)
+		require.NoError(t, err)
+		m := &mw{o: Options{Fingerprint: fp}}
+		before, ok := m.earlierFingerprint(r, "POST /upload", body, now)
+		require.True(t, ok)
+		require.Equal(t, want, before)
+	}
 }
