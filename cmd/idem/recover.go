@@ -150,6 +150,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		} else {
 			fmt.Fprintf(stdout, "other members alive:   %s\n", fmtLive(live))
 		}
+		if ids := unprobedMembers(st, *nodeID); len(ids) > 0 {
+			fmt.Fprintf(stdout, "not checked:           %s: no address known (the unfinished recover's file, of an earlier release, lists ids only, and the state records none for them): make sure they are stopped\n", strings.Join(ids, ", "))
+		}
 	}
 	// The compaction starts a new raft log segment, preallocated whole,
 	// before it removes the old one: on a nearly full disk --yes failed
@@ -287,6 +290,20 @@ func probeMembers(ctx context.Context, st raftfsm.OfflineState, self string, tim
 		}
 	}
 	return out
+}
+
+// unprobedMembers are the ids of the members probeMembers could not try:
+// neither a raft nor an HTTP address known (a member before an unfinished
+// recover whose file, of an earlier release, lists ids only, and of which
+// the state holds no record).
+func unprobedMembers(st raftfsm.OfflineState, self string) []string {
+	var ids []string
+	for _, p := range st.Members() {
+		if p.ID != self && p.RaftAddr == "" && st.HTTPAddrs[p.ID] == "" {
+			ids = append(ids, p.ID)
+		}
+	}
+	return ids
 }
 
 func fmtLive(live []liveMember) string {

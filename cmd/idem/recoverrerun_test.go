@@ -74,3 +74,41 @@ func TestRecoverRunAgainProbesTheMembersItsMarkerLists(t *testing.T) {
 	require.NoError(t, err)
 	require.Nil(t, after.Unfinished)
 }
+
+// A member before an unfinished recover of which nothing records an
+// address (the file of an earlier release lists ids only, and the state
+// has no node record for it) cannot be probed: the run again said "none
+// answered at their raft or HTTP addresses" as if it had tried every
+// member. It names those it could not try.
+func TestRecoverNamesTheMembersItCouldNotProbe(t *testing.T) {
+	c := newCluster(t, viaJoin, nil, nil)
+	claimOK(t, c.leader().http, "before-recover")
+	waitSameState(t, c.nodes...)
+	for _, n := range c.nodes {
+		n.kill(t)
+	}
+	target := c.nodes[0]
+	peers := target.id + "=" + target.raft
+	out, err := idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers, "--yes", "--force")
+	require.NoError(t, err, out)
+	ids := []string{"ghost"}
+	for _, n := range c.nodes {
+		ids = append(ids, n.id)
+	}
+	marker, _ := json.Marshal(map[string]any{"node": target.id, "peers": []raftfsm.Peer{{ID: target.id, RaftAddr: target.raft}}, "started_at": time.Now().UTC(), "members_before": ids})
+	require.NoError(t, os.WriteFile(filepath.Join(target.dir, raftfsm.RecoveringFile), marker, 0o600))
+
+	out, err = idemCmd(t, "recover", "--data-dir", target.dir, "--node-id", target.id, "--peers", peers)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "not checked:           ghost: no address known", out)
+	for _, n := range c.others(target) {
+		require.NotContains(t, out, "not checked:           "+n.id, "its address is recorded: %s", out)
+	}
+
+	st := raftfsm.OfflineState{
+		Configuration:     []raftfsm.Peer{{ID: "n1", RaftAddr: "127.0.0.1:1"}},
+		UnfinishedMembers: []raftfsm.Peer{{ID: "n2", RaftAddr: "127.0.0.1:2"}, {ID: "n3"}, {ID: "n4"}},
+		HTTPAddrs:         map[string]string{"n4": "127.0.0.1:4"},
+	}
+	require.Equal(t, []string{"n3"}, unprobedMembers(st, "n1"))
+}
