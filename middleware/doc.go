@@ -58,7 +58,8 @@
 // The fingerprint binds a key to one request: by default SHA-256 of the
 // method, path, query, Content-Type and body (Options.Fingerprint replaces
 // it, e.g. with a canonical JSON form that ignores key order). A multipart
-// body (multipart/form-data: an upload, a form) counts as its parts'
+// body (any multipart/ type, such as multipart/form-data: an upload, a
+// form) counts as its parts'
 // headers and contents, without the boundary, which every client picks at
 // random for each request it makes: a form made anew for its retry is the
 // same request, not a 422. A multipart request that an earlier release

@@ -299,6 +299,11 @@ func (c proxyConfig) build() (*proxy, []error) {
 			// --hash-key-file; a cookie also changes between a request and
 			// its retry (a tracker's), making every retry a 422.
 			bad("fingerprint-header", "%s carries a credential: the caller's credential is the principal already (a hash of Authorization, or --principal-header); name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
+		} else if slices.Contains([]string{"Content-Type", "Idempotency-Key"}, http.CanonicalHeaderKey(h)) {
+			// Counted already (the key is the record's name): named, it
+			// would change every request's fingerprint for nothing, and
+			// every retry across the change would get 422.
+			bad("fingerprint-header", "%s counts already (Content-Type is in every fingerprint, Idempotency-Key names the record); name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
 		} else {
 			p.fingerprintHeaders = append(p.fingerprintHeaders, http.CanonicalHeaderKey(h))
 		}

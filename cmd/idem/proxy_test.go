@@ -604,6 +604,8 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--hash-key-file", "/nonexistent-key"), "--hash-key-file:"},
 		{with("--fingerprint-header", "X-Account,bad header"), `--fingerprint-header: "bad header" is not a header name`},
 		{with("--fingerprint-header", "X-Account,cookie"), "--fingerprint-header: Cookie carries a credential"},
+		{with("--fingerprint-header", "X-Account,content-type"), "--fingerprint-header: Content-Type counts already"},
+		{with("--fingerprint-header", "Idempotency-Key"), "--fingerprint-header: Idempotency-Key counts already"},
 		{with("--hash-key-file", shortKey), "--hash-key-file: the key in " + shortKey + " is 6 characters: give at least 32"},
 		// The command it suggests must make a file the proxy takes without its
 		// warning that others can read it (openssl writes 0644 otherwise).
