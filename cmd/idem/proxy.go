@@ -98,7 +98,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "key the hashes of the principal (without --principal-header) and of the request's fingerprint with the secret on the first line of `path` that is not empty or a # comment, at least 32 characters (openssl rand -hex 32): HMAC-SHA256, principals authk:…. Without it both are plain SHA-256, which the store keeps, logs (the principal) and backs up: a reader of those can test guessed credentials (a Basic-auth password) and guessed requests against them. Every proxy in front of one store needs the same key; adding, changing or removing it changes every principal and fingerprint, so a request retried across the change runs again (or gets 422)")
-	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request)")
+	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request). Not Authorization, Proxy-Authorization or Cookie (the principal already), nor Content-Type or Idempotency-Key (counted already)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	// IDEM_STORE_TOKEN is read after the flags, never made --store-token's
 	// default: --help prints defaults, and the token would land in
@@ -724,7 +724,7 @@ func (p *proxy) run(ctx context.Context) error {
 	}
 	p.log.Info("proxy listening", "addr", scheme+"://"+ln.Addr().String(), "upstream", p.upstream.String(),
 		"store", strings.Join(stores, ","), "methods", strings.Join(p.methods, ","), "principal-header", p.cfg.principalHeader,
-		"max-inflight", p.cfg.maxInFlight, "max-conns", conns)
+		"fingerprint-header", strings.Join(p.fingerprintHeaders, ","), "max-inflight", p.cfg.maxInFlight, "max-conns", conns)
 	go func() {
 		p.checkStores(ctx)
 		p.checkStoreLimit(ctx)
