@@ -52,6 +52,7 @@ const (
 	CodeInternal            = "internal"
 	CodeWouldLoseQuorum     = "would_lose_quorum"
 	CodeScopeMismatch       = "scope_mismatch"
+	CodeRetentionMismatch   = "retention_mismatch"
 	CodeAddressInUse        = "address_in_use"
 	CodeIDInUse             = "id_in_use"
 	CodeNotAnswering        = "not_answering"
