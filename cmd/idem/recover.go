@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -169,10 +170,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if len(peers) > 1 {
 			fmt.Fprintf(stdout, "Every node in the new configuration must be recovered with the same --peers before any is started.\n")
 		}
-		fmt.Fprintf(stdout, "Every other member of the current configuration must be stopped first: with --yes, it refuses and changes nothing if any of them answers at its raft or HTTP address (--force skips this check).\n")
+		fmt.Fprintf(stdout, "Every other member of the %s must be stopped first: with --yes, it refuses and changes nothing if any of them answers at its raft or HTTP address (--force skips this check).\n", membersWhat(st, nil))
 		if len(live) > 0 {
 			fmt.Fprintf(stdout, "\n")
-			printLiveRefusal(stderr, name, live)
+			printLiveRefusal(stderr, name, membersWhat(st, live), live)
 			fmt.Fprintf(stderr, "%s: nothing was changed; --yes would be refused while they answer\n", name)
 			return 1
 		}
@@ -186,7 +187,7 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 0
 	}
 	if len(live) > 0 {
-		printLiveRefusal(stderr, name, live)
+		printLiveRefusal(stderr, name, membersWhat(st, live), live)
 		fmt.Fprintf(stderr, "%s: refused; nothing was changed\n", name)
 		return 1
 	}
@@ -314,9 +315,30 @@ func fmtLive(live []liveMember) string {
 	return strings.Join(parts, ", ")
 }
 
-// printLiveRefusal says which members answered and what to do instead.
-func printLiveRefusal(w io.Writer, name string, live []liveMember) {
-	fmt.Fprintf(w, "%s: members of the current configuration are alive: each of these addresses accepted a connection:\n", name)
+// membersWhat names the members recover checks: those of the current
+// configuration, and, after a recover stopped past its rewrite, those
+// before it, which the current configuration no longer lists. With live
+// given, it names only what those that answered are.
+func membersWhat(st raftfsm.OfflineState, live []liveMember) string {
+	if len(st.UnfinishedMembers) == 0 {
+		return "current configuration"
+	}
+	before := func(id string) bool {
+		return slices.ContainsFunc(st.UnfinishedMembers, func(p raftfsm.Peer) bool { return p.ID == id })
+	}
+	if len(live) > 0 && !slices.ContainsFunc(live, func(l liveMember) bool { return before(l.id) }) {
+		return "current configuration"
+	}
+	if len(live) > 0 && !slices.ContainsFunc(live, func(l liveMember) bool { return !before(l.id) }) {
+		return "configuration before the unfinished recover"
+	}
+	return "current configuration, or of the one before the unfinished recover,"
+}
+
+// printLiveRefusal says which members answered and what to do instead;
+// what names the configuration they are members of (membersWhat).
+func printLiveRefusal(w io.Writer, name, what string, live []liveMember) {
+	fmt.Fprintf(w, "%s: members of the %s are alive: each of these addresses accepted a connection:\n", name, what)
 	for _, l := range live {
 		fmt.Fprintf(w, "  %s: %s address %s\n", l.id, l.kind, l.addr)
 	}
@@ -365,6 +387,9 @@ func fmtPeers(peers []raftfsm.Peer) string {
 	parts := make([]string, len(peers))
 	for i, p := range peers {
 		parts[i] = p.ID + "=" + p.RaftAddr
+		if p.RaftAddr == "" {
+			parts[i] = p.ID + " (no raft address known)"
+		}
 		if p.Suffrage != "" && p.Suffrage != "Voter" {
 			parts[i] += " (" + p.Suffrage + ")"
 		}

@@ -112,3 +112,19 @@ func TestRecoverNamesTheMembersItCouldNotProbe(t *testing.T) {
 	}
 	require.Equal(t, []string{"n3"}, unprobedMembers(st, "n1"))
 }
+
+// The refusal of a run again named the members before the stopped
+// recover "members of the current configuration", which no longer lists
+// them: an operator reading cluster status found no such member there.
+func TestRecoverSaysWhichConfigurationTheLiveMembersAreOf(t *testing.T) {
+	st := raftfsm.OfflineState{
+		Configuration:     []raftfsm.Peer{{ID: "n1", RaftAddr: "127.0.0.1:1"}, {ID: "n4", RaftAddr: "127.0.0.1:4"}},
+		UnfinishedMembers: []raftfsm.Peer{{ID: "n2", RaftAddr: "127.0.0.1:2"}, {ID: "n3"}},
+	}
+	require.Equal(t, "configuration before the unfinished recover", membersWhat(st, []liveMember{{id: "n2", kind: "raft"}}))
+	require.Equal(t, "current configuration", membersWhat(st, []liveMember{{id: "n4", kind: "raft"}}))
+	require.Equal(t, "current configuration, or of the one before the unfinished recover,", membersWhat(st, []liveMember{{id: "n2"}, {id: "n4"}}))
+	require.Equal(t, "current configuration, or of the one before the unfinished recover,", membersWhat(st, nil), "what must be stopped")
+	require.Equal(t, "current configuration", membersWhat(raftfsm.OfflineState{Configuration: st.Configuration}, nil))
+	require.Equal(t, "n2=127.0.0.1:2, n3 (no raft address known)", fmtPeers(st.UnfinishedMembers))
+}
