@@ -858,7 +858,7 @@ func (p *proxy) handler() (http.Handler, error) {
 // keptHeaders refuses (400) a keyed request whose Connection header names
 // a header the proxy keys it by: the principal's (Authorization, or
 // --principal-header), Content-Type and the --fingerprint-header ones
-// (the fingerprint), Idempotency-Key. A header Connection names is for
+// but Host (the fingerprint), Idempotency-Key. A header Connection names is for
 // this hop only, and the reverse proxy drops it: the upstream ran a
 // request other than the one the proxy claimed and stored the answer of
 // (Connection: Authorization reached it without a credential, and its
@@ -870,7 +870,13 @@ func (p *proxy) keptHeaders(next http.Handler) http.Handler {
 	} else {
 		used = append(used, "Authorization")
 	}
-	used = append(used, p.fingerprintHeaders...)
+	for _, h := range p.fingerprintHeaders {
+		// Not Host: the request's host (r.Host), which the reverse proxy
+		// keeps for the upstream whatever Connection names.
+		if h != "Host" {
+			used = append(used, h)
+		}
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if slices.Contains(p.methods, r.Method) {
 			for _, v := range r.Header.Values("Connection") {
