@@ -28,7 +28,7 @@ test: lint ## run every test (real Pebble, real raft, real processes)
 # kill -9 of the leader, catch-up by snapshot, encryption at rest and snapshot save,
 # SIGHUP reloads of certificates and of the auth file.
 RACE_CLUSTER_TESTS := TestKill9DuringBatchedLoadKeepsAcknowledgedClaims|TestBatchThroughAFollower|TestBenchBatchedChecksCorrectness|TestForwardDuringCleanLeaderStopNeverSaysUnknown|TestKilledFollowerCatchesUpBySnapshotUnderLoad|TestEncryptionAtRestNothingPlainOnDisk|TestProxyFailsOverBetweenStores|TestProxyConcurrentRetryAndStreaming|TestTLSReloadOnSIGHUPAndRequiredClientCerts|TestServeAuthFileRolesAndReload
-race-cluster: ## a few cmd/idem cluster tests with the idem processes built with -race (~2 min); any race report fails
+race-cluster: ## a few cmd/idem cluster tests with the idem processes built with -race (~1.5 min); any race report fails
 	IDEM_TEST_RACE=1 $(GO) test -count=1 -timeout 6m -run '^($(RACE_CLUSTER_TESTS))$$' ./cmd/idem
 
 lint: ## gofmt and go vet
