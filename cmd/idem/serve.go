@@ -116,7 +116,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.raftAdvertise, "raft-advertise", "", "raft address other nodes dial (default: --raft-addr)")
 	fs.StringVar(&c.join, "join", "", "comma-separated HTTP addresses of cluster members to join (ignored once this node has state)")
 	fs.IntVar(&c.bootstrapExpect, "bootstrap-expect", 0, "form a new cluster once this many nodes (this one included) are reachable through --join, without a designated first node")
-	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long a record is kept, from its first claim; the retry window promised to clients (at least 1m). The first claim pins it as the cluster's; later, idem cluster set-retention changes it and this flag does not")
+	fs.DurationVar(&c.retention, "retention", 24*time.Hour, "how long a record is kept, from its first claim; the retry window promised to clients (at least 1m). The first claim pins it as the cluster's (from the leader's flag: until then give every node the same, a node joining with another is refused and one added by hand is kept a non-voter); later, idem cluster set-retention changes it and this flag does not")
 	fs.BoolVar(&c.allowShortRetention, "allow-short-retention", false, "allow --retention below 1m (tests and demos only)")
 	fs.DurationVar(&c.bucketWidth, "bucket-width", d.BucketWidth, "width of the time buckets expiry drops whole; fixed when the data dir is created")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "default lease of a claim when the request has no lease_ms")
