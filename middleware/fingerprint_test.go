@@ -108,6 +108,13 @@ func TestHeaderFingerprint(t *testing.T) {
 	r := req("shop.example")
 	require.Equal(t, sum(middleware.DefaultFingerprint, r), sum(only, r))
 	require.NotEqual(t, sum(only, r), sum(only, req("shop.example", "X-Account", "")), "an empty value is a value")
+
+	// The names are a set: two proxies given --fingerprint-header
+	// X-Account,Host and Host,X-Account in front of one store gave one
+	// request two fingerprints, and a retry through the other got 422.
+	both := req("shop.example", "X-Account", "acct_1")
+	require.Equal(t, a1, sum(middleware.HeaderFingerprint(middleware.DefaultFingerprint, "Host", "X-Account"), both), "another order")
+	require.Equal(t, a1, sum(middleware.HeaderFingerprint(middleware.DefaultFingerprint, "host", "X-Account", "x-account"), both), "a name twice")
 }
 
 // A multipart body is parsed for its fingerprint before the claim, from

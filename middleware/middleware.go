@@ -586,12 +586,17 @@ func KeyedFingerprint(key []byte) func(r *http.Request, endpoint string, body []
 // it: a retry of one across the change is another request, 422); one
 // that has any gets SHA-256 of fp's
 // fingerprint and every named header's values, length-prefixed (keyed
-// already when fp is KeyedFingerprint).
+// already when fp is KeyedFingerprint). The names are a set: their order,
+// case and repeats do not change a fingerprint.
 func HeaderFingerprint(fp func(r *http.Request, endpoint string, body []byte) (string, error), names ...string) func(r *http.Request, endpoint string, body []byte) (string, error) {
+	// A set: in order and once each, so that instances given the same
+	// names in another order (or one twice) agree on every fingerprint.
 	canon := make([]string, len(names))
 	for i, n := range names {
 		canon[i] = http.CanonicalHeaderKey(n)
 	}
+	slices.Sort(canon)
+	canon = slices.Compact(canon)
 	return func(r *http.Request, endpoint string, body []byte) (string, error) {
 		base, err := fp(r, endpoint, body)
 		if err != nil {
