@@ -240,17 +240,30 @@ func TestHealthAddrAnswersWhileTheAPIConnectionsAreFull(t *testing.T) {
 		// A held connection the node closed (refused while a connection
 		// of start's readiness probe still counted, on a loaded machine)
 		// is dialled again, or its slot stays free for the probe below.
-		alive := conns[:0]
+		//
+		// A connection in the headroom lives 3 s (overflowLife): redialled
+		// one by one as each ends, the held connections ended at times
+		// spread over those 3 s, a slot came free every ~50 ms, and the
+		// probe (which waits 250 ms for one) was served every time (a
+		// loaded CI, 10 s of rounds). So when one has ended, all are
+		// closed and dialled again together: they end together again, and
+		// between those moments no slot comes free.
+		ended := false
 		for _, c := range conns {
 			c.SetReadDeadline(time.Now().Add(time.Millisecond))
 			var b [1]byte
 			if _, err := c.Read(b[:]); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
-				c.Close()
-				continue
+				ended = true
+				break
 			}
-			alive = append(alive, c)
 		}
-		conns = alive
+		if ended {
+			for _, c := range conns {
+				c.Close()
+			}
+			conns = nil
+			time.Sleep(100 * time.Millisecond) // the node frees their slots
+		}
 		for len(conns) < 2+api.HealthHeadroom {
 			c, err := net.DialTimeout("tcp", addr, 2*time.Second)
 			if err != nil {
@@ -273,7 +286,7 @@ func TestHealthAddrAnswersWhileTheAPIConnectionsAreFull(t *testing.T) {
 		io.Copy(io.Discard, resp.Body)
 		resp.Body.Close()
 		return resp.StatusCode != http.StatusOK
-	}, 10*time.Second, 100*time.Millisecond, "the API keeps room for its own /healthz")
+	}, 30*time.Second, 100*time.Millisecond, "the API keeps room for its own /healthz")
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := probe.Get("http://" + health + path)
 		require.NoError(t, err, "--health-addr %s", path)
