@@ -269,8 +269,22 @@ func AuthorizationPrincipal(r *http.Request) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return plainPrincipal(cred), nil
+}
+
+// plainPrincipal is AuthorizationPrincipal's principal of a canonical
+// credential: "authz:" and 32 hex digits of its SHA-256.
+func plainPrincipal(cred string) string {
 	sum := sha256.Sum256([]byte(cred))
-	return "authz:" + hex.EncodeToString(sum[:16]), nil
+	return "authz:" + hex.EncodeToString(sum[:16])
+}
+
+// keyedPrincipal is KeyedAuthorizationPrincipal's principal of a canonical
+// credential: "authk:" and 32 hex digits of its HMAC-SHA256 under key.
+func keyedPrincipal(key []byte, cred string) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(cred))
+	return "authk:" + hex.EncodeToString(m.Sum(nil)[:16])
 }
 
 // credential is the request's one Authorization header, canonical
@@ -308,9 +322,7 @@ func KeyedAuthorizationPrincipal(key []byte) func(*http.Request) (string, error)
 		if err != nil {
 			return "", err
 		}
-		m := hmac.New(sha256.New, key)
-		m.Write([]byte(cred))
-		return "authk:" + hex.EncodeToString(m.Sum(nil)[:16]), nil
+		return keyedPrincipal(key, cred), nil
 	}
 }
 
@@ -325,9 +337,7 @@ func KeyedAnonymousPrincipal(key []byte) func(*http.Request) (string, error) {
 			return "anonymous", nil
 		}
 		if unsetAuthorization(r) { // as AnonymousPrincipal
-			m := hmac.New(sha256.New, key)
-			m.Write([]byte(canonicalAuthorization(r.Header.Get("Authorization"))))
-			return "authk:" + hex.EncodeToString(m.Sum(nil)[:16]), nil
+			return keyedPrincipal(key, canonicalAuthorization(r.Header.Get("Authorization"))), nil
 		}
 		return keyed(r)
 	}
@@ -430,8 +440,7 @@ func AnonymousPrincipal(r *http.Request) (string, error) {
 		return "anonymous", nil
 	}
 	if unsetAuthorization(r) {
-		sum := sha256.Sum256([]byte(canonicalAuthorization(r.Header.Get("Authorization"))))
-		return "authz:" + hex.EncodeToString(sum[:16]), nil
+		return plainPrincipal(canonicalAuthorization(r.Header.Get("Authorization"))), nil
 	}
 	return AuthorizationPrincipal(r)
 }

@@ -165,6 +165,11 @@ type proxy struct {
 	fingerprintHeaders      []string // --fingerprint-header, canonical
 }
 
+// credentialHeaders carry a caller's secret: neither the principal
+// header (stored in clear) nor a fingerprint header (the credential is
+// the principal already) may name one.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
 // sameListener reports whether addr (host:port) reaches the proxy's own
 // --listen address: the same port, and the same host, or a loopback host
 // when the proxy listens on every interface.
@@ -294,7 +299,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 			continue
 		} else if !proxyIsToken(h) {
 			bad("fingerprint-header", "%q is not a header name", h)
-		} else if slices.Contains([]string{"Authorization", "Proxy-Authorization", "Cookie"}, http.CanonicalHeaderKey(h)) {
+		} else if slices.Contains(credentialHeaders, http.CanonicalHeaderKey(h)) {
 			// A secret, kept in the store as a hash no key protects without
 			// --hash-key-file; a cookie also changes between a request and
 			// its retry (a tracker's), making every retry a 422.
@@ -318,7 +323,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if strings.EqualFold(c.principalHeader, "Idempotency-Key") {
 		bad("principal-header", "the principal cannot be the key itself")
 	}
-	for _, secret := range []string{"Authorization", "Proxy-Authorization", "Cookie"} {
+	for _, secret := range credentialHeaders {
 		if strings.EqualFold(c.principalHeader, secret) {
 			bad("principal-header", "%s carries a secret, which would be stored as the principal in plain text (and a new token would be a new tenant); leave the flag out to key by a hash of Authorization, or name the header a gateway sets to the tenant", secret)
 		}
