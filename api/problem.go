@@ -93,12 +93,23 @@ func storeProblem(err error) *problem {
 	var p *problem
 	var sealed *raftfsm.SealedError
 	var refused *raftfsm.SealRefusedError
+	var held *raftfsm.RetentionHeldError
 	switch {
 	case errors.As(err, &refused):
 		// The leader lacks the cluster's key: an operator must act, but
 		// another leader may hold it, so the client may retry.
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, refused.Detail())
 		p.retryAfter = 5
+		return p
+	case errors.As(err, &held):
+		// The cluster's first claim, refused by a leader whose --retention
+		// most voters do not share: a hand-off ends it in a moment, an
+		// operator otherwise.
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, held.Detail())
+		p.retryAfter = 5
+		if held.HandingTo != "" {
+			p.retryAfter = 1
+		}
 		return p
 	case errors.Is(err, raftfsm.ErrLogStopped):
 		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "this node's raft log is stopped: the disk filled as it made the log's next segment file, so no leader can be elected here and the write was refused; nothing changed. Without a leader, reads answer 503 too, but with consistency=stale they are answered from this node's state; writes are accepted again once space is freed (the log reopens by itself)")

@@ -368,6 +368,9 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 		if c.Op == OpClaim && c.Claim != nil {
 			n.stampRetention(c.Claim) // again: the barrier may have applied a change
 		}
+		if err := n.retentionHold(c); err != nil {
+			return nil, err
+		}
 		if err := n.sealBound(c); err != nil {
 			return nil, err
 		}

@@ -1135,6 +1135,7 @@ func (n *Node) healthLoop() {
 				continue
 			}
 			n.measure(ctx)
+			n.noteVoterRetention()
 			n.promote()
 			n.keyHandOff()
 			n.recordKeyChecks()

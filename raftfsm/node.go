@@ -82,10 +82,15 @@ type Node struct {
 	supersededBy atomic.Pointer[string]
 	// keyView is what the leader's health loop last saw of the voters'
 	// encryption keys (keyuse.go's voterKeys).
-	keyView  atomic.Pointer[voterKeysView]
-	votes    voteHold     // votehold.go: the vote of a node that started empty
-	campaign campaignHold // votehold.go: its candidacy, held with its vote
-	guard    *foreignGuard
+	keyView atomic.Pointer[voterKeysView]
+	// retView is what the leader's health loop last saw of the voters'
+	// --retention while none is pinned (retentionhold.go); retHandOff and
+	// retLogged space its hand-offs and refusal lines.
+	retView               atomic.Pointer[retentionView]
+	retHandOff, retLogged spacer
+	votes                 voteHold     // votehold.go: the vote of a node that started empty
+	campaign              campaignHold // votehold.go: its candidacy, held with its vote
+	guard                 *foreignGuard
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps
@@ -973,6 +978,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	c.WidthMs = n.widthMs
 	if c.Op == OpClaim && c.Claim != nil {
 		n.stampRetention(c.Claim) // again: the barrier may have applied a change
+	}
+	if err := n.retentionHold(c); err != nil {
+		return nil, err
 	}
 	if err := n.sealBound(c); err != nil {
 		return nil, err

@@ -547,8 +547,17 @@ func TestClusterRetentionIsTheClusters(t *testing.T) {
 	require.Equal(t, 0, code, "%s", out)
 	require.Contains(t, out, "retention: n1 24h0m0s, n2 24h0m0s, n3 1h0m0s")
 
-	c.moveLeadership(n1)
-	require.Equal(t, 24*time.Hour, span(claimOK(t, n1.http, "first")))
+	// n3 leading would pin its 1h: it refuses the first claim, nothing
+	// pinned, and hands the leadership to a voter with the 24h most run
+	// with, which decides the claim when it is sent again (a review
+	// finding: n3 pinned 1h for every node).
+	c.moveLeadership(n3)
+	refused := call("POST", n3.http, "/v1/claim", claimReq("first", "c-first"))
+	require.Equal(t, 503, refused.code, "%s", refused)
+	require.Contains(t, string(refused.body), "not the one most voters run with", "%s", refused)
+	require.NotEmpty(t, refused.hdr.Get("Retry-After"), "%s", refused)
+	require.Equal(t, 24*time.Hour, span(claimOK(t, n3.http, "first")))
+	require.NotEqual(t, n3, c.leader(), "the leadership moved away from n3")
 	everyNodePublishes("24h0m0s")
 	// n3 started before the pin: it says so once the pin reaches it (it
 	// said nothing until its next restart), and the others, whose flag is
