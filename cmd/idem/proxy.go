@@ -98,7 +98,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "key the hashes of the principal (without --principal-header) and of the request's fingerprint with the secret on the first line of `path` that is not empty or a # comment, at least 32 characters (openssl rand -hex 32): HMAC-SHA256, principals authk:…. Without it both are plain SHA-256, which the store keeps, logs (the principal) and backs up: a reader of those can test guessed credentials (a Basic-auth password) and guessed requests against them. Every proxy in front of one store needs the same key; adding, changing or removing it changes every principal and fingerprint, so a request retried across the change runs again (or gets 422)")
-	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request). Not Authorization, Proxy-Authorization or Cookie (the principal already), nor Content-Type or Idempotency-Key (counted already)")
+	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request). Not Authorization, Proxy-Authorization or Cookie (the principal already), Content-Type or Idempotency-Key (counted already), nor a hop-by-hop header or Content-Length (each hop sets its own)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	// IDEM_STORE_TOKEN is read after the flags, never made --store-token's
 	// default: --help prints defaults, and the token would land in
@@ -169,6 +169,10 @@ type proxy struct {
 // header (stored in clear) nor a fingerprint header (the credential is
 // the principal already) may name one.
 var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// transportHeaders are the hop-by-hop headers (RFC 9110 section 7.6.1)
+// and the body's framing: set by each hop, never what a request acts on.
+var transportHeaders = []string{"Connection", "Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Content-Length"}
 
 // sameListener reports whether addr (host:port) reaches the proxy's own
 // --listen address: the same port, and the same host, or a loopback host
@@ -304,6 +308,11 @@ func (c proxyConfig) build() (*proxy, []error) {
 			// --hash-key-file; a cookie also changes between a request and
 			// its retry (a tracker's), making every retry a 422.
 			bad("fingerprint-header", "%s carries a credential: the caller's credential is the principal already (a hash of Authorization, or --principal-header); name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
+		} else if slices.Contains(transportHeaders, http.CanonicalHeaderKey(h)) {
+			// Each hop sets its own (an HTTP/2 client sends no Connection,
+			// a load balancer re-frames the body): a retry through another
+			// path would get 422 for a change the caller never made.
+			bad("fingerprint-header", "%s describes the connection or the body's framing, which each hop sets anew, not what a request acts on: a retry over another connection or proxy would get 422; name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
 		} else if slices.Contains([]string{"Content-Type", "Idempotency-Key"}, http.CanonicalHeaderKey(h)) {
 			// Counted already (the key is the record's name): named, it
 			// would change every request's fingerprint for nothing, and

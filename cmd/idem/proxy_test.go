@@ -606,6 +606,9 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--fingerprint-header", "X-Account,cookie"), "--fingerprint-header: Cookie carries a credential"},
 		{with("--fingerprint-header", "X-Account,content-type"), "--fingerprint-header: Content-Type counts already"},
 		{with("--fingerprint-header", "Idempotency-Key"), "--fingerprint-header: Idempotency-Key counts already"},
+		{with("--fingerprint-header", "X-Account,connection"), "--fingerprint-header: Connection describes the connection"},
+		{with("--fingerprint-header", "transfer-encoding"), "--fingerprint-header: Transfer-Encoding describes the connection"},
+		{with("--fingerprint-header", "Content-Length"), "--fingerprint-header: Content-Length describes the connection"},
 		{with("--hash-key-file", shortKey), "--hash-key-file: the key in " + shortKey + " is 6 characters: give at least 32"},
 		// The command it suggests must make a file the proxy takes without its
 		// warning that others can read it (openssl writes 0644 otherwise).
