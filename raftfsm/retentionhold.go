@@ -55,6 +55,15 @@ func (n *Node) noteVoterRetention() {
 	now, term := time.Now(), n.term()
 	v := &retentionView{term: term, flags: map[string]time.Duration{}, healthy: map[string]bool{}}
 	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	if n.peers.term != term {
+		// The round measured another term: this node lost the leadership
+		// during it (a candidate now, or leading again). Stamped with this
+		// term, a view knowing no voter's flag let the first claim pin this
+		// leader's --retention unchecked: the next round of this term
+		// stores the view (a claim waits for it).
+		return
+	}
 	for _, s := range f.Configuration().Servers {
 		id := string(s.ID)
 		if s.Suffrage != raft.Voter {
@@ -66,7 +75,7 @@ func (n *Node) noteVoterRetention() {
 		}
 		v.flags[id] = 0
 		h := n.peers.byID[id]
-		if h == nil || n.peers.term != term || h.answeredAt.IsZero() || h.err != "" {
+		if h == nil || h.answeredAt.IsZero() || h.err != "" {
 			continue
 		}
 		if d, err := time.ParseDuration(h.retention); err == nil && d > 0 {
@@ -76,7 +85,6 @@ func (n *Node) noteVoterRetention() {
 			v.healthy[id] = true
 		}
 	}
-	n.peers.mu.Unlock()
 	n.retView.Store(v)
 }
 

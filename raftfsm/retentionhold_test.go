@@ -132,3 +132,37 @@ func TestUnpinnedClusterWithoutAMajorityRetentionWaitsForThePin(t *testing.T) {
 	require.True(t, pinned)
 	require.Equal(t, 24*time.Hour, d)
 }
+
+// A view is this term's only when the round behind it measured this term.
+// noteVoterRetention stamped the view with the term it read after the
+// round: a leader that lost the leadership during the round and won it
+// again (or, a candidate by then, won the term it had stamped) stored a
+// view of the new term in which no voter's --retention was known, and
+// decided the first claim at once with its own, the minority's.
+func TestRetentionViewOfAnotherTermIsNotThisTerms(t *testing.T) {
+	c := newMemCluster(t)
+	nodes := retentionCluster(t, c, map[string]time.Duration{"n1": 24 * time.Hour, "n2": 24 * time.Hour, "n3": time.Hour})
+	n3 := nodes["n3"]
+	leads(t, c, n3, nodes)
+	require.Eventually(t, func() bool {
+		v := n3.retView.Load()
+		return v != nil && v.term == n3.term() && v.flags["n1"] == 24*time.Hour && v.flags["n2"] == 24*time.Hour
+	}, 10*time.Second, 20*time.Millisecond)
+
+	// The health loop's next round waits for this one: the last round
+	// measured an earlier term, as after a leadership lost and won again.
+	n3.peers.round.Lock()
+	n3.peers.mu.Lock()
+	n3.peers.term--
+	n3.peers.mu.Unlock()
+	n3.noteVoterRetention()
+	err := claimAs(n3, "first")
+	n3.peers.round.Unlock()
+
+	var held *RetentionHeldError
+	require.ErrorAs(t, err, &held, "the leader with the odd --retention decided the first claim: %v", err)
+	for _, n := range nodes {
+		_, pinned := n.Retention()
+		require.False(t, pinned, "%s: nothing was pinned", n.Self().ID)
+	}
+}
