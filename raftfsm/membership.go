@@ -1044,6 +1044,10 @@ type peerHealth struct {
 	clockOffsetMs, clockUncertaintyMs *int64
 	version                           string // its release, at answeredAt
 	refused                           string // the reason its promotion was last refused, logged once
+	// denied: the last attempt was refused for want of this node's token,
+	// a wrong one (tokenRefused) or none to send (ErrNoNodeToken): the
+	// peer runs, but this node cannot read what it runs with.
+	denied bool
 }
 
 func (h *peerHealth) fill(m *Member, now time.Time) {
@@ -1248,9 +1252,10 @@ func (n *Node) measure(ctx context.Context) {
 		if r.err != nil {
 			h.err, h.goodSince = r.err.Error(), time.Time{}
 			h.tokenRefused = errors.Is(r.err, ErrTokenRefused) && !errors.Is(r.err, ErrNoNodeToken)
+			h.denied = errors.Is(r.err, ErrTokenRefused)
 			continue
 		}
-		h.err, h.answeredAt, h.tokenRefused = "", r.at, false
+		h.err, h.answeredAt, h.tokenRefused, h.denied = "", r.at, false, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys, h.scope, h.retention = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter

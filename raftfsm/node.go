@@ -88,9 +88,13 @@ type Node struct {
 	// retLogged space its hand-offs and refusal lines.
 	retView               atomic.Pointer[retentionView]
 	retHandOff, retLogged spacer
-	votes                 voteHold     // votehold.go: the vote of a node that started empty
-	campaign              campaignHold // votehold.go: its candidacy, held with its vote
-	guard                 *foreignGuard
+	// retAnyHandOff spaces the hand-offs of a leader that cannot read the
+	// voters' --retention (their checks refuse its node token).
+	retAnyHandOff spacer
+
+	votes    voteHold     // votehold.go: the vote of a node that started empty
+	campaign campaignHold // votehold.go: its candidacy, held with its vote
+	guard    *foreignGuard
 }
 
 // Open starts a node. With cfg.Bootstrap and no existing state it bootstraps

@@ -39,6 +39,10 @@ type retentionView struct {
 	// healthy are the voters the health checks judge healthy, for a
 	// hand-off.
 	healthy map[string]bool
+	// denied are the voters whose last check this term was refused for
+	// this leader's node token (a wrong one, or none): running, with a
+	// --retention this leader cannot read.
+	denied map[string]bool
 }
 
 // noteVoterRetention, run by the leader's health loop after its checks
@@ -53,7 +57,7 @@ func (n *Node) noteVoterRetention() {
 		return
 	}
 	now, term := time.Now(), n.term()
-	v := &retentionView{term: term, flags: map[string]time.Duration{}, healthy: map[string]bool{}}
+	v := &retentionView{term: term, flags: map[string]time.Duration{}, healthy: map[string]bool{}, denied: map[string]bool{}}
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
 	if n.peers.term != term {
@@ -75,6 +79,9 @@ func (n *Node) noteVoterRetention() {
 		}
 		v.flags[id] = 0
 		h := n.peers.byID[id]
+		if h != nil && h.err != "" && h.denied {
+			v.denied[id] = true
+		}
 		if h == nil || h.answeredAt.IsZero() || h.err != "" {
 			continue
 		}
@@ -100,6 +107,12 @@ type RetentionHeldError struct {
 	// HandingTo is the voter the leadership is being handed to, "" when
 	// none is known to run with the --retention most voters share.
 	HandingTo string
+	// Denied are the voters that refuse this leader's node token (it has
+	// a wrong one, or none): their --retention is not known here, and
+	// when no voter is known to run with the one most share, the
+	// leadership goes to another voter, which can read them (HandingOff).
+	Denied     []string
+	HandingOff bool
 }
 
 func (e *RetentionHeldError) Error() string { return "raftfsm: claim refused: " + e.Detail() }
@@ -110,10 +123,20 @@ func (e *RetentionHeldError) Unwrap() error { return ErrNotProposed }
 
 // Detail is the refusal for a client and an operator.
 func (e *RetentionHeldError) Detail() string {
-	s := fmt.Sprintf("no claim has pinned this cluster's retention yet, and its voters run with different --retention (%s): the first claim would pin the leader's (%s, %s) for every node, and it is not the one most voters run with, so the leader refuses claims; nothing was stored. ",
-		strings.Join(e.Flags, ", "), e.Leader, e.Retention)
+	runWith, isNot := "its voters run with different --retention", "it is not the one"
+	if len(e.Denied) > 0 {
+		runWith, isNot = "its voters' --retention is not all known", "it is not known to be the one"
+	}
+	s := fmt.Sprintf("no claim has pinned this cluster's retention yet, and %s (%s): the first claim would pin the leader's (%s, %s) for every node, and %s most voters run with, so the leader refuses claims; nothing was stored. ",
+		runWith, strings.Join(e.Flags, ", "), e.Leader, e.Retention, isNot)
 	if e.HandingTo != "" {
 		return s + fmt.Sprintf("The leadership is moving to %s, whose --retention most voters share; retry shortly. An operator should restart %s with the others' --retention", e.HandingTo, e.Leader)
+	}
+	if len(e.Denied) > 0 {
+		s += fmt.Sprintf("The leader cannot read the --retention of %s: they refuse its node token (%s has no --node-token-file, or their --auth-file lacks its entry). ", strings.Join(e.Denied, ", "), e.Leader)
+		if e.HandingOff {
+			return s + "The leadership is moving to another voter, which can; retry shortly"
+		}
 	}
 	return s + "An operator must restart the odd nodes with the --retention the cluster should keep, or pin it (idem cluster set-retention --retention D); retry once done"
 }
@@ -148,7 +171,7 @@ func (n *Node) retentionHold(c *Command) error {
 	if v == nil {
 		return nil
 	}
-	same, differs := 0, false
+	same, differs := 0, len(v.denied) > 0
 	for _, d := range v.flags {
 		switch {
 		case d == n.cfg.Retention:
@@ -167,11 +190,25 @@ func (n *Node) retentionHold(c *Command) error {
 	}
 	slices.Sort(ids)
 	for _, id := range ids {
-		if d := v.flags[id]; d != 0 {
+		switch d := v.flags[id]; {
+		case d != 0:
 			err.Flags = append(err.Flags, id+" "+d.String())
-		} else {
+		case v.denied[id]:
+			err.Flags = append(err.Flags, id+" not known (refuses this leader's node token)")
+			err.Denied = append(err.Denied, id)
+		default:
 			err.Flags = append(err.Flags, id+" not known")
 		}
+	}
+	// A leader whose node token the voters refuse cannot tell: another
+	// voter can. Spaced widely, as every voter may lack the token.
+	err.HandingOff = err.HandingTo == "" && len(err.Denied) > 0
+	if err.HandingOff && n.retAnyHandOff.allow(10*time.Second) {
+		go func() {
+			if terr := n.transferLeadership("", transferHandOff); terr != nil {
+				n.log.Warn("leadership transfer away from a leader that cannot read the voters' --retention failed", "error", terr)
+			}
+		}()
 	}
 	if err.HandingTo != "" && n.retHandOff.allow(probeEvery) {
 		go func() {

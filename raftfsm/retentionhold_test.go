@@ -1,6 +1,8 @@
 package raftfsm
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -165,4 +167,37 @@ func TestRetentionViewOfAnotherTermIsNotThisTerms(t *testing.T) {
 		_, pinned := n.Retention()
 		require.False(t, pinned, "%s: nothing was pinned", n.Self().ID)
 	}
+}
+
+// A voter restarted with --retention 1h and without its node token
+// (--auth-file, no --node-token-file) cannot read its peers' --retention
+// while it leads: their checks refuse it. It took them for not known,
+// none known to differ, and leading the first claim it pinned 1h for a
+// cluster of 24h nodes. It now refuses, and hands the leadership to
+// another voter, which reads them and decides the claim with 24h.
+func TestUnpinnedLeaderWhoseNodeTokenIsRefusedRefusesClaims(t *testing.T) {
+	c := newMemCluster(t)
+	nodes := retentionCluster(t, c, map[string]time.Duration{"n1": 24 * time.Hour, "n2": 24 * time.Hour, "n3": time.Hour})
+	n3 := nodes["n3"]
+	n3.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		return Status{}, fmt.Errorf("%s answered 401 Unauthorized: it wants a token, and this node has no --node-token-file to send one%w", addr, ErrNoNodeToken)
+	})
+	leads(t, c, n3, nodes)
+
+	err := claimAs(n3, "first")
+	var held *RetentionHeldError
+	require.ErrorAs(t, err, &held, "n3 decided the first claim with its 1h: %v", err)
+	require.Equal(t, []string{"n1", "n2"}, held.Denied)
+	require.True(t, held.HandingOff)
+	require.Contains(t, held.Detail(), "cannot read the --retention of n1, n2")
+	for _, n := range nodes {
+		_, pinned := n.Retention()
+		require.False(t, pinned, "%s: nothing was pinned", n.Self().ID)
+	}
+
+	l := c.leader(nodes["n1"], nodes["n2"])
+	require.Eventually(t, func() bool { return claimAs(l, "first") == nil }, 10*time.Second, 50*time.Millisecond)
+	d, pinned := l.Retention()
+	require.True(t, pinned)
+	require.Equal(t, 24*time.Hour, d)
 }
