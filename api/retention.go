@@ -38,6 +38,10 @@ type retentionAnswer struct {
 	Retention         string `json:"retention"`
 	RetentionSeconds  int64  `json:"retention_seconds"`
 	PreviousRetention string `json:"previous_retention"`
+	// FirstPin: no claim (nor an earlier change) had pinned the
+	// cluster's retention; PreviousRetention is then the leader's
+	// --retention, which the next claim would have pinned.
+	FirstPin bool `json:"first_pin,omitempty"`
 }
 
 // handleSetRetention changes the cluster's retention of records claimed
@@ -73,6 +77,7 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	var prev time.Duration
+	var firstPin bool
 	var refused *problem
 	if !s.fromPeer(r) && !s.store.IsLeader() {
 		// The leader answers the forwarded change once it has applied it;
@@ -88,6 +93,8 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 			return nil
 		}
 		prev = s.retention()
+		_, pinned := s.store.Retention()
+		firstPin = !pinned
 		return s.store.SetRetention(d)
 	}) != nil {
 		return
@@ -96,13 +103,16 @@ func (s *Server) handleSetRetention(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, refused)
 		return
 	}
-	if prev == d {
+	switch {
+	case firstPin:
+		s.log.Info("retention of new records pinned on request (no claim had pinned one)", "retention", d, "leader-retention", prev)
+	case prev == d:
 		s.log.Info("retention of new records set on request, as it was", "retention", d)
-	} else {
+	default:
 		s.log.Info("retention of new records changed on request", "retention", d, "previous", prev)
 	}
 	writeJSON(w, http.StatusOK, retentionAnswer{Outcome: "set", Retention: d.String(),
-		RetentionSeconds: durationSeconds(d), PreviousRetention: prev.String()})
+		RetentionSeconds: durationSeconds(d), PreviousRetention: prev.String(), FirstPin: firstPin})
 }
 
 func (s *Server) checkRetention(req retentionRequest) (time.Duration, *problem) {

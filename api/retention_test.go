@@ -134,3 +134,22 @@ func TestSetRetentionRefusesAFractionOfAMillisecond(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	require.Equal(t, "1m30.001s", r.obj(t)["retention"])
 }
+
+// Before any claim, PUT /v1/admin/retention pins the cluster's retention
+// (what a refused first claim's 503 asks an operator to do). Its
+// previous_retention is then the leader's --retention, which the first
+// claim would have pinned: given the same value, the CLI said "nothing
+// changed" when the retention had just been pinned. first_pin says it.
+func TestSetRetentionSaysItPinnedTheFirst(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	r := n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "24h"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	got := r.obj(t)
+	require.Equal(t, "24h0m0s", got["previous_retention"])
+	require.Equal(t, true, got["first_pin"], "%s", r)
+
+	r = n.do("PUT", "/v1/admin/retention", map[string]any{"retention": "24h"})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.NotContains(t, r.obj(t), "first_pin", "pinned already")
+}

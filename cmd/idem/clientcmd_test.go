@@ -444,3 +444,15 @@ func TestTwoSavesIntoOneFileBothSucceed(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, left)
 }
+
+// set-retention on a cluster whose retention no claim had pinned says it
+// pinned it, not "nothing changed" (the leader's --retention, the answer's
+// previous_retention, was the same value).
+func TestSetRetentionSaysItPinned(t *testing.T) {
+	f := newAPIFake(t, http.StatusOK, `{"outcome":"set","retention":"24h0m0s","retention_seconds":86400,"previous_retention":"24h0m0s","first_pin":true}`)
+	code, out, errOut := runClientCmd(t, runCluster, "set-retention", "--retention", "24h", "--addr", f.url)
+	require.Equal(t, 0, code, "%s%s", out, errOut)
+	require.Equal(t, "/v1/admin/retention", f.path)
+	require.Contains(t, out, "the cluster's retention is 24h0m0s, pinned now (no claim had pinned one)")
+	require.NotContains(t, out, "nothing changed")
+}

@@ -256,13 +256,20 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		var a struct {
 			Retention         string `json:"retention"`
 			PreviousRetention string `json:"previous_retention"`
+			FirstPin          bool   `json:"first_pin"`
 		}
 		json.Unmarshal(raw, &a)
-		if a.Retention == a.PreviousRetention {
+		switch {
+		case a.FirstPin:
+			// Unpinned, the leader's flag was the "previous" one: equal to
+			// it, this said "nothing changed" when it had just pinned the
+			// retention, as a refused first claim's 503 asks an operator to.
+			fmt.Fprintf(stdout, "the cluster's retention is %s, pinned now (no claim had pinned one): records claimed from now on get it, whichever node leads\n", a.Retention)
+		case a.Retention == a.PreviousRetention:
 			// Run twice, it said "(was 48h0m0s)" as if it had changed (an
 			// operator walk).
 			fmt.Fprintf(stdout, "the cluster's retention is %s already: nothing changed\n", a.Retention)
-		} else {
+		default:
 			fmt.Fprintf(stdout, "the cluster's retention is %s (was %s): records claimed from now on get it; stored records keep their expires_at\n", a.Retention, a.PreviousRetention)
 		}
 		fmt.Fprintln(stdout, retentionFlagReminder(*retention))
