@@ -71,6 +71,12 @@ type LogStore struct {
 	// the whole-log removal that follows a snapshot install.
 	headMu  sync.Mutex
 	headCut [2]uint64
+
+	// damagedAdvice is what to do with a node whose log holds a damaged
+	// entry (set by the node, which knows its flags); damagedLog spaces
+	// the line that says so.
+	damagedAdvice string
+	damagedLog    spacer
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -143,6 +149,12 @@ func (s *LogStore) LastIndex() (uint64, error) {
 // log's bounds. raft-wal alone still returns an entry a head truncation
 // removed while its segment is the tail, which raft's contract forbids.
 func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
+	return s.getLog(index, l, true)
+}
+
+// getLog is GetLog; loud, it logs a damaged entry at ERROR with the way
+// out (the start's check, checkLogEntries, returns it instead).
+func (s *LogStore) getLog(index uint64, l *raft.Log, loud bool) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	w, err := s.wal()
@@ -156,7 +168,17 @@ func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
 	if index < first || first == 0 {
 		return raft.ErrLogNotFound
 	}
-	return w.GetLog(index, l)
+	if err := w.GetLog(index, l); err != nil {
+		return err
+	}
+	if err := openEntry(l); err != nil {
+		if loud && s.damagedLog.allow(time.Minute) {
+			s.log.Error(fmt.Sprintf("the raft log in %s is damaged (%v): this node neither applies nor sends that entry, and cannot go on from its log. %s",
+				s.path, err, s.damagedAdvice), "index", index)
+		}
+		return fmt.Errorf("%w (in %s)", err, s.path)
+	}
+	return nil
 }
 
 // StoreLog appends one entry.
@@ -170,7 +192,7 @@ func (s *LogStore) StoreLogs(logs []*raft.Log) error {
 	if err != nil {
 		return err
 	}
-	err = w.StoreLogs(logs)
+	err = w.StoreLogs(sealEntries(logs))
 	switch {
 	case err == nil:
 		s.sealed.Store(false)

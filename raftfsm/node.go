@@ -225,6 +225,7 @@ func open(cfg Config) (*Node, error) {
 	if n.logStore, err = openLogStore(cfg.DataDir, n.stable, cfg.Logger); err != nil {
 		return nil, logStoreError(err, cfg)
 	}
+	n.logStore.damagedAdvice = lostStateAdvice(cfg)
 	if n.stable, err = scrubStableStore(cfg.DataDir, n.stable, stableOptions(), cfg.Logger); err != nil {
 		if n.stable == nil {
 			return nil, err
@@ -325,6 +326,9 @@ func open(cfg Config) (*Node, error) {
 	trans.leftOut, trans.onLeftOut, trans.onTwin = leftOut, n.superseded, n.probedByTwin
 	if existing {
 		n.noteLogScan()
+		if err := n.checkLogEntries(); err != nil {
+			return nil, err
+		}
 	}
 	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, loudStable{n.stable, cfg.Logger, cfg.DataDir}, n.snaps, trans); err != nil {
 		return nil, fmt.Errorf("raftfsm: start raft: %w", err)

@@ -1,0 +1,110 @@
+package raftfsm
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+
+	"github.com/hashicorp/raft"
+)
+
+// Each raft log entry carries a checksum of its own, in front of its
+// Extensions (which neither raft nor idem uses otherwise): raft-wal checks
+// only the last batch of its newest segment, when it opens, and reads every
+// other entry back unchecked. A flipped bit in an entry the node had
+// already applied went unseen on that node, and its leader sent the entry
+// as read to a follower catching up, which applied it: that follower then
+// served, and as leader replayed to retries, a stored response that was
+// not the one acknowledged. A damaged entry is now refused where it is
+// read, so it is neither applied nor sent.
+//
+// The checksum is added as an entry is stored and removed as it is read, so
+// raft, the followers and the log cache see the entry as it was proposed.
+// Entries written before (empty Extensions) are read unchecked.
+
+var entryCheckMagic = [4]byte{0, 'i', 'c', 'k'}
+
+const entryCheckLen = 8 // magic, then CRC-32C (big-endian)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// errEntryDamaged is an entry whose bytes do not match its checksum.
+var errEntryDamaged = errors.New("raftfsm: raft log entry damaged")
+
+// entryChecksum covers what raft and the state machine use of an entry:
+// its index, term, type, data and (the caller's) extensions.
+func entryChecksum(l *raft.Log, ext []byte) uint32 {
+	var b [17]byte
+	binary.BigEndian.PutUint64(b[0:], l.Index)
+	binary.BigEndian.PutUint64(b[8:], l.Term)
+	b[16] = byte(l.Type)
+	h := crc32.New(castagnoli)
+	h.Write(b[:])
+	h.Write(l.Data)
+	h.Write(ext)
+	return h.Sum32()
+}
+
+// sealEntries returns copies of logs carrying their checksums; logs are
+// not changed (raft and the log cache keep them).
+func sealEntries(logs []*raft.Log) []*raft.Log {
+	out := make([]*raft.Log, len(logs))
+	for i, l := range logs {
+		c := *l
+		ext := make([]byte, entryCheckLen+len(l.Extensions))
+		copy(ext, entryCheckMagic[:])
+		binary.BigEndian.PutUint32(ext[4:], entryChecksum(l, l.Extensions))
+		copy(ext[entryCheckLen:], l.Extensions)
+		c.Extensions = ext
+		out[i] = &c
+	}
+	return out
+}
+
+// openEntry checks l, read from the log, against its checksum and removes
+// it. An entry without one is an older idem's and is taken as read.
+func openEntry(l *raft.Log) error {
+	if len(l.Extensions) == 0 {
+		return nil
+	}
+	if len(l.Extensions) < entryCheckLen || !bytes.Equal(l.Extensions[:4], entryCheckMagic[:]) {
+		return fmt.Errorf("%w: entry %d has no valid checksum header", errEntryDamaged, l.Index)
+	}
+	want := binary.BigEndian.Uint32(l.Extensions[4:entryCheckLen])
+	ext := l.Extensions[entryCheckLen:]
+	if len(ext) == 0 {
+		ext = nil
+	}
+	if got := entryChecksum(l, ext); got != want {
+		return fmt.Errorf("%w: entry %d (term %d) does not match its checksum (%08x, want %08x)", errEntryDamaged, l.Index, l.Term, got, want)
+	}
+	l.Extensions = ext
+	return nil
+}
+
+// checkLogEntries reads the entries raft reads as it starts (those above
+// the newest snapshot, for their configurations), so that a damaged one is
+// refused with what to do, before raft panics on it.
+func (n *Node) checkLogEntries() error {
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return nil // raft says it
+	}
+	var from uint64
+	if list, err := n.snaps.List(); err == nil && len(list) > 0 {
+		from = list[0].Index
+	}
+	first, err := n.logStore.FirstIndex()
+	if err != nil || first == 0 {
+		return nil
+	}
+	for i := max(from+1, first); i <= last; i++ {
+		var l raft.Log
+		if err := n.logStore.getLog(i, &l, false); errors.Is(err, errEntryDamaged) {
+			return fmt.Errorf("%w: this node cannot start from its log; nothing was changed. %s", err, lostStateAdvice(n.cfg))
+		}
+	}
+	return nil
+}
