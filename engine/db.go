@@ -237,6 +237,9 @@ func Open(dir string, o Options) (*DB, error) {
 	if err := checkOptionsFile(o.FS, dir, po); err != nil {
 		return nil, err
 	}
+	if err := checkManifest(o.FS, dir); err != nil {
+		return nil, err
+	}
 	// The store's lock first: what follows removes files beside the
 	// store, which are another process's while it holds the store (a
 	// second start on a data dir in use, whose holder the OS did not
