@@ -123,3 +123,19 @@ func (pr permRun) command(args ...string) *exec.Cmd {
 	}
 	return cmd
 }
+
+// A data dir on a filesystem remounted read-only (ext4 after an I/O error,
+// an operator's walk with a read-only bind mount): the start failed on
+// "open DIR/fsm/LOCK: read-only file system", naming neither the cause nor
+// what to do. The refusal now says both.
+func TestReadOnlyFilesystemSaysWhatToDo(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "n1")
+	err := permissionHint(&os.PathError{Op: "open", Path: filepath.Join(dir, "fsm", "LOCK"), Err: syscall.EROFS}, dir)
+	msg := err.Error()
+	require.ErrorIs(t, err, syscall.EROFS)
+	require.Contains(t, msg, "the filesystem holding "+dir+" is mounted read-only")
+	require.Contains(t, msg, "nothing was changed")
+	require.Contains(t, msg, "dmesg")
+	require.Contains(t, msg, "mount -o remount,rw")
+	require.NotContains(t, msg, "chown", "the owner is not the problem")
+}

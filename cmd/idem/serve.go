@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -489,6 +490,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 func permissionHint(err error, dataDir string) error {
 	const hint = "check that the user running idem owns"
 	msg := err.Error()
+	// A filesystem remounted read-only (ext4's errors=remount-ro after an
+	// I/O error) said only "read-only file system" on fsm/LOCK.
+	if (errors.Is(err, syscall.EROFS) || strings.Contains(msg, "read-only file system")) && !strings.Contains(msg, "mounted read-only") {
+		return fmt.Errorf("%w: the filesystem holding %s is mounted read-only, so nothing was changed. A filesystem remounts itself read-only after an I/O error: "+
+			"read the kernel log (dmesg) and check the disk first; once it is sound and writable again (mount -o remount,rw, or a repair and a remount), run the node again", err, dataDir)
+	}
 	if strings.Contains(msg, hint) || (!errors.Is(err, os.ErrPermission) && !strings.Contains(msg, "permission denied")) {
 		return err
 	}
