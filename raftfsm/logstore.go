@@ -454,7 +454,7 @@ func readMovedMarker(path string) ([]byte, error) {
 	b, err := os.ReadFile(filepath.Join(path, movedMarker))
 	if err == nil {
 		if len(b) != 16 {
-			return nil, fmt.Errorf("raftfsm: %s is damaged (%d bytes)", filepath.Join(path, movedMarker), len(b))
+			return nil, fmt.Errorf("raftfsm: %s is damaged (%d bytes); nothing was changed%s", filepath.Join(path, movedMarker), len(b), lostMarkerAdvice(path))
 		}
 		return b, nil
 	}
@@ -462,9 +462,25 @@ func readMovedMarker(path string) ([]byte, error) {
 		return nil, fmt.Errorf("raftfsm: read %s: %w", movedMarker, err)
 	}
 	if _, serr := os.Stat(path); !errors.Is(serr, os.ErrNotExist) {
-		return nil, fmt.Errorf("raftfsm: %s exists without %s: it is not a raft log idem made; nothing was changed", path, movedMarker)
+		return nil, fmt.Errorf("raftfsm: %s exists without %s: it is not a raft log idem made, or it lost that file; nothing was changed%s", path, movedMarker, lostMarkerAdvice(path))
 	}
 	return nil, nil
+}
+
+// lostMarkerAdvice is how to put back the marker of a raft log idem made
+// (it holds wal-meta.db and segments) that lost it: deleted with other
+// small files, or emptied by a crash. The marker records the range of an
+// older log moved out of raft.db; zeros say none, which only skips the
+// one rewrite of raft.db without that log's pages (scrubStableStore).
+// The node refused with no way out. "" for a directory that holds no
+// raft-wal log.
+func lostMarkerAdvice(path string) string {
+	segs, _ := filepath.Glob(filepath.Join(path, "*.wal"))
+	if _, err := os.Stat(filepath.Join(path, "wal-meta.db")); err != nil || len(segs) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(". %s holds a raft log (wal-meta.db and %d segment files): if it is this node's, put the marker back with head -c 16 /dev/zero > %s and start the node again",
+		path, len(segs), filepath.Join(path, movedMarker))
 }
 
 // buildLogStore is step 1 of openLogStore.
