@@ -85,8 +85,11 @@ func openEntry(l *raft.Log) error {
 }
 
 // checkLogEntries reads the entries raft reads as it starts (those above
-// the newest snapshot, for their configurations), so that a damaged one is
-// refused with what to do, before raft panics on it.
+// the newest snapshot, for their configurations), so that a log it cannot
+// read is refused with what to do: raft panicked on it in NewRaft, with a
+// goroutine dump and raft-wal's bare text ("WAL is corrupt: corrupt frame
+// header with unknown type 183", "failed to read segment index: EOF" for a
+// sealed segment damaged or cut short).
 func (n *Node) checkLogEntries() error {
 	last, err := n.logStore.LastIndex()
 	if err != nil {
@@ -96,15 +99,25 @@ func (n *Node) checkLogEntries() error {
 	if list, err := n.snaps.List(); err == nil && len(list) > 0 {
 		from = list[0].Index
 	}
-	first, err := n.logStore.FirstIndex()
-	if err != nil || first == 0 {
-		return nil
-	}
-	for i := max(from+1, first); i <= last; i++ {
-		var l raft.Log
-		if err := n.logStore.getLog(i, &l, false); errors.Is(err, errEntryDamaged) {
-			return fmt.Errorf("%w: this node cannot start from its log; nothing was changed. %s", err, lostStateAdvice(n.cfg))
-		}
+	if i, err := unreadableEntry(n.logStore, from+1, last); err != nil {
+		return fmt.Errorf("raftfsm: the raft log in %s cannot be read at entry %d (%w): a segment file of it is damaged or cut short, and this node cannot start from it; nothing was changed. %s",
+			n.logStore.path, i, err, lostLogAdvice(n.cfg))
 	}
 	return nil
+}
+
+// unreadableEntry reads the entries of s from from (or its first) to to
+// and returns the first that does not read, and why.
+func unreadableEntry(s *LogStore, from, to uint64) (uint64, error) {
+	first, err := s.FirstIndex()
+	if err != nil || first == 0 {
+		return 0, nil
+	}
+	for i := max(from, first); i <= to; i++ {
+		var l raft.Log
+		if err := s.getLog(i, &l, false); err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // A bit flips in an entry of the raft log that is not in the newest batch
@@ -91,7 +93,26 @@ func TestNodeWithADamagedLogEntryIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, filepath.Join(dir, logStoreDir))
 	require.ErrorContains(t, err, "idem cluster remove --id n1")
 	require.ErrorContains(t, err, "empty data dir and --join")
+	require.ErrorContains(t, err, "idem recover --data-dir "+dir)
 	after, err := os.ReadFile(segs[0])
 	require.NoError(t, err)
 	require.Equal(t, b, after, "nothing may be changed")
+
+	// The way out for a one-node cluster: recover failed on the same
+	// entry (it applies every one); it now sets the log aside and
+	// rebuilds the node from its state, which holds every claim.
+	off, err := ReadOfflineState(dir)
+	require.NoError(t, err)
+	require.Contains(t, off.LogUnreadable, "entry")
+	_, err = Recover(dir, cfg.NodeID, []Peer{{ID: cfg.NodeID, RaftAddr: cfg.RaftAddr}}, nil)
+	require.NoError(t, err)
+	n, err = Open(cfg)
+	require.NoError(t, err)
+	defer n.Close()
+	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
+	for i := range 20 {
+		_, ok := n.db.Lookup(engine.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("key-%02d-of-the-walk", i)}, false, n.db.Meta().NowMs)
+		require.True(t, ok, "claim %d", i)
+	}
+	require.NoError(t, claim(n, "new"))
 }

@@ -144,6 +144,19 @@ func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error)
 	} else {
 		o.logs, o.closeLogs, err = openLogStoreReadOnly(dir, o.stable, log)
 	}
+	// A log that opens but whose entries do not all read (a damaged
+	// entry, a sealed segment damaged or cut short) is unreadable too:
+	// recover applies them all, and failed on the first it could not read.
+	if err == nil {
+		if ls, ok := o.logs.(*LogStore); ok {
+			if last, lerr := ls.LastIndex(); lerr == nil {
+				if i, rerr := unreadableEntry(ls, 0, last); rerr != nil {
+					o.closeLogs()
+					err = &walOpenError{path: ls.path, err: fmt.Errorf("entry %d cannot be read: %w", i, rerr)}
+				}
+			}
+		}
+	}
 	// Not for want of permission or space: those logs are whole, and the
 	// user or the disk is what to fix.
 	if we := (*walOpenError)(nil); errors.As(err, &we) && !errors.Is(err, os.ErrPermission) && !errors.Is(err, syscall.ENOSPC) {
