@@ -121,3 +121,13 @@ func unreadableEntry(s *LogStore, from, to uint64) (uint64, error) {
 	}
 	return 0, nil
 }
+
+// damagedLogAdvice is what to do with a running node whose log holds a
+// damaged entry. A leader cannot send it to a follower that needs it, so
+// that follower stays behind, and removing the leader is then refused for
+// want of a healthy quorum (an operator walk): the leadership moves first,
+// and the followers catch up from the new leader's log.
+func damagedLogAdvice(cfg Config) string {
+	return fmt.Sprintf("If this node leads, first hand the leadership to another voter (idem cluster transfer-leadership --addr %s): a follower that needs the entry then catches up from the new leader. %s",
+		cfg.HTTPAdvertise, lostStateAdvice(cfg))
+}

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -47,13 +48,23 @@ func TestFlippedBitInARaftLogEntryIsRefused(t *testing.T) {
 	b[at+20] ^= 0x01
 	require.NoError(t, os.WriteFile(segs[0], b, 0o600))
 
-	s, err = openWAL(path, nil)
+	var logs bytes.Buffer
+	s, err = openWAL(path, slog.New(slog.NewTextHandler(&logs, nil)))
 	require.NoError(t, err)
 	defer s.Close()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.HTTPAdvertise = "n1", filepath.Dir(path), "127.0.0.1:7070"
+	s.damagedAdvice = damagedLogAdvice(cfg)
 	var l raft.Log
 	err = s.GetLog(21, &l)
 	require.ErrorIs(t, err, errEntryDamaged, "a damaged entry must not be read as good: %q", l.Data)
 	require.ErrorContains(t, err, path)
+	// Said at ERROR with the way out; a leader hands its leadership on
+	// first, or the followers it cannot send the entry to stay behind.
+	require.Contains(t, logs.String(), "level=ERROR")
+	require.Contains(t, logs.String(), path)
+	require.Contains(t, logs.String(), "idem cluster transfer-leadership --addr 127.0.0.1:7070")
+	require.Contains(t, logs.String(), "empty data dir and --join")
 	for _, i := range []uint64{20, 22, 100} {
 		var l raft.Log
 		require.NoError(t, s.GetLog(i, &l))

@@ -225,7 +225,7 @@ func open(cfg Config) (*Node, error) {
 	if n.logStore, err = openLogStore(cfg.DataDir, n.stable, cfg.Logger); err != nil {
 		return nil, logStoreError(err, cfg)
 	}
-	n.logStore.damagedAdvice = lostStateAdvice(cfg)
+	n.logStore.damagedAdvice = damagedLogAdvice(cfg)
 	if n.stable, err = scrubStableStore(cfg.DataDir, n.stable, stableOptions(), cfg.Logger); err != nil {
 		if n.stable == nil {
 			return nil, err
