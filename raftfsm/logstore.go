@@ -287,6 +287,9 @@ func (s *LogStore) open() error {
 	if err := lostMeta(s.path); err != nil {
 		return &walOpenError{path: s.path, err: err}
 	}
+	if why := damagedTail(s.path); why != "" {
+		return &walOpenError{path: s.path, err: errors.New(why)}
+	}
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(rotateWatch{newHCLog(s.log), &s.sealed}))
 	if err != nil {
