@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -201,4 +202,98 @@ func recoverAndCheck(t *testing.T, dir, httpAddr, raftAddr string, args, keys []
 		require.Equal(t, 200, a.code, "%s: %s", key, a)
 	}
 	claimOK(t, httpAddr, "after-recover")
+}
+
+// A bit flips in the leader's raft log, in an entry it applied long ago
+// (a stored response). raft-wal checked no CRC there: the leader, restarted,
+// sent the entry as read to a follower that had been down, and that
+// follower served, and once it led replayed to retries, a response that
+// was not the one acknowledged (a durability walk, three real nodes). Now
+// the leader refuses to start naming its damaged log, the follower never
+// holds the damaged response, and the way out the message gives (rebuild
+// the node from its peers) leaves every acknowledged response on every
+// node, byte for byte.
+func TestDamagedLogEntryIsNeverReplicated(t *testing.T) {
+	ip := testIP("127.0.0.9") // one address, three ports: IDEM_TEST_IP keeps a shared machine's run on its own
+	root := t.TempDir()
+	c := &testCluster{t: t}
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
+			http: freePortOn(t, ip), raft: freePortOn(t, ip)})
+	}
+	var all []string
+	for _, n := range c.nodes {
+		all = append(all, n.http)
+	}
+	for _, n := range c.nodes {
+		n.args = []string{"--node-id", n.id, "--bootstrap-expect", "3", "--join", strings.Join(all, ","), "--min-free-disk", "0"}
+		n.p = launch(t, n.dir, n.http, n.raft, n.args...)
+	}
+	leader := c.leader()
+	body := func(key string) string { return "response-of-" + key + "-" + strings.Repeat("x", 48) }
+	acked := func(addr, key string) {
+		completeOK(t, addr, key, claimOK(t, addr, key).Token, body(key))
+	}
+	var keys []string
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("r-%d", i))
+		acked(leader.http, keys[len(keys)-1])
+	}
+	rest := c.others(leader)
+	behind, other := rest[0], rest[1]
+	behind.kill(t)
+	for i := range 10 {
+		keys = append(keys, fmt.Sprintf("s-%d", i))
+		acked(leader.http, keys[len(keys)-1])
+	}
+	other.stop(t)
+	leader.stop(t)
+
+	segs, err := filepath.Glob(filepath.Join(leader.dir, "raft-wal", "*.wal"))
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	b, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	at := bytes.Index(b, []byte(body("s-5")))
+	require.Positive(t, at)
+	b[at+20] ^= 0x01 // an x becomes a y
+	damaged := strings.Replace(body("s-5"), "x", "y", 1)
+	require.NoError(t, os.WriteFile(segs[0], b, 0o600))
+
+	// The damaged leader and the node that lacks the entry, without the
+	// third: only the damaged log could bring that node up to date.
+	c.restart(leader, nil)
+	c.restart(behind, nil)
+	requireExits(t, leader.p, "a node whose raft log holds a damaged entry must not start")
+	out := leader.p.logs.String()
+	require.Contains(t, out, "raft log entry damaged")
+	require.Contains(t, out, filepath.Join(leader.dir, "raft-wal"))
+	require.Contains(t, out, "idem cluster remove --id "+leader.id)
+	require.Contains(t, out, "empty data dir and --join")
+	a := call("GET", behind.http, recordPath("s-5", "stale"), "")
+	require.NotContains(t, string(a.body), base64Of(damaged), "the damaged response reached a follower")
+
+	// The way out: the healthy members, then remove the damaged node and
+	// start it empty with --join.
+	c.restart(other, nil)
+	waitFor(t, 30*time.Second, "the damaged node removed", func() (bool, string) {
+		out, err := idemCmd(t, "cluster", "remove", "--id", leader.id, "--addr", other.http)
+		return err == nil, out
+	})
+	require.NoError(t, os.Rename(leader.dir, leader.dir+".damaged"))
+	leader.p = launch(t, leader.dir, leader.http, leader.raft, "--node-id", leader.id, "--join", behind.http+","+other.http, "--min-free-disk", "0")
+	c.waitStable(c.nodes...)
+	for _, n := range c.nodes {
+		waitFor(t, 30*time.Second, n.id+" holds every response", func() (bool, string) {
+			for _, key := range keys {
+				a := call("GET", n.http, recordPath(key, "stale"), "")
+				var r recordAnswer
+				if a.err != nil || a.code != 200 || json.Unmarshal(a.body, &r) != nil || r.Record.Response == nil {
+					return false, key + ": " + a.String()
+				}
+				require.Equal(t, body(key), string(r.Record.Response.Body), "%s on %s", key, n.id)
+			}
+			return true, ""
+		})
+	}
 }
