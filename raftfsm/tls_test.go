@@ -323,3 +323,37 @@ func TestNodeCertificateAsTheCAIsNamed(t *testing.T) {
 	require.Contains(t, logs.String(), "--tls-ca-file holds a certificate that is not a CA")
 	require.Contains(t, logs.String(), "CN=n1")
 }
+
+// A node advertised by host name (--raft-advertise n1.example:7071) with a
+// certificate naming only that name: raft recorded and dialled the address
+// resolved to its IP, which such a certificate cannot match, so the nodes
+// never formed a cluster (and a name moved to a new IP was never
+// followed). The name is advertised, dialled and checked as written.
+func TestTLSClusterOfNamedNodes(t *testing.T) {
+	t.Parallel()
+	pki := newTestPKI(t, "named CA")
+	named := func(name string) (*TLS, func(*Config)) {
+		c, k, ca := pki.files(certgen.CertRequest{CommonName: name, DNSNames: []string{"localhost"}})
+		tl, err := LoadTLS(c, k, ca, nil)
+		require.NoError(t, err)
+		return tl, func(cfg *Config) { cfg.RaftAdvertise = "localhost:0" }
+	}
+	c := newMemCluster(t)
+	tl, o := named("n1")
+	n1 := c.openTLS("n1", true, tl, o)
+	require.True(t, strings.HasPrefix(n1.self.RaftAddr, "localhost:"), "advertised %s", n1.self.RaftAddr)
+	c.leader(n1)
+	tl, o = named("n2")
+	n2 := c.openTLS("n2", false, tl, o)
+	c.join(n2, n1)
+	l := c.leader(n1, n2)
+	require.NoError(t, claim(l, "a"))
+	want, idx, err := l.StateHash()
+	require.NoError(t, err)
+	for _, n := range []*Node{n1, n2} {
+		require.Eventually(t, func() bool {
+			h, i, err := n.StateHash()
+			return err == nil && i == idx && h == want
+		}, 10*time.Second, 20*time.Millisecond, "%s did not replicate over TLS", n.self.ID)
+	}
+}

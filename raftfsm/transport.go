@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -95,18 +96,10 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 			return nil, fmt.Errorf("raftfsm: listen on raft address %s: %w", bind, err)
 		}
 	}
-	adv, err := net.ResolveTCPAddr("tcp", advertise)
+	adv, err := advertiseAddr(advertise, ln)
 	if err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
-	}
-	if adv.Port == 0 {
-		// Port 0 asks the kernel for a free port (tests): advertise the one bound.
-		adv.Port = ln.Addr().(*net.TCPAddr).Port
-	}
-	if adv.IP == nil || adv.IP.IsUnspecified() {
-		ln.Close()
-		return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP", ErrConfig, advertise)
+		return nil, err
 	}
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -120,6 +113,43 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 }
 
 func (s *streamLayer) Addr() net.Addr { return s.advertise }
+
+// namedAddr is a raft address advertised as a host name: raft records
+// and dials it as written, so every dial resolves the name again and a
+// TLS peer checks the name against its certificate's DNS names.
+type namedAddr string
+
+func (a namedAddr) Network() string { return "tcp" }
+func (a namedAddr) String() string  { return string(a) }
+
+// advertiseAddr is the raft address other nodes are told to dial. An IP
+// is advertised in its canonical form; a host name is kept as given
+// (resolved once here only so that a name that does not resolve is
+// refused at start): raft records the advertised address in the
+// cluster's configuration, and a name resolved to its IP there was
+// checked against DNS-only certificates, which cannot match it, and
+// never followed the name to a new IP.
+func advertiseAddr(advertise string, ln net.Listener) (net.Addr, error) {
+	adv, err := net.ResolveTCPAddr("tcp", advertise)
+	if err != nil {
+		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
+	}
+	if adv.Port == 0 {
+		// Port 0 asks the kernel for a free port (tests): advertise the one bound.
+		adv.Port = ln.Addr().(*net.TCPAddr).Port
+	}
+	if adv.IP == nil || adv.IP.IsUnspecified() {
+		return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP", ErrConfig, advertise)
+	}
+	host, _, err := net.SplitHostPort(advertise)
+	if err != nil {
+		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
+	}
+	if net.ParseIP(host) != nil {
+		return adv, nil
+	}
+	return namedAddr(net.JoinHostPort(host, strconv.Itoa(adv.Port))), nil
+}
 
 // Accept hands raft the connection at once and leaves the TLS handshake
 // to its first read, in raft's goroutine for that connection: a peer that
