@@ -353,6 +353,16 @@ func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (n
 	d := s.dialer
 	d.Timeout = timeout
 	c, err := d.Dial("tcp", string(address))
+	var ae *net.AddrError
+	if err != nil && d.LocalAddr != nil && errors.As(err, &ae) {
+		// The peer has no address of this node's own IP family (an
+		// IPv6 member of a cluster whose other nodes listen on IPv4, or
+		// the reverse): bound to its own IP, the dial found no address
+		// to try and never connected. It goes from any address of the
+		// peer's family instead.
+		d.LocalAddr = nil
+		c, err = d.Dial("tcp", string(address))
+	}
 	if err != nil || s.tls == nil {
 		return c, err
 	}

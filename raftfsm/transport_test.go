@@ -293,3 +293,22 @@ func TestRaftPortJunkDoesNotHideARefusedMember(t *testing.T) {
 	require.Equal(t, 2, strings.Count(logs.String(), "refused a raft connection"), "one line for each address:\n%s", logs.String())
 	require.Contains(t, logs.String(), "remote-addr=127.0.0.12:", logs.String())
 }
+
+// Raft's dials are bound to the node's own IP; a node on an IPv4 address
+// could not dial a member on IPv6 (or the reverse): the dial failed with
+// "no suitable address found" before connecting, so a member on the other
+// family never received an entry. It dials from any address of the peer's
+// family instead.
+func TestRaftDialsAPeerOfTheOtherIPFamily(t *testing.T) {
+	peer, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	}
+	defer peer.Close()
+	s, err := newStreamLayer("127.0.0.1:0", "127.0.0.1:0", nil, nil, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	c, err := s.Dial(raft.ServerAddress(peer.Addr().String()), time.Second)
+	require.NoError(t, err)
+	c.Close()
+}
