@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -645,6 +646,12 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) e
 	if id == n.self.ID {
 		return fmt.Errorf("%w: %s is this cluster's leader, at %s: give the new node another --node-id (only if %s itself now listens at raft %s, repeat with force)", ErrIDInUse, id, at, id, newRaft)
 	}
+	if sameEndpoint(string(m.Address), newRaft) {
+		// The same socket written another way (a --raft-advertise name
+		// for the IP recorded before, or the reverse): the node that
+		// answers there is the joining one.
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
 	n.measure(ctx)
 	cancel()
@@ -658,6 +665,37 @@ func (n *Node) idInUse(m raft.Server, named map[string][]byte, newRaft string) e
 		return fmt.Errorf("%w: %s answers at %s and is healthy: give the new node another --node-id. Only if the joining node is %s itself, moved with its data dir to new addresses, stop it at the old ones first: it is let in once it no longer answers there", ErrIDInUse, id, at, id)
 	}
 	return nil
+}
+
+// sameEndpoint reports whether raft addresses a and b, written
+// differently, reach the same port of the same IP: a host name in one of
+// them resolves to the other's IP (or both to one IP). A node whose
+// --raft-advertise is a name was recorded at the name's IP by releases
+// that resolved it; restarted, it asks to be recorded at the name, and
+// the member answering at the IP is itself, not a live other node.
+func sameEndpoint(a, b string) bool {
+	ha, pa, err1 := net.SplitHostPort(a)
+	hb, pb, err2 := net.SplitHostPort(b)
+	if err1 != nil || err2 != nil || pa != pb || ha == hb {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	ips := func(h string) []net.IP {
+		if ip := net.ParseIP(h); ip != nil {
+			return []net.IP{ip}
+		}
+		r, _ := net.DefaultResolver.LookupIP(ctx, "ip", h)
+		return r
+	}
+	for _, x := range ips(ha) {
+		for _, y := range ips(hb) {
+			if x.Equal(y) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // answersAt refuses to move a voter to addresses where it does not answer

@@ -444,3 +444,32 @@ func TestLeaderlessMemberSaysWhy(t *testing.T) {
 	n.leaderlessLog.last.Store(0)
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "this node's disk is short of space") }, 5*time.Second, 50*time.Millisecond)
 }
+
+// A member recorded at an IP restarts advertising a name of that IP (its
+// --raft-advertise is a host name, which earlier releases resolved and
+// recorded as the IP) and asks to be recorded at the name: the member
+// answering at the old address is itself, not another live node of that
+// id, yet it was refused id_in_use, every second, for as long as it
+// answered there.
+func TestJoinSameEndpointRespelledIsNotIDInUse(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	c.join(c.open("n3", "", false), n1) // moving a voter of two leaves no healthy quorum
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise, cfg.Bootstrap = "n2", t.TempDir(), "127.0.0.1:0", "mem-n2", false
+	n2 := c.start(cfg)
+	c.join(n2, n1)
+	_, port, err := net.SplitHostPort(n2.Self().RaftAddr)
+	require.NoError(t, err)
+	c.stop(n2)
+	cfg.RaftAddr, cfg.RaftAdvertise = "127.0.0.1:"+port, "localhost:"+port
+	n2 = c.start(cfg)
+	l := c.leader(n1)
+	require.Eventually(t, func() bool { return member(t, l, "n2").Healthy }, 10*time.Second, 20*time.Millisecond)
+	require.Equal(t, "127.0.0.1:"+port, member(t, l, "n2").RaftAddr)
+	_, err = l.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.Equal(t, "localhost:"+port, member(t, l, "n2").RaftAddr)
+}
