@@ -470,6 +470,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if note := trailingLogsNote(c.trailingLogs); note != "" {
 		log.Warn(note)
 	}
+	if note := c.httpAdvertiseNote(); note != "" {
+		log.Warn(note)
+	}
 	defer gcfloor.Start(c.gcFloorBytes).Stop()
 	if err := serve(ctx, c, set, log); err != nil {
 		fmt.Fprintf(stderr, "idem serve: %v\n", permissionHint(err, c.dataDir))
@@ -644,6 +647,31 @@ func (c *serveConfig) formationProblem() (string, error) {
 		return "", fmt.Errorf("--join %s names only this node's own address: a node cannot join itself. %s", c.join, joinSelfAdvice)
 	}
 	return "", nil
+}
+
+// httpAdvertiseNote says, for a node of a cluster (--join or
+// --bootstrap-expect), that the HTTP address it advertises names every
+// interface (--http-addr 0.0.0.0:7070, [::]:7070 or :7070 without
+// --http-advertise): the cluster records it, and a member on another
+// machine dials its own host there, so its forwards and the leader's
+// health checks never reach this node. Not refused: nodes sharing one
+// machine reach each other at it.
+func (c *serveConfig) httpAdvertiseNote() string {
+	if c.join == "" && c.bootstrapExpect == 0 {
+		return ""
+	}
+	adv, flag := c.httpAdvertise, "--http-advertise"
+	if adv == "" {
+		adv, flag = c.httpAddr, "--http-addr"
+	}
+	host, _, err := net.SplitHostPort(adv)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
+		return ""
+	}
+	return fmt.Sprintf("%s %s names every interface, not an address other nodes can dial: the cluster records it as this node's HTTP address, and a member on another machine that forwards a request or checks this node's health there reaches its own machine instead. Give --http-advertise, this node's HTTP address as the others reach it (e.g. 10.0.0.4:7070 or n4.example.com:7070)", flag, adv)
 }
 
 // holdsNode reports whether dir holds node.json, fsm/ or raft.db.

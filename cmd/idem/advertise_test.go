@@ -1,0 +1,31 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// A cluster node on --http-addr 0.0.0.0:7070 with no --http-advertise was
+// recorded at 0.0.0.0:7070, which members on other machines dial as
+// themselves (forwards, health checks), without a word; raft's address
+// has the same rule and is refused.
+func TestHTTPAdvertiseNoteNamesAnUnspecifiedAddress(t *testing.T) {
+	for _, tc := range []struct {
+		c    serveConfig
+		warn string
+	}{
+		{serveConfig{httpAddr: "0.0.0.0:7070", join: "10.0.0.1:7070"}, "--http-addr 0.0.0.0:7070"},
+		{serveConfig{httpAddr: "[::]:7070", bootstrapExpect: 3, join: "a:1,b:1,c:1"}, "--http-addr [::]:7070"},
+		{serveConfig{httpAddr: ":7070", join: "10.0.0.1:7070"}, "--http-addr :7070"},
+		{serveConfig{httpAddr: "[::]:7070", httpAdvertise: "[::]:7070", join: "10.0.0.1:7070"}, "--http-advertise [::]:7070"},
+		{serveConfig{httpAddr: "[::]:7070", httpAdvertise: "[2001:db8::4]:7070", join: "10.0.0.1:7070"}, ""},
+		{serveConfig{httpAddr: "0.0.0.0:7070", httpAdvertise: "n4.example.com:7070", join: "10.0.0.1:7070"}, ""},
+		{serveConfig{httpAddr: "0.0.0.0:7070"}, ""}, // one node: nobody dials it
+		{serveConfig{httpAddr: "[::1]:7070", join: "[::1]:7080"}, ""},
+	} {
+		got := tc.c.httpAdvertiseNote()
+		if tc.warn == "" && got != "" || tc.warn != "" && !strings.HasPrefix(got, tc.warn+" names every interface") {
+			t.Errorf("%+v: note %q, want it to start %q", tc.c, got, tc.warn)
+		}
+	}
+}
