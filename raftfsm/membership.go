@@ -233,7 +233,7 @@ func AddBackCommand(node NodeInfo, member string) string {
 	if member == "" {
 		member = "MEMBER_HTTP_ADDR"
 	}
-	return fmt.Sprintf("%s cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", CommandName, node.ID, node.RaftAddr, node.HTTPAddr, member)
+	return fmt.Sprintf("%s cluster join --id %s --raft-addr %s --node-http-addr %s --addr %s", CommandName, node.ID, ShellWord(node.RaftAddr), ShellWord(node.HTTPAddr), ShellWord(member))
 }
 
 // Errors of membership changes. (They live here rather than in errors.go

@@ -727,6 +727,18 @@ func logStoreError(err error, cfg Config) error {
 // works as printed.
 var CommandName = "idem"
 
+// ShellWord is s as one word of a command to paste into a shell: as it is
+// when it holds only characters no shell treats specially, else in single
+// quotes. An IPv6 address ([::1]:7071) is a glob pattern to a shell: zsh
+// refuses the command ("no matches found") and bash would expand it had
+// a file matched.
+func ShellWord(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789@%+=:,./_-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // lostLogAdvice is what to do with a node whose raft log cannot be read;
 // it never advises deleting the data dir, which may be the only copy.
 func lostLogAdvice(cfg Config) string {
@@ -736,7 +748,7 @@ func lostLogAdvice(cfg Config) string {
 	}
 	return fmt.Sprintf("%s. "+
 		"If every node is in this state, or this is the only node, make a one-node cluster of this node's state with %s recover --data-dir %s --node-id %s --peers %s=%s (it prints what it will do; add --yes to do it), then join the others with empty data dirs",
-		rejoinAdvice(cfg), CommandName, cfg.DataDir, cfg.NodeID, cfg.NodeID, raftAddr)
+		rejoinAdvice(cfg), CommandName, ShellWord(cfg.DataDir), cfg.NodeID, cfg.NodeID, ShellWord(raftAddr))
 }
 
 // lostStateAdvice is what to do with a node whose own files cannot

@@ -229,11 +229,11 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 // while its members and clients use the recorded one.
 func printStartHint(w io.Writer, dataDir, nodeID, raftAddr, httpAddr string) {
 	if httpAddr == "" {
-		fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s\n", raftfsm.CommandName, dataDir, nodeID, raftAddr)
+		fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s\n", raftfsm.CommandName, raftfsm.ShellWord(dataDir), nodeID, raftfsm.ShellWord(raftAddr))
 		fmt.Fprintln(w, "  plus the --http-addr it serves on (127.0.0.1:7070 if left out) and every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 		return
 	}
-	fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s --http-addr %s\n", raftfsm.CommandName, dataDir, nodeID, raftAddr, httpAddr)
+	fmt.Fprintf(w, "start it with: %s serve --data-dir %s --node-id %s --raft-addr %s --http-addr %s\n", raftfsm.CommandName, raftfsm.ShellWord(dataDir), nodeID, raftfsm.ShellWord(raftAddr), raftfsm.ShellWord(httpAddr))
 	fmt.Fprintf(w, "  (%s is the HTTP address the state records for %s, where its members and clients call it: if the node listened elsewhere, such as 0.0.0.0:7070, give that as --http-addr and %s as --http-advertise)\n", httpAddr, nodeID, httpAddr)
 	fmt.Fprintln(w, "  plus every other flag it runs with (TLS, --auth-file, --encryption-key-file)")
 }
