@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -241,12 +242,38 @@ func hostPort(field, v, flag string) *problem {
 func CheckHostPort(v string) error {
 	_, port, err := net.SplitHostPort(v)
 	if err != nil {
+		if hint := IPv6Hint(v); hint != "" {
+			return fmt.Errorf("%w: %s", err, hint)
+		}
 		return err
 	}
 	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
 		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
 	}
 	return nil
+}
+
+// IPv6Hint says how to write v, an IPv6 address given without the
+// brackets a host:port needs around it (::1:7070, or ::1 alone), or in
+// brackets without a port ([::1]); "" for anything else.
+func IPv6Hint(v string) string {
+	is6 := func(h string) bool {
+		a, err := netip.ParseAddr(h)
+		return err == nil && a.Is6() && !a.Is4In6()
+	}
+	if strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]") && is6(v[1:len(v)-1]) {
+		return fmt.Sprintf("add the port after the brackets, e.g. %s:7070", v)
+	}
+	if i := strings.LastIndex(v, ":"); i > 0 && is6(v[:i]) && v[i+1:] != "" && strings.Trim(v[i+1:], "0123456789") == "" {
+		if is6(v) {
+			return fmt.Sprintf("an IPv6 address takes brackets: [%s]:%s (or, if %s is all address, [%s]:PORT)", v[:i], v[i+1:], v, v)
+		}
+		return fmt.Sprintf("an IPv6 address takes brackets: [%s]:%s", v[:i], v[i+1:])
+	}
+	if is6(v) {
+		return fmt.Sprintf("an IPv6 address takes brackets and a port, e.g. [%s]:7070", v)
+	}
+	return ""
 }
 
 // NodeIDPattern is what a node id may be (idem serve --node-id).

@@ -591,6 +591,9 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 			bad = checkHostPort(u.Host) != nil
 		}
 		if bad {
+			if hint := ipv6Hint(strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(p, "http://"), "https://"), "/")); hint != "" {
+				return "", fmt.Errorf("%s %q is not host:port or a URL: %s", name, redact.BrokenAddr(p), hint)
+			}
 			return "", fmt.Errorf("%s %q is not host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name, redact.BrokenAddr(p))
 		}
 		if strings.Contains(p, "@") {

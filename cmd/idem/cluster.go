@@ -75,6 +75,9 @@ func joinFlagsProblem(id, raftAddr, httpAddr string) string {
 		{"--node-http-addr", httpAddr, "--http-addr", "10.0.0.4:7070"},
 	} {
 		if host, _, _ := net.SplitHostPort(f.v); host == "" || checkHostPort(f.v) != nil {
+			if hint := ipv6Hint(f.v); hint != "" {
+				return fmt.Sprintf("%s %q must be host:port, the node's own %s: %s", f.name, f.v, f.serveFlag, hint)
+			}
 			return fmt.Sprintf("%s %q must be host:port, the node's own %s (e.g. %s)", f.name, f.v, f.serveFlag, f.example)
 		}
 	}

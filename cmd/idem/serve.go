@@ -386,6 +386,9 @@ func (c *serveConfig) lowerUnreachableLimits() []string {
 // addresses: the flags that name addresses hold the same rule.
 var checkHostPort = api.CheckHostPort
 
+// ipv6Hint says how to write an IPv6 address given without brackets.
+var ipv6Hint = api.IPv6Hint
+
 // checkDialableRaftAddr is the rule for a raft address written into a raft
 // configuration offline (snapshot restore --raft-addr, recover --peers):
 // idem serve refuses the same address as its --raft-addr or
