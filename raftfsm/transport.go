@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"container/list"
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -96,13 +97,13 @@ func newStreamLayer(bind, advertise string, ln net.Listener, t *TLS, log *slog.L
 			return nil, fmt.Errorf("raftfsm: listen on raft address %s: %w", bind, err)
 		}
 	}
-	adv, err := advertiseAddr(advertise, ln)
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	adv, err := advertiseAddr(advertise, ln, log)
 	if err != nil {
 		ln.Close()
 		return nil, err
-	}
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
 	}
 	s := &streamLayer{Listener: ln, advertise: adv, tls: t, log: log,
 		slots: make(chan struct{}, DefaultMaxInboundRaftConns), firstByte: handshakeTimeout, done: make(chan struct{})}
@@ -123,37 +124,51 @@ func (a namedAddr) Network() string { return "tcp" }
 func (a namedAddr) String() string  { return string(a) }
 
 // advertiseAddr is the raft address other nodes are told to dial. An IP
-// is advertised in its canonical form; a host name is kept as given
-// (resolved once here only so that a name that does not resolve is
-// refused at start): raft records the advertised address in the
-// cluster's configuration, and a name resolved to its IP there was
-// checked against DNS-only certificates, which cannot match it, and
-// never followed the name to a new IP.
-func advertiseAddr(advertise string, ln net.Listener) (net.Addr, error) {
-	adv, err := net.ResolveTCPAddr("tcp", advertise)
+// is advertised in its canonical form; a host name is kept as given: raft
+// records the advertised address in the cluster's configuration, and a
+// name resolved to its IP there was checked against DNS-only
+// certificates, which cannot match it, and never followed the name to a
+// new IP. A name that does not resolve yet is advertised all the same,
+// with a warning: a Kubernetes headless service publishes a pod's name
+// only once the pod is ready, which a node refusing to start without it
+// never is.
+func advertiseAddr(advertise string, ln net.Listener, log *slog.Logger) (net.Addr, error) {
+	host, port, err := net.SplitHostPort(advertise)
 	if err != nil {
 		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
 	}
-	if adv.Port == 0 {
+	p, err := net.LookupPort("tcp", port)
+	if err != nil {
+		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
+	}
+	if p == 0 {
 		// Port 0 asks the kernel for a free port (tests): advertise the one bound.
-		adv.Port = ln.Addr().(*net.TCPAddr).Port
+		p = ln.Addr().(*net.TCPAddr).Port
 	}
-	if adv.IP == nil || adv.IP.IsUnspecified() {
-		return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP", ErrConfig, advertise)
-	}
-	host, _, err := net.SplitHostPort(advertise)
-	if err != nil {
-		return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
-	}
-	if net.ParseIP(host) != nil {
+	if host == "" || net.ParseIP(host) != nil {
+		adv, err := net.ResolveTCPAddr("tcp", net.JoinHostPort(host, strconv.Itoa(p)))
+		if err != nil {
+			return nil, fmt.Errorf("%w: raft advertise address %q: %w", ErrConfig, advertise, err)
+		}
+		if adv.IP == nil || adv.IP.IsUnspecified() {
+			return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP", ErrConfig, advertise)
+		}
 		return adv, nil
 	}
-	return namedAddr(net.JoinHostPort(host, strconv.Itoa(adv.Port))), nil
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ips, err := net.DefaultResolver.LookupIP(ctx, "ip", host)
+	if err != nil {
+		log.Warn("the raft advertise address's name does not resolve here (yet): it is advertised as it is, and the other nodes reach this node only once it resolves for them", "raft-advertise", advertise, "error", err)
+	}
+	for _, ip := range ips {
+		if ip.IsUnspecified() {
+			return nil, fmt.Errorf("%w: raft advertise address %q must name a routable IP: %s resolves to %s", ErrConfig, advertise, host, ip)
+		}
+	}
+	return namedAddr(net.JoinHostPort(host, strconv.Itoa(p))), nil
 }
 
-// Accept hands raft the connection at once and leaves the TLS handshake
-// to its first read, in raft's goroutine for that connection: a peer that
-// stalls its handshake must not hold up the accept loop.
 func (s *streamLayer) Accept() (net.Conn, error) {
 	select {
 	case <-s.done:

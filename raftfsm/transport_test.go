@@ -312,3 +312,17 @@ func TestRaftDialsAPeerOfTheOtherIPFamily(t *testing.T) {
 	require.NoError(t, err)
 	c.Close()
 }
+
+// A --raft-advertise name that did not resolve when the node started was
+// refused (exit 1, after the data dir was made): a Kubernetes headless
+// service publishes a pod's name only once it is ready, which a node that
+// never starts never is. It is advertised as given, with a warning.
+func TestRaftAdvertisesANameNotResolvingYet(t *testing.T) {
+	var logs logBuffer
+	s, err := newStreamLayer("127.0.0.1:0", "idem-not-yet.invalid:0", nil, nil, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	defer s.Close()
+	require.True(t, strings.HasPrefix(s.Addr().String(), "idem-not-yet.invalid:"), s.Addr().String())
+	require.NotEqual(t, "idem-not-yet.invalid:0", s.Addr().String())
+	require.Contains(t, logs.String(), "does not resolve")
+}
