@@ -10,7 +10,8 @@
 # CLUSTER_HTTP_PORT and CLUSTER_RAFT_PORT move the ports (7070, 7071) when
 # they are taken; CLUSTER_IPS the three addresses ("127.0.0.1 127.0.0.2
 # 127.0.0.3"; a machine without 127.0.0.2 and .3 can give one address three
-# times with distinct ports: see below); CLUSTER_DATA the data (./cluster-data).
+# times with distinct ports: see below; IPv6 without brackets: "::1 ::1 ::1");
+# CLUSTER_DATA the data (./cluster-data).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=${CLUSTER_DATA:-./cluster-data}
@@ -23,9 +24,11 @@ if [ "${#ips[@]}" -ne 3 ]; then
 fi
 for ip in "${ips[@]}"; do
   case $ip in
-  *:*) echo "CLUSTER_IPS takes IPv4 addresses (got $ip)" >&2; exit 2 ;;
+  \[*) echo "CLUSTER_IPS takes IPv6 addresses without brackets (got $ip; give ${ip//[\[\]]/})" >&2; exit 2 ;;
   esac
 done
+# hp IP PORT: host:port, an IPv6 address in brackets ([::1]:7070).
+hp() { case $1 in *:*) echo "[$1]:$2" ;; *) echo "$1:$2" ;; esac; }
 # One address three times: each node gets its own ports (HTTP, raft) + 10*(i-1).
 same=0
 if [ "${ips[0]}" = "${ips[1]}" ] || [ "${ips[1]}" = "${ips[2]}" ] || [ "${ips[0]}" = "${ips[2]}" ]; then
@@ -43,14 +46,15 @@ if [ "$same" = 1 ]; then
     done
   done
 fi
-peers=${ips[0]}:$(httpOf 1),${ips[1]}:$(httpOf 2),${ips[2]}:$(httpOf 3)
+peers=$(hp "${ips[0]}" "$(httpOf 1)"),$(hp "${ips[1]}" "$(httpOf 2)"),$(hp "${ips[2]}" "$(httpOf 3)")
 # Every address must be free before anything starts: with one taken (a
 # `make run` node on 127.0.0.1:7070, say) that node failed alone while the
 # other two went on, and joined whatever cluster answered there.
 taken=()
 for i in 1 2 3; do
-  for a in "${ips[$((i - 1))]}:$(httpOf "$i")" "${ips[$((i - 1))]}:$(raftOf "$i")"; do
-    if (exec 3<>"/dev/tcp/${a%:*}/${a##*:}") 2>/dev/null; then taken+=("$a (n$i)"); fi
+  ip=${ips[$((i - 1))]}
+  for port in "$(httpOf "$i")" "$(raftOf "$i")"; do
+    if (exec 3<>"/dev/tcp/$ip/$port") 2>/dev/null; then taken+=("$(hp "$ip" "$port") (n$i)"); fi
   done
 done
 if [ "${#taken[@]}" -gt 0 ]; then
@@ -82,7 +86,7 @@ for i in 1 2 3; do
   (trap '' INT TERM; exec sed -u "s/^/[n$i] /" <"$fifos/n$i") &
   prefixers+=($!)
   bin/idem serve --node-id "n$i" --data-dir "$data/n$i" \
-    --http-addr "${ips[$((i - 1))]}:$(httpOf "$i")" --raft-addr "${ips[$((i - 1))]}:$(raftOf "$i")" \
+    --http-addr "$(hp "${ips[$((i - 1))]}" "$(httpOf "$i")")" --raft-addr "$(hp "${ips[$((i - 1))]}" "$(raftOf "$i")")" \
     --bootstrap-expect 3 --join "$peers" "${@//\{id\}/n$i}" >"$fifos/n$i" 2>&1 &
   nodes+=($!)
 done
