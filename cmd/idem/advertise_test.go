@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os/exec"
 	"strings"
 	"testing"
 )
@@ -27,5 +28,14 @@ func TestHTTPAdvertiseNoteNamesAnUnspecifiedAddress(t *testing.T) {
 		if tc.warn == "" && got != "" || tc.warn != "" && !strings.HasPrefix(got, tc.warn+" names every interface") {
 			t.Errorf("%+v: note %q, want it to start %q", tc.c, got, tc.warn)
 		}
+	}
+}
+
+// idem proxy refused --listen ::1:8080 and --store ::1:7070 with "is not
+// host:port" and url.Parse's "invalid port", naming no form that works.
+func TestProxyAddressErrorsShowTheIPv6Form(t *testing.T) {
+	out, err := exec.Command(binary, "proxy", "--listen", "::1:8080", "--upstream", "http://127.0.0.1:1", "--store", "::1:7070").CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "[::1]:8080") || !strings.Contains(string(out), "[::1]:7070") {
+		t.Errorf("idem proxy --listen ::1:8080 --store ::1:7070: %v\n%s\nwant [::1]:8080 and [::1]:7070 named", err, out)
 	}
 }

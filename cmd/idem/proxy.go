@@ -206,7 +206,11 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if c.listen == "" {
 		bad("listen", "required (e.g. --listen 127.0.0.1:8080)")
 	} else if _, port, err := net.SplitHostPort(c.listen); err != nil || port == "" {
-		bad("listen", "%q is not host:port", c.listen)
+		if hint := ipv6Hint(c.listen); hint != "" {
+			bad("listen", "%q is not host:port: %s", c.listen, hint)
+		} else {
+			bad("listen", "%q is not host:port", c.listen)
+		}
 	} else if err := checkHostPort(c.listen); err != nil {
 		// 127.0.0.1:99999 got as far as listening (exit 1, "invalid port").
 		bad("listen", "%q is not host:port with a port from 1 to 65535: %v", c.listen, err)

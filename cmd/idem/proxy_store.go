@@ -54,6 +54,9 @@ func parseStores(list string, withTLS bool) ([]*url.URL, error) {
 			// url.Parse's error quotes the address, password included.
 			return nil, errors.New("an address with user info is not a URL: want host:port or scheme://host:port")
 		case err != nil:
+			if hint := ipv6Hint(strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(part), "http://"), "https://")); hint != "" {
+				return nil, fmt.Errorf("%q: %s", part, hint)
+			}
 			return nil, fmt.Errorf("%q: %w", part, err)
 		case u.User != nil:
 			return nil, fmt.Errorf("%q: an address takes no user info (the store token authenticates: --store-token-file)", u.Redacted())
