@@ -137,11 +137,15 @@ func withPeerTLS(tr *http.Transport, t *raftfsm.TLS, dialTimeout time.Duration) 
 }
 
 // peerURL is the URL of uri on the node at addr: https when nodes speak TLS.
+// The host is escaped as a URL's: a link-local IPv6 address's zone
+// ([fe80::1%eth0]:7070) is written %25eth0, where "http://"+addr did not
+// parse ("invalid URL escape") and no request reached that node.
 func peerURL(t *raftfsm.TLS, addr, uri string) string {
+	scheme := "http"
 	if t != nil {
-		return "https://" + addr + uri
+		scheme = "https"
 	}
-	return "http://" + addr + uri
+	return (&url.URL{Scheme: scheme, Host: addr}).String() + uri
 }
 
 // notAppliedHeader marks the answer to a forwarded request that the node

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -175,7 +176,7 @@ type member struct {
 }
 
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
-	req, err := http.NewRequestWithContext(ctx, method, m.c.tls.scheme()+"://"+addr+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, method, (&url.URL{Scheme: m.c.tls.scheme(), Host: addr}).String()+path, bytes.NewReader(body))
 	if err != nil {
 		return nil, 0, err
 	}
