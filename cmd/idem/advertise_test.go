@@ -39,3 +39,14 @@ func TestProxyAddressErrorsShowTheIPv6Form(t *testing.T) {
 		t.Errorf("idem proxy --listen ::1:8080 --store ::1:7070: %v\n%s\nwant [::1]:8080 and [::1]:7070 named", err, out)
 	}
 }
+
+// idem tls cert --ip [::1] (or an address with its port, as --raft-advertise
+// takes it) was "not an IP address", without the form --ip takes.
+func TestTLSCertIPShowsTheBareAddress(t *testing.T) {
+	for ip, want := range map[string]string{"[::1]": "--ip ::1)", "[2001:db8::1]:7071": "--ip 2001:db8::1)", "10.0.0.1:7071": "--ip 10.0.0.1)"} {
+		out, err := exec.Command(binary, "tls", "cert", "--dir", t.TempDir(), "--name", "n1", "--ip", ip).CombinedOutput()
+		if err == nil || !strings.Contains(string(out), want) {
+			t.Errorf("idem tls cert --ip %s: %v\n%s\nwant %q", ip, err, out, want)
+		}
+	}
+}

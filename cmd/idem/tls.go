@@ -523,7 +523,13 @@ func runTLSCert(args []string, stdout, stderr io.Writer) int {
 	for _, s := range splitList(*ips) {
 		ip := net.ParseIP(s)
 		if ip == nil {
-			problems = append(problems, fmt.Sprintf("--ip %q is not an IP address", s))
+			if h, _, err := net.SplitHostPort(s); err == nil && net.ParseIP(h) != nil {
+				problems = append(problems, fmt.Sprintf("--ip %q is not an IP address: give the address alone, without a port or brackets (--ip %s)", s, h))
+			} else if t := strings.TrimSuffix(strings.TrimPrefix(s, "["), "]"); t != s && net.ParseIP(t) != nil {
+				problems = append(problems, fmt.Sprintf("--ip %q is not an IP address: give it without brackets (--ip %s)", s, t))
+			} else {
+				problems = append(problems, fmt.Sprintf("--ip %q is not an IP address", s))
+			}
 			continue
 		}
 		ipList = append(ipList, ip)
