@@ -276,9 +276,7 @@ func open(cfg Config) (*Node, error) {
 	}
 	cfg.RaftAdvertise = stream.Addr().String()
 	n.self.RaftAddr = cfg.RaftAdvertise
-	n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(cfg.Logger),
-	})
+	n.trans = newRaftTransport(stream, cfg.Logger)
 	if cfg.TLS != nil {
 		n.stream = stream
 		n.stopTLS = cfg.TLS.onReload(func(old, cur *tlsMaterial) { n.tlsReloaded(stream, old, cur) })

@@ -466,3 +466,10 @@ func (c *serverConn) Write(b []byte) (int, error) {
 	}
 	return c.Conn.Write(b)
 }
+
+// newRaftTransport is the raft transport of a node over stream.
+func newRaftTransport(stream raft.StreamLayer, log *slog.Logger) *raft.NetworkTransport {
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(log),
+	})
+}
