@@ -84,9 +84,8 @@ type foreignGuard struct {
 
 // AppendEntries is the transport's, and learns from a member's answer that
 // this node was left out of a recovery (superseded.go). Raft's heartbeats
-// come this way, so a leader learns it within one heartbeat; entries may
-// also go by a pipeline, whose errors are not looked at: the heartbeats
-// suffice.
+// and appends come this way (pipelining is off, see newRaftTransport), so
+// a leader learns it within one heartbeat.
 func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
 	err := g.NetworkTransport.AppendEntries(id, target, args, resp)
 	g.toldLeftOut(id, target, err)

@@ -385,7 +385,7 @@ func open(cfg Config) (*Node, error) {
 // connections already open. When the CA file changed, it closes the raft
 // connections, both ways, whose peer's certificate the new CAs do not
 // verify; when this node's certificate changed, it closes those it
-// dialled (pipelines included). Either way it drops the transport's
+// dialled. Either way it drops the transport's
 // pooled connections and ends its inbound handlers after their current
 // request (CloseStreams), so both ends dial again with the new files;
 // raft reconnects by itself.

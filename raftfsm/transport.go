@@ -85,7 +85,7 @@ const handshakeTimeout = 10 * time.Second
 
 // DefaultMaxInboundRaftConns bounds the raft connections peers hold open
 // to this node (Config.MaxInboundRaftConns). Each peer keeps a handful (a
-// pool of 3 per target, plus a pipeline and snapshot streams), so 256
+// pool of 3 per target, plus snapshot streams), so 256
 // serves dozens of members.
 const DefaultMaxInboundRaftConns = 256
 
@@ -468,8 +468,21 @@ func (c *serverConn) Write(b []byte) (int, error) {
 }
 
 // newRaftTransport is the raft transport of a node over stream.
+//
+// Pipelined replication is off (MaxRPCsInFlight 1: every append waits for
+// its answer). raft's pipeline can wedge for good: when a follower refuses
+// an append (a newer term, a log that does not match, a write that failed)
+// the pipeline's decoder returns, and if the send loop picks a new entry
+// over that exit, its next send parks for ever on a channel no one reads.
+// The follower then gets heartbeats and no entry again, so no election
+// mends it; the leader commits nothing if it needs that follower for a
+// quorum; raft's Shutdown waits for the parked goroutine for ever
+// (hashicorp/raft issue 612; TestReplicationSurvivesAFollowerThatRefusesAppends).
+// raft's own notes find the pipeline of little use next to batching,
+// which idem does (MaxAppendEntries).
 func newRaftTransport(stream raft.StreamLayer, log *slog.Logger) *raft.NetworkTransport {
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(log),
+		MaxRPCsInFlight: 1,
 	})
 }
