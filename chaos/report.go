@@ -27,6 +27,8 @@ type Report struct {
 	Readiness   []ReadySample
 	Missing     []string // nemesis kinds asked for that never ran
 	Diags       []Diag   // captures of nodes that stayed unready (diag.go)
+	// ForcedStops are graceful stops (SIGTERM) that needed SIGKILL.
+	ForcedStops []ForcedStop
 	HistoryPath string
 	HTMLPath    string
 }
@@ -165,6 +167,12 @@ func (r *Report) Summary(w io.Writer) {
 			line += " (" + d.Note + ")"
 		}
 		fmt.Fprintln(w, line)
+	}
+	if len(r.ForcedStops) > 0 {
+		fmt.Fprintf(w, "graceful stops: %d did not end within their grace after SIGTERM and were killed (a node that hangs on SIGTERM is a bug: see its log)\n", len(r.ForcedStops))
+		for _, f := range r.ForcedStops {
+			fmt.Fprintf(w, "  %s: SIGTERM at %s, SIGKILL %s later\n", f.Node, strings.TrimSpace(secs(f.At)), f.Grace)
+		}
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)

@@ -305,6 +305,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	}
 
 	h := NewHistory()
+	cl.clock = h.Now
 	mon := NewMonitor(cl, h, 250*time.Millisecond)
 	mon.diag = newDiagnoser(cl, h, diagDir, cfg.ReadyBound/2)
 	mctx, mcancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -400,6 +401,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	mcancel()
 	<-monDone
 	cl.StopAll()
+	rep.ForcedStops = cl.ForcedStops()
 	rep.Elapsed = time.Duration(h.Now())
 	rep.Ops, rep.Events, rep.Readiness = h.Ops(), h.Events(), mon.Samples()
 	rep.Diags = mon.diag.Diags()
