@@ -99,6 +99,7 @@ func (n *Node) checkLogEntries() error {
 	if list, err := n.snaps.List(); err == nil && len(list) > 0 {
 		from = list[0].Index
 	}
+	n.noteLogScan(from, last)
 	if i, err := unreadableEntry(n.logStore, from+1, last); err != nil {
 		return fmt.Errorf("raftfsm: the raft log in %s cannot be read at entry %d (%w): a segment file of it is damaged or cut short, and this node cannot start from it; nothing was changed. %s",
 			n.logStore.path, i, err, lostLogAdvice(n.cfg))

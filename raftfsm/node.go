@@ -323,7 +323,6 @@ func open(cfg Config) (*Node, error) {
 	trans.votes = n
 	trans.leftOut, trans.onLeftOut, trans.onTwin = leftOut, n.superseded, n.probedByTwin
 	if existing {
-		n.noteLogScan()
 		if err := n.checkLogEntries(); err != nil {
 			return nil, err
 		}
@@ -1876,15 +1875,9 @@ var logScanNote uint64 = 50_000
 // its configuration before the node listens: with 211,657 (a high
 // --snapshot-threshold, a kill -9) a start was silent for seconds, /healthz
 // refused, and a SIGTERM waited for the end of it (a crash walk).
-func (n *Node) noteLogScan() {
-	last, err := n.logStore.LastIndex()
-	if err != nil {
-		return
-	}
-	var from uint64
-	if list, err := n.snaps.List(); err == nil && len(list) > 0 {
-		from = list[0].Index
-	}
+// Its caller, checkLogEntries, reads those entries first, and gives it
+// their range: from, the newest snapshot's index, to last.
+func (n *Node) noteLogScan(from, last uint64) {
 	if last > from && last-from > logScanNote {
 		n.log.Info("reading the raft log's entries above the newest snapshot before raft starts (for its configuration); the node listens once done, and entries above the state's applied index are applied after that",
 			"entries", last-from, "snapshot-index", from, "log-last-index", last, "applied-index", n.db.Meta().Applied)
