@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -184,12 +185,7 @@ func (n *Node) retentionHold(c *Command) error {
 		return nil
 	}
 	err := &RetentionHeldError{Leader: n.self.ID, Retention: n.cfg.Retention, HandingTo: v.handOffTarget(n.self.ID)}
-	ids := make([]string, 0, len(v.flags))
-	for id := range v.flags {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(v.flags)) {
 		switch d := v.flags[id]; {
 		case d != 0:
 			err.Flags = append(err.Flags, id+" "+d.String())
@@ -233,12 +229,7 @@ func (v *retentionView) handOffTarget(self string) string {
 			count[d]++
 		}
 	}
-	ids := make([]string, 0, len(v.healthy))
-	for id := range v.healthy {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	for _, id := range ids {
+	for _, id := range slices.Sorted(maps.Keys(v.healthy)) {
 		if id != self && count[v.flags[id]] > len(v.flags)/2 {
 			return id
 		}
