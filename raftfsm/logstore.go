@@ -287,8 +287,12 @@ func (s *LogStore) open() error {
 	if err := lostMeta(s.path); err != nil {
 		return &walOpenError{path: s.path, err: err}
 	}
-	if why := damagedTail(s.path); why != "" {
-		return &walOpenError{path: s.path, err: errors.New(why)}
+	damaged, torn := tailState(s.path)
+	if damaged != "" {
+		return &walOpenError{path: s.path, err: errors.New(damaged)}
+	}
+	if torn != "" {
+		s.log.Warn("raft log: "+torn, "dir", s.path)
 	}
 	meta := &metadb.BoltMetaDB{}
 	w, err := wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(rotateWatch{newHCLog(s.log), &s.sealed}))

@@ -34,26 +34,92 @@ const (
 
 var walCRC = crc32.MakeTable(crc32.Castagnoli)
 
-// damagedTail returns why the newest segment in dir is damaged before its
-// end, "" when it is whole or only its end is torn (or it cannot be read:
-// raft-wal says so).
-func damagedTail(dir string) string {
+// tailState says what raft-wal will make of the newest segment in dir:
+// damaged, why it is damaged before its end ("" when it is whole or only
+// its end is torn, or it cannot be read: raft-wal says so); torn, what a
+// crash left unsynced at its end, which raft-wal leaves out as it opens
+// ("" when nothing), for the log.
+func tailState(dir string) (damaged, torn string) {
 	segs, _ := filepath.Glob(filepath.Join(dir, "*.wal"))
 	if len(segs) == 0 {
-		return ""
+		return "", ""
 	}
 	sort.Strings(segs) // fixed-width base indexes
 	tail := segs[len(segs)-1]
 	b, err := readWritten(tail)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	stop := walStop(b)
 	if off, ok := wholeBatchAfter(b, stop); ok {
 		return fmt.Sprintf("%s cannot be read past byte %d, but holds a whole batch of entries at byte %d, written and synced after it: the bytes before are damaged, not a write torn by a crash",
-			filepath.Base(tail), stop, off)
+			filepath.Base(tail), stop, off), ""
 	}
-	return ""
+	keep, first, dropped := tornEnd(b, stop)
+	if dropped == 0 {
+		return "", ""
+	}
+	return "", fmt.Sprintf("%s holds %d entries from index %d after its last synced batch (byte %d): a write cut short by a crash (this one or an earlier one, until an append writes over them), never acknowledged and not part of the log",
+		filepath.Base(tail), dropped, first, keep)
+}
+
+// tornEnd is where raft-wal's recovery of a segment's tail (its
+// Writer.recoverTail) keeps b up to, reading frames up to stop, and the
+// entry frames it drops after that point (the index of the first, and how
+// many): entries after the last commit frame, or the last batch when its
+// commit's checksum does not cover it. Frames left over from a torn write
+// that a later append wrote over in part are not counted: their indexes do
+// not follow the kept entries'.
+func tornEnd(b []byte, stop int) (keep int, first uint64, dropped int) {
+	type commit struct{ off, entries int }
+	var prev, last *commit
+	var entries []int
+	for off := walFileHeader; off < stop; {
+		typ, next, ok := frame(b, off, false)
+		if !ok {
+			break
+		}
+		switch typ {
+		case walFrameEntry:
+			entries = append(entries, off)
+		case walFrameCommit:
+			prev, last = last, &commit{off, len(entries)}
+		}
+		off = next
+	}
+	kept := 0
+	switch {
+	case last == nil:
+		keep = walFileHeader
+	case last.entries < len(entries):
+		keep, kept = last.off+walFrameHeader, last.entries
+	default:
+		from := 0 // the first batch's checksum covers the file header
+		if prev != nil {
+			from = prev.off + walFrameHeader
+		}
+		if crc32.Checksum(b[from:last.off], walCRC) == binary.LittleEndian.Uint32(b[last.off+4:last.off+8]) {
+			return last.off + walFrameHeader, 0, 0
+		}
+		keep = walFileHeader
+		if prev != nil {
+			keep, kept = prev.off+walFrameHeader, prev.entries
+		}
+	}
+	if kept == len(entries) {
+		return keep, 0, 0
+	}
+	// An entry frame's payload starts with the entry's index (raft-wal's
+	// binary codec).
+	index := func(off int) uint64 {
+		i, _ := binary.Uvarint(b[off+walFrameHeader:])
+		return i
+	}
+	first = index(entries[kept])
+	if kept > 0 && first != index(entries[kept-1])+1 {
+		return keep, 0, 0
+	}
+	return keep, first, len(entries) - kept
 }
 
 // readWritten reads path up to the first MiB that is all zeros (the

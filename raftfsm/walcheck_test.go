@@ -1,9 +1,13 @@
 package raftfsm
 
 import (
+	"bytes"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -67,10 +71,81 @@ func TestDamageBeforeTheEndOfTheNewestSegmentIsRefused(t *testing.T) {
 	}
 	clear(b[end-40 : end])
 	require.NoError(t, os.WriteFile(seg, b, 0o600))
-	s, err := openWAL(path, nil)
+	var logged bytes.Buffer
+	s, err := openWAL(path, slog.New(slog.NewTextHandler(&logged, nil)))
 	require.NoError(t, err, "a torn last batch is a crash's")
-	defer s.Close()
 	last, err := s.LastIndex()
 	require.NoError(t, err)
 	require.Equal(t, uint64(90), last)
+	require.NoError(t, s.Close())
+	// What the crash dropped is said, once; a whole log says nothing.
+	require.Contains(t, logged.String(), "level=WARN")
+	require.Contains(t, logged.String(), "holds 10 entries from index 91 after its last synced batch")
+	require.Equal(t, 1, strings.Count(logged.String(), "cut short by a crash"))
+	// Until the next append writes over them, the torn bytes are there and
+	// said at every open; after it, not.
+	logged.Reset()
+	s, err = openWAL(path, slog.New(slog.NewTextHandler(&logged, nil)))
+	require.NoError(t, err)
+	require.Contains(t, logged.String(), "holds 10 entries from index 91 after its last synced batch")
+	var again []*raft.Log
+	for j := uint64(91); j <= 100; j++ {
+		again = append(again, &raft.Log{Index: j, Term: 2, Type: raft.LogCommand, Data: fmt.Appendf(nil, "again-%03d", j)})
+	}
+	require.NoError(t, s.StoreLogs(again))
+	require.NoError(t, s.Close())
+	logged.Reset()
+	s, err = openWAL(path, slog.New(slog.NewTextHandler(&logged, nil)))
+	require.NoError(t, err)
+	last, err = s.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(100), last)
+	require.NoError(t, s.Close())
+	require.NotContains(t, logged.String(), "crash", "the append after the crash wrote over the torn batch")
+	path, _ = build(t)
+	s, err = openWAL(path, slog.New(slog.NewTextHandler(&logged, nil)))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NotContains(t, logged.String(), "crash")
+}
+
+// A crash can stop a batch's write after its entries and before its commit
+// frame, or cut the commit frame's checksum short of what it covers: both
+// are dropped by raft-wal as it opens, and said.
+func TestTornEndsAreSaid(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "raft-wal")
+	require.NoError(t, os.Mkdir(path, 0o700))
+	s, err := openWAL(path, nil)
+	require.NoError(t, err)
+	for i := uint64(1); i <= 30; i += 10 {
+		var batch []*raft.Log
+		for j := i; j < i+10; j++ {
+			batch = append(batch, &raft.Log{Index: j, Term: 1, Type: raft.LogCommand, Data: fmt.Appendf(nil, "entry-%03d", j)})
+		}
+		require.NoError(t, s.StoreLogs(batch))
+	}
+	require.NoError(t, s.Close())
+	segs, err := filepath.Glob(filepath.Join(path, "*.wal"))
+	require.NoError(t, err)
+	b, err := os.ReadFile(segs[0])
+	require.NoError(t, err)
+	stop := walStop(b)
+	keep, _, dropped := tornEnd(b, stop)
+	require.Equal(t, 0, dropped)
+	require.Equal(t, stop, keep, "a whole log is kept to its end")
+
+	// The last commit frame lost: its ten entries are after the last commit.
+	c := b[:stop-walFrameHeader]
+	keep, first, dropped := tornEnd(c, walStop(c))
+	require.Equal(t, 10, dropped)
+	require.Equal(t, uint64(21), first)
+	require.Less(t, keep, len(c))
+
+	// The last commit frame there, its checksum not covering what was written.
+	d := slices.Clone(b)
+	d[stop-walFrameHeader-1] ^= 0x01 // the last entry's last padding or data byte
+	keep2, first, dropped := tornEnd(d, walStop(d))
+	require.Equal(t, 10, dropped)
+	require.Equal(t, uint64(21), first)
+	require.Equal(t, keep, keep2, "both cut at the end of the second batch")
 }
