@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"runtime"
 
 	"github.com/hashicorp/raft"
 )
@@ -84,27 +85,55 @@ func openEntry(l *raft.Log) error {
 	return nil
 }
 
-// checkLogEntries reads the entries raft reads as it starts (those above
-// the newest snapshot, for their configurations), so that a log it cannot
-// read is refused with what to do: raft panicked on it in NewRaft, with a
-// goroutine dump and raft-wal's bare text ("WAL is corrupt: corrupt frame
-// header with unknown type 183", "failed to read segment index: EOF" for a
-// sealed segment damaged or cut short).
-func (n *Node) checkLogEntries() error {
+// newRaft starts raft on the node's stores. raft reads the log's entries
+// above the newest snapshot as it starts (for their configurations) and
+// panicked on one it could not read, with a goroutine dump and raft-wal's
+// bare text ("WAL is corrupt: corrupt frame header with unknown type 183",
+// "failed to read segment index: EOF" for a sealed segment damaged or cut
+// short, or the entry's checksum). The panic is in NewRaft's own goroutine,
+// before raft starts any of its own: such a log is refused here with what
+// to do, naming the first entry that does not read.
+func (n *Node) newRaft(rc *raft.Config, logs raft.LogStore, trans raft.Transport) (r *raft.Raft, err error) {
+	defer func() {
+		p := recover()
+		if p == nil {
+			return
+		}
+		if _, ok := p.(runtime.Error); ok {
+			panic(p)
+		}
+		if _, ok := p.(error); !ok {
+			panic(p)
+		}
+		from, last, _ := n.logAboveSnapshot()
+		i, ierr := unreadableEntry(n.logStore, from+1, last)
+		if ierr == nil {
+			panic(p) // not the log's
+		}
+		r, err = nil, fmt.Errorf("raftfsm: the raft log in %s cannot be read at entry %d (%w): a segment file of it is damaged or cut short, and this node cannot start from it; nothing was changed. %s",
+			n.logStore.path, i, ierr, lostLogAdvice(n.cfg))
+	}()
+	n.logStore.starting.Store(true)
+	defer n.logStore.starting.Store(false)
+	r, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, loudStable{n.stable, n.cfg.Logger, n.cfg.DataDir}, n.snaps, trans)
+	if err != nil {
+		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
+	}
+	return r, nil
+}
+
+// logAboveSnapshot is the range of log entries raft reads as it starts:
+// from the newest snapshot's index (0 without one) up to last; ok false
+// when the log's end cannot be read (raft says why).
+func (n *Node) logAboveSnapshot() (from, last uint64, ok bool) {
 	last, err := n.logStore.LastIndex()
 	if err != nil {
-		return nil // raft says it
+		return 0, 0, false
 	}
-	var from uint64
 	if list, err := n.snaps.List(); err == nil && len(list) > 0 {
 		from = list[0].Index
 	}
-	n.noteLogScan(from, last)
-	if i, err := unreadableEntry(n.logStore, from+1, last); err != nil {
-		return fmt.Errorf("raftfsm: the raft log in %s cannot be read at entry %d (%w): a segment file of it is damaged or cut short, and this node cannot start from it; nothing was changed. %s",
-			n.logStore.path, i, err, lostLogAdvice(n.cfg))
-	}
-	return nil
+	return from, last, true
 }
 
 // unreadableEntry reads the entries of s from from (or its first) to to

@@ -77,6 +77,9 @@ type LogStore struct {
 	// the line that says so.
 	damagedAdvice string
 	damagedLog    spacer
+	// starting: raft is reading the log as it starts, and a damaged entry
+	// is refused by the start (newRaft) with its own advice, not logged.
+	starting atomic.Bool
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -153,7 +156,7 @@ func (s *LogStore) GetLog(index uint64, l *raft.Log) error {
 }
 
 // getLog is GetLog; loud, it logs a damaged entry at ERROR with the way
-// out (the start's check, checkLogEntries, returns it instead).
+// out (a start, newRaft, refuses with it instead).
 func (s *LogStore) getLog(index uint64, l *raft.Log, loud bool) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -172,7 +175,7 @@ func (s *LogStore) getLog(index uint64, l *raft.Log, loud bool) error {
 		return err
 	}
 	if err := openEntry(l); err != nil {
-		if loud && s.damagedLog.allow(time.Minute) {
+		if loud && !s.starting.Load() && s.damagedLog.allow(time.Minute) {
 			s.log.Error(fmt.Sprintf("the raft log in %s is damaged (%v): this node neither applies nor sends that entry, and cannot go on from its log. %s",
 				s.path, err, s.damagedAdvice), "index", index)
 		}

@@ -323,12 +323,10 @@ func open(cfg Config) (*Node, error) {
 	trans.votes = n
 	trans.leftOut, trans.onLeftOut, trans.onTwin = leftOut, n.superseded, n.probedByTwin
 	if existing {
-		if err := n.checkLogEntries(); err != nil {
-			return nil, err
-		}
+		n.noteLogScan()
 	}
-	if n.raft, err = raft.NewRaft(rc, n.disk.gate(n.fsm, n.stop), logs, loudStable{n.stable, cfg.Logger, cfg.DataDir}, n.snaps, trans); err != nil {
-		return nil, fmt.Errorf("raftfsm: start raft: %w", err)
+	if n.raft, err = n.newRaft(rc, logs, trans); err != nil {
+		return nil, err
 	}
 	if err := addressOfAnother(n.raft, rc.LocalID, cfg.RaftAdvertise); err != nil {
 		// No RPC has reached raft (the guard holds them until running).
@@ -1875,10 +1873,9 @@ var logScanNote uint64 = 50_000
 // its configuration before the node listens: with 211,657 (a high
 // --snapshot-threshold, a kill -9) a start was silent for seconds, /healthz
 // refused, and a SIGTERM waited for the end of it (a crash walk).
-// Its caller, checkLogEntries, reads those entries first, and gives it
-// their range: from, the newest snapshot's index, to last.
-func (n *Node) noteLogScan(from, last uint64) {
-	if last > from && last-from > logScanNote {
+func (n *Node) noteLogScan() {
+	from, last, ok := n.logAboveSnapshot()
+	if ok && last > from && last-from > logScanNote {
 		n.log.Info("reading the raft log's entries above the newest snapshot before raft starts (for its configuration); the node listens once done, and entries above the state's applied index are applied after that",
 			"entries", last-from, "snapshot-index", from, "log-last-index", last, "applied-index", n.db.Meta().Applied)
 	}
