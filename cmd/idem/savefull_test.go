@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 	"testing"
@@ -24,8 +25,15 @@ func TestSaveOnAFullDiskNamesTheDiskAndTheWayOut(t *testing.T) {
 	require.Contains(t, msg, "nothing was saved")
 	require.Contains(t, msg, "free space on that disk or save into a directory on another one")
 
-	msg = receiveFailure(errors.New("unexpected EOF"), "/backups/b.snap", tmp, 10)
-	require.Equal(t, "receiving into "+tmp+": unexpected EOF (nothing was saved)", msg)
+	msg = receiveFailure(errors.New("connection reset by peer"), "/backups/b.snap", tmp, 10)
+	require.Equal(t, "receiving into "+tmp+": connection reset by peer (nothing was saved)", msg)
+
+	// A node that stops mid-stream (a walk: a damaged store file, found as
+	// the save read it, stops the node) said only "unexpected EOF".
+	msg = receiveFailure(fmt.Errorf("copy: %w", io.ErrUnexpectedEOF), "/backups/b.snap", tmp, 4096)
+	require.Contains(t, msg, "the node stopped sending the snapshot after 4096 bytes, before its end")
+	require.Contains(t, msg, "its log says why")
+	require.Contains(t, msg, "nothing was saved")
 }
 
 // A restore whose disk filled midway (the check of free space passed, and

@@ -265,6 +265,12 @@ func receiveFailure(err error, file, tmp string, received int64) string {
 		dir := filepath.Dir(file)
 		return fmt.Sprintf("the disk holding %s is full: it filled after %d bytes of the snapshot were received into %s, which is removed (nothing was saved); free space on that disk or save into a directory on another one: the backup takes about the size of the node's state, more than %d bytes", dir, received, tmp, received)
 	}
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		// The node's answer stopped short of its end: a node that reads a
+		// damaged store file while it streams its state stops, and said so
+		// only in its own log.
+		return fmt.Sprintf("the node stopped sending the snapshot after %d bytes, before its end (%v): it may have stopped, or failed to read its state; its log says why (a damaged store file stops the node that reads it, with what to do). %s is removed (nothing was saved)", received, err, tmp)
+	}
 	return fmt.Sprintf("receiving into %s: %v (nothing was saved)", tmp, err)
 }
 
