@@ -85,6 +85,8 @@ type Server struct {
 	// refusedLog is when a refusal was last logged (logRefused), and
 	// refusedUnlogged how many since went unlogged.
 	refusedLog, refusedUnlogged atomic.Int64
+	// released holds back "attempt released" lines past releaseLogsPerSecond.
+	released logBudget
 	// unknown answers a path no route serves (404, after the auth guard).
 	unknown http.HandlerFunc
 	fwd     *forwarder
@@ -466,10 +468,30 @@ func completedAnswer(w http.ResponseWriter) func(engine.Result) {
 	}
 }
 
+// releaseLogsPerSecond is how many "attempt released" lines (a release
+// with a reason) a node writes in a second; the others are counted, and
+// the next line written says how many (released_unlogged).
+const releaseLogsPerSecond = 20
+
+// logReleased logs a release's reason, within releaseLogsPerSecond: a
+// client decides how often it releases (a repeat by the same token is
+// answered, and logged, again), and every line reached the disk.
+func (s *Server) logReleased(principal, reason string) {
+	held, ok := s.released.take(releaseLogsPerSecond, time.Second)
+	if !ok {
+		return
+	}
+	args := []any{"principal", principal, "reason", reason}
+	if held > 0 {
+		args = append(args, "released_unlogged", held)
+	}
+	s.log.Info("attempt released", args...)
+}
+
 func (s *Server) releasedAnswer(w http.ResponseWriter, t engine.TokenArgs, reason string) func(engine.Result) {
 	return func(engine.Result) {
 		if reason != "" {
-			s.log.Info("attempt released", "principal", t.Scope.Principal, "reason", reason)
+			s.logReleased(t.Scope.Principal, reason)
 		}
 		writeJSON(w, http.StatusOK, outcomeJSON{Outcome: "released"})
 	}
