@@ -84,6 +84,26 @@ type forwarder struct {
 	// a wall clock stepped back would silence it until it caught up): at
 	// most once a minute each.
 	refusedAt [3]atomic.Int64
+	// failed holds back "forward to leader failed" lines past
+	// forwardFailLogsPerSecond.
+	failed logBudget
+}
+
+// forwardFailLogsPerSecond is how many failed forwards a node logs in a
+// second (a leader that died takes every forward in flight with it); the
+// next line written counts the others in failed_unlogged.
+const forwardFailLogsPerSecond = 5
+
+func (f *forwarder) logForwardFailed(addr string, r *http.Request, err error) {
+	held, ok := f.failed.take(forwardFailLogsPerSecond, time.Second)
+	if !ok {
+		return
+	}
+	args := []any{"leader", addr, "method", r.Method, "path", r.URL.Path, "error", withoutURL(err)}
+	if held > 0 {
+		args = append(args, "failed_unlogged", held)
+	}
+	f.s.log.Warn("forward to leader failed; outcome unknown", args...)
 }
 
 // refusedByLeader logs that the leader refused, with status, a request
@@ -266,7 +286,14 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 			return false
 		}
 		// The leader may or may not have decided: same answer as a lost leadership.
-		f.s.log.Warn("forward to leader failed; outcome unknown", "leader", addr, "method", r.Method, "path", r.URL.Path, "error", withoutURL(err))
+		if r.Context().Err() == nil {
+			f.logForwardFailed(addr, r, err)
+		}
+		// A client that hung up while its request was on its way is not
+		// logged: it hears nothing either way, nothing is wrong with the
+		// leader, and a client decides how often it does so (a WARN line
+		// per request, from a loop that sends a claim and resets the
+		// connection: a protocol walk).
 		writeProblem(w, storeProblem(raftfsm.ErrUnknownOutcome))
 		return false
 	}
