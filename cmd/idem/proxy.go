@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -548,6 +549,14 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 					"the proxy could not keep this request's idempotency key in the store, so the upstream call was cancelled before it could finish; retry")
 				return
 			}
+			if berr := callerBodyErr(r); berr != nil {
+				// The caller's body, not the upstream, failed: a caller
+				// still there is told (its connection is closed after).
+				p.log.Debug("the caller's request body could not be read", "path", r.URL.Path, "err", berr)
+				w.Header().Set("Connection", "close")
+				problemDoc(w, http.StatusBadRequest, "invalid_request", "Invalid request", "the request body could not be read: it was cut short or is not valid chunked encoding")
+				return
+			}
 			if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
 				p.log.Debug("caller went away", "path", r.URL.Path)
 			} else {
@@ -1036,8 +1045,53 @@ func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 			ctx, cancel = context.WithTimeout(ctx, timeout)
 			defer cancel()
 		}
-		next.ServeHTTP(&keepReading{ResponseWriter: w}, r.WithContext(ctx))
+		var body *callerBody
+		if r.Body != nil && r.Body != http.NoBody {
+			body = &callerBody{ReadCloser: r.Body}
+			ctx = context.WithValue(ctx, callerBodyKey{}, body)
+		}
+		r = r.WithContext(ctx)
+		if body != nil {
+			r.Body = body
+		}
+		next.ServeHTTP(&keepReading{ResponseWriter: w}, r)
 	})
+}
+
+// callerBody is the caller's request body as the reverse proxy sends it
+// on: it keeps the error its reading failed with, if any, so that the
+// failure is known for the caller's (a chunked body net/http cannot read,
+// one cut short) rather than the upstream's. Taken for the upstream's,
+// each such request was a WARN "upstream failed" line, which any caller
+// could cause once per connection without a credential, and a 502 that
+// blamed the upstream.
+type callerBody struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+type callerBodyKey struct{}
+
+func (b *callerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+// callerBodyErr is the error reading r's body failed with, or nil.
+func callerBodyErr(r *http.Request) error {
+	b, _ := r.Context().Value(callerBodyKey{}).(*callerBody)
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
 }
 
 // keepReading hides from ReverseProxy that the caller has gone, so it goes
