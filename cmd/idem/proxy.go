@@ -931,6 +931,15 @@ func (p *proxy) keyedBodyDeadline(next http.Handler) http.Handler {
 		if r.Body != nil && r.Body != http.NoBody && slices.Contains(p.methods, r.Method) {
 			rc := http.NewResponseController(w)
 			if rc.SetReadDeadline(time.Now().Add(p.cfg.bodyReadTimeout)) == nil {
+				// On a copy of the request: net/http decides after the
+				// handler by the type of its own request's body whether to
+				// read what the handler left. Given the wrapper, it read
+				// (and waited for) the body of every request refused
+				// unread, a 400 for a missing key included, and for one
+				// sent with Expect: 100-continue, whose client waits for
+				// the answer before it sends its body, the answer came
+				// only at --body-read-timeout (a protocol walk).
+				r = r.WithContext(r.Context())
 				r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
 			}
 		}
