@@ -118,7 +118,11 @@ func TestReplicationSurvivesAFollowerThatRefusesAppends(t *testing.T) {
 	rc := raft.DefaultConfig()
 	rc.LocalID = "a"
 	rc.Logger = newHCLog(quiet)
-	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = 100*time.Millisecond, 100*time.Millisecond, 100*time.Millisecond
+	// Timeouts of raft's default (1 s, 500 ms lease): a loaded machine
+	// (a CI run beside others) cost the leader its lease at 100 ms, and the
+	// entry after the refusals failed "node is not the leader". The wedge
+	// does not depend on them: heartbeats go on a connection of their own.
+	rc.HeartbeatTimeout, rc.ElectionTimeout, rc.LeaderLeaseTimeout = time.Second, time.Second, 500*time.Millisecond
 	rc.CommitTimeout = 5 * time.Millisecond
 	logs, stable, snaps := raft.NewInmemStore(), raft.NewInmemStore(), raft.NewInmemSnapshotStore()
 	conf := raft.Configuration{Servers: []raft.Server{
