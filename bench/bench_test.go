@@ -247,7 +247,8 @@ func fakeIdem(t *testing.T) *httptest.Server {
 			problem(w, 409, "token_mismatch")
 		default:
 			x.completed = true
-			w.Write([]byte(`{"outcome":"completed","record":{}}`))
+			rec, _ := json.Marshal(map[string]string{"principal": req.Principal, "endpoint": req.Endpoint, "key": req.Key})
+			w.Write([]byte(`{"outcome":"completed","record":` + string(rec) + `}`))
 		}
 	})
 	mux.HandleFunc("GET /v1/records", func(w http.ResponseWriter, r *http.Request) {

@@ -258,13 +258,23 @@ func (b *Batcher) typed(ctx context.Context, kind string, in, out any) error {
 	if err := json.Unmarshal(raw, out); err != nil {
 		return badAnswer(http.MethodPost, "/v1/batch", err)
 	}
+	// Each op's answer must be of its kind, as a single call's (Client.
+	// Complete): the results of a batch are matched to its ops by place,
+	// and an answer of another op (results out of order, from something
+	// between) must not pass for this one's.
 	switch o := out.(type) {
 	case *CompleteResponse:
+		err = completed(o, in.(*CompleteRequest).Principal, in.(*CompleteRequest).Key)
 		o.Raw = raw
 	case *ReleaseResponse:
+		err = wantOutcome(o.Outcome, OutcomeReleased)
 		o.Raw = raw
 	case *ExtendResponse:
+		err = wantOutcome(o.Outcome, OutcomeExtended)
 		o.Raw = raw
+	}
+	if err != nil {
+		return badAnswer(http.MethodPost, "/v1/batch", fmt.Errorf("%s op: %w", kind, err))
 	}
 	return nil
 }
@@ -290,6 +300,8 @@ func (b *Batcher) do(ctx context.Context, kind string, body any) (json.RawMessag
 	case *ClaimRequest:
 		call.scope.Principal, call.scope.Key = v.Principal, v.Key
 	case *wire.Lookup:
+		call.scope.Principal, call.scope.Key = v.Principal, v.Key
+	case *CompleteRequest:
 		call.scope.Principal, call.scope.Key = v.Principal, v.Key
 	}
 	select {

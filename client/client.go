@@ -521,8 +521,36 @@ func (c *Client) Complete(ctx context.Context, req CompleteRequest) (*CompleteRe
 	if err != nil {
 		return nil, err
 	}
+	if err := completed(&out, req.Principal, req.Key); err != nil {
+		return nil, badAnswer(http.MethodPost, "/v1/complete", err)
+	}
 	out.Raw = raw
 	return &out, nil
+}
+
+// completed checks a complete's answer: outcome "completed", with the
+// record of the scope asked for when it holds one (a node's always does).
+// Any other 2xx is not a store's answer to it (a service that answers
+// every POST 200 {"ok":true}, another op's answer mixed in by something
+// between): taken as stored, the middleware answered its caller and left
+// the key in progress, and a retry once the lease ran out ran it again.
+func completed(out *CompleteResponse, principal, key string) error {
+	if err := wantOutcome(out.Outcome, OutcomeCompleted); err != nil {
+		return err
+	}
+	if out.Record != nil {
+		return sameScope(out.Record, principal, key)
+	}
+	return nil
+}
+
+// wantOutcome checks the outcome of a 2xx answer against the one its
+// route answers.
+func wantOutcome(got, want string) error {
+	if got != want {
+		return fmt.Errorf("outcome %q, not %q", got, want)
+	}
+	return nil
 }
 
 // Release ends the attempt that holds req.Token without an effect: the
@@ -535,6 +563,9 @@ func (c *Client) Release(ctx context.Context, req ReleaseRequest) (*ReleaseRespo
 	raw, err := c.call(ctx, http.MethodPost, "/v1/release", nil, req, &out)
 	if err != nil {
 		return nil, err
+	}
+	if err := wantOutcome(out.Outcome, OutcomeReleased); err != nil {
+		return nil, badAnswer(http.MethodPost, "/v1/release", err)
 	}
 	out.Raw = raw
 	return &out, nil
@@ -549,6 +580,9 @@ func (c *Client) Extend(ctx context.Context, req ExtendRequest) (*ExtendResponse
 	raw, err := c.call(ctx, http.MethodPost, "/v1/extend", nil, req, &out)
 	if err != nil {
 		return nil, err
+	}
+	if err := wantOutcome(out.Outcome, OutcomeExtended); err != nil {
+		return nil, badAnswer(http.MethodPost, "/v1/extend", err)
 	}
 	out.Raw = raw
 	return &out, nil
@@ -594,6 +628,9 @@ func (c *Client) Delete(ctx context.Context, principal, endpoint, key string) (*
 	raw, err := c.call(ctx, http.MethodDelete, "/v1/records", scopeQuery(principal, endpoint, key), nil, &out)
 	if err != nil {
 		return nil, err
+	}
+	if err := wantOutcome(out.Outcome, OutcomeDeleted); err != nil {
+		return nil, badAnswer(http.MethodDelete, "/v1/records", err)
 	}
 	out.Raw = raw
 	return &out, nil

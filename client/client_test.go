@@ -186,7 +186,7 @@ func TestRequestShapes(t *testing.T) {
 		},
 		{
 			name:   "complete",
-			answer: `{"outcome":"completed","record":{"state":"completed"}}`,
+			answer: `{"outcome":"completed","record":{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","state":"completed"}}`,
 			call: func(c *Client) error {
 				_, err := c.Complete(ctx, CompleteRequest{Principal: "cus_42", Endpoint: "POST /payments", Key: "retry-1", Token: "17",
 					Response: Response{Status: 201, ContentType: "application/json",
@@ -200,7 +200,7 @@ func TestRequestShapes(t *testing.T) {
 		},
 		{
 			name:   "complete with an empty body sends an empty string",
-			answer: `{"outcome":"completed","record":{"state":"completed"}}`,
+			answer: `{"outcome":"completed","record":{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","state":"completed"}}`,
 			call: func(c *Client) error {
 				_, err := c.Complete(ctx, CompleteRequest{Principal: "cus_42", Endpoint: "POST /payments", Key: "retry-1", Token: "17",
 					Response: Response{Status: 204}})
@@ -474,7 +474,7 @@ func TestBodyBase64RoundTrip(t *testing.T) {
 				t.Errorf("body on the wire %q is not standard base64 of the bytes", resp.Body)
 			}
 			stored = req.Response
-			w.Write([]byte(`{"outcome":"completed","record":{"state":"completed","response":` + string(stored) + `}}`))
+			w.Write([]byte(`{"outcome":"completed","record":{"principal":"p","endpoint":"e","key":"k","state":"completed","response":` + string(stored) + `}}`))
 		case "/v1/records":
 			w.Write([]byte(`{"record":{"principal":"p","endpoint":"e","key":"k","state":"completed","response":` + string(stored) + `}}`))
 		}

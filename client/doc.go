@@ -59,7 +59,10 @@
 // Claim and Get, of a Client and a Batcher alike, refuse it as ErrBadAnswer;
 // in a batch answer one such record refuses the whole answer, every op's
 // result included. The endpoint is not compared: under --scope principal a
-// record shows the endpoint of its first claim.
+// record shows the endpoint of its first claim. Each answer's outcome must
+// be its route's too (a complete's "completed", with the record of its
+// scope; "released", "extended", "deleted"): any other 2xx is ErrBadAnswer,
+// not a success, and in a batch answer it refuses the whole answer.
 //
 // A string of a typed call (a principal, key, claim id, stored header...)
 // that is not valid UTF-8 is refused before any request, by a Client and a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/idem-store/idem/wire"
 )
@@ -40,20 +41,29 @@ type opScope struct {
 	Key       string `json:"key"`
 }
 
-// checkScopes applies sameScope to each claim and get op of a batch whose
-// result holds a record, scope(i) giving op i's. One that does not match
-// makes the whole answer a bad one: its results are not known to be in the
-// order of the ops, so none is taken, not even a won claim's token. Only
-// 200 results are looked at (a replay, a lookup): a won claim (201) and a
-// problem hold no record. What does not decode is left to the decoding of
-// each op's result, which reports it.
+// checkScopes checks each op's result of a batch, scope(i) giving op i's
+// kind and scope: a 2xx result must have the outcome of its op's kind (a
+// claim's claimed or replay, a complete's completed...), and the record a
+// 200 result of a claim, get or complete holds must be of the op's scope
+// (sameScope). One that does not fit makes the whole answer a bad one: the
+// results are matched to the ops by place, and once one is known to be
+// another op's they are not known to be in the order of the ops, so none
+// is taken, not even a won claim's token (which shows no scope to check).
+// What does not decode is left to the decoding of each op's result, which
+// reports it.
 func checkScopes(results []wire.BatchResult, scope func(i int) opScope) error {
 	for i, r := range results {
-		if r.Status != http.StatusOK {
+		if r.Status < 200 || r.Status > 299 {
 			continue
 		}
 		op := scope(i)
-		if op.Op != wire.OpClaim && op.Op != wire.OpGet {
+		if err := resultOutcome(op.Op, r.Body); err != nil {
+			return fmt.Errorf("%s op %d: %w", op.Op, i+1, err)
+		}
+		if r.Status != http.StatusOK {
+			continue
+		}
+		if op.Op != wire.OpClaim && op.Op != wire.OpGet && op.Op != wire.OpComplete {
 			continue
 		}
 		if err := recordScope(r.Body, op.Principal, op.Key); err != nil {
@@ -61,6 +71,45 @@ func checkScopes(results []wire.BatchResult, scope func(i int) opScope) error {
 		}
 	}
 	return nil
+}
+
+// resultOutcome checks the outcome of an op's 2xx result against the
+// op's kind. A get's answer has no outcome, and an op of no known kind is
+// not looked at; what does not decode is left to the op's own decoding.
+func resultOutcome(op string, body []byte) error {
+	var want []string
+	switch op {
+	case wire.OpClaim:
+		want = []string{OutcomeClaimed, OutcomeReplay}
+	case wire.OpComplete:
+		want = []string{OutcomeCompleted}
+	case wire.OpRelease:
+		want = []string{OutcomeReleased}
+	case wire.OpExtend:
+		want = []string{OutcomeExtended}
+	default:
+		return nil
+	}
+	for _, w := range want {
+		// A node writes the outcome first: most results need no decoding.
+		if len(body) > len(w)+13 && string(body[:12]) == `{"outcome":"` && string(body[12:12+len(w)]) == w && body[12+len(w)] == '"' {
+			return nil
+		}
+	}
+	var res struct {
+		Outcome *string `json:"outcome"`
+	}
+	if json.Unmarshal(body, &res) != nil {
+		return nil
+	}
+	got := ""
+	if res.Outcome != nil {
+		got = *res.Outcome
+	}
+	if slices.Contains(want, got) {
+		return nil
+	}
+	return fmt.Errorf("outcome %q, not %q", got, strings.Join(want, `" or "`))
 }
 
 // recordScope applies sameScope to the record in an op's result body, if
@@ -80,8 +129,7 @@ func recordScope(body []byte, principal, key string) error {
 }
 
 // checkBatchScopes is checkScopes for a raw POST /v1/batch (Client.Do):
-// the ops are read from body, as sent, and only once a result holds a
-// record. An answer with another number of results than the ops is a bad
+// the ops are read from body, as sent, and only once a result is a 2xx. An answer with another number of results than the ops is a bad
 // one then too: it is not this request's (a cache or proxy that mixed
 // answers up), and its records would be taken for the ops at their places.
 // What does not decode (the answer, the request's ops, or one op) is left
@@ -95,7 +143,7 @@ func checkBatchScopes(body, raw []byte) error {
 		}
 		results = out.Results
 	}
-	if !slices.ContainsFunc(results, func(r wire.BatchResult) bool { return r.Status == http.StatusOK }) {
+	if !slices.ContainsFunc(results, func(r wire.BatchResult) bool { return r.Status >= 200 && r.Status <= 299 }) {
 		return nil
 	}
 	var req struct {

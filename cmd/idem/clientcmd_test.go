@@ -183,7 +183,7 @@ func TestCommandHelpListsEveryFlag(t *testing.T) {
 
 func TestCompleteCommandSendsResponse(t *testing.T) {
 	t.Setenv("IDEM_AUTH_TOKEN", "")
-	f := newAPIFake(t, http.StatusOK, `{"outcome":"completed","record":{"state":"completed"}}`)
+	f := newAPIFake(t, http.StatusOK, `{"outcome":"completed","record":{"principal":"cus_42","endpoint":"POST /payments","key":"retry-1","state":"completed"}}`)
 	dir := t.TempDir()
 	bodyFile := filepath.Join(dir, "body.json")
 	if err := os.WriteFile(bodyFile, []byte(`{"id":"py_1"}`), 0o600); err != nil {
@@ -215,7 +215,7 @@ func TestCompleteCommandSendsResponse(t *testing.T) {
 }
 
 func TestCompleteCommandBodyFromStdin(t *testing.T) {
-	f := newAPIFake(t, http.StatusOK, `{"outcome":"completed","record":{}}`)
+	f := newAPIFake(t, http.StatusOK, `{"outcome":"completed","record":{"principal":"p","endpoint":"e","key":"k"}}`)
 	old := cliStdin
 	cliStdin = strings.NewReader("hello")
 	defer func() { cliStdin = old }()
