@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/idem-store/idem/internal/hostport"
 	"github.com/idem-store/idem/internal/redact"
 	"github.com/idem-store/idem/wire"
 )
@@ -195,14 +196,24 @@ func (c *Client) Addr() string { return c.node(int(c.cur.Load())).String() }
 func (c *Client) node(i int) *url.URL { return c.nodes[i%len(c.nodes)] }
 
 // follow makes the node named by an answer's LeaderHeader the one sent to
-// next, if it is one of the client's nodes (compared by host:port, as the
-// node advertises its --http-addr).
+// next, if it is one of the client's nodes: only those are ever sent to,
+// with their own scheme and TLS settings, so a header naming any other
+// host (a hostile node's, or one a man in the middle wrote) is ignored.
+// They are compared by host:port (the node advertises its --http-addr),
+// as spelled, else as a dialer reads them (hostport.Key: [::1] and
+// [0:0::1], a name in another case, a default port left out).
 func (c *Client) follow(leader string) {
 	if leader == "" || len(c.nodes) < 2 {
 		return
 	}
 	for i, u := range c.nodes {
 		if u.Host == leader {
+			c.cur.Store(int32(i))
+			return
+		}
+	}
+	for i, u := range c.nodes {
+		if k := hostport.Key(leader, u.Scheme); k != "" && k == hostport.Key(u.Host, u.Scheme) {
 			c.cur.Store(int32(i))
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/hostport"
 )
 
 // storeFailover is the proxy's transport to the store: one idem node at a
@@ -111,13 +112,20 @@ func (f *storeFailover) base() string { return f.nodes[0].String() }
 
 // follow makes the leader an answer names the node tried first, when it
 // is one of --store's: a follower's forwarding costs both nodes a second
-// HTTP exchange per write.
+// HTTP exchange per write. Compared as spelled, else as a dialer reads
+// them (hostport.Key), as the Go client does.
 func (f *storeFailover) follow(leader string) {
 	if leader == "" {
 		return
 	}
 	for i, u := range f.nodes {
 		if u.Host == leader {
+			f.cur.Store(int64(i))
+			return
+		}
+	}
+	for i, u := range f.nodes {
+		if k := hostport.Key(leader, u.Scheme); k != "" && k == hostport.Key(u.Host, u.Scheme) {
 			f.cur.Store(int64(i))
 			return
 		}
