@@ -9,12 +9,11 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
+	"github.com/idem-store/idem/internal/hostport"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -237,44 +236,15 @@ func hostPort(field, v, flag string) *problem {
 }
 
 // CheckHostPort checks a host:port address with a port number from 1 to
-// 65535 (idem serve's address flags hold the same rule). An empty host
-// (":7070") is this machine to a dialer and every address to a listener.
-func CheckHostPort(v string) error {
-	_, port, err := net.SplitHostPort(v)
-	if err != nil {
-		if hint := IPv6Hint(v); hint != "" {
-			return fmt.Errorf("%w: %s", err, hint)
-		}
-		return err
-	}
-	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
-		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
-	}
-	return nil
-}
+// 65535 (idem serve's address flags hold the same rule, and the Go
+// client's New for an address without a scheme). An empty host (":7070")
+// is this machine to a dialer and every address to a listener.
+func CheckHostPort(v string) error { return hostport.Check(v) }
 
 // IPv6Hint says how to write v, an IPv6 address given without the
 // brackets a host:port needs around it (::1:7070, or ::1 alone), or in
 // brackets without a port ([::1]); "" for anything else.
-func IPv6Hint(v string) string {
-	is6 := func(h string) bool {
-		a, err := netip.ParseAddr(h)
-		return err == nil && a.Is6() && !a.Is4In6()
-	}
-	if strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]") && is6(v[1:len(v)-1]) {
-		return fmt.Sprintf("add the port after the brackets, e.g. %s:7070", v)
-	}
-	if i := strings.LastIndex(v, ":"); i > 0 && is6(v[:i]) && v[i+1:] != "" && strings.Trim(v[i+1:], "0123456789") == "" {
-		if is6(v) {
-			return fmt.Sprintf("an IPv6 address takes brackets: [%s]:%s (or, if %s is all address, [%s]:PORT)", v[:i], v[i+1:], v, v)
-		}
-		return fmt.Sprintf("an IPv6 address takes brackets: [%s]:%s", v[:i], v[i+1:])
-	}
-	if is6(v) {
-		return fmt.Sprintf("an IPv6 address takes brackets and a port, e.g. [%s]:7070", v)
-	}
-	return ""
-}
+func IPv6Hint(v string) string { return hostport.IPv6Hint(v) }
 
 // NodeIDPattern is what a node id may be (idem serve --node-id).
 var NodeIDPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$`)

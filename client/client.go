@@ -65,6 +65,9 @@ func WithHTTPClient(hc *http.Client) Option {
 
 // New returns a client of the node at addr: "host:port" or a URL whose scheme
 // is http (the default) or https; a path in the URL prefixes every route.
+// As the CLI's --addr: without a scheme the port is required (an IPv6
+// address in brackets, [::1]:7070), a URL's defaults to its scheme's
+// (https://idem.example.com is port 443), and a port is 1 to 65535.
 //
 // addr may list several nodes of one cluster, comma-separated. The client
 // then sends each request to one node: the leader, once an answer has
@@ -155,11 +158,15 @@ func parseAddr(addr string) (*url.URL, error) {
 	if s == "" {
 		return nil, fmt.Errorf("%w: empty", ErrAddress)
 	}
-	if !strings.Contains(s, "://") {
+	scheme := strings.Contains(s, "://")
+	if !scheme {
 		s = "http://" + s
 	}
 	u, err := url.Parse(s)
 	if err != nil {
+		if hint := hostport.IPv6Hint(strings.TrimSuffix(strings.TrimPrefix(strings.TrimPrefix(strings.TrimSpace(addr), "http://"), "https://"), "/")); hint != "" && !strings.Contains(addr, "@") {
+			return nil, fmt.Errorf("%w %q: %s", ErrAddress, addr, hint)
+		}
 		if strings.Contains(addr, "@") {
 			// url.Parse's error quotes the whole address, password
 			// included; and a password holding '/', '?' or '#' is not
@@ -184,6 +191,17 @@ func parseAddr(addr string) (*url.URL, error) {
 		return nil, fmt.Errorf("%w %q: an address takes no user info (a bearer token authenticates: WithToken, --auth-token)", ErrAddress, redact.Addr(addr))
 	case u.RawQuery != "" || u.Fragment != "":
 		return nil, fmt.Errorf("%w %q: want host:port or scheme://host:port[/path]", ErrAddress, addr)
+	case !scheme && u.Port() == "":
+		// As the CLI's --addr: without a scheme, host:port. "[::1]" or
+		// "localhost" dialled port 80, where no node listens by default.
+		if hint := hostport.IPv6Hint(u.Host); hint != "" {
+			return nil, fmt.Errorf("%w %q: %s", ErrAddress, addr, hint)
+		}
+		return nil, fmt.Errorf("%w %q: no port: want host:port (a node listens on 7070 by default) or a URL", ErrAddress, addr)
+	}
+	if err := hostport.CheckPort(u.Port()); err != nil {
+		// 99999 or 0 failed only at the dial, as a network error.
+		return nil, fmt.Errorf("%w %q: %w", ErrAddress, addr, err)
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = ""

@@ -6,6 +6,7 @@
 package hostport
 
 import (
+	"fmt"
 	"net"
 	"net/netip"
 	"strconv"
@@ -44,14 +45,69 @@ func Key(hp, scheme string) string {
 			return ""
 		}
 	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 || strings.Trim(port, "0123456789") != "" {
+	if checkPort(port) != nil {
 		return ""
 	}
+	n, _ := strconv.Atoi(port)
 	if a, err := netip.ParseAddr(host); err == nil {
 		host = a.Unmap().String()
 	} else {
 		host = strings.ToLower(host)
 	}
 	return net.JoinHostPort(host, strconv.Itoa(n))
+}
+
+// Check checks a host:port address with a port number from 1 to 65535,
+// the rule of idem serve's address flags, the join API's member addresses
+// and the Go client's address without a scheme. An empty host (":7070") is
+// this machine to a dialer and every address to a listener.
+func Check(v string) error {
+	_, port, err := net.SplitHostPort(v)
+	if err != nil {
+		if hint := IPv6Hint(v); hint != "" {
+			return fmt.Errorf("%w: %s", err, hint)
+		}
+		return err
+	}
+	return checkPort(port)
+}
+
+// checkPort checks a port number from 1 to 65535, in digits alone.
+func checkPort(port string) error {
+	if n, perr := strconv.Atoi(port); perr != nil || n < 1 || n > 65535 || strings.TrimLeft(port, "0123456789") != "" {
+		return fmt.Errorf("port %q is not a number from 1 to 65535", port)
+	}
+	return nil
+}
+
+// CheckPort is checkPort for a URL's port (url.URL.Port): "" (none, the
+// scheme's default) passes.
+func CheckPort(port string) error {
+	if port == "" {
+		return nil
+	}
+	return checkPort(port)
+}
+
+// IPv6Hint says how to write v, an IPv6 address given without the
+// brackets a host:port needs around it (::1:7070, or ::1 alone), or in
+// brackets without a port ([::1]); "" for anything else.
+func IPv6Hint(v string) string {
+	is6 := func(h string) bool {
+		a, err := netip.ParseAddr(h)
+		return err == nil && a.Is6() && !a.Is4In6()
+	}
+	if strings.HasPrefix(v, "[") && strings.HasSuffix(v, "]") && is6(v[1:len(v)-1]) {
+		return fmt.Sprintf("add the port after the brackets, e.g. %s:7070", v)
+	}
+	if i := strings.LastIndex(v, ":"); i > 0 && is6(v[:i]) && v[i+1:] != "" && strings.Trim(v[i+1:], "0123456789") == "" {
+		if is6(v) {
+			return fmt.Sprintf("an IPv6 address takes brackets: [%s]:%s (or, if %s is all address, [%s]:PORT)", v[:i], v[i+1:], v, v)
+		}
+		return fmt.Sprintf("an IPv6 address takes brackets: [%s]:%s", v[:i], v[i+1:])
+	}
+	if is6(v) {
+		return fmt.Sprintf("an IPv6 address takes brackets and a port, e.g. [%s]:7070", v)
+	}
+	return ""
 }
