@@ -261,11 +261,18 @@ func printReport(w io.Writer, cfg *bench.Config, r *bench.Report) {
 func splitAddrs(s string) []string {
 	var out []string
 	for _, a := range strings.Split(s, ",") {
-		if a = strings.TrimSpace(a); a != "" {
-			out = append(out, strings.TrimPrefix(a, "http://"))
+		if a = memberHTTPAddr(a); a != "" {
+			out = append(out, a)
 		}
 	}
 	return out
+}
+
+// memberHTTPAddr is a member's HTTP address as --join and idem cluster
+// join's --node-http-addr take it: host:port, or http://host:port (the
+// prefix is dropped: a member's address is recorded as host:port).
+func memberHTTPAddr(a string) string {
+	return strings.TrimPrefix(strings.TrimSpace(a), "http://")
 }
 
 func envOr(name, def string) string {

@@ -92,7 +92,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	id := fs.String("id", "", "node id (join, remove; transfer-leadership: the voter to hand it to, default the most up to date)")
 	from := fs.String("from", "", "transfer-leadership: hand over only if this node leads (so a transfer run twice does not move the leadership again)")
 	raftAddr := fs.String("raft-addr", "", "raft address of the node to add (join)")
-	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add (join)")
+	httpAddr := fs.String("node-http-addr", "", "HTTP address of the node to add, host:port or http://host:port as --join takes it (join)")
 	scope := fs.String("scope", "", "scope mode of the node to add, endpoint or principal (join; refused when it differs from the cluster's)")
 	retention := fs.Duration("retention", 0, "the cluster's new retention of records, e.g. 48h (set-retention)")
 	allowShort := fs.Bool("allow-short-retention", false, "allow a --retention below 1m (set-retention; tests and demos only)")
@@ -144,6 +144,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	case "status":
 		raw, err = cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
 	case "join":
+		// As --join takes a member's address: http://host:port is
+		// host:port (http://[::1]:7070 was refused here, taken there).
+		*httpAddr = memberHTTPAddr(*httpAddr)
 		if msg := joinFlagsProblem(*id, *raftAddr, *httpAddr); msg != "" {
 			fmt.Fprintf(stderr, "idem cluster join: %s\n", msg)
 			return 2

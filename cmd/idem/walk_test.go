@@ -29,7 +29,7 @@ func TestClusterJoinNamesTheBadFlag(t *testing.T) {
 		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:7071"}, "--node-http-addr required"},
 		{[]string{"--raft-addr", "127.0.0.9:7071", "--node-http-addr", "127.0.0.9:7070"}, "--id required"},
 		{[]string{"--id", "n7", "--raft-addr", "nonsense", "--node-http-addr", "127.0.0.9:7070"}, `--raft-addr "nonsense" must be host:port`},
-		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:7071", "--node-http-addr", "http://127.0.0.9:7070"}, `--node-http-addr "http://127.0.0.9:7070" must be host:port`},
+		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:7071", "--node-http-addr", "https://127.0.0.9:7070"}, `--node-http-addr "https://127.0.0.9:7070" must be host:port`},
 		{[]string{"--id", "n7", "--raft-addr", "127.0.0.9:0", "--node-http-addr", "127.0.0.9:7070"}, `--raft-addr "127.0.0.9:0" must be host:port`},
 	} {
 		var stdout, stderr bytes.Buffer
