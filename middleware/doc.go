@@ -216,5 +216,8 @@
 // lease_lost (409, the attempt's lease ran out and another attempt holds
 // the key: retry),
 // fingerprint_mismatch (422), quota_exceeded or principal_limit (429),
-// invalid_request (400, the store refused the scope), unavailable (503).
+// invalid_request (400, the store refused the scope), unavailable (503),
+// stored_answer_not_final (500: the key's stored answer has a 1xx status,
+// stored through the API by another writer of it; the middleware stores
+// final answers only, and a 1xx written as one is no answer).
 package middleware

@@ -1166,15 +1166,27 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 		writeProblem(w, http.StatusServiceUnavailable, "unavailable", "the stored answer could not be read; retry", 1)
 		return
 	}
+	if resp.Status < 200 {
+		// Stored through the API by another writer of the key (the store
+		// takes 100-599; the middleware stores final answers only). A
+		// 1xx is no answer: written, 103 became an informational answer
+		// followed by a 200 with the stored body, and 101 switched the
+		// caller's connection to nothing (it hung until a timeout).
+		writeProblem(w, http.StatusInternalServerError, "stored_answer_not_final",
+			fmt.Sprintf("the stored answer of this Idempotency-Key has status %d, which is not a final HTTP answer: it cannot be replayed", resp.Status), 0)
+		return
+	}
 	h := w.Header()
+	// Names in their canonical form: a stored "content-type" sat beside
+	// the Content-Type set below, and both went out.
 	for k, v := range resp.Headers {
 		if !connectionHeader(k) {
-			h[k] = []string{v}
+			h[http.CanonicalHeaderKey(k)] = []string{v}
 		}
 	}
 	for k, v := range resp.HeaderLists {
 		if !connectionHeader(k) {
-			h[k] = slices.Clone(v)
+			h[http.CanonicalHeaderKey(k)] = slices.Clone(v)
 		}
 	}
 	if resp.ContentType != "" {

@@ -28,6 +28,7 @@ var titles = map[string]string{
 	"principal_limit":         "Too many principals",
 	"invalid_request":         "Invalid request",
 	"unavailable":             "Idempotency store unavailable",
+	"stored_answer_not_final": "Stored answer cannot be replayed",
 }
 
 // ProblemType is the type URI of the problem with code: where it is
