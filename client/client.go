@@ -358,6 +358,16 @@ func (c *Client) exchange(ctx context.Context, method, path string, query url.Va
 	if err := plainToHTTPS(c.nodes[used], resp.StatusCode, raw); err != nil {
 		return nil, 0, err
 	}
+	if resp.StatusCode < 200 || resp.StatusCode > 599 {
+		// Not a final HTTP answer (RFC 9110: 100-599, and a 1xx is not
+		// final; a 101 is the one the transport hands back), though
+		// net/http reads any three digits: as a *Problem, 600-999 passed
+		// for a 5xx outage, which the middleware retries, and a 101 for
+		// a refusal; with FailOpen it ran the handler unprotected after
+		// either. It is something that is not a store answering, as
+		// every ErrBadAnswer.
+		return nil, 0, badAnswer(method, path, fmt.Errorf("status %d is not a final HTTP answer", resp.StatusCode))
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		return nil, 0, newProblem(resp, raw, time.Now())
 	}

@@ -22,8 +22,10 @@
 //		// run the handler, then Complete with res.Token
 //	}
 //
-// Both a 201 claim and a 200 replay are successful answers. Every other
-// status is returned as a *Problem (the server's RFC 9457 document, or one
+// Both a 201 claim and a 200 replay are successful answers. A status that
+// is no final HTTP answer (past 599, which net/http reads all the same, or
+// a 101) is ErrBadAnswer, as is a batch op's result outside 200-599. Every other status is
+// returned as a *Problem (the server's RFC 9457 document, or one
 // made from the status when the answer was not a problem document), so
 // callers branch with errors.As or errors.Is against the Err sentinels.
 //

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/idem-store/idem/wire"
@@ -53,7 +54,13 @@ type opScope struct {
 // reports it.
 func checkScopes(results []wire.BatchResult, scope func(i int) opScope) error {
 	for i, r := range results {
-		if r.Status < 200 || r.Status > 299 {
+		if r.Status < 200 || r.Status > 599 {
+			// No op's answer: a node answers each op 2xx or with a
+			// problem of an HTTP status (a status of 0 or 999 made a
+			// *Problem, which passed for an outage).
+			return fmt.Errorf("op %d answered status %d", i+1, r.Status)
+		}
+		if r.Status > 299 {
 			continue
 		}
 		op := scope(i)
@@ -109,7 +116,10 @@ func resultOutcome(op string, body []byte) error {
 	if slices.Contains(want, got) {
 		return nil
 	}
-	return fmt.Errorf("outcome %q, not %q", got, strings.Join(want, `" or "`))
+	for i, w := range want {
+		want[i] = strconv.Quote(w)
+	}
+	return fmt.Errorf("outcome %q, not %s", got, strings.Join(want, " or "))
 }
 
 // recordScope applies sameScope to the record in an op's result body, if
@@ -129,7 +139,8 @@ func recordScope(body []byte, principal, key string) error {
 }
 
 // checkBatchScopes is checkScopes for a raw POST /v1/batch (Client.Do):
-// the ops are read from body, as sent, and only once a result is a 2xx. An answer with another number of results than the ops is a bad
+// the ops are read from body, as sent, and only once a result is not a
+// problem (a 2xx, or no HTTP status). An answer with another number of results than the ops is a bad
 // one then too: it is not this request's (a cache or proxy that mixed
 // answers up), and its records would be taken for the ops at their places.
 // What does not decode (the answer, the request's ops, or one op) is left
@@ -143,7 +154,7 @@ func checkBatchScopes(body, raw []byte) error {
 		}
 		results = out.Results
 	}
-	if !slices.ContainsFunc(results, func(r wire.BatchResult) bool { return r.Status >= 200 && r.Status <= 299 }) {
+	if !slices.ContainsFunc(results, func(r wire.BatchResult) bool { return r.Status < 300 || r.Status > 599 }) {
 		return nil
 	}
 	var req struct {

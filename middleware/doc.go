@@ -141,7 +141,7 @@
 //     does an answer that is not a store's (client.ErrBadAnswer: a wrong
 //     address that reaches another service, a proxy's error page, a record
 //     of another principal or key than the request's, a won claim that is
-//     not 201 with a token), and a
+//     not 201 with a token, a status past 599, which is no HTTP status), and a
 //     redirect (3xx, never followed: no idem route redirects).
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as

@@ -179,3 +179,23 @@ func TestStoreRedirectFailsClosed(t *testing.T) {
 		}
 	}
 }
+
+// A status past 599 is no HTTP status (net/http reads any three digits,
+// and serves them too): it came back from the client as a *Problem of
+// that status, with the body's code (unavailable), which the middleware
+// took for an outage: asked again until StoreTimeout, then, with FailOpen,
+// the handler ran unprotected. So did a 101 (no final answer), taken for a
+// refusal. Each is an answer that is not a store's now.
+func TestStoreStatusPast599FailsClosed(t *testing.T) {
+	for _, status := range []int{http.StatusSwitchingProtocols, 600, 999} {
+		resp := postBehind(t, func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/problem+json")
+			w.WriteHeader(status)
+			io.WriteString(w, `{"status":503,"code":"unavailable","detail":"no leader"}`)
+		}, true, fmt.Sprintf("%d: the handler ran unprotected", status))
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable {
+			t.Errorf("%d: answered %d, want 503", status, resp.StatusCode)
+		}
+	}
+}
