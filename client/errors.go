@@ -85,6 +85,8 @@ var (
 // Problem is a non-2xx answer: the server's RFC 9457 problem document, or,
 // when the body was not one (a proxy's error page, a plain-text 503 from
 // /readyz), a document made from the HTTP status with the body as Detail.
+// Detail is cut at 16 KiB, Type, Title and Code at 1 KiB (a node's are far
+// shorter); Raw holds the answer whole.
 type Problem struct {
 	Type   string `json:"type"`
 	Title  string `json:"title"`
@@ -155,6 +157,12 @@ func newProblem(resp *http.Response, raw []byte, now time.Time) *Problem {
 	if err := json.Unmarshal(raw, p); err != nil || (p.Code == "" && p.Title == "" && p.Detail == "") {
 		p = &Problem{Detail: textDetail(raw)}
 	}
+	// A node's texts are a few hundred bytes. One of megabytes (a broken
+	// or hostile answer; up to maxAnswerBytes are read) went whole into
+	// every log line and every answer made from it: the middleware logs
+	// it, and passes a 400's detail on to its caller. Raw keeps it all.
+	p.Type, p.Title, p.Code = cut(p.Type, maxProblemFieldBytes), cut(p.Title, maxProblemFieldBytes), cut(p.Code, maxProblemFieldBytes)
+	p.Detail = cut(p.Detail, maxProblemDetailBytes)
 	p.Status = resp.StatusCode
 	if loc := resp.Header.Get("Location"); loc != "" && p.Detail == "" && resp.StatusCode >= 300 && resp.StatusCode < 400 {
 		p.Detail = textDetail([]byte("redirect to " + loc + " not followed"))
@@ -165,6 +173,24 @@ func newProblem(resp *http.Response, raw []byte, now time.Time) *Problem {
 	p.RetryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), now)
 	p.Raw = raw
 	return p
+}
+
+// maxProblemDetailBytes and maxProblemFieldBytes bound the texts of a
+// problem document (cut).
+const (
+	maxProblemDetailBytes = 16 << 10
+	maxProblemFieldBytes  = 1 << 10
+)
+
+// cut is s cut to at most n bytes and a mark, on a rune's start.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…"
 }
 
 func textDetail(raw []byte) string {

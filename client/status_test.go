@@ -8,7 +8,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/idem-store/idem/wire"
 )
@@ -62,5 +64,33 @@ func TestStatusThatIsNoHTTPStatusIsABadAnswer(t *testing.T) {
 		}
 		b.Close()
 		srv.Close()
+	}
+}
+
+// A problem document's texts are bounded: a detail of megabytes (up to
+// 64 MiB of an answer are read) went whole into the middleware's log line
+// and, for a 400, into the answer it made for its caller. Raw keeps it.
+func TestProblemTextsAreBounded(t *testing.T) {
+	big := strings.Repeat("é", 1<<20)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusBadRequest)
+		json.NewEncoder(w).Encode(map[string]any{"status": 400, "code": "invalid_request", "title": big, "detail": big})
+	}))
+	defer srv.Close()
+	c, err := New(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Claim(context.Background(), ClaimRequest{Principal: "p", Endpoint: "e", Key: "k", Fingerprint: "ab"})
+	var p *Problem
+	if !errors.As(err, &p) || !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("got %v, want a 400 invalid_request", err)
+	}
+	if len(p.Detail) > 16<<10+len("…") || len(p.Title) > 1<<10+len("…") || !utf8.ValidString(p.Detail) || !utf8.ValidString(p.Title) {
+		t.Errorf("detail of %d bytes, title of %d: want at most %d and %d, valid UTF-8", len(p.Detail), len(p.Title), 16<<10, 1<<10)
+	}
+	if len(p.Raw) < 2<<20 {
+		t.Errorf("Raw of %d bytes: want the answer whole", len(p.Raw))
 	}
 }
