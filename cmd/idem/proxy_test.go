@@ -709,7 +709,7 @@ func TestProxyTLS(t *testing.T) {
 	opsCert, opsKey := ca.cert("ops", "--client")
 	waitReadyTLS(t, ca.httpsClient(opsCert, opsKey), node)
 	up := newUpstream(t)
-	proxyCert, proxyKey := ca.cert("proxy", "--ip", "127.0.0.9")
+	proxyCert, proxyKey := ca.cert("proxy", "--ip", testIP("127.0.0.9")) // where freePort listens
 
 	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http,
 		"--ca-file", ca.ca(), "--cert-file", opsCert, "--key-file", opsKey,
