@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/hostport"
 )
 
 // HTTPDriver speaks idem's HTTP API (docs/API.md) to one or several
@@ -193,8 +194,10 @@ func (d *HTTPDriver) do(ctx context.Context, method, path, body string) (int, []
 	}
 	defer resp.Body.Close()
 	if l := resp.Header.Get(client.LeaderHeader); l != "" && len(d.addrs) > 1 {
+		l = strings.TrimSuffix(l, "/")
+		lk := hostport.Key(l, d.scheme)
 		for i, a := range d.addrs {
-			if a == strings.TrimSuffix(l, "/") {
+			if a == l || (lk != "" && lk == hostport.Key(a, d.scheme)) { // [::1] and [0:0::1], a name's case
 				d.leader.Store(int32(i + 1))
 				break
 			}
