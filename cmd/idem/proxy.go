@@ -507,7 +507,15 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 	return &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(p.upstream)
+			// X-Forwarded-For, -Host and -Proto say what this hop saw
+			// (Rewrite drops the caller's). X-Real-IP too: passed on as the
+			// caller wrote it, an upstream that takes it for the client's
+			// address (nginx's real_ip, many frameworks) took a forged one.
 			pr.SetXForwarded()
+			pr.Out.Header.Del("X-Real-IP")
+			if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
+				pr.Out.Header.Set("X-Real-IP", ip)
+			}
 			pr.Out.Host = pr.In.Host // the upstream sees the name the caller used
 			if up := pr.Out.Header.Get("Upgrade"); up != "" && h2cOnly(up) {
 				// An h2c offer (curl --http2 on http://) is for this hop,

@@ -801,9 +801,15 @@ func TestProxyTellsTheUpstreamTheAttempt(t *testing.T) {
 	store := startStore(t)
 	px := startProxy(t, "--upstream", up.URL, "--store", store.http, "--upstream-timeout", "500ms")
 
-	a := pxSend(t, "POST", px.url+"/pay", "att-1", `{}`, "Idempotency-Attempt", "99", "Idempotency-Attempt-Token", "forged")
+	a := pxSend(t, "POST", px.url+"/pay", "att-1", `{}`, "Idempotency-Attempt", "99", "Idempotency-Attempt-Token", "forged",
+		"X-Real-IP", "203.0.113.7", "X-Forwarded-For", "203.0.113.8")
 	require.Equal(t, http.StatusCreated, a.status, "%+v", a)
 	h := *seen.Load()
+	// The caller's address as this hop saw it, never the caller's claim
+	// (a protocol walk: X-Real-IP went through as written).
+	require.True(t, net.ParseIP(h.Get("X-Real-IP")).IsLoopback(), "X-Real-IP %q", h.Get("X-Real-IP"))
+	require.Len(t, h.Values("X-Real-IP"), 1)
+	require.Equal(t, h.Get("X-Real-IP"), h.Get("X-Forwarded-For"))
 	require.Equal(t, "1", h.Get("Idempotency-Attempt"))
 	require.Len(t, h.Values("Idempotency-Attempt"), 1)
 	require.Regexp(t, `^\d{20}\.[0-9a-f]{32}$`, h.Get("Idempotency-Attempt-Token"))
