@@ -20,24 +20,7 @@ import (
 // walk: 936 entries cut to 280). It is refused now; a segment whose last
 // batch is cut short, as a crash leaves it, still opens without it.
 func TestDamageBeforeTheEndOfTheNewestSegmentIsRefused(t *testing.T) {
-	build := func(t *testing.T) (string, string) {
-		path := filepath.Join(t.TempDir(), "raft-wal")
-		require.NoError(t, os.Mkdir(path, 0o700))
-		s, err := openWAL(path, nil)
-		require.NoError(t, err)
-		for i := uint64(1); i <= 100; i += 10 {
-			var batch []*raft.Log
-			for j := i; j < i+10; j++ {
-				batch = append(batch, &raft.Log{Index: j, Term: 1, Type: raft.LogCommand, Data: fmt.Appendf(nil, "entry-%03d", j)})
-			}
-			require.NoError(t, s.StoreLogs(batch))
-		}
-		require.NoError(t, s.Close())
-		segs, err := filepath.Glob(filepath.Join(path, "*.wal"))
-		require.NoError(t, err)
-		require.Len(t, segs, 1)
-		return path, segs[0]
-	}
+	build := func(t *testing.T) (string, string) { return walOfBatches(t, 10) }
 
 	path, seg := build(t)
 	b, err := os.ReadFile(seg)
@@ -113,21 +96,8 @@ func TestDamageBeforeTheEndOfTheNewestSegmentIsRefused(t *testing.T) {
 // frame, or cut the commit frame's checksum short of what it covers: both
 // are dropped by raft-wal as it opens, and said.
 func TestTornEndsAreSaid(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "raft-wal")
-	require.NoError(t, os.Mkdir(path, 0o700))
-	s, err := openWAL(path, nil)
-	require.NoError(t, err)
-	for i := uint64(1); i <= 30; i += 10 {
-		var batch []*raft.Log
-		for j := i; j < i+10; j++ {
-			batch = append(batch, &raft.Log{Index: j, Term: 1, Type: raft.LogCommand, Data: fmt.Appendf(nil, "entry-%03d", j)})
-		}
-		require.NoError(t, s.StoreLogs(batch))
-	}
-	require.NoError(t, s.Close())
-	segs, err := filepath.Glob(filepath.Join(path, "*.wal"))
-	require.NoError(t, err)
-	b, err := os.ReadFile(segs[0])
+	_, seg := walOfBatches(t, 3)
+	b, err := os.ReadFile(seg)
 	require.NoError(t, err)
 	stop := walStop(b)
 	keep, _, dropped := tornEnd(b, stop)
@@ -148,4 +118,25 @@ func TestTornEndsAreSaid(t *testing.T) {
 	require.Equal(t, 10, dropped)
 	require.Equal(t, uint64(21), first)
 	require.Equal(t, keep, keep2, "both cut at the end of the second batch")
+}
+
+// walOfBatches writes a raft log of n batches of ten entries (1, 2, ...)
+// and returns its directory and its one segment file.
+func walOfBatches(t *testing.T, n int) (string, string) {
+	path := filepath.Join(t.TempDir(), "raft-wal")
+	require.NoError(t, os.Mkdir(path, 0o700))
+	s, err := openWAL(path, nil)
+	require.NoError(t, err)
+	for i := uint64(1); i <= uint64(10*n); i += 10 {
+		var batch []*raft.Log
+		for j := i; j < i+10; j++ {
+			batch = append(batch, &raft.Log{Index: j, Term: 1, Type: raft.LogCommand, Data: fmt.Appendf(nil, "entry-%03d", j)})
+		}
+		require.NoError(t, s.StoreLogs(batch))
+	}
+	require.NoError(t, s.Close())
+	segs, err := filepath.Glob(filepath.Join(path, "*.wal"))
+	require.NoError(t, err)
+	require.Len(t, segs, 1)
+	return path, segs[0]
 }
