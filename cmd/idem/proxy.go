@@ -1067,11 +1067,14 @@ func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 			body = &callerBody{ReadCloser: r.Body}
 			ctx = context.WithValue(ctx, callerBodyKey{}, body)
 		}
-		r = r.WithContext(ctx)
+		// A request of its own: the lost-lease hook above reads the
+		// caller's request, r, when it fires (given this one, it never
+		// saw the lease lost, and the call ran on past it).
+		out := r.WithContext(ctx)
 		if body != nil {
-			r.Body = body
+			out.Body = body
 		}
-		next.ServeHTTP(&keepReading{ResponseWriter: w}, r)
+		next.ServeHTTP(&keepReading{ResponseWriter: w}, out)
 	})
 }
 
