@@ -1178,16 +1178,29 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 	}
 	h := w.Header()
 	// Names in their canonical form: a stored "content-type" sat beside
-	// the Content-Type set below, and both went out.
-	for k, v := range resp.Headers {
+	// the Content-Type set below, and both went out. Names that differ
+	// only in case ("set-cookie" a handler set in the map beside the
+	// "Set-Cookie" of Header.Add) are stored apart and went out apart:
+	// their values are joined, in the order net/http wrote them (names
+	// sorted), not one left out at random.
+	names := make([]string, 0, len(resp.Headers)+len(resp.HeaderLists))
+	for k := range resp.Headers {
+		names = append(names, k)
+	}
+	for k := range resp.HeaderLists {
+		names = append(names, k)
+	}
+	slices.Sort(names)
+	names = slices.Compact(names) // Values gives a name held in both maps once
+	stored := make(http.Header, len(names))
+	for _, k := range names {
 		if !connectionHeader(k) {
-			h[http.CanonicalHeaderKey(k)] = []string{v}
+			ck := http.CanonicalHeaderKey(k)
+			stored[ck] = append(stored[ck], resp.Values(k)...)
 		}
 	}
-	for k, v := range resp.HeaderLists {
-		if !connectionHeader(k) {
-			h[http.CanonicalHeaderKey(k)] = slices.Clone(v)
-		}
+	for k, v := range stored {
+		h[k] = v
 	}
 	if resp.ContentType != "" {
 		h.Set("Content-Type", resp.ContentType)
