@@ -1311,6 +1311,12 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	switch {
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
+	case rec.code == http.StatusSwitchingProtocols:
+		// A 101 the handler wrote without taking the connection: no
+		// final answer, as a hijack's. Stored, every retry of the key
+		// was answered 500 stored_answer_not_final until it expired
+		// (before that, a 101 that hung the caller).
+		m.release(r, s, c.Token, "handler answered 101 without taking the connection")
 	case rec.code == 0 && rec.body.Len() == 0 && errors.Is(context.Cause(ctx), ErrLeaseLost):
 		// Stopped by its context without an answer: stored, an empty 200
 		// was replayed as the request's success though nothing was done
