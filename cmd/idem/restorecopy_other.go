@@ -1,0 +1,15 @@
+//go:build !unix
+
+package main
+
+import "os"
+
+// lockRestoreCopy creates path; without flock it holds no lock, and no
+// copy is ever taken for abandoned (restoreCopyAbandoned).
+func lockRestoreCopy(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+}
+
+// restoreCopyAbandoned cannot tell a running restore from an ended one
+// here: copies are only named.
+func restoreCopyAbandoned(string) bool { return false }

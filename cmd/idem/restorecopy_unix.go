@@ -1,0 +1,40 @@
+//go:build unix
+
+package main
+
+import (
+	"os"
+	"syscall"
+)
+
+// lockRestoreCopy creates path and takes an exclusive flock on it, held
+// until the returned file is closed or the process ends (a kill -9
+// included: the kernel drops it then).
+func lockRestoreCopy(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// restoreCopyAbandoned reports whether the restore that made the copy
+// holding lock path has ended: the lock file is there and no process holds
+// its flock. A copy without it (made by an earlier release) cannot be told
+// from a restore that runs: false.
+func restoreCopyAbandoned(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return false
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return true
+}
