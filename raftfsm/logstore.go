@@ -80,6 +80,11 @@ type LogStore struct {
 	// starting: raft is reading the log as it starts, and a damaged entry
 	// is refused by the start (newRaft) with its own advice, not logged.
 	starting atomic.Bool
+
+	// snapHead is the index and term of the newest snapshot in the
+	// node's snapshot store, false for none (set by the node;
+	// guardedLogStore.snapshotHead); nil: none known.
+	snapHead func() (index, term uint64, ok bool)
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -858,6 +863,10 @@ func (s *LogStore) cutPendingHead() error {
 // reads each one back to replicate it and a follower to apply it, and
 // raft-wal decodes it from its segment each time (a tenth of a
 // follower's CPU under load).
+//
+// The newest snapshot's own index, when the log starts right after it (a
+// follower that installed the leader's snapshot and then appended), is
+// answered with the snapshot's term (snapshotHead).
 func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 	if s.recent.get(index, l) {
 		// Still in the log: a head truncation may have removed it.
@@ -865,7 +874,43 @@ func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 			return nil
 		}
 	}
-	return s.LogStore.GetLog(index, l)
+	err := s.LogStore.GetLog(index, l)
+	if errors.Is(err, raft.ErrLogNotFound) && s.snapshotHead(index, l) {
+		return nil
+	}
+	return err
+}
+
+// snapshotHead fills l with the entry at index when index is the newest
+// snapshot's and the log goes on from the entry after it: the snapshot
+// holds that entry, committed, so its index and term are known.
+//
+// A follower checks the leader's previous entry by reading it from its log
+// unless it is the log's last (hashicorp/raft's appendEntries), and after
+// installing a snapshot at S its log starts at S+1: a follower stopped
+// once it had appended entries above S but before the leader heard that
+// it had (a kill -9, a lost answer) was asked, at its restart, to match S,
+// found no entry there and refused. The leader then stepped back one
+// entry per round trip, each refused too, to the head of its own log
+// (10240 entries, minutes of "failed to get previous log" at WARN) and
+// sent the whole state again; on the follower raft then kept its old idea
+// of where its log ended, the same refusal followed, and the node never
+// caught up (a walk: a 3 M-record node killed just after its install
+// looped, re-sent 900 MB every few minutes). Raft compares only the term.
+func (s guardedLogStore) snapshotHead(index uint64, l *raft.Log) bool {
+	if s.LogStore.snapHead == nil {
+		return false
+	}
+	first, err := s.LogStore.FirstIndex()
+	if err != nil || first != index+1 {
+		return false
+	}
+	si, term, ok := s.LogStore.snapHead()
+	if !ok || si != index {
+		return false
+	}
+	*l = raft.Log{Index: index, Term: term, Type: raft.LogNoop}
+	return true
 }
 
 // DeleteRange refuses to truncate a sealed log it cannot reopen first:

@@ -98,6 +98,16 @@ func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotSto
 	return &snapshotStore{FileSnapshotStore: fs, dir: dir, db: db, log: log}, nil
 }
 
+// newest is the index and term of the newest snapshot stored, false for
+// none (guardedLogStore.snapshotHead).
+func (s *snapshotStore) newest() (uint64, uint64, bool) {
+	list, err := s.FileSnapshotStore.List()
+	if err != nil || len(list) == 0 {
+		return 0, 0, false
+	}
+	return list[0].Index, list[0].Term, true
+}
+
 // writeMarker is what Persist writes into a sink of this store: the magic
 // and the applied index of the state the marker stands for. That index can
 // be below the snapshot's raft index, which also counts the no-op and
