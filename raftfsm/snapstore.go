@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -55,7 +56,30 @@ type snapshotStore struct {
 	// that went through, or expandForget after the refusal.
 	refused   atomic.Uint64
 	refusedAt atomic.Int64
+
+	// spare is the last expanded stream whose send stopped before its
+	// end (the follower did not answer, died or refused it midway), kept
+	// for spareKeep so that raft's next try sends it again instead of
+	// writing the whole state out once more (spareMu guards it).
+	spareMu sync.Mutex
+	spare   *spareStream
 }
+
+// spareStream is an expanded stream kept for another send.
+type spareStream struct {
+	path string
+	meta raft.SnapshotMeta // of the send it was written for, Size its length
+}
+
+// spareKeep is how long an expanded stream whose send stopped midway is
+// kept for raft's next try. Raft tries a follower that needs a snapshot
+// again every few seconds (its back-off stops at about 10 s), and each try
+// wrote the whole state out: a walk with a 900 MB state and a follower
+// killed during its install found the leader writing 900 MB every 7 s,
+// one core and the disk busy, for as long as the follower stayed down.
+// The state it holds is older than the current one by at most this: the
+// follower replays the log from the snapshot's index either way.
+var spareKeep = 2 * time.Minute
 
 // expandForget is how long a refused expansion keeps the next ones from
 // writing while the disk has no more room than it used.
@@ -187,6 +211,9 @@ func (s *snapshotStore) damagedMarker(id string, openErr error) (*raft.SnapshotM
 // stops once the file would take the disk under the storage-full
 // threshold (refuseExpand).
 func (s *snapshotStore) expand(meta *raft.SnapshotMeta, stateIndex uint64) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if m, rc, ok := s.openSpare(meta.ID); ok {
+		return m, rc, nil
+	}
 	err := s.roomToExpand()
 	if err != nil {
 		err = fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
@@ -252,7 +279,69 @@ func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*r
 		"applied-index", snap.Meta().Applied, "bytes", n)
 	m := *meta
 	m.Size = n
-	return &m, &tempStream{File: f}, nil
+	return &m, &tempStream{f: f, s: s, meta: m}, nil
+}
+
+// openSpare opens the kept stream for another send of snapshot id.
+func (s *snapshotStore) openSpare(id string) (*raft.SnapshotMeta, io.ReadCloser, bool) {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	sp := s.spare
+	if sp == nil {
+		return nil, nil, false
+	}
+	if sp.meta.ID != id {
+		// A newer snapshot: the kept stream is of no use any more.
+		s.dropSpareLocked()
+		return nil, nil, false
+	}
+	f, err := os.Open(sp.path)
+	if err != nil {
+		s.dropSpareLocked()
+		return nil, nil, false
+	}
+	s.log.Info("snapshot sent again from the stream expanded for the last try, which stopped before its end", "id", id, "snapshot-index", sp.meta.Index, "bytes", sp.meta.Size)
+	m := sp.meta
+	return &m, &tempStream{f: f, s: s, meta: m}, true
+}
+
+// dropSpareLocked removes the kept stream (a send reading it keeps its
+// open file); the caller holds spareMu.
+func (s *snapshotStore) dropSpareLocked() {
+	if s.spare != nil {
+		os.Remove(s.spare.path)
+		s.spare = nil
+	}
+}
+
+// sent is a stream's Close: read to its end, it is removed (the
+// follower has it, or refused it whole); stopped before, it is kept as
+// the spare for spareKeep, in place of any other.
+func (s *snapshotStore) sent(t *tempStream) {
+	s.spareMu.Lock()
+	defer s.spareMu.Unlock()
+	path := t.f.Name()
+	kept := s.spare != nil && s.spare.path == path
+	if t.read >= t.meta.Size {
+		if kept {
+			s.spare = nil
+		}
+		os.Remove(path)
+		return
+	}
+	if kept {
+		return
+	}
+	s.dropSpareLocked()
+	sp := &spareStream{path: path, meta: t.meta}
+	s.spare = sp
+	time.AfterFunc(spareKeep, func() {
+		s.spareMu.Lock()
+		defer s.spareMu.Unlock()
+		if s.spare == sp {
+			s.dropSpareLocked()
+		}
+	})
 }
 
 // roomToExpand refuses, without writing anything, an expansion that the
@@ -290,12 +379,26 @@ func (s *snapshotStore) refuseExpand(err error) error {
 	return err
 }
 
-// tempStream is an expanded snapshot; Close removes it.
-type tempStream struct{ *os.File }
+// tempStream is an expanded snapshot; Close removes it, or keeps it for
+// another send when it was not read to its end (snapshotStore.sent).
+// Only Read and Close: an *os.File's WriteTo, promoted, would let io.Copy
+// read past the count of what was sent.
+type tempStream struct {
+	f    *os.File
+	s    *snapshotStore
+	meta raft.SnapshotMeta
+	read int64
+}
+
+func (t *tempStream) Read(p []byte) (int, error) {
+	n, err := t.f.Read(p)
+	t.read += int64(n)
+	return n, err
+}
 
 func (t *tempStream) Close() error {
-	err := t.File.Close()
-	os.Remove(t.Name())
+	err := t.f.Close()
+	t.s.sent(t)
 	return err
 }
 

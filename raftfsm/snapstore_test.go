@@ -344,3 +344,65 @@ func TestSnapshotStreamsKeepAMarginAboveTheThreshold(t *testing.T) {
 	_, ok = r.take(512<<10, false)
 	require.True(t, ok, "with the margin and more free, it goes on")
 }
+
+// A leader whose follower needed a snapshot and did not take it (down,
+// killed while it received, its disk full) wrote the whole state out again
+// at each of raft's tries, every few seconds: a walk with a 900 MB state
+// found it writing 900 MB every 7 s for as long as the follower stayed
+// down. A stream whose send stopped before its end is kept and sent again
+// as it is; one read to its end is removed, and the next send expands the
+// state anew.
+func TestAnExpandedStreamNotSentToItsEndIsSentAgain(t *testing.T) {
+	logs := genLog(23, 400)
+	src, srcDB := mustFSM(t, t.TempDir())
+	defer srcDB.Close()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	store, err := newSnapshotStore(dir, src.db, slog.New(slog.NewTextHandler(&out, nil)))
+	require.NoError(t, err)
+	applyInBatches(src, logs[:200], 1, 16)
+	meta := takeSnapshot(t, src, store)
+	sendFiles := func() []string {
+		left, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+		return left
+	}
+	expansions := func() int { return strings.Count(out.String(), "snapshot expanded from the current state") }
+
+	// The follower stops answering 10 bytes into the stream.
+	first, rc, err := store.Open(meta.ID)
+	require.NoError(t, err)
+	_, err = io.ReadFull(rc, make([]byte, 10))
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Len(t, sendFiles(), 1, "the stream is kept for the next try")
+	applyInBatches(src, logs[200:300], 1, 16) // the state moves on meanwhile
+
+	// The next try sends the same stream, whole, without writing it again.
+	again, rc, err := store.Open(meta.ID)
+	require.NoError(t, err)
+	stream, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Equal(t, 1, expansions(), out.String())
+	require.Equal(t, first.Size, again.Size)
+	require.Equal(t, int64(len(stream)), again.Size, "raft sends exactly Size bytes")
+	require.Empty(t, sendFiles(), "a stream read to its end is removed")
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(stream))))
+	require.Equal(t, uint64(200), dstDB.Meta().Applied, "the state as of the first try")
+	applyInBatches(dst, logs[200:300], 1, 16) // raft replays from the marker
+	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
+
+	// Sent whole, the stream is gone: the next send writes the state anew.
+	_, rc, err = store.Open(meta.ID)
+	require.NoError(t, err)
+	stream, err = io.ReadAll(rc)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Equal(t, 2, expansions())
+	dst2, dst2DB := mustFSM(t, t.TempDir())
+	defer dst2DB.Close()
+	require.NoError(t, dst2.Restore(io.NopCloser(bytes.NewReader(stream))))
+	require.Equal(t, uint64(300), dst2DB.Meta().Applied, "the current state")
+}
