@@ -284,6 +284,11 @@ func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 	// leader's snapshot then, and its FSM goroutine reads the hook.
 	prev := afterRestore
 	t.Cleanup(func() { afterRestore = prev })
+	// The stream n3 gets must hold the leader's state as of its send: a
+	// stream kept from a try while n3 was down holds an older one.
+	keep := spareKeep
+	spareKeep = 0
+	t.Cleanup(func() { spareKeep = keep })
 	var logs [3]logBuffer
 	dirs := []string{t.TempDir(), t.TempDir(), t.TempDir()}
 	addrs := []string{"127.0.0.1:0", "127.0.0.1:0", freeRaftAddr(t)} // n3 comes back where it was

@@ -80,7 +80,8 @@ type spareStream struct {
 // killed during its install found the leader writing 900 MB every 7 s,
 // one core and the disk busy, for as long as the follower stayed down.
 // The state it holds is older than the current one by at most this: the
-// follower replays the log from the snapshot's index either way.
+// follower replays the log from the snapshot's index either way. 0 keeps
+// none.
 var spareKeep = 2 * time.Minute
 
 // expandForget is how long a refused expansion keeps the next ones from
@@ -399,6 +400,10 @@ func (s *snapshotStore) sent(t *tempStream) {
 		return
 	}
 	s.dropSpareLocked()
+	if spareKeep <= 0 {
+		os.Remove(path)
+		return
+	}
 	sp := &spareStream{path: path, meta: t.meta}
 	s.spare = sp
 	time.AfterFunc(spareKeep, func() {
