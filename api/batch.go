@@ -979,7 +979,12 @@ func (s *Server) batchEntriesAllowed(ctx context.Context) bool {
 
 // membersLacking names the other members whose /healthz does not list
 // feature (an older version, or no answer); "" when none. It asks them in
-// parallel, within a second.
+// parallel, within a second. A member that does not answer but was seen
+// listing it (at the same HTTP address) is not named: a member that was
+// down or cut off made the gates close again at their recheck, and with
+// one node of three down every complete storing a header sent twice (two
+// Set-Cookie) was refused 503 while the cluster ran on (a client walk).
+// One that answers without it (started again on an older version) is.
 func (s *Server) membersLacking(ctx context.Context, feature string) string {
 	st, err := s.store.Status()
 	if err != nil {
@@ -997,11 +1002,22 @@ func (s *Server) membersLacking(ctx context.Context, feature string) string {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if !s.hasFeature(ctx, m.HTTPAddr, feature) {
-				mu.Lock()
-				lacking = append(lacking, m.ID)
-				mu.Unlock()
+			seen := feature + "\x00" + m.ID + "\x00" + m.HTTPAddr
+			has, answered := s.hasFeature(ctx, m.HTTPAddr, feature)
+			switch {
+			case has:
+				s.featured.Store(seen, true)
+				return
+			case answered:
+				s.featured.Delete(seen)
+			default:
+				if _, ok := s.featured.Load(seen); ok {
+					return
+				}
 			}
+			mu.Lock()
+			lacking = append(lacking, m.ID)
+			mu.Unlock()
 		}()
 	}
 	wg.Wait()
@@ -1009,22 +1025,27 @@ func (s *Server) membersLacking(ctx context.Context, feature string) string {
 	return strings.Join(lacking, ",")
 }
 
-// hasFeature asks the node at addr whether its /healthz lists feature.
-func (s *Server) hasFeature(ctx context.Context, addr, feature string) bool {
+// hasFeature asks the node at addr whether its /healthz lists feature;
+// answered is false when it gave no answer of its own (no connection, a
+// timeout, a 5xx of something in between).
+func (s *Server) hasFeature(ctx context.Context, addr, feature string) (has, answered bool) {
 	if addr == "" {
-		return false
+		return false, false
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(s.cfg.PeerTLS, addr, "/healthz"), nil)
 	if err != nil {
-		return false
+		return false, false
 	}
 	resp, err := s.fwd.client.Do(req)
 	if err != nil {
-		return false
+		return false, false
 	}
 	defer resp.Body.Close()
 	io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
-	return resp.StatusCode == http.StatusOK && slices.Contains(strings.Split(resp.Header.Get(featuresHeader), ","), feature)
+	if resp.StatusCode != http.StatusOK {
+		return false, false
+	}
+	return slices.Contains(strings.Split(resp.Header.Get(featuresHeader), ","), feature), true
 }
 
 // writeResults answers wire.BatchResponse{Results: results}. The bodies are

@@ -28,14 +28,15 @@ func TestBatchFeatureIsAdvertisedAndRequired(t *testing.T) {
 	defer older.Close()
 	addr := func(u string) string { return strings.TrimPrefix(u, "http://") }
 	ctx := context.Background()
-	if !s.hasFeature(ctx, addr(current.URL), featureBatch) || !s.hasFeature(ctx, addr(current.URL), featureSecret) {
+	has := func(addr, feature string) bool { h, _ := s.hasFeature(ctx, addr, feature); return h }
+	if !has(addr(current.URL), featureBatch) || !has(addr(current.URL), featureSecret) {
 		t.Fatal("this version's /healthz must list both batch entries and the secret")
 	}
-	if s.hasFeature(ctx, addr(older.URL), featureBatch) {
-		t.Fatal("an older member must not count as knowing batch entries")
+	if h, answered := s.hasFeature(ctx, addr(older.URL), featureBatch); h || !answered {
+		t.Fatal("an older member must not count as knowing batch entries (and it answered)")
 	}
-	if s.hasFeature(ctx, "127.0.0.1:1", featureBatch) {
-		t.Fatal("a member that does not answer must not count as knowing batch entries")
+	if h, answered := s.hasFeature(ctx, "127.0.0.1:1", featureBatch); h || answered {
+		t.Fatal("a member that does not answer must not count as knowing batch entries, nor as answering")
 	}
 }
 

@@ -9,3 +9,11 @@ func SetListsGateRetry(d time.Duration) time.Duration {
 	listsGateRetry = d
 	return old
 }
+
+// SetListsGateRecheck sets how soon a gate that was open asks the members
+// again; it returns the previous value.
+func SetListsGateRecheck(d time.Duration) time.Duration {
+	old := listsGateRecheck
+	listsGateRecheck = d
+	return old
+}

@@ -151,6 +151,57 @@ func TestHeaderListsWaitForEveryMember(t *testing.T) {
 	require.JSONEq(t, `{"Set-Cookie":["a=1","b=2"]}`, mustJSON(t, n.record(s)["response"].(map[string]any)["headers"]))
 }
 
+// A member seen listing header-lists that then stops answering (down, cut
+// off) keeps the gate open: with one node of three down, every complete
+// storing a header sent twice was refused 503 at the gate's next check
+// while the cluster ran on (a client walk). A member that answers without
+// it (started again on an older version) closes it.
+func TestHeaderListsGateOutlivesAMemberThatStopsAnswering(t *testing.T) {
+	oldRetry, oldRecheck := api.SetListsGateRetry(50*time.Millisecond), api.SetListsGateRecheck(50*time.Millisecond)
+	t.Cleanup(func() { api.SetListsGateRetry(oldRetry); api.SetListsGateRecheck(oldRecheck) })
+	n := mustNode(t)
+	var mode atomic.Int32 // 0: answers with the feature, 1: down, 2: answers without it
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch mode.Load() {
+		case 1:
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close() // no answer
+					return
+				}
+			}
+		case 2:
+			w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry")
+		default:
+			w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry,header-lists")
+		}
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(member.Close)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-2", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
+	require.NoError(t, err)
+	lists := map[string]any{"status": 200, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}}
+	complete := func(key string) reply {
+		s := sc(key)
+		tok := n.mustClaim(s, fp1)["token"].(string)
+		return n.complete(s, tok, lists)
+	}
+	require.Equal(t, http.StatusOK, complete("seen").status)
+
+	mode.Store(1)
+	time.Sleep(150 * time.Millisecond) // past the recheck
+	for i := range 3 {
+		r := complete(fmt.Sprintf("down-%d", i))
+		require.Equal(t, http.StatusOK, r.status, "a member seen with the feature, now down: %s", r)
+		time.Sleep(60 * time.Millisecond)
+	}
+
+	mode.Store(2)
+	require.Eventually(t, func() bool {
+		return complete(fmt.Sprintf("older-%d", time.Now().UnixNano())).status == http.StatusServiceUnavailable
+	}, 5*time.Second, 60*time.Millisecond, "a member that answers without the feature closes the gate")
+}
+
 func TestHealthzListsHeaderLists(t *testing.T) {
 	t.Parallel()
 	n := mustNode(t)

@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,6 +99,9 @@ type Server struct {
 	batches batchGate
 	// lists says when headers stored as arrays may be proposed (headerlists.go).
 	lists listsGate
+	// featured holds the members seen listing a feature (membersLacking),
+	// keyed by feature, member id and HTTP address.
+	featured sync.Map
 }
 
 // New returns a server over store.
