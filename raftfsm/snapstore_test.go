@@ -467,3 +467,56 @@ func TestInstalledSnapshotIsKeptAsAMarkerOnceRestored(t *testing.T) {
 	require.NoError(t, third.Restore(io.NopCloser(bytes.NewReader(stream))))
 	require.Equal(t, stateHash(t, dstDB), stateHash(t, thirdDB))
 }
+
+// markStream writes meta.json (a marker's size and checksum) before
+// state.bin: a kill -9 between the two, or a failed write of state.bin
+// (a full disk), left the whole stream beside a marker's metadata, which
+// raft's FileSnapshotStore refused to open ("CRC mismatch"): idem recover
+// refused the data dir, and a node whose applied index was below the
+// snapshot's refused to start (catchUpFromSnapshot). The store, opened
+// again, gives the stream its own metadata back.
+func TestAMarkingCutShortBetweenItsTwoWritesIsRepairedAtOpen(t *testing.T) {
+	full, srcDB := fullStream(t)
+	defer srcDB.Close()
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, dst, dir)
+	sink, err := store.Create(raft.SnapshotVersionMax, 150, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(full.Bytes()))
+	require.NoError(t, err)
+	require.NoError(t, sink.Close())
+	list, err := store.List()
+	require.NoError(t, err)
+	id := list[0].ID
+	dst.installed = store.markInstalled
+	_, rc, err := store.Open(id)
+	require.NoError(t, err)
+	require.NoError(t, dst.Restore(rc))
+
+	// The crash: meta.json rewritten, state.bin still the stream.
+	state := filepath.Join(dir, "snapshots", id, "state.bin")
+	require.NoError(t, os.WriteFile(state, full.Bytes(), 0o600))
+	_, _, err = store.FileSnapshotStore.Open(id)
+	require.ErrorContains(t, err, "CRC mismatch", "the state a crash between the two writes leaves")
+
+	again := mustStore(t, dst, dir)                   // the restart
+	meta, rc, err := again.FileSnapshotStore.Open(id) // catchUpFromSnapshot's, idem recover's
+	require.NoError(t, err)
+	got, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Equal(t, full.Bytes(), got)
+	require.Equal(t, int64(full.Len()), meta.Size)
+	require.Equal(t, uint64(150), meta.Index)
+
+	// The next install's marking converts it as before.
+	again.markInstalled(dstDB.Meta().Applied)
+	st, err := os.Stat(state)
+	require.NoError(t, err)
+	require.Equal(t, int64(len(liveMagic)+8), st.Size())
+	_, rc, err = again.FileSnapshotStore.Open(id)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+}
