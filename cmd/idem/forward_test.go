@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,7 +30,7 @@ func TestForwardToStoppedLeaderIsBounded(t *testing.T) {
 	c := newCluster(t, viaJoin, nil, nil)
 	leader := c.leader()
 	f := c.others(leader)[0]
-	require.NoError(t, leader.p.cmd.Process.Signal(syscall.SIGSTOP))
+	stopProcess(t, leader.p)
 	defer leader.p.cmd.Process.Signal(syscall.SIGCONT)
 
 	// The follower still believes in the stopped leader for a moment: the
@@ -157,11 +159,11 @@ func TestUnknownForwardIsLoggedWithoutTheQuery(t *testing.T) {
 	})
 
 	// The stopped leader's socket takes the forward, and never answers.
-	require.NoError(t, leader.p.cmd.Process.Signal(syscall.SIGSTOP))
+	stopProcess(t, leader.p)
 	defer leader.p.cmd.Process.Signal(syscall.SIGCONT)
 	a := call("DELETE", f.http, "/v1/records?principal="+cPrincipal+"&endpoint=POST%20/payments&key="+key, "")
 	require.NoError(t, a.err)
-	require.True(t, unknownOutcome(a), "a DELETE forwarded to a stopped leader: %s", a)
+	require.True(t, unknownOutcome(a), "a DELETE forwarded to a stopped leader %s (%s): %s, decided by %q", leader.id, leader.http, a, a.hdr.Get("Idem-Leader"))
 
 	// The answer can reach the test before the line reaches its pipe.
 	waitFor(t, 10*time.Second, "the follower's line on the forward", func() (bool, string) {
@@ -170,4 +172,27 @@ func TestUnknownForwardIsLoggedWithoutTheQuery(t *testing.T) {
 	logs := f.p.logs.String()
 	require.NotContains(t, logs, key, "the follower logged the evicted record's key")
 	require.Contains(t, logs, "path=/v1/records", "the line still says what was forwarded")
+}
+
+// stopProcess sends p SIGSTOP and waits until the kernel shows it stopped
+// (state T in /proc/PID/stat): kill(2) returns once the signal is queued,
+// and a thread finishing a system call stops only after it. A DELETE sent
+// through a follower right after the signal was once answered 200 deleted
+// (twice in CI, never reproduced), as if the leader still ran.
+func stopProcess(t *testing.T, p *proc) {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGSTOP))
+	stat := fmt.Sprintf("/proc/%d/stat", p.cmd.Process.Pid)
+	waitFor(t, 5*time.Second, "the process stopped", func() (bool, string) {
+		b, err := os.ReadFile(stat)
+		if err != nil {
+			return false, err.Error()
+		}
+		// pid (comm) state ...: comm may hold spaces and parentheses.
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return false, string(b)
+		}
+		return b[i+2] == 'T', "state " + string(b[i+2])
+	})
 }
