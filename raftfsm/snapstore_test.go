@@ -414,10 +414,21 @@ func TestAnExpandedStreamNotSentToItsEndIsSentAgain(t *testing.T) {
 // of that state, as the node's own snapshots are, and opened it is the
 // current state.
 func TestInstalledSnapshotIsKeptAsAMarkerOnceRestored(t *testing.T) {
+	full, srcDB := fullStream(t)
+	defer srcDB.Close()
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, dst, dir)
 	// An older stream beside it: a node killed while installing restored
 	// it at its start, and the leader sent another.
-	r := receivedStreams(t, 140, 150)
-	srcDB, dst, dstDB, dir, store := r.src, r.fsm, r.db, r.dir, r.store
+	for _, index := range []uint64{140, 150} {
+		sink, err := store.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+		require.NoError(t, err)
+		_, err = io.Copy(sink, bytes.NewReader(full.Bytes())) // what installSnapshot does
+		require.NoError(t, err)
+		require.NoError(t, sink.Close())
+	}
 	list, err := store.List()
 	require.NoError(t, err)
 	require.Len(t, list, 2)
@@ -465,8 +476,17 @@ func TestInstalledSnapshotIsKeptAsAMarkerOnceRestored(t *testing.T) {
 // snapshot's refused to start (catchUpFromSnapshot). The store, opened
 // again, gives the stream its own metadata back.
 func TestAMarkingCutShortBetweenItsTwoWritesIsRepairedAtOpen(t *testing.T) {
-	r := receivedStreams(t, 150)
-	full, dst, dstDB, dir, store := r.full, r.fsm, r.db, r.dir, r.store
+	full, srcDB := fullStream(t)
+	defer srcDB.Close()
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, dst, dir)
+	sink, err := store.Create(raft.SnapshotVersionMax, 150, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(full.Bytes()))
+	require.NoError(t, err)
+	require.NoError(t, sink.Close())
 	list, err := store.List()
 	require.NoError(t, err)
 	id := list[0].ID
@@ -505,8 +525,19 @@ func TestAMarkingCutShortBetweenItsTwoWritesIsRepairedAtOpen(t *testing.T) {
 // reaps older ones) is gone, not an error: it stopped the marking, and the
 // streams after it in the list stayed whole.
 func TestMarkingGoesOnPastASnapshotRemovedMeanwhile(t *testing.T) {
-	r := receivedStreams(t, 140, 150)
-	dir, store := r.dir, r.store
+	full, srcDB := fullStream(t)
+	defer srcDB.Close()
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, dst, dir)
+	for _, index := range []uint64{140, 150} {
+		sink, err := store.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+		require.NoError(t, err)
+		_, err = io.Copy(sink, bytes.NewReader(full.Bytes()))
+		require.NoError(t, err)
+		require.NoError(t, sink.Close())
+	}
 	list, err := store.List()
 	require.NoError(t, err)
 	require.Len(t, list, 2)
@@ -517,36 +548,4 @@ func TestMarkingGoesOnPastASnapshotRemovedMeanwhile(t *testing.T) {
 	st, err := os.Stat(filepath.Join(dir, "snapshots", older, "state.bin"))
 	require.NoError(t, err)
 	require.Less(t, st.Size(), int64(64), "the older stream is marked all the same")
-}
-
-// received is a node's snapshot store holding full streams, as raft
-// stores a leader's snapshot before it installs it (receivedStreams).
-type received struct {
-	full  *bytes.Buffer  // the stream (fullStream)
-	src   *engine.DB     // the state it was written from
-	fsm   *FSM           // the node's
-	db    *engine.DB     // the node's state
-	dir   string         // the node's data dir
-	store *snapshotStore // the node's snapshot store
-}
-
-// receivedStreams stores the stream of fullStream under each of indexes
-// (term 1) in a new node's snapshot store. t.Cleanup closes the states.
-func receivedStreams(t *testing.T, indexes ...uint64) received {
-	t.Helper()
-	var r received
-	r.full, r.src = fullStream(t)
-	t.Cleanup(func() { r.src.Close() })
-	r.fsm, r.db = mustFSM(t, t.TempDir())
-	t.Cleanup(func() { r.db.Close() })
-	r.dir = t.TempDir()
-	r.store = mustStore(t, r.fsm, r.dir)
-	for _, index := range indexes {
-		sink, err := r.store.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
-		require.NoError(t, err)
-		_, err = io.Copy(sink, bytes.NewReader(r.full.Bytes())) // what installSnapshot does
-		require.NoError(t, err)
-		require.NoError(t, sink.Close())
-	}
-	return r
 }
