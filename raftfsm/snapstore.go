@@ -164,15 +164,12 @@ func (s *snapshotStore) markNewest(applied uint64) error {
 	// restored it at its start, and the leader then sent another (its
 	// replication went back to the start of its log), which left the
 	// first beside it.
-	// One that fails does not stop the others (raft's own snapshot may
-	// remove an older one meanwhile: it is gone, not an error).
-	var errs []error
 	for _, m := range list {
-		if err := s.markStream(m.ID, applied); err != nil && !errors.Is(err, os.ErrNotExist) {
-			errs = append(errs, err)
+		if err := s.markStream(m.ID, applied); err != nil {
+			return err
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // markStream replaces the data of snapshot id, when it is a full stream,

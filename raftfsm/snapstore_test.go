@@ -520,32 +520,3 @@ func TestAMarkingCutShortBetweenItsTwoWritesIsRepairedAtOpen(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, rc.Close())
 }
-
-// A snapshot removed while the streams are marked (raft's own snapshot
-// reaps older ones) is gone, not an error: it stopped the marking, and the
-// streams after it in the list stayed whole.
-func TestMarkingGoesOnPastASnapshotRemovedMeanwhile(t *testing.T) {
-	full, srcDB := fullStream(t)
-	defer srcDB.Close()
-	dst, dstDB := mustFSM(t, t.TempDir())
-	defer dstDB.Close()
-	dir := t.TempDir()
-	store := mustStore(t, dst, dir)
-	for _, index := range []uint64{140, 150} {
-		sink, err := store.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
-		require.NoError(t, err)
-		_, err = io.Copy(sink, bytes.NewReader(full.Bytes()))
-		require.NoError(t, err)
-		require.NoError(t, sink.Close())
-	}
-	list, err := store.List()
-	require.NoError(t, err)
-	require.Len(t, list, 2)
-	newest, older := list[0].ID, list[1].ID
-	require.NoError(t, os.Remove(filepath.Join(dir, "snapshots", newest, "state.bin"))) // reaped meanwhile
-
-	require.NoError(t, store.markNewest(150))
-	st, err := os.Stat(filepath.Join(dir, "snapshots", older, "state.bin"))
-	require.NoError(t, err)
-	require.Less(t, st.Size(), int64(64), "the older stream is marked all the same")
-}
