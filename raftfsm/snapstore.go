@@ -122,7 +122,6 @@ func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotSto
 	for _, d := range tmps {
 		os.RemoveAll(d)
 	}
-	repairCutMarks(dir, fs, log)
 	return &snapshotStore{FileSnapshotStore: fs, dir: dir, db: db, log: log}, nil
 }
 
@@ -176,7 +175,7 @@ func (s *snapshotStore) markNewest(applied uint64) error {
 // by a marker of the state at applied.
 func (s *snapshotStore) markStream(id string, applied uint64) error {
 	dir := filepath.Join(s.dir, "snapshots", id)
-	statePath := filepath.Join(dir, "state.bin")
+	statePath, metaPath := filepath.Join(dir, "state.bin"), filepath.Join(dir, "meta.json")
 	head := make([]byte, len(liveMagic))
 	f, err := os.Open(statePath)
 	if err != nil {
@@ -191,7 +190,21 @@ func (s *snapshotStore) markStream(id string, applied uint64) error {
 	writeMarker(&marker, applied)
 	sum := crc64.New(crc64.MakeTable(crc64.ECMA)) // raft's FileSnapshotStore's
 	sum.Write(marker.Bytes())
-	if err := rewriteMeta(dir, int64(marker.Len()), sum.Sum(nil)); err != nil {
+	raw, err := os.ReadFile(metaPath)
+	if err != nil {
+		return err
+	}
+	var meta map[string]json.RawMessage // every field kept as raft wrote it
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return fmt.Errorf("read %s: %w", metaPath, err)
+	}
+	meta["Size"], _ = json.Marshal(marker.Len())
+	meta["CRC"], _ = json.Marshal(sum.Sum(nil))
+	out, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	if err := replaceSynced(dir, "meta.json", append(out, '\n')); err != nil {
 		return err
 	}
 	if err := replaceSynced(dir, "state.bin", marker.Bytes()); err != nil {
@@ -199,71 +212,6 @@ func (s *snapshotStore) markStream(id string, applied uint64) error {
 	}
 	s.log.Info("the leader's snapshot, installed, is kept as a marker of this node's state", "id", id, "applied-index", applied)
 	return nil
-}
-
-// rewriteMeta sets the Size and CRC of the snapshot in dir's meta.json,
-// every other field kept as raft wrote it.
-func rewriteMeta(dir string, size int64, crc []byte) error {
-	metaPath := filepath.Join(dir, "meta.json")
-	raw, err := os.ReadFile(metaPath)
-	if err != nil {
-		return err
-	}
-	var meta map[string]json.RawMessage
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return fmt.Errorf("read %s: %w", metaPath, err)
-	}
-	meta["Size"], _ = json.Marshal(size)
-	meta["CRC"], _ = json.Marshal(crc)
-	out, err := json.Marshal(meta)
-	if err != nil {
-		return err
-	}
-	return replaceSynced(dir, "meta.json", append(out, '\n'))
-}
-
-// repairCutMarks gives its own metadata back to each stream whose marking
-// (markStream) was cut short between its two writes: a kill -9, or a
-// failed write of state.bin (a full disk), left meta.json with a marker's
-// size and checksum beside the whole stream. raft's FileSnapshotStore then
-// refused to open it ("CRC mismatch"): idem recover refused the data dir
-// (checkNewest), and a node whose state's applied index is below the
-// snapshot's index (its last entries no-ops or barriers) refused to start
-// (catchUpFromSnapshot). The stream is intact, as it was before the
-// marking began; the next install marks it again.
-func repairCutMarks(dir string, fs *raft.FileSnapshotStore, log *slog.Logger) {
-	list, err := fs.List()
-	if err != nil {
-		return
-	}
-	for _, m := range list {
-		if m.Size != int64(len(liveMagic)+8) {
-			continue
-		}
-		sdir := filepath.Join(dir, "snapshots", m.ID)
-		f, err := os.Open(filepath.Join(sdir, "state.bin"))
-		if err != nil {
-			continue
-		}
-		head := make([]byte, len(liveMagic))
-		if _, err := io.ReadFull(f, head); err != nil || bytes.Equal(head, liveMagic) {
-			f.Close() // a marker, damaged or not (damagedMarker)
-			continue
-		}
-		sum := crc64.New(crc64.MakeTable(crc64.ECMA)) // raft's FileSnapshotStore's
-		if _, err = f.Seek(0, io.SeekStart); err == nil {
-			var n int64
-			if n, err = io.Copy(sum, f); err == nil {
-				err = rewriteMeta(sdir, n, sum.Sum(nil))
-			}
-		}
-		f.Close()
-		if err != nil {
-			log.Warn("could not repair the metadata of a snapshot whose marking was cut short", "id", m.ID, "error", err)
-			continue
-		}
-		log.Warn("the marking of snapshot "+m.ID+" as this node's state was cut short (a crash or a failed write): its metadata describes its stream again", "id", m.ID)
-	}
 }
 
 // writeMarker is what Persist writes into a sink of this store: the magic
