@@ -454,8 +454,6 @@ func (n *Node) catchUpFromSnapshot() error {
 				return fmt.Errorf("raftfsm: record the state installed from snapshot %s: %w", newest.ID, err)
 			}
 		}
-		rc.Close() // a marker replaces the file (markInstalled)
-		n.snaps.markInstalled(n.db.Meta().Applied)
 	}
 	return nil
 }

@@ -156,25 +156,10 @@ func (s *snapshotStore) markInstalled(applied uint64) {
 
 func (s *snapshotStore) markNewest(applied uint64) error {
 	list, err := s.FileSnapshotStore.List()
-	if err != nil {
+	if err != nil || len(list) == 0 {
 		return err
 	}
-	// Every stream the store holds: a node killed while it installed one
-	// restored it at its start, and the leader then sent another (its
-	// replication went back to the start of its log), which left the
-	// first beside it.
-	for _, m := range list {
-		if err := s.markStream(m.ID, applied); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// markStream replaces the data of snapshot id, when it is a full stream,
-// by a marker of the state at applied.
-func (s *snapshotStore) markStream(id string, applied uint64) error {
-	dir := filepath.Join(s.dir, "snapshots", id)
+	dir := filepath.Join(s.dir, "snapshots", list[0].ID)
 	statePath, metaPath := filepath.Join(dir, "state.bin"), filepath.Join(dir, "meta.json")
 	head := make([]byte, len(liveMagic))
 	f, err := os.Open(statePath)
@@ -210,7 +195,7 @@ func (s *snapshotStore) markStream(id string, applied uint64) error {
 	if err := replaceSynced(dir, "state.bin", marker.Bytes()); err != nil {
 		return err
 	}
-	s.log.Info("the leader's snapshot, installed, is kept as a marker of this node's state", "id", id, "applied-index", applied)
+	s.log.Info("the leader's snapshot, installed, is kept as a marker of this node's state", "id", list[0].ID, "applied-index", applied)
 	return nil
 }
 

@@ -420,19 +420,14 @@ func TestInstalledSnapshotIsKeptAsAMarkerOnceRestored(t *testing.T) {
 	defer dstDB.Close()
 	dir := t.TempDir()
 	store := mustStore(t, dst, dir)
-	// An older stream beside it: a node killed while installing restored
-	// it at its start, and the leader sent another.
-	for _, index := range []uint64{140, 150} {
-		sink, err := store.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
-		require.NoError(t, err)
-		_, err = io.Copy(sink, bytes.NewReader(full.Bytes())) // what installSnapshot does
-		require.NoError(t, err)
-		require.NoError(t, sink.Close())
-	}
+	sink, err := store.Create(raft.SnapshotVersionMax, 150, 1, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(full.Bytes())) // what installSnapshot does
+	require.NoError(t, err)
+	require.NoError(t, sink.Close())
 	list, err := store.List()
 	require.NoError(t, err)
-	require.Len(t, list, 2)
-	id, older := list[0].ID, list[1].ID
+	id := list[0].ID
 
 	// What raft's install does once the stream is stored: restore it
 	// (the node hands its FSM the store's markInstalled).
@@ -445,9 +440,6 @@ func TestInstalledSnapshotIsKeptAsAMarkerOnceRestored(t *testing.T) {
 	st, err := os.Stat(filepath.Join(dir, "snapshots", id, "state.bin"))
 	require.NoError(t, err)
 	require.Less(t, st.Size(), int64(64), "a marker, not the stream")
-	st2, err := os.Stat(filepath.Join(dir, "snapshots", older, "state.bin"))
-	require.NoError(t, err)
-	require.Less(t, st2.Size(), int64(64), "the older stream too")
 	list, err = store.List()
 	require.NoError(t, err)
 	require.Equal(t, id, list[0].ID)
