@@ -45,10 +45,6 @@ type FSM struct {
 	// installedPath, when set, is where Restore records the applied index
 	// of the state it installed from a leader (checkLogPresent).
 	installedPath string
-	// installed, when set, is called once Restore has installed a
-	// leader's snapshot, with the applied index of the state it holds now
-	// (snapshotStore.markInstalled).
-	installed func(applied uint64)
 }
 
 var (
@@ -282,9 +278,6 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			// Only a stop before the log passes this state is refused then.
 			f.log.Warn("could not record the state installed from the leader", "error", err)
 		}
-	}
-	if f.installed != nil {
-		f.installed(f.db.Meta().Applied)
 	}
 	afterRestore()
 	return nil

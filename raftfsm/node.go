@@ -239,7 +239,6 @@ func open(cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("raftfsm: open snapshot store: %w", err)
 	}
 	n.snaps.disk, n.snaps.stop = n.disk, n.stop
-	n.fsm.installed = n.snaps.markInstalled
 	if err := n.checkStoredID(); err != nil { // storedid.go; before anything is written
 		return nil, err
 	}

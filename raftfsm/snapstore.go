@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc64"
 	"io"
 	"log/slog"
 	"os"
@@ -133,70 +131,6 @@ func (s *snapshotStore) newest() (uint64, uint64, bool) {
 		return 0, 0, false
 	}
 	return list[0].Index, list[0].Term, true
-}
-
-// markInstalled replaces the data of the newest snapshot, a stream
-// received from a leader that the state now holds (applied: the state's
-// applied index), with a marker of that state, as this node's own
-// snapshots are: the stream was kept whole until two snapshots of the
-// node's own followed it (8192 log entries each by default, hours on a
-// quiet cluster), and with the tables it was restored into a node that
-// had just joined held about 2.5 times its state (a walk: 217 MB of tables
-// beside a 918 MB stream, which took its 1.4 GB disk under the threshold).
-// Opened, the marker is the current state, as any marker.
-//
-// The metadata is written first: a crash before the data follows leaves a
-// marker's size whose checksum does not match, which damagedMarker sends
-// as the current state. A failure is logged and changes nothing else.
-func (s *snapshotStore) markInstalled(applied uint64) {
-	if err := s.markNewest(applied); err != nil {
-		s.log.Warn("could not replace the leader's snapshot, installed, by a marker of this node's state: it stays on disk until this node's own snapshots replace it", "error", err)
-	}
-}
-
-func (s *snapshotStore) markNewest(applied uint64) error {
-	list, err := s.FileSnapshotStore.List()
-	if err != nil || len(list) == 0 {
-		return err
-	}
-	dir := filepath.Join(s.dir, "snapshots", list[0].ID)
-	statePath, metaPath := filepath.Join(dir, "state.bin"), filepath.Join(dir, "meta.json")
-	head := make([]byte, len(liveMagic))
-	f, err := os.Open(statePath)
-	if err != nil {
-		return err
-	}
-	_, err = io.ReadFull(f, head)
-	f.Close()
-	if err != nil || bytes.Equal(head, liveMagic) {
-		return err // a marker already
-	}
-	var marker bytes.Buffer
-	writeMarker(&marker, applied)
-	sum := crc64.New(crc64.MakeTable(crc64.ECMA)) // raft's FileSnapshotStore's
-	sum.Write(marker.Bytes())
-	raw, err := os.ReadFile(metaPath)
-	if err != nil {
-		return err
-	}
-	var meta map[string]json.RawMessage // every field kept as raft wrote it
-	if err := json.Unmarshal(raw, &meta); err != nil {
-		return fmt.Errorf("read %s: %w", metaPath, err)
-	}
-	meta["Size"], _ = json.Marshal(marker.Len())
-	meta["CRC"], _ = json.Marshal(sum.Sum(nil))
-	out, err := json.Marshal(meta)
-	if err != nil {
-		return err
-	}
-	if err := replaceSynced(dir, "meta.json", append(out, '\n')); err != nil {
-		return err
-	}
-	if err := replaceSynced(dir, "state.bin", marker.Bytes()); err != nil {
-		return err
-	}
-	s.log.Info("the leader's snapshot, installed, is kept as a marker of this node's state", "id", list[0].ID, "applied-index", applied)
-	return nil
 }
 
 // writeMarker is what Persist writes into a sink of this store: the magic
