@@ -95,15 +95,9 @@ type forwarder struct {
 const forwardFailLogsPerSecond = 5
 
 func (f *forwarder) logForwardFailed(addr string, r *http.Request, err error) {
-	held, ok := f.failed.take(forwardFailLogsPerSecond, time.Second)
-	if !ok {
-		return
+	if args, ok := f.failed.line(forwardFailLogsPerSecond, time.Second, "failed_unlogged", "leader", addr, "method", r.Method, "path", r.URL.Path, "error", withoutURL(err)); ok {
+		f.s.log.Warn("forward to leader failed; outcome unknown", args...)
 	}
-	args := []any{"leader", addr, "method", r.Method, "path", r.URL.Path, "error", withoutURL(err)}
-	if held > 0 {
-		args = append(args, "failed_unlogged", held)
-	}
-	f.s.log.Warn("forward to leader failed; outcome unknown", args...)
 }
 
 // refusedByLeader logs that the leader refused, with status, a request

@@ -37,3 +37,13 @@ func (b *logBudget) take(per int, window time.Duration) (held int64, ok bool) {
 	held, b.held = b.held, 0
 	return held, true
 }
+
+// line is take for a line of args: ok when it may be written, its args
+// then carrying key with the count of lines held back before it, if any.
+func (b *logBudget) line(per int, window time.Duration, key string, args ...any) ([]any, bool) {
+	held, ok := b.take(per, window)
+	if ok && held > 0 {
+		args = append(args, key, held)
+	}
+	return args, ok
+}

@@ -481,15 +481,9 @@ const releaseLogsPerSecond = 20
 // client decides how often it releases (a repeat by the same token is
 // answered, and logged, again), and every line reached the disk.
 func (s *Server) logReleased(principal, reason string) {
-	held, ok := s.released.take(releaseLogsPerSecond, time.Second)
-	if !ok {
-		return
+	if args, ok := s.released.line(releaseLogsPerSecond, time.Second, "released_unlogged", "principal", principal, "reason", reason); ok {
+		s.log.Info("attempt released", args...)
 	}
-	args := []any{"principal", principal, "reason", reason}
-	if held > 0 {
-		args = append(args, "released_unlogged", held)
-	}
-	s.log.Info("attempt released", args...)
 }
 
 func (s *Server) releasedAnswer(w http.ResponseWriter, t engine.TokenArgs, reason string) func(engine.Result) {
