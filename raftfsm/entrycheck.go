@@ -130,9 +130,7 @@ func (n *Node) logAboveSnapshot() (from, last uint64, ok bool) {
 	if err != nil {
 		return 0, 0, false
 	}
-	if list, err := n.snaps.List(); err == nil && len(list) > 0 {
-		from = list[0].Index
-	}
+	from, _, _ = n.snaps.newest()
 	return from, last, true
 }
 
