@@ -984,7 +984,8 @@ func (s *Server) batchEntriesAllowed(ctx context.Context) bool {
 // down or cut off made the gates close again at their recheck, and with
 // one node of three down every complete storing a header sent twice (two
 // Set-Cookie) was refused 503 while the cluster ran on (a client walk).
-// One that answers without it (started again on an older version) is.
+// One that answers without it (started again on an older version) is,
+// and having listed it before, is said at ERROR: a downgrade in place.
 func (s *Server) membersLacking(ctx context.Context, feature string) string {
 	st, err := s.store.Status()
 	if err != nil {
@@ -1009,7 +1010,12 @@ func (s *Server) membersLacking(ctx context.Context, feature string) string {
 				s.featured.Store(seen, true)
 				return
 			case answered:
-				s.featured.Delete(seen)
+				if _, was := s.featured.LoadAndDelete(seen); was {
+					// Its entries of this feature, written while it was
+					// down, reach it anyway and its release skips them.
+					s.log.Error("a member that listed a feature now answers without it: it was started again on an earlier release (a downgrade in place), which skips the log entries that need it, so its state may lack writes the others hold; rebuild it on the release the others run (empty data dir and --join)",
+						"node", m.ID, "feature", feature)
+				}
 			default:
 				if _, ok := s.featured.Load(seen); ok {
 					return

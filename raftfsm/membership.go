@@ -81,6 +81,13 @@ type Member struct {
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 	// NotPromoted says why a healthy, caught-up non-voter is kept one.
 	NotPromoted string `json:"not_promoted,omitempty"`
+	// Downgraded says that the node, while this leader led, answered one
+	// health check listing features its Apply knows and a later one
+	// without some of them: started again on an earlier release (a
+	// downgrade in place). Such a release skips the entries that need
+	// them, so its state may lack writes the others hold. Cleared when the
+	// node answers with a lower applied index (its state was rebuilt).
+	Downgraded string `json:"downgraded,omitempty"`
 	// Keys are the keys of the node's --encryption-key-file as the
 	// leader's last health check saw them (its own, on the leader): an
 	// empty list when it holds none, null when not known (not measured,
@@ -459,6 +466,7 @@ func (s *Status) MergeHealth(leader Status) {
 		if l, ok := byID[m.ID]; ok {
 			m.Healthy, m.LastContactMs, m.AppliedIndex, m.Lag = l.Healthy, l.LastContactMs, l.AppliedIndex, l.Lag
 			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason, m.NotPromoted = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason, l.NotPromoted
+			m.Downgraded = l.Downgraded
 			if l.Keys != nil || m.ID != s.Self.ID {
 				m.Keys = l.Keys // a leader of an earlier release shows none: this node's own stay
 			}
@@ -1082,6 +1090,7 @@ type peerHealth struct {
 	clockOffsetMs, clockUncertaintyMs *int64
 	version                           string // its release, at answeredAt
 	refused                           string // the reason its promotion was last refused, logged once
+	downgraded                        string // Member.Downgraded
 	// denied: the last attempt was refused for want of this node's token,
 	// a wrong one (tokenRefused) or none to send (ErrNoNodeToken): the
 	// peer runs, but this node cannot read what it runs with.
@@ -1102,6 +1111,7 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 		m.ClockOffsetMs, m.ClockUncertaintyMs = h.clockOffsetMs, h.clockUncertaintyMs
 		m.Version = h.version
 	}
+	m.Downgraded = h.downgraded
 }
 
 // judge says whether the measured peer is healthy now, and why not. The
@@ -1293,6 +1303,7 @@ func (n *Node) measure(ctx context.Context) {
 			h.denied = errors.Is(r.err, ErrTokenRefused)
 			continue
 		}
+		n.noteDowngrade(r.id, h, r.st)
 		h.err, h.answeredAt, h.tokenRefused, h.denied = "", r.at, false, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys, h.scope, h.retention = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag
@@ -1317,6 +1328,45 @@ func (n *Node) measure(ctx context.Context) {
 			h.goodSince = time.Time{}
 		}
 	}
+}
+
+// noteDowngrade compares a peer's answer st with its previous one (h,
+// not yet updated): a feature its Apply listed before and no longer lists
+// means it was started again on an earlier release, which skips the
+// entries that need that feature, so its state may now lack writes every
+// other replica holds, and it may lead with it. Said at ERROR once, and
+// shown in the member's status until it answers with a lower applied
+// index (rebuilt). The caller holds n.peers.mu.
+func (n *Node) noteDowngrade(id string, h *peerHealth, st Status) {
+	if h.answeredAt.IsZero() {
+		return
+	}
+	if h.downgraded != "" && st.AppliedIndex < h.applied {
+		n.log.Info("a member shown as downgraded in place answers with a state rebuilt since", "node", id, "applied-index", st.AppliedIndex, "version", st.Version)
+		h.downgraded = ""
+	}
+	var lost []string
+	for _, f := range h.features {
+		if !slices.Contains(st.Features, f) {
+			lost = append(lost, f)
+		}
+	}
+	if len(lost) == 0 || h.downgraded != "" {
+		return
+	}
+	h.downgraded = fmt.Sprintf("since %s it runs a release (%s) whose Apply lacks %s, which its release before (%s) knew: "+
+		"an earlier release started on its data dir (a downgrade in place), which skips the log entries that need it, so its state may lack writes the other members hold. "+
+		"Stop it, move its data dir aside, and start it on the release the other members run with an empty data dir and --join",
+		time.Now().UTC().Format(time.RFC3339), orUnknown(st.Version), strings.Join(lost, ","), orUnknown(h.version))
+	n.log.Error("a member was started again on an earlier release (a downgrade in place): its state may lack writes the others hold, and it may lead with it; rebuild it on the release the others run (empty data dir and --join)",
+		"node", id, "features-lost", strings.Join(lost, ","), "version-before", orUnknown(h.version), "version-now", orUnknown(st.Version))
+}
+
+func orUnknown(v string) string {
+	if v == "" {
+		return "version not said"
+	}
+	return v
 }
 
 // scopeMode is the cluster's scope mode once the first write pinned it,

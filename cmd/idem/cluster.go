@@ -514,6 +514,11 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	case healthy < voters/2+1:
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
 	}
+	for _, m := range st.Nodes {
+		if m.Downgraded != "" {
+			fmt.Fprintf(w, "WARNING: %s was downgraded in place: %s\n", m.ID, m.Downgraded)
+		}
+	}
 	for _, d := range slices.Concat(keyDisagreements(st.Nodes), expiryWarnings(st.Nodes, time.Now()), clockWarnings(st)) {
 		fmt.Fprintln(w, "WARNING: "+d)
 	}

@@ -360,3 +360,27 @@ func TestClusterStatusTellsReleasesApartInAnUpgrade(t *testing.T) {
 	printStatus(&out, st)
 	require.Contains(t, out.String(), "NOTE: the members' clocks were not measured")
 }
+
+// A member the leader saw downgraded in place is named with the leader's
+// words, on whichever node status was asked: a follower takes the
+// measurement from the leader (MergeHealth).
+func TestStatusWarnsOfADowngradeInPlace(t *testing.T) {
+	why := "since 2026-12-05T16:00:00Z it runs a release (v-earlier) whose Apply lacks key-check"
+	leader := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true, Downgraded: why},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true},
+	}}
+	asked := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n3"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter"},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter"},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter"},
+	}}
+	asked.MergeHealth(leader)
+	for _, st := range []raftfsm.Status{leader, asked} {
+		var out bytes.Buffer
+		printStatus(&out, st)
+		require.Contains(t, out.String(), "WARNING: n2 was downgraded in place: "+why)
+		require.NotContains(t, out.String(), "n1 was downgraded")
+	}
+}
