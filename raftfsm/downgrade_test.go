@@ -21,7 +21,9 @@ import (
 // (a lower applied index), and an upgrade (more features) is no downgrade.
 func TestDowngradeInPlaceIsShown(t *testing.T) {
 	c := newMemCluster(t)
-	var mode atomic.Int32 // 0: the features of an earlier release, 1: this release's, 2: the earlier release again, 3: rebuilt
+	// 0: the features of an earlier release, 1: this release's, 2: the
+	// earlier release again, 3: rebuilt, 4: rebuilt on the earlier release
+	var mode atomic.Int32
 	var rebuiltAt atomic.Uint64
 	probe := func(ctx context.Context, addr string) (Status, error) {
 		st, err := c.probe(ctx, addr)
@@ -33,6 +35,9 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
 		case 3:
 			st.AppliedIndex = rebuiltAt.Load()
+		case 4:
+			st.AppliedIndex = 0
+			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
 		}
 		return st, err
 	}
@@ -73,4 +78,12 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 	mode.Store(3) // rebuilt on this release: a state from scratch
 	rebuiltAt.Store(1)
 	require.Eventually(t, func() bool { return member().Downgraded == "" }, 10*time.Second, 20*time.Millisecond)
+
+	// Another state again, of an earlier release (an empty data dir): no
+	// downgrade in place, nothing of the old state to lack.
+	mode.Store(4)
+	answered("v-earlier")
+	time.Sleep(3 * probeEvery)
+	require.Empty(t, member().Downgraded)
+	require.Equal(t, 1, strings.Count(logs.String(), "downgrade in place"))
 }

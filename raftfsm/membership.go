@@ -1341,9 +1341,14 @@ func (n *Node) noteDowngrade(id string, h *peerHealth, st Status) {
 	if h.answeredAt.IsZero() {
 		return
 	}
-	if h.downgraded != "" && st.AppliedIndex < h.applied {
-		n.log.Info("a member shown as downgraded in place answers with a state rebuilt since", "node", id, "applied-index", st.AppliedIndex, "version", st.Version)
-		h.downgraded = ""
+	if st.AppliedIndex < h.applied {
+		// A state rebuilt (an empty data dir and --join), or another
+		// node under this id: nothing to compare with.
+		if h.downgraded != "" {
+			n.log.Info("a member shown as downgraded in place answers with a state rebuilt since", "node", id, "applied-index", st.AppliedIndex, "version", st.Version)
+			h.downgraded = ""
+		}
+		return
 	}
 	var lost []string
 	for _, f := range h.features {
