@@ -81,10 +81,10 @@ type LogStore struct {
 	// is refused by the start (newRaft) with its own advice, not logged.
 	starting atomic.Bool
 
-	// snapHead is the index and term of the newest snapshot in the
-	// node's snapshot store, false for none (set by the node;
+	// snapHead is the metadata of the newest snapshot in the node's
+	// snapshot store, false for none (set by the node;
 	// guardedLogStore.snapshotHead); nil: none known.
-	snapHead func() (index, term uint64, ok bool)
+	snapHead func() (*raft.SnapshotMeta, bool)
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -897,6 +897,19 @@ func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 // of where its log ended, the same refusal followed, and the node never
 // caught up (a walk: a 3 M-record node killed just after its install
 // looped, re-sent 900 MB every few minutes). Raft compares only the term.
+//
+// The entry is made up (a no-op), so it must never be sent as the log's
+// entry. A leader reads the entries it sends only after the one before
+// them (setPreviousLog), which is below this log and not found, so the
+// follower is sent the snapshot instead, except for entry 1: a follower
+// asked from index 1 has no entry before it, and a leader whose snapshot
+// is at 1 and whose log goes on from 2 (a node bootstrapped with
+// --trailing-logs 1 and --snapshot-threshold 1 snapshots at 1 before its
+// first command, the first second it leads) sent the made-up no-op to a
+// joining node in place of the cluster's first configuration: two logs
+// held different entries at the same index and term (a review). Entry 1
+// is that configuration (raft's BootstrapCluster), which the snapshot at
+// 1 holds whole: it is answered as it was written, or not at all.
 func (s guardedLogStore) snapshotHead(index uint64, l *raft.Log) bool {
 	if s.LogStore.snapHead == nil {
 		return false
@@ -905,11 +918,18 @@ func (s guardedLogStore) snapshotHead(index uint64, l *raft.Log) bool {
 	if err != nil || first != index+1 {
 		return false
 	}
-	si, term, ok := s.LogStore.snapHead()
-	if !ok || si != index {
+	meta, ok := s.LogStore.snapHead()
+	if !ok || meta.Index != index {
 		return false
 	}
-	*l = raft.Log{Index: index, Term: term, Type: raft.LogNoop}
+	if index == 1 {
+		if meta.ConfigurationIndex != 1 {
+			return false
+		}
+		*l = raft.Log{Index: 1, Term: meta.Term, Type: raft.LogConfiguration, Data: raft.EncodeConfiguration(meta.Configuration)}
+		return true
+	}
+	*l = raft.Log{Index: index, Term: meta.Term, Type: raft.LogNoop}
 	return true
 }
 

@@ -19,7 +19,9 @@ func TestLogAnswersTheEntryOfTheSnapshotItGoesOnFrom(t *testing.T) {
 	s := cachedStore(t)
 	require.NoError(t, s.StoreLogs(entries(3, 11, 20, 32)))
 	snap := struct{ index, term uint64 }{10, 3}
-	s.LogStore.snapHead = func() (uint64, uint64, bool) { return snap.index, snap.term, true }
+	s.LogStore.snapHead = func() (*raft.SnapshotMeta, bool) {
+		return &raft.SnapshotMeta{Index: snap.index, Term: snap.term}, true
+	}
 
 	var l raft.Log
 	require.NoError(t, s.GetLog(10, &l))

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"testing"
 	"time"
@@ -154,4 +155,80 @@ func TestLeaderWhoseLogStartsAtItsSnapshotSendsNoMadeUpEntry(t *testing.T) {
 	for _, i := range []int{3, 5} {
 		require.Contains(t, logs[i].String(), "restored snapshot", "%s was sent the snapshot", ns[i].self.ID)
 	}
+}
+
+// The one entry raft's leader reads to send without first reading the one
+// before it is entry 1 (setPreviousLog: a follower asked from index 1 has
+// no previous entry). A leader whose newest snapshot is at index 1 and
+// whose log goes on from 2 made up entry 1 (a no-op of the snapshot's
+// term) and sent it to a joining node as the log's entry, in place of the
+// cluster's first configuration: two logs then held different entries at
+// the same index and term. A snapshot at 1 is what a node bootstrapped
+// with --trailing-logs 1 takes before its first command (the entry at 2,
+// the leader's no-op, never reaches the FSM), here asked for by hand.
+func TestLeaderSendsNoMadeUpFirstEntry(t *testing.T) {
+	c := newMemCluster(t)
+	addrs := testRaftAddrs(t, 2)
+	logs := make([]logBuffer, 2)
+	open := func(i int, bootstrap bool) *Node {
+		cfg := DefaultConfig()
+		id := fmt.Sprint("n", i+1)
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, t.TempDir(), bootstrap, addrs[i], "mem-"+id
+		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1<<30, 1, time.Hour
+		cfg.TickInterval = time.Hour // no command before the snapshot
+		cfg.Logger = slog.New(slog.NewTextHandler(&logs[i], nil))
+		return c.start(cfg)
+	}
+	n1 := open(0, true)
+	c.leader(n1)
+	require.Eventually(t, func() bool { return n1.raft.AppliedIndex() >= 2 }, 10*time.Second, 10*time.Millisecond)
+	require.NoError(t, n1.Snapshot())
+	si, _, ok := n1.snaps.newest()
+	require.True(t, ok)
+	first, err := n1.logStore.FirstIndex()
+	require.NoError(t, err)
+	if si != 1 || first != 2 {
+		t.Skipf("the case needs a snapshot at 1 and the log from 2: got a snapshot at %d, the log from %d", si, first)
+	}
+
+	n2 := open(1, false)
+	c.join(n2, n1)
+	last, err := n2.logStore.LastIndex()
+	require.NoError(t, err)
+	f2, err := n2.logStore.FirstIndex()
+	require.NoError(t, err)
+	if f2 == 1 {
+		// Sent as the log's entries, not as the snapshot: entry 1 must be
+		// the cluster's first configuration, as n1 wrote it.
+		var l raft.Log
+		require.NoError(t, n2.logStore.GetLog(1, &l))
+		require.Equal(t, raft.LogConfiguration, l.Type, "n2's entry 1 is not the cluster's first configuration (term %d)", l.Term)
+		require.Equal(t, uint64(1), l.Term)
+		conf := raft.DecodeConfiguration(l.Data)
+		require.Len(t, conf.Servers, 1)
+		require.Equal(t, raft.ServerID("n1"), conf.Servers[0].ID)
+		require.Equal(t, raft.ServerAddress(addrs[0]), conf.Servers[0].Address)
+	}
+	require.Greater(t, last, si)
+}
+
+// The entry at index 1, when the newest snapshot is at 1 and the log goes
+// on from 2, is the cluster's first configuration as the snapshot holds
+// it, never a made-up no-op: a leader sends entry 1 without reading an
+// entry before it.
+func TestLogAnswersEntryOneAsTheFirstConfiguration(t *testing.T) {
+	s := cachedStore(t)
+	require.NoError(t, s.StoreLogs(entries(1, 2, 5, 32)))
+	conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: "n1", Address: "127.0.0.1:7000"}}}
+	meta := &raft.SnapshotMeta{Index: 1, Term: 1, Configuration: conf, ConfigurationIndex: 1}
+	s.LogStore.snapHead = func() (*raft.SnapshotMeta, bool) { return meta, true }
+	var l raft.Log
+	require.NoError(t, s.GetLog(1, &l))
+	require.Equal(t, raft.LogConfiguration, l.Type)
+	require.Equal(t, uint64(1), l.Term)
+	require.Equal(t, conf, raft.DecodeConfiguration(l.Data))
+
+	// A snapshot at 1 whose configuration is not entry 1's: not known.
+	meta.ConfigurationIndex = 0
+	require.ErrorIs(t, s.GetLog(1, &l), raft.ErrLogNotFound)
 }

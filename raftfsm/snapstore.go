@@ -124,13 +124,23 @@ func newSnapshotStore(dir string, db *engine.DB, log *slog.Logger) (*snapshotSto
 }
 
 // newest is the index and term of the newest snapshot stored, false for
-// none (guardedLogStore.snapshotHead).
+// none.
 func (s *snapshotStore) newest() (uint64, uint64, bool) {
-	list, err := s.FileSnapshotStore.List()
-	if err != nil || len(list) == 0 {
+	m, ok := s.newestMeta()
+	if !ok {
 		return 0, 0, false
 	}
-	return list[0].Index, list[0].Term, true
+	return m.Index, m.Term, true
+}
+
+// newestMeta is the metadata of the newest snapshot stored, false for none
+// (guardedLogStore.snapshotHead).
+func (s *snapshotStore) newestMeta() (*raft.SnapshotMeta, bool) {
+	list, err := s.FileSnapshotStore.List()
+	if err != nil || len(list) == 0 {
+		return nil, false
+	}
+	return list[0], true
 }
 
 // writeMarker is what Persist writes into a sink of this store: the magic
