@@ -61,3 +61,43 @@ func TestAStreamBeingSentOutlivesItsRemovalByANewerMarker(t *testing.T) {
 	require.NoError(t, f.Restore(io.NopCloser(bytes.NewReader(sent))))
 	require.Equal(t, stateHash(t, srcDB), stateHash(t, fDB))
 }
+
+// The stream kept from a send cut short (the spare) belongs to the
+// snapshot it was expanded for. A leader compacts its log only past a
+// newer snapshot of its own, so once its log no longer holds the entries
+// after the spare's index the newest snapshot is another: its send is
+// expanded anew, never the spare, whose state the follower could not go
+// on from (raft asks for the entry after the spare's index, which the
+// leader no longer has).
+func TestTheSpareStreamIsNeverSentForANewerSnapshot(t *testing.T) {
+	logs := genLog(23, 400)
+	src, srcDB := mustFSM(t, t.TempDir())
+	defer srcDB.Close()
+	dir := t.TempDir()
+	store := mustStore(t, src, dir)
+	applyInBatches(src, logs[:200], 1, 16)
+	older := takeSnapshot(t, src, store)
+	_, rc, err := store.Open(older.ID)
+	require.NoError(t, err)
+	_, err = io.ReadFull(rc, make([]byte, 10))
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	spares, _ := filepath.Glob(filepath.Join(dir, "send-*.snap"))
+	require.Len(t, spares, 1, "the cut send's stream is kept")
+
+	applyInBatches(src, logs[200:300], 1, 16)
+	newer := takeSnapshot(t, src, store)
+	meta, rc, err := store.Open(newer.ID)
+	require.NoError(t, err)
+	stream, err := io.ReadAll(rc)
+	require.NoError(t, err)
+	require.NoError(t, rc.Close())
+	require.Equal(t, newer.Index, meta.Index)
+	_, err = os.Stat(spares[0])
+	require.ErrorIs(t, err, os.ErrNotExist, "the older snapshot's spare is dropped")
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(stream))))
+	require.GreaterOrEqual(t, dstDB.Meta().Applied, newer.Index, "the stream holds the newer snapshot's state")
+	require.Equal(t, stateHash(t, srcDB), stateHash(t, dstDB))
+}
