@@ -561,7 +561,16 @@ func (s *snapshotStore) dropStreamsBefore(id string) {
 		if m.Size == int64(len(liveMagic)+8) {
 			continue // a marker
 		}
-		if err := os.RemoveAll(filepath.Join(s.dir, "snapshots", m.ID)); err != nil {
+		// The data first: a crash midway leaves a snapshot raft still
+		// lists (its meta.json), which its own pruning removes later; a
+		// directory left without meta.json would be listed by nothing
+		// and never removed.
+		dir := filepath.Join(s.dir, "snapshots", m.ID)
+		err := os.Remove(filepath.Join(dir, "state.bin"))
+		if err == nil || errors.Is(err, os.ErrNotExist) {
+			err = os.RemoveAll(dir)
+		}
+		if err != nil {
 			s.log.Warn("could not remove a snapshot stream older than this node's newest snapshot", "snapshot", m.ID, "bytes", m.Size, "error", err)
 			continue
 		}
