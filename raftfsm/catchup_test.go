@@ -298,12 +298,7 @@ func TestFollowerStoppedRightAfterAnInstallStartsAgain(t *testing.T) {
 	c.join(open(1, false), n1)
 	n3 := open(2, false)
 	c.join(n3, n1)
-	claim := func(key string) {
-		t.Helper()
-		res, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
-		require.NoError(t, err)
-		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
-	}
+	claim := func(key string) { t.Helper(); claimFresh(t, n1, key) }
 	claim("before")
 	c.stop(n3)
 
@@ -367,12 +362,7 @@ func TestFollowerKilledWhileInstallingStartsAgain(t *testing.T) {
 	open := snapshotOpener(c, dirs, addrs, logs[:])
 	n1 := open(0, true)
 	c.leader(n1)
-	claim := func(key string) {
-		t.Helper()
-		res, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
-		require.NoError(t, err)
-		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
-	}
+	claim := func(key string) { t.Helper(); claimFresh(t, n1, key) }
 	for i := range 20 {
 		claim(fmt.Sprint("a", i))
 	}

@@ -62,12 +62,7 @@ func TestLeaderWhoseLogStartsAtItsSnapshotSendsNoMadeUpEntry(t *testing.T) {
 		c.join(ns[i], ns[0])
 	}
 	leader := ns[0]
-	claim := func(key string) {
-		t.Helper()
-		res, _, err := leader.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
-		require.NoError(t, err)
-		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
-	}
+	claim := func(key string) { t.Helper(); claimFresh(t, leader, key) }
 	claim("before")
 	// n3 will install the snapshot, n4 stays behind it.
 	c.stop(ns[2])

@@ -28,12 +28,7 @@ func TestOwnSnapshotDropsTheReceivedStream(t *testing.T) {
 	open := snapshotOpener(c, []string{t.TempDir(), t.TempDir()}, []string{"127.0.0.1:0", "127.0.0.1:0"}, logs)
 	n1 := open(0, true)
 	c.leader(n1)
-	claim := func(key string) {
-		t.Helper()
-		res, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
-		require.NoError(t, err)
-		require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
-	}
+	claim := func(key string) { t.Helper(); claimFresh(t, n1, key) }
 	for i := range 20 {
 		claim(fmt.Sprint("a", i))
 	}
@@ -69,4 +64,13 @@ func TestOwnSnapshotDropsTheReceivedStream(t *testing.T) {
 	require.Equal(t, 1, markers)
 	require.Zero(t, full, "the received stream outlived the node's own marker")
 	require.Contains(t, logs[1].String(), "removed a snapshot stream older than this node's own newest snapshot")
+}
+
+// claimFresh claims key of principal p, endpoint e through n, and
+// requires it claimed.
+func claimFresh(t *testing.T, n *Node, key string) {
+	t.Helper()
+	res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
 }
