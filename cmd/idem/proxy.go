@@ -113,7 +113,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "the lease of an attempt (100ms to 1h), extended every third of it while the upstream works; if no extend reaches the store before it runs out, the upstream call is cancelled (a retry through another proxy could take the key over) and the caller gets 503. A retry after a proxy crash waits this long for the key. Keep it at 10s or more: an answer not stored before it runs out (the store electing a leader) lets a retry call the upstream again")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 504 and a retry runs again, told Idempotency-Attempt; 0: never). The upstream may still be running the call given up on (the proxy only hangs up), so the retry can run beside it: fence its writes with Idempotency-Attempt. A call goes on when its caller disconnects, so its answer is stored for the retry")
-	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed)")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed). Any other request's body streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	sizeVar(fs, &c.maxStoredBody, "max-stored-body", 65536, "largest answer body stored for replays, a size (bytes, or e.g. 64KiB): the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
@@ -562,6 +562,11 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 				// still there is told (its connection is closed after).
 				p.log.Debug("the caller's request body could not be read", "path", r.URL.Path, "err", berr)
 				w.Header().Set("Connection", "close")
+				if errors.Is(berr, errBodyStalled) {
+					problemDoc(w, http.StatusRequestTimeout, "request_timeout", "Request timeout",
+						fmt.Sprintf("the request body stopped coming: it arrived at less than %d bytes per %s (--body-read-timeout), so the proxy gave up on it and on the upstream call", bodyProgress, p.cfg.bodyReadTimeout))
+					return
+				}
 				problemDoc(w, http.StatusBadRequest, "invalid_request", "Invalid request", "the request body could not be read: it was cut short or is not valid chunked encoding")
 				return
 			}
@@ -887,7 +892,7 @@ func (p *proxy) handler() (http.Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("middleware: %w", err)
 	}
-	return p.keyedBodyDeadline(p.keptHeaders(mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout)))), nil
+	return p.bodyDeadlines(p.keptHeaders(mw(finishUpstream(p.reverseProxy(), p.cfg.upstreamTimeout)))), nil
 }
 
 // keptHeaders refuses (400) a keyed request whose Connection header names
@@ -928,28 +933,39 @@ func (p *proxy) keptHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// keyedBodyDeadline bounds how long the body of a keyed request may take to
-// arrive (--body-read-timeout), as a node bounds its requests' bodies: the
-// middleware reads it whole before anything else, and without a bound a
-// caller that announced a body and sent it a byte at a time held a
-// connection and a goroutine for as long as it liked. Other requests'
-// bodies stream to the upstream (an upload) and are not bounded here.
-func (p *proxy) keyedBodyDeadline(next http.Handler) http.Handler {
+// bodyDeadlines bounds how long a caller may take to send a request's body
+// (--body-read-timeout), as a node bounds its requests' bodies. A keyed
+// request's body, which the middleware reads whole before anything else,
+// must arrive whole within it. Any other request's body streams to the
+// upstream (an upload of any size) and must keep coming instead, at
+// bodyProgress bytes per --body-read-timeout (progressBody). Unbounded, a caller with no
+// credential that announced a large upload and sent a byte every two
+// seconds held one of --max-inflight's slots for as long as it liked,
+// and eight of them starved every other caller of a proxy with
+// --max-inflight 8 (an attack walk).
+func (p *proxy) bodyDeadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody && slices.Contains(p.methods, r.Method) {
-			rc := http.NewResponseController(w)
-			if rc.SetReadDeadline(time.Now().Add(p.cfg.bodyReadTimeout)) == nil {
-				// On a copy of the request: net/http decides after the
-				// handler by the type of its own request's body whether to
-				// read what the handler left. Given the wrapper, it read
-				// (and waited for) the body of every request refused
-				// unread, a 400 for a missing key included, and for one
-				// sent with Expect: 100-continue, whose client waits for
-				// the answer before it sends its body, the answer came
-				// only at --body-read-timeout (a protocol walk).
-				r = r.WithContext(r.Context())
-				r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
-			}
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(p.cfg.bodyReadTimeout)) != nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// On a copy of the request: net/http decides after the handler by
+		// the type of its own request's body whether to read what the
+		// handler left. Given the wrapper, it read (and waited for) the
+		// body of every request refused unread, a 400 for a missing key
+		// included, and for one sent with Expect: 100-continue, whose
+		// client waits for the answer before it sends its body, the answer
+		// came only at --body-read-timeout (a protocol walk).
+		r = r.WithContext(r.Context())
+		if slices.Contains(p.methods, r.Method) {
+			r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
+		} else {
+			r.Body = &progressBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -972,6 +988,64 @@ func (b *readDeadlineBody) Read(p []byte) (int, error) {
 		b.rc.SetReadDeadline(time.Time{})
 	} else if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("the body did not arrive within %s (--body-read-timeout)", b.timeout)
+	}
+	return n, err
+}
+
+// bodyProgress is how much of an unkeyed request's body must arrive, on
+// average, per --body-read-timeout the proxy waits on it: 1 KiB, about
+// 100 bytes a second at the default 10 s, below the least rate Apache
+// (mod_reqtimeout's MinRate=500) and Kestrel (240 B/s) take from a body,
+// and far below any working link.
+const bodyProgress = 1 << 10
+
+// progressBody is an unkeyed request's body on its way to the upstream. It
+// must keep coming: the caller has timeout in hand, each byte that arrives
+// adds timeout/bodyProgress to it (never above timeout), and the proxy's
+// waiting on the body spends it. So a body may stall for at most timeout
+// at a time, as nginx's client_body_timeout allows between two reads, and
+// must average bodyProgress bytes per timeout, as Apache's MinRate and
+// Kestrel's MinRequestBodyDataRate require: a byte at a time, each within
+// the timeout, is the attack. Only the time spent in Read counts: while
+// the upstream is slow to take the body the proxy does not read, and what
+// the caller sent meanwhile is there at the next read. A slow upload that
+// keeps coming passes, however long it takes; a body that stalls fails
+// with errBodyStalled (408, or the connection closed when the answer has
+// begun), and the deadline stays on the connection so that net/http does
+// not wait to drain the rest.
+type progressBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	timeout time.Duration
+
+	mu    sync.Mutex
+	spent time.Duration // of the timeout in hand: waited, less what arrivals earned back
+}
+
+// errBodyStalled is an unkeyed body's failure to keep coming.
+var errBodyStalled = errors.New("the body stalled")
+
+func (b *progressBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	start := time.Now()
+	b.rc.SetReadDeadline(start.Add(b.timeout - b.spent))
+	b.mu.Unlock()
+
+	n, err := b.ReadCloser.Read(p)
+
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.spent += time.Since(start)
+	if n >= bodyProgress {
+		b.spent = 0
+	} else {
+		b.spent = max(0, b.spent-time.Duration(n)*(b.timeout/bodyProgress))
+	}
+	switch {
+	case err == io.EOF:
+		b.rc.SetReadDeadline(time.Time{})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		err = fmt.Errorf("%w: it came at less than %d bytes per %s (--body-read-timeout)", errBodyStalled, bodyProgress, b.timeout)
 	}
 	return n, err
 }
