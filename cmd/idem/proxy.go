@@ -113,7 +113,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "the lease of an attempt (100ms to 1h), extended every third of it while the upstream works; if no extend reaches the store before it runs out, the upstream call is cancelled (a retry through another proxy could take the key over) and the caller gets 503. A retry after a proxy crash waits this long for the key. Keep it at 10s or more: an answer not stored before it runs out (the store electing a leader) lets a retry call the upstream again")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 504 and a retry runs again, told Idempotency-Attempt; 0: never). The upstream may still be running the call given up on (the proxy only hangs up), so the retry can run beside it: fence its writes with Idempotency-Attempt. A call goes on when its caller disconnects, so its answer is stored for the retry")
-	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed). Any other request's body streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed). Any other request's body streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed. A body the proxy or the upstream answers without reading is not waited for: the connection is closed after the answer")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	sizeVar(fs, &c.maxStoredBody, "max-stored-body", 65536, "largest answer body stored for replays, a size (bytes, or e.g. 64KiB): the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
@@ -822,9 +822,14 @@ func (p *proxy) framing(next http.Handler) http.Handler {
 		}
 		if r.RequestURI == "*" {
 			// OPTIONS * (DisableGeneralOptionsHandler), answered as
-			// net/http's own handler does, never sent upstream.
+			// net/http's own handler does, never sent upstream. A body
+			// is not read (net/http's handler reads up to 4 KiB of it,
+			// at whatever pace the caller sends it, a byte a minute
+			// holding the connection for hours): the connection is
+			// closed after the answer instead.
 			if r.ContentLength != 0 {
-				io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 4<<10))
+				w.Header().Set("Connection", "close")
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 			}
 			w.Header().Set("Content-Length", "0")
 			return
@@ -943,6 +948,13 @@ func (p *proxy) keptHeaders(next http.Handler) http.Handler {
 // seconds held one of --max-inflight's slots for as long as it liked,
 // and eight of them starved every other caller of a proxy with
 // --max-inflight 8 (an attack walk).
+//
+// A body not read to its end when the handler returns (a request refused
+// unread, an upload the upstream answered without reading it whole) is
+// not waited for: net/http would read up to 256 KiB of it to keep the
+// connection, before it wrote the answer, at the caller's pace. The read
+// deadline is moved to now, so the answer goes out at once and the
+// connection is closed after it.
 func (p *proxy) bodyDeadlines(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
@@ -962,12 +974,18 @@ func (p *proxy) bodyDeadlines(next http.Handler) http.Handler {
 		// client waits for the answer before it sends its body, the answer
 		// came only at --body-read-timeout (a protocol walk).
 		r = r.WithContext(r.Context())
+		var body interface{ ended() bool }
 		if slices.Contains(p.methods, r.Method) {
-			r.Body = &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
+			b := &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
+			r.Body, body = b, b
 		} else {
-			r.Body = &progressBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
+			b := &progressBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
+			r.Body, body = b, b
 		}
 		next.ServeHTTP(w, r)
+		if !body.ended() {
+			_ = rc.SetReadDeadline(time.Now())
+		}
 	})
 }
 
@@ -980,17 +998,21 @@ type readDeadlineBody struct {
 	io.ReadCloser
 	rc      *http.ResponseController
 	timeout time.Duration
+	eof     atomic.Bool
 }
 
 func (b *readDeadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
+		b.eof.Store(true)
 		b.rc.SetReadDeadline(time.Time{})
 	} else if errors.Is(err, os.ErrDeadlineExceeded) {
 		err = fmt.Errorf("the body did not arrive within %s (--body-read-timeout)", b.timeout)
 	}
 	return n, err
 }
+
+func (b *readDeadlineBody) ended() bool { return b.eof.Load() }
 
 // bodyProgress is how much of an unkeyed request's body must arrive, on
 // average, per --body-read-timeout the proxy waits on it: 1 KiB, about
@@ -1018,8 +1040,10 @@ type progressBody struct {
 	rc      *http.ResponseController
 	timeout time.Duration
 
-	mu    sync.Mutex
-	spent time.Duration // of the timeout in hand: waited, less what arrivals earned back
+	mu     sync.Mutex
+	closed bool
+	eof    bool
+	spent  time.Duration // of the timeout in hand: waited, less what arrivals earned back
 }
 
 // errBodyStalled is an unkeyed body's failure to keep coming.
@@ -1027,6 +1051,10 @@ var errBodyStalled = errors.New("the body stalled")
 
 func (b *progressBody) Read(p []byte) (int, error) {
 	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return 0, http.ErrBodyReadAfterClose
+	}
 	start := time.Now()
 	b.rc.SetReadDeadline(start.Add(b.timeout - b.spent))
 	b.mu.Unlock()
@@ -1043,11 +1071,30 @@ func (b *progressBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err == io.EOF:
+		b.eof = true
 		b.rc.SetReadDeadline(time.Time{})
-	case errors.Is(err, os.ErrDeadlineExceeded):
+	case errors.Is(err, os.ErrDeadlineExceeded) && !b.closed:
 		err = fmt.Errorf("%w: it came at less than %d bytes per %s (--body-read-timeout)", errBodyStalled, bodyProgress, b.timeout)
 	}
 	return n, err
+}
+
+// Close does not wait for the rest of a body not read to its end (the
+// upstream answered without it): the connection is closed instead.
+func (b *progressBody) Close() error {
+	b.mu.Lock()
+	if !b.closed && !b.eof {
+		b.rc.SetReadDeadline(time.Now())
+	}
+	b.closed = true
+	b.mu.Unlock()
+	return b.ReadCloser.Close()
+}
+
+func (b *progressBody) ended() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.eof
 }
 
 // writeDeadlines gives every write of an answer to the caller timeout to

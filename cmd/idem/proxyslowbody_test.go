@@ -18,7 +18,8 @@ import (
 
 // slowUpstream is an upstream on the test's own address (IDEM_TEST_IP)
 // that reads an upload whole (PUT /upload, answering how much it got),
-// and answers POST /pay 201.
+// answers an upload without reading it (PUT /refuse, 401, as an auth
+// check in front of an upload handler does), and answers POST /pay 201.
 type slowUpstream struct {
 	url      string
 	uploads  atomic.Int64 // PUT /upload bodies read to their end
@@ -36,6 +37,10 @@ func newSlowUpstream(t *testing.T) *slowUpstream {
 		u.uploads.Add(1)
 		u.uploaded.Store(body)
 		fmt.Fprintf(w, "got %d bytes", len(body))
+	})
+	mux.HandleFunc("PUT /refuse", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close") // not waiting for the body either
+		w.WriteHeader(http.StatusUnauthorized)
 	})
 	mux.HandleFunc("POST /pay", func(w http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -166,4 +171,40 @@ func TestProxySlowSteadyUploadPasses(t *testing.T) {
 	require.Equal(t, fmt.Sprintf("got %d bytes", len(body)), string(got))
 	require.Equal(t, int64(1), up.uploads.Load())
 	require.Equal(t, body, up.uploaded.Load())
+}
+
+// A request answered without its body being read was answered only once
+// net/http had read up to 256 KiB of that body, at the caller's pace:
+// a keyed method refused for want of a key (without Expect: 100-continue)
+// at --body-read-timeout, OPTIONS * and an upload its upstream refused
+// unread not at all while the caller held the rest back, the upload
+// holding its --max-inflight slot meanwhile. The answer goes out at once
+// now, and the connection is closed after it instead of being drained.
+func TestProxyAnswerIsNotHeldForTheBodyItDidNotRead(t *testing.T) {
+	up := newSlowUpstream(t)
+	px := startProxy(t, "--upstream", up.url, "--store", deadAddr(t), "--body-read-timeout", "1m", "--max-inflight", "1")
+	addr := strings.TrimPrefix(px.url, "http://")
+	for _, c := range []struct{ name, head, status string }{
+		{"keyed method without a key", "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", "400 "},
+		{"OPTIONS *", "OPTIONS * HTTP/1.1\r\nHost: x\r\nContent-Length: 4000\r\n\r\nab", "200 "},
+		{"upload refused unread", "PUT /refuse HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\nab", "401 "},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			require.NoError(t, err)
+			defer conn.Close()
+			io.WriteString(conn, c.head)
+			conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+			br := bufio.NewReader(conn)
+			resp, err := http.ReadResponse(br, nil)
+			require.NoError(t, err, "no answer while the body is held back")
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			require.True(t, strings.HasPrefix(resp.Status, c.status), resp.Status)
+			_, err = br.ReadByte()
+			require.ErrorIs(t, err, io.EOF, "the connection stayed open for the rest of the body")
+		})
+	}
+	// The upload's slot (the only one) is free.
+	require.Equal(t, "ok", pxSend(t, "GET", px.url+"/ok", "", "").body)
 }
