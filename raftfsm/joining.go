@@ -106,6 +106,24 @@ func (n *Node) AdmissionPending() bool {
 	return n.joining.Load() && n.admission.Load() == 0 && n.HasState()
 }
 
+// Outside reports whether this node has state and the newest configuration
+// it knows leaves it out: it was removed. A node that joined empty and
+// replays the cluster's log up to its admission is not outside: the
+// configurations it passes are older than the one that took it in (a
+// cluster's log holding many entries before the join, or a snapshot taken
+// before it, kept a joining node "outside" for seconds, and idem serve
+// warned that it had been removed).
+func (n *Node) Outside() bool {
+	if !n.HasState() || n.IsMember() {
+		return false
+	}
+	if !n.joining.Load() {
+		return true
+	}
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && n.caughtUp(f.Configuration(), n.raft.LastIndex())
+}
+
 const admissionPrefix = "admitted at raft index "
 
 // readAdmission is the admission a joining file records, 0 for none.

@@ -54,7 +54,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 	outside := 0 // consecutive rounds with state but outside the configuration
 	for ctx.Err() == nil {
 		hasState := node.HasState()
-		if hasState && !node.IsMember() {
+		if node.Outside() {
 			outside++
 		} else {
 			outside = 0
@@ -68,8 +68,8 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			}
 		case outside > 0:
 			// Removed from the cluster: joining back on its own would undo
-			// the operator's removal. (A joining node can be outside for a
-			// moment while it replays entries older than its admission.)
+			// the operator's removal. (A joining node replaying entries
+			// older than its admission is not outside: Outside.)
 			if outside == 2 {
 				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
 					"add-back", addBackCommand(c, node.PeerHTTPAddrs()...))
