@@ -124,6 +124,22 @@ func (n *Node) Outside() bool {
 	return f.Error() == nil && n.caughtUp(f.Configuration(), n.raft.LastIndex())
 }
 
+// stateOnItsWayWithin is how lately a node without state must have heard
+// from a leader for StateOnItsWay: a leader sends heartbeats every tenth of
+// a heartbeat timeout, during an install of its snapshot as well.
+const stateOnItsWayWithin = 5 * time.Second
+
+// StateOnItsWay reports whether this node holds no configuration yet but
+// has heard from a leader within stateOnItsWayWithin: that leader has it in
+// its configuration and is sending it the cluster's state (an install of
+// its snapshot lasts as long as the state is large), so asking it again to
+// join would change nothing. A node restarted at addresses the leader does
+// not know hears from no leader, and asks.
+func (n *Node) StateOnItsWay() bool {
+	lc := n.raft.LastContact()
+	return !n.HasState() && !lc.IsZero() && time.Since(lc) < stateOnItsWayWithin
+}
+
 const admissionPrefix = "admitted at raft index "
 
 // readAdmission is the admission a joining file records, 0 for none.

@@ -62,7 +62,10 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 		switch {
 		case !hasState && c.bootstrapExpect > 1:
 			m.tryBootstrap(ctx)
-		case !hasState && c.join != "":
+		case !hasState && c.join != "" && !node.StateOnItsWay():
+			// A leader sending this node its state (a snapshot that takes
+			// seconds) was asked every second again, and the node logged
+			// "cluster membership recorded" each time.
 			if addrs := splitAddrs(c.join); !m.joinSelfOnly(addrs) {
 				m.tryJoin(ctx, addrs)
 			}
