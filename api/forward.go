@@ -450,15 +450,15 @@ func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, erro
 }
 
 // outsideCluster reports whether this node has state but is not in the
-// cluster's configuration: an operator removed it (or it has not been
-// admitted yet). Such a node knows no leader, and "no leader is available"
-// sent callers to wait for an election that would never include it.
+// cluster's configuration: an operator removed it. Such a node knows no
+// leader, and "no leader is available" sent callers to wait for an
+// election that would never include it. A node that joined and replays
+// the cluster's log up to its admission is not outside (raftfsm's
+// Outside): it answered a caller that it had been removed, with a command
+// to add it back.
 func (s *Server) outsideCluster() bool {
-	m, ok := s.store.(interface {
-		HasState() bool
-		IsMember() bool
-	})
-	return ok && m.HasState() && !m.IsMember()
+	m, ok := s.store.(interface{ Outside() bool })
+	return ok && m.Outside()
 }
 
 func (s *Server) notMemberProblem() *problem {
