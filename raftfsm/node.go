@@ -937,10 +937,14 @@ func (n *Node) WaitLeader(timeout time.Duration) bool {
 func (n *Node) term() uint64 { return n.raft.CurrentTerm() }
 
 // Leader returns what this node knows of the leader (zero when unknown). A
-// node outside the cluster's configuration knows no leader.
+// node outside the cluster's configuration (removed: Outside) knows no
+// leader. One that joined and replays the cluster's log up to its
+// admission follows the leader sending it: it called itself leaderless,
+// and its status called that leader unhealthy ("this node knows no leader
+// to ask") while the leader caught it up.
 func (n *Node) Leader() (NodeInfo, bool) {
 	addr, id := n.raft.LeaderWithID()
-	if addr == "" || !n.member.Load() {
+	if addr == "" || !n.member.Load() && n.Outside() {
 		return NodeInfo{}, false
 	}
 	info := NodeInfo{ID: string(id), RaftAddr: string(addr)}
