@@ -18,13 +18,13 @@ import (
 // a voter it may lead with it. Bug: nothing said so ("a voter downgraded in
 // place is not caught"). The leader now says it at ERROR once, its status
 // shows it for the member until the member answers with a state rebuilt
-// (a lower applied index), and an upgrade (more features) is no downgrade.
+// (an applied index of 0: an empty data dir), and an upgrade (more
+// features) is no downgrade.
 func TestDowngradeInPlaceIsShown(t *testing.T) {
 	c := newMemCluster(t)
 	// 0: the features of an earlier release, 1: this release's, 2: the
 	// earlier release again, 3: rebuilt, 4: rebuilt on the earlier release
 	var mode atomic.Int32
-	var rebuiltAt atomic.Uint64
 	probe := func(ctx context.Context, addr string) (Status, error) {
 		st, err := c.probe(ctx, addr)
 		if addr != "mem-n2" {
@@ -34,7 +34,7 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 		case 0, 2:
 			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
 		case 3:
-			st.AppliedIndex = rebuiltAt.Load()
+			st.AppliedIndex = 0
 		case 4:
 			st.AppliedIndex = 0
 			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
@@ -76,7 +76,6 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 	require.Contains(t, logs.String(), "level=ERROR")
 
 	mode.Store(3) // rebuilt on this release: a state from scratch
-	rebuiltAt.Store(1)
 	require.Eventually(t, func() bool { return member().Downgraded == "" }, 10*time.Second, 20*time.Millisecond)
 
 	// Another state again, of an earlier release (an empty data dir): no
@@ -86,4 +85,50 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 	time.Sleep(3 * probeEvery)
 	require.Empty(t, member().Downgraded)
 	require.Equal(t, 1, strings.Count(logs.String(), "downgrade in place"))
+}
+
+// A node started again on its data dir answers first with its newest
+// snapshot's index, below what it answered before its stop: raft applies
+// nothing more until a leader tells it the commit index (an operator walk
+// saw 101165 for ~8 s after 101317). Bug: that lower applied index was
+// taken for a rebuilt state, the earlier release's features became the
+// member's, and a downgrade in place was never said while the node's
+// state lacked every claim written while it was down (167 acknowledged
+// claims, missing from its replica; leading, it claimed one of them again).
+func TestDowngradeInPlaceAnsweringFromItsSnapshotIsShown(t *testing.T) {
+	c := newMemCluster(t)
+	var downgraded atomic.Bool
+	probe := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if addr == "mem-n2" && downgraded.Load() {
+			// Restarted on its data dir: its snapshot's index, below
+			// what it applied, not 0.
+			st.AppliedIndex = 1
+			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
+		}
+		return st, err
+	}
+	logs := &logBuffer{}
+	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, logs)
+	n1.SetPeerProbe(probe)
+	c.leader(n1)
+	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logBuffer{})
+	c.join(n2, n1)
+	member := func() Member {
+		st, err := n1.Status()
+		require.NoError(t, err)
+		i := slices.IndexFunc(st.Nodes, func(m Member) bool { return m.ID == "n2" })
+		require.GreaterOrEqual(t, i, 0)
+		return st.Nodes[i]
+	}
+	require.Eventually(t, func() bool {
+		m := member()
+		return m.Version == n1.cfg.Version && m.AppliedIndex != nil && *m.AppliedIndex > 1
+	}, 10*time.Second, 20*time.Millisecond)
+
+	downgraded.Store(true)
+	require.Eventually(t, func() bool { return member().Downgraded != "" }, 10*time.Second, 20*time.Millisecond,
+		"a downgrade in place whose first answer has a lower applied index is shown")
+	require.Contains(t, member().Downgraded, FeatureCredentialCap)
+	require.Contains(t, logs.String(), "downgrade in place")
 }

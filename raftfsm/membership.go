@@ -86,7 +86,8 @@ type Member struct {
 	// without some of them: started again on an earlier release (a
 	// downgrade in place). Such a release skips the entries that need
 	// them, so its state may lack writes the others hold. Cleared when the
-	// node answers with a lower applied index (its state was rebuilt).
+	// node answers with an applied index of 0 (an empty data dir: its
+	// state was rebuilt).
 	Downgraded string `json:"downgraded,omitempty"`
 	// Keys are the keys of the node's --encryption-key-file as the
 	// leader's last health check saw them (its own, on the leader): an
@@ -1335,13 +1336,21 @@ func (n *Node) measure(ctx context.Context) {
 // means it was started again on an earlier release, which skips the
 // entries that need that feature, so its state may now lack writes every
 // other replica holds, and it may lead with it. Said at ERROR once, and
-// shown in the member's status until it answers with a lower applied
-// index (rebuilt). The caller holds n.peers.mu.
+// shown in the member's status until it answers with an applied index of
+// 0 (rebuilt). The caller holds n.peers.mu.
+//
+// A lower applied index alone says nothing: a node started again on its
+// data dir answers with its newest snapshot's index (raft applies nothing
+// more until a leader tells it the commit index), below what it answered
+// before its stop, and that is the answer a downgrade in place gives
+// first. Only an empty state (an empty data dir and --join, before the
+// leader's snapshot reaches it) has applied nothing. A node restarted
+// before it took any snapshot answers 0 too, and is taken as rebuilt.
 func (n *Node) noteDowngrade(id string, h *peerHealth, st Status) {
 	if h.answeredAt.IsZero() {
 		return
 	}
-	if st.AppliedIndex < h.applied {
+	if st.AppliedIndex == 0 {
 		// A state rebuilt (an empty data dir and --join), or another
 		// node under this id: nothing to compare with.
 		if h.downgraded != "" {
