@@ -132,3 +132,58 @@ func TestDowngradeInPlaceAnsweringFromItsSnapshotIsShown(t *testing.T) {
 	require.Contains(t, member().Downgraded, FeatureCredentialCap)
 	require.Contains(t, logs.String(), "downgrade in place")
 }
+
+// While a member still runs the earlier release, the entries needing what
+// it lacks are kept out of the log (membersHave), so an upgraded node
+// started again on the earlier release skips nothing: OPERATIONS.md calls
+// that rollback safe. Bug: the leader said it at ERROR as a downgrade in
+// place all the same, and cluster status printed a WARNING asking for a
+// rebuild (the rollback walk, on the documented safe path: the three
+// state hashes agreed).
+func TestRollbackWhileAMemberRunsTheEarlierReleaseIsNoDowngrade(t *testing.T) {
+	c := newMemCluster(t)
+	earlier := []string{FeatureRetention, FeatureKeyCheck}
+	var downgraded atomic.Bool
+	probe := func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if addr == "mem-n2" && downgraded.Load() {
+			st.AppliedIndex = 1 // restarted on its data dir: its snapshot's index
+		}
+		if addr == "mem-n3" || addr == "mem-n2" && downgraded.Load() {
+			st.Features, st.Version = earlier, "v-earlier"
+		}
+		return st, err
+	}
+	logs := &logBuffer{}
+	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, logs)
+	n1.SetPeerProbe(probe)
+	c.leader(n1)
+	n3 := c.openAt("n3", t.TempDir(), "127.0.0.1:0", false, &logBuffer{})
+	c.join(n3, n1)
+	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logBuffer{})
+	c.join(n2, n1)
+	// Alone, n1 had every other member (none) list everything, and may
+	// have written what n3 cannot read; a cluster formed with
+	// --bootstrap-expect has all three from its first round, as here.
+	n1.peers.mu.Lock()
+	n1.peers.shared = nil
+	n1.peers.mu.Unlock()
+	member := func(id string) Member {
+		st, err := n1.Status()
+		require.NoError(t, err)
+		i := slices.IndexFunc(st.Nodes, func(m Member) bool { return m.ID == id })
+		require.GreaterOrEqual(t, i, 0)
+		return st.Nodes[i]
+	}
+	require.Eventually(t, func() bool {
+		m2, m3 := member("n2"), member("n3")
+		return m2.Version == n1.cfg.Version && m2.AppliedIndex != nil && *m2.AppliedIndex > 1 && m3.Version == "v-earlier"
+	}, 10*time.Second, 20*time.Millisecond)
+	require.False(t, n1.membersHave(FeatureCredentialCap))
+
+	downgraded.Store(true)
+	require.Eventually(t, func() bool { return member("n2").Version == "v-earlier" }, 10*time.Second, 20*time.Millisecond)
+	time.Sleep(3 * probeEvery)
+	require.Empty(t, member("n2").Downgraded)
+	require.NotContains(t, logs.String(), "downgrade in place")
+}

@@ -1059,6 +1059,11 @@ type peerState struct {
 	term    uint64 // the term byID and commits were measured in
 	byID    map[string]*peerHealth
 	commits []commitSample // this leader's commit index, one per round, oldest first
+	// shared are the features every other member listed at the end of a
+	// round of this term: the gates they open (membersHave) were open, so
+	// entries needing them may be in the log. A member losing one of the
+	// others was downgraded harmlessly: nothing it skips was written.
+	shared []string
 
 	round sync.Mutex // one measuring round at a time
 }
@@ -1270,7 +1275,7 @@ func (n *Node) measure(ctx context.Context) {
 
 	n.peers.mu.Lock()
 	if n.peers.term != term || n.peers.byID == nil {
-		n.peers.term, n.peers.byID, n.peers.commits = term, map[string]*peerHealth{}, nil
+		n.peers.term, n.peers.byID, n.peers.commits, n.peers.shared = term, map[string]*peerHealth{}, nil, nil
 	}
 	prevCommit, hasPrev := uint64(0), len(n.peers.commits) > 0
 	if hasPrev {
@@ -1329,6 +1334,21 @@ func (n *Node) measure(ctx context.Context) {
 			h.goodSince = time.Time{}
 		}
 	}
+	for _, feature := range features {
+		if slices.Contains(n.peers.shared, feature) {
+			continue
+		}
+		all := true
+		for _, s := range f.Configuration().Servers {
+			if h := n.peers.byID[string(s.ID)]; string(s.ID) != n.self.ID && (h == nil || h.answeredAt.IsZero() || !slices.Contains(h.features, feature)) {
+				all = false
+				break
+			}
+		}
+		if all {
+			n.peers.shared = append(n.peers.shared, feature)
+		}
+	}
 }
 
 // noteDowngrade compares a peer's answer st with its previous one (h,
@@ -1361,7 +1381,10 @@ func (n *Node) noteDowngrade(id string, h *peerHealth, st Status) {
 	}
 	var lost []string
 	for _, f := range h.features {
-		if !slices.Contains(st.Features, f) {
+		// A feature some member never listed this term kept its entries
+		// out of the log (membersHave): rolling back while a member still
+		// runs the earlier release skips nothing.
+		if !slices.Contains(st.Features, f) && slices.Contains(n.peers.shared, f) {
 			lost = append(lost, f)
 		}
 	}
