@@ -175,6 +175,31 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			body = b
 		}
 		raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, body)
+		var p *client.Problem
+		if *from != "" && errors.As(err, &p) && p.Status == http.StatusBadRequest && strings.Contains(p.Detail, `unknown field "from"`) {
+			// A node of a release before --from (the leader, in step 3
+			// of an upgrade from it) refuses the field: ask who leads,
+			// and hand over without it only if --from does.
+			c, cerr := cl.Cluster(ctx)
+			switch {
+			case cerr != nil:
+				err = cerr
+			case c.Leader == nil || c.Leader.ID != *from:
+				leader := "no node"
+				if c.Leader != nil {
+					leader = c.Leader.ID
+				}
+				fmt.Fprintf(stdout, "%s leads, not %s: nothing was handed over\n", leader, *from)
+				return 0
+			default:
+				fmt.Fprintf(stderr, "idem cluster transfer-leadership: the leader runs a release without --from: %s leads, so it is asked to hand over without it\n", *from)
+				delete(body.(map[string]string), "from")
+				if *id == "" {
+					body = nil
+				}
+				raw, err = cl.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, body)
+			}
+		}
 	case "set-retention":
 		if *retention == 0 {
 			fmt.Fprintln(stderr, "idem cluster set-retention: --retention is required (e.g. --retention 48h)")
