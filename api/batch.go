@@ -1010,9 +1010,12 @@ func (s *Server) membersLacking(ctx context.Context, feature string) string {
 				s.featured.Store(seen, true)
 				return
 			case answered:
-				if _, was := s.featured.LoadAndDelete(seen); was {
+				_, open := s.opened.Load(feature)
+				if _, was := s.featured.LoadAndDelete(seen); was && open {
 					// Its entries of this feature, written while it was
 					// down, reach it anyway and its release skips them.
+					// While a member never listed it the gate kept them
+					// out of the log: a rollback then skips nothing.
 					s.log.Error("a member that listed a feature now answers without it: it was started again on an earlier release (a downgrade in place), which skips the log entries that need it, so its state may lack writes the others hold; rebuild it on the release the others run (empty data dir and --join)",
 						"node", m.ID, "feature", feature)
 				}
@@ -1027,6 +1030,9 @@ func (s *Server) membersLacking(ctx context.Context, feature string) string {
 		}()
 	}
 	wg.Wait()
+	if len(lacking) == 0 {
+		s.opened.Store(feature, true)
+	}
 	slices.Sort(lacking)
 	return strings.Join(lacking, ",")
 }

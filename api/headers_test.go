@@ -270,3 +270,49 @@ func TestCompressedRequestBodyIsRefusedByName(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusCreated, resp.StatusCode)
 }
+
+// A member rolled back to a release without a feature while another
+// member never listed it is no downgrade in place: the gate stayed shut,
+// so no entry needing the feature was written for it to skip (a rollback
+// walk: OPERATIONS.md calls this rollback safe, and the leader said it at
+// ERROR).
+func TestRollbackWhileAMemberLacksTheFeatureIsNoDowngrade(t *testing.T) {
+	oldRetry, oldRecheck := api.SetListsGateRetry(50*time.Millisecond), api.SetListsGateRecheck(50*time.Millisecond)
+	t.Cleanup(func() { api.SetListsGateRetry(oldRetry); api.SetListsGateRecheck(oldRecheck) })
+	var logs syncBuffer
+	n := mustNode(t, withAPI(func(c *api.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }))
+	var upgraded atomic.Bool
+	member := func(lists func() bool) string {
+		ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if lists() {
+				w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry,header-lists")
+			} else {
+				w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry")
+			}
+			io.WriteString(w, "{}")
+		}))
+		t.Cleanup(ts.Close)
+		return strings.TrimPrefix(ts.URL, "http://")
+	}
+	for i, lists := range []func() bool{func() bool { return false }, upgraded.Load} {
+		_, err := n.node.Join(raftfsm.NodeInfo{ID: fmt.Sprint("n-", i+2), RaftAddr: fmt.Sprint("127.0.0.1:", i+1), HTTPAddr: member(lists)}, true, false)
+		require.NoError(t, err)
+	}
+	lists := map[string]any{"status": 200, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}}
+	complete := func(key string) reply {
+		s := sc(key)
+		tok := n.mustClaim(s, fp1)["token"].(string)
+		return n.complete(s, tok, lists)
+	}
+	upgraded.Store(true) // n-3 upgraded, n-2 not yet: the gate stays shut
+	for i := range 3 {
+		require.Equal(t, http.StatusServiceUnavailable, complete(fmt.Sprintf("up-%d", i)).status)
+		time.Sleep(60 * time.Millisecond)
+	}
+	upgraded.Store(false) // n-3 rolled back
+	for i := range 3 {
+		require.Equal(t, http.StatusServiceUnavailable, complete(fmt.Sprintf("back-%d", i)).status)
+		time.Sleep(60 * time.Millisecond)
+	}
+	require.NotContains(t, logs.String(), "downgrade in place")
+}

@@ -102,6 +102,10 @@ type Server struct {
 	// featured holds the members seen listing a feature (membersLacking),
 	// keyed by feature, member id and HTTP address.
 	featured sync.Map
+	// opened holds the features every other member listed at once
+	// (membersLacking found none lacking): the gate was open, so entries
+	// needing them may be in the log.
+	opened sync.Map
 }
 
 // New returns a server over store.
