@@ -74,6 +74,14 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 	time.Sleep(3 * probeEvery)
 	require.Equal(t, 1, strings.Count(logs.String(), "downgrade in place"), "said once: %s", logs.String())
 	require.Contains(t, logs.String(), "level=ERROR")
+	// Leading, it would answer from a state that may lack writes.
+	err := n1.TransferLeadershipTo("n2")
+	require.ErrorIs(t, err, ErrRefusesNodes)
+	require.Contains(t, err.Error(), "n2 was downgraded in place")
+	err = n1.TransferLeadershipTo("")
+	require.ErrorIs(t, err, ErrRefusesNodes, "raft's own pick is the one other voter")
+	require.Contains(t, err.Error(), "downgraded in place")
+	require.True(t, n1.IsLeader())
 
 	mode.Store(3) // rebuilt on this release: a state from scratch
 	require.Eventually(t, func() bool { return member().Downgraded == "" }, 10*time.Second, 20*time.Millisecond)

@@ -1610,6 +1610,12 @@ func (n *Node) transferLeadership(id string, why transferWhy) error {
 		if n.refusesNodes(target.ID) {
 			return fmt.Errorf("%w: %s", ErrRefusesNodes, refusesNodesWhy(string(target.ID)))
 		}
+		if d := n.downgradedMark(target.ID); d != "" {
+			// Leading, it would answer from a state that may lack writes
+			// (a rollback walk: handed the leadership, such a node
+			// answered a claim the others held as claimed anew).
+			return fmt.Errorf("%w: %s was downgraded in place, %s", ErrRefusesNodes, id, d)
+		}
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
 	if err := f.Error(); err != nil {
@@ -1628,6 +1634,17 @@ func (n *Node) transferLeadership(id string, why transferWhy) error {
 		return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 	}
 	return nil
+}
+
+// downgradedMark is voter id's Member.Downgraded as this leader measured
+// it this term, "" for none.
+func (n *Node) downgradedMark(id raft.ServerID) string {
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	if h := n.peers.byID[string(id)]; h != nil && n.peers.term == n.term() {
+		return h.downgraded
+	}
+	return ""
 }
 
 // refusesNodes reports whether this leader's last health check of voter
@@ -1650,10 +1667,10 @@ func refusesNodesWhy(ids ...string) string {
 }
 
 // transferAvoidingRefusers picks the target of a transfer to no voter in
-// particular when some voter refuses the cluster's node token (raft would
-// pick the most up-to-date, which may be one of them): the voter that
-// does not, healthy first, then the one that had applied the most at its
-// last answer. nil: none refuses (or none of the others has answered the
+// particular when some voter refuses the cluster's node token, or was
+// downgraded in place (raft would pick the most up-to-date, which may be
+// one of them): a voter that is neither, healthy first, then the one that
+// had applied the most at its last answer. nil: none refuses (or none of the others has answered the
 // leader yet), raft picks. An error: every other voter refuses.
 func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 	cf := n.raft.GetConfiguration()
@@ -1670,6 +1687,7 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 	var bestApplied uint64
 	bestHealthy := false
 	var refusers []string
+	downgraded := false
 	others := 0
 	for _, srv := range cf.Configuration().Servers {
 		if srv.Suffrage != raft.Voter || string(srv.ID) == n.self.ID {
@@ -1687,18 +1705,26 @@ func (n *Node) transferAvoidingRefusers() (*raft.Server, error) {
 		if h.answeredAt.IsZero() {
 			continue
 		}
+		if h.downgraded != "" {
+			// Not a target either, but raft's own pick (the most up to
+			// date) may be it: choose another, as for a refuser.
+			downgraded = true
+			continue
+		}
 		ok, _ := n.judge(h, srv.ID, now)
 		if best == nil || ok && !bestHealthy || ok == bestHealthy && h.applied > bestApplied {
 			best, bestApplied, bestHealthy = &srv, h.applied, ok
 		}
 	}
 	switch {
-	case len(refusers) == 0:
+	case len(refusers) == 0 && !downgraded:
 		return nil, nil
 	case best != nil:
 		return best, nil
 	case len(refusers) == others:
 		return nil, fmt.Errorf("%w: %s (or this leader's --node-token-file changed, its entry added to its own auth file only)", ErrRefusesNodes, refusesNodesWhy(refusers...))
+	case downgraded:
+		return nil, fmt.Errorf("%w: every other voter that answered this leader refuses the node token or was downgraded in place (see idem cluster status): leading, one downgraded would answer from a state that may lack writes", ErrRefusesNodes)
 	}
 	return nil, nil // the others never answered this leader: raft's choice, as before
 }
