@@ -136,8 +136,32 @@ const stateOnItsWayWithin = 5 * time.Second
 // join would change nothing. A node restarted at addresses the leader does
 // not know hears from no leader, and asks.
 func (n *Node) StateOnItsWay() bool {
+	return !n.HasState() && n.leaderHeard()
+}
+
+// leaderHeard reports whether this node heard from a leader within
+// stateOnItsWayWithin.
+func (n *Node) leaderHeard() bool {
 	lc := n.raft.LastContact()
-	return !n.HasState() && !lc.IsZero() && time.Since(lc) < stateOnItsWayWithin
+	return !lc.IsZero() && time.Since(lc) < stateOnItsWayWithin
+}
+
+// ReplayingUnheard reports whether this node joined, replays the cluster's
+// log short of its admission (so neither a member nor Outside), and has
+// heard from no leader within stateOnItsWayWithin. Its own state cannot
+// tell why: it was removed before it caught up (a leader stops sending to
+// a node it removed, which never sees the removal), it was restarted at a
+// raft address the leader does not know (killed while it replayed, and
+// started with another --raft-addr: the leader sends to the old one), or
+// the leader is down. Only the cluster's view tells (idem serve's
+// membership loop asks it); before, such a node waited in silence for
+// ever.
+func (n *Node) ReplayingUnheard() bool {
+	if !n.HasState() || n.IsMember() || !n.joining.Load() || n.leaderHeard() {
+		return false
+	}
+	f := n.raft.GetConfiguration()
+	return f.Error() == nil && !n.caughtUp(f.Configuration(), n.raft.LastIndex())
 }
 
 const admissionPrefix = "admitted at raft index "

@@ -941,10 +941,15 @@ func (n *Node) term() uint64 { return n.raft.CurrentTerm() }
 // leader. One that joined and replays the cluster's log up to its
 // admission follows the leader sending it: it called itself leaderless,
 // and its status called that leader unhealthy ("this node knows no leader
-// to ask") while the leader caught it up.
+// to ask") while the leader caught it up. It follows that leader only
+// while it hears from it: raft forgets a silent leader after its heartbeat
+// timeout, which for such a node is a day (campaignHold), and a node
+// removed before it caught up (a leader stops sending to a node it removes,
+// which never sees its removal) forwarded writes and reads to its last
+// leader, and named it in its status, for that day.
 func (n *Node) Leader() (NodeInfo, bool) {
 	addr, id := n.raft.LeaderWithID()
-	if addr == "" || !n.member.Load() && n.Outside() {
+	if addr == "" || !n.member.Load() && (n.Outside() || !n.leaderHeard()) {
 		return NodeInfo{}, false
 	}
 	info := NodeInfo{ID: string(id), RaftAddr: string(addr)}
