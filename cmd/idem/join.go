@@ -69,6 +69,12 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			if addrs := splitAddrs(c.join); !m.joinSelfOnly(addrs) {
 				m.tryJoin(ctx, addrs)
 			}
+		case node.ReplayingUnheard():
+			// Replaying toward its admission, and no leader sends to it:
+			// restarted at a new raft address it waited for ever, in
+			// silence (the leader sends to the old one), as it did when
+			// removed before it caught up.
+			m.checkReplaying(ctx)
 		case outside > 0:
 			// Removed from the cluster: joining back on its own would undo
 			// the operator's removal. (A joining node replaying entries
@@ -100,6 +106,57 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			return
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// checkReplaying asks the cluster, for a node replaying its log toward its
+// admission that hears from no leader (Node.ReplayingUnheard), whether the
+// leader's configuration still lists it, and where. Listed at other
+// addresses (the node was restarted at a new --raft-addr or --http-addr
+// while it replayed), it asks the leader to record the new ones, as a
+// member that moved does; not listed, it was removed before it caught up,
+// and it says so once, with the command that adds it back, as a removed
+// member does. Listed where it runs, it waits: the leader is down or out
+// of reach.
+func (m *member) checkReplaying(ctx context.Context) {
+	addrs := append(splitAddrs(m.c.join), m.node.PeerHTTPAddrs()...)
+	asked := map[string]bool{m.c.httpAdvertise: true}
+	for i := 0; i < len(addrs); i++ {
+		a := addrs[i]
+		if asked[a] {
+			continue
+		}
+		asked[a] = true
+		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
+		if err != nil || status != http.StatusOK {
+			continue
+		}
+		var st raftfsm.Status
+		if json.Unmarshal(b, &st) != nil || st.Leader == nil {
+			continue
+		}
+		if st.Leader.ID != st.Self.ID {
+			// Only the leader's own view is the cluster's now.
+			if st.Leader.HTTPAddr != "" {
+				addrs = append(addrs, st.Leader.HTTPAddr)
+			}
+			continue
+		}
+		i := slices.IndexFunc(st.Nodes, func(n raftfsm.Member) bool { return n.ID == m.c.nodeID })
+		switch {
+		case i < 0:
+			if !m.replayRemoved {
+				m.replayRemoved = true
+				m.log.Warn("this node was removed from the cluster before it caught up with the cluster's log (the leader's configuration no longer lists it): it accepts no writes until an operator adds it back, which needs no restart",
+					"leader", st.Leader.ID, "add-back", addBackCommand(m.c, a))
+			}
+		case st.Nodes[i].RaftAddr != m.c.raftAdvertise || st.Nodes[i].HTTPAddr != m.c.httpAdvertise:
+			m.replayRemoved = false
+			m.tryJoin(ctx, []string{a})
+		default:
+			m.replayRemoved = false
+		}
+		return
 	}
 }
 
@@ -176,6 +233,9 @@ type member struct {
 	unreachable map[string]string
 	// selfOnly: --join named this node alone, said once.
 	selfOnly bool
+	// replayRemoved: checkReplaying said that the node was removed before
+	// it caught up.
+	replayRemoved bool
 }
 
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
