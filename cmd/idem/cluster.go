@@ -508,6 +508,14 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	for _, m := range st.Nodes {
 		member = member || m.ID == st.Self.ID
 	}
+	if !member && len(st.Nodes) > 0 && st.HoldsVote != nil && st.HoldsVote.LeaderTerm != 0 && st.Leader != nil {
+		// A node that joined, hears from a leader and replays the log
+		// short of its admission: the configurations it passes are older
+		// than the one that took it in. It was told removed, under the
+		// note that it is catching up.
+		fmt.Fprintf(w, "NOTE: %s is replaying the cluster's log and has not reached the entry that took it in: the table is the configuration of the entry it has reached, without %s, and only a leader measures health; ask the leader %s for the cluster as it is.\n", st.Self.ID, st.Self.ID, st.Leader.ID)
+		return
+	}
 	if !member && len(st.Nodes) > 0 {
 		// A removed node's last view: nobody measures health for it, so
 		// the count below would read as a lost quorum.
