@@ -836,6 +836,14 @@ func (p *proxy) framing(next http.Handler) http.Handler {
 		}
 		if up := strings.ToUpper(r.Method); up != r.Method && slices.Contains(p.methods, up) {
 			w.Header().Set("Connection", "close")
+			if r.ContentLength != 0 {
+				// Not read, as for OPTIONS *: refused here, outside
+				// bodyDeadlines, net/http waited for the rest of the
+				// body with no deadline at all, and a caller that held
+				// it back kept the connection (one of --max-conns) for
+				// as long as it liked.
+				_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+			}
 			problemDoc(w, http.StatusBadRequest, "invalid_request", "Invalid request",
 				fmt.Sprintf("method %q: methods are case-sensitive, and %s needs an Idempotency-Key here; send it as %s", r.Method, up, up))
 			return
