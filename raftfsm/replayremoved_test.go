@@ -1,13 +1,9 @@
 package raftfsm
 
 import (
-	"errors"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 )
 
@@ -24,38 +20,13 @@ import (
 // about.
 func TestNodeRemovedBeforeItsAdmissionFollowsNoLeader(t *testing.T) {
 	t.Parallel()
-	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	c.leader(n1)
-	for i := range 600 { // past the leader's first batch of 512 entries
-		require.NoError(t, claim(n1, fmt.Sprintf("k%d", i)))
-	}
-	n2 := c.open("n2", "", false)
-	var dropped atomic.Int64
-	cut := func(rpc raft.RPC) error {
-		if _, ok := rpc.Command.(*raft.AppendEntriesRequest); !ok || n2.raft.LastIndex() == 0 {
-			return nil
-		}
-		for _, s := range n2.raft.GetConfiguration().Configuration().Servers {
-			if s.ID == "n2" {
-				return nil
-			}
-		}
-		dropped.Add(1)
-		return errors.New("test: the leader is cut off")
-	}
-	n2.guard.hook.Store(&cut)
-	require.NoError(t, n2.MarkJoining())
-	res, err := n1.Join(n2.Self(), false, true)
-	require.NoError(t, err)
-	require.NoError(t, n2.Admitted(res.AdmittedIndex)) // as idem serve's join does
-	require.Eventually(t, func() bool { return dropped.Load() > 0 }, 20*time.Second, 10*time.Millisecond, "n2's log never ended before its admission")
+	n1, n2, admitted := replayingShortOfAdmission(t)
 	_, ok := n2.Leader()
 	require.True(t, ok, "n2 follows the leader that sends it the log")
 	require.False(t, n2.ReplayingUnheard(), "n2 hears from its leader")
 
 	require.Eventually(t, func() bool { return n1.Remove("n2", false) == nil }, 15*time.Second, 200*time.Millisecond)
-	require.Less(t, n2.raft.LastIndex(), res.AdmittedIndex, "the window this test is about")
+	require.Less(t, n2.raft.LastIndex(), admitted, "the window this test is about")
 	require.Eventually(t, func() bool { _, ok := n2.Leader(); return !ok }, 15*time.Second, 50*time.Millisecond,
 		"n2 was removed before its admission and hears from no leader, yet follows one")
 	require.False(t, n2.IsMember())
