@@ -1335,17 +1335,7 @@ func (n *Node) measure(ctx context.Context) {
 		}
 	}
 	for _, feature := range features {
-		if slices.Contains(n.peers.shared, feature) {
-			continue
-		}
-		all := true
-		for _, s := range f.Configuration().Servers {
-			if h := n.peers.byID[string(s.ID)]; string(s.ID) != n.self.ID && (h == nil || h.answeredAt.IsZero() || !slices.Contains(h.features, feature)) {
-				all = false
-				break
-			}
-		}
-		if all {
+		if !slices.Contains(n.peers.shared, feature) && n.othersList(f.Configuration(), feature, term) {
 			n.peers.shared = append(n.peers.shared, feature)
 		}
 	}
@@ -1545,15 +1535,19 @@ func (n *Node) membersHave(feature string) bool {
 	term := n.term()
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
-	for _, s := range f.Configuration().Servers {
+	return n.othersList(f.Configuration(), feature, term)
+}
+
+// othersList reports whether every member of conf but this node has
+// answered a health check of term listing feature. The caller holds
+// n.peers.mu.
+func (n *Node) othersList(conf raft.Configuration, feature string, term uint64) bool {
+	for _, s := range conf.Servers {
 		if string(s.ID) == n.self.ID {
 			continue
 		}
-		if n.peers.term != term {
-			return false
-		}
 		h := n.peers.byID[string(s.ID)]
-		if h == nil || h.answeredAt.IsZero() || !slices.Contains(h.features, feature) {
+		if n.peers.term != term || h == nil || h.answeredAt.IsZero() || !slices.Contains(h.features, feature) {
 			return false
 		}
 	}
