@@ -114,14 +114,27 @@ func (n *Node) AdmissionPending() bool {
 // before it, kept a joining node "outside" for seconds, and idem serve
 // warned that it had been removed).
 func (n *Node) Outside() bool {
+	replaying, ok := n.leftOut()
+	return ok && !replaying
+}
+
+// leftOut tells, for a node with state that the newest configuration it
+// knows leaves out (ok false for any other, and when the configuration
+// cannot be read: the node stopping), whether it joined empty and its log
+// has not reached its admission yet: it replays entries older than the
+// one that took it in.
+func (n *Node) leftOut() (replaying, ok bool) {
 	if !n.HasState() || n.IsMember() {
-		return false
+		return false, false
 	}
 	if !n.joining.Load() {
-		return true
+		return false, true
 	}
 	f := n.raft.GetConfiguration()
-	return f.Error() == nil && n.caughtUp(f.Configuration(), n.raft.LastIndex())
+	if f.Error() != nil {
+		return false, false
+	}
+	return !n.caughtUp(f.Configuration(), n.raft.LastIndex()), true
 }
 
 // stateOnItsWayWithin is how lately a node without state must have heard
@@ -157,11 +170,11 @@ func (n *Node) leaderHeard() bool {
 // membership loop asks it); before, such a node waited in silence for
 // ever.
 func (n *Node) ReplayingUnheard() bool {
-	if !n.HasState() || n.IsMember() || !n.joining.Load() || n.leaderHeard() {
+	if n.leaderHeard() {
 		return false
 	}
-	f := n.raft.GetConfiguration()
-	return f.Error() == nil && !n.caughtUp(f.Configuration(), n.raft.LastIndex())
+	replaying, ok := n.leftOut()
+	return ok && replaying
 }
 
 const admissionPrefix = "admitted at raft index "
