@@ -21,15 +21,10 @@ import (
 // (an applied index of 0: an empty data dir), and an upgrade (more
 // features) is no downgrade.
 func TestDowngradeInPlaceIsShown(t *testing.T) {
-	c := newMemCluster(t)
 	// 0: the features of an earlier release, 1: this release's, 2: the
 	// earlier release again, 3: rebuilt, 4: rebuilt on the earlier release
 	var mode atomic.Int32
-	probe := func(ctx context.Context, addr string) (Status, error) {
-		st, err := c.probe(ctx, addr)
-		if addr != "mem-n2" {
-			return st, err
-		}
+	n1, logs, member := downgradeLeader(t, func(st *Status) {
 		switch mode.Load() {
 		case 0, 2:
 			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
@@ -39,21 +34,7 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 			st.AppliedIndex = 0
 			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
 		}
-		return st, err
-	}
-	logs := &logBuffer{}
-	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, logs)
-	n1.SetPeerProbe(probe)
-	c.leader(n1)
-	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logBuffer{})
-	c.join(n2, n1)
-	member := func() Member {
-		st, err := n1.Status()
-		require.NoError(t, err)
-		i := slices.IndexFunc(st.Nodes, func(m Member) bool { return m.ID == "n2" })
-		require.GreaterOrEqual(t, i, 0)
-		return st.Nodes[i]
-	}
+	})
 	answered := func(version string) {
 		t.Helper()
 		require.Eventually(t, func() bool { m := member(); return m.Version == version && m.AppliedIndex != nil }, 10*time.Second, 20*time.Millisecond)
@@ -104,31 +85,15 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 // state lacked every claim written while it was down (167 acknowledged
 // claims, missing from its replica; leading, it claimed one of them again).
 func TestDowngradeInPlaceAnsweringFromItsSnapshotIsShown(t *testing.T) {
-	c := newMemCluster(t)
 	var downgraded atomic.Bool
-	probe := func(ctx context.Context, addr string) (Status, error) {
-		st, err := c.probe(ctx, addr)
-		if addr == "mem-n2" && downgraded.Load() {
+	n1, logs, member := downgradeLeader(t, func(st *Status) {
+		if downgraded.Load() {
 			// Restarted on its data dir: its snapshot's index, below
 			// what it applied, not 0.
 			st.AppliedIndex = 1
 			st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
 		}
-		return st, err
-	}
-	logs := &logBuffer{}
-	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, logs)
-	n1.SetPeerProbe(probe)
-	c.leader(n1)
-	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logBuffer{})
-	c.join(n2, n1)
-	member := func() Member {
-		st, err := n1.Status()
-		require.NoError(t, err)
-		i := slices.IndexFunc(st.Nodes, func(m Member) bool { return m.ID == "n2" })
-		require.GreaterOrEqual(t, i, 0)
-		return st.Nodes[i]
-	}
+	})
 	require.Eventually(t, func() bool {
 		m := member()
 		return m.Version == n1.cfg.Version && m.AppliedIndex != nil && *m.AppliedIndex > 1
@@ -194,4 +159,30 @@ func TestRollbackWhileAMemberRunsTheEarlierReleaseIsNoDowngrade(t *testing.T) {
 	time.Sleep(3 * probeEvery)
 	require.Empty(t, member("n2").Downgraded)
 	require.NotContains(t, logs.String(), "downgrade in place")
+}
+
+// downgradeLeader is n1 leading n2, whose answers to n1's health checks
+// edit changes (as another release would answer), with n1's log and n2
+// as n1's status shows it.
+func downgradeLeader(t *testing.T, edit func(st *Status)) (*Node, *logBuffer, func() Member) {
+	t.Helper()
+	c := newMemCluster(t)
+	logs := &logBuffer{}
+	n1 := c.openAt("n1", t.TempDir(), "127.0.0.1:0", true, logs)
+	n1.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if addr == "mem-n2" {
+			edit(&st)
+		}
+		return st, err
+	})
+	c.leader(n1)
+	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logBuffer{})
+	c.join(n2, n1)
+	return n1, logs, func() Member {
+		t.Helper()
+		m := member(t, n1, "n2")
+		require.Equal(t, "n2", m.ID, "n2 is not in n1's status")
+		return m
+	}
 }
