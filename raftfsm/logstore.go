@@ -85,6 +85,9 @@ type LogStore struct {
 	// snapshot store, false for none (set by the node;
 	// guardedLogStore.snapshotHead); nil: none known.
 	snapHead func() (*raft.SnapshotMeta, bool)
+	// keepFrom is the lowest index whose entries a snapshot being sent
+	// needs kept (set by the node: snapshotStore.keepLogFrom); nil: none.
+	keepFrom func() (uint64, bool)
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -954,8 +957,36 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 			return err
 		}
 	}
+	if max = s.compactTo(min, max); max < min {
+		return nil
+	}
 	s.recent.clear()
 	return s.LogStore.DeleteRange(min, max)
+}
+
+// compactTo is the end of a truncation from min to max once the entries a
+// snapshot being sent needs are kept: from its index on (keepLogFrom), as
+// long as the disk has room for them. Only a compaction is cut short;
+// removing the whole log (after an install) or its tail (a follower's
+// conflicting entries) reaches the last entry and goes as asked.
+func (s guardedLogStore) compactTo(min, max uint64) uint64 {
+	if s.LogStore.keepFrom == nil {
+		return max
+	}
+	keep, ok := s.LogStore.keepFrom()
+	if !ok || max < keep {
+		return max
+	}
+	if last, err := s.LogStore.LastIndex(); err != nil || max >= last {
+		return max
+	}
+	if s.g != nil {
+		if short, _ := s.g.short(); short {
+			return max // the space the compaction frees comes first
+		}
+	}
+	s.LogStore.log.Info("raft log compaction stops below a snapshot being sent, whose follower goes on from it", "compact-to", max, "kept-from", keep, "first-index", min)
+	return keep - 1
 }
 
 func (s guardedLogStore) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }

@@ -318,6 +318,7 @@ func open(cfg Config) (*Node, error) {
 	var started atomic.Pointer[raft.Raft] // for the log store's guard, set once raft runs
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	n.logStore.snapHead = n.snaps.newestMeta
+	n.logStore.keepFrom = n.snaps.keepLogFrom
 	running := make(chan struct{})
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans

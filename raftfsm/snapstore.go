@@ -63,7 +63,26 @@ type snapshotStore struct {
 	// writing the whole state out once more (spareMu guards it).
 	spareMu sync.Mutex
 	spare   *spareStream
+
+	// sends are the snapshots opened to be sent and those whose send
+	// ended less than sendHoldAfter ago (sendsMu guards it): the log
+	// keeps the entries above the oldest of them (keepLogFrom).
+	sendsMu sync.Mutex
+	sends   map[*snapshotSend]struct{}
 }
+
+// snapshotSend is one opened snapshot: its raft index, and when its
+// stream was closed (mono; 0 while open).
+type snapshotSend struct {
+	index  uint64
+	closed int64
+}
+
+// sendHoldAfter is how long the log keeps the entries above a snapshot
+// after its stream was closed: raft sends the follower the entries from
+// the snapshot's index on as soon as the install is answered. Longer, a
+// cluster that just took a node in kept its whole log meanwhile.
+var sendHoldAfter = 5 * time.Second
 
 // spareStream is an expanded stream kept for another send.
 type spareStream struct {
@@ -166,8 +185,75 @@ func readMarker(br *bufio.Reader) (uint64, bool, error) {
 }
 
 // Open returns a full engine stream: a stored one as it is, a marker
-// expanded from the current state.
+// expanded from the current state. While it is open, and for
+// sendHoldAfter after, the log keeps the entries above the snapshot's
+// index (keepLogFrom).
 func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	meta, rc, err := s.open(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	return meta, s.held(meta.Index, rc), nil
+}
+
+// held registers a send of the snapshot at index until rc is closed
+// (and sendHoldAfter after).
+func (s *snapshotStore) held(index uint64, rc io.ReadCloser) io.ReadCloser {
+	h := &snapshotSend{index: index}
+	s.sendsMu.Lock()
+	if s.sends == nil {
+		s.sends = map[*snapshotSend]struct{}{}
+	}
+	s.sends[h] = struct{}{}
+	s.sendsMu.Unlock()
+	return &heldStream{ReadCloser: rc, release: func() {
+		s.sendsMu.Lock()
+		h.closed = mono.Now()
+		s.sendsMu.Unlock()
+	}}
+}
+
+// heldStream is an opened snapshot's stream; Close ends its hold on the
+// log. Only Read and Close, as tempStream.
+type heldStream struct {
+	io.ReadCloser
+	once    sync.Once
+	release func()
+}
+
+func (h *heldStream) Close() error {
+	err := h.ReadCloser.Close()
+	h.once.Do(h.release)
+	return err
+}
+
+// keepLogFrom is the lowest index of a snapshot being sent or sent less
+// than sendHoldAfter ago, false for none. A follower that installed a
+// snapshot at index I goes on from entry I+1, and the leader reads entry
+// I to send it: compacted away meanwhile, the follower was sent the whole
+// state again. Under steady writes a leader snapshots and compacts its
+// log many times during a long install (a walk: with --trailing-logs 500
+// a joiner got a 72 MB state twice), and a follower whose install takes
+// longer than the leader's writes take to fill --trailing-logs never
+// caught up.
+func (s *snapshotStore) keepLogFrom() (uint64, bool) {
+	s.sendsMu.Lock()
+	defer s.sendsMu.Unlock()
+	var low uint64
+	for h := range s.sends {
+		if h.closed != 0 && mono.Since(h.closed) > sendHoldAfter {
+			delete(s.sends, h)
+			continue
+		}
+		if low == 0 || h.index < low {
+			low = h.index
+		}
+	}
+	return low, low != 0
+}
+
+// open is Open without the hold.
+func (s *snapshotStore) open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.FileSnapshotStore.Open(id)
 	if err != nil {
 		if m, ok := s.damagedMarker(id, err); ok {

@@ -79,15 +79,16 @@ type serveConfig struct {
 const fewTrailingLogs = 1024
 
 // trailingLogsNote warns of a --trailing-logs so low that a follower back
-// from a restart finds the entries it lacks compacted away, gets the whole
-// state, and under steady writes has fallen that far behind again once it
-// installed it: a walk with 32 saw a follower install ~40 snapshots in two
-// minutes, not ready for 225 s, with nothing saying why.
+// from a restart finds the entries it lacks compacted away and gets the
+// whole state: a walk with 32 saw a follower install ~40 snapshots in two
+// minutes, not ready for 225 s, with nothing saying why (the leader now
+// keeps its log above a snapshot it is sending, so an install is no
+// longer followed by another, but each restart still costs one).
 func trailingLogsNote(n uint64) string {
 	if n >= fewTrailingLogs {
 		return ""
 	}
-	return fmt.Sprintf("--trailing-logs %d is low: a follower more than %d entries behind (a restart, a pause of seconds under load) gets the whole state as a snapshot, and under steady writes may fall that far behind again while it installs it, never catching up; keep it at %d or more (default %d)",
+	return fmt.Sprintf("--trailing-logs %d is low: a follower more than %d entries behind (a restart, a pause of seconds under load) gets the whole state as a snapshot instead of the entries it lacks; keep it at %d or more (default %d)",
 		n, n, fewTrailingLogs, raftfsm.DefaultConfig().TrailingLogs)
 }
 
