@@ -78,6 +78,7 @@ type proxyConfig struct {
 	upstreamTimeout            time.Duration
 	writeTimeout               time.Duration
 	bodyReadTimeout            time.Duration
+	streamStallTimeout         time.Duration
 	maxInFlight                int
 	maxConns                   int
 	logLevel                   string
@@ -113,7 +114,8 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "the lease of an attempt (100ms to 1h), extended every third of it while the upstream works; if no extend reaches the store before it runs out, the upstream call is cancelled (a retry through another proxy could take the key over) and the caller gets 503. A retry after a proxy crash waits this long for the key. Keep it at 10s or more: an answer not stored before it runs out (the store electing a leader) lets a retry call the upstream again")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 504 and a retry runs again, told Idempotency-Attempt; 0: never). The upstream may still be running the call given up on (the proxy only hangs up), so the retry can run beside it: fence its writes with Idempotency-Attempt. A call goes on when its caller disconnects, so its answer is stored for the retry")
-	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed). Any other request's body streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed. A body the proxy or the upstream answers without reading is not waited for: the connection is closed after the answer")
+	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed); any other request's body is bounded by --stream-stall-timeout. A body the proxy or the upstream answers without reading is not waited for: the connection is closed after the answer")
+	fs.DurationVar(&c.streamStallTimeout, "stream-stall-timeout", 10*time.Second, "an unkeyed request's body (a method outside --methods: an upload, a chunked event stream) streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed. Raise it for clients that go quiet longer between writes (log shipping over one long upload); 0: no bound, each such body holds its --max-inflight slot for as long as its caller likes")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	sizeVar(fs, &c.maxStoredBody, "max-stored-body", 65536, "largest answer body stored for replays, a size (bytes, or e.g. 64KiB): the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
@@ -377,6 +379,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if c.bodyReadTimeout <= 0 {
 		bad("body-read-timeout", "must be positive")
 	}
+	if c.streamStallTimeout < 0 {
+		bad("stream-stall-timeout", "must not be negative (0: no bound on an unkeyed request's body)")
+	}
 	if c.storeBatch < 0 || c.storeBatch > 4096 {
 		bad("store-batch", "%d: want 0 (off) to 4096, at or below the store's --max-batch-ops", c.storeBatch)
 	}
@@ -564,7 +569,7 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 				w.Header().Set("Connection", "close")
 				if errors.Is(berr, errBodyStalled) {
 					problemDoc(w, http.StatusRequestTimeout, "request_timeout", "Request timeout",
-						fmt.Sprintf("the request body stopped coming: it arrived at less than %d bytes per %s (--body-read-timeout), so the proxy gave up on it and on the upstream call", bodyProgress, p.cfg.bodyReadTimeout))
+						fmt.Sprintf("the request body stopped coming: it arrived at less than %d bytes per %s (--stream-stall-timeout), so the proxy gave up on it and on the upstream call", bodyProgress, p.cfg.streamStallTimeout))
 					return
 				}
 				problemDoc(w, http.StatusBadRequest, "invalid_request", "Invalid request", "the request body could not be read: it was cut short or is not valid chunked encoding")
@@ -946,16 +951,20 @@ func (p *proxy) keptHeaders(next http.Handler) http.Handler {
 	})
 }
 
-// bodyDeadlines bounds how long a caller may take to send a request's body
-// (--body-read-timeout), as a node bounds its requests' bodies. A keyed
-// request's body, which the middleware reads whole before anything else,
-// must arrive whole within it. Any other request's body streams to the
-// upstream (an upload of any size) and must keep coming instead, at
-// bodyProgress bytes per --body-read-timeout (progressBody). Unbounded, a caller with no
-// credential that announced a large upload and sent a byte every two
+// bodyDeadlines bounds how long a caller may take to send a request's body,
+// as a node bounds its requests' bodies. A keyed request's body, which the
+// middleware reads whole before anything else, must arrive whole within
+// --body-read-timeout. Any other request's body streams to the upstream
+// (an upload of any size) and must keep coming instead, at bodyProgress
+// bytes per --stream-stall-timeout (progressBody). Unbounded, a caller with
+// no credential that announced a large upload and sent a byte every two
 // seconds held one of --max-inflight's slots for as long as it liked,
 // and eight of them starved every other caller of a proxy with
-// --max-inflight 8 (an attack walk).
+// --max-inflight 8 (an attack walk). The two are apart because a streamed
+// body may rightly go quiet for longer than a keyed one may take whole (a
+// log shipper's upload between events): one flag for both made loosening
+// the one loosen the other. --stream-stall-timeout 0 leaves streamed
+// bodies unbounded, as they were before the bound.
 //
 // A body not read to its end when the handler returns (a request refused
 // unread, an upload the upstream answered without reading it whole) is
@@ -969,8 +978,15 @@ func (p *proxy) bodyDeadlines(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		keyed := slices.Contains(p.methods, r.Method)
+		var deadline time.Time // none: a streamed body with --stream-stall-timeout 0
+		if keyed {
+			deadline = time.Now().Add(p.cfg.bodyReadTimeout)
+		} else if p.cfg.streamStallTimeout > 0 {
+			deadline = time.Now().Add(p.cfg.streamStallTimeout)
+		}
 		rc := http.NewResponseController(w)
-		if rc.SetReadDeadline(time.Now().Add(p.cfg.bodyReadTimeout)) != nil {
+		if rc.SetReadDeadline(deadline) != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -983,11 +999,11 @@ func (p *proxy) bodyDeadlines(next http.Handler) http.Handler {
 		// came only at --body-read-timeout (a protocol walk).
 		r = r.WithContext(r.Context())
 		var body interface{ ended() bool }
-		if slices.Contains(p.methods, r.Method) {
+		if keyed {
 			b := &readDeadlineBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
 			r.Body, body = b, b
 		} else {
-			b := &progressBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.bodyReadTimeout}
+			b := &progressBody{ReadCloser: r.Body, rc: rc, timeout: p.cfg.streamStallTimeout}
 			r.Body, body = b, b
 		}
 		next.ServeHTTP(w, r)
@@ -1023,14 +1039,24 @@ func (b *readDeadlineBody) Read(p []byte) (int, error) {
 func (b *readDeadlineBody) ended() bool { return b.eof.Load() }
 
 // bodyProgress is how much of an unkeyed request's body must arrive, on
-// average, per --body-read-timeout the proxy waits on it: 1 KiB, about
+// average, per --stream-stall-timeout the proxy waits on it: 1 KiB, about
 // 100 bytes a second at the default 10 s, below the least rate Apache
 // (mod_reqtimeout's MinRate=500) and Kestrel (240 B/s) take from a body,
 // and far below any working link.
+//
+// The rate is per the flag's period, not a fixed 100 bytes a second: the
+// flag is raised for clients that go quiet between writes, and such a
+// client's average is low by nature (a log shipper with a minute between
+// small batches). A fixed rate would cut the very clients the flag was
+// raised for, after a few gaps, whatever the flag said. Tied to the
+// period, a body allowed to stall for D must still bring 1 KiB per D: a
+// caller that holds a slot pays a kilobyte for every D it holds it, and
+// D of silence is what the operator chose to allow anyway.
 const bodyProgress = 1 << 10
 
 // progressBody is an unkeyed request's body on its way to the upstream. It
-// must keep coming: the caller has timeout in hand, each byte that arrives
+// must keep coming (with timeout 0, --stream-stall-timeout 0, it need not:
+// no deadline is set, and only Close's and ended's part is left): the caller has timeout in hand, each byte that arrives
 // adds timeout/bodyProgress to it (never above timeout), and the proxy's
 // waiting on the body spends it. So a body may stall for at most timeout
 // at a time, as nginx's client_body_timeout allows between two reads, and
@@ -1064,7 +1090,9 @@ func (b *progressBody) Read(p []byte) (int, error) {
 		return 0, http.ErrBodyReadAfterClose
 	}
 	start := time.Now()
-	b.rc.SetReadDeadline(start.Add(b.timeout - b.spent))
+	if b.timeout > 0 {
+		b.rc.SetReadDeadline(start.Add(b.timeout - b.spent))
+	}
 	b.mu.Unlock()
 
 	n, err := b.ReadCloser.Read(p)
@@ -1082,7 +1110,7 @@ func (b *progressBody) Read(p []byte) (int, error) {
 		b.eof = true
 		b.rc.SetReadDeadline(time.Time{})
 	case errors.Is(err, os.ErrDeadlineExceeded) && !b.closed:
-		err = fmt.Errorf("%w: it came at less than %d bytes per %s (--body-read-timeout)", errBodyStalled, bodyProgress, b.timeout)
+		err = fmt.Errorf("%w: it came at less than %d bytes per %s (--stream-stall-timeout)", errBodyStalled, bodyProgress, b.timeout)
 	}
 	return n, err
 }

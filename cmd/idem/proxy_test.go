@@ -640,6 +640,8 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--log-level", "loud"), "--log-level:"},
 		{with("--max-inflight", "0"), "--max-inflight:"},
 		{with("--max-conns", "0"), "--max-conns:"},
+		{with("--body-read-timeout", "0s"), "--body-read-timeout: must be positive"},
+		{with("--stream-stall-timeout", "-1s"), "--stream-stall-timeout: must not be negative"},
 		{with("--store-token-file", "/nonexistent-token"), "--store-token-file:"},
 		{with("--bogus", "1"), "-bogus"},
 		// The proxy's own address as its upstream or its store: every
@@ -666,7 +668,7 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 	}
 	out, err := exec.Command(binary, "proxy", "--help").CombinedOutput()
 	require.NoError(t, err, "%s", out)
-	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch", "--max-inflight", "--max-conns"} {
+	for _, f := range []string{"--listen", "--upstream", "--store", "--principal-header", "--methods", "--store-token", "--ca-file", "--tls-cert-file", "--store-batch", "--max-inflight", "--max-conns", "--body-read-timeout", "--stream-stall-timeout"} {
 		require.Contains(t, string(out), "-"+strings.TrimLeft(f, "-"), "--help lists %s", f)
 	}
 }

@@ -104,19 +104,20 @@ func dripUpload(t *testing.T, addr, path string) <-chan string {
 // liked, and eight such callers starved every other caller of a proxy
 // with --max-inflight 8 (an attack walk: every request 503 for the whole
 // minute watched; the uploads would have lasted 23 days). The body must
-// keep coming now (1 KiB per --body-read-timeout): a drip is cut with 408,
-// the upstream never sees it as a whole upload, and the slot is free.
+// keep coming now (1 KiB per --stream-stall-timeout): a drip is cut with
+// 408, the upstream never sees it as a whole upload, and the slot is free.
+// --body-read-timeout, a keyed body's bound, has no part in it.
 func TestProxyDripFedUploadIsCutAndItsSlotFreed(t *testing.T) {
 	node := startStore(t)
 	up := newSlowUpstream(t)
-	px := startProxy(t, "--upstream", up.url, "--store", node.http, "--max-inflight", "2", "--body-read-timeout", "1s")
+	px := startProxy(t, "--upstream", up.url, "--store", node.http, "--max-inflight", "2", "--stream-stall-timeout", "1s", "--body-read-timeout", "1m")
 	addr := strings.TrimPrefix(px.url, "http://")
 
 	drips := []<-chan string{dripUpload(t, addr, "/upload"), dripUpload(t, addr, "/upload")}
 	for _, d := range drips {
 		a := <-d
 		require.True(t, strings.HasPrefix(a, "408 "), "a drip-fed upload was not cut: %s", a)
-		require.Contains(t, a, "(--body-read-timeout)")
+		require.Contains(t, a, "(--stream-stall-timeout)")
 		require.Contains(t, a, `"code":"request_timeout"`)
 	}
 	require.Zero(t, up.uploads.Load(), "the upstream took a cut body for a whole upload")
@@ -150,12 +151,12 @@ func (s *slowReader) Read(p []byte) (int, error) {
 }
 
 // The bound on an unkeyed body is on its progress, not its length: an
-// upload that takes several times --body-read-timeout, at a few times
+// upload that takes several times --stream-stall-timeout, at a few times
 // the least rate and with a pause of a third of the timeout, reaches the
 // upstream whole.
 func TestProxySlowSteadyUploadPasses(t *testing.T) {
 	up := newSlowUpstream(t)
-	px := startProxy(t, "--upstream", up.url, "--store", deadAddr(t), "--body-read-timeout", "3s")
+	px := startProxy(t, "--upstream", up.url, "--store", deadAddr(t), "--stream-stall-timeout", "3s")
 
 	body := bytes.Repeat([]byte("0123456789abcdef"), 512) // 8 KiB
 	// 256 bytes every 100 ms: 2.5 KiB a second, five times the least
@@ -182,7 +183,7 @@ func TestProxySlowSteadyUploadPasses(t *testing.T) {
 // now, and the connection is closed after it instead of being drained.
 func TestProxyAnswerIsNotHeldForTheBodyItDidNotRead(t *testing.T) {
 	up := newSlowUpstream(t)
-	px := startProxy(t, "--upstream", up.url, "--store", deadAddr(t), "--body-read-timeout", "1m", "--max-inflight", "1")
+	px := startProxy(t, "--upstream", up.url, "--store", deadAddr(t), "--body-read-timeout", "1m", "--stream-stall-timeout", "1m", "--max-inflight", "1")
 	addr := strings.TrimPrefix(px.url, "http://")
 	for _, c := range []struct{ name, head, status string }{
 		{"keyed method without a key", "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer e\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n{", "400 "},
