@@ -1281,6 +1281,22 @@ type keepReading struct {
 	flushed bool
 }
 
+// WriteHeader passes on every status but an upstream's 100 Continue. A
+// caller that sent Expect: 100-continue hears it from the proxy's own
+// server, which sends it as the body is first read (by the middleware for
+// a keyed request, by the transport for another); the upstream's, which it
+// sends for the Expect the reverse proxy passes on, tells only the
+// transport to send the body. Passed on, it was a second 100 Continue to a
+// keyed request (the body was read whole before the upstream was called),
+// and to any other whose upstream sent it after the transport had stopped
+// waiting for it (1 s) and sent the body.
+func (k *keepReading) WriteHeader(code int) {
+	if code == http.StatusContinue {
+		return
+	}
+	k.ResponseWriter.WriteHeader(code)
+}
+
 func (k *keepReading) Write(b []byte) (int, error) {
 	n, err := k.ResponseWriter.Write(b)
 	if err != nil && !k.flushed {

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -34,5 +35,83 @@ func TestProxyRefusalOfAnExpectContinueRequestIsNotHeldForItsBody(t *testing.T) 
 		resp.Body.Close()
 		require.Contains(t, []int{http.StatusBadRequest, http.StatusUnauthorized}, resp.StatusCode, "%q", hdr)
 		conn.Close()
+	}
+}
+
+// sendExpecting sends a request with Expect: 100-continue as a client
+// does: its headers, then, once a 100 Continue comes, its body. It hands
+// back how many 100 Continue came in all and the final answer's status.
+func sendExpecting(t *testing.T, addr, head, body string) (continues, status int) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer conn.Close()
+	fmt.Fprintf(conn, "%sExpect: 100-continue\r\nContent-Length: %d\r\n\r\n", head, len(body))
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(conn)
+	for sent := false; ; {
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err, "after %d 100 Continue", continues)
+		if resp.StatusCode != http.StatusContinue {
+			resp.Body.Close()
+			return continues, resp.StatusCode
+		}
+		continues++
+		if !sent {
+			io.WriteString(conn, body)
+			sent = true
+		}
+	}
+}
+
+// A keyed request sent with Expect: 100-continue got two 100 Continue: the
+// proxy's own server sent one when the middleware read the body, and the
+// reverse proxy passed on the upstream's, which it got for the Expect it
+// sent on. An unkeyed one whose upstream sent its 100 only after the
+// transport had stopped waiting for it (1 s) and sent the body got two as
+// well. A caller is sent one 100 Continue at most now: the proxy's server
+// sends it when the body is first read, and no upstream's is passed on.
+func TestProxySendsOneContinue(t *testing.T) {
+	node := startStore(t)
+	up := newSlowUpstream(t)
+
+	// An upstream that answers its 100 Continue late: after the 1 s the
+	// proxy's transport waits for it before it sends the body anyway.
+	ln, err := net.Listen("tcp", freePort(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				br := bufio.NewReader(c)
+				req, err := http.ReadRequest(br)
+				if err != nil {
+					return
+				}
+				time.Sleep(1500 * time.Millisecond)
+				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+
+	for _, c := range []struct{ name, upstream, head string }{
+		{"keyed", up.url, "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: one-continue\r\nContent-Type: application/json\r\n"},
+		{"unkeyed", up.url, "PUT /upload HTTP/1.1\r\nHost: x\r\n"},
+		{"unkeyed, the upstream's 100 late", "http://" + ln.Addr().String(), "PUT /upload HTTP/1.1\r\nHost: x\r\n"},
+		{"keyed, the upstream's 100 late", "http://" + ln.Addr().String(), "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: one-continue-late\r\nContent-Type: application/json\r\n"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			px := startProxy(t, "--upstream", c.upstream, "--store", node.http)
+			continues, status := sendExpecting(t, strings.TrimPrefix(px.url, "http://"), c.head, `{"amount":1}`)
+			require.Less(t, status, 300, "the request failed")
+			require.Equal(t, 1, continues, "100 Continue sent %d times", continues)
+		})
 	}
 }
