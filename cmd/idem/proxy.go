@@ -600,8 +600,51 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			}
 			problemDoc(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream "+what)
 		},
-		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		ModifyResponse: p.callerFaultNotWarned,
+		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
+}
+
+// callerFaultNotWarned has the reverse proxy read the upstream's answer
+// through answerBody. When the caller's body fails after the upstream has
+// begun its answer (a streamed body that stalled past
+// --stream-stall-timeout, one cut short), the transport closes the
+// upstream connection, the answer's read fails, and the reverse proxy
+// logged it through ErrorLog at WARN ("ReverseProxy read error during body
+// copy"): once per connection, at any caller's will, no credential needed.
+// It is the caller's fault, said at debug as a body that fails before the
+// answer is (ErrorHandler). A 101's body is the connection itself, and
+// left as it is.
+func (p *proxy) callerFaultNotWarned(res *http.Response) error {
+	if res.StatusCode != http.StatusSwitchingProtocols && res.Request != nil && res.Request.Context().Value(callerBodyKey{}) != nil {
+		res.Body = &answerBody{ReadCloser: res.Body, req: res.Request, log: p.log}
+	}
+	return nil
+}
+
+// answerBody is the upstream's answer to a request with a body.
+type answerBody struct {
+	io.ReadCloser
+	req    *http.Request
+	log    *slog.Logger
+	logged bool
+}
+
+func (b *answerBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		if berr := callerBodyErr(b.req); berr != nil {
+			if !b.logged {
+				b.logged = true
+				b.log.Debug("the caller's request body could not be read; the upstream's answer is abandoned", "path", b.req.URL.Path, "err", berr, "answer-err", err)
+			}
+			// The one error the reverse proxy copies an answer to its
+			// end with without a log line; it then aborts the caller's
+			// connection as for any other error.
+			return n, context.Canceled
+		}
+	}
+	return n, err
 }
 
 // h2cOnly reports whether an Upgrade value offers h2c and nothing else.
