@@ -83,6 +83,8 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 				info.Meta.Scope = ScopeMode(u)
 			case bytes.Equal(k, keyRetention):
 				info.Meta.RetentionMs = int64(u)
+			case bytes.Equal(k, keyGated):
+				info.Meta.Gated = u
 			}
 		}
 		return nil

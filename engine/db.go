@@ -91,6 +91,13 @@ type Meta struct {
 	// (raftfsm OpSetRetention), so it is the same whichever node leads.
 	// 0 until then.
 	RetentionMs int64
+	// Gated are the kinds of log entries an earlier release cannot apply
+	// (it skips them) that this state has applied: bits the caller names
+	// (raftfsm's gated kinds), set by Apply (Txn.MarkGated) and never
+	// cleared, so a leader knows which members would lack writes. 0 when
+	// none was applied, or in a state an earlier release wrote (its
+	// release records none).
+	Gated uint64
 }
 
 // ClaimRetention is the retention a leader whose applied state this is
@@ -411,6 +418,7 @@ func (d *DB) readMeta() (Meta, error) {
 	m.MaxRetentionMs = int64(get(keyMaxRet))
 	m.Scope = ScopeMode(get(keyScope))
 	m.RetentionMs = int64(get(keyRetention))
+	m.Gated = get(keyGated)
 	if s := get(keySchema); err == nil && s != 0 && s != schemaVesion {
 		return m, fmt.Errorf("engine: schema version %d, this binary reads %d", s, schemaVesion)
 	}

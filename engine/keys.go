@@ -17,6 +17,9 @@ var (
 	keySchema    = []byte("m/schema")
 	keyScope     = []byte("m/scope")
 	keyRetention = []byte("m/retention")
+	// keyGated (Meta.Gated) is absent until a gated entry is applied:
+	// earlier releases read no such key and copy it along in snapshots.
+	keyGated     = []byte("m/gated")
 	schemaVesion = uint64(1)
 )
 

@@ -192,6 +192,11 @@ func (t *Txn) SetRetention(ms int64) {
 	}
 }
 
+// MarkGated records in Meta.Gated that entries of the kinds bits were
+// applied. Apply calls it as it decodes them, so replicas that applied the
+// same log record the same.
+func (t *Txn) MarkGated(bits uint64) { t.meta.Gated |= bits }
+
 // Commit writes the metadata with the data and commits. Pebble's WAL is not
 // synced: the raft log is the durable copy and entries above the stored
 // applied index are replayed after a crash (docs/DESIGN.md invariant 5).
@@ -210,6 +215,9 @@ func (t *Txn) Commit(applied uint64) error {
 	}
 	if t.meta.RetentionMs > 0 {
 		t.set(keyRetention, u64(uint64(t.meta.RetentionMs)))
+	}
+	if t.meta.Gated != 0 {
+		t.set(keyGated, u64(t.meta.Gated))
 	}
 	t.d.mu.Lock()
 	defer t.d.mu.Unlock()

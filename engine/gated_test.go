@@ -1,0 +1,58 @@
+package engine
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// Meta.Gated says which kinds of entries an earlier release skips this
+// state applied: a leader refuses to promote (or lead with) a member
+// lacking them on it. It must survive a restart, a snapshot installed on
+// another replica and a backup's scan, and a state without it (an earlier
+// release's data dir) records none.
+func TestGatedKindsSurviveRestartAndSnapshot(t *testing.T) {
+	const now = int64(1_700_000_000_000)
+	fs := vfs.NewMem()
+	db := mustOpenFS(t, fs, "db")
+	h := &harness{t: t, db: db}
+	h.claim(now, args(scope("a")))
+	require.Zero(t, db.Meta().Gated, "nothing marked: nothing recorded, as in an earlier release's data dir")
+	_, _, err := db.pdb.Get(keyGated)
+	require.ErrorIs(t, err, pebble.ErrNotFound, "no key is written before a gated entry is applied")
+
+	h.apply(now, func(tx *Txn, n int64, idx uint64) Result {
+		tx.MarkGated(1 << 0)
+		return tx.Claim(args(scope("b")), idx, n)
+	})
+	h.apply(now, func(tx *Txn, n int64, idx uint64) Result {
+		tx.MarkGated(1 << 2)
+		return Result{NowMs: n}
+	})
+	h.claim(now, args(scope("c")))
+	const want = uint64(1<<0 | 1<<2)
+	require.Equal(t, want, db.Meta().Gated, "kept by later commits")
+
+	snap, err := db.Snapshot()
+	require.NoError(t, err)
+	require.Equal(t, want, snap.Meta().Gated)
+	var buf bytes.Buffer
+	_, err = snap.WriteTo(&buf)
+	require.NoError(t, err)
+	require.NoError(t, snap.Close())
+	info, err := ScanStream(bytes.NewReader(buf.Bytes()))
+	require.NoError(t, err)
+	require.Equal(t, want, info.Meta.Gated, "a backup's scan")
+	dst := newHarness(t)
+	dst.claim(now, args(scope("other")))
+	require.NoError(t, dst.db.Restore(bytes.NewReader(buf.Bytes())))
+	require.Equal(t, want, dst.db.Meta().Gated, "a replica the snapshot is installed on")
+	require.Equal(t, h.hash(), dst.hash())
+
+	require.NoError(t, db.Close())
+	db2 := mustOpenFS(t, fs, "db")
+	require.Equal(t, want, db2.Meta().Gated, "a restart")
+}
