@@ -162,6 +162,11 @@ func (f *FSM) applyOp(txn *engine.Txn, c *Command, index uint64, now int64) *App
 		if f.skipUniqueness {
 			txn.Delete(c.Claim.Scope, c.Claim.PrincipalScope, now) // INJECTED BUG
 		}
+		if c.Claim.CredentialMaxPrincipals != 0 {
+			// A release without FeatureCredentialCap refuses this entry
+			// (or op) and skips it: from now on the state says so.
+			txn.MarkGated(gatedCredentialCap)
+		}
 		res.Result = txn.Claim(*c.Claim, index, now)
 	case OpComplete:
 		if c.Target == nil || c.Response == nil {

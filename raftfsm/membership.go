@@ -133,6 +133,37 @@ var features = []string{FeatureRetention, FeatureKeyCheck, FeatureCredentialCap}
 // (Node.capGate).
 const FeatureCredentialCap = "credential-max-principals"
 
+// Kinds of gated entries the applied state records (engine.Meta.Gated):
+// entries a release without the feature skips, set by Apply on the first.
+// Entries applied by a release before this record (which recorded none)
+// count from the next one on.
+const (
+	// gatedCredentialCap: a claim that carried its credential's cap
+	// (flagCredentialCap), in an entry of its own or in a batch.
+	gatedCredentialCap uint64 = 1 << iota
+)
+
+// usedFeatures are the features this state shows in use: the cluster's
+// retention is pinned (FeatureRetention), a key's check value is recorded
+// (FeatureKeyCheck), a claim carrying its credential's cap was applied
+// (FeatureCredentialCap). A member of a release lacking one skipped, or
+// skips, entries the others applied, or leading decides without them. It
+// is replicated state, so every leader of any term reads the same.
+func (n *Node) usedFeatures() []string {
+	var used []string
+	m := n.db.Meta()
+	if m.RetentionMs != 0 {
+		used = append(used, FeatureRetention)
+	}
+	if len(n.fsm.keys.recordedChecks()) > 0 {
+		used = append(used, FeatureKeyCheck)
+	}
+	if m.Gated&gatedCredentialCap != 0 {
+		used = append(used, FeatureCredentialCap)
+	}
+	return used
+}
+
 // FeatureKeyCheck, in a node's Status.Features, says its Apply records the
 // check values of encryption keys (OpKeyCheck) and its status lists its
 // keys (Status.Keys). A leader proposes OpKeyCheck only once every member
@@ -1409,14 +1440,24 @@ func (n *Node) scopeMode() string {
 // notPromotable says why a node that answered with h must stay a
 // non-voter whatever its health, or "". Once the cluster's retention is
 // pinned, a voter of an earlier release could lead and give claims its
-// own --retention, and would skip changes of the cluster's. The caller
-// holds n.peers.mu.
+// own --retention, and would skip changes of the cluster's. Once the state
+// records a claim carrying its credential's cap (engine.Meta.Gated), a
+// node of a release without the cap skipped it: its state lacks the
+// record. Before that it is promoted as any node (an upgrade adds such
+// nodes; the leader keeps caps out of the log while they are members).
+// The caller holds n.peers.mu.
 func (n *Node) notPromotable(h *peerHealth) string {
 	if h.answeredAt.IsZero() {
 		return ""
 	}
 	if n.db.Meta().RetentionMs != 0 && !slices.Contains(h.features, FeatureRetention) {
 		return "it runs a release that does not hold the cluster's retention (its status lists no " + FeatureRetention + "): upgrade it, and it is promoted once caught up"
+	}
+	if n.db.Meta().Gated&gatedCredentialCap != 0 && !slices.Contains(h.features, FeatureCredentialCap) {
+		// It replayed the log and skipped every claim that carried its
+		// credential's cap: its state lacks those records, and leading
+		// it would claim their keys again.
+		return "it runs a release that does not apply claims carrying their credential's max_principals, which this cluster has written (its status lists no " + FeatureCredentialCap + "), so its state lacks the records they made: upgrade it, and it is promoted once caught up"
 	}
 	if want := n.scopeMode(); want != "" && h.scope != "" && h.scope != want {
 		// Admitted by an idem cluster join by hand before it answered
