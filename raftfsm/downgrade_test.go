@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // A member that answered the leader listing what its Apply knows and then
@@ -184,5 +186,71 @@ func downgradeLeader(t *testing.T, edit func(st *Status)) (*Node, *logBuffer, fu
 		m := member(t, n1, "n2")
 		require.Equal(t, "n2", m.ID, "n2 is not in n1's status")
 		return m
+	}
+}
+
+// The leader's memory of a member's earlier answers is its own, for its
+// term: a voter stopped under one leader and started on an earlier release
+// once another led (the leader handed over when stopped, an election, a
+// transfer) answered that one without the feature from its first answer
+// on. Bug: it was never reported, and it could lead with a state lacking
+// the capped claims it skipped. The state records the capped claims
+// applied (engine.Meta.Gated), so any leader reports a voter lacking the
+// feature; before any capped claim it reports nothing (the safe rollback:
+// TestRollbackWhileAMemberRunsTheEarlierReleaseIsNoDowngrade).
+func TestDowngradeInPlaceAcrossALeaderChangeIsShown(t *testing.T) {
+	for _, capped := range []bool{false, true} {
+		t.Run(map[bool]string{false: "nothing-capped-written", true: "capped-claims-written"}[capped], func(t *testing.T) {
+			c := newMemCluster(t)
+			var downgraded atomic.Bool
+			earlierN2 := func(ctx context.Context, addr string) (Status, error) {
+				st, err := c.probe(ctx, addr)
+				if addr == "mem-n2" && downgraded.Load() {
+					st.AppliedIndex = 1 // restarted on its data dir: its snapshot's index
+					st.Features, st.Version = []string{FeatureRetention, FeatureKeyCheck}, "v-earlier"
+				}
+				return st, err
+			}
+			n1 := c.open("n1", "", true)
+			c.leader(n1)
+			n2 := c.open("n2", "", false)
+			c.join(n2, n1)
+			logs3 := &logBuffer{}
+			n3 := c.openAt("n3", t.TempDir(), "127.0.0.1:0", false, logs3)
+			n3.SetPeerProbe(earlierN2)
+			c.join(n3, n1)
+			require.Eventually(t, func() bool { return n1.membersHave(FeatureCredentialCap) }, 10*time.Second, 20*time.Millisecond)
+			if capped {
+				require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 5, "cus_")).Outcome)
+				waitApplied(t, n1, n3)
+			} else {
+				require.Equal(t, engine.OutcomeClaimed, mustClaim(t, n1, capClaim("cus_1", "k", 0)).Outcome, "uncapped")
+			}
+
+			// n2 goes down under n1 and comes back on the earlier release
+			// while n3 leads: n1 never sees it, n3 never saw it before.
+			downgraded.Store(true)
+			require.NoError(t, n1.TransferLeadershipTo("n3"))
+			require.Eventually(t, n3.IsLeader, 10*time.Second, 10*time.Millisecond)
+			require.Eventually(t, func() bool { return member(t, n3, "n2").Version == "v-earlier" }, 10*time.Second, 20*time.Millisecond)
+			if !capped {
+				time.Sleep(3 * probeEvery)
+				require.Empty(t, member(t, n3, "n2").Downgraded, "no capped claim was written: n2 skips nothing")
+				require.NotContains(t, logs3.String(), "downgrade in place")
+				return
+			}
+			require.Eventually(t, func() bool { return member(t, n3, "n2").Downgraded != "" }, 10*time.Second, 20*time.Millisecond,
+				"the new leader reports the voter downgraded in place")
+			d := member(t, n3, "n2").Downgraded
+			require.Contains(t, d, FeatureCredentialCap)
+			require.Contains(t, d, "v-earlier")
+			require.Contains(t, d, "--join")
+			time.Sleep(3 * probeEvery)
+			require.Equal(t, 1, strings.Count(logs3.String(), "downgrade in place"), "said once: %s", logs3.String())
+			require.Contains(t, logs3.String(), "level=ERROR")
+			err := n3.TransferLeadershipTo("n2")
+			require.ErrorIs(t, err, ErrRefusesNodes)
+			require.Contains(t, err.Error(), "n2 was downgraded in place")
+		})
 	}
 }

@@ -81,13 +81,15 @@ type Member struct {
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 	// NotPromoted says why a healthy, caught-up non-voter is kept one.
 	NotPromoted string `json:"not_promoted,omitempty"`
-	// Downgraded says that the node, while this leader led, answered one
-	// health check listing features its Apply knows and a later one
-	// without some of them: started again on an earlier release (a
-	// downgrade in place). Such a release skips the entries that need
-	// them, so its state may lack writes the others hold. Cleared when the
-	// node answers with an applied index of 0 (an empty data dir: its
-	// state was rebuilt).
+	// Downgraded says that the node was started again on an earlier
+	// release (a downgrade in place): while this leader led it answered
+	// one health check listing features its Apply knows and a later one
+	// without some of them, or, a voter, it answers without a feature
+	// the replicated state shows in use (whoever led when it was
+	// stopped). Such a release skips the entries that need them, so its
+	// state may lack writes the others hold. Cleared when the node
+	// answers with an applied index of 0 (an empty data dir: its state
+	// was rebuilt).
 	Downgraded string `json:"downgraded,omitempty"`
 	// Keys are the keys of the node's --encryption-key-file as the
 	// leader's last health check saw them (its own, on the leader): an
@@ -1322,6 +1324,12 @@ func (n *Node) measure(ctx context.Context) {
 
 	results := n.askOthers(ctx, f.Configuration(), probe)
 
+	voters := map[string]bool{}
+	for _, s := range f.Configuration().Servers {
+		voters[string(s.ID)] = s.Suffrage == raft.Voter
+	}
+	used := n.usedFeatures()
+
 	n.peers.mu.Lock()
 	defer n.peers.mu.Unlock()
 	if n.peers.term != term {
@@ -1340,7 +1348,7 @@ func (n *Node) measure(ctx context.Context) {
 			h.denied = errors.Is(r.err, ErrTokenRefused)
 			continue
 		}
-		n.noteDowngrade(r.id, h, r.st)
+		n.noteDowngrade(r.id, h, r.st, voters[r.id], used)
 		h.err, h.answeredAt, h.tokenRefused, h.denied = "", r.at, false, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys, h.scope, h.retention = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag
@@ -1372,13 +1380,22 @@ func (n *Node) measure(ctx context.Context) {
 	}
 }
 
-// noteDowngrade compares a peer's answer st with its previous one (h,
-// not yet updated): a feature its Apply listed before and no longer lists
-// means it was started again on an earlier release, which skips the
-// entries that need that feature, so its state may now lack writes every
-// other replica holds, and it may lead with it. Said at ERROR once, and
-// shown in the member's status until it answers with an applied index of
-// 0 (rebuilt). The caller holds n.peers.mu.
+// noteDowngrade says when a peer's answer st shows it was started again
+// on an earlier release on its data dir (a downgrade in place): that
+// release skips the entries that need what it lacks, so its state may now
+// lack writes every other replica holds, and it may lead with it. Said at
+// ERROR once per term, and shown in the member's status until it answers
+// with an applied index of 0 (rebuilt). Two ways tell it:
+//
+//   - a feature its previous answer this term (h, not yet updated) listed
+//     and every other member listed (the gate it opens was open);
+//   - for a voter, a feature the replicated state shows in use (used:
+//     usedFeatures), whatever it answered before and whoever led then: a
+//     leader elected after its stop, or after its start, sees it too.
+//
+// Both hold back in the rollback OPERATIONS.md calls safe: while a member
+// runs the earlier release the gates stay shut, so no such entry is
+// written and the state records none. The caller holds n.peers.mu.
 //
 // A lower applied index alone says nothing: a node started again on its
 // data dir answers with its newest snapshot's index (raft applies nothing
@@ -1387,10 +1404,7 @@ func (n *Node) measure(ctx context.Context) {
 // first. Only an empty state (an empty data dir and --join, before the
 // leader's snapshot reaches it) has applied nothing. A node restarted
 // before it took any snapshot answers 0 too, and is taken as rebuilt.
-func (n *Node) noteDowngrade(id string, h *peerHealth, st Status) {
-	if h.answeredAt.IsZero() {
-		return
-	}
+func (n *Node) noteDowngrade(id string, h *peerHealth, st Status, voter bool, used []string) {
 	if st.AppliedIndex == 0 {
 		// A state rebuilt (an empty data dir and --join), or another
 		// node under this id: nothing to compare with.
@@ -1400,24 +1414,44 @@ func (n *Node) noteDowngrade(id string, h *peerHealth, st Status) {
 		}
 		return
 	}
-	var lost []string
-	for _, f := range h.features {
-		// A feature some member never listed this term kept its entries
-		// out of the log (membersHave): rolling back while a member still
-		// runs the earlier release skips nothing.
-		if !slices.Contains(st.Features, f) && slices.Contains(n.peers.shared, f) {
-			lost = append(lost, f)
-		}
-	}
-	if len(lost) == 0 || h.downgraded != "" {
+	if h.downgraded != "" {
 		return
 	}
-	h.downgraded = fmt.Sprintf("since %s it runs a release (%s) whose Apply lacks %s, which its release before (%s) knew: "+
+	var lost []string
+	if !h.answeredAt.IsZero() {
+		for _, f := range h.features {
+			// A feature some member never listed this term kept its
+			// entries out of the log (membersHave): rolling back while a
+			// member still runs the earlier release skips nothing.
+			if !slices.Contains(st.Features, f) && slices.Contains(n.peers.shared, f) {
+				lost = append(lost, f)
+			}
+		}
+	}
+	var unused []string // in use by the state, and lacking
+	if voter {
+		for _, f := range used {
+			if !slices.Contains(st.Features, f) && !slices.Contains(lost, f) {
+				unused = append(unused, f)
+			}
+		}
+	}
+	if len(lost) == 0 && len(unused) == 0 {
+		return
+	}
+	var why []string
+	if len(lost) > 0 {
+		why = append(why, fmt.Sprintf("%s, which its release before (%s) knew", strings.Join(lost, ","), orUnknown(h.version)))
+	}
+	if len(unused) > 0 {
+		why = append(why, fmt.Sprintf("%s, which this cluster's state shows in use (entries needing it were written)", strings.Join(unused, ",")))
+	}
+	h.downgraded = fmt.Sprintf("since %s it runs a release (%s) whose Apply lacks %s: "+
 		"an earlier release started on its data dir (a downgrade in place), which skips the log entries that need it, so its state may lack writes the other members hold. "+
 		"Stop it, move its data dir aside, and start it on the release the other members run with an empty data dir and --join",
-		time.Now().UTC().Format(time.RFC3339), orUnknown(st.Version), strings.Join(lost, ","), orUnknown(h.version))
+		time.Now().UTC().Format(time.RFC3339), orUnknown(st.Version), strings.Join(why, "; and "))
 	n.log.Error("a member was started again on an earlier release (a downgrade in place): its state may lack writes the others hold, and it may lead with it; rebuild it on the release the others run (empty data dir and --join)",
-		"node", id, "features-lost", strings.Join(lost, ","), "version-before", orUnknown(h.version), "version-now", orUnknown(st.Version))
+		"node", id, "features-lost", strings.Join(append(lost, unused...), ","), "version-before", orUnknown(h.version), "version-now", orUnknown(st.Version))
 }
 
 func orUnknown(v string) string {
