@@ -549,6 +549,13 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 				// asks for gzip itself and decompresses the answer, so
 				// what is stored is the identity.
 				pr.Out.Header.Del("Accept-Encoding")
+				// The body was read whole before the store was asked:
+				// the caller's Expect: 100-continue, passed on, had the
+				// transport wait for the upstream's 100 before it sent
+				// a body it already held, 1 s on every such request to
+				// an upstream that sends none (older curl sends Expect
+				// with any POST body over 1 KiB).
+				pr.Out.Header.Del("Expect")
 			}
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {

@@ -115,3 +115,47 @@ func TestProxySendsOneContinue(t *testing.T) {
 		})
 	}
 }
+
+// A keyed request's body is read whole before the upstream is called, so
+// its Expect: 100-continue is not passed on: the transport waited for the
+// upstream's 100 before it sent the body it already held, 1 s on every
+// such request to an upstream that sends none. An unkeyed request streams
+// its body, and keeps it: its caller waits for the upstream's go-ahead.
+func TestProxyKeyedRequestSendsNoExpectUpstream(t *testing.T) {
+	node := startStore(t)
+	ln, err := net.Listen("tcp", freePort(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	expects := make(chan string, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				expects <- req.URL.Path + " " + req.Header.Get("Expect")
+				if req.Header.Get("Expect") != "" {
+					io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+			}()
+		}
+	}()
+	px := startProxy(t, "--upstream", "http://"+ln.Addr().String(), "--store", node.http)
+	addr := strings.TrimPrefix(px.url, "http://")
+
+	_, status := sendExpecting(t, addr, "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: no-expect\r\nContent-Type: application/json\r\n", `{"amount":1}`)
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "/pay ", <-expects, "a keyed request's Expect reached the upstream")
+
+	_, status = sendExpecting(t, addr, "PUT /upload HTTP/1.1\r\nHost: x\r\n", "data")
+	require.Equal(t, http.StatusCreated, status)
+	require.Equal(t, "/upload 100-continue", <-expects, "an unkeyed request's Expect must reach the upstream")
+}
