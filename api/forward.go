@@ -242,8 +242,8 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 		if forwarded && (leaderless || errors.Is(err, raftfsm.ErrNotProposed)) {
 			w.Header().Set(notAppliedHeader, "1")
 		}
-		if leaderless && s.outsideCluster() {
-			writeProblem(w, s.notMemberProblem())
+		if p := s.notMemberIf(leaderless); p != nil {
+			writeProblem(w, p)
 			return errAnswered
 		}
 		writeProblem(w, storeProblem(err))
@@ -449,16 +449,33 @@ func (f *forwarder) leaderCommit(ctx context.Context, addr string) (uint64, erro
 	return st.CommitIndex, nil
 }
 
-// outsideCluster reports whether this node has state but is not in the
-// cluster's configuration: an operator removed it. Such a node knows no
+// notMemberIf is, for a request that found no leader, the answer of a node that is not in the cluster's
+// configuration, or nil: it has state but the configuration leaves it out
+// (an operator removed it: raftfsm's Outside), or it joined and, while it
+// replayed the cluster's log toward its admission, the leader stopped
+// listing it (raftfsm's RemovedWhileReplaying). Such a node knows no
 // leader, and "no leader is available" sent callers to wait for an
 // election that would never include it. A node that joined and replays
-// the cluster's log up to its admission is not outside (raftfsm's
-// Outside): it answered a caller that it had been removed, with a command
-// to add it back.
-func (s *Server) outsideCluster() bool {
-	m, ok := s.store.(interface{ Outside() bool })
-	return ok && m.Outside()
+// the cluster's log up to its admission is not outside: it answered a
+// caller that it had been removed, with a command to add it back. One
+// removed while it replayed answered "no leader is available; retry
+// shortly" while its log said it had been removed.
+func (s *Server) notMemberIf(leaderless bool) *problem {
+	if !leaderless {
+		return nil
+	}
+	if m, ok := s.store.(interface{ RemovedWhileReplaying() (string, bool) }); ok {
+		if member, removed := m.RemovedWhileReplaying(); removed {
+			p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+				raftfsm.RemovedBeforeCaughtUp+"; send requests to a member; an operator adds it back with "+raftfsm.AddBackCommand(s.store.Self(), member))
+			p.retryAfter = 5
+			return p
+		}
+	}
+	if m, ok := s.store.(interface{ Outside() bool }); ok && m.Outside() {
+		return s.notMemberProblem()
+	}
+	return nil
 }
 
 func (s *Server) notMemberProblem() *problem {

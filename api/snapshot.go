@@ -40,10 +40,10 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		leaderless := errors.Is(err, raftfsm.ErrNotLeader) || errors.Is(err, raftfsm.ErrNoLeader)
-		if leaderless && s.outsideCluster() {
+		if p := s.notMemberIf(leaderless); p != nil {
 			// Removed: no leader will ever answer through it, and "no
 			// leader, retry shortly" sent the operator to retry for ever.
-			writeProblem(w, s.notMemberProblem())
+			writeProblem(w, p)
 			return
 		}
 		if leaderless && time.Now().Before(deadline) && r.Context().Err() == nil {

@@ -355,3 +355,41 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 		"set-aside", aside)
 	return aside, nil
 }
+
+// RemovedBeforeCaughtUp is what a node that joined says once the cluster's
+// leader no longer lists it while it replays the cluster's log toward its
+// admission (idem serve's log line, and its answer to writes and reads).
+const RemovedBeforeCaughtUp = "this node was removed from the cluster before it caught up with the cluster's log (the leader's configuration no longer lists it): it accepts no writes until an operator adds it back, which needs no restart"
+
+// removedMark is MarkRemovedWhileReplaying's record: the member that said
+// so, and the node's last contact with a leader then.
+type removedMark struct {
+	member  string
+	contact time.Time
+}
+
+// MarkRemovedWhileReplaying records that the leader, asked at member (its
+// HTTP address), no longer lists this node, which replays toward its
+// admission and hears from no leader (ReplayingUnheard): it was removed
+// before it caught up. member "" forgets it (the leader lists it).
+func (n *Node) MarkRemovedWhileReplaying(member string) {
+	if member == "" {
+		n.removedReplaying.Store(nil)
+		return
+	}
+	n.removedReplaying.Store(&removedMark{member: member, contact: n.raft.LastContact()})
+}
+
+// RemovedWhileReplaying reports whether this node was removed before it
+// caught up (MarkRemovedWhileReplaying), with the HTTP address of the
+// member to ask to add it back. It holds while no leader has been heard
+// from since: added back, the leader sends to it again. Such a node
+// answered writes "no leader is available; retry shortly" while its log
+// said it was removed.
+func (n *Node) RemovedWhileReplaying() (member string, ok bool) {
+	m := n.removedReplaying.Load()
+	if m == nil || !n.raft.LastContact().Equal(m.contact) || !n.ReplayingUnheard() {
+		return "", false
+	}
+	return m.member, true
+}

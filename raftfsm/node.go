@@ -77,6 +77,10 @@ type Node struct {
 	// admission is what the file says of the node's admission.
 	joining   atomic.Bool
 	admission atomic.Uint64
+	// removedReplaying is what idem serve learned from the cluster's
+	// leader of this node while it replays toward its admission unheard:
+	// removed (joining.go's MarkRemovedWhileReplaying).
+	removedReplaying atomic.Pointer[removedMark]
 	// supersededBy, once set, is why this node answers every request 503:
 	// its cluster was recovered without it (superseded.go).
 	supersededBy atomic.Pointer[string]

@@ -33,3 +33,29 @@ func TestNodeRemovedBeforeItsAdmissionFollowsNoLeader(t *testing.T) {
 	require.False(t, n2.Outside(), "n2 cannot tell a removal from a leader that is down")
 	require.True(t, n2.ReplayingUnheard())
 }
+
+// Told by the cluster that it was removed (idem serve's membership loop
+// asks the leader), such a node says so (RemovedWhileReplaying, which the
+// API answers with) until a leader is heard from again: added back, the
+// leader sends to it, and it is not called removed, whether or not the
+// loop has asked again.
+func TestNodeRemovedBeforeItsAdmissionIsCalledRemovedUntilAddedBack(t *testing.T) {
+	t.Parallel()
+	n1, n2, _ := replayingShortOfAdmission(t)
+	n2.MarkRemovedWhileReplaying("mem-n1")
+	_, removed := n2.RemovedWhileReplaying()
+	require.False(t, removed, "n2 hears from its leader")
+
+	require.Eventually(t, func() bool { return n1.Remove("n2", false) == nil }, 15*time.Second, 200*time.Millisecond)
+	require.Eventually(t, n2.ReplayingUnheard, 15*time.Second, 50*time.Millisecond)
+	n2.MarkRemovedWhileReplaying("mem-n1")
+	member, removed := n2.RemovedWhileReplaying()
+	require.True(t, removed)
+	require.Equal(t, "mem-n1", member)
+
+	n2.guard.hook.Store(nil) // the leader's appends reach it again
+	_, err := n1.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, removed := n2.RemovedWhileReplaying(); return !removed }, 15*time.Second, 50*time.Millisecond,
+		"n2 was added back and hears from its leader")
+}

@@ -145,15 +145,19 @@ func (m *member) checkReplaying(ctx context.Context) {
 		i := slices.IndexFunc(st.Nodes, func(n raftfsm.Member) bool { return n.ID == m.c.nodeID })
 		switch {
 		case i < 0:
+			// Its answers to writes and reads say so too (api's notMemberIf).
+			m.node.MarkRemovedWhileReplaying(a)
 			if !m.replayRemoved {
 				m.replayRemoved = true
-				m.log.Warn("this node was removed from the cluster before it caught up with the cluster's log (the leader's configuration no longer lists it): it accepts no writes until an operator adds it back, which needs no restart",
+				m.log.Warn(raftfsm.RemovedBeforeCaughtUp,
 					"leader", st.Leader.ID, "add-back", addBackCommand(m.c, a))
 			}
 		case st.Nodes[i].RaftAddr != m.c.raftAdvertise || st.Nodes[i].HTTPAddr != m.c.httpAdvertise:
+			m.node.MarkRemovedWhileReplaying("")
 			m.replayRemoved = false
 			m.tryJoin(ctx, []string{a})
 		default:
+			m.node.MarkRemovedWhileReplaying("")
 			m.replayRemoved = false
 		}
 		return
