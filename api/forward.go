@@ -219,6 +219,12 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 				// Not taken by that leader: wait for the next one.
 			}
 		}
+		if leaderless && !forwarded {
+			if p := s.receivingState(); p != nil {
+				writeProblem(w, p)
+				return errAnswered
+			}
+		}
 		// A forwarded request that found no leader here goes straight back:
 		// the follower that sent it knows better whom to try next.
 		if leaderless && !forwarded && time.Now().Before(deadline) {
@@ -476,6 +482,29 @@ func (s *Server) notMemberIf(leaderless bool) *problem {
 		return s.notMemberProblem()
 	}
 	return nil
+}
+
+// receivingState is the answer of a node that is being sent the
+// cluster's state (a leader installs its snapshot on it: raftfsm's
+// StateOnItsWay) and knows no HTTP address to forward to, or nil: such a
+// node holds no records of the members until the install ends, and learns
+// the leader's address from the cluster at its join (raftfsm's
+// LearnAddrs). One that did not learn it (added by hand, or the cluster
+// did not answer) waited LeaderWait for a leader it had already, then
+// answered 503 "no leader", on every request for as long as the install
+// lasted.
+func (s *Server) receivingState() *problem {
+	m, ok := s.store.(interface{ StateOnItsWay() bool })
+	if !ok || !m.StateOnItsWay() {
+		return nil
+	}
+	if l, ok := s.store.Leader(); ok && l.HTTPAddr != "" {
+		return nil
+	}
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
+		"this node is receiving the cluster's state from the leader and cannot take writes or reads until it has it: retry shortly, or send them to a member")
+	p.retryAfter = 1
+	return p
 }
 
 func (s *Server) notMemberProblem() *problem {

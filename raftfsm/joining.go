@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -392,4 +393,30 @@ func (n *Node) RemovedWhileReplaying() (member string, ok bool) {
 		return "", false
 	}
 	return m.member, true
+}
+
+// LearnAddrs records the members' addresses as the cluster answered them
+// at this node's join. Leader uses them for a leader whose HTTP address
+// this node's state does not record: a node installing the leader's
+// snapshot holds no records until the install ends (seconds for a large
+// state), and a write or read through it waited LeaderWait, then was
+// answered 503 "no leader", while it knew the leader's raft address.
+func (n *Node) LearnAddrs(nodes []NodeInfo) {
+	nodes = slices.Clone(nodes)
+	n.told.Store(&nodes)
+}
+
+// toldHTTPAddr is the HTTP address LearnAddrs recorded for the member id
+// at raft address addr, or "".
+func (n *Node) toldHTTPAddr(id raft.ServerID, addr raft.ServerAddress) string {
+	told := n.told.Load()
+	if told == nil {
+		return ""
+	}
+	for _, m := range *told {
+		if m.ID == string(id) && m.RaftAddr == string(addr) {
+			return m.HTTPAddr
+		}
+	}
+	return ""
 }

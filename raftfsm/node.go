@@ -81,6 +81,10 @@ type Node struct {
 	// leader of this node while it replays toward its admission unheard:
 	// removed (joining.go's MarkRemovedWhileReplaying).
 	removedReplaying atomic.Pointer[removedMark]
+	// told are the members' addresses as the cluster answered at the
+	// join (LearnAddrs), for the leader's HTTP address while the node's
+	// state records none (a snapshot on its way).
+	told atomic.Pointer[[]NodeInfo]
 	// supersededBy, once set, is why this node answers every request 503:
 	// its cluster was recovered without it (superseded.go).
 	supersededBy atomic.Pointer[string]
@@ -957,17 +961,29 @@ func (n *Node) Leader() (NodeInfo, bool) {
 	if addr == "" || !n.member.Load() && (n.Outside() || !n.leaderHeard()) {
 		return NodeInfo{}, false
 	}
-	info := NodeInfo{ID: string(id), RaftAddr: string(addr)}
 	if id == raft.ServerID(n.self.ID) {
 		return n.self, true
 	}
+	info := n.storedLeader(id, addr)
+	if info.HTTPAddr == "" {
+		// Not recorded in this node's state (yet): a node that joined and
+		// installs the leader's snapshot has no records until the install
+		// ends, and waited LeaderWait on every request, then answered 503.
+		info.HTTPAddr = n.toldHTTPAddr(id, addr)
+	}
+	return info, true
+}
+
+// storedLeader is the leader id at addr as this node's state records it.
+func (n *Node) storedLeader(id raft.ServerID, addr raft.ServerAddress) NodeInfo {
+	info := NodeInfo{ID: string(id), RaftAddr: string(addr)}
 	// A follower asks this for every request it forwards: the stored
 	// addresses are read once per leader and per change of them. The
 	// generation is read first, so a change committed during the read
 	// makes the entry stale rather than wrong.
 	gen := n.fsm.nodesGen.Load()
 	if e := n.leaderCache.Load(); e != nil && e.gen == gen && e.id == id && e.addr == addr {
-		return e.info, true
+		return e.info
 	}
 	if v, err := n.db.Named("node/" + string(id)); err == nil {
 		if b, ok := v["node/"+string(id)]; ok {
@@ -975,7 +991,7 @@ func (n *Node) Leader() (NodeInfo, bool) {
 		}
 	}
 	n.leaderCache.Store(&leaderEntry{gen: gen, id: id, addr: addr, info: info})
-	return info, true
+	return info
 }
 
 type leaderEntry struct {

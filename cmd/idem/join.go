@@ -62,7 +62,13 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 		switch {
 		case !hasState && c.bootstrapExpect > 1:
 			m.tryBootstrap(ctx)
-		case !hasState && c.join != "" && !node.StateOnItsWay():
+		case !hasState && c.join != "" && node.StateOnItsWay():
+			// Restarted empty and reached by the leader before it asked:
+			// the addresses its join would have learned.
+			if l, ok := node.Leader(); ok && l.HTTPAddr == "" {
+				m.learnAddrs(ctx, splitAddrs(c.join)...)
+			}
+		case !hasState && c.join != "":
 			// A leader sending this node its state (a snapshot that takes
 			// seconds) was asked every second again, and the node logged
 			// "cluster membership recorded" each time.
@@ -160,6 +166,38 @@ func (m *member) checkReplaying(ctx context.Context) {
 			m.node.MarkRemovedWhileReplaying("")
 			m.replayRemoved = false
 		}
+		return
+	}
+}
+
+// learnAddrs asks the first of addrs that answers for the members'
+// addresses (GET /v1/cluster) and gives them to the node (LearnAddrs): a
+// node that joined empty installs the leader's snapshot before its state
+// records any member, and it forwards writes and reads to the leader's HTTP
+// address meanwhile, as it does while it replays the log. Before, it knew
+// the leader's raft address only, and a request through it waited 3 s
+// and was answered 503 for as long as the install lasted.
+func (m *member) learnAddrs(ctx context.Context, addrs ...string) {
+	for _, a := range addrs {
+		if a == m.c.httpAdvertise {
+			continue
+		}
+		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
+		if err != nil || status != http.StatusOK {
+			continue
+		}
+		var st raftfsm.Status
+		if json.Unmarshal(b, &st) != nil {
+			continue
+		}
+		nodes := []raftfsm.NodeInfo{st.Self}
+		if st.Leader != nil {
+			nodes = append(nodes, *st.Leader)
+		}
+		for _, n := range st.Nodes {
+			nodes = append(nodes, n.NodeInfo)
+		}
+		m.node.LearnAddrs(nodes)
 		return
 	}
 }
@@ -322,6 +360,9 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 			}
 			json.Unmarshal(b, &ans)
 			m.log.Info("cluster membership recorded", "via", a, "suffrage", ans.Suffrage, "detail", ans.Detail)
+			if !m.node.HasState() {
+				m.learnAddrs(ctx, a)
+			}
 			// Until its configuration is that recent, the node is replaying
 			// the cluster's past (raftfsm's joining.go).
 			if err := m.node.Admitted(ans.AdmittedIndex); err != nil {
