@@ -23,10 +23,26 @@ type hclogAdapter struct {
 	l            *slog.Logger
 	name         string
 	args         []any
+	// quiet, when set and true, sends the routine lines of a catch-up
+	// (warnLevel's info) to debug: see newHCLog.
+	quiet func() bool
 }
 
 func newHCLog(l *slog.Logger) hclog.Logger {
 	return &hclogAdapter{Logger: hclog.NewNullLogger(), l: l.With("component", "raft")}
+}
+
+// newQuietHCLog is newHCLog for a node whose raft's routine catch-up lines
+// are said at debug while quiet reports true: a node that joined empty and
+// has not reached its admission (Node.replayingQuiet). Its first append
+// logged "failed to get previous log ... log not found" at info, a line
+// every join printed and that asked nothing of anyone; once the node has
+// caught up, the same lines (a node that was down, behind the leader) are
+// said at info again.
+func newQuietHCLog(l *slog.Logger, quiet func() bool) hclog.Logger {
+	h := newHCLog(l).(*hclogAdapter)
+	h.quiet = quiet
+	return h
 }
 
 func (h *hclogAdapter) log(level slog.Level, msg string, args ...any) {
@@ -49,7 +65,13 @@ func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {
 func (h *hclogAdapter) Trace(msg string, args ...any) {}
 func (h *hclogAdapter) Debug(msg string, args ...any) { h.log(slog.LevelDebug, msg, args...) }
 func (h *hclogAdapter) Info(msg string, args ...any)  { h.log(slog.LevelDebug, msg, args...) }
-func (h *hclogAdapter) Warn(msg string, args ...any)  { h.log(warnLevel(msg, args), msg, args...) }
+func (h *hclogAdapter) Warn(msg string, args ...any) {
+	level := warnLevel(msg, args)
+	if level == slog.LevelInfo && h.quiet != nil && h.quiet() {
+		level = slog.LevelDebug
+	}
+	h.log(level, msg, args...)
+}
 func (h *hclogAdapter) Error(msg string, args ...any) { h.log(errorLevel(msg, args), msg, args...) }
 func (h *hclogAdapter) IsTrace() bool                 { return false }
 func (h *hclogAdapter) IsDebug() bool {

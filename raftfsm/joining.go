@@ -420,3 +420,19 @@ func (n *Node) toldHTTPAddr(id raft.ServerID, addr raft.ServerAddress) string {
 	}
 	return ""
 }
+
+// replayingQuiet reports whether this node joined empty and its log has
+// not reached its admission: raft's routine lines of a catch-up (hclog.go's
+// warnLevel) are said at debug then. Read by raft's logger, it reads only
+// atomics (no call into raft's loop).
+func (n *Node) replayingQuiet() bool {
+	if !n.joining.Load() {
+		return false
+	}
+	a := n.admission.Load()
+	if a == 0 || a == admissionUnknown {
+		return true
+	}
+	last, err := n.logStore.LastIndex()
+	return err == nil && last < a
+}

@@ -296,7 +296,7 @@ func open(cfg Config) (*Node, error) {
 	}
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.NodeID)
-	rc.Logger = newHCLog(cfg.Logger)
+	rc.Logger = newQuietHCLog(cfg.Logger, n.replayingQuiet)
 	rc.SnapshotThreshold = cfg.SnapshotThreshold
 	rc.SnapshotInterval = cfg.SnapshotInterval
 	rc.TrailingLogs = cfg.TrailingLogs
