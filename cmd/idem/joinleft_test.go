@@ -153,8 +153,9 @@ func TestJoinerInstallingASnapshotForwards(t *testing.T) {
 		if ok, _ := installing(http2); !ok {
 			t.Skip("n2 installed the snapshot before it answered: the window this test is about is gone")
 		}
+		// Without an address to forward to, it waited LeaderWait and
+		// answered 503 "no leader".
 		require.Contains(t, []int{200, 201}, a.code, "%s", a)
-		require.Less(t, took, 2*time.Second)
 	}
 	require.NotContains(t, n2.logs.String(), "restored snapshot", "the window this test is about")
 }
@@ -188,7 +189,7 @@ func TestJoinerInstallingWithoutAddressesAnswersAtOnce(t *testing.T) {
 			t.Skip("n2 installed the snapshot before it answered: the window this test is about is gone")
 		}
 		require.True(t, a.unavailable503(), "%s", a)
+		// Not the "no leader" answer after LeaderWait.
 		require.Contains(t, a.String(), "receiving the cluster's state")
-		require.Less(t, took, time.Second)
 	}
 }
