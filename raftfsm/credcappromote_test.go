@@ -69,7 +69,7 @@ func TestNodeLackingTheCapIsNotPromotedOnceCappedClaimsWereWritten(t *testing.T)
 	require.True(t, m.Healthy, "%+v", m)
 	require.Contains(t, m.NotPromoted, "does not apply claims carrying their credential's max_principals")
 	require.Contains(t, m.NotPromoted, FeatureCredentialCap)
-	require.Contains(t, m.NotPromoted, "upgrade it, and it is promoted once caught up")
+	require.Contains(t, m.NotPromoted, "with an empty data dir and --join (upgraded on its data dir it would still lack them), and it is promoted once caught up")
 
 	setEarlier("mem-n3", false)
 	c.waitSuffrage(n1, "n3", "Voter")

@@ -232,6 +232,13 @@ type Status struct {
 	// and the first of its CAs expire (absent without TLS).
 	CertNotAfter *Stamp `json:"cert_not_after,omitempty"`
 	CANotAfter   *Stamp `json:"ca_not_after,omitempty"`
+	// Gated is this node's own applied state's record of gated entries
+	// applied (engine.Meta.Gated), read after AppliedIndex (absent from a
+	// release without the record). A leader compares it with its own: a
+	// caught-up node whose state lacks a kind its own records skipped
+	// those entries on an earlier release, and an upgrade on its data dir
+	// does not apply them again (notPromotable).
+	Gated *uint64 `json:"gated,omitempty"`
 }
 
 // VoteHoldStatus is what a node holding its vote votes from: the term and
@@ -395,6 +402,8 @@ func (n *Node) Status() (Status, error) {
 	if t := n.cfg.TLS; t != nil {
 		st.CertNotAfter, st.CANotAfter = stamp(t.NotAfter()), stamp(t.CANotAfter())
 	}
+	// Read after AppliedIndex: it only grows, so it covers that index.
+	st.Gated = ptr(n.db.Meta().Gated)
 	st.Scope = n.scopeMode() // the API sets the same (its flag is this node's Scope)
 	if n.cfg.Retention > 0 {
 		st.RetentionFlag = n.cfg.Retention.String() // the API sets the same
@@ -1127,9 +1136,10 @@ type peerHealth struct {
 	certNotAfter, caNotAfter *Stamp
 	// its wall clock minus this node's, at answeredAt, and to within what
 	clockOffsetMs, clockUncertaintyMs *int64
-	version                           string // its release, at answeredAt
-	refused                           string // the reason its promotion was last refused, logged once
-	downgraded                        string // Member.Downgraded
+	version                           string  // its release, at answeredAt
+	gated                             *uint64 // its state's Status.Gated, at answeredAt (nil: not said)
+	refused                           string  // the reason its promotion was last refused, logged once
+	downgraded                        string  // Member.Downgraded
 	// denied: the last attempt was refused for want of this node's token,
 	// a wrong one (tokenRefused) or none to send (ErrNoNodeToken): the
 	// peer runs, but this node cannot read what it runs with.
@@ -1353,7 +1363,7 @@ func (n *Node) measure(ctx context.Context) {
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
 		h.features, h.keys, h.scope, h.retention = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
-		h.clockOffsetMs, h.clockUncertaintyMs, h.version = nil, nil, r.st.Version
+		h.clockOffsetMs, h.clockUncertaintyMs, h.version, h.gated = nil, nil, r.st.Version, r.st.Gated
 		if r.st.WallMs != 0 {
 			// The answer's wall clock was read between the question and
 			// the answer: against their midpoint, to within half the trip.
@@ -1471,6 +1481,10 @@ func (n *Node) scopeMode() string {
 	return n.cfg.Scope
 }
 
+// rebuildOnRelease is what a node whose state lacks gated entries does to
+// be promoted: its data dir keeps the entries it skipped as applied.
+const rebuildOnRelease = "stop it, move its data dir aside, and start it on the release the others run with an empty data dir and --join (upgraded on its data dir it would still lack them), and it is promoted once caught up"
+
 // notPromotable says why a node that answered with h must stay a
 // non-voter whatever its health, or "". Once the cluster's retention is
 // pinned, a voter of an earlier release could lead and give claims its
@@ -1491,7 +1505,15 @@ func (n *Node) notPromotable(h *peerHealth) string {
 		// It replayed the log and skipped every claim that carried its
 		// credential's cap: its state lacks those records, and leading
 		// it would claim their keys again.
-		return "it runs a release that does not apply claims carrying their credential's max_principals, which this cluster has written (its status lists no " + FeatureCredentialCap + "), so its state lacks the records they made: upgrade it, and it is promoted once caught up"
+		return "it runs a release that does not apply claims carrying their credential's max_principals, which this cluster has written (its status lists no " + FeatureCredentialCap + "), so its state may lack the records they made: " + rebuildOnRelease
+	}
+	if n.db.Meta().Gated&gatedCredentialCap != 0 && h.caughtUp && h.gated != nil && *h.gated&gatedCredentialCap == 0 {
+		// It lists the feature now, but its state, caught up, records
+		// no capped claim applied: it replayed them on an earlier
+		// release, which skipped them, and was upgraded on its data dir,
+		// where they are not applied again. Leading, it would claim their
+		// keys again.
+		return "its state, caught up, records no claim carrying its credential's max_principals though this cluster has written them: it replayed them on a release that skips them and was upgraded on its data dir, which does not apply them again, so its state lacks their records: " + rebuildOnRelease
 	}
 	if want := n.scopeMode(); want != "" && h.scope != "" && h.scope != want {
 		// Admitted by an idem cluster join by hand before it answered
