@@ -248,6 +248,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stderr, "idem cluster status: the answer does not decode (%v); --json prints it as received\n", err)
 			return 1
 		}
+		leaderDowngrades(ctx, &st, append(opts, tlsOpts...))
 		printStatus(stdout, st)
 		if drift := settingsDrift(ctx, st, append(opts, tlsOpts...)); len(drift) > 0 {
 			leader := "none now"
@@ -381,6 +382,38 @@ const authFileDrift = "(the members' --auth-file differ, \"none\" for a node wit
 // once the first claim pinned it; before that each node publishes its own
 // --retention, which the first claim's leader will pin. One line per setting that differs ("retention: n1
 // 24h0m0s, n3 1h0m0s"); a member that does not answer is left out.
+// leaderDowngrades fills in, on a status answered by a follower of an
+// earlier release (no version), which members the leader shows as
+// downgraded in place: that release passes on the leader's measurements
+// but not the field, so asked on the node just rolled back, the status
+// warned of nothing while the leader logged the downgrade at ERROR.
+func leaderDowngrades(ctx context.Context, st *raftfsm.Status, opts []client.Option) {
+	if st.Version != "" || st.Leader == nil || st.Leader.ID == st.Self.ID || st.Leader.HTTPAddr == "" {
+		return
+	}
+	c, err := client.New(st.Leader.HTTPAddr, opts...)
+	if err != nil {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	lc, err := c.Cluster(cctx)
+	if err != nil {
+		return
+	}
+	var ls raftfsm.Status
+	if json.Unmarshal(lc.Raw, &ls) != nil || ls.HealthFrom != ls.Self.ID {
+		return
+	}
+	for i, m := range st.Nodes {
+		for _, lm := range ls.Nodes {
+			if lm.ID == m.ID && m.Downgraded == "" {
+				st.Nodes[i].Downgraded = lm.Downgraded
+			}
+		}
+	}
+}
+
 func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) []string {
 	type view struct {
 		id  string
