@@ -88,6 +88,9 @@ type LogStore struct {
 	// keepFrom is the lowest index whose entries a snapshot being sent
 	// needs kept (set by the node: snapshotStore.keepLogFrom); nil: none.
 	keepFrom func() (uint64, bool)
+	// sentHead is the metadata of a snapshot at an index being sent (set
+	// by the node: snapshotStore.sentMeta); nil: none.
+	sentHead func(index uint64) (*raft.SnapshotMeta, bool)
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -922,6 +925,11 @@ func (s guardedLogStore) snapshotHead(index uint64, l *raft.Log) bool {
 		return false
 	}
 	meta, ok := s.LogStore.snapHead()
+	if (!ok || meta.Index != index) && s.LogStore.sentHead != nil {
+		// Not the newest: a snapshot being sent, whose follower goes on
+		// from it (snapshotStore.sentMeta).
+		meta, ok = s.LogStore.sentHead(index)
+	}
 	if !ok || meta.Index != index {
 		return false
 	}

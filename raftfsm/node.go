@@ -327,6 +327,7 @@ func open(cfg Config) (*Node, error) {
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	n.logStore.snapHead = n.snaps.newestMeta
 	n.logStore.keepFrom = n.snaps.keepLogFrom
+	n.logStore.sentHead = n.snaps.sentMeta
 	running := make(chan struct{})
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans

@@ -71,10 +71,11 @@ type snapshotStore struct {
 	sends   map[*snapshotSend]struct{}
 }
 
-// snapshotSend is one opened snapshot: its raft index, and when its
-// stream was closed (mono; 0 while open).
+// snapshotSend is one opened snapshot: its raft index and metadata, and
+// when its stream was closed (mono; 0 while open).
 type snapshotSend struct {
 	index  uint64
+	meta   raft.SnapshotMeta
 	closed int64
 }
 
@@ -193,13 +194,13 @@ func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, erro
 	if err != nil {
 		return nil, nil, err
 	}
-	return meta, s.held(meta.Index, rc), nil
+	return meta, s.held(meta, rc), nil
 }
 
-// held registers a send of the snapshot at index until rc is closed
-// (and sendHoldAfter after).
-func (s *snapshotStore) held(index uint64, rc io.ReadCloser) io.ReadCloser {
-	h := &snapshotSend{index: index}
+// held registers a send of the snapshot meta until rc is closed (and
+// sendHoldAfter after).
+func (s *snapshotStore) held(meta *raft.SnapshotMeta, rc io.ReadCloser) io.ReadCloser {
+	h := &snapshotSend{index: meta.Index, meta: *meta}
 	s.sendsMu.Lock()
 	if s.sends == nil {
 		s.sends = map[*snapshotSend]struct{}{}
@@ -250,6 +251,27 @@ func (s *snapshotStore) keepLogFrom() (uint64, bool) {
 		}
 	}
 	return low, low != 0
+}
+
+// sentMeta is the metadata of a snapshot at index being sent or sent less
+// than sendHoldAfter ago (keepLogFrom), false for none: the log answers
+// the entry at its index from it (guardedLogStore.snapshotHead) when it
+// goes on right after it. raft reads that entry to send the follower that
+// installed it the entries above, and the log may hold none there: cut up
+// to the snapshot's own index (more than --trailing-logs entries appended
+// while it was written), it answered it from the newest snapshot only, and
+// once the leader took a newer one during the install, the follower was
+// sent the whole state again.
+func (s *snapshotStore) sentMeta(index uint64) (*raft.SnapshotMeta, bool) {
+	s.sendsMu.Lock()
+	defer s.sendsMu.Unlock()
+	for h := range s.sends {
+		if h.index == index && (h.closed == 0 || mono.Since(h.closed) <= sendHoldAfter) {
+			m := h.meta
+			return &m, true
+		}
+	}
+	return nil, false
 }
 
 // open is Open without the hold.

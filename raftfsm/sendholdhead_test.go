@@ -1,0 +1,91 @@
+package raftfsm
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// A leader whose log was compacted up to its newest snapshot's own index
+// (raft cuts to the snapshot's index when more than --trailing-logs entries
+// were appended while it was written: a large state under writes, or a low
+// --trailing-logs) holds no entry at that index: the log answers it from the
+// snapshot (snapshotHead) while that snapshot is the newest. Sending it to a
+// joiner, the leader kept its log from there (keepLogFrom), but once it took
+// a newer snapshot during the install, nothing answered the entry at the
+// sent snapshot's index, which raft reads to send the entries above it: the
+// joiner was sent the whole state again.
+func TestSlowInstallFromALogCutAtTheSnapshotIsSentOnce(t *testing.T) {
+	prev, prevAfter := beforeRestore, sendHoldAfter
+	t.Cleanup(func() { beforeRestore, sendHoldAfter = prev, prevAfter })
+	sendHoldAfter = 3 * time.Second
+	var installs atomic.Int32
+	beforeRestore = func() error {
+		installs.Add(1)
+		time.Sleep(2 * time.Second) // a large state on a slow disk
+		return nil
+	}
+
+	c := newMemCluster(t)
+	var logs [2]logBuffer
+	open := func(id string, bootstrap bool, l *logBuffer) *Node {
+		cfg := DefaultConfig()
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, t.TempDir(), bootstrap, "127.0.0.1:0", "mem-"+id
+		// One trailing entry: every compaction under writes reaches the
+		// snapshot's own index.
+		cfg.SnapshotThreshold, cfg.TrailingLogs, cfg.SnapshotInterval = 1, 1, 200*time.Millisecond
+		cfg.Logger = slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		return c.start(cfg)
+	}
+	n1 := open("n1", true, &logs[0])
+	c.leader(n1)
+	for i := range 50 {
+		claimFresh(t, n1, fmt.Sprint("before-", i))
+	}
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("w-%d-%d", w, i)},
+					Fingerprint: "aa", LeaseMs: 600_000, RetentionMs: 3_600_000})
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	stopWriters := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer stopWriters()
+	// The log goes on right after the newest snapshot.
+	require.Eventually(t, func() bool {
+		first, err := n1.logStore.FirstIndex()
+		idx, _, ok := n1.snaps.newest()
+		return err == nil && ok && first == idx+1
+	}, 10*time.Second, time.Millisecond)
+
+	n2 := open("n2", false, &logs[1])
+	res, err := n1.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.NoError(t, n2.Admitted(res.AdmittedIndex))
+	require.Eventually(t, func() bool { return installs.Load() > 0 && n2.fsm.db.Meta().Applied > 0 }, 30*time.Second, 20*time.Millisecond, "n2 installed nothing")
+	time.Sleep(time.Second)
+	stopWriters()
+	want := n1.raft.AppliedIndex()
+	require.Eventually(t, func() bool { return n2.fsm.db.Meta().Applied >= want }, 30*time.Second, 20*time.Millisecond,
+		"n2 never caught up (%d installs, applied %d of %d)", installs.Load(), n2.fsm.db.Meta().Applied, want)
+	require.Equal(t, int32(1), installs.Load(), "the joiner was sent the state more than once")
+}
