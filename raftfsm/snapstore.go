@@ -85,6 +85,10 @@ type snapshotSend struct {
 // cluster that just took a node in kept its whole log meanwhile.
 var sendHoldAfter = 5 * time.Second
 
+// duringExpand is called as a marker's expansion begins (a variable for
+// tests).
+var duringExpand = func() {}
+
 // spareStream is an expanded stream kept for another send.
 type spareStream struct {
 	path string
@@ -186,20 +190,39 @@ func readMarker(br *bufio.Reader) (uint64, bool, error) {
 }
 
 // Open returns a full engine stream: a stored one as it is, a marker
-// expanded from the current state. While it is open, and for
-// sendHoldAfter after, the log keeps the entries above the snapshot's
-// index (keepLogFrom).
+// expanded from the current state. From the moment its metadata is read
+// (before an expansion, which writes the whole state out and takes
+// seconds for a large one), while it is open, and for sendHoldAfter
+// after, the log keeps the entries above the snapshot's index
+// (keepLogFrom).
 func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
-	meta, rc, err := s.open(id)
+	var h *snapshotSend
+	meta, rc, err := s.open(id, func(m *raft.SnapshotMeta) {
+		if h == nil {
+			h = s.hold(m)
+		}
+	})
 	if err != nil {
+		if h != nil {
+			s.sendsMu.Lock()
+			delete(s.sends, h) // nothing is sent
+			s.sendsMu.Unlock()
+		}
 		return nil, nil, err
 	}
-	return meta, s.held(meta, rc), nil
+	if h == nil {
+		h = s.hold(meta)
+	}
+	return meta, &heldStream{ReadCloser: rc, release: func() {
+		s.sendsMu.Lock()
+		h.closed = mono.Now()
+		s.sendsMu.Unlock()
+	}}, nil
 }
 
-// held registers a send of the snapshot meta until rc is closed (and
-// sendHoldAfter after).
-func (s *snapshotStore) held(meta *raft.SnapshotMeta, rc io.ReadCloser) io.ReadCloser {
+// hold registers a send of the snapshot meta, open until its closed time
+// is set.
+func (s *snapshotStore) hold(meta *raft.SnapshotMeta) *snapshotSend {
 	h := &snapshotSend{index: meta.Index, meta: *meta}
 	s.sendsMu.Lock()
 	if s.sends == nil {
@@ -207,11 +230,7 @@ func (s *snapshotStore) held(meta *raft.SnapshotMeta, rc io.ReadCloser) io.ReadC
 	}
 	s.sends[h] = struct{}{}
 	s.sendsMu.Unlock()
-	return &heldStream{ReadCloser: rc, release: func() {
-		s.sendsMu.Lock()
-		h.closed = mono.Now()
-		s.sendsMu.Unlock()
-	}}
+	return h
 }
 
 // heldStream is an opened snapshot's stream; Close ends its hold on the
@@ -274,15 +293,18 @@ func (s *snapshotStore) sentMeta(index uint64) (*raft.SnapshotMeta, bool) {
 	return nil, false
 }
 
-// open is Open without the hold.
-func (s *snapshotStore) open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+// open is Open without the hold: it calls known with the snapshot's
+// metadata as soon as it has read it, before any expansion.
+func (s *snapshotStore) open(id string, known func(*raft.SnapshotMeta)) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	meta, rc, err := s.FileSnapshotStore.Open(id)
 	if err != nil {
 		if m, ok := s.damagedMarker(id, err); ok {
+			known(m)
 			return s.expand(m, 0)
 		}
 		return nil, nil, err
 	}
+	known(meta)
 	br := bufio.NewReaderSize(rc, 1<<20)
 	stateIndex, marker, err := readMarker(br)
 	if err != nil || !marker {
@@ -360,6 +382,7 @@ func (s *snapshotStore) expandRoom() streamRoom {
 
 // writeOut is expand's work: the current state into a temporary file.
 func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	duringExpand()
 	snap, err := s.db.Snapshot()
 	if err != nil {
 		return nil, nil, fmt.Errorf("raftfsm: expand snapshot %s: %w", meta.ID, err)
