@@ -1345,6 +1345,15 @@ func (n *Node) measure(ctx context.Context) {
 	if n.peers.term != term {
 		return
 	}
+	for id := range n.peers.byID {
+		if _, member := voters[id]; !member {
+			// Removed: a node joined again under its id is another
+			// state (a member downgraded in place, rebuilt as its
+			// mark says, answered first with its install done, and
+			// stayed marked for the rest of the term).
+			delete(n.peers.byID, id)
+		}
+	}
 	for _, r := range results {
 		h := n.peers.byID[r.id]
 		if h == nil {
