@@ -1524,6 +1524,13 @@ func (n *Node) notPromotable(h *peerHealth) string {
 		// keys again.
 		return "its state, caught up, records no claim carrying its credential's max_principals though this cluster has written them: it replayed them on a release that skips them and was upgraded on its data dir, which does not apply them again, so its state lacks their records: " + rebuildOnRelease
 	}
+	if len(n.fsm.keys.recordedChecks()) > 0 && !slices.Contains(h.features, FeatureKeyCheck) {
+		// It skipped the recorded check values (OpKeyCheck): as a voter
+		// it is reported downgraded in place (usedFeatures), and leading
+		// it would check no key against them. lacksKeys let it in when
+		// no key was needed any more.
+		return "it runs a release that does not record encryption keys' check values, which this cluster has recorded (its status lists no " + FeatureKeyCheck + "), so its state lacks them: upgrade it, and it is promoted once caught up"
+	}
 	if want := n.scopeMode(); want != "" && h.scope != "" && h.scope != want {
 		// Admitted by an idem cluster join by hand before it answered
 		// (the join's scope check then has nothing to ask), and started
