@@ -1281,7 +1281,7 @@ func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 		if body != nil {
 			out.Body = body
 		}
-		next.ServeHTTP(&keepReading{ResponseWriter: w}, out)
+		next.ServeHTTP(&keepReading{ResponseWriter: w, http10: !r.ProtoAtLeast(1, 1)}, out)
 	})
 }
 
@@ -1329,6 +1329,8 @@ func callerBodyErr(r *http.Request) error {
 type keepReading struct {
 	http.ResponseWriter
 	flushed bool
+	// http10: the caller spoke HTTP/1.0, which has no interim answers.
+	http10 bool
 }
 
 // WriteHeader passes on every status but an upstream's 100 Continue. A
@@ -1339,9 +1341,13 @@ type keepReading struct {
 // transport to send the body. Passed on, it was a second 100 Continue to a
 // keyed request (the body was read whole before the upstream was called),
 // and to any other whose upstream sent it after the transport had stopped
-// waiting for it (1 s) and sent the body.
+// waiting for it (1 s) and sent the body. A caller of HTTP/1.0 hears no
+// interim answer at all (RFC 9110 15.2: a server must not send it one):
+// net/http's server writes whatever 1xx it is given, and the upstream's
+// 103 Early Hints reached such a caller, which took it for the answer and
+// the real answer for its body.
 func (k *keepReading) WriteHeader(code int) {
-	if code == http.StatusContinue {
+	if code == http.StatusContinue || k.http10 && code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
 		return
 	}
 	k.ResponseWriter.WriteHeader(code)

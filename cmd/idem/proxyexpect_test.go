@@ -159,3 +159,56 @@ func TestProxyKeyedRequestSendsNoExpectUpstream(t *testing.T) {
 	require.Equal(t, http.StatusCreated, status)
 	require.Equal(t, "/upload 100-continue", <-expects, "an unkeyed request's Expect must reach the upstream")
 }
+
+// An upstream's interim answer (103 Early Hints) was passed on to a caller
+// that spoke HTTP/1.0, which knows no 1xx (RFC 9110 15.2: a server must
+// not send one to an HTTP/1.0 client): such a client takes the 103 for
+// the answer, and the real one for its body. A caller of HTTP/1.1 still
+// hears it.
+func TestProxySendsNoInterimAnswerToAnHTTP10Caller(t *testing.T) {
+	node := startStore(t)
+	ln, err := net.Listen("tcp", freePort(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+				io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+			}()
+		}
+	}()
+	px := startProxy(t, "--upstream", "http://"+ln.Addr().String(), "--store", node.http)
+	addr := strings.TrimPrefix(px.url, "http://")
+	first := func(head string) int {
+		conn, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer conn.Close()
+		io.WriteString(conn, head)
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, c := range []struct {
+		name, head string
+		want       int
+	}{
+		{"HTTP/1.0 unkeyed", "GET /page HTTP/1.0\r\nHost: x\r\n\r\n", http.StatusCreated},
+		{"HTTP/1.0 keyed", "POST /pay HTTP/1.0\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: h10\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", http.StatusCreated},
+		{"HTTP/1.1 unkeyed", "GET /page HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", http.StatusEarlyHints},
+	} {
+		require.Equal(t, c.want, first(c.head), "%s: the first answer's status", c.name)
+	}
+}
