@@ -473,7 +473,7 @@ func (s *Server) notMemberIf(leaderless bool) *problem {
 	if m, ok := s.store.(interface{ RemovedWhileReplaying() (string, bool) }); ok {
 		if member, removed := m.RemovedWhileReplaying(); removed {
 			p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-				raftfsm.RemovedBeforeCaughtUp+"; send requests to a member; an operator adds it back with "+raftfsm.AddBackCommand(s.store.Self(), member))
+				raftfsm.RemovedBeforeCaughtUp+"; send requests to a member, or add it back with "+raftfsm.AddBackCommand(s.store.Self(), member))
 			p.retryAfter = 5
 			return p
 		}

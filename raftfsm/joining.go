@@ -360,7 +360,7 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 // RemovedBeforeCaughtUp is what a node that joined says once the cluster's
 // leader no longer lists it while it replays the cluster's log toward its
 // admission (idem serve's log line, and its answer to writes and reads).
-const RemovedBeforeCaughtUp = "this node was removed from the cluster before it caught up with the cluster's log (the leader's configuration no longer lists it): it accepts no writes until an operator adds it back, which needs no restart"
+const RemovedBeforeCaughtUp = "this node was removed from the cluster before it caught up with the cluster's log (the leader's configuration no longer lists it): it answers no writes or reads until it is added back (no restart needed)"
 
 // removedMark is MarkRemovedWhileReplaying's record: the member that said
 // so, and the node's last contact with a leader then.
