@@ -1465,12 +1465,20 @@ func (n *Node) noteDowngrade(id string, h *peerHealth, st Status, voter bool, us
 	if len(unused) > 0 {
 		why = append(why, fmt.Sprintf("%s, which this cluster's state shows in use (entries needing it were written)", strings.Join(unused, ",")))
 	}
+	how, before := "an earlier release started on its data dir (a downgrade in place)", orUnknown(h.version)
+	if len(lost) == 0 {
+		// Told by the state alone: this leader never saw it otherwise.
+		how = "an earlier release, started on its data dir (a downgrade in place) or a voter since before this cluster first used it"
+		if h.answeredAt.IsZero() {
+			before = "not seen by this leader"
+		}
+	}
 	h.downgraded = fmt.Sprintf("since %s it runs a release (%s) whose Apply lacks %s: "+
-		"an earlier release started on its data dir (a downgrade in place), which skips the log entries that need it, so its state may lack writes the other members hold. "+
+		"%s, which skips the log entries that need it, so its state may lack writes the other members hold. "+
 		"Stop it, move its data dir aside, and start it on the release the other members run with an empty data dir and --join",
-		time.Now().UTC().Format(time.RFC3339), orUnknown(st.Version), strings.Join(why, "; and "))
+		time.Now().UTC().Format(time.RFC3339), orUnknown(st.Version), strings.Join(why, "; and "), how)
 	n.log.Error("a member was started again on an earlier release (a downgrade in place): its state may lack writes the others hold, and it may lead with it; rebuild it on the release the others run (empty data dir and --join)",
-		"node", id, "features-lost", strings.Join(append(lost, unused...), ","), "version-before", orUnknown(h.version), "version-now", orUnknown(st.Version))
+		"node", id, "features-lost", strings.Join(append(lost, unused...), ","), "version-before", before, "version-now", orUnknown(st.Version))
 }
 
 func orUnknown(v string) string {
