@@ -78,7 +78,9 @@
 // Then the key is claimed:
 //
 //   - claimed: the handler runs, its answer passes through to the client as
-//     it is written and is recorded. A status below 500 is stored with a
+//     it is written and is recorded. Its trailers (declared in Trailer and
+//     set after the body, or named with http.TrailerPrefix) reach the
+//     client as trailers, as net/http sends them. A status below 500 is stored with a
 //     complete whose context the client's disconnect cannot cancel (a lost
 //     complete would run the payment again on retry), but for 408, 425 and
 //     429, which say "not now". Those, a 5xx, a panic or an answer whose
@@ -91,7 +93,11 @@
 //     comes back twice) and body are written with Idempotency-Replayed: true.
 //     Not the trailers: they are not stored, and a replay has none, with
 //     nothing to mark their absence (an answer whose trailers matter, a
-//     checksum, a gRPC status, is not replayed faithfully). Nor the
+//     checksum, a gRPC status, is not replayed faithfully). The store keeps
+//     headers only, and a trailer stored as one would be replayed ahead of
+//     the body it follows, which RFC 9110 (6.5.1) allows only for a field
+//     defined as safe to move; make what a retry needs a header or part
+//     of the body. Nor the
 //     headers of the first caller's connection, which are neither stored
 //     nor replayed: the hop-by-hop ones (RFC 9110 7.6.1: Connection and
 //     every name it lists, Keep-Alive, Proxy-Connection, TE,

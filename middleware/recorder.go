@@ -102,40 +102,55 @@ func (r *recorder) release() {
 	if r.code == 0 {
 		return
 	}
-	r.restoreHeader()
+	trailers := r.restoreHeader()
 	r.w.WriteHeader(r.code)
 	if r.body.Len() > 0 {
 		_, _ = r.w.Write(r.body.Bytes())
 	}
+	r.putTrailers(trailers)
 }
 
 // restoreHeader puts back the headers as they were when the status was
-// written: net/http ignores later changes, and so does a held answer,
-// except the trailers (declared in Trailer, or http.TrailerPrefix).
-func (r *recorder) restoreHeader() {
+// written: net/http ignores later changes, and so does a held answer.
+// The trailers (declared in Trailer, or http.TrailerPrefix) the handler
+// set after the status are net/http's to send after the body: they are
+// taken out of the header map here, so that they do not go out among the
+// headers (a held answer's status is written after the handler has set
+// them), and put back with putTrailers once the headers are sent.
+func (r *recorder) restoreHeader() http.Header {
 	h := r.w.Header()
-	trailer := func(k string) bool {
-		if strings.HasPrefix(k, http.TrailerPrefix) {
-			return true
-		}
-		for _, v := range r.header.Values("Trailer") {
-			for t := range strings.SplitSeq(v, ",") {
-				if http.CanonicalHeaderKey(strings.TrimSpace(t)) == k {
-					return true
-				}
+	declared := map[string]bool{}
+	for _, v := range r.header.Values("Trailer") {
+		for t := range strings.SplitSeq(v, ",") {
+			if t = strings.TrimSpace(t); t != "" {
+				declared[http.CanonicalHeaderKey(t)] = true
 			}
 		}
-		return false
 	}
-	for k := range h {
-		if _, ok := r.header[k]; !ok && !trailer(k) {
-			delete(h, k)
+	var trailers http.Header
+	for k, vs := range h {
+		if declared[k] || strings.HasPrefix(k, http.TrailerPrefix) {
+			if trailers == nil {
+				trailers = http.Header{}
+			}
+			trailers[k] = vs
 		}
+		delete(h, k)
 	}
+	// A declared trailer set before the status goes out among the
+	// headers too, as net/http sends it.
 	for k, vs := range r.header {
-		if !trailer(k) {
-			h[k] = vs
-		}
+		h[k] = vs
+	}
+	return trailers
+}
+
+// putTrailers puts back the trailers restoreHeader took out, once the
+// headers are sent, for net/http to send after the body.
+func (r *recorder) putTrailers(trailers http.Header) {
+	h := r.w.Header()
+	for k, vs := range trailers {
+		h[k] = vs
 	}
 }
 
@@ -147,12 +162,13 @@ func (r *recorder) finish() {
 	}
 	r.passing = true
 	code := r.status()
+	var trailers http.Header
 	if r.code != 0 {
-		r.restoreHeader()
+		trailers = r.restoreHeader()
 	}
 	h := r.w.Header()
 	if bodyAllowed(code) && r.method != http.MethodHead && h.Get("Content-Length") == "" &&
-		h.Get("Transfer-Encoding") == "" && h.Get("Trailer") == "" {
+		h.Get("Transfer-Encoding") == "" && h.Get("Trailer") == "" && len(trailers) == 0 {
 		h.Set("Content-Length", strconv.Itoa(r.body.Len()))
 	}
 	r.w.WriteHeader(code)
@@ -160,6 +176,7 @@ func (r *recorder) finish() {
 		_, _ = r.w.Write(r.body.Bytes())
 	}
 	_ = http.NewResponseController(r.w).Flush()
+	r.putTrailers(trailers)
 }
 
 // withhold drops a held answer that was not sent, so that another can go
@@ -277,6 +294,11 @@ func (r *recorder) response() client.Response {
 	}
 	for _, k := range notStored {
 		delete(h, k)
+	}
+	for k := range h {
+		if strings.HasPrefix(k, http.TrailerPrefix) {
+			delete(h, k) // a trailer set before the status: not a header
+		}
 	}
 	// Headers an outer middleware set for this request before the handler
 	// ran (a request id, CORS's Access-Control-Allow-Origin for the

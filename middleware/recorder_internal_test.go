@@ -12,18 +12,24 @@ import (
 
 // A held answer goes out as net/http would have sent it as written: the
 // headers of the status (later changes ignored), the trailers the handler
-// declared and set after it, and a length.
+// declared and set after it (as trailers, not among the headers), and a
+// length.
 func TestHeldAnswerKeepsHeadersAndTrailers(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := newRecorder(w, r, 1<<10)
 		rec.Header().Set("Content-Type", "application/json")
 		rec.Header().Set("Trailer", "X-Sum")
+		rec.Header().Set(http.TrailerPrefix+"X-Early", "1") // a trailer, whenever set
 		rec.WriteHeader(http.StatusAccepted)
 		io.WriteString(rec, `{"ok":true}`)
 		rec.Header().Set("X-Sum", "42")    // a declared trailer
 		rec.Header().Set("X-Late", "no")   // not sent: after the status
 		rec.WriteHeader(http.StatusTeapot) // superfluous: the first stands
-		assert.Equal(t, http.StatusAccepted, rec.response().Status)
+		stored := rec.response()
+		assert.Equal(t, http.StatusAccepted, stored.Status)
+		assert.Empty(t, rec.dropped, "a trailer is no header the store refused")
+		assert.Empty(t, stored.Values(http.TrailerPrefix+"X-Early"))
+		assert.Empty(t, stored.Values("X-Sum"))
 		rec.finish()
 	}))
 	defer srv.Close()
@@ -36,7 +42,9 @@ func TestHeldAnswerKeepsHeadersAndTrailers(t *testing.T) {
 	require.Equal(t, `{"ok":true}`, string(body))
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	require.Empty(t, resp.Header.Get("X-Late"))
+	require.Empty(t, resp.Header.Values("X-Sum"), "a trailer among the headers")
 	require.Equal(t, "42", resp.Trailer.Get("X-Sum"))
+	require.Equal(t, "1", resp.Trailer.Get("X-Early"))
 
 	// Past the limit, the answer goes through as written, and is stored
 	// without its body.
