@@ -10,6 +10,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"mime"
 	"net/http"
 	"net/url"
 	"slices"
@@ -44,6 +45,11 @@ import (
 func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeToken string, log *slog.Logger) {
 	node.SetPeerProbe(api.NewPeerProbe(nodeToken, c.nodeID, c.tls.loaded))
 	m := &member{node: node, c: c, log: log, client: c.tls.httpClient(5 * time.Second), token: nodeToken}
+	// A redirect is an answer to judge, not one to follow: no idem node
+	// redirects a join, and a --join naming a web server (http:// to
+	// https://, a login page) had the join POSTed on, or turned into a
+	// GET of its home page, whose 200 was taken for an admission.
+	m.client.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
 	// The scope goes along so that the cluster refuses a node that would
 	// scope keys differently from it, and the retention so that, until a
 	// claim pins the cluster's, it refuses one that would give the first
@@ -278,12 +284,26 @@ type member struct {
 	// replayRemoved: checkReplaying said that the node was removed before
 	// it caught up.
 	replayRemoved bool
+	// notIdem is when the node last said, per address, that the address
+	// answered something no idem node answers (notIdemEvery).
+	notIdem map[string]time.Time
 }
 
+// notIdemEvery is how often the node says again that an address answers
+// something no idem node answers: it asks every second, and the answer of
+// a web server stays the same.
+const notIdemEvery = time.Minute
+
 func (m *member) do(ctx context.Context, method, addr, path string, body []byte) ([]byte, int, error) {
+	b, _, status, err := m.send(ctx, method, addr, path, body)
+	return b, status, err
+}
+
+// send is do with the answer's header.
+func (m *member) send(ctx context.Context, method, addr, path string, body []byte) ([]byte, http.Header, int, error) {
 	req, err := http.NewRequestWithContext(ctx, method, (&url.URL{Scheme: m.c.tls.scheme(), Host: addr}).String()+path, bytes.NewReader(body))
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	if m.token != "" {
@@ -293,19 +313,19 @@ func (m *member) do(ctx context.Context, method, addr, path string, body []byte)
 	var plain tls.RecordHeaderError
 	if err != nil && req.URL.Scheme == "https" && (errors.As(err, &plain) || strings.Contains(err.Error(), "first record does not look like a TLS handshake")) {
 		// A node without TLS answers a handshake with plain HTTP.
-		return nil, 0, fmt.Errorf("%s speaks plain HTTP: this node runs with TLS and that one without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file too (a certificate from this cluster's CA): %w", addr, err)
+		return nil, nil, 0, fmt.Errorf("%s speaks plain HTTP: this node runs with TLS and that one without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file too (a certificate from this cluster's CA): %w", addr, err)
 	}
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if req.URL.Scheme == "http" && resp.StatusCode == http.StatusBadRequest &&
 		bytes.HasPrefix(b, []byte("Client sent an HTTP request to an HTTPS server")) {
 		// Go's answer to plain HTTP on an HTTPS port: a 400 without a code.
-		return nil, 0, fmt.Errorf("%s speaks HTTPS: the cluster runs with TLS, and this node without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file (a certificate from the cluster's CA)", addr)
+		return nil, nil, 0, fmt.Errorf("%s speaks HTTPS: the cluster runs with TLS, and this node without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file (a certificate from the cluster's CA)", addr)
 	}
-	return b, resp.StatusCode, err
+	return b, resp.Header, resp.StatusCode, err
 }
 
 // joinSelfOnly says, once, that --join (addrs) names no node but this one,
@@ -343,7 +363,8 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 				return
 			}
 		}
-		b, status, err := m.join(ctx, a, body)
+		b, hdr, status, err := m.join(ctx, a, body)
+		ans, isAnswer := readJoinAnswer(status, hdr, b)
 		switch {
 		case err != nil:
 			if ctx.Err() == nil && m.unreachable[a] != err.Error() {
@@ -353,12 +374,14 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 				m.unreachable[a] = err.Error()
 				m.log.Warn("join: this --join address did not answer"+notHTTPHint(err)+"; retrying every second until a member accepts the join", "addr", a, "error", err)
 			}
+		case !isAnswer:
+			// A web server, a health endpoint or another service at a
+			// --join address answered the join 200 {}: the node logged
+			// "cluster membership recorded" every second for ever, asked
+			// no other --join address, and waited as a member that was
+			// never added. It is a failed join, as a refusal is.
+			m.sayNotIdem(a, "join answer", status, hdr, b)
 		case status == http.StatusOK:
-			var ans struct {
-				Suffrage, Detail string
-				AdmittedIndex    uint64 `json:"admitted_index"`
-			}
-			json.Unmarshal(b, &ans)
 			m.log.Info("cluster membership recorded", "via", a, "suffrage", ans.Suffrage, "detail", ans.Detail)
 			if !m.node.HasState() {
 				m.learnAddrs(ctx, a)
@@ -374,24 +397,83 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		default:
 			answer := strings.TrimSpace(string(b))
 			if answer != m.refused {
-				var p struct{ Detail, Code string }
-				json.Unmarshal(b, &p)
-				m.log.Error("join refused; retrying every second", "addr", a, "status", status, "code", p.Code, "detail", p.Detail)
+				m.log.Error("join refused; retrying every second", "addr", a, "status", status, "code", ans.Code, "detail", ans.Detail)
 				m.refused = answer
 			}
 		}
 	}
 }
 
+// joinAnswer is what an idem node answers a join: 200 with
+// {"outcome":"joined",...} (suffrage since 9d6353a, admitted_index since
+// 486c43e, left out when 0), or a problem document ({"code","detail"}).
+type joinAnswer struct {
+	Outcome, Suffrage, Detail, Code string
+	AdmittedIndex                   uint64 `json:"admitted_index"`
+}
+
+// readJoinAnswer reads a join's answer, and reports whether an idem node
+// could have given it. Every release answered a join as JSON
+// (application/json, a refusal application/problem+json) with "outcome"
+// "joined" on 200, and a refusal with a "code". A 5xx without one is taken
+// as a refusal too: a load balancer in front of the members, or a node
+// too busy to answer (--max-conns), whose next answer may be the node's.
+func readJoinAnswer(status int, hdr http.Header, b []byte) (joinAnswer, bool) {
+	var ans joinAnswer
+	mt, _, _ := mime.ParseMediaType(hdr.Get("Content-Type"))
+	isJSON := (mt == "application/json" || strings.HasSuffix(mt, "+json")) && json.Unmarshal(b, &ans) == nil
+	switch {
+	case status == 0: // no answer (do's error)
+		return ans, true
+	case status >= 200 && status < 300:
+		return ans, status == http.StatusOK && isJSON && ans.Outcome == "joined"
+	case status >= 500:
+		return ans, true
+	default:
+		return ans, isJSON && ans.Code != ""
+	}
+}
+
+// sayNotIdem says, once a minute per address, that the address a answered
+// something that is not what (an idem node's "join answer", or its "GET
+// /v1/cluster answer"): a --join naming another service, a raft address
+// behind a proxy, a web server's default page.
+func (m *member) sayNotIdem(a, what string, status int, hdr http.Header, b []byte) {
+	if t, ok := m.notIdem[a]; ok && time.Since(t) < notIdemEvery {
+		return
+	}
+	if m.notIdem == nil {
+		m.notIdem = map[string]time.Time{}
+	}
+	m.notIdem[a] = time.Now()
+	name := "--join " + a
+	if !slices.Contains(splitAddrs(m.c.join), a) {
+		name = "member " + a // the leader or a member the node's state records
+	}
+	next := "; a failed join: asking the other --join addresses, if any, and this one again every second"
+	if what != "join answer" {
+		next = "; not counted among the peers, asking again every second"
+	}
+	head := strings.ToValidUTF8(string(b[:min(len(b), 120)]), "?")
+	attrs := []any{"content-type", hdr.Get("Content-Type"), "answer", strings.Join(strings.Fields(head), " ")}
+	for _, h := range []string{"Location", "WWW-Authenticate", "Server"} {
+		if v := hdr.Get(h); v != "" {
+			attrs = append(attrs, strings.ToLower(h), v)
+		}
+	}
+	m.log.Error(fmt.Sprintf("%s answered %d with something that is not an idem %s (is it an idem node's --http-addr? a raft address or another service?)%s",
+		name, status, what, next), attrs...)
+}
+
 // join asks the member at a to add this node. A member of an earlier
 // release refuses a field it does not know ("empty", "retention"): the
 // join is asked again without it, as that release's nodes asked.
-func (m *member) join(ctx context.Context, a string, body map[string]any) ([]byte, int, error) {
+func (m *member) join(ctx context.Context, a string, body map[string]any) ([]byte, http.Header, int, error) {
 	for {
 		raw, _ := json.Marshal(body)
-		b, status, err := m.do(ctx, http.MethodPost, a, "/v1/cluster/join", raw)
+		b, hdr, status, err := m.send(ctx, http.MethodPost, a, "/v1/cluster/join", raw)
 		if status != http.StatusBadRequest {
-			return b, status, err
+			return b, hdr, status, err
 		}
 		dropped := false
 		for _, f := range []string{"empty", "retention"} {
@@ -401,7 +483,7 @@ func (m *member) join(ctx context.Context, a string, body map[string]any) ([]byt
 			}
 		}
 		if !dropped {
-			return b, status, err
+			return b, hdr, status, err
 		}
 	}
 }
@@ -414,7 +496,14 @@ func (m *member) tryBootstrap(ctx context.Context) {
 		if a == m.c.httpAdvertise {
 			continue
 		}
-		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
+		b, hdr, status, err := m.send(ctx, http.MethodGet, a, "/v1/cluster", nil)
+		if _, isAnswer := readJoinAnswer(status, hdr, b); err == nil && status != http.StatusOK && !isAnswer {
+			// A refusal no idem node gives (a web server's 401, a
+			// redirect): "it refuses this node's token" misled.
+			delete(m.unreachable, a)
+			m.sayNotIdem(a, "GET /v1/cluster answer", status, hdr, b)
+			continue
+		}
 		if err == nil && status != http.StatusOK {
 			var p struct{ Detail, Code string }
 			json.Unmarshal(b, &p)
@@ -446,6 +535,10 @@ func (m *member) tryBootstrap(ctx context.Context) {
 		delete(m.unreachable, a)
 		var st raftfsm.Status
 		if json.Unmarshal(b, &st) != nil || st.Self.ID == "" {
+			// Every idem node names itself: a web server's page, or its
+			// 200 {}, left the node "waiting for peers to bootstrap",
+			// never saying which peer was not one.
+			m.sayNotIdem(a, "GET /v1/cluster answer", status, hdr, b)
 			continue
 		}
 		if len(st.Nodes) > 0 {

@@ -38,7 +38,7 @@ func TestJoinAsksAnEarlierReleaseWithoutItsUnknownFields(t *testing.T) {
 		}))
 		m := &member{c: &serveConfig{}, client: &http.Client{}}
 		body := map[string]any{"id": "n4", "raft_addr": "a:1", "http_addr": "a:2", "scope": "endpoint", "retention": "24h0m0s", "empty": true}
-		_, status, err := m.join(context.Background(), strings.TrimPrefix(srv.URL, "http://"), body)
+		_, _, status, err := m.join(context.Background(), strings.TrimPrefix(srv.URL, "http://"), body)
 		srv.Close()
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, status, "%s", bodies)
