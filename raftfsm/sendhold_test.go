@@ -20,15 +20,7 @@ import (
 // again, never catching up while the writes went on.
 func TestSlowInstallUnderWritesIsSentOnce(t *testing.T) {
 	// Put back once every node is closed (cleanups run last first).
-	prev, prevAfter := beforeRestore, sendHoldAfter
-	t.Cleanup(func() { beforeRestore, sendHoldAfter = prev, prevAfter })
-	sendHoldAfter = 3 * time.Second
-	var installs atomic.Int32
-	beforeRestore = func() error {
-		installs.Add(1)
-		time.Sleep(2 * time.Second) // a large state on a slow disk
-		return nil
-	}
+	installs := slowInstalls(t)
 
 	c := newMemCluster(t)
 	var logs [2]logBuffer
@@ -41,29 +33,7 @@ func TestSlowInstallUnderWritesIsSentOnce(t *testing.T) {
 	claimFresh(t, n1, "compacted")
 	require.Eventually(t, func() bool { first, err := n1.logStore.FirstIndex(); return err == nil && first > 1 }, 10*time.Second, 20*time.Millisecond)
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var written atomic.Int64
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				if _, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("w-%d-%d", w, i)},
-					Fingerprint: "aa", LeaseMs: 600_000, RetentionMs: 3_600_000}); err == nil {
-					written.Add(1)
-				}
-				time.Sleep(time.Millisecond)
-			}
-		}()
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopWriters()
+	stopWriters, written := writeLoad(t, n1)
 
 	n2 := c.openAt("n2", t.TempDir(), "127.0.0.1:0", false, &logs[1])
 	res, err := n1.Join(n2.Self(), false, false)
@@ -122,4 +92,51 @@ func TestCompactionStopsBelowASnapshotBeingSentOnly(t *testing.T) {
 	require.NoError(t, s.DeleteRange(61, 120))
 	require.Zero(t, last(), "the whole log is removed as asked (after an install)")
 	require.Zero(t, first())
+}
+
+// slowInstalls makes every install of a leader's snapshot take 2 s (a large
+// state on a slow disk) and counts them, and holds a leader's log 3 s after
+// a send, for the rest of the test. Call it before any node starts: it is
+// put back once every node is closed (cleanups run last first).
+func slowInstalls(t *testing.T) *atomic.Int32 {
+	prev, prevAfter := beforeRestore, sendHoldAfter
+	t.Cleanup(func() { beforeRestore, sendHoldAfter = prev, prevAfter })
+	sendHoldAfter = 3 * time.Second
+	var installs atomic.Int32
+	beforeRestore = func() error {
+		installs.Add(1)
+		time.Sleep(2 * time.Second)
+		return nil
+	}
+	return &installs
+}
+
+// writeLoad claims fresh keys on n from 4 writers, one claim a millisecond
+// each, until stop is called (at the latest when the test ends); acked
+// counts the claims acknowledged.
+func writeLoad(t *testing.T, n *Node) (stop func(), acked *atomic.Int64) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	acked = new(atomic.Int64)
+	for w := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				if _, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("w-%d-%d", w, i)},
+					Fingerprint: "aa", LeaseMs: 600_000, RetentionMs: 3_600_000}); err == nil {
+					acked.Add(1)
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}()
+	}
+	stop = sync.OnceFunc(func() { close(done); wg.Wait() })
+	t.Cleanup(stop)
+	return stop, acked
 }

@@ -3,14 +3,10 @@ package raftfsm
 import (
 	"fmt"
 	"log/slog"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/idem-store/idem/engine"
 )
 
 // A leader whose log was compacted up to its newest snapshot's own index
@@ -23,15 +19,7 @@ import (
 // sent snapshot's index, which raft reads to send the entries above it: the
 // joiner was sent the whole state again.
 func TestSlowInstallFromALogCutAtTheSnapshotIsSentOnce(t *testing.T) {
-	prev, prevAfter := beforeRestore, sendHoldAfter
-	t.Cleanup(func() { beforeRestore, sendHoldAfter = prev, prevAfter })
-	sendHoldAfter = 3 * time.Second
-	var installs atomic.Int32
-	beforeRestore = func() error {
-		installs.Add(1)
-		time.Sleep(2 * time.Second) // a large state on a slow disk
-		return nil
-	}
+	installs := slowInstalls(t)
 
 	c := newMemCluster(t)
 	var logs [2]logBuffer
@@ -50,26 +38,7 @@ func TestSlowInstallFromALogCutAtTheSnapshotIsSentOnce(t *testing.T) {
 		claimFresh(t, n1, fmt.Sprint("before-", i))
 	}
 
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for w := range 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("w-%d-%d", w, i)},
-					Fingerprint: "aa", LeaseMs: 600_000, RetentionMs: 3_600_000})
-				time.Sleep(time.Millisecond)
-			}
-		}()
-	}
-	stopWriters := sync.OnceFunc(func() { close(stop); wg.Wait() })
-	defer stopWriters()
+	stopWriters, _ := writeLoad(t, n1)
 	// The log goes on right after the newest snapshot.
 	require.Eventually(t, func() bool {
 		first, err := n1.logStore.FirstIndex()
