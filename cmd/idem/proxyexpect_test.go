@@ -77,35 +77,18 @@ func TestProxySendsOneContinue(t *testing.T) {
 
 	// An upstream that answers its 100 Continue late: after the 1 s the
 	// proxy's transport waits for it before it sends the body anyway.
-	ln, err := net.Listen("tcp", freePort(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				br := bufio.NewReader(c)
-				req, err := http.ReadRequest(br)
-				if err != nil {
-					return
-				}
-				time.Sleep(1500 * time.Millisecond)
-				io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			}()
-		}
-	}()
+	late := rawUpstream(t, func(c net.Conn, req *http.Request) {
+		time.Sleep(1500 * time.Millisecond)
+		io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	})
 
 	for _, c := range []struct{ name, upstream, head string }{
 		{"keyed", up.url, "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: one-continue\r\nContent-Type: application/json\r\n"},
 		{"unkeyed", up.url, "PUT /upload HTTP/1.1\r\nHost: x\r\n"},
-		{"unkeyed, the upstream's 100 late", "http://" + ln.Addr().String(), "PUT /upload HTTP/1.1\r\nHost: x\r\n"},
-		{"keyed, the upstream's 100 late", "http://" + ln.Addr().String(), "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: one-continue-late\r\nContent-Type: application/json\r\n"},
+		{"unkeyed, the upstream's 100 late", late, "PUT /upload HTTP/1.1\r\nHost: x\r\n"},
+		{"keyed, the upstream's 100 late", late, "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: one-continue-late\r\nContent-Type: application/json\r\n"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			px := startProxy(t, "--upstream", c.upstream, "--store", node.http)
@@ -123,32 +106,16 @@ func TestProxySendsOneContinue(t *testing.T) {
 // its body, and keeps it: its caller waits for the upstream's go-ahead.
 func TestProxyKeyedRequestSendsNoExpectUpstream(t *testing.T) {
 	node := startStore(t)
-	ln, err := net.Listen("tcp", freePort(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
 	expects := make(chan string, 4)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				expects <- req.URL.Path + " " + req.Header.Get("Expect")
-				if req.Header.Get("Expect") != "" {
-					io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
-				}
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-			}()
+	up := rawUpstream(t, func(c net.Conn, req *http.Request) {
+		expects <- req.URL.Path + " " + req.Header.Get("Expect")
+		if req.Header.Get("Expect") != "" {
+			io.WriteString(c, "HTTP/1.1 100 Continue\r\n\r\n")
 		}
-	}()
-	px := startProxy(t, "--upstream", "http://"+ln.Addr().String(), "--store", node.http)
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+	})
+	px := startProxy(t, "--upstream", up, "--store", node.http)
 	addr := strings.TrimPrefix(px.url, "http://")
 
 	_, status := sendExpecting(t, addr, "POST /pay HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer t\r\nIdempotency-Key: no-expect\r\nContent-Type: application/json\r\n", `{"amount":1}`)
@@ -167,28 +134,12 @@ func TestProxyKeyedRequestSendsNoExpectUpstream(t *testing.T) {
 // hears it.
 func TestProxySendsNoInterimAnswerToAnHTTP10Caller(t *testing.T) {
 	node := startStore(t)
-	ln, err := net.Listen("tcp", freePort(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
-				io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-			}()
-		}
-	}()
-	px := startProxy(t, "--upstream", "http://"+ln.Addr().String(), "--store", node.http)
+	up := rawUpstream(t, func(c net.Conn, req *http.Request) {
+		io.Copy(io.Discard, req.Body)
+		io.WriteString(c, "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n")
+		io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+	})
+	px := startProxy(t, "--upstream", up, "--store", node.http)
 	addr := strings.TrimPrefix(px.url, "http://")
 	first := func(head string) int {
 		conn, err := net.Dial("tcp", addr)
@@ -211,4 +162,31 @@ func TestProxySendsNoInterimAnswerToAnHTTP10Caller(t *testing.T) {
 	} {
 		require.Equal(t, c.want, first(c.head), "%s: the first answer's status", c.name)
 	}
+}
+
+// rawUpstream is an upstream that writes its answers by hand (interim
+// answers, late ones), one request a connection: serve reads req's body
+// if it wants it and writes the answer to c. It returns its URL.
+func rawUpstream(t *testing.T, serve func(c net.Conn, req *http.Request)) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", freePort(t))
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				req, err := http.ReadRequest(bufio.NewReader(c))
+				if err != nil {
+					return
+				}
+				serve(c, req)
+			}()
+		}
+	}()
+	return "http://" + ln.Addr().String()
 }
