@@ -114,7 +114,17 @@ func (n *Node) AdmissionPending() bool {
 // cluster's log holding many entries before the join, or a snapshot taken
 // before it, kept a joining node "outside" for seconds, and idem serve
 // warned that it had been removed).
+//
+// A member whose removal never reached it (a leader makes one last attempt
+// to send a removed node the configuration that removes it, and stops
+// sending to it when that attempt fails) is outside too once a leader
+// told idem serve so (MarkRemovedUnheard, RemovedUnheard): its own log
+// still lists it, and it campaigned for ever, answering writes "no leader
+// is available; retry shortly".
 func (n *Node) Outside() bool {
+	if _, ok := n.RemovedUnheard(); ok {
+		return true
+	}
 	replaying, ok := n.leftOut()
 	return ok && !replaying
 }
@@ -176,6 +186,58 @@ func (n *Node) ReplayingUnheard() bool {
 	}
 	replaying, ok := n.leftOut()
 	return ok && replaying
+}
+
+// MemberUnheard reports whether this node has state, its configuration
+// lists it, it does not lead, and it has heard from no leader within
+// stateOnItsWayWithin (counted from its start when it never has). Its own
+// state cannot tell why: the leader is down or out of reach, or it was
+// removed and the removal never reached it (a leader stops sending to a
+// node it removes after one last attempt, which a busy machine or a lost
+// packet fails). Only the cluster's leader tells (idem serve's membership
+// loop asks it, and MarkRemovedUnheard records its answer).
+func (n *Node) MemberUnheard() bool {
+	if !n.IsMember() || n.IsLeader() || !n.HasState() {
+		return false
+	}
+	lc := n.raft.LastContact()
+	if lc.IsZero() {
+		lc = n.startedAt
+	}
+	return time.Since(lc) >= stateOnItsWayWithin
+}
+
+// MarkRemovedUnheard records that a leader of term leaderTerm, asked at
+// member (its HTTP address), does not list this node, a member that hears
+// from no leader (MemberUnheard): it was removed, and the removal never
+// reached it. It reports whether the answer counts: only a leader whose
+// term is at least this node's current term speaks for the cluster. A
+// leader of an older term was deposed (this node heard of a later term, so
+// a majority moved past that leader) and its configuration may hold a
+// removal that was never committed. member "" forgets the mark (a leader
+// lists the node).
+func (n *Node) MarkRemovedUnheard(member string, leaderTerm uint64) bool {
+	if member == "" {
+		n.removedUnheard.Store(nil)
+		return true
+	}
+	if leaderTerm < n.term() || !n.MemberUnheard() {
+		return false
+	}
+	n.removedUnheard.Store(&removedMark{member: member, contact: n.raft.LastContact()})
+	return true
+}
+
+// RemovedUnheard reports whether this node is a member by its own log but
+// was removed (MarkRemovedUnheard), with the HTTP address of the leader
+// that said so. It holds while no leader has been heard from since: added
+// back, the leader sends to it again, and it is a member as before.
+func (n *Node) RemovedUnheard() (member string, ok bool) {
+	m := n.removedUnheard.Load()
+	if m == nil || !n.raft.LastContact().Equal(m.contact) || !n.MemberUnheard() {
+		return "", false
+	}
+	return m.member, true
 }
 
 const admissionPrefix = "admitted at raft index "

@@ -81,6 +81,13 @@ type Node struct {
 	// leader of this node while it replays toward its admission unheard:
 	// removed (joining.go's MarkRemovedWhileReplaying).
 	removedReplaying atomic.Pointer[removedMark]
+	// removedUnheard is what idem serve learned from a leader of this
+	// node while it believes it is a member and hears from no leader:
+	// removed (joining.go's MarkRemovedUnheard). startedAt is when the node
+	// started, the start of a silence for a node that never heard a
+	// leader.
+	removedUnheard atomic.Pointer[removedMark]
+	startedAt      time.Time
 	// told are the members' addresses as the cluster answered at the
 	// join (LearnAddrs), for the leader's HTTP address while the node's
 	// state records none (a snapshot on its way).
@@ -173,6 +180,7 @@ func open(cfg Config) (*Node, error) {
 		cfg.Registry = reg
 	}
 	n := &Node{
+		startedAt:  time.Now(),
 		cfg:        cfg,
 		log:        cfg.Logger,
 		clock:      ttl.NewClock(cfg.ClockOffset),
