@@ -64,6 +64,7 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			outside++
 		} else {
 			outside = 0
+			m.removedTold = false
 		}
 		switch {
 		case !hasState && c.bootstrapExpect > 1:
@@ -87,13 +88,20 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 			// silence (the leader sends to the old one), as it did when
 			// removed before it caught up.
 			m.checkReplaying(ctx)
+		case node.MemberUnheard() && outside == 0:
+			// A member by its own log that hears from no leader: the
+			// leader is down, or it removed this node and its last
+			// attempt to say so failed (it then stops sending): the node
+			// campaigned for ever, and answered writes "no leader". A
+			// leader that does not list it makes it Outside (the case
+			// below says so).
+			m.checkUnheard(ctx)
 		case outside > 0:
 			// Removed from the cluster: joining back on its own would undo
 			// the operator's removal. (A joining node replaying entries
 			// older than its admission is not outside: Outside.)
 			if outside == 2 {
-				log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
-					"add-back", addBackCommand(c, node.PeerHTTPAddrs()...))
+				m.warnRemoved()
 			}
 		case node.IsMember() && !node.IsLeader() && (!node.Registered() || node.AdmissionPending()) && !alone(node, c.nodeID):
 			// AdmissionPending: taken in before it asked (by hand), or its
@@ -131,7 +139,40 @@ func membership(ctx context.Context, node *raftfsm.Node, c *serveConfig, nodeTok
 // member does. Listed where it runs, it waits: the leader is down or out
 // of reach.
 func (m *member) checkReplaying(ctx context.Context) {
+	a, st, ok := m.askLeader(ctx)
+	if !ok {
+		return
+	}
+	i := slices.IndexFunc(st.Nodes, func(n raftfsm.Member) bool { return n.ID == m.c.nodeID })
+	switch {
+	case i < 0:
+		// Its answers to writes and reads say so too (api's notMemberIf).
+		m.node.MarkRemovedWhileReplaying(a)
+		if !m.replayRemoved {
+			m.replayRemoved = true
+			m.log.Warn(raftfsm.RemovedBeforeCaughtUp,
+				"leader", st.Leader.ID, "add-back", addBackCommand(m.c, a))
+		}
+	case st.Nodes[i].RaftAddr != m.c.raftAdvertise || st.Nodes[i].HTTPAddr != m.c.httpAdvertise:
+		m.node.MarkRemovedWhileReplaying("")
+		m.replayRemoved = false
+		m.tryJoin(ctx, []string{a})
+	default:
+		m.node.MarkRemovedWhileReplaying("")
+		m.replayRemoved = false
+	}
+}
+
+// askLeader asks the members this node knows (--join, and the HTTP
+// addresses its state records) for GET /v1/cluster, following an answer
+// that names another leader, and returns the first answer of a node that
+// leads, with its address. A member that names no leader (it is cut off
+// with a minority, or an election runs) tells nothing.
+func (m *member) askLeader(ctx context.Context) (string, raftfsm.Status, bool) {
 	addrs := append(splitAddrs(m.c.join), m.node.PeerHTTPAddrs()...)
+	if l, ok := m.node.Leader(); ok && l.HTTPAddr != "" {
+		addrs = append([]string{l.HTTPAddr}, addrs...)
+	}
 	asked := map[string]bool{m.c.httpAdvertise: true}
 	for i := 0; i < len(addrs); i++ {
 		a := addrs[i]
@@ -154,26 +195,53 @@ func (m *member) checkReplaying(ctx context.Context) {
 			}
 			continue
 		}
-		i := slices.IndexFunc(st.Nodes, func(n raftfsm.Member) bool { return n.ID == m.c.nodeID })
-		switch {
-		case i < 0:
-			// Its answers to writes and reads say so too (api's notMemberIf).
-			m.node.MarkRemovedWhileReplaying(a)
-			if !m.replayRemoved {
-				m.replayRemoved = true
-				m.log.Warn(raftfsm.RemovedBeforeCaughtUp,
-					"leader", st.Leader.ID, "add-back", addBackCommand(m.c, a))
-			}
-		case st.Nodes[i].RaftAddr != m.c.raftAdvertise || st.Nodes[i].HTTPAddr != m.c.httpAdvertise:
-			m.node.MarkRemovedWhileReplaying("")
-			m.replayRemoved = false
+		return a, st, true
+	}
+	return "", raftfsm.Status{}, false
+}
+
+// checkUnheard asks the cluster, for a member (by its own log) that hears
+// from no leader (Node.MemberUnheard), whether the leader lists it. Not
+// listed by a leader of a term at least its own, it was removed and the
+// leader's one last attempt to tell it failed: MarkRemovedUnheard makes it
+// Outside, which the membership loop says once, with the command that adds
+// it back, and its answers to writes and reads say too. It never joins
+// back on its own. Listed at addresses it does not run at, it asks the
+// leader to record its own. Listed where it runs, or asked no leader, it
+// waits: the leader is down or out of reach (a node cut off with a
+// minority hears no leader named, and concludes nothing).
+func (m *member) checkUnheard(ctx context.Context) {
+	a, st, ok := m.askLeader(ctx)
+	if !ok {
+		return
+	}
+	if slices.ContainsFunc(st.Nodes, func(n raftfsm.Member) bool { return n.ID == m.c.nodeID }) {
+		m.node.MarkRemovedUnheard("", 0)
+		if (!m.node.Registered() || m.node.AdmissionPending()) && !alone(m.node, m.c.nodeID) {
+			// Listed, and restarted at addresses the leader does not
+			// send to (or never told its admission): as the loop's
+			// case for such a member does, ask the leader to record
+			// them.
 			m.tryJoin(ctx, []string{a})
-		default:
-			m.node.MarkRemovedWhileReplaying("")
-			m.replayRemoved = false
 		}
 		return
 	}
+	if m.node.MarkRemovedUnheard(a, st.Term) {
+		// Said now rather than on the loop's second look at Outside:
+		// five seconds of silence went before it.
+		m.warnRemoved("leader", st.Leader.ID, "leader-term", st.Term)
+	}
+}
+
+// warnRemoved says, once while the node stays Outside, that it was
+// removed, with the command that adds it back.
+func (m *member) warnRemoved(args ...any) {
+	if m.removedTold {
+		return
+	}
+	m.removedTold = true
+	m.log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
+		append(args, "add-back", addBackCommand(m.c, m.node.PeerHTTPAddrs()...))...)
 }
 
 // learnAddrs asks the first of addrs that answers for the members'
@@ -284,6 +352,9 @@ type member struct {
 	// replayRemoved: checkReplaying said that the node was removed before
 	// it caught up.
 	replayRemoved bool
+	// removedTold: the node said that it is not in the cluster's
+	// configuration (warnRemoved), since it last was.
+	removedTold bool
 	// notIdem is when the node last said, per address, that the address
 	// answered something no idem node answers (notIdemEvery).
 	notIdem map[string]time.Time
