@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -217,14 +218,10 @@ func (n *Node) MemberUnheard() bool {
 // removal that was never committed. member "" forgets the mark (a leader
 // lists the node).
 func (n *Node) MarkRemovedUnheard(member string, leaderTerm uint64) bool {
-	if member == "" {
-		n.removedUnheard.Store(nil)
-		return true
-	}
-	if leaderTerm < n.term() || !n.MemberUnheard() {
+	if member != "" && (leaderTerm < n.term() || !n.MemberUnheard()) {
 		return false
 	}
-	n.removedUnheard.Store(&removedMark{member: member, contact: n.raft.LastContact()})
+	n.markRemoved(&n.removedUnheard, member)
 	return true
 }
 
@@ -233,11 +230,7 @@ func (n *Node) MarkRemovedUnheard(member string, leaderTerm uint64) bool {
 // that said so. It holds while no leader has been heard from since: added
 // back, the leader sends to it again, and it is a member as before.
 func (n *Node) RemovedUnheard() (member string, ok bool) {
-	m := n.removedUnheard.Load()
-	if m == nil || !n.raft.LastContact().Equal(m.contact) || !n.MemberUnheard() {
-		return "", false
-	}
-	return m.member, true
+	return n.removedSince(&n.removedUnheard, n.MemberUnheard)
 }
 
 const admissionPrefix = "admitted at raft index "
@@ -424,11 +417,34 @@ func setAside(dir string, log *slog.Logger) (string, error) {
 // admission (idem serve's log line, and its answer to writes and reads).
 const RemovedBeforeCaughtUp = "this node was removed from the cluster before it caught up with the cluster's log (the leader's configuration no longer lists it): it answers no writes or reads until it is added back (no restart needed)"
 
-// removedMark is MarkRemovedWhileReplaying's record: the member that said
-// so, and the node's last contact with a leader then.
+// removedMark is the record of a leader's word that this node was
+// removed (MarkRemovedWhileReplaying, MarkRemovedUnheard): the member that
+// said so, and the node's last contact with a leader then.
 type removedMark struct {
 	member  string
 	contact time.Time
+}
+
+// markRemoved stores in p that member said this node was removed; member
+// "" forgets it.
+func (n *Node) markRemoved(p *atomic.Pointer[removedMark], member string) {
+	if member == "" {
+		p.Store(nil)
+		return
+	}
+	p.Store(&removedMark{member: member, contact: n.raft.LastContact()})
+}
+
+// removedSince is the member of the mark in p while it holds: no leader
+// has been heard from since it was made (added back, the leader sends to
+// the node again) and unheard, the condition it was made under, still
+// holds.
+func (n *Node) removedSince(p *atomic.Pointer[removedMark], unheard func() bool) (string, bool) {
+	m := p.Load()
+	if m == nil || !n.raft.LastContact().Equal(m.contact) || !unheard() {
+		return "", false
+	}
+	return m.member, true
 }
 
 // MarkRemovedWhileReplaying records that the leader, asked at member (its
@@ -436,11 +452,7 @@ type removedMark struct {
 // admission and hears from no leader (ReplayingUnheard): it was removed
 // before it caught up. member "" forgets it (the leader lists it).
 func (n *Node) MarkRemovedWhileReplaying(member string) {
-	if member == "" {
-		n.removedReplaying.Store(nil)
-		return
-	}
-	n.removedReplaying.Store(&removedMark{member: member, contact: n.raft.LastContact()})
+	n.markRemoved(&n.removedReplaying, member)
 }
 
 // RemovedWhileReplaying reports whether this node was removed before it
@@ -450,11 +462,7 @@ func (n *Node) MarkRemovedWhileReplaying(member string) {
 // answered writes "no leader is available; retry shortly" while its log
 // said it was removed.
 func (n *Node) RemovedWhileReplaying() (member string, ok bool) {
-	m := n.removedReplaying.Load()
-	if m == nil || !n.raft.LastContact().Equal(m.contact) || !n.ReplayingUnheard() {
-		return "", false
-	}
-	return m.member, true
+	return n.removedSince(&n.removedReplaying, n.ReplayingUnheard)
 }
 
 // LearnAddrs records the members' addresses as the cluster answered them
