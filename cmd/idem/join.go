@@ -240,7 +240,7 @@ func (m *member) warnRemoved(args ...any) {
 		return
 	}
 	m.removedTold = true
-	m.log.Warn("this node is not in the cluster's configuration (removed?): it accepts no writes until an operator adds it back, which needs no restart",
+	m.log.Warn("this node is not in the cluster's configuration (removed?): it answers no writes or reads until an operator adds it back, which needs no restart",
 		append(args, "add-back", addBackCommand(m.c, m.node.PeerHTTPAddrs()...))...)
 }
 
