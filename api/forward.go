@@ -220,7 +220,15 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			}
 		}
 		if leaderless && !forwarded {
-			if p := s.receivingState(); p != nil {
+			p := s.receivingState()
+			if p == nil {
+				// A removed node waits for no leader: none will ever send
+				// to it (added back, it is a member again and follows one).
+				// It answered its callers only after LeaderWait (3 s), a
+				// load balancer still sending to it kept them waiting.
+				p = s.notMemberIf(true)
+			}
+			if p != nil {
 				writeProblem(w, p)
 				return errAnswered
 			}
