@@ -33,7 +33,7 @@ func TestBootstrapBesideANodeWithoutTLSSaysSo(t *testing.T) {
 		return strings.Contains(plain.logs.String(), tlsHTTP+" speaks HTTPS: the cluster runs with TLS, and this node without it; start it with --tls-cert-file"), ""
 	})
 	waitFor(t, 20*time.Second, "the TLS node naming the plain one", func() (bool, string) {
-		return strings.Contains(withTLS.logs.String(), plainHTTP+" speaks plain HTTP: this node runs with TLS and that one without it; start it with --tls-cert-file"), ""
+		return strings.Contains(withTLS.logs.String(), plainHTTP+" speaks plain HTTP: this node runs with TLS and that one without it; if it is a node of this cluster, start it with --tls-cert-file"), ""
 	})
 	time.Sleep(2 * time.Second) // a few more rounds: said once, not every second
 	require.Equal(t, 1, strings.Count(plain.logs.String(), "speaks HTTPS"), plain.logs.String())

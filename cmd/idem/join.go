@@ -384,7 +384,7 @@ func (m *member) send(ctx context.Context, method, addr, path string, body []byt
 	var plain tls.RecordHeaderError
 	if err != nil && req.URL.Scheme == "https" && (errors.As(err, &plain) || strings.Contains(err.Error(), "first record does not look like a TLS handshake")) {
 		// A node without TLS answers a handshake with plain HTTP.
-		return nil, nil, 0, fmt.Errorf("%s speaks plain HTTP: this node runs with TLS and that one without it; start it with --tls-cert-file, --tls-key-file and --tls-ca-file too (a certificate from this cluster's CA): %w", addr, err)
+		return nil, nil, 0, fmt.Errorf("%s speaks plain HTTP: this node runs with TLS and that one without it; if it is a node of this cluster, start it with --tls-cert-file, --tls-key-file and --tls-ca-file too (a certificate from this cluster's CA), and if it is not an idem node at all, correct the address: %w", addr, err)
 	}
 	if err != nil {
 		return nil, nil, 0, err
