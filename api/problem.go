@@ -94,7 +94,14 @@ func storeProblem(err error) *problem {
 	var sealed *raftfsm.SealedError
 	var refused *raftfsm.SealRefusedError
 	var held *raftfsm.RetentionHeldError
+	var kept *raftfsm.KeptBackError
 	switch {
+	case errors.As(err, &kept):
+		// A stale read on a non-voter the leader keeps one: this node
+		// cannot answer it until an operator acts; another node can.
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, kept.Detail())
+		p.retryAfter = 5
+		return p
 	case errors.As(err, &refused):
 		// The leader lacks the cluster's key: an operator must act, but
 		// another leader may hold it, so the client may retry.

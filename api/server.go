@@ -786,6 +786,17 @@ func (s *Server) unready(ctx context.Context) string {
 	if !s.store.Ready() {
 		return "this node has no leader or has not applied its commit index"
 	}
+	if k, ok := s.store.(interface{ KeptBack() error }); ok {
+		// A non-voter the leader keeps one: its state may lack records,
+		// so a caller routing reads by /readyz must not read here.
+		if err := k.KeptBack(); err != nil {
+			var kept *raftfsm.KeptBackError
+			if errors.As(err, &kept) {
+				return kept.Detail()
+			}
+			return err.Error()
+		}
+	}
 	if !s.store.IsLeader() {
 		l, ok := s.store.Leader()
 		if !ok || l.HTTPAddr == "" {

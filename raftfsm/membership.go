@@ -1233,8 +1233,10 @@ func (n *Node) healthLoop() {
 			return
 		case <-t.C:
 			if !n.IsLeader() {
+				n.askWhetherKept(ctx)
 				continue
 			}
+			n.kept.clear(n) // a leader is a voter
 			n.measure(ctx)
 			n.noteVoterRetention()
 			n.promote()

@@ -106,6 +106,10 @@ type Node struct {
 	// retAnyHandOff spaces the hand-offs of a leader that cannot read the
 	// voters' --retention (their checks refuse its node token).
 	retAnyHandOff spacer
+	// kept is what this node, a non-voter, last learned from the leader of
+	// being kept one (keptback.go): it is then not ready and answers no
+	// stale read.
+	kept keptState
 
 	votes    voteHold     // votehold.go: the vote of a node that started empty
 	campaign campaignHold // votehold.go: its candidacy, held with its vote
@@ -1271,6 +1275,10 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 		if err := n.readBarrier(ctx); err != nil {
 			return nil, false, err
 		}
+	} else if err := n.KeptBack(); err != nil {
+		// Its state may lack records the others hold (keptback.go): a
+		// miss here could be a key the cluster holds.
+		return nil, false, err
 	}
 	// Expiry is judged at the cluster time of the applied log, not by this
 	// node's clock, which runs ahead of it: every later claim is decided
