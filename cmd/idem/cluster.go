@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
 
@@ -98,6 +99,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	allowShort := fs.Bool("allow-short-retention", false, "allow a --retention below 1m (set-retention; tests and demos only)")
 	force := fs.Bool("force", false, "make the change even if it leaves the cluster without a quorum of healthy voters (join, remove)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer instead of a table or sentence")
+	hashes := fs.Bool("state-hashes", false, "status: also ask every member for its state hash (GET /v1/admin/state, an admin route that reads every record: for investigations, not for monitoring) and show which replicas differ")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	tlsFlags := addClientTLSFlags(fs, "addr")
 	fs.Usage = func() {
@@ -250,6 +252,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		}
 		leaderDowngrades(ctx, &st, append(opts, tlsOpts...))
 		printStatus(stdout, st)
+		if *hashes {
+			printStateHashes(stdout, memberStateHashes(ctx, st, append(opts, tlsOpts...)))
+		}
 		if drift := settingsDrift(ctx, st, append(opts, tlsOpts...)); len(drift) > 0 {
 			leader := "none now"
 			if st.Leader != nil {
@@ -829,4 +834,88 @@ func fmtLeft(d time.Duration) string {
 		return fmt.Sprintf("%dh", hours)
 	}
 	return fmt.Sprintf("%dd%dh", days, hours)
+}
+
+// stateHash is one member's GET /v1/admin/state, or why it was not read.
+type stateHash struct {
+	id, hash string
+	applied  uint64
+	err      string
+}
+
+// memberStateHashes asks every member with an HTTP address for its state
+// hash, in parallel.
+func memberStateHashes(ctx context.Context, st raftfsm.Status, opts []client.Option) []stateHash {
+	out := make([]stateHash, len(st.Nodes))
+	var wg sync.WaitGroup
+	for i, m := range st.Nodes {
+		out[i].id = m.ID
+		if m.HTTPAddr == "" {
+			out[i].err = "its HTTP address is not known"
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.New(m.HTTPAddr, opts...)
+			if err == nil {
+				cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				var raw json.RawMessage
+				raw, err = c.Do(cctx, http.MethodGet, "/v1/admin/state", nil, nil)
+				cancel()
+				var a struct {
+					StateHash    string `json:"state_hash"`
+					AppliedIndex uint64 `json:"applied_index"`
+				}
+				if err == nil {
+					err = json.Unmarshal(raw, &a)
+				}
+				out[i].hash, out[i].applied = a.StateHash, a.AppliedIndex
+			}
+			if err != nil {
+				out[i].err = notHTTP(err).Error()
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// printStateHashes writes each member's state hash and applied index, and
+// a warning for replicas whose hashes differ at the same applied index
+// (their states diverged: one lacks or holds writes the others do not).
+// Hashes read at different indexes do not compare.
+func printStateHashes(w io.Writer, hs []stateHash) {
+	fmt.Fprintln(w, "state hashes (GET /v1/admin/state; only hashes at the same applied index compare):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	byIndex := map[uint64][]stateHash{}
+	for _, h := range hs {
+		if h.err != "" {
+			fmt.Fprintf(tw, "  %s\t-\t-\t%s\n", h.id, h.err)
+			continue
+		}
+		fmt.Fprintf(tw, "  %s\t%s\tapplied %d\t\n", h.id, h.hash, h.applied)
+		byIndex[h.applied] = append(byIndex[h.applied], h)
+	}
+	tw.Flush()
+	comparable := false
+	for _, idx := range slices.Sorted(maps.Keys(byIndex)) {
+		group := byIndex[idx]
+		comparable = comparable || len(group) > 1
+		hashes := map[string][]string{}
+		for _, h := range group {
+			hashes[h.hash] = append(hashes[h.hash], h.id)
+		}
+		if len(hashes) < 2 {
+			continue
+		}
+		var parts []string
+		for _, hash := range slices.Sorted(maps.Keys(hashes)) {
+			parts = append(parts, strings.Join(hashes[hash], ", ")+" "+hash)
+		}
+		fmt.Fprintf(w, "WARNING: the replicas' states differ at applied index %d (%s): one lacks writes the others hold, or holds writes they lack. The hashes alone do not tell which holds the acknowledged history (a kept non-voter or a member downgraded in place, above, is the likely one): copy every data dir aside as it is before changing anything (docs/OPERATIONS.md, checking that replicas agree)\n", idx, strings.Join(parts, "; "))
+	}
+	if !comparable && len(byIndex) > 1 {
+		fmt.Fprintln(w, "NOTE: no two replicas were read at the same applied index (writes are going on): run this again while the cluster is idle to compare them")
+	}
 }
