@@ -203,7 +203,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			}
 		}
 	case "set-retention":
-		if *retention == 0 {
+		given := false
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == "retention" })
+		if !given {
 			fmt.Fprintln(stderr, "idem cluster set-retention: --retention is required (e.g. --retention 48h)")
 			return 2
 		}

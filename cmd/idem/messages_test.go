@@ -44,6 +44,8 @@ func TestDurationWithoutUnitNamesTheFix(t *testing.T) {
 		// It printed slog's `slog: level string "verbose": unknown name`, naming no level it takes.
 		{args: []string{"serve", "--log-level", "verbose"}, want: `idem serve: --log-level "verbose" must be debug, info, warn or error`},
 		{args: []string{"cluster", "set-retention", "--retention", "48"}, want: "idem cluster set-retention: --retention 48: a duration needs a unit, e.g. 48h, 30m or 90s (see idem cluster --help)"},
+		// A zero retention given was answered "--retention is required", as if it had not been.
+		{args: []string{"cluster", "set-retention", "--retention", "0s"}, want: "idem cluster set-retention: --retention: retention must be positive (got 0s)"},
 		{args: []string{"cluster", "status", "--force=maybe"}, want: `idem cluster status: --force: invalid boolean "maybe" (see idem cluster --help)`},
 		{args: []string{"keys", "status", "--timeout", "5"}, want: "idem keys status: --timeout 5: a duration needs a unit, e.g. 48h, 30m or 90s (see idem keys --help)"},
 		{args: []string{"claim", "--lease", "30"}, want: "idem claim: --lease 30: a duration needs a unit, e.g. 48h, 30m or 90s"},
