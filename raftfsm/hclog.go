@@ -157,6 +157,9 @@ func errorLevel(msg string, args []any) slog.Level {
 		// every request 503; raft would say it at every heartbeat.
 		return slog.LevelDebug
 	}
+	if peerStopping(msg, err) {
+		return slog.LevelInfo
+	}
 	switch msg {
 	case "failed to open snapshot", "failed to send snapshot to":
 		// A leader short of disk to write its state out for a follower
@@ -190,6 +193,21 @@ func errorLevel(msg string, args []any) slog.Level {
 		}
 	}
 	return slog.LevelError
+}
+
+// peerStopping says a peer answered this node's raft call that its raft
+// is shutting down (raft's transport passes the peer's error back as its
+// text): it is being stopped (SIGTERM, a rolling restart), which its own
+// log tells. A leader logged it at ERROR, "failed to heartbeat to ... raft
+// is already shutdown", as if its own raft had stopped. A peer that stays
+// away is dialled again and refused, which stays an error.
+func peerStopping(msg string, err error) bool {
+	switch msg {
+	case "failed to heartbeat to", "failed to appendEntries to", "failed to make requestVote RPC",
+		"failed to install snapshot", "failed to send snapshot to", "failed to timeout now":
+		return err.Error() == raft.ErrRaftShutdown.Error()
+	}
+	return false
 }
 
 // peerEnded says a read or write failed because the peer ended the

@@ -108,3 +108,25 @@ func TestRoutineRaftErrorsAreInfo(t *testing.T) {
 	h.Error("failed to get log", "index", 9, "error", errors.New("checksum mismatch"))
 	require.Equal(t, 2, strings.Count(buf.String(), "level=ERROR"), buf.String())
 }
+
+// A peer being stopped (SIGTERM: a rolling restart, make cluster's Ctrl-C)
+// answers the leader's heartbeats and appends "raft is already shutdown"
+// until it closes its listener; the leader logged each at ERROR, "failed to
+// heartbeat to ... raft is already shutdown", which reads as if its own raft
+// had stopped. Found in a walk of restarts under load. A peer that then
+// stays down (connection refused) is still an error.
+func TestRaftErrorOfAStoppingPeerIsInfo(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	peer := raft.Server{Suffrage: raft.Voter, ID: "n2", Address: "127.0.0.2:7071"}
+	// As raft's network transport passes a peer's error back: its text.
+	remote := errors.New(raft.ErrRaftShutdown.Error())
+	h.Error("failed to heartbeat to", "peer", peer.Address, "backoff time", 10, "error", remote)
+	h.Error("failed to appendEntries to", "peer", peer, "error", remote)
+	require.NotContains(t, buf.String(), "level=ERROR", buf.String())
+	require.Equal(t, 2, strings.Count(buf.String(), "level=INFO"), buf.String())
+
+	buf.Reset()
+	h.Error("failed to heartbeat to", "peer", peer.Address, "backoff time", 500, "error", errors.New("dial tcp 127.0.0.1:0->127.0.0.2:7071: connect: connection refused"))
+	require.Contains(t, buf.String(), "level=ERROR")
+}
