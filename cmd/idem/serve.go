@@ -1204,7 +1204,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 
 // warnRetentionDrift says that --retention (flag) is not what claims get.
 func warnRetentionDrift(log *slog.Logger, flag, cluster time.Duration) {
-	log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. Start this node with --retention "+cluster.String()+", or, to change the cluster's, run idem cluster set-retention",
+	advice := "--retention " + cluster.String()
+	if cluster < ttl.MinRetention {
+		// idem serve refuses such a --retention without it.
+		advice += " --allow-short-retention"
+	}
+	log.Warn("--retention differs from the cluster's retention, which every claim gets whichever node leads: the flag only seeds a new cluster's. Start this node with "+advice+", or, to change the cluster's, run idem cluster set-retention",
 		"retention", flag.String(), "cluster-retention", cluster.String())
 }
 
