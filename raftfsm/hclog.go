@@ -9,7 +9,9 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -26,10 +28,13 @@ type hclogAdapter struct {
 	// quiet, when set and true, sends the routine lines of a catch-up
 	// (warnLevel's info) to debug: see newHCLog.
 	quiet func() bool
+	// repeats spaces raft's errors that repeat while a peer is down
+	// (peerDownRepeats); shared by the loggers With and Named derive.
+	repeats *repeatSpacer
 }
 
 func newHCLog(l *slog.Logger) hclog.Logger {
-	return &hclogAdapter{Logger: hclog.NewNullLogger(), l: l.With("component", "raft")}
+	return &hclogAdapter{Logger: hclog.NewNullLogger(), l: l.With("component", "raft"), repeats: &repeatSpacer{last: map[string]repeat{}}}
 }
 
 // newQuietHCLog is newHCLog for a node whose raft's routine catch-up lines
@@ -72,8 +77,20 @@ func (h *hclogAdapter) Warn(msg string, args ...any) {
 	}
 	h.log(level, msg, args...)
 }
-func (h *hclogAdapter) Error(msg string, args ...any) { h.log(errorLevel(msg, args), msg, args...) }
-func (h *hclogAdapter) IsTrace() bool                 { return false }
+func (h *hclogAdapter) Error(msg string, args ...any) {
+	level := errorLevel(msg, args)
+	if level == slog.LevelError && peerDownRepeats[msg] {
+		peer, _ := hcArg(args, "peer")
+		said, n := h.repeats.note(msg+" "+fmt.Sprint(peer), time.Now())
+		if !said {
+			level = slog.LevelDebug
+		} else if n > 0 {
+			args = append(args, "repeated", n, "repeated-within", repeatEvery.String())
+		}
+	}
+	h.log(level, msg, args...)
+}
+func (h *hclogAdapter) IsTrace() bool { return false }
 func (h *hclogAdapter) IsDebug() bool {
 	return h.l.Enabled(context.Background(), slog.LevelDebug)
 }
@@ -146,6 +163,13 @@ func warnLevel(msg string, args []any) slog.Level {
 // logs when the leader drops it, and any peer's restart causes: nothing of
 // this node failed, and the peer's own logs tell why it went.
 func errorLevel(msg string, args []any) slog.Level {
+	if msg == "peer has newer term, stopping replication" {
+		// The leader learns that another node won a later term: a
+		// leadership transfer (idem cluster transfer-leadership, a
+		// rolling restart) ends this way, and the new leader's election
+		// is logged. Nothing failed.
+		return slog.LevelInfo
+	}
 	v, _ := hcArg(args, "error")
 	err, isErr := v.(error)
 	if !isErr {
@@ -193,6 +217,48 @@ func errorLevel(msg string, args []any) slog.Level {
 		}
 	}
 	return slog.LevelError
+}
+
+// peerDownRepeats are raft's errors said on every try while a peer is
+// down or out of reach: a leader's heartbeats are retried every half
+// heartbeat timeout, so one voter stopped for a rolling restart filled the
+// leader's log with about two ERROR lines a second (149 in 75 s).
+var peerDownRepeats = map[string]bool{
+	"failed to heartbeat to":     true,
+	"failed to appendEntries to": true,
+}
+
+// repeatEvery is how often a repeating error (peerDownRepeats) is said
+// per peer; the tries between go to debug, and the next line counts them.
+const repeatEvery = 30 * time.Second
+
+// repeatSpacer says a line per key at most once per repeatEvery.
+type repeatSpacer struct {
+	mu   sync.Mutex
+	last map[string]repeat
+}
+
+type repeat struct {
+	at      time.Time
+	skipped int
+}
+
+// note reports whether the line of key is said now, and if it is, how
+// many were not said since the last one that was.
+func (r *repeatSpacer) note(key string, now time.Time) (say bool, skipped int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, seen := r.last[key]
+	if seen && now.Sub(p.at) < repeatEvery {
+		p.skipped++
+		r.last[key] = p
+		return false, 0
+	}
+	if len(r.last) > 1024 {
+		clear(r.last) // peers come and go: keep it bounded
+	}
+	r.last[key] = repeat{at: now}
+	return true, p.skipped
 }
 
 // peerStopping says a peer answered this node's raft call that its raft
