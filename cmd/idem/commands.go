@@ -309,6 +309,11 @@ func flagValueError(f *flag.Flag, v string, err error, env string) error {
 			if isPlainNumber(v) {
 				return fmt.Errorf("%s: a duration needs a unit, e.g. 48h, 30m or 90s", given)
 			}
+			// Days and weeks are the units a retention is thought of in,
+			// and Go's durations have neither.
+			if h, ok := daysOrWeeks(v); ok {
+				return fmt.Errorf("%s: a duration takes the units h, m, s, ms, us and ns, not days or weeks: write %s", given, h)
+			}
 			// Well formed but past what a duration holds: time.ParseDuration
 			// calls that invalid too.
 			if durationForm.MatchString(v) {
@@ -330,6 +335,21 @@ func flagValueError(f *flag.Flag, v string, err error, env string) error {
 		return errors.New(msg + ": out of range")
 	}
 	return fmt.Errorf("%s: %w", msg, err)
+}
+
+// daysOrWeeks is v, a whole number of days or weeks ("1d", "7d", "2w"),
+// in hours.
+func daysOrWeeks(v string) (string, bool) {
+	n, unit := v[:max(len(v)-1, 0)], strings.ToLower(v[max(len(v)-1, 0):])
+	per := map[string]int{"d": 24, "w": 7 * 24}[unit]
+	if per == 0 || !isPlainNumber(n) || strings.ContainsAny(n, ".-+") {
+		return "", false
+	}
+	k, err := strconv.Atoi(n)
+	if err != nil || k > 2562047/per {
+		return "", false
+	}
+	return strconv.Itoa(k*per) + "h", true
 }
 
 // durationForm is what time.ParseDuration accepts, whatever the size.

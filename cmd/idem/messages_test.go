@@ -34,6 +34,10 @@ func TestDurationWithoutUnitNamesTheFix(t *testing.T) {
 		{args: []string{"serve", "--bucket-width=2"}, want: "idem serve: --bucket-width 2: a duration needs a unit, e.g. 48h, 30m or 90s"},
 		{args: []string{"serve", "--lease", "1.5"}, want: "idem serve: --lease 1.5: a duration needs a unit, e.g. 48h, 30m or 90s"},
 		{args: []string{"serve"}, env: "48", want: "idem serve: $IDEM_RETENTION=48 (--retention): a duration needs a unit, e.g. 48h, 30m or 90s"},
+		// A retention is thought of in days; Go's durations have none.
+		{args: []string{"serve", "--retention", "1d"}, want: "idem serve: --retention 1d: a duration takes the units h, m, s, ms, us and ns, not days or weeks: write 24h"},
+		{args: []string{"cluster", "set-retention", "--retention", "2w"}, want: "idem cluster set-retention: --retention 2w: a duration takes the units h, m, s, ms, us and ns, not days or weeks: write 336h (see idem cluster --help)"},
+		{args: []string{"serve", "--retention", "1.5d"}, want: `idem serve: --retention: invalid duration "1.5d"`},
 		{args: []string{"serve", "--retention", "abc"}, want: `idem serve: --retention: invalid duration "abc"`},
 		{args: []string{"serve", "--max-lease", "10000000h"}, want: `idem serve: --max-lease: invalid duration "10000000h": out of range, the longest is 2562047h (about 292 years)`},
 		{args: []string{"serve", "--retention", "1e3h"}, want: `idem serve: --retention: invalid duration "1e3h"`},
