@@ -1281,7 +1281,8 @@ func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 		if body != nil {
 			out.Body = body
 		}
-		next.ServeHTTP(&keepReading{ResponseWriter: w, http10: !r.ProtoAtLeast(1, 1)}, out)
+		_, keyed := middleware.FromContext(r.Context())
+		next.ServeHTTP(&keepReading{ResponseWriter: w, http10: !r.ProtoAtLeast(1, 1), keyed: keyed}, out)
 	})
 }
 
@@ -1331,6 +1332,8 @@ type keepReading struct {
 	flushed bool
 	// http10: the caller spoke HTTP/1.0, which has no interim answers.
 	http10 bool
+	// keyed: the answer is recorded for the store (a keyed request).
+	keyed bool
 }
 
 // WriteHeader passes on every status but an upstream's 100 Continue. A
@@ -1362,12 +1365,16 @@ func (k *keepReading) Write(b []byte) (int, error) {
 }
 
 func (k *keepReading) FlushError() error {
-	if !streamingType(k.Header().Get("Content-Type")) {
+	if k.keyed && !streamingType(k.Header().Get("Content-Type")) {
 		// ReverseProxy flushes every answer without Content-Length as it
 		// copies it, but a Go service sends any answer over 2 KiB chunked:
 		// that is a complete answer (a payment's JSON) which must be stored
 		// and replayed whole, not a stream. Its bytes still go out as
 		// they are copied; only the flush, which marks a stream, is skipped.
+		// Not for an unkeyed request, whose answer nothing stores: skipped
+		// there, a chunked answer of any other type (a log tail in
+		// text/plain, a watch in application/json) sat in the caller's
+		// write buffer, its headers too, until 4 KiB gathered or it ended.
 		return nil
 	}
 	k.flushed = true
