@@ -118,7 +118,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&c.streamStallTimeout, "stream-stall-timeout", 10*time.Second, "an unkeyed request's body (a method outside --methods: an upload, a chunked event stream) streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed. Raise it for clients that go quiet longer between writes (log shipping over one long upload); 0: no bound, each such body holds its --max-inflight slot for as long as its caller likes")
 	fs.DurationVar(&c.writeTimeout, "write-timeout", 30*time.Second, "how long a caller has to take each write of an answer (each event of a stream): a caller that stops reading is cut off, and a keyed request's attempt is completed from the upstream's whole answer")
 	sizeVar(fs, &c.maxStoredBody, "max-stored-body", 65536, "largest answer body stored for replays, a size (bytes, or e.g. 64KiB): the store's --max-response-bytes (a larger answer reaches its caller and is stored without its body)")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM or Ctrl-C, let requests in flight finish for up to this `duration`, connections switched to another protocol (WebSocket) included: the proxy exits once the last closes")
 	fs.IntVar(&c.maxInFlight, "max-inflight", defaultProxyMaxInFlight, "most requests handled at once, `n`, from their headers to the end of their answer (a stream's included); beyond it a request is answered 503 unavailable with Retry-After: 1, before its body is read and without calling the store or the upstream")
 	fs.IntVar(&c.maxConns, "max-conns", defaultProxyMaxConns, "most open connections from callers, `n`; one more is answered 503 unavailable with Retry-After: 1 and closed at once (with --tls-cert-file the refused caller sees its TLS handshake fail instead). Lowered to fit the open-files limit (raised to its hard limit at start), keeping one descriptor per --max-inflight request for its upstream call")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
@@ -803,8 +803,11 @@ func (p *proxy) run(ctx context.Context) error {
 		ln = tls.NewListener(ln, p.listenTLS)
 		scheme = "https"
 	}
+	// Handlers running, a switched connection's (WebSocket) included,
+	// which srv.Shutdown no longer waits for once it is hijacked.
+	var running atomic.Int64
 	srv := &http.Server{
-		Handler:           writeDeadlines(p.framing(p.limitInFlight(h)), p.cfg.writeTimeout),
+		Handler:           countRunning(&running, writeDeadlines(p.framing(p.limitInFlight(h)), p.cfg.writeTimeout)),
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       60 * time.Second,
 		ErrorLog:          slog.NewLogLogger(p.log.Handler(), slog.LevelDebug),
@@ -838,8 +841,33 @@ func (p *proxy) run(ctx context.Context) error {
 		srv.Close()
 		return fmt.Errorf("shutdown: requests still running after --shutdown-timeout %s: %w", p.cfg.shutdownTimeout, err)
 	}
+	// What runs still is a connection switched to another protocol (a
+	// WebSocket), which Shutdown lets go of. Exiting at once cut each one
+	// at the SIGTERM, within the grace any other request gets (1006 at a
+	// WebSocket client, a message on its way lost); they get it too.
+	if n := running.Load(); n > 0 {
+		p.log.Info("waiting for upgraded connections (WebSocket) to close", "open", n, "in-flight-grace", p.cfg.shutdownTimeout.String())
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for running.Load() > 0 {
+			select {
+			case <-sctx.Done():
+				return fmt.Errorf("shutdown: upgraded connections (WebSocket) still open after --shutdown-timeout %s: %d cut", p.cfg.shutdownTimeout, running.Load())
+			case <-tick.C:
+			}
+		}
+	}
 	p.log.Info("proxy stopped")
 	return nil
+}
+
+// countRunning keeps n at the number of handlers running.
+func countRunning(n *atomic.Int64, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n.Add(1)
+		defer n.Add(-1)
+		next.ServeHTTP(w, r)
+	})
 }
 
 // defaultProxyMaxConns is the default of --max-conns: callers' connections,
