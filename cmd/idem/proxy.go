@@ -600,6 +600,11 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 				what = "refused the connection"
 			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
 				what = "closed the connection before it answered"
+			case strings.Contains(err.Error(), "backend tried to switch"):
+				// It answered 101 Switching Protocols to a request that
+				// asked for no such switch (httputil.ReverseProxy's
+				// words): it ran the request.
+				what = "answered 101 Switching Protocols to a request that did not ask for that protocol: it may have done the work, and a retry runs it again (told Idempotency-Attempt)"
 			case strings.Contains(err.Error(), "malformed"):
 				// It answered, with a status line or a header net/http
 				// cannot read: it may well have done the work.
