@@ -1630,6 +1630,25 @@ var pendingCompletes atomic.Int64
 
 const maxPendingCompletes = 10_000
 
+// WaitCompletes waits until every complete asked again in the background
+// (the store did not take it in time, and its caller has its answer) is
+// stored or given up, or until ctx is done. A server calls it after its
+// Shutdown: exiting with one on its way left the key claimed, and the
+// caller's retry ran the request again after the lease though it had been
+// answered.
+func WaitCompletes(ctx context.Context) error {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for pendingCompletes.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d answers not stored: %w", pendingCompletes.Load(), ctx.Err())
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 func (m *mw) release(r *http.Request, s scope, token, reason string) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()

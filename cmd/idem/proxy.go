@@ -862,6 +862,12 @@ func (p *proxy) run(ctx context.Context) error {
 			}
 		}
 	}
+	// Answers whose callers have them but whose completes the store has
+	// not taken yet are asked again in the background: exiting dropped
+	// them, and each key's retry ran again after its lease.
+	if err := middleware.WaitCompletes(sctx); err != nil {
+		return fmt.Errorf("shutdown: answers not stored after --shutdown-timeout %s (their retries may run again): %w", p.cfg.shutdownTimeout, err)
+	}
 	p.log.Info("proxy stopped")
 	return nil
 }
