@@ -137,7 +137,10 @@
 //     handler again (logged at error). At most 10,000 completes wait in
 //     the background at once in a process, each holding its answer (up to
 //     MaxStoredBody: 640 MiB at the default, the price of not running a
-//     request twice); one more is dropped, logged at error.
+//     request twice); one more is dropped, logged at error. A server
+//     stopping calls WaitCompletes after its http.Server's Shutdown, within
+//     its grace: exiting with a complete on its way leaves the key claimed,
+//     and the caller's retry runs the handler again after the lease.
 //   - the store refuses the client's credentials (401 or 403: a wrong store
 //     token, or an app token whose principal patterns miss this principal)
 //     or the call (another 4xx): logged at error as a configuration

@@ -58,18 +58,25 @@ func run(listen, storeAddr, storeToken, dbPath string, log *slog.Logger) error {
 	srv := &http.Server{Addr: listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stopped := make(chan error, 1)
 	go func() {
 		<-ctx.Done()
-		// Let attempts in flight finish and store their answers.
+		// Let attempts in flight finish and store their answers, then
+		// wait for the answers sent whose store the idem store had not
+		// yet taken (it was away): exiting with one on its way would let
+		// its retry run the payment again after the lease.
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		srv.Shutdown(sctx)
+		err := srv.Shutdown(sctx)
+		stopped <- errors.Join(err, middleware.WaitCompletes(sctx))
 	}()
 	log.Info("payments listening", "addr", listen, "store", storeAddr, "db", dbPath)
 	if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
-	return nil
+	// ListenAndServe returns as soon as Shutdown begins; the attempts in
+	// flight end only when it returns.
+	return <-stopped
 }
 
 // apiKeys are the service's own credentials: each API key is one merchant
