@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
 	"github.com/idem-store/idem/engine"
@@ -109,4 +111,51 @@ func TestNonVoterCatchingUpIsNotKeptBack(t *testing.T) {
 	close(done)
 	_, kept := everKept.Load("n2")
 	require.False(t, kept, "a non-voter catching up was kept back")
+}
+
+// The cluster's first claim carrying its credential's cap, written while a
+// non-voter is caught up (between two of the leader's health rounds): its
+// last answer, taken before the claim, records no capped claim applied,
+// and the leader compared it with its own state as it is after the claim,
+// so it named the non-voter's state as lacking records (not_promoted) until
+// its next round; the non-voter, asking then, was kept back (/readyz 503,
+// stale reads refused) for three more rounds. A node is compared with the
+// leader's state as of the index its answer is known to have applied.
+func TestFirstCappedClaimDoesNotKeepACaughtUpNonVoterBack(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	var calls atomic.Int32
+	var triggered atomic.Bool
+	n1.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if err != nil || addr != "mem-n2" || calls.Add(1) < 2 || triggered.Load() {
+			return st, err
+		}
+		if st.AppliedIndex >= n1.raft.CommitIndex() && n1.membersHave(FeatureCredentialCap) {
+			// Caught up, and its answer is on its way: the first capped claim now.
+			mustClaim(t, n1, capClaim("cus_1", "k", 5, "cus_"))
+			triggered.Store(true)
+		}
+		return st, err
+	})
+	n2 := c.open("n2", "", false)
+	res, err := n1.Join(n2.Self(), false, false)
+	require.NoError(t, err)
+	require.NoError(t, n2.Admitted(res.AdmittedIndex))
+	require.Eventually(t, triggered.Load, 20*time.Second, 5*time.Millisecond, "the capped claim was never written while n2 was a caught-up non-voter")
+	named := ""
+	deadline := time.Now().Add(3 * probeEvery)
+	for time.Now().Before(deadline) && named == "" {
+		m := member(t, n1, "n2")
+		if m.Suffrage == raft.Nonvoter.String() {
+			named = m.NotPromoted
+		}
+		if n2.KeptBack() != nil {
+			named = n2.KeptBack().Error()
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.Empty(t, named, "a caught-up non-voter whose state holds every record was kept back")
+	c.waitSuffrage(n1, "n2", "Voter")
 }

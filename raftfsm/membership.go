@@ -1113,6 +1113,10 @@ type peerState struct {
 type commitSample struct {
 	at    time.Time
 	index uint64
+	// gated is the leader's state's record of gated entries applied
+	// (engine.Meta.Gated), read before index: a node that applied index
+	// holds every kind it records.
+	gated uint64
 }
 
 // peerHealth is the leader's measurement of one peer.
@@ -1123,7 +1127,10 @@ type peerHealth struct {
 	applied    uint64    // at answeredAt
 	lag        uint64    // the leader's commit index minus applied, at answeredAt
 	caughtUp   bool      // applied, at answeredAt, what was committed one round earlier
-	err        string    // why the last attempt failed ("" when it answered)
+	// caughtUpGated is the leader's record of gated entries applied (engine.Meta.Gated)
+	// as of that index: what a caught-up node's state must record too.
+	caughtUpGated uint64
+	err           string // why the last attempt failed ("" when it answered)
 	// tokenRefused: the last attempt was refused for this node's token
 	// (ErrTokenRefused): the peer's --auth-file lacks the nodes' entry.
 	tokenRefused bool
@@ -1315,6 +1322,9 @@ func (n *Node) measure(ctx context.Context) {
 		return
 	}
 	term := n.term()
+	// Read before the commit index: the state it is read from applied no
+	// more than that index, so a node that applied it records every kind.
+	gated := n.db.Meta().Gated
 	commit := n.raft.CommitIndex()
 	start := time.Now()
 
@@ -1322,11 +1332,12 @@ func (n *Node) measure(ctx context.Context) {
 	if n.peers.term != term || n.peers.byID == nil {
 		n.peers.term, n.peers.byID, n.peers.commits, n.peers.shared = term, map[string]*peerHealth{}, nil, nil
 	}
-	prevCommit, hasPrev := uint64(0), len(n.peers.commits) > 0
+	prevCommit, prevGated, hasPrev := uint64(0), uint64(0), len(n.peers.commits) > 0
 	if hasPrev {
-		prevCommit = n.peers.commits[len(n.peers.commits)-1].index
+		last := n.peers.commits[len(n.peers.commits)-1]
+		prevCommit, prevGated = last.index, last.gated
 	}
-	n.peers.commits = append(n.peers.commits, commitSample{at: start, index: commit})
+	n.peers.commits = append(n.peers.commits, commitSample{at: start, index: commit, gated: gated})
 	// Keep a little more than the window the judgement looks back on.
 	for len(n.peers.commits) > 2 && start.Sub(n.peers.commits[1].at) > behindWindow+2*probeEvery {
 		n.peers.commits = n.peers.commits[1:]
@@ -1382,6 +1393,7 @@ func (n *Node) measure(ctx context.Context) {
 			h.clockUncertaintyMs = ptr(max(r.atWallMs-r.sentWallMs, 0)/2 + 1)
 		}
 		h.caughtUp = hasPrev && r.st.AppliedIndex >= prevCommit
+		h.caughtUpGated = prevGated
 		// Its last contact from a leader counts only when it follows this one.
 		if r.st.LastLeaderContactMs != nil && r.st.Leader != nil && r.st.Leader.ID == n.self.ID {
 			h.contactAt = r.at.Add(-time.Duration(*r.st.LastLeaderContactMs) * time.Millisecond)
@@ -1526,12 +1538,15 @@ func (n *Node) notPromotable(h *peerHealth) string {
 		// it would claim their keys again.
 		return "it runs a release that does not apply claims carrying their credential's max_principals, which this cluster has written (its status lists no " + FeatureCredentialCap + "), so its state may lack the records they made: " + rebuildOnRelease
 	}
-	if n.db.Meta().Gated&gatedCredentialCap != 0 && h.caughtUp && h.gated != nil && *h.gated&gatedCredentialCap == 0 {
+	if h.caughtUpGated&gatedCredentialCap != 0 && h.caughtUp && h.gated != nil && *h.gated&gatedCredentialCap == 0 {
 		// It lists the feature now, but its state, caught up, records
 		// no capped claim applied: it replayed them on an earlier
 		// release, which skipped them, and was upgraded on its data dir,
 		// where they are not applied again. Leading, it would claim their
-		// keys again.
+		// keys again. Compared with the leader's state as of the index
+		// the node is known to have applied: the cluster's first capped
+		// claim, written since, is not in its answer, and named a node
+		// whose state holds every record (it was then kept back).
 		return "its state, caught up, records no claim carrying its credential's max_principals though this cluster has written them: it replayed them on a release that skips them and was upgraded on its data dir, which does not apply them again, so its state lacks their records: " + rebuildOnRelease
 	}
 	if len(n.fsm.keys.recordedChecks()) > 0 && !slices.Contains(h.features, FeatureKeyCheck) {
