@@ -81,7 +81,7 @@ func (h *hclogAdapter) Error(msg string, args ...any) {
 	level := errorLevel(msg, args)
 	if level == slog.LevelError && peerDownRepeats[msg] {
 		peer, _ := hcArg(args, "peer")
-		said, n := h.repeats.note(msg+" "+fmt.Sprint(peer), time.Now())
+		said, n := h.repeats.note(msg+" "+fmt.Sprint(peer)+" "+errKind(args), time.Now())
 		if !said {
 			level = slog.LevelDebug
 		} else if n > 0 {
@@ -239,26 +239,50 @@ type repeatSpacer struct {
 }
 
 type repeat struct {
-	at      time.Time
-	skipped int
+	at      time.Time // when it was last said
+	tried   time.Time // when it last happened
+	skipped int       // how many times since at, not said
 }
 
 // note reports whether the line of key is said now, and if it is, how
-// many were not said since the last one that was.
+// many were not said since the last one that was, in the same run of
+// failures: one that comes after repeatEvery without it (the peer was
+// back) starts a new run, and the count of the run before is dropped.
 func (r *repeatSpacer) note(key string, now time.Time) (say bool, skipped int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	p, seen := r.last[key]
+	if seen && now.Sub(p.tried) >= repeatEvery {
+		p.skipped = 0
+	}
 	if seen && now.Sub(p.at) < repeatEvery {
 		p.skipped++
+		p.tried = now
 		r.last[key] = p
 		return false, 0
 	}
 	if len(r.last) > 1024 {
 		clear(r.last) // peers come and go: keep it bounded
 	}
-	r.last[key] = repeat{at: now}
+	r.last[key] = repeat{at: now, tried: now}
 	return true, p.skipped
+}
+
+// errKind is the last part of a raft error's text, which names what went
+// wrong ("connection refused", "certificate signed by unknown
+// authority", "EOF") without the addresses before it: another kind of
+// failure for the same peer is said on its own.
+func errKind(args []any) string {
+	v, _ := hcArg(args, "error")
+	err, ok := v.(error)
+	if !ok {
+		return ""
+	}
+	t := err.Error()
+	if i := strings.LastIndex(t, ": "); i >= 0 {
+		t = t[i+2:]
+	}
+	return t
 }
 
 // peerStopping says a peer answered this node's raft call that its raft

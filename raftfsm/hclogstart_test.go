@@ -149,7 +149,7 @@ func TestRaftErrorsRepeatingWhileAPeerIsDownAreSpaced(t *testing.T) {
 	require.Equal(t, 2, strings.Count(buf.String(), "level=ERROR"), "another peer's failure is its own: %s", buf.String())
 
 	// Past repeatEvery the line is said again, with the count of those not said.
-	key := "failed to heartbeat to 127.0.0.2:7071"
+	key := "failed to heartbeat to 127.0.0.2:7071 connection refused"
 	h.repeats.mu.Lock()
 	p := h.repeats.last[key]
 	p.at = p.at.Add(-repeatEvery)
@@ -159,6 +159,23 @@ func TestRaftErrorsRepeatingWhileAPeerIsDownAreSpaced(t *testing.T) {
 	h.Error("failed to heartbeat to", "peer", raft.ServerAddress("127.0.0.2:7071"), "error", refused)
 	require.Contains(t, buf.String(), "level=ERROR", buf.String())
 	require.Contains(t, buf.String(), "repeated=9", buf.String())
+
+	// Another kind of failure for the same peer is said on its own.
+	buf.Reset()
+	h.Error("failed to heartbeat to", "peer", raft.ServerAddress("127.0.0.2:7071"), "error", errors.New("remote error: tls: bad certificate"))
+	require.Contains(t, buf.String(), "level=ERROR", "another failure of the same peer: %s", buf.String())
+
+	// A failure after a quiet spell (the peer was back) is a new run: the
+	// count of the run before is not carried into it.
+	h.repeats.mu.Lock()
+	p = h.repeats.last[key]
+	p.at, p.tried, p.skipped = p.at.Add(-2*repeatEvery), p.tried.Add(-2*repeatEvery), 5
+	h.repeats.last[key] = p
+	h.repeats.mu.Unlock()
+	buf.Reset()
+	h.Error("failed to heartbeat to", "peer", raft.ServerAddress("127.0.0.2:7071"), "error", refused)
+	require.Contains(t, buf.String(), "level=ERROR", buf.String())
+	require.NotContains(t, buf.String(), "repeated=", buf.String())
 
 	// A leadership transfer's end is routine.
 	buf.Reset()
