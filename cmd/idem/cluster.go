@@ -99,7 +99,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	allowShort := fs.Bool("allow-short-retention", false, "allow a --retention below 1m (set-retention; tests and demos only)")
 	force := fs.Bool("force", false, "make the change even if it leaves the cluster without a quorum of healthy voters (join, remove)")
 	asJSON := fs.Bool("json", false, "print the server's JSON answer instead of a table or sentence")
-	hashes := fs.Bool("state-hashes", false, "status: also ask every member for its state hash (GET /v1/admin/state, an admin route that reads every record: for investigations, not for monitoring) and show which replicas differ")
+	hashes := fs.Bool("state-hashes", false, "status: also ask every member for its state hash (GET /v1/admin/state, an admin route that reads every record: for investigations, not for monitoring; it needs an admin token with --auth-file) and show which replicas differ at the same applied index")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up after this long")
 	tlsFlags := addClientTLSFlags(fs, "addr")
 	fs.Usage = func() {
