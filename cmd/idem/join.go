@@ -424,6 +424,7 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 			continue
 		}
 		body := maps.Clone(m.self)
+		body["scope"] = m.scope()
 		if !m.node.HasState() {
 			body["empty"] = true
 			// Before the cluster can send a first entry: restarted in the
@@ -473,6 +474,22 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 			}
 		}
 	}
+}
+
+// scope is the scope mode this node's join states: the cluster's once
+// the node's state holds it (pinned by the first write, the node applies
+// and looks up every key in it whatever its --scope, and its status says
+// so: the leader promotes it on that word), else its --scope. A node joined
+// by hand before it started, and started with another --scope, stated
+// its flag: its join, which asks for its admission, was refused
+// (scope_mismatch) for as long as it ran, though it was a voter, and its
+// joining file never went (a removal then said "removed before it caught
+// up", and its raft lines stayed at debug).
+func (m *member) scope() string {
+	if mode, pinned := m.node.ScopeMode(); pinned {
+		return mode
+	}
+	return m.c.scope
 }
 
 // joinAnswer is what an idem node answers a join: 200 with
