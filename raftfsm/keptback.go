@@ -2,7 +2,11 @@ package raftfsm
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -32,12 +36,35 @@ import (
 // a node that does not lead, changes nothing: a kept node stays so while
 // no leader is heard, when stale reads are the only reads it serves.
 //
-// A node that starts (again) is not kept until it has asked: the leader
-// names a reason only once it has measured the node, a second or so.
+// The mark is kept in KeptFile, in the data dir, from when the node learns
+// it until it is cleared: a kept node that restarted was not kept until the
+// leader had measured it and it had asked (a second or two), and for as
+// long as no leader answered it (restarted while the leader was down), it
+// served stale reads from a state that may lack records; stale reads are
+// then the only reads it serves. At start, a node whose file exists is kept
+// with the recorded leader and reason while its configuration lists it as
+// a non-voter, until cleared as above; a voter, or a node its configuration
+// does not list, removes the file. A node never kept has no file, and
+// nothing is written for it. A write that fails (a full disk) is logged and
+// retried at the next round: the mark in memory holds meanwhile.
 
 // keptClearAfter is how many answers in a row from the leader, each
 // measuring this node and naming no reason, clear the mark.
 const keptClearAfter = 3
+
+// KeptFile is the data dir's record that the leader keeps this node a
+// non-voter (keptRecord, JSON); it exists only while the mark holds.
+const KeptFile = "kept-back"
+
+// keptRecord is KeptFile's content.
+type keptRecord struct {
+	Leader string    `json:"leader"`
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
+	Note   string    `json:"note"`
+}
+
+const keptNote = "the leader keeps this node a non-voter; until it is promoted (or the leader answers three times without a reason), it is not ready and refuses consistency=stale reads, also across restarts. idem removes this file then"
 
 // keptState is Node.kept.
 type keptState struct {
@@ -46,6 +73,13 @@ type keptState struct {
 	leader string    // the leader that said it
 	since  time.Time // when this node first learned it
 	clean  int       // answers in a row naming no reason, while why is set
+
+	// file orders the writes of KeptFile (held before mu, and across the
+	// write, so that reads of the mark never wait for the disk).
+	file   sync.Mutex
+	onDisk bool   // KeptFile may exist: written (or tried), not yet removed
+	saved  bool   // KeptFile records the mark in memory
+	failed spacer // a failed write's or removal's log line
 }
 
 // KeptBackError is a stale read refused by a non-voter the leader keeps
@@ -123,42 +157,137 @@ func (n *Node) askWhetherKept(ctx context.Context) {
 }
 
 func (k *keptState) set(n *Node, leader, why string) {
+	k.file.Lock()
+	defer k.file.Unlock()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	k.clean = 0
-	if k.why == why && k.leader == leader {
+	if k.why != why || k.leader != leader {
+		if k.why == "" {
+			k.since = time.Now()
+		}
+		k.why, k.leader = why, leader
+		k.saved = false
+		n.log.Warn("the leader keeps this non-voter from becoming a voter: until it no longer does, /readyz answers 503 and consistency=stale reads are refused",
+			"leader", leader, "reason", why)
+	}
+	rec := keptRecord{Leader: k.leader, Reason: k.why, Since: k.since.UTC(), Note: keptNote}
+	saved := k.saved
+	k.mu.Unlock()
+	if !saved {
+		k.save(n, rec)
+	}
+}
+
+// save writes rec to KeptFile; k.file is held.
+func (k *keptState) save(n *Node, rec keptRecord) {
+	b, err := json.Marshal(rec)
+	if err == nil {
+		k.onDisk = true // a failed write may leave it, or its .tmp
+		err = replaceSynced(n.cfg.DataDir, KeptFile, append(b, '\n'))
+	}
+	if err != nil {
+		if k.failed.allow(time.Minute) {
+			n.log.Error("could not record in the data dir that the leader keeps this node a non-voter (tried again each round): it is kept meanwhile, but restarted before the record is written it would serve stale reads until the leader answers it",
+				"file", filepath.Join(n.cfg.DataDir, KeptFile), "error", err)
+		}
 		return
 	}
-	if k.why == "" {
-		k.since = time.Now()
+	k.saved = true
+}
+
+// unsave removes KeptFile, if this node may have one; k.file is held.
+func (k *keptState) unsave(n *Node) {
+	if !k.onDisk {
+		return
 	}
-	k.why, k.leader = why, leader
-	n.log.Warn("the leader keeps this non-voter from becoming a voter: until it no longer does, /readyz answers 503 and consistency=stale reads are refused",
-		"leader", leader, "reason", why)
+	os.Remove(filepath.Join(n.cfg.DataDir, KeptFile+".tmp"))
+	if err := removeSynced(n.cfg.DataDir, KeptFile); err != nil {
+		if k.failed.allow(time.Minute) {
+			n.log.Error("could not remove the data dir's record that the leader kept this node a non-voter (tried again each round): restarted as a non-voter before it is removed, the node would be kept until the leader answers it",
+				"file", filepath.Join(n.cfg.DataDir, KeptFile), "error", err)
+		}
+		return
+	}
+	k.onDisk, k.saved = false, false
 }
 
 // notNamed notes an answer of the leader that measured this node and
 // named no reason.
 func (k *keptState) notNamed(n *Node) {
+	k.file.Lock()
+	defer k.file.Unlock()
 	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.why == "" {
-		return
+	if k.why != "" {
+		if k.clean++; k.clean >= keptClearAfter {
+			k.clearLocked(n, "the leader no longer keeps it back")
+		}
 	}
-	if k.clean++; k.clean >= keptClearAfter {
-		k.clearLocked(n, "the leader no longer keeps it back")
+	kept := k.why != ""
+	k.mu.Unlock()
+	if !kept {
+		k.unsave(n)
 	}
 }
 
 func (k *keptState) clear(n *Node) {
+	k.file.Lock()
+	defer k.file.Unlock()
 	k.mu.Lock()
-	defer k.mu.Unlock()
 	if k.why != "" {
 		k.clearLocked(n, "it is a voter, or no longer a member")
 	}
+	k.mu.Unlock()
+	k.unsave(n)
 }
 
 func (k *keptState) clearLocked(n *Node, why string) {
 	n.log.Info("this node is no longer kept a non-voter: /readyz and stale reads answer as usual again", "why", why, "kept-for", time.Since(k.since).Round(time.Millisecond))
 	k.why, k.leader, k.clean, k.since = "", "", 0, time.Time{}
+}
+
+// loadKept reads KeptFile at start, with the stores open and before raft
+// runs: a node its configuration lists as a non-voter is kept with the
+// recorded leader and reason until cleared as a running node is; for
+// another (a voter: promoted, or recovered, before the file was removed;
+// a node its configuration does not list) the file is stale and goes.
+// A data dir without the file costs a stat.
+func (n *Node) loadKept() error {
+	path := filepath.Join(n.cfg.DataDir, KeptFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the record that the leader kept this node a non-voter: %w", err) // names path
+	}
+	k := &n.kept
+	k.file.Lock()
+	defer k.file.Unlock()
+	k.onDisk = true
+	conf, _, err := latestConfiguration(n.logStore, n.snaps)
+	if err != nil {
+		return err
+	}
+	nonvoter := false
+	for _, s := range conf.Servers {
+		if string(s.ID) == n.self.ID {
+			nonvoter = s.Suffrage == raft.Nonvoter
+		}
+	}
+	if !nonvoter {
+		n.log.Info("removing the record that the leader kept this node a non-voter: its configuration lists it as a voter, or not at all", "file", path)
+		k.unsave(n)
+		return nil
+	}
+	var rec keptRecord
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Reason == "" {
+		// Damaged by hand: still kept, the leader says again why.
+		rec = keptRecord{Leader: "(unknown)", Reason: fmt.Sprintf("this node's %s says so, and is damaged (%v)", path, err), Since: time.Now()}
+	}
+	k.mu.Lock()
+	k.why, k.leader, k.since, k.saved = rec.Reason, rec.Leader, rec.Since, true
+	k.mu.Unlock()
+	n.log.Warn("the leader kept this non-voter from becoming a voter when it last heard (recorded in the data dir): until a leader no longer does, /readyz answers 503 and consistency=stale reads are refused",
+		"leader", rec.Leader, "reason", rec.Reason, "file", path)
+	return nil
 }

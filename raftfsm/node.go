@@ -287,6 +287,9 @@ func open(cfg Config) (*Node, error) {
 	if err := n.checkJoining(existing); err != nil { // joining.go
 		return nil, err
 	}
+	if err := n.loadKept(); err != nil { // keptback.go
+		return nil, err
+	}
 	stream, err := newStreamLayer(cfg.RaftAddr, cfg.RaftAdvertise, cfg.RaftListener, cfg.TLS, cfg.Logger)
 	if err != nil {
 		return nil, err
