@@ -291,3 +291,22 @@ func (n *Node) loadKept() error {
 		"leader", rec.Leader, "reason", rec.Reason, "file", path)
 	return nil
 }
+
+// readKept returns the leader and the reason dir's KeptFile records, ""
+// when there is none; a file that cannot be read or is damaged is told so
+// as the reason.
+func readKept(dir string) (leader, reason string) {
+	path := filepath.Join(dir, KeptFile)
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return "", ""
+	}
+	var rec keptRecord
+	if err == nil {
+		err = json.Unmarshal(b, &rec)
+	}
+	if err != nil || rec.Reason == "" {
+		return "(unknown)", fmt.Sprintf("%s says so, and cannot be read (%v)", path, err)
+	}
+	return rec.Leader, rec.Reason
+}

@@ -153,3 +153,25 @@ func TestKeptBackRecordThatFailsKeepsTheMark(t *testing.T) {
 		"the failed write was not tried again")
 	require.Error(t, n3.KeptBack())
 }
+
+// idem recover, run on a kept non-voter (a caught-up one's log may end
+// highest among the survivors, which recover advises to pick), made it a
+// voter and said nothing of the mark, which its start then removed: a
+// cluster recovered from a state lacking records lacks them too. The
+// offline state now names the mark, for recover to print.
+func TestOfflineStateNamesTheKeptMark(t *testing.T) {
+	c, _, _, n3, _, _, _ := keptCluster(t)
+	dir := n3.cfg.DataDir
+	c.stop(n3)
+	st, err := ReadOfflineState(dir)
+	require.NoError(t, err)
+	require.Equal(t, "n1", st.KeptBackBy)
+	require.Contains(t, st.KeptBack, "upgraded on its data dir")
+	require.Contains(t, st.Configuration, Peer{ID: "n3", RaftAddr: n3.self.RaftAddr, Suffrage: "Nonvoter"})
+
+	// Damaged, it is still named.
+	require.NoError(t, os.WriteFile(filepath.Join(dir, KeptFile), []byte("{"), 0o600))
+	st, err = ReadOfflineState(dir)
+	require.NoError(t, err)
+	require.Contains(t, st.KeptBack, "cannot be read")
+}

@@ -70,6 +70,12 @@ type OfflineState struct {
 	// data dir holds superseded.json; "" otherwise. Open refuses such a
 	// data dir until the file is deleted, recovered or not.
 	SupersededBy string
+	// KeptBackBy and KeptBack are the leader and the reason KeptFile
+	// records, when the data dir holds it ("" otherwise): when this node
+	// last heard, the leader kept it a non-voter, often because its state
+	// lacks records the others hold. Recover makes it a voter, and Open
+	// then removes the file: a cluster recovered from it would lack them.
+	KeptBackBy, KeptBack string
 	// Unfinished is the recovery of this data dir that began and did not
 	// finish (recovering.json), nil when there is none: Open refuses the
 	// data dir until a recover finishes.
@@ -192,6 +198,7 @@ func (o *offline) state() (OfflineState, []*raft.SnapshotMeta, error) {
 	if rec, err := readSuperseded(o.dir); err == nil && rec != nil {
 		st.SupersededBy = rec.by()
 	}
+	st.KeptBackBy, st.KeptBack = readKept(o.dir)
 	if r, err := ReadRecovering(o.dir); err == nil {
 		st.Unfinished = r
 	} else {

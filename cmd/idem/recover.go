@@ -113,6 +113,9 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if superseded != "" {
 		fmt.Fprintf(stdout, "superseded:            %s\n", superseded)
 	}
+	if note := keptBackNote(*dataDir, *nodeID, st); note != "" {
+		fmt.Fprintf(stdout, "kept back:             %s\n", note)
+	}
 	if u := st.Unfinished; u != nil {
 		what := "a recover (its " + raftfsm.RecoveringFile + " is damaged or unreadable)"
 		if len(u.Peers) > 0 {
@@ -430,6 +433,32 @@ func supersededNote(dataDir, from string) string {
 	path := filepath.Join(dataDir, raftfsm.SupersededFile)
 	return fmt.Sprintf("%s is there: %s said this node was left out of a recovery or restore, and idem serve refuses this data dir until the file is deleted (recovering does not delete it). "+
 		"Delete it only if this copy is the one to keep and %s is stopped for good: its cluster may have taken claims since, which this copy lacks", path, from, from)
+}
+
+// keptBackNote says, for a data dir whose node the leader kept a
+// non-voter when it last heard (raftfsm.KeptFile, while its configuration
+// lists it as one), that recovering makes it a voter, and idem serve then
+// removes the file: a cluster recovered from a node whose state lacks
+// records lacks them too, and claims their keys again. "" otherwise (no
+// file, or a stale one of a voter, which idem serve removes anyway).
+// The operator picking the survivor whose log ends highest, which a
+// caught-up non-voter's may, was told nothing of it.
+func keptBackNote(dataDir, nodeID string, st raftfsm.OfflineState) string {
+	if st.KeptBack == "" {
+		return ""
+	}
+	for _, p := range st.Configuration {
+		if p.ID != nodeID {
+			continue
+		}
+		if p.Suffrage != "Nonvoter" {
+			return ""
+		}
+		return fmt.Sprintf("%s is there: the leader %s kept this node a non-voter, and it still is one: %s. "+
+			"Recovered, it is a voter, and idem serve removes the file: if its state lacks records, so does every node recovered from it or joined to it, and their keys are claimed again. "+
+			"Prefer another survivor if one is left (one whose log ends lower lacks the writes above its end instead: weigh which loses less)", filepath.Join(dataDir, raftfsm.KeptFile), st.KeptBackBy, st.KeptBack)
+	}
+	return ""
 }
 
 // fmtMiB writes a size in MiB, to a tenth where it is not whole.
