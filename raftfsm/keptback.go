@@ -253,12 +253,8 @@ func (k *keptState) clearLocked(n *Node, why string) {
 // A data dir without the file costs a stat.
 func (n *Node) loadKept() error {
 	path := filepath.Join(n.cfg.DataDir, KeptFile)
-	b, err := os.ReadFile(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
 		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("raftfsm: read the record that the leader kept this node a non-voter: %w", err) // names path
 	}
 	k := &n.kept
 	k.file.Lock()
@@ -275,9 +271,15 @@ func (n *Node) loadKept() error {
 		}
 	}
 	if !nonvoter {
+		// Not read: a stale record that cannot be (its mode, a directory
+		// in its place) refused a voter's start, though it goes unread.
 		n.log.Info("removing the record that the leader kept this node a non-voter: its configuration lists it as a voter, or not at all", "file", path)
 		k.unsave(n)
 		return nil
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("raftfsm: read the record that the leader kept this node a non-voter: %w", err) // names path
 	}
 	var rec keptRecord
 	if err := json.Unmarshal(b, &rec); err != nil || rec.Reason == "" {

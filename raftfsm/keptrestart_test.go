@@ -175,3 +175,23 @@ func TestOfflineStateNamesTheKeptMark(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, st.KeptBack, "cannot be read")
 }
+
+// A voter's record is stale, and goes unread: one that cannot be read
+// (here a directory in its place; its mode, for a user other than root)
+// refused the voter's start.
+func TestKeptBackUnreadableRecordOfAVoterDoesNotRefuseItsStart(t *testing.T) {
+	c, n1, _, n3, _, setLacking, scope := keptCluster(t)
+	path := filepath.Join(n3.cfg.DataDir, KeptFile)
+	setLacking(false)
+	c.waitSuffrage(n1, "n3", "Voter")
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return errors.Is(err, os.ErrNotExist) }, 5*time.Second, 20*time.Millisecond)
+	cfg := n3.cfg
+	cfg.RaftAddr, cfg.RaftAdvertise = n3.self.RaftAddr, ""
+	c.stop(n3)
+	require.NoError(t, os.Mkdir(path, 0o700))
+	n3 = c.start(cfg)
+	require.NoError(t, n3.KeptBack())
+	require.NoError(t, staleRead(n3, scope))
+	_, err := os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "the stale record stayed")
+}
