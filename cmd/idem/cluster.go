@@ -919,5 +919,17 @@ func printStateHashes(w io.Writer, hs []stateHash) {
 	}
 	if !comparable && len(byIndex) > 1 {
 		fmt.Fprintln(w, "NOTE: no two replicas were read at the same applied index (writes are going on): run this again while the cluster is idle to compare them")
+		return
+	}
+	// Some compared, but a replica read alone at its index was not: its
+	// row alone read as if it agreed.
+	var alone []string
+	for _, idx := range slices.Sorted(maps.Keys(byIndex)) {
+		if g := byIndex[idx]; len(g) == 1 {
+			alone = append(alone, fmt.Sprintf("%s at %d", g[0].id, idx))
+		}
+	}
+	if comparable && len(alone) > 0 {
+		fmt.Fprintf(w, "NOTE: not compared with any other replica, read alone at its applied index: %s; run this again while the cluster is idle to compare it\n", strings.Join(alone, ", "))
 	}
 }

@@ -62,6 +62,13 @@ func TestStateHashesNameReplicasThatDiffer(t *testing.T) {
 	printStateHashes(&w, []stateHash{{id: "n1", hash: "aaa", applied: 9}, {id: "n2", hash: "aaa", applied: 9}, {id: "n3", hash: "bbb", applied: 9}, {id: "n4", err: "connection refused"}})
 	require.Contains(t, w.String(), "WARNING: the replicas' states differ at applied index 9 (n1, n2 aaa; n3 bbb)")
 	require.Contains(t, w.String(), "n4  -")
+	require.NotContains(t, w.String(), "not compared", "every replica read was compared")
+	w.Reset()
+	// n3, read at another index, was not compared: its row alone read as
+	// if it agreed with the others.
+	printStateHashes(&w, []stateHash{{id: "n1", hash: "aaa", applied: 9}, {id: "n2", hash: "aaa", applied: 9}, {id: "n3", hash: "ccc", applied: 12}})
+	require.NotContains(t, w.String(), "WARNING")
+	require.Contains(t, w.String(), "NOTE: not compared with any other replica, read alone at its applied index: n3 at 12")
 	w.Reset()
 	printStateHashes(&w, []stateHash{{id: "n1", hash: "aaa", applied: 9}, {id: "n2", hash: "bbb", applied: 10}})
 	require.NotContains(t, w.String(), "WARNING")
