@@ -121,13 +121,7 @@ func (n *Node) askWhetherKept(ctx context.Context) {
 	if f.Error() != nil {
 		return
 	}
-	nonvoter := false
-	for _, s := range f.Configuration().Servers {
-		if string(s.ID) == n.self.ID {
-			nonvoter = s.Suffrage == raft.Nonvoter
-		}
-	}
-	if !nonvoter {
+	if !isNonvoter(f.Configuration(), n.self.ID) {
 		n.kept.clear(n)
 		return
 	}
@@ -154,6 +148,12 @@ func (n *Node) askWhetherKept(ctx context.Context) {
 		}
 		return
 	}
+}
+
+// isNonvoter reports whether conf lists id as a non-voter.
+func isNonvoter(conf raft.Configuration, id string) bool {
+	s, err := server(conf, id)
+	return err == nil && s.Suffrage == raft.Nonvoter
 }
 
 func (k *keptState) set(n *Node, leader, why string) {
@@ -264,13 +264,7 @@ func (n *Node) loadKept() error {
 	if err != nil {
 		return err
 	}
-	nonvoter := false
-	for _, s := range conf.Servers {
-		if string(s.ID) == n.self.ID {
-			nonvoter = s.Suffrage == raft.Nonvoter
-		}
-	}
-	if !nonvoter {
+	if !isNonvoter(conf, n.self.ID) {
 		// Not read: a stale record that cannot be (its mode, a directory
 		// in its place) refused a voter's start, though it goes unread.
 		n.log.Info("removing the record that the leader kept this node a non-voter: its configuration lists it as a voter, or not at all", "file", path)
