@@ -901,9 +901,13 @@ func printStateHashes(w io.Writer, hs []stateHash) {
 	}
 	tw.Flush()
 	comparable := false
+	var alone []string // replicas read alone at their applied index: not compared
 	for _, idx := range slices.Sorted(maps.Keys(byIndex)) {
 		group := byIndex[idx]
 		comparable = comparable || len(group) > 1
+		if len(group) == 1 {
+			alone = append(alone, fmt.Sprintf("%s at %d", group[0].id, idx))
+		}
 		hashes := map[string][]string{}
 		for _, h := range group {
 			hashes[h.hash] = append(hashes[h.hash], h.id)
@@ -923,12 +927,6 @@ func printStateHashes(w io.Writer, hs []stateHash) {
 	}
 	// Some compared, but a replica read alone at its index was not: its
 	// row alone read as if it agreed.
-	var alone []string
-	for _, idx := range slices.Sorted(maps.Keys(byIndex)) {
-		if g := byIndex[idx]; len(g) == 1 {
-			alone = append(alone, fmt.Sprintf("%s at %d", g[0].id, idx))
-		}
-	}
 	if comparable && len(alone) > 0 {
 		fmt.Fprintf(w, "NOTE: not compared with any other replica, read alone at its applied index: %s; run this again while the cluster is idle to compare it\n", strings.Join(alone, ", "))
 	}
