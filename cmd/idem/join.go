@@ -180,12 +180,8 @@ func (m *member) askLeader(ctx context.Context) (string, raftfsm.Status, bool) {
 			continue
 		}
 		asked[a] = true
-		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
-		if err != nil || status != http.StatusOK {
-			continue
-		}
-		var st raftfsm.Status
-		if json.Unmarshal(b, &st) != nil || st.Leader == nil {
+		st, ok := m.memberStatus(ctx, a)
+		if !ok || st.Leader == nil {
 			continue
 		}
 		if st.Leader.ID != st.Self.ID {
@@ -198,6 +194,17 @@ func (m *member) askLeader(ctx context.Context) (string, raftfsm.Status, bool) {
 		return a, st, true
 	}
 	return "", raftfsm.Status{}, false
+}
+
+// memberStatus asks the member at a for GET /v1/cluster; false when it
+// does not answer 200 with a status.
+func (m *member) memberStatus(ctx context.Context, a string) (raftfsm.Status, bool) {
+	var st raftfsm.Status
+	b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
+	if err != nil || status != http.StatusOK || json.Unmarshal(b, &st) != nil {
+		return raftfsm.Status{}, false
+	}
+	return st, true
 }
 
 // checkUnheard asks the cluster, for a member (by its own log) that hears
@@ -256,12 +263,8 @@ func (m *member) learnAddrs(ctx context.Context, addrs ...string) {
 		if a == m.c.httpAdvertise {
 			continue
 		}
-		b, status, err := m.do(ctx, http.MethodGet, a, "/v1/cluster", nil)
-		if err != nil || status != http.StatusOK {
-			continue
-		}
-		var st raftfsm.Status
-		if json.Unmarshal(b, &st) != nil {
+		st, ok := m.memberStatus(ctx, a)
+		if !ok {
 			continue
 		}
 		nodes := []raftfsm.NodeInfo{st.Self}
