@@ -56,7 +56,7 @@ bench-scale: build ## scale benchmark: claims, memory, disk per record at SCALE_
 	bin/idem bench scale --sizes $(SCALE_SIZES) --drop-records $(SCALE_DROP) --dir $(SCALE_DIR) --out $(SCALE_DIR)/results.md
 
 fuzz: ## run every fuzzer for FUZZTIME each (default 10s)
-	@for pkg in ./engine ./api ./partition ./raftfsm ./client; do \
+	@for pkg in $$(grep -rl --include='*_test.go' '^func Fuzz' . | xargs -n1 dirname | sort -u); do \
 	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	  done; \
