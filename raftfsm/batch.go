@@ -10,7 +10,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/idem-store/idem/engine"
-	"github.com/idem-store/idem/internal/mono"
 )
 
 // Batches (POST /v1/batch). The client operations of one batch (claim,
@@ -365,16 +364,7 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 		return nil, err
 	}
 	for _, c := range ops {
-		if c.Op == OpClaim && c.Claim != nil {
-			n.stampRetention(c.Claim) // again: the barrier may have applied a change
-		}
-		if err := n.retentionHold(c); err != nil {
-			return nil, err
-		}
-		if err := n.sealBound(c); err != nil {
-			return nil, err
-		}
-		if err := n.capBound(c); err != nil {
+		if err := n.checkProposal(c); err != nil {
 			return nil, err
 		}
 	}
@@ -382,20 +372,9 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotProposed, err)
 	}
-	if err := checkEntrySize(data); err != nil {
+	r, err := n.applyEntry(data)
+	if err != nil {
 		return nil, err
-	}
-	n.lastWrite.Store(mono.Now())
-	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-	if err := n.wait(f); err != nil {
-		return nil, mapApplyError(err)
-	}
-	r, ok := f.Response().(*ApplyResult)
-	if !ok || r == nil {
-		return nil, ErrUnknownOutcome
-	}
-	if r.Err != nil {
-		return nil, r.Err
 	}
 	if len(r.Batch) != len(ops) {
 		return nil, fmt.Errorf("%w: %d results for %d ops", ErrBadCommand, len(r.Batch), len(ops))

@@ -1038,22 +1038,35 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	}
 	c.NowMs = n.clock.NowMs()
 	c.WidthMs = n.widthMs
-	if c.Op == OpClaim && c.Claim != nil {
-		n.stampRetention(c.Claim) // again: the barrier may have applied a change
-	}
-	if err := n.retentionHold(c); err != nil {
-		return nil, err
-	}
-	if err := n.sealBound(c); err != nil {
-		return nil, err
-	}
-	if err := n.capBound(c); err != nil {
+	if err := n.checkProposal(c); err != nil {
 		return nil, err
 	}
 	data, err := c.Encode()
 	if err != nil {
 		return nil, err
 	}
+	return n.applyEntry(data)
+}
+
+// checkProposal stamps a command about to be proposed, after the term's
+// barrier, with the cluster's retention and refuses one its leader must
+// not propose (retentionHold, sealBound, capBound).
+func (n *Node) checkProposal(c *Command) error {
+	if c.Op == OpClaim && c.Claim != nil {
+		n.stampRetention(c.Claim) // again: the barrier may have applied a change
+	}
+	if err := n.retentionHold(c); err != nil {
+		return err
+	}
+	if err := n.sealBound(c); err != nil {
+		return err
+	}
+	return n.capBound(c)
+}
+
+// applyEntry proposes an encoded entry and waits for its result: the
+// ApplyResult, with its Err as the error when it has one.
+func (n *Node) applyEntry(data []byte) (*ApplyResult, error) {
 	if err := checkEntrySize(data); err != nil {
 		return nil, err
 	}
@@ -1066,10 +1079,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if !ok || r == nil {
 		return nil, ErrUnknownOutcome
 	}
-	if r.Err != nil {
-		return r, r.Err
-	}
-	return r, nil
+	return r, r.Err
 }
 
 // LogStopped is ErrLogStopped while this node's raft log takes no
