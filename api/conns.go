@@ -2,10 +2,13 @@ package api
 
 import (
 	"bytes"
+	"container/list"
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,6 +27,33 @@ import (
 // both a connection waits a moment for a headroom slot, then is answered
 // 503 and closed: refusing costs one descriptor for a moment, and a client
 // learns at once to come back rather than waiting in the kernel's backlog.
+//
+// Slow connections. A cap alone let anyone take it: 200 sockets sending a
+// header one byte every few seconds ("slowloris") held a proxy's 64 slots
+// and 38 of 40 callers got 503; held each for the 10 s ReadHeaderTimeout,
+// a few hundred new connections a second held the default 4,096. So, as
+// the raft port does (raftfsm's evictOldest), a newcomer to a full cap
+// takes the slot of the oldest connection that holds no request: one that
+// has not sent a whole request header since it was opened (StateNew) or
+// since its last answer (StateIdle: keep-alive). That one is closed, as
+// IdleTimeout or ReadHeaderTimeout would have closed it later, and its
+// client (a real one) dials again. Idle connections are closed too: a
+// connection that sent one quick request, then its next header a byte at a
+// time, is Idle all the while, and one idle for the 60 s IdleTimeout costs
+// an attacker nothing at all. A connection with a request in flight (its
+// body arriving, its handler running, hijacked for a WebSocket) is never
+// closed; when every connection has one, a newcomer goes to the headroom
+// or is refused as before.
+//
+// A header that has just ended must not be lost to a newcomer: the server
+// says a request began (StateActive) only after parsing it. In plaintext
+// the sniffer below sees each header end before the server gets its bytes,
+// and a connection whose last header the server has not yet begun is not
+// closed; once one is chosen, its Read hands the server nothing more. So a
+// whole header is never dropped. Under TLS the listener sees only records:
+// a connection that has sent bytes is closed only after evictMinAge in its
+// state, so the header would have to end within the microseconds between
+// the choice and the close, and the connection be that slow already.
 
 // HealthHeadroom is how many connections beyond the cap are kept for
 // /healthz and /readyz.
@@ -40,6 +70,15 @@ const overflowLife = 3 * time.Second
 // that arrives behind them.
 const headroomWait = 250 * time.Millisecond
 
+// evictMinAge is how long a connection whose bytes the sniffer cannot
+// follow (TLS) must have been without a request before it may be closed
+// for a newcomer (see "Slow connections" above).
+const evictMinAge = time.Second
+
+// evictScan bounds how many of the oldest connections without a request a
+// newcomer looks at for one to close.
+const evictScan = 64
+
 // refusedAnswer is what a connection beyond every limit gets before it is
 // closed: no request was read, so it is the same for everyone.
 var refusedAnswer = func() []byte {
@@ -49,7 +88,9 @@ var refusedAnswer = func() []byte {
 }()
 
 // ConnListener caps the connections of an HTTP listener. Make one with
-// Listen; Serve the http.Server with ConnContext set to its ConnContext.
+// Listen; Serve the http.Server with ConnContext and ConnState set to its
+// ConnContext and ConnState (without ConnState no connection is closed for
+// a newcomer: a full cap refuses, as before).
 type ConnListener struct {
 	net.Listener
 	max      int64
@@ -60,6 +101,13 @@ type ConnListener struct {
 	refused  atomic.Int64
 
 	lastLog atomic.Int64 // unix nanos of the last "refusing" warning
+
+	mu      sync.Mutex
+	waiting list.List // *limitedConn without a request (New, Idle), oldest first
+	evicted atomic.Int64
+	// evictedLogged counts the evictions not yet in a warning.
+	evictedUnlogged atomic.Int64
+	lastEvictLog    atomic.Int64
 }
 
 // Listen wraps ln so it holds at most max API connections (see above).
@@ -85,6 +133,10 @@ func (l *ConnListener) Open() int64 { return l.open.Load() }
 // Refused is the number of connections refused since the start.
 func (l *ConnListener) Refused() int64 { return l.refused.Load() }
 
+// Evicted is the number of connections closed for a newcomer since the
+// start.
+func (l *ConnListener) Evicted() int64 { return l.evicted.Load() }
+
 // Accept returns the next connection within the limits, answering and
 // closing the ones beyond them.
 func (l *ConnListener) Accept() (net.Conn, error) {
@@ -98,6 +150,15 @@ func (l *ConnListener) Accept() (net.Conn, error) {
 			return &limitedConn{Conn: c, l: l}, nil
 		}
 		l.api.Add(-1)
+		if v := l.evictOldest(); v != nil {
+			v.Close() // its slot comes back now; only Accept takes slots
+			l.logEviction()
+			if l.api.Add(1) <= l.max {
+				l.open.Add(1)
+				return &limitedConn{Conn: c, l: l}, nil
+			}
+			l.api.Add(-1)
+		}
 		if !l.takeHeadroom() {
 			l.refuse(c)
 			continue
@@ -141,6 +202,86 @@ func (l *ConnListener) refuse(c net.Conn) {
 	}
 }
 
+// evictOldest chooses the oldest connection in the cap without a request
+// that may be closed, takes it off the list and marks it evicted (its Read
+// hands nothing more to the server). The caller closes it.
+func (l *ConnListener) evictOldest() *limitedConn {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := mono.Now()
+	n := 0
+	for e := l.waiting.Front(); e != nil && n < evictScan; e = e.Next() {
+		n++
+		c := e.Value.(*limitedConn)
+		if c.takeForEviction(now) {
+			l.waiting.Remove(e)
+			c.elem = nil
+			return c
+		}
+	}
+	return nil
+}
+
+// takeForEviction marks c evicted if it holds no request the server has
+// read the header of (see "Slow connections"). Called with l.mu held.
+func (c *limitedConn) takeForEviction(now int64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.sniff.state == sniffOff:
+		// TLS, or bytes the sniffer does not follow: old enough only.
+		if time.Duration(now-c.since) < evictMinAge {
+			return false
+		}
+	case c.sniff.headers > c.begun:
+		// A whole header the server has not begun yet: a request.
+		return false
+	}
+	c.evicted = true
+	return true
+}
+
+func (l *ConnListener) logEviction() {
+	l.evicted.Add(1)
+	n := l.evictedUnlogged.Add(1)
+	if last := l.lastEvictLog.Load(); mono.Since(last) > 10*time.Second && l.lastEvictLog.CompareAndSwap(last, mono.Now()) {
+		l.evictedUnlogged.Add(-n)
+		l.log.Warn("HTTP connections all taken: closed the oldest that held no request (no whole header since it was opened or since its last answer: slow, or idle keep-alive) for new ones; a flood of slow or idle connections, or --max-conns too low; logged at most every 10 s",
+			"max-conns", l.max, "closed", n, "closed-total", l.evicted.Load(), "refused-total", l.refused.Load())
+	}
+}
+
+// ConnState is the http.Server.ConnState that tells the listener which
+// connections hold no request (StateNew, StateIdle), the ones a newcomer
+// to a full cap may close. It takes the connections the listener returned,
+// and a TLS connection over one.
+func (l *ConnListener) ConnState(nc net.Conn, st http.ConnState) {
+	c := unwrapLimited(nc)
+	if c == nil || c.l != l || c.overflow() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if c.elem != nil {
+		l.waiting.Remove(c.elem)
+		c.elem = nil
+	}
+	switch st {
+	case http.StateNew, http.StateIdle:
+		if !c.closed.Load() {
+			c.since = mono.Now()
+			c.elem = l.waiting.PushBack(c)
+		}
+	case http.StateActive:
+		// A request began: the server read its header (or failed to).
+		// Never past the headers the sniffer saw: a pipelined header
+		// behind it is still counted as one the server has not begun.
+		c.mu.Lock()
+		c.begun = min(c.begun+1, c.sniff.headers)
+		c.mu.Unlock()
+	}
+}
+
 // ConnContext is the http.Server.ConnContext that lets the handler see
 // what the listener knows of a request's connection.
 func (l *ConnListener) ConnContext(ctx context.Context, c net.Conn) context.Context {
@@ -153,6 +294,11 @@ type connKey struct{}
 // a TLS connection if there is one.
 func limitedConnOf(ctx context.Context) *limitedConn {
 	c, _ := ctx.Value(connKey{}).(net.Conn)
+	return unwrapLimited(c)
+}
+
+// unwrapLimited finds the listener's connection under c.
+func unwrapLimited(c net.Conn) *limitedConn {
 	for c != nil {
 		if lc, ok := c.(*limitedConn); ok {
 			return lc
@@ -175,6 +321,15 @@ type limitedConn struct {
 	closed atomic.Bool
 	mu     sync.Mutex
 	sniff  sniffer
+	// evicted: closed for a newcomer; Read hands the server nothing more.
+	evicted bool
+	// begun is how many of the headers the sniffer saw the server has
+	// begun a request for (StateActive).
+	begun int64
+
+	// Guarded by l.mu: on l.waiting while without a request, since then.
+	elem  *list.Element
+	since int64
 }
 
 // overflow reports whether the connection is in the health headroom.
@@ -182,10 +337,16 @@ func (c *limitedConn) overflow() bool { return !c.until.IsZero() }
 
 func (c *limitedConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.evicted {
+		// Closed for a newcomer while it held no request: what came with
+		// it is not handed on (it might end a header), and the end is
+		// quiet.
+		return 0, io.EOF
+	}
 	if n > 0 {
-		c.mu.Lock()
 		c.sniff.feed(p[:n])
-		c.mu.Unlock()
 	}
 	return n, err
 }
@@ -219,6 +380,14 @@ func (c *limitedConn) clamp(t time.Time) time.Time {
 
 func (c *limitedConn) Close() error {
 	if c.closed.CompareAndSwap(false, true) {
+		if !c.overflow() {
+			c.l.mu.Lock()
+			if c.elem != nil {
+				c.l.waiting.Remove(c.elem)
+				c.elem = nil
+			}
+			c.l.mu.Unlock()
+		}
 		c.l.open.Add(-1)
 		if c.overflow() {
 			<-c.l.headroom
@@ -267,6 +436,9 @@ type sniffer struct {
 	// net/http joins to it ("Content-Length:" then " 5" is 5).
 	pend    lengthReader
 	pending bool
+	// headers counts the header blocks seen to their end (the request
+	// line and headers up to the empty line).
+	headers int64
 }
 
 // lengthReader reads a Content-Length value as net/http does (white space
@@ -466,6 +638,7 @@ func (s *sniffer) endLine() {
 		return
 	}
 	// The end of a header block.
+	s.headers++
 	switch {
 	case s.sawTE && !s.http10:
 		s.clte, s.known = s.cl >= 0, true
