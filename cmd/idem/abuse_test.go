@@ -222,13 +222,14 @@ func TestContentLengthAndTransferEncodingCloseTheConnection(t *testing.T) {
 	}
 }
 
-// With every API connection and the health headroom taken by callers that
-// send half a header, the API's own /healthz cannot be answered (it waits
-// for a slot, then is refused); --health-addr's listener answers all the
-// same, and serves nothing but the probes.
+// With every API connection taken by requests whose bodies are held back,
+// and the health headroom by callers that send half a header, the API's
+// own /healthz cannot be answered (it waits for a slot, then is refused);
+// --health-addr's listener answers all the same, and serves nothing but
+// the probes.
 func TestHealthAddrAnswersWhileTheAPIConnectionsAreFull(t *testing.T) {
 	addr, health := freePort(t), freePort(t)
-	start(t, t.TempDir(), addr, freePort(t), "--max-conns", "2", "--read-header-timeout", "30s", "--health-addr", health)
+	start(t, t.TempDir(), addr, freePort(t), "--max-conns", "2", "--read-header-timeout", "30s", "--body-read-timeout", "30s", "--health-addr", health)
 
 	var conns []net.Conn
 	defer func() {
@@ -269,7 +270,14 @@ func TestHealthAddrAnswersWhileTheAPIConnectionsAreFull(t *testing.T) {
 			if err != nil {
 				return // a full backlog: the next round dials again
 			}
-			io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // never ends its header
+			if len(conns) < 2 {
+				// The API's slots: a request in flight, its body held back.
+				// A connection without one (half a header) would give its
+				// slot to a newcomer, the probe included.
+				io.WriteString(c, "POST /v1/claims HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+			} else {
+				io.WriteString(c, "GET /healthz HTTP/1.1\r\nHost: x\r\n") // never ends its header
+			}
 			conns = append(conns, c)
 		}
 	}

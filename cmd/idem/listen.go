@@ -129,5 +129,5 @@ func limitConns(ln net.Listener, c connConfig, health bool, log *slog.Logger) (*
 // not refused.
 func httpServer(h http.Handler, cl *api.ConnListener, c connConfig) *http.Server {
 	return &http.Server{Handler: h, ReadHeaderTimeout: c.readHeaderTimeout, IdleTimeout: c.idleTimeout, ConnContext: cl.ConnContext,
-		DisableGeneralOptionsHandler: true}
+		ConnState: cl.ConnState, DisableGeneralOptionsHandler: true}
 }

@@ -802,7 +802,8 @@ func (p *proxy) run(ctx context.Context) error {
 				"max-conns", p.cfg.maxConns, "lowered-to", conns, "open-files", soft, "hard-limit", hard)
 		}
 	}
-	ln = api.ListenNoHeadroom(ln, conns, p.log)
+	cl := api.ListenNoHeadroom(ln, conns, p.log)
+	ln = cl
 	scheme := "http"
 	if p.listenTLS != nil {
 		ln = tls.NewListener(ln, p.listenTLS)
@@ -820,6 +821,9 @@ func (p *proxy) run(ctx context.Context) error {
 		// answered by net/http before any handler, a chunked one kept its
 		// connection, and a request after it went unchecked (a review).
 		DisableGeneralOptionsHandler: true,
+		// A newcomer to a full --max-conns closes the oldest connection
+		// that holds no request (api.ConnListener).
+		ConnState: cl.ConnState,
 	}
 	var stores []string
 	for _, n := range p.failover.nodes {

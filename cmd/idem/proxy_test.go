@@ -460,24 +460,30 @@ func TestProxyMaxConns(t *testing.T) {
 		require.NoError(t, err)
 		return resp, string(b)
 	}
-	// hold opens a connection the proxy serves and keeps it open; the
-	// start-up check's connection may hold a slot for a moment.
-	hold := func() net.Conn {
+	// hold opens a connection whose request is in flight (the upstream's
+	// /slow waits) and keeps it: an idle one would give its slot to a
+	// newcomer (TestProxySlowlorisDoesNotStarveCallers). The start-up
+	// check's connection may hold a slot for a moment.
+	hold := func() (net.Conn, *bufio.Reader) {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			c, err := net.Dial("tcp", addr)
 			require.NoError(t, err)
-			resp, body := get(c)
-			if resp.StatusCode == http.StatusCreated {
-				return c
+			keys++
+			fmt.Fprintf(c, "POST /slow HTTP/1.1\r\nHost: px\r\nIdempotency-Key: conns-%d\r\n"+
+				"Authorization: Bearer proxy-test\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}", keys)
+			select {
+			case <-up.started:
+				return c, bufio.NewReader(c)
+			case <-time.After(500 * time.Millisecond):
 			}
 			c.Close()
-			require.True(t, time.Now().Before(deadline), "no slot came free: %d %s", resp.StatusCode, body)
-			time.Sleep(20 * time.Millisecond)
+			require.True(t, time.Now().Before(deadline), "no slot came free")
 		}
 	}
-	a, b := hold(), hold()
+	a, ar := hold()
+	b, _ := hold()
 	defer a.Close()
 	defer b.Close()
 	runs := up.runs.Load()
@@ -498,12 +504,99 @@ func TestProxyMaxConns(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(px.logs.String(), "refusing HTTP connections: too many open") },
 		5*time.Second, 10*time.Millisecond, "the refusal is logged")
 
-	// The held connections still work, and a closed one frees its slot.
-	resp, body = get(a)
-	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+	// The held requests complete, and a closed connection frees its slot.
+	close(up.release)
+	a.SetDeadline(time.Now().Add(10 * time.Second))
+	resp, err = http.ReadResponse(ar, nil)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusCreated, resp.StatusCode)
 	b.Close()
-	d := hold()
-	d.Close()
+	d, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer d.Close()
+	resp, body = get(d)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
+}
+
+// TestProxySlowlorisDoesNotStarveCallers: 200 connections sending their
+// headers a byte every 2 s (dialled again 0.5 s after the proxy closes
+// one) held every slot of --max-conns 64 until the ReadHeaderTimeout, and
+// 38 of 40 callers were answered 503. A newcomer now takes the slot of the
+// oldest connection without a request.
+func TestProxySlowlorisDoesNotStarveCallers(t *testing.T) {
+	node := startStore(t)
+	up := newUpstream(t)
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--max-conns", "64")
+	addr := strings.TrimPrefix(px.url, "http://")
+	require.Equal(t, 201, pxSend(t, "POST", px.url+"/pay", "warm", `{}`).status)
+
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	defer func() { close(stop); wg.Wait() }()
+	for i := range 200 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				c, err := net.Dial("tcp", addr)
+				if err == nil {
+					fmt.Fprintf(c, "POST /pay HTTP/1.1\r\nHost: px\r\nIdempotency-Key: slow-%d\r\n", i)
+					closed := make(chan struct{})
+					go func() { io.Copy(io.Discard, c); close(closed) }()
+				trickle:
+					for {
+						select {
+						case <-stop:
+							c.Close()
+							return
+						case <-closed:
+							break trickle
+						case <-time.After(2 * time.Second):
+							if _, err := c.Write([]byte("X")); err != nil {
+								break trickle
+							}
+						}
+					}
+					c.Close()
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(500 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	time.Sleep(2 * time.Second) // every slot taken, the attack settled
+
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	served := 0
+	for i := range 40 {
+		req, err := http.NewRequest("POST", px.url+"/pay", strings.NewReader(`{}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("caller-%d", i))
+		req.Header.Set("Authorization", "Bearer proxy-test")
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Logf("caller %d: %v", i, err)
+			continue
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusCreated {
+			served++
+		} else {
+			t.Logf("caller %d: %d", i, resp.StatusCode)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("served %d of 40 callers behind 200 slow connections at --max-conns 64", served)
+	require.Equal(t, 40, served, "callers served out of 40")
+	require.Eventually(t, func() bool {
+		return strings.Contains(px.logs.String(), "closed the oldest that held no request")
+	}, 5*time.Second, 10*time.Millisecond, "the closing is logged")
 }
 
 // TestProxyMaxConnsFitsOpenFiles: with few descriptors --max-conns is

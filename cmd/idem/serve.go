@@ -1131,7 +1131,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		// Its own connections, so a flood of the API's cannot reach it.
 		hcl := api.ListenNoHeadroom(healthLn, fds.healthConns, log)
 		hsrv = &http.Server{Handler: healthOnly(srv), ReadHeaderTimeout: c.conns.readHeaderTimeout,
-			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log, handshakes)}
+			IdleTimeout: c.conns.idleTimeout, ErrorLog: httpErrorLog(log, handshakes), ConnState: hcl.ConnState}
 		go func() {
 			if err := hsrv.Serve(c.tls.probeListener(hcl)); !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("--health-addr: %w", err)

@@ -227,14 +227,21 @@ type httpsConns struct {
 	live map[*tls.Conn]bool // true: presented a client certificate
 }
 
-// trackConns sets hs.ConnState to follow the API's connections (nothing
-// without TLS).
+// trackConns adds to hs.ConnState (the listener's, which it keeps) to
+// follow the API's connections (nothing without TLS).
 func (f *serveTLSFlags) trackConns(hs *http.Server, log *slog.Logger) (stop func()) {
 	if f.loaded == nil {
 		return func() {}
 	}
 	h := &httpsConns{t: f.loaded, log: log, live: map[*tls.Conn]bool{}}
-	hs.ConnState = h.connState
+	if prev := hs.ConnState; prev != nil {
+		hs.ConnState = func(c net.Conn, st http.ConnState) {
+			prev(c, st)
+			h.connState(c, st)
+		}
+	} else {
+		hs.ConnState = h.connState
+	}
 	return f.loaded.OnCAChange(h.cut)
 }
 
