@@ -765,6 +765,19 @@ func (p *proxy) storeWantsToken(ctx context.Context, base string) bool {
 // run listens until ctx is done (SIGTERM, Ctrl-C), then stops taking new
 // requests and lets those in flight finish, so an attempt is completed or
 // released rather than left to its lease.
+// warnUpstreamOutlivesShutdown says at start that --upstream-timeout lets
+// an upstream call outlive --shutdown-timeout: a SIGTERM then cuts it
+// while it runs, nothing is stored, and the caller's retry runs it again
+// once the lease runs out. Not for the default 0 (never), which every
+// proxy left at its defaults has: a warning at every start would be one
+// to ignore, and the exit after a cut says what was cut.
+func (p *proxy) warnUpstreamOutlivesShutdown() {
+	if up, grace := p.cfg.upstreamTimeout, p.cfg.shutdownTimeout; up > 0 && up > grace {
+		p.log.Warn("--upstream-timeout is longer than --shutdown-timeout: on SIGTERM an upstream call still running at the end of the grace is cut, its answer is not stored, and the caller's retry runs it again once its lease (--lease) runs out; set --shutdown-timeout to at least --upstream-timeout (or --upstream-timeout to at most --shutdown-timeout)",
+			"upstream-timeout", up.String(), "shutdown-timeout", grace.String(), "lease", p.cfg.lease.String())
+	}
+}
+
 func (p *proxy) run(ctx context.Context) error {
 	h, err := p.handler()
 	if err != nil {
@@ -773,6 +786,7 @@ func (p *proxy) run(ctx context.Context) error {
 	if p.batcher != nil {
 		defer p.batcher.Close()
 	}
+	p.warnUpstreamOutlivesShutdown()
 	ln, err := net.Listen("tcp", p.cfg.listen)
 	if err != nil {
 		return fmt.Errorf("--listen: %w", err)

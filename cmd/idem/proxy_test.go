@@ -1051,3 +1051,33 @@ func TestProxyReplayIsReadableWhateverTheCallerAccepts(t *testing.T) {
 	require.Empty(t, resp.Header.Get("Content-Encoding"))
 	require.Equal(t, "paid in full", string(b))
 }
+
+// TestProxyWarnsWhenAnUpstreamCallOutlivesTheShutdown: an --upstream-timeout
+// longer than --shutdown-timeout lets a SIGTERM cut a call still running,
+// whose retry then runs again after the lease; the proxy says so at start,
+// and not when the call fits the grace or has no timeout (the default).
+func TestProxyWarnsWhenAnUpstreamCallOutlivesTheShutdown(t *testing.T) {
+	const warning = "--upstream-timeout is longer than --shutdown-timeout"
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--upstream-timeout", "1m", "--shutdown-timeout", "10s"}, true},
+		{[]string{"--upstream-timeout", "10s", "--shutdown-timeout", "10s"}, false},
+		{[]string{"--upstream-timeout", "5s"}, false}, // the default grace, 30s
+		{nil, false}, // no timeout: not every proxy at its defaults
+	} {
+		args := append([]string{"--upstream", "http://" + deadAddr(t), "--store", deadAddr(t)}, c.args...)
+		px := startProxy(t, args...)
+		line := waitForLine(t, px.logs, "proxy listening")
+		require.NotEmpty(t, line)
+		logs := px.logs.String()
+		if !c.warn {
+			require.NotContains(t, logs, warning, "%v", c.args)
+			continue
+		}
+		require.Contains(t, logs, warning)
+		require.Contains(t, logs, "upstream-timeout=1m0s shutdown-timeout=10s lease=30s")
+		require.Contains(t, logs, "set --shutdown-timeout to at least --upstream-timeout")
+	}
+}
