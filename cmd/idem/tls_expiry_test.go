@@ -77,7 +77,7 @@ func TestTLSExpiryCheckedWhileRunning(t *testing.T) {
 func TestCARotationClosesOldCAHTTPSConns(t *testing.T) {
 	t.Parallel()
 	oldCA, newCA := newPKI(t), newPKI(t)
-	cert, key := oldCA.cert("n1", "--ip", "127.0.0.9")
+	cert, key := oldCA.cert("n1", "--ip", testIP("127.0.0.9"))
 	caFile := filepath.Join(t.TempDir(), "ca.pem")
 	both := append(readFile(t, oldCA.ca()), readFile(t, newCA.ca())...)
 	require.NoError(t, os.WriteFile(caFile, both, 0o600)) // step 1 done
@@ -111,7 +111,7 @@ func TestCARotationClosesOldCAHTTPSConns(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, "the old CA's client certificate must work before step 3")
 
 	// Step 2 (the node's certificate from the new CA), then step 3.
-	newCert, newKey := newCA.cert("n1", "--ip", "127.0.0.9")
+	newCert, newKey := newCA.cert("n1", "--ip", testIP("127.0.0.9"))
 	require.NoError(t, os.WriteFile(cert, readFile(t, newCert), 0o600))
 	require.NoError(t, os.WriteFile(key, readFile(t, newKey), 0o600))
 	require.NoError(t, os.WriteFile(caFile, readFile(t, newCA.ca()), 0o600))

@@ -347,7 +347,7 @@ func TestTLSGoClientReusesConnectionsToANode(t *testing.T) {
 	waitReadyTLS(t, ca.httpsClient(opsCert, opsKey), n)
 
 	// Every connection to the node goes through here, counted.
-	ln, err := net.Listen("tcp", "127.0.0.9:0") // the node certificate's IP
+	ln, err := net.Listen("tcp", testIP("127.0.0.9")+":0") // the node certificate's IP
 	require.NoError(t, err)
 	t.Cleanup(func() { ln.Close() })
 	var conns atomic.Int64
