@@ -106,6 +106,14 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
 		return 1
 	}
+	// A member's HTTP address given as its raft address (the flag most
+	// often confused) recorded a configuration no node can start with: the
+	// start command printed after it was refused (--http-addr and
+	// --raft-addr the same).
+	if bad := httpAddrsAsRaft(peers, st.HTTPAddrs, st.Configuration); len(bad) > 0 {
+		fmt.Fprintf(stderr, "%s: %s\n%s: nothing was changed\n", name, strings.Join(bad, "\n"+name+": "), name)
+		return 2
+	}
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
@@ -223,6 +231,31 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (%s serve ... --join %s's HTTP address)\n", raftfsm.CommandName, *nodeID)
 	}
 	return 0
+}
+
+// httpAddrsAsRaft names every peer whose raft address is the HTTP address
+// the state records for a member, with that member's raft address in the
+// current configuration when it has one.
+func httpAddrsAsRaft(peers []raftfsm.Peer, httpAddrs map[string]string, conf []raftfsm.Peer) []string {
+	raftOf := map[string]string{}
+	for _, p := range conf {
+		raftOf[p.ID] = p.RaftAddr
+	}
+	var bad []string
+	for _, p := range peers {
+		for id, h := range httpAddrs {
+			if h == "" || !strings.EqualFold(h, p.RaftAddr) {
+				continue
+			}
+			msg := fmt.Sprintf("--peers %s=%s: %s is the HTTP address the state records for %s (its --http-addr); --peers takes raft addresses (--raft-addr)", p.ID, p.RaftAddr, p.RaftAddr, id)
+			if r := raftOf[p.ID]; r != "" && r != p.RaftAddr {
+				msg += fmt.Sprintf(": %s's is %s in the current configuration", p.ID, r)
+			}
+			bad = append(bad, msg)
+			break
+		}
+	}
+	return bad
 }
 
 // printStartHint prints the command that starts a node recovered or

@@ -479,3 +479,50 @@ func TestRecoverNamesSupersededFile(t *testing.T) {
 	require.Contains(t, out, "Delete it only if this copy is the one to keep and n9 (127.0.0.9:7071) is stopped for good")
 	require.FileExists(t, path, "recover deletes no such file: the choice is the operator's")
 }
+
+// A recover given a node's HTTP address where --peers takes its raft address
+// (the flag most often confused) rewrote the membership with it and printed
+// a start command that idem serve refuses (--http-addr and --raft-addr the
+// same). It is refused as a bad flag, naming the raft address, and the data
+// dir is left as it was.
+func TestRecoverRefusesAnHTTPAddressAsRaftAddress(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr)
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, "%s", body)
+	// The leader records its HTTP address in the log at its first tick
+	// (a second) after it leads: wait for an entry past the claim's.
+	var claimed struct {
+		Token string `json:"token"`
+	}
+	require.NoError(t, json.Unmarshal(body, &claimed))
+	idx, _, _ := strings.Cut(claimed.Token, ".")
+	require.Eventually(t, func() bool {
+		var st struct {
+			CommitIndex uint64 `json:"commit_index"`
+		}
+		code, b := get(t, httpAddr, "/v1/cluster")
+		return code == 200 && json.Unmarshal(b, &st) == nil && fmt.Sprintf("%020d", st.CommitIndex) > idx
+	}, 10*time.Second, 50*time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(os.Interrupt))
+	p.wait()
+	before, err := raftfsm.ReadOfflineState(dir)
+	require.NoError(t, err)
+	require.Equal(t, httpAddr, before.HTTPAddrs["n1"])
+
+	for _, yes := range []bool{false, true} {
+		args := []string{"recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1=" + httpAddr}
+		if yes {
+			args = append(args, "--yes")
+		}
+		out, err := idemCmd(t, args...)
+		require.Equal(t, 2, exitCode(err), out)
+		require.Contains(t, out, httpAddr+" is the HTTP address the state records for n1")
+		require.Contains(t, out, "n1's is "+raftAddr)
+		require.Contains(t, out, "nothing was changed")
+		after, err := raftfsm.ReadOfflineState(dir)
+		require.NoError(t, err)
+		require.Equal(t, before, after, "the refused recover changed the data dir")
+	}
+}
