@@ -76,6 +76,7 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, storeProblem(err))
 		return
 	}
+	st.Superseded = s.store.Superseded()
 	st.Scope = s.clusterScope()
 	st.BootstrapExpect = s.cfg.BootstrapExpect
 	st.RetentionFlag = s.cfg.Retention.String()

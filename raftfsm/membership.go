@@ -239,6 +239,11 @@ type Status struct {
 	// those entries on an earlier release, and an upgrade on its data dir
 	// does not apply them again (notPromotable).
 	Gated *uint64 `json:"gated,omitempty"`
+	// Superseded is why this node answers every request but this status
+	// 503 (Node.Superseded: a recovery or restore of its cluster left it
+	// out), "" otherwise. The API sets it: the status is all such a node
+	// still answers, and its table alone looked like a healthy cluster.
+	Superseded string `json:"superseded,omitempty"`
 }
 
 // VoteHoldStatus is what a node holding its vote votes from: the term and

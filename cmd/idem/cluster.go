@@ -494,6 +494,11 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		leader = st.Leader.ID
 	}
 	fmt.Fprintf(w, "leader %s, term %d, commit index %d (as seen by %s)\n", leader, st.Term, st.CommitIndex, st.Self.ID)
+	if st.Superseded != "" {
+		// Its table is its own view and may look healthy (it may even
+		// lead): say first that it serves nothing.
+		fmt.Fprintf(w, "WARNING: %s answers every request but this status 503: %s\n", st.Self.ID, st.Superseded)
+	}
 	if h := st.HoldsVote; h != nil {
 		if h.LeaderTerm == 0 {
 			fmt.Fprintf(w, "NOTE: %s started with an empty data dir and no leader has reached it yet: it votes only in a new cluster's first election and does not stand for election until a leader reaches it and it has caught up\n", st.Self.ID)

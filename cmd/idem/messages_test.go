@@ -390,3 +390,21 @@ func TestStatusWarnsOfADowngradeInPlace(t *testing.T) {
 		require.NotContains(t, out.String(), "n1 was downgraded")
 	}
 }
+
+// The status of a node that a recovery left out (it answers everything
+// else 503) printed as a healthy table, itself leading: it says first that
+// the node serves nothing, and why.
+func TestStatusOfASupersededNodeSaysItServesNothing(t *testing.T) {
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n2"}, Leader: &raftfsm.NodeInfo{ID: "n2"}, HealthFrom: "n2", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.NotContains(t, out.String(), "WARNING")
+	st.Superseded = "raftfsm: this node was left out of a recovery of its cluster: n1 answered"
+	out.Reset()
+	printStatus(&out, st)
+	lines := strings.Split(out.String(), "\n")
+	require.Equal(t, "WARNING: n2 answers every request but this status 503: "+st.Superseded, lines[1], out.String())
+}
