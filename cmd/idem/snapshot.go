@@ -93,6 +93,10 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		fmt.Fprintf(stderr, "idem snapshot: unknown subcommand %q (save, inspect or restore; see idem snapshot --help)\n", sub)
 		return 2
 	}
+	if msg := snapshotFlagElsewhere(fs, sub); msg != "" {
+		fmt.Fprintf(stderr, "%s: %s (see idem snapshot --help)\n", name, msg)
+		return 2
+	}
 	if len(files) == 1 && strings.TrimSpace(files[0]) == "" {
 		// An empty $VAR: "want exactly one FILE argument, got 1".
 		fmt.Fprintf(stderr, "%s: FILE is empty (an unset shell variable?): give the backup file's path (see idem snapshot --help)\n", name)
@@ -117,6 +121,38 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	default:
 		return snapshotRestore(ctx, file, *dataDir, *nodeID, *raftAddr, *force, stdout, stderr)
 	}
+}
+
+// snapshotFlags are the flags each snapshot subcommand reads; the three
+// share one flag set.
+var snapshotFlags = map[string][]string{
+	"save":    {"addr", "auth-token", "token-file", "ca-file", "cert-file", "key-file", "force"},
+	"inspect": {"json"},
+	"restore": {"data-dir", "node-id", "raft-addr", "force"},
+}
+
+// snapshotFlagElsewhere names a flag given on the command line that sub
+// does not read, "" when there is none. Such a flag was ignored: save
+// --data-dir DIR, read as "back up that (stopped) node's data dir", saved
+// whatever node answered at --addr instead, 127.0.0.1:7070 by default.
+func snapshotFlagElsewhere(fs *flag.FlagSet, sub string) string {
+	var msg string
+	fs.Visit(func(f *flag.Flag) {
+		if msg != "" || slices.Contains(snapshotFlags[sub], f.Name) {
+			return
+		}
+		var of []string
+		for _, other := range []string{"save", "inspect", "restore"} {
+			if slices.Contains(snapshotFlags[other], f.Name) {
+				of = append(of, other)
+			}
+		}
+		msg = fmt.Sprintf("--%s is a flag of %s, not of %s: nothing was done", f.Name, strings.Join(of, " and "), sub)
+		if sub == "save" && (f.Name == "data-dir" || f.Name == "node-id" || f.Name == "raft-addr") {
+			msg += "; save never reads a data dir: it asks a running node of the cluster for its state, at --addr (default " + client.DefaultAddr + ")"
+		}
+	})
+	return msg
 }
 
 // parseInterspersed parses flags before, between and after positional

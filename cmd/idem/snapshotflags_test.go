@@ -1,0 +1,45 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The snapshot subcommands share one flag set, and a flag of another
+// subcommand was ignored: `snapshot save FILE --data-dir DIR`, read as
+// "back up that stopped node's data dir", saved whatever node answered at
+// --addr (127.0.0.1:7070 by default) instead. Each is refused, naming the
+// subcommand it belongs to, before anything is asked or written.
+func TestSnapshotRefusesAnotherSubcommandsFlag(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "b.snap")
+	addr := "127.0.0.1:1" // nothing is asked: a closed port would answer connection refused
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"snapshot", "save", file, "--addr", addr, "--data-dir", filepath.Join(dir, "n1")},
+			"idem snapshot save: --data-dir is a flag of restore, not of save: nothing was done; save never reads a data dir: it asks a running node of the cluster for its state, at --addr (default 127.0.0.1:7070) (see idem snapshot --help)"},
+		{[]string{"snapshot", "save", file, "--addr", addr, "--json"},
+			"idem snapshot save: --json is a flag of inspect, not of save: nothing was done (see idem snapshot --help)"},
+		{[]string{"snapshot", "inspect", file, "--addr", addr},
+			"idem snapshot inspect: --addr is a flag of save, not of inspect: nothing was done (see idem snapshot --help)"},
+		{[]string{"snapshot", "restore", file, "--data-dir", filepath.Join(dir, "r"), "--node-id", "n1", "--raft-addr", "127.0.0.1:7071", "--addr", addr},
+			"idem snapshot restore: --addr is a flag of save, not of restore: nothing was done (see idem snapshot --help)"},
+		{[]string{"snapshot", "inspect", file, "--force"},
+			"idem snapshot inspect: --force is a flag of save and restore, not of inspect: nothing was done (see idem snapshot --help)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
+		require.Equal(t, tc.want, strings.TrimSpace(stderr.String()), "%v", tc.args)
+		require.Empty(t, stdout.String(), "%v", tc.args)
+		require.NoFileExists(t, file)
+		require.NoDirExists(t, filepath.Join(dir, "r"))
+	}
+}
