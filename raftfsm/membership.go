@@ -1126,6 +1126,7 @@ type commitSample struct {
 
 // peerHealth is the leader's measurement of one peer.
 type peerHealth struct {
+	firstAt    time.Time // first attempt this term
 	checkedAt  time.Time // last attempt
 	answeredAt time.Time // last answer (zero: never)
 	contactAt  time.Time // when the peer last heard from the leader, by this node's clock (zero: never)
@@ -1175,6 +1176,10 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 	m.Downgraded = h.downgraded
 }
 
+// errNoHTTPAddr is why a member whose HTTP address the state does not
+// record yet is not asked for its status.
+var errNoHTTPAddr = errors.New("its HTTP address is not in the log")
+
 // judge says whether the measured peer is healthy now, and why not. The
 // caller holds n.peers.mu.
 func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, string) {
@@ -1188,6 +1193,12 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 	}
 	n.mu.Unlock()
 	switch {
+	case h.answeredAt.IsZero() && h.err == errNoHTTPAddr.Error() && now.Sub(h.firstAt) < silentAfter:
+		// Right after a cluster forms (or a node joins) the members'
+		// HTTP addresses reach the log a moment after their raft ones:
+		// not measured yet, which cluster status tells from a lost quorum
+		// (it warned "writes fail" at a cluster just formed).
+		return false, NotMeasuredYet + " (" + errNoHTTPAddr.Error() + " yet)"
 	case h.answeredAt.IsZero():
 		return false, "has never answered this leader: " + h.err
 	case h.err != "":
@@ -1297,7 +1308,7 @@ func (n *Node) askOthers(ctx context.Context, cf raft.Configuration, probe PeerP
 			case probe == nil:
 				r.err = errors.New("this node cannot reach its peers' HTTP API yet")
 			case info.HTTPAddr == "":
-				r.err = errors.New("its HTTP address is not in the log")
+				r.err = errNoHTTPAddr
 			default:
 				r.st, r.err = probe(pctx, info.HTTPAddr)
 				if r.err == nil && r.st.Self.ID != id {
@@ -1375,7 +1386,7 @@ func (n *Node) measure(ctx context.Context) {
 	for _, r := range results {
 		h := n.peers.byID[r.id]
 		if h == nil {
-			h = &peerHealth{}
+			h = &peerHealth{firstAt: r.at}
 			n.peers.byID[r.id] = h
 		}
 		h.checkedAt = r.at
