@@ -113,6 +113,11 @@ func runTokenNew(args []string, stdout, stderr io.Writer) int {
 	}
 	if *tokenFile != "" {
 		f, err := os.OpenFile(*tokenFile, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) {
+			// It said only "open node.token: file exists".
+			fmt.Fprintf(stderr, "idem token new: --token-file %s exists, and a token file is never overwritten (its token may be in use): nothing was made; name a new file\n", *tokenFile)
+			return 1
+		}
 		if err != nil {
 			fmt.Fprintf(stderr, "idem token new: --token-file: %v\n", err)
 			return 1
