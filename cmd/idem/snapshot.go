@@ -223,6 +223,12 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		TLSClientConfig:       tlsCfg,
 	}}
 	resp, err := hc.Do(req)
+	if err != nil && ctx.Err() != nil {
+		// Ctrl-C before the node answered said only `Get "…/v1/admin/snapshot":
+		// interrupt signal received`, naming neither FILE nor what became of it.
+		fmt.Fprintf(stderr, "%s: interrupted before %s sent the snapshot: nothing was saved (%s is as it was)\n", name, addr, file)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, notHTTP(err))
 		return 1

@@ -3,6 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -42,4 +45,29 @@ func TestSnapshotRefusesAnotherSubcommandsFlag(t *testing.T) {
 		require.NoFileExists(t, file)
 		require.NoDirExists(t, filepath.Join(dir, "r"))
 	}
+}
+
+// Ctrl-C in a snapshot save before the node's stream began said only
+// `Get "http://…/v1/admin/snapshot": interrupt signal received`. It says
+// nothing was saved, and FILE (here one kept from an earlier save, given
+// --force) is as it was.
+func TestSnapshotSaveInterruptedSaysNothingWasSaved(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		cancel() // the operator's Ctrl-C, while the node prepares its stream
+		<-r.Context().Done()
+	}))
+	defer node.Close()
+	file := filepath.Join(t.TempDir(), "b.snap")
+	require.NoError(t, os.WriteFile(file, []byte("an earlier backup"), 0o600))
+	addr := strings.TrimPrefix(node.URL, "http://")
+	var stdout, stderr bytes.Buffer
+	code := run(ctx, []string{"snapshot", "save", file, "--addr", addr, "--force"}, &stdout, &stderr)
+	require.Equal(t, 1, code, stderr.String())
+	require.Equal(t, "idem snapshot save: interrupted before "+addr+" sent the snapshot: nothing was saved ("+file+" is as it was)", strings.TrimSpace(stderr.String()))
+	b, err := os.ReadFile(file)
+	require.NoError(t, err)
+	require.Equal(t, "an earlier backup", string(b))
+	left, _ := filepath.Glob(file + ".tmp-*")
+	require.Empty(t, left)
 }
