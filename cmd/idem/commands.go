@@ -238,7 +238,29 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err != nil && bad != nil {
 		return bad() // Parse stops at the first refused value
 	}
+	if err != nil {
+		// "flag provided but not defined: -adr": one dash, where the user
+		// typed two, and no word of the flag meant.
+		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
+			return unknownFlag(flags, name)
+		}
+	}
 	return err
+}
+
+// unknownFlag is the error for --name, which the command does not define,
+// naming the flag of flags it most likely misspells, if one is close.
+func unknownFlag(flags []*flag.Flag, name string) error {
+	best, bestDist := "", 3 // at most two edits
+	for _, f := range flags {
+		if d := editDistance(name, f.Name); d < bestDist {
+			best, bestDist = f.Name, d
+		}
+	}
+	if best == "" {
+		return fmt.Errorf("--%s is not a flag of this command", name)
+	}
+	return fmt.Errorf("--%s is not a flag of this command: did you mean --%s?", name, best)
 }
 
 // watchedValue is a flag's value that asks first whether it may be set

@@ -1,0 +1,32 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A misspelt flag, copied from a note at 3 am, was answered "flag provided
+// but not defined: -adr": one dash where two were typed, and no word of
+// the flag meant. It names the flag as typed and the closest one.
+func TestMisspeltFlagNamesTheFlagMeant(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"get", "--adr", "127.0.0.1:1", "--principal", "p", "--endpoint", "e", "--key", "k"}, "idem get: --adr is not a flag of this command: did you mean --addr?"},
+		{[]string{"recover", "--data-dir", "d", "--node-id", "n1", "--peer", "n1=127.0.0.1:7071"}, "idem recover: --peer is not a flag of this command: did you mean --peers? (see idem recover --help)"},
+		{[]string{"snapshot", "save", "f.snap", "--foce"}, "idem snapshot save: --foce is not a flag of this command: did you mean --force? (see idem snapshot --help)"},
+		{[]string{"cluster", "status", "--zzzzzz"}, "idem cluster status: --zzzzzz is not a flag of this command (see idem cluster --help)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
+		require.Equal(t, tc.want, strings.Split(stderr.String(), "\n")[0], "%v", tc.args)
+		require.NotContains(t, stderr.String(), "not defined: -", "%v", tc.args)
+		require.Empty(t, stdout.String(), "%v", tc.args)
+	}
+}
