@@ -85,6 +85,20 @@ func joinFlagsProblem(id, raftAddr, httpAddr string) string {
 	return ""
 }
 
+// clusterFlags are the flags each cluster subcommand reads (they share
+// one flag set): cluster status --id n3, say, showed every node.
+var clusterFlags = func() subcommandFlags {
+	common := []string{"addr", "auth-token", "token-file", "ca-file", "cert-file", "key-file", "json", "timeout"}
+	with := func(flags ...string) []string { return append(slices.Clone(common), flags...) }
+	return subcommandFlags{
+		{"status", with("state-hashes")},
+		{"join", with("id", "raft-addr", "node-http-addr", "scope", "force")},
+		{"remove", with("id", "force")},
+		{"transfer-leadership", with("id", "from")},
+		{"set-retention", with("retention", "allow-short-retention")},
+	}
+}()
+
 func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem cluster", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -112,6 +126,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if err := authTokenProblem(fs, stderr, "idem cluster "+sub); err != nil {
 		fmt.Fprintf(stderr, "idem cluster %s: %v\n", sub, err)
+		return 2
+	}
+	if _, msg := clusterFlags.problem(fs, sub); msg != "" {
+		fmt.Fprintf(stderr, "idem cluster %s: %s (see idem cluster --help)\n", sub, msg)
 		return 2
 	}
 	if *timeout <= 0 {

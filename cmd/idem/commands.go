@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"runtime/debug"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -246,6 +247,47 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		}
 	}
 	return err
+}
+
+// subcommandFlags lists, in the order of the command's help, the flags
+// each subcommand of a command reads, where they share one flag set.
+type subcommandFlags []struct {
+	sub   string
+	flags []string
+}
+
+// problem names the first flag given on the command line that sub does not
+// read, and says whose it is ("", "" when there is none, or sub is not
+// listed). Such a flag was ignored, silently: the command ran as if it had
+// not been given.
+func (s subcommandFlags) problem(fs *flag.FlagSet, sub string) (name, msg string) {
+	i := slices.IndexFunc(s, func(e struct {
+		sub   string
+		flags []string
+	}) bool {
+		return e.sub == sub
+	})
+	if i < 0 {
+		return "", ""
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if msg != "" || slices.Contains(s[i].flags, f.Name) {
+			return
+		}
+		var of []string
+		for _, e := range s {
+			if slices.Contains(e.flags, f.Name) {
+				of = append(of, e.sub)
+			}
+		}
+		name = f.Name
+		list := strings.Join(of, " and ")
+		if len(of) > 2 {
+			list = strings.Join(of[:len(of)-1], ", ") + " and " + of[len(of)-1]
+		}
+		msg = fmt.Sprintf("--%s is a flag of %s, not of %s: nothing was done", f.Name, list, sub)
+	})
+	return name, msg
 }
 
 // unknownFlag is the error for --name, which the command does not define,

@@ -56,6 +56,13 @@ Key rotation, with nodes restarted one at a time at each step:
 Flags:
 `
 
+// keysFlags are the flags each keys subcommand reads (they share one flag
+// set).
+var keysFlags = subcommandFlags{
+	{"status", []string{"addr", "auth-token", "token-file", "ca-file", "cert-file", "key-file", "encryption-key-file", "json", "timeout"}},
+	{"generate", []string{"id", "out"}},
+}
+
 func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("idem keys", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -77,6 +84,13 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := authTokenProblem(fs, stderr, "idem keys "+sub); err != nil {
 		fmt.Fprintf(stderr, "idem keys %s: %v\n", sub, err)
+		return 2
+	}
+	if _, msg := keysFlags.problem(fs, sub); msg != "" {
+		// keys generate --encryption-key-file keys.json, read as "add a key
+		// to that file" (rotation's first step), printed a new key file
+		// with the secret key to the terminal and left keys.json as it was.
+		fmt.Fprintf(stderr, "idem keys %s: %s (see idem keys --help)\n", sub, msg)
 		return 2
 	}
 	switch sub {

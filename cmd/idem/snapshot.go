@@ -125,10 +125,10 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 
 // snapshotFlags are the flags each snapshot subcommand reads; the three
 // share one flag set.
-var snapshotFlags = map[string][]string{
-	"save":    {"addr", "auth-token", "token-file", "ca-file", "cert-file", "key-file", "force"},
-	"inspect": {"json"},
-	"restore": {"data-dir", "node-id", "raft-addr", "force"},
+var snapshotFlags = subcommandFlags{
+	{"save", []string{"addr", "auth-token", "token-file", "ca-file", "cert-file", "key-file", "force"}},
+	{"inspect", []string{"json"}},
+	{"restore", []string{"data-dir", "node-id", "raft-addr", "force"}},
 }
 
 // snapshotFlagElsewhere names a flag given on the command line that sub
@@ -136,22 +136,10 @@ var snapshotFlags = map[string][]string{
 // --data-dir DIR, read as "back up that (stopped) node's data dir", saved
 // whatever node answered at --addr instead, 127.0.0.1:7070 by default.
 func snapshotFlagElsewhere(fs *flag.FlagSet, sub string) string {
-	var msg string
-	fs.Visit(func(f *flag.Flag) {
-		if msg != "" || slices.Contains(snapshotFlags[sub], f.Name) {
-			return
-		}
-		var of []string
-		for _, other := range []string{"save", "inspect", "restore"} {
-			if slices.Contains(snapshotFlags[other], f.Name) {
-				of = append(of, other)
-			}
-		}
-		msg = fmt.Sprintf("--%s is a flag of %s, not of %s: nothing was done", f.Name, strings.Join(of, " and "), sub)
-		if sub == "save" && (f.Name == "data-dir" || f.Name == "node-id" || f.Name == "raft-addr") {
-			msg += "; save never reads a data dir: it asks a running node of the cluster for its state, at --addr (default " + client.DefaultAddr + ")"
-		}
-	})
+	name, msg := snapshotFlags.problem(fs, sub)
+	if sub == "save" && (name == "data-dir" || name == "node-id" || name == "raft-addr") {
+		msg += "; save never reads a data dir: it asks a running node of the cluster for its state, at --addr (default " + client.DefaultAddr + ")"
+	}
 	return msg
 }
 

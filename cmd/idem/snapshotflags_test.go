@@ -71,3 +71,33 @@ func TestSnapshotSaveInterruptedSaysNothingWasSaved(t *testing.T) {
 	left, _ := filepath.Glob(file + ".tmp-*")
 	require.Empty(t, left)
 }
+
+// idem cluster and idem keys share a flag set among their subcommands too,
+// and a flag of another one was ignored: keys generate --id k2
+// --encryption-key-file keys.json, read as rotation's "add the new key to
+// the file", printed a new key file, secret key and all, to the terminal
+// and left keys.json as it was; cluster status --id n3 showed every node.
+func TestClusterAndKeysRefuseAnotherSubcommandsFlag(t *testing.T) {
+	addr := "127.0.0.1:1" // nothing is asked
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"keys", "generate", "--id", "k2", "--encryption-key-file", "keys.json"},
+			"idem keys generate: --encryption-key-file is a flag of status, not of generate: nothing was done (see idem keys --help)"},
+		{[]string{"keys", "status", "--addr", addr, "--out", "keys.json"},
+			"idem keys status: --out is a flag of generate, not of status: nothing was done (see idem keys --help)"},
+		{[]string{"cluster", "status", "--addr", addr, "--id", "n3"},
+			"idem cluster status: --id is a flag of join, remove and transfer-leadership, not of status: nothing was done (see idem cluster --help)"},
+		{[]string{"cluster", "set-retention", "--addr", addr, "--retention", "48h", "--force"},
+			"idem cluster set-retention: --force is a flag of join and remove, not of set-retention: nothing was done (see idem cluster --help)"},
+		{[]string{"cluster", "remove", "--addr", addr, "--id", "n3", "--retention", "48h"},
+			"idem cluster remove: --retention is a flag of set-retention, not of remove: nothing was done (see idem cluster --help)"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
+		require.Equal(t, tc.want, strings.TrimSpace(stderr.String()), "%v", tc.args)
+		require.Empty(t, stdout.String(), "%v", tc.args)
+	}
+}
