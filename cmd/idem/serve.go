@@ -602,6 +602,16 @@ func nodesBeside(dir string) (near []string, more int) {
 	return near, 0
 }
 
+// listenProblem is the error of a port serve could not open. A port in use
+// said only "bind: address already in use", naming neither what may hold it
+// nor the way out (a make run node beside make cluster, two pasted commands).
+func listenProblem(flagName, addr string, err error) error {
+	if errors.Is(err, syscall.EADDRINUSE) {
+		return fmt.Errorf("%s %s is in use by another process (another idem node? make run and make cluster's n1 both use 127.0.0.1:7070 and :7071): stop it, or give this node another %s; nothing was started or written", flagName, addr, flagName)
+	}
+	return fmt.Errorf("%s: %w", flagName, err)
+}
+
 // editDistance is the Levenshtein distance of a and b, in bytes.
 func editDistance(a, b string) int {
 	prev := make([]int, len(b)+1)
@@ -920,12 +930,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	}
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
-		return fmt.Errorf("--http-addr: %w", err)
+		return listenProblem("--http-addr", c.httpAddr, err)
 	}
 	defer ln.Close()
 	raftLn, err := net.Listen("tcp", c.raftAddr)
 	if err != nil {
-		return fmt.Errorf("--raft-addr: %w", err)
+		return listenProblem("--raft-addr", c.raftAddr, err)
 	}
 	var healthLn net.Listener
 	if c.healthAddr != "" {
