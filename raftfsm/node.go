@@ -1393,6 +1393,11 @@ func (n *Node) termBarrierCtx(ctx context.Context) error {
 		}
 		return mapRaftError(err)
 	}
+	// Applied, before any stamp of its own: the log's time is cluster
+	// time, not what this node counted as a follower (ttl.Clock.FollowLog).
+	if d := n.clock.FollowLog(); d >= time.Second {
+		n.log.Info("cluster time on this node, taking the lead, was ahead of the log's (it counted time the leader before it did not, such as a restart of most nodes it stayed up through): it follows the log's", "behind-by", d.Round(time.Millisecond))
+	}
 	n.barrierTerm.Store(term)
 	return nil
 }

@@ -59,6 +59,12 @@ type Clock struct {
 	raw                   func() (time.Duration, bool)
 	offset                time.Duration // test-only skew of this node's wall clock
 	correct               time.Duration // agreed correction of the wall clock before anchoring
+	// logMs is the newest applied entry's cluster time, and logMono and
+	// logRaw both clocks when it was observed (logRaw at most the raw
+	// clock's reading then): the log's own time, extrapolated, for
+	// FollowLog.
+	logMs           int64
+	logMono, logRaw time.Duration
 }
 
 // NewClock returns a clock with no anchor. Until Observe is called it reads
@@ -125,6 +131,7 @@ func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 		// them, or a skewed wall clock would stay in cluster time.
 		c.anchorLocked(ms)
 		c.lastMs = 0
+		c.logMs, c.logMono, c.logRaw = ms, c.atMono, c.atRaw
 		return 0
 	}
 	reading := c.nowLocked()
@@ -132,11 +139,55 @@ func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 	switch {
 	case ms > reading:
 		c.anchorLocked(ms)
+		c.logMs, c.logMono, c.logRaw = ms, c.atMono, c.atRaw
 	case now-ms > RewindAfter.Milliseconds():
 		c.anchorLocked(ms)
 		c.lastMs = ms
+		c.logMs, c.logMono, c.logRaw = ms, c.atMono, c.atRaw
 		return time.Duration(now-ms) * time.Millisecond
+	case ms > c.logMs:
+		// Kept the reading (within RewindAfter of the log): note the
+		// log's time, for FollowLog. The raw clock is not read here (the
+		// apply path): its reading now is taken as at most Go's since its
+		// last read over minSlew, so the raw time since then is never
+		// overstated.
+		mono := c.mono()
+		c.logMs, c.logMono = ms, mono
+		c.logRaw = c.sampleRaw + time.Duration(float64(mono-c.sampleMono)/minSlew)
 	}
+	return 0
+}
+
+// FollowLog anchors the clock at the newest applied entry's cluster time,
+// as of when it was applied, where the reading has run ahead of that; it
+// returns how far back the reading went (0 when it did not). A leader
+// calls it once it has applied its predecessors' log, before it stamps
+// anything.
+//
+// Observe keeps a reading up to RewindAfter ahead of the log, which is
+// how far a leader's own stamps run ahead of their apply. A follower's
+// reading is that far ahead of the log only if it counted time the log did
+// not: it stayed up through a restart of most nodes, whose leader then
+// resumed from the last time it had applied. Once it led, its stamps moved
+// cluster time on by that much at once (10 s an entry): a restart of two
+// nodes of three taking 3 s, and records the restarted leader had created
+// meanwhile were answered 404 and claimed afresh 3 s before their
+// retention was up (a clock walk on real processes). The log's time is
+// cluster time.
+func (c *Clock) FollowLog() time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.anchored || c.logMs == 0 {
+		return 0
+	}
+	reading := max(c.nowLocked(), c.lastMs)
+	anchorMs, atMono, atRaw := c.anchorMs, c.atMono, c.atRaw
+	c.anchorMs, c.atMono, c.atRaw = c.logMs, c.logMono, c.logRaw
+	if follows := c.nowLocked(); follows < reading {
+		c.lastMs = follows
+		return time.Duration(reading-follows) * time.Millisecond
+	}
+	c.anchorMs, c.atMono, c.atRaw = anchorMs, atMono, atRaw
 	return 0
 }
 

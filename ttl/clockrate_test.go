@@ -145,3 +145,26 @@ func TestClockOutlivesAFailedRawRead(t *testing.T) {
 	ft.advance(time.Second, time.Second)
 	require.Equal(t, int64(anchor)+3000, c.NowMs())
 }
+
+// A node that stayed up while most of the cluster restarted counted the
+// restart; the restarted leader resumed from the last time it had applied,
+// and its stamps came within RewindAfter of this node's reading, which
+// Observe keeps. Taking the lead, this node must stamp the log's time, not
+// its own count, or records the restarted leader created meanwhile expire
+// early by the restart's length (a clock walk on real processes: 3 s).
+func TestClockTakingTheLeadFollowsTheLog(t *testing.T) {
+	const t0 = 1_700_000_000_000
+	c, ft := fakeClock(t)
+	c.Observe(t0)
+	ft.advance(3*time.Second, 3*time.Second) // the majority restarts; this node counts it
+	require.Zero(t, c.Observe(t0+200), "within RewindAfter the reading is kept")
+	ft.advance(100*time.Millisecond, 100*time.Millisecond)
+	ahead := c.NowMs()
+	require.InDelta(t, t0+3100, ahead, 20)
+	back := c.FollowLog()
+	require.InDelta(t, 2800*time.Millisecond, back, float64(20*time.Millisecond))
+	require.InDelta(t, t0+300, c.NowMs(), 20, "the leader's stamps follow the log's time")
+	ft.advance(time.Second, time.Second)
+	require.InDelta(t, t0+1300, c.NowMs(), 20, "and run on from it at real time")
+	require.Zero(t, c.FollowLog(), "a reading that follows the log is left alone")
+}
