@@ -80,8 +80,14 @@ func staleRead(n *Node, s engine.Scope) error {
 func TestKeptBackOutlivesARestartWithoutALeader(t *testing.T) {
 	c, n1, _, n3, _, _, scope := keptCluster(t)
 	dir := n3.cfg.DataDir
-	b, err := os.ReadFile(filepath.Join(dir, KeptFile))
-	require.NoError(t, err, "the kept mark is not recorded in the data dir")
+	// The mark is in memory (KeptBack) a moment before it is on disk:
+	// set publishes it, then writes and syncs the file.
+	var b []byte
+	require.Eventually(t, func() bool {
+		var err error
+		b, err = os.ReadFile(filepath.Join(dir, KeptFile))
+		return err == nil
+	}, 5*time.Second, 5*time.Millisecond, "the kept mark is not recorded in the data dir")
 	var rec keptRecord
 	require.NoError(t, json.Unmarshal(b, &rec))
 	require.Equal(t, "n1", rec.Leader)
