@@ -40,7 +40,11 @@ import (
 // client (a real one) dials again. Idle connections are closed too: a
 // connection that sent one quick request, then its next header a byte at a
 // time, is Idle all the while, and one idle for the 60 s IdleTimeout costs
-// an attacker nothing at all. A connection with a request in flight (its
+// an attacker nothing at all; but only once idle for evictMinAge: one
+// answered just now may be carrying its client's next request, and a
+// client cannot tell that close from a request lost (a follower's forward
+// to the leader, from its keep-alive pool, ended "outcome unknown" for its
+// client under a flood). A connection with a request in flight (its
 // body arriving, its handler running, hijacked for a WebSocket) is never
 // closed; when every connection has one, a newcomer goes to the headroom
 // or is refused as before.
@@ -71,8 +75,9 @@ const overflowLife = 3 * time.Second
 const headroomWait = 250 * time.Millisecond
 
 // evictMinAge is how long a connection whose bytes the sniffer cannot
-// follow (TLS) must have been without a request before it may be closed
-// for a newcomer (see "Slow connections" above).
+// follow (TLS), or one idle after an answer, must have been without a
+// request before it may be closed for a newcomer (see "Slow connections"
+// above).
 const evictMinAge = time.Second
 
 // evictScan bounds how many of the oldest connections without a request a
@@ -227,13 +232,16 @@ func (l *ConnListener) evictOldest() *limitedConn {
 func (c *limitedConn) takeForEviction(now int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	switch {
-	case c.sniff.state == sniffOff:
+	if (c.sniff.state == sniffOff || c.idle) && time.Duration(now-c.since) < evictMinAge {
 		// TLS, or bytes the sniffer does not follow: old enough only.
-		if time.Duration(now-c.since) < evictMinAge {
-			return false
-		}
-	case c.sniff.headers > c.begun:
+		// Idle keep-alive too: its client may be sending its next
+		// request now, on a connection it has just used, and cannot
+		// tell a close for a newcomer from a request lost (a follower's
+		// forward to the leader, from its keep-alive pool, answered
+		// 503 to its client though the leader never read it).
+		return false
+	}
+	if c.sniff.state != sniffOff && c.sniff.headers > c.begun {
 		// A whole header the server has not begun yet: a request.
 		return false
 	}
@@ -269,7 +277,7 @@ func (l *ConnListener) ConnState(nc net.Conn, st http.ConnState) {
 	switch st {
 	case http.StateNew, http.StateIdle:
 		if !c.closed.Load() {
-			c.since = mono.Now()
+			c.since, c.idle = mono.Now(), st == http.StateIdle
 			c.elem = l.waiting.PushBack(c)
 		}
 	case http.StateActive:
@@ -330,6 +338,7 @@ type limitedConn struct {
 	// Guarded by l.mu: on l.waiting while without a request, since then.
 	elem  *list.Element
 	since int64
+	idle  bool // since its last answer (StateIdle), not since opened
 }
 
 // overflow reports whether the connection is in the health headroom.
