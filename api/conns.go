@@ -254,7 +254,7 @@ func (l *ConnListener) logEviction() {
 	n := l.evictedUnlogged.Add(1)
 	if last := l.lastEvictLog.Load(); mono.Since(last) > 10*time.Second && l.lastEvictLog.CompareAndSwap(last, mono.Now()) {
 		l.evictedUnlogged.Add(-n)
-		l.log.Warn("HTTP connections all taken: closed the oldest that held no request (no whole header since it was opened or since its last answer: slow, or idle keep-alive) for new ones; a flood of slow or idle connections, or --max-conns too low; logged at most every 10 s",
+		l.log.Warn("HTTP connections all taken: closed the oldest that held no request (no whole header since it was opened, or since its last answer for 1 s: slow, or idle keep-alive) for new ones; a flood of slow or idle connections, or --max-conns too low; logged at most every 10 s",
 			"max-conns", l.max, "closed", n, "closed-total", l.evicted.Load(), "refused-total", l.refused.Load())
 	}
 }

@@ -14,7 +14,7 @@ func ListenerCollectors(cl *ConnListener, s *Server) []prometheus.Collector {
 			Help: "HTTP connections answered 503 and closed at once: beyond --max-conns and the health headroom."},
 			func() float64 { return float64(cl.Refused()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_connections_evicted_total",
-			Help: "HTTP connections closed for a newcomer while --max-conns was full: the oldest that held no request (no whole header since opened, or idle keep-alive)."},
+			Help: "HTTP connections closed for a newcomer while --max-conns was full: the oldest that held no request (no whole header since opened, or keep-alive idle for 1 s)."},
 			func() float64 { return float64(cl.Evicted()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_http_requests_in_flight",
 			Help: "HTTP requests being handled now, /healthz and /readyz aside (--max-inflight)."},
