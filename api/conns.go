@@ -58,6 +58,9 @@ import (
 // a connection that has sent bytes is closed only after evictMinAge in its
 // state, so the header would have to end within the microseconds between
 // the choice and the close, and the connection be that slow already.
+// Nor is a connection whose bytes the kernel holds unread (peeked without
+// blocking): a request has arrived that the server has not got to (a
+// flood of new connections, each sending a whole header at once).
 
 // HealthHeadroom is how many connections beyond the cap are kept for
 // /healthz and /readyz.
@@ -245,6 +248,24 @@ func (c *limitedConn) takeForEviction(now int64) bool {
 		// A whole header the server has not begun yet: a request.
 		return false
 	}
+	if c.heard == 0 && !c.idle && time.Duration(now-c.since) < evictMinAge {
+		// Nothing read yet on a new connection: its server may have just
+		// taken its request from the kernel and not yet handed it to
+		// Read's sniffer, and closed now that request is lost unanswered
+		// (1,100 new connections each sending a whole header at once:
+		// one or two closed so, 10 ms old). A slow header's first bytes
+		// are heard at once; a client that sends nothing for a second
+		// has no request on its way.
+		return false
+	}
+	if unreadBytes(c.Conn) {
+		// Bytes the server has not read yet: a request that has come on
+		// a connection the server has not got to (1,100 new connections
+		// each sending a whole header at once had 73 of them closed
+		// unanswered; a loaded server took over a second to reach one).
+		// A slow header's bytes are read as they come.
+		return false
+	}
 	c.evicted = true
 	return true
 }
@@ -334,6 +355,8 @@ type limitedConn struct {
 	// begun is how many of the headers the sniffer saw the server has
 	// begun a request for (StateActive).
 	begun int64
+	// heard is how many bytes Read has handed the server.
+	heard int64
 
 	// Guarded by l.mu: on l.waiting while without a request, since then.
 	elem  *list.Element
@@ -355,6 +378,7 @@ func (c *limitedConn) Read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	if n > 0 {
+		c.heard += int64(n)
 		c.sniff.feed(p[:n])
 	}
 	return n, err

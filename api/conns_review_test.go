@@ -173,13 +173,22 @@ func evictionStress(t *testing.T, mode string, tlsOn bool) {
 				}
 				c, err := net.DialTimeout("tcp", addr, time.Second)
 				if err == nil {
-					time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+					// Some held past evictMinAge, which a silent
+					// connection must reach to be closed for another.
+					hold := time.Duration(rand.IntN(2000)) * time.Microsecond
+					if rand.IntN(4) == 0 {
+						hold = evictMinAge + time.Duration(rand.IntN(500))*time.Millisecond
+					}
+					select {
+					case <-time.After(hold):
+					case <-stop:
+					}
 					c.Close()
 				}
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	time.Sleep(3 * time.Second)
 	close(stop)
 	wg.Wait()
 
