@@ -2,7 +2,6 @@ package api
 
 import (
 	"bufio"
-	"bytes"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -28,29 +27,12 @@ type capped struct {
 	cl   *ConnListener
 	srv  *httptest.Server
 	addr string
-	logs *syncBuffer
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	logs *lockedBuffer
 }
 
 func serveCapped(t *testing.T, max int, headroom, tlsOn bool, hook func(net.Conn, http.ConnState), h http.Handler) *capped {
 	t.Helper()
-	c := &capped{logs: &syncBuffer{}}
+	c := &capped{logs: &lockedBuffer{}}
 	log := slog.New(slog.NewTextHandler(c.logs, nil))
 	srv := httptest.NewUnstartedServer(h)
 	if headroom {
