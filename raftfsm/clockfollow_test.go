@@ -53,10 +53,10 @@ func TestLeaderThatCountedAMajorityRestartDoesNotJumpClusterTime(t *testing.T) {
 	l := c.leader(n1, n2)
 
 	s := engine.Scope{Principal: "p", Endpoint: "e", Key: "mid"}
+	created := time.Now() // before the record's stamp: what passed is not undercounted
 	res, _, err := l.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 1000, RetentionMs: 60_000})
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome)
-	created := time.Now() // after the record's stamp
 	waitAppliedIndex(t, n3, l.raft.CommitIndex())
 	rpcHook.Store(nil)
 

@@ -145,9 +145,14 @@ func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 		c.lastMs = ms
 		c.logMs, c.logMono, c.logRaw = ms, c.atMono, c.atRaw
 		return time.Duration(now-ms) * time.Millisecond
-	case ms > c.logMs:
+	case ms >= c.logMs:
 		// Kept the reading (within RewindAfter of the log): note the
-		// log's time, for FollowLog. The raw clock is not read here (the
+		// log's time, for FollowLog. The same time seen again is seen
+		// now: a leader restarted resumes from the last time it applied,
+		// and its first stamp can be that time itself; extrapolated from
+		// when this node first saw it (before the restart), the log's
+		// time ran on by the restart, and a record created then expired
+		// that much early once this node led. The raw clock is not read here (the
 		// apply path): its reading now is taken as at most Go's since its
 		// last read over minSlew, so the raw time since then is never
 		// overstated.

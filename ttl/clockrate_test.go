@@ -168,3 +168,22 @@ func TestClockTakingTheLeadFollowsTheLog(t *testing.T) {
 	require.InDelta(t, t0+1300, c.NowMs(), 20, "and run on from it at real time")
 	require.Zero(t, c.FollowLog(), "a reading that follows the log is left alone")
 }
+
+// A leader restarted resumes from the last time it applied, and its first
+// stamp can be that very time. Seen again here, it is the log's time now,
+// not as of when this node first saw it (before the restart): extrapolated
+// from then, taking the lead, this node ran the log's time on by the
+// restart, and a record created by that first stamp expired that much
+// early (TestLeaderThatCountedAMajorityRestartDoesNotJumpClusterTime, 1
+// run in 6 on a loaded machine: 3.4 s).
+func TestClockTakingTheLeadFollowsTheLogsTimeSeenAgain(t *testing.T) {
+	const t0 = 1_700_000_000_000
+	c, ft := fakeClock(t)
+	c.Observe(t0)
+	ft.advance(3*time.Second, 3*time.Second) // the restart; this node counts it
+	require.Zero(t, c.Observe(t0), "the restarted leader's first stamp: the time it applied last")
+	ft.advance(100*time.Millisecond, 100*time.Millisecond)
+	back := c.FollowLog()
+	require.InDelta(t, 3000*time.Millisecond, back, float64(20*time.Millisecond))
+	require.InDelta(t, t0+100, c.NowMs(), 20, "the record stamped t0 a moment ago keeps its retention")
+}
