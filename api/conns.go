@@ -59,8 +59,10 @@ import (
 // state, so the header would have to end within the microseconds between
 // the choice and the close, and the connection be that slow already.
 // Nor is a connection whose bytes the kernel holds unread (peeked without
-// blocking): a request has arrived that the server has not got to (a
-// flood of new connections, each sending a whole header at once).
+// blocking), or a new one from which nothing has been read for less than
+// evictMinAge: a request may have arrived that the server has not got to,
+// or has just taken from the kernel (a flood of new connections, each
+// sending a whole header at once).
 
 // HealthHeadroom is how many connections beyond the cap are kept for
 // /healthz and /readyz.
@@ -78,9 +80,9 @@ const overflowLife = 3 * time.Second
 const headroomWait = 250 * time.Millisecond
 
 // evictMinAge is how long a connection whose bytes the sniffer cannot
-// follow (TLS), or one idle after an answer, must have been without a
-// request before it may be closed for a newcomer (see "Slow connections"
-// above).
+// follow (TLS), one idle after an answer, or a new one from which nothing
+// has been read, must have been without a request before it may be closed
+// for a newcomer (see "Slow connections" above).
 const evictMinAge = time.Second
 
 // evictScan bounds how many of the oldest connections without a request a
@@ -113,7 +115,7 @@ type ConnListener struct {
 	mu      sync.Mutex
 	waiting list.List // *limitedConn without a request (New, Idle), oldest first
 	evicted atomic.Int64
-	// evictedLogged counts the evictions not yet in a warning.
+	// evictedUnlogged counts the evictions not yet in a warning.
 	evictedUnlogged atomic.Int64
 	lastEvictLog    atomic.Int64
 }
@@ -235,27 +237,25 @@ func (l *ConnListener) evictOldest() *limitedConn {
 func (c *limitedConn) takeForEviction(now int64) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if (c.sniff.state == sniffOff || c.idle) && time.Duration(now-c.since) < evictMinAge {
-		// TLS, or bytes the sniffer does not follow: old enough only.
-		// Idle keep-alive too: its client may be sending its next
-		// request now, on a connection it has just used, and cannot
-		// tell a close for a newcomer from a request lost (a follower's
-		// forward to the leader, from its keep-alive pool, answered
-		// 503 to its client though the leader never read it).
+	if time.Duration(now-c.since) < evictMinAge && (c.sniff.state == sniffOff || c.idle || c.heard == 0) {
+		// Old enough only:
+		//   - TLS, or bytes the sniffer does not follow: a header may
+		//     have just ended in a record.
+		//   - Idle keep-alive: its client may be sending its next request
+		//     now, on a connection it has just used, and cannot tell a
+		//     close for a newcomer from a request lost (a follower's
+		//     forward to the leader, from its keep-alive pool, answered
+		//     503 to its client though the leader never read it).
+		//   - Nothing read yet on a new connection: its server may have
+		//     just taken its request from the kernel and not yet handed
+		//     it to Read's sniffer (1,100 new connections each sending a
+		//     whole header at once: one or two closed so, 10 ms old). A
+		//     slow header's first bytes are heard at once; a client that
+		//     sends nothing for a second has no request on its way.
 		return false
 	}
 	if c.sniff.state != sniffOff && c.sniff.headers > c.begun {
 		// A whole header the server has not begun yet: a request.
-		return false
-	}
-	if c.heard == 0 && !c.idle && time.Duration(now-c.since) < evictMinAge {
-		// Nothing read yet on a new connection: its server may have just
-		// taken its request from the kernel and not yet handed it to
-		// Read's sniffer, and closed now that request is lost unanswered
-		// (1,100 new connections each sending a whole header at once:
-		// one or two closed so, 10 ms old). A slow header's first bytes
-		// are heard at once; a client that sends nothing for a second
-		// has no request on its way.
 		return false
 	}
 	if unreadBytes(c.Conn) {
