@@ -27,6 +27,9 @@ type FSM struct {
 	dropped chan partition.Bucket
 	// rewound spaces the log of the clock going back to the log's time.
 	rewound spacer
+	// stamp is the newest stamp of the batch being applied (advance), for
+	// the clock (observe); raft applies one batch at a time.
+	stamp int64
 	// skipUniqueness is the injected bug of Config.InjectBug.
 	skipUniqueness bool
 	// keys counts sealed values per bucket and key id (keyuse.go).
@@ -85,6 +88,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		(*h)(f, logs)
 	}
 	out := make([]any, len(logs))
+	f.stamp = 0
 	txn := f.db.Begin()
 	applied := txn.Meta().Applied
 	var last uint64
@@ -110,7 +114,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		f.nodesGen.Add(1)
 	}
 	f.metrics.batch(len(logs))
-	f.observe(txn.Meta().NowMs)
+	f.observe(txn.Meta().NowMs, f.stamp)
 	return out
 }
 
@@ -118,8 +122,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 // when that moved it back (ttl.Clock.Observe): this node had counted time
 // the log never did, most often an outage of most of the cluster that it
 // stayed up through.
-func (f *FSM) observe(ms int64) {
-	if d := f.clock.Observe(ms); d > 0 && f.rewound.allow(time.Minute) {
+// stampMs is the newest stamp applied with it (0 for none).
+func (f *FSM) observe(ms, stampMs int64) {
+	if d := f.clock.ObserveEntry(ms, stampMs); d > 0 && f.rewound.allow(time.Minute) {
 		f.log.Warn("cluster time on this node was ahead of the log's (it counted time the cluster did not, such as an outage of most nodes it stayed up through): it follows the log's", "behind-by", d.Round(time.Millisecond))
 	}
 }
@@ -139,6 +144,7 @@ func (f *FSM) apply(txn *engine.Txn, l *raft.Log) *ApplyResult {
 // width with the first entry that carries one; it returns the time the
 // entry is decided at.
 func (f *FSM) advance(txn *engine.Txn, nowMs, widthMs int64) int64 {
+	f.stamp = max(f.stamp, nowMs)
 	now := txn.Advance(ttl.Step(txn.Meta().NowMs, nowMs))
 	if widthMs > 0 {
 		txn.EnsureWidth(partition.Width(widthMs))
@@ -276,7 +282,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	f.secret.Store(nil) // read again from the restored state
-	f.observe(f.db.Meta().NowMs)
+	f.observe(f.db.Meta().NowMs, 0)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
 	if f.installedPath != "" {
 		if err := writeInstalled(f.installedPath, f.db.Meta().Applied); err != nil {

@@ -376,3 +376,21 @@ func TestScopeModeIsPinnedByTheFirstScopedWrite(t *testing.T) {
 	require.Equal(t, engine.OutcomeInProgress, claim(false, "POST /a"))
 	require.Equal(t, engine.ScopePrincipal, db.Meta().Scope, "the pin never moves")
 }
+
+// A batch of raft's configuration entries moves no time: noted as the
+// log's time seen now, it set a leader's clock back by the time since the
+// last stamp (a new cluster's first leader by its election, so a bucket of
+// a loaded store dropped seconds late).
+func TestConfigurationEntriesDoNotSetTheLogsTimeBack(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	tick := func(ms int64) []byte {
+		b, err := (&Command{Op: OpTick, NowMs: ms, WidthMs: 1000}).Encode()
+		require.NoError(t, err)
+		return b
+	}
+	f.ApplyBatch([]*raft.Log{{Index: 1, Term: 1, Type: raft.LogCommand, Data: tick(time.Now().UnixMilli())}})
+	time.Sleep(300 * time.Millisecond)
+	f.ApplyBatch([]*raft.Log{{Index: 2, Term: 1, Type: raft.LogConfiguration}})
+	require.Zero(t, f.clock.FollowLog(), "the log's time was stamped 300 ms ago, not now")
+}

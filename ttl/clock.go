@@ -119,8 +119,16 @@ const RewindAfter = 5 * time.Second
 
 // Observe anchors the clock at cluster time ms, seen now, when that is
 // ahead of the reading, or more than RewindAfter behind it; it returns how
-// far it moved the reading back (0 when it did not).
-func (c *Clock) Observe(ms int64) (rewound time.Duration) {
+// far it moved the reading back (0 when it did not). ms is the time of an
+// applied entry stamped ms (ObserveEntry).
+func (c *Clock) Observe(ms int64) (rewound time.Duration) { return c.ObserveEntry(ms, ms) }
+
+// ObserveEntry is Observe for entries applied at cluster time ms whose
+// newest stamp was stampMs: 0 for none (a snapshot installed, a batch of
+// raft's own entries), less than ms for stamps older than the log's time
+// (Step never goes back). Only a stamp that reached ms says the log's time
+// was ms just now; the others leave when the log reached ms as it was.
+func (c *Clock) ObserveEntry(ms, stampMs int64) (rewound time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if ms <= 0 {
@@ -145,17 +153,21 @@ func (c *Clock) Observe(ms int64) (rewound time.Duration) {
 		c.lastMs = ms
 		c.logMs, c.logMono, c.logRaw = ms, c.atMono, c.atRaw
 		return time.Duration(now-ms) * time.Millisecond
-	case ms >= c.logMs:
+	case ms > c.logMs || (ms == c.logMs && stampMs >= ms):
 		// Kept the reading (within RewindAfter of the log): note the
-		// log's time, for FollowLog. The same time seen again is seen
+		// log's time, for FollowLog. The same time stamped again is seen
 		// now: a leader restarted resumes from the last time it applied,
 		// and its first stamp can be that time itself; extrapolated from
 		// when this node first saw it (before the restart), the log's
 		// time ran on by the restart, and a record created then expired
-		// that much early once this node led. The raw clock is not read here (the
-		// apply path): its reading now is taken as at most Go's since its
-		// last read over minSlew, so the raw time since then is never
-		// overstated.
+		// that much early once this node led. The same time applied
+		// again without a stamp of it (raft's configuration entries, a
+		// stale stamp) is not: noted now, it set the log's time back by
+		// the time since, and FollowLog took cluster time back that far
+		// (a new cluster's leader by its election). The raw clock is not
+		// read here (the apply path): its reading now is taken as at most
+		// Go's since its last read over minSlew, so the raw time since
+		// then is never overstated.
 		mono := c.mono()
 		c.logMs, c.logMono = ms, mono
 		c.logRaw = c.sampleRaw + time.Duration(float64(mono-c.sampleMono)/minSlew)

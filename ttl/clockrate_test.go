@@ -187,3 +187,23 @@ func TestClockTakingTheLeadFollowsTheLogsTimeSeenAgain(t *testing.T) {
 	require.InDelta(t, 3000*time.Millisecond, back, float64(20*time.Millisecond))
 	require.InDelta(t, t0+100, c.NowMs(), 20, "the record stamped t0 a moment ago keeps its retention")
 }
+
+// The same time applied again without a stamp of it (a batch of raft's
+// configuration entries, a stamp older than the log's time) says nothing
+// of when the log reached it. Noted as now, it set the log's time back by
+// the time since, and a leader then stamped that far behind: a new
+// cluster's first leader by its election, a bucket dropped seconds late.
+func TestClockTakingTheLeadIgnoresTheLogsTimeAppliedWithoutAStamp(t *testing.T) {
+	const t0 = 1_700_000_000_000
+	for name, stamp := range map[string]int64{"no stamp": 0, "stale stamp": t0 - 2000} {
+		t.Run(name, func(t *testing.T) {
+			c, ft := fakeClock(t)
+			c.Observe(t0)
+			ft.advance(2*time.Second, 2*time.Second)
+			require.Zero(t, c.ObserveEntry(t0, stamp))
+			ft.advance(100*time.Millisecond, 100*time.Millisecond)
+			require.Zero(t, c.FollowLog(), "the log reached t0 2.1 s ago")
+			require.InDelta(t, t0+2100, c.NowMs(), 20)
+		})
+	}
+}
