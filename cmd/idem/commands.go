@@ -251,7 +251,10 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 
 // subcommandFlags lists, in the order of the command's help, the flags
 // each subcommand of a command reads, where they share one flag set.
-type subcommandFlags []struct {
+type subcommandFlags []subcommand
+
+// subcommand is one subcommand and the flags it reads.
+type subcommand struct {
 	sub   string
 	flags []string
 }
@@ -261,12 +264,7 @@ type subcommandFlags []struct {
 // listed). Such a flag was ignored, silently: the command ran as if it had
 // not been given.
 func (s subcommandFlags) problem(fs *flag.FlagSet, sub string) (name, msg string) {
-	i := slices.IndexFunc(s, func(e struct {
-		sub   string
-		flags []string
-	}) bool {
-		return e.sub == sub
-	})
+	i := slices.IndexFunc(s, func(e subcommand) bool { return e.sub == sub })
 	if i < 0 {
 		return "", ""
 	}
