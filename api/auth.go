@@ -18,7 +18,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/internal/jsonstrict"
-	"github.com/idem-store/idem/internal/mono"
 )
 
 // Authentication and roles. With an auth file every route but /healthz and
@@ -538,8 +537,7 @@ func (s *Server) countRefused(reason string) {
 // (attack on loopback), and a log fills a disk too. The next line says how
 // many went unlogged.
 func (s *Server) logRefused(msg string, args ...any) {
-	last := s.refusedLog.Load()
-	if mono.Since(last) < time.Second || !s.refusedLog.CompareAndSwap(last, mono.Now()) {
+	if !s.refusedLog.Allow(time.Second) {
 		s.refusedUnlogged.Add(1)
 		return
 	}

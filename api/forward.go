@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/idem-store/idem/internal/mono"
@@ -80,10 +79,10 @@ type forwarder struct {
 	client    *http.Client
 	snapshots *http.Client // snapshotClient's settings, with this node's TLS
 	commits   sharedProbe  // the leader's commit index, for /readyz
-	// refusedAt is when refusedByLeader last logged, per status (mono.Now:
-	// a wall clock stepped back would silence it until it caught up): at
-	// most once a minute each.
-	refusedAt [3]atomic.Int64
+	// refusedAt spaces refusedByLeader's lines, per status: at most once a
+	// minute each (on the monotonic clock: a wall clock stepped back would
+	// silence them until it caught up).
+	refusedAt [3]mono.Spacer
 	// failed holds back "forward to leader failed" lines past
 	// forwardFailLogsPerSecond.
 	failed logBudget
@@ -119,8 +118,7 @@ func (f *forwarder) refusedByLeader(status int, addr string) {
 	default:
 		return
 	}
-	last := f.refusedAt[i].Load()
-	if mono.Since(last) < time.Minute || !f.refusedAt[i].CompareAndSwap(last, mono.Now()) {
+	if !f.refusedAt[i].Allow(time.Minute) {
 		return
 	}
 	f.s.log.Warn(fmt.Sprintf("the leader answered %d to a request this node passed on, %s; logged at most once a minute", status, why), "leader", addr)

@@ -57,7 +57,7 @@ type connGuard struct {
 // warning about them.
 type shedding struct {
 	refused atomic.Int64
-	lastLog atomic.Int64 // mono time of the last warning
+	lastLog mono.Spacer // the warning's
 }
 
 // shed answers a request a load limit refused, before its body is read:
@@ -65,7 +65,7 @@ type shedding struct {
 // and logged as why, naming the flag and its max, at most every 10 s.
 func (s *Server) shed(w http.ResponseWriter, r *http.Request, sh *shedding, why, flag string, max int64, detail string) {
 	sh.refused.Add(1)
-	if last := sh.lastLog.Load(); mono.Since(last) > 10*time.Second && sh.lastLog.CompareAndSwap(last, mono.Now()) {
+	if sh.lastLog.Allow(10 * time.Second) {
 		s.log.Warn("refusing requests: "+why, flag, max, "refused-total", sh.refused.Load())
 	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, detail)

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
 	"github.com/idem-store/idem/wire"
@@ -83,9 +84,10 @@ type Server struct {
 	answering atomic.Int64
 	// answeringBy is the same per token: at most half of it each.
 	answeringBy tokenHoldings
-	// refusedLog is when a refusal was last logged (logRefused), and
-	// refusedUnlogged how many since went unlogged.
-	refusedLog, refusedUnlogged atomic.Int64
+	// refusedLog spaces the refusals' log lines (logRefused), and
+	// refusedUnlogged counts how many since went unlogged.
+	refusedLog      mono.Spacer
+	refusedUnlogged atomic.Int64
 	// released holds back "attempt released" lines past releaseLogsPerSecond.
 	released logBudget
 	// unknown answers a path no route serves (404, after the auth guard).

@@ -15,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // ErrStorageFull means the leader's disk has less free space than
@@ -76,16 +77,16 @@ type diskGuard struct {
 	cleared     bool       // a leftover ballast was removed (guard off)
 	lastRemind  time.Time
 	lastWaitLog time.Time
-	sealedLog   spacer // logSealed's line
-	snapLog     spacer // logSnapshotRefused's line
-	expandLog   spacer // logExpandRefused's line
+	sealedLog   mono.Spacer // logSealed's line
+	snapLog     mono.Spacer // logSnapshotRefused's line
+	expandLog   mono.Spacer // logExpandRefused's line
 }
 
 // logSnapshotRefused says, once a minute, why a snapshot from the leader
 // was refused: raft's own line does not say, and the node may not be in
 // the storage-full state (the snapshot is larger than the room above it).
 func (g *diskGuard) logSnapshotRefused(err error) {
-	if g.snapLog.allow(diskRemind) {
+	if g.snapLog.Allow(diskRemind) {
 		g.log.Warn("refused a snapshot from the leader for lack of disk space: this node stays behind until there is room for it", "error", err, "data-dir", g.dir)
 	}
 }
@@ -95,7 +96,7 @@ func (g *diskGuard) logSnapshotRefused(err error) {
 // own disk under the storage-full threshold, where the raft log could not
 // start its next segment. Raft's own line names only the error.
 func (g *diskGuard) logExpandRefused(err error) {
-	if g.expandLog.allow(diskRemind) {
+	if g.expandLog.Allow(diskRemind) {
 		g.log.Warn("sent no snapshot to a follower that needs one, for lack of disk space on this node: the follower stays behind until there is room to write the state out for it", "error", err, "data-dir", g.dir)
 	}
 }
@@ -108,7 +109,7 @@ func (g *diskGuard) logExpandRefused(err error) {
 // appendFloor keeps the disk from getting there through this node's own
 // writes; another process can still fill it.
 func (g *diskGuard) logSealed() {
-	if g.sealedLog.allow(diskRemind) {
+	if g.sealedLog.Allow(diskRemind) {
 		g.log.Error("the raft log could not make its next segment file (the disk filled; see the raft log's rotate error): "+
 			"this node takes no raft entries until the disk has room for one more segment (needs-bytes, with the storage-full threshold), and then reopens the log by itself. Free space on the disk: nothing acknowledged is lost",
 			"data-dir", g.dir, "free-bytes", g.free.Load(), "needs-bytes", segmentSize+g.fullBelow)

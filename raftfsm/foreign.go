@@ -56,7 +56,7 @@ type foreignGuard struct {
 	stop    chan struct{}
 	rpcs    chan raft.RPC
 	log     *slog.Logger
-	refused spacer
+	refused mono.Spacer
 	// lastRefused is when (mono.Now()) a leader of another cluster was
 	// last refused, and from is that leader; see Node.ForeignLeader.
 	lastRefused atomic.Int64
@@ -79,7 +79,7 @@ type foreignGuard struct {
 	onTwin func(id string, addr raft.ServerAddress)
 	// leftOutTold spaces the log of left-out members told, leftOutAhead
 	// that of one whose log ends past this recovery's state.
-	leftOutTold, leftOutAhead spacer
+	leftOutTold, leftOutAhead mono.Spacer
 }
 
 // AppendEntries is the transport's, and learns from a member's answer that
@@ -316,7 +316,7 @@ func (g *foreignGuard) foreign(from raft.RPCHeader) error {
 	who := fmt.Sprintf("%s (%s)", from.ID, from.Addr)
 	g.from.Store(&who)
 	g.lastRefused.Store(mono.Now())
-	if g.refused.allow(time.Minute) {
+	if g.refused.Allow(time.Minute) {
 		g.log.Error("a leader of another cluster sends this node entries; refused: this node keeps its own state", "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr), "error", err)
 	}
 	return err
@@ -331,7 +331,7 @@ func (g *foreignGuard) leftOutLeader(r *raft.Raft, from raft.RPCHeader) error {
 		return nil
 	}
 	err := leftOutError(g.self, g.leftOut, from)
-	if g.leftOutTold.allow(time.Minute) {
+	if g.leftOutTold.Allow(time.Minute) {
 		g.log.Warn("a member that a recovery or restore of this data dir left out leads its old cluster with the state it kept; told it to stop serving", "left-out-by", g.leftOut.by(), "leader-id", string(from.ID), "leader-raft-addr", string(from.Addr))
 	}
 	return err
@@ -344,7 +344,7 @@ func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
 	if r := g.r.Load(); r == nil || !g.leftOutNonMember(r, from) {
 		return nil
 	}
-	if g.leftOutTold.allow(time.Minute) {
+	if g.leftOutTold.Allow(time.Minute) {
 		g.log.Warn("a member that a recovery or restore of this data dir left out asked for a vote, or probed for a twin recovery; told it it was left out", "left-out-by", g.leftOut.by(), "member-id", string(from.ID), "member-raft-addr", string(from.Addr))
 	}
 	return leftOutError(g.self, g.leftOut, from)
@@ -356,7 +356,7 @@ func (g *foreignGuard) leftOutCandidate(from raft.RPCHeader) error {
 // whose log ended lower), and the member may hold acknowledged records
 // this cluster lacks (an operator walk: nothing said so here).
 func (g *foreignGuard) leftOutAheadOf(from raft.RPCHeader, lastLogIndex uint64) {
-	if lastLogIndex <= g.leftOut.Applied || !g.leftOutAhead.allow(time.Minute) {
+	if lastLogIndex <= g.leftOut.Applied || !g.leftOutAhead.Allow(time.Minute) {
 		return
 	}
 	if g.leftOut.Via == viaRestore {

@@ -12,6 +12,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/partition"
 	"github.com/idem-store/idem/ttl"
 )
@@ -26,7 +27,7 @@ type FSM struct {
 	// dropped receives buckets this replica removed, for compaction.
 	dropped chan partition.Bucket
 	// rewound spaces the log of the clock going back to the log's time.
-	rewound spacer
+	rewound mono.Spacer
 	// stamp is the newest stamp of the batch being applied (advance), for
 	// the clock (observe); raft applies one batch at a time.
 	stamp int64
@@ -124,7 +125,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 // stayed up through.
 // stampMs is the newest stamp applied with it (0 for none).
 func (f *FSM) observe(ms, stampMs int64) {
-	if d := f.clock.ObserveEntry(ms, stampMs); d > 0 && f.rewound.allow(time.Minute) {
+	if d := f.clock.ObserveEntry(ms, stampMs); d > 0 && f.rewound.Allow(time.Minute) {
 		f.log.Warn("cluster time on this node was ahead of the log's (it counted time the cluster did not, such as an outage of most nodes it stayed up through): it follows the log's", "behind-by", d.Round(time.Millisecond))
 	}
 }

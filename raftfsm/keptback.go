@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // A caught-up non-voter the leader keeps one (notPromotable: its state
@@ -77,9 +79,9 @@ type keptState struct {
 	// file orders the writes of KeptFile (held before mu, and across the
 	// write, so that reads of the mark never wait for the disk).
 	file   sync.Mutex
-	onDisk bool   // KeptFile may exist: written (or tried), not yet removed
-	saved  bool   // KeptFile records the mark in memory
-	failed spacer // a failed write's or removal's log line
+	onDisk bool        // KeptFile may exist: written (or tried), not yet removed
+	saved  bool        // KeptFile records the mark in memory
+	failed mono.Spacer // a failed write's or removal's log line
 }
 
 // KeptBackError is a stale read refused by a non-voter the leader keeps
@@ -186,7 +188,7 @@ func (k *keptState) save(n *Node, rec keptRecord) {
 		err = replaceSynced(n.cfg.DataDir, KeptFile, append(b, '\n'))
 	}
 	if err != nil {
-		if k.failed.allow(time.Minute) {
+		if k.failed.Allow(time.Minute) {
 			n.log.Error("could not record in the data dir that the leader keeps this node a non-voter (tried again each round): it is kept meanwhile, but restarted before the record is written it would serve stale reads until the leader answers it",
 				"file", filepath.Join(n.cfg.DataDir, KeptFile), "error", err)
 		}
@@ -202,7 +204,7 @@ func (k *keptState) unsave(n *Node) {
 	}
 	os.Remove(filepath.Join(n.cfg.DataDir, KeptFile+".tmp"))
 	if err := removeSynced(n.cfg.DataDir, KeptFile); err != nil {
-		if k.failed.allow(time.Minute) {
+		if k.failed.Allow(time.Minute) {
 			n.log.Error("could not remove the data dir's record that the leader kept this node a non-voter (tried again each round): restarted as a non-voter before it is removed, the node would be kept until the leader answers it",
 				"file", filepath.Join(n.cfg.DataDir, KeptFile), "error", err)
 		}

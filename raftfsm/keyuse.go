@@ -57,10 +57,10 @@ type keyUse struct {
 	// (Unix ns) spaces them while a member cannot apply one.
 	proposing sync.Mutex
 	retryAt   atomic.Int64
-	logged    spacer // refused writes logged
-	handOff   spacer // attempts to hand the leadership over
-	warned    spacer // "no voter holds the key" warnings
-	plain     spacer // "encryption was on, this leader stores plaintext" warnings
+	logged    mono.Spacer // refused writes logged
+	handOff   mono.Spacer // attempts to hand the leadership over
+	warned    mono.Spacer // "no voter holds the key" warnings
+	plain     mono.Spacer // "encryption was on, this leader stores plaintext" warnings
 }
 
 const (
@@ -702,7 +702,7 @@ func (n *Node) keysOfMost() []string {
 // --encryption-key-file by mistake looks like (a one-node store after an
 // edited unit file), and that must not pass silently.
 func (n *Node) warnPlaintext() {
-	if !n.fsm.keys.anyCheck() || !n.fsm.keys.plain.allow(10*time.Minute) {
+	if !n.fsm.keys.anyCheck() || !n.fsm.keys.plain.Allow(10*time.Minute) {
 		return
 	}
 	ids := slices.Sorted(maps.Keys(n.fsm.keys.recordedChecks()))
@@ -839,7 +839,7 @@ func (n *Node) logRefusal(err *SealRefusedError) {
 		return // the next health round decides
 	}
 	n.handOff(err)
-	if !n.fsm.keys.logged.allow(10 * time.Second) {
+	if !n.fsm.keys.logged.Allow(10 * time.Second) {
 		return
 	}
 	switch {
@@ -948,7 +948,7 @@ func (n *Node) transferFirstKeyOnFew(id raft.ServerID) string {
 // keys this leader lacks (with the recorded check values), so writes resume
 // before an operator fixes this node. At most one attempt per health round.
 func (n *Node) handOff(err *SealRefusedError) {
-	if !n.fsm.keys.handOff.allow(probeEvery) {
+	if !n.fsm.keys.handOff.Allow(probeEvery) {
 		return
 	}
 	now := time.Now()
@@ -977,7 +977,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 			// term 13 to 179).
 			switch c, split := n.majorityCheck(id); {
 			case split:
-				if n.fsm.keys.warned.allow(10 * time.Second) {
+				if n.fsm.keys.warned.Allow(10 * time.Second) {
 					n.log.Error("the voters hold different keys under one id (each node generated its own instead of one file copied to all): no voter may encrypt with it, so this leader keeps the leadership and refuses writes that need it; make the key once, copy the same key file to every node and restart them", "key-id", id)
 				}
 				return
@@ -1017,7 +1017,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 	}
 	n.peers.mu.Unlock()
 	if target == "" {
-		if n.fsm.keys.warned.allow(10 * time.Second) {
+		if n.fsm.keys.warned.Allow(10 * time.Second) {
 			if err.forReads {
 				n.log.Warn("this leader lacks keys that stored values are sealed under, and no healthy voter is known to hold them (yet): reads and replays of those values fail until one leads, or until an operator gives this node the cluster's key file", "key-ids", strings.Join(ids, ","))
 			} else if err.Few {

@@ -23,6 +23,7 @@ import (
 	waltypes "github.com/hashicorp/raft-wal/types"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // The raft log lives in <data-dir>/raft-wal, in hashicorp/raft-wal (Consul's
@@ -64,7 +65,7 @@ type LogStore struct {
 	// reopenTry spaces reopens; stuck: the last reopen did not cure the
 	// log (they are then spaced by stuckRetry); stuckLog, the line that
 	// says so.
-	reopenTry, stuckLog spacer
+	reopenTry, stuckLog mono.Spacer
 	stuck               atomic.Bool
 	// headCut is the last head truncation refused while sealed (min,
 	// max; 0,0: none), made after the reopen: raft does not ask again for
@@ -76,7 +77,7 @@ type LogStore struct {
 	// entry (set by the node, which knows its flags); damagedLog spaces
 	// the line that says so.
 	damagedAdvice string
-	damagedLog    spacer
+	damagedLog    mono.Spacer
 	// starting: raft is reading the log as it starts, and a damaged entry
 	// is refused by the start (newRaft) with its own advice, not logged.
 	starting atomic.Bool
@@ -186,7 +187,7 @@ func (s *LogStore) getLog(index uint64, l *raft.Log, loud bool) error {
 		return err
 	}
 	if err := openEntry(l); err != nil {
-		if loud && !s.starting.Load() && s.damagedLog.allow(time.Minute) {
+		if loud && !s.starting.Load() && s.damagedLog.Allow(time.Minute) {
 			s.log.Error(fmt.Sprintf("the raft log in %s is damaged (%v): this node neither applies nor sends that entry, and cannot go on from its log. %s",
 				s.path, err, s.damagedAdvice), "index", index)
 		}
@@ -785,7 +786,7 @@ func (s guardedLogStore) reopenDone(err error) {
 		s.g.log.Warn("reopened the raft log, which a failed segment rotation had stopped: it works again", "data-dir", s.g.dir)
 	case errors.Is(err, waltypes.ErrSealed):
 		s.LogStore.stuck.Store(true)
-		if s.LogStore.stuckLog.allow(diskRemind) {
+		if s.LogStore.stuckLog.Allow(diskRemind) {
 			// raft-wal sealed the segment but could not record it (the disk
 			// filled during the rotation's metadata write): its open never
 			// rotates a sealed tail, so no reopen or restart cures this.
@@ -809,7 +810,7 @@ func (s guardedLogStore) reopenRoom() (bool, error) {
 	if s.LogStore.stuck.Load() {
 		every = stuckRetry
 	}
-	if !s.LogStore.reopenTry.allow(every) {
+	if !s.LogStore.reopenTry.Allow(every) {
 		return false, nil
 	}
 	if err := s.LogStore.reopenSealed(); err != nil {

@@ -1021,7 +1021,7 @@ func (n *Node) watchLeader(conf raft.Configuration, member bool) {
 		return
 	}
 	since := time.Since(n.leaderlessSince)
-	if since < noLeaderAfter || !n.leaderlessLog.allow(noLeaderRemind) {
+	if since < noLeaderAfter || !n.leaderlessLog.Allow(noLeaderRemind) {
 		return
 	}
 	if since >= time.Second {

@@ -426,7 +426,7 @@ func TestLeaderlessMemberSaysWhy(t *testing.T) {
 	logs.mu.Lock()
 	logs.b.Reset()
 	logs.mu.Unlock()
-	n.leaderlessLog.last.Store(0)
+	n.leaderlessLog.Reset()
 	require.Never(t, func() bool { return strings.Contains(logs.String(), "no leader for") }, time.Second, 50*time.Millisecond,
 		"a node that leads says nothing")
 	n.raft.AddVoter("ghost", "127.0.0.1:1", 0, 500*time.Millisecond).Error() // two voters, one alive: quorum lost
@@ -441,7 +441,7 @@ func TestLeaderlessMemberSaysWhy(t *testing.T) {
 	// it says: moving a one-node store's data dir aside would be wrong.
 	n.logStore.sealed.Store(true)
 	defer n.logStore.sealed.Store(false)
-	n.leaderlessLog.last.Store(0)
+	n.leaderlessLog.Reset()
 	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "this node's disk is short of space") }, 5*time.Second, 50*time.Millisecond)
 }
 

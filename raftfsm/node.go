@@ -56,7 +56,7 @@ type Node struct {
 	// leaderlessSince is when this member last saw a leader go (zero while
 	// it has one); only watchMembership's goroutine reads and writes it.
 	leaderlessSince time.Time
-	leaderlessLog   spacer // watchLeader's line
+	leaderlessLog   mono.Spacer // watchLeader's line
 
 	barrierTerm atomic.Uint64 // term in which this leader's Barrier completed
 	barrierSem  chan struct{} // one Barrier at a time; a waiter can give up
@@ -102,10 +102,10 @@ type Node struct {
 	// --retention while none is pinned (retentionhold.go); retHandOff and
 	// retLogged space its hand-offs and refusal lines.
 	retView               atomic.Pointer[retentionView]
-	retHandOff, retLogged spacer
+	retHandOff, retLogged mono.Spacer
 	// retAnyHandOff spaces the hand-offs of a leader that cannot read the
 	// voters' --retention (their checks refuse its node token).
-	retAnyHandOff spacer
+	retAnyHandOff mono.Spacer
 	// kept is what this node, a non-voter, last learned from the leader of
 	// being kept one (keptback.go): it is then not ready and answers no
 	// stale read.

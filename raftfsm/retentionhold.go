@@ -199,21 +199,21 @@ func (n *Node) retentionHold(c *Command) error {
 	// A leader whose node token the voters refuse cannot tell: another
 	// voter can. Spaced widely, as every voter may lack the token.
 	err.HandingOff = err.HandingTo == "" && len(err.Denied) > 0
-	if err.HandingOff && n.retAnyHandOff.allow(10*time.Second) {
+	if err.HandingOff && n.retAnyHandOff.Allow(10*time.Second) {
 		go func() {
 			if terr := n.transferLeadership("", transferHandOff); terr != nil {
 				n.log.Warn("leadership transfer away from a leader that cannot read the voters' --retention failed", "error", terr)
 			}
 		}()
 	}
-	if err.HandingTo != "" && n.retHandOff.allow(probeEvery) {
+	if err.HandingTo != "" && n.retHandOff.Allow(probeEvery) {
 		go func() {
 			if terr := n.transferLeadership(err.HandingTo, transferHandOff); terr != nil {
 				n.log.Warn("leadership transfer to a voter with the --retention most voters run with failed", "to", err.HandingTo, "error", terr)
 			}
 		}()
 	}
-	if n.retLogged.allow(10 * time.Second) {
+	if n.retLogged.Allow(10 * time.Second) {
 		n.log.Error("refusing claims: no claim has pinned the cluster's retention and this leader's --retention is not the one most voters run with (the first claim would pin it for every node); restart the odd nodes with the --retention the cluster should keep, or pin it with idem cluster set-retention",
 			"retention", n.cfg.Retention, "voters", strings.Join(err.Flags, ", "), "handing-to", err.HandingTo)
 	}

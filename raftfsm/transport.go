@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // streamLayer is raft's TCP stream layer with two changes: outgoing dials
@@ -52,14 +54,14 @@ type streamLayer struct {
 	pendingMu     sync.Mutex
 	pending       list.List // of *slotConn
 	evicted       atomic.Int64
-	evictedLogged spacer
+	evictedLogged mono.Spacer
 	done          chan struct{}
 	closeOnce     sync.Once
 	// notRaftLogged spaces the log of connections that spoke HTTP: once a
 	// minute is enough to name the mistake.
-	notRaftLogged spacer
+	notRaftLogged mono.Spacer
 	// tlsPeerLogged spaces the log of TLS handshakes on a plaintext port.
-	tlsPeerLogged spacer
+	tlsPeerLogged mono.Spacer
 	// refusedLogged and silentLogged space the logs of refused TLS
 	// handshakes and of connections closed for sending nothing: anyone who
 	// reaches the raft port makes one of each per connection, thousands a
@@ -68,7 +70,7 @@ type streamLayer struct {
 	// must not be the only line while a member is refused for its
 	// certificate. refused and silent count those not logged.
 	refusedLogged   keySpacer
-	silentLogged    spacer
+	silentLogged    mono.Spacer
 	refused, silent atomic.Int64
 
 	// conns are the open TLS connections, both ways, with a finished
@@ -231,7 +233,7 @@ func (s *streamLayer) evictOldest(newcomer net.Addr) {
 	}
 	sc.Close()
 	n := s.evicted.Add(1)
-	if !s.evictedLogged.allow(time.Minute) {
+	if !s.evictedLogged.Allow(time.Minute) {
 		return
 	}
 	s.evicted.Add(-n)
@@ -308,7 +310,7 @@ func isTimeout(err error) bool {
 // for sending nothing within the first byte's deadline.
 func (s *streamLayer) silentClosed(from net.Addr) {
 	n := s.silent.Add(1)
-	if !s.silentLogged.allow(time.Minute) {
+	if !s.silentLogged.Allow(time.Minute) {
 		return
 	}
 	s.silent.Add(-n)
@@ -342,7 +344,7 @@ func (s *streamLayer) refusedPeer(msg string, from net.Addr, err error) {
 // tlsPeer logs, at most once a minute, that a peer spoke TLS to this
 // node's plaintext raft port.
 func (s *streamLayer) tlsPeer(from net.Addr) {
-	if !s.tlsPeerLogged.allow(time.Minute) {
+	if !s.tlsPeerLogged.Allow(time.Minute) {
 		return
 	}
 	s.log.Error("a raft peer speaks TLS to this node, which runs without it: the cluster runs with TLS, so this node can neither hear nor reach its members; start it with --tls-cert-file, --tls-key-file and --tls-ca-file, as the other members (a certificate from the cluster's CA)", "from", from.String(), "raft-addr", s.Addr().String())
@@ -351,7 +353,7 @@ func (s *streamLayer) tlsPeer(from net.Addr) {
 // notRaft logs, at most once a minute, that a client spoke HTTP to the
 // raft port.
 func (s *streamLayer) notRaft(from net.Addr) {
-	if !s.notRaftLogged.allow(time.Minute) {
+	if !s.notRaftLogged.Allow(time.Minute) {
 		return
 	}
 	s.log.Warn("an HTTP request reached the raft port, which speaks only raft: HTTP clients and idem's CLI (--addr) take the node's HTTP address (--http-addr), not its --raft-addr; closed it", "from", from.String(), "raft-addr", s.Addr().String())

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // voteHold keeps a node that started empty from electing a leader that
@@ -88,10 +90,10 @@ type voteHold struct {
 	mark     voteMark // zero: no leader has named a commit index since the node started empty
 	unsaved  bool     // mark is not in markFile yet (saveMark)
 	released atomic.Bool
-	held     spacer     // the held vote's log line
-	saving   sync.Mutex // one saveMark at a time
+	held     mono.Spacer // the held vote's log line
+	saving   sync.Mutex  // one saveMark at a time
 	// saveFailed spaces the failed save's log line.
-	saveFailed spacer
+	saveFailed mono.Spacer
 }
 
 // markFile holds the mark of a node that has its joining file (voteHold).
@@ -178,7 +180,7 @@ func (n *Node) saveMark() {
 		n.votes.mu.Lock()
 		n.votes.unsaved = n.votes.unsaved || n.votes.mark == m // tried again at the next refresh
 		n.votes.mu.Unlock()
-		if n.votes.saveFailed.allow(time.Minute) {
+		if n.votes.saveFailed.Allow(time.Minute) {
 			n.log.Warn("could not record the leader's commit index this node votes from; it is kept in memory, retried, and learned again after a restart", "error", err)
 		}
 	}
@@ -245,7 +247,7 @@ func (n *Node) mayVote(from raft.RPCHeader, lastTerm, lastIndex uint64) error {
 	default:
 		why = fmt.Sprintf("the candidate's log ends at term %d index %d, before what the leader of term %d had committed (index %d) when it reached this node", lastTerm, lastIndex, m.term, m.index)
 	}
-	if n.votes.held.allow(time.Minute) {
+	if n.votes.held.Allow(time.Minute) {
 		n.log.Warn("not voting: this node started with an empty data dir (a new member, or one whose data dir was lost or moved aside) and has not caught up with its cluster, so it cannot tell whether the candidate misses writes the cluster acknowledged: "+why+". "+
 			"It votes again once a leader has reached it and it has caught up. If the cluster has no leader meanwhile, start its members that are down (one holding the latest writes can be elected); "+
 			"if they are lost for good, see idem recover (docs/MEMBERSHIP.md). A member whose data dir is lost is replaced by removing it first (idem cluster remove), then joining it empty",
@@ -286,7 +288,7 @@ type campaignHold struct {
 	mu                  sync.Mutex
 	held                atomic.Bool
 	heartbeat, election time.Duration // raft's own timeouts, given back when the hold is lifted
-	failed              spacer        // the failed lift's log line
+	failed              mono.Spacer   // the failed lift's log line
 }
 
 // campaignHoldTimeout is the heartbeat and election timeout of a node that
@@ -316,7 +318,7 @@ func (n *Node) liftCampaignHold() {
 	rc := n.raft.ReloadableConfig()
 	rc.HeartbeatTimeout, rc.ElectionTimeout = n.campaign.heartbeat, n.campaign.election
 	if err := n.raft.ReloadConfig(rc); err != nil {
-		if n.campaign.failed.allow(time.Minute) {
+		if n.campaign.failed.Allow(time.Minute) {
 			n.log.Warn("could not give raft its election timeouts back; this node does not stand for election until it can, and retries", "error", err)
 		}
 		return

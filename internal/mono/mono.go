@@ -8,7 +8,10 @@
 // step. Go's monotonic reading, which time.Since uses, does not step.
 package mono
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 var start = time.Now()
 
@@ -23,3 +26,21 @@ func Since(t int64) time.Duration {
 	}
 	return time.Duration(Now() - t)
 }
+
+// Spacer lets an action through at most once per interval, whichever
+// goroutine asks: a log line that would otherwise repeat on every request,
+// an attempt that need not be retried at once. The zero value lets the
+// first action through.
+type Spacer struct {
+	last atomic.Int64 // Now() of the last action let through; 0: none yet
+}
+
+// Allow reports whether d has passed since the last action let through,
+// and if so counts this one as the last.
+func (s *Spacer) Allow(d time.Duration) bool {
+	last := s.last.Load()
+	return Since(last) >= d && s.last.CompareAndSwap(last, Now())
+}
+
+// Reset lets the next action through at once.
+func (s *Spacer) Reset() { s.last.Store(0) }

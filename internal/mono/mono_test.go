@@ -29,3 +29,22 @@ func TestSince(t *testing.T) {
 		t.Fatalf("Since = %s after a 20ms sleep", d)
 	}
 }
+
+// A Spacer lets the first action through at once, then one per interval.
+func TestSpacer(t *testing.T) {
+	var s Spacer
+	if !s.Allow(time.Hour) {
+		t.Fatal("the first action was held back")
+	}
+	if s.Allow(time.Hour) {
+		t.Fatal("a second action within the interval was let through")
+	}
+	time.Sleep(30 * time.Millisecond)
+	if !s.Allow(20 * time.Millisecond) {
+		t.Fatal("an action after the interval was held back")
+	}
+	s.Reset()
+	if !s.Allow(time.Hour) {
+		t.Fatal("the first action after a Reset was held back")
+	}
+}
