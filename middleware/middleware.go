@@ -6,6 +6,7 @@ import (
 	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -381,9 +382,26 @@ func noCredential(v string) bool {
 func unsetCredential(v string) bool {
 	v = strings.TrimSpace(v)
 	if i := strings.IndexAny(v, " \t"); i >= 0 {
-		return unsetValue(strings.TrimLeft(v[i:], " \t"))
+		cred := strings.TrimLeft(v[i:], " \t")
+		return unsetValue(cred) || strings.EqualFold(v[:i], "basic") && unsetBasic(cred)
 	}
 	return unsetValue(v)
+}
+
+// unsetBasic reports Basic credentials (base64 of user:password) whose
+// user and password are both empty or the text of an unset value: ":"
+// ("Basic Og==") is what curl -u :, axios and Python's requests send for
+// a username and password left unset, one principal for every such
+// caller. A user alone (an API key sent as the user) is a credential.
+func unsetBasic(cred string) bool {
+	b, err := base64.StdEncoding.DecodeString(cred)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(cred); err != nil {
+			return false
+		}
+	}
+	user, password, ok := strings.Cut(string(b), ":")
+	return ok && (user == "" || unsetValue(user)) && (password == "" || unsetValue(password))
 }
 
 // schemeAlone reports an Authorization header that is empty or an
@@ -423,7 +441,7 @@ var errNoAuthorization = errors.New("middleware: the request has no Authorizatio
 // errNoCredential is errNoAuthorization for a header that holds a scheme
 // alone ("Bearer "): told it had no header, its sender looked for the
 // wrong fault.
-var errNoCredential = errors.New("middleware: the request's Authorization header holds no credential (a scheme alone, nothing, or the text of an unset value such as undefined or null), and idempotency keys belong to the caller's credential")
+var errNoCredential = errors.New("middleware: the request's Authorization header holds no credential (a scheme alone, nothing, the text of an unset value such as undefined or null, or Basic credentials with neither user nor password), and idempotency keys belong to the caller's credential")
 
 // AnonymousPrincipal is AuthorizationPrincipal, except that requests
 // without an Authorization header share the principal "anonymous": for a

@@ -3,6 +3,7 @@ package middleware_test
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"log/slog"
 	"net/http"
@@ -138,6 +139,38 @@ func TestSchemeWithoutCredentialIsNoAuthorization(t *testing.T) {
 		require.Equal(t, "anonymous", p, "%q", v)
 	}
 	for _, v := range []string{"Bearer T", "sk_live_1", "Basic bnVsbA==", "Bearer nullable", "Bearer null2"} {
+		_, err := principal(middleware.AuthorizationPrincipal, v)
+		require.NoError(t, err, "%q", v)
+	}
+}
+
+// Basic credentials with neither a user nor a password (":", "Basic
+// Og==": what curl -u :, axios and Python requests send for a username
+// and password left unset), or with the text of unset values for both
+// ("undefined:undefined"), are no credential either: hashed, every such
+// caller was one principal. Through idem proxy in front of a service
+// that serves guests by cookie, one guest's stored answer, Set-Cookie
+// and all, was replayed to another that sent the same key, as "Bearer
+// undefined" was before it was refused. A user with an empty password (an
+// API key sent as the user, curl -u sk_test_1:) stays a credential, and
+// so does a payload without a colon.
+func TestBasicWithoutUserOrPasswordIsNoCredential(t *testing.T) {
+	principal := func(f func(*http.Request) (string, error), v string) (string, error) {
+		r := httptest.NewRequest(http.MethodPost, "/pay", nil)
+		r.Header.Set("Authorization", v)
+		return f(r)
+	}
+	b64 := func(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
+	for _, v := range []string{"Basic " + b64(":"), "basic  " + b64(":"), "Basic " + b64("undefined:undefined"),
+		"Basic " + b64("null:"), "Basic " + b64(":None"), "Basic Og"} {
+		_, err := principal(middleware.AuthorizationPrincipal, v)
+		require.Error(t, err, "%q", v)
+		require.Contains(t, err.Error(), "holds no credential", "%q", v)
+		_, err = principal(middleware.KeyedAuthorizationPrincipal([]byte(strings.Repeat("k", 32))), v)
+		require.Error(t, err, "%q", v)
+	}
+	for _, v := range []string{"Basic " + b64("sk_test_1:"), "Basic " + b64(":hunter2"), "Basic " + b64("alice:pw"),
+		"Basic bnVsbA==", "Basic " + b64("undefined"), "Basic !!notbase64", "Bearer " + b64(":")} {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
 		require.NoError(t, err, "%q", v)
 	}
