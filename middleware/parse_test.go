@@ -169,6 +169,12 @@ func TestBasicWithoutUserOrPasswordIsNoCredential(t *testing.T) {
 		_, err = principal(middleware.KeyedAuthorizationPrincipal([]byte(strings.Repeat("k", 32))), v)
 		require.Error(t, err, "%q", v)
 	}
+	// --allow-anonymous keeps the principal such a caller had before, as
+	// for "Bearer undefined": its retries across the upgrade are replayed.
+	sum := sha256.Sum256([]byte("Basic Og=="))
+	p, err := principal(middleware.AnonymousPrincipal, "basic  Og==")
+	require.NoError(t, err)
+	require.Equal(t, "authz:"+hex.EncodeToString(sum[:16]), p)
 	for _, v := range []string{"Basic " + b64("sk_test_1:"), "Basic " + b64(":hunter2"), "Basic " + b64("alice:pw"),
 		"Basic bnVsbA==", "Basic " + b64("undefined"), "Basic !!notbase64", "Bearer " + b64(":")} {
 		_, err := principal(middleware.AuthorizationPrincipal, v)
