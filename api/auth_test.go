@@ -454,3 +454,31 @@ func (l *lockedLog) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// A node started without --auth-file serves every route to anyone, and it
+// answers a consistency=stale lookup from its own replica: joined to a
+// cluster whose nodes check tokens (with a --node-token-file, which is all
+// a join needs), it handed every tenant's records to callers without a
+// token (reproduced with four real nodes: an unauthenticated GET
+// /v1/records?...&consistency=stale on the fourth answered another
+// tenant's record). A node that checks tokens refuses such a join; a
+// joining node that does check tokens is not refused for it.
+func TestJoinOfANodeWithoutAuthFileIsRefused(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	open := mustNode(t) // no --auth-file
+	before := n.stateHash()
+	r := n.as(adminToken).post("/v1/cluster/join", map[string]any{
+		"id": "open", "raft_addr": "127.0.0.1:1", "http_addr": strings.TrimPrefix(open.url, "http://")})
+	require.Equal(t, http.StatusConflict, r.status, "%s", r)
+	require.Equal(t, "auth_mismatch", r.obj(t)["code"], "%s", r)
+	require.Contains(t, r.obj(t)["detail"], "--auth-file")
+	require.Equal(t, before, n.stateHash(), "a refused join writes nothing")
+
+	// A joining node that checks tokens (401 without one) is not refused
+	// for it: here the node itself, a member already, whose join records
+	// its addresses again.
+	self := n.node.Self()
+	r = n.as(adminToken).post("/v1/cluster/join", map[string]any{"id": self.ID, "raft_addr": self.RaftAddr, "http_addr": self.HTTPAddr})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+}

@@ -27,6 +27,7 @@ const (
 	codeNotAnswering     = "not_answering"
 	codeForeignCluster   = "foreign_cluster"
 	codeNodeTokenRefused = "node_token_refused"
+	codeAuthMismatch     = "auth_mismatch"
 )
 
 // clusterJoinRequest is the body of POST /v1/cluster/join. Scope is the
@@ -58,6 +59,38 @@ type joinAnswer struct {
 	// lists the node: a node that joined empty keeps its joining file until
 	// its own log reaches it (raftfsm's joining.go).
 	AdmittedIndex uint64 `json:"admitted_index,omitempty"`
+}
+
+// joinerWithoutAuth refuses the join of a node that runs without
+// --auth-file into a cluster whose nodes check tokens (this one does): such
+// a node serves every route to anyone, and a consistency=stale lookup from
+// its own replica, so every tenant's records would be one request away
+// from any caller. It asks the node's GET /v1/config without a token, which
+// only a node without --auth-file answers (with the digest "none"). A node
+// that does not answer, or answers otherwise, is not refused for it.
+func (s *Server) joinerWithoutAuth(ctx context.Context, id, addr string) *problem {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(s.cfg.PeerTLS, addr, "/v1/config"), nil)
+	if err != nil {
+		return nil
+	}
+	resp, err := s.fwd.client.Do(req)
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var cfg struct {
+		AuthFileDigest string `json:"auth_file_digest"`
+	}
+	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&cfg) != nil || cfg.AuthFileDigest != "none" {
+		return nil
+	}
+	p := newProblem(http.StatusConflict, codeAuthMismatch, fmt.Sprintf(
+		"node %s runs without --auth-file but this cluster's nodes check tokens: it would serve every route, and every tenant's records (a consistency=stale lookup reads its own replica), to callers without a token; start %s with the --auth-file the other nodes use",
+		truncate(id, 70), truncate(id, 70)))
+	p.Title = "Authentication differs from the cluster's nodes'"
+	return p
 }
 
 // handleCluster answers the cluster's membership and progress. Only the
@@ -323,6 +356,9 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 			"node %s runs with --retention %s but this cluster's nodes run with --retention %s, and no claim has pinned the cluster's retention yet: the first claim pins the retention of the node that leads it, so the cluster's would depend on an election; start %s with --retention %s (or pin the cluster's retention first with idem cluster set-retention: after that the flag changes nothing)",
 			req.ID, retention, s.cfg.Retention, req.ID, s.cfg.Retention))
 		p.Title = "Retention differs from the cluster's nodes'"
+	}
+	if p == nil && s.cfg.Auth != nil {
+		p = s.joinerWithoutAuth(r.Context(), req.ID, req.HTTPAddr)
 	}
 	if p != nil {
 		writeProblem(w, p)
