@@ -23,7 +23,9 @@ func TestStopThatNeedsSIGKILLIsReported(t *testing.T) {
 	require.NoError(t, os.WriteFile(bin, []byte(script), 0o755))
 	cl, err := NewCluster(ClusterConfig{Binary: bin, Nodes: 3, Dir: filepath.Join(dir, "data"), HTTPPort: 27990, RaftPort: 27991})
 	require.NoError(t, err)
-	cl.stopGrace = 300 * time.Millisecond
+	// Long enough for n2's SIGTERM to end it on a loaded machine (a
+	// stop past the grace would be counted as forced).
+	cl.stopGrace = 2 * time.Second
 	h := NewHistory()
 	cl.clock = h.Now
 	n1, n2 := cl.Node("n1"), cl.Node("n2")
@@ -31,17 +33,16 @@ func TestStopThatNeedsSIGKILLIsReported(t *testing.T) {
 	require.NoError(t, cl.Start(n2))
 	time.Sleep(100 * time.Millisecond) // the trap is set
 
-	t0 := time.Now()
 	cl.Stop(n2)
-	require.Less(t, time.Since(t0), cl.stopGrace, "n2 exits on SIGTERM")
-	require.Empty(t, cl.ForcedStops())
+	require.False(t, n2.Running())
+	require.Empty(t, cl.ForcedStops(), "n2 exits on SIGTERM, within the grace")
 
 	cl.Stop(n1)
 	require.False(t, n1.Running())
 	f := cl.ForcedStops()
 	require.Len(t, f, 1)
 	require.Equal(t, "n1", f[0].Node)
-	require.Equal(t, 300*time.Millisecond, f[0].Grace)
+	require.Equal(t, 2*time.Second, f[0].Grace)
 	require.Positive(t, f[0].At)
 
 	rep := &Report{ForcedStops: f, Check: &CheckResult{}}
