@@ -56,8 +56,9 @@ import (
 // closed; once one is chosen, its Read hands the server nothing more. So a
 // whole header is never dropped. Under TLS the listener sees only records:
 // a connection that has sent bytes is closed only after evictMinAge in its
-// state, so the header would have to end within the microseconds between
-// the choice and the close, and the connection be that slow already.
+// state, and only while its server waits in Read for more (the server reads
+// only for more of a header, tls.Conn only for more of a record), never
+// while the server may be parsing what Read last handed it.
 // Nor is a connection whose bytes the kernel holds unread (peeked without
 // blocking), or a new one from which nothing has been read for less than
 // evictMinAge: a request may have arrived that the server has not got to,
@@ -258,6 +259,15 @@ func (c *limitedConn) takeForEviction(now int64) bool {
 		// A whole header the server has not begun yet: a request.
 		return false
 	}
+	if c.sniff.state == sniffOff && c.heard > 0 && !c.reading.Load() {
+		// TLS, or bytes the sniffer does not follow: what Read handed on
+		// last may end a header the server is parsing now, before its
+		// StateActive. Only a server waiting in Read for more has none
+		// (a keep-alive connection idle for seconds, its next request
+		// read, was closed and its handler ran unanswered). What that
+		// Read returns now is not handed on (evicted).
+		return false
+	}
 	if unreadBytes(c.Conn) {
 		// Bytes the server has not read yet: a request that has come on
 		// a connection the server has not got to (1,100 new connections
@@ -357,6 +367,9 @@ type limitedConn struct {
 	begun int64
 	// heard is how many bytes Read has handed the server.
 	heard int64
+	// reading: the server is in Read, waiting for bytes (set before
+	// Read, cleared with mu held after it).
+	reading atomic.Bool
 
 	// Guarded by l.mu: on l.waiting while without a request, since then.
 	elem  *list.Element
@@ -368,9 +381,11 @@ type limitedConn struct {
 func (c *limitedConn) overflow() bool { return !c.until.IsZero() }
 
 func (c *limitedConn) Read(p []byte) (int, error) {
+	c.reading.Store(true)
 	n, err := c.Conn.Read(p)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.reading.Store(false)
 	if c.evicted {
 		// Closed for a newcomer while it held no request: what came with
 		// it is not handed on (it might end a header), and the end is

@@ -415,3 +415,51 @@ func TestUnreadRequestIsNotClosedForANewcomer(t *testing.T) {
 	cl.Close()
 	<-done
 }
+
+// Over TLS too, a keep-alive connection whose next request the server has
+// read, and not yet begun (StateActive comes only once the header is
+// parsed), is not closed for a newcomer, however long it was idle before:
+// the listener sees only records, so it closes only a connection whose
+// server is waiting in Read for more. Closed at that moment, the handler
+// still ran for the request (its header was read) and the answer was lost:
+// an outcome its client cannot know. The server's ConnState for it waits
+// here, to hold that moment open.
+func TestTLSRequestReadIsNotClosedForANewcomer(t *testing.T) {
+	hold := make(chan struct{})
+	held := make(chan struct{})
+	var arm, handled atomic.Bool
+	hook := func(nc net.Conn, st http.ConnState) {
+		if st == http.StateActive && arm.CompareAndSwap(true, false) {
+			close(held)
+			<-hold
+		}
+	}
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost {
+			handled.Store(true)
+		}
+		okHandler().ServeHTTP(w, r)
+	})
+	cp := serveCapped(t, 1, false, true, hook, h)
+	var once sync.Once
+	t.Cleanup(func() { once.Do(func() { close(hold) }) }) // before the server's Close
+	c := dialRaw(t, cp.addr, true)
+	c.send("GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+	resp, body := c.answer(5 * time.Second)
+	require.Equal(t, 200, resp.StatusCode, body)
+	time.Sleep(evictMinAge + 100*time.Millisecond) // idle long enough to be closed
+
+	arm.Store(true)
+	c.send("POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+	<-held
+	// A plaintext newcomer: refused, it is answered 503; let in, the TLS
+	// server answers its request 400.
+	st, b := request(t, cp.addr, false, "GET /x HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.Equal(t, 503, st, "the request read but not yet begun is a request: %s (evicted %d)", b, cp.cl.Evicted())
+	require.Zero(t, cp.cl.Evicted())
+	once.Do(func() { close(hold) })
+	resp, got := c.answer(5 * time.Second)
+	require.Equal(t, 200, resp.StatusCode)
+	require.Equal(t, "2", got)
+	require.True(t, handled.Load())
+}
