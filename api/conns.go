@@ -111,14 +111,14 @@ type ConnListener struct {
 	open     atomic.Int64
 	refused  atomic.Int64
 
-	lastLog atomic.Int64 // unix nanos of the last "refusing" warning
+	lastLog mono.Spacer // the "refusing" warning's
 
 	mu      sync.Mutex
 	waiting list.List // *limitedConn without a request (New, Idle), oldest first
 	evicted atomic.Int64
 	// evictedUnlogged counts the evictions not yet in a warning.
 	evictedUnlogged atomic.Int64
-	lastEvictLog    atomic.Int64
+	lastEvictLog    mono.Spacer
 }
 
 // Listen wraps ln so it holds at most max API connections (see above).
@@ -208,7 +208,7 @@ func (l *ConnListener) refuse(c net.Conn) {
 	c.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
 	c.Write(refusedAnswer)
 	c.Close()
-	if last := l.lastLog.Load(); mono.Since(last) > 10*time.Second && l.lastLog.CompareAndSwap(last, mono.Now()) {
+	if l.lastLog.Allow(10 * time.Second) {
 		l.log.Warn("refusing HTTP connections: too many open", "max-conns", l.max, "refused-total", l.refused.Load())
 	}
 }
@@ -283,7 +283,7 @@ func (c *limitedConn) takeForEviction(now int64) bool {
 func (l *ConnListener) logEviction() {
 	l.evicted.Add(1)
 	n := l.evictedUnlogged.Add(1)
-	if last := l.lastEvictLog.Load(); mono.Since(last) > 10*time.Second && l.lastEvictLog.CompareAndSwap(last, mono.Now()) {
+	if l.lastEvictLog.Allow(10 * time.Second) {
 		l.evictedUnlogged.Add(-n)
 		l.log.Warn("HTTP connections all taken: closed the oldest that held no request (no whole header since it was opened, or since its last answer for 1 s: slow, or idle keep-alive) for new ones; a flood of slow or idle connections, or --max-conns too low; logged at most every 10 s",
 			"max-conns", l.max, "closed", n, "closed-total", l.evicted.Load(), "refused-total", l.refused.Load())

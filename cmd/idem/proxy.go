@@ -153,12 +153,12 @@ type proxy struct {
 	listenTLS *tls.Config
 	log       *slog.Logger
 	batcher   *client.Batcher // with --store-batch; closed after the last request
-	// unkeyedLog is the mono time of the last log line about a keyed
+	// unkeyedLog spaces the log lines about a keyed
 	// request refused for want of a principal.
-	unkeyedLog atomic.Int64
-	// signedLog is the mono time of the last log line about a keyed
+	unkeyedLog mono.Spacer
+	// signedLog spaces the log lines about a keyed
 	// request whose credential is signed per request (signedPerRequest).
-	signedLog atomic.Int64
+	signedLog mono.Spacer
 	noToken   bool // neither --store-token nor --store-token-file
 	// byCredential and anonymous are the principal without
 	// --principal-header, and with --allow-anonymous, and fingerprint the
@@ -458,7 +458,7 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 	if err != nil && r.Header.Get("Authorization") == "" {
 		// The caller hears 401; the operator, who may not know that keys
 		// belong to credentials, hears why and what to set (once a minute).
-		if last := p.unkeyedLog.Load(); mono.Since(last) > time.Minute && p.unkeyedLog.CompareAndSwap(last, mono.Now()) {
+		if p.unkeyedLog.Allow(time.Minute) {
 			p.log.Warn("refused a keyed request without an Authorization header (401): a key belongs to the caller's credential. "+
 				"If a gateway in front authenticates callers, have it pass the tenant in a header and name it with --principal-header; "+
 				"--allow-anonymous lets such callers share one tenant (and each other's stored answers)",
@@ -478,7 +478,7 @@ func (p *proxy) warnSigned(r *http.Request, err error) {
 	if err != nil || !signedPerRequest(r.Header.Get("Authorization")) {
 		return
 	}
-	if last := p.signedLog.Load(); mono.Since(last) > time.Minute && p.signedLog.CompareAndSwap(last, mono.Now()) {
+	if p.signedLog.Allow(time.Minute) {
 		scheme, _, _ := strings.Cut(strings.TrimSpace(r.Header.Get("Authorization")), " ")
 		p.log.Warn("a keyed request is authenticated by "+scheme+", which signs each request anew: its principal is a hash of the signature, so a retry its client signs again is another principal and runs again (a second charge). "+
 			"Have a gateway that verifies the signature pass the account in a header and name it with --principal-header",
@@ -972,13 +972,14 @@ func (p *proxy) framing(next http.Handler) http.Handler {
 // including the callers whose attempts it held claims for.
 func (p *proxy) limitInFlight(next http.Handler) http.Handler {
 	max := int64(p.cfg.maxInFlight)
-	var inFlight, refused, lastLog atomic.Int64 // lastLog: mono time of the last warning
+	var inFlight, refused atomic.Int64
+	var lastLog mono.Spacer // the warning's
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		n := inFlight.Add(1)
 		defer inFlight.Add(-1)
 		if n > max {
 			total := refused.Add(1)
-			if last := lastLog.Load(); mono.Since(last) > 10*time.Second && lastLog.CompareAndSwap(last, mono.Now()) {
+			if lastLog.Allow(10 * time.Second) {
 				p.log.Warn("refusing requests: too many in flight", "max-inflight", max, "refused-total", total)
 			}
 			if r.ContentLength != 0 {
