@@ -191,6 +191,15 @@ func (c *Clock) ObserveEntry(ms, stampMs int64) (rewound time.Duration) {
 // meanwhile were answered 404 and claimed afresh 3 s before their
 // retention was up (a clock walk on real processes). The log's time is
 // cluster time.
+//
+// Extrapolated, the log's time runs on while no entry is applied (an
+// outage of most nodes this node stayed up through, a partition of all),
+// but at most RewindAfter of that is kept: Step moves cluster time at most
+// MaxStep an entry, so a leader stamping further past the applied time
+// had its first entries decided at the capped time and the next ones,
+// milliseconds later, moved it on by the rest at once: the records and
+// leases those first entries granted ran out that much early (12 s of
+// outage: 3.5 s).
 func (c *Clock) FollowLog() time.Duration {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -200,6 +209,9 @@ func (c *Clock) FollowLog() time.Duration {
 	reading := max(c.nowLocked(), c.lastMs)
 	anchorMs, atMono, atRaw := c.anchorMs, c.atMono, c.atRaw
 	c.anchorMs, c.atMono, c.atRaw = c.logMs, c.logMono, c.logRaw
+	if c.nowLocked()-c.logMs > RewindAfter.Milliseconds() {
+		c.anchorLocked(c.logMs + RewindAfter.Milliseconds())
+	}
 	if follows := c.nowLocked(); follows < reading {
 		c.lastMs = follows
 		return time.Duration(reading-follows) * time.Millisecond

@@ -207,3 +207,25 @@ func TestClockTakingTheLeadIgnoresTheLogsTimeAppliedWithoutAStamp(t *testing.T) 
 		})
 	}
 }
+
+// A node that saw no entry applied for 13 s (an outage of the others it
+// stayed up through) and then led: the log's time extrapolated over the
+// outage is real time, but stamped, it ran past Step's MaxStep, so the
+// first entry was decided at the capped time and the next, a moment
+// later, moved cluster time on by the rest: the records and leases the
+// first granted ran out 3 s early. At most RewindAfter of it is kept.
+func TestClockTakingTheLeadAfterAnOutageStampsWithinAStep(t *testing.T) {
+	const t0 = 1_700_000_000_000
+	c, ft := fakeClock(t)
+	c.Observe(t0)
+	ft.advance(13*time.Second, 13*time.Second) // nothing applied meanwhile
+	back := c.FollowLog()
+	require.InDelta(t, 8*time.Second, back, float64(20*time.Millisecond))
+	first := c.NowMs()
+	require.InDelta(t, t0+RewindAfter.Milliseconds(), first, 20)
+	require.Equal(t, first, Step(t0, first), "the first stamp is not capped")
+	state := Step(t0, first) // a record created here...
+	ft.advance(5*time.Millisecond, 5*time.Millisecond)
+	next := Step(state, c.NowMs()) // ... is 5 ms older at the next entry
+	require.LessOrEqual(t, next-state, int64(6))
+}

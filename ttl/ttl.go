@@ -58,7 +58,11 @@ func ValidateSpan(retention, width time.Duration) error {
 // much per entry instead of by its whole error at once. Leaders stamp with
 // cluster time (Clock), not their wall clocks, so time during which the
 // whole cluster was down is never caught up: windows grow by the outage.
-// The cap errs on the safe side: records live longer, never less.
+// The cap errs on the safe side for the entry it caps, not for the ones
+// after it: a leader stamping past it moves cluster time by MaxStep an
+// entry, and records created by the first of them age by that within
+// milliseconds, so a leader keeps its stamps within RewindAfter of the
+// applied time (Clock.FollowLog).
 const MaxStep = 10 * time.Second
 
 // Step returns the cluster time after an entry stamped proposedMs is
