@@ -1396,7 +1396,7 @@ func (n *Node) termBarrierCtx(ctx context.Context) error {
 	// Applied, before any stamp of its own: the log's time is cluster
 	// time, not what this node counted as a follower (ttl.Clock.FollowLog).
 	if d := n.clock.FollowLog(); d >= time.Second {
-		n.log.Info("cluster time on this node was ahead of the log's as it took the lead: it counted time the log did not (a leader restarted, or most nodes did, while this node ran on; a follower keeps that lead until it leads, up to 5 s); it stamps the log's time, so records keep their whole retention: nothing to do", "behind-by", d.Round(time.Millisecond))
+		n.log.Info("cluster time on this node was ahead of the log's as it took the lead: it counted time the log did not (a leader restarted, or most nodes did, while this node ran on; a follower keeps that lead until it leads, up to 5 s), or no entry was applied for over 5 s (an outage of most nodes, of which it counts 5 s); it stamps the log's time, so records keep their whole retention: nothing to do", "behind-by", d.Round(time.Millisecond))
 	}
 	n.barrierTerm.Store(term)
 	return nil
