@@ -44,6 +44,14 @@ func TestDowngradeInPlaceIsShown(t *testing.T) {
 	answered("v-earlier")
 	mode.Store(1) // upgraded: more features
 	answered(n1.cfg.Version)
+	// Every member has listed it this term (what a later lack of it is
+	// judged against): waited for, not slept for (a loaded machine's
+	// probe rounds ran past a 1 s sleep, and the lack went unjudged).
+	require.Eventually(t, func() bool {
+		n1.peers.mu.Lock()
+		defer n1.peers.mu.Unlock()
+		return slices.Contains(n1.peers.shared, FeatureCredentialCap)
+	}, 10*time.Second, 20*time.Millisecond)
 	time.Sleep(2 * probeEvery)
 	require.Empty(t, member().Downgraded, "an upgrade is no downgrade")
 	require.NotContains(t, logs.String(), "downgrade in place")

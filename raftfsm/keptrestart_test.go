@@ -114,8 +114,9 @@ func TestKeptBackOutlivesARestartWithoutALeader(t *testing.T) {
 func TestKeptBackRecordGoesOnPromotion(t *testing.T) {
 	c, n1, _, n3, _, setLacking, scope := keptCluster(t)
 	path := filepath.Join(n3.cfg.DataDir, KeptFile)
-	_, err := os.Stat(path)
-	require.NoError(t, err, "the kept mark is not recorded in the data dir")
+	// The mark is published, then written: waited for (a loaded machine).
+	require.Eventually(t, func() bool { _, err := os.Stat(path); return err == nil }, 5*time.Second, 5*time.Millisecond,
+		"the kept mark is not recorded in the data dir")
 
 	setLacking(false) // rebuilt: its state records them
 	c.waitSuffrage(n1, "n3", "Voter")
