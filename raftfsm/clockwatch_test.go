@@ -30,6 +30,8 @@ func TestClusterTimeOffTheWallClockIsSaid(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return strings.Contains(logs.String(), "cluster time reads ahead of this node's wall clock")
 	}, 10*time.Second, 50*time.Millisecond)
-	require.Contains(t, logs.String(), "ahead-by=2h0m")
+	// The node was down a moment between its two runs, which cluster time
+	// does not count: a loaded machine makes that a second or more.
+	require.Regexp(t, `ahead-by=(2h0m|1h59m)`, logs.String())
 	require.Contains(t, logs.String(), "level=WARN")
 }
