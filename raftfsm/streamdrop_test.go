@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -67,10 +68,18 @@ func TestOwnSnapshotDropsTheReceivedStream(t *testing.T) {
 }
 
 // claimFresh claims key of principal p, endpoint e through n, and
-// requires it claimed.
+// requires it claimed. A claim answered "no leader" (proposed nowhere: a
+// loaded machine's election after a join) is asked again for up to 10 s.
 func claimFresh(t *testing.T, n *Node, key string) {
 	t.Helper()
-	res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	var res engine.Result
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		res, _, err = n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		if !errors.Is(err, ErrNoLeader) || time.Now().After(deadline) {
+			break
+		}
+	}
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome, key)
 }
