@@ -1,8 +1,8 @@
 package raftfsm
 
 import (
-	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -31,21 +31,7 @@ func TestLeaderThatCountedAMajorityRestartDoesNotJumpClusterTime(t *testing.T) {
 
 	// As when n3 is slow to stand (a SIGSTOP, a stalled disk): the
 	// restarted nodes elect one of themselves.
-	refuse := func(self raft.ServerID, rpc raft.RPC) error {
-		switch r := rpc.Command.(type) {
-		case *raft.RequestVoteRequest:
-			if string(r.RPCHeader.ID) == "n3" {
-				return errors.New("test: n3 stands too late")
-			}
-		case *raft.RequestPreVoteRequest:
-			if string(r.RPCHeader.ID) == "n3" {
-				return errors.New("test: n3 stands too late")
-			}
-		}
-		return nil
-	}
-	rpcHook.Store(&refuse)
-	t.Cleanup(func() { rpcHook.Store(nil) })
+	refuseVotesFrom(t, "n3")
 	cfg1, cfg2 := n1.cfg, n2.cfg
 	cfg1.RaftAddr, cfg1.RaftAdvertise = n1.self.RaftAddr, ""
 	cfg2.RaftAddr, cfg2.RaftAdvertise = n2.self.RaftAddr, ""
@@ -113,21 +99,7 @@ func TestLeaderThatCountedAnOutageDoesNotAgeItsFirstRecordsAtOnce(t *testing.T) 
 	waitAppliedIndex(t, n2, l.raft.CommitIndex())
 
 	// n3 stands first once the others are back (they restart slowly).
-	refuse := func(self raft.ServerID, rpc raft.RPC) error {
-		var from string
-		switch r := rpc.Command.(type) {
-		case *raft.RequestVoteRequest:
-			from = string(r.RPCHeader.ID)
-		case *raft.RequestPreVoteRequest:
-			from = string(r.RPCHeader.ID)
-		}
-		if from == "n1" || from == "n2" {
-			return errors.New("test: stands too late")
-		}
-		return nil
-	}
-	rpcHook.Store(&refuse)
-	t.Cleanup(func() { rpcHook.Store(nil) })
+	refuseVotesFrom(t, "n1", "n2")
 	cfg1, cfg2 := n1.cfg, n2.cfg
 	cfg1.RaftAddr, cfg1.RaftAdvertise = n1.self.RaftAddr, ""
 	cfg2.RaftAddr, cfg2.RaftAdvertise = n2.self.RaftAddr, ""
@@ -176,4 +148,25 @@ func TestLeaderThatCountedAnOutageDoesNotAgeItsFirstRecordsAtOnce(t *testing.T) 
 		assert.LessOrEqual(t, advanced, passed+300*time.Millisecond,
 			"claim %d: cluster time ran %s in %s since it was created: it expires, and its lease runs out, that much early", i, advanced, passed)
 	}
+}
+
+// refuseVotesFrom makes every node refuse the vote and pre-vote requests
+// of ids until the test ends: as when they are slow to stand (a SIGSTOP,
+// a stalled disk, a slow restart), another node leads.
+func refuseVotesFrom(t *testing.T, ids ...string) {
+	refuse := func(self raft.ServerID, rpc raft.RPC) error {
+		var from string
+		switch r := rpc.Command.(type) {
+		case *raft.RequestVoteRequest:
+			from = string(r.RPCHeader.ID)
+		case *raft.RequestPreVoteRequest:
+			from = string(r.RPCHeader.ID)
+		}
+		if slices.Contains(ids, from) {
+			return fmt.Errorf("test: %s stands too late", from)
+		}
+		return nil
+	}
+	rpcHook.Store(&refuse)
+	t.Cleanup(func() { rpcHook.Store(nil) })
 }
