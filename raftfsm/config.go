@@ -48,8 +48,13 @@ type Config struct {
 	// say). Until the first claim pins the cluster's retention, a leader
 	// compares it with a non-voter's before promoting it, as it does
 	// Scope: a voter that led the first claim would pin its own.
-	Retention  time.Duration
-	CacheBytes int64
+	Retention time.Duration
+	// ChecksTokens is whether this node's API checks bearer tokens
+	// (--auth-file). A leader that checks them does not promote a
+	// non-voter that does not, and keeps it back (no stale reads): it
+	// would answer every tenant's records to callers without a token.
+	ChecksTokens bool
+	CacheBytes   int64
 	// MinFreeDisk is the free space under which the leader refuses client
 	// writes with ErrStorageFull; a ballast of a quarter of it is kept in
 	// the data dir (disk.go). 0 turns the guard off.

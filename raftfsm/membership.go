@@ -223,6 +223,11 @@ type Status struct {
 	// first claim pins the retention of the node that leads it, so nodes
 	// about to form a cluster compare it.
 	RetentionFlag string `json:"retention_flag,omitempty"`
+	// Auth is "tokens" when this node's API checks bearer tokens
+	// (--auth-file), "none" when it serves every route to anyone; an
+	// earlier release leaves it empty. A leader that checks tokens keeps a
+	// non-voter answering "none" back (notPromotable).
+	Auth string `json:"auth,omitempty"`
 	// HoldsVote is set while this node, which started with an empty data
 	// dir, neither votes for a candidate that may miss acknowledged writes
 	// nor stands for election (votehold.go's voteHold and campaignHold): an
@@ -413,7 +418,8 @@ func (n *Node) Status() (Status, error) {
 	if n.cfg.Retention > 0 {
 		st.RetentionFlag = n.cfg.Retention.String() // the API sets the same
 	}
-	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
+	st.Auth = authMode(n.cfg.ChecksTokens) // the API sets the same
+	if n.voteHeld() {                      // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
@@ -1145,6 +1151,7 @@ type peerHealth struct {
 	keys         []NodeKey // its encryption keys, at answeredAt
 	scope        string    // its scope mode, at answeredAt ("" from a release that does not say)
 	retention    string    // its --retention, at answeredAt ("" from a release that does not say)
+	auth         string    // Status.Auth, at answeredAt ("" from a release that does not say)
 	// its TLS certificate's and CA's expiry, at answeredAt (nil: no TLS)
 	certNotAfter, caNotAfter *Stamp
 	// its wall clock minus this node's, at answeredAt, and to within what
@@ -1399,7 +1406,7 @@ func (n *Node) measure(ctx context.Context) {
 		n.noteDowngrade(r.id, h, r.st, voters[r.id], used)
 		h.err, h.answeredAt, h.tokenRefused, h.denied = "", r.at, false, false
 		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
-		h.features, h.keys, h.scope, h.retention = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag
+		h.features, h.keys, h.scope, h.retention, h.auth = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag, r.st.Auth
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
 		h.clockOffsetMs, h.clockUncertaintyMs, h.version, h.gated = nil, nil, r.st.Version, r.st.Gated
 		if r.st.WallMs != 0 {
@@ -1580,10 +1587,33 @@ func (n *Node) notPromotable(h *peerHealth) string {
 		// its mode for every node (the same key claimed twice).
 		return fmt.Sprintf("it runs with --scope %s and this cluster's scope is %s (a voter leading the first write would fix its mode for every node, and the same key would be claimed twice): start it with --scope %s on an empty data dir, and it is promoted once caught up", h.scope, want, want)
 	}
+	if n.cfg.ChecksTokens && h.auth == AuthNone {
+		// Admitted by an idem cluster join by hand before it answered
+		// (the join's auth check then has nothing to ask), and started
+		// without --auth-file: its own join is refused (auth_mismatch),
+		// but caught up it was promoted, and it answered every route,
+		// and a consistency=stale lookup from its own replica, to
+		// callers without a token. Kept back, it answers no stale read.
+		return "it runs without --auth-file while this cluster's nodes check tokens: it would answer every route, and every tenant's records from its own replica, to callers without a token; start it with the --auth-file the other nodes use, and it is promoted once caught up"
+	}
 	if why := n.otherRetention(h); why != "" {
 		return why
 	}
 	return n.lacksKeys(h)
+}
+
+// AuthTokens and AuthNone are Status.Auth's values.
+const (
+	AuthTokens = "tokens"
+	AuthNone   = "none"
+)
+
+// authMode is Status.Auth for a node that checks tokens or not.
+func authMode(checks bool) string {
+	if checks {
+		return AuthTokens
+	}
+	return AuthNone
 }
 
 // otherRetention says why a node started with another --retention than

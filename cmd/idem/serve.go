@@ -991,6 +991,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.ClockOffset = c.clockOffset
 	rc.Scope = c.scope
 	rc.Retention = c.retention
+	rc.ChecksTokens = c.authFile != ""
 	rc.CacheBytes = c.cacheBytes
 	rc.Keyring = keyring
 	rc.MinFreeDisk = c.minFreeDisk
