@@ -113,10 +113,7 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	st.Scope = s.clusterScope()
 	st.BootstrapExpect = s.cfg.BootstrapExpect
 	st.RetentionFlag = s.cfg.Retention.String()
-	st.Auth = raftfsm.AuthNone
-	if s.cfg.Auth != nil {
-		st.Auth = raftfsm.AuthTokens
-	}
+	st.Auth = raftfsm.AuthMode(s.cfg.Auth != nil)
 	// Any mark will do here (not only fromPeer's): it forwards nothing, and
 	// a node asks before it is a member (a leader asking a joining node).
 	if r.Header.Get(forwardedHeader) == "" && st.HealthFrom == "" {

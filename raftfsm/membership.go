@@ -418,7 +418,7 @@ func (n *Node) Status() (Status, error) {
 	if n.cfg.Retention > 0 {
 		st.RetentionFlag = n.cfg.Retention.String() // the API sets the same
 	}
-	st.Auth = authMode(n.cfg.ChecksTokens) // the API sets the same
+	st.Auth = AuthMode(n.cfg.ChecksTokens) // the API sets the same
 	if n.voteHeld() {                      // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
@@ -1608,8 +1608,8 @@ const (
 	AuthNone   = "none"
 )
 
-// authMode is Status.Auth for a node that checks tokens or not.
-func authMode(checks bool) string {
+// AuthMode is Status.Auth for a node that checks tokens or not.
+func AuthMode(checks bool) string {
 	if checks {
 		return AuthTokens
 	}
