@@ -32,13 +32,7 @@ func TestNodeWithoutAuthIsNotPromotedWhereTokensAreChecked(t *testing.T) {
 	require.NoError(t, err)
 
 	n2 := open("n2", false, false)
-	res, err := n1.Join(n2.Self(), false, false)
-	require.NoError(t, err)
-	require.Equal(t, "nonvoter", res.Suffrage)
-	require.Eventually(t, func() bool { return member(t, n1, "n2").NotPromoted != "" }, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(4 * promoteStable)
-	m := member(t, n1, "n2")
-	require.Equal(t, "Nonvoter", m.Suffrage)
+	m := joinKept(t, n1, n2)
 	require.Contains(t, m.NotPromoted, "without --auth-file while this cluster's nodes check tokens")
 	var kept *KeptBackError
 	require.Eventually(t, func() bool { return errors.As(staleRead(n2, s), &kept) }, 10*time.Second, 20*time.Millisecond,

@@ -79,14 +79,7 @@ func TestNodeWithoutTheKeyIsNotPromoted(t *testing.T) {
 	require.NotNil(t, n1.fsm.keys.check("k1"), "the first sealing leader records its key's check value")
 
 	n2 := c.open("n2", "", false) // no key file
-	res, err := n1.Join(n2.Self(), false, false)
-	require.NoError(t, err)
-	require.Equal(t, "nonvoter", res.Suffrage)
-	require.Eventually(t, func() bool { return member(t, n1, "n2").NotPromoted != "" }, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(4 * promoteStable)
-	m := member(t, n1, "n2")
-	require.Equal(t, "Nonvoter", m.Suffrage)
-	require.True(t, m.Healthy, "%+v", m)
+	m := joinKept(t, n1, n2)
 	require.Contains(t, m.NotPromoted, `no --encryption-key-file`)
 	require.Contains(t, m.NotPromoted, `"k1"`)
 

@@ -367,14 +367,7 @@ func TestOlderReleaseIsNotPromotedOncePinned(t *testing.T) {
 		return st, err
 	})
 	n2 := c.open("n2", "", false)
-	res, err := n1.Join(n2.Self(), false, false)
-	require.NoError(t, err)
-	require.Equal(t, "nonvoter", res.Suffrage)
-	require.Eventually(t, func() bool { return member(t, n1, "n2").NotPromoted != "" }, 10*time.Second, 20*time.Millisecond)
-	time.Sleep(4 * promoteStable) // rounds in which a healthy, caught-up node would have been promoted
-	m := member(t, n1, "n2")
-	require.Equal(t, "Nonvoter", m.Suffrage)
-	require.True(t, m.Healthy, "%+v", m)
+	m := joinKept(t, n1, n2)
 	require.Contains(t, m.NotPromoted, "does not hold the cluster's retention")
 
 	upgraded.Store(true)
