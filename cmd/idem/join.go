@@ -674,6 +674,21 @@ func (m *member) tryBootstrap(ctx context.Context) {
 			}
 			return
 		}
+		if own := raftfsm.AuthMode(m.c.authFile != ""); st.Auth != "" && st.Auth != own {
+			// Formed, every node is a voter, never kept back as a joining
+			// node without --auth-file is: that node answered any caller,
+			// every tenant's records included. Only a node with the file
+			// sees this (the other's questions are refused: 401).
+			msg := fmt.Sprintf("not bootstrapping: node %s (%s) runs without --auth-file and this node with it; that node would answer any caller, every tenant's records included: restart it with the same --auth-file (its data dir is still empty)", st.Self.ID, a)
+			if own == raftfsm.AuthNone {
+				msg = fmt.Sprintf("not bootstrapping: node %s (%s) checks tokens (--auth-file) and this node does not; this node would answer any caller, every tenant's records included: restart it with the same --auth-file (its data dir is still empty)", st.Self.ID, a)
+			}
+			if msg != m.refused {
+				m.refused = msg
+				m.log.Error(msg)
+			}
+			return
+		}
 		if p, ok := peers[st.Self.ID]; ok && p.HTTPAddr != st.Self.HTTPAddr {
 			// Two nodes given one --node-id (a command copied with one
 			// part changed) counted as one: every node waited for ever,

@@ -32,6 +32,9 @@ import (
 // environment variables.
 type serveConfig struct {
 	nodeID, dataDir string
+	// nodeFileAuth is node.json's auth when the data dir had one
+	// (serve records the mode this start runs with once it holds the dir).
+	nodeFileAuth string
 	// authDigest is the digest of --auth-file at start ("none" without
 	// one), compared with the other members' (warnSettingsDrift).
 	authDigest                   string
@@ -48,6 +51,7 @@ type serveConfig struct {
 	scope                           string
 	authFile, nodeTokenFile         string
 	insecure                        bool
+	noAuth                          bool
 	logLevel, logFormat             string
 	limits                          api.Limits
 	maxBatchOps                     int
@@ -125,6 +129,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.StringVar(&c.scope, "scope", "endpoint", "uniqueness scope: endpoint (principal+endpoint+key) or principal (principal+key); fixed when the data dir is created")
 	fs.StringVar(&c.authFile, "auth-file", "", "JSON file of hashed bearer tokens with roles (app, operator, admin; see idem token); when set every route but /healthz and /readyz needs a token. Reloaded on SIGHUP. A file of plain tokens, one per line, still works: each is an admin token")
 	fs.StringVar(&c.nodeTokenFile, "node-token-file", "", "file holding this node's own bearer token (one line), sent on its calls to other nodes (join, health, readiness); its SHA-256 must be an admin entry of --auth-file")
+	fs.BoolVar(&c.noAuth, "no-auth", false, "start without --auth-file a data dir last served with it, turning token checks off for this node on purpose (node.json records it); without this flag such a start is refused, since the node would answer any caller, every tenant's records included")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback --http-addr without --auth-file, and raft on a non-loopback address without TLS (--tls-cert-file)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "log format: text or json")
@@ -257,6 +262,9 @@ func (c *serveConfig) validate() error {
 				bad("--join: %q is not host:port with a port from 1 to 65535, a member's --http-addr (e.g. 10.0.0.1:7070): %v", a, err)
 			}
 		}
+	}
+	if c.noAuth && c.authFile != "" {
+		bad("--no-auth and --auth-file contradict each other: --no-auth turns token checks off; give one of them")
 	}
 	if c.bootstrapExpect < 0 || c.bootstrapExpect > 9 {
 		bad("--bootstrap-expect %d must be between 0 and 9", c.bootstrapExpect)
@@ -705,6 +713,12 @@ type nodeFile struct {
 	// Scope is fixed too: switching it would make every existing record
 	// unreachable under the other mode and silently re-run their retries.
 	Scope string `json:"scope,omitempty"`
+	// Auth is "tokens" once the data dir was served with --auth-file. A
+	// restart without it (a unit file edited by hand, a command copied
+	// from a test setup) made a voter answer any caller, every tenant's
+	// records included: nothing stopped it but a warning. Such a start is
+	// refused unless --no-auth says it is meant; "none" records that.
+	Auth string `json:"auth,omitempty"`
 }
 
 // fixedSettings reads the node file and applies it to c. A bucket width
@@ -721,6 +735,9 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		nf := nodeFile{NodeID: c.nodeID, BucketWidthMs: c.bucketWidth.Milliseconds(), Scope: c.scope}
+		if c.authFile != "" {
+			nf.Auth = raftfsm.AuthTokens
+		}
 		return func() error { return writeNodeFile(path, nf) }, nil
 	}
 	if err != nil {
@@ -758,6 +775,12 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 			"Only if that file is what is wrong (written by a start under a mistaken --node-id), move it aside (mv %s %s.bad) and start again: without it, --node-id is checked against the raft configuration stored in %s",
 			c.nodeID, nf.NodeID, c.dataDir, path, nf.NodeID, path, path, c.dataDir)}
 	}
+	if nf.Auth == raftfsm.AuthTokens && c.authFile == "" && !c.noAuth {
+		return nil, usageError{fmt.Errorf("--auth-file is missing: %s was last served with --auth-file (%s records it), where every route needed a token. "+
+			"Started without it, this node would answer any caller, every tenant's records included (a consistency=stale lookup is decided by the node asked alone). "+
+			"Start it with the --auth-file the other nodes use; to turn token checks off for this node on purpose, pass --no-auth. Nothing was changed", c.dataDir, path)}
+	}
+	c.nodeFileAuth = nf.Auth
 	return nil, nil
 }
 
@@ -793,7 +816,7 @@ func (e usageError) Unwrap() error { return e.error }
 // it only records the flags the data dir was created with, and the
 // replicated state holds the cluster's scope and bucket width.
 func corruptNodeFile(path string, err error) error {
-	return fmt.Errorf("%s is corrupt (%w): it only records the --node-id, --scope and --bucket-width this data dir was created with; nothing was changed. "+
+	return fmt.Errorf("%s is corrupt (%w): it only records the --node-id, --scope and --bucket-width this data dir was created with, and whether it was served with --auth-file; nothing was changed. "+
 		"Move it aside (mv %s %s.bad) and start the node again with those flags: it writes the file anew, and the cluster's scope and bucket width still apply", path, err, path, path)
 }
 
@@ -1069,6 +1092,23 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		}
 		log.Warn("this data dir's node.json says --scope "+was+", but the cluster's scope mode, fixed by its first write, is "+mode+": this node uses "+mode+", and node.json now says so", "scope", mode)
 		c.scope = mode
+	}
+	// node.json records whether the data dir is served with --auth-file,
+	// once the node holds it: a later start without the file is refused.
+	if pin == nil {
+		auth := c.nodeFileAuth
+		switch {
+		case c.authFile != "":
+			auth = raftfsm.AuthTokens
+		case c.noAuth && auth == raftfsm.AuthTokens:
+			auth = raftfsm.AuthNone
+			log.Warn("--no-auth: this data dir was served with --auth-file; this node now checks no token and answers any caller that reaches it, every tenant's records included (node.json records it)", "data-dir", c.dataDir)
+		}
+		if auth != c.nodeFileAuth {
+			if err := updateNodeFile(filepath.Join(c.dataDir, "node.json"), func(nf *nodeFile) { nf.Auth = auth }); err != nil {
+				return err
+			}
+		}
 	}
 	// The bucket width too: the state's decides (records are bucketed by
 	// it on every replica), and node.json, the log and this node's own
