@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -481,4 +482,57 @@ func TestJoinOfANodeWithoutAuthFileIsRefused(t *testing.T) {
 	self := n.node.Self()
 	r = n.as(adminToken).post("/v1/cluster/join", map[string]any{"id": self.ID, "raft_addr": self.RaftAddr, "http_addr": self.HTTPAddr})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
+}
+
+// A node joined by hand is asked for its status, and a node that checks
+// tokens was asked again for its configuration: one that does not answer
+// (its machine not up yet) cost 2 s per question on each node, and a join
+// forwarded by a follower outran the follower's 3 s wait for the leader
+// (503, the outcome unknown). What the status said is used: a node that
+// did not answer it, or said it checks tokens, is asked nothing more; one
+// whose status says it checks none is refused without a second question.
+func TestJoinAsksAJoiningNodeOnce(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, withAuthFile(t, authFile()))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	var asked []string
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				mu.Lock()
+				asked = append(asked, strings.TrimSpace(line))
+				mu.Unlock()
+				time.Sleep(5 * time.Second) // answers nothing
+			}()
+		}
+	}()
+	silent := ln.Addr().String()
+	r := n.as(adminToken).post("/v1/cluster/join", map[string]any{"id": "silent", "raft_addr": "127.0.0.1:1", "http_addr": silent})
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	mu.Lock()
+	questions := slices.Clone(asked)
+	mu.Unlock()
+	require.NotEmpty(t, questions)
+	require.Contains(t, questions[0], "/v1/cluster")
+	for _, q := range questions {
+		require.NotContains(t, q, "/v1/config", "asked again after its status went unanswered: %q", questions)
+	}
+
+	// Its status says it checks no token: refused as before.
+	open := mustNode(t) // no --auth-file
+	before := n.stateHash()
+	r = n.as(adminToken).post("/v1/cluster/join", map[string]any{
+		"id": open.node.Self().ID, "raft_addr": "127.0.0.1:1", "http_addr": strings.TrimPrefix(open.url, "http://")})
+	require.Equal(t, http.StatusConflict, r.status, "%s", r)
+	require.Equal(t, "auth_mismatch", r.obj(t)["code"], "%s", r)
+	require.Equal(t, before, n.stateHash(), "a refused join writes nothing")
 }

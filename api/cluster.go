@@ -67,8 +67,13 @@ type joinAnswer struct {
 // its own replica, so every tenant's records would be one request away
 // from any caller. It asks the node's GET /v1/config without a token, which
 // only a node without --auth-file answers (with the digest "none"). A node
-// that does not answer, or answers otherwise, is not refused for it.
-func (s *Server) joinerWithoutAuth(ctx context.Context, id, addr string) *problem {
+// that does not answer, or answers otherwise, is not refused for it. said
+// is what the node's status said (Status.Auth, "" when not asked): "none"
+// is refused without asking again.
+func (s *Server) joinerWithoutAuth(ctx context.Context, id, addr, said string) *problem {
+	if said == raftfsm.AuthNone {
+		return authMismatch(id)
+	}
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, peerURL(s.cfg.PeerTLS, addr, "/v1/config"), nil)
@@ -86,6 +91,11 @@ func (s *Server) joinerWithoutAuth(ctx context.Context, id, addr string) *proble
 	if resp.StatusCode != http.StatusOK || json.NewDecoder(io.LimitReader(resp.Body, 1<<20)).Decode(&cfg) != nil || cfg.AuthFileDigest != "none" {
 		return nil
 	}
+	return authMismatch(id)
+}
+
+// authMismatch refuses the join of node id, which runs without --auth-file.
+func authMismatch(id string) *problem {
 	p := newProblem(http.StatusConflict, codeAuthMismatch, fmt.Sprintf(
 		"node %s runs without --auth-file but this cluster's nodes check tokens: it would serve every route, and every tenant's records (a consistency=stale lookup reads its own replica), to callers without a token; start %s with the --auth-file the other nodes use",
 		truncate(id, 70), truncate(id, 70)))
@@ -328,13 +338,26 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 			p = invalid("retention %q must be a positive Go duration, the joining node's --retention", truncate(req.Retention, 70))
 		}
 	}
+	// asked is what asking the joining node for its status found: the
+	// auth check below asks nothing more of a node that did not answer
+	// (a join by hand forwarded by a follower waited 2 s per question on
+	// each node, past the follower's 3 s wait for the leader: 503) or
+	// that said how it checks tokens.
+	var asked struct {
+		unreachable bool
+		auth        string
+	}
 	if p == nil && (req.Scope == "" || req.Retention == "" && s.checksRetention()) {
 		// Joined by hand (idem cluster join sends neither): ask the node.
 		// One that does not answer yet, or does not say (an earlier
 		// release), goes on as before (the leader then compares them
 		// before it promotes the node: raftfsm's notPromotable).
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		if st, err := s.fwd.peerStatus(ctx, req.HTTPAddr); err == nil && st.Self.ID == req.ID {
+		st, err := s.fwd.peerStatus(ctx, req.HTTPAddr)
+		var ne net.Error
+		asked.unreachable = errors.As(err, &ne)
+		if err == nil && st.Self.ID == req.ID {
+			asked.auth = st.Auth
 			if req.Scope == "" {
 				req.Scope = st.Scope
 			}
@@ -358,8 +381,8 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 			req.ID, retention, s.cfg.Retention, req.ID, s.cfg.Retention))
 		p.Title = "Retention differs from the cluster's nodes'"
 	}
-	if p == nil && s.cfg.Auth != nil {
-		p = s.joinerWithoutAuth(r.Context(), req.ID, req.HTTPAddr)
+	if p == nil && s.cfg.Auth != nil && !asked.unreachable && asked.auth != raftfsm.AuthTokens {
+		p = s.joinerWithoutAuth(r.Context(), req.ID, req.HTTPAddr, asked.auth)
 	}
 	if p != nil {
 		writeProblem(w, p)
