@@ -95,11 +95,18 @@ func storeProblem(err error) *problem {
 	var refused *raftfsm.SealRefusedError
 	var held *raftfsm.RetentionHeldError
 	var kept *raftfsm.KeptBackError
+	var removed *raftfsm.RemovedError
 	switch {
 	case errors.As(err, &kept):
 		// A stale read on a non-voter the leader keeps one: this node
 		// cannot answer it until an operator acts; another node can.
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, kept.Detail())
+		p.retryAfter = 5
+		return p
+	case errors.As(err, &removed):
+		// A stale read on a removed node: its state no longer follows
+		// the cluster's; a member answers it.
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, removed.Detail())
 		p.retryAfter = 5
 		return p
 	case errors.As(err, &refused):

@@ -130,6 +130,24 @@ func (n *Node) Outside() bool {
 	return ok && !replaying
 }
 
+// RemovedError is a stale read refused by a node that is Outside the
+// cluster (removed): its replica stopped at its removal, so it could
+// answer a key the cluster claimed since as absent, or an attempt
+// completed since as in progress, for as long as it runs.
+type RemovedError struct {
+	Node string // this node
+}
+
+func (e *RemovedError) Error() string { return "raftfsm: " + e.Detail() }
+
+// Detail says what the node is and what to do; a refused stale read
+// carries it.
+func (e *RemovedError) Detail() string {
+	return fmt.Sprintf("this node (%s) is not in the cluster's configuration (it was removed): its state stopped at its removal, "+
+		"so it answers no consistency=stale read (it could answer a key the cluster holds as absent). "+
+		"Send reads to a member, or add this node back (idem cluster join; it needs no restart)", e.Node)
+}
+
 // leftOut tells, for a node with state that the newest configuration it
 // knows leaves out (ok false for any other, and when the configuration
 // cannot be read: the node stopping), whether it joined empty and its log

@@ -1292,6 +1292,11 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 		// Its state may lack records the others hold (keptback.go): a
 		// miss here could be a key the cluster holds.
 		return nil, false, err
+	} else if n.Outside() {
+		// Removed: its replica stopped at its removal and never moves
+		// on, so a stale read here answers from a state that falls
+		// further behind the cluster's for as long as it runs.
+		return nil, false, &RemovedError{Node: n.self.ID}
 	}
 	// Expiry is judged at the cluster time of the applied log, not by this
 	// node's clock, which runs ahead of it: every later claim is decided
