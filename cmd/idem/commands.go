@@ -456,6 +456,16 @@ func bearerToken(token, file string) (string, error) {
 	case token == "":
 		token, from = os.Getenv("IDEM_AUTH_TOKEN"), "$IDEM_AUTH_TOKEN"
 	}
+	// As --token-file's line: a token pasted with a space or a line end
+	// around it, or read by $(cat token) from a file with Windows line
+	// endings (the shell strips the newline, not the carriage return
+	// before it), is the token. The carriage return failed every request
+	// with "client: invalid value for header \"Authorization\"", naming
+	// neither the flag nor the byte.
+	token = strings.TrimSpace(token)
+	if i := strings.IndexFunc(token, func(r rune) bool { return r < ' ' || r == 0x7f }); i >= 0 {
+		return "", fmt.Errorf("%s: the token holds a control character (byte 0x%02x at offset %d), which no HTTP header can carry: check what was pasted", from, token[i], i)
+	}
 	// client.New refuses it too, but as it cannot name the flag.
 	if len(token) > client.MaxTokenBytes {
 		return "", fmt.Errorf("%s: the token is %d bytes, more than %d, the most a node can be sent (it reads at most 1 MiB of request headers)", from, len(token), client.MaxTokenBytes)
