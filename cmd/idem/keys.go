@@ -286,6 +286,11 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 			fmt.Fprintf(stderr, "idem keys status: --encryption-key-file: %v\n", err)
 			return 2
 		}
+		// The check SECURITY.md says to run on each key file before
+		// rolling it out: the jq recipe's > makes a 0644 file without
+		// its umask 077, which this check passed without a word, and
+		// only idem serve warned once the file was on every node.
+		warnOpenFileTo(stderr, "idem keys status", "--encryption-key-file", keyFile, keyFileWhy)
 	}
 	var opts []client.Option
 	if token != "" {
@@ -557,9 +562,12 @@ func loadKeyFile(path string, log *slog.Logger) (*raftfsm.Keyring, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--encryption-key-file: %w", err)
 	}
-	warnOpenFile(log, "--encryption-key-file", path, "it holds the keys that encrypt every record")
+	warnOpenFile(log, "--encryption-key-file", path, keyFileWhy)
 	return kr, nil
 }
+
+// keyFileWhy is why an --encryption-key-file is kept from other users.
+const keyFileWhy = "it holds the keys that encrypt every record"
 
 // warnOpenFile warns when a secret file (--encryption-key-file,
 // --node-token-file, --auth-file, --tls-key-file) gives group or other
