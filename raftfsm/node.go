@@ -1297,6 +1297,10 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 		// on, so a stale read here answers from a state that falls
 		// further behind the cluster's for as long as it runs.
 		return nil, false, &RemovedError{Node: n.self.ID}
+	} else if _, removed := n.RemovedWhileReplaying(); removed {
+		// Removed before it caught up: its replica is part of the
+		// cluster's log, and stays so.
+		return nil, false, &RemovedError{Node: n.self.ID}
 	}
 	// Expiry is judged at the cluster time of the applied log, not by this
 	// node's clock, which runs ahead of it: every later claim is decided

@@ -1,10 +1,14 @@
 package raftfsm
 
 import (
+	"context"
+	"errors"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // A node that joined and replays the cluster's log follows the leader
@@ -52,9 +56,14 @@ func TestNodeRemovedBeforeItsAdmissionIsCalledRemovedUntilAddedBack(t *testing.T
 	member, removed := n2.RemovedWhileReplaying()
 	require.True(t, removed)
 	require.Equal(t, "mem-n1", member)
+	// Its replica holds part of the cluster's log, for good: a stale read
+	// there could answer a key the cluster holds as absent.
+	_, _, err := n2.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "k1"}, false, false)
+	var removedErr *RemovedError
+	require.True(t, errors.As(err, &removedErr), "a stale read on a node removed before it caught up: %v", err)
 
 	n2.guard.hook.Store(nil) // the leader's appends reach it again
-	_, err := n1.Join(n2.Self(), false, false)
+	_, err = n1.Join(n2.Self(), false, false)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, removed := n2.RemovedWhileReplaying(); return !removed }, 15*time.Second, 50*time.Millisecond,
 		"n2 was added back and hears from its leader")
