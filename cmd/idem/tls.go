@@ -100,7 +100,7 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 	}
 	t, err := raftfsm.LoadTLS(f.certFile, f.keyFile, f.caFile, log, advertisedHosts(c)...)
 	if err != nil {
-		return nil, fmt.Errorf("--tls-cert-file: %s", strings.TrimPrefix(err.Error(), "raftfsm: tls: "))
+		return nil, tlsFlagError(err)
 	}
 	f.loaded = t
 	// As for the other secret files (SECURITY.md): a private key others can
@@ -607,4 +607,20 @@ func splitList(s string) []string {
 		}
 	}
 	return out
+}
+
+// tlsFlagError names the flag of a file LoadTLS refused: --tls-ca-file
+// for the CA file, --tls-cert-file otherwise (a certificate, or a
+// certificate and its key, each file named). Every error said
+// --tls-cert-file, so a CA file that held no certificate (the CA's key
+// given as --tls-ca-file) was reported under the node certificate's flag.
+func tlsFlagError(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "raftfsm: tls: ")
+	if rest, ok := strings.CutPrefix(msg, "CA file"); ok {
+		if r, colon := strings.CutPrefix(rest, ":"); colon {
+			return fmt.Errorf("--tls-ca-file:%s", r)
+		}
+		return fmt.Errorf("--tls-ca-file%s", rest)
+	}
+	return fmt.Errorf("--tls-cert-file: %s", msg)
 }

@@ -314,6 +314,10 @@ func TestServeTLSFlagsRefused(t *testing.T) {
 		{[]string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", ca.ca(), "--tls-client-auth", "maybe"}, "--tls-client-auth \"maybe\" must be request or require"},
 		{[]string{"--tls-cert-file", oc, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "does not verify against --tls-ca-file"},
 		{[]string{"--tls-cert-file", c, "--tls-key-file", ok, "--tls-ca-file", ca.ca()}, "private key does not match"},
+		// The CA's key given as the CA (its name is one letter off):
+		// named under --tls-cert-file, the node's certificate was blamed.
+		{[]string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", filepath.Join(ca.dir, "idem-ca-key.pem")}, "idem serve: --tls-ca-file " + filepath.Join(ca.dir, "idem-ca-key.pem") + " holds no PEM certificate"},
+		{[]string{"--tls-cert-file", c, "--tls-key-file", k, "--tls-ca-file", filepath.Join(ca.dir, "absent.pem")}, "idem serve: --tls-ca-file: open " + filepath.Join(ca.dir, "absent.pem") + ": no such file or directory"},
 		{[]string{"--raft-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1], "--raft-advertise", freePort(t)}, "refusing plaintext raft on non-loopback --raft-addr"},
 		{[]string{"--raft-advertise", "10.1.2.3:7071"}, "refusing plaintext raft on non-loopback --raft-advertise"},
 		{[]string{"--http-addr", "0.0.0.0:" + strings.Split(freePort(t), ":")[1]}, "refusing to listen on non-loopback --http-addr 0.0.0.0:"},
