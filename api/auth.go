@@ -381,6 +381,9 @@ func LoadAuthFile(path string) (*Credentials, error) {
 // (SIGHUP): a request is decided by one version, never a mix.
 type Auth struct {
 	cur atomic.Pointer[Credentials]
+	// reloadErr is why the last reload of the file failed, nil once one
+	// succeeds: the credentials in force are then older than the file.
+	reloadErr atomic.Pointer[string]
 }
 
 // NewAuth returns an Auth holding c.
@@ -395,6 +398,26 @@ func (a *Auth) Set(c *Credentials) { a.cur.Store(c) }
 
 // Credentials returns the credentials in force.
 func (a *Auth) Credentials() *Credentials { return a.cur.Load() }
+
+// SetReloadError records why the last reload of the auth file failed ("":
+// it succeeded). GET /v1/config publishes it (auth_file_reload_error) and
+// idem cluster status warns of it: a token removed from a file that then
+// failed to load still works, and the operator's SIGHUP told them nothing.
+func (a *Auth) SetReloadError(why string) {
+	if why == "" {
+		a.reloadErr.Store(nil)
+		return
+	}
+	a.reloadErr.Store(&why)
+}
+
+// ReloadError is what SetReloadError recorded last, "" for none.
+func (a *Auth) ReloadError() string {
+	if p := a.reloadErr.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
 
 // setupAuth turns Config.AuthTokens (plain admin tokens) into an Auth, and
 // gives the node the first plain token for its calls to other nodes when

@@ -67,6 +67,10 @@ type configJSON struct {
 	// "none" without one: what idem cluster status and a starting node
 	// compare among the members.
 	AuthFileDigest string `json:"auth_file_digest"`
+	// AuthFileReloadError is why the last SIGHUP did not reload the
+	// --auth-file (the tokens loaded before stay in force), absent when
+	// it did or none was sent.
+	AuthFileReloadError string `json:"auth_file_reload_error,omitempty"`
 }
 
 func durationSeconds(d time.Duration) int64 { return int64(d / time.Second) }

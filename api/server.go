@@ -708,7 +708,17 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		Retention: ret.String(), RetentionSeconds: durationSeconds(ret),
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
 		BucketWidth: width.String(), Limits: limits, AuthFileDigest: s.authDigest(),
+		AuthFileReloadError: s.authReloadError(),
 	})
+}
+
+// authReloadError is why the last reload of the auth file failed, "" when
+// it did not (or there is no auth file).
+func (s *Server) authReloadError() string {
+	if s.cfg.Auth == nil {
+		return ""
+	}
+	return s.cfg.Auth.ReloadError()
 }
 
 // authDigest is the digest of the credentials in force (a SIGHUP may have

@@ -208,8 +208,12 @@ type ServerConfig struct {
 	Limits map[string]any `json:"limits,omitempty"`
 	// AuthFileDigest is a digest of the node's --auth-file ("none"
 	// without one); an earlier release leaves it out.
-	AuthFileDigest string          `json:"auth_file_digest,omitempty"`
-	Raw            json.RawMessage `json:"-"`
+	AuthFileDigest string `json:"auth_file_digest,omitempty"`
+	// AuthFileReloadError is why the node's last SIGHUP did not reload
+	// its --auth-file (the tokens loaded before stay in force); absent
+	// when it did.
+	AuthFileReloadError string          `json:"auth_file_reload_error,omitempty"`
+	Raw                 json.RawMessage `json:"-"`
 }
 
 // Node is a member of the cluster. Leader answers carry only the addresses.

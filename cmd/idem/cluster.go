@@ -275,7 +275,14 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if *hashes {
 			printStateHashes(stdout, memberStateHashes(ctx, st, append(opts, tlsOpts...)))
 		}
-		if drift := settingsDrift(ctx, st, append(opts, tlsOpts...)); len(drift) > 0 {
+		drift, reloadFailed := settingsDrift(ctx, st, append(opts, tlsOpts...))
+		if len(reloadFailed) > 0 {
+			fmt.Fprintln(stdout, "WARNING: the last SIGHUP did not reload the --auth-file of these members: the tokens loaded before stay in force there (a token removed from the file still works, one added does not yet). Fix the file (idem token check FILE says what is wrong) and kill -HUP them again:")
+			for _, r := range reloadFailed {
+				fmt.Fprintln(stdout, "  "+r)
+			}
+		}
+		if len(drift) > 0 {
 			leader := "none now"
 			if st.Leader != nil {
 				leader = "now " + st.Leader.ID
@@ -439,7 +446,7 @@ func leaderDowngrades(ctx context.Context, st *raftfsm.Status, opts []client.Opt
 	}
 }
 
-func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) []string {
+func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) (drift, reloadFailed []string) {
 	type view struct {
 		id  string
 		cfg map[string]string
@@ -472,6 +479,9 @@ func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option)
 			// one that differs lets a token read other principals there.
 			v["auth file digest"] = cfg.AuthFileDigest
 		}
+		if cfg.AuthFileReloadError != "" {
+			reloadFailed = append(reloadFailed, m.ID+": "+cfg.AuthFileReloadError)
+		}
 		views = append(views, view{m.ID, v})
 	}
 	names := map[string]bool{}
@@ -480,7 +490,6 @@ func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option)
 			names[k] = true
 		}
 	}
-	var out []string
 	for _, k := range slices.Sorted(maps.Keys(names)) {
 		// A node that does not publish a setting (an older version, in a
 		// rolling upgrade) is left out of its comparison, not shown as "".
@@ -498,10 +507,10 @@ func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option)
 			differ = differ || val != first
 		}
 		if differ {
-			out = append(out, k+": "+strings.Join(vals, ", "))
+			drift = append(drift, k+": "+strings.Join(vals, ", "))
 		}
 	}
-	return out
+	return drift, reloadFailed
 }
 
 // printStatus writes the cluster as a table, one node a line, with the

@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/idem-store/idem/api"
 )
@@ -395,7 +396,9 @@ func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken
 		}
 		creds, err := api.LoadAuthFile(path)
 		if err != nil {
-			log.Error("auth file not reloaded: the tokens loaded before stay in force", "auth-file", path, "error", strings.ReplaceAll(err.Error(), "api: ", ""))
+			why := strings.ReplaceAll(err.Error(), "api: ", "")
+			log.Error("auth file not reloaded: the tokens loaded before stay in force", "auth-file", path, "error", why)
+			auth.SetReloadError(time.Now().UTC().Format(time.RFC3339) + ": " + why)
 			continue
 		}
 		if nodeToken != "" {
@@ -404,6 +407,7 @@ func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken
 			}
 		}
 		auth.Set(creds)
+		auth.SetReloadError("")
 		logAuth(log, "auth file reloaded", path, creds)
 		warnOpenFile(log, "--auth-file", path, authFileWhy)
 	}
