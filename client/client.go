@@ -46,7 +46,8 @@ type Option func(*Client)
 
 // WithToken sends "Authorization: Bearer token" on every request, as a
 // server started with --auth-file requires. New refuses a token longer
-// than MaxTokenBytes with ErrToken.
+// than MaxTokenBytes, or holding a control character (a line end read with
+// it from a file), with ErrToken.
 func WithToken(token string) Option {
 	return func(c *Client) { c.token = token }
 }
@@ -98,6 +99,12 @@ func New(addr string, opts ...Option) (*Client, error) {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if i := strings.IndexFunc(c.token, func(r rune) bool { return r < 0x20 || r == 0x7f }); i >= 0 {
+		// Sent, every request failed in net/http with "invalid value for
+		// header", naming neither the token nor the byte: a token read with
+		// os.ReadFile keeps its line end ("\n", "\r\n" from Windows).
+		return nil, fmt.Errorf("%w: it holds a control character (byte 0x%02x at offset %d), which no HTTP header can carry; a token read from a file keeps its line end: strings.TrimSpace it", ErrToken, c.token[i], i)
 	}
 	if len(c.token) > MaxTokenBytes {
 		return nil, fmt.Errorf("%w: it is %d bytes, more than MaxTokenBytes (%d): a node reads at most 1 MiB of request headers, and answers a request with more 431 or drops its connection, which would read as an unknown outcome; idem token new makes tokens of 37 bytes", ErrToken, len(c.token), MaxTokenBytes)

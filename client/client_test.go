@@ -806,6 +806,14 @@ func TestNewRefusesATokenNoNodeCouldRead(t *testing.T) {
 	if _, err := New("127.0.0.1:7070", WithToken(strings.Repeat("t", MaxTokenBytes+1))); !errors.Is(err, ErrToken) {
 		t.Fatalf("New with a token of MaxTokenBytes+1: %v, want ErrToken", err)
 	}
+	// A token read from a file with its line end failed every request in
+	// net/http ("invalid value for header"), naming neither it nor the byte.
+	for _, tok := range []string{"sk_live_abc\n", "sk_live_abc\r\n", "sk\x00live", "sk\x7f"} {
+		_, err := New("127.0.0.1:7070", WithToken(tok))
+		if !errors.Is(err, ErrToken) || !strings.Contains(err.Error(), "control character") {
+			t.Fatalf("New with token %q: %v, want ErrToken naming the control character", tok, err)
+		}
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
