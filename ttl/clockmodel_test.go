@@ -8,7 +8,7 @@ import (
 )
 
 // A model of how raftfsm drives the clocks of three nodes: the leader
-// stamps each entry with its Clock (NowMs), at least every second (a
+// stamps each entry with its Clock (StampMs), at least every second (a
 // tick), and applies it within 50 ms, every other node applies the
 // committed entries in batches, late, and observes the state's time after
 // each batch (Step over the stamps, as FSM.ApplyBatch and Restore do), a
@@ -17,7 +17,8 @@ import (
 // barrier) and then follows the log (FollowLog) before it stamps. Nodes
 // stop and start, alone or two at once, for short and long gaps; the
 // leadership moves to any node that is up, as a transfer, a crash or a
-// slow node's election makes it; a leader without a quorum steps down.
+// slow node's election makes it; a leader without a quorum steps down;
+// the whole cluster is paused, its leader staying leader.
 // No record may be judged at a cluster time further on than the real time
 // since it was created.
 type modelNode struct {
@@ -115,7 +116,7 @@ func (m *clockModel) note(format string, args ...any) {
 
 func (m *clockModel) stamp() {
 	l := m.nodes[m.leader]
-	s := l.c.NowMs()
+	s, _ := l.c.StampMs()
 	prev := int64(0)
 	if len(m.log) > 0 {
 		prev = m.log[len(m.log)-1].stateMs
@@ -155,6 +156,21 @@ func (m *clockModel) elect(i int) {
 
 func (m *clockModel) step() {
 	switch r := m.rng.IntN(100); {
+	case r < 2: // the whole cluster is paused (docker pause, a VM's): every
+		// clock counts it, nothing is stamped or applied, and on resume
+		// the leader stamps twice (its tick, a claim) before it applies
+		d := time.Duration(5000+m.rng.IntN(25000)) * time.Millisecond
+		m.now += d
+		for _, n := range m.nodes {
+			if n.up {
+				n.ft.advance(d, d)
+			}
+		}
+		m.note("paused %s", d)
+		if m.leader >= 0 {
+			m.stamp()
+			m.stamp()
+		}
 	case r < 40: // time passes: mostly within an entry's way, sometimes a restart's
 		switch {
 		case m.rng.IntN(10) < 8:

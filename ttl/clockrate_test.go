@@ -229,3 +229,56 @@ func TestClockTakingTheLeadAfterAnOutageStampsWithinAStep(t *testing.T) {
 	next := Step(state, c.NowMs()) // ... is 5 ms older at the next entry
 	require.LessOrEqual(t, next-state, int64(6))
 }
+
+// A leader that stays leader and stamps nothing for longer than MaxStep
+// (a one-node store stopped by SIGSTOP or docker pause for 14 s, a whole
+// cluster paused; Go's monotonic clock counts the pause): stamped as it
+// read, its first entry after the pause was decided at the capped time
+// and the next, a moment later, moved cluster time on by the rest, so a
+// record the first claim created was answered 404 2.6 s before its
+// retention was up (real processes). Its stamps are held within
+// RewindAfter of the applied time; its pipeline's lead is left alone.
+func TestClockStampAfterAStallStaysWithinAStep(t *testing.T) {
+	const t0 = 1_700_000_000_000
+	c, ft := fakeClock(t)
+	c.Observe(t0)
+	state := int64(t0)
+	apply := func(stamp int64) {
+		state = Step(state, stamp)
+		c.ObserveEntry(state, stamp)
+	}
+
+	// Under load, with a slow FSM: stamps run ahead of the applied time by
+	// up to 4.9 s, and are not set back.
+	for range 49 {
+		ft.advance(100*time.Millisecond, 100*time.Millisecond)
+		ms, back := c.StampMs()
+		require.Zero(t, back, "a pipeline within RewindAfter is left alone")
+		require.Equal(t, c.NowMs(), ms)
+	}
+	apply(t0 + 4900)
+	ms, back := c.StampMs()
+	require.Zero(t, back)
+	require.InDelta(t, t0+4900, ms, 20)
+	apply(ms)
+
+	// Stopped for 14 s: nothing stamped, nothing applied.
+	ft.advance(14*time.Second, 14*time.Second)
+	first, back := c.StampMs()
+	require.InDelta(t, 9*time.Second, back, float64(20*time.Millisecond))
+	require.InDelta(t, state+RewindAfter.Milliseconds(), first, 20)
+	ft.advance(2*time.Millisecond, 2*time.Millisecond)
+	second, _ := c.StampMs() // stamped before the first is applied
+	created := Step(state, first)
+	require.Equal(t, first, created, "the first stamp is not capped")
+	ft.advance(5*time.Millisecond, 5*time.Millisecond)
+	apply(first)
+	apply(second)
+	tick, _ := c.StampMs()
+	apply(tick)
+	require.LessOrEqual(t, state-created, int64(10), "the record the first stamp created aged by more than the 7 ms that passed")
+	ft.advance(time.Second, time.Second)
+	ms, back = c.StampMs()
+	require.Zero(t, back)
+	require.InDelta(t, created+1007, ms, 20, "and cluster time runs on at real time")
+}

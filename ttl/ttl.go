@@ -62,7 +62,8 @@ func ValidateSpan(retention, width time.Duration) error {
 // after it: a leader stamping past it moves cluster time by MaxStep an
 // entry, and records created by the first of them age by that within
 // milliseconds, so a leader keeps its stamps within RewindAfter of the
-// applied time (Clock.FollowLog).
+// applied time: when it takes the lead (Clock.FollowLog), and at every
+// stamp, for a leader that stamped nothing for a while (Clock.StampMs).
 const MaxStep = 10 * time.Second
 
 // Step returns the cluster time after an entry stamped proposedMs is
