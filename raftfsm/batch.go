@@ -368,7 +368,7 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 			return nil, err
 		}
 	}
-	data, err := encodeBatch(n.clock.NowMs(), n.widthMs, ops)
+	data, err := encodeBatch(n.stampMs(), n.widthMs, ops)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotProposed, err)
 	}

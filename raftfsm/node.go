@@ -53,6 +53,9 @@ type Node struct {
 	widthMs   int64
 	self      NodeInfo
 	lastWrite atomic.Int64 // mono.Now() of the last proposal, for idle ticks
+	// stampBack spaces the log of a stamp held within ttl.RewindAfter of
+	// the applied time (stampMs).
+	stampBack mono.Spacer
 	// leaderlessSince is when this member last saw a leader go (zero while
 	// it has one); only watchMembership's goroutine reads and writes it.
 	leaderlessSince time.Time
@@ -1036,7 +1039,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if err := n.proposalBarrier(); err != nil {
 		return nil, err
 	}
-	c.NowMs = n.clock.NowMs()
+	c.NowMs = n.stampMs()
 	c.WidthMs = n.widthMs
 	if err := n.checkProposal(c); err != nil {
 		return nil, err
@@ -1046,6 +1049,21 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 		return nil, err
 	}
 	return n.applyEntry(data)
+}
+
+// stampMs is the cluster time this leader stamps an entry with: its
+// clock's reading, held within ttl.RewindAfter of the time it has applied
+// (ttl.Clock.StampMs). A reading further on counted time in which this
+// leader stamped nothing, not even its tick (it was stopped or stalled),
+// and stamped, the first entry past ttl.MaxStep was decided at the capped
+// time and the next moved cluster time on by the rest at once, so the
+// records and leases the first granted ran out early.
+func (n *Node) stampMs() int64 {
+	ms, d := n.clock.StampMs()
+	if d >= time.Second && n.stampBack.Allow(time.Minute) {
+		n.log.Warn("this leader stamped nothing for a while (the process was stopped or paused, or stalled: a SIGSTOP, docker pause, a VM paused, a stalled disk) and its clock counted it: it stamps at most 5 s past the time it has applied, so records and leases keep their whole time and cluster time does not count the rest", "behind-by", d.Round(time.Millisecond))
+	}
+	return ms
 }
 
 // checkProposal stamps a command about to be proposed, after the term's
