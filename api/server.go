@@ -796,7 +796,7 @@ func (s *Server) unready(ctx context.Context) string {
 		return why
 	}
 	if !s.store.Ready() {
-		return "this node has no leader or has not applied its commit index"
+		return "this node has no leader or has not applied its commit index" + s.diskFullReason()
 	}
 	if k, ok := s.store.(interface{ KeptBack() error }); ok {
 		// A non-voter the leader keeps one: its state may lack records,
@@ -819,7 +819,19 @@ func (s *Server) unready(ctx context.Context) string {
 			return "the leader did not tell its commit index: " + err.Error()
 		}
 		if !s.store.CaughtUp(commit) {
-			return fmt.Sprintf("this node has not applied the leader's commit index %d yet", commit)
+			return fmt.Sprintf("this node has not applied the leader's commit index %d yet", commit) + s.diskFullReason()
+		}
+	}
+	return ""
+}
+
+// diskFullReason is what unready adds for a node whose disk is full: such
+// a follower takes no raft entries and stays behind until space is freed,
+// which "has not applied" alone did not say.
+func (s *Server) diskFullReason() string {
+	if d, ok := s.store.(interface{ DiskFull() *raftfsm.DiskFull }); ok {
+		if full := d.DiskFull(); full != nil {
+			return ": " + full.String()
 		}
 	}
 	return ""

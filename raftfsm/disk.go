@@ -488,6 +488,21 @@ func (g *diskGuard) short() (bool, uint64) {
 	return waiting || free < g.minFree, free
 }
 
+// fullStatus is Status.DiskFull: nil while the disk is above the
+// storage-full threshold and nothing waits for space.
+func (g *diskGuard) fullStatus() *DiskFull {
+	g.mu.Lock()
+	waiting := g.waiting
+	g.mu.Unlock()
+	if !g.full.Load() && !waiting {
+		return nil
+	}
+	return &DiskFull{DataDir: g.dir, FreeBytes: g.free.Load(), FullBelowBytes: g.fullBelow, ApplyWaits: waiting}
+}
+
+// DiskFull is Status.DiskFull of this node, nil while its disk has room.
+func (n *Node) DiskFull() *DiskFull { return n.disk.fullStatus() }
+
 // ErrCloseAbandoned is returned by CloseBounded when it stopped waiting for
 // a close held up by a full disk. The process must exit then.
 var ErrCloseAbandoned = errors.New("raftfsm: close abandoned")

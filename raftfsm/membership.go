@@ -249,6 +249,35 @@ type Status struct {
 	// out), "" otherwise. The API sets it: the status is all such a node
 	// still answers, and its table alone looked like a healthy cluster.
 	Superseded string `json:"superseded,omitempty"`
+	// DiskFull is set while this node's disk is under its storage-full
+	// threshold or its applies wait for space (disk.go): a follower then
+	// takes no raft entries and falls behind, and the leader's health
+	// check says why rather than only that it lags.
+	DiskFull *DiskFull `json:"disk_full,omitempty"`
+}
+
+// DiskFull is a node's full disk, as its Status says it.
+type DiskFull struct {
+	DataDir        string `json:"data_dir"`
+	FreeBytes      uint64 `json:"free_bytes"`
+	FullBelowBytes uint64 `json:"full_below_bytes"`
+	// ApplyWaits: applies or Pebble writes wait for space.
+	ApplyWaits bool `json:"apply_waits,omitempty"`
+}
+
+// String is the reason a health check or /readyz gives for a node whose
+// disk is full.
+func (d *DiskFull) String() string {
+	var s string
+	if d.FullBelowBytes == 0 { // --min-free-disk 0: only a Pebble write held for space
+		s = fmt.Sprintf("its disk is full: %d bytes free on its data dir %s, and its store's writes wait for space (--min-free-disk 0; docs/DISK.md)", d.FreeBytes, d.DataDir)
+	} else {
+		s = fmt.Sprintf("its disk is full: %d bytes free on its data dir %s, under the %d it needs to take raft entries (--min-free-disk; docs/DISK.md)", d.FreeBytes, d.DataDir, d.FullBelowBytes)
+		if d.ApplyWaits {
+			s += ", and its applies wait for space"
+		}
+	}
+	return s + "; it catches up by itself once space is freed there"
 }
 
 // VoteHoldStatus is what a node holding its vote votes from: the term and
@@ -419,7 +448,8 @@ func (n *Node) Status() (Status, error) {
 		st.RetentionFlag = n.cfg.Retention.String() // the API sets the same
 	}
 	st.Auth = AuthMode(n.cfg.ChecksTokens) // the API sets the same
-	if n.voteHeld() {                      // votehold.go; refreshMembership releases it once it may
+	st.DiskFull = n.disk.fullStatus()
+	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}
 	}
@@ -1156,10 +1186,11 @@ type peerHealth struct {
 	certNotAfter, caNotAfter *Stamp
 	// its wall clock minus this node's, at answeredAt, and to within what
 	clockOffsetMs, clockUncertaintyMs *int64
-	version                           string  // its release, at answeredAt
-	gated                             *uint64 // its state's Status.Gated, at answeredAt (nil: not said)
-	refused                           string  // the reason its promotion was last refused, logged once
-	downgraded                        string  // Member.Downgraded
+	version                           string    // its release, at answeredAt
+	gated                             *uint64   // its state's Status.Gated, at answeredAt (nil: not said)
+	diskFull                          *DiskFull // its Status.DiskFull, at answeredAt
+	refused                           string    // the reason its promotion was last refused, logged once
+	downgraded                        string    // Member.Downgraded
 	// denied: the last attempt was refused for want of this node's token,
 	// a wrong one (tokenRefused) or none to send (ErrNoNodeToken): the
 	// peer runs, but this node cannot read what it runs with.
@@ -1233,7 +1264,13 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 		c, ok = n.peers.commitBefore(h.answeredAt.Add(-window))
 	}
 	if ok && h.applied < c {
-		return false, fmt.Sprintf("falling behind: had applied %d when the leader had committed %d %s earlier", h.applied, c, window)
+		why := fmt.Sprintf("falling behind: had applied %d when the leader had committed %d %s earlier", h.applied, c, window)
+		if h.diskFull != nil {
+			// A full follower takes no entries: the lag alone sent an
+			// operator to the node's log to find out why.
+			why += ": " + h.diskFull.String()
+		}
+		return false, why
 	}
 	return true, ""
 }
@@ -1409,6 +1446,7 @@ func (n *Node) measure(ctx context.Context) {
 		h.features, h.keys, h.scope, h.retention, h.auth = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag, r.st.Auth
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
 		h.clockOffsetMs, h.clockUncertaintyMs, h.version, h.gated = nil, nil, r.st.Version, r.st.Gated
+		h.diskFull = r.st.DiskFull
 		if r.st.WallMs != 0 {
 			// The answer's wall clock was read between the question and
 			// the answer: against their midpoint, to within half the trip.

@@ -1,0 +1,66 @@
+package raftfsm
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A follower whose disk is full takes no raft entries and falls behind;
+// the leader's health check and `idem cluster status` said only "falling
+// behind: had applied 235 when the leader had committed 1404", and the
+// follower's /readyz only that it had not applied the leader's commit
+// index: an operator had to find the node's log to learn its disk was
+// full (a disk-full walk on real processes). Its status now says so, with
+// the free space and the path, and the leader's reason quotes it. On a
+// private tmpfs filled by another file, as another process would.
+func TestFullFollowerIsNamedFullByTheLeader(t *testing.T) {
+	mnt := smallTmpfs(t, "512m")
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	cfg := DefaultConfig() // --min-free-disk 256MiB: the writes stop under it
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n3", filepath.Join(mnt, "n3"), false
+	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-n3"
+	n3 := c.start(cfg)
+	c.join(n3, n1)
+	write(t, n1, "before")
+	require.Nil(t, n3.DiskFull(), "a disk with room is not full")
+
+	filler := filepath.Join(mnt, "filler")
+	out, err := exec.Command("fallocate", "-l", "200m", filler).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Eventually(t, func() bool { return n3.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
+	st, err := n3.Status()
+	require.NoError(t, err)
+	require.NotNil(t, st.DiskFull, "the follower's own status says its disk is full")
+	require.Equal(t, cfg.DataDir, st.DiskFull.DataDir)
+
+	// The follower falls behind while the leader goes on with n2.
+	var why string
+	for i := 0; ; i++ {
+		write(t, n1, fmt.Sprint("during-", i))
+		m := member(t, n1, "n3")
+		why = m.UnhealthyReason
+		if strings.Contains(why, "falling behind") {
+			break
+		}
+		require.Less(t, i, 200, "n3 never judged behind: %q", why)
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.Contains(t, why, "its disk is full", "the leader's reason names the cause")
+	require.Contains(t, why, cfg.DataDir, "and the path")
+
+	// Space back: it catches up by itself and is no longer full.
+	require.NoError(t, os.Remove(filler))
+	require.Eventually(t, func() bool { return n3.DiskFull() == nil }, 5*time.Second, 50*time.Millisecond)
+	waitApplied(t, n1, n3)
+}
