@@ -578,11 +578,102 @@ func (n *Node) abandonClose(waited time.Duration, free uint64) error {
 		ErrCloseAbandoned, n.cfg.DataDir, free, under, waited.Round(time.Second))
 }
 
-// watchDisk keeps the free space current while the node runs.
+// watchDisk keeps the free space current while the node runs, and hands
+// the leadership on from a leader whose disk is full (fullHandOff).
 func (n *Node) watchDisk() {
 	defer n.wg.Done()
 	n.disk.refresh() // the stores are open: the ballast is this node's to make
-	n.disk.run(n.stop)
+	var h fullHandOff
+	t := time.NewTicker(diskRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.stop:
+			return
+		case now := <-t.C:
+			n.disk.refresh()
+			h.step(n, now)
+		}
+	}
+}
+
+// How long a leader's disk stays full before it hands the leadership on
+// (a moment's dip, a file written and removed, moves nothing), and how
+// long it waits between two tries.
+var (
+	fullHandOffAfter = 3 * time.Second
+	fullHandOffEvery = 30 * time.Second
+)
+
+// fullHandOff is a full leader's hand-off to a voter whose disk has room.
+// Only the leader's disk decides 507, and a leader whose applies wait for
+// space cannot serve a linearizable read: a full leader kept the whole
+// cluster refusing writes and reads (503 "no leader is available") while
+// both followers had room, until an operator ran idem cluster
+// transfer-leadership (a disk-full walk). A voter the leader judges
+// healthy and caught up, whose own status does not say its disk is full,
+// takes over; with none, the leader stays and says so once a minute.
+type fullHandOff struct {
+	since, tried time.Time
+	noneLog      mono.Spacer
+}
+
+func (h *fullHandOff) step(n *Node, now time.Time) {
+	if !n.disk.full.Load() || n.raft.State() != raft.Leader {
+		h.since = time.Time{}
+		return
+	}
+	if h.since.IsZero() {
+		h.since = now
+	}
+	if now.Sub(h.since) < fullHandOffAfter || now.Sub(h.tried) < fullHandOffEvery {
+		return
+	}
+	h.tried = now
+	id := n.roomyVoter(now)
+	if id == "" {
+		if h.noneLog.Allow(diskRemind) {
+			n.log.Warn("this leader's disk is full and no other voter is healthy, caught up and with room on its disk: it keeps the leadership, and writes are refused 507 storage_full until space is freed", "data-dir", n.disk.dir, "free-bytes", n.disk.free.Load())
+		}
+		return
+	}
+	if err := n.transferLeadership(id, transferAsked); err != nil {
+		n.log.Warn("this leader's disk is full and handing the leadership to a voter with room failed; it tries again", "to", id, "error", err, "data-dir", n.disk.dir)
+		return
+	}
+	n.log.Warn("this leader's disk is full: handed the leadership to a voter with room on its disk, so the cluster takes writes and linearizable reads again; this node falls behind until space is freed on its disk", "to", id, "data-dir", n.disk.dir, "free-bytes", n.disk.free.Load())
+}
+
+// roomyVoter is a voter other than this leader that it judges healthy and
+// caught up and whose status does not say its disk is full ("": none).
+func (n *Node) roomyVoter(now time.Time) string {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return ""
+	}
+	term := n.term()
+	n.peers.mu.Lock()
+	defer n.peers.mu.Unlock()
+	if n.peers.term != term {
+		return ""
+	}
+	best, bestLag := "", uint64(0)
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter || string(s.ID) == n.self.ID {
+			continue
+		}
+		h := n.peers.byID[string(s.ID)]
+		if h == nil || h.diskFull != nil || !h.caughtUp {
+			continue
+		}
+		if ok, _ := n.judge(h, s.ID, now); !ok {
+			continue
+		}
+		if best == "" || h.lag < bestLag {
+			best, bestLag = string(s.ID), h.lag
+		}
+	}
+	return best
 }
 
 // DefaultMinFreeDisk is the default Config.MinFreeDisk: 256 MiB. Under it

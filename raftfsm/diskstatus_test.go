@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // A follower whose disk is full takes no raft entries and falls behind;
@@ -63,4 +66,43 @@ func TestFullFollowerIsNamedFullByTheLeader(t *testing.T) {
 	require.NoError(t, os.Remove(filler))
 	require.Eventually(t, func() bool { return n3.DiskFull() == nil }, 5*time.Second, 50*time.Millisecond)
 	waitApplied(t, n1, n3)
+}
+
+// Only the leader's disk decides 507, and a leader whose applies wait for
+// space answers no linearizable read: a leader whose disk filled kept the
+// whole cluster refusing writes (507) and reads (503 "no leader is
+// available") while both followers had room, until an operator moved the
+// leadership by hand (a disk-full walk on real processes). A full leader
+// now hands it to a voter with room, and the cluster takes writes again.
+func TestFullLeaderHandsTheLeadershipToAVoterWithRoom(t *testing.T) {
+	mnt := smallTmpfs(t, "512m")
+	c := newMemCluster(t)
+	cfg := DefaultConfig() // --min-free-disk 256MiB: the writes stop under it
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", filepath.Join(mnt, "n1"), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-n1"
+	var logs logBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	n1 := c.start(cfg)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	n3 := c.open("n3", "", false)
+	c.join(n3, n1)
+	write(t, n1, "before")
+	require.True(t, n1.IsLeader())
+
+	out, err := exec.Command("fallocate", "-l", "200m", filepath.Join(mnt, "filler")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Eventually(t, func() bool { return n1.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
+	_, _, err = n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "refused"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.ErrorIs(t, err, ErrStorageFull, "the full leader refuses writes")
+
+	require.Eventually(t, func() bool { return n2.IsLeader() || n3.IsLeader() }, 15*time.Second, 50*time.Millisecond,
+		"the full leader kept the leadership while two voters had room")
+	require.Contains(t, logs.String(), "handed the leadership to a voter with room")
+	l := c.leader(n2, n3)
+	require.Eventually(t, func() bool {
+		_, _, err := l.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "the cluster takes writes again")
 }
