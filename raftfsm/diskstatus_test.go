@@ -106,3 +106,41 @@ func TestFullLeaderHandsTheLeadershipToAVoterWithRoom(t *testing.T) {
 		return err == nil
 	}, 10*time.Second, 100*time.Millisecond, "the cluster takes writes again")
 }
+
+// A follower whose disk is full refused every append, a new leader's
+// first entry of its term and expiry's ticks and drops included. In a
+// cluster whose disks were all full, a leader elected after a restart (or
+// any election) never committed that entry: every linearizable read on
+// every node was answered 503 "no leader is available" until space was
+// freed by hand, and no bucket drop could free it (a disk-full walk, kill
+// -9 of three full nodes and a restart). Here n1 leads with room, n2 and
+// n3 are full; n1 stops, and whichever of them leads serves reads.
+func TestFullVotersElectALeaderThatServesReads(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	s, _, _ := write(t, n1, "before")
+	var full []*Node
+	var mnts []string
+	for _, id := range []string{"n2", "n3"} {
+		mnt := smallTmpfs(t, "512m")
+		cfg := DefaultConfig() // --min-free-disk 256MiB
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
+		cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-"+id
+		n := c.start(cfg)
+		c.join(n, n1)
+		full, mnts = append(full, n), append(mnts, mnt)
+	}
+	waitApplied(t, n1, full...)
+	for i, n := range full {
+		out, err := exec.Command("fallocate", "-l", "200m", filepath.Join(mnts[i], "filler")).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
+	}
+	c.stop(n1)
+	l := c.leader(full...)
+	require.Eventually(t, func() bool {
+		r, ok, err := l.Lookup(t.Context(), s, false, true)
+		return err == nil && ok && r.Response != nil
+	}, 20*time.Second, 200*time.Millisecond, "the leader of two full voters serves no linearizable read")
+}

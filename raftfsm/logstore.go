@@ -742,7 +742,7 @@ type guardedLogStore struct {
 }
 
 func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
-	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() {
+	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() && !takenWhileFull(logs) {
 		return errLogDiskFull
 	}
 	var err error
@@ -758,6 +758,54 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	}
 	s.recent.put(logs)
 	return nil
+}
+
+// takenWhileFull reports whether a follower whose disk is full still
+// takes logs: raft's own entries (a new leader's first entry of its term,
+// configurations, barriers) and the commands a full leader still admits
+// (diskGuard.admit: ticks, bucket drops, membership), which are small, and
+// drops free space. Refusing them too, a cluster whose followers were all
+// full could commit nothing a new leader proposed: after a restart of
+// such a cluster, or any election, its leader never committed the first
+// entry of its term, every linearizable read on every node was answered
+// 503 "no leader is available", and no bucket drop could free space.
+// A batch with any client write is refused whole.
+func takenWhileFull(logs []*raft.Log) bool {
+	size := 0
+	for _, l := range logs {
+		size += len(l.Data)
+		if size > takenWhileFullBytes {
+			return false
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		switch commandOp(l.Data) {
+		case OpDropBucket, OpTick, OpSetNode, OpRemoveNode, OpSetSecret, OpSetRetention, OpKeyCheck:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// takenWhileFullBytes bounds what one batch taken on a full disk holds:
+// those commands are a few hundred bytes each.
+const takenWhileFullBytes = 64 << 10
+
+// commandOp is the op of a command's log bytes without decoding the rest
+// (a complete carries its whole response); 0 when it cannot tell.
+func commandOp(b []byte) Op {
+	if len(b) > 0 && b[0] == '{' {
+		if c, err := decodeJSON(b); err == nil {
+			return c.Op
+		}
+		return 0
+	}
+	if len(b) < 2 || (b[0] != codecV1 && b[0] != codecV2) {
+		return 0
+	}
+	return Op(b[1])
 }
 
 // cureSealed answers an append to a sealed log (err): with room for the
