@@ -302,20 +302,6 @@ func (g *diskGuard) releaseLocked(why string) bool {
 	return true
 }
 
-// run refreshes the free space every second until stop.
-func (g *diskGuard) run(stop <-chan struct{}) {
-	t := time.NewTicker(diskRefresh)
-	defer t.Stop()
-	for {
-		select {
-		case <-stop:
-			return
-		case <-t.C:
-			g.refresh()
-		}
-	}
-}
-
 // admit refuses the client writes while the disk is below the minimum.
 func (g *diskGuard) admit(op Op) error {
 	if !g.full.Load() {
