@@ -16,8 +16,9 @@ var (
 	// ErrAddress is returned by New for an address it cannot use.
 	ErrAddress = errors.New("client: bad address")
 	// ErrToken is returned by New for a bearer token (WithToken) that
-	// could never be sent: longer than MaxTokenBytes.
-	ErrToken = errors.New("client: bearer token too large")
+	// could never be sent: longer than MaxTokenBytes, or holding a
+	// control character.
+	ErrToken = errors.New("client: unusable bearer token")
 	// ErrBadAnswer is returned when a 2xx answer is not the JSON the route
 	// promises (or is too large to read).
 	ErrBadAnswer = errors.New("client: malformed answer")

@@ -159,11 +159,14 @@ func TestTransportHonoursContext(t *testing.T) {
 }
 
 // A token holding a line break would add headers of the caller's choosing
-// to the request (or a second request): refused, nothing sent.
+// to the request (or a second request): refused, nothing sent. New refuses
+// such a token (ErrToken); the transport refuses it too, should one reach
+// it.
 func TestTransportRefusesHeaderInjection(t *testing.T) {
 	forEachScheme(t, func(t *testing.T, sch testScheme) {
 		s := sch.countingServer(t, echo)
-		c := sch.client(t, s.URL, WithToken("t\r\nX-Role: admin"))
+		c := sch.client(t, s.URL, WithToken("t"))
+		c.token = "t\r\nX-Role: admin"
 		if _, err := c.Do(context.Background(), http.MethodPost, "/x", nil, map[string]int{}); err == nil || !strings.Contains(err.Error(), "invalid value for header") {
 			t.Fatalf("got %v, want a refusal", err)
 		}
