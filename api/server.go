@@ -733,12 +733,15 @@ func (s *Server) authDigest() string {
 // handleState shows this replica's state hash and the applied index it was
 // taken at, to compare replicas (tests, chaos checks, operators).
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
-	h, applied, err := s.store.StateHash()
+	h, withGated, applied, err := s.store.StateHashes()
 	if err != nil {
 		writeProblem(w, storeProblem(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"node": s.store.Self().ID, "state_hash": h, "applied_index": applied})
+	// state_hash_with_gated is what a replica of a release before December
+	// 5, 2026 answers as its state_hash for the same state: idem cluster
+	// status --state-hashes compares such a replica with it.
+	writeJSON(w, http.StatusOK, map[string]any{"node": s.store.Self().ID, "state_hash": h, "state_hash_with_gated": withGated, "applied_index": applied})
 }
 
 func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {

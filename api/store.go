@@ -45,7 +45,10 @@ type Store interface {
 	// TransferLeadershipTo hands the leadership to the voter id, or with ""
 	// to the one raft picks (raftfsm.ErrUnknownMember, ErrNotVoter).
 	TransferLeadershipTo(id string) error
-	StateHash() (hash string, applied uint64, err error)
+	// StateHashes is this replica's state hash, the hash releases before
+	// December 5, 2026 gave for the same state (their state_hash: the
+	// record of applied gated kinds included) and the applied index of both.
+	StateHashes() (hash, withGated string, applied uint64, err error)
 	// ScopeMode is the cluster's scope mode and whether its first write
 	// has pinned it yet.
 	ScopeMode() (mode string, pinned bool)

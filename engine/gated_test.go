@@ -2,6 +2,9 @@ package engine
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"testing"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -79,4 +82,51 @@ func TestGatedRecordIsNotPartOfTheStateHash(t *testing.T) {
 	after.claim(now, args(scope("c")))
 	before.claim(now, args(scope("d")))
 	require.NotEqual(t, before.hash(), after.hash())
+}
+
+// Releases before December 5, 2026 hashed every key and value, the record of
+// applied gated kinds too: StateHashes gives that hash beside state_hash,
+// from the same view, so a replica still on such a release is compared with
+// an upgraded one (a rolling upgrade's --state-hashes warned that replicas
+// holding the same records differed).
+func TestStateHashesGiveTheEarlierReleasesHash(t *testing.T) {
+	const now = int64(1_700_000_000_000)
+	h := newHarness(t)
+	h.claim(now, args(scope("a")))
+	sum, withGated, applied, err := h.db.StateHashes()
+	require.NoError(t, err)
+	require.Equal(t, sum, withGated, "no gated kind applied: one hash")
+	require.Equal(t, earlierStateHash(t, h.db), withGated)
+
+	h.apply(now, func(tx *Txn, n int64, idx uint64) Result {
+		tx.MarkGated(1 << 0)
+		return tx.Claim(args(scope("b")), idx, n)
+	})
+	sum, withGated, applied2, err := h.db.StateHashes()
+	require.NoError(t, err)
+	require.Greater(t, applied2, applied)
+	require.Equal(t, h.hash(), sum)
+	require.NotEqual(t, sum, withGated, "the gated record is in withGated alone")
+	require.Equal(t, earlierStateHash(t, h.db), withGated, "what a release before December 5 answers for the same state")
+}
+
+// earlierStateHash is StateHash as releases before December 5, 2026
+// computed it: every key and value.
+func earlierStateHash(t *testing.T, db *DB) string {
+	t.Helper()
+	it, err := db.pdb.NewIter(nil)
+	require.NoError(t, err)
+	defer it.Close()
+	h := sha256.New()
+	var hdr [binary.MaxVarintLen64]byte
+	for ok := it.First(); ok; ok = it.Next() {
+		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(it.Key())))])
+		h.Write(it.Key())
+		v, err := it.ValueAndErr()
+		require.NoError(t, err)
+		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(v)))])
+		h.Write(v)
+	}
+	require.NoError(t, it.Error())
+	return hex.EncodeToString(h.Sum(nil))
 }

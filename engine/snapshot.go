@@ -395,44 +395,57 @@ func (d *DB) StateHash() (string, error) {
 // point-in-time view, so replicas can be compared at equal indexes while
 // they keep applying.
 func (d *DB) StateHashApplied() (string, uint64, error) {
+	h, _, applied, err := d.StateHashes()
+	return h, applied, err
+}
+
+// StateHashes is StateHashApplied with, from the same view, withGated: the
+// hash over every key and value, Meta.Gated's too, as releases before
+// December 5, 2026 computed state_hash. Such a release writes no
+// Meta.Gated but keeps one its data dir holds: rolled back in place after
+// this release applied a gated kind there, it answers withGated, not hash
+// (a rollback walk's --state-hashes read the two as replicas that differ).
+func (d *DB) StateHashes() (sum, withGated string, applied uint64, err error) {
 	if !d.use() {
-		return "", 0, ErrClosed
+		return "", "", 0, ErrClosed
 	}
 	defer d.users.Done()
 	it, err := d.pdb.NewIter(nil) // a consistent view: data and applied index agree
 	if err != nil {
-		return "", 0, fmt.Errorf("engine: hash iter: %w", err)
+		return "", "", 0, fmt.Errorf("engine: hash iter: %w", err)
 	}
 	defer it.Close()
-	h := sha256.New()
-	var applied uint64
+	h, all := sha256.New(), sha256.New()
 	var hdr [binary.MaxVarintLen64]byte
 	n := 0
 	for ok := it.First(); ok; ok = it.Next() {
 		if n++; n%4096 == 0 && d.ctx.Err() != nil {
-			return "", 0, ErrClosed
+			return "", "", 0, ErrClosed
 		}
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return "", "", 0, fmt.Errorf("engine: hash value: %w", err)
+		}
+		if bytes.Equal(it.Key(), keyApplied) && len(v) == 8 {
+			applied = binary.BigEndian.Uint64(v)
+		}
+		outs := []hash.Hash{h, all}
 		if bytes.Equal(it.Key(), keyGated) {
 			// What kinds of entries were applied, not what they did: a
 			// replica of a release before the record applies the same
 			// entries without it, and its records are what is compared
 			// (a rolling upgrade hashed the two differently).
-			continue
+			outs = outs[1:]
 		}
-		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(it.Key())))])
-		h.Write(it.Key())
-		v, err := it.ValueAndErr()
-		if err != nil {
-			return "", 0, fmt.Errorf("engine: hash value: %w", err)
+		for _, o := range outs {
+			o.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(it.Key())))])
+			o.Write(it.Key())
+			o.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(v)))])
+			o.Write(v)
 		}
-		if bytes.Equal(it.Key(), keyApplied) && len(v) == 8 {
-			applied = binary.BigEndian.Uint64(v)
-		}
-		h.Write(hdr[:binary.PutUvarint(hdr[:], uint64(len(v)))])
-		h.Write(v)
 	}
 	if err := it.Error(); err != nil {
-		return "", 0, fmt.Errorf("engine: hash iter: %w", err)
+		return "", "", 0, fmt.Errorf("engine: hash iter: %w", err)
 	}
-	return hex.EncodeToString(h.Sum(nil)), applied, nil
+	return hex.EncodeToString(h.Sum(nil)), hex.EncodeToString(all.Sum(nil)), applied, nil
 }

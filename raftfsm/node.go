@@ -1633,6 +1633,13 @@ func (n *Node) PeerHTTPAddrs() []string {
 // it was taken at: replicas at the same index must hash the same.
 func (n *Node) StateHash() (string, uint64, error) { return n.db.StateHashApplied() }
 
+// StateHashes is StateHash with the hash releases before December 5, 2026
+// answered for the same state (engine.DB.StateHashes), to compare a replica
+// still on one of them.
+func (n *Node) StateHashes() (hash, withGated string, applied uint64, err error) {
+	return n.db.StateHashes()
+}
+
 // TransferLeadership hands leadership to another voter before this node
 // stops (rolling restarts). Writes arriving meanwhile wait for the new
 // leader. Unlike TransferLeadershipTo(""), it hands over to a voter that

@@ -873,8 +873,12 @@ func fmtLeft(d time.Duration) string {
 // stateHash is one member's GET /v1/admin/state, or why it was not read.
 type stateHash struct {
 	id, hash string
-	applied  uint64
-	err      string
+	// withGated is the member's state_hash_with_gated: what a replica of
+	// a release before December 5, 2026 answers as state_hash for the
+	// same state. "" from such a release, which does not send it.
+	withGated string
+	applied   uint64
+	err       string
 }
 
 // memberStateHashes asks every member with an HTTP address for its state
@@ -898,13 +902,14 @@ func memberStateHashes(ctx context.Context, st raftfsm.Status, opts []client.Opt
 				raw, err = c.Do(cctx, http.MethodGet, "/v1/admin/state", nil, nil)
 				cancel()
 				var a struct {
-					StateHash    string `json:"state_hash"`
-					AppliedIndex uint64 `json:"applied_index"`
+					StateHash          string `json:"state_hash"`
+					StateHashWithGated string `json:"state_hash_with_gated"`
+					AppliedIndex       uint64 `json:"applied_index"`
 				}
 				if err == nil {
 					err = json.Unmarshal(raw, &a)
 				}
-				out[i].hash, out[i].applied = a.StateHash, a.AppliedIndex
+				out[i].hash, out[i].withGated, out[i].applied = a.StateHash, a.StateHashWithGated, a.AppliedIndex
 			}
 			if err != nil {
 				out[i].err = notHTTP(err).Error()
@@ -943,6 +948,27 @@ func printStateHashes(w io.Writer, hs []stateHash) {
 		hashes := map[string][]string{}
 		for _, h := range group {
 			hashes[h.hash] = append(hashes[h.hash], h.id)
+		}
+		// A replica of a release before December 5, 2026 sends no
+		// state_hash_with_gated and hashed the record of applied gated
+		// kinds too: it agrees with a member of this release whose
+		// state_hash or state_hash_with_gated is its state_hash (a
+		// rolling upgrade read the two as replicas that differ).
+		for _, old := range group {
+			if old.withGated != "" {
+				continue
+			}
+			for _, h := range group {
+				if h.withGated != "" && h.hash != old.hash && h.withGated == old.hash {
+					hashes[h.hash] = append(hashes[h.hash], old.id)
+					if ids := slices.DeleteFunc(hashes[old.hash], func(id string) bool { return id == old.id }); len(ids) == 0 {
+						delete(hashes, old.hash)
+					} else {
+						hashes[old.hash] = ids
+					}
+					break
+				}
+			}
 		}
 		if len(hashes) < 2 {
 			continue
