@@ -271,6 +271,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			return 1
 		}
 		leaderDowngrades(ctx, &st, append(opts, tlsOpts...))
+		memberVersions(ctx, &st, append(opts, tlsOpts...))
 		printStatus(stdout, st)
 		if *hashes {
 			printStateHashes(stdout, memberStateHashes(ctx, st, append(opts, tlsOpts...)))
@@ -444,6 +445,48 @@ func leaderDowngrades(ctx context.Context, st *raftfsm.Status, opts []client.Opt
 			}
 		}
 	}
+}
+
+// memberVersions asks each member the leader did not report a release for
+// its own, when the leader runs a release that reports none (before the
+// release NOTE): a rolling upgrade's status under a leader not yet
+// upgraded named every upgraded member but the one asked "an earlier
+// release", so which nodes were done could not be told. A member that
+// does not answer, or answers without a release, stays unknown.
+func memberVersions(ctx context.Context, st *raftfsm.Status, opts []client.Option) {
+	if st.Leader == nil {
+		return
+	}
+	for _, m := range st.Nodes {
+		if m.ID == st.Leader.ID && m.Version != "" {
+			return // the leader reports releases: an empty one is an earlier release's
+		}
+	}
+	var wg sync.WaitGroup
+	for i, m := range st.Nodes {
+		if m.Version != "" || m.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.New(m.HTTPAddr, opts...)
+			if err != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			mc, err := c.Cluster(cctx)
+			if err != nil {
+				return
+			}
+			var ms raftfsm.Status
+			if json.Unmarshal(mc.Raw, &ms) == nil && ms.Self.ID == m.ID {
+				st.Nodes[i].Version = ms.Version
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) (drift, reloadFailed []string) {
