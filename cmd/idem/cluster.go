@@ -276,6 +276,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if *hashes {
 			printStateHashes(stdout, memberStateHashes(ctx, st, append(opts, tlsOpts...)))
 		}
+		if open := openMembers(ctx, st, append(opts, tlsOpts...)); len(open) > 0 {
+			fmt.Fprintf(stdout, "WARNING: %s answered GET /v1/config without a token while other members check tokens: a release that does not record --auth-file in its data dir, started without it (a rollback from a unit file that lost the line?). It serves anyone every principal's records there (consistency=stale). Start it with the --auth-file the other nodes use (docs/SECURITY.md)\n", strings.Join(open, ", "))
+		}
 		drift, reloadFailed := settingsDrift(ctx, st, append(opts, tlsOpts...))
 		if len(reloadFailed) > 0 {
 			fmt.Fprintln(stdout, "WARNING: the last SIGHUP did not reload the --auth-file of these members: the tokens loaded before stay in force there (a token removed from the file still works, one added does not yet). Fix the file (idem token check FILE says what is wrong) and kill -HUP them again:")
@@ -487,6 +490,66 @@ func memberVersions(ctx context.Context, st *raftfsm.Status, opts []client.Optio
 		}()
 	}
 	wg.Wait()
+}
+
+// openMembers are the members of a release that does not publish its
+// auth file digest (before it recorded --auth-file in node.json, which
+// refuses a start without it) that answer GET /v1/config without a token,
+// when another member checks tokens: such a node rolled back in place
+// from a unit file without --auth-file served every tenant's records to
+// anyone, and the digest comparison (settingsDrift) leaves out a member
+// that publishes none, so nothing said so. Only such a member is asked
+// without the token (a member that publishes its digest is not: each
+// refusal counts in idem_http_auth_refused_total). Nothing when no member
+// checks tokens.
+func openMembers(ctx context.Context, st raftfsm.Status, opts []client.Option) []string {
+	open, checks := make([]bool, len(st.Nodes)), make([]bool, len(st.Nodes))
+	var wg sync.WaitGroup
+	for i, m := range st.Nodes {
+		if m.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			config := func(opts ...client.Option) (*client.ServerConfig, error) {
+				c, err := client.New(m.HTTPAddr, opts...)
+				if err != nil {
+					return nil, err
+				}
+				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				defer cancel()
+				return c.Config(cctx)
+			}
+			cfg, err := config(opts...)
+			if err != nil {
+				return
+			}
+			if cfg.AuthFileDigest != "" {
+				checks[i] = cfg.AuthFileDigest != "none" // "none" is named by settingsDrift
+				return
+			}
+			_, err = config(append(slices.Clip(opts), client.WithToken(""))...)
+			var p *client.Problem
+			switch {
+			case errors.As(err, &p) && (p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden):
+				checks[i] = true
+			case err == nil:
+				open[i] = true
+			}
+		}()
+	}
+	wg.Wait()
+	if !slices.Contains(checks, true) {
+		return nil
+	}
+	var out []string
+	for i, m := range st.Nodes {
+		if open[i] {
+			out = append(out, m.ID)
+		}
+	}
+	return out
 }
 
 func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) (drift, reloadFailed []string) {
