@@ -427,18 +427,8 @@ func leaderDowngrades(ctx context.Context, st *raftfsm.Status, opts []client.Opt
 	if st.Version != "" || st.Leader == nil || st.Leader.ID == st.Self.ID || st.Leader.HTTPAddr == "" {
 		return
 	}
-	c, err := client.New(st.Leader.HTTPAddr, opts...)
-	if err != nil {
-		return
-	}
-	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	lc, err := c.Cluster(cctx)
-	if err != nil {
-		return
-	}
-	var ls raftfsm.Status
-	if json.Unmarshal(lc.Raw, &ls) != nil || ls.HealthFrom != ls.Self.ID {
+	ls, ok := statusOf(ctx, st.Leader.HTTPAddr, opts)
+	if !ok || ls.HealthFrom != ls.Self.ID {
 		return
 	}
 	for i, m := range st.Nodes {
@@ -448,6 +438,20 @@ func leaderDowngrades(ctx context.Context, st *raftfsm.Status, opts []client.Opt
 			}
 		}
 	}
+}
+
+// statusOf is the GET /v1/cluster answer of the node at addr, asked for 2 s
+// at most; false when it did not answer one.
+func statusOf(ctx context.Context, addr string, opts []client.Option) (raftfsm.Status, bool) {
+	var st raftfsm.Status
+	c, err := client.New(addr, opts...)
+	if err != nil {
+		return st, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	a, err := c.Cluster(ctx)
+	return st, err == nil && json.Unmarshal(a.Raw, &st) == nil
 }
 
 // memberVersions asks each member the leader did not report a release for
@@ -473,18 +477,7 @@ func memberVersions(ctx context.Context, st *raftfsm.Status, opts []client.Optio
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := client.New(m.HTTPAddr, opts...)
-			if err != nil {
-				return
-			}
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			defer cancel()
-			mc, err := c.Cluster(cctx)
-			if err != nil {
-				return
-			}
-			var ms raftfsm.Status
-			if json.Unmarshal(mc.Raw, &ms) == nil && ms.Self.ID == m.ID {
+			if ms, ok := statusOf(ctx, m.HTTPAddr, opts); ok && ms.Self.ID == m.ID {
 				st.Nodes[i].Version = ms.Version
 			}
 		}()
