@@ -269,7 +269,7 @@ func (n *Node) settledInBatch(c *Command, barrier *int) (engine.Result, bool) {
 	if peek == nil {
 		return engine.Result{}, false
 	}
-	if _, ok := peek(n.clock.NowMs()); !ok {
+	if _, ok := peek(n.stampMs()); !ok { // at the time it would stamp (settled)
 		return engine.Result{}, false
 	}
 	if *barrier == 0 {
@@ -283,7 +283,7 @@ func (n *Node) settledInBatch(c *Command, barrier *int) (engine.Result, bool) {
 	if *barrier < 0 {
 		return engine.Result{}, false
 	}
-	return peek(n.clock.NowMs())
+	return peek(n.stampMs())
 }
 
 // splitEntries groups the logged ops (indexes into cmds, in order) into

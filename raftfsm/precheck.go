@@ -39,8 +39,11 @@ func (n *Node) settled(c *Command) (*ApplyResult, bool) {
 		return nil, false
 	}
 	// A first look at the state as it is: almost every operation writes,
-	// and those pay no barrier.
-	if _, ok := peek(n.clock.NowMs()); !ok {
+	// and those pay no barrier. Judged at the time this leader would stamp
+	// the command (stampMs), not its clock's reading: after a pause the
+	// reading runs past it, and a record cluster time still held live was
+	// answered not_found.
+	if _, ok := peek(n.stampMs()); !ok {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
@@ -48,7 +51,7 @@ func (n *Node) settled(c *Command) (*ApplyResult, bool) {
 	if err := n.readBarrier(ctx); err != nil {
 		return nil, false // propose answers, or fails the same way
 	}
-	res, ok := peek(n.clock.NowMs())
+	res, ok := peek(n.stampMs())
 	if !ok {
 		return nil, false
 	}
