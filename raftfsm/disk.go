@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -589,6 +590,9 @@ func (n *Node) watchDisk() {
 var (
 	fullHandOffAfter = 3 * time.Second
 	fullHandOffEvery = 30 * time.Second
+	// fullHandOffWait bounds one try: raft's own transfer times out
+	// within an election timeout.
+	fullHandOffWait = 10 * time.Second
 )
 
 // fullHandOff is a full leader's hand-off to a voter whose disk has room.
@@ -616,14 +620,18 @@ func (h *fullHandOff) step(n *Node, now time.Time) {
 		return
 	}
 	h.tried = now
-	id := n.roomyVoter(now)
+	// Bounded: this loop also keeps the free space current, and Close
+	// waits for it.
+	ctx, cancel := context.WithTimeout(context.Background(), fullHandOffWait)
+	defer cancel()
+	id := n.roomyVoter(ctx, now)
 	if id == "" {
 		if h.noneLog.Allow(diskRemind) {
 			n.log.Warn("this leader's disk is full and no other voter is healthy, caught up and with room on its disk: it keeps the leadership, and writes are refused 507 storage_full until space is freed", "data-dir", n.disk.dir, "free-bytes", n.disk.free.Load())
 		}
 		return
 	}
-	if err := n.transferLeadership(id, transferAsked); err != nil {
+	if err := n.transferLeadership(ctx, id, transferAsked); err != nil {
 		n.log.Warn("this leader's disk is full and handing the leadership to a voter with room failed; it tries again", "to", id, "error", err, "data-dir", n.disk.dir)
 		return
 	}
@@ -632,9 +640,9 @@ func (h *fullHandOff) step(n *Node, now time.Time) {
 
 // roomyVoter is a voter other than this leader that it judges healthy and
 // caught up and whose status does not say its disk is full ("": none).
-func (n *Node) roomyVoter(now time.Time) string {
+func (n *Node) roomyVoter(ctx context.Context, now time.Time) string {
 	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
+	if n.waitCtx(ctx, f) != nil {
 		return ""
 	}
 	term := n.term()

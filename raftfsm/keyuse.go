@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"context"
 	"crypto/hmac"
 	"encoding/binary"
 	"encoding/hex"
@@ -1034,7 +1035,7 @@ func (n *Node) handOff(err *SealRefusedError) {
 		n.log.Warn("handing the leadership to a voter that holds the cluster's key", "to", target, "key-ids", strings.Join(ids, ","))
 	}
 	go func() {
-		if err := n.transferLeadership(target, transferHandOff); err != nil {
+		if err := n.transferLeadership(context.Background(), target, transferHandOff); err != nil {
 			n.log.Warn("leadership transfer to a voter holding the key failed", "to", target, "error", err)
 		}
 	}()

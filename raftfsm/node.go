@@ -1645,13 +1645,17 @@ func (n *Node) StateHashes() (hash, withGated string, applied uint64, err error)
 // leader. Unlike TransferLeadershipTo(""), it hands over to a voter that
 // refuses the node token when no other can lead: one of them would be
 // elected anyway, after an election timeout without a leader.
-func (n *Node) TransferLeadership() error { return n.transferLeadership("", transferStopping) }
+func (n *Node) TransferLeadership() error {
+	return n.transferLeadership(context.Background(), "", transferStopping)
+}
 
 // TransferLeadershipTo hands leadership to the voter id ("": the voter
 // raft picks, the most up to date). Naming this node, the leader, changes
 // nothing. An id not in the configuration is ErrUnknownMember; a
 // non-voter, ErrNotVoter.
-func (n *Node) TransferLeadershipTo(id string) error { return n.transferLeadership(id, transferAsked) }
+func (n *Node) TransferLeadershipTo(id string) error {
+	return n.transferLeadership(context.Background(), id, transferAsked)
+}
 
 // transferWhy is who asks for a leadership transfer.
 type transferWhy int
@@ -1662,7 +1666,12 @@ const (
 	transferHandOff                     // this leader's key checks (handOff), to a voter they chose
 )
 
-func (n *Node) transferLeadership(id string, why transferWhy) error {
+// transferLeadership gives up with ErrTimeout once ctx is done, and with
+// raft.ErrRaftShutdown once the node stops, while it waits for raft: a
+// future raft took but never answered (it shut down meanwhile, or its
+// leader loop waits on a full disk's applies) held its caller for ever
+// (the full-disk hand-off's loop, and with it Close).
+func (n *Node) transferLeadership(ctx context.Context, id string, why transferWhy) error {
 	stopping := why == transferStopping
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
@@ -1683,7 +1692,7 @@ func (n *Node) transferLeadership(id string, why transferWhy) error {
 			return nil
 		}
 		cf := n.raft.GetConfiguration()
-		if err := cf.Error(); err != nil {
+		if err := n.waitCtx(ctx, cf); err != nil {
 			return fmt.Errorf("raftfsm: leadership transfer: %w", err)
 		}
 		target, err := server(cf.Configuration(), id)
@@ -1713,7 +1722,7 @@ func (n *Node) transferLeadership(id string, why transferWhy) error {
 		}
 		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
-	if err := f.Error(); err != nil {
+	if err := n.waitCtx(ctx, f); err != nil {
 		if errors.Is(err, raft.ErrNotLeader) {
 			return n.notLeader()
 		}

@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -201,14 +202,14 @@ func (n *Node) retentionHold(c *Command) error {
 	err.HandingOff = err.HandingTo == "" && len(err.Denied) > 0
 	if err.HandingOff && n.retAnyHandOff.Allow(10*time.Second) {
 		go func() {
-			if terr := n.transferLeadership("", transferHandOff); terr != nil {
+			if terr := n.transferLeadership(context.Background(), "", transferHandOff); terr != nil {
 				n.log.Warn("leadership transfer away from a leader that cannot read the voters' --retention failed", "error", terr)
 			}
 		}()
 	}
 	if err.HandingTo != "" && n.retHandOff.Allow(probeEvery) {
 		go func() {
-			if terr := n.transferLeadership(err.HandingTo, transferHandOff); terr != nil {
+			if terr := n.transferLeadership(context.Background(), err.HandingTo, transferHandOff); terr != nil {
 				n.log.Warn("leadership transfer to a voter with the --retention most voters run with failed", "to", err.HandingTo, "error", terr)
 			}
 		}()
