@@ -88,7 +88,7 @@ func (c *memCluster) leader(nodes ...*Node) *Node {
 			}
 		}
 		return false
-	}, 15*time.Second, 10*time.Millisecond, "no leader")
+	}, 30*time.Second, 10*time.Millisecond, "no leader") // an election on a loaded machine took over 15 s
 	return l
 }
 
