@@ -904,8 +904,17 @@ func TestHandlerOfACallerLongGoneIsCancelled(t *testing.T) {
 		io.WriteString(w, "polled")
 	})))
 	t.Cleanup(srv.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
+	// The caller gives up once the handler runs: with a fixed 150 ms, a
+	// loaded machine's first claim outran it and the handler never ran.
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	go func() {
+		for runs.Load() == 0 && ctx.Err() == nil {
+			time.Sleep(10 * time.Millisecond)
+		}
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/poll", strings.NewReader("{}"))
 	require.NoError(t, err)
 	req.Header.Set("Idempotency-Key", "poll-1")
