@@ -80,13 +80,21 @@ type diskGuard struct {
 	lastWaitLog time.Time
 	sealedLog   mono.Spacer // logSealed's line
 	snapLog     mono.Spacer // logSnapshotRefused's line
-	expandLog   mono.Spacer // logExpandRefused's line
+	// snapRefusedAt (mono.Now, 0: none since the last install) and
+	// snapRefusedBytes: the last snapshot from the leader refused for lack
+	// of room, and how much of it had been received (fullStatus).
+	snapRefusedAt, snapRefusedBytes atomic.Int64
+	expandLog                       mono.Spacer // logExpandRefused's line
 }
 
 // logSnapshotRefused says, once a minute, why a snapshot from the leader
 // was refused: raft's own line does not say, and the node may not be in
 // the storage-full state (the snapshot is larger than the room above it).
-func (g *diskGuard) logSnapshotRefused(err error) {
+// It is recorded for fullStatus too: such a node can be above the
+// threshold, and its status said only that it had applied nothing.
+func (g *diskGuard) logSnapshotRefused(err error, received uint64) {
+	g.snapRefusedBytes.Store(int64(received))
+	g.snapRefusedAt.Store(mono.Now())
 	if g.snapLog.Allow(diskRemind) {
 		g.log.Warn("refused a snapshot from the leader for lack of disk space: this node stays behind until there is room for it", "error", err, "data-dir", g.dir)
 	}
@@ -475,16 +483,29 @@ func (g *diskGuard) short() (bool, uint64) {
 	return waiting || free < g.minFree, free
 }
 
+// snapRefusedFor is how long a refused snapshot from the leader is named
+// in the node's status: raft sends it again every few seconds while the
+// follower stays behind, and an install that went through clears it.
+const snapRefusedFor = time.Minute
+
+// snapshotInstalled forgets a refused snapshot: one went through.
+func (g *diskGuard) snapshotInstalled() { g.snapRefusedAt.Store(0) }
+
 // fullStatus is Status.DiskFull: nil while the disk is above the
-// storage-full threshold and nothing waits for space.
+// storage-full threshold, nothing waits for space and no snapshot from
+// the leader was refused for lack of room within snapRefusedFor.
 func (g *diskGuard) fullStatus() *DiskFull {
 	g.mu.Lock()
 	waiting := g.waiting
 	g.mu.Unlock()
-	if !g.full.Load() && !waiting {
+	var refused uint64
+	if at := g.snapRefusedAt.Load(); at != 0 && mono.Since(at) < snapRefusedFor {
+		refused = uint64(max(g.snapRefusedBytes.Load(), 1))
+	}
+	if !g.full.Load() && !waiting && refused == 0 {
 		return nil
 	}
-	return &DiskFull{DataDir: g.dir, FreeBytes: g.free.Load(), FullBelowBytes: g.fullBelow, ApplyWaits: waiting}
+	return &DiskFull{DataDir: g.dir, FreeBytes: g.free.Load(), FullBelowBytes: g.fullBelow, ApplyWaits: waiting, SnapshotRefusedAfterBytes: refused}
 }
 
 // DiskFull is Status.DiskFull of this node, nil while its disk has room.

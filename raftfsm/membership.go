@@ -263,12 +263,23 @@ type DiskFull struct {
 	FullBelowBytes uint64 `json:"full_below_bytes"`
 	// ApplyWaits: applies or Pebble writes wait for space.
 	ApplyWaits bool `json:"apply_waits,omitempty"`
+	// SnapshotRefusedAfterBytes is set while the node refuses the
+	// leader's snapshot for lack of room (the last refusal within a
+	// minute): how much of it it had received. Such a follower can be
+	// above the threshold (the snapshot, and its restore, need more room
+	// than is left above it), and was named only as having applied nothing.
+	SnapshotRefusedAfterBytes uint64 `json:"snapshot_refused_after_bytes,omitempty"`
 }
 
 // String is the reason a health check or /readyz gives for a node whose
 // disk is full.
 func (d *DiskFull) String() string {
 	var s string
+	if d.SnapshotRefusedAfterBytes != 0 && d.FreeBytes >= d.FullBelowBytes && !d.ApplyWaits {
+		return fmt.Sprintf("its disk has no room for the leader's snapshot: it refused it after %d bytes (restoring them writes as much again), "+
+			"with %d bytes free on its data dir %s and writes stopping under %d (docs/DISK.md); it installs it by itself once space is freed there",
+			d.SnapshotRefusedAfterBytes, d.FreeBytes, d.DataDir, d.FullBelowBytes)
+	}
 	if d.FullBelowBytes == 0 { // --min-free-disk 0: only a Pebble write held for space
 		s = fmt.Sprintf("its disk is full: %d bytes free on its data dir %s, and its store's writes wait for space (--min-free-disk 0; docs/DISK.md)", d.FreeBytes, d.DataDir)
 	} else {

@@ -633,7 +633,7 @@ func (s *markerSink) Write(p []byte) (int, error) {
 		if free, ok := s.room.take(len(p), true); !ok {
 			err := fmt.Errorf("%w: %d bytes of the leader's snapshot received, and restoring them writes as much again; %d bytes free, writes stop under %d: free space, and the leader sends it again",
 				errSnapshotDiskFull, s.room.written, free, s.room.g.fullBelow)
-			s.room.g.logSnapshotRefused(err)
+			s.room.g.logSnapshotRefused(err, s.room.written)
 			return 0, err
 		}
 	}
@@ -674,7 +674,11 @@ func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64,
 // takes disk. It stayed until a second marker, hours on a quiet cluster
 // (a walk: a 918 MB stream beside 217 MB of tables).
 func (s *markerSink) Close() error {
-	if err := s.SnapshotSink.Close(); err != nil || !s.marker || s.store == nil {
+	err := s.SnapshotSink.Close()
+	if err == nil && s.seen && !s.marker && s.room.g != nil {
+		s.room.g.snapshotInstalled()
+	}
+	if err != nil || !s.marker || s.store == nil {
 		return err
 	}
 	s.store.dropStreamsBefore(s.ID())
