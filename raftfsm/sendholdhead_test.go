@@ -32,6 +32,11 @@ func TestSlowInstallFromALogCutAtTheSnapshotIsSentOnce(t *testing.T) {
 		cfg.Logger = slog.New(slog.NewTextHandler(l, &slog.HandlerOptions{Level: slog.LevelDebug}))
 		return c.start(cfg)
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("n1's log:\n%s\nn2's log:\n%s", logs[0].String(), logs[1].String())
+		}
+	})
 	n1 := open("n1", true, &logs[0])
 	c.leader(n1)
 	for i := range 50 {
@@ -50,7 +55,8 @@ func TestSlowInstallFromALogCutAtTheSnapshotIsSentOnce(t *testing.T) {
 	res, err := n1.Join(n2.Self(), false, false)
 	require.NoError(t, err)
 	require.NoError(t, n2.Admitted(res.AdmittedIndex))
-	require.Eventually(t, func() bool { return installs.Load() > 0 && n2.fsm.db.Meta().Applied > 0 }, 30*time.Second, 20*time.Millisecond, "n2 installed nothing")
+	// 60 s: with three test suites on two cores, 30 s passed once.
+	require.Eventually(t, func() bool { return installs.Load() > 0 && n2.fsm.db.Meta().Applied > 0 }, 60*time.Second, 20*time.Millisecond, "n2 installed nothing (its log is printed below)")
 	time.Sleep(time.Second)
 	stopWriters()
 	want := n1.raft.AppliedIndex()
