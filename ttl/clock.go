@@ -214,9 +214,7 @@ func (c *Clock) FollowLog() time.Duration {
 	reading := max(c.nowLocked(), c.lastMs)
 	anchorMs, atMono, atRaw := c.anchorMs, c.atMono, c.atRaw
 	c.anchorMs, c.atMono, c.atRaw = c.logMs, c.logMono, c.logRaw
-	if c.nowLocked()-c.logMs > RewindAfter.Milliseconds() {
-		c.anchorLocked(c.logMs + RewindAfter.Milliseconds())
-	}
+	c.capAtLogLocked(c.nowLocked())
 	if follows := c.nowLocked(); follows < reading {
 		c.lastMs = follows
 		return time.Duration(reading-follows) * time.Millisecond
@@ -248,13 +246,24 @@ func (c *Clock) StampMs() (ms int64, rewound time.Duration) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	reading := max(c.nowLocked(), c.lastMs)
-	if c.anchored && c.logMs > 0 && reading-c.logMs > RewindAfter.Milliseconds() {
-		c.anchorLocked(c.logMs + RewindAfter.Milliseconds())
+	if c.anchored && c.logMs > 0 && c.capAtLogLocked(reading) {
 		c.lastMs = c.anchorMs
 		return c.anchorMs, time.Duration(reading-c.anchorMs) * time.Millisecond
 	}
 	c.lastMs = reading
 	return reading, 0
+}
+
+// capAtLogLocked anchors the clock at the log's time plus RewindAfter, now,
+// where reading has run further than that past the log's time: at most
+// RewindAfter of time in which nothing was applied is counted. It reports
+// whether it anchored.
+func (c *Clock) capAtLogLocked(reading int64) bool {
+	if reading-c.logMs <= RewindAfter.Milliseconds() {
+		return false
+	}
+	c.anchorLocked(c.logMs + RewindAfter.Milliseconds())
+	return true
 }
 
 // WallMs is this node's own wall clock (with its test offset), uncorrected:
