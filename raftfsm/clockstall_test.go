@@ -22,13 +22,7 @@ import (
 // holds it). Cluster time must never run ahead of real time since a
 // record was created.
 func TestLeaderThatStampedNothingForAWhileDoesNotAgeItsFirstRecordsAtOnce(t *testing.T) {
-	c := newMemCluster(t)
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = testRaftAddrs(t, 1)[0], "mem-n1"
-	cfg.TickInterval = time.Hour // no tick: it stamps nothing while idle
-	n := c.start(cfg)
-	c.leader(n)
+	n := idleLeader(t)
 	require.NoError(t, claim(n, "before"))
 
 	// Between MaxStep and MaxStep + RewindAfter: the first entry's

@@ -55,6 +55,19 @@ func (c *memCluster) open(id, raftAddr string, bootstrap bool) *Node {
 	return c.start(cfg)
 }
 
+// idleLeader starts a one-node cluster whose tick never comes (it stamps
+// nothing while idle, as a leader stopped by SIGSTOP) and returns it once
+// it leads.
+func idleLeader(t *testing.T) *Node {
+	t.Helper()
+	c := newMemCluster(t)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = testRaftAddrs(t, 1)[0], "mem-n1"
+	cfg.TickInterval = time.Hour
+	return c.leader(c.start(cfg))
+}
+
 // start opens a node with cfg and makes it reachable by the cluster's
 // probe under its HTTP address, until it stops.
 func (c *memCluster) start(cfg Config) *Node {

@@ -21,13 +21,7 @@ func TestSettledJudgesAtTheTimeALeaderWouldStamp(t *testing.T) {
 	for _, batch := range []bool{false, true} {
 		name := map[bool]string{false: "complete", true: "batch"}[batch]
 		t.Run(name, func(t *testing.T) {
-			c := newMemCluster(t)
-			cfg := DefaultConfig()
-			cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
-			cfg.RaftAddr, cfg.HTTPAdvertise = testRaftAddrs(t, 1)[0], "mem-n1"
-			cfg.TickInterval = time.Hour // no tick: it stamps nothing while idle
-			n := c.start(cfg)
-			c.leader(n)
+			n := idleLeader(t)
 			require.NoError(t, n.SetRetention(6500*time.Millisecond))
 			require.NoError(t, claim(n, "before"))
 
