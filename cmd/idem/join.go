@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -319,6 +320,15 @@ func notHTTPHint(err error) string {
 // addBackCommand is the command that adds a removed node back, ready to
 // paste: the member to ask is one of --join (not the node itself), else
 // one of the members the node knows (known), else a placeholder.
+//
+// On a TLS cluster it gives the command the node's own CA, certificate
+// and key (--ca-file, --cert-file, --key-file: a node's certificate is
+// one the CA signed, which a join needs), and its --node-token-file (an
+// admin token, which a join needs), or with --auth-file and none a
+// placeholder. Without them the command pasted from the log failed: a TLS
+// error on a bare address, then 403 for the missing client certificate.
+// The paths are made absolute: the operator pastes it from another
+// directory than the node's.
 func addBackCommand(c *serveConfig, known ...string) string {
 	member := ""
 	for _, a := range append(splitAddrs(c.join), known...) {
@@ -327,7 +337,29 @@ func addBackCommand(c *serveConfig, known ...string) string {
 			break
 		}
 	}
-	return raftfsm.AddBackCommand(raftfsm.NodeInfo{ID: c.nodeID, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}, member)
+	cmd := raftfsm.AddBackCommand(raftfsm.NodeInfo{ID: c.nodeID, RaftAddr: c.raftAdvertise, HTTPAddr: c.httpAdvertise}, member)
+	if c.tls.on() {
+		cmd += " --ca-file " + absWord(c.tls.caFile) + " --cert-file " + absWord(c.tls.certFile) + " --key-file " + absWord(c.tls.keyFile)
+	}
+	switch {
+	case c.nodeTokenFile != "":
+		// Given even without --auth-file here: the node asked may check
+		// tokens (a rolling restart that turns them on).
+		cmd += " --token-file " + absWord(c.nodeTokenFile)
+	case c.authFile != "":
+		// An old-format auth file's first token is the node's: the
+		// operator gives an admin token of their own.
+		cmd += " --token-file ADMIN_TOKEN_FILE"
+	}
+	return cmd
+}
+
+// absWord is path made absolute when it can be, as one shell word.
+func absWord(path string) string {
+	if a, err := filepath.Abs(path); err == nil {
+		path = a
+	}
+	return raftfsm.ShellWord(path)
 }
 
 type member struct {
