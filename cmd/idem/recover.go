@@ -30,7 +30,7 @@ on a survivor whose 'idem serve' is STOPPED: it rewrites the raft
 configuration in DIR to the --peers given, after applying every entry of the
 node's own log to its state. It changes membership only: no record is
 deleted. Without --yes it only prints what it would do and exits 0 (1 if --yes would
-be refused, 2 for a bad flag).
+be refused, 2 for a bad flag or a --data-dir that holds no node).
 
 Every other member of the node's current configuration must be stopped
 first. Before it changes anything, it tries a TCP connection (1 s) to each
@@ -93,6 +93,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if len(bad) > 0 {
 		fmt.Fprintf(stderr, "%s: %s\n", name, strings.Join(bad, "\n"+name+": "))
+		return 2
+	}
+	if err := noNodeAt(*dataDir); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 2
 	}
 	if err := checkNodeFile(*dataDir, *nodeID); err != nil {
@@ -435,6 +439,49 @@ func fmtPeers(peers []raftfsm.Peer) string {
 
 // checkNodeFile refuses a --node-id that differs from the one the data dir
 // was created for.
+// noNodeAt says, for a --data-dir that holds no node (it does not exist,
+// is not a directory, or holds none of node.json, fsm/ and raft.db: an
+// empty directory, a typo, the parent of the node dirs), that it is the
+// flag that is wrong, and which directories near it hold nodes; nil when
+// it holds one. Such a run exited 1, as a refusal to recover a node does,
+// with raftfsm's "holds no node's state"; a wrong flag exits 2.
+func noNodeAt(dir string) error {
+	fi, err := os.Stat(dir)
+	var what string
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		what = "it does not exist"
+	case err != nil:
+		return nil // unreadable: the error that follows says why (permissionHint)
+	case !fi.IsDir():
+		what = "it is not a directory"
+	case holdsNode(dir):
+		return nil
+	default:
+		what = "it holds no node.json, fsm/ or raft.db"
+	}
+	hint := ""
+	var under []string
+	if entries, err := os.ReadDir(dir); err == nil {
+		for _, e := range entries {
+			if e.IsDir() && holdsNode(filepath.Join(dir, e.Name())) {
+				under = append(under, filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	if len(under) == 0 {
+		if parent := filepath.Dir(filepath.Clean(dir)); holdsNode(parent) {
+			under = []string{parent}
+		} else {
+			under, _ = nodesBeside(dir)
+		}
+	}
+	if len(under) > 0 {
+		hint = " (these hold nodes: " + strings.Join(under, ", ") + ")"
+	}
+	return fmt.Errorf("--data-dir %s: no node is there (%s): give the data dir of the stopped node, its idem serve --data-dir%s; nothing was changed", dir, what, hint)
+}
+
 func checkNodeFile(dir, nodeID string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
 	if errors.Is(err, os.ErrNotExist) {

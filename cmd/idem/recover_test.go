@@ -73,7 +73,7 @@ func TestRecoverAfterLosingQuorum(t *testing.T) {
 	}
 	out, err = idemCmd(t, "recover", "--data-dir", filepath.Join(t.TempDir(), "none"), "--node-id", "n1", "--peers", peers)
 	require.Error(t, err)
-	require.Contains(t, out, "holds no node's state")
+	require.Contains(t, out, "no node is there")
 	// A running node's data dir is refused, and stays as it was.
 	c.restart(survivor, nil)
 	waitFor(t, 20*time.Second, "survivor serving HTTP (without a quorum)", func() (bool, string) {
@@ -218,7 +218,8 @@ func TestRecoverRefusedWhileOtherMembersAnswer(t *testing.T) {
 // The dry run (no --yes) only reports: it exits 0 when --yes would go
 // ahead, so a script or runbook can tell it from an error. It exited 1,
 // as a failure, every time. A bad flag stays 2, a data dir without a node
-// 1, and neither the dry run nor they change anything.
+// too (TestRecoverWhereNoNodeIsNamesTheFlag), and neither the dry run nor
+// they change anything.
 func TestRecoverDryRunExitStatus(t *testing.T) {
 	dir := t.TempDir()
 	httpAddr, raftAddr := freePort(t), freePort(t)
@@ -238,7 +239,7 @@ func TestRecoverDryRunExitStatus(t *testing.T) {
 	require.Equal(t, 2, exitCode(err), out)
 	require.Contains(t, out, "--peers")
 	out, err = idemCmd(t, "recover", "--data-dir", filepath.Join(t.TempDir(), "none"), "--node-id", "n1", "--peers", peers)
-	require.Equal(t, 1, exitCode(err), out)
+	require.Equal(t, 2, exitCode(err), out)
 	// A forgotten --node-id is named as missing, once: it was an invalid
 	// id "" and a --peers "without this node ()".
 	out, err = idemCmd(t, "recover", "--data-dir", dir, "--peers", peers)
@@ -524,5 +525,47 @@ func TestRecoverRefusesAnHTTPAddressAsRaftAddress(t *testing.T) {
 		after, err := raftfsm.ReadOfflineState(dir)
 		require.NoError(t, err)
 		require.Equal(t, before, after, "the refused recover changed the data dir")
+	}
+}
+
+// idem recover on a path that holds no node (absent, an empty directory,
+// one of other files, a file, the parent of the node dirs) exited 1, as a
+// refusal to recover a node does, saying raftfsm's "holds no node's state".
+// It is a wrong flag: exit 2, naming --data-dir, the nodes near it, and
+// that nothing was changed; nothing is created or written there.
+func TestRecoverWhereNoNodeIsNamesTheFlag(t *testing.T) {
+	root := t.TempDir()
+	node := filepath.Join(root, "n1")
+	require.NoError(t, os.MkdirAll(filepath.Join(node, "fsm"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(node, "node.json"), []byte(`{"node_id":"n1","bucket_width_ms":7200000}`), 0o600))
+	empty := filepath.Join(root, "empty")
+	require.NoError(t, os.Mkdir(empty, 0o700))
+	other := filepath.Join(root, "other")
+	require.NoError(t, os.Mkdir(other, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(other, "notes.txt"), []byte("x"), 0o600))
+	for _, tc := range []struct{ dir, what, near string }{
+		{filepath.Join(root, "none"), "it does not exist", node},
+		{filepath.Join(root, "n11"), "it does not exist", node},
+		{empty, "holds no node.json, fsm/ or raft.db", node},
+		{other, "holds no node.json, fsm/ or raft.db", node},
+		{filepath.Join(other, "notes.txt"), "it is not a directory", ""},
+		{root, "holds no node.json, fsm/ or raft.db", node},
+		{filepath.Join(node, "fsm"), "holds no node.json, fsm/ or raft.db", node},
+	} {
+		var before []string
+		filepath.WalkDir(root, func(p string, _ os.DirEntry, _ error) error { before = append(before, p); return nil })
+		var stdout, stderr strings.Builder
+		code := runRecover(t.Context(), []string{"--data-dir", tc.dir, "--node-id", "n1", "--peers", "n1=127.0.0.1:7071", "--yes"}, &stdout, &stderr)
+		require.Equal(t, 2, code, "%s: %s", tc.dir, stderr.String())
+		require.Contains(t, stderr.String(), "idem recover: --data-dir "+tc.dir+": no node is there", tc.dir)
+		require.Contains(t, stderr.String(), tc.what, tc.dir)
+		require.Contains(t, stderr.String(), "nothing was changed", tc.dir)
+		if tc.near != "" {
+			require.Contains(t, stderr.String(), "these hold nodes: "+tc.near, tc.dir)
+		}
+		require.Empty(t, stdout.String(), tc.dir)
+		var after []string
+		filepath.WalkDir(root, func(p string, _ os.DirEntry, _ error) error { after = append(after, p); return nil })
+		require.Equal(t, before, after, "%s: something was written", tc.dir)
 	}
 }
