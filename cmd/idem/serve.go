@@ -128,7 +128,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.DurationVar(&c.lease, "lease", 30*time.Second, "default lease of a claim when the request has no lease_ms")
 	fs.StringVar(&c.scope, "scope", "endpoint", "uniqueness scope: endpoint (principal+endpoint+key) or principal (principal+key); fixed when the data dir is created")
 	fs.StringVar(&c.authFile, "auth-file", "", "JSON file of hashed bearer tokens with roles (app, operator, admin; see idem token); when set every route but /healthz and /readyz needs a token. Reloaded on SIGHUP. A file of plain tokens, one per line, still works: each is an admin token")
-	fs.StringVar(&c.nodeTokenFile, "node-token-file", "", "file holding this node's own bearer token (one line), sent on its calls to other nodes (join, health, readiness); its SHA-256 must be an admin entry of --auth-file")
+	fs.StringVar(&c.nodeTokenFile, "node-token-file", "", "file holding this node's own bearer token (one line; blank lines and # comments are skipped), sent on its calls to other nodes (join, health, readiness); its SHA-256 must be an admin entry of --auth-file")
 	fs.BoolVar(&c.noAuth, "no-auth", false, "start without --auth-file a data dir last served with it, turning token checks off for this node on purpose (node.json records it); without this flag such a start is refused, since the node would answer any caller, every tenant's records included")
 	fs.BoolVar(&c.insecure, "insecure", false, "allow listening on a non-loopback --http-addr without --auth-file, and raft on a non-loopback address without TLS (--tls-cert-file)")
 	fs.StringVar(&c.logLevel, "log-level", "info", "log level: debug, info, warn, error")

@@ -34,8 +34,8 @@ new    makes a random token and prints it with its --auth-file entry (the
        entry holds only the token's SHA-256). With --token-file the token is
        written to FILE (mode 0600, never overwritten) and only the entry is
        printed, for scripts.
-hash   prints the hex SHA-256 of the token read from stdin (one line), for
-       writing an auth file entry by hand.
+hash   prints the hex SHA-256 of the token read from stdin (one line; blank
+       lines and # comments are skipped), for writing an auth file entry by hand.
 check  validates an auth file as idem serve would, and lists its tokens.
 
 Roles: app (claim, complete, release, extend, look up: only for its
@@ -204,21 +204,37 @@ func runTokenHash(args []string, stdin io.Reader, stdout, stderr io.Writer) int 
 	return 0
 }
 
-// readOneToken reads a token: one non-empty line, surrounding blanks and
-// the line end not part of it.
+// readOneToken reads a token: the one line that is not blank or a #
+// comment, surrounding blanks and the line end (LF or CR LF) not part of
+// it. Blank and # comment lines are skipped as the client commands'
+// --token-file and an old-format --auth-file skip them: a token file
+// commented for the next operator ("# node token of cluster prod, from
+// idem token new") was refused as "more than one line" by
+// --node-token-file alone. Two tokens are refused: which one the node
+// sends would be a guess.
 func readOneToken(r io.Reader) (string, error) {
 	b, err := io.ReadAll(io.LimitReader(r, 64<<10))
 	if err != nil {
 		return "", err
 	}
-	t := strings.TrimSpace(string(b))
+	var t string
+	first, n := 0, 0
+	for line := range strings.Lines(strings.TrimPrefix(string(b), "\ufeff")) {
+		n++
+		l := strings.TrimSpace(line)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if t != "" {
+			return "", fmt.Errorf("holds two tokens (lines %d and %d); a token file holds one token, on one line (blank lines and # comments aside)", first, n)
+		}
+		t, first = l, n
+	}
 	switch {
 	case t == "":
-		return "", errors.New("holds no token")
-	case strings.ContainsAny(t, "\r\n"):
-		return "", errors.New("holds more than one line; a token is one line")
+		return "", errors.New("holds no token (only blank lines or # comments)")
 	case strings.ContainsAny(t, " \t"):
-		return "", errors.New("the token contains a blank; a bearer token has none")
+		return "", fmt.Errorf("the token on line %d contains a blank; a bearer token has none", first)
 	}
 	return t, nil
 }

@@ -513,3 +513,42 @@ func TestNodeTokenFileWithoutAuthFileIsNamed(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, logs.String(), "--node-token-file", "no flag, no word")
 }
+
+// --node-token-file refused a file with a # comment line ("holds more
+// than one line"), which the client commands' --token-file and an
+// old-format --auth-file skip, as they skip blank lines. It takes them
+// now, and CR LF line ends; a file with no token, or two, is refused,
+// naming the flag and the lines. idem token hash reads alike.
+func TestNodeTokenFileSkipsCommentsAndBlankLines(t *testing.T) {
+	dir := t.TempDir()
+	load := func(body string) (string, error) {
+		path := filepath.Join(dir, "node.token")
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+		_, tok, err := loadAuth(&serveConfig{nodeTokenFile: path}, slog.New(slog.DiscardHandler))
+		return tok, err
+	}
+	for _, body := range []string{
+		"admin-1\n",
+		"# node token of cluster prod (idem token new --role admin)\nadmin-1\n",
+		"\n  # comment\r\n\r\n  admin-1  \r\n\n# trailing comment\n",
+		"\ufeffadmin-1",
+	} {
+		tok, err := load(body)
+		require.NoError(t, err, "%q", body)
+		require.Equal(t, "admin-1", tok, "%q", body)
+	}
+	for body, want := range map[string]string{
+		"":                         "holds no token",
+		"# only a comment\n\n":     "holds no token",
+		"admin-1\n# old:\nadmin-2": "holds two tokens (lines 1 and 3)",
+		"admin 1\n":                "the token on line 1 contains a blank",
+	} {
+		_, err := load(body)
+		require.Error(t, err, "%q", body)
+		require.Contains(t, err.Error(), "--node-token-file "+filepath.Join(dir, "node.token")+": "+want, "%q", body)
+	}
+	// idem token hash < node.token hashes what the node sends.
+	tok, err := readOneToken(strings.NewReader("# comment\r\nadmin-1\r\n"))
+	require.NoError(t, err)
+	require.Equal(t, "admin-1", tok)
+}
