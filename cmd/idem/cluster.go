@@ -276,10 +276,13 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if *hashes {
 			printStateHashes(stdout, memberStateHashes(ctx, st, append(opts, tlsOpts...)))
 		}
-		if open := openMembers(ctx, st, append(opts, tlsOpts...)); len(open) > 0 {
+		// Each member's GET /v1/config, asked once for both checks below: it
+		// was asked twice, by each of them.
+		configs := memberConfigs(ctx, st, append(opts, tlsOpts...))
+		if open := openMembers(ctx, st, configs, append(opts, tlsOpts...)); len(open) > 0 {
 			fmt.Fprintf(stdout, "WARNING: %s answered GET /v1/config without a token while other members check tokens: a release that does not record --auth-file in its data dir, started without it (a rollback from a unit file that lost the line?). It serves anyone every principal's records there (consistency=stale). Start it with the --auth-file the other nodes use (docs/SECURITY.md)\n", strings.Join(open, ", "))
 		}
-		drift, reloadFailed := settingsDrift(ctx, st, append(opts, tlsOpts...))
+		drift, reloadFailed := settingsDrift(st, configs)
 		if len(reloadFailed) > 0 {
 			fmt.Fprintln(stdout, "WARNING: the last SIGHUP did not reload the --auth-file of these members: the tokens loaded before stay in force there (a token removed from the file still works, one added does not yet). Fix the file (idem token check FILE says what is wrong) and kill -HUP them again:")
 			for _, r := range reloadFailed {
@@ -412,12 +415,6 @@ func retentionFlagReminder(d time.Duration) string {
 // authFileDrift says what members with different --auth-file files do.
 const authFileDrift = "(the members' --auth-file differ, \"none\" for a node without one: a token is checked by the node asked and by the leader, but a consistency=stale lookup by the node asked alone, so a token that one node's file gives other principals reads their records there, and a token only some files list works or not with the node asked and the leader. Copy one file to every node, then SIGHUP each; no restart is needed)"
 
-// settingsDrift compares what each member publishes at GET /v1/config on
-// its own address. The default lease and the limits are each node's own
-// flags, and the leader's decide a claim. Retention is replicated state
-// once the first claim pinned it; before that each node publishes its own
-// --retention, which the first claim's leader will pin. One line per setting that differs ("retention: n1
-// 24h0m0s, n3 1h0m0s"); a member that does not answer is left out.
 // leaderDowngrades fills in, on a status answered by a follower of an
 // earlier release (no version), which members the leader shows as
 // downgraded in place: that release passes on the leader's measurements
@@ -494,35 +491,24 @@ func memberVersions(ctx context.Context, st *raftfsm.Status, opts []client.Optio
 // that publishes none, so nothing said so. Only such a member is asked
 // without the token (a member that publishes its digest is not: each
 // refusal counts in idem_http_auth_refused_total). Nothing when no member
-// checks tokens.
-func openMembers(ctx context.Context, st raftfsm.Status, opts []client.Option) []string {
+// checks tokens. configs are the members' answers with the token
+// (memberConfigs), which settingsDrift reads too.
+func openMembers(ctx context.Context, st raftfsm.Status, configs []*client.ServerConfig, opts []client.Option) []string {
 	open, checks := make([]bool, len(st.Nodes)), make([]bool, len(st.Nodes))
 	var wg sync.WaitGroup
 	for i, m := range st.Nodes {
-		if m.HTTPAddr == "" {
+		cfg := configs[i]
+		if cfg == nil {
+			continue
+		}
+		if cfg.AuthFileDigest != "" {
+			checks[i] = cfg.AuthFileDigest != "none" // "none" is named by settingsDrift
 			continue
 		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			config := func(opts ...client.Option) (*client.ServerConfig, error) {
-				c, err := client.New(m.HTTPAddr, opts...)
-				if err != nil {
-					return nil, err
-				}
-				cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				defer cancel()
-				return c.Config(cctx)
-			}
-			cfg, err := config(opts...)
-			if err != nil {
-				return
-			}
-			if cfg.AuthFileDigest != "" {
-				checks[i] = cfg.AuthFileDigest != "none" // "none" is named by settingsDrift
-				return
-			}
-			_, err = config(append(slices.Clip(opts), client.WithToken(""))...)
+			_, err := memberConfig(ctx, m.HTTPAddr, append(slices.Clip(opts), client.WithToken("")))
 			var p *client.Problem
 			switch {
 			case errors.As(err, &p) && (p.Status == http.StatusUnauthorized || p.Status == http.StatusForbidden):
@@ -545,24 +531,56 @@ func openMembers(ctx context.Context, st raftfsm.Status, opts []client.Option) [
 	return out
 }
 
-func settingsDrift(ctx context.Context, st raftfsm.Status, opts []client.Option) (drift, reloadFailed []string) {
+// memberConfigs are the members' answers to GET /v1/config (st.Nodes'
+// order), asked at once, 2 s each at most; nil for a member that did not
+// answer one.
+func memberConfigs(ctx context.Context, st raftfsm.Status, opts []client.Option) []*client.ServerConfig {
+	configs := make([]*client.ServerConfig, len(st.Nodes))
+	var wg sync.WaitGroup
+	for i, m := range st.Nodes {
+		if m.HTTPAddr == "" {
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if cfg, err := memberConfig(ctx, m.HTTPAddr, opts); err == nil {
+				configs[i] = cfg
+			}
+		}()
+	}
+	wg.Wait()
+	return configs
+}
+
+// memberConfig is the GET /v1/config answer of the node at addr, asked
+// for 2 s at most.
+func memberConfig(ctx context.Context, addr string, opts []client.Option) (*client.ServerConfig, error) {
+	c, err := client.New(addr, opts...)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	return c.Config(ctx)
+}
+
+// settingsDrift compares what each member publishes at GET /v1/config on
+// its own address. The default lease and the limits are each node's own
+// flags, and the leader's decide a claim. Retention is replicated state
+// once the first claim pinned it; before that each node publishes its own
+// --retention, which the first claim's leader will pin. One line per setting that differs ("retention: n1
+// 24h0m0s, n3 1h0m0s"); a member that does not answer is left out.
+// configs are the members' answers (memberConfigs).
+func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift, reloadFailed []string) {
 	type view struct {
 		id  string
 		cfg map[string]string
 	}
 	var views []view
-	for _, m := range st.Nodes {
-		if m.HTTPAddr == "" {
-			continue
-		}
-		c, err := client.New(m.HTTPAddr, opts...)
-		if err != nil {
-			continue
-		}
-		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		cfg, err := c.Config(cctx)
-		cancel()
-		if err != nil {
+	for i, m := range st.Nodes {
+		cfg := configs[i]
+		if cfg == nil {
 			continue
 		}
 		v := map[string]string{"retention": cfg.Retention, "default lease": fmt.Sprintf("%d ms", cfg.LeaseDefaultMs)}

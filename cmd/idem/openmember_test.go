@@ -51,7 +51,8 @@ func TestClusterStatusNamesAMemberOfAnEarlierReleaseThatChecksNoToken(t *testing
 	}
 	st := raftfsm.Status{Nodes: []raftfsm.Member{member("n1"), member("n2"), member("n3")}}
 	probe := func(hosts asked) []string {
-		return openMembers(context.Background(), st, []client.Option{client.WithToken("idem_admin"), client.WithHTTPClient(&http.Client{Transport: hosts})})
+		opts := []client.Option{client.WithToken("idem_admin"), client.WithHTTPClient(&http.Client{Transport: hosts})}
+		return openMembers(context.Background(), st, memberConfigs(context.Background(), st, opts), opts)
 	}
 	digest := func(d string) string { return strings.Replace(cfg, "{", `{"auth_file_digest":"`+d+`",`, 1) }
 	// n1 and n2 publish their digest and are not asked without the token.
