@@ -456,7 +456,9 @@ func statusOf(ctx context.Context, addr string, opts []client.Option) (raftfsm.S
 // release NOTE): a rolling upgrade's status under a leader not yet
 // upgraded named every upgraded member but the one asked "an earlier
 // release", so which nodes were done could not be told. A member that
-// does not answer, or answers without a release, stays unknown.
+// does not answer, or answers without a release, stays unknown. The keys
+// of a member that answers with a release fill its KEYS column, which
+// read "?" (not known) for each upgraded member under such a leader.
 func memberVersions(ctx context.Context, st *raftfsm.Status, opts []client.Option) {
 	if st.Leader == nil {
 		return
@@ -476,6 +478,15 @@ func memberVersions(ctx context.Context, st *raftfsm.Status, opts []client.Optio
 			defer wg.Done()
 			if ms, ok := statusOf(ctx, m.HTTPAddr, opts); ok && ms.Self.ID == m.ID {
 				st.Nodes[i].Version = ms.Version
+				if st.Nodes[i].Keys == nil && ms.Version != "" {
+					// Its own keys, as its row of its own status shows them:
+					// a release that reports its version reports its keys
+					// (they came first), none as no field.
+					st.Nodes[i].Keys = ms.Keys
+					if ms.Keys == nil {
+						st.Nodes[i].Keys = []raftfsm.NodeKey{}
+					}
+				}
 			}
 		}()
 	}

@@ -38,3 +38,30 @@ func TestClusterStatusAsksEachMemberItsReleaseUnderAnOldLeader(t *testing.T) {
 	memberVersions(context.Background(), &st, opts)
 	require.Empty(t, st.Nodes[1].Version, "n2's empty release is the leader's word: an earlier release")
 }
+
+// Under a leader of an earlier release the KEYS column read "?" (not
+// known) for every upgraded member but the one asked: the leader reports
+// no keys. A member asked for its release gives its keys too, "none" when
+// it reports a release and no keys; one of the earlier release stays "?".
+func TestClusterStatusAsksEachMemberItsKeysUnderAnOldLeader(t *testing.T) {
+	hosts := configByHost{
+		"n2:7070": `{"self":{"id":"n2"},"version":"v1.5.0","keys":[{"id":"k2","check":"c2"},{"id":"k1","check":"c1"}]}`,
+		"n3:7070": `{"self":{"id":"n3"}}`, // the earlier release: no version
+		"n4:7070": `{"self":{"id":"n4"},"version":"v1.5.0"}`,
+	}
+	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: hosts})}
+	member := func(id string) raftfsm.Member {
+		var m raftfsm.Member
+		m.ID, m.HTTPAddr, m.Healthy = id, id+":7070", true
+		return m
+	}
+	st := raftfsm.Status{Leader: &raftfsm.NodeInfo{ID: "n3"}, Nodes: []raftfsm.Member{member("n1"), member("n2"), member("n3"), member("n4")}}
+	st.Self.ID = "n1"
+	st.Nodes[0].Version, st.Nodes[0].Keys = "v1.5.0", []raftfsm.NodeKey{{ID: "k1", Check: "c1"}} // its own row
+	memberVersions(context.Background(), &st, opts)
+	var keys []string
+	for _, m := range st.Nodes {
+		keys = append(keys, m.ID+" "+keyIDs(m.Keys))
+	}
+	require.Equal(t, []string{"n1 k1", "n2 k2,k1", "n3 ?", "n4 none"}, keys)
+}
