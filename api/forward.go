@@ -479,7 +479,7 @@ func (s *Server) notMemberIf(leaderless bool) *problem {
 	if m, ok := s.store.(interface{ RemovedWhileReplaying() (string, bool) }); ok {
 		if member, removed := m.RemovedWhileReplaying(); removed {
 			p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
-				raftfsm.RemovedBeforeCaughtUp+"; send requests to a member, or add it back with "+raftfsm.AddBackCommand(s.store.Self(), member))
+				raftfsm.RemovedBeforeCaughtUp+"; send requests to a member, or add it back with "+s.addBackCommand(member))
 			p.retryAfter = 5
 			return p
 		}
@@ -522,7 +522,25 @@ func (s *Server) notMemberProblem() *problem {
 	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable,
 		"this node is not in the cluster's configuration (it was removed, or has not been admitted yet), so it cannot take writes or joins: send them to a member; an operator adds it back with "+
-			raftfsm.AddBackCommand(s.store.Self(), member))
+			s.addBackCommand(member))
 	p.retryAfter = 5
 	return p
+}
+
+// addBackCommand is the command that adds this node back, as a caller is
+// answered it: with TLS on, the client flags a join needs (the cluster's
+// CA, and a client certificate it signed), and with tokens checked, an
+// admin token's file, as placeholders to fill in. Without them the
+// command failed as pasted on such a cluster (a TLS error, then 401 and
+// 403). Placeholders, not the node's own files: the answer goes to any
+// caller, and the node logs the command with its files (cmd/idem).
+func (s *Server) addBackCommand(member string) string {
+	cmd := raftfsm.AddBackCommand(s.store.Self(), member)
+	if s.cfg.PeerTLS != nil {
+		cmd += " --ca-file CA_FILE --cert-file CERT_FILE --key-file KEY_FILE"
+	}
+	if s.cfg.Auth != nil {
+		cmd += " --token-file ADMIN_TOKEN_FILE"
+	}
+	return cmd
 }
