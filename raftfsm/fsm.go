@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -270,7 +271,24 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 		return err
 	}
 	had := f.db.Meta().Applied
-	restored, err := f.db.RestoreIfNewer(rc)
+	br := bufio.NewReaderSize(rc, 1<<20)
+	if state, marker, err := readMarker(br); err != nil {
+		return fmt.Errorf("raftfsm: restore: %w", err)
+	} else if marker {
+		// Stored in place of a leader's snapshot whose state this node
+		// already held (snapshotStore.holds): nothing to restore.
+		if state > had {
+			return fmt.Errorf("raftfsm: restore: the snapshot is a marker of a state (applied index %d) newer than this node's (applied index %d)", state, had)
+		}
+		f.log.Info("installed the leader's snapshot as the state this node already holds", "applied-index", had)
+		if f.installedPath != "" {
+			if err := writeInstalled(f.installedPath, had); err != nil {
+				f.log.Warn("could not record the state installed from the leader", "error", err)
+			}
+		}
+		return nil
+	}
+	restored, err := f.db.RestoreIfNewer(br)
 	if err != nil {
 		return fmt.Errorf("raftfsm: restore: %w", err)
 	}

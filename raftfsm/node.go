@@ -346,6 +346,7 @@ func open(cfg Config) (*Node, error) {
 	n.logStore.snapHead = n.snaps.newestMeta
 	n.logStore.keepFrom = n.snaps.keepLogFrom
 	n.logStore.sentHead = n.snaps.sentMeta
+	n.snaps.logEnd = n.logStore.LastIndex
 	running := make(chan struct{})
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans

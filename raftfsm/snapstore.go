@@ -69,6 +69,17 @@ type snapshotStore struct {
 	// keeps the entries above the oldest of them (keepLogFrom).
 	sendsMu sync.Mutex
 	sends   map[*snapshotSend]struct{}
+
+	// logEnd reads the raft log's last index (the node's log store); nil
+	// recognises no snapshot from a leader as held (holds).
+	logEnd func() (uint64, error)
+	// held are the IDs of the markers stored in place of a leader's
+	// snapshot whose state this node already held (markerSink.Write),
+	// until raft opens them to install them (heldMu guards it): Open
+	// returns the marker as it is, which FSM.Restore takes as nothing to
+	// restore.
+	heldMu sync.Mutex
+	held   map[string]struct{}
 }
 
 // snapshotSend is one opened snapshot: its raft index and metadata, and
@@ -196,6 +207,9 @@ func readMarker(br *bufio.Reader) (uint64, bool, error) {
 // after, the log keeps the entries above the snapshot's index
 // (keepLogFrom).
 func (s *snapshotStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+	if s.takeHeld(id) {
+		return s.FileSnapshotStore.Open(id)
+	}
 	var h *snapshotSend
 	meta, rc, err := s.open(id, func(m *raft.SnapshotMeta) {
 		if h == nil {
@@ -558,6 +572,11 @@ type markerSink struct {
 	// bytes that let raft truncate its log (which frees space).
 	seen, marker bool
 	store        *snapshotStore
+	// index is the snapshot's raft index; held: it is a leader's snapshot
+	// whose state this node already holds, stored as a marker of that
+	// state while the stream is read and dropped (snapshotStore.holds).
+	index uint64
+	held  bool
 }
 
 // errSnapshotDiskFull refuses a snapshot from the leader that the disk has
@@ -628,6 +647,17 @@ func (r *streamRoom) take(n int, again bool) (uint64, bool) {
 func (s *markerSink) Write(p []byte) (int, error) {
 	if !s.seen {
 		s.seen, s.marker = true, bytes.HasPrefix(p, liveMagic)
+		if !s.marker && s.store != nil {
+			if applied, ok := s.store.holds(s.index); ok {
+				if err := writeMarker(s.SnapshotSink, applied); err != nil {
+					return 0, err
+				}
+				s.held = true
+			}
+		}
+	}
+	if s.held {
+		return len(p), nil // raft counts the bytes read against the stream's size
 	}
 	if !s.marker {
 		if free, ok := s.room.take(len(p), true); !ok {
@@ -662,24 +692,99 @@ func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64,
 	if err != nil {
 		return nil, err
 	}
-	return &markerSink{SnapshotSink: sink, room: streamRoom{g: s.disk}, store: s}, nil
+	return &markerSink{SnapshotSink: sink, room: streamRoom{g: s.disk}, store: s, index: index}, nil
+}
+
+// holds reports whether this node already holds the state of a snapshot
+// at raft index that a leader is sending it, and the applied index of that
+// state, made durable: its state is applied at or past index, and neither
+// its raft log nor a snapshot it stored goes past index.
+//
+// Raft's leader moves a follower's next index only on an answer, and when
+// that index is below its log's first entry it sends its snapshot without
+// asking what the follower has. A follower stopped after it stored the
+// snapshot, before raft answered (it restores it at its next start,
+// catchUpFromSnapshot), or after the restore, was sent the whole state
+// again, which it had to store and restore once more: a disk-full walk saw
+// one refuse the same snapshot for room (its tables and the stored stream
+// took the disk) 45 times in 6 minutes, and one with room restored it
+// only once the leader's state had moved past its own (FSM.Restore
+// refuses a state that is not newer).
+//
+// Such a node holds every entry up to index in its state (only committed
+// entries are applied, and a leader's stream holds its state at or past
+// the snapshot's index), so installing the snapshot would change nothing:
+// it stores a marker of its state at the snapshot's index and term in its
+// place, and raft goes on from there as after an install, the FSM skipping
+// the entries up to its applied index as they come. With log entries or a
+// snapshot past index, raft's install would drop them (it removes the
+// whole log, and goes back to the older snapshot): such a snapshot is left
+// to FSM.Restore, which refuses it.
+func (s *snapshotStore) holds(index uint64) (uint64, bool) {
+	if s.logEnd == nil || index == 0 {
+		return 0, false
+	}
+	applied := s.db.Meta().Applied
+	if applied < index {
+		return 0, false
+	}
+	if last, err := s.logEnd(); err != nil || last > index {
+		return 0, false
+	}
+	list, err := s.FileSnapshotStore.List()
+	if err != nil {
+		return 0, false
+	}
+	for _, m := range list {
+		if m.Index > index {
+			return 0, false
+		}
+	}
+	// The marker stands for this state from now on: raft removes its log
+	// once the install is answered.
+	if err := s.db.Sync(); err != nil {
+		return 0, false
+	}
+	s.log.Info("the leader sent a snapshot whose state this node already holds (it stopped after it had stored or installed it, before raft answered the leader): kept this node's state, stored a marker of it in the snapshot's place and dropped the stream",
+		"snapshot-index", index, "applied-index", applied)
+	return applied, true
+}
+
+// takeHeld reports whether id is a marker stored in place of a held
+// snapshot that raft has not opened yet, and forgets it.
+func (s *snapshotStore) takeHeld(id string) bool {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	_, ok := s.held[id]
+	delete(s.held, id)
+	return ok
 }
 
 // Close persists the snapshot (raft keeps the two newest) and, when it is
-// this node's own marker, removes the full streams older than it: a
-// stream received from a leader (the whole state, uncompressed: often
-// several times the store's tables) is read only while it is the newest
-// snapshot (catchUpFromSnapshot rebuilds a lost fsm from the newest
-// alone, and raft opens the newest), so once a marker follows it, it only
-// takes disk. It stayed until a second marker, hours on a quiet cluster
-// (a walk: a 918 MB stream beside 217 MB of tables).
+// a marker (this node's own, or one in place of a held snapshot, which
+// Open then returns as it is for raft's install: holds), removes the full
+// streams older than it: a stream received from a leader (the whole
+// state, uncompressed: often several times the store's tables) is read
+// only while it is the newest snapshot (catchUpFromSnapshot rebuilds a
+// lost fsm from the newest alone, and raft opens the newest), so once a
+// marker follows it, it only takes disk. It stayed until a second marker,
+// hours on a quiet cluster (a walk: a 918 MB stream beside 217 MB of
+// tables).
 func (s *markerSink) Close() error {
 	err := s.SnapshotSink.Close()
 	if err == nil && s.seen && !s.marker && s.room.g != nil {
 		s.room.g.snapshotInstalled()
 	}
-	if err != nil || !s.marker || s.store == nil {
+	if err != nil || !(s.marker || s.held) || s.store == nil {
 		return err
+	}
+	if s.held {
+		s.store.heldMu.Lock()
+		if s.store.held == nil {
+			s.store.held = map[string]struct{}{}
+		}
+		s.store.held[s.ID()] = struct{}{}
+		s.store.heldMu.Unlock()
 	}
 	s.store.dropStreamsBefore(s.ID())
 	return nil
