@@ -95,6 +95,16 @@ func TestRestartedFollowerTakesNoSecondCopyOfASnapshotItHolds(t *testing.T) {
 	require.Subset(t, stored, fullStreams(t, n2), "n2 stored no second copy of the state\n%s", logs[1].String())
 	require.Contains(t, logs[1].String(), "the leader sent a snapshot whose state this node already holds")
 	require.Eventually(t, func() bool { return stateHash(t, n1.db) == stateHash(t, n2.db) }, 10*time.Second, 50*time.Millisecond)
+
+	// The marker in the stream's place is a start like any other.
+	c.stop(n2)
+	claim("later")
+	n2 = open(1, false)
+	require.Eventually(t, func() bool {
+		_, ok, err := n2.Lookup(context.Background(), engine.Scope{Principal: "p", Endpoint: "e", Key: "later"}, false, false)
+		return err == nil && ok
+	}, 20*time.Second, 20*time.Millisecond, logs[1].String())
+	require.Eventually(t, func() bool { return stateHash(t, n1.db) == stateHash(t, n2.db) }, 10*time.Second, 50*time.Millisecond)
 }
 
 // At the store: a leader's snapshot whose state the node holds (applied at
