@@ -521,6 +521,17 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
 		}
+		if cred.Role == RoleApp && r.Context().Value(credentialsKey{}) == nil {
+			// A tenant's request itself, not an op of a batch
+			// (authorizeOp), which its batch's slot covers. Operators and
+			// admins are not tenants (an old-format file's tokens, admins
+			// all, may be every client's and the nodes' own).
+			release, ok := s.tokenSlot(w, r, cred)
+			if !ok {
+				return // answered
+			}
+			defer release()
+		}
 		// For the claim handlers (claimArgs: a principal cap goes in the
 		// entry) and the batch answers' share (tokenHoldings).
 		ctx := context.WithValue(r.Context(), credentialKey{}, cred)

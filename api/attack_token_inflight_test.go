@@ -1,0 +1,150 @@
+package api_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+)
+
+// One tenant could take every --max-inflight slot with slow request bodies,
+// and every other tenant was 503 for as long as it kept them (attack on
+// loopback: 3,000 connections of one app token, each sending its claim's
+// body a byte a second, held a node's 2,048 slots; another caller got 155
+// 503s in 179 tries over 40 s). Each slot is held for up to
+// --body-read-timeout, then sent again. With auth on, one token's requests
+// hold at most half of --max-inflight: its next request is 503 naming the
+// token, before its body is read, and another tenant's still goes.
+func TestOneTokenHoldsAtMostHalfTheInFlightRequests(t *testing.T) {
+	const otherToken = "other-app-token-0123456789"
+	n := mustNode(t, withAuthFile(t, authFile(fmt.Sprintf(`{"name":"shop","sha256":%q,"role":"app","principals":["cus_b*"]}`, api.HashToken(otherToken)))),
+		withLimits(func(l *api.Limits) {
+			l.MaxInFlight = 4
+			l.BodyReadTimeout = 30 * time.Second
+		}))
+	addr := strings.TrimPrefix(n.url, "http://")
+	body := `{"principal":"cus_a1","endpoint":"POST /payments","key":"slow-%d","fingerprint":"` + fp1 + `"}`
+
+	// Tenant "payments" sends four claims whose bodies do not come.
+	slow := make([]net.Conn, 4)
+	for i := range slow {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		b := fmt.Sprintf(body, i)
+		_, err = fmt.Fprintf(c, "POST /v1/claim HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", appToken, len(b), b[:5])
+		require.NoError(t, err)
+		slow[i] = c
+	}
+	require.Eventually(t, func() bool { return n.api.InFlight() >= 2 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the other two reach the node too
+
+	// Another tenant's claim is decided.
+	b := n.as(otherToken)
+	r := b.claim(scope{"cus_b1", "POST /payments", "k"}, fp1)
+	require.Equal(t, http.StatusCreated, r.status, "another tenant's claim while one token's slow bodies are in flight: %s", r)
+
+	// The slow tenant's requests past its half were refused unread,
+	// naming the token; the two in flight are decided once their bodies
+	// arrive.
+	var refused, claimed int
+	for i, c := range slow {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		buf := make([]byte, 4096)
+		k, _ := c.Read(buf)
+		if k > 0 {
+			got := string(buf[:k])
+			require.Contains(t, got, "503 Service Unavailable", "request %d", i)
+			require.Contains(t, got, `the token \"payments\"`, "request %d", i)
+			require.Contains(t, got, "--max-inflight", "request %d", i)
+			refused++
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Write([]byte(fmt.Sprintf(body, i)[5:]))
+		require.NoError(t, err)
+		k, _ = c.Read(buf)
+		require.Contains(t, string(buf[:k]), "201 Created", "request %d", i)
+		claimed++
+	}
+	require.Equal(t, 2, refused, "requests of the token past half of --max-inflight")
+	require.Equal(t, 2, claimed)
+
+	// A batch is one request: its ops are not counted again. With one slot
+	// of the token held, its batch of claims takes the other and decides
+	// each op.
+	held, err := net.Dial("tcp", addr)
+	require.NoError(t, err)
+	defer held.Close()
+	_, err = fmt.Fprintf(held, "POST /v1/claim HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Length: 100\r\n\r\n{", appToken)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return n.api.InFlight() == 1 }, 5*time.Second, 10*time.Millisecond)
+	a := n.as(appToken)
+	rs := a.batch(op("claim", scope{"cus_a1", "POST /payments", "batched-1"}, "fingerprint", fp1),
+		op("claim", scope{"cus_a1", "POST /payments", "batched-2"}, "fingerprint", fp1))
+	for i, res := range rs {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(res.Body, &m))
+		require.Equal(t, http.StatusCreated, res.Status, "op %d: %v", i, m)
+	}
+}
+
+// The same for --max-inflight-bytes: one token's requests announcing bodies
+// of --max-request-bytes and sending them a byte at a time held the whole
+// bound (attack on loopback: 400 connections of one app token, each
+// announcing 1 MiB, against a node with --max-inflight-bytes 256MiB, the
+// default on a machine of 2 GiB; another tenant's claims were 503 98 times
+// in 109). With auth on, one token's bodies hold at most half of it (one
+// body alone is always taken, however large, as the node takes one alone):
+// its next body is 503 naming the token, before it is read, and another
+// tenant's still goes.
+func TestOneTokenHoldsAtMostHalfTheBodyBytes(t *testing.T) {
+	const otherToken = "other-app-token-0123456789"
+	n := mustNode(t, withAuthFile(t, authFile(fmt.Sprintf(`{"name":"shop","sha256":%q,"role":"app","principals":["cus_b*"]}`, api.HashToken(otherToken)))),
+		withLimits(func(l *api.Limits) {
+			l.MaxRequestBytes = 1 << 20
+			l.MaxInFlightBytes = 4 << 20
+			l.BodyReadTimeout = 30 * time.Second
+		}))
+	addr := strings.TrimPrefix(n.url, "http://")
+
+	// Tenant "payments" announces four bodies of 1 MiB and sends a byte.
+	slow := make([]net.Conn, 4)
+	for i := range slow {
+		c, err := net.Dial("tcp", addr)
+		require.NoError(t, err)
+		defer c.Close()
+		_, err = fmt.Fprintf(c, "POST /v1/claim HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n{", appToken, 1<<20)
+		require.NoError(t, err)
+		slow[i] = c
+	}
+	require.Eventually(t, func() bool { return n.api.BodyBytesInUse() >= 2<<20 }, 5*time.Second, 10*time.Millisecond)
+	time.Sleep(300 * time.Millisecond) // the other two reach the node too
+
+	b := n.as(otherToken)
+	r := b.claim(scope{"cus_b1", "POST /payments", "k"}, fp1)
+	require.Equal(t, http.StatusCreated, r.status, "another tenant's claim while one token's slow bodies are held: %s", r)
+
+	var refused int
+	for i, c := range slow {
+		c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+		buf := make([]byte, 4096)
+		k, _ := c.Read(buf)
+		if k == 0 {
+			continue // still being read
+		}
+		got := string(buf[:k])
+		require.Contains(t, got, "503 Service Unavailable", "request %d", i)
+		require.Contains(t, got, `the token \"payments\"`, "request %d", i)
+		require.Contains(t, got, "--max-inflight-bytes", "request %d", i)
+		refused++
+	}
+	require.Equal(t, 2, refused, "bodies of the token past half of --max-inflight-bytes")
+}
