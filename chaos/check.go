@@ -36,6 +36,7 @@ const (
 	VNotReady        = "node-not-ready"
 	VNoProgress      = "cluster-made-no-progress"
 	VRetention       = "retention-not-the-clusters"
+	VClockAhead      = "cluster-time-ran-ahead"
 )
 
 // CheckResult is the verdict on a history.
@@ -149,6 +150,100 @@ func RetentionChecks(ops []*Op, retention time.Duration) []Violation {
 		out = append(out, Violation{Kind: VRetention, Scope: o.Scope(), At: o.Call, Ops: []int{o.ID},
 			Detail: fmt.Sprintf("claimed through %s with a retention of %s; the cluster's is %s", o.Node,
 				time.Duration(o.RetentionMs)*time.Millisecond, retention)})
+	}
+	return out
+}
+
+// Slack of ClockChecks: cluster time may run ahead of the harness's clock
+// by this much (milliseconds in the answers) plus this fraction of the
+// time between the two operations.
+const (
+	clockSlackMs   = 500
+	clockSlackRate = 0.001
+)
+
+// ClockChecks finds cluster time moving on faster than real time: two
+// acknowledged claims a and b whose cluster times (Op.ClusterMs) are
+// further apart than the most real time that can separate their
+// decisions, b's return less a's call. Records and leases are kept by
+// cluster time, so the records and the leases a granted then ran out that
+// much early, in real time, for a client that claimed no sooner than a's
+// call: a lease taken over early is a second payment. The rest of the
+// checker has no clock (nothing expires within a run), so this is how a
+// leader that stamped past ttl.MaxStep after a long pause (the first entry
+// decided at the capped time, the next moving cluster time on by the rest
+// at once) is seen. Each claim a that is the worst witness of some later
+// claim is reported once, with the claim that shows it most.
+func ClockChecks(ops []*Op) []Violation {
+	type ev struct {
+		at  int64 // ns: a's call, or b's return
+		key float64
+		op  *Op
+		b   bool
+	}
+	var evs []ev
+	for _, o := range ops {
+		if o.Kind != KindClaim || o.Outcome != OK || o.Status != 201 || o.ClusterMs == 0 {
+			continue
+		}
+		// ms - (1+rate) * real time, in milliseconds.
+		key := func(ns int64) float64 { return float64(o.ClusterMs) - (1+clockSlackRate)*float64(ns)/1e6 }
+		evs = append(evs, ev{at: o.Call, key: key(o.Call), op: o}, ev{at: o.Return, key: key(o.Return), op: o, b: true})
+	}
+	// By time, a call before a return at the same instant: a pair needs
+	// only a's call at or before b's return.
+	sort.SliceStable(evs, func(i, j int) bool {
+		if evs[i].at != evs[j].at {
+			return evs[i].at < evs[j].at
+		}
+		return !evs[i].b && evs[j].b
+	})
+	type found struct {
+		b      *Op
+		excess float64
+		n      int
+	}
+	worst := map[*Op]*found{} // by witness a
+	var order []*Op
+	var lo *ev
+	for i := range evs {
+		e := &evs[i]
+		if !e.b {
+			if lo == nil || e.key < lo.key {
+				lo = e
+			}
+			continue
+		}
+		if lo == nil || lo.op == e.op {
+			continue
+		}
+		excess := e.key - lo.key - clockSlackMs
+		if excess <= 0 {
+			continue
+		}
+		f := worst[lo.op]
+		if f == nil {
+			f = &found{}
+			worst[lo.op] = f
+			order = append(order, lo.op)
+		}
+		f.n++
+		if excess > f.excess {
+			f.b, f.excess = e.op, excess
+		}
+	}
+	var out []Violation
+	for _, a := range order {
+		f := worst[a]
+		b := f.b
+		moved := time.Duration(b.ClusterMs-a.ClusterMs) * time.Millisecond
+		span := time.Duration(b.Return - a.Call)
+		early := moved - span
+		out = append(out, Violation{Kind: VClockAhead, Scope: a.Scope(), At: a.Call, Ops: []int{a.ID, b.ID},
+			Detail: fmt.Sprintf("cluster time moved %s from claim op %d (through %s, decided at %s) to claim op %d (through %s, decided at %s) in at most %s of real time: the record and lease op %d granted run out %s early (%d later claims show it)",
+				moved.Round(time.Millisecond), a.ID, a.Node, time.UnixMilli(a.ClusterMs).UTC().Format("15:04:05.000"),
+				b.ID, b.Node, time.UnixMilli(b.ClusterMs).UTC().Format("15:04:05.000"), span.Round(time.Millisecond),
+				a.ID, early.Round(time.Millisecond), f.n)})
 	}
 	return out
 }

@@ -11,7 +11,8 @@
 // scope with porcupine (model.go), plus invariants the model cannot see:
 // one live winner per scope, no record absent early, no response shown to
 // another tenant, every acknowledged complete replayed byte-identically
-// after healing, and the same state on every replica (check.go). Liveness
+// after healing, the same state on every replica, and cluster time never
+// running ahead of real time (check.go). Liveness
 // is checked from a record too (liveness.go): every node's /readyz is
 // polled throughout, and a node unready for longer than a bound after a
 // nemesis heals, or a cluster on which no operation succeeds for that
@@ -25,7 +26,11 @@
 // The workload uses long leases (5 minutes) and a retention longer than
 // the run (RetentionFor) and rotates its contended keys every 15 s, so
 // within a run no lease and no record may expire: the model needs no
-// clock, and any takeover or absence it sees is a bug. The retention is
+// clock, and any takeover or absence it sees is a bug. A record or lease
+// cut short by seconds (a leader's first entries after a long pause
+// decided at a capped time, cluster time then jumping on) therefore shows
+// in no answer; ClockChecks sees it in the times the claims' answers
+// carry: cluster time must never move on faster than the harness's clock. The retention is
 // also shorter than the hour the fsm-loss nemesis skews a clock by, so a
 // cluster time that followed that clock would expire every record, and the
 // checker would see the records vanish.

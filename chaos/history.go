@@ -73,6 +73,11 @@ type Op struct {
 	LeaseUntil string    `json:"lease_expires_at,omitempty"`
 	// RetentionMs is a 201 claim's expires_at - created_at.
 	RetentionMs int64 `json:"retention_ms,omitempty"`
+	// ClusterMs is the cluster time a 201 claim was decided at, as its
+	// answer shows it (lease_expires_at less the lease asked for; 0 when
+	// the lease was cut at expires_at, or the times were not in the
+	// answer). ClockChecks compares it with the harness's clock.
+	ClusterMs int64 `json:"cluster_ms,omitempty"`
 }
 
 // Scope is the op's scope as one string.

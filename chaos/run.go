@@ -414,6 +414,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	logf("checking %d operations", len(rep.Ops))
 	rep.Check = Check(rep.Ops, cfg.CheckTimeout, true)
 	rep.Check.Violations = append(rep.Check.Violations, RetentionChecks(rep.Ops, cfg.Retention)...)
+	rep.Check.Violations = append(rep.Check.Violations, ClockChecks(rep.Ops)...)
 	if diverged != nil {
 		rep.Check.Violations = append(rep.Check.Violations, *diverged)
 	}

@@ -274,6 +274,9 @@ func (w *Workload) send(ctx context.Context, c caller, op *Op) error {
 			if !res.CreatedAt.IsZero() && !res.ExpiresAt.IsZero() {
 				op.RetentionMs = res.ExpiresAt.Sub(res.CreatedAt).Milliseconds()
 			}
+			if !res.LeaseExpiresAt.IsZero() && res.LeaseExpiresAt.Before(res.ExpiresAt) {
+				op.ClusterMs = res.LeaseExpiresAt.UnixMilli() - w.cfg.LeaseMs
+			}
 		} else {
 			setRecord(op, res.Record)
 		}

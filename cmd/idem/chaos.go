@@ -60,7 +60,8 @@ contend on a few scopes, injects faults on a seeded schedule, heals, and
 checks the history: linearizability against a model of one idempotency
 record per scope (porcupine), one live winner per scope, no record absent
 early, no response shown to another scope, every acknowledged complete
-replayed byte-identically, the same state on every replica; and liveness:
+replayed byte-identically, the same state on every replica, cluster time
+never running ahead of real time (records and leases cut short); and liveness:
 every node ready again within --ready-bound of each heal, operations
 succeeding throughout. Writes history.json and timeline.html into --out.
 
