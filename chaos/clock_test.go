@@ -1,7 +1,9 @@
 package chaos
 
 import (
+	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -66,4 +68,36 @@ func TestClockChecksFindTimeThatRanAheadAfterAPause(t *testing.T) {
 	// Within the slack: not reported.
 	ops[50].ClusterMs += 11_500
 	require.Empty(t, ClockChecks(ops))
+}
+
+func TestPauseForSpansMinPauseToMax(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	var lo, hi time.Duration = time.Hour, 0
+	for range 2000 {
+		d := PauseFor(rnd, 30*time.Second)
+		require.GreaterOrEqual(t, d, MinPause)
+		require.LessOrEqual(t, d, 30*time.Second)
+		require.Zero(t, d%(100*time.Millisecond), d)
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	require.Less(t, lo, 2*time.Second, "short pauses: under an election")
+	require.Greater(t, hi, 29*time.Second, "long ones: past 2 x ttl.MaxStep")
+	require.Equal(t, MinPause, PauseFor(rnd, MinPause))
+	require.Equal(t, MinPause, PauseFor(rnd, 0))
+	require.Greater(t, DefaultPauseMax, 10*time.Second, "the default must reach past ttl.MaxStep, where the pause bug was")
+}
+
+func TestValidatePauseMax(t *testing.T) {
+	good := Config{Nodes: 3, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x",
+		ReadyBound: 30 * time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute}
+	for _, d := range []time.Duration{0, MinPause, 30 * time.Second, MaxPauseMax} {
+		c := good
+		c.PauseMax = d
+		require.NoError(t, c.Validate(), d)
+	}
+	for _, d := range []time.Duration{500 * time.Millisecond, -time.Second, 3 * time.Minute} {
+		c := good
+		c.PauseMax = d
+		require.ErrorContains(t, c.Validate(), "--pause-max "+d.String()+" must be from 1s to 2m0s")
+	}
 }

@@ -3,9 +3,10 @@
 // processes on 127.0.0.1..N (cluster.go), drives concurrent clients that
 // contend on a small set of scopes and record every operation with its
 // invocation and completion time (workload.go, history.go), injects faults
-// on a seeded schedule — kill -9, SIGSTOP, network partitions with
-// iptables or a proxy, skewed clocks, a wiped node rejoining, catch-up by
-// snapshot (nemesis.go); a lost fsm directory, a clean restart of the whole
+// on a seeded schedule — kill -9, SIGSTOP of the leader or of every node
+// for up to --pause-max, network partitions with iptables or a proxy,
+// skewed clocks, a wiped node rejoining, catch-up by snapshot
+// (nemesis.go); a lost fsm directory, a clean restart of the whole
 // cluster, careless membership changes (operator.go) — and then checks the
 // history: linearizability against a model of one idempotency record per
 // scope with porcupine (model.go), plus invariants the model cannot see:

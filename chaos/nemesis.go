@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,7 +21,7 @@ var NemesisKinds = []string{"kill", "pause", "partition", "clock", "rejoin", "sn
 // NemesisHelp is one line per kind, for --help and the docs.
 var NemesisHelp = map[string]string{
 	"kill":          "kill -9 the leader or a random node, restart it 2-5s later",
-	"pause":         "SIGSTOP the leader for 3s, then SIGCONT",
+	"pause":         "SIGSTOP the leader, or every node at once, for 1s to --pause-max (15s), then SIGCONT",
 	"partition":     "isolate the leader, split majority/minority, or one-way loss from the leader",
 	"clock":         "restart a node with --clock-offset +-10m for 8s",
 	"rejoin":        "remove a follower, wipe its data dir, re-add it with --join",
@@ -62,6 +63,8 @@ type env struct {
 	// skew is the clock offset of the fsm-loss nemesis: more than the
 	// retention, so a cluster time that followed it expires every record.
 	skew time.Duration
+	// pauseMax is the longest SIGSTOP of the pause nemesis (PauseFor).
+	pauseMax time.Duration
 	// healed marks the current event's heal time (set by schedule).
 	healed func()
 }
@@ -176,22 +179,99 @@ func killNemesis(ctx context.Context, e *env) (string, error) {
 	return detail, e.cl.WaitReady(ctx, []*Node{n}, e.bound)
 }
 
+// Pause lengths. Up to 3 s, the pause nemesis stopped the leader for less
+// than ttl.RewindAfter (5 s), and never the whole cluster: a leader that
+// stays leader through a pause longer than ttl.MaxStep (10 s) stamped its
+// reading on resume, and the first entries after it were decided at the
+// capped time, so the records and leases they granted ran out early (the
+// fix is ttl.Clock.StampMs). The idle tick and the requests queued in
+// the pause take the first capped stamps: on a one-node store only pauses
+// of 40 s and more had a claim called late in the pause decided at one
+// (--pause-max 60s).
+const (
+	MinPause        = time.Second
+	DefaultPauseMax = 15 * time.Second
+	// MaxPauseMax bounds --pause-max: a whole-cluster pause longer than
+	// this is an outage, not a pause, and the run would be mostly that.
+	MaxPauseMax = 2 * time.Minute
+)
+
+// PauseFor picks a pause length from MinPause to max (at least MinPause),
+// uniformly in steps of 100 ms.
+func PauseFor(rnd *rand.Rand, max time.Duration) time.Duration {
+	steps := int64((max - MinPause) / (100 * time.Millisecond))
+	if steps <= 0 {
+		return MinPause
+	}
+	return MinPause + time.Duration(rnd.Int64N(steps+1))*100*time.Millisecond
+}
+
+// pauseNemesis stops the leader alone (the others elect another and the
+// old leader comes back a follower), or every node at once, for PauseFor.
+// A whole cluster stopped resumes with its leader first, which can then
+// stay leader: it stamps after a pause in which nothing was applied, the
+// case a paused one-node store, a docker pause or a paused VM host make.
+//
+// While the whole cluster is stopped the clients are held (once their
+// requests in flight have timed out) until just before SIGCONT: the
+// requests that would have timed out meanwhile queue up at the leader and
+// are decided first on resume, so the claims called late in the pause,
+// the only ones whose callers could see a record or lease cut short by
+// the first entries' times (ClockChecks), would be decided after cluster
+// time had caught up and show nothing.
 func pauseNemesis(ctx context.Context, e *env) (string, error) {
 	l, err := e.cl.WaitLeader(ctx, 10*time.Second)
 	if err != nil {
 		return "pause: no leader", err
 	}
-	if err := e.cl.Pause(l); err != nil {
-		return "pause " + l.ID, err
+	d := PauseFor(e.rnd, cmp.Or(e.pauseMax, DefaultPauseMax))
+	victims, what := []*Node{l}, fmt.Sprintf("%s (leader)", l.ID)
+	whole := false
+	if others := without(e.cl.Live(), l); len(others) == 0 {
+		what, whole = fmt.Sprintf("%s (leader, the whole cluster)", l.ID), true
+	} else if e.rnd.IntN(2) == 0 {
+		// The leader first, then the rest; resumed in the same order.
+		victims = append(victims, others...)
+		what, whole = fmt.Sprintf("every node (%s, leader %s)", ids(victims), l.ID), true
 	}
-	sleep(ctx, 3*time.Second)
-	detail := fmt.Sprintf("SIGSTOP %s (leader) for 3s, then SIGCONT", l.ID)
-	if err := e.cl.Resume(l); err != nil {
-		return detail, err
+	var errs []error
+	var paused []*Node
+	for _, n := range victims {
+		if err := e.cl.Pause(n); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		paused = append(paused, n)
+	}
+	detail := fmt.Sprintf("SIGSTOP %s for %s, then SIGCONT", what, d.Round(100*time.Millisecond))
+	if len(paused) > 0 {
+		if hold := d - pauseRelease; whole && e.w != nil && hold >= e.w.cfg.Timeout+time.Second {
+			held := make(chan struct{})
+			go func() { e.w.Pause(); close(held) }()
+			sleep(ctx, hold)
+			<-held // the requests in flight have timed out by now
+			e.w.Resume()
+			sleep(ctx, pauseRelease)
+			detail += fmt.Sprintf(" (clients held from their timeouts to %s before it)", pauseRelease)
+		} else {
+			sleep(ctx, d)
+		}
+	}
+	for _, n := range paused {
+		if err := e.cl.Resume(n); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return detail, errors.Join(errs...)
 	}
 	e.healed()
-	return detail, e.cl.WaitReady(ctx, []*Node{l}, e.bound)
+	return detail, e.cl.WaitReady(ctx, victims, e.bound)
 }
+
+// pauseRelease is how long before the SIGCONT of a whole cluster the held
+// clients go on.
+const pauseRelease = 500 * time.Millisecond
 
 func partitionNemesis(ctx context.Context, e *env) (string, error) {
 	if e.net == nil {

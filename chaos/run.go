@@ -42,6 +42,9 @@ type Config struct {
 	// 200) after a nemesis heals, not counting time inside the next
 	// nemeses' windows, before it is a liveness violation.
 	ReadyBound time.Duration `json:"ready_bound"`
+	// PauseMax is the longest SIGSTOP of the pause nemesis; zero picks
+	// DefaultPauseMax.
+	PauseMax time.Duration `json:"pause_max,omitempty"`
 	// EveryNemesis keeps the run going past Duration until every nemesis
 	// kind has run once.
 	EveryNemesis bool `json:"every_nemesis,omitempty"`
@@ -80,6 +83,9 @@ func (c *Config) Validate() error {
 	}
 	if c.Interval < 0 {
 		bad("--interval must not be negative")
+	}
+	if c.PauseMax != 0 && (c.PauseMax < MinPause || c.PauseMax > MaxPauseMax) {
+		bad("--pause-max %s must be from %s to %s", c.PauseMax, MinPause, MaxPauseMax)
 	}
 	if c.ReadyBound < 5*time.Second {
 		bad("--ready-bound %s must be at least 5s (an election and a catch-up take seconds)", c.ReadyBound)
@@ -321,7 +327,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var current sync.Map
 	setCurrent := func(k string) { current.Store("k", k) }
 	e := &env{cl: cl, net: nw, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e656d)), w: w,
-		bound: cfg.ReadyBound, skew: SkewFor(cfg.Retention)}
+		bound: cfg.ReadyBound, skew: SkewFor(cfg.Retention), pauseMax: cfg.PauseMax}
 	workStart := h.Now()
 	var wg sync.WaitGroup
 	wg.Add(2)

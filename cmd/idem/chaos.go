@@ -35,6 +35,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.Float64Var(&cfg.Rate, "rate", 100, "operations per second, all clients together")
 	nem := fs.String("nemesis", "all", "faults to inject, comma-separated: "+strings.Join(chaos.NemesisKinds, ",")+", all or none")
 	fs.DurationVar(&cfg.Interval, "interval", 5*time.Second, "quiet time between nemesis events")
+	fs.DurationVar(&cfg.PauseMax, "pause-max", chaos.DefaultPauseMax, "the pause nemesis stops the leader, or every node, for 1s up to this (at most 2m). A leader that stays leader through a pause longer than 10s (one an entry may move cluster time by) is what put early expiry in the first entries after it; with --nodes 1, 60s makes its first client entries get a capped stamp")
 	fs.BoolVar(&cfg.EveryNemesis, "every-nemesis", false, "run past --duration if needed until every nemesis has run once")
 	seed := fs.Uint64("seed", 0, "seed of the nemesis schedule and the workload (0: pick one and print it)")
 	fs.StringVar(&cfg.Binary, "binary", self, "idem binary the nodes run (default: this executable)")
