@@ -38,3 +38,24 @@ func TestNodeArgsGiveEachFlagOnce(t *testing.T) {
 		t.Errorf("n1 lost the cluster's --retention: %v", c.args(c.Node("n1")))
 	}
 }
+
+// A one-node store forms its cluster alone: idem serve refuses
+// --bootstrap-expect 1 with --join, so the harness gives neither.
+func TestOneNodeArgsFormAClusterAlone(t *testing.T) {
+	c, err := NewCluster(ClusterConfig{Binary: "idem", Nodes: 1, Dir: t.TempDir(), HTTPPort: 1, RaftPort: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"--join", "--bootstrap-expect"} {
+		if slices.Contains(c.args(c.Node("n1")), f) {
+			t.Errorf("%s given to a one-node cluster: %v", f, c.args(c.Node("n1")))
+		}
+	}
+	c3, err := NewCluster(ClusterConfig{Binary: "idem", Nodes: 3, Dir: t.TempDir(), HTTPPort: 1, RaftPort: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := c3.args(c3.Node("n2")); !slices.Contains(a, "--join") || a[slices.Index(a, "--bootstrap-expect")+1] != "3" {
+		t.Errorf("three nodes: want --join and --bootstrap-expect 3 in %v", a)
+	}
+}

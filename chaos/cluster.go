@@ -171,7 +171,6 @@ func (c *Cluster) args(n *Node) []string {
 	a := []string{"serve",
 		"--node-id", n.ID, "--data-dir", n.DataDir,
 		"--http-addr", n.HTTPAddr, "--raft-addr", n.RaftListen, "--raft-advertise", n.RaftAddr,
-		"--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(peers, ","),
 		// Snapshots always, so nemeses exercise compaction and catch-up
 		// by snapshot; a threshold of one entry makes a quiet node
 		// snapshot too (there is no way to force one from outside), which
@@ -179,6 +178,11 @@ func (c *Cluster) args(n *Node) []string {
 		"--snapshot-threshold", "1", "--trailing-logs", "16", "--snapshot-interval", "2s",
 		// Goroutine dumps of a node that stays unready (diag.go).
 		"--pprof",
+	}
+	if len(c.Nodes) > 1 {
+		// One node forms its cluster alone without them (and refuses
+		// --bootstrap-expect 1 with --join).
+		a = append(a, "--bootstrap-expect", strconv.Itoa(len(c.Nodes)), "--join", strings.Join(peers, ","))
 	}
 	if n.noSnapshots {
 		a = setFlag(a, "--snapshot-threshold", strconv.FormatUint(1<<62, 10))

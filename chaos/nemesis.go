@@ -18,6 +18,13 @@ import (
 // them in a seeded order).
 var NemesisKinds = []string{"kill", "pause", "partition", "clock", "rejoin", "snapshot", "fsm-loss", "quiet-restart", "membership", "retention"}
 
+// OneNodeKinds are the kinds a one-node cluster (--nodes 1) runs: the
+// others act on followers. A one-node store paused is its whole cluster
+// paused with its leader staying leader, which a cluster of three, whose
+// leader steps down when its lease check finds it contacted no one for
+// the pause, does not show.
+var OneNodeKinds = []string{"kill", "pause", "clock"}
+
 // NemesisHelp is one line per kind, for --help and the docs.
 var NemesisHelp = map[string]string{
 	"kill":          "kill -9 the leader or a random node, restart it 2-5s later",

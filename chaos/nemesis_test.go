@@ -158,3 +158,21 @@ func TestValidateRefusesAnUnusableBinaryOrOut(t *testing.T) {
 	c.Out = dir
 	require.NoError(t, c.Validate(), "an existing directory")
 }
+
+// --nodes 1 runs the nemeses that need no follower: a one-node store
+// paused is its whole cluster paused with its leader staying leader.
+func TestValidateOneNodeRunsOnlyItsNemeses(t *testing.T) {
+	good := Config{Nodes: 1, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x",
+		ReadyBound: 30 * time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute,
+		Nemeses: OneNodeKinds}
+	require.NoError(t, good.Validate())
+	c := good
+	c.Nemeses = []string{"pause", "partition", "rejoin"}
+	require.ErrorContains(t, c.Validate(), "--nodes 1 runs only the nemeses kill,pause,clock (the others need followers): not partition,rejoin")
+	c = good
+	c.Nodes = 2
+	require.ErrorContains(t, c.Validate(), "--nodes 2 must be 1, 3 or 5")
+	for _, k := range OneNodeKinds {
+		require.Contains(t, NemesisKinds, k)
+	}
+}

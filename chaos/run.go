@@ -66,8 +66,13 @@ type Config struct {
 func (c *Config) Validate() error {
 	var errs []error
 	bad := func(f string, a ...any) { errs = append(errs, fmt.Errorf(f, a...)) }
-	if c.Nodes != 3 && c.Nodes != 5 {
-		bad("--nodes %d must be 3 or 5", c.Nodes)
+	if c.Nodes != 1 && c.Nodes != 3 && c.Nodes != 5 {
+		bad("--nodes %d must be 1, 3 or 5", c.Nodes)
+	}
+	if c.Nodes == 1 {
+		if k := slices.DeleteFunc(slices.Clone(c.Nemeses), func(k string) bool { return slices.Contains(OneNodeKinds, k) }); len(k) > 0 {
+			bad("--nodes 1 runs only the nemeses %s (the others need followers): not %s", strings.Join(OneNodeKinds, ","), strings.Join(k, ","))
+		}
 	}
 	if c.Duration < 5*time.Second {
 		bad("--duration %s must be at least 5s", c.Duration)
@@ -140,7 +145,7 @@ func (c *Config) Validate() error {
 	if c.CheckTimeout <= 0 {
 		bad("--check-timeout %s must be positive", c.CheckTimeout)
 	}
-	if c.InjectBug != "" && c.InjectInto != "all" && strings.HasPrefix(c.InjectInto, "n") && (c.Nodes == 3 || c.Nodes == 5) {
+	if c.InjectBug != "" && c.InjectInto != "all" && strings.HasPrefix(c.InjectInto, "n") && (c.Nodes == 1 || c.Nodes == 3 || c.Nodes == 5) {
 		if n, err := strconv.Atoi(c.InjectInto[1:]); err != nil || n < 1 || n > c.Nodes {
 			bad("--inject-into %q must be all or a node id (n1..n%d)", c.InjectInto, c.Nodes)
 		}
