@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -100,4 +101,15 @@ func TestValidatePauseMax(t *testing.T) {
 		c.PauseMax = d
 		require.ErrorContains(t, c.Validate(), "--pause-max "+d.String()+" must be from 1s to 2m0s")
 	}
+}
+
+// A seed repeats a pause schedule only with the same --pause-max, so the
+// summary names it when the pause nemesis ran.
+func TestSummaryNamesThePauseMax(t *testing.T) {
+	var b strings.Builder
+	(&Report{Config: Config{Nodes: 1, Nemeses: []string{"pause"}, PauseMax: time.Minute}, Check: &CheckResult{}}).Summary(&b)
+	require.Contains(t, b.String(), "pause max 1m0s")
+	b.Reset()
+	(&Report{Config: Config{Nodes: 3, Nemeses: []string{"kill"}}, Check: &CheckResult{}}).Summary(&b)
+	require.NotContains(t, b.String(), "pause max")
 }

@@ -2,10 +2,12 @@ package chaos
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
 	"html"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -47,7 +49,12 @@ func (r *Report) Summary(w io.Writer) {
 	}
 	fmt.Fprintf(w, "idem chaos: %d nodes, %d clients, %s (ran %s), seed %d, nemesis %s%s\n",
 		c.Nodes, c.Clients, c.Duration, r.Elapsed.Round(time.Second), c.Seed, orNone(strings.Join(c.Nemeses, ",")), bug)
-	fmt.Fprintf(w, "retention %s, ready bound %s, binary %s\n", c.Retention, c.ReadyBound, c.Binary)
+	pause := ""
+	if slices.Contains(c.Nemeses, "pause") {
+		// The seed repeats the schedule only with the same --pause-max.
+		pause = fmt.Sprintf(", pause max %s", cmp.Or(c.PauseMax, DefaultPauseMax))
+	}
+	fmt.Fprintf(w, "retention %s, ready bound %s%s, binary %s\n", c.Retention, c.ReadyBound, pause, c.Binary)
 
 	type row struct {
 		ok, info, fail int
