@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
 
 	"github.com/idem-store/idem/api"
 )
@@ -235,6 +236,10 @@ func readOneToken(r io.Reader) (string, error) {
 		return "", errors.New("holds no token (only blank lines or # comments)")
 	case strings.ContainsAny(t, " \t"):
 		return "", fmt.Errorf("the token on line %d contains a blank; a bearer token has none", first)
+	case strings.ContainsFunc(t, unicode.IsControl):
+		// A bare CR (lines are split on LF only) is the likely one: the
+		// token could not be sent in a header (net/http refuses it).
+		return "", fmt.Errorf("the token on line %d contains a control character (a line ended by a bare CR?); a bearer token has none", first)
 	}
 	return t, nil
 }

@@ -552,3 +552,20 @@ func TestNodeTokenFileSkipsCommentsAndBlankLines(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "admin-1", tok)
 }
+
+// A token file whose lines end in a bare CR (an editor's old Mac line
+// ends, or a token pasted after another) was refused as "more than one
+// line"; read line by line on LF it became one token with a CR inside,
+// which net/http refuses to send in a header: idem token hash printed an
+// entry no request could match, and a node started with it failed every
+// call to its peers. Such a file is refused again, naming the line.
+func TestReadOneTokenRefusesACarriageReturnInsideALine(t *testing.T) {
+	for _, body := range []string{"admin-1\radmin-2\n", "admin-1\radmin-2", "adm\x00in-1\n"} {
+		_, err := readOneToken(strings.NewReader(body))
+		require.Error(t, err, "%q", body)
+		require.Contains(t, err.Error(), "the token on line 1 contains a control character", "%q", body)
+	}
+	tok, err := readOneToken(strings.NewReader("admin-1\r\n"))
+	require.NoError(t, err)
+	require.Equal(t, "admin-1", tok)
+}
