@@ -139,3 +139,23 @@ func TestReadOnlyFilesystemSaysWhatToDo(t *testing.T) {
 	require.Contains(t, msg, "mount -o remount,rw")
 	require.NotContains(t, msg, "chown", "the owner is not the problem")
 }
+
+// idem recover on a data dir the user may not enter (a node's dir, mode
+// 0700, of the user idem runs as, and recover run as another): every
+// stat inside it fails with permission denied, which noNodeAt took as
+// "no node is there" and exit 2, sending the operator after a typo in a
+// right path. It says what to do about the permissions, exit 1, as for
+// files inside it the user may not read.
+func TestRecoverDataDirTheUserMayNotEnterSaysWhatToDo(t *testing.T) {
+	pr := newPermRun(t)
+	dir := filepath.Join(pr.root, "n1")
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "fsm"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "node.json"), []byte(`{"node_id":"n1","bucket_width_ms":7200000}`), 0o600))
+	pr.give(t, dir)
+	require.NoError(t, os.Chmod(dir, 0))
+	t.Cleanup(func() { os.Chmod(dir, 0o700) })
+	out, err := pr.command("recover", "--data-dir", dir, "--node-id", "n1", "--peers", "n1="+freePort(t)).CombinedOutput()
+	require.Equal(t, 1, exitCode(err), "%s", out)
+	require.NotContains(t, string(out), "no node is there")
+	require.Contains(t, string(out), "check that the user running idem owns "+dir, "the message says what to do:\n%s", out)
+}

@@ -455,7 +455,7 @@ func noNodeAt(dir string) error {
 		return nil // unreadable: the error that follows says why (permissionHint)
 	case !fi.IsDir():
 		what = "it is not a directory"
-	case holdsNode(dir):
+	case holdsNode(dir), !surelyNoNode(dir):
 		return nil
 	default:
 		what = "it holds no node.json, fsm/ or raft.db"
@@ -480,6 +480,19 @@ func noNodeAt(dir string) error {
 		hint = " (these hold nodes: " + strings.Join(under, ", ") + ")"
 	}
 	return fmt.Errorf("--data-dir %s: no node is there (%s): give the data dir of the stopped node, its idem serve --data-dir%s; nothing was changed", dir, what, hint)
+}
+
+// surelyNoNode says that none of node.json, fsm/ and raft.db is in dir,
+// each known absent: a dir the user may not enter (another user's, mode
+// 0700) fails every look inside with permission denied, which is not
+// "no node is there" (the error that follows says what to do).
+func surelyNoNode(dir string) bool {
+	for _, name := range []string{"node.json", "fsm", "raft.db"} {
+		if _, err := os.Stat(filepath.Join(dir, name)); !errors.Is(err, os.ErrNotExist) {
+			return false
+		}
+	}
+	return true
 }
 
 func checkNodeFile(dir, nodeID string) error {
