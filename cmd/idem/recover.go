@@ -437,8 +437,6 @@ func fmtPeers(peers []raftfsm.Peer) string {
 	return strings.Join(parts, ", ")
 }
 
-// checkNodeFile refuses a --node-id that differs from the one the data dir
-// was created for.
 // noNodeAt says, for a --data-dir that holds no node (it does not exist,
 // is not a directory, or holds none of node.json, fsm/ and raft.db: an
 // empty directory, a typo, the parent of the node dirs), that it is the
@@ -495,6 +493,8 @@ func surelyNoNode(dir string) bool {
 	return true
 }
 
+// checkNodeFile refuses a --node-id that differs from the one the data dir
+// was created for.
 func checkNodeFile(dir, nodeID string) error {
 	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
 	if errors.Is(err, os.ErrNotExist) {
