@@ -169,3 +169,42 @@ func TestHeldSnapshotIsAnsweredWithoutRoomForIt(t *testing.T) {
 	_, err = send(applied - 6)
 	require.ErrorIs(t, err, errSnapshotDiskFull)
 }
+
+// A marker is this node's own (Persist, a backup's or recover's): a
+// leader expands its markers before it sends them, so one that arrives in
+// an install is a leader that sent a held marker as it was stored (Open
+// gives the first opening of a held marker's ID back unexpanded, for the
+// install's restore, and a replication of a leader deposed while it
+// installed one can be that opening). Taken as this node's own marker, it
+// was stored as the newest snapshot, standing for the leader's state, not
+// this node's: it dropped the node's older streams, and at the next start
+// raft went on from its index and catchUpFromSnapshot refused a state
+// older than the marker's. It is refused as it arrives, and nothing is
+// stored.
+func TestMarkerReceivedFromALeaderIsRefused(t *testing.T) {
+	full, srcDB := fullStream(t)
+	srcDB.Close()
+	dst, dstDB := mustFSM(t, t.TempDir())
+	defer dstDB.Close()
+	require.NoError(t, dst.Restore(io.NopCloser(bytes.NewReader(full.Bytes()))))
+	applied := dstDB.Meta().Applied
+	store := mustStore(t, dst, t.TempDir())
+	store.logEnd = func() (uint64, error) { return 0, nil }
+	var marker bytes.Buffer
+	require.NoError(t, writeMarker(&marker, applied-5))
+
+	sink, err := store.Create(raft.SnapshotVersionMax, applied-5, 3, raft.Configuration{}, 1, nil)
+	require.NoError(t, err)
+	_, err = io.Copy(sink, bytes.NewReader(marker.Bytes())) // raft's install
+	require.Error(t, err)
+	require.NoError(t, sink.Cancel())
+	list, err := store.List()
+	require.NoError(t, err)
+	require.Empty(t, list, "nothing stored")
+
+	// This node's own markers are stored as before.
+	takeSnapshot(t, dst, store)
+	list, err = store.List()
+	require.NoError(t, err)
+	require.Len(t, list, 1)
+}

@@ -183,6 +183,9 @@ func (s *snapshotStore) newestMeta() (*raft.SnapshotMeta, bool) {
 // be below the snapshot's raft index, which also counts the no-op and
 // barrier entries the FSM never sees.
 func writeMarker(w io.Writer, applied uint64) error {
+	if s, ok := w.(*markerSink); ok && !s.seen {
+		s.own = true
+	}
 	_, err := w.Write(binary.BigEndian.AppendUint64(append([]byte(nil), liveMagic...), applied))
 	return err
 }
@@ -577,6 +580,9 @@ type markerSink struct {
 	// state while the stream is read and dropped (snapshotStore.holds).
 	index uint64
 	held  bool
+	// own: the sink's first write is a marker this node wrote
+	// (writeMarker); any other marker came from a leader (Write).
+	own bool
 }
 
 // errSnapshotDiskFull refuses a snapshot from the leader that the disk has
@@ -647,6 +653,13 @@ func (r *streamRoom) take(n int, again bool) (uint64, bool) {
 func (s *markerSink) Write(p []byte) (int, error) {
 	if !s.seen {
 		s.seen, s.marker = true, bytes.HasPrefix(p, liveMagic)
+		if s.marker && !s.own {
+			// A leader expands its markers (Open) but the first opening of
+			// a held one, which is its install's: a replication of a leader
+			// deposed while it installed one. Stored, it would be this
+			// node's newest snapshot, standing for a state it does not hold.
+			return 0, errors.New("raftfsm: the leader sent a marker of its state instead of the state; refused (it sends the state on its next try)")
+		}
 		if !s.marker && s.store != nil {
 			if applied, ok := s.store.holds(s.index); ok {
 				if err := writeMarker(s.SnapshotSink, applied); err != nil {
