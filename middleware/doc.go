@@ -157,7 +157,11 @@
 // too large, each logged as a warning: the store's --max-response-bytes is
 // below MaxStoredBody) reaches the first caller untouched and is stored with its
 // status and headers but an empty body; replays carry
-// Idempotency-Body-Omitted: too-large. An answer the handler flushed while
+// Idempotency-Body-Omitted: too-large. An answer with more headers than the
+// store keeps (its --max-response-headers, 32 values by default, two
+// Set-Cookie counting two, or --max-response-header-bytes) is stored with
+// its status and Content-Type alone, body and headers left out, with the
+// same note (logged as a warning); the handler does not run again. An answer the handler flushed while
 // writing (streaming) is stored the same way with
 // Idempotency-Body-Omitted: streamed: it is never replayed as if complete.
 // A hijacked connection (WebSocket) releases the claim; a keyed request

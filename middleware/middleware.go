@@ -1573,16 +1573,28 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	}
 	send := sendIn(ctx)
 	err := retry(ctx, send)
-	if errors.Is(err, client.ErrResponseTooLarge) || errors.Is(err, client.ErrRequestTooLarge) {
+	if tooLarge(err) && len(resp.Body) > 0 {
 		// Over the store's limits after all (its --max-response-bytes, or
 		// its --max-request-bytes for the complete that carries it, is
-		// below MaxStoredBody, or the headers are too many): keep the
-		// status, and say what is missing. Left failed, the key stayed
-		// taken until its lease ran out, and the retry ran it again.
-		// Said, or answers went unstored without a word while every
-		// replay lacked its body.
+		// below MaxStoredBody): keep the status and the headers, and say
+		// what is missing. Left failed, the key stayed taken until its
+		// lease ran out, and the retry ran it again. Said, or answers
+		// went unstored without a word while every replay lacked its
+		// body. The headers go with it, as the package doc says: stored
+		// with the status alone, the replay of a 201 lost its Location
+		// and Set-Cookie for a body the store would not take.
 		m.log.Warn("idempotency: an answer was stored without its body: the store refused it as too large; its --max-response-bytes (or --max-request-bytes) is below MaxStoredBody (idem proxy's --max-stored-body): set them alike",
 			"endpoint", s.endpoint, "status", resp.Status, "body-bytes", len(resp.Body), "max-stored-body", m.o.MaxStoredBody, "error", err)
+		resp.Body = nil
+		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
+		err = retry(ctx, send)
+	}
+	if tooLarge(err) {
+		// The headers themselves are more than the store keeps (its
+		// --max-response-headers or --max-response-header-bytes): the
+		// status alone, with a note that the answer is not whole.
+		m.log.Warn("idempotency: an answer was stored with its status alone: the store refused its headers as too many or too large (its --max-response-headers, --max-response-header-bytes); a replay lacks its headers and body",
+			"endpoint", s.endpoint, "status", resp.Status, "headers", resp.HeaderCount(), "error", err)
 		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)
@@ -1635,6 +1647,11 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	// the answer the caller gets is the only one (a retry runs again
 	// whatever it is told), so it is sent.
 	return errors.Is(err, client.ErrTokenMismatch)
+}
+
+// tooLarge reports the store refusing an answer as over its limits.
+func tooLarge(err error) bool {
+	return errors.Is(err, client.ErrResponseTooLarge) || errors.Is(err, client.ErrRequestTooLarge)
 }
 
 // completeRetryFor is how long a complete the store did not answer is
