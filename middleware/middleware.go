@@ -63,7 +63,9 @@ type Options struct {
 	Endpoint func(r *http.Request) string
 
 	// Fingerprint returns the hex fingerprint of the request; body is the
-	// whole request body (r.Body is read already). An error answers 400.
+	// whole request body, which r.Body holds too (a Fingerprint may read
+	// either; the handler gets the whole body all the same). An error
+	// answers 400.
 	// Default: DefaultFingerprint.
 	Fingerprint func(r *http.Request, endpoint string, body []byte) (string, error)
 
@@ -959,6 +961,9 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	fp, err := m.o.Fingerprint(r, endpoint, body)
+	// A Fingerprint that reads r.Body (a canonical JSON form decoded from
+	// it) drained it: the handler ran the payment with an empty request.
+	r.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request could not be fingerprinted: "+err.Error(), 0)
 		return
