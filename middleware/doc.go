@@ -53,7 +53,10 @@
 //     first bytes and ends in a hash of the whole, to fit the
 //     store's default --max-scope-bytes. With the store's --scope principal,
 //     the endpoint is stored but a key is unique per principal across
-//     endpoints.
+//     endpoints: a key sent to another endpoint than its record's is
+//     answered 422 fingerprint_mismatch, whatever the fingerprint says (a
+//     Fingerprint of the body alone would otherwise have a refund sent
+//     with a payment's key and body replayed the payment's answer).
 //
 // The fingerprint binds a key to one request: by default SHA-256 of the
 // method, path, query, Content-Type and body (Options.Fingerprint replaces

@@ -987,6 +987,17 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			return
 		}
 		if err == nil { // a replay
+			if res.Record != nil && res.Record.Endpoint != "" && res.Record.Endpoint != endpoint {
+				// Under the store's --scope principal a key is one record
+				// across endpoints, replayed to a claim from another whose
+				// fingerprint matches: with a Fingerprint of the body alone,
+				// a refund sent with a payment's key and body was answered
+				// the payment's 201, and never ran. The key was used with
+				// another request.
+				writeProblem(w, http.StatusUnprocessableEntity, client.CodeFingerprintMismatch,
+					"this Idempotency-Key was used with a request to another endpoint; use a new key for a new request", 0)
+				return
+			}
 			m.replay(w, r, res.Record)
 			return
 		}
