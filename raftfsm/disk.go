@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"path/filepath"
 	"sync"
@@ -85,7 +86,26 @@ type diskGuard struct {
 	// of room, and how much of it had been received (fullStatus).
 	snapRefusedAt, snapRefusedBytes atomic.Int64
 	expandLog                       mono.Spacer // logExpandRefused's line
+
+	// applied is the last raft index gatedFSM applied, and backlog the
+	// batches this node's raft log stored past it (admitAppend): what its
+	// applies have yet to write.
+	applied      atomic.Uint64
+	backlogMu    sync.Mutex
+	backlog      []storedBatch
+	backlogBytes uint64
+	// appendRefusedAt (mono.Now, 0: none since an append went through),
+	// appendRefusedNeed and appendRefusedBacklog: the last append refused
+	// because applying it would take the disk under fullBelow
+	// (fullStatus).
+	appendRefusedAt                         atomic.Int64
+	appendRefusedNeed, appendRefusedBacklog atomic.Uint64
+	appendLog                               mono.Spacer // admitAppend's line
 }
+
+// storedBatch is a batch of raft entries stored and not yet applied: its
+// last index and the bytes of its entries.
+type storedBatch struct{ last, bytes uint64 }
 
 // logSnapshotRefused says, once a minute, why a snapshot from the leader
 // was refused: raft's own line does not say, and the node may not be in
@@ -434,14 +454,29 @@ type gatedFSM struct {
 
 func (f gatedFSM) Apply(l *raft.Log) any {
 	f.hold(l.Index, l.Index)
-	return f.FSM.Apply(l)
+	r := f.FSM.Apply(l)
+	f.g.applied.Store(l.Index)
+	return r
 }
 
 func (f gatedFSM) ApplyBatch(logs []*raft.Log) []any {
-	if len(logs) > 0 {
-		f.hold(logs[0].Index, logs[len(logs)-1].Index)
+	if len(logs) == 0 {
+		return f.FSM.ApplyBatch(logs)
 	}
-	return f.FSM.ApplyBatch(logs)
+	f.hold(logs[0].Index, logs[len(logs)-1].Index)
+	r := f.FSM.ApplyBatch(logs)
+	f.g.applied.Store(logs[len(logs)-1].Index)
+	return r
+}
+
+// Restore is the FSM's: an installed snapshot replaces what the raft log
+// held, so nothing stored before it is left to apply.
+func (f gatedFSM) Restore(rc io.ReadCloser) error {
+	err := f.FSM.Restore(rc)
+	if err == nil {
+		f.g.clearBacklog()
+	}
+	return err
 }
 
 // hold waits for space before a batch starts, saying which one waits
@@ -483,6 +518,102 @@ func (g *diskGuard) short() (bool, uint64) {
 	return waiting || free < g.minFree, free
 }
 
+// applyCost is what applying a raft entry writes, in bytes of the entry:
+// Pebble's WAL and then the table its memtable is flushed to, each about
+// the entry's size (a response body of random bytes does not compress),
+// before compactions rewrite it.
+const applyCost = 2
+
+// errLogNoRoomToApply refuses a follower's append while applying it, with
+// the entries it stored and has not applied yet, would take its disk under
+// the storage-full threshold.
+var errLogNoRoomToApply = errors.New("raftfsm: disk nearly full: this follower takes no more raft entries until it has applied those it holds, or space is freed: applying them writes about twice their bytes")
+
+// admitAppend decides a follower's append (guardedLogStore.StoreLogs).
+// Under the storage-full threshold it takes only what takenWhileFull
+// allows. Above it, it also refuses an append that applying would take
+// under the threshold, counting the entries stored and not yet applied:
+// the entries cost little in the raft log's preallocated segment, but
+// about twice again once applied (applyCost). A follower catching up
+// used to take appends while its disk was above the threshold, at
+// whatever rate the leader sent them (the free space is read once a
+// second), and applying them then ran its disk to 0 bytes free (a
+// disk-full walk on real processes). The free space is read again here:
+// a second of catch-up is hundreds of megabytes. Raft's own entries and
+// the small commands a full leader proposes are never refused here:
+// elections, heartbeats and expiry go on.
+func (g *diskGuard) admitAppend(logs []*raft.Log) error {
+	taken := takenWhileFull(logs)
+	if taken {
+		return nil
+	}
+	if g.full.Load() {
+		return errLogDiskFull
+	}
+	var size uint64
+	for _, l := range logs {
+		size += uint64(len(l.Data) + len(l.Extensions))
+	}
+	g.read() // on error, the last value read
+	backlog := g.unapplied()
+	need := g.fullBelow + applyCost*(backlog+size)
+	if free := g.free.Load(); free < need {
+		g.appendRefusedNeed.Store(need)
+		g.appendRefusedBacklog.Store(backlog)
+		g.appendRefusedAt.Store(mono.Now())
+		if g.appendLog.Allow(diskRemind) {
+			g.log.Warn("disk nearly full: this follower takes no more raft entries from the leader until it has applied those it holds (applying an entry writes about twice its bytes) or space is freed, so that its disk stays above the storage-full threshold; it goes on by itself",
+				"free-bytes", free, "needs-bytes", need, "unapplied-bytes", backlog, "batch-bytes", size, "full-below", g.fullBelow, "data-dir", g.dir)
+		}
+		return errLogNoRoomToApply
+	}
+	g.appendRefusedAt.Store(0)
+	return nil
+}
+
+// stored records a batch the raft log stored, until it is applied.
+func (g *diskGuard) stored(logs []*raft.Log) {
+	if len(logs) == 0 {
+		return
+	}
+	var size uint64
+	for _, l := range logs {
+		size += uint64(len(l.Data) + len(l.Extensions))
+	}
+	g.backlogMu.Lock()
+	defer g.backlogMu.Unlock()
+	g.pruneLocked()
+	g.backlog = append(g.backlog, storedBatch{logs[len(logs)-1].Index, size})
+	g.backlogBytes += size
+}
+
+// unapplied is the bytes of the stored batches not applied yet. A batch
+// is counted until its last entry is applied, and one stored again after a
+// conflict twice: it errs on the side of room.
+func (g *diskGuard) unapplied() uint64 {
+	g.backlogMu.Lock()
+	defer g.backlogMu.Unlock()
+	g.pruneLocked()
+	return g.backlogBytes
+}
+
+func (g *diskGuard) pruneLocked() {
+	applied, i := g.applied.Load(), 0
+	for ; i < len(g.backlog) && g.backlog[i].last <= applied; i++ {
+		g.backlogBytes -= g.backlog[i].bytes
+	}
+	if i > 0 {
+		g.backlog = append(g.backlog[:0], g.backlog[i:]...)
+	}
+}
+
+// clearBacklog forgets the stored batches: a snapshot replaced them.
+func (g *diskGuard) clearBacklog() {
+	g.backlogMu.Lock()
+	defer g.backlogMu.Unlock()
+	g.backlog, g.backlogBytes = nil, 0
+}
+
 // snapRefusedFor is how long a refused snapshot from the leader is named
 // in the node's status: raft sends it again every few seconds while the
 // follower stays behind, and an install that went through clears it.
@@ -502,10 +633,15 @@ func (g *diskGuard) fullStatus() *DiskFull {
 	if at := g.snapRefusedAt.Load(); at != 0 && mono.Since(at) < snapRefusedFor {
 		refused = uint64(max(g.snapRefusedBytes.Load(), 1))
 	}
-	if !g.full.Load() && !waiting && refused == 0 {
+	var appendNeed, appendBacklog uint64
+	if at := g.appendRefusedAt.Load(); at != 0 && mono.Since(at) < snapRefusedFor {
+		appendNeed, appendBacklog = g.appendRefusedNeed.Load(), g.appendRefusedBacklog.Load()
+	}
+	if !g.full.Load() && !waiting && refused == 0 && appendNeed == 0 {
 		return nil
 	}
-	return &DiskFull{DataDir: g.dir, FreeBytes: g.free.Load(), FullBelowBytes: g.fullBelow, ApplyWaits: waiting, SnapshotRefusedAfterBytes: refused}
+	return &DiskFull{DataDir: g.dir, FreeBytes: g.free.Load(), FullBelowBytes: g.fullBelow, ApplyWaits: waiting, SnapshotRefusedAfterBytes: refused,
+		AppendsRefusedNeedBytes: appendNeed, UnappliedBytes: appendBacklog}
 }
 
 // DiskFull is Status.DiskFull of this node, nil while its disk has room.

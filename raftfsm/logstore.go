@@ -742,8 +742,10 @@ type guardedLogStore struct {
 }
 
 func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
-	if s.g.minFree != 0 && s.g.full.Load() && !s.isLeader() && !takenWhileFull(logs) {
-		return errLogDiskFull
+	if s.g.minFree != 0 && !s.isLeader() {
+		if err := s.g.admitAppend(logs); err != nil {
+			return err
+		}
 	}
 	var err error
 	if s.LogStore.sealed.Load() {
@@ -755,6 +757,9 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	}
 	if err != nil {
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
+	}
+	if s.g.minFree != 0 {
+		s.g.stored(logs)
 	}
 	s.recent.put(logs)
 	return nil

@@ -269,6 +269,13 @@ type DiskFull struct {
 	// above the threshold (the snapshot, and its restore, need more room
 	// than is left above it), and was named only as having applied nothing.
 	SnapshotRefusedAfterBytes uint64 `json:"snapshot_refused_after_bytes,omitempty"`
+	// AppendsRefusedNeedBytes is set while the follower refuses the
+	// leader's entries because applying them, with the UnappliedBytes of
+	// entries it holds and has not applied, would take its disk under
+	// FullBelowBytes (the last refusal within a minute, until an append
+	// goes through): the free space it needed for them.
+	AppendsRefusedNeedBytes uint64 `json:"appends_refused_need_bytes,omitempty"`
+	UnappliedBytes          uint64 `json:"unapplied_bytes,omitempty"`
 }
 
 // String is the reason a health check or /readyz gives for a node whose
@@ -279,6 +286,15 @@ func (d *DiskFull) String() string {
 		return fmt.Sprintf("its disk has no room for the leader's snapshot: it refused it after %d bytes (restoring them writes as much again), "+
 			"with %d bytes free on its data dir %s and writes stopping under %d (docs/DISK.md); it installs it by itself once space is freed there",
 			d.SnapshotRefusedAfterBytes, d.FreeBytes, d.DataDir, d.FullBelowBytes)
+	}
+	if d.AppendsRefusedNeedBytes != 0 && d.FreeBytes >= d.FullBelowBytes && !d.ApplyWaits {
+		held := ""
+		if d.UnappliedBytes != 0 {
+			held = fmt.Sprintf(", with the %d bytes of entries it holds and has not applied yet,", d.UnappliedBytes)
+		}
+		return fmt.Sprintf("its disk is nearly full: it takes no more raft entries from the leader, as applying them (which writes about twice their bytes)%s would take it under %d: "+
+			"%d bytes free on its data dir %s, %d needed (docs/DISK.md); it goes on by itself as its applies catch up, or once space is freed there",
+			held, d.FullBelowBytes, d.FreeBytes, d.DataDir, d.AppendsRefusedNeedBytes)
 	}
 	if d.FullBelowBytes == 0 { // --min-free-disk 0: only a Pebble write held for space
 		s = fmt.Sprintf("its disk is full: %d bytes free on its data dir %s, and its store's writes wait for space (--min-free-disk 0; docs/DISK.md)", d.FreeBytes, d.DataDir)
