@@ -66,3 +66,26 @@ func TestNearlyFullFollowerTakesNoMoreThanItCanApply(t *testing.T) {
 	require.NoError(t, s.StoreLogs(entries(2, last+1, last+1, 1<<20)))
 	require.Nil(t, g.fullStatus(), "an append went through: the status no longer says the disk is full")
 }
+
+// A follower stopped while it caught up holds entries it has not applied;
+// applying them after its start writes about twice their bytes again, so
+// its admission of appends counts them from the start.
+func TestNearlyFullFollowerCountsTheEntriesItHeldAtStart(t *testing.T) {
+	dir := t.TempDir()
+	ls, err := openWAL(dir, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	require.NoError(t, ls.StoreLogs(entries(1, 1, 700, 1000)))
+
+	g := &diskGuard{minFree: 1 << 20, log: slog.New(slog.DiscardHandler)}
+	g.seedBacklog(ls, 100) // the store applied 1..100
+	require.Equal(t, uint64(600*1000), g.unapplied())
+	g.applied.Store(612) // the first 512 held, 101..612
+	require.Equal(t, uint64(88*1000), g.unapplied(), "counted until applied, not longer")
+	g.applied.Store(700)
+	require.Zero(t, g.unapplied())
+
+	g = &diskGuard{minFree: 1 << 20, log: slog.New(slog.DiscardHandler)}
+	g.seedBacklog(ls, 700)
+	require.Zero(t, g.unapplied(), "all applied: nothing held")
+}

@@ -607,6 +607,38 @@ func (g *diskGuard) pruneLocked() {
 	}
 }
 
+// seedBacklog counts the entries the raft log holds past applied, the
+// store's applied index at start: a follower stopped while it caught up
+// holds them, and its applies write them again (admitAppend).
+func (g *diskGuard) seedBacklog(log raft.LogStore, applied uint64) {
+	if g.minFree == 0 {
+		return
+	}
+	last, err := log.LastIndex()
+	if err != nil || last <= applied {
+		return
+	}
+	first, err := log.FirstIndex()
+	if err != nil {
+		return
+	}
+	g.applied.Store(applied)
+	var batch []*raft.Log
+	for i := max(first, applied+1); i <= last; i++ {
+		var l raft.Log
+		if log.GetLog(i, &l) != nil {
+			continue
+		}
+		if batch = append(batch, &l); len(batch) == 512 || i == last {
+			g.stored(batch)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		g.stored(batch)
+	}
+}
+
 // clearBacklog forgets the stored batches: a snapshot replaced them.
 func (g *diskGuard) clearBacklog() {
 	g.backlogMu.Lock()

@@ -341,6 +341,7 @@ func open(cfg Config) (*Node, error) {
 		}
 		n.log.Info("bootstrapped a new one-node cluster", "node-id", cfg.NodeID)
 	}
+	n.disk.seedBacklog(n.logStore, n.db.Meta().Applied)
 	var started atomic.Pointer[raft.Raft] // for the log store's guard, set once raft runs
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	n.logStore.snapHead = n.snaps.newestMeta
