@@ -89,3 +89,32 @@ func TestNearlyFullFollowerCountsTheEntriesItHeldAtStart(t *testing.T) {
 	g.seedBacklog(ls, 700)
 	require.Zero(t, g.unapplied(), "all applied: nothing held")
 }
+
+// Raft hands the FSM only its commands and configurations: a no-op (a new
+// leader's first entry) or a barrier (which idem's leader proposes at the
+// start of its term) is applied without the FSM. A batch ending in one was
+// counted until a later command was applied, so a nearly full follower
+// refused the appends that held that command: it stayed behind for good.
+func TestNearlyFullFollowerCountsABatchEndingInABarrierOnceItsCommandsApply(t *testing.T) {
+	g := &diskGuard{minFree: 1 << 20, log: slog.New(slog.DiscardHandler)}
+	batch := append(entries(1, 1, 2, 1<<20), &raft.Log{Index: 3, Term: 2, Type: raft.LogNoop}, &raft.Log{Index: 4, Term: 2, Type: raft.LogBarrier})
+	g.stored(batch)
+	g.stored([]*raft.Log{{Index: 5, Term: 2, Type: raft.LogBarrier}})
+	require.Equal(t, uint64(2<<20), g.unapplied())
+	g.applied.Store(2) // gatedFSM saw 1 and 2, the last it is given
+	require.Zero(t, g.unapplied(), "the FSM applied all it will be given of those batches")
+}
+
+// A batch stored again after a conflict is counted twice, as the doc says,
+// but the first (a tail the new leader's entries replaced, with a higher
+// last index) kept every batch stored after it counted once applied.
+func TestNearlyFullFollowerForgetsAppliedBatchesStoredAfterAReplacedTail(t *testing.T) {
+	g := &diskGuard{minFree: 1 << 20, log: slog.New(slog.DiscardHandler)}
+	g.stored(entries(1, 1, 10, 1000)) // a leader's tail, never committed
+	g.stored(entries(2, 1, 4, 1000))  // the new leader's entries replace it
+	g.applied.Store(4)
+	require.Equal(t, uint64(10*1000), g.unapplied(), "the replaced tail is counted until its index is applied")
+	g.stored(entries(2, 5, 6, 1000))
+	g.applied.Store(6)
+	require.Equal(t, uint64(10*1000), g.unapplied(), "the applied batches stored after the replaced tail are not counted")
+}

@@ -571,19 +571,26 @@ func (g *diskGuard) admitAppend(logs []*raft.Log) error {
 	return nil
 }
 
-// stored records a batch the raft log stored, until it is applied.
+// stored records a batch the raft log stored, until it is applied. Its
+// last index is that of its last command or configuration, the last entry
+// raft hands the FSM (gatedFSM sets applied): a no-op or a barrier is
+// applied without it, and a batch ending in one was counted until a later
+// command was applied, which a follower refusing appends never got.
 func (g *diskGuard) stored(logs []*raft.Log) {
-	if len(logs) == 0 {
-		return
-	}
-	var size uint64
+	var size, last uint64
 	for _, l := range logs {
 		size += uint64(len(l.Data) + len(l.Extensions))
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			last = l.Index
+		}
+	}
+	if last == 0 {
+		return // nothing the FSM applies
 	}
 	g.backlogMu.Lock()
 	defer g.backlogMu.Unlock()
 	g.pruneLocked()
-	g.backlog = append(g.backlog, storedBatch{logs[len(logs)-1].Index, size})
+	g.backlog = append(g.backlog, storedBatch{last, size})
 	g.backlogBytes += size
 }
 
@@ -597,14 +604,22 @@ func (g *diskGuard) unapplied() uint64 {
 	return g.backlogBytes
 }
 
+// pruneLocked forgets every batch applied, not only those before the
+// first that is not: a tail replaced after a conflict has a higher last
+// index than the batches stored after it, and kept them counted once
+// applied.
 func (g *diskGuard) pruneLocked() {
-	applied, i := g.applied.Load(), 0
-	for ; i < len(g.backlog) && g.backlog[i].last <= applied; i++ {
-		g.backlogBytes -= g.backlog[i].bytes
+	applied := g.applied.Load()
+	kept := g.backlog[:0]
+	for _, b := range g.backlog {
+		if b.last <= applied {
+			g.backlogBytes -= b.bytes
+		} else {
+			kept = append(kept, b)
+		}
 	}
-	if i > 0 {
-		g.backlog = append(g.backlog[:0], g.backlog[i:]...)
-	}
+	clear(g.backlog[len(kept):])
+	g.backlog = kept
 }
 
 // seedBacklog counts the entries the raft log holds past applied, the
