@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -117,4 +118,33 @@ func TestNearlyFullFollowerForgetsAppliedBatchesStoredAfterAReplacedTail(t *test
 	g.stored(entries(2, 5, 6, 1000))
 	g.applied.Store(6)
 	require.Equal(t, uint64(10*1000), g.unapplied(), "the applied batches stored after the replaced tail are not counted")
+}
+
+// A follower learns that the entries it stored are committed only from an
+// append the leader sends after them; raft drops that commit index when
+// the append's StoreLogs fails. Counting the entries it has not learned
+// are committed refused the very append that would have let it apply
+// them: under load (every append brings new entries) it stayed behind,
+// with room to spare, until the leader's retries backed off to entries it
+// held (hundreds of tries with a 512-entry MaxAppendEntries).
+func TestNearlyFullFollowerCountsOnlyEntriesItKnowsAreCommitted(t *testing.T) {
+	mnt := smallTmpfs(t, "64m")
+	free, err := engine.DiskFree(mnt)
+	require.NoError(t, err)
+	var commit atomic.Uint64
+	// Room to apply 2.5 MiB of entries.
+	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - 5<<20, log: slog.New(slog.DiscardHandler), commitIndex: commit.Load}
+	ls, err := openWAL(t.TempDir(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	s := guardedLogStore{ls, g, func() bool { return false }, newLogCache()}
+
+	require.NoError(t, s.StoreLogs(entries(1, 1, 2, 1<<20))) // the leader's commit index is 0 yet
+	// The next append carries 3 and the commit index 2: the follower does
+	// not know 1 and 2 are committed, and applies them only if it takes 3.
+	require.NoError(t, s.StoreLogs(entries(1, 3, 3, 1<<20)), "refused the append that lets it apply what it holds")
+	commit.Store(3)
+	require.ErrorIs(t, s.StoreLogs(entries(1, 4, 4, 1<<20)), errLogNoRoomToApply, "the committed entries it has not applied are counted")
+	g.applied.Store(3)
+	require.NoError(t, s.StoreLogs(entries(1, 4, 4, 1<<20)))
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -101,6 +102,10 @@ type diskGuard struct {
 	appendRefusedAt                         atomic.Int64
 	appendRefusedNeed, appendRefusedBacklog atomic.Uint64
 	appendLog                               mono.Spacer // admitAppend's line
+	// commitIndex is raft's commit index on this node (nil: every stored
+	// batch is counted): unapplied counts only what it will apply without
+	// taking another append.
+	commitIndex func() uint64
 }
 
 // storedBatch is a batch of raft entries stored and not yet applied: its
@@ -594,14 +599,32 @@ func (g *diskGuard) stored(logs []*raft.Log) {
 	g.backlogBytes += size
 }
 
-// unapplied is the bytes of the stored batches not applied yet. A batch
-// is counted until its last entry is applied, and one stored again after a
-// conflict twice: it errs on the side of room.
+// unapplied is the bytes of the stored batches not applied yet that this
+// node knows are committed. A batch is counted until its last entry is
+// applied, and one stored again after a conflict twice: it errs on the
+// side of room. A batch past the commit index is not counted: a follower
+// learns that index only from an append the leader sends after it, and
+// raft drops it when that append's StoreLogs fails, so counting them
+// refused the very append that let it apply them, and it stayed behind
+// while every append brought new entries.
 func (g *diskGuard) unapplied() uint64 {
+	commit := uint64(math.MaxUint64)
+	if g.commitIndex != nil {
+		commit = g.commitIndex()
+	}
 	g.backlogMu.Lock()
 	defer g.backlogMu.Unlock()
 	g.pruneLocked()
-	return g.backlogBytes
+	if commit == math.MaxUint64 {
+		return g.backlogBytes
+	}
+	var n uint64
+	for _, b := range g.backlog {
+		if b.last <= commit {
+			n += b.bytes
+		}
+	}
+	return n
 }
 
 // pruneLocked forgets every batch applied, not only those before the

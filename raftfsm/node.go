@@ -343,6 +343,12 @@ func open(cfg Config) (*Node, error) {
 	}
 	n.disk.seedBacklog(n.logStore, n.db.Meta().Applied)
 	var started atomic.Pointer[raft.Raft] // for the log store's guard, set once raft runs
+	n.disk.commitIndex = func() uint64 {
+		if r := started.Load(); r != nil {
+			return r.CommitIndex()
+		}
+		return 0
+	}
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	n.logStore.snapHead = n.snaps.newestMeta
 	n.logStore.keepFrom = n.snaps.keepLogFrom
