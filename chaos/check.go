@@ -181,6 +181,21 @@ func ClockChecks(ops []*Op) []Violation {
 		op  *Op
 		b   bool
 	}
+	// A claim repeated with the same claim_id (its answer lost) is
+	// answered the attempt already granted, decided as early as the first
+	// call with that claim_id: dated from its own call, it made cluster
+	// time look as far ahead as the repeat came late.
+	type attempt struct{ scope, claimID string }
+	first := map[attempt]int64{}
+	for _, o := range ops {
+		if o.Kind != KindClaim || o.ClaimID == "" {
+			continue
+		}
+		k := attempt{o.Scope(), o.ClaimID}
+		if at, ok := first[k]; !ok || o.Call < at {
+			first[k] = o.Call
+		}
+	}
 	var evs []ev
 	for _, o := range ops {
 		if o.Kind != KindClaim || o.Outcome != OK || o.Status != 201 || o.ClusterMs == 0 {
@@ -188,7 +203,11 @@ func ClockChecks(ops []*Op) []Violation {
 		}
 		// ms - (1+rate) * real time, in milliseconds.
 		key := func(ns int64) float64 { return float64(o.ClusterMs) - (1+clockSlackRate)*float64(ns)/1e6 }
-		evs = append(evs, ev{at: o.Call, key: key(o.Call), op: o}, ev{at: o.Return, key: key(o.Return), op: o, b: true})
+		call := o.Call
+		if at, ok := first[attempt{o.Scope(), o.ClaimID}]; ok && o.ClaimID != "" {
+			call = min(call, at)
+		}
+		evs = append(evs, ev{at: call, key: key(call), op: o}, ev{at: o.Return, key: key(o.Return), op: o, b: true})
 	}
 	// By time, a call before a return at the same instant: a pair needs
 	// only a's call at or before b's return.

@@ -113,3 +113,26 @@ func TestSummaryNamesThePauseMax(t *testing.T) {
 	(&Report{Config: Config{Nodes: 3, Nemeses: []string{"kill"}}, Check: &CheckResult{}}).Summary(&b)
 	require.NotContains(t, b.String(), "pause max")
 }
+
+// A claim whose answer was lost is repeated with the same claim_id
+// (followUp), and the store answers the attempt it already granted: 201
+// with that attempt's lease, decided before the repeat's call. Taken as
+// decided within the repeat's call and return, it made cluster time look
+// as far ahead as the repeat came late, in a sound run.
+func TestClockChecksDateARepeatedClaimFromItsFirstCall(t *testing.T) {
+	var ops []*Op
+	for i := range 20 {
+		c := float64(i) * 0.2
+		ops = append(ops, claimAt(i, c, c+0.05, int64(c*1000)+20))
+	}
+	// Decided at 4.02 s; the answer lost (the call timed out at 14 s).
+	lost := &Op{ID: 50, Kind: KindClaim, Outcome: Info, Principal: "p0", Endpoint: "POST /a", Key: "k2", ClaimID: "c1-7", Call: 4e9, Return: 14e9}
+	again := claimAt(51, 14.5, 14.55, 4020)
+	again.Key, again.ClaimID = "k2", "c1-7"
+	ops = append(ops, lost, again)
+	for i := range 20 {
+		c := 15 + float64(i)*0.2
+		ops = append(ops, claimAt(100+i, c, c+0.05, int64(c*1000)+20))
+	}
+	require.Empty(t, ClockChecks(ops))
+}
