@@ -56,7 +56,9 @@
 //     endpoints: a key sent to another endpoint than its record's is
 //     answered 422 fingerprint_mismatch, whatever the fingerprint says (a
 //     Fingerprint of the body alone would otherwise have a refund sent
-//     with a payment's key and body replayed the payment's answer).
+//     with a payment's key and body replayed the payment's answer), also
+//     when the record failed and the claim would take it over (the
+//     middleware reads the record then, with a Store that has Get).
 //
 // The fingerprint binds a key to one request: by default SHA-256 of the
 // method, path, query, Content-Type and body (Options.Fingerprint replaces

@@ -983,6 +983,18 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		sentAt := time.Now() // an earlier turn's claim met another attempt: this one's lease is later
 		res, err := m.claim(r.Context(), req)
 		if err == nil && res.Outcome == client.OutcomeClaimed {
+			if res.Attempt > 1 && m.recordOfAnotherEndpoint(r, s) {
+				// A takeover, under the store's --scope principal, of a
+				// record another endpoint made (released, or its lease
+				// ran out): run, this request's answer was stored in
+				// that record, and replayed to the other request's
+				// retry. The key was used with another request, as for
+				// a replay below.
+				m.release(r, s, res.Token, "the key's record is of another endpoint")
+				writeProblem(w, http.StatusUnprocessableEntity, client.CodeFingerprintMismatch,
+					"this Idempotency-Key was used with a request to another endpoint; use a new key for a new request", 0)
+				return
+			}
 			m.run(w, r, next, s, res, sentAt)
 			return
 		}
@@ -1032,6 +1044,31 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		m.refuse(w, r, next, err)
 		return
 	}
+}
+
+// recordGetter is a Store that reads a record (client.Client and
+// client.Batcher do).
+type recordGetter interface {
+	Get(ctx context.Context, principal, endpoint, key, consistency string) (*client.Record, error)
+}
+
+// recordOfAnotherEndpoint reports whether the record of s this request
+// has just claimed was made by another endpoint: under the store's
+// --scope principal a key is one record across endpoints, and a claim
+// takes over a failed record (or one whose lease ran out) of another
+// endpoint whose fingerprint matches. The 201 does not name the record's
+// endpoint, which the store never changes, so it is read (any replica
+// will do). A Store that cannot read, or a read that fails, says no: the
+// attempt runs, as before.
+func (m *mw) recordOfAnotherEndpoint(r *http.Request, s scope) bool {
+	g, ok := m.o.Store.(recordGetter)
+	if !ok {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), m.callTimeout())
+	defer cancel()
+	rec, err := g.Get(ctx, s.principal, s.endpoint, s.key, client.ConsistencyStale)
+	return err == nil && rec != nil && rec.Endpoint != "" && rec.Endpoint != s.endpoint
 }
 
 // earlierFingerprint returns the fingerprint the releases before the

@@ -70,3 +70,60 @@ func TestPrincipalScopeKeyOfAnotherEndpointIsNotReplayed(t *testing.T) {
 	require.Equal(t, int32(1), payments.Load())
 	require.Zero(t, refunds.Load())
 }
+
+// The same key and body sent to another endpoint after the first
+// request's handler failed (its record released, failed) took the record
+// over under --scope principal: the refund ran and its answer was stored
+// in the payment's record, whose endpoint the store keeps. The payment's
+// retry was then replayed the refund's 201 (the payment never ran), and
+// the refund's retry was refused 422. A claim that takes over a record of
+// another endpoint is released and answered 422, as its replay is.
+func TestPrincipalScopeKeyOfAnotherEndpointIsNotTakenOver(t *testing.T) {
+	store, err := client.New(idemtest.Start(t, idemtest.Options{PrincipalScope: true}).URL)
+	require.NoError(t, err)
+	idem, err := middleware.New(middleware.Options{Store: store,
+		Fingerprint: func(r *http.Request, endpoint string, body []byte) (string, error) {
+			sum := sha256.Sum256(body)
+			return hex.EncodeToString(sum[:]), nil
+		}})
+	require.NoError(t, err)
+	var payments, refunds atomic.Int32
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if payments.Add(1) == 1 {
+			w.WriteHeader(http.StatusServiceUnavailable) // released: the key may be tried again
+			return
+		}
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"object":"payment"}`)
+	})))
+	mux.Handle("POST /refunds", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refunds.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"object":"refund"}`)
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	send := func(path string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"amount":100}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k-1")
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	resp, b := send("/payments")
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", b)
+	resp, b = send("/refunds")
+	require.Equal(t, http.StatusUnprocessableEntity, resp.StatusCode, "the refund took the payment's record over: %s", b)
+	require.Contains(t, b, "fingerprint_mismatch")
+	require.Zero(t, refunds.Load())
+	resp, b = send("/payments")
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", b)
+	require.Contains(t, b, "payment", "the payment's retry was answered another request's answer")
+	require.Empty(t, resp.Header.Get(middleware.HeaderReplayed))
+	require.Equal(t, int32(2), payments.Load())
+}
