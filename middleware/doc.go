@@ -156,7 +156,10 @@
 //     address that reaches another service, a proxy's error page, a record
 //     of another principal or key than the request's, a won claim that is
 //     not 201 with a token, a status past 599, which is no HTTP status), and a
-//     redirect (3xx, never followed: no idem route redirects).
+//     redirect (3xx, never followed: no idem route redirects). An
+//     Options.Lease outside the store's --min-lease/--max-lease is one
+//     such refusal too (the store's 400, logged at error naming
+//     Options.Lease and the store's bounds), not the caller's 400.
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
 // too large, each logged as a warning: the store's --max-response-bytes is

@@ -1169,6 +1169,16 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 		case p.Status == http.StatusTooManyRequests:
 			writeProblem(w, http.StatusTooManyRequests, p.Code, "too many idempotency keys are live for this principal; retry later", retrySeconds(p.RetryAfter))
 			return
+		case p.Status == http.StatusBadRequest && strings.HasPrefix(p.Detail, "lease_ms "):
+			// Options.Lease is outside the store's --min-lease/--max-lease
+			// (the store's detail names its bounds, in ms): the server's
+			// misconfiguration, refused for every keyed request, so not
+			// the caller's 400, and never run unprotected.
+			m.log.Error("idempotency store refused Options.Lease: it is outside the store's --min-lease/--max-lease; set Options.Lease within them; refusing the request",
+				"lease", m.o.Lease, "detail", p.Detail)
+			writeProblem(w, http.StatusServiceUnavailable, "unavailable",
+				"the idempotency store cannot be used for this request, so it was not processed", 1)
+			return
 		case p.Status == http.StatusBadRequest:
 			// The scope the application made is not one the store takes
 			// (a principal too long, say): the caller cannot fix it by

@@ -37,6 +37,9 @@ type Options struct {
 	// PrincipalScope is --scope principal: the endpoint is not part of a
 	// record's scope.
 	PrincipalScope bool
+	// MinLease and MaxLease are --min-lease and --max-lease (defaults
+	// 100ms and 1h).
+	MinLease, MaxLease time.Duration
 }
 
 // Node is a running one-node store.
@@ -79,6 +82,12 @@ func Start(tb testing.TB, o Options) *Node {
 	}
 	if o.MaxResponseBytes > 0 {
 		cfg.Limits.MaxResponseBytes = o.MaxResponseBytes
+	}
+	if o.MinLease > 0 {
+		cfg.Limits.MinLease = o.MinLease
+	}
+	if o.MaxLease > 0 {
+		cfg.Limits.MaxLease = o.MaxLease
 	}
 	if o.MaxRequestBytes > 0 {
 		cfg.Limits.MaxRequestBytes = o.MaxRequestBytes

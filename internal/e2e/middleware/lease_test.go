@@ -1,9 +1,12 @@
 package e2emiddleware_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -330,4 +333,46 @@ func TestHandlerStoppedByItsLeaseGets503WhileTheStoreIsAway(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
 	require.Contains(t, body, "could not be kept")
 	require.Empty(t, resp.Header.Get("Set-Cookie"))
+}
+
+// Bug (adoption walk): an Options.Lease outside the store's --min-lease and
+// --max-lease had every keyed request answered 400 "idempotency scope is
+// not valid", blaming the caller for the server's configuration. It is a
+// 503, as the store's other refusals of the middleware's own calls are,
+// with an error log naming Options.Lease and the store's bounds; the
+// handler never runs.
+func TestLeaseOutsideTheStoresBoundsIsTheServersFault(t *testing.T) {
+	t.Parallel()
+	node := idemtest.Start(t, idemtest.Options{MaxLease: 20 * time.Second})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	var runs atomic.Int32
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { runs.Add(1); w.WriteHeader(http.StatusCreated) })
+	for _, failOpen := range []bool{false, true} {
+		e := newEnv(t, middleware.Options{Store: store, Lease: 30 * time.Second, FailOpen: failOpen,
+			Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))}, h)
+		a := e.post("/p", fmt.Sprint("lease-bounds-", failOpen), "{}")
+		require.Equal(t, http.StatusServiceUnavailable, a.status, "FailOpen %v: %s", failOpen, a.body)
+		require.Equal(t, "unavailable", problemCode(t, a))
+		require.NotContains(t, a.body, "scope")
+	}
+	require.Equal(t, int32(0), runs.Load(), "the handler must not run")
+	mu.Lock()
+	defer mu.Unlock()
+	require.Contains(t, logs.String(), "Options.Lease")
+	require.Contains(t, logs.String(), "level=ERROR")
+	require.Contains(t, logs.String(), "20000") // the store's --max-lease, in ms
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
 }
