@@ -112,7 +112,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.tlsKey, "tls-key-file", "", "PEM `file` of the key of --tls-cert-file")
 	fs.IntVar(&c.storeBatch, "store-batch", 0, "coalesce the store calls of concurrent requests into POST /v1/batch requests of at most `n` ops (the Go client's batcher: fewer, larger requests under load; a call waits only while other batches are in flight, until its batch holds as many calls as they do, at most 0.5 ms); at or below the store's --max-batch-ops (256 by default) is best, a larger batch is sent again in halves; 0: one store request per call")
 	fs.DurationVar(&c.storeTimeout, "store-timeout", 5*time.Second, "give up on a store call after this `duration` (the caller gets 503)")
-	fs.DurationVar(&c.lease, "lease", 30*time.Second, "the lease of an attempt (100ms to 1h), extended every third of it while the upstream works; if no extend reaches the store before it runs out, the upstream call is cancelled (a retry through another proxy could take the key over) and the caller gets 503. A retry after a proxy crash waits this long for the key. Keep it at 10s or more: an answer not stored before it runs out (the store electing a leader) lets a retry call the upstream again")
+	fs.DurationVar(&c.lease, "lease", 30*time.Second, "the lease of an attempt (100ms to 1h), extended every third of it while the upstream works; if no extend reaches the store before it runs out, the upstream call is cancelled (a retry through another proxy could take the key over) and the caller gets 503. A retry after a proxy crash waits this long for the key. Keep it within the store's --min-lease/--max-lease (checked at start: outside them every keyed request is answered 503) and at 10s or more: an answer not stored before it runs out (the store electing a leader) lets a retry call the upstream again")
 	fs.DurationVar(&c.upstreamTimeout, "upstream-timeout", 0, "give up on an upstream call after this `duration` (the caller gets 504 and a retry runs again, told Idempotency-Attempt; 0: never). The upstream may still be running the call given up on (the proxy only hangs up), so the retry can run beside it: fence its writes with Idempotency-Attempt. A call goes on when its caller disconnects, so its answer is stored for the retry. Keep it within --shutdown-timeout (a warning at start says when it is not): a SIGTERM cuts a call still running at the end of that grace, and its retry runs it again after the lease")
 	fs.DurationVar(&c.bodyReadTimeout, "body-read-timeout", 10*time.Second, "how long a keyed request's body (read whole, up to 1 MiB, before the store is asked) may take to arrive, from the end of its headers (400 after it, and the connection is closed); any other request's body is bounded by --stream-stall-timeout. A body the proxy or the upstream answers without reading is not waited for: the connection is closed after the answer")
 	fs.DurationVar(&c.streamStallTimeout, "stream-stall-timeout", 10*time.Second, "an unkeyed request's body (a method outside --methods: an upload, a chunked event stream) streams to the upstream for as long as it keeps coming: it may stall for at most this `duration` at a time and must average 1 KiB per duration (about 100 bytes a second at 10s); one that falls behind is cut and the upstream call abandoned: 408 when the upstream has not answered yet, and the connection is closed. Raise it for clients that go quiet longer between writes (log shipping over one long upload); 0: no bound, each such body holds its --max-inflight slot for as long as its caller likes")
@@ -729,7 +729,9 @@ func (p *proxy) checkStores(ctx context.Context) {
 // store's --max-response-bytes (GET /v1/config, which a store with
 // --auth-file shows only to a read or admin token): every answer between
 // the two would be stored without its body, each one logged only as it
-// comes.
+// comes. And when --lease is outside the store's --min-lease/--max-lease:
+// every claim would be refused. Both are said, not refused at start: the
+// store may be away then, and one node's flags may not be the others'.
 func (p *proxy) checkStoreLimit(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
@@ -741,6 +743,14 @@ func (p *proxy) checkStoreLimit(ctx context.Context) {
 	if limit, ok := cfg.Limits["max_response_bytes"].(float64); ok && limit < float64(p.cfg.maxStoredBody) {
 		p.log.Warn("--max-stored-body is above the store's --max-response-bytes: answers between the two are stored without their body; set --max-stored-body to the store's limit",
 			"max-stored-body", p.cfg.maxStoredBody, "store-max-response-bytes", int64(limit))
+	}
+	lo, okLo := cfg.Limits["min_lease_ms"].(float64)
+	hi, okHi := cfg.Limits["max_lease_ms"].(float64)
+	if ms := float64(p.cfg.lease.Milliseconds()); okLo && okHi && (ms < lo || ms > hi) {
+		// Every keyed request's claim would be refused (the caller gets
+		// 503): said at start, not found in the first request's log.
+		p.log.Error("--lease is outside the store's --min-lease/--max-lease: the store refuses every claim, and every keyed request is answered 503; set --lease within the store's bounds",
+			"lease", p.cfg.lease.String(), "store-min-lease", time.Duration(lo)*time.Millisecond, "store-max-lease", time.Duration(hi)*time.Millisecond)
 	}
 }
 

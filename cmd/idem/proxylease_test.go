@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -70,4 +71,21 @@ func TestProxyCancelsTheUpstreamWhenItsLeaseCannotBeKept(t *testing.T) {
 	}
 	// The lease goroutine logs while, or after, the handler is cancelled.
 	waitForLine(t, px.logs, "lease")
+}
+
+// Bug (adoption walk): a --lease outside the store's --min-lease/--max-lease
+// was not checked at start; the store refused every claim, and each keyed
+// request failed, found only in the first request's log. The proxy now says
+// so at start, naming --lease and the store's bounds (as it does of a
+// --max-stored-body above the store's --max-response-bytes), and a keyed
+// request gets 503 without the upstream running, never the caller's 400.
+func TestProxyWarnsOfALeaseOutsideTheStoresBounds(t *testing.T) {
+	up := newUpstream(t)
+	store := start(t, filepath.Join(t.TempDir(), "data"), freePort(t), freePort(t), "--max-lease", "20s", "--lease", "10s")
+	px := startProxy(t, "--upstream", up.srv.URL, "--store", store.http, "--lease", "30s")
+	waitForLine(t, px.logs, "--lease is outside the store's --min-lease/--max-lease")
+	require.Contains(t, px.logs.String(), "store-max-lease=20s")
+	a := pxSend(t, "POST", px.url+"/pay", "lease-bounds-1", `{}`)
+	require.Equal(t, http.StatusServiceUnavailable, a.status, "%+v", a)
+	require.Equal(t, int64(0), up.runs.Load())
 }
