@@ -165,7 +165,10 @@
 // too large, each logged as a warning: the store's --max-response-bytes is
 // below MaxStoredBody) reaches the first caller untouched and is stored with its
 // status and headers but an empty body; replays carry
-// Idempotency-Body-Omitted: too-large. An answer with more headers than the
+// Idempotency-Body-Omitted: too-large. Its Content-Type is the one the
+// first caller got: the handler's, or the one net/http sniffed from the
+// start of the body (as for a stream below, from what was written before
+// its first flush). An answer with more headers than the
 // store keeps (its --max-response-headers, 32 values by default, two
 // Set-Cookie counting two, or --max-response-header-bytes) is stored with
 // its status and Content-Type alone, body and headers left out, with the

@@ -42,6 +42,12 @@ type recorder struct {
 	// dropped names the headers (or the Content-Type) that response left
 	// out as the store would refuse them.
 	dropped []string
+	// sniff is the start of the body passed on before the first flush:
+	// what net/http sniffed a Content-Type from when the handler set none.
+	// A stream or an answer over the limit is stored without its body,
+	// and its replay had no Content-Type though its caller got one.
+	sniff     []byte
+	sniffDone bool // flushed: net/http has sent its headers
 }
 
 func newRecorder(w http.ResponseWriter, r *http.Request, limit int) *recorder {
@@ -89,8 +95,19 @@ func (r *recorder) Write(p []byte) (int, error) {
 			}
 		}
 	}
+	return r.pass(p)
+}
+
+// pass writes p through, keeping the start of what net/http sniffs.
+func (r *recorder) pass(p []byte) (int, error) {
+	if !r.sniffDone && len(r.sniff) < sniffLen {
+		r.sniff = append(r.sniff, p[:min(len(p), sniffLen-len(r.sniff))]...)
+	}
 	return r.w.Write(p)
 }
+
+// sniffLen is as much of a body as http.DetectContentType reads.
+const sniffLen = 512
 
 // release sends what is held (the status and the body so far) and lets
 // the rest of the answer through as it is written.
@@ -105,7 +122,7 @@ func (r *recorder) release() {
 	trailers := r.restoreHeader()
 	r.w.WriteHeader(r.code)
 	if r.body.Len() > 0 {
-		_, _ = r.w.Write(r.body.Bytes())
+		_, _ = r.pass(r.body.Bytes())
 	}
 	r.putTrailers(trailers)
 }
@@ -211,6 +228,7 @@ func (r *recorder) FlushError() error {
 	}
 	r.flushed = true
 	r.release()
+	r.sniffDone = true // net/http sends its headers now, sniffed from what it has
 	return http.NewResponseController(r.w).Flush()
 }
 
@@ -276,9 +294,13 @@ func (r *recorder) response() client.Response {
 	}
 	resp := client.Response{Status: r.status(), ContentType: h.Get("Content-Type")}
 	body := r.body.Bytes()
-	if resp.ContentType == "" && len(body) > 0 && !r.overflow && !r.flushed {
-		if _, suppressed := h["Content-Type"]; !suppressed {
-			resp.ContentType = http.DetectContentType(body) // what net/http sent
+	if _, suppressed := h["Content-Type"]; resp.ContentType == "" && !suppressed {
+		sent := body
+		if r.overflow || r.flushed { // passed on as written, and not kept
+			sent = r.sniff
+		}
+		if len(sent) > 0 {
+			resp.ContentType = http.DetectContentType(sent) // what net/http sent
 		}
 	}
 	if !storableValue(resp.ContentType) {
