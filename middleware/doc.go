@@ -218,7 +218,10 @@
 // runs until its answer is written, so give the http.Server a WriteTimeout
 // (idem proxy's --write-timeout): a caller that never reads a large answer
 // would otherwise keep the attempt, and its lease extensions, going for as
-// long as its connection stays open.
+// long as its connection stays open. Give it a ReadTimeout too (idem
+// proxy's --body-read-timeout): a keyed request's whole body, up to
+// Options.MaxBodyBytes, is read before the key is claimed, and a caller
+// that trickles it holds a connection and a goroutine until then.
 //
 // # Fencing the effect
 //

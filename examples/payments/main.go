@@ -54,8 +54,12 @@ func run(listen, storeAddr, storeToken, dbPath string, log *slog.Logger) error {
 	// answer would otherwise keep the attempt, and its lease extensions,
 	// going for as long as its connection stays open. A payment's answer
 	// is stored before it is written: the retry of a caller cut off
-	// replays it.
-	srv := &http.Server{Addr: listen, Handler: h, ReadHeaderTimeout: 10 * time.Second, WriteTimeout: 30 * time.Second}
+	// replays it. ReadTimeout: the middleware reads a keyed request's
+	// whole body (up to 1 MiB) before it claims the key, and a caller
+	// that trickles it would otherwise hold its connection and goroutine
+	// for as long as it likes.
+	srv := &http.Server{Addr: listen, Handler: h, ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout: 30 * time.Second, WriteTimeout: 30 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	stopped := make(chan error, 1)
