@@ -159,7 +159,9 @@
 //     redirect (3xx, never followed: no idem route redirects). An
 //     Options.Lease outside the store's --min-lease/--max-lease is one
 //     such refusal too (the store's 400, logged at error naming
-//     Options.Lease and the store's bounds), not the caller's 400.
+//     Options.Lease and the store's bounds), not the caller's 400; New
+//     says so once beforehand when it can read the store's bounds (a
+//     *client.Client: GET /v1/config).
 //
 // An answer larger than Options.MaxStoredBody (or one the store refuses as
 // too large, each logged as a warning: the store's --max-response-bytes is

@@ -81,7 +81,11 @@ type Options struct {
 	// runs; default 30s. Keep it at ShortLease or more: an answer the
 	// store cannot take before the lease runs out (the cluster electing a
 	// leader, a stopped node: seconds) lets a retry take the key over and
-	// run the handler again; New logs a warning below it.
+	// run the handler again; New logs a warning below it. It must be
+	// within the store's --min-lease and --max-lease, or every claim is
+	// refused (503 to the caller): New reads them from a Store that has
+	// a Config method (*client.Client, not a client.Batcher) and logs at
+	// error, once, when Lease is outside them.
 	Lease time.Duration
 
 	// WaitInProgress, when positive, makes a request whose key another
@@ -246,9 +250,39 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 			"lease", o.Lease)
 	}
 	m := &mw{o: o, methods: methods, log: o.Logger}
+	if cs, ok := o.Store.(configStore); ok {
+		go m.checkLease(cs)
+	}
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { m.serve(w, r, next) })
 	}, nil
+}
+
+// configStore is a Store that reads the store's published settings (GET
+// /v1/config): *client.Client is one.
+type configStore interface {
+	Config(ctx context.Context) (*client.ServerConfig, error)
+}
+
+// checkLease says once, at New, when Options.Lease is outside the store's
+// --min-lease/--max-lease: the store would refuse every claim, and every
+// keyed request would be answered 503, each logged as it comes. Not a
+// reason to fail New: the store may be away, and one node's flags may not
+// be the others'. Nothing is logged when the store cannot be read (away,
+// or a token that may not read /v1/config): each refused claim says why.
+func (m *mw) checkLease(s configStore) {
+	ctx, cancel := context.WithTimeout(context.Background(), m.o.StoreTimeout)
+	defer cancel()
+	cfg, err := s.Config(ctx)
+	if err != nil || cfg == nil {
+		return
+	}
+	lo, okLo := cfg.Limits["min_lease_ms"].(float64)
+	hi, okHi := cfg.Limits["max_lease_ms"].(float64)
+	if ms := float64(m.o.Lease.Milliseconds()); okLo && okHi && (ms < lo || ms > hi) {
+		m.log.Error("idempotency Options.Lease is outside the store's --min-lease/--max-lease: the store refuses every claim, and every keyed request is answered 503; set Options.Lease within them",
+			"lease", m.o.Lease, "store-min-lease", time.Duration(lo)*time.Millisecond, "store-max-lease", time.Duration(hi)*time.Millisecond)
+	}
 }
 
 // AuthorizationPrincipal is the default principal: a hash of the

@@ -754,6 +754,9 @@ func (p *proxy) checkStoreLimit(ctx context.Context) {
 	}
 }
 
+// storeCalls is a middleware.Store with the store's calls alone.
+type storeCalls struct{ middleware.Store }
+
 // storeWantsToken reports whether the store node at base answers a call
 // without a token 401: it runs with --auth-file. /v1/config needs a token
 // there and none without.
@@ -1008,7 +1011,9 @@ func (p *proxy) limitInFlight(next http.Handler) http.Handler {
 
 // handler is the idempotency middleware in front of the reverse proxy.
 func (p *proxy) handler() (http.Handler, error) {
-	var store middleware.Store = p.store
+	// Its calls alone: the middleware would read the store's lease bounds
+	// and name Options.Lease; checkStoreLimit names --lease.
+	var store middleware.Store = storeCalls{p.store}
 	if p.cfg.storeBatch > 0 {
 		// A batch gets --store-timeout, as a single call does: a store that
 		// hangs must not hold the batcher's slots (or the shutdown) longer.

@@ -85,6 +85,7 @@ func TestProxyWarnsOfALeaseOutsideTheStoresBounds(t *testing.T) {
 	px := startProxy(t, "--upstream", up.srv.URL, "--store", store.http, "--lease", "30s")
 	waitForLine(t, px.logs, "--lease is outside the store's --min-lease/--max-lease")
 	require.Contains(t, px.logs.String(), "store-max-lease=20s")
+	require.NotContains(t, px.logs.String(), "Options.Lease is outside", "said once, naming the proxy's flag")
 	a := pxSend(t, "POST", px.url+"/pay", "lease-bounds-1", `{}`)
 	require.Equal(t, http.StatusServiceUnavailable, a.status, "%+v", a)
 	require.Equal(t, int64(0), up.runs.Load())

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -375,4 +376,47 @@ func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(b)
+}
+
+// The store publishes its lease bounds (GET /v1/config): New reads them
+// and says once, before any request, that Options.Lease is outside them.
+func TestNewSaysOnceThatTheLeaseIsOutsideTheStoresBounds(t *testing.T) {
+	t.Parallel()
+	node := idemtest.Start(t, idemtest.Options{MaxLease: 20 * time.Second})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	read := func() string { mu.Lock(); defer mu.Unlock(); return logs.String() }
+	_, err = middleware.New(middleware.Options{Store: store, Lease: 30 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return strings.Contains(read(), "Options.Lease is outside") }, 10*time.Second, 10*time.Millisecond, read())
+	require.Contains(t, read(), "store-max-lease=20s")
+	require.Contains(t, read(), "level=ERROR")
+
+	// Within the bounds: nothing said.
+	logs2 := &syncLog{}
+	_, err = middleware.New(middleware.Options{Store: store, Lease: 15 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(logs2, nil))})
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond)
+	require.Empty(t, logs2.String())
+}
+
+type syncLog struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
