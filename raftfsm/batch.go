@@ -372,6 +372,11 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrNotProposed, err)
 	}
+	release, err := n.disk.reserve(len(data))
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	r, err := n.applyEntry(data)
 	if err != nil {
 		return nil, err

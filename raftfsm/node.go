@@ -1056,6 +1056,13 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if clientWrite(c.Op) {
+		release, err := n.disk.reserve(len(data))
+		if err != nil {
+			return nil, err
+		}
+		defer release()
+	}
 	return n.applyEntry(data)
 }
 
