@@ -148,3 +148,69 @@ func TestOneTokenHoldsAtMostHalfTheBodyBytes(t *testing.T) {
 	}
 	require.Equal(t, 2, refused, "bodies of the token past half of --max-inflight-bytes")
 }
+
+// With a fixed half each, two tenants together still took a whole bound:
+// each token's slow requests held half of --max-inflight (or of
+// --max-inflight-bytes) and a third tenant's claims were 503. A token now
+// holds at most half of what the other tokens leave: the first takes half,
+// the second half of the rest, and a third still has room.
+func TestTwoTokensLeaveAThirdItsShare(t *testing.T) {
+	const shopToken, thirdToken = "shop-app-token-0123456789", "third-app-token-0123456789"
+	file := authFile(
+		fmt.Sprintf(`{"name":"shop","sha256":%q,"role":"app","principals":["cus_b*"]}`, api.HashToken(shopToken)),
+		fmt.Sprintf(`{"name":"third","sha256":%q,"role":"app","principals":["cus_c*"]}`, api.HashToken(thirdToken)))
+	for _, tc := range []struct {
+		name   string
+		limits func(*api.Limits)
+		length int // each slow request's announced Content-Length
+		held   func(*testNode) int64
+		flag   string
+	}{
+		{"requests", func(l *api.Limits) { l.MaxInFlight = 6 }, 0, func(n *testNode) int64 { return n.api.InFlight() }, "--max-inflight"},
+		{"body bytes", func(l *api.Limits) { l.MaxRequestBytes, l.MaxInFlightBytes = 1<<20, 6<<20 }, 1 << 20,
+			func(n *testNode) int64 { return n.api.BodyBytesInUse() >> 20 }, "--max-inflight-bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := mustNode(t, withAuthFile(t, file), withLimits(func(l *api.Limits) {
+				l.BodyReadTimeout = 30 * time.Second
+				tc.limits(l)
+			}))
+			addr := strings.TrimPrefix(n.url, "http://")
+			// Four slow requests of token: those past its share are
+			// answered at once, naming it; the others wait for their bodies.
+			slow := func(token, principal string) (refused int) {
+				conns := make([]net.Conn, 4)
+				for i := range conns {
+					c, err := net.Dial("tcp", addr)
+					require.NoError(t, err)
+					t.Cleanup(func() { c.Close() })
+					body := fmt.Sprintf(`{"principal":%q,"endpoint":"POST /payments","key":"slow-%d","fingerprint":"%s"}`, principal, i, fp1)
+					length := tc.length
+					if length == 0 {
+						length = len(body)
+					}
+					_, err = fmt.Fprintf(c, "POST /v1/claim HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Length: %d\r\n\r\n%s", token, length, body[:5])
+					require.NoError(t, err)
+					conns[i] = c
+				}
+				for _, c := range conns {
+					c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+					buf := make([]byte, 4096)
+					if k, _ := c.Read(buf); k > 0 {
+						require.Contains(t, string(buf[:k]), "503 Service Unavailable")
+						require.Contains(t, string(buf[:k]), tc.flag)
+						refused++
+					}
+				}
+				return refused
+			}
+			require.Equal(t, 1, slow(appToken, "cus_a1"), "the first token holds half: 3 of 4 taken")
+			require.Eventually(t, func() bool { return tc.held(n) == 3 }, 5*time.Second, 10*time.Millisecond)
+			require.Equal(t, 3, slow(shopToken, "cus_b1"), "the second token holds half of the 3 the first leaves: 1 of 4 taken")
+			require.Eventually(t, func() bool { return tc.held(n) == 4 }, 5*time.Second, 10*time.Millisecond)
+
+			r := n.as(thirdToken).claim(scope{"cus_c1", "POST /payments", "k"}, fp1)
+			require.Equal(t, http.StatusCreated, r.status, "a third tenant's claim while two tokens' slow requests are held: %s", r)
+		})
+	}
+}

@@ -143,7 +143,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	if max := s.maxBatchAnswerBytes(); s.answering.Load() >= max {
 		writeProblem(w, answersFull(nil, "nothing was decided"))
 		return
-	} else if tok.over(0, max) {
+	} else if tok.over(0, s.answering.Load(), max) {
 		writeProblem(w, answersFull(tok, "nothing was decided"))
 		return
 	}
@@ -176,7 +176,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 func answersFull(tok *tokenHeld, what string) *problem {
 	detail := "this node is writing as many batch answers as it holds memory for (clients that are slow to read theirs); " + what + ", retry shortly"
 	if tok != nil {
-		detail = fmt.Sprintf("the token %q holds half of the memory this node keeps for batch answers (its clients are slow to read theirs); %s, retry shortly", tok.name, what)
+		detail = fmt.Sprintf("the token %q holds its share of the memory this node keeps for batch answers, half of what other tokens leave (its clients are slow to read theirs); %s, retry shortly", tok.name, what)
 	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, detail)
 	p.retryAfter = 1
@@ -185,8 +185,9 @@ func answersFull(tok *tokenHeld, what string) *problem {
 
 // tokenHoldings counts the batch answer bytes each token's requests hold,
 // so that one tenant whose clients do not read (or read slowly) can hold
-// at most half of the node's --max-batch-answer-bytes, and the other
-// tenants' batches still go. With auth off there is no token to count.
+// at most half of what the others leave of the node's
+// --max-batch-answer-bytes (tokenHeld.over), and the other tenants'
+// batches still go. With auth off there is no token to count.
 type tokenHoldings struct {
 	mu sync.Mutex
 	by map[string]*tokenHeld
@@ -235,15 +236,21 @@ func (t *tokenHeld) add(n int64) {
 }
 
 // over reports whether n bytes more would take the token past its share
-// of max (at it, for n 0).
-func (t *tokenHeld) over(n, max int64) bool {
+// of max (at it, for n 0), total being what every request holds: half of
+// what the other tokens' requests leave of max. One tenant alone may hold
+// half of max; k tenants holding all they may hold 1/(k+1) each, and a
+// tenant not among them still has a share (with a fixed half each, two
+// tenants whose clients do not read held it all).
+func (t *tokenHeld) over(n, total, max int64) bool {
 	if t == nil {
 		return false
 	}
+	mine := t.n.Load()
+	share := (max - (total - mine)) / 2
 	if n == 0 {
-		return t.n.Load() >= max/2
+		return mine >= share
 	}
-	return t.n.Load()+n > max/2
+	return mine+n > share
 }
 
 // batchOps reads the request's ops: the whole request is refused only when
@@ -691,7 +698,8 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem, tok *tokenHeld
 	max := s.maxBatchAnswerBytes()
 	keep := func(i int, r wire.BatchResult) {
 		n := int64(len(r.Body)) + 48
-		if full, tokFull := s.answering.Load()+n > max, tok.over(n, max); r.Status == http.StatusOK && (full || tokFull) &&
+		total := s.answering.Load()
+		if full, tokFull := total+n > max, tok.over(n, total, max); r.Status == http.StatusOK && (full || tokFull) &&
 			(items[i].kind == wire.OpGet || items[i].kind == wire.OpClaim) {
 			by := tok
 			if full {

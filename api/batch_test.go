@@ -434,7 +434,7 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 		refused = a.post("/v1/batch", probe)
 		return refused.status == http.StatusServiceUnavailable
 	}, 5*time.Second, 20*time.Millisecond, "the tenant's own batch while its unread answer holds its half")
-	require.Contains(t, string(refused.raw), `the token \"payments\" holds half of the memory`)
+	require.Contains(t, string(refused.raw), `the token \"payments\" holds its share of the memory`)
 
 	// The other tenant's batch is decided: a claim and a get of it.
 	mine := scope{"cus_b1", "POST /payments", "k"}

@@ -53,12 +53,14 @@ type connGuard struct {
 	bodyS     shedding     // --max-inflight-bytes
 
 	// byToken is what each app token's requests hold (by its name in the
-	// auth file: *tokenLoad), so that one holds at most half of
-	// --max-inflight and of --max-inflight-bytes (tokenSlot). An entry is
-	// kept once made: there are as many as names the auth file has listed.
+	// auth file: *tokenLoad), so that one holds at most half of what the
+	// other app tokens leave of --max-inflight and of --max-inflight-bytes
+	// (tokenSlot); appLoad is their sum. An entry is kept once made: there
+	// are as many as names the auth file has listed.
 	byToken     sync.Map
-	tokenS      shedding // an app token's half of --max-inflight
-	tokenBytesS shedding // an app token's half of --max-inflight-bytes
+	appLoad     tokenLoad
+	tokenS      shedding // an app token's share of --max-inflight
+	tokenBytesS shedding // an app token's share of --max-inflight-bytes
 }
 
 // tokenLoad is what one token's requests hold on this node.
@@ -88,45 +90,51 @@ func (s *Server) shed(w http.ResponseWriter, r *http.Request, sh *shedding, why,
 }
 
 // tokenSlot counts r against its app token's shares of the load limits:
-// with auth on, one app token's requests hold at most half of
-// --max-inflight (at least one request) and their bodies at most half of
+// with auth on, one app token's requests hold at most half of what the
+// other app tokens' requests leave of --max-inflight (at least one
+// request), and their bodies at most half of what the others' leave of
 // --max-inflight-bytes (a body alone is always taken, as the node takes
-// one alone). Without
-// them, one tenant whose clients sent their bodies slowly (each request
-// holds its slot and its body's bytes for up to --body-read-timeout) or
-// sent too many at once took the whole of either bound, and every other
-// tenant's requests were 503 for as long as it kept them. It is decided
-// from the headers, before the body is read: past a share, r is answered
-// 503 unavailable with Retry-After: 1 naming the token and the flag,
-// counted with that flag's refusals, and ok is false. Otherwise release
-// gives back what r holds.
+// one alone). One tenant alone gets half of either bound; k tenants all
+// holding what they may get a share of 1/(k+1) each, and so a tenant not
+// among them always has one too. Without shares, one tenant whose
+// clients sent their bodies slowly (each request holds its slot and its
+// body's bytes for up to --body-read-timeout) or sent too many at once
+// took the whole of either bound, and every other tenant's requests were
+// 503 for as long as it kept them; with a fixed half each, two such
+// tenants did. It is decided from the headers, before the body is read:
+// past a share, r is answered 503 unavailable with Retry-After: 1 naming
+// the token and the flag, counted with that flag's refusals, and ok is
+// false. Otherwise release gives back what r holds.
 func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credential) (release func(), ok bool) {
 	v, _ := s.guards.byToken.LoadOrStore(cred.Name, new(tokenLoad))
-	load := v.(*tokenLoad)
+	load, all := v.(*tokenLoad), &s.guards.appLoad
 	var reqs, body int64
 	release = func() {
 		load.requests.Add(-reqs)
+		all.requests.Add(-reqs)
 		load.bytes.Add(-body)
+		all.bytes.Add(-body)
 	}
 	if limit := int64(s.cfg.Limits.MaxInFlight); limit > 0 {
-		share := max(limit/2, 1)
 		reqs = 1
-		if load.requests.Add(1) > share {
+		mine, total := load.requests.Add(1), all.requests.Add(1)
+		if share := max((limit-(total-mine))/2, 1); mine > share {
 			release()
 			s.shedToken(w, r, &s.guards.tokenS, &s.guards.inFlightS, cred, "max-inflight", limit, fmt.Sprintf(
-				"the token %q has %d requests in flight on this node, half of the most it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
-				cred.Name, share, limit))
+				"the token %q has %d requests in flight on this node, half of what other tokens' requests leave of the most it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
+				cred.Name, mine-1, limit))
 			return nil, false
 		}
 	}
 	if limit := s.cfg.Limits.MaxInFlightBytes; limit > 0 {
 		if n := s.bodyHeld(r); n > 0 {
 			body = n
-			if now := load.bytes.Add(n); now > limit/2 && now != n {
+			mine, total := load.bytes.Add(n), all.bytes.Add(n)
+			if mine > (limit-(total-mine))/2 && mine != n {
 				release()
 				s.shedToken(w, r, &s.guards.tokenBytesS, &s.guards.bodyS, cred, "max-inflight-bytes", limit, fmt.Sprintf(
-					"the token %q holds request bodies of %d bytes on this node, and this one would take it past half of the most it holds at once (--max-inflight-bytes %d), so that other tokens' requests still go; nothing was decided, retry shortly",
-					cred.Name, now-n, limit))
+					"the token %q holds request bodies of %d bytes on this node, and this one would take it past half of what other tokens' bodies leave of the most it holds at once (--max-inflight-bytes %d), so that other tokens' requests still go; nothing was decided, retry shortly",
+					cred.Name, mine-n, limit))
 				return nil, false
 			}
 		}
@@ -142,7 +150,7 @@ func (s *Server) shedToken(w http.ResponseWriter, r *http.Request, sh, limitS *s
 	sh.refused.Add(1)
 	limitS.refused.Add(1)
 	if sh.lastLog.Allow(10 * time.Second) {
-		s.log.Warn("refusing requests: one app token's requests hold half of --"+flag, "token", cred.Name,
+		s.log.Warn("refusing requests: one app token's requests hold their share of --"+flag, "token", cred.Name,
 			flag, limit, "refused-total", sh.refused.Load())
 	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, detail)

@@ -20,7 +20,7 @@ func ListenerCollectors(cl *ConnListener, s *Server) []prometheus.Collector {
 			Help: "HTTP requests being handled now, /healthz and /readyz aside (--max-inflight)."},
 			func() float64 { return float64(s.InFlight()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_requests_refused_total",
-			Help: "HTTP requests answered 503 for --max-inflight (with --auth-file, those past one app token's half of it included)."},
+			Help: "HTTP requests answered 503 for --max-inflight (with --auth-file, those past one app token's share of it included)."},
 			func() float64 { return float64(s.RefusedInFlight()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_http_request_body_bytes_in_use",
 			Help: "Bytes of request bodies held now, each counted by its Content-Length (--max-request-bytes when chunked) from its headers to its answer (--max-inflight-bytes)."},

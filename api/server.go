@@ -82,7 +82,8 @@ type Server struct {
 	authRefused *prometheus.CounterVec
 	// answering is the bytes of batch answers being made or written now.
 	answering atomic.Int64
-	// answeringBy is the same per token: at most half of it each.
+	// answeringBy is the same per token: each at most half of what the
+	// others leave (tokenHeld.over).
 	answeringBy tokenHoldings
 	// refusedLog spaces the refusals' log lines (logRefused), and
 	// refusedUnlogged counts how many since went unlogged.
