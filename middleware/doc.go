@@ -159,7 +159,8 @@
 //     redirect (3xx, never followed: no idem route redirects). An
 //     Options.Lease outside the store's --min-lease/--max-lease is one
 //     such refusal too (the store's 400, logged at error naming
-//     Options.Lease and the store's bounds), not the caller's 400; New
+//     Options.Lease and the store's bounds at most every 10s, with the
+//     count of requests refused), not the caller's 400; New
 //     says so once beforehand when it can read the store's bounds (a
 //     *client.Client: GET /v1/config).
 //

@@ -25,6 +25,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // Store is what the middleware needs of idem: *client.Client is one. An
@@ -173,6 +174,12 @@ type mw struct {
 	log      *slog.Logger
 	unclaims unclaims // unclaim.go
 	running  running  // unclaim.go
+
+	// leaseRefused counts the requests refused because the store refused
+	// Options.Lease, and leaseLog spaces the error that says so: every
+	// keyed request meets it, and a log line each buried the rest.
+	leaseRefused atomic.Int64
+	leaseLog     mono.Spacer
 }
 
 // ShortLease is the shortest Lease New takes without a warning: a lease
@@ -1208,8 +1215,10 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 			// (the store's detail names its bounds, in ms): the server's
 			// misconfiguration, refused for every keyed request, so not
 			// the caller's 400, and never run unprotected.
-			m.log.Error("idempotency store refused Options.Lease: it is outside the store's --min-lease/--max-lease; set Options.Lease within them; refusing the request",
-				"lease", m.o.Lease, "detail", p.Detail)
+			if n := m.leaseRefused.Add(1); m.leaseLog.Allow(10 * time.Second) {
+				m.log.Error("idempotency store refused Options.Lease: it is outside the store's --min-lease/--max-lease; set Options.Lease within them; refusing every keyed request (said at most every 10s)",
+					"lease", m.o.Lease, "detail", p.Detail, "refused-total", n)
+			}
 			writeProblem(w, http.StatusServiceUnavailable, "unavailable",
 				"the idempotency store cannot be used for this request, so it was not processed", 1)
 			return

@@ -367,6 +367,29 @@ func TestLeaseOutsideTheStoresBoundsIsTheServersFault(t *testing.T) {
 	require.Contains(t, logs.String(), "20000") // the store's --max-lease, in ms
 }
 
+// Every keyed request meets a lease the store refuses: the error says so
+// at most every 10 s with the count, not once a request (a busy server's
+// log held nothing else).
+func TestRefusedLeaseIsLoggedAtMostEveryTenSeconds(t *testing.T) {
+	t.Parallel()
+	node := idemtest.Start(t, idemtest.Options{MaxLease: 20 * time.Second})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	var logs bytes.Buffer
+	var mu sync.Mutex
+	e := newEnv(t, middleware.Options{Store: store, Lease: 30 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{mu: &mu, w: &logs}, nil))},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusCreated) }))
+	for i := range 20 {
+		a := e.post("/p", fmt.Sprint("lease-log-", i), "{}")
+		require.Equal(t, http.StatusServiceUnavailable, a.status, "request %d: %s", i, a.body)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, 1, strings.Count(logs.String(), "store refused Options.Lease"), logs.String())
+	require.Contains(t, logs.String(), "refused-total=1")
+}
+
 type lockedWriter struct {
 	mu *sync.Mutex
 	w  io.Writer
