@@ -273,3 +273,35 @@ func TestBatchOpsAreJudgedByTheVersionThatAdmittedTheBatch(t *testing.T) {
 		t.Fatalf("revoked token: %d, want 401", rec.Code)
 	}
 }
+
+// One token's share of the batch-answer memory is half of what the other
+// tokens' requests leave: half of it alone, a third each for two holding
+// all they may, and a third token still has room (with a fixed half each,
+// two tenants that never read their answers held it all).
+func TestTokenShareOfBatchAnswersIsHalfOfWhatOthersLeave(t *testing.T) {
+	const max = 600
+	var a, b, c tokenHeld
+	total := func() int64 { return a.n.Load() + b.n.Load() + c.n.Load() }
+	fill := func(t *tokenHeld) {
+		for !t.over(1, total(), max) {
+			t.add(1)
+		}
+	}
+	fill(&a)
+	if got := a.n.Load(); got != 300 {
+		t.Fatalf("one token alone holds %d of %d, want half", got, max)
+	}
+	fill(&b)
+	fill(&a) // a holds past what it may now: it takes no more
+	if got := b.n.Load(); got != 150 {
+		t.Fatalf("a second token holds %d, want half of the 300 the first leaves", got)
+	}
+	if c.over(0, total(), max) || c.over(50, total(), max) {
+		t.Fatalf("a third token has no room with %d of %d held", total(), max)
+	}
+	a.add(-200) // the first's answers are written
+	fill(&b)
+	if got := b.n.Load(); got != 250 {
+		t.Fatalf("the second token holds %d once the first holds 100, want half of 500", got)
+	}
+}
