@@ -147,6 +147,12 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, answersFull(tok, "nothing was decided"))
 		return
 	}
+	releaseOps, p := s.tokenBatchOps(r, len(ops))
+	if p != nil {
+		writeProblem(w, p)
+		return
+	}
+	defer releaseOps()
 	items := make([]batchItem, len(ops))
 	for i, raw := range ops {
 		items[i] = s.prepareOp(r, raw)
