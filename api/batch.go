@@ -252,7 +252,7 @@ func (t *tokenHeld) over(n, total, max int64) bool {
 		return false
 	}
 	mine := t.n.Load()
-	share := (max - (total - mine)) / 2
+	share := tokenShare(max, mine, total)
 	if n == 0 {
 		return mine >= share
 	}

@@ -434,7 +434,7 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 		// (Until its answer is made, the unread batch's 1,024 ops refuse
 		// the probe for the token's half of --max-inflight ops.)
 		refused = a.post("/v1/batch", probe)
-		return refused.status == http.StatusServiceUnavailable && strings.Contains(string(refused.raw), "holds half of the memory")
+		return refused.status == http.StatusServiceUnavailable && strings.Contains(string(refused.raw), "holds its share of the memory")
 	}, 5*time.Second, 20*time.Millisecond, "the tenant's own batch while its unread answer holds its half")
 	require.Contains(t, string(refused.raw), `the token \"payments\" holds its share of the memory`)
 

@@ -119,7 +119,7 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 	if limit := int64(s.cfg.Limits.MaxInFlight); limit > 0 {
 		reqs = 1
 		mine, total := load.requests.Add(1), all.requests.Add(1)
-		if share := max((limit-(total-mine))/2, 1); mine > share {
+		if share := max(tokenShare(limit, mine, total), 1); mine > share {
 			release()
 			s.shedToken(w, r, &s.guards.tokenS, &s.guards.inFlightS, cred, "max-inflight", limit, fmt.Sprintf(
 				"the token %q has %d requests in flight on this node, half of what other tokens' requests leave of the most it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
@@ -131,7 +131,7 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 		if n := s.bodyHeld(r); n > 0 {
 			body = n
 			mine, total := load.bytes.Add(n), all.bytes.Add(n)
-			if mine > (limit-(total-mine))/2 && mine != n {
+			if mine > tokenShare(limit, mine, total) && mine != n {
 				release()
 				s.shedToken(w, r, &s.guards.tokenBytesS, &s.guards.bodyS, cred, "max-inflight-bytes", limit, fmt.Sprintf(
 					"the token %q holds request bodies of %d bytes on this node, and this one would take it past half of what other tokens' bodies leave of the most it holds at once (--max-inflight-bytes %d), so that other tokens' requests still go; nothing was decided, retry shortly",
@@ -142,6 +142,12 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 	}
 	return release, true
 }
+
+// tokenShare is what one app token may hold of limit when it holds mine
+// and every app token together total: half of what the others leave. One
+// token alone may hold half; k tokens holding all they may hold 1/(k+1)
+// each, so a tenant not among them always has a share.
+func tokenShare(limit, mine, total int64) int64 { return (limit - (total - mine)) / 2 }
 
 // shedToken answers a request refused for its token's share of a load
 // limit: 503 unavailable with Retry-After: 1 and detail, unread, counted
@@ -166,8 +172,9 @@ func (s *Server) tokenShed(sh, limitS *shedding, cred *Credential, flag string, 
 
 // tokenBatchOps counts the n ops of a batch r carries against its app
 // token's share of the work in flight: a token's batches hold at most half
-// of --max-inflight ops on this node (a batch alone is always taken, as a
-// body is), besides its requests' half of --max-inflight. tokenSlot counts
+// of what the other tokens' batches leave of --max-inflight in ops on this
+// node (a batch alone is always taken, as a body is), besides its
+// requests' share of --max-inflight. tokenSlot counts
 // a batch as one request, so one token's 300 batches of 256 claims put
 // 76,800 claims in the leader's queue at once, and another tenant's lone
 // claim waited behind them: 1.6 s at the median, 1.3 ms alone (attack on
@@ -181,16 +188,17 @@ func (s *Server) tokenBatchOps(r *http.Request, n int) (release func(), p *probl
 		return func() {}, nil
 	}
 	v, _ := s.guards.byToken.LoadOrStore(cred.Name, new(tokenLoad))
-	load := v.(*tokenLoad)
+	load, all := v.(*tokenLoad), &s.guards.appLoad
 	ops := int64(n)
-	share := max(limit/2, 1)
-	if now := load.batchOps.Add(ops); now > share && now != ops {
-		load.batchOps.Add(-ops)
+	release = func() { load.batchOps.Add(-ops); all.batchOps.Add(-ops) }
+	mine, total := load.batchOps.Add(ops), all.batchOps.Add(ops)
+	if share := max(tokenShare(limit, mine, total), 1); mine > share && mine != ops {
+		release()
 		return nil, s.tokenShed(&s.guards.tokenS, &s.guards.inFlightS, cred, "max-inflight", limit, fmt.Sprintf(
-			"the token %q has %d batch operations in flight on this node, and this batch's %d would take it past half of the most requests it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
-			cred.Name, now-ops, ops, limit))
+			"the token %q has %d batch operations in flight on this node, and this batch's %d would take it past half of what other tokens' batch operations leave of the most requests it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
+			cred.Name, mine-ops, ops, limit))
 	}
-	return func() { load.batchOps.Add(-ops) }, nil
+	return release, nil
 }
 
 // BodyBytesInUse is the bytes of request bodies the node holds now, as
