@@ -2,6 +2,7 @@ package raftfsm
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -147,4 +148,74 @@ func TestNearlyFullFollowerCountsOnlyEntriesItKnowsAreCommitted(t *testing.T) {
 	require.ErrorIs(t, s.StoreLogs(entries(1, 4, 4, 1<<20)), errLogNoRoomToApply, "the committed entries it has not applied are counted")
 	g.applied.Store(3)
 	require.NoError(t, s.StoreLogs(entries(1, 4, 4, 1<<20)))
+}
+
+// raftAppend does what raft v1.8.0's appendEntries does with an append's
+// entries on a follower (raft.go, "Process any new entries"): lastIdx is
+// raft's idea of its log's end, set only once StoreLogs went through.
+func raftAppend(s raft.LogStore, lastIdx *uint64, logs []*raft.Log) error {
+	var newEntries []*raft.Log
+	for i, e := range logs {
+		if e.Index > *lastIdx {
+			newEntries = logs[i:]
+			break
+		}
+		var stored raft.Log
+		if err := s.GetLog(e.Index, &stored); err != nil {
+			return fmt.Errorf("failed to get log entry %d: %w", e.Index, err)
+		}
+		if e.Term != stored.Term {
+			if err := s.DeleteRange(e.Index, *lastIdx); err != nil {
+				return err
+			}
+			newEntries = logs[i:]
+			break
+		}
+	}
+	if len(newEntries) == 0 {
+		return nil
+	}
+	if err := s.StoreLogs(newEntries); err != nil {
+		return err // raft's TODO: lastIdx left past the log's end
+	}
+	*lastIdx = newEntries[len(newEntries)-1].Index
+	return nil
+}
+
+// Raft deletes a follower's conflicting tail (entries of a leader that
+// lost its term) before it stores the new leader's entries, and when that
+// StoreLogs fails it keeps its idea of the log's end where the deleted
+// tail ended: every later append then fails at "failed to get log entry"
+// for the first deleted index, whatever room comes back, until the node
+// restarts (the leader steps back one entry per try, backing off to 10 s,
+// before it would send a snapshot). A nearly full follower refused that
+// append for room. The batch that replaces a tail just deleted is taken.
+func TestNearlyFullFollowerTakesTheEntriesThatReplaceATailItDeleted(t *testing.T) {
+	mnt := smallTmpfs(t, "64m")
+	free, err := engine.DiskFree(mnt)
+	require.NoError(t, err)
+	// Room to apply 4 MiB of entries.
+	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - 8<<20, log: slog.New(slog.DiscardHandler)}
+	ls, err := openWAL(t.TempDir(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	s := guardedLogStore{ls, g, func() bool { return false }, newLogCache()}
+
+	var lastIdx uint64
+	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 1, 5, 1000)))
+	g.applied.Store(5)
+	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 6, 8, 1000))) // a tail never committed
+	// The new leader's entries from 6 on, more than the room left.
+	err = raftAppend(s, &lastIdx, entries(2, 6, 12, 1<<20))
+	// Room comes back (the applies caught up, space was freed).
+	g.fullBelow = 0
+	if err != nil {
+		require.ErrorIs(t, err, errLogNoRoomToApply)
+		err = raftAppend(s, &lastIdx, entries(2, 6, 12, 1<<20))
+	}
+	require.NoError(t, err, "the follower takes no append again until it restarts")
+	last, err := ls.LastIndex()
+	require.NoError(t, err)
+	require.Equal(t, uint64(12), last)
+	require.Equal(t, last, lastIdx)
 }

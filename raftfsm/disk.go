@@ -102,6 +102,11 @@ type diskGuard struct {
 	appendRefusedAt                         atomic.Int64
 	appendRefusedNeed, appendRefusedBacklog atomic.Uint64
 	appendLog                               mono.Spacer // admitAppend's line
+	// tailCut is the first index of the tail raft last deleted from this
+	// node's log (a conflict with a new leader's entries), until the next
+	// StoreLogs: the batch replacing it is taken whatever the room
+	// (guardedLogStore.StoreLogs). 0: none.
+	tailCut atomic.Uint64
 	// commitIndex is raft's commit index on this node (nil: every stored
 	// batch is counted): unapplied counts only what it will apply without
 	// taking another append.

@@ -742,7 +742,13 @@ type guardedLogStore struct {
 }
 
 func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
-	if s.g.minFree != 0 && !s.isLeader() {
+	// The entries replacing a tail raft just deleted are taken whatever
+	// the room: raft deletes a conflicting tail before it stores them, and
+	// if that StoreLogs fails it keeps its idea of the log's end past the
+	// deleted entries, and every later append fails on the first of them
+	// ("failed to get log entry") until the node restarts.
+	replacing := len(logs) > 0 && s.g.tailCut.Swap(0) == logs[0].Index
+	if s.g.minFree != 0 && !s.isLeader() && !replacing {
 		if err := s.g.admitAppend(logs); err != nil {
 			return err
 		}
@@ -1023,7 +1029,15 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 		return nil
 	}
 	s.recent.clear()
-	return s.LogStore.DeleteRange(min, max)
+	first, ferr := s.LogStore.FirstIndex()
+	last, lerr := s.LogStore.LastIndex()
+	if err := s.LogStore.DeleteRange(min, max); err != nil {
+		return err
+	}
+	if s.g != nil && ferr == nil && lerr == nil && min > first && max >= last {
+		s.g.tailCut.Store(min) // a conflicting tail (StoreLogs)
+	}
+	return nil
 }
 
 // compactTo is the end of a truncation from min to max once the entries a
