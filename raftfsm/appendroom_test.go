@@ -219,3 +219,40 @@ func TestNearlyFullFollowerTakesTheEntriesThatReplaceATailItDeleted(t *testing.T
 	require.Equal(t, uint64(12), last)
 	require.Equal(t, last, lastIdx)
 }
+
+// The entries of a tail raft deleted were counted until the FSM applied
+// an entry at or past the tail's last index. A new leader's first entries
+// are a no-op and a barrier, which raft never hands the FSM: when they took
+// the deleted tail's indexes and the follower then learned they were
+// committed (raft sends the commit index on its own), the deleted entries
+// were counted as committed and unapplied for good, and a nearly full
+// follower refused every client write after them, the only entries that
+// could move its applied index past them, until it restarted.
+func TestNearlyFullFollowerForgetsTheTailRaftDeleted(t *testing.T) {
+	mnt := smallTmpfs(t, "64m")
+	free, err := engine.DiskFree(mnt)
+	require.NoError(t, err)
+	var commit atomic.Uint64
+	// Room to apply 4 MiB of entries.
+	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - 8<<20, log: slog.New(slog.DiscardHandler), commitIndex: commit.Load}
+	ls, err := openWAL(t.TempDir(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	s := guardedLogStore{ls, g, func() bool { return false }, newLogCache()}
+
+	var lastIdx uint64
+	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 1, 5, 1000)))
+	commit.Store(5)
+	g.applied.Store(5)
+	// A leader's tail it never committed: 3 MiB, as much as the room allows.
+	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 6, 8, 1<<20)))
+	// The new leader's no-op and barrier replace it, and are committed.
+	require.NoError(t, raftAppend(s, &lastIdx, []*raft.Log{
+		{Index: 6, Term: 2, Type: raft.LogNoop},
+		{Index: 7, Term: 2, Type: raft.LogBarrier},
+		{Index: 8, Term: 2, Type: raft.LogBarrier},
+	}))
+	commit.Store(8)
+	require.Zero(t, g.unapplied(), "the deleted tail is counted as committed entries to apply")
+	require.NoError(t, raftAppend(s, &lastIdx, entries(2, 9, 9, 3<<19)), "refused a write it has room for")
+}

@@ -654,8 +654,8 @@ func (g *diskGuard) stored(logs []*raft.Log) {
 
 // unapplied is the bytes of the stored batches not applied yet that this
 // node knows are committed. A batch is counted until its last entry is
-// applied, and one stored again after a conflict twice: it errs on the
-// side of room. A batch past the commit index is not counted: a follower
+// applied, or until raft deletes it as a conflicting tail (forgetFrom). A
+// batch past the commit index is not counted: a follower
 // learns that index only from an append the leader sends after it, and
 // raft drops it when that append's StoreLogs fails, so counting them
 // refused the very append that let it apply them, and it stayed behind
@@ -689,6 +689,32 @@ func (g *diskGuard) pruneLocked() {
 	kept := g.backlog[:0]
 	for _, b := range g.backlog {
 		if b.last <= applied {
+			g.backlogBytes -= b.bytes
+		} else {
+			kept = append(kept, b)
+		}
+	}
+	clear(g.backlog[len(kept):])
+	g.backlog = kept
+}
+
+// forgetFrom forgets the stored batches that end at index from or past
+// it: raft deleted the log's tail from there (a new leader's entries
+// conflict with it), and they will never be applied. They were counted
+// until the FSM applied an entry at or past their last index, and when
+// the new leader's entries at those indexes were its no-op and barrier,
+// which raft never hands the FSM, a nearly full follower counted them as
+// committed and unapplied for good and refused every client write after
+// them, the only entries that could move its applied index past them. A
+// batch that began before from is forgotten whole: its entries kept are
+// no longer counted, at most one append's, which is less room kept, never
+// a follower held back for good.
+func (g *diskGuard) forgetFrom(from uint64) {
+	g.backlogMu.Lock()
+	defer g.backlogMu.Unlock()
+	kept := g.backlog[:0]
+	for _, b := range g.backlog {
+		if b.last >= from {
 			g.backlogBytes -= b.bytes
 		} else {
 			kept = append(kept, b)

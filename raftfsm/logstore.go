@@ -1036,6 +1036,7 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 	}
 	if s.g != nil && ferr == nil && lerr == nil && min > first && max >= last {
 		s.g.tailCut.Store(min) // a conflicting tail (StoreLogs)
+		s.g.forgetFrom(min)
 	}
 	return nil
 }
