@@ -70,18 +70,20 @@ chaos: build ## long failure test: 3 nodes, every nemesis, CHAOS_DURATION (30m);
 	@# store shows it (a cluster elects another leader, which follows the log).
 	bin/idem chaos --nodes 1 --nemesis all --pause-max 60s --duration $(CHAOS_ONE_DURATION) --out chaos-out/one
 
-chaos-ci: build ## short failure test (~4 min): a broken build must be caught, then every nemesis at least once on a sound one
-	@echo "== chaos-ci 1/3: --inject-bug skip-uniqueness must be caught (exit 1 with violations)"
+chaos-ci: build ## short failure test (~5 min): a broken build must be caught, then every nemesis at least once on a sound one, TLS, and a one-node store paused
+	@echo "== chaos-ci 1/4: --inject-bug skip-uniqueness must be caught (exit 1 with violations)"
 	@rc=0; bin/idem chaos --quiet --duration 30s --nemesis kill --interval 4s --seed 11 \
 	  --inject-bug skip-uniqueness --inject-into all --out chaos-out/ci-broken > chaos-out-broken.txt 2>&1 || rc=$$?; \
 	cat chaos-out-broken.txt; \
 	if [ $$rc -ne 1 ] || ! grep -q '^VIOLATIONS' chaos-out-broken.txt; then \
 	  rm -f chaos-out-broken.txt; echo "chaos-ci: the injected bug was NOT detected (exit $$rc)"; exit 1; fi; \
 	rm -f chaos-out-broken.txt; echo "chaos-ci: the injected bug was detected, as it must be"
-	@echo "== chaos-ci 2/3: every nemesis at least once (--every-nemesis runs past --duration until each has), no violation allowed"
+	@echo "== chaos-ci 2/4: every nemesis at least once (--every-nemesis runs past --duration until each has), no violation allowed"
 	bin/idem chaos --duration 100s --nemesis all --every-nemesis --interval 3s --seed 42 --out chaos-out/ci
-	@echo "== chaos-ci 3/3: the same faults that touch connections (kill, partition, snapshot) with TLS everywhere"
+	@echo "== chaos-ci 3/4: the same faults that touch connections (kill, partition, snapshot) with TLS everywhere"
 	bin/idem chaos --quiet --tls --duration 40s --nemesis kill,partition,snapshot --interval 4s --seed 7 --out chaos-out/ci-tls
+	@echo "== chaos-ci 4/4: a one-node store killed and stopped for up to 30s, its leader staying leader (the pause that once expired records early)"
+	bin/idem chaos --quiet --nodes 1 --nemesis pause,kill --pause-max 30s --duration 45s --interval 3s --seed 9 --out chaos-out/ci-one
 
 clean: ## remove build output and the default data dir
 	rm -rf bin idem-data cluster-data chaos-out
