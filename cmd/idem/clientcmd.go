@@ -74,7 +74,7 @@ func newCLICmd(name, synopsis string, stdout, stderr io.Writer) *cliCmd {
 	}
 	c.fs.StringVar(&c.addr, "addr", addr, "HTTP `address` of any node, host:port or URL (env IDEM_ADDR)")
 	c.fs.StringVar(&c.authToken, "auth-token", "", "bearer `token` for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
-	c.fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token (as --auth-token; not the fencing --token) from the first line of `path` that is not empty or a # comment")
+	c.fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token (as --auth-token; not the fencing --token) from the one line of `path` that is not empty or a # comment")
 	c.fs.StringVar(&c.principal, "principal", "", "tenant the calling service acts for (required)")
 	c.fs.StringVar(&c.endpoint, "endpoint", "", "operation the key belongs to, e.g. 'POST /payments' (required)")
 	c.fs.StringVar(&c.key, "key", "", "idempotency key, printable ASCII (required)")

@@ -433,7 +433,7 @@ func authTokenFlag(fs *flag.FlagSet, usage string) func() string {
 	// admin's token (cluster, snapshot, keys) could only be given on the
 	// command line or in the environment, though SECURITY.md says to keep
 	// tokens in a file of mode 0600.
-	file := fs.String("token-file", "", "read the bearer token (as --auth-token) from the first line of `path` that is not empty or a # comment")
+	file := fs.String("token-file", "", "read the bearer token (as --auth-token) from the one line of `path` that is not empty or a # comment")
 	return func() string {
 		t, _ := bearerToken(*v, *file) // authTokenProblem has refused flags that give none
 		return t
@@ -496,26 +496,38 @@ func authTokenProblem(fs *flag.FlagSet, stderr io.Writer, name string) error {
 // users.
 const tokenFileWhy = "whoever reads it can use its bearer token"
 
-// readTokenFile reads a bearer token from the first line of path that is
+// readTokenFile reads a bearer token from the one line of path that is
 // not empty or a # comment; errors name flag, the flag that gave path.
+// It reads a file as serve's --node-token-file does (readOneToken): a
+// removed node's add-back command gives that file as --token-file, so a
+// leading byte order mark is skipped and a second token is refused.
 func readTokenFile(flag, path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", flag, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc := bufio.NewScanner(bytes.NewReader(bytes.TrimPrefix(b, []byte("\ufeff"))))
 	// Room for a token of client.MaxTokenBytes and the spaces around it:
 	// a longer line stopped the scan, and the file "held no token".
 	sc.Buffer(nil, client.MaxTokenBytes+4096)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" && !strings.HasPrefix(line, "#") {
-			return line, nil
+	token, first := "", 0
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
 		}
+		if token != "" {
+			return "", fmt.Errorf("%s %s holds two tokens (lines %d and %d); a token file holds one token, on one line (blank lines and # comments aside)", flag, path, first, n)
+		}
+		token, first = line, n
 	}
 	if errors.Is(sc.Err(), bufio.ErrTooLong) {
 		return "", fmt.Errorf("%s %s: a line is longer than %d bytes, more than any token a node can be sent (it reads at most 1 MiB of request headers)", flag, path, client.MaxTokenBytes)
 	}
-	return "", fmt.Errorf("%s %s holds no token", flag, path)
+	if token == "" {
+		return "", fmt.Errorf("%s %s holds no token", flag, path)
+	}
+	return token, nil
 }
 
 // printFlags prints every flag of fs with its usage string, as --name
