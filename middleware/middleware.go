@@ -1216,7 +1216,7 @@ func (m *mw) refuse(w http.ResponseWriter, r *http.Request, next http.Handler, e
 			// misconfiguration, refused for every keyed request, so not
 			// the caller's 400, and never run unprotected.
 			if n := m.leaseRefused.Add(1); m.leaseLog.Allow(10 * time.Second) {
-				m.log.Error("idempotency store refused Options.Lease: it is outside the store's --min-lease/--max-lease; set Options.Lease within them; refusing every keyed request (said at most every 10s)",
+				m.log.Error("idempotency store refused the lease (Options.Lease; idem proxy's --lease): it is outside the store's --min-lease/--max-lease; set it within them; refusing every keyed request (said at most every 10s)",
 					"lease", m.o.Lease, "detail", p.Detail, "refused-total", n)
 			}
 			writeProblem(w, http.StatusServiceUnavailable, "unavailable",

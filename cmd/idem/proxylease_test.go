@@ -89,4 +89,8 @@ func TestProxyWarnsOfALeaseOutsideTheStoresBounds(t *testing.T) {
 	a := pxSend(t, "POST", px.url+"/pay", "lease-bounds-1", `{}`)
 	require.Equal(t, http.StatusServiceUnavailable, a.status, "%+v", a)
 	require.Equal(t, int64(0), up.runs.Load())
+	// Each refused request is logged too: naming the proxy's flag, since
+	// an operator of idem proxy has no Options.Lease to set.
+	waitForLine(t, px.logs, "idempotency store refused the lease")
+	require.Contains(t, px.logs.String(), "idem proxy's --lease")
 }

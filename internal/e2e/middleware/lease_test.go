@@ -367,7 +367,7 @@ func TestLeaseOutsideTheStoresBoundsIsTheServersFault(t *testing.T) {
 	// Every keyed request meets it: said at most every 10 s by each
 	// middleware, with the count, not once a request (a busy server's log
 	// held nothing else).
-	require.Equal(t, 2, strings.Count(logs.String(), "store refused Options.Lease"), logs.String())
+	require.Equal(t, 2, strings.Count(logs.String(), "idempotency store refused the lease"), logs.String())
 	require.Contains(t, logs.String(), "refused-total=1")
 	require.Contains(t, logs.String(), "level=ERROR")
 	require.Contains(t, logs.String(), "20000") // the store's --max-lease, in ms
