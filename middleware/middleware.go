@@ -82,7 +82,8 @@ type Options struct {
 	// runs; default 30s. Keep it at ShortLease or more: an answer the
 	// store cannot take before the lease runs out (the cluster electing a
 	// leader, a stopped node: seconds) lets a retry take the key over and
-	// run the handler again; New logs a warning below it. It must be
+	// run the handler again; New logs a warning below it, and refuses a
+	// Lease outside 100ms to 1h. It must be
 	// within the store's --min-lease and --max-lease, or every claim is
 	// refused (503 to the caller): New reads them from a Store that has
 	// a Config method (*client.Client, not a client.Batcher) and logs at
