@@ -129,10 +129,16 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "this node's raft log is stopped: the disk filled as it made the log's next segment file, so no leader can be elected here and the write was refused; nothing changed. Without a leader, reads answer 503 too, but with consistency=stale they are answered from this node's state; writes are accepted again once space is freed (the log reopens by itself)")
 		p.retryAfter = 30
 		return p
+	case errors.Is(err, raftfsm.ErrStorageNearlyFull):
+		// The disk is above the threshold: saying it is below misled
+		// whoever checked df.
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's disk is nearly full: applying this write with those in flight (about twice their bytes) would take it under its minimum free space (--min-free-disk, or 96 MiB if that is more), so the write was refused and nothing changed; reads still work, and writes are accepted again as those in flight finish or space is freed")
+		p.retryAfter = 30
+		return p
 	case errors.Is(err, raftfsm.ErrStorageFull):
 		// Space comes back by expiry or by an operator, not in a second:
 		// a client retrying at once would only be refused again.
-		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's disk is below its minimum free space (--min-free-disk), so the write was refused and nothing changed; reads still work, and writes are accepted again once space is freed")
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's disk is below its minimum free space (--min-free-disk, or 96 MiB if that is more: room for the raft log's next segment), so the write was refused and nothing changed; reads still work, and writes are accepted again once space is freed")
 		p.retryAfter = 30
 		return p
 	case errors.Is(err, raftfsm.ErrEntryTooLarge):

@@ -35,6 +35,13 @@ var ErrStorageFull = errors.New("raftfsm: storage full")
 // (--min-free-disk 0) answered 503 "no leader" forever.
 var ErrLogStopped = fmt.Errorf("%w: this node's raft log is stopped", ErrStorageFull)
 
+// ErrStorageNearlyFull means the leader's disk is above the threshold but
+// applying the write, with those in flight (about twice their bytes),
+// would take it under: refused before it was proposed, nothing changed.
+// The API says so: a client told the disk "is below its minimum free
+// space" read a df that said otherwise.
+var ErrStorageNearlyFull = fmt.Errorf("%w: no room to apply the write", ErrStorageFull)
+
 // BallastFile is the name of the ballast in the data dir: space reserved
 // at start that the node gives back when its disk fills, so it can still
 // apply expiry, flush Pebble and restart. An operator may delete it to make
@@ -624,7 +631,7 @@ func (g *diskGuard) reserve(size int) (release func(), err error) {
 			g.log.Warn("disk nearly full: this leader refuses client writes with 507 storage_full that applying, with the writes it is applying, would take its disk under the storage-full threshold (applying an entry writes about twice its bytes); it takes them again as its applies finish",
 				"free-bytes", free, "needs-bytes", need, "proposing-bytes", proposing-n, "entry-bytes", n, "full-below", g.fullBelow, "data-dir", g.dir)
 		}
-		return nil, fmt.Errorf("%w: %d bytes free on the leader's disk, under the %d applying this write and those in flight needs (twice their bytes above --min-free-disk, and room for the raft log's next segment)", ErrStorageFull, free, need)
+		return nil, fmt.Errorf("%w: %d bytes free on the leader's disk, under the %d applying this write and those in flight needs (twice their bytes above --min-free-disk, and room for the raft log's next segment)", ErrStorageNearlyFull, free, need)
 	}
 	return release, nil
 }
