@@ -933,6 +933,11 @@ func (h *fullHandOff) step(n *Node, now time.Time) {
 		return
 	}
 	h.tried = now
+	if !n.hasOtherVoter() {
+		// A one-node store: no voter to hand it to, and nothing to say
+		// of one ("disk space low" says what to do).
+		return
+	}
 	// Bounded: this loop also keeps the free space current, and Close
 	// waits for it.
 	ctx, cancel := context.WithTimeout(context.Background(), fullHandOffWait)
@@ -949,6 +954,21 @@ func (h *fullHandOff) step(n *Node, now time.Time) {
 		return
 	}
 	n.log.Warn("this leader's disk is full: handed the leadership to a voter with room on its disk, so the cluster takes writes and linearizable reads again; this node falls behind until space is freed on its disk", "to", id, "data-dir", n.disk.dir, "free-bytes", n.disk.free.Load())
+}
+
+// hasOtherVoter says whether the configuration holds a voter besides this
+// node (true when it cannot be read: the hand-off then looks for one).
+func (n *Node) hasOtherVoter() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return true
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter && string(s.ID) != n.self.ID {
+			return true
+		}
+	}
+	return false
 }
 
 // roomyVoter is a voter other than this leader that it judges healthy and
