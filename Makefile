@@ -10,7 +10,7 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
 
 run: build ## start a one-node store on 127.0.0.1:7070 with data in ./idem-data
-	@# the binary itself, not go run: Ctrl-C then ends with the node's own status (0)
+	@# the binary itself, not go run: Ctrl-C then reaches the node, which drains and logs "stopped" (make itself then exits 130)
 	./bin/idem serve $(ARGS)
 
 build: ## build bin/idem
