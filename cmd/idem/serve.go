@@ -150,7 +150,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	sizeVar(fs, &c.cacheBytes, "cache-bytes", 64<<20, "Pebble block cache size in bytes")
 	sizeVar(fs, &c.gcFloorBytes, "gc-floor-bytes", 64<<20, "Go garbage collection waits until the heap reaches this many bytes while less than half of it is live: a young node's live heap is a few MiB, which Go's default pacing (GOGC) collected ~25 times a second under load; 0 leaves Go's pacing")
 	fs.StringVar(&c.encryptionKeyFile, "encryption-key-file", "", `JSON {"keys":[{"id":"k2","key":"<base64 of 32 bytes>"},...]}: stored responses and correlation ids are encrypted (AES-256-GCM) with the first key; the others only decrypt older records (idem keys --help)`)
-	sizeVar(fs, &c.minFreeDisk, "min-free-disk", d.MinFreeDisk, "free space the data dir's disk keeps, a size (bytes, or e.g. 256MiB, 1GiB, 500MB): below it, or below 96 MiB (room for the raft log's next segment) if that is more, the leader refuses writes with 507 storage_full; a ballast file of a quarter of it is kept in the data dir and removed when the disk fills (0 turns both off)")
+	sizeVar(fs, &c.minFreeDisk, "min-free-disk", d.MinFreeDisk, "free space the data dir's disk keeps, a size (bytes, or e.g. 256MiB, 1GiB, 500MB): below it, or below 96 MiB (room for the raft log's next segment) if that is more, the leader refuses writes with 507 storage_full; a ballast file of a quarter of it is kept in the data dir and removed when the disk fills (0 turns both off; a size under 1MiB is refused, since a plain number is bytes)")
 	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
@@ -210,6 +210,11 @@ func (c *serveConfig) validate() error {
 	}
 	if c.dataDir == "" {
 		bad("--data-dir must not be empty")
+	}
+	if c.minFreeDisk > 0 && c.minFreeDisk < 1<<20 {
+		// A plain number is bytes: --min-free-disk 10, meant as 10GiB,
+		// kept 10 bytes free with a 2-byte ballast.
+		bad("--min-free-disk %s is less than 1MiB, no free space to keep: a plain number is bytes; give a unit (e.g. 10GiB, 512MiB), or 0 to turn the guard off", formatShortest(c.minFreeDisk))
 	}
 	for _, a := range []struct{ flag, addr, example string }{
 		{"--http-addr", c.httpAddr, "127.0.0.1:7070"}, {"--raft-addr", c.raftAddr, "127.0.0.1:7071"},

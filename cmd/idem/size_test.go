@@ -142,3 +142,22 @@ func TestBenchSizeFlagsTakeUnits(t *testing.T) {
 		require.NotContains(t, stderr.String(), "invalid integer", "%v", tc.args)
 	}
 }
+
+// --min-free-disk 10 (an operator meaning 10GiB) was taken as 10 bytes: the
+// node started with a ballast of 2 bytes ("ballast in place ... bytes=2")
+// and nothing said the unit was missing. A size under 1MiB is no free
+// space to keep, and is refused naming the flag, with nothing written.
+func TestMinFreeDiskWithoutAUnitIsRefused(t *testing.T) {
+	for _, v := range []string{"10", "524288"} {
+		dir := filepath.Join(t.TempDir(), "data")
+		var stdout, stderr bytes.Buffer
+		// Bounded: taken, the node would serve until ctx ends.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		code := run(ctx, []string{"serve", "--data-dir", dir, "--min-free-disk", v,
+			"--http-addr", freePort(t), "--raft-addr", freePort(t)}, &stdout, &stderr)
+		cancel()
+		require.Equal(t, 2, code, stderr.String())
+		require.Contains(t, stderr.String(), "idem serve: --min-free-disk "+v+" is less than 1MiB")
+		require.NoDirExists(t, dir)
+	}
+}
