@@ -38,17 +38,7 @@ func TestOneTokensBatchesHoldAtMostHalfTheInFlightOps(t *testing.T) {
 
 	// A batch of 512 gets (40 MB of answer) whose answer is not read: it
 	// holds its 512 ops while the node writes it.
-	gets := make([]any, 512)
-	for i := range gets {
-		gets[i] = op("get", big)
-	}
-	req, err := json.Marshal(map[string]any{"ops": gets})
-	require.NoError(t, err)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "POST /v1/batch HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", appToken, len(req), req)
-	require.NoError(t, err)
+	conn := sendUnreadGets(t, n, appToken, big, 512)
 	require.Eventually(t, func() bool { return n.api.InFlight() == 1 }, 5*time.Second, 10*time.Millisecond)
 	time.Sleep(200 * time.Millisecond) // its ops are decided, its answer being written
 
@@ -72,4 +62,23 @@ func TestOneTokensBatchesHoldAtMostHalfTheInFlightOps(t *testing.T) {
 	require.Eventually(t, func() bool {
 		return a.post("/v1/batch", map[string]any{"ops": []any{op("claim", mine, "fingerprint", fp1)}}).status == http.StatusOK
 	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// sendUnreadGets sends, as token, a batch of count gets of sc on a
+// connection of its own whose answer is never read, and returns the
+// connection (closed at the test's end).
+func sendUnreadGets(t *testing.T, n *testNode, token string, sc scope, count int) net.Conn {
+	t.Helper()
+	gets := make([]any, count)
+	for i := range gets {
+		gets[i] = op("get", sc)
+	}
+	req, err := json.Marshal(map[string]any{"ops": gets})
+	require.NoError(t, err)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	_, err = fmt.Fprintf(conn, "POST /v1/batch HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", token, len(req), req)
+	require.NoError(t, err)
+	return conn
 }

@@ -416,17 +416,7 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 
 	// 80 MB of answer, past the node's 16 MiB: the gets past the bound are
 	// answered 503, and those answers fill it up.
-	gets := make([]any, 1024)
-	for i := range gets {
-		gets[i] = op("get", big)
-	}
-	req, err := json.Marshal(map[string]any{"ops": gets})
-	require.NoError(t, err)
-	conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
-	require.NoError(t, err)
-	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "POST /v1/batch HTTP/1.1\r\nHost: idem\r\nAuthorization: Bearer %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", appToken, len(req), req)
-	require.NoError(t, err)
+	sendUnreadGets(t, n, appToken, big, 1024)
 
 	probe := map[string]any{"ops": []any{op("get", scope{"cus_a1", "POST /payments", "nothing"})}}
 	var refused reply
