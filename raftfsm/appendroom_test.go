@@ -129,16 +129,9 @@ func TestNearlyFullFollowerForgetsAppliedBatchesStoredAfterAReplacedTail(t *test
 // with room to spare, until the leader's retries backed off to entries it
 // held (hundreds of tries with a 512-entry MaxAppendEntries).
 func TestNearlyFullFollowerCountsOnlyEntriesItKnowsAreCommitted(t *testing.T) {
-	mnt := smallTmpfs(t, "64m")
-	free, err := engine.DiskFree(mnt)
-	require.NoError(t, err)
-	var commit atomic.Uint64
 	// Room to apply 2.5 MiB of entries.
-	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - 5<<20, log: slog.New(slog.DiscardHandler), commitIndex: commit.Load}
-	ls, err := openWAL(t.TempDir(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { ls.Close() })
-	s := guardedLogStore{ls, g, func() bool { return false }, newLogCache()}
+	s, commit := nearlyFullFollower(t, 5<<20)
+	g := s.g
 
 	require.NoError(t, s.StoreLogs(entries(1, 1, 2, 1<<20))) // the leader's commit index is 0 yet
 	// The next append carries 3 and the commit index 2: the follower does
@@ -191,22 +184,17 @@ func raftAppend(s raft.LogStore, lastIdx *uint64, logs []*raft.Log) error {
 // before it would send a snapshot). A nearly full follower refused that
 // append for room. The batch that replaces a tail just deleted is taken.
 func TestNearlyFullFollowerTakesTheEntriesThatReplaceATailItDeleted(t *testing.T) {
-	mnt := smallTmpfs(t, "64m")
-	free, err := engine.DiskFree(mnt)
-	require.NoError(t, err)
 	// Room to apply 4 MiB of entries.
-	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - 8<<20, log: slog.New(slog.DiscardHandler)}
-	ls, err := openWAL(t.TempDir(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { ls.Close() })
-	s := guardedLogStore{ls, g, func() bool { return false }, newLogCache()}
+	s, _ := nearlyFullFollower(t, 8<<20)
+	g := s.g
+	g.commitIndex = nil // every stored batch counted
 
 	var lastIdx uint64
 	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 1, 5, 1000)))
 	g.applied.Store(5)
 	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 6, 8, 1000))) // a tail never committed
 	// The new leader's entries from 6 on, more than the room left.
-	err = raftAppend(s, &lastIdx, entries(2, 6, 12, 1<<20))
+	err := raftAppend(s, &lastIdx, entries(2, 6, 12, 1<<20))
 	// Room comes back (the applies caught up, space was freed).
 	g.fullBelow = 0
 	if err != nil {
@@ -214,7 +202,7 @@ func TestNearlyFullFollowerTakesTheEntriesThatReplaceATailItDeleted(t *testing.T
 		err = raftAppend(s, &lastIdx, entries(2, 6, 12, 1<<20))
 	}
 	require.NoError(t, err, "the follower takes no append again until it restarts")
-	last, err := ls.LastIndex()
+	last, err := s.LastIndex()
 	require.NoError(t, err)
 	require.Equal(t, uint64(12), last)
 	require.Equal(t, last, lastIdx)
@@ -229,16 +217,9 @@ func TestNearlyFullFollowerTakesTheEntriesThatReplaceATailItDeleted(t *testing.T
 // follower refused every client write after them, the only entries that
 // could move its applied index past them, until it restarted.
 func TestNearlyFullFollowerForgetsTheTailRaftDeleted(t *testing.T) {
-	mnt := smallTmpfs(t, "64m")
-	free, err := engine.DiskFree(mnt)
-	require.NoError(t, err)
-	var commit atomic.Uint64
 	// Room to apply 4 MiB of entries.
-	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - 8<<20, log: slog.New(slog.DiscardHandler), commitIndex: commit.Load}
-	ls, err := openWAL(t.TempDir(), nil)
-	require.NoError(t, err)
-	t.Cleanup(func() { ls.Close() })
-	s := guardedLogStore{ls, g, func() bool { return false }, newLogCache()}
+	s, commit := nearlyFullFollower(t, 8<<20)
+	g := s.g
 
 	var lastIdx uint64
 	require.NoError(t, raftAppend(s, &lastIdx, entries(1, 1, 5, 1000)))
@@ -255,4 +236,21 @@ func TestNearlyFullFollowerForgetsTheTailRaftDeleted(t *testing.T) {
 	commit.Store(8)
 	require.Zero(t, g.unapplied(), "the deleted tail is counted as committed entries to apply")
 	require.NoError(t, raftAppend(s, &lastIdx, entries(2, 9, 9, 3<<19)), "refused a write it has room for")
+}
+
+// nearlyFullFollower is a follower's guarded raft log on a 64 MiB tmpfs
+// whose storage-full threshold is room bytes under its free space (room
+// to apply half of that), and the commit index it has learned, which the
+// test sets.
+func nearlyFullFollower(t *testing.T, room uint64) (guardedLogStore, *atomic.Uint64) {
+	t.Helper()
+	mnt := smallTmpfs(t, "64m")
+	free, err := engine.DiskFree(mnt)
+	require.NoError(t, err)
+	commit := new(atomic.Uint64)
+	g := &diskGuard{dir: mnt, minFree: 1 << 20, fullBelow: free - room, log: slog.New(slog.DiscardHandler), commitIndex: commit.Load}
+	ls, err := openWAL(t.TempDir(), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	return guardedLogStore{ls, g, func() bool { return false }, newLogCache()}, commit
 }
