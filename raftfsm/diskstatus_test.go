@@ -75,15 +75,7 @@ func TestFullFollowerIsNamedFullByTheLeader(t *testing.T) {
 // leadership by hand (a disk-full walk on real processes). A full leader
 // now hands it to a voter with room, and the cluster takes writes again.
 func TestFullLeaderHandsTheLeadershipToAVoterWithRoom(t *testing.T) {
-	mnt := smallTmpfs(t, "512m")
-	c := newMemCluster(t)
-	cfg := DefaultConfig() // --min-free-disk 256MiB: the writes stop under it
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", filepath.Join(mnt, "n1"), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-n1"
-	var logs logBuffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	n1 := c.start(cfg)
-	c.leader(n1)
+	mnt, c, n1, logs := fullDiskLeader(t)
 	n2 := c.open("n2", "", false)
 	c.join(n2, n1)
 	n3 := c.open("n3", "", false)
@@ -152,15 +144,7 @@ func TestFullVotersElectALeaderThatServesReads(t *testing.T) {
 // do not exist, for the operator to puzzle over at 3 am. It tries no
 // hand-off and says nothing of it there.
 func TestFullOneNodeStoreSpeaksOfNoOtherVoter(t *testing.T) {
-	mnt := smallTmpfs(t, "512m")
-	c := newMemCluster(t)
-	cfg := DefaultConfig() // --min-free-disk 256MiB: the writes stop under it
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", filepath.Join(mnt, "n1"), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-n1"
-	var logs logBuffer
-	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
-	n1 := c.start(cfg)
-	c.leader(n1)
+	mnt, _, n1, logs := fullDiskLeader(t)
 	write(t, n1, "before")
 
 	out, err := exec.Command("fallocate", "-l", "200m", filepath.Join(mnt, "filler")).CombinedOutput()
@@ -170,4 +154,21 @@ func TestFullOneNodeStoreSpeaksOfNoOtherVoter(t *testing.T) {
 	require.True(t, n1.IsLeader())
 	require.Contains(t, logs.String(), "disk space low", "the node says its disk is full")
 	require.NotContains(t, logs.String(), "no other voter", "a one-node store has none to speak of")
+}
+
+// fullDiskLeader is a memCluster whose bootstrapped leader n1 keeps the
+// default --min-free-disk (256MiB: its writes stop under it) on a 512 MiB
+// tmpfs, mounted at mnt, logging into logs.
+func fullDiskLeader(t *testing.T) (mnt string, c *memCluster, n1 *Node, logs *logBuffer) {
+	t.Helper()
+	mnt = smallTmpfs(t, "512m")
+	c = newMemCluster(t)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", filepath.Join(mnt, "n1"), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-n1"
+	logs = new(logBuffer)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	n1 = c.start(cfg)
+	c.leader(n1)
+	return mnt, c, n1, logs
 }
