@@ -190,7 +190,7 @@ func TestCompleteCommandSendsResponse(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokenFile := filepath.Join(dir, "token")
-	if err := os.WriteFile(tokenFile, []byte("# operators\n\ns3cret\nother\n"), 0o600); err != nil {
+	if err := os.WriteFile(tokenFile, []byte("# operators\n\ns3cret\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	code, stdout, stderr := runClientCmd(t, runComplete, "--addr", f.url, "--token-file", tokenFile,
@@ -207,7 +207,7 @@ func TestCompleteCommandSendsResponse(t *testing.T) {
 		t.Errorf("sent %s %v\nwant /v1/complete %v", f.path, f.body, want)
 	}
 	if f.auth != "Bearer s3cret" {
-		t.Errorf("Authorization %q, want the first token of --token-file", f.auth)
+		t.Errorf("Authorization %q, want the token of --token-file (comments and blank lines skipped)", f.auth)
 	}
 	if !strings.Contains(stdout, `"outcome": "completed"`) {
 		t.Errorf("stdout %q", stdout)
