@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -498,7 +496,7 @@ const tokenFileWhy = "whoever reads it can use its bearer token"
 
 // readTokenFile reads a bearer token from the one line of path that is
 // not empty or a # comment; errors name flag, the flag that gave path.
-// It reads a file as serve's --node-token-file does (readOneToken): a
+// It reads a file as serve's --node-token-file does (tokenLine): a
 // removed node's add-back command gives that file as --token-file, so a
 // leading byte order mark is skipped and a second token is refused.
 func readTokenFile(flag, path string) (string, error) {
@@ -506,26 +504,15 @@ func readTokenFile(flag, path string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s: %w", flag, err)
 	}
-	sc := bufio.NewScanner(bytes.NewReader(bytes.TrimPrefix(b, []byte("\ufeff"))))
-	// Room for a token of client.MaxTokenBytes and the spaces around it:
-	// a longer line stopped the scan, and the file "held no token".
-	sc.Buffer(nil, client.MaxTokenBytes+4096)
-	token, first := "", 0
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
+	// Room for a token of client.MaxTokenBytes and the spaces around it.
+	for line := range strings.Lines(string(b)) {
+		if len(strings.TrimRight(line, "\r\n")) > client.MaxTokenBytes+4096 {
+			return "", fmt.Errorf("%s %s: a line is longer than %d bytes, more than any token a node can be sent (it reads at most 1 MiB of request headers)", flag, path, client.MaxTokenBytes)
 		}
-		if token != "" {
-			return "", fmt.Errorf("%s %s holds two tokens (lines %d and %d); a token file holds one token, on one line (blank lines and # comments aside)", flag, path, first, n)
-		}
-		token, first = line, n
 	}
-	if errors.Is(sc.Err(), bufio.ErrTooLong) {
-		return "", fmt.Errorf("%s %s: a line is longer than %d bytes, more than any token a node can be sent (it reads at most 1 MiB of request headers)", flag, path, client.MaxTokenBytes)
-	}
-	if token == "" {
-		return "", fmt.Errorf("%s %s holds no token", flag, path)
+	token, _, err := tokenLine(string(b))
+	if err != nil {
+		return "", fmt.Errorf("%s %s %w", flag, path, err)
 	}
 	return token, nil
 }

@@ -218,22 +218,10 @@ func readOneToken(r io.Reader) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	var t string
-	first, n := 0, 0
-	for line := range strings.Lines(strings.TrimPrefix(string(b), "\ufeff")) {
-		n++
-		l := strings.TrimSpace(line)
-		if l == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		if t != "" {
-			return "", fmt.Errorf("holds two tokens (lines %d and %d); a token file holds one token, on one line (blank lines and # comments aside)", first, n)
-		}
-		t, first = l, n
-	}
+	t, first, err := tokenLine(string(b))
 	switch {
-	case t == "":
-		return "", errors.New("holds no token (only blank lines or # comments)")
+	case err != nil:
+		return "", err
 	case strings.ContainsAny(t, " \t"):
 		return "", fmt.Errorf("the token on line %d contains a blank; a bearer token has none", first)
 	case strings.ContainsFunc(t, unicode.IsControl):
@@ -242,6 +230,31 @@ func readOneToken(r io.Reader) (string, error) {
 		return "", fmt.Errorf("the token on line %d contains a control character (a line ended by a bare CR?); a bearer token has none", first)
 	}
 	return t, nil
+}
+
+// tokenLine is the one line of text that is not blank or a # comment,
+// trimmed (a line ends at LF; a leading byte order mark is skipped), and
+// its number: how a token file is read, by serve's --node-token-file
+// (readOneToken) and the client commands' --token-file (readTokenFile)
+// alike. Two such lines are refused: which one is the token would be a
+// guess.
+func tokenLine(text string) (token string, line int, err error) {
+	n := 0
+	for l := range strings.Lines(strings.TrimPrefix(text, "\ufeff")) {
+		n++
+		l = strings.TrimSpace(l)
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if token != "" {
+			return "", 0, fmt.Errorf("holds two tokens (lines %d and %d); a token file holds one token, on one line (blank lines and # comments aside)", line, n)
+		}
+		token, line = l, n
+	}
+	if token == "" {
+		return "", 0, errors.New("holds no token (only blank lines or # comments)")
+	}
+	return token, line, nil
 }
 
 func runTokenCheck(args []string, stdout, stderr io.Writer) int {
