@@ -583,10 +583,7 @@ func (g *diskGuard) admitAppend(logs []*raft.Log) error {
 	if g.full.Load() {
 		return errLogDiskFull
 	}
-	var size uint64
-	for _, l := range logs {
-		size += uint64(len(l.Data) + len(l.Extensions))
-	}
+	size := entryBytes(logs)
 	g.read() // on error, the last value read
 	backlog := g.unapplied()
 	need := g.fullBelow + applyCost*(backlog+size)
@@ -642,9 +639,8 @@ func (g *diskGuard) reserve(size int) (release func(), err error) {
 // applied without it, and a batch ending in one was counted until a later
 // command was applied, which a follower refusing appends never got.
 func (g *diskGuard) stored(logs []*raft.Log) {
-	var size, last uint64
+	var last uint64
 	for _, l := range logs {
-		size += uint64(len(l.Data) + len(l.Extensions))
 		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
 			last = l.Index
 		}
@@ -652,11 +648,21 @@ func (g *diskGuard) stored(logs []*raft.Log) {
 	if last == 0 {
 		return // nothing the FSM applies
 	}
+	size := entryBytes(logs)
 	g.backlogMu.Lock()
 	defer g.backlogMu.Unlock()
 	g.pruneLocked()
 	g.backlog = append(g.backlog, storedBatch{last, size})
 	g.backlogBytes += size
+}
+
+// entryBytes is the bytes of the entries' data and extensions.
+func entryBytes(logs []*raft.Log) uint64 {
+	var n uint64
+	for _, l := range logs {
+		n += uint64(len(l.Data) + len(l.Extensions))
+	}
+	return n
 }
 
 // unapplied is the bytes of the stored batches not applied yet that this
@@ -693,9 +699,14 @@ func (g *diskGuard) unapplied() uint64 {
 // applied.
 func (g *diskGuard) pruneLocked() {
 	applied := g.applied.Load()
+	g.dropLocked(func(b storedBatch) bool { return b.last <= applied })
+}
+
+// dropLocked forgets the stored batches gone says are, and their bytes.
+func (g *diskGuard) dropLocked(gone func(storedBatch) bool) {
 	kept := g.backlog[:0]
 	for _, b := range g.backlog {
-		if b.last <= applied {
+		if gone(b) {
 			g.backlogBytes -= b.bytes
 		} else {
 			kept = append(kept, b)
@@ -719,16 +730,7 @@ func (g *diskGuard) pruneLocked() {
 func (g *diskGuard) forgetFrom(from uint64) {
 	g.backlogMu.Lock()
 	defer g.backlogMu.Unlock()
-	kept := g.backlog[:0]
-	for _, b := range g.backlog {
-		if b.last >= from {
-			g.backlogBytes -= b.bytes
-		} else {
-			kept = append(kept, b)
-		}
-	}
-	clear(g.backlog[len(kept):])
-	g.backlog = kept
+	g.dropLocked(func(b storedBatch) bool { return b.last >= from })
 }
 
 // seedBacklog counts the entries the raft log holds past applied, the
@@ -753,7 +755,7 @@ func (g *diskGuard) seedBacklog(log raft.LogStore, applied uint64) {
 		if log.GetLog(i, &l) != nil {
 			continue
 		}
-		if batch = append(batch, &l); len(batch) == 512 || i == last {
+		if batch = append(batch, &l); len(batch) == 512 {
 			g.stored(batch)
 			batch = batch[:0]
 		}
@@ -960,15 +962,7 @@ func (h *fullHandOff) step(n *Node, now time.Time) {
 // node (true when it cannot be read: the hand-off then looks for one).
 func (n *Node) hasOtherVoter() bool {
 	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return true
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter && string(s.ID) != n.self.ID {
-			return true
-		}
-	}
-	return false
+	return f.Error() != nil || len(voters(f.Configuration(), n.self.ID)) > 0
 }
 
 // roomyVoter is a voter other than this leader that it judges healthy and
