@@ -1033,8 +1033,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 				// retry. The key was used with another request, as for
 				// a replay below.
 				m.release(r, s, res.Token, "the key's record is of another endpoint")
-				writeProblem(w, http.StatusUnprocessableEntity, client.CodeFingerprintMismatch,
-					"this Idempotency-Key was used with a request to another endpoint; use a new key for a new request", 0)
+				writeOtherEndpoint(w)
 				return
 			}
 			m.run(w, r, next, s, res, sentAt)
@@ -1048,8 +1047,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 				// a refund sent with a payment's key and body was answered
 				// the payment's 201, and never ran. The key was used with
 				// another request.
-				writeProblem(w, http.StatusUnprocessableEntity, client.CodeFingerprintMismatch,
-					"this Idempotency-Key was used with a request to another endpoint; use a new key for a new request", 0)
+				writeOtherEndpoint(w)
 				return
 			}
 			m.replay(w, r, res.Record)
@@ -1086,6 +1084,14 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		m.refuse(w, r, next, err)
 		return
 	}
+}
+
+// writeOtherEndpoint answers a request whose key's record, under the
+// store's --scope principal, is of another endpoint: 422, as a key used
+// with another request.
+func writeOtherEndpoint(w http.ResponseWriter) {
+	writeProblem(w, http.StatusUnprocessableEntity, client.CodeFingerprintMismatch,
+		"this Idempotency-Key was used with a request to another endpoint; use a new key for a new request", 0)
 }
 
 // recordGetter is a Store that reads a record (client.Client and
