@@ -25,39 +25,12 @@ import (
 // the refund never ran, and its caller was told it had. A record of
 // another endpoint is a key used with another request: 422.
 func TestPrincipalScopeKeyOfAnotherEndpointIsNotReplayed(t *testing.T) {
-	store, err := client.New(idemtest.Start(t, idemtest.Options{PrincipalScope: true}).URL)
-	require.NoError(t, err)
-	idem, err := middleware.New(middleware.Options{Store: store,
-		Fingerprint: func(r *http.Request, endpoint string, body []byte) (string, error) {
-			sum := sha256.Sum256(body)
-			return hex.EncodeToString(sum[:]), nil
-		}})
-	require.NoError(t, err)
-	var payments, refunds atomic.Int32
-	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var payments atomic.Int32
+	send, refunds := paymentsAndRefunds(t, func(w http.ResponseWriter, r *http.Request) {
 		payments.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"object":"payment"}`)
-	})))
-	mux.Handle("POST /refunds", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		refunds.Add(1)
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"object":"refund"}`)
-	})))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	send := func(path string) (*http.Response, string) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"amount":100}`))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "k-1")
-		req.Header.Set("Authorization", "Bearer t")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b)
-	}
+	})
 	resp, b := send("/payments")
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", b)
 	resp, b = send("/refunds")
@@ -79,42 +52,15 @@ func TestPrincipalScopeKeyOfAnotherEndpointIsNotReplayed(t *testing.T) {
 // the refund's retry was refused 422. A claim that takes over a record of
 // another endpoint is released and answered 422, as its replay is.
 func TestPrincipalScopeKeyOfAnotherEndpointIsNotTakenOver(t *testing.T) {
-	store, err := client.New(idemtest.Start(t, idemtest.Options{PrincipalScope: true}).URL)
-	require.NoError(t, err)
-	idem, err := middleware.New(middleware.Options{Store: store,
-		Fingerprint: func(r *http.Request, endpoint string, body []byte) (string, error) {
-			sum := sha256.Sum256(body)
-			return hex.EncodeToString(sum[:]), nil
-		}})
-	require.NoError(t, err)
-	var payments, refunds atomic.Int32
-	mux := http.NewServeMux()
-	mux.Handle("POST /payments", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	var payments atomic.Int32
+	send, refunds := paymentsAndRefunds(t, func(w http.ResponseWriter, r *http.Request) {
 		if payments.Add(1) == 1 {
 			w.WriteHeader(http.StatusServiceUnavailable) // released: the key may be tried again
 			return
 		}
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"object":"payment"}`)
-	})))
-	mux.Handle("POST /refunds", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		refunds.Add(1)
-		w.WriteHeader(http.StatusCreated)
-		io.WriteString(w, `{"object":"refund"}`)
-	})))
-	srv := httptest.NewServer(mux)
-	t.Cleanup(srv.Close)
-	send := func(path string) (*http.Response, string) {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"amount":100}`))
-		require.NoError(t, err)
-		req.Header.Set("Idempotency-Key", "k-1")
-		req.Header.Set("Authorization", "Bearer t")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		return resp, string(b)
-	}
+	})
 	resp, b := send("/payments")
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "%s", b)
 	resp, b = send("/refunds")
@@ -126,4 +72,41 @@ func TestPrincipalScopeKeyOfAnotherEndpointIsNotTakenOver(t *testing.T) {
 	require.Contains(t, b, "payment", "the payment's retry was answered another request's answer")
 	require.Empty(t, resp.Header.Get(middleware.HeaderReplayed))
 	require.Equal(t, int32(2), payments.Load())
+}
+
+// paymentsAndRefunds serves POST /payments with payment and POST /refunds
+// (a 201, counted in refunds) behind the middleware, on a store under
+// --scope principal, with a Fingerprint of the body alone. send posts the
+// same key and body to path, as the same caller.
+func paymentsAndRefunds(t *testing.T, payment http.HandlerFunc) (send func(path string) (*http.Response, string), refunds *atomic.Int32) {
+	t.Helper()
+	store, err := client.New(idemtest.Start(t, idemtest.Options{PrincipalScope: true}).URL)
+	require.NoError(t, err)
+	idem, err := middleware.New(middleware.Options{Store: store,
+		Fingerprint: func(r *http.Request, endpoint string, body []byte) (string, error) {
+			sum := sha256.Sum256(body)
+			return hex.EncodeToString(sum[:]), nil
+		}})
+	require.NoError(t, err)
+	refunds = new(atomic.Int32)
+	mux := http.NewServeMux()
+	mux.Handle("POST /payments", idem(payment))
+	mux.Handle("POST /refunds", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		refunds.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, `{"object":"refund"}`)
+	})))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return func(path string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"amount":100}`))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k-1")
+		req.Header.Set("Authorization", "Bearer t")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}, refunds
 }
