@@ -285,11 +285,9 @@ func (m *mw) checkLease(s configStore) {
 	if err != nil || cfg == nil {
 		return
 	}
-	lo, okLo := cfg.Limits["min_lease_ms"].(float64)
-	hi, okHi := cfg.Limits["max_lease_ms"].(float64)
-	if ms := float64(m.o.Lease.Milliseconds()); okLo && okHi && (ms < lo || ms > hi) {
+	if outside, lo, hi := cfg.LeaseOutside(m.o.Lease); outside {
 		m.log.Error("idempotency Options.Lease is outside the store's --min-lease/--max-lease: the store refuses every claim, and every keyed request is answered 503; set Options.Lease within them",
-			"lease", m.o.Lease, "store-min-lease", time.Duration(lo)*time.Millisecond, "store-max-lease", time.Duration(hi)*time.Millisecond)
+			"lease", m.o.Lease, "store-min-lease", lo, "store-max-lease", hi)
 	}
 }
 

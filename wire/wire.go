@@ -216,6 +216,21 @@ type ServerConfig struct {
 	Raw                 json.RawMessage `json:"-"`
 }
 
+// LeaseOutside reports whether a claim's lease (sent as its whole
+// milliseconds) is outside the server's --min-lease/--max-lease, which it
+// publishes as the limits min_lease_ms and max_lease_ms, and those
+// bounds; false when it publishes them not (an earlier release), as the
+// server would then refuse no lease for them.
+func (c *ServerConfig) LeaseOutside(lease time.Duration) (outside bool, min, max time.Duration) {
+	lo, okLo := c.Limits["min_lease_ms"].(float64)
+	hi, okHi := c.Limits["max_lease_ms"].(float64)
+	if !okLo || !okHi {
+		return false, 0, 0
+	}
+	ms := float64(lease.Milliseconds())
+	return ms < lo || ms > hi, time.Duration(lo) * time.Millisecond, time.Duration(hi) * time.Millisecond
+}
+
 // Node is a member of the cluster. Leader answers carry only the addresses.
 type Node struct {
 	ID       string `json:"id"`

@@ -744,13 +744,11 @@ func (p *proxy) checkStoreLimit(ctx context.Context) {
 		p.log.Warn("--max-stored-body is above the store's --max-response-bytes: answers between the two are stored without their body; set --max-stored-body to the store's limit",
 			"max-stored-body", p.cfg.maxStoredBody, "store-max-response-bytes", int64(limit))
 	}
-	lo, okLo := cfg.Limits["min_lease_ms"].(float64)
-	hi, okHi := cfg.Limits["max_lease_ms"].(float64)
-	if ms := float64(p.cfg.lease.Milliseconds()); okLo && okHi && (ms < lo || ms > hi) {
+	if outside, lo, hi := cfg.LeaseOutside(p.cfg.lease); outside {
 		// Every keyed request's claim would be refused (the caller gets
 		// 503): said at start, not found in the first request's log.
 		p.log.Error("--lease is outside the store's --min-lease/--max-lease: the store refuses every claim, and every keyed request is answered 503; set --lease within the store's bounds",
-			"lease", p.cfg.lease.String(), "store-min-lease", time.Duration(lo)*time.Millisecond, "store-max-lease", time.Duration(hi)*time.Millisecond)
+			"lease", p.cfg.lease.String(), "store-min-lease", lo, "store-max-lease", hi)
 	}
 }
 
