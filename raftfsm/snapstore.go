@@ -763,6 +763,17 @@ func (s *snapshotStore) holds(index uint64) (uint64, bool) {
 	return applied, true
 }
 
+// markHeld records id as a marker stored in place of a held snapshot,
+// which Open returns as it is (takeHeld).
+func (s *snapshotStore) markHeld(id string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if s.held == nil {
+		s.held = map[string]struct{}{}
+	}
+	s.held[id] = struct{}{}
+}
+
 // takeHeld reports whether id is a marker stored in place of a held
 // snapshot that raft has not opened yet, and forgets it.
 func (s *snapshotStore) takeHeld(id string) bool {
@@ -792,12 +803,7 @@ func (s *markerSink) Close() error {
 		return err
 	}
 	if s.held {
-		s.store.heldMu.Lock()
-		if s.store.held == nil {
-			s.store.held = map[string]struct{}{}
-		}
-		s.store.held[s.ID()] = struct{}{}
-		s.store.heldMu.Unlock()
+		s.store.markHeld(s.ID())
 	}
 	s.store.dropStreamsBefore(s.ID())
 	return nil
