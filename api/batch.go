@@ -140,10 +140,10 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 	}
 	tok := s.answeringBy.take(credentialOf(r))
 	defer s.answeringBy.put(tok)
-	if max := s.maxBatchAnswerBytes(); s.answering.Load() >= max {
+	if max, total := s.maxBatchAnswerBytes(), s.answering.Load(); total >= max {
 		writeProblem(w, answersFull(nil, "nothing was decided"))
 		return
-	} else if tok.over(0, s.answering.Load(), max) {
+	} else if tok.over(0, total, max) {
 		writeProblem(w, answersFull(tok, "nothing was decided"))
 		return
 	}
