@@ -536,3 +536,30 @@ func TestJoinAsksAJoiningNodeOnce(t *testing.T) {
 	require.Equal(t, "auth_mismatch", r.obj(t)["code"], "%s", r)
 	require.Equal(t, before, n.stateHash(), "a refused join writes nothing")
 }
+
+// /readyz needs no token with an auth file (load balancers call it), but
+// why a node is not ready names its data dir and free bytes, node ids and
+// addresses: an unauthenticated caller read them all. Only an operator or
+// admin token is told why; anyone else gets the same 503 saying how to
+// learn it.
+func TestReadyzTellsWhyOnlyToOperators(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t, leaderless(100*time.Millisecond), withAuthFile(t, authFile()))
+	const why = "no leader"
+	for _, token := range []string{"", unknownToken, appToken} {
+		r := n.as(token).do("GET", "/readyz", nil)
+		requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+		require.NotContains(t, string(r.raw), why, "token %q", token)
+		require.Contains(t, string(r.raw), "operator or admin token", "token %q", token)
+	}
+	for _, token := range []string{operatorToken, adminToken} {
+		r := n.as(token).do("GET", "/readyz", nil)
+		requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+		require.Contains(t, string(r.raw), why, "token %q", token)
+	}
+	// Without an auth file (loopback or --insecure) everyone is told.
+	open := mustNode(t, leaderless(100*time.Millisecond))
+	r := open.do("GET", "/readyz", nil)
+	requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, string(r.raw), why)
+}

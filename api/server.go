@@ -755,10 +755,33 @@ func (s *Server) handleHealthz(w http.ResponseWriter, r *http.Request) {
 // matches), so a follower asks the leader.
 func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 	if why := s.unready(r.Context()); why != "" {
-		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
+		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, s.unreadyDetail(r, why)))
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+}
+
+// notReadyDetail is /readyz's 503 detail for a caller not told why.
+const notReadyDetail = "this node is not ready; why is told to an operator or admin token (Authorization: Bearer)"
+
+// unreadyDetail is what /readyz tells r of why this node is not ready.
+// With an auth file /readyz still needs no token (load balancers call
+// it), but its reasons name the data dir and its free bytes, node ids and
+// addresses, and the leader's errors: only an operator or admin token is
+// told them, as /v1/config and /metrics are (an unauthenticated caller
+// read them all). Without an auth file the node is on loopback or
+// --insecure, and everyone is told.
+func (s *Server) unreadyDetail(r *http.Request, why string) string {
+	if s.cfg.Auth == nil {
+		return why
+	}
+	if len(r.Header.Values("Authorization")) == 1 {
+		cred, ok := s.cfg.Auth.Credentials().Authenticate(bearerToken(r.Header.Get("Authorization")))
+		if ok && cred.Role >= RoleOperator {
+			return why
+		}
+	}
+	return notReadyDetail
 }
 
 // Collectors are the API's own metrics, for the registry /metrics
@@ -769,7 +792,7 @@ func (s *Server) handleReadyz(w http.ResponseWriter, r *http.Request) {
 // it; a flood of wrong tokens was counted nowhere.
 func (s *Server) Collectors() []prometheus.Collector {
 	ready := prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "idem_ready",
-		Help: "1 when /readyz would answer 200 now (this node knows a leader and has applied its commit index), 0 when it would answer 503: curl /readyz for why."},
+		Help: "1 when /readyz would answer 200 now (this node knows a leader and has applied its commit index), 0 when it would answer 503: curl /readyz for why (with --auth-file, with an operator or admin token)."},
 		func() float64 {
 			// A second in all (the leader's answer, the waits for a
 			// leader and for the apply): a scrape must not wait out a
