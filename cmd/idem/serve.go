@@ -17,6 +17,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -437,9 +439,59 @@ func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
 	level, _ := parseLevel(c.logLevel)
 	opts := &slog.HandlerOptions{Level: level}
 	if c.logFormat == "json" {
+		opts.ReplaceAttr = escapeInvisible
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// escapeInvisible writes, in a JSON log, each non-ASCII rune that prints
+// nothing (bidi controls such as U+202E, zero-width and other format
+// characters) as \u followed by its hex code, in strings and errors. The
+// node logs what clients send (principals, tokens' names, paths, bodies'
+// members in errors): the text format quotes such runes, but JSON wrote
+// them raw, so a log viewer showed a line reordered or with a hidden
+// part, as a caller chose.
+func escapeInvisible(_ []string, a slog.Attr) slog.Attr {
+	switch a.Value.Kind() {
+	case slog.KindString:
+		if s, ok := escapedInvisible(a.Value.String()); ok {
+			a.Value = slog.StringValue(s)
+		}
+	case slog.KindAny:
+		if err, isErr := a.Value.Any().(error); isErr && err != nil {
+			if s, ok := escapedInvisible(err.Error()); ok {
+				a.Value = slog.StringValue(s)
+			}
+		}
+	}
+	return a
+}
+
+// escapedInvisible is s with escapeInvisible's runes escaped, and whether
+// it held any.
+func escapedInvisible(s string) (string, bool) {
+	i := strings.IndexFunc(s, invisible)
+	if i < 0 {
+		return s, false
+	}
+	var b strings.Builder
+	b.WriteString(s[:i])
+	for _, r := range s[i:] {
+		if invisible(r) {
+			fmt.Fprintf(&b, "\\u%04x", r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String(), true
+}
+
+// invisible: a non-ASCII rune that prints nothing by itself. ASCII
+// controls are JSON's own to escape; U+FFFD is what an invalid byte reads
+// as.
+func invisible(r rune) bool {
+	return r >= utf8.RuneSelf && r != utf8.RuneError && !unicode.IsPrint(r)
 }
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int {

@@ -1,0 +1,38 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The node logs what clients send (principals, paths, token names, bodies'
+// members in errors). A bidi control in it (U+202E reverses what follows)
+// was written raw by --log-format json, so a log viewer showed the line
+// reordered as the caller chose; the text format quotes it. Both now write
+// such runes escaped, and JSON lines stay JSON.
+func TestLogsEscapeInvisibleRunes(t *testing.T) {
+	const hostile = "cus_1\u202eevil\u200b\u2066x" // RLO, zero-width space, LRI
+	for _, format := range []string{"json", "text"} {
+		var buf bytes.Buffer
+		log := newLogger(&serveConfig{logLevel: "info", logFormat: format}, &buf)
+		log.Warn("refused "+hostile, "principal", hostile, "error", errors.New("bad "+hostile), "plain", "héllo 世界")
+		out := buf.String()
+		for _, r := range []string{"\u202e", "\u200b", "\u2066"} {
+			require.NotContains(t, out, r, "%s: %s", format, out)
+		}
+		require.Contains(t, out, `202e`, format)
+		require.Contains(t, out, "héllo 世界", "%s: printable text is left as it is", format)
+		if format == "json" {
+			var line map[string]any
+			require.NoError(t, json.Unmarshal([]byte(strings.TrimSpace(out)), &line), out)
+			require.Equal(t, `cus_1\u202eevil\u200b\u2066x`, line["principal"])
+			require.Equal(t, `bad cus_1\u202eevil\u200b\u2066x`, line["error"])
+			require.Equal(t, `refused cus_1\u202eevil\u200b\u2066x`, line["msg"])
+		}
+	}
+}
