@@ -321,7 +321,8 @@ func TestClusterWithNodeTokens(t *testing.T) {
 
 	// A member restarted without its node token still serves clients (a
 	// follower forwards with the client's own token), and its /readyz says
-	// what it lacks.
+	// what it lacks, to an operator (why a node is not ready names its
+	// peers and data dir: anyone else reads only that it is not).
 	f := followers[1]
 	f.stop(t)
 	f.p = launch(t, f.dir, f.http, f.raft, "--node-id", f.id, "--auth-file", auth)
@@ -329,9 +330,13 @@ func TestClusterWithNodeTokens(t *testing.T) {
 		a := authCall("POST", f.http, "/v1/claim", "app-1", claimFor("cus_a2", "k2"))
 		return a.code == 201, a.String()
 	})
-	a = authCall("GET", f.http, "/readyz", "", "")
+	a = authCall("GET", f.http, "/readyz", "operator-1", "")
 	require.Equal(t, 503, a.code, "%s", a)
 	require.Contains(t, string(a.body), "--node-token-file")
+	a = authCall("GET", f.http, "/readyz", "", "")
+	require.Equal(t, 503, a.code, "%s", a)
+	require.NotContains(t, string(a.body), "--node-token-file")
+	require.Contains(t, string(a.body), "operator or admin token")
 	waitForLine(t, f.p.logs, "no --node-token-file") // a start line; the claim above says nothing of when it reaches the test
 
 	// Restarted with an auth file and node token of its own that the
