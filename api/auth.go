@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/internal/jsonstrict"
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // Authentication and roles. With an auth file every route but /healthz and
@@ -517,7 +518,7 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 		least, where := policy(r)
 		if cred.Role < least {
 			s.countRefused("role")
-			s.logRefused("request refused: role", "token", cred.Name, "role", cred.Role.String(), "method", r.Method, "path", r.URL.Path)
+			s.logRefused(cred, "request refused: role", "role", cred.Role.String(), "method", r.Method, "path", r.URL.Path)
 			s.refuseUnread(w, r, forbidden(fmt.Sprintf("the %s token %q may not call %s %s: it needs an %s token", cred.Role, cred.Name, r.Method, r.URL.Path, least)))
 			return
 		}
@@ -548,7 +549,7 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			}
 			if principal != nil && !cred.Allows(*principal) {
 				s.countRefused("principal")
-				s.logRefused("request refused: principal", "token", cred.Name, "principal", truncate(*principal, 64), "path", r.URL.Path)
+				s.logRefused(cred, "request refused: principal", "principal", truncate(*principal, 64), "path", r.URL.Path)
 				writeProblem(w, forbidden(fmt.Sprintf("the app token %q may act only for the principals %s, not %q",
 					cred.Name, strings.Join(cred.Principals, ", "), truncate(*principal, 64))))
 				return
@@ -565,20 +566,35 @@ func (s *Server) countRefused(reason string) {
 	}
 }
 
-// logRefused logs a request refused for its role or principal, at most
-// one a second: a token sending batches of ops for principals it may not
-// act for made a line per op, 256 a request, as fast as it could send them
-// (attack on loopback), and a log fills a disk too. The next line says how
-// many went unlogged.
-func (s *Server) logRefused(msg string, args ...any) {
-	if !s.refusedLog.Allow(time.Second) {
-		s.refusedUnlogged.Add(1)
+// logRefused logs a request of cred refused for its role or principal,
+// at most one a second for each token: a token sending batches of ops for
+// principals it may not act for made a line per op, 256 a request, as fast
+// as it could send them (attack on loopback), and a log fills a disk too.
+// The token's next line says how many went unlogged. The second was the
+// node's, not the token's: one tenant's flood of refusals kept every other
+// token's refusals (another tenant's stolen token probing principals) out
+// of the log. The tokens are those of the auth file, so the lines are too.
+func (s *Server) logRefused(cred *Credential, msg string, args ...any) {
+	v, ok := s.refusedLogs.Load(cred.Name)
+	if !ok {
+		v, _ = s.refusedLogs.LoadOrStore(cred.Name, new(refusalLog))
+	}
+	l := v.(*refusalLog)
+	if !l.spacer.Allow(time.Second) {
+		l.unlogged.Add(1)
 		return
 	}
-	if n := s.refusedUnlogged.Swap(0); n > 0 {
+	if n := l.unlogged.Swap(0); n > 0 {
 		args = append(args, "refused_unlogged", n)
 	}
-	s.log.Info(msg, args...)
+	s.log.Info(msg, append([]any{"token", cred.Name}, args...)...)
+}
+
+// refusalLog spaces one token's refusal lines (logRefused) and counts
+// those left out since its last.
+type refusalLog struct {
+	spacer   mono.Spacer
+	unlogged atomic.Int64
 }
 
 // credentialKey holds, in a request's context, the credential that

@@ -439,6 +439,30 @@ func TestRefusalsAreLoggedAtMostOnceASecond(t *testing.T) {
 	require.Contains(t, logs.String(), "refused_unlogged=255")
 }
 
+// The second between refusal lines was the node's: one tenant flooding
+// refusals kept every other token's out of the log, so another tenant's
+// stolen token probing principals went unseen. Each token has its own.
+func TestOneTokensRefusalsLeaveOtherTokensLogged(t *testing.T) {
+	t.Parallel()
+	const otherToken = "other-app-token-0123456789"
+	var logs lockedLog
+	n := mustNode(t, withAuthFile(t, authFile(fmt.Sprintf(`{"name":"refunds","sha256":%q,"role":"app","principals":["ref_*"]}`, api.HashToken(otherToken)))),
+		withAPI(func(c *api.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }))
+	ops := make([]any, 64)
+	for i := range ops {
+		ops[i] = op("get", scope{"cus_b1", "POST /payments", fmt.Sprint("k", i)})
+	}
+	for _, r := range n.as(appToken).batch(ops...) {
+		require.Equal(t, http.StatusForbidden, r.Status, "%s", r.Body)
+	}
+	requireProblem(t, n.as(otherToken).lookup(scope{"cus_a1", "POST /payments", "k"}), http.StatusForbidden, "forbidden")
+	out := logs.String()
+	require.Equal(t, 2, strings.Count(out, "request refused"), "%s", out)
+	require.Equal(t, 1, strings.Count(out, "token=payments"), "%s", out)
+	require.Equal(t, 1, strings.Count(out, "token=refunds"), "%s", out)
+	require.Contains(t, out, "principal=cus_a1")
+}
+
 type lockedLog struct {
 	mu sync.Mutex
 	b  bytes.Buffer

@@ -20,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idem-store/idem/engine"
-	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
 	"github.com/idem-store/idem/wire"
@@ -85,10 +84,9 @@ type Server struct {
 	// answeringBy is the same per token: each at most half of what the
 	// others leave (tokenHeld.over).
 	answeringBy tokenHoldings
-	// refusedLog spaces the refusals' log lines (logRefused), and
-	// refusedUnlogged counts how many since went unlogged.
-	refusedLog      mono.Spacer
-	refusedUnlogged atomic.Int64
+	// refusedLogs spaces each token's refusal lines (logRefused): token
+	// name → *refusalLog.
+	refusedLogs sync.Map
 	// released holds back "attempt released" lines past releaseLogsPerSecond.
 	released logBudget
 	// unknown answers a path no route serves (404, after the auth guard).
