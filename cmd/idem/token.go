@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -298,7 +299,35 @@ func runTokenCheck(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	for _, name := range unboundedPrefixTokens(creds) {
+		fmt.Fprintf(stdout, "note: app token %q has a prefix pattern and no max_principals: %s\n", name, unboundedWhy)
+	}
 	return 0
+}
+
+// unboundedWhy is what an app token with a prefix pattern and no
+// max_principals can do beside other app tokens.
+const unboundedWhy = "it can create principals until the cluster's --max-principals is reached, and every other app token's new principals are then refused 429; give it max_principals (idem token new --max-principals N prints the entry; docs/SECURITY.md)"
+
+// unboundedPrefixTokens names the app tokens with a prefix pattern and no
+// max_principals, when the file has more than one app token: any of them
+// can fill --max-principals for all the others (a one-tenant file has no
+// other to refuse). SECURITY.md said to give each one; nothing checked.
+func unboundedPrefixTokens(creds *api.Credentials) []string {
+	var apps, names []string
+	for _, c := range creds.List() {
+		if c.Role != api.RoleApp {
+			continue
+		}
+		apps = append(apps, c.Name)
+		if c.MaxPrincipals == 0 && slices.ContainsFunc(c.Principals, func(p string) bool { return strings.HasSuffix(p, "*") }) {
+			names = append(names, c.Name)
+		}
+	}
+	if len(apps) < 2 {
+		return nil
+	}
+	return names
 }
 
 // sharedPrincipals names principals that two app tokens' patterns both
@@ -414,6 +443,10 @@ func logAuth(log *slog.Logger, msg, path string, creds *api.Credentials) {
 		return
 	}
 	log.Info(msg, "auth-file", path, "tokens", creds.Len())
+	if names := unboundedPrefixTokens(creds); len(names) > 0 {
+		log.Warn("app tokens with a prefix pattern and no max_principals beside other app tokens: "+unboundedWhy,
+			"auth-file", path, "tokens", strings.Join(names, ","))
+	}
 }
 
 // reloadAuthOnHUP reads the auth file again on every SIGHUP. A file that

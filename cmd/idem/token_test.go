@@ -446,7 +446,12 @@ func TestTokenCheckNotesSharedPrincipals(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Contains(t, out, `note: app tokens "x" and "y" may both act for the principals matching "cus_b*"`)
 	require.Contains(t, out, `note: app tokens "y" and "z" may both act for the principal "acme"`)
-	require.Equal(t, 2, strings.Count(out, "note:"), out)
+	require.Equal(t, 2, strings.Count(out, "note: app tokens"), out)
+	// x (cus_*) and y (cus_b*) have prefixes and no max_principals: either
+	// can fill --max-principals for the others.
+	require.Contains(t, out, `note: app token "x" has a prefix pattern and no max_principals`)
+	require.Contains(t, out, `note: app token "y" has a prefix pattern and no max_principals`)
+	require.Equal(t, 4, strings.Count(out, "note:"), out)
 
 	for _, c := range []struct {
 		a, b []string
@@ -460,6 +465,48 @@ func TestTokenCheckNotesSharedPrincipals(t *testing.T) {
 		got, ok := sharedPrincipals(c.a, c.b)
 		require.Equal(t, c.want != "", ok, "%v %v", c.a, c.b)
 		require.Equal(t, c.want, got)
+	}
+}
+
+// SECURITY.md says to give each app token with a prefix pattern a
+// max_principals when services share a cluster: without one, one token can
+// fill --max-principals and every other's new principals are refused 429.
+// Nothing checked it. The check notes each such token, and the node warns
+// at start and on reload, when the file has more than one app token.
+func TestPrefixTokensWithoutMaxPrincipalsAreNamed(t *testing.T) {
+	dir := t.TempDir()
+	shared := filepath.Join(dir, "shared.json")
+	writeAuth(t, shared,
+		entry("payments", "t-p", "app", "cus_*"),
+		entry("refunds", "t-r", "app", "ref_1"),
+		entry("ops", "t-ops", "operator"))
+	code, out, _ := runTokenCmd(t, "check", shared)
+	require.Equal(t, 0, code)
+	require.Contains(t, out, `note: app token "payments" has a prefix pattern and no max_principals: it can create principals until the cluster's --max-principals is reached`)
+	require.NotContains(t, out, `"refunds" has a prefix`)
+	var logs bytes.Buffer
+	creds, err := api.LoadAuthFile(shared)
+	require.NoError(t, err)
+	logAuth(slog.New(slog.NewTextHandler(&logs, nil)), "auth file loaded", shared, creds)
+	require.Contains(t, logs.String(), "no max_principals beside other app tokens")
+	require.Contains(t, logs.String(), "tokens=payments")
+
+	// Bounded, or the only app token: nothing to say.
+	bounded := strings.Replace(entry("payments", "t-p", "app", "cus_*"), `"role":"app"`, `"role":"app","max_principals":1000`, 1)
+	for name, entries := range map[string][]string{
+		"bounded.json": {bounded, entry("refunds", "t-r", "app", "ref_1")},
+		"alone.json":   {entry("payments", "t-p", "app", "cus_*"), entry("ops", "t-ops", "operator")},
+	} {
+		file := filepath.Join(dir, name)
+		writeAuth(t, file, entries...)
+		code, out, _ := runTokenCmd(t, "check", file)
+		require.Equal(t, 0, code, out)
+		require.NotContains(t, out, "no max_principals", "%s: %s", name, out)
+		logs.Reset()
+		creds, err := api.LoadAuthFile(file)
+		require.NoError(t, err)
+		logAuth(slog.New(slog.NewTextHandler(&logs, nil)), "auth file loaded", file, creds)
+		require.NotContains(t, logs.String(), "max_principals", name)
 	}
 }
 
