@@ -23,7 +23,7 @@ var NemesisKinds = []string{"kill", "pause", "partition", "clock", "rejoin", "sn
 // paused with its leader staying leader, which a cluster of three, whose
 // leader steps down when its lease check finds it contacted no one for
 // the pause, does not show.
-var OneNodeKinds = []string{"kill", "pause", "clock"}
+var OneNodeKinds = []string{"kill", "pause", "clock", "disk"}
 
 // NemesisHelp is one line per kind, for --help and the docs.
 var NemesisHelp = map[string]string{
@@ -37,6 +37,7 @@ var NemesisHelp = map[string]string{
 	"quiet-restart": "pause the clients, transfer leadership, linearizable reads, stop the followers then the leader once it has snapshotted, restart all",
 	"membership":    "as a careless operator: join an absent node, remove the leader and re-add it with the same id, remove the absent node",
 	"retention":     "restart a node with its own --retention 1m, hand it leadership, keep it 8s, restart it with the cluster's",
+	"disk":          "fill the leader's or a node's disk (its own 1 GiB filesystem) under --min-free-disk, under an eighth of it (ballast gone), or to no byte free, for 3-8s, a third of the time kill -9 and restart it while full; not in all: needs root, mkfs.ext4 and loop devices",
 }
 
 // A nemesis injects one fault and heals it before it returns. It calls
@@ -56,6 +57,7 @@ var nemeses = map[string]nemesis{
 	"quiet-restart": quietRestartNemesis,
 	"membership":    membershipNemesis,
 	"retention":     retentionNemesis,
+	"disk":          diskNemesis,
 }
 
 // env is what a nemesis acts on.
@@ -74,21 +76,30 @@ type env struct {
 	pauseMax time.Duration
 	// healed marks the current event's heal time (set by schedule).
 	healed func()
+	// disks are the nodes' own filesystems; nil without the disk nemesis.
+	disks *Disks
 }
 
-// ParseNemeses turns "kill,pause" or "all" into a list of kinds, each once.
+// ParseNemeses turns "kill,pause", "all" or "all,disk" into a list of
+// kinds, each once: all is NemesisKinds, which the kinds of OptInKinds may
+// be named beside.
 func ParseNemeses(s string) ([]string, error) {
 	if s == "" || s == "none" {
 		return nil, nil
 	}
-	if s == "all" {
-		return append([]string(nil), NemesisKinds...), nil
-	}
 	var out []string
 	for _, k := range strings.Split(s, ",") {
 		k = strings.TrimSpace(k)
+		if k == "all" {
+			for _, a := range NemesisKinds {
+				if !slices.Contains(out, a) {
+					out = append(out, a)
+				}
+			}
+			continue
+		}
 		if _, ok := nemeses[k]; !ok {
-			return nil, fmt.Errorf("unknown nemesis %q (want %s, all or none)", k, strings.Join(NemesisKinds, ","))
+			return nil, fmt.Errorf("unknown nemesis %q (want %s, all or none)", k, strings.Join(append(slices.Clone(NemesisKinds), OptInKinds...), ","))
 		}
 		if slices.Contains(out, k) {
 			return nil, fmt.Errorf("nemesis %q is listed twice", k)

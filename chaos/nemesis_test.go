@@ -19,6 +19,16 @@ func TestParseNemeses(t *testing.T) {
 		require.Contains(t, all, k, "--nemesis all must include %s", k)
 	}
 
+	for _, k := range OptInKinds {
+		require.NotContains(t, all, k, "--nemesis all leaves out %s", k)
+		got, err := ParseNemeses("kill," + k)
+		require.NoError(t, err)
+		require.Equal(t, []string{"kill", k}, got)
+		got, err = ParseNemeses("all," + k)
+		require.NoError(t, err)
+		require.Equal(t, append(slices.Clone(NemesisKinds), k), got)
+	}
+
 	got, err := ParseNemeses(" kill, fsm-loss ,quiet-restart")
 	require.NoError(t, err)
 	require.Equal(t, []string{"kill", "fsm-loss", "quiet-restart"}, got)
@@ -39,9 +49,10 @@ func TestParseNemeses(t *testing.T) {
 // Every kind runs something and is documented; nothing runs that --nemesis
 // all leaves out.
 func TestEveryNemesisKindIsWiredAndDocumented(t *testing.T) {
-	require.Len(t, nemeses, len(NemesisKinds))
-	require.Len(t, NemesisHelp, len(NemesisKinds))
-	for _, k := range NemesisKinds {
+	kinds := append(slices.Clone(NemesisKinds), OptInKinds...)
+	require.Len(t, nemeses, len(kinds))
+	require.Len(t, NemesisHelp, len(kinds))
+	for _, k := range kinds {
 		require.NotNil(t, nemeses[k], k)
 		require.NotEmpty(t, NemesisHelp[k], k)
 	}
@@ -164,15 +175,15 @@ func TestValidateRefusesAnUnusableBinaryOrOut(t *testing.T) {
 func TestValidateOneNodeRunsOnlyItsNemeses(t *testing.T) {
 	good := Config{Nodes: 1, Duration: time.Minute, Clients: 1, Rate: 1, Binary: "/bin/sh", InjectInto: "n1", Out: "x",
 		ReadyBound: 30 * time.Second, HTTPPort: 17070, RaftPort: 17071, Timeout: 2 * time.Second, CheckTimeout: time.Minute,
-		Nemeses: OneNodeKinds}
+		Nemeses: []string{"kill", "pause", "clock"}}
 	require.NoError(t, good.Validate())
 	c := good
 	c.Nemeses = []string{"pause", "partition", "rejoin"}
-	require.ErrorContains(t, c.Validate(), "--nodes 1 runs only the nemeses kill,pause,clock (the others need followers): not partition,rejoin")
+	require.ErrorContains(t, c.Validate(), "--nodes 1 runs only the nemeses kill,pause,clock,disk (the others need followers): not partition,rejoin")
 	c = good
 	c.Nodes = 2
 	require.ErrorContains(t, c.Validate(), "--nodes 2 must be 1, 3 or 5")
 	for _, k := range OneNodeKinds {
-		require.Contains(t, NemesisKinds, k)
+		require.Contains(t, append(slices.Clone(NemesisKinds), OptInKinds...), k)
 	}
 }

@@ -74,6 +74,11 @@ func (c *Config) Validate() error {
 			bad("--nodes 1 runs only the nemeses %s (the others need followers): not %s", strings.Join(OneNodeKinds, ","), strings.Join(k, ","))
 		}
 	}
+	if slices.Contains(c.Nemeses, "disk") {
+		if why := diskUnusable(); why != "" {
+			bad("--nemesis disk cannot run here: %s", why)
+		}
+	}
 	if c.Duration < 5*time.Second {
 		bad("--duration %s must be at least 5s", c.Duration)
 	}
@@ -274,9 +279,23 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ccfg.NoSnapshots = fmt.Sprintf("n%d", cfg.Nodes)
 		rep.Notes = append(rep.Notes, ccfg.NoSnapshots+" takes no snapshots of its own (the fsm-loss nemesis's node: its raft log goes back to index 1)")
 	}
+	if slices.Contains(cfg.Nemeses, "disk") {
+		ccfg.ExtraArgs = append(ccfg.ExtraArgs, "--min-free-disk", strconv.Itoa(DiskMinFree))
+	}
 	cl, err := NewCluster(ccfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrHarness, err)
+	}
+	var disks *Disks
+	if slices.Contains(cfg.Nemeses, "disk") {
+		if disks, err = SetupDisks(cl.Nodes, dataDir); err != nil {
+			return nil, fmt.Errorf("%w: --nemesis disk: %w", ErrHarness, err)
+		}
+		// Unmounted once the nodes are stopped (deferred calls run last
+		// first); the images stay in the data dir, removed with it.
+		defer disks.Teardown(true)
+		rep.Notes = append(rep.Notes, fmt.Sprintf("each node on a %d MiB ext4 filesystem of its own (%s/nN.ext4, loop-mounted), --min-free-disk %d MiB, for the disk nemesis",
+			DiskImageSize>>20, dataDir, DiskMinFree>>20))
 	}
 	defer cl.StopAll()
 	if useProxy {
@@ -332,7 +351,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	var current sync.Map
 	setCurrent := func(k string) { current.Store("k", k) }
 	e := &env{cl: cl, net: nw, rnd: rand.New(rand.NewPCG(cfg.Seed, 0x6e656d)), w: w,
-		bound: cfg.ReadyBound, skew: SkewFor(cfg.Retention), pauseMax: cfg.PauseMax}
+		bound: cfg.ReadyBound, skew: SkewFor(cfg.Retention), pauseMax: cfg.PauseMax, disks: disks}
 	workStart := h.Now()
 	var wg sync.WaitGroup
 	wg.Add(2)
@@ -412,6 +431,9 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	mcancel()
 	<-monDone
 	cl.StopAll()
+	if err := disks.Teardown(true); err != nil {
+		rep.Notes = append(rep.Notes, "the nodes' filesystems: "+err.Error())
+	}
 	rep.ForcedStops = cl.ForcedStops()
 	rep.Elapsed = time.Duration(h.Now())
 	rep.Ops, rep.Events, rep.Readiness = h.Ops(), h.Events(), mon.Samples()

@@ -34,7 +34,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workload and the nemeses run")
 	fs.IntVar(&cfg.Clients, "clients", 8, "concurrent clients, each talking to random nodes")
 	fs.Float64Var(&cfg.Rate, "rate", 100, "operations per second, all clients together")
-	nem := fs.String("nemesis", "all", "faults to inject, comma-separated: "+strings.Join(chaos.NemesisKinds, ",")+", all or none")
+	nem := fs.String("nemesis", "all", "faults to inject, comma-separated: "+strings.Join(chaos.NemesisKinds, ",")+", all or none; all leaves out "+strings.Join(chaos.OptInKinds, ",")+" (as root, with mkfs.ext4 and loop devices: each node gets a 1 GiB filesystem of its own to fill), which must be named: --nemesis all,disk")
 	fs.DurationVar(&cfg.Interval, "interval", 5*time.Second, "quiet time between nemesis events")
 	fs.DurationVar(&cfg.PauseMax, "pause-max", chaos.DefaultPauseMax, "the pause nemesis stops the leader, or every node, for 1s up to this (at most 2m). A leader that stays leader through a pause longer than 10s (one an entry may move cluster time by) is what put early expiry in the first entries after it; with --nodes 1, 60s makes its first client entries get a capped stamp")
 	fs.BoolVar(&cfg.EveryNemesis, "every-nemesis", false, "run past --duration if needed until every nemesis has run once")
@@ -88,8 +88,9 @@ Flags:
 		fmt.Fprintf(stderr, "idem chaos: --nemesis: %v\n", err)
 		return 2
 	}
-	if cfg.Nodes == 1 && *nem == "all" {
-		cfg.Nemeses = slices.Clone(chaos.OneNodeKinds)
+	if cfg.Nodes == 1 && slices.Contains(strings.Split(strings.ReplaceAll(*nem, " ", ""), ","), "all") {
+		// all is then the one-node kinds (an opt-in kind only if named).
+		cfg.Nemeses = slices.DeleteFunc(cfg.Nemeses, func(k string) bool { return !slices.Contains(chaos.OneNodeKinds, k) })
 	}
 	cfg.Seed = *seed
 	if cfg.Seed == 0 {
