@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -34,6 +35,9 @@ const (
 // OptInKinds are nemesis kinds `--nemesis all` leaves out: each must be
 // named.
 var OptInKinds = []string{"disk"}
+
+// AllKinds is every nemesis kind: NemesisKinds, then OptInKinds.
+func AllKinds() []string { return append(slices.Clone(NemesisKinds), OptInKinds...) }
 
 // Disks are the nodes' own filesystems (the disk nemesis).
 type Disks struct {

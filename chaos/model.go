@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"hash/fnv"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -117,6 +118,10 @@ func apply(s record, op *Op) (record, bool) {
 
 // check is the step of an operation with a definite answer.
 func check(s record, op *Op) (record, bool) {
+	if op.Status == http.StatusInsufficientStorage && op.Kind != KindLookup {
+		// A write refused for the leader's disk: nothing changes.
+		return s, op.Code == "storage_full"
+	}
 	switch op.Kind {
 	case KindClaim:
 		return checkClaim(s, op)

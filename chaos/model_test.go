@@ -68,6 +68,13 @@ func TestModelAcceptsCorrectHistories(t *testing.T) {
 			b.add(40, 50, replay("b", "0", 1))
 			b.add(60, 70, lookup("completed", 1, "0"))
 		},
+		"a claim and a complete refused 507 change nothing": func(b *hb) {
+			b.add(0, 10, &Op{Kind: KindClaim, Fingerprint: fp, ClaimID: "a", Status: 507, Code: "storage_full"})
+			b.add(20, 30, &Op{Kind: KindLookup, Status: 404})
+			b.add(40, 50, claimOK("b", "5", 1))
+			b.add(60, 70, complete("5", "0", 507, "storage_full", ""))
+			b.add(80, 90, lookup("in_progress", 1, ""))
+		},
 		"concurrent claims: one wins, one sees in_progress": func(b *hb) {
 			b.add(0, 10, claimOK("a", "5", 1))
 			b.add(0, 10, &Op{Kind: KindClaim, Fingerprint: fp, ClaimID: "b", Status: 409, Code: "in_progress"})
@@ -175,6 +182,18 @@ func TestModelRejectsBrokenHistories(t *testing.T) {
 		"in_progress refused to the claim_id holding the lease": {build: func(b *hb) {
 			b.add(0, 10, claimOK("a", "5", 1))
 			b.add(20, 30, &Op{Kind: KindClaim, Fingerprint: fp, ClaimID: "a", Status: 409, Code: "in_progress"})
+		}},
+		"a claim answered 507 that took effect": {build: func(b *hb) {
+			b.add(0, 10, &Op{Kind: KindClaim, Fingerprint: fp, ClaimID: "a", Status: 507, Code: "storage_full"})
+			b.add(20, 30, lookup("in_progress", 1, ""))
+		}},
+		"a complete answered 507 that took effect": {build: func(b *hb) {
+			b.add(0, 10, claimOK("a", "5", 1))
+			b.add(20, 30, complete("5", "0", 507, "storage_full", ""))
+			b.add(40, 50, lookup("completed", 1, "0"))
+		}},
+		"a lookup answered 507 (reads go on on a full disk)": {invariant: VUnexpected, build: func(b *hb) {
+			b.add(0, 10, &Op{Kind: KindLookup, Status: 507, Code: "storage_full"})
 		}},
 		"a response shown to another scope": {invariant: VOtherTenant, build: func(b *hb) {
 			b.add(0, 10, claimOK("a", "5", 1))

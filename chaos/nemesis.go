@@ -99,7 +99,7 @@ func ParseNemeses(s string) ([]string, error) {
 			continue
 		}
 		if _, ok := nemeses[k]; !ok {
-			return nil, fmt.Errorf("unknown nemesis %q (want %s, all or none)", k, strings.Join(append(slices.Clone(NemesisKinds), OptInKinds...), ","))
+			return nil, fmt.Errorf("unknown nemesis %q (want %s, all or none)", k, strings.Join(AllKinds(), ","))
 		}
 		if slices.Contains(out, k) {
 			return nil, fmt.Errorf("nemesis %q is listed twice", k)

@@ -49,7 +49,7 @@ func TestParseNemeses(t *testing.T) {
 // Every kind runs something and is documented; nothing runs that --nemesis
 // all leaves out.
 func TestEveryNemesisKindIsWiredAndDocumented(t *testing.T) {
-	kinds := append(slices.Clone(NemesisKinds), OptInKinds...)
+	kinds := AllKinds()
 	require.Len(t, nemeses, len(kinds))
 	require.Len(t, NemesisHelp, len(kinds))
 	for _, k := range kinds {
@@ -184,6 +184,6 @@ func TestValidateOneNodeRunsOnlyItsNemeses(t *testing.T) {
 	c.Nodes = 2
 	require.ErrorContains(t, c.Validate(), "--nodes 2 must be 1, 3 or 5")
 	for _, k := range OneNodeKinds {
-		require.Contains(t, append(slices.Clone(NemesisKinds), OptInKinds...), k)
+		require.Contains(t, AllKinds(), k)
 	}
 }

@@ -110,7 +110,7 @@ func (r *Report) Summary(w io.Writer) {
 		counts[e.Kind]++
 	}
 	var cs []string
-	for _, k := range NemesisKinds {
+	for _, k := range AllKinds() {
 		if counts[k] > 0 {
 			cs = append(cs, fmt.Sprintf("%s %d", k, counts[k]))
 		}

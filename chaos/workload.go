@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -333,6 +334,13 @@ func classify(op *Op, err error) {
 	var p *client.Problem
 	if errors.As(err, &p) {
 		op.Status, op.Code = p.Status, p.Code
+		if p.Status == http.StatusInsufficientStorage {
+			// 507 storage_full: nothing is written (docs/API.md). A
+			// definite refusal, which the model holds to that: a write
+			// answered 507 that took effect is a violation.
+			op.Outcome = OK
+			return
+		}
 		if p.Status >= 500 {
 			op.Outcome, op.Error = Info, fmt.Sprintf("%d %s", p.Status, p.Code)
 			return
