@@ -64,11 +64,14 @@ fuzz: ## run every fuzzer for FUZZTIME each (default 10s)
 
 CHAOS_DURATION ?= 30m
 CHAOS_ONE_DURATION ?= 10m
-chaos: build ## long failure test: 3 nodes, every nemesis, CHAOS_DURATION (30m); then one node stopped up to a minute at a time, CHAOS_ONE_DURATION (10m); results in chaos-out/
-	bin/idem chaos --duration $(CHAOS_DURATION) --nemesis all --out chaos-out/three
+# The disk nemesis (each node on a loop-mounted filesystem of its own) where
+# it can run: as root, with mkfs.ext4 and loop devices. CHAOS_DISK= leaves it out.
+CHAOS_DISK ?= $(shell [ "$$(id -u)" = 0 ] && command -v mkfs.ext4 >/dev/null 2>&1 && [ -e /dev/loop-control ] && echo ,disk)
+chaos: build ## long failure test: 3 nodes, every nemesis (disk too as root), CHAOS_DURATION (30m); then one node stopped up to a minute at a time, CHAOS_ONE_DURATION (10m); results in chaos-out/
+	bin/idem chaos --duration $(CHAOS_DURATION) --nemesis all$(CHAOS_DISK) --out chaos-out/three
 	@# A lone leader stopped past the clock's 5 s rewind bound: only a one-node
 	@# store shows it (a cluster elects another leader, which follows the log).
-	bin/idem chaos --nodes 1 --nemesis all --pause-max 60s --duration $(CHAOS_ONE_DURATION) --out chaos-out/one
+	bin/idem chaos --nodes 1 --nemesis all$(CHAOS_DISK) --pause-max 60s --duration $(CHAOS_ONE_DURATION) --out chaos-out/one
 
 chaos-ci: build ## short failure test (~5 min): a broken build must be caught, then every nemesis at least once on a sound one, TLS, and a one-node store paused
 	@echo "== chaos-ci 1/4: --inject-bug skip-uniqueness must be caught (exit 1 with violations)"
@@ -78,8 +81,8 @@ chaos-ci: build ## short failure test (~5 min): a broken build must be caught, t
 	if [ $$rc -ne 1 ] || ! grep -q '^VIOLATIONS' chaos-out-broken.txt; then \
 	  rm -f chaos-out-broken.txt; echo "chaos-ci: the injected bug was NOT detected (exit $$rc)"; exit 1; fi; \
 	rm -f chaos-out-broken.txt; echo "chaos-ci: the injected bug was detected, as it must be"
-	@echo "== chaos-ci 2/4: every nemesis at least once (--every-nemesis runs past --duration until each has), no violation allowed"
-	bin/idem chaos --duration 100s --nemesis all --every-nemesis --interval 3s --seed 42 --out chaos-out/ci
+	@echo "== chaos-ci 2/4: every nemesis at least once (--every-nemesis runs past --duration until each has; disk too as root), no violation allowed"
+	bin/idem chaos --duration 100s --nemesis all$(CHAOS_DISK) --every-nemesis --interval 3s --seed 42 --out chaos-out/ci
 	@echo "== chaos-ci 3/4: the same faults that touch connections (kill, partition, snapshot) with TLS everywhere"
 	bin/idem chaos --quiet --tls --duration 40s --nemesis kill,partition,snapshot --interval 4s --seed 7 --out chaos-out/ci-tls
 	@echo "== chaos-ci 4/4: a one-node store killed and stopped for up to 30s, its leader staying leader (the pause that once expired records early)"
