@@ -193,13 +193,15 @@ func answersFull(tok *tokenHeld, what string) *problem {
 // so that one tenant whose clients do not read (or read slowly) can hold
 // at most half of what the others leave of the node's
 // --max-batch-answer-bytes (tokenHeld.over), and the other tenants'
-// batches still go. With auth off there is no token to count.
+// batches still go. With auth off there is no token to count, and only
+// app tokens are counted (take).
 type tokenHoldings struct {
 	mu sync.Mutex
 	by map[string]*tokenHeld
 }
 
-// tokenHeld is one token's count; nil (auth off) counts nothing.
+// tokenHeld is one app token's count; nil (auth off, or an operator or
+// admin token) counts nothing.
 type tokenHeld struct {
 	name  string
 	n     atomic.Int64
@@ -207,7 +209,10 @@ type tokenHeld struct {
 }
 
 func (h *tokenHoldings) take(c *Credential) *tokenHeld {
-	if c == nil {
+	if c == nil || c.Role != RoleApp {
+		// Operator and admin tokens are not tenants, as for the other
+		// shares (tokenSlot): an old-format file's tokens, admins all, may
+		// be every client's, whose batches then had half the memory.
 		return nil
 	}
 	h.mu.Lock()

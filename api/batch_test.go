@@ -437,6 +437,30 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 	require.Equal(t, http.StatusOK, rs[1].Status, "%s", rs[1].Body)
 }
 
+// Operator and admin tokens are not tenants, and are not held to a share
+// of the batch-answer memory, as they are to none of --max-inflight and
+// --max-inflight-bytes: an old-format file's tokens, admins all, may be
+// every client's. Such a token's batches were refused, naming it, once
+// its answers held half of the memory, the rest of it unused.
+func TestAnAdminTokenHoldsNoShareOfTheBatchAnswers(t *testing.T) {
+	const legacy = "legacy-token-0123456789"
+	n := mustNode(t, withBearer(legacy), withAPI(func(c *api.Config) {
+		c.MaxBatchAnswerBytes = 64 << 20
+		c.BatchAnswerWriteTimeout = 30 * time.Second
+		c.MaxBatchOps = 1024
+	}))
+	big := storeBig(t, n, scope{"cus_a1", "POST /payments", "big"})
+
+	// About 48 MB of answer, never read: past half of 64 MiB, within it.
+	sendUnreadGets(t, n, legacy, big, 600)
+	require.Eventually(t, func() bool { return n.api.BatchAnswerBytesInUse() > 40<<20 }, 25*time.Second, 20*time.Millisecond,
+		"the unread answer of an admin token's 600 gets: its gets past half of the memory were refused")
+
+	// The token's next batch is decided.
+	r := n.post("/v1/batch", map[string]any{"ops": []any{op("get", scope{"cus_a1", "POST /payments", "big"})}})
+	require.Equal(t, http.StatusOK, r.status, "an admin token's batch while its unread answer holds most of the memory: %s", r)
+}
+
 // The bound on batch answers holds for answers being made, not only for
 // those being written: many batches of gets sent at once all passed the
 // check before any was written, and one client holding 150 connections
