@@ -26,7 +26,7 @@ func ListenerCollectors(cl *ConnListener, s *Server) []prometheus.Collector {
 			Help: "Bytes of request bodies held now, each counted by its Content-Length (--max-request-bytes when chunked) from its headers to its answer (--max-inflight-bytes)."},
 			func() float64 { return float64(s.BodyBytesInUse()) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "idem_http_request_body_refused_total",
-			Help: "HTTP requests answered 503 for --max-inflight-bytes: their bodies would have taken the node past it (with --auth-file, or their app token past half of it)."},
+			Help: "HTTP requests answered 503 for --max-inflight-bytes: their bodies would have taken the node past it (with --auth-file, or their app token past its share of it)."},
 			func() float64 { return float64(s.RefusedBodyBytes()) }),
 	}
 }
