@@ -57,10 +57,8 @@ type connGuard struct {
 	// other app tokens leave of --max-inflight and of --max-inflight-bytes
 	// (tokenSlot); appLoad is their sum. An entry is kept once made: there
 	// are as many as names the auth file has listed.
-	byToken     sync.Map
-	appLoad     tokenLoad
-	tokenS      shedding // an app token's share of --max-inflight
-	tokenBytesS shedding // an app token's share of --max-inflight-bytes
+	byToken sync.Map
+	appLoad tokenLoad
 }
 
 // tokenLoad is what one token's requests hold on this node.
@@ -68,6 +66,11 @@ type tokenLoad struct {
 	requests atomic.Int64
 	bytes    atomic.Int64 // of request bodies, as --max-inflight-bytes counts them
 	batchOps atomic.Int64 // of its batches (tokenBatchOps)
+	// shed counts the token's requests refused for its shares and spaces
+	// the warning naming it. One spacer for every token let one tenant's
+	// refusals keep another's out of the log, and its count was all
+	// tokens' under one token's name.
+	shed shedding
 }
 
 // shedding counts the requests one load limit refused, and spaces its
@@ -121,7 +124,7 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 		mine, total := load.requests.Add(1), all.requests.Add(1)
 		if share := max(tokenShare(limit, mine, total), 1); mine > share {
 			release()
-			s.shedToken(w, r, &s.guards.tokenS, &s.guards.inFlightS, cred, "max-inflight", limit, fmt.Sprintf(
+			s.shedToken(w, r, load, &s.guards.inFlightS, cred, "requests", "max-inflight", limit, fmt.Sprintf(
 				"the token %q has %d requests in flight on this node, half of what other tokens' requests leave of the most it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
 				cred.Name, mine-1, limit))
 			return nil, false
@@ -133,7 +136,7 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 			mine, total := load.bytes.Add(n), all.bytes.Add(n)
 			if mine > tokenShare(limit, mine, total) && mine != n {
 				release()
-				s.shedToken(w, r, &s.guards.tokenBytesS, &s.guards.bodyS, cred, "max-inflight-bytes", limit, fmt.Sprintf(
+				s.shedToken(w, r, load, &s.guards.bodyS, cred, "request bodies", "max-inflight-bytes", limit, fmt.Sprintf(
 					"the token %q holds request bodies of %d bytes on this node, and this one would take it past half of what other tokens' bodies leave of the most it holds at once (--max-inflight-bytes %d), so that other tokens' requests still go; nothing was decided, retry shortly",
 					cred.Name, mine-n, limit))
 				return nil, false
@@ -151,18 +154,20 @@ func tokenShare(limit, mine, total int64) int64 { return (limit - (total - mine)
 
 // shedToken answers a request refused for its token's share of a load
 // limit: 503 unavailable with Retry-After: 1 and detail, unread, counted
-// in sh and in the limit's own refusals (its metric), and logged naming
-// the token at most every 10 s.
-func (s *Server) shedToken(w http.ResponseWriter, r *http.Request, sh, limitS *shedding, cred *Credential, flag string, limit int64, detail string) {
-	refuseNow(w, r, s.tokenShed(sh, limitS, cred, flag, limit, detail))
+// in the token's load and in the limit's own refusals (its metric), and
+// logged naming the token and what of its (what) holds the share, at
+// most every 10 s for each token.
+func (s *Server) shedToken(w http.ResponseWriter, r *http.Request, load *tokenLoad, limitS *shedding, cred *Credential, what, flag string, limit int64, detail string) {
+	refuseNow(w, r, s.tokenShed(load, limitS, cred, what, flag, limit, detail))
 }
 
 // tokenShed counts and logs a refusal of shedToken and returns its answer.
-func (s *Server) tokenShed(sh, limitS *shedding, cred *Credential, flag string, limit int64, detail string) *problem {
+func (s *Server) tokenShed(load *tokenLoad, limitS *shedding, cred *Credential, what, flag string, limit int64, detail string) *problem {
+	sh := &load.shed
 	sh.refused.Add(1)
 	limitS.refused.Add(1)
 	if sh.lastLog.Allow(10 * time.Second) {
-		s.log.Warn("refusing requests: one app token's requests hold their share of --"+flag, "token", cred.Name,
+		s.log.Warn("refusing requests: one app token's "+what+" hold their share of --"+flag, "token", cred.Name,
 			flag, limit, "refused-total", sh.refused.Load())
 	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, detail)
@@ -194,7 +199,7 @@ func (s *Server) tokenBatchOps(r *http.Request, n int) (release func(), p *probl
 	mine, total := load.batchOps.Add(ops), all.batchOps.Add(ops)
 	if share := max(tokenShare(limit, mine, total), 1); mine > share && mine != ops {
 		release()
-		return nil, s.tokenShed(&s.guards.tokenS, &s.guards.inFlightS, cred, "max-inflight", limit, fmt.Sprintf(
+		return nil, s.tokenShed(load, &s.guards.inFlightS, cred, "batch operations", "max-inflight", limit, fmt.Sprintf(
 			"the token %q has %d batch operations in flight on this node, and this batch's %d would take it past half of what other tokens' batch operations leave of the most requests it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
 			cred.Name, mine-ops, ops, limit))
 	}
