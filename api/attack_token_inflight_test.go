@@ -64,6 +64,9 @@ func TestOneTokenHoldsAtMostHalfTheInFlightRequests(t *testing.T) {
 			require.Contains(t, got, "503 Service Unavailable", "request %d", i)
 			require.Contains(t, got, `the token \"payments\"`, "request %d", i)
 			require.Contains(t, got, "--max-inflight", "request %d", i)
+			// The node that counted it, which a request forwarded by a
+			// follower did not reach: "this node" was the leader.
+			require.Regexp(t, `in flight on node \S+,`, got, "request %d", i)
 			refused++
 			continue
 		}

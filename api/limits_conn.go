@@ -125,8 +125,8 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 		if share := max(tokenShare(limit, mine, total), 1); mine > share {
 			release()
 			s.shedToken(w, r, load, &s.guards.inFlightS, cred, "requests", "max-inflight", limit, fmt.Sprintf(
-				"the token %q has %d requests in flight on this node, half of what other tokens' requests leave of the most it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
-				cred.Name, mine-1, limit))
+				"the token %q has %d requests in flight on node %s, half of what other tokens' requests leave of the most it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
+				cred.Name, mine-1, s.store.Self().ID, limit))
 			return nil, false
 		}
 	}
@@ -137,8 +137,8 @@ func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credent
 			if mine > tokenShare(limit, mine, total) && mine != n {
 				release()
 				s.shedToken(w, r, load, &s.guards.bodyS, cred, "request bodies", "max-inflight-bytes", limit, fmt.Sprintf(
-					"the token %q holds request bodies of %d bytes on this node, and this one would take it past half of what other tokens' bodies leave of the most it holds at once (--max-inflight-bytes %d), so that other tokens' requests still go; nothing was decided, retry shortly",
-					cred.Name, mine-n, limit))
+					"the token %q holds request bodies of %d bytes on node %s, and this one would take it past half of what other tokens' bodies leave of the most it holds at once (--max-inflight-bytes %d), so that other tokens' requests still go; nothing was decided, retry shortly",
+					cred.Name, mine-n, s.store.Self().ID, limit))
 				return nil, false
 			}
 		}
@@ -200,8 +200,8 @@ func (s *Server) tokenBatchOps(r *http.Request, n int) (release func(), p *probl
 	if share := max(tokenShare(limit, mine, total), 1); mine > share && mine != ops {
 		release()
 		return nil, s.tokenShed(load, &s.guards.inFlightS, cred, "batch operations", "max-inflight", limit, fmt.Sprintf(
-			"the token %q has %d batch operations in flight on this node, and this batch's %d would take it past half of what other tokens' batch operations leave of the most requests it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
-			cred.Name, mine-ops, ops, limit))
+			"the token %q has %d batch operations in flight on node %s, and this batch's %d would take it past half of what other tokens' batch operations leave of the most requests it handles at once (--max-inflight %d), so that other tokens' requests still go; nothing was decided, retry shortly",
+			cred.Name, mine-ops, s.store.Self().ID, ops, limit))
 	}
 	return release, nil
 }
