@@ -30,7 +30,7 @@ func runChaos(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.SetOutput(io.Discard) // errors and help are printed below, once
 	self, _ := os.Executable()
 	cfg := chaos.Config{}
-	fs.IntVar(&cfg.Nodes, "nodes", 3, "cluster size: 3 or 5 (nodes on 127.0.0.1..N), or 1 (a one-node store, with the nemeses "+strings.Join(chaos.OneNodeKinds, ",")+" only; --nemesis all picks those)")
+	fs.IntVar(&cfg.Nodes, "nodes", 3, "cluster size: 3 or 5 (nodes on 127.0.0.1..N), or 1 (a one-node store, with the nemeses "+strings.Join(chaos.OneNodeKinds, ",")+" only; --nemesis all picks those but "+strings.Join(chaos.OptInKinds, ",")+")")
 	fs.DurationVar(&cfg.Duration, "duration", 60*time.Second, "how long the workload and the nemeses run")
 	fs.IntVar(&cfg.Clients, "clients", 8, "concurrent clients, each talking to random nodes")
 	fs.Float64Var(&cfg.Rate, "rate", 100, "operations per second, all clients together")
