@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -20,6 +21,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	waltypes "github.com/hashicorp/raft-wal/types"
 
 	"github.com/idem-store/idem/engine"
@@ -286,6 +288,10 @@ func removeUnwrittenSegments(dir string) {
 	}
 }
 
+// walVFS, set only by tests, is the filesystem raft-wal's segment files
+// go through (a disk that fails a write or an fsync); nil: the OS's.
+var walVFS waltypes.VFS
+
 func openWAL(path string, log *slog.Logger) (*LogStore, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -310,7 +316,14 @@ func (s *LogStore) open() error {
 		s.log.Warn("raft log: "+torn, "dir", s.path)
 	}
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(rotateWatch{newHCLog(s.log), &s.sealed}))
+	logger := rotateWatch{newHCLog(s.log), &s.sealed}
+	var w *wal.WAL
+	var err error
+	if walVFS != nil {
+		w, err = wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(logger), wal.WithSegmentFiler(segment.NewFiler(s.path, walVFS)))
+	} else {
+		w, err = wal.Open(s.path, wal.WithMetaStore(meta), wal.WithLogger(logger))
+	}
 	if err != nil {
 		meta.Close()
 		return &walOpenError{path: s.path, err: err}
@@ -762,6 +775,9 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		err = s.cureSealed(logs, err)
 	}
 	if err != nil {
+		if failedWrite(err) {
+			s.stopOnFailedWrite(err)
+		}
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
 	}
 	if s.g.minFree != 0 {
@@ -1127,4 +1143,39 @@ func (c *logCache) clear() {
 	defer c.mu.Unlock()
 	c.slots = [logCacheSlots]*raft.Log{}
 	c.bytes = 0
+}
+
+// exit ends the process when the raft log fails a write (tests replace it).
+var exit = os.Exit
+
+// failedWrite reports whether err is a segment file's write or fsync that
+// failed for another reason than a full disk (EIO and the like): ENOSPC
+// is the disk-full machinery's (docs/DISK.md), and a sealed or closed log
+// wrote nothing.
+func failedWrite(err error) bool {
+	var pe *os.PathError
+	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) {
+		return false
+	}
+	switch pe.Op {
+	case "write", "sync", "fsync", "fdatasync":
+		return true
+	}
+	return false
+}
+
+// stopOnFailedWrite stops the node after its raft log failed a write or an
+// fsync. raft would carry on: a leader steps down and is elected again, a
+// follower refuses the append and is sent it again, and raft-wal, having
+// rolled its tail back, writes the next entries over the same place and
+// fsyncs them. But after a failed fsync the OS may have dropped the pages
+// it could not write and report the next fsync as done (PostgreSQL's
+// "fsyncgate"; etcd stops on a failed WAL fsync too): the node would then
+// acknowledge entries its disk may not hold. It stops, as a kill -9 would:
+// nothing it acknowledged is at stake, and at its next start raft-wal
+// reads the log back from what the disk holds.
+func (s guardedLogStore) stopOnFailedWrite(err error) {
+	s.g.log.Error(fmt.Sprintf("the raft log in %s could not be written (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
+		"Nothing it acknowledged is lost. Check the disk and the filesystem (dmesg, SMART) before starting it again; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", s.path, err))
+	exit(1)
 }

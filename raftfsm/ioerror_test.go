@@ -1,0 +1,226 @@
+package raftfsm
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	walfs "github.com/hashicorp/raft-wal/fs"
+	waltypes "github.com/hashicorp/raft-wal/types"
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// faultyWAL is raft-wal's own filesystem with a disk that fails: the
+// segment files under one node's data dir fail their next writes or
+// fsyncs with errno (EIO: a bad sector, a dying disk, a SAN path lost).
+// A failed write writes half its bytes first: what a failed write
+// leaves is unknown.
+type faultyWAL struct {
+	waltypes.VFS
+	mu        sync.Mutex
+	dir       string // the node whose disk fails ("": none)
+	failWrite int    // writes left to fail
+	failSync  int    // fsyncs left to fail
+	errno     syscall.Errno
+	failed    atomic.Int32 // failures injected
+}
+
+func useFaultyWAL(t *testing.T) *faultyWAL {
+	f := &faultyWAL{VFS: walfs.New()}
+	walVFS = f
+	t.Cleanup(func() { walVFS = nil })
+	return f
+}
+
+// arm makes the node whose data dir is dir fail its next writes and
+// fsyncs of raft log segments with errno.
+func (f *faultyWAL) arm(dir string, writes, syncs int, errno syscall.Errno) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dir, f.failWrite, f.failSync, f.errno = dir, writes, syncs, errno
+}
+
+func (f *faultyWAL) take(dir string, sync bool) (syscall.Errno, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dir == "" || !strings.HasPrefix(dir, f.dir+string(filepath.Separator)) {
+		return 0, false
+	}
+	left := &f.failWrite
+	if sync {
+		left = &f.failSync
+	}
+	if *left == 0 {
+		return 0, false
+	}
+	*left--
+	f.failed.Add(1)
+	return f.errno, true
+}
+
+func (f *faultyWAL) Create(dir, name string, size uint64) (waltypes.WritableFile, error) {
+	w, err := f.VFS.Create(dir, name, size)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyFile{WritableFile: w, f: f, dir: dir, path: filepath.Join(dir, name)}, nil
+}
+
+func (f *faultyWAL) OpenWriter(dir, name string) (waltypes.WritableFile, error) {
+	w, err := f.VFS.OpenWriter(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyFile{WritableFile: w, f: f, dir: dir, path: filepath.Join(dir, name)}, nil
+}
+
+type faultyFile struct {
+	waltypes.WritableFile
+	f         *faultyWAL
+	dir, path string
+}
+
+func (w *faultyFile) WriteAt(p []byte, off int64) (int, error) {
+	if errno, ok := w.f.take(w.dir, false); ok {
+		n, _ := w.WritableFile.WriteAt(p[:len(p)/2], off)
+		return n, &os.PathError{Op: "write", Path: w.path, Err: errno}
+	}
+	return w.WritableFile.WriteAt(p, off)
+}
+
+func (w *faultyFile) Sync() error {
+	if errno, ok := w.f.take(w.dir, true); ok {
+		return &os.PathError{Op: "sync", Path: w.path, Err: errno}
+	}
+	return w.WritableFile.Sync()
+}
+
+// stopHook replaces the process's stop on a failed raft log write for the
+// test: it records each status asked.
+func stopHook(t *testing.T) *atomic.Int32 {
+	var calls atomic.Int32
+	old := exit
+	exit = func(code int) {
+		if code != 0 {
+			calls.Add(1)
+		}
+	}
+	t.Cleanup(func() { exit = old })
+	return &calls
+}
+
+func ioNode(t *testing.T, c *memCluster, id, addr string, bootstrap bool, logs *logBuffer) *Node {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, t.TempDir(), bootstrap, addr, "mem-"+id
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	return c.start(cfg)
+}
+
+func tryClaim(n *Node, key string) error {
+	res, _, err := n.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "e", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	if err == nil && res.Outcome != engine.OutcomeClaimed {
+		return fmt.Errorf("outcome %v", res.Outcome)
+	}
+	return err
+}
+
+// A one-node store whose raft log's fsync fails (EIO) refuses that write
+// and stops the node: after a failed fsync the OS may have dropped the
+// pages it could not write and report later fsyncs as done, so what the
+// log holds on disk is unknown. It used to answer the write with the
+// error and go on: raft stepped down, elected itself again, and raft-wal,
+// having rolled its tail back, wrote and fsynced the next entries over
+// the same place, acknowledging them.
+func TestRaftLogFsyncFailureStopsTheNode(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		writes, syncs int
+	}{{"fsync", 0, 1}, {"write", 1, 0}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := useFaultyWAL(t)
+			stops := stopHook(t)
+			c := newMemCluster(t)
+			var logs logBuffer
+			n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
+			require.NoError(t, tryClaim(n, "before"))
+			f.arm(n.cfg.DataDir, tc.writes, tc.syncs, syscall.EIO)
+			err := tryClaim(n, "failed")
+			require.Error(t, err, "a write the raft log could not store must not be acknowledged")
+			require.EqualValues(t, 1, f.failed.Load())
+			require.EqualValues(t, 1, stops.Load(), "the node must stop after its raft log failed a %s; it answered %v and logged:\n%s", tc.name, err, logs.String())
+			out := logs.String()
+			require.Contains(t, out, "level=ERROR")
+			require.Contains(t, out, "input/output error")
+			require.Contains(t, out, filepath.Join(n.cfg.DataDir, logStoreDir))
+			require.Contains(t, out, "Check the disk")
+
+			// Started again on a sound disk (as after the exit), it holds
+			// what it acknowledged and takes writes.
+			f.arm("", 0, 0, 0)
+			cfg := n.cfg
+			cfg.RaftAddr = n.self.RaftAddr
+			c.stop(n)
+			n = c.leader(c.start(cfg))
+			_, found, err := n.Lookup(t.Context(), engine.Scope{Principal: "p", Endpoint: "e", Key: "before"}, false, true)
+			require.NoError(t, err)
+			require.True(t, found, "an acknowledged write was lost")
+			claimFresh(t, n, "after")
+		})
+	}
+}
+
+// ENOSPC is not an I/O error: the disk-full machinery answers it
+// (docs/DISK.md) and the node goes on.
+func TestRaftLogOutOfSpaceDoesNotStopTheNode(t *testing.T) {
+	f := useFaultyWAL(t)
+	stops := stopHook(t)
+	c := newMemCluster(t)
+	var logs logBuffer
+	n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
+	require.NoError(t, tryClaim(n, "before"))
+	f.arm(n.cfg.DataDir, 1, 0, syscall.ENOSPC)
+	err := tryClaim(n, "failed")
+	require.ErrorIs(t, err, ErrStorageFull)
+	require.Zero(t, stops.Load())
+	require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
+}
+
+// In three nodes, a follower whose raft log fails an fsync stops; the
+// leader and the other follower go on, and nothing acknowledged is lost.
+func TestFollowerRaftLogFsyncFailureStopsTheFollower(t *testing.T) {
+	f := useFaultyWAL(t)
+	stops := stopHook(t)
+	c := newMemCluster(t)
+	var logs [3]logBuffer
+	addrs := testRaftAddrs(t, 3)
+	n1 := c.leader(ioNode(t, c, "n1", addrs[0], true, &logs[0]))
+	n2 := ioNode(t, c, "n2", addrs[1], false, &logs[1])
+	c.join(n2, n1)
+	n3 := ioNode(t, c, "n3", addrs[2], false, &logs[2])
+	c.join(n3, n1)
+	l := c.leader(n1, n2, n3)
+	var follower *Node
+	for _, n := range []*Node{n1, n2, n3} {
+		if n != l {
+			follower = n
+			break
+		}
+	}
+	require.NoError(t, tryClaim(l, "before"))
+	f.arm(follower.cfg.DataDir, 0, 1, syscall.EIO)
+	require.Eventually(t, func() bool {
+		return tryClaim(l, fmt.Sprint("k", time.Now().UnixNano())) == nil && f.failed.Load() == 1
+	}, 20*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return stops.Load() == 1 }, 10*time.Second, 20*time.Millisecond,
+		"the follower must stop after its raft log failed an fsync")
+}
