@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -465,10 +466,45 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
+	if path, err, ok := ioFailure(args); ok {
+		// A write or fsync of a store file failed (EIO and the like): the
+		// commit pipeline is broken and Pebble cannot go on. A panic
+		// stopped the node only from a goroutine of its own: from a
+		// request's (a backup's sync) net/http recovered it and the node
+		// went on.
+		l := p.l
+		if l == nil {
+			l = slog.Default()
+		}
+		l.Error(fmt.Sprintf("the store could not write %s (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
+			"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+
+			"Check the disk and the filesystem (dmesg, SMART) before starting it again; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err),
+			"pebble", msg)
+		exit(1)
+		panic("pebble: " + msg) // exit returns only in tests
+	}
 	if p.l != nil {
 		p.l.Error("pebble: fatal: " + msg)
 	}
 	panic("pebble: " + msg)
+}
+
+// ioFailure finds, among a Pebble fatal error's args, a write or fsync of
+// a file that failed for another reason than a full disk (ENOSPC is the
+// disk-full machinery's, DiskFullFS).
+func ioFailure(args []any) (path string, err error, ok bool) {
+	for _, a := range args {
+		e, isErr := a.(error)
+		var pe *os.PathError
+		if !isErr || !errors.As(e, &pe) || errors.Is(e, syscall.ENOSPC) {
+			continue
+		}
+		switch pe.Op {
+		case "write", "sync", "fsync", "fdatasync", "sync_file_range":
+			return pe.Path, pe.Err, true
+		}
+	}
+	return "", nil, false
 }
 
 // lostMarkers returns the commands that put back the marker files of a

@@ -1,0 +1,162 @@
+package engine
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/stretchr/testify/require"
+)
+
+// eioFS fails the writes or fsyncs of the store's WAL files with EIO once
+// armed: a disk that fails under an open store.
+type eioFS struct {
+	vfs.FS
+	failWrite, failSync atomic.Bool
+}
+
+type eioFile struct {
+	vfs.File
+	fs   *eioFS
+	name string
+}
+
+func (f eioFile) Write(p []byte) (int, error) {
+	if f.fs.failWrite.Load() {
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.Write(p)
+}
+
+func (f eioFile) Sync() error {
+	if f.fs.failSync.Load() {
+		return &os.PathError{Op: "sync", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.Sync()
+}
+
+func (f eioFile) SyncData() error {
+	if f.fs.failSync.Load() {
+		return &os.PathError{Op: "fdatasync", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.SyncData()
+}
+
+func (f eioFile) SyncTo(length int64) (bool, error) {
+	if f.fs.failSync.Load() {
+		return false, &os.PathError{Op: "sync_file_range", Path: f.name, Err: syscall.EIO}
+	}
+	return f.File.SyncTo(length)
+}
+
+func (fs *eioFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
+	if err != nil || !strings.HasSuffix(name, ".log") {
+		return f, err
+	}
+	return eioFile{File: f, fs: fs, name: name}, nil
+}
+
+func (fs *eioFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.Create(name, c)
+	return fs.wrap(name, f, err)
+}
+
+func (fs *eioFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
+	return fs.wrap(newname, f, err)
+}
+
+func (fs *eioFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
+	f, err := fs.FS.OpenReadWrite(name, c, opts...)
+	return fs.wrap(name, f, err)
+}
+
+// A WAL write or fsync that fails with EIO is never carried on from:
+// Pebble keeps the error (its WAL writer's error is sticky), the sync
+// before a snapshot fails, and the next commit stops the process (a
+// failed commit is fatal to Pebble). No later sync reports the lost
+// writes as durable. The raft log holds everything above the stored
+// applied index, so a stop loses nothing acknowledged.
+func TestStoreWALIOErrorIsNeverCarriedOn(t *testing.T) {
+	for _, what := range []string{"write", "sync"} {
+		t.Run(what, func(t *testing.T) {
+			old := exit
+			exit = func(int) {} // the stop is TestStoreIOErrorStopsWithAdvice's
+			t.Cleanup(func() { exit = old })
+			fs := &eioFS{FS: vfs.Default}
+			db, err := Open(t.TempDir(), Options{FS: fs, CacheBytes: 1 << 20})
+			require.NoError(t, err)
+			h := &harness{t: t, db: db}
+			h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
+			require.NoError(t, db.Sync())
+			if what == "write" {
+				fs.failWrite.Store(true)
+			} else {
+				fs.failSync.Store(true)
+			}
+			var got any
+			func() {
+				defer func() { got = recover() }()
+				h.claim(t0+1, args(Scope{Principal: "p", Endpoint: "e", Key: "k1"}))
+				db.Sync()
+				h.claim(t0+2, args(Scope{Principal: "p", Endpoint: "e", Key: "k2"}))
+				db.Sync()
+			}()
+			require.NotNil(t, got, "a failed WAL %s must stop the store", what)
+			require.Contains(t, fmt.Sprint(got), "input/output error")
+			// The disk works again: Pebble still refuses, it does not
+			// retry the fsync and call the lost writes durable.
+			fs.failWrite.Store(false)
+			fs.failSync.Store(false)
+			got = nil
+			func() {
+				defer func() { got = recover() }()
+				db.Sync()
+			}()
+			require.NotNil(t, got, "after a failed WAL %s a later sync must not succeed", what)
+		})
+	}
+}
+
+// A store whose WAL write or fsync fails with EIO stops the process with
+// a line that names the file, the error and what to do, by exit: a panic
+// can be recovered by net/http when the failing commit is a request's
+// (a backup's sync), and the node then went on.
+func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
+	for _, what := range []string{"write", "sync"} {
+		t.Run(what, func(t *testing.T) {
+			var codes []int
+			old := exit
+			exit = func(code int) { codes = append(codes, code) }
+			t.Cleanup(func() { exit = old })
+			var logs strings.Builder
+			fs := &eioFS{FS: vfs.Default}
+			dir := t.TempDir()
+			db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			h := &harness{t: t, db: db}
+			h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
+			require.NoError(t, db.Sync())
+			fs.failWrite.Store(what == "write")
+			fs.failSync.Store(what == "sync")
+			func() {
+				defer func() { recover() }() // Pebble must not go on past its fatal error
+				h.claim(t0+1, args(Scope{Principal: "p", Endpoint: "e", Key: "k1"}))
+				db.Sync()
+				h.claim(t0+2, args(Scope{Principal: "p", Endpoint: "e", Key: "k2"}))
+				db.Sync()
+			}()
+			require.Equal(t, []int{1}, codes, "the store must stop the process; it logged:\n%s", logs.String())
+			require.Contains(t, logs.String(), "level=ERROR")
+			require.Contains(t, logs.String(), filepath.Join(dir, "000002.log"))
+			require.Contains(t, logs.String(), "input/output error")
+			require.Contains(t, logs.String(), "Check the disk")
+		})
+	}
+}
