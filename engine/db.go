@@ -381,6 +381,7 @@ func (d *DB) Sync() error {
 
 // sync is Sync for callers that hold d.mu.
 func (d *DB) sync() error {
+	defer d.stopOnIOPanic()
 	if err := d.pdb.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("engine: sync: %w", err)
 	}
@@ -467,26 +468,49 @@ func (p pebbleLogger) Errorf(format string, args ...any) {
 func (p pebbleLogger) Fatalf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	if path, err, ok := ioFailure(args); ok {
-		// A write or fsync of a store file failed (EIO and the like): the
-		// commit pipeline is broken and Pebble cannot go on. A panic
-		// stopped the node only from a goroutine of its own: from a
-		// request's (a backup's sync) net/http recovered it and the node
-		// went on.
-		l := p.l
-		if l == nil {
-			l = slog.Default()
-		}
-		l.Error(fmt.Sprintf("the store could not write %s (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
-			"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+
-			"Check the disk and the filesystem (dmesg, SMART) before starting it again; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err),
-			"pebble", msg)
-		exit(1)
-		panic("pebble: " + msg) // exit returns only in tests
+		p.ioStop(path, err, msg)
+		panic("pebble: " + msg) // ioStop returns only in tests
 	}
 	if p.l != nil {
 		p.l.Error("pebble: fatal: " + msg)
 	}
 	panic("pebble: " + msg)
+}
+
+// ioStop stops the process after a write or fsync of a store file failed
+// (EIO and the like): the commit pipeline is broken and Pebble cannot go
+// on. Pebble panics there (or calls Fatalf, which panicked): that stopped
+// the node only from a goroutine of its own; from a request's (a backup's
+// sync) net/http recovered it and the node went on.
+func (p pebbleLogger) ioStop(path string, err error, what string) {
+	l := p.l
+	if l == nil {
+		l = slog.Default()
+	}
+	l.Error(fmt.Sprintf("the store could not write %s (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
+		"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+
+		"Check the disk and the filesystem (dmesg, SMART) before starting it again; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err),
+		"pebble", what)
+	exit(1)
+}
+
+// stopOnIOPanic, deferred around a Pebble commit, stops the process as
+// ioStop does when the commit panicked on a failed write of the WAL
+// (Pebble's commitWrite panics with the writer's error); any other panic
+// goes on.
+func (d *DB) stopOnIOPanic() {
+	r := recover()
+	if r == nil {
+		return
+	}
+	if e, ok := r.(error); ok {
+		if path, err, ok := ioFailure([]any{e}); ok {
+			if p, ok := d.opts.Logger.(pebbleLogger); ok {
+				p.ioStop(path, err, e.Error())
+			}
+		}
+	}
+	panic(r)
 }
 
 // ioFailure finds, among a Pebble fatal error's args, a write or fsync of

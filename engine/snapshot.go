@@ -180,7 +180,7 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 	if err := b.DeleteRange([]byte{0}, []byte{0xff, 0xff, 0xff, 0xff}, nil); err != nil {
 		return false, fmt.Errorf("engine: restore: %w", err)
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := func() error { defer d.stopOnIOPanic(); return b.Commit(pebble.Sync) }(); err != nil {
 		return false, fmt.Errorf("engine: restore commit: %w", err)
 	}
 	d.meta = Meta{}

@@ -225,7 +225,7 @@ func (t *Txn) Commit(applied uint64) error {
 		t.b.Close()
 		return ErrClosed
 	}
-	if err := t.b.Commit(pebble.NoSync); err != nil {
+	if err := t.commit(); err != nil {
 		return fmt.Errorf("engine: commit: %w", err)
 	}
 	t.d.meta = t.meta
@@ -236,6 +236,11 @@ func (t *Txn) Commit(applied uint64) error {
 		t.d.filter.drop(b)
 	}
 	return t.b.Close()
+}
+
+func (t *Txn) commit() error {
+	defer t.d.stopOnIOPanic()
+	return t.b.Commit(pebble.NoSync)
 }
 
 // Abort discards the Txn.

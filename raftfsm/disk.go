@@ -438,6 +438,18 @@ func (g *diskGuard) waitForFloor(what string, stop <-chan struct{}, floor uint64
 // ENOSPC first removes the ballast, or else waits for space, and is then
 // retried.
 func (g *diskGuard) engineOptions(o engine.Options, stop <-chan struct{}) engine.Options {
+	o = g.engineFS(o, stop)
+	if pebbleFS != nil {
+		o.FS = pebbleFS(o.FS)
+	}
+	return o
+}
+
+// pebbleFS, set only by tests, wraps the store's filesystem (a disk that
+// fails a write or an fsync).
+var pebbleFS func(vfs.FS) vfs.FS
+
+func (g *diskGuard) engineFS(o engine.Options, stop <-chan struct{}) engine.Options {
 	if g.minFree == 0 {
 		// The guard is off, not the store's safety: Pebble panicked on
 		// the write, and a node restarted on the full disk panicked again.
