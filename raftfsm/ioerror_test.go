@@ -224,3 +224,54 @@ func TestFollowerRaftLogFsyncFailureStopsTheFollower(t *testing.T) {
 	require.Eventually(t, func() bool { return stops.Load() == 1 }, 10*time.Second, 20*time.Millisecond,
 		"the follower must stop after its raft log failed an fsync")
 }
+
+// In three nodes, a leader whose raft log fails an fsync stops (here: is
+// stopped by the test once it asked to exit); the write is not
+// acknowledged, the two others elect a leader and go on with every
+// acknowledged write, and the old leader catches up once started again.
+func TestLeaderRaftLogFsyncFailureStopsTheLeader(t *testing.T) {
+	f := useFaultyWAL(t)
+	stops := stopHook(t)
+	c := newMemCluster(t)
+	var logs [3]logBuffer
+	addrs := testRaftAddrs(t, 3)
+	n1 := c.leader(ioNode(t, c, "n1", addrs[0], true, &logs[0]))
+	n2 := ioNode(t, c, "n2", addrs[1], false, &logs[1])
+	c.join(n2, n1)
+	n3 := ioNode(t, c, "n3", addrs[2], false, &logs[2])
+	c.join(n3, n1)
+	l := c.leader(n1, n2, n3)
+	var acked []string
+	for i := range 10 {
+		k := fmt.Sprint("before", i)
+		claimFresh(t, l, k)
+		acked = append(acked, k)
+	}
+	f.arm(l.cfg.DataDir, 0, 1, syscall.EIO)
+	require.Error(t, tryClaim(l, "failed"), "a write the leader could not store must not be acknowledged")
+	require.EqualValues(t, 1, stops.Load(), "the leader must stop after its raft log failed an fsync")
+	cfg := l.cfg
+	cfg.RaftAddr = l.self.RaftAddr
+	c.stop(l) // what exit(1) does
+	var others []*Node
+	for _, n := range []*Node{n1, n2, n3} {
+		if n != l {
+			others = append(others, n)
+		}
+	}
+	l2 := c.leader(others...)
+	claimFresh(t, l2, "after")
+	acked = append(acked, "after")
+	f.arm("", 0, 0, 0)
+	back := c.start(cfg)
+	for _, n := range append(others, back) {
+		require.Eventually(t, func() bool {
+			for _, k := range acked {
+				if _, found, err := n.Lookup(t.Context(), engine.Scope{Principal: "p", Endpoint: "e", Key: k}, false, false); err != nil || !found {
+					return false
+				}
+			}
+			return true
+		}, 20*time.Second, 50*time.Millisecond, "%s lacks an acknowledged write", n.self.ID)
+	}
+}
