@@ -489,7 +489,7 @@ func (p pebbleLogger) ioStop(path string, err error, what string) {
 	}
 	l.Error(fmt.Sprintf("the store could not write %s (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
 		"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+
-		"Check the disk and the filesystem (dmesg, SMART) before starting it again; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err),
+		"Check the disk and the filesystem (dmesg, SMART), and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err),
 		"pebble", what)
 	exit(1)
 }

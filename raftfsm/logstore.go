@@ -1176,6 +1176,6 @@ func failedWrite(err error) bool {
 // reads the log back from what the disk holds.
 func (s guardedLogStore) stopOnFailedWrite(err error) {
 	s.g.log.Error(fmt.Sprintf("the raft log in %s could not be written (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
-		"Nothing it acknowledged is lost. Check the disk and the filesystem (dmesg, SMART) before starting it again; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", s.path, err))
+		"Nothing it acknowledged is lost. Check the disk and the filesystem (dmesg, SMART), and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", s.path, err))
 	exit(1)
 }
