@@ -520,7 +520,7 @@ func ioFailure(args []any) (path string, err error, ok bool) {
 	for _, a := range args {
 		e, isErr := a.(error)
 		var pe *os.PathError
-		if !isErr || !errors.As(e, &pe) || errors.Is(e, syscall.ENOSPC) {
+		if !isErr || !errors.As(e, &pe) || errors.Is(e, syscall.ENOSPC) || errors.Is(e, os.ErrClosed) {
 			continue
 		}
 		switch pe.Op {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -158,5 +159,25 @@ func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
 			require.Contains(t, logs.String(), "input/output error")
 			require.Contains(t, logs.String(), "Check the disk")
 		})
+	}
+}
+
+// Pebble's fatal errors stop the node with the I/O advice only for a
+// store file's failed write or fsync: not for a full disk (the disk-full
+// machinery's), a file closed under the write, a read, or anything else.
+func TestOnlyAFailedWriteOfAStoreFileIsAnIOStop(t *testing.T) {
+	for _, c := range []struct {
+		args []any
+		stop bool
+	}{
+		{[]any{&os.PathError{Op: "fdatasync", Path: "000002.log", Err: syscall.EIO}}, true},
+		{[]any{"commit", fmt.Errorf("pebble: %w", &os.PathError{Op: "write", Path: "000002.log", Err: syscall.EIO})}, true},
+		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: syscall.ENOSPC}}, false},
+		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: os.ErrClosed}}, false},
+		{[]any{&os.PathError{Op: "open", Path: "MANIFEST", Err: syscall.EIO}}, false},
+		{[]any{errors.New("pebble: corruption")}, false},
+	} {
+		_, _, ok := ioFailure(c.args)
+		require.Equal(t, c.stop, ok, "%v", c.args)
 	}
 }

@@ -275,3 +275,24 @@ func TestLeaderRaftLogFsyncFailureStopsTheLeader(t *testing.T) {
 		}, 20*time.Second, 50*time.Millisecond, "%s lacks an acknowledged write", n.self.ID)
 	}
 }
+
+// Only a write or fsync the disk failed stops the node: a full disk is
+// the disk-full machinery's, and a log sealed, closed, or whose file was
+// closed under the write (a shutdown racing an append) wrote nothing.
+func TestOnlyAFailedWriteOfTheDiskStopsTheNode(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		stop bool
+	}{
+		{&os.PathError{Op: "write", Path: "x.wal", Err: syscall.EIO}, true},
+		{fmt.Errorf("store: %w", &os.PathError{Op: "sync", Path: "x.wal", Err: syscall.EIO}), true},
+		{&os.PathError{Op: "fdatasync", Path: "x.wal", Err: syscall.EROFS}, true},
+		{&os.PathError{Op: "write", Path: "x.wal", Err: syscall.ENOSPC}, false},
+		{&os.PathError{Op: "write", Path: "x.wal", Err: os.ErrClosed}, false},
+		{&os.PathError{Op: "read", Path: "x.wal", Err: syscall.EIO}, false},
+		{waltypes.ErrSealed, false},
+		{waltypes.ErrClosed, false},
+	} {
+		require.Equal(t, c.stop, failedWrite(c.err), "%v", c.err)
+	}
+}

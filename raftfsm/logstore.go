@@ -1150,11 +1150,11 @@ var exit = os.Exit
 
 // failedWrite reports whether err is a segment file's write or fsync that
 // failed for another reason than a full disk (EIO and the like): ENOSPC
-// is the disk-full machinery's (docs/DISK.md), and a sealed or closed log
-// wrote nothing.
+// is the disk-full machinery's (docs/DISK.md), and a sealed or closed log,
+// or a file closed under the write (a shutdown), wrote nothing.
 func failedWrite(err error) bool {
 	var pe *os.PathError
-	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) {
+	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, os.ErrClosed) {
 		return false
 	}
 	switch pe.Op {
