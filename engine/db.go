@@ -437,10 +437,22 @@ func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // there were since. Pebble retries a failed flush at once: with the
 // process out of file descriptors it failed and logged 220,000 times in
 // 30 s (33 MB of log).
+//
+// A failed write or fsync of a store file (EIO: a flush's or a compaction's
+// sstable) stops the process as a failed WAL write does (ioStop): Pebble
+// retried it at once for ever, so on a disk that kept failing the node's
+// writes stalled and it hung instead of stopping.
 func backgroundErrors(l *slog.Logger) func(error) {
 	var last atomic.Int64 // mono.Now() of the last line; 0: none yet
 	var since atomic.Int64
+	var stopped atomic.Bool
 	return func(err error) {
+		if path, ioErr, ok := ioFailure([]any{err}); ok {
+			if !stopped.Swap(true) { // once: exit returns only in tests
+				pebbleLogger{l}.ioStop(path, ioErr, err.Error())
+			}
+			return
+		}
 		n := since.Add(1)
 		t := last.Load()
 		if l == nil || (t != 0 && mono.Since(t) < 10*time.Second) || !last.CompareAndSwap(t, mono.Now()) {

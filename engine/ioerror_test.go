@@ -7,9 +7,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/stretchr/testify/require"
@@ -20,6 +22,7 @@ import (
 type eioFS struct {
 	vfs.FS
 	failWrite, failSync atomic.Bool
+	suffix              string // the files that fail: ".log" (the WAL) when empty
 }
 
 type eioFile struct {
@@ -57,7 +60,11 @@ func (f eioFile) SyncTo(length int64) (bool, error) {
 }
 
 func (fs *eioFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
-	if err != nil || !strings.HasSuffix(name, ".log") {
+	suffix := fs.suffix
+	if suffix == "" {
+		suffix = ".log"
+	}
+	if err != nil || !strings.HasSuffix(name, suffix) {
 		return f, err
 	}
 	return eioFile{File: f, fs: fs, name: name}, nil
@@ -180,4 +187,54 @@ func TestOnlyAFailedWriteOfAStoreFileIsAnIOStop(t *testing.T) {
 		_, _, ok := ioFailure(c.args)
 		require.Equal(t, c.stop, ok, "%v", c.args)
 	}
+}
+
+// A flush whose sstable write fails with EIO was retried at once, for
+// ever (10,979 times in 3 s, logged every 10 s): on a disk that keeps
+// failing the node's writes stalled and it hung rather than stopped. A
+// background error that is a failed write or fsync of a store file stops
+// the process as a failed WAL write does; others (out of file
+// descriptors, a full disk) are still retried.
+func TestStoreFlushIOErrorStopsWithAdvice(t *testing.T) {
+	var codes atomic.Int64
+	old := exit
+	exit = func(code int) { codes.Store(int64(code)) }
+	t.Cleanup(func() { exit = old })
+	var logs lockedBuilder
+	fs := &eioFS{FS: vfs.Default, suffix: ".sst"}
+	dir := t.TempDir()
+	db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	h := &harness{t: t, db: db}
+	h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
+	fs.failWrite.Store(true)
+	done, err := db.pdb.AsyncFlush()
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return codes.Load() != 0 }, 10*time.Second, 10*time.Millisecond,
+		"a flush failing with EIO must stop the process; it logged:\n%s", logs.String())
+	require.EqualValues(t, 1, codes.Load())
+	require.Contains(t, logs.String(), "level=ERROR")
+	require.Contains(t, logs.String(), ".sst")
+	require.Contains(t, logs.String(), "input/output error")
+	require.Contains(t, logs.String(), "Check the disk")
+	fs.failWrite.Store(false) // exit returned (a test): let the flush end
+	<-done
+	require.NoError(t, db.Close())
+}
+
+type lockedBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuilder) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuilder) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
