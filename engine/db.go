@@ -207,7 +207,7 @@ func Open(dir string, o Options) (*DB, error) {
 	listener := &pebble.EventListener{DataCorruption: corruptionStop(o.Logger), BackgroundError: backgroundErrors(o.Logger)}
 	stalls.listen(listener)
 	po := &pebble.Options{
-		FS:                 o.FS,
+		FS:                 syncErrFS{o.FS}, // ioFailure needs a failed fsync's *os.PathError
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
 		Logger:             pebbleLogger{o.Logger},

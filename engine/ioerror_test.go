@@ -23,6 +23,10 @@ type eioFS struct {
 	vfs.FS
 	failWrite, failSync atomic.Bool
 	suffix              string // the files that fail: ".log" (the WAL) when empty
+	// raw: a failed SyncData or SyncTo returns the bare errno, as Pebble's
+	// own linuxFile does (unix.Fdatasync, unix.SyncFileRange): no
+	// *os.PathError, no file name.
+	raw bool
 }
 
 type eioFile struct {
@@ -47,6 +51,9 @@ func (f eioFile) Sync() error {
 
 func (f eioFile) SyncData() error {
 	if f.fs.failSync.Load() {
+		if f.fs.raw {
+			return syscall.EIO
+		}
 		return &os.PathError{Op: "fdatasync", Path: f.name, Err: syscall.EIO}
 	}
 	return f.File.SyncData()
@@ -54,6 +61,9 @@ func (f eioFile) SyncData() error {
 
 func (f eioFile) SyncTo(length int64) (bool, error) {
 	if f.fs.failSync.Load() {
+		if f.fs.raw {
+			return false, syscall.EIO
+		}
 		return false, &os.PathError{Op: "sync_file_range", Path: f.name, Err: syscall.EIO}
 	}
 	return f.File.SyncTo(length)
@@ -136,15 +146,20 @@ func TestStoreWALIOErrorIsNeverCarriedOn(t *testing.T) {
 // a line that names the file, the error and what to do, by exit: a panic
 // can be recovered by net/http when the failing commit is a request's
 // (a backup's sync), and the node then went on.
+//
+// "fdatasync" is the fsync as the OS's files fail it: Pebble's linuxFile
+// returns unix.Fdatasync's bare errno, with no *os.PathError, and the
+// store's own failed WAL fsync was not seen as one (a panic net/http
+// could recover, not the stop).
 func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
-	for _, what := range []string{"write", "sync"} {
+	for _, what := range []string{"write", "sync", "fdatasync"} {
 		t.Run(what, func(t *testing.T) {
 			var codes []int
 			old := exit
 			exit = func(code int) { codes = append(codes, code) }
 			t.Cleanup(func() { exit = old })
 			var logs strings.Builder
-			fs := &eioFS{FS: vfs.Default}
+			fs := &eioFS{FS: vfs.Default, raw: what == "fdatasync"}
 			dir := t.TempDir()
 			db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			require.NoError(t, err)
@@ -152,7 +167,7 @@ func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
 			h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
 			require.NoError(t, db.Sync())
 			fs.failWrite.Store(what == "write")
-			fs.failSync.Store(what == "sync")
+			fs.failSync.Store(what != "write")
 			func() {
 				defer func() { recover() }() // Pebble must not go on past its fatal error
 				h.claim(t0+1, args(Scope{Principal: "p", Endpoint: "e", Key: "k1"}))
