@@ -527,12 +527,13 @@ func (d *DB) stopOnIOPanic() {
 
 // ioFailure finds, among a Pebble fatal error's args, a write or fsync of
 // a file that failed for another reason than a full disk (ENOSPC is the
-// disk-full machinery's, DiskFullFS).
+// disk-full machinery's, DiskFullFS; EDQUOT, a full quota, refused the
+// write as ENOSPC does and is no failing disk).
 func ioFailure(args []any) (path string, err error, ok bool) {
 	for _, a := range args {
 		e, isErr := a.(error)
 		var pe *os.PathError
-		if !isErr || !errors.As(e, &pe) || errors.Is(e, syscall.ENOSPC) || errors.Is(e, os.ErrClosed) {
+		if !isErr || !errors.As(e, &pe) || errors.Is(e, syscall.ENOSPC) || errors.Is(e, syscall.EDQUOT) || errors.Is(e, os.ErrClosed) {
 			continue
 		}
 		switch pe.Op {

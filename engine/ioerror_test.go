@@ -195,6 +195,7 @@ func TestOnlyAFailedWriteOfAStoreFileIsAnIOStop(t *testing.T) {
 		{[]any{&os.PathError{Op: "fdatasync", Path: "000002.log", Err: syscall.EIO}}, true},
 		{[]any{"commit", fmt.Errorf("pebble: %w", &os.PathError{Op: "write", Path: "000002.log", Err: syscall.EIO})}, true},
 		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: syscall.ENOSPC}}, false},
+		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: syscall.EDQUOT}}, false},
 		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: os.ErrClosed}}, false},
 		{[]any{&os.PathError{Op: "open", Path: "MANIFEST", Err: syscall.EIO}}, false},
 		{[]any{errors.New("pebble: corruption")}, false},

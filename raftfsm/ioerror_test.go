@@ -195,6 +195,23 @@ func TestRaftLogOutOfSpaceDoesNotStopTheNode(t *testing.T) {
 	require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
 }
 
+// EDQUOT is a full disk too, for a quota (a ZFS dataset's quota, which
+// its copy-on-write hits inside raft-wal's preallocated segments, or a
+// user's): the write was refused, not lost, as for ENOSPC. It stopped the
+// node with the advice for a failing disk (SMART, restart the machine).
+func TestRaftLogOverQuotaDoesNotStopTheNode(t *testing.T) {
+	f := useFaultyWAL(t)
+	stops := stopHook(t)
+	c := newMemCluster(t)
+	var logs logBuffer
+	n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
+	require.NoError(t, tryClaim(n, "before"))
+	f.arm(n.cfg.DataDir, 1, 0, syscall.EDQUOT)
+	require.Error(t, tryClaim(n, "failed"))
+	require.Zero(t, stops.Load(), "a write refused for a quota must not stop the node; it logged:\n%s", logs.String())
+	require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
+}
+
 // In three nodes, a follower whose raft log fails an fsync stops; the
 // leader and the other follower go on, and nothing acknowledged is lost.
 func TestFollowerRaftLogFsyncFailureStopsTheFollower(t *testing.T) {
@@ -288,6 +305,7 @@ func TestOnlyAFailedWriteOfTheDiskStopsTheNode(t *testing.T) {
 		{fmt.Errorf("store: %w", &os.PathError{Op: "sync", Path: "x.wal", Err: syscall.EIO}), true},
 		{&os.PathError{Op: "fdatasync", Path: "x.wal", Err: syscall.EROFS}, true},
 		{&os.PathError{Op: "write", Path: "x.wal", Err: syscall.ENOSPC}, false},
+		{&os.PathError{Op: "write", Path: "x.wal", Err: syscall.EDQUOT}, false},
 		{&os.PathError{Op: "write", Path: "x.wal", Err: os.ErrClosed}, false},
 		{&os.PathError{Op: "read", Path: "x.wal", Err: syscall.EIO}, false},
 		{waltypes.ErrSealed, false},

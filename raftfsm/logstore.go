@@ -1150,11 +1150,13 @@ var exit = os.Exit
 
 // failedWrite reports whether err is a segment file's write or fsync that
 // failed for another reason than a full disk (EIO and the like): ENOSPC
-// is the disk-full machinery's (docs/DISK.md), and a sealed or closed log,
-// or a file closed under the write (a shutdown), wrote nothing.
+// is the disk-full machinery's (docs/DISK.md), EDQUOT is a full quota (a
+// ZFS dataset's, whose copy-on-write meets it inside the preallocated
+// segments) that refused the write as ENOSPC does, and a sealed or closed
+// log, or a file closed under the write (a shutdown), wrote nothing.
 func failedWrite(err error) bool {
 	var pe *os.PathError
-	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, os.ErrClosed) {
+	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, os.ErrClosed) {
 		return false
 	}
 	switch pe.Op {
