@@ -212,30 +212,38 @@ func TestOnlyAFailedWriteOfAStoreFileIsAnIOStop(t *testing.T) {
 // the process as a failed WAL write does; others (out of file
 // descriptors, a full disk) are still retried.
 func TestStoreFlushIOErrorStopsWithAdvice(t *testing.T) {
-	var codes atomic.Int64
-	old := exit
-	exit = func(code int) { codes.Store(int64(code)) }
-	t.Cleanup(func() { exit = old })
-	var logs lockedBuilder
-	fs := &eioFS{FS: vfs.Default, suffix: ".sst"}
-	dir := t.TempDir()
-	db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	require.NoError(t, err)
-	h := &harness{t: t, db: db}
-	h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
-	fs.failWrite.Store(true)
-	done, err := db.pdb.AsyncFlush()
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return codes.Load() != 0 }, 10*time.Second, 10*time.Millisecond,
-		"a flush failing with EIO must stop the process; it logged:\n%s", logs.String())
-	require.EqualValues(t, 1, codes.Load())
-	require.Contains(t, logs.String(), "level=ERROR")
-	require.Contains(t, logs.String(), ".sst")
-	require.Contains(t, logs.String(), "input/output error")
-	require.Contains(t, logs.String(), "Check the disk")
-	fs.failWrite.Store(false) // exit returned (a test): let the flush end
-	<-done
-	require.NoError(t, db.Close())
+	// "fdatasync": the table's fsync fails as the OS's files fail it, with
+	// unix.Fdatasync's bare errno (eioFS.raw).
+	for _, what := range []string{"write", "fdatasync"} {
+		t.Run(what, func(t *testing.T) {
+			var codes atomic.Int64
+			old := exit
+			exit = func(code int) { codes.Store(int64(code)) }
+			t.Cleanup(func() { exit = old })
+			var logs lockedBuilder
+			fs := &eioFS{FS: vfs.Default, suffix: ".sst", raw: what == "fdatasync"}
+			dir := t.TempDir()
+			db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			require.NoError(t, err)
+			h := &harness{t: t, db: db}
+			h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
+			fs.failWrite.Store(what == "write")
+			fs.failSync.Store(what != "write")
+			done, err := db.pdb.AsyncFlush()
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return codes.Load() != 0 }, 10*time.Second, 10*time.Millisecond,
+				"a flush failing with EIO must stop the process; it logged:\n%s", logs.String())
+			require.EqualValues(t, 1, codes.Load())
+			require.Contains(t, logs.String(), "level=ERROR")
+			require.Contains(t, logs.String(), ".sst")
+			require.Contains(t, logs.String(), "input/output error")
+			require.Contains(t, logs.String(), "Check the disk")
+			fs.failWrite.Store(false) // exit returned (a test): let the flush end
+			fs.failSync.Store(false)
+			<-done
+			require.NoError(t, db.Close())
+		})
+	}
 }
 
 type lockedBuilder struct {
