@@ -212,19 +212,28 @@ func TestRaftLogOverQuotaDoesNotStopTheNode(t *testing.T) {
 	require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
 }
 
+// ioCluster starts three nodes on ioNode's faulty raft log, n1 the first
+// leader, each logging into its own buffer.
+func ioCluster(t *testing.T) (*memCluster, [3]*Node) {
+	c := newMemCluster(t)
+	logs := new([3]logBuffer)
+	addrs := testRaftAddrs(t, 3)
+	var nodes [3]*Node
+	nodes[0] = c.leader(ioNode(t, c, "n1", addrs[0], true, &logs[0]))
+	for i := 1; i < 3; i++ {
+		nodes[i] = ioNode(t, c, fmt.Sprintf("n%d", i+1), addrs[i], false, &logs[i])
+		c.join(nodes[i], nodes[0])
+	}
+	return c, nodes
+}
+
 // In three nodes, a follower whose raft log fails an fsync stops; the
 // leader and the other follower go on, and nothing acknowledged is lost.
 func TestFollowerRaftLogFsyncFailureStopsTheFollower(t *testing.T) {
 	f := useFaultyWAL(t)
 	stops := stopHook(t)
-	c := newMemCluster(t)
-	var logs [3]logBuffer
-	addrs := testRaftAddrs(t, 3)
-	n1 := c.leader(ioNode(t, c, "n1", addrs[0], true, &logs[0]))
-	n2 := ioNode(t, c, "n2", addrs[1], false, &logs[1])
-	c.join(n2, n1)
-	n3 := ioNode(t, c, "n3", addrs[2], false, &logs[2])
-	c.join(n3, n1)
+	c, nodes := ioCluster(t)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	l := c.leader(n1, n2, n3)
 	var follower *Node
 	for _, n := range []*Node{n1, n2, n3} {
@@ -249,14 +258,8 @@ func TestFollowerRaftLogFsyncFailureStopsTheFollower(t *testing.T) {
 func TestLeaderRaftLogFsyncFailureStopsTheLeader(t *testing.T) {
 	f := useFaultyWAL(t)
 	stops := stopHook(t)
-	c := newMemCluster(t)
-	var logs [3]logBuffer
-	addrs := testRaftAddrs(t, 3)
-	n1 := c.leader(ioNode(t, c, "n1", addrs[0], true, &logs[0]))
-	n2 := ioNode(t, c, "n2", addrs[1], false, &logs[1])
-	c.join(n2, n1)
-	n3 := ioNode(t, c, "n3", addrs[2], false, &logs[2])
-	c.join(n3, n1)
+	c, nodes := ioCluster(t)
+	n1, n2, n3 := nodes[0], nodes[1], nodes[2]
 	l := c.leader(n1, n2, n3)
 	var acked []string
 	for i := range 10 {
