@@ -258,7 +258,9 @@ func TestLogStoreMigrationKillHelper(t *testing.T) {
 // kill the whole log reads back (from raft.db or raft-log, as
 // ReadOfflineState reads it), and a start that is let run finishes the move.
 // It kills until it has stopped a copy before its marker and a move before
-// raft.db was emptied (each window is most of the run).
+// raft.db was emptied. Every other kill lands as soon as the copy's
+// directory appears: at random moments alone, 30 kills on a loaded CI
+// machine all missed the copy (the process's start takes most of a run).
 func TestLogStoreMigrationSurvivesKill(t *testing.T) {
 	pristine := t.TempDir()
 	entries := oldEntries(8_000, 1000)
@@ -276,7 +278,11 @@ func TestLogStoreMigrationSurvivesKill(t *testing.T) {
 	for i := 0; i < 30 && (seen["copy-interrupted"] == 0 || seen["raft.db-not-emptied"] == 0); i++ {
 		cmd := migrateProcess(dir)
 		require.NoError(t, cmd.Start())
-		time.Sleep(time.Duration(rand.Int64N(int64(full))))
+		if i%2 == 0 {
+			time.Sleep(time.Duration(rand.Int64N(int64(full))))
+		} else {
+			appears(filepath.Join(dir, logStoreTmp), 4*full)
+		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		cmd.Wait()
 		requireReadOnlyLog(t, dir, entries)
@@ -292,6 +298,15 @@ func TestLogStoreMigrationSurvivesKill(t *testing.T) {
 	out, err = migrateProcess(dir).CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	requireMigrated(t, dir, entries)
+}
+
+// appears waits until path exists, at most wait.
+func appears(path string, wait time.Duration) {
+	for end := time.Now().Add(wait); time.Now().Before(end); time.Sleep(100 * time.Microsecond) {
+		if _, err := os.Stat(path); err == nil {
+			return
+		}
+	}
 }
 
 // migrationState says where a killed migration of dir stopped.
