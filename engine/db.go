@@ -447,7 +447,7 @@ func backgroundErrors(l *slog.Logger) func(error) {
 	var since atomic.Int64
 	var stopped atomic.Bool
 	return func(err error) {
-		if path, ioErr, ok := ioFailure([]any{err}); ok {
+		if path, ioErr, ok := FailedWrite(err); ok {
 			if !stopped.Swap(true) { // once: exit returns only in tests
 				pebbleLogger{l}.ioStop(path, ioErr, err.Error())
 			}
@@ -516,7 +516,7 @@ func (d *DB) stopOnIOPanic() {
 		return
 	}
 	if e, ok := r.(error); ok {
-		if path, err, ok := ioFailure([]any{e}); ok {
+		if path, err, ok := FailedWrite(e); ok {
 			if p, ok := d.opts.Logger.(pebbleLogger); ok {
 				p.ioStop(path, err, e.Error())
 			}
@@ -526,20 +526,33 @@ func (d *DB) stopOnIOPanic() {
 }
 
 // ioFailure finds, among a Pebble fatal error's args, a write or fsync of
-// a file that failed for another reason than a full disk (ENOSPC is the
-// disk-full machinery's, DiskFullFS; EDQUOT, a full quota, refused the
-// write as ENOSPC does and is no failing disk).
+// a file that failed for another reason than a full disk (FailedWrite).
 func ioFailure(args []any) (path string, err error, ok bool) {
 	for _, a := range args {
-		e, isErr := a.(error)
-		var pe *os.PathError
-		if !isErr || !errors.As(e, &pe) || errors.Is(e, syscall.ENOSPC) || errors.Is(e, syscall.EDQUOT) || errors.Is(e, os.ErrClosed) {
-			continue
+		if e, isErr := a.(error); isErr {
+			if path, err, ok := FailedWrite(e); ok {
+				return path, err, true
+			}
 		}
-		switch pe.Op {
-		case "write", "sync", "fsync", "fdatasync", "sync_file_range":
-			return pe.Path, pe.Err, true
-		}
+	}
+	return "", nil, false
+}
+
+// FailedWrite reports whether err is a file's write or fsync that failed
+// for another reason than a full disk (EIO and the like), with the file
+// and the cause: the node's store (ioStop) and its raft log stop on one.
+// ENOSPC is the disk-full machinery's (DiskFullFS; docs/DISK.md); EDQUOT,
+// a full quota (a ZFS dataset's, whose copy-on-write meets it inside
+// preallocated files), refused the write as ENOSPC does and is no failing
+// disk; a file closed under the write (a shutdown) wrote nothing.
+func FailedWrite(err error) (path string, cause error, ok bool) {
+	var pe *os.PathError
+	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, os.ErrClosed) {
+		return "", nil, false
+	}
+	switch pe.Op {
+	case "write", "sync", "fsync", "fdatasync", "sync_file_range":
+		return pe.Path, pe.Err, true
 	}
 	return "", nil, false
 }

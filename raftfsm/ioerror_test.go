@@ -314,6 +314,7 @@ func TestOnlyAFailedWriteOfTheDiskStopsTheNode(t *testing.T) {
 		{waltypes.ErrSealed, false},
 		{waltypes.ErrClosed, false},
 	} {
-		require.Equal(t, c.stop, failedWrite(c.err), "%v", c.err)
+		_, _, stop := engine.FailedWrite(c.err)
+		require.Equal(t, c.stop, stop, "%v", c.err)
 	}
 }

@@ -13,7 +13,6 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -775,7 +774,10 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		err = s.cureSealed(logs, err)
 	}
 	if err != nil {
-		if failedWrite(err) {
+		// A segment file's write or fsync that failed for another
+		// reason than a full disk (a sealed or closed log wrote
+		// nothing and is no such error).
+		if _, _, ok := engine.FailedWrite(err); ok {
 			s.stopOnFailedWrite(err)
 		}
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
@@ -1147,24 +1149,6 @@ func (c *logCache) clear() {
 
 // exit ends the process when the raft log fails a write (tests replace it).
 var exit = os.Exit
-
-// failedWrite reports whether err is a segment file's write or fsync that
-// failed for another reason than a full disk (EIO and the like): ENOSPC
-// is the disk-full machinery's (docs/DISK.md), EDQUOT is a full quota (a
-// ZFS dataset's, whose copy-on-write meets it inside the preallocated
-// segments) that refused the write as ENOSPC does, and a sealed or closed
-// log, or a file closed under the write (a shutdown), wrote nothing.
-func failedWrite(err error) bool {
-	var pe *os.PathError
-	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, os.ErrClosed) {
-		return false
-	}
-	switch pe.Op {
-	case "write", "sync", "fsync", "fdatasync":
-		return true
-	}
-	return false
-}
 
 // stopOnFailedWrite stops the node after its raft log failed a write or an
 // fsync. raft would carry on: a leader steps down and is elected again, a
