@@ -575,11 +575,7 @@ func (s *Server) countRefused(reason string) {
 // token's refusals (another tenant's stolen token probing principals) out
 // of the log. The tokens are those of the auth file, so the lines are too.
 func (s *Server) logRefused(cred *Credential, msg string, args ...any) {
-	v, ok := s.refusedLogs.Load(cred.Name)
-	if !ok {
-		v, _ = s.refusedLogs.LoadOrStore(cred.Name, new(refusalLog))
-	}
-	l := v.(*refusalLog)
+	l := &s.tokenLoadOf(cred.Name).refusals
 	if !l.spacer.Allow(time.Second) {
 		l.unlogged.Add(1)
 		return

@@ -55,10 +55,21 @@ type connGuard struct {
 	// byToken is what each app token's requests hold (by its name in the
 	// auth file: *tokenLoad), so that one holds at most half of what the
 	// other app tokens leave of --max-inflight and of --max-inflight-bytes
-	// (tokenSlot); appLoad is their sum. An entry is kept once made: there
-	// are as many as names the auth file has listed.
+	// (tokenSlot); appLoad is their sum. Another token's entry holds only
+	// its refusal lines (logRefused). An entry is kept once made
+	// (tokenLoadOf): there are as many as names the auth file has listed.
 	byToken sync.Map
 	appLoad tokenLoad
+}
+
+// tokenLoadOf is the entry of byToken for the token named name, made on
+// first use.
+func (s *Server) tokenLoadOf(name string) *tokenLoad {
+	v, ok := s.guards.byToken.Load(name)
+	if !ok {
+		v, _ = s.guards.byToken.LoadOrStore(name, new(tokenLoad))
+	}
+	return v.(*tokenLoad)
 }
 
 // tokenLoad is what one token's requests hold on this node.
@@ -71,6 +82,9 @@ type tokenLoad struct {
 	// refusals keep another's out of the log, and its count was all
 	// tokens' under one token's name.
 	shed shedding
+	// refusals spaces the lines of the token's requests refused for its
+	// role or principals (logRefused).
+	refusals refusalLog
 }
 
 // shedding counts the requests one load limit refused, and spaces its
@@ -110,8 +124,7 @@ func (s *Server) shed(w http.ResponseWriter, r *http.Request, sh *shedding, why,
 // the token and the flag, counted with that flag's refusals, and ok is
 // false. Otherwise release gives back what r holds.
 func (s *Server) tokenSlot(w http.ResponseWriter, r *http.Request, cred *Credential) (release func(), ok bool) {
-	v, _ := s.guards.byToken.LoadOrStore(cred.Name, new(tokenLoad))
-	load, all := v.(*tokenLoad), &s.guards.appLoad
+	load, all := s.tokenLoadOf(cred.Name), &s.guards.appLoad
 	var reqs, body int64
 	release = func() {
 		load.requests.Add(-reqs)
@@ -192,8 +205,7 @@ func (s *Server) tokenBatchOps(r *http.Request, n int) (release func(), p *probl
 	if cred == nil || cred.Role != RoleApp || limit <= 0 || n <= 0 {
 		return func() {}, nil
 	}
-	v, _ := s.guards.byToken.LoadOrStore(cred.Name, new(tokenLoad))
-	load, all := v.(*tokenLoad), &s.guards.appLoad
+	load, all := s.tokenLoadOf(cred.Name), &s.guards.appLoad
 	ops := int64(n)
 	release = func() { load.batchOps.Add(-ops); all.batchOps.Add(-ops) }
 	mine, total := load.batchOps.Add(ops), all.batchOps.Add(ops)

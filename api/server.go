@@ -84,9 +84,6 @@ type Server struct {
 	// answeringBy is the same per token: each at most half of what the
 	// others leave (tokenHeld.over).
 	answeringBy tokenHoldings
-	// refusedLogs spaces each token's refusal lines (logRefused): token
-	// name → *refusalLog.
-	refusedLogs sync.Map
 	// released holds back "attempt released" lines past releaseLogsPerSecond.
 	released logBudget
 	// unknown answers a path no route serves (404, after the auth guard).
