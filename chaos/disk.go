@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -167,34 +168,24 @@ func (d *Disks) fill(n *Node, leave uint64) (uint64, error) {
 		if err != nil {
 			return 0, err
 		}
-		grow := int64(free - leave)
+		if err := syscall.Fallocate(int(f.Fd()), 0, st.Size(), int64(free-leave)); err != nil && !errors.Is(err, syscall.ENOSPC) {
+			return free, err
+		}
 		if leave == 0 {
 			// fallocate stops short of the last blocks ext4 keeps for its
-			// own metadata; writes take what is left.
-			if err := syscall.Fallocate(int(f.Fd()), 0, st.Size(), grow); err != nil && !errors.Is(err, syscall.ENOSPC) {
+			// own metadata; writes at the end take what is left.
+			if _, err := f.Seek(0, io.SeekEnd); err != nil {
 				return free, err
 			}
 			buf := make([]byte, 64<<10)
 			for {
-				if _, err := f.WriteAt(buf, mustSize(f)); err != nil {
+				if _, err := f.Write(buf); err != nil {
 					break
 				}
 			}
-			continue
-		}
-		if err := syscall.Fallocate(int(f.Fd()), 0, st.Size(), grow); err != nil && !errors.Is(err, syscall.ENOSPC) {
-			return free, err
 		}
 	}
 	return d.free(n)
-}
-
-func mustSize(f *os.File) int64 {
-	st, err := f.Stat()
-	if err != nil {
-		return 0
-	}
-	return st.Size()
 }
 
 // drain removes the node's filler.
