@@ -179,37 +179,36 @@ func TestRaftLogFsyncFailureStopsTheNode(t *testing.T) {
 	}
 }
 
-// ENOSPC is not an I/O error: the disk-full machinery answers it
-// (docs/DISK.md) and the node goes on.
+// A full disk is not an I/O error, nor a full quota: the write was
+// refused, not lost. ENOSPC is the disk-full machinery's (docs/DISK.md,
+// 507); EDQUOT (a ZFS dataset's quota, which its copy-on-write hits
+// inside raft-wal's preallocated segments, or a user's) stopped the node
+// with the advice for a failing disk (SMART, restart the machine). The
+// node goes on after either.
 func TestRaftLogOutOfSpaceDoesNotStopTheNode(t *testing.T) {
-	f := useFaultyWAL(t)
-	stops := stopHook(t)
-	c := newMemCluster(t)
-	var logs logBuffer
-	n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
-	require.NoError(t, tryClaim(n, "before"))
-	f.arm(n.cfg.DataDir, 1, 0, syscall.ENOSPC)
-	err := tryClaim(n, "failed")
-	require.ErrorIs(t, err, ErrStorageFull)
-	require.Zero(t, stops.Load())
-	require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
-}
-
-// EDQUOT is a full disk too, for a quota (a ZFS dataset's quota, which
-// its copy-on-write hits inside raft-wal's preallocated segments, or a
-// user's): the write was refused, not lost, as for ENOSPC. It stopped the
-// node with the advice for a failing disk (SMART, restart the machine).
-func TestRaftLogOverQuotaDoesNotStopTheNode(t *testing.T) {
-	f := useFaultyWAL(t)
-	stops := stopHook(t)
-	c := newMemCluster(t)
-	var logs logBuffer
-	n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
-	require.NoError(t, tryClaim(n, "before"))
-	f.arm(n.cfg.DataDir, 1, 0, syscall.EDQUOT)
-	require.Error(t, tryClaim(n, "failed"))
-	require.Zero(t, stops.Load(), "a write refused for a quota must not stop the node; it logged:\n%s", logs.String())
-	require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
+	for _, tc := range []struct {
+		name  string
+		errno syscall.Errno
+	}{{"ENOSPC", syscall.ENOSPC}, {"EDQUOT", syscall.EDQUOT}} {
+		errno := tc.errno
+		t.Run(tc.name, func(t *testing.T) {
+			f := useFaultyWAL(t)
+			stops := stopHook(t)
+			c := newMemCluster(t)
+			var logs logBuffer
+			n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
+			require.NoError(t, tryClaim(n, "before"))
+			f.arm(n.cfg.DataDir, 1, 0, errno)
+			err := tryClaim(n, "failed")
+			if errno == syscall.ENOSPC {
+				require.ErrorIs(t, err, ErrStorageFull)
+			} else {
+				require.Error(t, err)
+			}
+			require.Zero(t, stops.Load(), "a write refused for space must not stop the node; it logged:\n%s", logs.String())
+			require.Eventually(t, func() bool { return tryClaim(n, fmt.Sprint("after", time.Now().UnixNano())) == nil }, 20*time.Second, 50*time.Millisecond)
+		})
+	}
 }
 
 // ioCluster starts three nodes on ioNode's faulty raft log, n1 the first
