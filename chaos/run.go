@@ -279,7 +279,8 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		ccfg.NoSnapshots = fmt.Sprintf("n%d", cfg.Nodes)
 		rep.Notes = append(rep.Notes, ccfg.NoSnapshots+" takes no snapshots of its own (the fsm-loss nemesis's node: its raft log goes back to index 1)")
 	}
-	if slices.Contains(cfg.Nemeses, "disk") {
+	withDisks := slices.Contains(cfg.Nemeses, "disk")
+	if withDisks {
 		ccfg.ExtraArgs = append(ccfg.ExtraArgs, "--min-free-disk", strconv.Itoa(DiskMinFree))
 	}
 	cl, err := NewCluster(ccfg)
@@ -287,7 +288,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 		return nil, fmt.Errorf("%w: %w", ErrHarness, err)
 	}
 	var disks *Disks
-	if slices.Contains(cfg.Nemeses, "disk") {
+	if withDisks {
 		if disks, err = SetupDisks(cl.Nodes, dataDir); err != nil {
 			return nil, fmt.Errorf("%w: --nemesis disk: %w", ErrHarness, err)
 		}
