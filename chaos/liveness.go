@@ -278,9 +278,15 @@ func (n *Node) exitTail() string {
 	return lastWords(string(b))
 }
 
+// harnessWarnings are the warnings a node gives of the flags the harness
+// sets on purpose (a low --trailing-logs, so snapshots are sent often):
+// every run starts with them, and they never say why one ended.
+var harnessWarnings = []string{`msg="--trailing-logs `}
+
 // lastWords picks from a node's log the lines that say why its latest run
 // ended: after the harness's last start line, no info, debug or raft
-// chatter, at most two of them, then how the process exited.
+// chatter nor the harness's own warnings, at most two of them, then how
+// the process exited.
 func lastWords(log string) string {
 	ls := strings.Split(strings.TrimSpace(log), "\n")
 	for i := len(ls) - 1; i >= 0; i-- {
@@ -295,7 +301,7 @@ func lastWords(log string) string {
 		l = strings.TrimSpace(l)
 		switch {
 		case l == "", strings.Contains(l, "level=INFO"), strings.Contains(l, "level=DEBUG"),
-			strings.Contains(l, "component=raft"):
+			strings.Contains(l, "component=raft"), harnessWarned(l):
 		case strings.HasPrefix(l, "=== chaos ") && strings.Contains(l, ": exited: "):
 			exited = "exited: " + l[strings.Index(l, ": exited: ")+len(": exited: "):]
 		default:
@@ -316,6 +322,15 @@ func lastWords(log string) string {
 		return "nothing in its log"
 	}
 	return s
+}
+
+func harnessWarned(l string) bool {
+	for _, w := range harnessWarnings {
+		if strings.Contains(l, w) {
+			return true
+		}
+	}
+	return false
 }
 
 // Progress is liveness of the whole cluster, for when /readyz is not

@@ -153,6 +153,7 @@ time=2026-11-30T20:41:10Z level=ERROR msg="an earlier run's error"
 === chaos 2026-11-30T20:41:20Z: exited: signal: terminated
 
 === chaos 2026-11-30T20:41:21Z: start /tmp/idem serve --node-id n2 --snapshot-threshold 1
+time=2026-11-30T20:41:21.239Z level=WARN msg="--trailing-logs 16 is low: a follower more than 16 entries behind (a restart, a pause of seconds under load) gets the whole state as a snapshot instead of the entries it lacks; keep it at 1024 or more (default 10240)"
 time=2026-11-30T20:41:21.240Z level=INFO msg="no --auth-file: the API is open to anyone who can reach the loopback address"
 time=2026-11-30T20:41:21.250Z level=ERROR msg="raft: failed to heartbeat to" component=raft peer=127.0.0.1:17071
 idem serve: raftfsm: the state in n2/fsm (applied index 328) is older than the raft log's snapshot 3-329 (index 329). Remove the whole data dir and join the node again
