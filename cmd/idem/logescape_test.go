@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -20,7 +21,8 @@ func TestLogsEscapeInvisibleRunes(t *testing.T) {
 	for _, format := range []string{"json", "text"} {
 		var buf bytes.Buffer
 		log := newLogger(&serveConfig{logLevel: "info", logFormat: format}, &buf)
-		log.Warn("refused "+hostile, "principal", hostile, "error", errors.New("bad "+hostile), "plain", "héllo 世界")
+		log.Warn("refused "+hostile, "principal", hostile, "error", errors.New("bad "+hostile), "plain", "héllo 世界",
+			"principals", []string{"ok", hostile}, "op", struct{ Key string }{hostile}, slog.Group("g", "p", hostile))
 		out := buf.String()
 		for _, r := range []string{"\u202e", "\u200b", "\u2066"} {
 			require.NotContains(t, out, r, "%s: %s", format, out)
@@ -33,6 +35,9 @@ func TestLogsEscapeInvisibleRunes(t *testing.T) {
 			require.Equal(t, `cus_1\u202eevil\u200b\u2066x`, line["principal"])
 			require.Equal(t, `bad cus_1\u202eevil\u200b\u2066x`, line["error"])
 			require.Equal(t, `refused cus_1\u202eevil\u200b\u2066x`, line["msg"])
+			require.Equal(t, []any{"ok", `cus_1\u202eevil\u200b\u2066x`}, line["principals"], "a slice's strings")
+			require.Equal(t, map[string]any{"Key": `cus_1\u202eevil\u200b\u2066x`}, line["op"], "a struct's")
+			require.Equal(t, map[string]any{"p": `cus_1\u202eevil\u200b\u2066x`}, line["g"], "a group's")
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -447,7 +448,8 @@ func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
 
 // escapeInvisible writes, in a JSON log, each non-ASCII rune that prints
 // nothing (bidi controls such as U+202E, zero-width and other format
-// characters) as \u followed by its hex code, in strings and errors. The
+// characters) as \u followed by its hex code, in strings, errors and the
+// strings inside any other value (a slice, a struct). The
 // node logs what clients send (principals, tokens' names, paths, bodies'
 // members in errors): the text format quotes such runes, but JSON wrote
 // them raw, so a log viewer showed a line reordered or with a hidden
@@ -455,22 +457,38 @@ func newLogger(c *serveConfig, w io.Writer) *slog.Logger {
 func escapeInvisible(_ []string, a slog.Attr) slog.Attr {
 	switch a.Value.Kind() {
 	case slog.KindString:
-		if s, ok := escapedInvisible(a.Value.String()); ok {
+		if s, ok := escapedInvisible(a.Value.String(), `\u%04x`); ok {
 			a.Value = slog.StringValue(s)
 		}
 	case slog.KindAny:
-		if err, isErr := a.Value.Any().(error); isErr && err != nil {
-			if s, ok := escapedInvisible(err.Error()); ok {
-				a.Value = slog.StringValue(s)
+		v := a.Value.Any()
+		if err, isErr := v.(error); isErr {
+			if err != nil {
+				if s, ok := escapedInvisible(err.Error(), `\u%04x`); ok {
+					a.Value = slog.StringValue(s)
+				}
+			}
+			return a
+		}
+		// Any other value (a slice of principals, a struct) is written
+		// as the JSON handler writes it, marshalled, with the runes
+		// inside its strings escaped the same way: "\\u202e" in the
+		// JSON reads back as the text \u202e, as in a string attribute.
+		var buf bytes.Buffer
+		enc := json.NewEncoder(&buf)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(v) == nil {
+			if s, ok := escapedInvisible(strings.TrimSuffix(buf.String(), "\n"), `\\u%04x`); ok {
+				a.Value = slog.AnyValue(json.RawMessage(s))
 			}
 		}
 	}
 	return a
 }
 
-// escapedInvisible is s with escapeInvisible's runes escaped, and whether
-// it held any.
-func escapedInvisible(s string) (string, bool) {
+// escapedInvisible is s with escapeInvisible's runes written as format
+// gives them, and whether it held any.
+func escapedInvisible(s, format string) (string, bool) {
 	i := strings.IndexFunc(s, invisible)
 	if i < 0 {
 		return s, false
@@ -479,7 +497,7 @@ func escapedInvisible(s string) (string, bool) {
 	b.WriteString(s[:i])
 	for _, r := range s[i:] {
 		if invisible(r) {
-			fmt.Fprintf(&b, "\\u%04x", r)
+			fmt.Fprintf(&b, format, r)
 			continue
 		}
 		b.WriteRune(r)
