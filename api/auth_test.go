@@ -581,6 +581,11 @@ func TestReadyzTellsWhyOnlyToOperators(t *testing.T) {
 		requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
 		require.Contains(t, string(r.raw), why, "token %q", token)
 	}
+	// A wrong token is counted as a refusal, as the guard counts it (one
+	// above); no token is how load balancers ask, and counts nothing.
+	op := n.as(operatorToken)
+	require.Equal(t, "1", metricValue(t, op, `idem_http_auth_refused_total{reason="unknown_token"}`))
+	require.Equal(t, "0", metricValue(t, op, `idem_http_auth_refused_total{reason="no_token"}`))
 	// Without an auth file (loopback or --insecure) everyone is told.
 	open := mustNode(t, leaderless(100*time.Millisecond))
 	r := open.do("GET", "/readyz", nil)

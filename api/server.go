@@ -765,15 +765,20 @@ const notReadyDetail = "this node is not ready; why is told to an operator or ad
 // addresses, and the leader's errors: only an operator or admin token is
 // told them, as /v1/config and /metrics are (an unauthenticated caller
 // read them all). Without an auth file the node is on loopback or
-// --insecure, and everyone is told.
+// --insecure, and everyone is told. A token sent and not known is counted
+// as the guard counts it (unknown_token): asking an unready node was a
+// way to try tokens that no counter saw. No token is no refusal here.
 func (s *Server) unreadyDetail(r *http.Request, why string) string {
 	if s.cfg.Auth == nil {
 		return why
 	}
 	if len(r.Header.Values("Authorization")) == 1 {
-		cred, ok := s.cfg.Auth.Credentials().Authenticate(bearerToken(r.Header.Get("Authorization")))
-		if ok && cred.Role >= RoleOperator {
+		cred, reason := authenticate(s.cfg.Auth.Credentials(), r)
+		if cred != nil && cred.Role >= RoleOperator {
 			return why
+		}
+		if reason == "unknown_token" {
+			s.countRefused(reason)
 		}
 	}
 	return notReadyDetail
