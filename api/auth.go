@@ -529,7 +529,7 @@ func (s *Server) guard(h http.HandlerFunc, policy func(*http.Request) (Role, pri
 			defer release()
 		}
 		// For the claim handlers (claimArgs: a principal cap goes in the
-		// entry) and the batch answers' share (tokenHoldings).
+		// entry) and the batch answers' share (answersHeldBy).
 		ctx := context.WithValue(r.Context(), credentialKey{}, cred)
 		if ctx.Value(credentialsKey{}) == nil {
 			// The ops of a batch are judged (authorizeOp) by the version

@@ -138,8 +138,7 @@ func (s *Server) handleBatch(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, p)
 		return
 	}
-	tok := s.answeringBy.take(credentialOf(r))
-	defer s.answeringBy.put(tok)
+	tok := s.answersHeldBy(credentialOf(r))
 	if max, total := s.maxBatchAnswerBytes(), s.answering.Load(); total >= max {
 		writeProblem(w, answersFull(nil, "nothing was decided"))
 		return
@@ -189,55 +188,25 @@ func answersFull(tok *tokenHeld, what string) *problem {
 	return p
 }
 
-// tokenHoldings counts the batch answer bytes each token's requests hold,
-// so that one tenant whose clients do not read (or read slowly) can hold
-// at most half of what the others leave of the node's
-// --max-batch-answer-bytes (tokenHeld.over), and the other tenants'
-// batches still go. With auth off there is no token to count, and only
-// app tokens are counted (take).
-type tokenHoldings struct {
-	mu sync.Mutex
-	by map[string]*tokenHeld
-}
-
-// tokenHeld is one app token's count; nil (auth off, or an operator or
-// admin token) counts nothing.
+// tokenHeld counts the batch answer bytes one app token's requests hold
+// (tokenLoad.answers), so that one tenant whose clients do not read (or
+// read slowly) can hold at most half of what the others leave of the
+// node's --max-batch-answer-bytes (over), and the other tenants' batches
+// still go. nil (auth off, or an operator or admin token) counts nothing.
 type tokenHeld struct {
-	name  string
-	n     atomic.Int64
-	users int // requests using it, under tokenHoldings.mu
+	name string
+	n    atomic.Int64
 }
 
-func (h *tokenHoldings) take(c *Credential) *tokenHeld {
+// answersHeldBy is c's count of batch answer bytes. Operator and admin
+// tokens are not tenants, as for the other shares (tokenSlot): an
+// old-format file's tokens, admins all, may be every client's, whose
+// batches then had half the memory.
+func (s *Server) answersHeldBy(c *Credential) *tokenHeld {
 	if c == nil || c.Role != RoleApp {
-		// Operator and admin tokens are not tenants, as for the other
-		// shares (tokenSlot): an old-format file's tokens, admins all, may
-		// be every client's, whose batches then had half the memory.
 		return nil
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.by == nil {
-		h.by = map[string]*tokenHeld{}
-	}
-	t := h.by[c.Name]
-	if t == nil {
-		t = &tokenHeld{name: c.Name}
-		h.by[c.Name] = t
-	}
-	t.users++
-	return t
-}
-
-func (h *tokenHoldings) put(t *tokenHeld) {
-	if t == nil {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if t.users--; t.users == 0 {
-		delete(h.by, t.name)
-	}
+	return &s.tokenLoadOf(c.Name).answers
 }
 
 func (t *tokenHeld) add(n int64) {

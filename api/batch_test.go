@@ -416,7 +416,7 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 
 	// 80 MB of answer, past the node's 16 MiB: the gets past the bound are
 	// answered 503, and those answers fill it up.
-	sendUnreadGets(t, n, appToken, big, 1024)
+	unread := sendUnreadGets(t, n, appToken, big, 1024)
 
 	probe := map[string]any{"ops": []any{op("get", scope{"cus_a1", "POST /payments", "nothing"})}}
 	var refused reply
@@ -435,6 +435,17 @@ func TestOneTokenHoldsAtMostHalfTheBatchAnswers(t *testing.T) {
 	rs := b.batch(op("claim", mine, "fingerprint", fp1), op("get", mine))
 	require.Equal(t, http.StatusCreated, rs[0].Status, "%s", rs[0].Body)
 	require.Equal(t, http.StatusOK, rs[1].Status, "%s", rs[1].Body)
+
+	// The tenant hangs up: what its answer held is given back, to the
+	// node and to its token's share (kept per token now, a leak would
+	// stay), and its next batch goes.
+	require.Positive(t, n.api.TokenBatchAnswerBytes("payments"))
+	unread.Close()
+	require.Eventually(t, func() bool {
+		return n.api.TokenBatchAnswerBytes("payments") == 0 && n.api.BatchAnswerBytesInUse() == 0
+	}, 10*time.Second, 20*time.Millisecond, "the token's share after its client hung up")
+	require.Equal(t, http.StatusOK, a.batch(op("get", scope{"cus_a1", "POST /payments", "big"}))[0].Status)
+	require.Zero(t, n.api.TokenBatchAnswerBytes("payments"), "a batch read in full gives back all it held")
 }
 
 // Operator and admin tokens are not tenants, and are not held to a share

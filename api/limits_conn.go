@@ -55,7 +55,9 @@ type connGuard struct {
 	// byToken is what each app token's requests hold (by its name in the
 	// auth file: *tokenLoad), so that one holds at most half of what the
 	// other app tokens leave of --max-inflight and of --max-inflight-bytes
-	// (tokenSlot); appLoad is their sum. Another token's entry holds only
+	// (tokenSlot), and of --max-batch-answer-bytes (answersHeldBy);
+	// appLoad is their sum for the first two, Server.answering for the
+	// third. Another token's entry holds only
 	// its refusal lines (logRefused). An entry is kept once made
 	// (tokenLoadOf): there are as many as names the auth file has listed.
 	byToken sync.Map
@@ -67,7 +69,9 @@ type connGuard struct {
 func (s *Server) tokenLoadOf(name string) *tokenLoad {
 	v, ok := s.guards.byToken.Load(name)
 	if !ok {
-		v, _ = s.guards.byToken.LoadOrStore(name, new(tokenLoad))
+		l := new(tokenLoad)
+		l.answers.name = name
+		v, _ = s.guards.byToken.LoadOrStore(name, l)
 	}
 	return v.(*tokenLoad)
 }
@@ -77,6 +81,7 @@ type tokenLoad struct {
 	requests atomic.Int64
 	bytes    atomic.Int64 // of request bodies, as --max-inflight-bytes counts them
 	batchOps atomic.Int64 // of its batches (tokenBatchOps)
+	answers  tokenHeld    // bytes of its batches' answers (answersHeldBy)
 	// shed counts the token's requests refused for its shares and spaces
 	// the warning naming it. One spacer for every token let one tenant's
 	// refusals keep another's out of the log, and its count was all

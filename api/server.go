@@ -81,9 +81,8 @@ type Server struct {
 	authRefused *prometheus.CounterVec
 	// answering is the bytes of batch answers being made or written now.
 	answering atomic.Int64
-	// answeringBy is the same per token: each at most half of what the
-	// others leave (tokenHeld.over).
-	answeringBy tokenHoldings
+	// Each app token's part of it is its tokenLoad's answers: each at
+	// most half of what the others leave (tokenHeld.over).
 	// released holds back "attempt released" lines past releaseLogsPerSecond.
 	released logBudget
 	// unknown answers a path no route serves (404, after the auth guard).
