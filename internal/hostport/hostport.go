@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // Key is a canonical form of the host:port hp, for comparing addresses
@@ -62,12 +63,18 @@ func Key(hp, scheme string) string {
 // and the Go client's address without a scheme. An empty host (":7070") is
 // this machine to a dialer and every address to a listener.
 func Check(v string) error {
-	_, port, err := net.SplitHostPort(v)
+	host, port, err := net.SplitHostPort(v)
 	if err != nil {
 		if hint := IPv6Hint(v); hint != "" {
 			return fmt.Errorf("%w: %s", err, hint)
 		}
 		return err
+	}
+	// No host name or IP holds a space: " 10.0.0.4" (a value pasted with
+	// its indent) was taken, listened on as a name no resolver finds, or
+	// recorded as a member's address that no member can dial.
+	if strings.ContainsFunc(host, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }) {
+		return fmt.Errorf("host %q holds a space or control character", host)
 	}
 	return checkPort(port)
 }
