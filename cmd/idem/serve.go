@@ -14,6 +14,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"syscall"
@@ -173,14 +174,21 @@ func envName(flagName string) string {
 // IDEM_* environment variable when set. It returns the names of flags set
 // either way.
 func parseWithEnv(fs *flag.FlagSet, args []string) (map[string]bool, error) {
+	set, _, err := parseWithEnvFrom(fs, args)
+	return set, err
+}
+
+// parseWithEnvFrom is parseWithEnv, and says which flags took their
+// IDEM_* variable (fromEnv).
+func parseWithEnvFrom(fs *flag.FlagSet, args []string) (set, fromEnv map[string]bool, err error) {
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += fmt.Sprintf(" [$%s]", envName(f.Name)) })
 	if err := parseFlags(fs, args); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if fs.NArg() > 0 {
-		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+		return nil, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
-	set := map[string]bool{}
+	set, fromEnv = map[string]bool{}, map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -192,9 +200,34 @@ func parseWithEnv(fs *flag.FlagSet, args []string) (map[string]bool, error) {
 				errs = append(errs, flagValueError(f, v, err, envName(f.Name)))
 			}
 			set[f.Name] = true
+			fromEnv[f.Name] = true
 		}
 	})
-	return set, errors.Join(errs...)
+	return set, fromEnv, errors.Join(errs...)
+}
+
+// flagMention is a flag named in an error line.
+var flagMention = regexp.MustCompile(`--[a-z0-9][a-z0-9-]*`)
+
+// withEnvNames adds to each line of a refused start that names a flag set
+// by its IDEM_* variable which variable that was: IDEM_NODE_ID=" n1" was
+// refused as --node-id " n1", a flag the operator's command line did not
+// hold.
+func withEnvNames(msg string, fromEnv map[string]bool) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		var envs []string
+		for _, m := range flagMention.FindAllString(l, -1) {
+			name := strings.TrimPrefix(m, "--")
+			if e := "$" + envName(name); fromEnv[name] && !slices.Contains(envs, e) {
+				envs = append(envs, e)
+			}
+		}
+		if len(envs) > 0 {
+			lines[i] = l + " (set by " + strings.Join(envs, ", ") + ")"
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // nodeIDPattern is what a node id may be: the one rule the join API holds too.
@@ -520,7 +553,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprint(fs.Output(), "Usage: idem serve [flags]\n\nRuns an idem node. With no flags: a one-node cluster in ./idem-data,\nHTTP on 127.0.0.1:7070, raft on 127.0.0.1:7071, 24h retention.\nEvery flag can also be set with the IDEM_* variable shown.\nA size is a number of bytes, or a whole number with a unit: 64KiB, 32MiB, 1GiB\n(powers of 1024) or 500MB (powers of 1000).\n\nFlags:\n")
 		printFlags(fs.Output(), fs)
 	}
-	set, err := parseWithEnv(fs, args)
+	set, fromEnv, err := parseWithEnvFrom(fs, args)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
 		fs.Usage()
@@ -532,11 +565,11 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	c.given = set
 	if err := c.validate(); err != nil {
-		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem serve: "))
+		fmt.Fprintf(stderr, "idem serve: %v\n", strings.ReplaceAll(withEnvNames(err.Error(), fromEnv), "\n", "\nidem serve: "))
 		return 2
 	}
 	if err := checkDataDir(c.dataDir); err != nil {
-		fmt.Fprintf(stderr, "idem serve: %v\n", permissionHint(err, c.dataDir))
+		fmt.Fprintf(stderr, "idem serve: %v\n", withEnvNames(permissionHint(err, c.dataDir).Error(), fromEnv))
 		return 2
 	}
 	var formationNote string
