@@ -31,6 +31,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "serve":
 		return runServe(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
+		// idem version --json (or a word pasted after it) printed the
+		// version and exited 0 as if the argument had been understood.
+		if len(rest) > 0 {
+			if rest[0] == "--help" || rest[0] == "-h" || rest[0] == "-help" {
+				fmt.Fprintln(stdout, "Usage: idem version\n\nPrints the version of this idem binary and the Go release it was built with. It takes no flags.")
+				return 0
+			}
+			fmt.Fprintf(stderr, "idem version: takes no flags or arguments (got %q)\n", rest[0])
+			return 2
+		}
 		fmt.Fprintf(stdout, "idem %s (%s)\n", version, goVersion())
 		return 0
 	case "help", "-h", "--help", "-help":
