@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,5 +50,28 @@ func TestServeAddressWithSpaceIsRefusedNamingTheFlag(t *testing.T) {
 		require.Contains(t, stderr.String(), "space", "%s %q", tc.flag, tc.v)
 		_, err := os.Stat(dir)
 		require.True(t, os.IsNotExist(err), "%s %q: the data dir was made", tc.flag, tc.v)
+	}
+}
+
+// IDEM_DATA_DIR="/var/lib/idem " (a trailing space in a unit file) or " "
+// started a new, empty one-node store in a directory of that name, beside
+// the node's own: every key free again, with only a warning. A data dir
+// whose name begins or ends with a space is refused unless it already
+// holds a node.
+func TestServeDataDirWithSpaceIsRefused(t *testing.T) {
+	root := t.TempDir()
+	t.Chdir(root) // " " is relative
+	for _, dir := range []string{filepath.Join(root, "d") + " ", " ", "\t" + filepath.Join(root, "e")} {
+		t.Setenv("IDEM_DATA_DIR", dir)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var stdout, stderr bytes.Buffer
+		code := run(ctx, []string{"serve", "--http-addr", freePort(t), "--raft-addr", freePort(t)}, &stdout, &stderr)
+		cancel()
+		require.Equal(t, 2, code, "%q: %s", dir, stderr.String())
+		require.Contains(t, stderr.String(), "idem serve: --data-dir "+strconv.Quote(dir)+" begins or ends with a space", "%q", dir)
+		require.Contains(t, stderr.String(), "(set by $IDEM_DATA_DIR)", "%q", dir)
+		entries, err := os.ReadDir(root)
+		require.NoError(t, err)
+		require.Empty(t, entries, "%q: a directory was made", dir)
 	}
 }

@@ -246,6 +246,11 @@ func (c *serveConfig) validate() error {
 	}
 	if c.dataDir == "" {
 		bad("--data-dir must not be empty")
+	} else if strings.TrimSpace(c.dataDir) != c.dataDir && !holdsNode(c.dataDir) {
+		// IDEM_DATA_DIR="/var/lib/idem " (a unit file's trailing space)
+		// started a new, empty store beside the node's: every key free
+		// again. One already holding a node is still served.
+		bad("--data-dir %q begins or ends with a space (or is only spaces): a new, empty store would be made there; give the path without it", c.dataDir)
 	}
 	if c.minFreeDisk > 0 && c.minFreeDisk < 1<<20 {
 		// A plain number is bytes: --min-free-disk 10, meant as 10GiB,
