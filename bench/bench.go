@@ -106,7 +106,10 @@ func (c *Config) Validate() error {
 	if c.Concurrency < 1 {
 		errs = append(errs, errors.New("--concurrency must be at least 1"))
 	}
-	if c.Ops <= 0 && c.Duration <= 0 {
+	if c.Ops < 0 {
+		// --ops -1 was taken as "not given": the run went on for --duration.
+		errs = append(errs, fmt.Errorf("--ops %d must not be negative (0: run for --duration)", c.Ops))
+	} else if c.Ops == 0 && c.Duration <= 0 {
 		errs = append(errs, errors.New("--duration or --ops must be positive"))
 	}
 	if c.Warmup < 0 {

@@ -111,6 +111,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if !*quiet {
 		cfg.Progress = stderr
 	}
+	// Checked before anything is asked or written: a bad flag was found
+	// only after the nodes' /healthz (a node down said that instead) and
+	// after --cpuprofile had truncated its file.
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintf(stderr, "idem bench: %v\n", strings.ReplaceAll(err.Error(), "\n", "\nidem bench: "))
+		return 2
+	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
 		if err != nil {
