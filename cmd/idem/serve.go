@@ -577,6 +577,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "idem serve: %v\n", withEnvNames(permissionHint(err, c.dataDir).Error(), fromEnv))
 		return 2
 	}
+	// Given only: the default on a disk too small for a node is explained
+	// by raftfsm, with what the disk needs.
+	if err := minFreeDiskProblem(c.dataDir, c.minFreeDisk); err != nil && set["min-free-disk"] {
+		fmt.Fprintf(stderr, "idem serve: %v\n", withEnvNames(err.Error(), fromEnv))
+		return 2
+	}
 	var formationNote string
 	if !holdsNode(c.dataDir) {
 		var err error
@@ -694,6 +700,36 @@ func checkDataDir(dir string) error {
 		hint = fmt.Sprintf(" (it is inside the data dir %s: give that)", parent)
 	}
 	return fmt.Errorf("--data-dir %s is not empty and holds no idem node (no node.json, fsm/, raft.db, raft-wal/): it holds %s%s; point it at a node's data dir, or an empty or new directory", dir, held, hint)
+}
+
+// minFreeDiskProblem refuses a --min-free-disk of the whole disk that
+// holds dir (or would hold it) or more: --min-free-disk 1TB on a smaller
+// disk exited 1 telling the operator to free some space on it, which no
+// amount of freeing could do (a value under it but above the free space
+// only warns, raftfsm's check: freeing space then helps).
+func minFreeDiskProblem(dir string, minFree uint64) error {
+	if minFree == 0 {
+		return nil
+	}
+	p, err := filepath.Abs(dir)
+	if err != nil {
+		return nil
+	}
+	for {
+		if _, err := os.Stat(p); err == nil {
+			break
+		}
+		parent := filepath.Dir(p)
+		if parent == p {
+			return nil
+		}
+		p = parent
+	}
+	_, total, err := engine.DiskSize(p)
+	if err != nil || total == 0 || minFree < total {
+		return nil
+	}
+	return fmt.Errorf("--min-free-disk %s is more than the whole disk holding %s (%s): writes would stop for good, whatever is freed on it; give a size well under the disk's (the default is 256MiB), or 0 to turn the guard off; nothing was changed", formatShortest(minFree), dir, formatApprox(total))
 }
 
 // nodesBeside lists the directories beside dir (in its parent) that hold a

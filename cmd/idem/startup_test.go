@@ -68,8 +68,8 @@ func TestFailedStartDoesNotPinDataDir(t *testing.T) {
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--health-addr", "nope"}, code: 2, want: `--health-addr "nope"`},
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--health-addr", busy.Addr().String()}, want: "--health-addr"},
 		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--tls-cert-file", c, "--tls-key-file", otherKey, "--tls-ca-file", ca.ca()}, want: "private key does not match"},
-		// The disk check runs in raftfsm.Open, once the ports are open.
-		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--min-free-disk", "1000000000000000000"}, want: "bytes free", dirMayExist: true},
+		// More than the whole disk: a bad flag, refused before anything.
+		{args: []string{"--http-addr", httpAddr, "--raft-addr", raftAddr, "--min-free-disk", "1000000000000000000"}, code: 2, want: "--min-free-disk 1000000TB is more than the whole disk holding"},
 	} {
 		code, out := serveExit(t, append([]string{"--data-dir", dir}, tc.args...)...)
 		require.NotEqual(t, 0, code, "%v must fail:\n%s", tc.args, out)
