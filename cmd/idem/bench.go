@@ -34,7 +34,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	fs := flag.NewFlagSet("idem bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed below, once
-	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (requests go to the leader once an answer names it, the Idem-Leader header; to a node picked at random until then)")
+	addrs := fs.String("addr", envOr("IDEM_ADDR", "127.0.0.1:7070"), "comma-separated HTTP addresses of the nodes to load (requests go to the leader once an answer names it, the Idem-Leader header; to a node picked at random until then; env IDEM_ADDR)")
 	conc := fs.Int("concurrency", 64, "concurrent clients")
 	dur := fs.Duration("duration", 10*time.Second, "measured run length (after warm-up)")
 	ops := fs.Int("ops", 0, "stop after this many measured operations instead of --duration")
@@ -43,7 +43,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	principals := fs.Int("principals", 100, "number of principals the keys are spread over")
 	keyBytes := fs.Int("key-bytes", 32, "size of each key")
 	bodyBytes := fs.Int("body-bytes", 256, "size of each stored response body (complete)")
-	token := authTokenFlag(fs, "bearer token when the nodes use --auth-file")
+	token := authTokenFlag(fs, "bearer token when the nodes use --auth-file (env IDEM_AUTH_TOKEN)")
 	tlsFlags := addClientTLSFlags(fs, "addr")
 	asJSON := fs.Bool("json", false, "print the report as JSON")
 	hist := fs.String("hist", "", "write a latency histogram picture (log-scale latency axis) to this file: .svg or .png")

@@ -42,3 +42,20 @@ func TestBenchRefusesBadFlagsBeforeAskingTheNodes(t *testing.T) {
 		require.Equal(t, "keep", string(b), "%v: --cpuprofile was written", tc.args)
 	}
 }
+
+// idem bench reads IDEM_ADDR and IDEM_AUTH_TOKEN as every client command
+// does, but its --help named neither, where the others say (env ...).
+func TestBenchHelpNamesItsVariables(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"bench", "--help"}, &stdout, &stderr))
+	help := stdout.String() + stderr.String()
+	for flag, env := range map[string]string{"--addr": "IDEM_ADDR", "--auth-token": "IDEM_AUTH_TOKEN"} {
+		i := strings.Index(help, "\n  "+flag+" ")
+		require.GreaterOrEqual(t, i, 0, "%s not in --help:\n%s", flag, help)
+		entry := help[i+1:]
+		if j := strings.Index(entry, "\n  --"); j >= 0 {
+			entry = entry[:j]
+		}
+		require.Contains(t, entry, "env "+env, "%s", flag)
+	}
+}
