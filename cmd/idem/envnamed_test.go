@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -51,4 +53,25 @@ func TestServeRefusalNamesTheVariableThatSetTheFlag(t *testing.T) {
 	code := run(context.Background(), []string{"serve", "--node-id", " n1", "--data-dir", filepath.Join(t.TempDir(), "d"), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, &stdout, &stderr)
 	require.Equal(t, 2, code, stderr.String())
 	require.NotContains(t, stderr.String(), "IDEM_NODE_ID")
+}
+
+// IDEM_RETENTON=48h (a letter dropped) was ignored without a word: the
+// node kept its 24h retention, where --retenton is refused. A variable one
+// or two letters from one of serve's is named at start, with the one
+// meant; the other commands' variables (IDEM_ADDR, IDEM_TEST_IP) are not.
+func TestServeNamesAMisspeltVariable(t *testing.T) {
+	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
+	serveFlags(fs)
+	notes := misspeltVariables(fs, []string{"IDEM_RETENTON=48h", "IDEM_ADDR=x", "IDEM_TEST_IP=127.0.0.9", "IDEM_AUTH_TOKEN=t", "IDEM_LEASE=30s", "IDEM_MAX_CONN=5", "PATH=/bin"})
+	require.Equal(t, []string{
+		"$IDEM_MAX_CONN is set but is not a variable of idem serve, and is ignored: did you mean $IDEM_MAX_CONNS? (--max-conns)",
+		"$IDEM_RETENTON is set but is not a variable of idem serve, and is ignored: did you mean $IDEM_RETENTION? (--retention)",
+	}, notes)
+
+	t.Setenv("IDEM_RETENTON", "48h")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	run(ctx, []string{"serve", "--data-dir", filepath.Join(t.TempDir(), "d"), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, &stdout, &stderr)
+	require.Contains(t, stderr.String(), "did you mean $IDEM_RETENTION?")
 }

@@ -206,6 +206,33 @@ func parseWithEnvFrom(fs *flag.FlagSet, args []string) (set, fromEnv map[string]
 	return set, fromEnv, errors.Join(errs...)
 }
 
+// misspeltVariables says which IDEM_* variables of env are no flag's but
+// one or two letters from one: IDEM_RETENTON=48h was ignored without a
+// word, and the node kept 24h, where --retenton is refused. Said, not
+// refused: a unit file that started the node before must still start it.
+func misspeltVariables(fs *flag.FlagSet, env []string) []string {
+	known := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	var notes []string
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "IDEM_") || known[name] {
+			continue
+		}
+		best, dist := "", 3
+		for k := range known {
+			if d := editDistance(name, k); d < dist || d == dist && k < best {
+				best, dist = k, d
+			}
+		}
+		if best != "" {
+			notes = append(notes, fmt.Sprintf("$%s is set but is not a variable of idem serve, and is ignored: did you mean $%s? (--%s)", name, best, strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(best, "IDEM_")), "_", "-")))
+		}
+	}
+	slices.Sort(notes)
+	return notes
+}
+
 // flagMention is a flag named in an error line.
 var flagMention = regexp.MustCompile(`--[a-z0-9][a-z0-9-]*`)
 
@@ -593,6 +620,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	log := newLogger(c, stderr)
 	for _, note := range c.lowered {
+		log.Warn(note)
+	}
+	for _, note := range misspeltVariables(fs, os.Environ()) {
 		log.Warn(note)
 	}
 	if formationNote != "" {
