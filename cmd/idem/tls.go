@@ -64,6 +64,11 @@ func (f *serveTLSFlags) validate() []error {
 	}
 	if _, err := clientAuthType(f.clientAuth); err != nil {
 		errs = append(errs, err)
+	} else if f.clientAuth == "require" && len(have) == 0 {
+		// Taken without TLS, it changed nothing: the API was plain HTTP
+		// and answered callers without any certificate, while the
+		// operator's configuration said every one must present one.
+		errs = append(errs, errors.New("--tls-client-auth require without --tls-cert-file, --tls-key-file and --tls-ca-file: the API would be plain HTTP, which asks no caller for a certificate; give the three TLS flags, or leave --tls-client-auth out"))
 	}
 	return errs
 }
