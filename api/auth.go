@@ -148,6 +148,19 @@ func LegacyCredentials(tokens []string) *Credentials {
 // Legacy reports whether the credentials come from an old-format file.
 func (c *Credentials) Legacy() bool { return c.legacy != nil }
 
+// ShortLegacy names (line-N) the tokens of an old-format file shorter than
+// n bytes: each is an admin token, and a short one ("changeme", "hi") is
+// guessed by trying. JSON files hold hashes, whose tokens are unknown.
+func (c *Credentials) ShortLegacy(n int) []string {
+	var short []string
+	for i, t := range c.legacy {
+		if len(t) < n {
+			short = append(short, c.list[i].Name)
+		}
+	}
+	return short
+}
+
 // List returns the tokens (names, roles, principals) in file order.
 func (c *Credentials) List() []Credential { return slices.Clone(c.list) }
 

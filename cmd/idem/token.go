@@ -437,10 +437,19 @@ func nodeTokenRefused(creds *api.Credentials, token, tokenFile, authFile string)
 // authFileWhy is why the auth file is kept from other users.
 const authFileWhy = "it says which token may do what; writable, it takes any admin entry added"
 
+// minLegacyTokenBytes is the shortest plain token of an old-format auth
+// file taken without a warning.
+const minLegacyTokenBytes = 16
+
 func logAuth(log *slog.Logger, msg, path string, creds *api.Credentials) {
 	if creds.Legacy() {
 		log.Warn(msg+": it is in the old format (plain tokens, one per line), and each of its tokens is an admin token; move to the JSON format of hashed tokens with roles (docs/SECURITY.md)",
 			"auth-file", path, "tokens", creds.Len())
+		// A line "changeme" loaded as an admin token without a word.
+		if short := creds.ShortLegacy(minLegacyTokenBytes); len(short) > 0 {
+			log.Warn(fmt.Sprintf("auth file: admin tokens shorter than %d characters, which a caller can guess by trying: replace them with tokens from idem token new", minLegacyTokenBytes),
+				"auth-file", path, "tokens", strings.Join(short, ","))
+		}
 		return
 	}
 	log.Info(msg, "auth-file", path, "tokens", creds.Len())

@@ -1,0 +1,29 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/api"
+)
+
+// An old-format auth file is one plain token a line, each an admin token:
+// a line "changeme" (or "hi") loaded as an admin token with no more said
+// than that the format is old. The start names the short ones.
+func TestShortLegacyAdminTokensAreNamed(t *testing.T) {
+	creds, err := api.ParseAuthFile([]byte("# tokens\nchangeme\nidem_FnCH1kqqsPeRrBqC3_ZBMGYcJ9DA0t2bQ1bS\nhi\n"))
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	logAuth(slog.New(slog.NewTextHandler(&buf, nil)), "auth file loaded", "/etc/idem/auth", creds)
+	require.Contains(t, buf.String(), "admin tokens shorter than 16 characters")
+	require.Contains(t, buf.String(), "tokens=line-1,line-3")
+
+	buf.Reset()
+	creds, err = api.ParseAuthFile([]byte("idem_FnCH1kqqsPeRrBqC3_ZBMGYcJ9DA0t2bQ1bS\n"))
+	require.NoError(t, err)
+	logAuth(slog.New(slog.NewTextHandler(&buf, nil)), "auth file loaded", "/etc/idem/auth", creds)
+	require.NotContains(t, buf.String(), "shorter than")
+}
