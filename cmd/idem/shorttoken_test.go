@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -26,4 +28,14 @@ func TestShortLegacyAdminTokensAreNamed(t *testing.T) {
 	require.NoError(t, err)
 	logAuth(slog.New(slog.NewTextHandler(&buf, nil)), "auth file loaded", "/etc/idem/auth", creds)
 	require.NotContains(t, buf.String(), "shorter than")
+}
+
+// idem token check, the tool to look an auth file over before a rollout,
+// names them too.
+func TestTokenCheckNamesShortLegacyTokens(t *testing.T) {
+	auth := filepath.Join(t.TempDir(), "auth")
+	require.NoError(t, os.WriteFile(auth, []byte("changeme\nidem_FnCH1kqqsPeRrBqC3_ZBMGYcJ9DA0t2bQ1bS\n"), 0o600))
+	code, out, errOut := runClientCmd(t, runToken, "check", auth)
+	require.Equal(t, 0, code, errOut)
+	require.Contains(t, out, "note: admin tokens shorter than 16 characters, which a caller can guess by trying: line-1;")
 }

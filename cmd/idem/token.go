@@ -275,6 +275,9 @@ func runTokenCheck(args []string, stdout, stderr io.Writer) int {
 	warnOpenFileTo(stderr, "idem token check", "the auth file", args[0], authFileWhy)
 	if creds.Legacy() {
 		fmt.Fprintf(stdout, "%s: %d plain tokens in the old format, each an admin token; move to the JSON format (docs/SECURITY.md)\n", args[0], creds.Len())
+		if short := creds.ShortLegacy(minLegacyTokenBytes); len(short) > 0 {
+			fmt.Fprintf(stdout, "note: admin tokens shorter than %d characters, which a caller can guess by trying: %s; replace them with tokens from idem token new\n", minLegacyTokenBytes, strings.Join(short, ", "))
+		}
 		return 0
 	}
 	fmt.Fprintf(stdout, "%s: %d tokens\n", args[0], creds.Len())
