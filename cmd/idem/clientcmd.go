@@ -94,6 +94,9 @@ func (c *cliCmd) parse(args []string) (code int, done bool) {
 	case err != nil:
 		return c.usageError(err.Error()), true
 	case c.fs.NArg() > 0:
+		if hint := strayBoolValue(c.fs, args); hint != "" {
+			return c.usageError(fmt.Sprintf("unexpected argument %q: %s", c.fs.Arg(0), hint)), true
+		}
 		return c.usageError(fmt.Sprintf("unexpected argument %q (every value is given by a flag)", c.fs.Arg(0))), true
 	}
 	c.require("principal", c.principal == "")

@@ -154,6 +154,10 @@ func parseArgs(fs *flag.FlagSet, args []string, name string, stdout, stderr io.W
 		fmt.Fprintf(stderr, "%s: %v (see %s --help)\n", name, err, name)
 		return 2, true
 	case fs.NArg() > 0:
+		if hint := strayBoolValue(fs, args); hint != "" {
+			fmt.Fprintf(stderr, "%s: unexpected argument %q: %s\n", name, fs.Arg(0), hint)
+			return 2, true
+		}
 		fmt.Fprintf(stderr, "%s: unexpected argument %q (see %s --help)\n", name, fs.Arg(0), name)
 		return 2, true
 	}
@@ -189,13 +193,38 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 		// "cluster remove n4" was told "flags go as --name value", a flag
 		// it does not have (an operator walk): name the one it has.
 		hint := "flags go as --flag value"
-		if (sub == "remove" || sub == "join" || sub == "transfer-leadership") && fs.Lookup("id") != nil && !flagSet(fs, "id") {
+		if h := strayBoolValue(fs, args[1:]); h != "" {
+			hint = h
+		} else if (sub == "remove" || sub == "join" || sub == "transfer-leadership") && fs.Lookup("id") != nil && !flagSet(fs, "id") {
 			hint = fmt.Sprintf("did you mean --id %s?", fs.Arg(0))
 		}
 		fmt.Fprintf(stderr, "%s %s: unexpected argument %q (%s)\n", name, sub, fs.Arg(0), hint)
 		return sub, 2, true
 	}
 	return sub, 0, false
+}
+
+// strayBoolValue says how to give the value left as an argument after a
+// true/false flag: --insecure false (or --json true) set the flag and left
+// "false" as an argument, refused as unexpected without a word of why; the
+// flag package takes such a value only after '='. "" for anything else.
+func strayBoolValue(fs *flag.FlagSet, args []string) string {
+	rest := fs.Args()
+	if len(rest) == 0 || len(args) < len(rest)+1 {
+		return ""
+	}
+	if _, err := strconv.ParseBool(rest[0]); err != nil {
+		return ""
+	}
+	name := strings.TrimLeft(args[len(args)-len(rest)-1], "-")
+	f := fs.Lookup(name)
+	if f == nil {
+		return ""
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		return ""
+	}
+	return fmt.Sprintf("a true/false flag takes its value after '=': --%s=%s", name, rest[0])
 }
 
 // flagSet reports whether the flag name was given on the command line.

@@ -30,3 +30,22 @@ func TestMisspeltFlagNamesTheFlagMeant(t *testing.T) {
 		require.Empty(t, stdout.String(), "%v", tc.args)
 	}
 }
+
+// `idem serve --insecure false` set --insecure and left "false" as an
+// argument, refused as unexpected without a word of why: a true/false
+// flag takes its value only after '='. The refusal says so.
+func TestBoolFlagValueAfterASpaceSaysUseEquals(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"serve", "--insecure", "false"}, `idem serve: unexpected argument "false": a true/false flag takes its value after '=': --insecure=false`},
+		{[]string{"cluster", "status", "--json", "true"}, `idem cluster status: unexpected argument "true" (a true/false flag takes its value after '=': --json=true)`},
+		{[]string{"bench", "--quiet", "false"}, `idem bench: unexpected argument "false": a true/false flag takes its value after '=': --quiet=false`},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), tc.args, &stdout, &stderr)
+		require.Equal(t, 2, code, "%v: %s", tc.args, stderr.String())
+		require.Equal(t, tc.want, strings.Split(stderr.String(), "\n")[0], "%v", tc.args)
+	}
+}

@@ -186,6 +186,9 @@ func parseWithEnvFrom(fs *flag.FlagSet, args []string) (set, fromEnv map[string]
 		return nil, nil, err
 	}
 	if fs.NArg() > 0 {
+		if hint := strayBoolValue(fs, args); hint != "" {
+			return nil, nil, fmt.Errorf("unexpected argument %q: %s", fs.Arg(0), hint)
+		}
 		return nil, nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	set, fromEnv = map[string]bool{}, map[string]bool{}
