@@ -52,17 +52,30 @@ type StreamInfo struct {
 	Named map[string][]byte
 }
 
+// maxStreamNamedBytes bounds the named meta values ScanStream keeps (each
+// counted with its name and namedEntryOverhead): a state holds a few small
+// ones (members' addresses, a key-use counter per bucket and key id, at
+// most a few MB), but a hostile or damaged stream may hold GBs of them.
+const (
+	maxStreamNamedBytes = 64 << 20
+	namedEntryOverhead  = 64
+)
+
 // ScanStream reads a whole snapshot stream (Snapshot.WriteTo's format) and
 // checks it as Restore does, without a store: magic, lengths, key order,
 // pair count and checksum. It may read ahead of the stream's end: give it a
 // reader that ends there.
 func ScanStream(r io.Reader) (StreamInfo, error) {
 	var info StreamInfo
+	named := 0
 	pairs, n, err := readStream(r, func(k, v []byte) error {
 		if _, rest, ok := partition.Parse(k); ok && len(rest) > 0 && rest[0] == kindRecord {
 			info.Records++
 		}
 		if bytes.HasPrefix(k, []byte(namedMetaPrefix)) {
+			if named += len(k) + len(v) + namedEntryOverhead; named > maxStreamNamedBytes {
+				return fmt.Errorf("%w: its named meta values take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)", ErrSnapshot, maxStreamNamedBytes>>20)
+			}
 			if info.Named == nil {
 				info.Named = map[string][]byte{}
 			}

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"hash/crc32"
+	"io"
 	"runtime"
 	"testing"
 )
@@ -76,5 +78,63 @@ func TestReadStreamLongPairs(t *testing.T) {
 		if got[i] != want[i] {
 			t.Fatalf("pair %d: %d, %d bytes; want %d, %d", i, len(got[i][0]), len(got[i][1]), len(want[i][0]), len(want[i][1]))
 		}
+	}
+}
+
+// namedBombReader yields a snapshot stream of n named meta values of size
+// bytes each, made as it is read (the test holds none of it).
+type namedBombReader struct {
+	n, size, i int
+	buf        []byte
+	zeros      int // of the current value, after buf
+}
+
+func (r *namedBombReader) Read(p []byte) (int, error) {
+	if len(r.buf) == 0 && r.zeros > 0 {
+		n := min(len(p), r.zeros)
+		clear(p[:n])
+		r.zeros -= n
+		return n, nil
+	}
+	for len(r.buf) == 0 {
+		switch {
+		case r.i < 0:
+			return 0, io.EOF
+		case r.i == r.n:
+			r.buf = binary.BigEndian.AppendUint64([]byte{0}, uint64(r.n))
+			r.buf = append(r.buf, 0, 0, 0, 0)
+			r.i = -1
+		default:
+			if r.i == 0 {
+				r.buf = append(r.buf, snapMagic...)
+			}
+			k := fmt.Sprintf("%sn%08d", namedMetaPrefix, r.i)
+			r.buf = binary.AppendUvarint(r.buf, uint64(len(k)))
+			r.buf = append(r.buf, k...)
+			r.buf = binary.AppendUvarint(r.buf, uint64(r.size))
+			r.zeros = r.size
+			r.i++
+		}
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+// A stream whose named meta values add up to far more than any state
+// holds (a few small entries: addresses, key use) is refused before
+// ScanStream has kept them all: `idem snapshot inspect` of a hostile 1 GB
+// backup of 64 MiB named values held the whole gigabyte in memory.
+func TestScanStreamNamedValuesBounded(t *testing.T) {
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	_, err := ScanStream(&namedBombReader{n: 256, size: 1 << 20})
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrSnapshot) {
+		t.Fatalf("got %v, want ErrSnapshot", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > maxStreamNamedBytes+16<<20 {
+		t.Fatalf("256 MiB of named values made ScanStream allocate %d MiB", n>>20)
 	}
 }
