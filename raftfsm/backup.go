@@ -405,6 +405,12 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 		}
 	}()
 	if err := db.Restore(b); err != nil {
+		if !errors.Is(err, engine.ErrSnapshot) {
+			// Not the stream's fault: the data dir's (writing its
+			// tables: a full disk, a quota, an I/O error). Called a bad
+			// backup, a good one would be thrown away.
+			return info, fmt.Errorf("raftfsm: restore: %w", err)
+		}
 		if _, _, ferr := b.Finish(); ferr != nil {
 			return info, ferr
 		}
