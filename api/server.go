@@ -48,6 +48,11 @@ type Config struct {
 	// (a snapshot download and /debug/pprof aside), from when it is ready,
 	// before its connection is closed; 0 means 30 s.
 	AnswerWriteTimeout time.Duration
+	// SnapshotStallTimeout is how long a snapshot download (GET
+	// /v1/admin/snapshot) may make no progress, its client reading
+	// nothing, before its connection is closed; 0 means
+	// DefaultSnapshotStallTimeout.
+	SnapshotStallTimeout time.Duration
 	// Auth, when set, holds the credentials (auth.go) every route but
 	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
 	Auth *Auth

@@ -75,7 +75,7 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 		return
 	}
 	start := time.Now()
-	n, err := raftfsm.WriteBackup(w, h, snap)
+	n, err := raftfsm.WriteBackup(s.stallWriter(w), h, snap)
 	if err != nil {
 		// The status is sent: cut the connection, so the client sees a
 		// broken stream (its checksum trailer is missing either way).
@@ -118,8 +118,35 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	if _, err := io.Copy(w, resp.Body); err != nil {
+	if _, err := io.Copy(s.stallWriter(w), resp.Body); err != nil {
 		s.log.Warn("forwarded snapshot stream cut short", "leader", addr, "error", err)
 		panic(http.ErrAbortHandler)
 	}
+}
+
+// DefaultSnapshotStallTimeout is the default of Config.SnapshotStallTimeout.
+const DefaultSnapshotStallTimeout = 5 * time.Minute
+
+// stallWriter gives each write of a snapshot download
+// Config.SnapshotStallTimeout: a download takes as long as it needs, but a
+// client that stops reading (a save stopped with Ctrl-Z and forgotten)
+// held its handler, its connection and its Pebble snapshot, which keeps on
+// disk every record dropped since, for ever.
+func (s *Server) stallWriter(w http.ResponseWriter) io.Writer {
+	d := s.cfg.SnapshotStallTimeout
+	if d <= 0 {
+		d = DefaultSnapshotStallTimeout
+	}
+	return &stallWriter{w: w, rc: http.NewResponseController(w), timeout: d}
+}
+
+type stallWriter struct {
+	w       io.Writer
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (s *stallWriter) Write(p []byte) (int, error) {
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
+	return s.w.Write(p)
 }
