@@ -168,6 +168,21 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		fmt.Fprintf(stderr, "%s: %s is a directory: give a file's path in it (e.g. %s)\n", name, file, filepath.Join(file, "idem.snap"))
 		return 2
 	}
+	if lst, err := os.Lstat(file); err == nil {
+		// A device, a pipe, or a link to one: the backup is written
+		// beside FILE and renamed over it, so --force replaced FILE
+		// itself (as root, `save --force /dev/stdout` made the system's
+		// /dev/stdout a regular file holding every record).
+		special := !lst.Mode().IsRegular()
+		if lst.Mode()&os.ModeSymlink != 0 {
+			st, err := os.Stat(file) // a dangling link is replaced, as before
+			special = err == nil && !st.Mode().IsRegular()
+		}
+		if special {
+			fmt.Fprintf(stderr, "%s: %s is not a regular file (a device, a pipe, or a link to one): save writes a new file and renames it into place, which would replace %s itself; give the path of a file (to send a backup elsewhere, save it to a file first, or stream GET /v1/admin/snapshot, docs/API.md)\n", name, file, file)
+			return 2
+		}
+	}
 	if _, err := os.Lstat(file); err == nil && !force {
 		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
 		return 1
