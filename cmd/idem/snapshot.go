@@ -494,6 +494,15 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
 		return 1
 	}
+	if existed {
+		// A link to an empty directory (on another disk, say): the copy
+		// is built beside that directory and renamed into it. Built
+		// beside the link, it replaced the link, on a disk whose free
+		// space was not the one read.
+		if real, err := filepath.EvalSymlinks(abs); err == nil {
+			abs = real
+		}
+	}
 	// Before the free space is read: the copies killed restores left are
 	// what filled the disk on each retry.
 	clearLeftRestores(stderr, name, abs, dataDir)
