@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -160,6 +161,10 @@ func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
+// saveStallTimeout is how long a save waits for the next byte of the
+// snapshot before it gives up (a variable for tests).
+var saveStallTimeout = 5 * time.Minute
+
 func snapshotSave(ctx context.Context, file, addr, token string, force bool, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
 	const name = "idem snapshot save"
 	if st, err := os.Stat(file); err == nil && st.IsDir() {
@@ -211,7 +216,9 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 			base = "https://" + strings.TrimPrefix(base, "http://")
 		}
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/admin/snapshot", nil)
+	reqCtx, cancelReq := context.WithCancel(ctx)
+	defer cancelReq()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, base+"/v1/admin/snapshot", nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: --addr %q: %v\n", name, addr, err)
 		return 2
@@ -265,7 +272,12 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		}
 	}()
 	bw := bufio.NewWriterSize(f, 1<<20)
-	received, err := io.Copy(bw, resp.Body)
+	body := newStallReader(resp.Body, saveStallTimeout, cancelReq)
+	received, err := io.Copy(bw, body)
+	body.stop()
+	if err != nil && body.stalled.Load() {
+		err = errSaveStalled
+	}
 	if err == nil {
 		err = bw.Flush()
 	}
@@ -310,6 +322,9 @@ func receiveFailure(err error, file, tmp string, received int64) string {
 	if errors.Is(err, syscall.ENOSPC) {
 		dir := filepath.Dir(file)
 		return fmt.Sprintf("the disk holding %s is full: it filled after %d bytes of the snapshot were received into %s, which is removed (nothing was saved); free space on that disk or save into a directory on another one: the backup takes about the size of the node's state, more than %d bytes", dir, received, tmp, received)
+	}
+	if errors.Is(err, errSaveStalled) {
+		return fmt.Sprintf("the node sent nothing for %s after %d bytes of the snapshot (a stopped or hung node, or a network that drops everything): %s is removed (nothing was saved); run the save again, against another node if this one does not answer", saveStallTimeout, received, tmp)
 	}
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		// The node's answer stopped short of its end: a node that reads a
@@ -708,3 +723,32 @@ func liveSourceMembers(ctx context.Context, members []raftfsm.NodeInfo, raftAddr
 	}
 	return probeMembers(ctx, st, self, time.Second), self
 }
+
+var errSaveStalled = errors.New("the node stopped sending the snapshot")
+
+// stallReader cancels the request when no byte arrives for timeout.
+type stallReader struct {
+	r       io.Reader
+	timeout time.Duration
+	timer   *time.Timer
+	stalled atomic.Bool
+}
+
+func newStallReader(r io.Reader, timeout time.Duration, cancel func()) *stallReader {
+	s := &stallReader{r: r, timeout: timeout}
+	s.timer = time.AfterFunc(timeout, func() {
+		s.stalled.Store(true)
+		cancel()
+	})
+	return s
+}
+
+func (s *stallReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if n > 0 && !s.stalled.Load() {
+		s.timer.Reset(s.timeout)
+	}
+	return n, err
+}
+
+func (s *stallReader) stop() { s.timer.Stop() }
