@@ -41,3 +41,22 @@ func TestLogsEscapeInvisibleRunes(t *testing.T) {
 		}
 	}
 }
+
+// U+2028 and U+2029, line and paragraph separators, print nothing and a
+// log viewer may break a line at them. In a string attribute they are
+// written as the text \u2028, as the other invisible runes are; inside a
+// slice or a struct encoding/json writes them as its own escape \u2028,
+// which a reader of the JSON decodes back to the separator itself, so
+// they passed through as if nothing had been escaped.
+func TestJSONLogEscapesLineSeparatorsInValues(t *testing.T) {
+	const hostile = "cus_1\u2028level=ERROR msg=forged\u2029x"
+	var buf bytes.Buffer
+	log := newLogger(&serveConfig{logLevel: "info", logFormat: "json"}, &buf)
+	log.Warn("refused", "principal", hostile, "principals", []string{`a\u2028`, hostile}, "op", struct{ Key string }{hostile})
+	var line map[string]any
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &line), buf.String())
+	const want = `cus_1\u2028level=ERROR msg=forged\u2029x`
+	require.Equal(t, want, line["principal"])
+	require.Equal(t, []any{`a\u2028`, want}, line["principals"], "a slice's strings (the text \\u2028 kept as it is)")
+	require.Equal(t, map[string]any{"Key": want}, line["op"], "a struct's")
+}

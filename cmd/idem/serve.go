@@ -546,12 +546,42 @@ func escapeInvisible(_ []string, a slog.Attr) slog.Attr {
 		enc := json.NewEncoder(&buf)
 		enc.SetEscapeHTML(false)
 		if enc.Encode(v) == nil {
-			if s, ok := escapedInvisible(strings.TrimSuffix(buf.String(), "\n"), `\\u%04x`); ok {
+			s, sep := jsonSeparatorsAsText(strings.TrimSuffix(buf.String(), "\n"))
+			if s, ok := escapedInvisible(s, `\\u%04x`); ok || sep {
 				a.Value = slog.AnyValue(json.RawMessage(s))
 			}
 		}
 	}
 	return a
+}
+
+// jsonSeparatorsAsText rewrites, in the JSON text s, encoding/json's own
+// escapes of U+2028 and U+2029 (it writes these two escaped, never raw) as
+// the text \u2028, as escapedInvisible writes the other invisible runes:
+// decoded, the escape was the separator itself. It reports whether it
+// found any. A backslash in JSON text only starts an escape, inside a
+// string, so each is read with the character after it.
+func jsonSeparatorsAsText(s string) (string, bool) {
+	if !strings.Contains(s, `\u202`) {
+		return s, false
+	}
+	var b strings.Builder
+	found := false
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] != '\\' || i+1 == len(s):
+			b.WriteByte(s[i])
+		case strings.HasPrefix(s[i:], `\u2028`) || strings.HasPrefix(s[i:], `\u2029`):
+			b.WriteString(`\\`)
+			b.WriteString(s[i+1 : i+6])
+			i += 5
+			found = true
+		default:
+			b.WriteString(s[i : i+2])
+			i++
+		}
+	}
+	return b.String(), found
 }
 
 // escapedInvisible is s with escapeInvisible's runes written as format
