@@ -127,6 +127,10 @@ type Credentials struct {
 	list []Credential
 	// legacy holds the plain tokens of an old-format file, in file order.
 	legacy []string
+	// legacyLines is the line of the file each legacy token is on
+	// (ParseAuthFile; nil otherwise): comments and blank lines are
+	// skipped, so it is not the N of the token's name line-N.
+	legacyLines []int
 }
 
 // HashToken returns the hex SHA-256 of a token: what the auth file stores.
@@ -149,13 +153,18 @@ func LegacyCredentials(tokens []string) *Credentials {
 func (c *Credentials) Legacy() bool { return c.legacy != nil }
 
 // ShortLegacy names (line-N) the tokens of an old-format file shorter than
-// n bytes: each is an admin token, and a short one ("changeme", "hi") is
-// guessed by trying. JSON files hold hashes, whose tokens are unknown.
+// n bytes, each with the line of the file it is on: each is an admin
+// token, and a short one ("changeme", "hi") is guessed by trying. JSON
+// files hold hashes, whose tokens are unknown.
 func (c *Credentials) ShortLegacy(n int) []string {
 	var short []string
 	for i, t := range c.legacy {
 		if len(t) < n {
-			short = append(short, c.list[i].Name)
+			name := c.list[i].Name
+			if i < len(c.legacyLines) {
+				name += fmt.Sprintf(" (file line %d)", c.legacyLines[i])
+			}
+			short = append(short, name)
 		}
 	}
 	return short
@@ -250,6 +259,7 @@ func ParseAuthFile(b []byte) (*Credentials, error) {
 		return parseAuthJSON(t)
 	}
 	var tokens []string
+	var lines []int
 	n := 0
 	for line := range strings.Lines(string(b)) {
 		n++
@@ -261,11 +271,14 @@ func ParseAuthFile(b []byte) (*Credentials, error) {
 			return nil, fmt.Errorf("api: the auth file is neither JSON (it does not start with '{') nor plain tokens, one per line: line %d %w; see docs/SECURITY.md for the JSON format", n, err)
 		}
 		tokens = append(tokens, t)
+		lines = append(lines, n)
 	}
 	if len(tokens) == 0 {
 		return nil, errors.New("api: the auth file holds no token")
 	}
-	return LegacyCredentials(tokens), nil
+	c := LegacyCredentials(tokens)
+	c.legacyLines = lines
+	return c, nil
 }
 
 // plainToken says why t, a line of an old-format file, cannot be a bearer
