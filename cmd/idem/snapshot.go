@@ -497,6 +497,13 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			return 1
 		}
 		existed = true
+	} else if lst, lerr := os.Lstat(dataDir); lerr == nil && lst.Mode()&os.ModeSymlink != 0 {
+		// A link to a directory not made yet: the whole restore was built
+		// beside the link, on the link's disk, and then failed to take its
+		// place ("not a directory").
+		target, _ := os.Readlink(dataDir)
+		fmt.Fprintf(stderr, "%s: --data-dir %s is a link to %s, which cannot be reached (%v): make that directory (mkdir -p %s, empty) and run the restore again, or name another --data-dir; nothing was written\n", name, dataDir, target, err, target)
+		return 1
 	}
 	f, err := os.Open(file)
 	if err != nil {
