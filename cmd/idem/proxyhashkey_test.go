@@ -30,6 +30,9 @@ func TestProxyHashKeyFileKeysPrincipalAndFingerprint(t *testing.T) {
 	key := strings.Repeat("0123456789abcdef", 4)
 	keyFile := filepath.Join(t.TempDir(), "hash.key")
 	require.NoError(t, os.WriteFile(keyFile, []byte("# the proxies' hash key\n"+key+"\n"), 0o644))
+	// Chmod, not WriteFile's mode alone: an in-process serve earlier in
+	// the package set the process's umask to 077 (restrictUmask).
+	require.NoError(t, os.Chmod(keyFile, 0o644))
 	px := startProxy(t, "--upstream", up.srv.URL, "--store", node.http, "--hash-key-file", keyFile)
 	waitFor(t, 10*time.Second, "the warning about the open --hash-key-file", func() (bool, string) {
 		return strings.Contains(px.logs.String(), "--hash-key-file"), px.logs.String()

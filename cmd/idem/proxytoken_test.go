@@ -40,6 +40,11 @@ func TestProxyWarnsOfAnOpenStoreTokenFile(t *testing.T) {
 	if err := os.WriteFile(tok, []byte("app-token\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// Chmod, not WriteFile's mode alone: an in-process serve earlier in
+	// the package set the process's umask to 077 (restrictUmask).
+	if err := os.Chmod(tok, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	up := newUpstream(t)
 	px := startProxy(t, "--upstream", up.srv.URL, "--store", freePort(t), "--store-token-file", tok)
 	waitFor(t, 10*time.Second, "the proxy's warning about its open token file", func() (bool, string) {
