@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -25,6 +26,27 @@ func DiskSize(path string) (free, total uint64, err error) {
 		return 0, 0, fmt.Errorf("engine: disk usage of %s: %w", path, err)
 	}
 	return u.AvailBytes, u.TotalBytes, nil
+}
+
+// DiskSizeNear is DiskSize of the filesystem that holds path, or would
+// hold it: path need not exist yet, and the nearest directory above it
+// that does is asked (a data dir a command is about to make).
+func DiskSizeNear(path string) (free, total uint64, err error) {
+	at, err := filepath.Abs(path)
+	if err != nil {
+		return 0, 0, err
+	}
+	for {
+		if _, err := os.Stat(at); err == nil || !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+		up := filepath.Dir(at)
+		if up == at {
+			break
+		}
+		at = up
+	}
+	return DiskSize(at)
 }
 
 // DiskFullFS is the OS filesystem for Options.FS with a hook for a full

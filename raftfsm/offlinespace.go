@@ -1,10 +1,7 @@
 package raftfsm
 
 import (
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 
 	"github.com/idem-store/idem/engine"
 )
@@ -58,21 +55,7 @@ func RecoverSpace() (uint64, string) {
 // above it that does is asked. A free space that cannot be read is not a
 // refusal: the command then meets the disk as it did before.
 func CheckSpace(what, dir string, need uint64, parts string) error {
-	at, err := filepath.Abs(dir)
-	if err != nil {
-		return nil
-	}
-	for {
-		if _, err := os.Stat(at); err == nil || !errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		up := filepath.Dir(at)
-		if up == at {
-			break
-		}
-		at = up
-	}
-	free, _, err := engine.DiskSize(at)
+	free, _, err := engine.DiskSizeNear(dir)
 	if err != nil || free >= need {
 		return nil
 	}

@@ -774,21 +774,7 @@ func minFreeDiskProblem(dir string, minFree uint64) error {
 	if minFree == 0 {
 		return nil
 	}
-	p, err := filepath.Abs(dir)
-	if err != nil {
-		return nil
-	}
-	for {
-		if _, err := os.Stat(p); err == nil {
-			break
-		}
-		parent := filepath.Dir(p)
-		if parent == p {
-			return nil
-		}
-		p = parent
-	}
-	_, total, err := engine.DiskSize(p)
+	_, total, err := engine.DiskSizeNear(dir)
 	if err != nil || total == 0 || minFree < total {
 		return nil
 	}
