@@ -167,7 +167,8 @@ var saveStallTimeout = 5 * time.Minute
 
 func snapshotSave(ctx context.Context, file, addr, token string, force bool, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
 	const name = "idem snapshot save"
-	if st, err := os.Stat(file); err == nil && st.IsDir() {
+	st, statErr := os.Stat(file) // through a link
+	if statErr == nil && st.IsDir() {
 		// --force streamed the whole snapshot, then failed to rename it over
 		// the directory and left FILE.tmp-* beside it.
 		fmt.Fprintf(stderr, "%s: %s is a directory: give a file's path in it (e.g. %s)\n", name, file, filepath.Join(file, "idem.snap"))
@@ -180,17 +181,16 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		// /dev/stdout a regular file holding every record).
 		special := !lst.Mode().IsRegular()
 		if lst.Mode()&os.ModeSymlink != 0 {
-			st, err := os.Stat(file) // a dangling link is replaced, as before
-			special = err == nil && !st.Mode().IsRegular()
+			special = statErr == nil && !st.Mode().IsRegular() // a dangling link is replaced, as before
 		}
 		if special {
 			fmt.Fprintf(stderr, "%s: %s is not a regular file (a device, a pipe, or a link to one): save writes a new file and renames it into place, which would replace %s itself; give the path of a file (to send a backup elsewhere, save it to a file first, or stream GET /v1/admin/snapshot, docs/API.md)\n", name, file, file)
 			return 2
 		}
-	}
-	if _, err := os.Lstat(file); err == nil && !force {
-		fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
-		return 1
+		if !force {
+			fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
+			return 1
+		}
 	}
 	// Before a byte is streamed: FILE.tmp-*'s "no such file or directory"
 	// would name neither the directory nor the way out.
