@@ -57,9 +57,9 @@ type connGuard struct {
 	// other app tokens leave of --max-inflight and of --max-inflight-bytes
 	// (tokenSlot), and of --max-batch-answer-bytes (answersHeldBy);
 	// appLoad is their sum for the first two, Server.answering for the
-	// third. Another token's entry holds only
-	// its refusal lines (logRefused). An entry is kept once made
-	// (tokenLoadOf): there are as many as names the auth file has listed.
+	// third. Another token's entry holds only its refusal lines
+	// (logRefused). An entry is kept once made (tokenLoadOf): there are as
+	// many as names the auth file has listed.
 	byToken sync.Map
 	appLoad tokenLoad
 }

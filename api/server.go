@@ -85,9 +85,9 @@ type Server struct {
 	// (Collectors: idem_http_auth_refused_total).
 	authRefused *prometheus.CounterVec
 	// answering is the bytes of batch answers being made or written now.
-	answering atomic.Int64
 	// Each app token's part of it is its tokenLoad's answers: each at
 	// most half of what the others leave (tokenHeld.over).
+	answering atomic.Int64
 	// released holds back "attempt released" lines past releaseLogsPerSecond.
 	released logBudget
 	// unknown answers a path no route serves (404, after the auth guard).
