@@ -328,16 +328,27 @@ func (s subcommandFlags) problem(fs *flag.FlagSet, sub string) (name, msg string
 // unknownFlag is the error for --name, which the command does not define,
 // naming the flag of flags it most likely misspells, if one is close.
 func unknownFlag(flags []*flag.Flag, name string) error {
-	best, bestDist := "", 3 // at most two edits
-	for _, f := range flags {
-		if d := editDistance(name, f.Name); d < bestDist {
-			best, bestDist = f.Name, d
-		}
+	names := make([]string, len(flags))
+	for i, f := range flags {
+		names[i] = f.Name
 	}
+	best := closestName(name, names)
 	if best == "" {
 		return fmt.Errorf("--%s is not a flag of this command", name)
 	}
 	return fmt.Errorf("--%s is not a flag of this command: did you mean --%s?", name, best)
+}
+
+// closestName is the one of names at most two edits from name, the
+// closest, the first of names on a tie; "" when none is that close.
+func closestName(name string, names []string) string {
+	best, bestDist := "", 3
+	for _, n := range names {
+		if d := editDistance(name, n); d < bestDist {
+			best, bestDist = n, d
+		}
+	}
+	return best
 }
 
 // watchedValue is a flag's value that asks first whether it may be set

@@ -214,21 +214,16 @@ func parseWithEnvFrom(fs *flag.FlagSet, args []string) (set, fromEnv map[string]
 // word, and the node kept 24h, where --retenton is refused. Said, not
 // refused: a unit file that started the node before must still start it.
 func misspeltVariables(fs *flag.FlagSet, env []string) []string {
-	known := map[string]bool{}
-	fs.VisitAll(func(f *flag.Flag) { known[envName(f.Name)] = true })
+	var known []string
+	fs.VisitAll(func(f *flag.Flag) { known = append(known, envName(f.Name)) })
+	slices.Sort(known)
 	var notes []string
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "IDEM_") || known[name] {
+		if !strings.HasPrefix(name, "IDEM_") || slices.Contains(known, name) {
 			continue
 		}
-		best, dist := "", 3
-		for k := range known {
-			if d := editDistance(name, k); d < dist || d == dist && k < best {
-				best, dist = k, d
-			}
-		}
-		if best != "" {
+		if best := closestName(name, known); best != "" {
 			notes = append(notes, fmt.Sprintf("$%s is set but is not a variable of idem serve, and is ignored: did you mean $%s? (--%s)", name, best, strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(best, "IDEM_")), "_", "-")))
 		}
 	}
