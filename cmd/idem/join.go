@@ -504,7 +504,7 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 		default:
 			answer := strings.TrimSpace(string(b))
 			if answer != m.refused {
-				m.log.Error("join refused; retrying every second", "addr", a, "status", status, "code", ans.Code, "detail", ans.Detail)
+				m.log.Error("join refused; retrying every second"+joinRefusedHint(status, m.token != "", m.c.authFile != ""), "addr", a, "status", status, "code", ans.Code, "detail", ans.Detail)
 				m.refused = answer
 			}
 		}
@@ -533,6 +533,24 @@ func (m *member) scope() string {
 type joinAnswer struct {
 	Outcome, Suffrage, Detail, Code string
 	AdmittedIndex                   uint64 `json:"admitted_index"`
+}
+
+// joinRefusedHint is what to do about a join the member refused for its
+// token (401), given whether this node has a node token and an auth
+// file (a 403's detail names the role the token lacks already). A node started as MEMBERSHIP.md's "replacing a member" shows it,
+// without the flags the others run with, logged only the member's own
+// detail ("a valid Authorization: Bearer token is required") once, and
+// waited for ever, with nothing naming the flags it lacked.
+func joinRefusedHint(status int, hasToken, hasAuthFile bool) string {
+	switch {
+	case status == http.StatusUnauthorized && !hasToken && !hasAuthFile:
+		return ": the member checks tokens (it runs with --auth-file) and this node sent none; start this node with the --auth-file and --node-token-file the other nodes run with"
+	case status == http.StatusUnauthorized && !hasToken:
+		return ": the member checks tokens and this node has no --node-token-file to call it with; start this node with the --node-token-file the other nodes run with"
+	case status == http.StatusUnauthorized:
+		return ": the member's --auth-file does not list the token of this node's --node-token-file; give this node the node token file the other nodes run with, or add the token's admin entry (idem token hash < FILE) to every node's --auth-file and kill -HUP them"
+	}
+	return ""
 }
 
 // readJoinAnswer reads a join's answer, and reports whether an idem node
