@@ -493,6 +493,19 @@ func runTLSCA(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "%s: --dir: %v\n", name, err)
 		return 1
 	}
+	if !*force {
+		// "pass --force to replace it" alone led an operator who ran the
+		// command again to replace the CA the nodes trust: no certificate
+		// the new one signs is accepted until every node and client has it.
+		for _, f := range []string{"idem-ca.pem", "idem-ca-key.pem"} {
+			if _, err := os.Lstat(filepath.Join(*dir, f)); err == nil {
+				fmt.Fprintf(stderr, "%s: %s exists, nothing was written: it may be the CA the nodes trust. To make a certificate with it: idem tls cert --dir %s. "+
+					"--force replaces it, and no node or client then accepts a certificate the new CA signs until it is given the new idem-ca.pem; to rotate a cluster's CA make the new one in another --dir (docs/SECURITY.md, \"Rotate the CA\")\n",
+					name, filepath.Join(*dir, f), *dir)
+				return 1
+			}
+		}
+	}
 	ca, err := certgen.NewCA(*cn, time.Duration(*days)*24*time.Hour)
 	if err == nil {
 		err = ca.WriteFiles(filepath.Join(*dir, "idem-ca.pem"), filepath.Join(*dir, "idem-ca-key.pem"), *force)
@@ -569,7 +582,15 @@ func runTLSCert(args []string, stdout, stderr io.Writer) int {
 	}
 	ca, err := certgen.ReadPEMPair(*caFile, *caKey)
 	if err != nil {
-		fmt.Fprintf(stderr, "%s: --ca/--ca-key: %s (make a CA with idem tls ca)\n", name, strings.TrimPrefix(err.Error(), "raftfsm: "))
+		// Not "make a CA with idem tls ca" alone: an operator renewing a
+		// node's certificate from another directory than the CA's (the
+		// renewal line of docs/SECURITY.md had no --dir) was told to make
+		// a new CA, whose certificates no node of the cluster accepts.
+		hint := "make a CA with idem tls ca"
+		if errors.Is(err, os.ErrNotExist) {
+			hint = "give --dir, the directory idem tls ca wrote the cluster's CA to, or --ca and --ca-key; to renew or add a certificate use the CA the nodes trust: one from a new idem tls ca is accepted by no node of an existing cluster"
+		}
+		fmt.Fprintf(stderr, "%s: --ca/--ca-key: %s (%s)\n", name, strings.TrimPrefix(err.Error(), "raftfsm: "), hint)
 		return 1
 	}
 	if !*clientOnly && len(ipList) == 0 && len(dnsList) == 0 {
