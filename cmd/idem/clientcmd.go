@@ -181,15 +181,16 @@ func (c *cliCmd) call(ctx context.Context, do func(context.Context, *client.Clie
 	}
 	raw, err := do(ctx, cl)
 	if err != nil {
-		return c.fail(err, token != "")
+		return c.fail(err, token)
 	}
 	cliWriteJSON(c.stdout, raw)
 	return 0
 }
 
 // fail prints why a call failed: the problem's detail and code, or the
-// transport error. withToken says whether the call carried a bearer token.
-func (c *cliCmd) fail(err error, withToken bool) int {
+// transport error. token is the bearer token the call carried, if any.
+func (c *cliCmd) fail(err error, token string) int {
+	withToken := token != ""
 	var p *client.Problem
 	if !errors.As(err, &p) {
 		if errors.Is(err, context.DeadlineExceeded) {
@@ -218,7 +219,25 @@ func (c *cliCmd) fail(err error, withToken bool) int {
 	if hint := authHint(p.Code, withToken, "--auth-token, --token-file or IDEM_AUTH_TOKEN"); hint != "" {
 		fmt.Fprintf(c.stderr, "idem %s: %s\n", c.name, hint)
 	}
+	if hint := tokenIsAFile(p.Code, token); hint != "" {
+		fmt.Fprintf(c.stderr, "idem %s: %s\n", c.name, hint)
+	}
 	return cliExitAPI
+}
+
+// tokenIsAFile says, after a 401, that the token given names a file: a
+// walk of the docs gave --auth-token node.token (IDEM_AUTH_TOKEN=app.token
+// alike), the file's name where its token goes, and was told only that
+// the token is not one of the node's, as of a token the auth file lacks.
+// "" for other codes, or a token that names no regular file.
+func tokenIsAFile(code, token string) string {
+	if code != "unauthorized" || token == "" {
+		return ""
+	}
+	if fi, err := os.Stat(token); err != nil || !fi.Mode().IsRegular() {
+		return ""
+	}
+	return fmt.Sprintf("%q is a file: --auth-token and IDEM_AUTH_TOKEN take the token itself; give the file as --token-file %s", token, token)
 }
 
 // authHint says what to do about a 401 in the CLI's terms, naming the

@@ -313,6 +313,9 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 		var p *client.Problem
 		if errors.As(err, &p) {
 			printProblem(stderr, "idem keys status", p.Detail, p.Code, p.Status, token != "")
+			if hint := tokenIsAFile(p.Code, token); hint != "" {
+				fmt.Fprintf(stderr, "idem keys status: %s\n", hint)
+			}
 		} else {
 			fmt.Fprintf(stderr, "idem keys status: %v\n", notHTTP(err))
 		}
