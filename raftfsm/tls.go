@@ -211,7 +211,14 @@ func (t *TLS) read() (*tlsMaterial, error) {
 	}
 	for _, h := range t.hosts {
 		if err := leaf.VerifyHostname(h); err != nil {
-			return nil, fmt.Errorf("%w: certificate %s is not valid for %s, this node's address, which the other nodes check it against (%w): is it another node's? Make one with idem tls cert for this node's addresses", ErrTLS, t.certFile, h, err)
+			// The flag to give, not only "this node's addresses": a
+			// certificate made without --ip is for 127.0.0.1 alone, and an
+			// operator renewing one at 3 am was left to work out which.
+			san := "--dns " + h
+			if net.ParseIP(h) != nil {
+				san = "--ip " + h
+			}
+			return nil, fmt.Errorf("%w: certificate %s is not valid for %s, this node's address, which the other nodes check it against (%w): is it another node's? Make one with idem tls cert for this node's addresses (%s, and each other address it is reached at, as --ip or --dns)", ErrTLS, t.certFile, h, err, san)
 		}
 	}
 	return &tlsMaterial{cert: cert, pool: pool, notAfter: leaf.NotAfter, caNotAfter: caNotAfter}, nil

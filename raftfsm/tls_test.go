@@ -292,6 +292,7 @@ func TestTLSRefusesACertificateNotForThisNode(t *testing.T) {
 	_, err = LoadTLS(n1c, n1k, ca, nil, "127.0.0.3")
 	require.ErrorIs(t, err, ErrTLS)
 	require.ErrorContains(t, err, "is not valid for 127.0.0.3, this node's address")
+	require.ErrorContains(t, err, "idem tls cert for this node's addresses (--ip 127.0.0.3,", "the flag to give")
 	copyFile(t, n1c, c)
 	copyFile(t, n1k, k)
 	require.ErrorContains(t, tl.Reload(), "is not valid for 127.0.0.3")
