@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -102,6 +103,15 @@ func (w *logWriter) stop() {
 	w.mu.Unlock()
 }
 
+// testIP is the loopback address the test nodes listen on: IDEM_TEST_IP,
+// a shared machine's own, else 127.0.0.1.
+func testIP() string {
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		return v
+	}
+	return "127.0.0.1"
+}
+
 // mustNode opens a one-node cluster in t.TempDir(), waits until it leads and
 // serves it over HTTP. The leader's idle tick and the sweeper are set to an
 // hour so that nothing but a request changes the state (StateHash is exact).
@@ -113,7 +123,9 @@ func mustNode(tb testing.TB, opts ...nodeOpt) *testNode {
 
 	rc := raftfsm.DefaultConfig()
 	rc.DataDir = tb.TempDir()
-	rc.RaftAddr = "127.0.0.1:0" // the kernel picks a free port: no race with other processes
+	// The kernel picks a free port: no race with other processes. On the
+	// test's own loopback address (IDEM_TEST_IP) on a shared machine.
+	rc.RaftAddr = net.JoinHostPort(testIP(), "0")
 	rc.Bootstrap = true
 	rc.BucketWidth = time.Hour
 	rc.TickInterval = time.Hour
@@ -135,7 +147,9 @@ func mustNode(tb testing.TB, opts ...nodeOpt) *testNode {
 	}
 	c.api.BucketWidth = c.raft.BucketWidth
 
-	srv := httptest.NewUnstartedServer(nil)
+	ln, err := net.Listen("tcp", net.JoinHostPort(testIP(), "0"))
+	require.NoError(tb, err)
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{}}
 	c.raft.HTTPAdvertise = srv.Listener.Addr().String()
 	node, err := raftfsm.Open(c.raft)
 	require.NoError(tb, err)
