@@ -50,7 +50,13 @@ type nodeConfig struct {
 	api  api.Config
 	// noWait skips waiting for leadership (a node that can never lead).
 	noWait bool
+	// connListener serves through api.Listen's listener, as idem serve
+	// does: a handler then sees its request's connection.
+	connListener bool
 }
+
+// asServed serves the node as idem serve does, through api.Listen.
+func asServed() nodeOpt { return func(c *nodeConfig) { c.connListener = true } }
 
 type nodeOpt func(*nodeConfig)
 
@@ -150,6 +156,11 @@ func mustNode(tb testing.TB, opts ...nodeOpt) *testNode {
 	ln, err := net.Listen("tcp", net.JoinHostPort(testIP(), "0"))
 	require.NoError(tb, err)
 	srv := &httptest.Server{Listener: ln, Config: &http.Server{}}
+	if c.connListener {
+		cl := api.Listen(ln, 4096, logger)
+		srv.Listener = cl
+		srv.Config.ConnContext, srv.Config.ConnState = cl.ConnContext, cl.ConnState
+	}
 	c.raft.HTTPAdvertise = srv.Listener.Addr().String()
 	node, err := raftfsm.Open(c.raft)
 	require.NoError(tb, err)

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/idem-store/idem/engine"
@@ -75,7 +76,9 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 		return
 	}
 	start := time.Now()
-	n, err := raftfsm.WriteBackup(s.stallWriter(w), h, snap)
+	sw := s.stallWriter(w, r)
+	n, err := raftfsm.WriteBackup(sw, h, snap)
+	sw.stop()
 	if err != nil {
 		// The status is sent: cut the connection, so the client sees a
 		// broken stream (its checksum trailer is missing either way).
@@ -118,7 +121,10 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 		}
 	}
 	w.WriteHeader(resp.StatusCode)
-	if _, err := io.Copy(s.stallWriter(w), resp.Body); err != nil {
+	sw := s.stallWriter(w, r)
+	_, err = io.Copy(sw, resp.Body)
+	sw.stop()
+	if err != nil {
 		s.log.Warn("forwarded snapshot stream cut short", "leader", addr, "error", err)
 		panic(http.ErrAbortHandler)
 	}
@@ -127,26 +133,103 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 // DefaultSnapshotStallTimeout is the default of Config.SnapshotStallTimeout.
 const DefaultSnapshotStallTimeout = 5 * time.Minute
 
-// stallWriter gives each write of a snapshot download
+// stallWriter cuts a snapshot download that makes no progress for
 // Config.SnapshotStallTimeout: a download takes as long as it needs, but a
 // client that stops reading (a save stopped with Ctrl-Z and forgotten)
 // held its handler, its connection and its Pebble snapshot, which keeps on
-// disk every record dropped since, for ever.
-func (s *Server) stallWriter(w http.ResponseWriter) io.Writer {
+// disk every record dropped since, for ever. Call stop when the stream
+// ends.
+//
+// Progress is what the client takes. The connection's write deadline is
+// renewed for each piece written, and, on Linux, whenever the client's
+// kernel acknowledged more of the stream (it does so only while the
+// client reads). A deadline renewed per write alone cut slow clients that
+// never stopped: the stream came in writes of up to 4 MiB, each to be
+// taken whole within the timeout (a client slower than about 14 KB/s over
+// 5 minutes was cut), and even a 64 KiB write waits until the kernel
+// frees a third of the socket's send buffer (up to 4 MiB), so a client
+// slower than about 4 KB/s still was.
+func (s *Server) stallWriter(w http.ResponseWriter, r *http.Request) *stallWriter {
 	d := s.cfg.SnapshotStallTimeout
 	if d <= 0 {
 		d = DefaultSnapshotStallTimeout
 	}
-	return &stallWriter{w: w, rc: http.NewResponseController(w), timeout: d}
+	sw := &stallWriter{w: w, rc: http.NewResponseController(w), timeout: d, done: make(chan struct{})}
+	var acked func() (uint64, bool)
+	if lc := limitedConnOf(r.Context()); lc != nil {
+		acked = ackedBytes(lc.Conn)
+	}
+	if acked == nil {
+		close(sw.done)
+		return sw
+	}
+	sw.stopped = make(chan struct{})
+	go sw.watch(acked)
+	return sw
 }
+
+// stallPiece is the most a stallWriter writes under one deadline (see
+// stallWriter).
+const stallPiece = 64 << 10
 
 type stallWriter struct {
 	w       io.Writer
 	rc      *http.ResponseController
 	timeout time.Duration
+	mu      sync.Mutex // SetWriteDeadline from Write and watch
+	done    chan struct{}
+	stopped chan struct{} // closed when watch returns; nil without one
+}
+
+func (s *stallWriter) renew(slack time.Duration) {
+	s.mu.Lock()
+	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout + slack))
+	s.mu.Unlock()
 }
 
 func (s *stallWriter) Write(p []byte) (int, error) {
-	_ = s.rc.SetWriteDeadline(time.Now().Add(s.timeout))
-	return s.w.Write(p)
+	done := 0
+	for len(p) > 0 {
+		n := min(len(p), stallPiece)
+		s.renew(0)
+		m, err := s.w.Write(p[:n])
+		done += m
+		if err != nil {
+			return done, err
+		}
+		p = p[n:]
+	}
+	return done, nil
+}
+
+// watch renews the deadline whenever the peer acknowledged more bytes,
+// looking a few times per timeout; by a look's interval more than the
+// timeout, so that progress just after a look (seen only at the next) does
+// not leave the client less than the timeout.
+func (s *stallWriter) watch(acked func() (uint64, bool)) {
+	defer close(s.stopped)
+	every := min(max(s.timeout/8, 10*time.Millisecond), 10*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	last, _ := acked()
+	for {
+		select {
+		case <-s.done:
+			return
+		case <-t.C:
+			if n, ok := acked(); ok && n > last {
+				last = n
+				s.renew(every)
+			}
+		}
+	}
+}
+
+// stop ends the watch; once it returns no deadline is set any more.
+func (s *stallWriter) stop() {
+	if s.stopped == nil {
+		return
+	}
+	close(s.done)
+	<-s.stopped
 }
