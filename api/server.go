@@ -53,6 +53,10 @@ type Config struct {
 	// nothing, before its connection is closed; 0 means
 	// DefaultSnapshotStallTimeout.
 	SnapshotStallTimeout time.Duration
+	// MaxSnapshotDownloads bounds the snapshot downloads (GET
+	// /v1/admin/snapshot, taken here or passed through from the leader)
+	// this node answers at once; 0 means DefaultMaxSnapshotDownloads.
+	MaxSnapshotDownloads int
 	// Auth, when set, holds the credentials (auth.go) every route but
 	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
 	Auth *Auth
@@ -108,6 +112,8 @@ type Server struct {
 	// (membersLacking found none lacking): the gate was open, so entries
 	// needing them may be in the log.
 	opened sync.Map
+	// snapshots holds a slot per snapshot download being answered.
+	snapshots chan struct{}
 }
 
 // New returns a server over store.
@@ -125,6 +131,10 @@ func New(store Store, cfg Config) *Server {
 	for _, r := range []string{"no_token", "unknown_token", "role", "principal"} {
 		s.authRefused.WithLabelValues(r) // each reason reads 0 before its first refusal
 	}
+	if cfg.MaxSnapshotDownloads <= 0 {
+		s.cfg.MaxSnapshotDownloads = DefaultMaxSnapshotDownloads
+	}
+	s.snapshots = make(chan struct{}, s.cfg.MaxSnapshotDownloads)
 	s.setupAuth()
 	s.fwd = newForwarder(s)
 	// Who may call what: auth.go and the role table of docs/API.md.

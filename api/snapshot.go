@@ -25,6 +25,20 @@ const (
 // holds every write acknowledged before the request; a follower passes the
 // leader's stream through. Nothing is held in memory: the state can be GBs.
 func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
+	select {
+	case s.snapshots <- struct{}{}:
+		defer func() { <-s.snapshots }()
+	default:
+		// Each download holds about a MiB of buffers and, on the leader,
+		// a Pebble snapshot that keeps on disk every record dropped while
+		// it runs: a script looping saves (or many operators at once)
+		// took them without bound.
+		p := newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf(
+			"%d snapshot downloads are already running on this node, the most it serves at once: retry once one has ended", cap(s.snapshots)))
+		p.retryAfter = snapshotBusyRetry
+		writeProblem(w, p)
+		return
+	}
 	deadline := time.Now().Add(s.cfg.LeaderWait)
 	for {
 		snap, err := s.store.Backup(r.Context())
@@ -129,6 +143,14 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 		panic(http.ErrAbortHandler)
 	}
 }
+
+// DefaultMaxSnapshotDownloads is the default of
+// Config.MaxSnapshotDownloads.
+const DefaultMaxSnapshotDownloads = 4
+
+// snapshotBusyRetry is the Retry-After, in seconds, of a download refused
+// for the cap: a download lasts seconds to minutes, not milliseconds.
+const snapshotBusyRetry = 10
 
 // DefaultSnapshotStallTimeout is the default of Config.SnapshotStallTimeout.
 const DefaultSnapshotStallTimeout = 5 * time.Minute

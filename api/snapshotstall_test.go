@@ -105,3 +105,44 @@ func TestSnapshotSlowButSteadyClientIsNotCut(t *testing.T) {
 	require.NoError(t, err, "after %d bytes", got.Len())
 	require.EqualValues(t, 300, info.Stream.Records)
 }
+
+// Snapshot downloads were not bounded: each holds about a MiB of buffers
+// and, on the leader, a Pebble snapshot that keeps on disk every record
+// dropped while it runs, and a script looping saves took them without
+// end. Past DefaultMaxSnapshotDownloads at once, a download is refused,
+// 503 unavailable with a Retry-After, as the route's other overloads are;
+// once one ends, the next is served.
+func TestSnapshotDownloadsAreCapped(t *testing.T) {
+	n := mustNode(t, withBearer("secret"), withAPI(func(c *api.Config) { c.SnapshotStallTimeout = time.Minute }))
+	fillBigRecords(t, n, 500) // 12 MB: more than the sockets' buffers hold unread
+
+	var held []net.Conn
+	for range api.DefaultMaxSnapshotDownloads {
+		conn, err := net.Dial("tcp", strings.TrimPrefix(n.url, "http://"))
+		require.NoError(t, err)
+		defer conn.Close()
+		_, err = io.WriteString(conn, "GET /v1/admin/snapshot HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer secret\r\n\r\n")
+		require.NoError(t, err)
+		held = append(held, conn) // reads nothing: the download stays
+	}
+	time.Sleep(time.Second)
+
+	r := n.do("GET", "/v1/admin/snapshot", nil)
+	require.Equal(t, 503, r.status, "%s", r)
+	require.Equal(t, "unavailable", r.obj(t)["code"])
+	require.Equal(t, "10", r.header.Get("Retry-After"))
+	require.Contains(t, r.obj(t)["detail"], "4 snapshot downloads are already running on this node")
+
+	held[0].Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r = n.do("GET", "/v1/admin/snapshot", nil)
+		if r.status == 200 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.Equal(t, 200, r.status, "%s", r)
+	_, err := raftfsm.VerifyBackup(bytes.NewReader(r.raw))
+	require.NoError(t, err)
+}
