@@ -2,6 +2,8 @@ package raftfsm
 
 import (
 	"fmt"
+	"net"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +17,12 @@ import (
 func mustNode(tb testing.TB, opts ...func(*Config)) *Node {
 	tb.Helper()
 	cfg := DefaultConfig()
-	cfg.DataDir, cfg.RaftAddr = tb.TempDir(), "127.0.0.1:0"
+	// The kernel's port, on the test's own address on a shared machine.
+	ip := "127.0.0.1"
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		ip = v
+	}
+	cfg.DataDir, cfg.RaftAddr = tb.TempDir(), net.JoinHostPort(ip, "0")
 	for _, o := range opts {
 		o(&cfg)
 	}
