@@ -178,7 +178,17 @@ type BackupReader struct {
 	n      int64 // bytes consumed
 	frame  int   // bytes left in the current frame
 	ended  bool  // the end-of-frames marker was read
+	// frameAt and frameLen are the offset and the length of the frame
+	// being read (frameLen 0 between frames).
+	frameAt  int64
+	frameLen uint32
+	// tail is the last backupTrailer bytes read (fewer at the start).
+	tail []byte
 }
+
+// backupTrailer is the length of a backup's end: the end-of-frames marker
+// (u32 0) and the SHA-256.
+const backupTrailer = 4 + sha256.Size
 
 // OpenBackup reads and checks the head of a backup.
 func OpenBackup(r io.Reader) (*BackupReader, error) {
@@ -223,13 +233,45 @@ func (b *BackupReader) read(p []byte) error {
 	n, err := io.ReadFull(b.br, p)
 	b.sum.Write(p[:n])
 	b.n += int64(n)
+	b.keepTail(p[:n])
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return fmt.Errorf("%w: truncated: the file ends after %d bytes", ErrBackup, b.n)
+			return b.endedEarly()
 		}
 		return fmt.Errorf("raftfsm: read backup: %w", err)
 	}
 	return nil
+}
+
+func (b *BackupReader) keepTail(p []byte) {
+	if len(p) >= backupTrailer {
+		b.tail = append(b.tail[:0], p[len(p)-backupTrailer:]...)
+		return
+	}
+	b.tail = append(b.tail, p...)
+	if over := len(b.tail) - backupTrailer; over > 0 {
+		b.tail = append(b.tail[:0], b.tail[over:]...)
+	}
+}
+
+// endedEarly says why the file ended where more was due. A file cut short
+// (a copy stopped, a disk filled) ends anywhere. A frame whose length was
+// damaged claims more bytes than follow, so the reader runs to the end of
+// the file inside it, as in a cut file: but that file still ends as every
+// backup does, with the end-of-frames marker and a checksum. Both were
+// called "truncated", sending the operator to look for the rest of a file
+// that was whole (an operator walk flipped one bit of a frame's length).
+// The marker's four zero bytes, exactly where the whole file's would be,
+// are the sign; a file cut where its data happens to hold them is called
+// damaged too, which is as true of it (it is not a backup either way),
+// and the message says both.
+func (b *BackupReader) endedEarly() error {
+	if b.frameLen > 0 && len(b.tail) == backupTrailer && bytes.Equal(b.tail[:4], []byte{0, 0, 0, 0}) {
+		return fmt.Errorf("%w: damaged: the frame at offset %d says it holds %d bytes, but only %d bytes follow, ending as a whole backup ends "+
+			"(an end-of-frames marker and a checksum): the frame's length is damaged (or the file was cut exactly there)",
+			ErrBackup, b.frameAt, b.frameLen, b.n-b.frameAt-4)
+	}
+	return fmt.Errorf("%w: truncated: the file ends after %d bytes", ErrBackup, b.n)
 }
 
 // Read returns the engine stream, frame by frame; io.EOF at its end.
@@ -239,6 +281,7 @@ func (b *BackupReader) Read(p []byte) (int, error) {
 			return 0, io.EOF
 		}
 		var l [4]byte
+		b.frameLen = 0
 		if err := b.read(l[:]); err != nil {
 			return 0, err
 		}
@@ -250,7 +293,7 @@ func (b *BackupReader) Read(p []byte) (int, error) {
 		if n > maxFrame {
 			return 0, fmt.Errorf("%w: frame of %d bytes at offset %d (damaged file)", ErrBackup, n, b.n-4)
 		}
-		b.frame = int(n)
+		b.frame, b.frameAt, b.frameLen = int(n), b.n-4, n
 	}
 	if len(p) > b.frame {
 		p = p[:b.frame]

@@ -9,6 +9,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -200,11 +202,12 @@ func TestBadBackupsAreRefused(t *testing.T) {
 	fill(t, n, 10)
 	data := backupOf(t, n)
 	hl := int(data[12])<<24 | int(data[13])<<16 | int(data[14])<<8 | int(data[15])
-	flip := func(at int) []byte {
+	flipBit := func(at int, bit byte) []byte {
 		b := bytes.Clone(data)
-		b[at] ^= 0x01
+		b[at] ^= bit
 		return b
 	}
+	flip := func(at int) []byte { return flipBit(at, 0x01) }
 	cases := map[string]struct {
 		data []byte
 		want string
@@ -222,12 +225,19 @@ func TestBadBackupsAreRefused(t *testing.T) {
 		"flipped last data":     {flip(len(data) - 32 - 5), ""},
 		"flipped checksum byte": {flip(len(data) - 1), "SHA-256 mismatch"},
 		"data after checksum":   {append(bytes.Clone(data), 0), "after the checksum"},
+		// A frame's length with a bit flipped: past the file's end (one
+		// MiB more), it was called truncated, though the file was whole.
+		"frame length past the file's end": {flipBit(16+hl+1, 0x10), "damaged: the frame at offset " + strconv.Itoa(16+hl) + " says it holds"},
+		"frame length past the limit":      {flipBit(16+hl, 0x01), "damaged file"},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			_, err := VerifyBackup(bytes.NewReader(tc.data))
 			require.ErrorIs(t, err, ErrBackup)
 			require.ErrorContains(t, err, tc.want)
+			if strings.HasPrefix(name, "frame length") {
+				require.NotContains(t, err.Error(), "truncated")
+			}
 			dir := t.TempDir()
 			_, err = RestoreBackup(bytes.NewReader(tc.data), dir, RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
 			require.ErrorIs(t, err, ErrBackup)
