@@ -535,3 +535,54 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	log.Info("restored a backup into a new data dir", "dir", dir, "applied-index", meta.Applied, "records", b.Header.Records)
 	return info, nil
 }
+
+// backupPeekWindow is how much of a backup's end PeekBackupMembers reads.
+const backupPeekWindow = 4 << 20
+
+// PeekBackupMembers finds, without reading the whole backup, the members
+// its state records (what RestoreBackup's Members are once the whole file
+// is read): their entries (named meta values "node/<id>") sort after every
+// record, so they lie in the file's last bytes. It reads the last 4 MiB
+// of r (size bytes long) and picks out the entries there, unchecked: the
+// file is not verified, an entry split across a frame boundary is missed,
+// and nil is a good answer ("none seen"). A restore probes these before it
+// reads a backup of GBs, so that an operator is told at once that the
+// cluster is running; RestoreBackup's Members stay the checked answer.
+func PeekBackupMembers(r io.ReaderAt, size int64) []NodeInfo {
+	off := max(size-backupPeekWindow, 0)
+	buf := make([]byte, size-off)
+	n, _ := r.ReadAt(buf, off)
+	buf = buf[:n]
+	pat := []byte("m/x/node/")
+	seen := map[string]bool{}
+	var out []NodeInfo
+	for i := 0; i < len(buf); {
+		j := bytes.Index(buf[i:], pat)
+		if j < 0 {
+			break
+		}
+		j += i
+		i = j + 1
+		if j == 0 {
+			continue
+		}
+		// The stream's pair: uvarint key length (one byte: ids are at most
+		// 64 bytes), key, uvarint value length, value (JSON NodeInfo).
+		kl := int(buf[j-1])
+		if kl <= len(pat) || kl >= 0x80 || j+kl > len(buf) {
+			continue
+		}
+		vl, w := binary.Uvarint(buf[j+kl:])
+		if w <= 0 || vl > 64<<10 || uint64(len(buf)-j-kl-w) < vl {
+			continue
+		}
+		var m NodeInfo
+		v := buf[j+kl+w : j+kl+w+int(vl)]
+		if json.Unmarshal(v, &m) != nil || m.ID == "" || m.ID != string(buf[j+len(pat):j+kl]) || seen[m.ID] {
+			continue
+		}
+		seen[m.ID] = true
+		out = append(out, m)
+	}
+	return out
+}

@@ -454,3 +454,19 @@ func TestStartSaysItReadsALongLog(t *testing.T) {
 	t.Cleanup(func() { m.Close() })
 	require.NotContains(t, logs.String(), "reading the raft log's entries")
 }
+
+// PeekBackupMembers finds in a backup's end the members its state records,
+// as a whole restore does, and none in a file that is not a backup.
+func TestPeekBackupMembersFindsTheMembers(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.HTTPAdvertise = "127.0.0.1:1" })
+	require.Eventually(t, n.Registered, 10*time.Second, 10*time.Millisecond)
+	fill(t, n, 10)
+	data := backupOf(t, n)
+	got := PeekBackupMembers(bytes.NewReader(data), int64(len(data)))
+	info, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+	require.NoError(t, err)
+	require.NotEmpty(t, info.Members)
+	require.ElementsMatch(t, info.Members, got)
+	require.Empty(t, PeekBackupMembers(bytes.NewReader(data[:len(data)/3]), int64(len(data)/3)))
+	require.Empty(t, PeekBackupMembers(strings.NewReader("not a backup"), 12))
+}

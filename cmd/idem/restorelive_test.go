@@ -42,6 +42,21 @@ func TestRestoreRefusedAtALiveClusterMembersAddress(t *testing.T) {
 	_, serr := os.Stat(dir)
 	require.True(t, os.IsNotExist(serr), "nothing is written on a refusal")
 
+	// Told before the backup is read: the restore read the whole file
+	// (minutes for one of GBs) before it looked for the cluster. A damaged
+	// copy is refused for the running cluster, not
+	// for the damage the restore would have found only by reading it
+	// (here its header, the first thing it reads).
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	data[16] ^= 0x40 // the header's opening brace
+	damaged := filepath.Join(t.TempDir(), "damaged.snap")
+	require.NoError(t, os.WriteFile(damaged, data, 0o600))
+	out, err = idemCmd(t, "snapshot", "restore", damaged, "--data-dir", dir, "--node-id", "n1", "--raft-addr", n1.raft)
+	require.Error(t, err, out)
+	require.Contains(t, out, "that cluster is running")
+	require.NotContains(t, out, "bad backup")
+
 	// Another raft address is a new cluster beside the old one, as before.
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", filepath.Join(t.TempDir(), "beside"), "--node-id", "n1", "--raft-addr", freePortOn(t, "127.0.0.19"))
 	require.NoError(t, err, out)

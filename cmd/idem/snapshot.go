@@ -525,6 +525,15 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			abs = real
 		}
 	}
+	// Before the backup is read (minutes for one of GBs): the members it
+	// records are at its end, and an operator restoring at the address
+	// of a member of a running cluster is told no at once. The check
+	// after the restore, on the verified state, stays.
+	if st, err := f.Stat(); err == nil && !force {
+		if refuseLiveSource(ctx, stderr, name, raftfsm.PeekBackupMembers(f, st.Size()), raftAddr, dataDir) {
+			return 1
+		}
+	}
 	// Before the free space is read: the copies killed restores left are
 	// what filled the disk on each retry.
 	clearLeftRestores(stderr, name, abs, dataDir)
@@ -572,13 +581,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		fmt.Fprintf(stderr, "%s: %s\n", name, restoreFailure(err, file, tmp, dataDir, need))
 		return 1
 	}
-	if live, member := liveSourceMembers(ctx, info.Members, raftAddr); len(live) > 0 && !force {
-		fmt.Fprintf(stderr, "%s: --raft-addr %s is the raft address of %s, a member of the cluster this backup was taken from, and that cluster is running: each of these addresses accepted a connection:\n", name, raftAddr, member)
-		for _, l := range live {
-			fmt.Fprintf(stderr, "  %s: %s address %s\n", l.id, l.kind, l.addr)
-		}
-		fmt.Fprintf(stderr, "%s: a node restored there is a one-node cluster of its own at %s's addresses: it elects itself beside that cluster, the clients of %s reach it, and a key claimed in one cluster is claimed again in the other. Nothing was written to %s.\n", name, member, member, dataDir)
-		fmt.Fprintf(stderr, "%s: to rebuild %s, start it with an empty data dir and --join a live member: the leader sends it the state (docs/MEMBERSHIP.md). To start a new cluster from the backup beside that one, restore it with another --raft-addr. --force skips this check (only if that cluster is gone for good and these addresses now belong to something else): the restored node then tells the members of that cluster, if any still run, that they were left out, and they stop serving for good.\n", name, member)
+	if !force && refuseLiveSource(ctx, stderr, name, info.Members, raftAddr, dataDir) {
 		return 1
 	}
 	h := info.Header
@@ -654,6 +657,24 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	printStartHint(stdout, dataDir, nodeID, raftAddr, recorded)
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
+}
+
+// refuseLiveSource says, and returns true, when raftAddr is the raft
+// address of one of members (a backup's) and others of them answer: the
+// backup's cluster is running, and a node restored there would be a second
+// cluster at that member's addresses.
+func refuseLiveSource(ctx context.Context, stderr io.Writer, name string, members []raftfsm.NodeInfo, raftAddr, dataDir string) bool {
+	live, member := liveSourceMembers(ctx, members, raftAddr)
+	if len(live) == 0 {
+		return false
+	}
+	fmt.Fprintf(stderr, "%s: --raft-addr %s is the raft address of %s, a member of the cluster this backup was taken from, and that cluster is running: each of these addresses accepted a connection:\n", name, raftAddr, member)
+	for _, l := range live {
+		fmt.Fprintf(stderr, "  %s: %s address %s\n", l.id, l.kind, l.addr)
+	}
+	fmt.Fprintf(stderr, "%s: a node restored there is a one-node cluster of its own at %s's addresses: it elects itself beside that cluster, the clients of %s reach it, and a key claimed in one cluster is claimed again in the other. Nothing was written to %s.\n", name, member, member, dataDir)
+	fmt.Fprintf(stderr, "%s: to rebuild %s, start it with an empty data dir and --join a live member: the leader sends it the state (docs/MEMBERSHIP.md). To start a new cluster from the backup beside that one, restore it with another --raft-addr. --force skips this check (only if that cluster is gone for good and these addresses now belong to something else): the restored node then tells the members of that cluster, if any still run, that they were left out, and they stop serving for good.\n", name, member)
+	return true
 }
 
 // restoreLockName is the file in a restore's copy (DIR.restore-*) on
