@@ -52,12 +52,12 @@ type StreamInfo struct {
 	Named map[string][]byte
 }
 
-// maxStreamNamedBytes bounds the named meta values ScanStream keeps (each
+// MaxStreamNamedBytes bounds the named meta values ScanStream keeps (each
 // counted with its name and namedEntryOverhead): a state holds a few small
 // ones (members' addresses, a key-use counter per bucket and key id, at
 // most a few MB), but a hostile or damaged stream may hold GBs of them.
 const (
-	maxStreamNamedBytes = 64 << 20
+	MaxStreamNamedBytes = 64 << 20
 	namedEntryOverhead  = 64
 )
 
@@ -73,8 +73,8 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 			info.Records++
 		}
 		if bytes.HasPrefix(k, []byte(namedMetaPrefix)) {
-			if named += len(k) + len(v) + namedEntryOverhead; named > maxStreamNamedBytes {
-				return fmt.Errorf("%w: its named meta values take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)", ErrSnapshot, maxStreamNamedBytes>>20)
+			if named += len(k) + len(v) + namedEntryOverhead; named > MaxStreamNamedBytes {
+				return fmt.Errorf("%w: its named meta values take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)", ErrSnapshot, MaxStreamNamedBytes>>20)
 			}
 			if info.Named == nil {
 				info.Named = map[string][]byte{}

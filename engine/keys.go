@@ -121,7 +121,17 @@ func (t *Txn) SetNamed(name string, v []byte) { t.set([]byte(namedMetaPrefix+nam
 func (t *Txn) DeleteNamed(name string) { t.del([]byte(namedMetaPrefix + name)) }
 
 // Named returns every named meta value whose name starts with prefix.
-func (d *DB) Named(prefix string) (map[string][]byte, error) {
+func (d *DB) Named(prefix string) (map[string][]byte, error) { return d.named(prefix, 0) }
+
+// NamedWithin is Named, refusing (ErrSnapshot) once the values, each
+// counted with its name and namedEntryOverhead, take more than
+// MaxStreamNamedBytes: for a state just restored from a stream, which may
+// hold GBs of them (damaged, or hostile), not from the cluster's own log.
+func (d *DB) NamedWithin(prefix string) (map[string][]byte, error) {
+	return d.named(prefix, MaxStreamNamedBytes)
+}
+
+func (d *DB) named(prefix string, limit int) (map[string][]byte, error) {
 	d.mu.RLock()
 	defer d.mu.RUnlock()
 	if d.closed {
@@ -135,7 +145,16 @@ func (d *DB) Named(prefix string) (map[string][]byte, error) {
 	}
 	defer it.Close()
 	out := map[string][]byte{}
+	held := 0
 	for ok := it.First(); ok; ok = it.Next() {
+		if limit > 0 {
+			// The value's length without reading it (it may be large).
+			lv := it.LazyValue()
+			if held += len(it.Key()) + lv.Len() + namedEntryOverhead; held > limit {
+				return nil, fmt.Errorf("%w: its named meta values %q take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)",
+					ErrSnapshot, prefix+"*", limit>>20)
+			}
+		}
 		v, err := it.ValueAndErr()
 		if err != nil {
 			return nil, err

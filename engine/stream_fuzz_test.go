@@ -134,7 +134,7 @@ func TestScanStreamNamedValuesBounded(t *testing.T) {
 	if !errors.Is(err, ErrSnapshot) {
 		t.Fatalf("got %v, want ErrSnapshot", err)
 	}
-	if n := after.TotalAlloc - before.TotalAlloc; n > maxStreamNamedBytes+16<<20 {
+	if n := after.TotalAlloc - before.TotalAlloc; n > MaxStreamNamedBytes+16<<20 {
 		t.Fatalf("256 MiB of named values made ScanStream allocate %d MiB", n>>20)
 	}
 }

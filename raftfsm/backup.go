@@ -482,7 +482,12 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 		meta = db.Meta()
 	}
 	info.Stream.Meta = meta
-	named, err := db.Named("node/")
+	// Bounded: the backup may hold GBs of them (damaged, or hostile), and
+	// every one was held in memory at once.
+	named, err := db.NamedWithin("node/")
+	if errors.Is(err, engine.ErrSnapshot) {
+		return info, fmt.Errorf("%w: %w", ErrBackup, err)
+	}
 	if err != nil {
 		return info, fmt.Errorf("raftfsm: restore: read the members' addresses: %w", err)
 	}

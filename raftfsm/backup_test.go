@@ -470,3 +470,22 @@ func TestPeekBackupMembersFindsTheMembers(t *testing.T) {
 	require.Empty(t, PeekBackupMembers(bytes.NewReader(data[:len(data)/3]), int64(len(data)/3)))
 	require.Empty(t, PeekBackupMembers(strings.NewReader("not a backup"), 12))
 }
+
+// A backup whose state holds far more node/ values than any cluster (a
+// damaged or hostile file: a real one holds a few hundred bytes per
+// member) was restored with every one of them held in memory at once,
+// to read the members' addresses. Past engine.MaxStreamNamedBytes, as
+// idem snapshot inspect does, the restore refuses it.
+func TestRestoreBoundsTheMembersItReads(t *testing.T) {
+	n := mustNode(t)
+	big := bytes.Repeat([]byte("x"), 1<<20)
+	for i := range engine.MaxStreamNamedBytes>>20 + 1 {
+		txn := n.db.Begin()
+		txn.SetNamed(fmt.Sprintf("node/n%03d", i), big)
+		require.NoError(t, txn.Commit(0))
+	}
+	data := backupOf(t, n)
+	_, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+	require.ErrorIs(t, err, ErrBackup)
+	require.ErrorContains(t, err, "take more than 64 MiB")
+}
