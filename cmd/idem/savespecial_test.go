@@ -51,3 +51,33 @@ func TestSnapshotSaveRefusesAFileThatIsNotARegularFile(t *testing.T) {
 	}
 	require.False(t, asked.Load(), "the node was asked")
 }
+
+// `save --force latest.snap`, latest.snap a link to the newest backup (on
+// another disk, say), renamed the new backup over the link: latest.snap
+// became a plain file beside the link's directory, and the file it named
+// kept the old backup. The backup is written through the link, into the
+// file it names; the link stays.
+func TestSnapshotSaveForceWritesThroughALink(t *testing.T) {
+	httpAddr := freePort(t)
+	start(t, filepath.Join(t.TempDir(), "n1"), httpAddr, freePort(t))
+	claimOK(t, httpAddr, "k")
+	dir := t.TempDir()
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "nas"), 0o700))
+	target := filepath.Join(dir, "nas", "newest.snap")
+	require.NoError(t, os.WriteFile(target, []byte("last week's backup"), 0o600))
+	link := filepath.Join(dir, "latest.snap")
+	require.NoError(t, os.Symlink(filepath.Join("nas", "newest.snap"), link))
+
+	out, err := idemCmd(t, "snapshot", "save", "--force", link, "--addr", httpAddr)
+	require.NoError(t, err, out)
+	require.Contains(t, out, "saved "+link+" (through the link, into "+target+")")
+	lst, err := os.Lstat(link)
+	require.NoError(t, err)
+	require.NotZero(t, lst.Mode()&os.ModeSymlink, "the link was replaced by a file")
+	out, err = idemCmd(t, "snapshot", "inspect", target)
+	require.NoError(t, err, "the file the link names does not hold the new backup: %s", out)
+	for _, pattern := range []string{link + ".tmp-*", target + ".tmp-*"} {
+		left, _ := filepath.Glob(pattern)
+		require.Empty(t, left)
+	}
+}

@@ -34,7 +34,8 @@ const snapshotUsage = `Usage:
       Stream a consistent snapshot of the whole state from a running
       cluster (any node; followers forward to the leader) into FILE. It is
       written to FILE.tmp-*, synced, verified, then renamed; an existing FILE
-      is kept unless --force.
+      is kept unless --force; a FILE that is a link to a file is written
+      through (the file it names is replaced, the link stays).
   idem snapshot inspect FILE [--json]
       Verify FILE's checksums and print what it holds.
   idem snapshot restore FILE --data-dir DIR --node-id ID --raft-addr ADDR [--force]
@@ -167,6 +168,7 @@ var saveStallTimeout = 5 * time.Minute
 
 func snapshotSave(ctx context.Context, file, addr, token string, force bool, tlsFlags *clientTLSFlags, stdout, stderr io.Writer) int {
 	const name = "idem snapshot save"
+	shown := file                // FILE as given, and where the backup went if elsewhere
 	st, statErr := os.Stat(file) // through a link
 	if statErr == nil && st.IsDir() {
 		// --force streamed the whole snapshot, then failed to rename it over
@@ -190,6 +192,22 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		if !force {
 			fmt.Fprintf(stderr, "%s: %s exists; pass --force to replace it\n", name, file)
 			return 1
+		}
+		if lst.Mode()&os.ModeSymlink != 0 && statErr == nil {
+			// A link to a regular file (latest.snap -> the newest backup on
+			// another disk): --force renamed the new backup over the link,
+			// which became a plain file beside it while the file it named
+			// kept the old backup. The backup is written through the link,
+			// as a shell's > would, into the file it names, replaced as
+			// any FILE is (built beside it, on its disk, then renamed); the
+			// link stays.
+			real, err := filepath.EvalSymlinks(file)
+			if err != nil {
+				fmt.Fprintf(stderr, "%s: %s is a link that cannot be followed: %v\n", name, file, err)
+				return 1
+			}
+			shown = fmt.Sprintf("%s (through the link, into %s)", file, real)
+			file = real
 		}
 	}
 	// Before a byte is streamed: FILE.tmp-*'s "no such file or directory"
@@ -311,7 +329,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 	syncDir(filepath.Dir(file))
 	nameLeftSaves(stderr, name, file, tmp)
 	fmt.Fprintf(stdout, "saved %s: %d records, applied index %d, cluster time %s, %d bytes, sha256 %s\n",
-		file, info.Header.Records, info.Header.AppliedIndex, fmtClusterTime(info.Header.ClusterTimeMs), info.Bytes, info.SHA256)
+		shown, info.Header.Records, info.Header.AppliedIndex, fmtClusterTime(info.Header.ClusterTimeMs), info.Bytes, info.SHA256)
 	return 0
 }
 
