@@ -19,9 +19,15 @@ import (
 	"github.com/idem-store/idem/engine"
 )
 
+// freeRaftAddr is a free port of the kernel's on the test's address
+// (IDEM_TEST_IP on a shared machine).
 func freeRaftAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ip := "127.0.0.1"
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		ip = v
+	}
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 	require.NoError(t, err)
 	defer ln.Close()
 	return ln.Addr().String()

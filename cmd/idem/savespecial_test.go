@@ -5,6 +5,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,10 +25,14 @@ import (
 // node is asked.
 func TestSnapshotSaveRefusesAFileThatIsNotARegularFile(t *testing.T) {
 	var asked atomic.Bool
-	node := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// On the test's own address (IDEM_TEST_IP), not 127.0.0.1.
+	ln, err := net.Listen("tcp", freePort(t))
+	require.NoError(t, err)
+	node := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		asked.Store(true)
 		http.Error(w, "no", http.StatusServiceUnavailable)
-	}))
+	})}}
+	node.Start()
 	defer node.Close()
 	dir := t.TempDir()
 	fifo := filepath.Join(dir, "fifo")
