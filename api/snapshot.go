@@ -247,7 +247,7 @@ func (s *stallWriter) watch(acked func() (uint64, bool)) {
 	}
 }
 
-// stop ends the watch; once it returns no deadline is set any more.
+// stop ends the watch; once it returns the deadline is renewed no more.
 func (s *stallWriter) stop() {
 	if s.stopped == nil {
 		return
