@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -114,6 +115,17 @@ const maxScopeBytesLimit = api.MaxScopeBytesLimit
 // its record, and an entry may hold raftfsm.MaxEntryBytes (63 MiB).
 const maxResponseBytesLimit = 62 << 20
 
+// maxClockOffset is the most --clock-offset skews a node's wall clock
+// either way, with --retention retention: 24h, or twice the retention when
+// that is more. The flag is for tests of clock skew: a clock off by
+// minutes or hours (chaos's clock nemesis and the cluster tests use ±10m)
+// and a cluster time pushed past every record's expiry (chaos's fsm-loss
+// nemesis, chaos.SkewFor: twice the retention, at least 1h). It took up
+// to ±2562047h, a wall clock centuries off, with only a warning at start.
+func maxClockOffset(retention time.Duration) time.Duration {
+	return max(24*time.Hour, 2*min(retention, math.MaxInt64/2))
+}
+
 func serveFlags(fs *flag.FlagSet) *serveConfig {
 	c := &serveConfig{limits: api.DefaultLimits()}
 	d := raftfsm.DefaultConfig()
@@ -155,7 +167,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	sizeVar(fs, &c.gcFloorBytes, "gc-floor-bytes", 64<<20, "Go garbage collection waits until the heap reaches this many bytes while less than half of it is live: a young node's live heap is a few MiB, which Go's default pacing (GOGC) collected ~25 times a second under load; 0 leaves Go's pacing")
 	fs.StringVar(&c.encryptionKeyFile, "encryption-key-file", "", `JSON {"keys":[{"id":"k2","key":"<base64 of 32 bytes>"},...]}: stored responses and correlation ids are encrypted (AES-256-GCM) with the first key; the others only decrypt older records (idem keys --help)`)
 	sizeVar(fs, &c.minFreeDisk, "min-free-disk", d.MinFreeDisk, "free space the data dir's disk keeps, a size (bytes, or e.g. 256MiB, 1GiB, 500MB): below it, or below 96 MiB (room for the raft log's next segment) if that is more, the leader refuses writes with 507 storage_full; a ballast file of a quarter of it is kept in the data dir and removed when the disk fills (0 turns both off; a size under 1MiB is refused, since a plain number is bytes)")
-	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock (cluster time must not follow it)")
+	fs.DurationVar(&c.clockOffset, "clock-offset", 0, "TEST ONLY: skew this node's wall clock, by at most 24h either way (or twice --retention when that is more) (cluster time must not follow it)")
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
@@ -413,6 +425,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.fullDiskStopTimeout < 0 {
 		bad("--full-disk-stop-timeout %s must be 0 or more", c.fullDiskStopTimeout)
+	}
+	if most := maxClockOffset(c.retention); c.clockOffset < -most || c.clockOffset > most {
+		bad("--clock-offset %s is more than %s either way, the most it takes (24h, or twice --retention when that is more): it is a test flag, for a clock off by hours or pushed past every record's expiry; leave it out on a real node", c.clockOffset, most)
 	}
 	errs = append(errs, c.tls.validate()...)
 	return errors.Join(errs...)
