@@ -398,6 +398,7 @@ func (c *serveConfig) validate() error {
 		{"gc-floor-bytes", uint64(max(c.gcFloorBytes, 0))},
 		{"max-request-bytes", uint64(max(c.limits.MaxRequestBytes, 0))},
 		{"max-response-bytes", uint64(max(c.limits.MaxResponseBytes, 0))},
+		{"max-response-header-bytes", uint64(max(c.limits.MaxResponseHeaderBytes, 0))},
 		{"max-inflight-bytes", inFlightGiven},
 	} {
 		if why := memoryBound(f.name, f.v, mem); why != "" {
@@ -435,10 +436,10 @@ func (c *serveConfig) validate() error {
 
 // lowerUnreachableLimits lowers the request limits no request could reach
 // to the most one can, and says so (runServe logs it at WARN):
-// --max-scope-bytes over maxScopeBytesLimit, --max-response-bytes over
-// maxResponseBytesLimit; and, when given, --max-scope-bytes and
-// --max-id-bytes over --max-request-bytes (their fields travel in request
-// bodies) and --max-batch-ops over the ops of the smallest kind a body of
+// --max-scope-bytes over maxScopeBytesLimit, --max-response-bytes and
+// --max-response-header-bytes over maxResponseBytesLimit; and, when given,
+// --max-scope-bytes, --max-id-bytes and --max-response-header-bytes over
+// --max-request-bytes (their fields travel in request bodies) and --max-batch-ops over the ops of the smallest kind a body of
 // --max-request-bytes holds. Lowered, not refused: a unit file that ran
 // under an earlier release, which took these values, must still start in
 // a rolling upgrade; the values lowered are the ones no request reached
@@ -458,6 +459,12 @@ func (c *serveConfig) lowerUnreachableLimits() []string {
 		lower("max-response-bytes", int64(l.MaxResponseBytes), maxResponseBytesLimit, "a response is stored through one raft log entry, which holds at most 63 MiB (a larger one was acknowledged, and the node could not start on its log)")
 		l.MaxResponseBytes = maxResponseBytesLimit
 	}
+	if l.MaxResponseHeaderBytes > maxResponseBytesLimit {
+		// Past it, as past --max-response-bytes's: the headers are stored
+		// with the body, through the same one raft log entry.
+		lower("max-response-header-bytes", int64(l.MaxResponseHeaderBytes), maxResponseBytesLimit, "a response's headers are stored with it through one raft log entry, which holds at most 63 MiB")
+		l.MaxResponseHeaderBytes = maxResponseBytesLimit
+	}
 	if l.MaxRequestBytes < 1 {
 		return notes // refused by Limits.Validate
 	}
@@ -469,6 +476,10 @@ func (c *serveConfig) lowerUnreachableLimits() []string {
 	if c.given["max-id-bytes"] && int64(l.MaxIDBytes) > l.MaxRequestBytes {
 		lower("max-id-bytes", int64(l.MaxIDBytes), l.MaxRequestBytes, body+": claim_id, correlation_id and reason travel in request bodies")
 		l.MaxIDBytes = int(l.MaxRequestBytes)
+	}
+	if c.given["max-response-header-bytes"] && int64(l.MaxResponseHeaderBytes) > l.MaxRequestBytes {
+		lower("max-response-header-bytes", int64(l.MaxResponseHeaderBytes), l.MaxRequestBytes, body+": a stored response's headers travel in the body of its complete request")
+		l.MaxResponseHeaderBytes = int(l.MaxRequestBytes)
 	}
 	if most := max(api.MaxBatchOpsFor(l.MaxRequestBytes), 1); c.given["max-batch-ops"] && c.maxBatchOps > most {
 		lower("max-batch-ops", int64(c.maxBatchOps), int64(most), body+": a batch of more ops, each at least a get of one-byte principal, endpoint and key (53 bytes), does not fit in a request body")
