@@ -143,6 +143,27 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	return 0
 }
 
+// lowerStoredBody lowers --max-stored-body past the most a store takes
+// (its --max-response-bytes is at most maxResponseBytesLimit) to it, as
+// serve lowers --max-response-bytes, and says so; and says when that many
+// bytes held by each of --max-inflight requests at once would take more
+// memory than the machine has, as serve says of --max-inflight-bytes. A
+// keyed request holds its answer's body up to --max-stored-body to store
+// it; --max-stored-body 1TB was taken without a word.
+func (p *proxy) lowerStoredBody() []string {
+	var notes []string
+	if p.cfg.maxStoredBody > maxResponseBytesLimit {
+		notes = append(notes, fmt.Sprintf("--max-stored-body %d lowered to %d, the maximum: a store stores no larger body (its --max-response-bytes is at most 62 MiB, what one raft log entry holds)", p.cfg.maxStoredBody, maxResponseBytesLimit))
+		p.cfg.maxStoredBody = maxResponseBytesLimit
+	}
+	mem := physicalMemory()
+	if need := uint64(p.cfg.maxStoredBody) * uint64(max(p.cfg.maxInFlight, 0)) * requestMemoryFactor; mem > 0 && need > mem {
+		notes = append(notes, fmt.Sprintf("--max-stored-body %s held by each of --max-inflight %d requests at once can take about %s of memory (twice their bytes, while held and sent to the store), more than this machine's %s: lower one of them",
+			formatShortest(uint64(p.cfg.maxStoredBody)), p.cfg.maxInFlight, formatApprox(need), formatApprox(mem)))
+	}
+	return notes
+}
+
 // proxy is a validated configuration, ready to listen.
 type proxy struct {
 	cfg       proxyConfig
@@ -366,6 +387,10 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 	if c.maxStoredBody <= 0 {
 		bad("max-stored-body", "must be positive")
+	} else if why := memoryBound("max-stored-body", uint64(c.maxStoredBody), physicalMemory()); why != "" {
+		// As serve refuses a size past the memory: 1TB is a typo, and
+		// every keyed request would hold up to it of its answer.
+		problems = append(problems, fmt.Errorf("%s: the proxy would run out of memory before reaching it (each keyed request holds up to this much of its answer); give the store's --max-response-bytes (64KiB by default)", why))
 	}
 	if c.lease < 100*time.Millisecond || c.lease > time.Hour {
 		bad("lease", "must be between 100ms and 1h")
@@ -402,6 +427,9 @@ func (c proxyConfig) build() (*proxy, []error) {
 		return nil, problems
 	}
 	p.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	for _, note := range p.lowerStoredBody() {
+		p.log.Warn(note)
+	}
 	if c.storeTokenFile != "" {
 		warnOpenFile(p.log, "--store-token-file", c.storeTokenFile, "its token acts for every principal the proxy serves")
 	}
