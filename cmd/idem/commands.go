@@ -234,6 +234,33 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
+// clientVariables are the IDEM_* variables of the commands that call a
+// node (the client commands, bench, cluster, keys status, snapshot save;
+// the proxy's --ca-file, --cert-file and --key-file too), by the flag each
+// gives the value of when the flag is not on the command line.
+// IDEM_AUTH_TOKEN is read apart (bearerToken), and names itself.
+var clientVariables = map[string]string{
+	"addr": "IDEM_ADDR", "ca-file": "IDEM_CA_FILE", "cert-file": "IDEM_CERT_FILE", "key-file": "IDEM_KEY_FILE",
+}
+
+// variablesUsed says which flags of fs their variable of vars (flag name
+// -> IDEM_* variable) gave the value of: flags of fs not given on the
+// command line whose variable is set, empty too. As on serve, a variable
+// set is its flag's value: an empty one is the flag given empty, refused
+// by a flag that needs a value, naming the variable (withVariables).
+func variablesUsed(fs *flag.FlagSet, vars map[string]string) map[string]string {
+	used := map[string]string{}
+	for name, v := range vars {
+		if fs == nil || fs.Lookup(name) == nil || flagSet(fs, name) {
+			continue
+		}
+		if _, ok := os.LookupEnv(v); ok {
+			used[name] = v
+		}
+	}
+	return used
+}
+
 // parseFlags is fs.Parse for every command. A value a flag refuses is
 // reported by flagValueError, where the flag package says only `invalid
 // value "48" for flag -retention: parse error`, which neither writes the

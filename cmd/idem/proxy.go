@@ -82,6 +82,16 @@ type proxyConfig struct {
 	maxInFlight                int
 	maxConns                   int
 	logLevel                   string
+	// vars are the IDEM_* variables that gave flags their value (flag
+	// name -> variable; variablesUsed), named in the refusals of those.
+	vars map[string]string
+}
+
+// proxyVariables are idem proxy's IDEM_* variables, by the flag each
+// gives the value of when the flag is not on the command line.
+var proxyVariables = map[string]string{
+	"listen": "IDEM_PROXY_LISTEN", "upstream": "IDEM_PROXY_UPSTREAM", "store": "IDEM_PROXY_STORE", "store-token": "IDEM_STORE_TOKEN",
+	"ca-file": "IDEM_CA_FILE", "cert-file": "IDEM_CERT_FILE", "key-file": "IDEM_KEY_FILE",
 }
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
@@ -128,10 +138,16 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	if c.storeToken == "" && c.storeTokenFile == "" {
 		c.storeToken = os.Getenv("IDEM_STORE_TOKEN")
 	}
+	c.vars = variablesUsed(fs, proxyVariables)
+	if c.storeTokenFile != "" {
+		delete(c.vars, "store-token") // IDEM_STORE_TOKEN is not read
+	}
 	p, problems := c.build()
 	if len(problems) > 0 {
+		// IDEM_PROXY_LISTEN=:99999 was refused as --listen, a flag the
+		// command line did not hold: each line names the variable too.
 		for _, e := range problems {
-			fmt.Fprintf(stderr, "%s: %v\n", name, e)
+			fmt.Fprintf(stderr, "%s: %v\n", name, withVariables(e.Error(), c.vars))
 		}
 		fmt.Fprintf(stderr, "(see %s --help)\n", name)
 		return 2

@@ -251,12 +251,26 @@ var flagMention = regexp.MustCompile(`--[a-z0-9][a-z0-9-]*`)
 // refused as --node-id " n1", a flag the operator's command line did not
 // hold.
 func withEnvNames(msg string, fromEnv map[string]bool) string {
+	vars := map[string]string{}
+	for name, set := range fromEnv {
+		if set {
+			vars[name] = envName(name)
+		}
+	}
+	return withVariables(msg, vars)
+}
+
+// withVariables is withEnvNames for vars, the IDEM_* variable that set
+// each flag it holds (flag name -> variable): the other commands' are not
+// all envName's (the proxy's --listen is $IDEM_PROXY_LISTEN). A line that
+// names the variable already ($IDEM_ADDR (--addr) ...) is left as it is.
+func withVariables(msg string, vars map[string]string) string {
 	lines := strings.Split(msg, "\n")
 	for i, l := range lines {
 		var envs []string
 		for _, m := range flagMention.FindAllString(l, -1) {
-			name := strings.TrimPrefix(m, "--")
-			if e := "$" + envName(name); fromEnv[name] && !slices.Contains(envs, e) {
+			v, ok := vars[strings.TrimPrefix(m, "--")]
+			if e := "$" + v; ok && !slices.Contains(envs, e) && !strings.Contains(l, e) {
 				envs = append(envs, e)
 			}
 		}

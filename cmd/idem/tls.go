@@ -396,12 +396,15 @@ func (w httpLogWriter) Write(p []byte) (int, error) {
 // ---- clients: --ca-file, --cert-file, --key-file
 
 // clientTLSFlags are the TLS flags of every command that calls a node.
-type clientTLSFlags struct{ caFile, certFile, keyFile string }
+type clientTLSFlags struct {
+	caFile, certFile, keyFile string
+	fs                        *flag.FlagSet // says which flags their IDEM_* variable set
+}
 
 // addrFlag is the command's flag of node addresses (--addr, or the proxy's
 // --store), which --ca-file turns to https:// by default.
 func addClientTLSFlags(fs *flag.FlagSet, addrFlag string) *clientTLSFlags {
-	f := &clientTLSFlags{}
+	f := &clientTLSFlags{fs: fs}
 	fs.StringVar(&f.caFile, "ca-file", os.Getenv("IDEM_CA_FILE"), "PEM CA to verify the nodes' certificates with (their --tls-ca-file); with it --"+addrFlag+" defaults to https:// (env IDEM_CA_FILE)")
 	fs.StringVar(&f.certFile, "cert-file", os.Getenv("IDEM_CERT_FILE"), "PEM client certificate, for nodes that ask for one (--tls-client-auth require, or joining a node) (env IDEM_CERT_FILE)")
 	fs.StringVar(&f.keyFile, "key-file", os.Getenv("IDEM_KEY_FILE"), "PEM private key of --cert-file (env IDEM_KEY_FILE)")
@@ -416,7 +419,9 @@ func (f *clientTLSFlags) config() (*tls.Config, error) {
 	}
 	cfg, err := client.LoadTLSConfig(f.caFile, f.certFile, f.keyFile)
 	if err != nil {
-		return nil, errors.New(strings.TrimPrefix(err.Error(), "client: "))
+		// IDEM_CA_FILE=/nonexistent said "--ca-file: open /nonexistent",
+		// a flag the command line did not hold.
+		return nil, errors.New(withVariables(strings.TrimPrefix(err.Error(), "client: "), variablesUsed(f.fs, clientVariables)))
 	}
 	return cfg, nil
 }
