@@ -282,8 +282,12 @@ func memberHTTPAddr(a string) string {
 	return strings.TrimPrefix(strings.TrimSpace(a), "http://")
 }
 
+// envOr is $name when it is set, empty too, else def: as serve's
+// variables, one set is its flag's value, and an empty IDEM_ADDR is
+// refused naming it (addrFlag). It fell back to def, sending the command
+// to 127.0.0.1:7070 when a script's IDEM_ADDR=$NODE had lost its value.
 func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
+	if v, ok := os.LookupEnv(name); ok {
 		return v
 	}
 	return def

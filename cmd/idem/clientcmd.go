@@ -68,11 +68,7 @@ func newCLICmd(name, synopsis string, stdout, stderr io.Writer) *cliCmd {
 	c.fs.SetOutput(io.Discard) // parse errors and help are printed by parse
 	c.fs.Usage = func() {}
 
-	addr := os.Getenv("IDEM_ADDR")
-	if addr == "" {
-		addr = client.DefaultAddr
-	}
-	c.fs.StringVar(&c.addr, "addr", addr, "HTTP `address` of any node, host:port or URL (env IDEM_ADDR)")
+	c.fs.StringVar(&c.addr, "addr", envOr("IDEM_ADDR", client.DefaultAddr), "HTTP `address` of any node, host:port or URL (env IDEM_ADDR)")
 	c.fs.StringVar(&c.authToken, "auth-token", "", "bearer `token` for a server started with --auth-file (env IDEM_AUTH_TOKEN)")
 	c.fs.StringVar(&c.tokenFile, "token-file", "", "read the bearer token (as --auth-token; not the fencing --token) from the one line of `path` that is not empty or a # comment")
 	c.fs.StringVar(&c.principal, "principal", "", "tenant the calling service acts for (required)")
@@ -587,11 +583,11 @@ request again.`, stdout, stderr)
 // (exit 1) instead of a usage error. A URL's path prefixes every route
 // (client.New), so a path ending in /v1, the API's own prefix, would send
 // GET /v1/v1/records: that /v1 is dropped. The error names $IDEM_ADDR
-// when the value came from it.
+// when the value came from it, an empty one included.
 func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
-	name := "--addr"
-	if !flagSet(fs, "addr") && os.Getenv("IDEM_ADDR") != "" {
-		name = "$IDEM_ADDR (--addr)"
+	name, unset := "--addr", ""
+	if _, fromEnv := variablesUsed(fs, clientVariables)["addr"]; fromEnv {
+		name, unset = "$IDEM_ADDR (--addr)", "; unset it for the default, "+client.DefaultAddr
 	}
 	var out []string
 	for part := range strings.SplitSeq(addr, ",") {
@@ -600,7 +596,7 @@ func addrFlag(fs *flag.FlagSet, addr string) (string, error) {
 			if strings.Contains(addr, ",") {
 				continue // a stray comma, as client.New reads it
 			}
-			return "", fmt.Errorf("%s is empty: want host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)", name)
+			return "", fmt.Errorf("%s is empty: want host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com)%s", name, unset)
 		}
 		s, scheme := p, strings.Contains(p, "://")
 		if !scheme {

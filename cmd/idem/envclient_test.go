@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net/http"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,4 +94,45 @@ func TestClientCommandsNameTheVariableThatSetAFlag(t *testing.T) {
 	require.NotContains(t, stderr, "$IDEM_PROXY_LISTEN", stderr)
 	require.NotContains(t, stderr, "$IDEM_CA_FILE", stderr)
 	require.NotContains(t, stderr, "$IDEM_STORE_TOKEN", stderr)
+}
+
+// An empty IDEM_ADDR= sent every client command to 127.0.0.1:7070, the
+// default, without a word, where serve takes an empty variable as its
+// flag given empty and refuses what cannot be empty (IDEM_NODE_ID=). As
+// serve's, a variable set is its flag's value: IDEM_ADDR= is refused,
+// exit 2, naming it, as are the proxy's empty IDEM_PROXY_LISTEN,
+// IDEM_PROXY_UPSTREAM and IDEM_PROXY_STORE (which had said "--listen:
+// required"). A flag that may be empty takes it as not given, as
+// --ca-file "" does, and as serve's IDEM_TLS_CA_FILE= does.
+func TestClientCommandsRefuseAnEmptyAddrVariable(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	t.Setenv("IDEM_CA_FILE", "")
+	t.Setenv("IDEM_CERT_FILE", "")
+	t.Setenv("IDEM_KEY_FILE", "")
+	t.Setenv("IDEM_ADDR", "")
+	for _, c := range envClientCmds(t) {
+		code, stderr := runWithin(c.run, c.args...)
+		// Fatal at once: without the refusal the command went to
+		// 127.0.0.1:7070, which this test must not load further.
+		require.Equal(t, 2, code, "%s: %s", c.name, stderr)
+		require.True(t, strings.HasPrefix(stderr, c.name+": $IDEM_ADDR (--addr) is empty: want host:port or a URL (e.g. 127.0.0.1:7070 or https://idem.example.com); unset it for the default, 127.0.0.1:7070\n"), "%s: %s", c.name, stderr)
+	}
+	// --addr on the command line wins over the variable, empty too, and
+	// the empty TLS variables are no TLS, as their flags given empty.
+	f := newAPIFake(t, http.StatusOK, `{"record":{}}`)
+	code, stderr := runWithin(runGet, "--addr", f.url, "--principal", "p", "--endpoint", "e", "--key", "k")
+	require.Equal(t, 0, code, stderr)
+	t.Setenv("IDEM_ADDR", f.url)
+	code, stderr = runWithin(runGet, "--principal", "p", "--endpoint", "e", "--key", "k")
+	require.Equal(t, 0, code, stderr)
+
+	for _, v := range []string{"IDEM_PROXY_LISTEN", "IDEM_PROXY_UPSTREAM", "IDEM_PROXY_STORE"} {
+		t.Setenv(v, "")
+	}
+	code, stderr = runWithin(runProxy)
+	require.Equal(t, 2, code, stderr)
+	require.Equal(t, "idem proxy: --listen: $IDEM_PROXY_LISTEN is set but empty: give it the address to listen on (e.g. 127.0.0.1:8080), or unset it and give --listen\n"+
+		"idem proxy: --upstream: $IDEM_PROXY_UPSTREAM is set but empty: give it the URL of the service behind the proxy (e.g. http://127.0.0.1:9000), or unset it and give --upstream\n"+
+		"idem proxy: --store: $IDEM_PROXY_STORE is set but empty: give it the address of at least one idem node (e.g. 127.0.0.1:7070), or unset it and give --store\n"+
+		"(see idem proxy --help)\n", stderr)
 }

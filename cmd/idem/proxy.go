@@ -242,9 +242,17 @@ func (c proxyConfig) build() (*proxy, []error) {
 		problems = append(problems, fmt.Errorf("--%s: %s", flag, fmt.Sprintf(format, a...)))
 	}
 	p := &proxy{cfg: c, byCredential: middleware.AuthorizationPrincipal, anonymous: middleware.AnonymousPrincipal, fingerprint: middleware.DefaultFingerprint}
+	// required is what a required flag left empty is told: an empty
+	// IDEM_PROXY_* variable is named as such, not taken for no flag at all.
+	required := func(flag, what, example string) string {
+		if v, ok := c.vars[flag]; ok {
+			return fmt.Sprintf("$%s is set but empty: give it %s (e.g. %s), or unset it and give --%s", v, what, example, flag)
+		}
+		return fmt.Sprintf("required: %s (e.g. --%s %s)", what, flag, example)
+	}
 
 	if c.listen == "" {
-		bad("listen", "required (e.g. --listen 127.0.0.1:8080)")
+		bad("listen", "%s", required("listen", "the address to listen on", "127.0.0.1:8080"))
 	} else if _, port, err := net.SplitHostPort(c.listen); err != nil || port == "" {
 		if hint := ipv6Hint(c.listen); hint != "" {
 			bad("listen", "%q is not host:port: %s", c.listen, hint)
@@ -257,7 +265,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 	}
 
 	if c.upstream == "" {
-		bad("upstream", "required (e.g. --upstream http://127.0.0.1:9000)")
+		bad("upstream", "%s", required("upstream", "the URL of the service behind the proxy", "http://127.0.0.1:9000"))
 	} else if u, err := url.Parse(c.upstream); strings.Contains(c.upstream, "@") && (err != nil || u.User == nil) {
 		// Neither the URL nor url.Parse's error, which quotes it: a
 		// password in it would reach the terminal or the log. A password
@@ -284,7 +292,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 		problems = append(problems, err) // names --ca-file, --cert-file or --key-file
 	}
 	if c.stores == "" {
-		bad("store", "required: the address of at least one idem node (e.g. --store 127.0.0.1:7070)")
+		bad("store", "%s", required("store", "the address of at least one idem node", "127.0.0.1:7070"))
 	} else if nodes, err := parseStores(c.stores, storeTLS != nil); err != nil {
 		bad("store", "%v", err)
 	} else if err == nil {
