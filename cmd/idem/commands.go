@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
 	"runtime/debug"
@@ -49,6 +50,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		usage(stdout)
 		return 0
+	}
+	// IDEM_ADRR=10.0.0.5:7070 idem get asked 127.0.0.1:7070 without a
+	// word: a variable one or two letters from one of the command's is
+	// named, as serve names its own (misspeltVariables). Said, not refused.
+	if vars := commandVariables(cmd); vars != nil {
+		for _, note := range misspeltVariablesOf("idem "+cmd, vars, os.Environ()) {
+			fmt.Fprintf(stderr, "idem %s: %s\n", cmd, note)
+		}
 	}
 	if c, ok := clientCommands[cmd]; ok {
 		return c.Run(ctx, rest, stdout, stderr)
@@ -241,6 +250,20 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 // IDEM_AUTH_TOKEN is read apart (bearerToken), and names itself.
 var clientVariables = map[string]string{
 	"addr": "IDEM_ADDR", "ca-file": "IDEM_CA_FILE", "cert-file": "IDEM_CERT_FILE", "key-file": "IDEM_KEY_FILE",
+}
+
+// commandVariables are the IDEM_* variables command cmd reads (flag name
+// -> variable), nil for a command that reads none (serve names its own).
+func commandVariables(cmd string) map[string]string {
+	switch _, client := clientCommands[cmd]; {
+	case cmd == "proxy":
+		return proxyVariables
+	case client || cmd == "bench" || cmd == "cluster" || cmd == "keys" || cmd == "snapshot":
+		vars := maps.Clone(clientVariables)
+		vars["auth-token"] = "IDEM_AUTH_TOKEN"
+		return vars
+	}
+	return nil
 }
 
 // variablesUsed says which flags of fs their variable of vars (flag name

@@ -136,3 +136,32 @@ func TestClientCommandsRefuseAnEmptyAddrVariable(t *testing.T) {
 		"idem proxy: --store: $IDEM_PROXY_STORE is set but empty: give it the address of at least one idem node (e.g. 127.0.0.1:7070), or unset it and give --store\n"+
 		"(see idem proxy --help)\n", stderr)
 }
+
+// IDEM_ADRR=10.0.0.5:7070 idem get asked 127.0.0.1:7070 without a word,
+// where serve names a variable one or two letters from one of its own
+// (IDEM_RETENTON). Every command that reads IDEM_* variables names one
+// too, with the one meant, and still runs; another idem command's
+// variable (IDEM_RETENTION, serve's) and the tests' are not named.
+func TestClientCommandsNameAMisspeltVariable(t *testing.T) {
+	t.Setenv("IDEM_AUTH_TOKEN", "")
+	t.Setenv("IDEM_CA_FILE", "")
+	f := newAPIFake(t, http.StatusOK, `{"record":{}}`)
+	t.Setenv("IDEM_ADDR", f.url)
+	t.Setenv("IDEM_ADRR", "127.0.0.1:1")
+	t.Setenv("IDEM_CA_FLE", "ca.pem")
+	t.Setenv("IDEM_RETENTION", "48h")
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"get", "--principal", "p", "--endpoint", "e", "--key", "k"}, &stdout, &stderr)
+	require.Equal(t, 0, code, stderr.String())
+	require.Equal(t, "idem get: $IDEM_ADRR is set but is not a variable of idem get, and is ignored: did you mean $IDEM_ADDR? (--addr)\n"+
+		"idem get: $IDEM_CA_FLE is set but is not a variable of idem get, and is ignored: did you mean $IDEM_CA_FILE? (--ca-file)\n", stderr.String())
+
+	t.Setenv("IDEM_PROXY_LISTN", "127.0.0.1:8080")
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"proxy"}, &stdout, &stderr)
+	require.Equal(t, 2, code, stderr.String())
+	require.Contains(t, stderr.String(), "idem proxy: $IDEM_PROXY_LISTN is set but is not a variable of idem proxy, and is ignored: did you mean $IDEM_PROXY_LISTEN? (--listen)\n")
+	require.NotContains(t, stderr.String(), "IDEM_RETENTION")
+	require.NotContains(t, stderr.String(), "IDEM_TEST")
+}

@@ -226,21 +226,49 @@ func parseWithEnvFrom(fs *flag.FlagSet, args []string) (set, fromEnv map[string]
 // word, and the node kept 24h, where --retenton is refused. Said, not
 // refused: a unit file that started the node before must still start it.
 func misspeltVariables(fs *flag.FlagSet, env []string) []string {
+	vars := map[string]string{}
+	fs.VisitAll(func(f *flag.Flag) { vars[f.Name] = envName(f.Name) })
+	return misspeltVariablesOf("idem serve", vars, env)
+}
+
+// misspeltVariablesOf is misspeltVariables for command cmd, whose IDEM_*
+// variables are vars (flag name -> variable). A variable of another idem
+// command (IDEM_ADDR beside serve's, IDEM_RETENTION beside idem get's) is
+// not taken for a misspelling: one shell may hold both.
+func misspeltVariablesOf(cmd string, vars map[string]string, env []string) []string {
+	flagOf := map[string]string{}
 	var known []string
-	fs.VisitAll(func(f *flag.Flag) { known = append(known, envName(f.Name)) })
+	for f, v := range vars {
+		flagOf[v] = f
+		known = append(known, v)
+	}
 	slices.Sort(known)
 	var notes []string
 	for _, kv := range env {
 		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "IDEM_") || slices.Contains(known, name) {
+		if !strings.HasPrefix(name, "IDEM_") || flagOf[name] != "" || isIdemVariable(name) {
 			continue
 		}
 		if best := closestName(name, known); best != "" {
-			notes = append(notes, fmt.Sprintf("$%s is set but is not a variable of idem serve, and is ignored: did you mean $%s? (--%s)", name, best, strings.ReplaceAll(strings.ToLower(strings.TrimPrefix(best, "IDEM_")), "_", "-")))
+			notes = append(notes, fmt.Sprintf("$%s is set but is not a variable of %s, and is ignored: did you mean $%s? (--%s)", name, cmd, best, flagOf[best]))
 		}
 	}
 	slices.Sort(notes)
 	return notes
+}
+
+// isIdemVariable says whether name is a variable some idem command reads.
+func isIdemVariable(name string) bool {
+	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
+	serveFlags(fs)
+	found := false
+	fs.VisitAll(func(f *flag.Flag) { found = found || envName(f.Name) == name })
+	for _, vars := range []map[string]string{clientVariables, proxyVariables, {"auth-token": "IDEM_AUTH_TOKEN"}} {
+		for _, v := range vars {
+			found = found || v == name
+		}
+	}
+	return found
 }
 
 // flagMention is a flag named in an error line.
