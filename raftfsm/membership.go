@@ -73,6 +73,14 @@ type Member struct {
 	// it was behind the leader's commit index then.
 	AppliedIndex *uint64 `json:"applied_index"`
 	Lag          *uint64 `json:"lag"`
+	// StateAppliedIndex is the index the node's state store holds
+	// (engine.Meta.Applied) at CheckedAt (null: not measured, or a release
+	// that does not say). Right after a restart raft's applied index is
+	// its newest snapshot's (0 without one) until raft has replayed its
+	// log, while the store already holds what it applied before the stop
+	// (and /readyz goes by it). Shown beside AppliedIndex, never in its
+	// place: health, promotion and the other decisions go by raft's.
+	StateAppliedIndex *uint64 `json:"state_applied_index,omitempty"`
 	// CheckedAt is the leader's last attempt to measure the node, and
 	// CheckedMsAgo its age when this status was made.
 	CheckedAt    *Stamp `json:"checked_at"`
@@ -194,6 +202,10 @@ type Status struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// StateAppliedIndex is the index this node's state store holds
+	// (engine.Meta.Applied; Member.StateAppliedIndex), read after
+	// AppliedIndex. For display only.
+	StateAppliedIndex *uint64 `json:"state_applied_index,omitempty"`
 	// LastLeaderContactMs is how long ago this node last heard from a
 	// leader (0 on the leader, null when it never has): what the leader's
 	// measurement of this node reads.
@@ -469,7 +481,8 @@ func (n *Node) Status() (Status, error) {
 		st.CertNotAfter, st.CANotAfter = stamp(t.NotAfter()), stamp(t.CANotAfter())
 	}
 	// Read after AppliedIndex: it only grows, so it covers that index.
-	st.Gated = ptr(n.db.Meta().Gated)
+	meta := n.db.Meta()
+	st.Gated, st.StateAppliedIndex = ptr(meta.Gated), ptr(meta.Applied)
 	st.Scope = n.scopeMode() // the API sets the same (its flag is this node's Scope)
 	if n.cfg.Retention > 0 {
 		st.RetentionFlag = n.cfg.Retention.String() // the API sets the same
@@ -515,6 +528,7 @@ func (n *Node) Status() (Status, error) {
 			if m.ID == n.self.ID {
 				m.Healthy = true
 				m.LastContactMs, m.AppliedIndex, m.Lag = ptr(int64(0)), ptr(st.AppliedIndex), ptr(sub(st.CommitIndex, st.AppliedIndex))
+				m.StateAppliedIndex = st.StateAppliedIndex
 				m.CheckedAt, m.CheckedMsAgo = stamp(now), ptr(int64(0))
 				m.Keys = ownKeys(st.Keys)
 				m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
@@ -549,6 +563,7 @@ func (n *Node) Status() (Status, error) {
 			continue
 		}
 		m.AppliedIndex, m.CheckedAt, m.CheckedMsAgo = ptr(st.AppliedIndex), stamp(now), ptr(int64(0))
+		m.StateAppliedIndex = st.StateAppliedIndex
 		m.LastContactMs, m.Keys = st.LastLeaderContactMs, ownKeys(st.Keys)
 		m.CertNotAfter, m.CANotAfter = st.CertNotAfter, st.CANotAfter
 		m.Version = st.Version
@@ -576,6 +591,7 @@ func (s *Status) MergeHealth(leader Status) {
 		m := &s.Nodes[i]
 		if l, ok := byID[m.ID]; ok {
 			m.Healthy, m.LastContactMs, m.AppliedIndex, m.Lag = l.Healthy, l.LastContactMs, l.AppliedIndex, l.Lag
+			m.StateAppliedIndex = l.StateAppliedIndex
 			m.CheckedAt, m.CheckedMsAgo, m.UnhealthyReason, m.NotPromoted = l.CheckedAt, l.CheckedMsAgo, l.UnhealthyReason, l.NotPromoted
 			m.Downgraded = l.Downgraded
 			if l.Keys != nil || m.ID != s.Self.ID {
@@ -1193,9 +1209,12 @@ type peerHealth struct {
 	checkedAt  time.Time // last attempt
 	answeredAt time.Time // last answer (zero: never)
 	contactAt  time.Time // when the peer last heard from the leader, by this node's clock (zero: never)
-	applied    uint64    // at answeredAt
-	lag        uint64    // the leader's commit index minus applied, at answeredAt
-	caughtUp   bool      // applied, at answeredAt, what was committed one round earlier
+	applied    uint64    // raft's applied index, at answeredAt: what every decision goes by
+	// stateApplied is its state store's applied index (Status.StateAppliedIndex),
+	// at answeredAt: for what status shows only (nil: not said).
+	stateApplied *uint64
+	lag          uint64 // the leader's commit index minus applied, at answeredAt
+	caughtUp     bool   // applied, at answeredAt, what was committed one round earlier
 	// caughtUpGated is the leader's record of gated entries applied (engine.Meta.Gated)
 	// as of that index: what a caught-up node's state must record too.
 	caughtUpGated uint64
@@ -1230,7 +1249,7 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 		m.LastContactMs = ptr(now.Sub(h.contactAt).Milliseconds())
 	}
 	if !h.answeredAt.IsZero() {
-		m.AppliedIndex, m.Lag = ptr(h.applied), ptr(h.lag)
+		m.AppliedIndex, m.Lag, m.StateAppliedIndex = ptr(h.applied), ptr(h.lag), h.stateApplied
 		if slices.Contains(h.features, FeatureKeyCheck) {
 			m.Keys = ownKeys(h.keys)
 		}
@@ -1292,6 +1311,16 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 	}
 	if ok && h.applied < c {
 		why := fmt.Sprintf("falling behind: had applied %d when the leader had committed %d %s earlier", h.applied, c, window)
+		if h.stateApplied != nil && *h.stateApplied >= c && h.diskFull == nil {
+			// Restarted a moment ago: its state holds what it applied
+			// before the stop (its /readyz says ready), but raft has not
+			// replayed its log yet. Still not healthy: until raft has, it
+			// counts towards no quorum of a removal, no transfer and no
+			// promotion (TestYoungLeaderJudgesAReplayingNodeBehind). The
+			// bare "had applied 0" read as a node that had lost its data.
+			why = fmt.Sprintf("replaying its log after a restart: raft had applied %d when the leader had committed %d %s earlier, though its state already holds index %d (its /readyz may answer 200). "+
+				"It counts as healthy for membership changes and leadership transfers once raft has replayed, usually by the next check", h.applied, c, window, *h.stateApplied)
+		}
 		if h.diskFull != nil {
 			// A full follower takes no entries: the lag alone sent an
 			// operator to the node's log to find out why.
@@ -1469,7 +1498,7 @@ func (n *Node) measure(ctx context.Context) {
 		}
 		n.noteDowngrade(r.id, h, r.st, voters[r.id], used)
 		h.err, h.answeredAt, h.tokenRefused, h.denied = "", r.at, false, false
-		h.applied, h.lag = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex)
+		h.applied, h.lag, h.stateApplied = r.st.AppliedIndex, sub(commit, r.st.AppliedIndex), r.st.StateAppliedIndex
 		h.features, h.keys, h.scope, h.retention, h.auth = r.st.Features, r.st.Keys, r.st.Scope, r.st.RetentionFlag, r.st.Auth
 		h.certNotAfter, h.caNotAfter = r.st.CertNotAfter, r.st.CANotAfter
 		h.clockOffsetMs, h.clockUncertaintyMs, h.version, h.gated = nil, nil, r.st.Version, r.st.Gated

@@ -699,8 +699,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		if m.LastContactMs != nil {
 			contact = msAge(*m.LastContactMs) + " ago"
 		}
+		applied, lag := shownApplied(m)
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.ToLower(m.Suffrage), h,
-			optUint(m.Lag), optUint(m.AppliedIndex), contact, checked, keyIDs(m.Keys), m.HTTPAddr, m.RaftAddr)
+			optUint(lag), optUint(applied), contact, checked, keyIDs(m.Keys), m.HTTPAddr, m.RaftAddr)
 	}
 	tw.Flush()
 	from := st.HealthFrom
@@ -776,6 +777,26 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 			fmt.Fprintln(w, r)
 		}
 	}
+}
+
+// shownApplied is a member's APPLIED and LAG columns: its state store's
+// applied index when that is ahead of raft's (a node restarted a moment
+// ago, whose raft has not replayed its log yet, answered 0 and a lag of
+// the whole log while its /readyz said ready), and the lag behind the
+// leader's commit index that makes. For display only: the leader's
+// judgement (HEALTHY, and every decision) goes by raft's, and the
+// unhealthy reason says when they differ.
+func shownApplied(m raftfsm.Member) (applied, lag *uint64) {
+	applied, lag = m.AppliedIndex, m.Lag
+	if s := m.StateAppliedIndex; s != nil && applied != nil && *s > *applied {
+		ahead := *s - *applied
+		applied = s
+		if lag != nil {
+			l := *lag - min(ahead, *lag)
+			lag = &l
+		}
+	}
+	return applied, lag
 }
 
 func optUint(v *uint64) string {
