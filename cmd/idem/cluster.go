@@ -756,7 +756,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 			fmt.Fprintf(w, "WARNING: %s was downgraded in place: %s\n", m.ID, m.Downgraded)
 		}
 	}
-	for _, d := range slices.Concat(keyDisagreements(st.Nodes), expiryWarnings(st.Nodes, time.Now()), clockWarnings(st)) {
+	for _, d := range slices.Concat(keyDisagreements(st.Nodes), firstKeyOnFew(st.Nodes), expiryWarnings(st.Nodes, time.Now()), clockWarnings(st)) {
 		fmt.Fprintln(w, "WARNING: "+d)
 	}
 	for _, d := range upgradeNotes(st) {
@@ -868,6 +868,78 @@ func keyDisagreements(nodes []raftfsm.Member) []string {
 		slices.Sort(groups)
 		out = append(out, fmt.Sprintf("key %q is not the same key on every node (the check values differ: %s): values sealed under it on one of these nodes cannot be read on the other. "+
 			"Copy the key file of the nodes that hold the cluster's key to the others (idem keys status on a node says whether its key is the one the cluster recorded); never generate a key id in use again", id, strings.Join(groups, " / ")))
+	}
+	return out
+}
+
+// firstKeyOnFew says which members encrypt with a key (the first of their
+// key file) that no more than half of the voters hold: rotation step 2
+// (docs/SECURITY.md) done on them before step 1 reached the others. The
+// leader refuses to hand them the leadership (409 no_transfer_target),
+// and one elected all the same refuses to encrypt and hands it on; the
+// table showed it only in the KEYS column. Voters whose keys are not
+// known count as holding it, so nothing is said that a check has not
+// shown.
+func firstKeyOnFew(nodes []raftfsm.Member) []string {
+	voters := 0
+	for _, m := range nodes {
+		if strings.EqualFold(m.Suffrage, "voter") {
+			voters++
+		}
+	}
+	type first struct{ id, check string }
+	byKey := map[first][]raftfsm.Member{}
+	for _, m := range nodes {
+		if len(m.Keys) > 0 {
+			k := first{m.Keys[0].ID, m.Keys[0].Check}
+			byKey[k] = append(byKey[k], m)
+		}
+	}
+	var out []string
+	for _, k := range slices.SortedFunc(maps.Keys(byKey), func(a, b first) int { return strings.Compare(a.id+a.check, b.id+b.check) }) {
+		held, keyedLacking, holders := 0, 0, []string{}
+		for _, v := range nodes {
+			if !strings.EqualFold(v.Suffrage, "voter") {
+				continue
+			}
+			switch {
+			case v.Keys == nil:
+				held++ // not known: maybe
+			case slices.ContainsFunc(v.Keys, func(h raftfsm.NodeKey) bool { return h.ID == k.id && h.Check == k.check }):
+				held++
+				holders = append(holders, v.ID)
+			case len(v.Keys) > 0:
+				keyedLacking++
+			}
+		}
+		if voters == 0 || held*2 > voters || keyedLacking == 0 {
+			// keyedLacking 0: the others hold no key at all (encryption
+			// being turned on), no rotation.
+			continue
+		}
+		var ids, back []string
+		for _, m := range byKey[k] {
+			ids = append(ids, m.ID)
+			if len(m.Keys) > 1 {
+				back = append(back, fmt.Sprintf("%q first again on %s", m.Keys[1].ID, m.ID))
+			}
+		}
+		who, encrypts, its := strings.Join(ids, ", "), "encrypts", "its"
+		if len(ids) > 1 {
+			encrypts, its = "encrypt", "their"
+		}
+		held1 := "none"
+		if len(holders) > 0 {
+			held1 = strings.Join(holders, ", ")
+		}
+		undo := "restore the key file it had before"
+		if len(back) == len(ids) {
+			undo = "put " + strings.Join(back, ", ")
+		}
+		out = append(out, fmt.Sprintf("%s %s with key %q (the first in %s --encryption-key-file), which only %d of the %d voters hold (%s): key rotation step 2 was done there before step 1 reached the other nodes. "+
+			"The other voters could not read what it sealed under that key: while nothing is, the leadership is not handed to it (transfer-leadership is refused, 409 no_transfer_target), and elected all the same it refuses writes that store a response (503) and hands the leadership on. "+
+			"Add %q to every node's key file after the current first key (rotation step 1, docs/SECURITY.md) and restart them one at a time, or %s",
+			who, encrypts, k.id, its, len(holders), voters, held1, k.id, undo))
 	}
 	return out
 }
