@@ -301,9 +301,9 @@ func TestBatchEnvelopeRefusesDuplicateAndCaseFoldedOps(t *testing.T) {
 		{`{"ops":` + ops(claimA) + `,"ops":` + ops(claimB) + `}`, `request body has the member "ops" more than once`},
 		{`{"o\u0070s":` + ops(claimA) + `,"ops":` + ops(claimB) + `}`, `request body has the member "ops" more than once`},
 		{`{"ops":` + ops(claimA) + `,"ops":[]}`, `request body has the member "ops" more than once`},
-		{`{"OPS":` + ops(claimA) + `}`, `unknown field "OPS" (names are case-sensitive)`},
-		{`{"Ops":` + ops(op("get", sc("dupA"))) + `}`, `unknown field "Ops" (names are case-sensitive)`},
-		{`{"ops":` + ops(claimA) + `,"OPS":` + ops(claimB) + `}`, `unknown field "OPS" (names are case-sensitive)`},
+		{`{"OPS":` + ops(claimA) + `}`, `unknown field "OPS" (names are case-sensitive; did you mean "ops"?)`},
+		{`{"Ops":` + ops(op("get", sc("dupA"))) + `}`, `unknown field "Ops" (names are case-sensitive; did you mean "ops"?)`},
+		{`{"ops":` + ops(claimA) + `,"OPS":` + ops(claimB) + `}`, `unknown field "OPS" (names are case-sensitive; did you mean "ops"?)`},
 	} {
 		p := requireProblem(t, n.post("/v1/batch", c.body), 400, "invalid_request")
 		require.Equal(t, single["type"], p["type"], "%s", c.body)

@@ -97,7 +97,7 @@ func walkRaw(dec *json.Decoder, body []byte, t reflect.Type, path string) *probl
 			case fields != nil:
 				ft, ok := fields[k]
 				if !ok {
-					return invalid("unknown field %q (names are case-sensitive)", sub)
+					return unknownField(sub, k, fields) // the message is shared; finding it is not
 				}
 				vt = ft
 			case t != nil && t.Kind() == reflect.Map:

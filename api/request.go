@@ -133,7 +133,8 @@ func decodeStrict(body []byte, dst any) *problem {
 			// The only []byte field of any request is response.body.
 			return invalid("field \"response.body\" must be standard base64 (%v)", err)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
-			return invalid("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+			name := strings.TrimPrefix(err.Error(), "json: unknown field ")
+			return invalid("unknown field %s%s", name, didYouMean(body, reflect.TypeOf(dst), name))
 		case strings.HasPrefix(err.Error(), "wire: response."):
 			// wire.Response's own decoding, which names the member.
 			return invalid("%s", strings.TrimPrefix(err.Error(), "wire: "))
@@ -233,6 +234,99 @@ func checkRaw(body []byte, dst reflect.Type) *problem {
 type rawScanner struct {
 	b []byte
 	i int
+	// unknownKey is the member name it stopped at as unknown, and
+	// unknownIn the members its object may have (didYouMean).
+	unknownKey string
+	unknownIn  map[string]reflect.Type
+}
+
+// didYouMean is what an unknown-field detail adds for the member
+// encoding/json named (quoted, as its error does): the known name of the
+// same object nearest to it, as " (did you mean "lease_ms"?)", or "".
+// encoding/json names neither the object nor its members, so the scanner
+// finds the member: its walk stops at the first member it does not know,
+// the one encoding/json stopped at unless an earlier one differs from a
+// known name only in case (encoding/json takes that one), when nothing
+// is suggested. Only on a refused body: a walk of it costs what checkRaw
+// does on every accepted one.
+func didYouMean(body []byte, dst reflect.Type, quoted string) string {
+	sc := rawScanner{b: body}
+	sc.value(dst, "")
+	if sc.unknownIn == nil || strconv.Quote(sc.unknownKey) != quoted {
+		return ""
+	}
+	if f := nearestField(sc.unknownKey, sc.unknownIn); f != "" {
+		return fmt.Sprintf(" (did you mean %q?)", f)
+	}
+	return ""
+}
+
+// unknownField is the detail for member k, at path sub, of an object
+// whose members are fields: a name that is one of them but for case is
+// refused too (encoding/json would take it, and two spellings of one
+// request must not be two requests).
+func unknownField(sub, k string, fields map[string]reflect.Type) *problem {
+	switch f := nearestField(k, fields); {
+	case f == "":
+		return invalid("unknown field %q (names are case-sensitive)", sub)
+	case strings.EqualFold(f, k):
+		return invalid("unknown field %q (names are case-sensitive; did you mean %q?)", sub, f)
+	default:
+		return invalid("unknown field %q (did you mean %q?)", sub, f)
+	}
+}
+
+// nearestField is the known member name an unknown name k most likely
+// meant, "" when none is near: one that differs from it only in case;
+// else the nearest within two edits (insertions, deletions,
+// substitutions; fewer edits than k has bytes, so that a one-letter name
+// is not "near" every short one); else k with its unit, the suffix
+// "_ms" or "_seconds" (`lease` for `lease_ms`, three edits). Ties go to
+// the first name in order.
+func nearestField(k string, fields map[string]reflect.Type) string {
+	best, bestD := "", 3
+	for _, f := range slices.Sorted(maps.Keys(fields)) {
+		if strings.EqualFold(k, f) {
+			return f
+		}
+		if d := editDistance(k, f, 2); d < bestD && d < len(k) {
+			best, bestD = f, d
+		}
+	}
+	if best != "" {
+		return best
+	}
+	for _, unit := range []string{"_ms", "_seconds"} {
+		if _, ok := fields[k+unit]; ok {
+			return k + unit
+		}
+	}
+	return ""
+}
+
+// editDistance is the Levenshtein distance of a and b, or limit+1 when
+// it is over limit (names whose lengths differ by more are not compared,
+// so a long name costs nothing).
+func editDistance(a, b string, limit int) int {
+	if len(a)-len(b) > limit || len(b)-len(a) > limit {
+		return limit + 1
+	}
+	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			c := prev[j-1]
+			if a[i-1] != b[j-1] {
+				c++
+			}
+			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
+		}
+		prev, cur = cur, prev
+	}
+	return min(prev[len(b)], limit+1)
 }
 
 func notJSON() *problem { return invalid("request body is not valid JSON") }
@@ -443,7 +537,8 @@ func (s *rawScanner) value(t reflect.Type, path string) *problem {
 			case fields != nil:
 				ft, ok := fields[k]
 				if !ok {
-					return invalid("unknown field %q (names are case-sensitive)", sub)
+					s.unknownKey, s.unknownIn = k, fields
+					return unknownField(sub, k, fields)
 				}
 				vt = ft
 			case t != nil && t.Kind() == reflect.Map:
