@@ -553,14 +553,22 @@ const backupPeekWindow = 4 << 20
 // and nil is a good answer ("none seen"). A restore probes these before it
 // reads a backup of GBs, so that an operator is told at once that the
 // cluster is running; RestoreBackup's Members stay the checked answer.
+//
+// Only the last run of entries stored one right after the other counts:
+// the state's own entries are consecutive pairs, after every record and
+// after the other meta values, while bytes shaped as an entry inside a
+// record's value (a tenant's stored response, on a node without
+// encryption at rest) are followed by the rest of that record and the
+// pairs after it. Counted, such a forged entry could have sent the probe
+// to any address and refused a restore as "that cluster is running".
 func PeekBackupMembers(r io.ReaderAt, size int64) []NodeInfo {
 	off := max(size-backupPeekWindow, 0)
 	buf := make([]byte, size-off)
 	n, _ := r.ReadAt(buf, off)
 	buf = buf[:n]
 	pat := []byte("m/x/node/")
-	seen := map[string]bool{}
 	var out []NodeInfo
+	runEnd := -1 // where the last entry taken ends: the next must start there
 	for i := 0; i < len(buf); {
 		j := bytes.Index(buf[i:], pat)
 		if j < 0 {
@@ -582,12 +590,15 @@ func PeekBackupMembers(r io.ReaderAt, size int64) []NodeInfo {
 			continue
 		}
 		var m NodeInfo
-		v := buf[j+kl+w : j+kl+w+int(vl)]
-		if json.Unmarshal(v, &m) != nil || m.ID == "" || m.ID != string(buf[j+len(pat):j+kl]) || seen[m.ID] {
+		end := j + kl + w + int(vl)
+		if json.Unmarshal(buf[j+kl+w:end], &m) != nil || m.ID == "" || m.ID != string(buf[j+len(pat):j+kl]) {
 			continue
 		}
-		seen[m.ID] = true
+		if j-1 != runEnd || (len(out) > 0 && m.ID <= out[len(out)-1].ID) {
+			out = out[:0] // a new run (keys within one ascend)
+		}
 		out = append(out, m)
+		runEnd, i = end, end
 	}
 	return out
 }

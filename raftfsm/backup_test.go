@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -475,6 +476,35 @@ func TestPeekBackupMembersFindsTheMembers(t *testing.T) {
 	require.ElementsMatch(t, info.Members, got)
 	require.Empty(t, PeekBackupMembers(bytes.NewReader(data[:len(data)/3]), int64(len(data)/3)))
 	require.Empty(t, PeekBackupMembers(strings.NewReader("not a backup"), 12))
+}
+
+// Bytes shaped as a member entry inside a stored response (a tenant's,
+// on a node without encryption at rest) are not taken for one: the peek
+// would have probed the address they name before a restore and, finding
+// anything listening there, refused it as "that cluster is running".
+func TestPeekBackupMembersIgnoresAnEntryInsideARecord(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.HTTPAdvertise = "127.0.0.1:1" })
+	require.Eventually(t, n.Registered, 10*time.Second, 10*time.Millisecond)
+	fill(t, n, 10)
+	key := []byte("m/x/node/evil")
+	val := []byte(`{"id":"evil","raft_addr":"127.0.0.1:1","http_addr":"127.0.0.1:22"}`)
+	forged := append([]byte{byte(len(key))}, key...)
+	forged = binary.AppendUvarint(forged, uint64(len(val)))
+	forged = append(forged, val...)
+	for i, body := range [][]byte{forged, append(append([]byte(nil), forged...), forged...), append(forged, "tail"...)} {
+		s := engine.Scope{Principal: "zz-tenant", Endpoint: "e", Key: fmt.Sprint("forged-", i)}
+		res, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+		_, err = n.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 200, ContentType: "application/octet-stream", Body: body})
+		require.NoError(t, err)
+	}
+	data := backupOf(t, n)
+	require.True(t, bytes.Contains(data, forged), "the forged entry is in the backup as stored")
+	got := PeekBackupMembers(bytes.NewReader(data), int64(len(data)))
+	info, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+	require.NoError(t, err)
+	require.NotEmpty(t, got)
+	require.ElementsMatch(t, info.Members, got)
 }
 
 // A backup whose state holds far more node/ values than any cluster (a
