@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,13 +19,8 @@ func TestServeClockOffsetIsBounded(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "d")
 	validate := func(args ...string) error {
 		t.Helper()
-		fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := serveFlags(fs)
-		set, err := parseWithEnv(fs, append([]string{"--data-dir", dir, "--http-addr", "127.0.0.14:27731", "--raft-addr", "127.0.0.14:27732"}, args...))
-		require.NoError(t, err)
-		c.given = set
-		return c.validate()
+		_, err := validatedServe(t, dir, args...)
+		return err
 	}
 	for _, args := range [][]string{
 		{"--clock-offset", "10m"}, {"--clock-offset", "-10m"}, {"--clock-offset", "24h"}, {"--clock-offset", "-48h"},

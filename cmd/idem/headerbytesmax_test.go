@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"flag"
-	"io"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -23,13 +21,7 @@ func TestServeMaxResponseHeaderBytesIsLoweredOrRefusedAsTheBodyLimit(t *testing.
 	dir := filepath.Join(t.TempDir(), "d")
 	validate := func(args ...string) (*serveConfig, error) {
 		t.Helper()
-		fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := serveFlags(fs)
-		set, err := parseWithEnv(fs, append([]string{"--data-dir", dir, "--http-addr", "127.0.0.14:27741", "--raft-addr", "127.0.0.14:27742"}, args...))
-		require.NoError(t, err)
-		c.given = set
-		return c, c.validate()
+		return validatedServe(t, dir, args...)
 	}
 	for _, tc := range []struct {
 		args []string

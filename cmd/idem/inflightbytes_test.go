@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -68,13 +67,8 @@ func TestServeValidatesMaxInFlightBytes(t *testing.T) {
 		{[]string{"--max-inflight-bytes", "8MiB", "--max-request-bytes", "8MiB"}, 8 << 20},
 		{[]string{"--max-inflight-bytes", "1GB"}, 1e9},
 	} {
-		fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := serveFlags(fs)
-		set, err := parseWithEnv(fs, append([]string{"--data-dir", dir, "--http-addr", "127.0.0.13:27741", "--raft-addr", "127.0.0.13:27742"}, tc.args...))
-		require.NoError(t, err)
-		c.given = set
-		if err := c.validate(); err != nil && strings.Contains(err.Error(), "this machine's memory") {
+		c, err := validatedServe(t, dir, tc.args...)
+		if err != nil && strings.Contains(err.Error(), "this machine's memory") {
 			continue // a small machine
 		} else {
 			require.NoError(t, err, "%v", tc.args)

@@ -20,17 +20,27 @@ import (
 // at start, with a warning naming the flag and the maximum: not refused,
 // since a unit file that an earlier release took must still start in a
 // rolling upgrade (refused, the node stayed down mid-upgrade).
+// validatedServe parses serve's flags as idem serve does (IDEM_*
+// variables included), with --data-dir dir and addresses of its own, then
+// args, and validates them: the config and validate's error. Nothing
+// listens; nothing is made.
+func validatedServe(t *testing.T, dir string, args ...string) (*serveConfig, error) {
+	t.Helper()
+	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	c := serveFlags(fs)
+	set, err := parseWithEnv(fs, append([]string{"--data-dir", dir, "--http-addr", "127.0.0.13:27731", "--raft-addr", "127.0.0.13:27732"}, args...))
+	require.NoError(t, err, "%v", args)
+	c.given = set
+	return c, c.validate()
+}
+
 func TestServeLowersLimitsNoRequestCanReach(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "d")
 	validated := func(args ...string) *serveConfig {
 		t.Helper()
-		fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := serveFlags(fs)
-		set, err := parseWithEnv(fs, append([]string{"--data-dir", dir, "--http-addr", "127.0.0.13:27731", "--raft-addr", "127.0.0.13:27732"}, args...))
-		require.NoError(t, err)
-		c.given = set
-		require.NoError(t, c.validate(), "%v", args)
+		c, err := validatedServe(t, dir, args...)
+		require.NoError(t, err, "%v", args)
 		return c
 	}
 	for _, tc := range []struct {

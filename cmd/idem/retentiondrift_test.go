@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"flag"
-	"io"
 	"log/slog"
 	"path/filepath"
 	"regexp"
@@ -27,13 +25,8 @@ func TestRetentionDriftAdviceStarts(t *testing.T) {
 		warnRetentionDrift(slog.New(slog.NewTextHandler(&buf, nil)), 24*time.Hour, cluster)
 		m := regexp.MustCompile(`Start this node with (--retention [^,]*),`).FindStringSubmatch(buf.String())
 		require.NotNil(t, m, "%s", buf.String())
-		fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
-		fs.SetOutput(io.Discard)
-		c := serveFlags(fs)
-		set, err := parseWithEnv(fs, append([]string{"--data-dir", dir, "--http-addr", "127.0.0.1:7070", "--raft-addr", "127.0.0.1:7071"}, strings.Fields(m[1])...))
-		require.NoError(t, err, "%s", m[1])
-		c.given = set
-		require.NoError(t, c.validate(), "the advice %q", m[1])
+		c, err := validatedServe(t, dir, strings.Fields(m[1])...)
+		require.NoError(t, err, "the advice %q", m[1])
 		require.Equal(t, cluster, c.retention)
 	}
 }
