@@ -250,10 +250,14 @@ func authHint(code string, withToken bool, ways string) string {
 }
 
 // printProblem prints a node's problem for the admin commands that take
-// --auth-token, with authHint's line after a 401.
-func printProblem(w io.Writer, name, detail, code string, status int, withToken bool) {
+// --auth-token, with authHint's and tokenIsAFile's lines after a 401;
+// token is the one the call carried ("" for none).
+func printProblem(w io.Writer, name, detail, code string, status int, token string) {
 	fmt.Fprintf(w, "%s: %s (code %s, HTTP %d)\n", name, detail, code, status)
-	if hint := authHint(code, withToken, "--auth-token, --token-file or IDEM_AUTH_TOKEN"); hint != "" {
+	if hint := authHint(code, token != "", "--auth-token, --token-file or IDEM_AUTH_TOKEN"); hint != "" {
+		fmt.Fprintf(w, "%s: %s\n", name, hint)
+	}
+	if hint := tokenIsAFile(code, token); hint != "" {
 		fmt.Fprintf(w, "%s: %s\n", name, hint)
 	}
 }

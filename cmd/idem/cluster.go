@@ -242,10 +242,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if err != nil {
 		var p *client.Problem
 		if errors.As(err, &p) {
-			printProblem(stderr, "idem cluster "+sub, p.Detail, p.Code, p.Status, tokenOf() != "")
-			if hint := tokenIsAFile(p.Code, tokenOf()); hint != "" {
-				fmt.Fprintf(stderr, "idem cluster %s: %s\n", sub, hint)
-			}
+			printProblem(stderr, "idem cluster "+sub, p.Detail, p.Code, p.Status, tokenOf())
 			if p.Code == "would_lose_quorum" && !strings.Contains(p.Detail, "force does not") {
 				fmt.Fprintf(stderr, "idem cluster %s: nothing was changed; see `idem cluster status`, or repeat with --force\n", sub)
 			}

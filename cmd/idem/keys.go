@@ -312,10 +312,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 	if err != nil {
 		var p *client.Problem
 		if errors.As(err, &p) {
-			printProblem(stderr, "idem keys status", p.Detail, p.Code, p.Status, token != "")
-			if hint := tokenIsAFile(p.Code, token); hint != "" {
-				fmt.Fprintf(stderr, "idem keys status: %s\n", hint)
-			}
+			printProblem(stderr, "idem keys status", p.Detail, p.Code, p.Status, token)
 		} else {
 			fmt.Fprintf(stderr, "idem keys status: %v\n", notHTTP(err))
 		}

@@ -266,7 +266,7 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 		var p struct{ Detail, Code string }
 		if json.Unmarshal(raw, &p) == nil && p.Detail != "" {
-			printProblem(stderr, name, p.Detail, p.Code, resp.StatusCode, token != "")
+			printProblem(stderr, name, p.Detail, p.Code, resp.StatusCode, token)
 		} else {
 			fmt.Fprintf(stderr, "%s: %s answered %s: %s\n", name, addr, resp.Status, strings.TrimSpace(string(raw)))
 		}

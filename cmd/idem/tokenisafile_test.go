@@ -29,6 +29,7 @@ func TestAuthTokenThatNamesAFileSaysSo(t *testing.T) {
 		{"get", "--addr", h, "--auth-token", nodeToken, "--principal", "p", "--endpoint", "e", "--key", "k"},
 		{"cluster", "status", "--addr", h, "--auth-token", nodeToken},
 		{"keys", "status", "--addr", h, "--auth-token", nodeToken},
+		{"snapshot", "save", "--addr", h, "--auth-token", nodeToken, filepath.Join(dir, "backup.snap")},
 	} {
 		out, err := exec.Command(binary, args...).CombinedOutput()
 		require.Error(t, err, "%s", out)
