@@ -470,6 +470,10 @@ func TestDataDirInUseNamesThePID(t *testing.T) {
 	out = third.logs.String()
 	require.Regexp(t, regexp.MustCompile(`is in use by another idem process \(pid `+strconv.Itoa(first.cmd.Process.Pid)+`\)`), out)
 	require.NotContains(t, out, "address already in use")
+	// Nothing above the refusal reads as a node that started (a docs walk
+	// saw "no --auth-file: the API is open to anyone ..." first).
+	require.NotContains(t, out, "no --auth-file")
+	require.NotContains(t, out, "no TLS")
 
 	after, err := os.ReadDir(dir)
 	require.NoError(t, err)

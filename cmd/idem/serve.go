@@ -1194,8 +1194,6 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 			return usageError{fmt.Errorf("refusing to listen on non-loopback --http-addr %s without --auth-file; pass --insecure to do it anyway", c.httpAddr)}
 		}
 		log.Warn("serving without authentication on a non-loopback address (--insecure)", "http-addr", c.httpAddr)
-	} else if auth == nil {
-		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
 	}
 	// Everything that can fail without writing is done before anything is
 	// written to the data dir: the certificate files are read and both
@@ -1217,6 +1215,14 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		return listenProblem("--http-addr", c.httpAddr, err)
 	}
 	defer ln.Close()
+	// Once the port is this node's: said before, these came above the
+	// refusal of a data dir or a port in use, as if the node had started.
+	if auth == nil && isLoopback(c.httpAddr) {
+		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
+	}
+	if c.tls.plainOnLoopback {
+		log.Info("no TLS: the API is plain HTTP and raft plaintext, on loopback")
+	}
 	raftLn, err := net.Listen("tcp", c.raftAddr)
 	if err != nil {
 		return listenProblem("--raft-addr", c.raftAddr, err)

@@ -38,6 +38,9 @@ type serveTLSFlags struct {
 	certFile, keyFile, caFile string
 	clientAuth                string
 	loaded                    *raftfsm.TLS
+	// plainOnLoopback: load found no TLS and every raft address on
+	// loopback, which serve says once its ports are its own.
+	plainOnLoopback bool
 }
 
 func (f *serveTLSFlags) register(fs *flag.FlagSet) {
@@ -100,7 +103,7 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 			log.Warn("raft is plaintext and unauthenticated on a non-loopback address (--insecure): anyone who reaches it can rewrite the cluster's state", a.flag[2:], a.addr)
 			return nil, nil
 		}
-		log.Info("no TLS: the API is plain HTTP and raft plaintext, on loopback")
+		f.plainOnLoopback = true
 		return nil, nil
 	}
 	t, err := raftfsm.LoadTLS(f.certFile, f.keyFile, f.caFile, log, advertisedHosts(c)...)
