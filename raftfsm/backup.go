@@ -565,7 +565,11 @@ func PeekBackupMembers(r io.ReaderAt, size int64) []NodeInfo {
 	off := max(size-backupPeekWindow, 0)
 	buf := make([]byte, size-off)
 	n, _ := r.ReadAt(buf, off)
-	buf = buf[:n]
+	// Every member entry sorts before every principal's key count ("q/"
+	// and the principal's name, in plain text even with encryption at
+	// rest): bytes shaped as an entry inside a name would be the last run.
+	// Nothing from the first such pair on counts.
+	buf = buf[:firstQuotaPair(buf[:n])]
 	pat := []byte("m/x/node/")
 	var out []NodeInfo
 	runEnd := -1 // where the last entry taken ends: the next must start there
@@ -601,4 +605,30 @@ func PeekBackupMembers(r io.ReaderAt, size int64) []NodeInfo {
 		runEnd, i = end, end
 	}
 	return out
+}
+
+// firstQuotaPair is where in buf the first pair of a principal's key count
+// (engine's "q/" key: uvarint key length, "q/", uvarint name length, the
+// name) seems to start, len(buf) when none does. Bytes that only look like
+// one (inside a stored response) end the peek early: it then finds fewer
+// members or none, which the check on the restored state makes good.
+func firstQuotaPair(buf []byte) int {
+	for i := 0; i < len(buf); {
+		j := bytes.Index(buf[i:], []byte("q/"))
+		if j < 0 {
+			break
+		}
+		j += i
+		i = j + 1
+		pl, pw := binary.Uvarint(buf[j+2:])
+		if pw <= 0 || pl == 0 {
+			continue
+		}
+		for w := 1; w <= 2 && w <= j; w++ {
+			if kl, kw := binary.Uvarint(buf[j-w : j]); kw == w && kl == 2+uint64(pw)+pl {
+				return j - w
+			}
+		}
+	}
+	return len(buf)
 }

@@ -525,3 +525,33 @@ func TestRestoreBoundsTheMembersItReads(t *testing.T) {
 	require.ErrorIs(t, err, ErrBackup)
 	require.ErrorContains(t, err, "take more than 64 MiB")
 }
+
+// A principal's name is stored in plain text, encrypted at rest or not,
+// in its key count's key ("q/" and the name), which sorts after every
+// member entry: bytes shaped as one in a name (printable, as the API
+// takes) were the last run the peek saw, taken for the members alone.
+func TestPeekBackupMembersIgnoresAnEntryInsideAPrincipal(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.HTTPAdvertise = "127.0.0.1:1" })
+	require.Eventually(t, n.Registered, 10*time.Second, 10*time.Millisecond)
+	fill(t, n, 10)
+	id := strings.Repeat("e", 39)
+	key := []byte("m/x/node/" + id)
+	val := []byte(`{"id":"` + id + `","raft_addr":"127.0.0.1:1","http_addr":"127.0.0.1:22"}`)
+	require.True(t, len(key) >= 0x20 && len(key) < 0x7f && len(val) >= 0x20 && len(val) < 0x7f, "printable lengths")
+	forged := append([]byte{byte(len(key))}, key...)
+	forged = binary.AppendUvarint(forged, uint64(len(val)))
+	forged = append(forged, val...)
+	s := engine.Scope{Principal: string(forged), Endpoint: "e", Key: "k"}
+	res, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	_, err = n.Complete(engine.TokenArgs{Scope: s, Token: res.Record.Token}, &engine.Response{Status: 200, ContentType: "text/plain", Body: []byte("ok")})
+	require.NoError(t, err)
+	data := backupOf(t, n)
+	got := PeekBackupMembers(bytes.NewReader(data), int64(len(data)))
+	info, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+	require.NoError(t, err)
+	for _, m := range got {
+		require.NotEqual(t, id, m.ID, "an entry forged in a principal's name was taken for a member")
+	}
+	require.Subset(t, info.Members, got)
+}
