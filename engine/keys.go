@@ -151,8 +151,12 @@ func (d *DB) named(prefix string, limit int) (map[string][]byte, error) {
 			// The value's length without reading it (it may be large).
 			lv := it.LazyValue()
 			if held += len(it.Key()) + lv.Len() + namedEntryOverhead; held > limit {
-				return nil, fmt.Errorf("%w: its named meta values %q take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)",
-					ErrSnapshot, prefix+"*", limit>>20)
+				which := ""
+				if prefix != "" {
+					which = fmt.Sprintf(" %q", prefix+"*")
+				}
+				return nil, fmt.Errorf("%w: its named meta values%s take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)",
+					ErrSnapshot, which, limit>>20)
 			}
 		}
 		v, err := it.ValueAndErr()

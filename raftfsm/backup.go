@@ -15,6 +15,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -483,17 +484,19 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	}
 	info.Stream.Meta = meta
 	// Bounded: the backup may hold GBs of them (damaged, or hostile), and
-	// every one was held in memory at once.
-	named, err := db.NamedWithin("node/")
+	// every one was held in memory at once. Every named value counts, as
+	// in inspect's bound: the restored node reads the others (key use)
+	// whole at start.
+	named, err := db.NamedWithin("")
 	if errors.Is(err, engine.ErrSnapshot) {
 		return info, fmt.Errorf("%w: %w", ErrBackup, err)
 	}
 	if err != nil {
 		return info, fmt.Errorf("raftfsm: restore: read the members' addresses: %w", err)
 	}
-	for _, v := range named {
+	for name, v := range named {
 		var m NodeInfo
-		if json.Unmarshal(v, &m) == nil && m.ID != "" {
+		if strings.HasPrefix(name, "node/") && json.Unmarshal(v, &m) == nil && m.ID != "" {
 			info.Members = append(info.Members, m)
 		}
 	}
