@@ -22,6 +22,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/partition"
 )
 
 // Backup file format (what GET /v1/admin/snapshot streams and `idem
@@ -624,7 +625,9 @@ func firstQuotaPair(buf []byte) int {
 		j += i
 		i = j + 1
 		pl, pw := binary.Uvarint(buf[j+2:])
-		if pw <= 0 || pl == 0 {
+		if pw <= 0 || pl == 0 || j >= 10 && buf[j-10] == partition.KeyPrefix && buf[j-1] == '/' {
+			// A bucket's quota key ("b", 8 bytes of bucket, "/q/", the
+			// name) sorts before the members: its "/" read as a key length.
 			continue
 		}
 		for w := 1; w <= 2 && w <= j; w++ {

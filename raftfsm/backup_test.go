@@ -576,3 +576,20 @@ func TestRestoreBoundsEveryNamedValue(t *testing.T) {
 	require.ErrorIs(t, err, ErrBackup)
 	require.ErrorContains(t, err, "take more than 64 MiB")
 }
+
+// A bucket's quota key ("b", the bucket, "/q/" and the principal's name)
+// sorts before the members' entries; for a name of 44 bytes its "/" reads
+// as the key length of a principal's key-count pair, which ended the peek
+// there, before the members.
+func TestPeekBackupMembersPastABucketQuotaKey(t *testing.T) {
+	n := mustNode(t, func(c *Config) { c.HTTPAdvertise = "127.0.0.1:1" })
+	require.Eventually(t, n.Registered, 10*time.Second, 10*time.Millisecond)
+	s := engine.Scope{Principal: strings.Repeat("p", 44), Endpoint: "e", Key: "k"}
+	_, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	data := backupOf(t, n)
+	info, err := RestoreBackup(bytes.NewReader(data), t.TempDir(), RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+	require.NoError(t, err)
+	require.NotEmpty(t, info.Members)
+	require.ElementsMatch(t, info.Members, PeekBackupMembers(bytes.NewReader(data), int64(len(data))))
+}
