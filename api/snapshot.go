@@ -91,8 +91,8 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 	}
 	start := time.Now()
 	sw := s.stallWriter(w, r)
+	defer sw.stop() // deferred: a panic in the stream must not leave its watcher running
 	n, err := raftfsm.WriteBackup(sw, h, snap)
-	sw.stop()
 	if err != nil {
 		// The status is sent: cut the connection, so the client sees a
 		// broken stream (its checksum trailer is missing either way).
@@ -136,8 +136,8 @@ func (s *Server) forwardSnapshot(w http.ResponseWriter, r *http.Request, addr st
 	}
 	w.WriteHeader(resp.StatusCode)
 	sw := s.stallWriter(w, r)
+	defer sw.stop()
 	_, err = io.Copy(sw, resp.Body)
-	sw.stop()
 	if err != nil {
 		s.log.Warn("forwarded snapshot stream cut short", "leader", addr, "error", err)
 		panic(http.ErrAbortHandler)
@@ -159,7 +159,7 @@ const DefaultSnapshotStallTimeout = 5 * time.Minute
 // Config.SnapshotStallTimeout: a download takes as long as it needs, but a
 // client that stops reading (a save stopped with Ctrl-Z and forgotten)
 // held its handler, its connection and its Pebble snapshot, which keeps on
-// disk every record dropped since, for ever. Call stop when the stream
+// disk every record dropped since, for ever. Call stop (deferred) once the stream
 // ends.
 //
 // Progress is what the client takes. The connection's write deadline is
