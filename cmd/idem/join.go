@@ -548,7 +548,7 @@ func joinRefusedHint(status int, hasToken, hasAuthFile bool) string {
 	case status == http.StatusUnauthorized && !hasToken:
 		return ": the member checks tokens and this node has no --node-token-file to call it with; start this node with the --node-token-file the other nodes run with"
 	case status == http.StatusUnauthorized:
-		return ": the member's --auth-file does not list the token of this node's --node-token-file; give this node the node token file the other nodes run with, or add the token's admin entry (idem token hash < FILE) to every node's --auth-file and kill -HUP them"
+		return ": the member's --auth-file does not list the token of this node's --node-token-file; give this node the node token file the other nodes run with, or add an admin entry for its token (its hash: idem token hash < FILE; docs/SECURITY.md, \"The node credential\") to every node's --auth-file and kill -HUP them"
 	}
 	return ""
 }
