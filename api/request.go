@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/editdist"
 	"github.com/idem-store/idem/wire"
 )
 
@@ -289,7 +290,7 @@ func nearestField(k string, fields map[string]reflect.Type) string {
 		if strings.EqualFold(k, f) {
 			return f
 		}
-		if d := editDistance(k, f, 2); d < bestD && d < len(k) {
+		if d := editdist.Distance(k, f, 2); d < bestD && d < len(k) {
 			best, bestD = f, d
 		}
 	}
@@ -302,31 +303,6 @@ func nearestField(k string, fields map[string]reflect.Type) string {
 		}
 	}
 	return ""
-}
-
-// editDistance is the Levenshtein distance of a and b, or limit+1 when
-// it is over limit (names whose lengths differ by more are not compared,
-// so a long name costs nothing).
-func editDistance(a, b string, limit int) int {
-	if len(a)-len(b) > limit || len(b)-len(a) > limit {
-		return limit + 1
-	}
-	prev, cur := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			c := prev[j-1]
-			if a[i-1] != b[j-1] {
-				c++
-			}
-			cur[j] = min(c, prev[j]+1, cur[j-1]+1)
-		}
-		prev, cur = cur, prev
-	}
-	return min(prev[len(b)], limit+1)
 }
 
 func notJSON() *problem { return invalid("request body is not valid JSON") }

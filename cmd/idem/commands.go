@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/editdist"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -394,7 +395,7 @@ func unknownFlag(flags []*flag.Flag, name string) error {
 func closestName(name string, names []string) string {
 	best, bestDist := "", 3
 	for _, n := range names {
-		if d := editDistance(name, n); d < bestDist {
+		if d := editdist.Distance(name, n, 2); d < bestDist {
 			best, bestDist = n, d
 		}
 	}

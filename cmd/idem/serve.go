@@ -28,6 +28,7 @@ import (
 
 	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/editdist"
 	"github.com/idem-store/idem/internal/gcfloor"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
@@ -863,7 +864,7 @@ func nodesBeside(dir string) (near []string, more int) {
 		}
 	}
 	slices.SortStableFunc(near, func(a, b string) int {
-		return editDistance(name, filepath.Base(a)) - editDistance(name, filepath.Base(b))
+		return editdist.Distance(name, filepath.Base(a), -1) - editdist.Distance(name, filepath.Base(b), -1)
 	})
 	if len(near) > 3 {
 		return near[:3], len(near) - 3
@@ -879,27 +880,6 @@ func listenProblem(flagName, addr string, err error) error {
 		return fmt.Errorf("%s %s is in use by another process (another idem node? make run and make cluster's n1 both use 127.0.0.1:7070 and :7071): stop it, or give this node another %s; nothing was started or written", flagName, addr, flagName)
 	}
 	return fmt.Errorf("%s: %w", flagName, err)
-}
-
-// editDistance is the Levenshtein distance of a and b, in bytes.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 // formationProblem says why a node on an empty data dir could never
