@@ -247,7 +247,15 @@ func TestIdleKeepAliveGivesWayOldestFirst(t *testing.T) {
 		require.Equal(t, 200, resp.StatusCode, body)
 		return c
 	}
-	idle := []*rawConn{keep(), keep(), keep()}
+	// Each is on the listener's list as idle before the next is dialed: the
+	// server says so (StateIdle) only after its answer is written, and on a
+	// loaded machine the second connection's came first, so the second was
+	// the "oldest" (seen in CI).
+	var idle []*rawConn
+	for i := range 3 {
+		idle = append(idle, keep())
+		require.Eventually(t, func() bool { return cp.cl.idleWaiting() == i+1 }, 5*time.Second, time.Millisecond)
+	}
 	idle[1].send("GET /x HTTP/1.1\r\nHost: x\r\nX-Slow: ") // its next header, in part
 	time.Sleep(evictMinAge + 100*time.Millisecond)         // idle long enough to be closed
 	keep()
@@ -462,4 +470,19 @@ func TestTLSRequestReadIsNotClosedForANewcomer(t *testing.T) {
 	require.Equal(t, 200, resp.StatusCode)
 	require.Equal(t, "2", got)
 	require.True(t, handled.Load())
+}
+
+// idleWaiting is how many connections the listener holds as idle
+// keep-alive ones (StateIdle), the ones a newcomer may close once old
+// enough.
+func (l *ConnListener) idleWaiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for e := l.waiting.Front(); e != nil; e = e.Next() {
+		if e.Value.(*limitedConn).idle {
+			n++
+		}
+	}
+	return n
 }
