@@ -61,6 +61,17 @@ const (
 	namedEntryOverhead  = 64
 )
 
+// errTooManyNamed is the refusal of a stream or restored state whose named
+// meta values (those starting with prefix, if given) take more than limit.
+func errTooManyNamed(prefix string, limit int) error {
+	which := ""
+	if prefix != "" {
+		which = fmt.Sprintf(" %q", prefix+"*")
+	}
+	return fmt.Errorf("%w: its named meta values%s take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)",
+		ErrSnapshot, which, limit>>20)
+}
+
 // ScanStream reads a whole snapshot stream (Snapshot.WriteTo's format) and
 // checks it as Restore does, without a store: magic, lengths, key order,
 // pair count and checksum. It may read ahead of the stream's end: give it a
@@ -74,7 +85,7 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 		}
 		if bytes.HasPrefix(k, []byte(namedMetaPrefix)) {
 			if named += len(k) + len(v) + namedEntryOverhead; named > MaxStreamNamedBytes {
-				return fmt.Errorf("%w: its named meta values take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)", ErrSnapshot, MaxStreamNamedBytes>>20)
+				return errTooManyNamed("", MaxStreamNamedBytes)
 			}
 			if info.Named == nil {
 				info.Named = map[string][]byte{}

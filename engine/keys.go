@@ -151,12 +151,7 @@ func (d *DB) named(prefix string, limit int) (map[string][]byte, error) {
 			// The value's length without reading it (it may be large).
 			lv := it.LazyValue()
 			if held += len(it.Key()) + lv.Len() + namedEntryOverhead; held > limit {
-				which := ""
-				if prefix != "" {
-					which = fmt.Sprintf(" %q", prefix+"*")
-				}
-				return nil, fmt.Errorf("%w: its named meta values%s take more than %d MiB, far more than any state holds (damaged, or not a stream idem wrote)",
-					ErrSnapshot, which, limit>>20)
+				return nil, errTooManyNamed(prefix, limit)
 			}
 		}
 		v, err := it.ValueAndErr()
