@@ -244,6 +244,10 @@ func flagSet(fs *flag.FlagSet, name string) bool {
 	return set
 }
 
+// authTokenVariable is the variable the client and admin commands take
+// their bearer token from (--auth-token's).
+const authTokenVariable = "IDEM_AUTH_TOKEN"
+
 // clientVariables are the IDEM_* variables of the commands that call a
 // node (the client commands, bench, cluster, keys status, snapshot save;
 // the proxy's --ca-file, --cert-file and --key-file too), by the flag each
@@ -261,7 +265,7 @@ func commandVariables(cmd string) map[string]string {
 		return proxyVariables
 	case client || cmd == "bench" || cmd == "cluster" || cmd == "keys" || cmd == "snapshot":
 		vars := maps.Clone(clientVariables)
-		vars["auth-token"] = "IDEM_AUTH_TOKEN"
+		vars["auth-token"] = authTokenVariable
 		return vars
 	}
 	return nil
@@ -553,7 +557,7 @@ func bearerToken(token, file string) (string, error) {
 		}
 		from = "--token-file " + file
 	case token == "":
-		token, from = os.Getenv("IDEM_AUTH_TOKEN"), "$IDEM_AUTH_TOKEN"
+		token, from = os.Getenv(authTokenVariable), "$"+authTokenVariable
 	}
 	// As --token-file's line: a token pasted with a space or a line end
 	// around it, or read by $(cat token) from a file with Windows line

@@ -18,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 	"unicode"
@@ -259,18 +260,21 @@ func misspeltVariablesOf(cmd string, vars map[string]string, env []string) []str
 }
 
 // isIdemVariable says whether name is a variable some idem command reads.
-func isIdemVariable(name string) bool {
+func isIdemVariable(name string) bool { return idemVariables()[name] }
+
+// idemVariables is every variable some idem command reads, built once.
+var idemVariables = sync.OnceValue(func() map[string]bool {
+	all := map[string]bool{authTokenVariable: true}
 	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
 	serveFlags(fs)
-	found := false
-	fs.VisitAll(func(f *flag.Flag) { found = found || envName(f.Name) == name })
-	for _, vars := range []map[string]string{clientVariables, proxyVariables, {"auth-token": "IDEM_AUTH_TOKEN"}} {
+	fs.VisitAll(func(f *flag.Flag) { all[envName(f.Name)] = true })
+	for _, vars := range []map[string]string{clientVariables, proxyVariables} {
 		for _, v := range vars {
-			found = found || v == name
+			all[v] = true
 		}
 	}
-	return found
-}
+	return all
+})
 
 // flagMention is a flag named in an error line.
 var flagMention = regexp.MustCompile(`--[a-z0-9][a-z0-9-]*`)
