@@ -59,10 +59,15 @@ func TestUnreadAnswersDoNotHoldTheNode(t *testing.T) {
 		require.NoError(t, err)
 		conns = append(conns, conn)
 	}
+	// Both readers' handlers hold a slot before any other request is sent:
+	// a probe sent sooner could hold one as the second reader's request
+	// came, which was refused, and every probe after it went (seen on a
+	// loaded machine).
+	require.Eventually(t, func() bool { return n.api.InFlight() == slots }, 5*time.Second, 10*time.Millisecond,
+		"the readers that read nothing hold every slot")
 	// A stale lookup of nothing: 404 at once, without raft, unless refused.
-	require.Eventually(t, func() bool {
-		return n.lookup(sc("nothing"), "consistency=stale").status == http.StatusServiceUnavailable
-	}, 5*time.Second, 20*time.Millisecond, "the readers that read nothing hold every slot")
+	require.Equal(t, http.StatusServiceUnavailable, n.lookup(sc("nothing"), "consistency=stale").status,
+		"a request while the readers hold every slot")
 	held := time.Now() // both handlers run: their answers' write deadlines end by about held+4s
 
 	// Not taken within the write timeout: the slots are free again, the
