@@ -892,7 +892,7 @@ func TestHandlerOfACallerLongGoneIsCancelled(t *testing.T) {
 	causes := make(chan error, 1)
 	store, err := client.New(idemtest.Start(t, idemtest.Options{}).URL)
 	require.NoError(t, err)
-	idem, err := middleware.New(middleware.Options{Store: store, Lease: 500 * time.Millisecond, CallerGoneTimeout: time.Second, Principal: middleware.AnonymousPrincipal})
+	idem, err := middleware.New(middleware.Options{Store: store, Lease: 1500 * time.Millisecond, CallerGoneTimeout: time.Second, Principal: middleware.AnonymousPrincipal})
 	require.NoError(t, err)
 	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
