@@ -30,8 +30,11 @@ type faultyWAL struct {
 	dir       string // the node whose disk fails ("": none)
 	failWrite int    // writes left to fail
 	failSync  int    // fsyncs left to fail
-	errno     syscall.Errno
-	failed    atomic.Int32 // failures injected
+	// failCreate is how many segment files left to fail to make (the
+	// preallocation's errno, as fallocate returns it).
+	failCreate int
+	errno      syscall.Errno
+	failed     atomic.Int32 // failures injected
 }
 
 func useFaultyWAL(t *testing.T) *faultyWAL {
@@ -67,7 +70,26 @@ func (f *faultyWAL) take(dir string, sync bool) (syscall.Errno, bool) {
 	return f.errno, true
 }
 
+// armCreate makes the node whose data dir is dir fail to make its next
+// raft log segment file with errno.
+func (f *faultyWAL) armCreate(dir string, errno syscall.Errno) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.dir, f.failCreate, f.errno = dir, 1, errno
+}
+
 func (f *faultyWAL) Create(dir, name string, size uint64) (waltypes.WritableFile, error) {
+	f.mu.Lock()
+	fail := f.failCreate > 0 && f.dir != "" && strings.HasPrefix(dir, f.dir+string(filepath.Separator))
+	if fail {
+		f.failCreate--
+		f.failed.Add(1)
+	}
+	errno := f.errno
+	f.mu.Unlock()
+	if fail {
+		return nil, errno
+	}
 	w, err := f.VFS.Create(dir, name, size)
 	if err != nil {
 		return nil, err
@@ -316,4 +338,56 @@ func TestOnlyAFailedWriteOfTheDiskStopsTheNode(t *testing.T) {
 		_, _, stop := engine.FailedWrite(c.err)
 		require.Equal(t, c.stop, stop, "%v", c.err)
 	}
+}
+
+// A raft log whose next segment file could not be made for an I/O error
+// (EIO from the preallocation, in the rotation raft-wal runs after the
+// append that filled a segment) stops the node, as a failed append does.
+// It was sealed as if the disk were full, and reopened every 5 s with
+// messages about space, which freeing space could never cure.
+func TestRaftLogRotationIOErrorStopsTheNode(t *testing.T) {
+	f := useFaultyWAL(t)
+	stops := stopHook(t)
+	data := t.TempDir()
+	dir := filepath.Join(data, logStoreDir)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	var logs logBuffer
+	ls, err := openWAL(dir, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	require.NoError(t, ls.StoreLogs(entries(1, 1, 1, 1<<20)))
+	f.armCreate(data, syscall.EIO)
+	for i := uint64(2); !ls.sealed.Load(); i++ {
+		require.Less(t, i, uint64(200), "the log never filled its segment")
+		require.NoError(t, ls.StoreLogs(entries(1, i, i, 1<<20)))
+		ls.awaitRotation()
+	}
+	require.EqualValues(t, 1, f.failed.Load())
+	require.EqualValues(t, 1, stops.Load(), "the node must stop when its raft log cannot make a segment file for an I/O error; it logged:\n%s", logs.String())
+	out := logs.String()
+	require.Contains(t, out, "input/output error")
+	require.Contains(t, out, "Check the disk")
+}
+
+// The same rotation refused for space (ENOSPC) does not stop the node: the
+// log is sealed, and reopened once there is room (TestSealedLogReopensOnceThereIsRoom).
+func TestRaftLogRotationOutOfSpaceDoesNotStopTheNode(t *testing.T) {
+	f := useFaultyWAL(t)
+	stops := stopHook(t)
+	data := t.TempDir()
+	dir := filepath.Join(data, logStoreDir)
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	var logs logBuffer
+	ls, err := openWAL(dir, slog.New(slog.NewTextHandler(&logs, nil)))
+	require.NoError(t, err)
+	t.Cleanup(func() { ls.Close() })
+	require.NoError(t, ls.StoreLogs(entries(1, 1, 1, 1<<20)))
+	f.armCreate(data, syscall.ENOSPC)
+	for i := uint64(2); !ls.sealed.Load(); i++ {
+		require.Less(t, i, uint64(200), "the log never filled its segment")
+		require.NoError(t, ls.StoreLogs(entries(1, i, i, 1<<20)))
+		ls.awaitRotation()
+	}
+	require.EqualValues(t, 1, f.failed.Load())
+	require.Zero(t, stops.Load(), "a rotation refused for space must not stop the node; it logged:\n%s", logs.String())
 }

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -315,7 +316,7 @@ func (s *LogStore) open() error {
 		s.log.Warn("raft log: "+torn, "dir", s.path)
 	}
 	meta := &metadb.BoltMetaDB{}
-	logger := rotateWatch{newHCLog(s.log), &s.sealed}
+	logger := rotateWatch{newHCLog(s.log), &s.sealed, s.stopOnIOError}
 	var w *wal.WAL
 	var err error
 	if walVFS != nil {
@@ -363,9 +364,16 @@ func lostMeta(dir string) error {
 // make the next one) marks the log sealed at once: the appends that would
 // find it so may never reach raft-wal (a follower's are refused on a full
 // disk before it), and a truncation meanwhile must not go through.
+//
+// A rotation that failed for an I/O error (EIO: making the segment file,
+// or writing or syncing raft-wal's metadata) stops the node, as a failed
+// append does (stopOnFailedWrite): sealed, it was met as a full disk,
+// reopened every few seconds with messages about space that freeing
+// space could never cure.
 type rotateWatch struct {
 	hclog.Logger
 	sealed *atomic.Bool
+	stop   func(error)
 }
 
 func (r rotateWatch) Error(msg string, args ...any) {
@@ -373,6 +381,13 @@ func (r rotateWatch) Error(msg string, args ...any) {
 		r.sealed.Store(true)
 	}
 	r.Logger.Error(msg, args...)
+	if msg == "rotate error" {
+		for _, a := range args {
+			if err, ok := a.(error); ok && errors.Is(err, syscall.EIO) {
+				r.stop(err)
+			}
+		}
+	}
 }
 
 // segmentSize is the size of each raft log segment file: raft-wal
@@ -1160,8 +1175,13 @@ var exit = os.Exit
 // acknowledge entries its disk may not hold. It stops, as a kill -9 would:
 // nothing it acknowledged is at stake, and at its next start raft-wal
 // reads the log back from what the disk holds.
-func (s guardedLogStore) stopOnFailedWrite(err error) {
-	s.g.log.Error(fmt.Sprintf("the raft log in %s could not be written (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
-		"Nothing it acknowledged is lost. Check the disk and the filesystem (dmesg, SMART), and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", s.path, err))
+func (s guardedLogStore) stopOnFailedWrite(err error) { stopOnIOError(s.g.log, s.path, err) }
+
+// stopOnIOError is stopOnFailedWrite for a rotation that failed (rotateWatch).
+func (s *LogStore) stopOnIOError(err error) { stopOnIOError(s.log, s.path, err) }
+
+func stopOnIOError(log *slog.Logger, path string, err error) {
+	log.Error(fmt.Sprintf("the raft log in %s could not be written (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
+		"Nothing it acknowledged is lost. Check the disk and the filesystem (dmesg, SMART), and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err))
 	exit(1)
 }
