@@ -125,7 +125,10 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	t.Parallel()
 	started := make(chan middleware.Attempt, 1)
 	cause := make(chan error, 1)
-	e := newEnv(t, middleware.Options{Lease: 300 * time.Millisecond}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	// (A 1 s lease, not 300 ms: at load 16 an extension came back after
+	// 300 ms, the lease was lost before the delete, and the record was
+	// already completed.)
+	e := newEnv(t, middleware.Options{Lease: time.Second}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		a, _ := middleware.FromContext(r.Context())
 		started <- a
 		select {
@@ -139,8 +142,8 @@ func TestLostLeaseCancelsTheHandler(t *testing.T) {
 	done := make(chan answer, 1)
 	go func() { done <- e.post("/long", `"l1"`, "{}") }()
 	a := <-started
-	// The handler outlives its lease several times: the extensions keep it.
-	time.Sleep(700 * time.Millisecond)
+	// The handler outlives its lease: the extensions keep it.
+	time.Sleep(2 * time.Second)
 	rec, err := e.store.Get(context.Background(), a.Principal, a.Endpoint, a.Key, "")
 	require.NoError(t, err)
 	require.Equal(t, client.StateInProgress, rec.State)
@@ -618,7 +621,9 @@ func TestCompleteOutlivesAStoreOutageWithinTheLease(t *testing.T) {
 	require.NoError(t, err)
 	store := &outage{Client: real}
 	var runs atomic.Int32
-	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, StoreTimeout: 300 * time.Millisecond, Lease: 5 * time.Second},
+	// (StoreTimeout 1 s, not 300 ms: at load 16 the claim itself, before
+	// the outage, outlasted 300 ms and was answered 503.)
+	send := keyedServer(t, idemtest.Options{}, middleware.Options{Store: store, StoreTimeout: time.Second, Lease: 10 * time.Second},
 		func(w http.ResponseWriter, r *http.Request) {
 			runs.Add(1)
 			store.down.Store(true) // the store goes away while the handler runs
@@ -627,7 +632,7 @@ func TestCompleteOutlivesAStoreOutageWithinTheLease(t *testing.T) {
 		})
 	resp, body := send("outage-1")
 	require.Equal(t, http.StatusCreated, resp.StatusCode, body)
-	time.Sleep(time.Second) // three StoreTimeouts: given up, before
+	time.Sleep(3 * time.Second) // three StoreTimeouts: given up, before
 	store.down.Store(false)
 	require.Eventually(t, func() bool {
 		resp, body := send("outage-1")
