@@ -131,6 +131,9 @@ type Credentials struct {
 	// (ParseAuthFile; nil otherwise): comments and blank lines are
 	// skipped, so it is not the N of the token's name line-N.
 	legacyLines []int
+	// legacyOpenEnd: the old-format file's last token has no line end
+	// after it (OpenLastToken).
+	legacyOpenEnd bool
 }
 
 // HashToken returns the hex SHA-256 of a token: what the auth file stores.
@@ -278,7 +281,29 @@ func ParseAuthFile(b []byte) (*Credentials, error) {
 	}
 	c := LegacyCredentials(tokens)
 	c.legacyLines = lines
+	c.legacyOpenEnd = !bytes.HasSuffix(bytes.TrimRight(b, " \t"), []byte("\n")) &&
+		strings.TrimSpace(string(b[bytes.LastIndexByte(b, '\n')+1:])) == tokens[len(tokens)-1]
 	return c, nil
+}
+
+// OpenLastToken says whether c, read from an old-format file to replace
+// prev, ends in a token that may be cut short: it has no line end after
+// it and is not a token prev takes. Such a file may have been read
+// part-way through a save (an editor or a copy writing it in place as
+// SIGHUP came, or a token being appended), and in this format every line
+// is an admin token: the cut start of one, as short as a byte, would have
+// become one. A line end is how the file says its last token is whole.
+// It names the file line of that token.
+func (c *Credentials) OpenLastToken(prev *Credentials) (line int, open bool) {
+	if c == nil || !c.legacyOpenEnd || len(c.legacy) == 0 {
+		return 0, false
+	}
+	if prev != nil {
+		if _, ok := prev.Authenticate(c.legacy[len(c.legacy)-1]); ok {
+			return 0, false
+		}
+	}
+	return c.legacyLines[len(c.legacyLines)-1], true
 }
 
 // plainToken says why t, a line of an old-format file, cannot be a bearer

@@ -592,3 +592,43 @@ func TestReadyzTellsWhyOnlyToOperators(t *testing.T) {
 	requireProblem(t, r, http.StatusServiceUnavailable, "unavailable")
 	require.Contains(t, string(r.raw), why)
 }
+
+// An old-format file whose last token has no line end after it may have
+// been read part-way through a save: that token is open unless the
+// credentials it replaces take it (cmd/idem's reload refuses the file).
+func TestOpenLastTokenOfAnOldFormatFile(t *testing.T) {
+	prev, err := api.ParseAuthFile([]byte("alpha-token-0123456789\nbeta-token-0123456789\n"))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		file string
+		line int // 0: not open
+	}{
+		{"alpha-token-0123456789\nbeta-token-0123456789\n", 0},
+		{"alpha-token-0123456789\nbeta-token-0123456789", 0}, // in force: whole
+		{"alpha-token-0123456789\nbeta-token-0123456789\r\n", 0},
+		{"alpha-token-0123456789\nbeta-token-0123456789\r", 0},
+		{"alpha-token-0123456789\nbeta-tok", 2},
+		{"alpha-token-0123456789\n# comment\n\nb", 4},
+		{"a", 1},
+		{"alpha-token-0123456789\ngamma-token-0123456789", 2}, // new, no line end
+		{"alpha-token-0123456789\ngamma-token-0123456789  \n", 0},
+		{"alpha-token-0123456789\n# a comment without a line end", 0},
+	} {
+		c, err := api.ParseAuthFile([]byte(tc.file))
+		require.NoError(t, err, "%q", tc.file)
+		line, open := c.OpenLastToken(prev)
+		require.Equal(t, tc.line != 0, open, "%q", tc.file)
+		require.Equal(t, tc.line, line, "%q", tc.file)
+	}
+	// Replacing a JSON file: its tokens are known by hash only.
+	j, err := api.ParseAuthFile([]byte(fmt.Sprintf(`{"tokens":[{"name":"ops","sha256":%q,"role":"admin"}]}`, api.HashToken("beta-token-0123456789"))))
+	require.NoError(t, err)
+	c, err := api.ParseAuthFile([]byte("beta-token-0123456789"))
+	require.NoError(t, err)
+	_, open := c.OpenLastToken(j)
+	require.False(t, open)
+	c, err = api.ParseAuthFile([]byte("beta-token"))
+	require.NoError(t, err)
+	_, open = c.OpenLastToken(j)
+	require.True(t, open)
+}

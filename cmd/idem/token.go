@@ -474,21 +474,31 @@ func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken
 			return
 		case <-hup:
 		}
-		creds, err := api.LoadAuthFile(path)
-		if err != nil {
-			why := strings.ReplaceAll(err.Error(), "api: ", "")
-			log.Error("auth file not reloaded: the tokens loaded before stay in force", "auth-file", path, "error", why)
-			auth.SetReloadError(time.Now().UTC().Format(time.RFC3339) + ": " + why)
-			continue
-		}
-		if nodeToken != "" {
-			if cred, ok := creds.Authenticate(nodeToken); !ok || cred.Role != api.RoleAdmin {
-				log.Warn("the reloaded auth file has no admin entry for this node's --node-token-file: other nodes with the same file will refuse this node's calls", "auth-file", path)
-			}
-		}
-		auth.Set(creds)
-		auth.SetReloadError("")
-		logAuth(log, "auth file reloaded", path, creds)
-		warnOpenFile(log, "--auth-file", path, authFileWhy)
+		reloadAuth(path, auth, nodeToken, log)
 	}
+}
+
+// reloadAuth is one reload of reloadAuthOnHUP.
+func reloadAuth(path string, auth *api.Auth, nodeToken string, log *slog.Logger) {
+	creds, err := api.LoadAuthFile(path)
+	if err == nil {
+		if line, open := creds.OpenLastToken(auth.Credentials()); open {
+			err = fmt.Errorf("%s: its last line (line %d) is a token not in force with no line end after it: the file may have been read part-way through a save (an editor or a copy writing it in place as SIGHUP came), and in this format every line is an admin token, so a cut one would be too. End the last line with a line end and send SIGHUP again; a JSON auth file (docs/SECURITY.md) is never taken part-way", path, line)
+		}
+	}
+	if err != nil {
+		why := strings.ReplaceAll(err.Error(), "api: ", "")
+		log.Error("auth file not reloaded: the tokens loaded before stay in force", "auth-file", path, "error", why)
+		auth.SetReloadError(time.Now().UTC().Format(time.RFC3339) + ": " + why)
+		return
+	}
+	if nodeToken != "" {
+		if cred, ok := creds.Authenticate(nodeToken); !ok || cred.Role != api.RoleAdmin {
+			log.Warn("the reloaded auth file has no admin entry for this node's --node-token-file: other nodes with the same file will refuse this node's calls", "auth-file", path)
+		}
+	}
+	auth.Set(creds)
+	auth.SetReloadError("")
+	logAuth(log, "auth file reloaded", path, creds)
+	warnOpenFile(log, "--auth-file", path, authFileWhy)
 }
