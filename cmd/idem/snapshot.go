@@ -641,7 +641,6 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			return 1
 		}
 	}
-	os.Remove(lockPath)
 	if existed {
 		if err := os.Remove(abs); err != nil {
 			fmt.Fprintf(stderr, "%s: --data-dir: %v (nothing was written to %s)\n", name, err, dataDir)
@@ -653,6 +652,11 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		return 1
 	}
 	done = true
+	// The lock goes only now, from DIR: removed before the rename, a kill
+	// in between left a whole copy without it, which no later restore
+	// could tell from one still running, nor remove (a kill -9 walk). A
+	// kill here leaves an empty .restore-lock in DIR, which nothing reads.
+	os.Remove(filepath.Join(abs, restoreLockName))
 	syncDir(parent)
 	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s; the raft log goes on at index %d\n",
 		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs), info.Stream.Meta.Applied+1)
@@ -696,8 +700,8 @@ func refuseLiveSource(ctx context.Context, stderr io.Writer, name string, member
 }
 
 // restoreLockName is the file in a restore's copy (DIR.restore-*) on
-// which the restore holds an flock while it runs; it is removed before
-// the copy is renamed into DIR.
+// which the restore holds an flock while it runs; it is removed once the
+// copy is renamed into DIR.
 const restoreLockName = ".restore-lock"
 
 // clearLeftRestores removes the copies, DIR.restore-*, that restores into
