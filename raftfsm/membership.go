@@ -1817,15 +1817,15 @@ func (n *Node) membersHave(feature string) bool {
 }
 
 // othersList reports whether every member of conf but this node has
-// answered a health check of term listing feature. The caller holds
-// n.peers.mu.
+// answered a health check of term listing feature ("": any answer). The
+// caller holds n.peers.mu.
 func (n *Node) othersList(conf raft.Configuration, feature string, term uint64) bool {
 	for _, s := range conf.Servers {
 		if string(s.ID) == n.self.ID {
 			continue
 		}
 		h := n.peers.byID[string(s.ID)]
-		if n.peers.term != term || h == nil || h.answeredAt.IsZero() || !slices.Contains(h.features, feature) {
+		if n.peers.term != term || h == nil || h.answeredAt.IsZero() || feature != "" && !slices.Contains(h.features, feature) {
 			return false
 		}
 	}
