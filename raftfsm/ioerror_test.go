@@ -346,48 +346,39 @@ func TestOnlyAFailedWriteOfTheDiskStopsTheNode(t *testing.T) {
 // It was sealed as if the disk were full, and reopened every 5 s with
 // messages about space, which freeing space could never cure.
 func TestRaftLogRotationIOErrorStopsTheNode(t *testing.T) {
-	f := useFaultyWAL(t)
-	stops := stopHook(t)
-	data := t.TempDir()
-	dir := filepath.Join(data, logStoreDir)
-	require.NoError(t, os.MkdirAll(dir, 0o700))
-	var logs logBuffer
-	ls, err := openWAL(dir, slog.New(slog.NewTextHandler(&logs, nil)))
-	require.NoError(t, err)
-	t.Cleanup(func() { ls.Close() })
-	require.NoError(t, ls.StoreLogs(entries(1, 1, 1, 1<<20)))
-	f.armCreate(data, syscall.EIO)
-	for i := uint64(2); !ls.sealed.Load(); i++ {
-		require.Less(t, i, uint64(200), "the log never filled its segment")
-		require.NoError(t, ls.StoreLogs(entries(1, i, i, 1<<20)))
-		ls.awaitRotation()
-	}
-	require.EqualValues(t, 1, f.failed.Load())
-	require.EqualValues(t, 1, stops.Load(), "the node must stop when its raft log cannot make a segment file for an I/O error; it logged:\n%s", logs.String())
-	out := logs.String()
-	require.Contains(t, out, "input/output error")
-	require.Contains(t, out, "Check the disk")
+	stops, logs := failRotation(t, syscall.EIO)
+	require.EqualValues(t, 1, stops, "the node must stop when its raft log cannot make a segment file for an I/O error; it logged:\n%s", logs)
+	require.Contains(t, logs, "input/output error")
+	require.Contains(t, logs, "Check the disk")
 }
 
 // The same rotation refused for space (ENOSPC) does not stop the node: the
 // log is sealed, and reopened once there is room (TestSealedLogReopensOnceThereIsRoom).
 func TestRaftLogRotationOutOfSpaceDoesNotStopTheNode(t *testing.T) {
+	stops, logs := failRotation(t, syscall.ENOSPC)
+	require.Zero(t, stops, "a rotation refused for space must not stop the node; it logged:\n%s", logs)
+}
+
+// failRotation fills a raft log's first segment with 1 MiB entries, its
+// next segment file failing to be made with errno, and returns how often
+// the node was stopped (stopHook) and what the log said.
+func failRotation(t *testing.T, errno syscall.Errno) (stops int32, logs string) {
 	f := useFaultyWAL(t)
-	stops := stopHook(t)
+	stopped := stopHook(t)
 	data := t.TempDir()
 	dir := filepath.Join(data, logStoreDir)
 	require.NoError(t, os.MkdirAll(dir, 0o700))
-	var logs logBuffer
-	ls, err := openWAL(dir, slog.New(slog.NewTextHandler(&logs, nil)))
+	var buf logBuffer
+	ls, err := openWAL(dir, slog.New(slog.NewTextHandler(&buf, nil)))
 	require.NoError(t, err)
 	t.Cleanup(func() { ls.Close() })
 	require.NoError(t, ls.StoreLogs(entries(1, 1, 1, 1<<20)))
-	f.armCreate(data, syscall.ENOSPC)
+	f.armCreate(data, errno)
 	for i := uint64(2); !ls.sealed.Load(); i++ {
 		require.Less(t, i, uint64(200), "the log never filled its segment")
 		require.NoError(t, ls.StoreLogs(entries(1, i, i, 1<<20)))
 		ls.awaitRotation()
 	}
 	require.EqualValues(t, 1, f.failed.Load())
-	require.Zero(t, stops.Load(), "a rotation refused for space must not stop the node; it logged:\n%s", logs.String())
+	return stopped.Load(), buf.String()
 }

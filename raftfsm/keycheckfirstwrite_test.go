@@ -17,13 +17,7 @@ import (
 // within a few seconds of leading. Unmeasured members are asked again at
 // the next round.
 func TestCheckValueRecordedSoonAfterANewLeadersFirstWrite(t *testing.T) {
-	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	c.leader(n1)
-	n2 := c.open("n2", "", false)
-	c.join(n2, n1)
-	n3 := c.open("n3", "", false)
-	c.join(n3, n1)
+	n1, n2, n3 := newMemCluster(t).three()
 	require.NoError(t, n1.TransferLeadershipTo("n2"))
 	require.Eventually(t, n2.IsLeader, 10*time.Second, time.Millisecond)
 	for _, n := range []*Node{n1, n2, n3} {
