@@ -37,7 +37,7 @@ func TestJoiningNodeDoesNotCampaignInTheOneNodeStretch(t *testing.T) {
 	c.join(n3, n1)
 	c.stop(n1)
 	l := c.leader(n2, n3)
-	require.Eventually(t, func() bool { return l.Remove("n1", false) == nil }, 15*time.Second, 200*time.Millisecond)
+	c.removeStopped(l, "n1")
 	require.NoError(t, claim(l, "after"))
 
 	fresh := c.open("n1", "", false)

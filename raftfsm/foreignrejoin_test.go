@@ -38,7 +38,7 @@ func TestFreshNodeRejoiningUnderTheBootstrapIDCatchesUp(t *testing.T) {
 	c.join(n3, n1)
 	c.stop(n1)
 	l := c.leader(n2, n3)
-	require.Eventually(t, func() bool { return l.Remove("n1", false) == nil }, 15*time.Second, 200*time.Millisecond)
+	c.removeStopped(l, "n1")
 	require.NoError(t, claim(l, "after"))
 
 	fresh := c.open("n1", "", false)
@@ -93,7 +93,7 @@ func TestFreshNodeRestartedInTheOneNodeStretchStartsEmpty(t *testing.T) {
 	c.join(n3, n1)
 	c.stop(n1)
 	l := c.leader(n2, n3)
-	require.Eventually(t, func() bool { return l.Remove("n1", false) == nil }, 15*time.Second, 200*time.Millisecond)
+	c.removeStopped(l, "n1")
 	require.NoError(t, claim(l, "after"))
 
 	require.NoError(t, os.WriteFile(filepath.Join(stretch, joiningFile), []byte(admissionPrefix+"1000000\n"), 0o600)) // admitted further on

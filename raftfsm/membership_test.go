@@ -118,6 +118,25 @@ func (c *memCluster) three() (n1, n2, n3 *Node) {
 	return n1, n2, n3
 }
 
+// removeStopped removes the stopped member id through the leader l, asking
+// again while l refuses it: a new leader judges the voters left healthy
+// only once its measurements cover them, which took over 15 s on a loaded
+// CI machine (ci-59). On failure it names l's last refusal.
+func (c *memCluster) removeStopped(l *Node, id string) {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := l.Remove(id, false)
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("removing %s: still refused after 30 s: %v", id, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // join adds n through the leader among via and waits until n is a voter.
 // A join whose leader lost the lead (a loaded machine starves heartbeats)
 // is asked again of the next one, as idem serve's join does: a join of a
