@@ -263,7 +263,7 @@ func ParseAuthFile(b []byte) (*Credentials, error) {
 	}
 	var tokens []string
 	var lines []int
-	n := 0
+	n, openEnd := 0, false
 	for line := range strings.Lines(string(b)) {
 		n++
 		t := strings.TrimSpace(line)
@@ -275,14 +275,14 @@ func ParseAuthFile(b []byte) (*Credentials, error) {
 		}
 		tokens = append(tokens, t)
 		lines = append(lines, n)
+		openEnd = !strings.HasSuffix(line, "\n") // only the file's last line may lack one
 	}
 	if len(tokens) == 0 {
 		return nil, errors.New("api: the auth file holds no token")
 	}
 	c := LegacyCredentials(tokens)
 	c.legacyLines = lines
-	c.legacyOpenEnd = !bytes.HasSuffix(bytes.TrimRight(b, " \t"), []byte("\n")) &&
-		strings.TrimSpace(string(b[bytes.LastIndexByte(b, '\n')+1:])) == tokens[len(tokens)-1]
+	c.legacyOpenEnd = openEnd
 	return c, nil
 }
 

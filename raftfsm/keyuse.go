@@ -1088,7 +1088,7 @@ func (n *Node) recordKeyCheck(id string, own []byte) ([]byte, error) {
 			// next round, not in 10 s, as the docs' "within a few
 			// seconds of leading" says (a walk saw "not recorded" for
 			// 10 s after a new encrypted cluster's first writes).
-			k.retryAt.Store(mono.Now() + int64(keyCheckRetry/10))
+			k.retryAt.Store(mono.Now() + int64(probeEvery))
 			return nil, nil
 		}
 		k.retryAt.Store(mono.Now() + int64(keyCheckRetry))

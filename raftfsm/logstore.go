@@ -377,15 +377,18 @@ type rotateWatch struct {
 }
 
 func (r rotateWatch) Error(msg string, args ...any) {
-	if msg == "rotate error" {
+	rotate := msg == "rotate error"
+	if rotate {
 		r.sealed.Store(true)
 	}
 	r.Logger.Error(msg, args...)
-	if msg == "rotate error" {
-		for _, a := range args {
-			if err, ok := a.(error); ok && errors.Is(err, syscall.EIO) {
-				r.stop(err)
-			}
+	if !rotate {
+		return
+	}
+	for _, a := range args {
+		if err, ok := a.(error); ok && errors.Is(err, syscall.EIO) {
+			r.stop(err)
+			return
 		}
 	}
 }
