@@ -52,15 +52,13 @@ func (f *faultyWAL) arm(dir string, writes, syncs int, errno syscall.Errno) {
 	f.dir, f.failWrite, f.failSync, f.errno = dir, writes, syncs, errno
 }
 
-func (f *faultyWAL) take(dir string, sync bool) (syscall.Errno, bool) {
+// take uses up one of the failures left (f.failWrite, f.failSync or
+// f.failCreate) for a file in dir, if it is the failing node's.
+func (f *faultyWAL) take(dir string, left *int) (syscall.Errno, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.dir == "" || !strings.HasPrefix(dir, f.dir+string(filepath.Separator)) {
 		return 0, false
-	}
-	left := &f.failWrite
-	if sync {
-		left = &f.failSync
 	}
 	if *left == 0 {
 		return 0, false
@@ -79,15 +77,7 @@ func (f *faultyWAL) armCreate(dir string, errno syscall.Errno) {
 }
 
 func (f *faultyWAL) Create(dir, name string, size uint64) (waltypes.WritableFile, error) {
-	f.mu.Lock()
-	fail := f.failCreate > 0 && f.dir != "" && strings.HasPrefix(dir, f.dir+string(filepath.Separator))
-	if fail {
-		f.failCreate--
-		f.failed.Add(1)
-	}
-	errno := f.errno
-	f.mu.Unlock()
-	if fail {
+	if errno, ok := f.take(dir, &f.failCreate); ok {
 		return nil, errno
 	}
 	w, err := f.VFS.Create(dir, name, size)
@@ -112,7 +102,7 @@ type faultyFile struct {
 }
 
 func (w *faultyFile) WriteAt(p []byte, off int64) (int, error) {
-	if errno, ok := w.f.take(w.dir, false); ok {
+	if errno, ok := w.f.take(w.dir, &w.f.failWrite); ok {
 		n, _ := w.WritableFile.WriteAt(p[:len(p)/2], off)
 		return n, &os.PathError{Op: "write", Path: w.path, Err: errno}
 	}
@@ -120,7 +110,7 @@ func (w *faultyFile) WriteAt(p []byte, off int64) (int, error) {
 }
 
 func (w *faultyFile) Sync() error {
-	if errno, ok := w.f.take(w.dir, true); ok {
+	if errno, ok := w.f.take(w.dir, &w.f.failSync); ok {
 		return &os.PathError{Op: "sync", Path: w.path, Err: errno}
 	}
 	return w.WritableFile.Sync()
