@@ -70,13 +70,20 @@ const DefaultMemTableBytes = 4 << 20
 // against 69-70, `idem bench --batch 256`, 64 clients, intervals 8-32 s
 // of one run, interleaved) and the node did 10-40% more claims per
 // second; a mix of completes, duplicates and lookups (which read level 0)
-// was unchanged. It stays far below l0StopWrites: a bucket drop's long
-// compaction holds level 0 back for ~15 s, a few dozen flushes at most.
-const l0CompactionThreshold = 16
+// was unchanged. At 48 (2026-12-07) a fresh claim cost another 15% less
+// server CPU over 40 s runs (42.8 us against 50.2, five interleaved pairs
+// of `idem bench --batch 256`, 64 clients) for 10% more claims per second,
+// and `idem bench scale` at 1 M records did 14,287 claims/s, p99 11.8 ms,
+// against 10,451, 14.3 ms; the mix was unchanged again (bloom filters keep
+// a read from opening the sublevels that lack its key).
+const l0CompactionThreshold = 48
 
 // l0StopWrites is how many level-0 sublevels stop every write (Pebble's
-// L0StopWritesThreshold; its default is 12).
-const l0StopWrites = 96
+// L0StopWritesThreshold; its default is 12). It stays 80 sublevels above
+// l0CompactionThreshold: a bucket drop's compaction holds the only
+// compaction slot for ~15-20 s under load while the 4 MiB memtables' flushes
+// pile up in level 0, ~4 a second at 25k claims/s, 60-80 in all.
+const l0StopWrites = 128
 
 // Meta is the FSM metadata stored beside the data, always written in the same
 // batch as the data it describes.
