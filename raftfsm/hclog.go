@@ -54,7 +54,18 @@ func (h *hclogAdapter) log(level slog.Level, msg string, args ...any) {
 	if !h.l.Enabled(context.Background(), level) {
 		return
 	}
-	h.l.Log(context.Background(), level, "raft: "+msg, append(append([]any(nil), h.args...), args...)...)
+	all := append(append([]any(nil), h.args...), args...)
+	for i, a := range all {
+		// hclog.Fmt("%d / %d", n, size), as raft passes a snapshot's
+		// received bytes: slog printed the slice itself,
+		// received="[%d / %d 157119592 293176115]".
+		if f, ok := a.(hclog.Format); ok && len(f) > 0 {
+			if format, ok := f[0].(string); ok {
+				all[i] = fmt.Sprintf(format, f[1:]...)
+			}
+		}
+	}
+	h.l.Log(context.Background(), level, "raft: "+msg, all...)
 }
 
 func (h *hclogAdapter) Log(level hclog.Level, msg string, args ...any) {

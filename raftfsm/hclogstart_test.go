@@ -12,9 +12,22 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 )
+
+// Raft passes some values as hclog.Fmt (a snapshot's received bytes when
+// its leader died midway): they are logged formatted, not as the slice of
+// the format and its arguments (a walk that killed leaders mid-send read
+// received="[%d / %d 157119592 293176115]").
+func TestRaftFormattedValuesAreFormatted(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	h.Error("failed to receive whole snapshot", "received", hclog.Fmt("%d / %d", int64(157119592), int64(293176115)))
+	require.Contains(t, buf.String(), `received="157119592 / 293176115"`)
+	require.NotContains(t, buf.String(), "%d")
+}
 
 // A healthy start logs no raft warning: a node that has known no leader
 // since it started times out once before its first election, and a node
