@@ -16,6 +16,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/internal/jsonstrict"
@@ -93,6 +94,12 @@ func (e *SealedError) Unwrap() error { return ErrEncryption }
 type MissingKeysError struct {
 	IDs  []string // needed and missing, sorted
 	Have []string // the node's key ids, the first encrypting
+	// ExpiredMs, when not 0, is when the last record under those keys
+	// expired (cluster time, unix ms), already past by this node's wall
+	// clock: the other nodes may have dropped those records, and the key
+	// left their key files at rotation step 3, while this node was
+	// stopped.
+	ExpiredMs int64
 }
 
 func (e *MissingKeysError) Error() string {
@@ -105,9 +112,18 @@ func (e *MissingKeysError) Error() string {
 		return fmt.Sprintf("raftfsm: this data dir holds records encrypted with key %s, and the node was started without --encryption-key-file: "+
 			"start it with a key file that holds %s; nothing was changed", ids, ids)
 	}
-	return fmt.Sprintf("raftfsm: this data dir holds records encrypted with key %s, which --encryption-key-file does not hold (it holds %s): "+
+	msg := fmt.Sprintf("raftfsm: this data dir holds records encrypted with key %s, which --encryption-key-file does not hold (it holds %s): "+
 		"add %s to the key file, after the first key (the first encrypts new records, the others only decrypt), and start again; nothing was changed",
 		ids, strings.Join(e.Have, ", "), ids)
+	if e.ExpiredMs != 0 {
+		msg += fmt.Sprintf(". Those records expired at %s (cluster time): if the other nodes have dropped them and the key was removed from their key files "+
+			"(key rotation step 3) while this node was stopped, this node's state is older than theirs and needs the key until it has caught up; "+
+			"add it back for this start, and remove it again once idem keys status --addr on this node shows no values under it. "+
+			"If the key is gone, this node cannot start on this data dir: run idem cluster remove --id for this node on a running member, "+
+			"move this data dir aside, and start the node on an empty data dir with --join",
+			time.UnixMilli(e.ExpiredMs).UTC().Format(time.RFC3339))
+	}
+	return msg
 }
 
 // Keyring is a node's encryption keys: the first seals new values, every one

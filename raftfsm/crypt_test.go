@@ -292,6 +292,44 @@ func TestRotationAndTurningEncryptionOn(t *testing.T) {
 	require.True(t, k1Resp.Equal(lookup(t, m, k1Scope).Response))
 }
 
+// A node stopped through a key rotation's last step (the old key removed
+// from every other node's key file once its records expired and were
+// dropped) still holds those records: started with the new key alone it
+// refuses, and says that they expired, that it needs the key until it has
+// caught up, and what to do without it. Records not expired yet get the
+// plain refusal.
+func TestMissingKeyOfExpiredRecordsSaysTheNodeIsBehind(t *testing.T) {
+	n := mustNode(t, func(c *Config) {
+		c.Keyring = testRing(t, "k1")
+		c.BucketWidth = 100 * time.Millisecond
+		c.SweepInterval = time.Hour // stopped before its buckets were dropped
+	})
+	s := engine.Scope{Principal: "p", Endpoint: "e", Key: "old"}
+	_, _, err := n.Claim(engine.ClaimArgs{Scope: s, Fingerprint: "aa", CorrelationID: "c", LeaseMs: 100, RetentionMs: 3000})
+	require.NoError(t, err)
+	cfg := n.cfg
+	require.NoError(t, n.Close())
+
+	cfg.Keyring = testRing(t, "k2")
+	_, err = Open(cfg)
+	require.ErrorContains(t, err, `encrypted with key "k1"`)
+	if !strings.Contains(err.Error(), "expired at") {
+		// (A machine slow enough to take 3 s to close and open a node
+		// sees the record expired already.)
+		require.Contains(t, err.Error(), "and start again; nothing was changed")
+	}
+	require.Eventually(t, func() bool {
+		_, err = Open(cfg)
+		return err != nil && strings.Contains(err.Error(), "expired at")
+	}, 10*time.Second, 100*time.Millisecond, "%v", err)
+	var mk *MissingKeysError
+	require.ErrorAs(t, err, &mk)
+	require.Equal(t, []string{"k1"}, mk.IDs)
+	require.Contains(t, err.Error(), "key rotation step 3")
+	require.Contains(t, err.Error(), "add it back for this start")
+	require.Contains(t, err.Error(), "start the node on an empty data dir with --join")
+}
+
 // A record this node cannot decrypt is an error naming the key, never
 // ciphertext; a decision that shows no stored value still stands.
 func TestUndecryptableRecordIsAnErrorNamingTheKey(t *testing.T) {

@@ -320,13 +320,23 @@ func (n *Node) checkKeys() error {
 		return err
 	}
 	var missing []string
+	var until int64
 	for _, u := range n.KeyUse() {
 		if !n.Keyring().Has(u.ID) {
 			missing = append(missing, u.ID)
+			until = max(until, u.UntilMs)
 		}
 	}
 	if len(missing) > 0 {
-		return &MissingKeysError{IDs: missing, Have: n.Keyring().IDs()}
+		e := &MissingKeysError{IDs: missing, Have: n.Keyring().IDs()}
+		// Cluster time follows the nodes' wall clocks (trailing them by
+		// any time the whole cluster was down): records whose end is
+		// still ahead by this clock are most likely needed still; past
+		// it, the rest of the cluster may have dropped them.
+		if until != 0 && until <= time.Now().UnixMilli() {
+			e.ExpiredMs = until
+		}
+		return e
 	}
 	if wrong := n.wrongKeys(); len(wrong) > 0 {
 		e := &KeyMismatchError{IDs: wrong}
