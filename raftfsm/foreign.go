@@ -1,11 +1,14 @@
 package raftfsm
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -97,16 +100,53 @@ func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress
 // (superseded.go): so a left-out member learns it when it first stands for
 // election, as a rule before it leads (its appends would tell it only once
 // it leads).
+//
+// Both are asked again on a stale pooled connection (freshConn).
 func (g *foreignGuard) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	err := g.NetworkTransport.RequestVote(id, target, args, resp)
+	err := freshConn(func() error { return g.NetworkTransport.RequestVote(id, target, args, resp) })
 	g.toldLeftOut(id, target, err)
 	return err
 }
 
 func (g *foreignGuard) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	err := g.NetworkTransport.RequestPreVote(id, target, args, resp)
+	err := freshConn(func() error { return g.NetworkTransport.RequestPreVote(id, target, args, resp) })
 	g.toldLeftOut(id, target, err)
 	return err
+}
+
+// freshConn runs rpc, a vote or pre-vote request to a peer, again while
+// it fails as one sent on a connection the peer had closed: raft's
+// transport pools the connections it opened to each peer (newRaftTransport's
+// MaxPool) and hands an RPC one without checking it, so the first RPCs to
+// a peer restarted since fail at once (EOF, a reset), each dropping its
+// connection, and the last try dials a new one. A follower opens
+// connections only when it campaigns or leads, so its pool to every peer
+// restarted since it last did is stale: its vote requests to them failed,
+// and raft asks each voter once an election. A leader's hand-off target
+// with three such peers of five got two votes: the old leader stepped
+// down for the term, nobody won it, and the old leader won the next
+// (TestTransferTargetWinsWithStaleConnectionsToRestartedPeers). Asking a
+// vote or a pre-vote again changes nothing a first answer did: a voter
+// grants the same candidate the same term again, and a pre-vote changes
+// nothing. A leader's hand-off (TimeoutNow) is not asked again: one that
+// reached its target and lost only its answer would make the target, a
+// candidate or already the new leader, campaign once more; and a leader's
+// pool is kept fresh by its own appends.
+func freshConn(rpc func() error) error {
+	var err error
+	for try := 0; try <= raftMaxPool; try++ {
+		if err = rpc(); !staleConnError(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// staleConnError reports whether err is what an RPC sent on a connection
+// its peer had closed gets: the peer's end of file, or a reset.
+func staleConnError(err error) bool {
+	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }
 
 // toldLeftOut tells onLeftOut when err is a member's answer that this

@@ -469,6 +469,10 @@ func (c *serverConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
+// raftMaxPool is how many idle connections raft's transport keeps to each
+// peer (foreignGuard's freshConn tries one more).
+const raftMaxPool = 5
+
 // newRaftTransport is the raft transport of a node over stream.
 //
 // Pipelined replication is off (MaxRPCsInFlight 1: every append waits for
@@ -484,7 +488,7 @@ func (c *serverConn) Write(b []byte) (int, error) {
 // which idem does (MaxAppendEntries).
 func newRaftTransport(stream raft.StreamLayer, log *slog.Logger) *raft.NetworkTransport {
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 5, Timeout: 10 * time.Second, Logger: newHCLog(log),
+		Stream: stream, MaxPool: raftMaxPool, Timeout: 10 * time.Second, Logger: newHCLog(log),
 		MaxRPCsInFlight: 1,
 	})
 }
