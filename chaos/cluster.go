@@ -413,9 +413,19 @@ func (c *Cluster) StartNodes(nodes []*Node) error {
 
 // Transfer asks the leader l to hand leadership to another voter.
 func (c *Cluster) Transfer(ctx context.Context, l *Node) error {
+	return c.TransferTo(ctx, l, nil)
+}
+
+// TransferTo asks the leader l to hand leadership to the voter to, or to
+// another voter (raft picks the most up to date) when to is nil.
+func (c *Cluster) TransferTo(ctx context.Context, l, to *Node) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	_, err := l.Client.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, nil)
+	var in any
+	if to != nil {
+		in = map[string]string{"id": to.ID}
+	}
+	_, err := l.Client.Do(ctx, http.MethodPost, "/v1/cluster/transfer-leadership", nil, in)
 	return err
 }
 
