@@ -1,6 +1,7 @@
 package raftfsm
 
 import (
+	"log/slog"
 	"sync"
 	"time"
 
@@ -122,10 +123,8 @@ type stateCollector struct {
 	stalls, stallSeconds                                                *prometheus.Desc
 }
 
-// newStateCollector is called once per node, right after raft starts; it
-// also starts counting leader changes (countLeaderChanges).
+// newStateCollector is called once per node, right after raft starts.
 func newStateCollector(n *Node) *stateCollector {
-	countLeaderChanges(n.raft, n.metrics.LeaderChanges)
 	d := func(name, help string) *prometheus.Desc { return prometheus.NewDesc(name, help, nil, nil) }
 	return &stateCollector{
 		n:                n,
@@ -154,24 +153,42 @@ func newStateCollector(n *Node) *stateCollector {
 	}
 }
 
-// countLeaderChanges counts, in c, each time r learns of a leader other
-// than the last one it knew. It works in raft's observer filter, which raft
-// calls synchronously for every observation, so no goroutine or channel is
-// needed and nothing is missed between scrapes (a gauge sampled at scrape
-// time would miss a change and its change back).
-func countLeaderChanges(r *raft.Raft, c prometheus.Counter) {
+// watchLeaderChanges counts, in c, each time r learns of a leader other
+// than the last one it knew, and logs it at info, as the loss of the last
+// one: raft says so only at debug (its routine lines), and an operator
+// reading a node's log after an outage found no word of who led when. It
+// works in raft's observer filter, which raft calls synchronously for
+// every observation, so no goroutine or channel is needed and nothing is
+// missed between scrapes (a gauge sampled at scrape time would miss a
+// change and its change back).
+func watchLeaderChanges(r *raft.Raft, c prometheus.Counter, log *slog.Logger, self raft.ServerID) {
 	var mu sync.Mutex
 	var last raft.ServerID
+	known := false
 	r.RegisterObserver(raft.NewObserver(nil, false, func(o *raft.Observation) bool {
 		lo, ok := o.Data.(raft.LeaderObservation)
-		if !ok || lo.LeaderID == "" {
+		if !ok {
 			return false
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if lo.LeaderID != last {
-			last = lo.LeaderID
-			c.Inc()
+		switch {
+		case lo.LeaderID == "":
+			if known {
+				known = false
+				log.Info("this node knows no leader now: an election is under way, or the leader cannot be reached", "last-leader", string(last), "term", r.CurrentTerm())
+			}
+		case lo.LeaderID != last || !known:
+			if lo.LeaderID != last {
+				last = lo.LeaderID
+				c.Inc()
+			}
+			known = true
+			if lo.LeaderID == self {
+				log.Info("this node leads the cluster", "term", r.CurrentTerm())
+			} else {
+				log.Info("following a leader", "leader", string(lo.LeaderID), "leader-raft-addr", string(lo.LeaderAddr), "term", r.CurrentTerm())
+			}
 		}
 		return false
 	}))
