@@ -63,6 +63,16 @@ func (c *memCluster) openIn(id, dir string, bootstrap bool, logs *logBuffer) *No
 	cfg.Registry = prometheus.NewRegistry()
 	if logs != nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	} else {
+		// Kept for a failure only, with raft's own lines: an election that
+		// never came (ci-60) said no more than "no leader".
+		own := &logBuffer{}
+		cfg.Logger = slog.New(slog.NewTextHandler(own, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		c.t.Cleanup(func() {
+			if c.t.Failed() {
+				c.t.Logf("%s's log:\n%s", id, own.String())
+			}
+		})
 	}
 	return c.start(cfg)
 }
