@@ -34,11 +34,8 @@ func TestLeaderChangesAreLoggedAtInfo(t *testing.T) {
 	require.Regexp(t, `msg="following a leader" leader=n1 leader-raft-addr=`+addrs[0]+` term=\d+`, logs[1].String())
 
 	// n1 hands over: each log says who leads now.
+	c.handOver(n1, n2)
 	require.Eventually(t, func() bool {
-		if !n2.IsLeader() {
-			n1.TransferLeadershipTo("n2") // refused until n2 is a voter
-			return false
-		}
 		return strings.Contains(logs[1].String(), `msg="this node leads the cluster"`) &&
 			strings.Contains(logs[0].String(), `msg="following a leader" leader=n2`)
 	}, 20*time.Second, 10*time.Millisecond, "n1's log:\n%s\nn2's log:\n%s", logs[0].String(), logs[1].String())

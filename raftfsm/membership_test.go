@@ -137,6 +137,19 @@ func (c *memCluster) removeStopped(l *Node, id string) {
 	}
 }
 
+// handOver asks from to hand the leadership to to until to leads (from
+// refuses while to is not caught up), 20 s at most, naming the last refusal.
+func (c *memCluster) handOver(from, to *Node) {
+	c.t.Helper()
+	var err error
+	for end := time.Now().Add(20 * time.Second); !to.IsLeader(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(end) {
+			c.t.Fatalf("%s never took the leadership from %s: %v", to.self.ID, from.self.ID, err)
+		}
+		err = from.TransferLeadershipTo(to.self.ID)
+	}
+}
+
 // join adds n through the leader among via and waits until n is a voter.
 // A join whose leader lost the lead (a loaded machine starves heartbeats)
 // is asked again of the next one, as idem serve's join does: a join of a

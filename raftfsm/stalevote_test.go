@@ -32,20 +32,10 @@ func TestTransferTargetWinsWithStaleConnectionsToRestartedPeers(t *testing.T) {
 		nodes = append(nodes, n)
 	}
 	n2 := nodes[1]
-	transferTo := func(from *Node, to *Node) {
-		t.Helper()
-		var err error
-		for end := time.Now().Add(20 * time.Second); !to.IsLeader(); time.Sleep(50 * time.Millisecond) {
-			if time.Now().After(end) {
-				t.Fatalf("%s never took the leadership from %s: %v", to.self.ID, from.self.ID, err)
-			}
-			err = from.TransferLeadershipTo(to.self.ID)
-		}
-	}
 	// n2 leads for a while: its transport pools connections to every peer.
-	transferTo(c.leader(nodes...), n2)
+	c.handOver(c.leader(nodes...), n2)
 	require.NoError(t, claim(n2, "k1"))
-	transferTo(n2, n1)
+	c.handOver(n2, n1)
 	// n3, n4 and n5 restart: n1 reaches them again on new connections,
 	// n2, a follower, keeps its pooled ones to their old processes.
 	for i := 2; i < 5; i++ {
