@@ -173,10 +173,19 @@ func (c *memCluster) join(n *Node, via ...*Node) {
 	c.waitSuffrage(l, n.self.ID, "Voter")
 }
 
+// waitSuffrage waits until from's configuration gives id the suffrage want
+// and from's commit index covers that configuration. A leader shows a
+// configuration as soon as it appends it: stopped before the promotion
+// reached a majority, it left the others a configuration in which the new
+// node is a non-voter and the stopped one a voter they need, so none of
+// them could be elected (a test stopping the leader right after a join
+// found no leader for 30 s).
 func (c *memCluster) waitSuffrage(from *Node, id, want string) {
 	c.t.Helper()
-	require.Eventually(c.t, func() bool { return member(c.t, from, id).Suffrage == want }, 20*time.Second, 20*time.Millisecond,
-		"%s never became %s", id, want)
+	require.Eventually(c.t, func() bool {
+		f := from.raft.GetConfiguration()
+		return f.Error() == nil && member(c.t, from, id).Suffrage == want && from.raft.CommitIndex() >= f.Index()
+	}, 20*time.Second, 20*time.Millisecond, "%s never became %s in a committed configuration", id, want)
 }
 
 func member(t *testing.T, n *Node, id string) Member {
