@@ -133,6 +133,7 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	// answer does, "voter" and "nonvoter".
 	for i := range st.Nodes {
 		st.Nodes[i].Suffrage = strings.ToLower(st.Nodes[i].Suffrage)
+		st.Nodes[i].CommittedSuffrage = strings.ToLower(st.Nodes[i].CommittedSuffrage)
 	}
 	writeJSON(w, http.StatusOK, st)
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -89,6 +90,13 @@ type Member struct {
 	UnhealthyReason string `json:"unhealthy_reason,omitempty"`
 	// NotPromoted says why a healthy, caught-up non-voter is kept one.
 	NotPromoted string `json:"not_promoted,omitempty"`
+	// CommittedSuffrage is set while the configuration Status lists is
+	// not committed (Status.ConfigurationPending) on a member that change
+	// touches: what it is in the last configuration this node saw
+	// committed ("Voter", "Nonvoter", or "none" for a node being added).
+	// Empty when the change leaves it as it was, or when this node has
+	// seen no committed configuration since it started.
+	CommittedSuffrage string `json:"committed_suffrage,omitempty"`
 	// Downgraded says that the node was started again on an earlier
 	// release (a downgrade in place): while this leader led it answered
 	// one health check listing features its Apply knows and a later one
@@ -245,6 +253,17 @@ type Status struct {
 	// nor stands for election (votehold.go's voteHold and campaignHold): an
 	// operator looking for why no leader is elected sees it here.
 	HoldsVote *VoteHoldStatus `json:"holds_vote,omitempty"`
+	// ConfigurationPending says the membership Nodes lists is in this
+	// node's raft log past its commit index: a leader lists a change (a
+	// promotion, a removal) as soon as it appends it, and it holds only
+	// once a quorum has stored it. Stopped before that, the change may be
+	// lost: a node shown as a new voter stays a non-voter. Each member it
+	// touches says what it was (Member.CommittedSuffrage).
+	ConfigurationPending bool `json:"configuration_pending,omitempty"`
+	// PendingRemoved are the members of the last configuration this node
+	// saw committed that the pending change removes: still counted until
+	// it commits.
+	PendingRemoved []string `json:"pending_removed,omitempty"`
 	// CertNotAfter and CANotAfter are when this node's TLS certificate
 	// and the first of its CAs expire (absent without TLS).
 	CertNotAfter *Stamp `json:"cert_not_after,omitempty"`
@@ -505,8 +524,16 @@ func (n *Node) Status() (Status, error) {
 		return st, mapRaftError(err)
 	}
 	named, _ := n.db.Named("node/")
+	st.ConfigurationPending = n.configPending()
+	before := n.committed.see(f.Configuration(), st.ConfigurationPending)
 	for _, s := range f.Configuration().Servers {
 		m := Member{NodeInfo: NodeInfo{ID: string(s.ID), RaftAddr: string(s.Address)}, Suffrage: s.Suffrage.String()}
+		if was, ok := before[string(s.ID)]; before != nil && (!ok || was != s.Suffrage) {
+			m.CommittedSuffrage = "none"
+			if ok {
+				m.CommittedSuffrage = was.String()
+			}
+		}
 		if b, ok := named["node/"+string(s.ID)]; ok {
 			var info NodeInfo
 			if json.Unmarshal(b, &info) == nil {
@@ -517,6 +544,11 @@ func (n *Node) Status() (Status, error) {
 			m.HTTPAddr = n.self.HTTPAddr
 		}
 		st.Nodes = append(st.Nodes, m)
+	}
+	for _, id := range slices.Sorted(maps.Keys(before)) {
+		if !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return string(s.ID) == id }) {
+			st.PendingRemoved = append(st.PendingRemoved, id)
+		}
 	}
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
 	if isLeader {
@@ -1063,6 +1095,9 @@ func (n *Node) refreshMembership() {
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
+	}
+	if !n.committed.holds(f.Configuration()) { // the scan only when it may have changed
+		n.committed.see(f.Configuration(), n.configPending())
 	}
 	in := false
 	for _, s := range f.Configuration().Servers {
@@ -1913,4 +1948,72 @@ func (n *Node) othersFollow(ctx context.Context, probe PeerProbe) bool {
 		}
 	}
 	return ctx.Err() == nil
+}
+
+// committedConf is the last membership configuration a node saw
+// committed, so that Status can say what a change not committed yet
+// changes (Member.CommittedSuffrage).
+type committedConf struct {
+	mu       sync.Mutex
+	suffrage map[string]raft.ServerSuffrage
+}
+
+// see takes the node's latest configuration c and whether it is pending
+// (Node.configPending). It remembers c if it is not, and otherwise
+// returns the suffrages of the last configuration seen committed (nil:
+// none seen since the node started).
+func (cc *committedConf) see(c raft.Configuration, pending bool) (before map[string]raft.ServerSuffrage) {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if pending {
+		return cc.suffrage
+	}
+	m := make(map[string]raft.ServerSuffrage, len(c.Servers))
+	for _, s := range c.Servers {
+		m[string(s.ID)] = s.Suffrage
+	}
+	cc.suffrage = m
+	return nil
+}
+
+// holds reports whether c is the configuration last seen committed.
+func (cc *committedConf) holds(c raft.Configuration) bool {
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.suffrage == nil || len(cc.suffrage) != len(c.Servers) {
+		return false
+	}
+	for _, s := range c.Servers {
+		if was, ok := cc.suffrage[string(s.ID)]; !ok || was != s.Suffrage {
+			return false
+		}
+	}
+	return true
+}
+
+// pendingScan bounds the entries past the commit index configPending
+// looks through: raft takes one membership change at a time, and the
+// leader that appended it steps down when it cannot commit.
+const pendingScan = 4096
+
+// configPending reports whether this node's raft log holds a
+// configuration entry past its commit index: raft's latest configuration
+// is then one not committed yet (raft does not say which index its
+// latest configuration is at).
+func (n *Node) configPending() bool {
+	if n.logStore == nil {
+		return false
+	}
+	commit, last := n.raft.CommitIndex(), n.raft.LastIndex()
+	last = min(last, commit+pendingScan)
+	for i := commit + 1; i <= last; i++ {
+		var l raft.Log
+		if err := n.logStore.GetLog(i, &l); err != nil {
+			return false
+		}
+		if l.Type == raft.LogConfiguration {
+			return true
+		}
+	}
+	return false
 }

@@ -174,18 +174,15 @@ func (c *memCluster) join(n *Node, via ...*Node) {
 }
 
 // waitSuffrage waits until from's configuration gives id the suffrage want
-// and from's commit index covers that configuration. A leader shows a
-// configuration as soon as it appends it: stopped before the promotion
-// reached a majority, it left the others a configuration in which the new
-// node is a non-voter and the stopped one a voter they need, so none of
-// them could be elected (a test stopping the leader right after a join
-// found no leader for 30 s).
+// and from has it committed. A leader shows a configuration as soon as it
+// appends it: stopped before the promotion reached a majority, it left the
+// others a configuration in which the new node is a non-voter and the
+// stopped one a voter they need, so none of them could be elected (a test
+// stopping the leader right after a join found no leader for 30 s).
 func (c *memCluster) waitSuffrage(from *Node, id, want string) {
 	c.t.Helper()
-	require.Eventually(c.t, func() bool {
-		f := from.raft.GetConfiguration()
-		return f.Error() == nil && member(c.t, from, id).Suffrage == want && from.raft.CommitIndex() >= f.Index()
-	}, 20*time.Second, 20*time.Millisecond, "%s never became %s in a committed configuration", id, want)
+	require.Eventually(c.t, func() bool { return member(c.t, from, id).Suffrage == want && !from.configPending() },
+		20*time.Second, 20*time.Millisecond, "%s never became %s in a committed configuration", id, want)
 }
 
 func member(t *testing.T, n *Node, id string) Member {
@@ -373,6 +370,49 @@ func TestForcedRemovalWithoutQuorumIsPending(t *testing.T) {
 	for _, s := range f.Configuration().Servers {
 		require.NotEqual(t, raft.ServerID(others[1].self.ID), s.ID)
 	}
+	// Its status says so: the member is gone from the list, but the
+	// change is not committed and the member still counts.
+	st, err := l.Status()
+	require.NoError(t, err)
+	require.True(t, st.ConfigurationPending, "a removal in the log past the commit index is shown as done")
+	require.Equal(t, []string{others[1].self.ID}, st.PendingRemoved)
+}
+
+// A leader lists a membership change as soon as it appends it: a test
+// that stopped the leader right after it listed a new node as a voter left
+// the others a configuration in which that node was a non-voter and the
+// stopped leader a voter they needed (no leader for 30 s). Status says
+// what a change not committed yet changes; a committed one is shown as it
+// was.
+func TestStatusSaysWhatAChangeNotCommittedChanges(t *testing.T) {
+	var cc committedConf
+	conf := func(servers ...raft.Server) raft.Configuration { return raft.Configuration{Servers: servers} }
+	voter := func(id string) raft.Server { return raft.Server{ID: raft.ServerID(id), Suffrage: raft.Voter} }
+	nonvoter := func(id string) raft.Server { return raft.Server{ID: raft.ServerID(id), Suffrage: raft.Nonvoter} }
+
+	require.Nil(t, cc.see(conf(voter("n1"), voter("n2")), true), "nothing seen committed yet: nothing to compare with")
+	require.Nil(t, cc.see(conf(voter("n1"), voter("n2"), nonvoter("n3")), false))
+	require.Equal(t, map[string]raft.ServerSuffrage{"n1": raft.Voter, "n2": raft.Voter, "n3": raft.Nonvoter},
+		cc.see(conf(voter("n1"), voter("n2"), voter("n3")), true), "the promotion not committed")
+	require.Nil(t, cc.see(conf(voter("n1"), voter("n2"), voter("n3")), false))
+	require.Equal(t, map[string]raft.ServerSuffrage{"n1": raft.Voter, "n2": raft.Voter, "n3": raft.Voter},
+		cc.see(conf(voter("n1"), voter("n2")), true), "a removal not committed")
+
+	// A node's own log: a configuration entry past the commit index.
+	c := newMemCluster(t)
+	n1, n2, n3 := c.three()
+	require.False(t, n1.configPending(), "every change committed")
+	st, err := n1.Status()
+	require.NoError(t, err)
+	require.False(t, st.ConfigurationPending)
+	for _, m := range st.Nodes {
+		require.Empty(t, m.CommittedSuffrage, m.ID)
+	}
+	c.stop(n2)
+	c.stop(n3)
+	var pending *PendingError
+	require.ErrorAs(t, n1.Remove("n3", true), &pending)
+	require.True(t, n1.configPending(), "the forced removal, in the log, cannot commit")
 }
 
 // Bug: a leader that had led for less than behindWindow had no commit

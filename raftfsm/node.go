@@ -32,7 +32,8 @@ import (
 // Node is one idem server's raft node: the FSM over Pebble, the raft log in
 // bolt, snapshots on disk and the TCP transport.
 type Node struct {
-	capFlight capFlight // credential caps' claims in flight (capGate)
+	capFlight capFlight     // credential caps' claims in flight (capGate)
+	committed committedConf // the last membership seen committed (Status)
 	// keyring is Config.Keyring, read through Keyring(): tests swap it on
 	// a running node (setKeyring) to play a node given another key file.
 	keyring   atomic.Pointer[Keyring]

@@ -664,7 +664,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	voters, healthy, refused, unmeasured := 0, 0, 0, 0
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tSUFFRAGE\tHEALTHY\tLAG\tAPPLIED\tLAST CONTACT\tCHECKED\tKEYS\tHTTP\tRAFT")
-	var reasons, kept []string
+	var reasons, kept, pending []string
 	for _, m := range st.Nodes {
 		name := m.ID
 		if st.Leader != nil && m.ID == st.Leader.ID {
@@ -697,10 +697,28 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 			contact = msAge(*m.LastContactMs) + " ago"
 		}
 		applied, lag := shownApplied(m)
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, strings.ToLower(m.Suffrage), h,
+		suffrage := strings.ToLower(m.Suffrage)
+		if m.CommittedSuffrage != "" {
+			suffrage += "*"
+			was := "was a " + strings.ToLower(m.CommittedSuffrage)
+			if strings.EqualFold(m.CommittedSuffrage, "none") {
+				was = "was not a member"
+			}
+			pending = append(pending, m.ID+" "+was)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", name, suffrage, h,
 			optUint(lag), optUint(applied), contact, checked, keyIDs(m.Keys), m.HTTPAddr, m.RaftAddr)
 	}
 	tw.Flush()
+	for _, id := range st.PendingRemoved {
+		pending = append(pending, id+" was a member")
+	}
+	if len(pending) > 0 {
+		// A leader lists a promotion as soon as it appends it: an operator
+		// who stopped the leader then, taking the new node for a voter,
+		// left the others a configuration in which it was not one.
+		fmt.Fprintf(w, "NOTE: * the last membership change is not committed yet (before it %s): stopped before a quorum has stored it, the leader may take it with it. Wait until this note is gone before stopping or removing another voter.\n", strings.Join(pending, ", "))
+	}
 	from := st.HealthFrom
 	if from == "" {
 		from = "nobody (no leader's measurements)"

@@ -408,3 +408,28 @@ func TestStatusOfASupersededNodeSaysItServesNothing(t *testing.T) {
 	lines := strings.Split(out.String(), "\n")
 	require.Equal(t, "WARNING: n2 answers every request but this status 503: "+st.Superseded, lines[1], out.String())
 }
+
+// A leader lists a promotion as soon as it appends it; an operator who
+// took the new node for a voter and stopped the leader then left the
+// others a configuration in which it was not one. The table marks what
+// the change not committed yet touches and says to wait.
+func TestStatusMarksAMembershipChangeNotCommitted(t *testing.T) {
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n1"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.NotContains(t, out.String(), "not committed")
+	require.NotContains(t, out.String(), "voter*")
+
+	st.ConfigurationPending = true
+	st.Nodes[2].CommittedSuffrage = "nonvoter"
+	st.PendingRemoved = []string{"n4"}
+	out.Reset()
+	printStatus(&out, st)
+	require.Regexp(t, `n3\s+voter\*\s+yes`, out.String())
+	require.Contains(t, out.String(), "NOTE: * the last membership change is not committed yet (before it n3 was a nonvoter, n4 was a member)")
+	require.Contains(t, out.String(), "Wait until this note is gone before stopping or removing another voter")
+}
