@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -684,6 +685,8 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if n.raft.State() != raft.Leader {
 		return JoinResult{}, n.notLeader()
 	}
+	n.confChange.Lock()
+	defer n.confChange.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return JoinResult{}, mapRaftError(err)
@@ -964,6 +967,8 @@ func (n *Node) Remove(id string, force bool) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader()
 	}
+	n.confChange.Lock()
+	defer n.confChange.Unlock()
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return mapRaftError(err)
@@ -1870,6 +1875,8 @@ func (n *Node) othersList(conf raft.Configuration, feature string, term uint64) 
 // promote makes one healthy, caught-up non-voter a voter. One per round:
 // raft takes one configuration change at a time.
 func (n *Node) promote() {
+	n.confChange.Lock()
+	defer n.confChange.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
@@ -1897,6 +1904,9 @@ func (n *Node) promote() {
 		if !ready || why != "" {
 			continue
 		}
+		if h := promoteHook.Load(); h != nil {
+			(*h)(string(s.ID))
+		}
 		if err := n.wait(n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout)); err != nil {
 			n.log.Warn("promotion of a caught-up non-voter failed; retrying", "node-id", s.ID, "error", err)
 			return
@@ -1905,6 +1915,10 @@ func (n *Node) promote() {
 		return
 	}
 }
+
+// promoteHook, when set (tests), runs as promote is about to make a
+// caught-up non-voter a voter.
+var promoteHook atomic.Pointer[func(id string)]
 
 // WaitOthersFollow waits, after this node handed leadership over, until
 // every other member it can reach names another leader, or ctx ends; it

@@ -572,3 +572,51 @@ func TestJoinSameEndpointRespelledIsNotIDInUse(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "localhost:"+port, member(t, l, "n2").RaftAddr)
 }
+
+// Bug: a promotion decided on a configuration read before a removal
+// committed added the removed node back as a voter. Raft's
+// GetConfiguration gives no index to make a change conditional on, so a
+// leader's membership changes now go one at a time.
+func TestRemovalDuringAPromotionIsNotUndone(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(id string) {
+		if id != "racer" {
+			return
+		}
+		once.Do(func() {
+			close(reached)
+			select {
+			case <-release:
+			case <-time.After(10 * time.Second):
+			}
+		})
+	}
+	promoteHook.Store(&hook)
+	t.Cleanup(func() { promoteHook.Store(nil) })
+
+	racer := c.open("racer", "", false)
+	res, err := n1.Join(racer.Self(), false, false)
+	require.NoError(t, err)
+	require.NoError(t, racer.Admitted(res.AdmittedIndex))
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader never came to promote the caught-up non-voter")
+	}
+	removed := make(chan error, 1)
+	go func() { removed <- n1.Remove("racer", false) }()
+	time.Sleep(500 * time.Millisecond) // a removal not held back commits meanwhile
+	close(release)
+	require.NoError(t, <-removed)
+	time.Sleep(time.Second) // the promotion loop's next rounds
+	f := n1.raft.GetConfiguration()
+	require.NoError(t, f.Error())
+	for _, s := range f.Configuration().Servers {
+		require.NotEqual(t, raft.ServerID("racer"), s.ID, "the removed node is back, a %s", s.Suffrage)
+	}
+}

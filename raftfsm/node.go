@@ -34,6 +34,12 @@ import (
 type Node struct {
 	capFlight capFlight     // credential caps' claims in flight (capGate)
 	committed committedConf // the last membership seen committed (Status)
+	// confChange makes this leader's membership changes one at a time,
+	// each from reading the configuration to its commit: raft's
+	// GetConfiguration gives no index to make a change conditional on
+	// (its Index is always 0), so a promotion decided on a configuration
+	// read before a removal committed added the removed node back.
+	confChange sync.Mutex
 	// keyring is Config.Keyring, read through Keyring(): tests swap it on
 	// a running node (setKeyring) to play a node given another key file.
 	keyring   atomic.Pointer[Keyring]
@@ -1600,6 +1606,8 @@ func (n *Node) OtherVoters() int {
 // it could never hand leadership over (helper's walkthrough). A follower
 // that moved is recorded by its join; a leader has no one to ask but itself.
 func (n *Node) recordOwnRaftAddr() {
+	n.confChange.Lock()
+	defer n.confChange.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
 		return
