@@ -1875,7 +1875,9 @@ func (n *Node) othersList(conf raft.Configuration, feature string, term uint64) 
 // promote makes one healthy, caught-up non-voter a voter. One per round:
 // raft takes one configuration change at a time.
 func (n *Node) promote() {
-	n.confChange.Lock()
+	if !n.confChange.TryLock() {
+		return // a join or a removal is under way: the next round
+	}
 	defer n.confChange.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {

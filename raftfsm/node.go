@@ -1606,7 +1606,9 @@ func (n *Node) OtherVoters() int {
 // it could never hand leadership over (helper's walkthrough). A follower
 // that moved is recorded by its join; a leader has no one to ask but itself.
 func (n *Node) recordOwnRaftAddr() {
-	n.confChange.Lock()
+	if !n.confChange.TryLock() {
+		return // another change is under way: tried again
+	}
 	defer n.confChange.Unlock()
 	f := n.raft.GetConfiguration()
 	if f.Error() != nil {
