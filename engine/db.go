@@ -508,9 +508,20 @@ func (p pebbleLogger) ioStop(path string, err error, what string) {
 	}
 	l.Error(fmt.Sprintf("the store could not write %s (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
 		"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+
-		"Check the disk and the filesystem (dmesg, SMART), and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err),
+		"%s, and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err, CheckAdvice(err)),
 		"pebble", what)
 	exit(1)
+}
+
+// CheckAdvice is what to check after a write or an fsync failed with err
+// (FailedWrite, FailedSync): the disk, or, for an fsync refused for lack
+// of space, the space.
+func CheckAdvice(err error) string {
+	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		// Only an fsync's: a write refused so is the disk-full guard's.
+		return "Its fsync failed for lack of space (a copy-on-write filesystem, a thin-provisioned volume or a quota filling as the data was written back), which leaves what was written as uncertain as an I/O error does: free space on the data dir's filesystem (df; the volume's own pool if thin-provisioned), check dmesg"
+	}
+	return "Check the disk and the filesystem (dmesg, SMART)"
 }
 
 // stopOnIOPanic, deferred around a Pebble commit, stops the process as
@@ -523,10 +534,12 @@ func (d *DB) stopOnIOPanic() {
 		return
 	}
 	if e, ok := r.(error); ok {
-		if path, err, ok := FailedWrite(e); ok {
-			if p, ok := d.opts.Logger.(pebbleLogger); ok {
-				p.ioStop(path, err, e.Error())
-			}
+		path, err, ok := FailedWrite(e)
+		if !ok {
+			path, err, ok = FailedSync(e)
+		}
+		if p, isPebble := d.opts.Logger.(pebbleLogger); ok && isPebble {
+			p.ioStop(path, err, e.Error())
 		}
 	}
 	panic(r)
@@ -539,6 +552,9 @@ func ioFailure(args []any) (path string, err error, ok bool) {
 		if e, isErr := a.(error); isErr {
 			if path, err, ok := FailedWrite(e); ok {
 				return path, err, true
+			}
+			if path, err, ok := FailedSync(e); ok {
+				return path, err, true // a WAL's or a MANIFEST's: Pebble cannot go on
 			}
 		}
 	}
@@ -559,6 +575,25 @@ func FailedWrite(err error) (path string, cause error, ok bool) {
 	}
 	switch pe.Op {
 	case "write", "sync", "fsync", "fdatasync", "sync_file_range":
+		return pe.Path, pe.Err, true
+	}
+	return "", nil, false
+}
+
+// FailedSync reports whether err is a file's fsync that failed, whatever
+// the cause, with the file and the cause. A full disk (ENOSPC, EDQUOT) is
+// no exception here, unlike a write's (FailedWrite): a write refused for
+// lack of space wrote nothing, but an fsync that fails so (a
+// copy-on-write filesystem, a thin-provisioned volume or a quota filling
+// as the data is written back) leaves what was written as uncertain as an
+// I/O error does, and a later fsync may report done pages the OS dropped.
+func FailedSync(err error) (path string, cause error, ok bool) {
+	var pe *os.PathError
+	if !errors.As(err, &pe) || errors.Is(err, os.ErrClosed) {
+		return "", nil, false
+	}
+	switch pe.Op {
+	case "sync", "fsync", "fdatasync", "sync_file_range":
 		return pe.Path, pe.Err, true
 	}
 	return "", nil, false

@@ -27,6 +27,15 @@ type eioFS struct {
 	// own linuxFile does (unix.Fdatasync, unix.SyncFileRange): no
 	// *os.PathError, no file name.
 	raw bool
+	// errno is what fails them: EIO when 0.
+	errno syscall.Errno
+}
+
+func (fs *eioFS) err() syscall.Errno {
+	if fs.errno != 0 {
+		return fs.errno
+	}
+	return syscall.EIO
 }
 
 type eioFile struct {
@@ -37,14 +46,14 @@ type eioFile struct {
 
 func (f eioFile) Write(p []byte) (int, error) {
 	if f.fs.failWrite.Load() {
-		return 0, &os.PathError{Op: "write", Path: f.name, Err: syscall.EIO}
+		return 0, &os.PathError{Op: "write", Path: f.name, Err: f.fs.err()}
 	}
 	return f.File.Write(p)
 }
 
 func (f eioFile) Sync() error {
 	if f.fs.failSync.Load() {
-		return &os.PathError{Op: "sync", Path: f.name, Err: syscall.EIO}
+		return &os.PathError{Op: "sync", Path: f.name, Err: f.fs.err()}
 	}
 	return f.File.Sync()
 }
@@ -52,9 +61,9 @@ func (f eioFile) Sync() error {
 func (f eioFile) SyncData() error {
 	if f.fs.failSync.Load() {
 		if f.fs.raw {
-			return syscall.EIO
+			return f.fs.err()
 		}
-		return &os.PathError{Op: "fdatasync", Path: f.name, Err: syscall.EIO}
+		return &os.PathError{Op: "fdatasync", Path: f.name, Err: f.fs.err()}
 	}
 	return f.File.SyncData()
 }
@@ -62,9 +71,9 @@ func (f eioFile) SyncData() error {
 func (f eioFile) SyncTo(length int64) (bool, error) {
 	if f.fs.failSync.Load() {
 		if f.fs.raw {
-			return false, syscall.EIO
+			return false, f.fs.err()
 		}
-		return false, &os.PathError{Op: "sync_file_range", Path: f.name, Err: syscall.EIO}
+		return false, &os.PathError{Op: "sync_file_range", Path: f.name, Err: f.fs.err()}
 	}
 	return f.File.SyncTo(length)
 }
@@ -152,7 +161,7 @@ func TestStoreWALIOErrorIsNeverCarriedOn(t *testing.T) {
 // store's own failed WAL fsync was not seen as one (a panic net/http
 // could recover, not the stop).
 func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
-	for _, what := range []string{"write", "sync", "fdatasync"} {
+	for _, what := range []string{"write", "sync", "fdatasync", "sync ENOSPC"} {
 		t.Run(what, func(t *testing.T) {
 			var codes []int
 			old := exit
@@ -160,6 +169,13 @@ func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
 			t.Cleanup(func() { exit = old })
 			var logs strings.Builder
 			fs := &eioFS{FS: vfs.Default, raw: what == "fdatasync"}
+			said, advice := "input/output error", "Check the disk"
+			if what == "sync ENOSPC" {
+				// A WAL's fsync refused for lack of space is as uncertain
+				// as a failed one: Pebble's fatal error said so without
+				// the stop's advice.
+				fs.errno, said, advice = syscall.ENOSPC, "no space left on device", "free space on the data dir's filesystem"
+			}
 			dir := t.TempDir()
 			db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			require.NoError(t, err)
@@ -178,8 +194,8 @@ func TestStoreIOErrorStopsWithAdvice(t *testing.T) {
 			require.Equal(t, []int{1}, codes, "the store must stop the process; it logged:\n%s", logs.String())
 			require.Contains(t, logs.String(), "level=ERROR")
 			require.Contains(t, logs.String(), filepath.Join(dir, "000002.log"))
-			require.Contains(t, logs.String(), "input/output error")
-			require.Contains(t, logs.String(), "Check the disk")
+			require.Contains(t, logs.String(), said)
+			require.Contains(t, logs.String(), advice)
 		})
 	}
 }
@@ -195,6 +211,8 @@ func TestOnlyAFailedWriteOfAStoreFileIsAnIOStop(t *testing.T) {
 		{[]any{&os.PathError{Op: "fdatasync", Path: "000002.log", Err: syscall.EIO}}, true},
 		{[]any{"commit", fmt.Errorf("pebble: %w", &os.PathError{Op: "write", Path: "000002.log", Err: syscall.EIO})}, true},
 		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: syscall.ENOSPC}}, false},
+		{[]any{&os.PathError{Op: "fdatasync", Path: "000002.log", Err: syscall.ENOSPC}}, true},
+		{[]any{&os.PathError{Op: "sync", Path: "MANIFEST-000001", Err: syscall.EDQUOT}}, true},
 		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: syscall.EDQUOT}}, false},
 		{[]any{&os.PathError{Op: "write", Path: "000002.log", Err: os.ErrClosed}}, false},
 		{[]any{&os.PathError{Op: "open", Path: "MANIFEST", Err: syscall.EIO}}, false},

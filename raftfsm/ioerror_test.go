@@ -157,7 +157,17 @@ func TestRaftLogFsyncFailureStopsTheNode(t *testing.T) {
 	for _, tc := range []struct {
 		name          string
 		writes, syncs int
-	}{{"fsync", 0, 1}, {"write", 1, 0}} {
+		errno         syscall.Errno
+		said, advice  string
+	}{
+		{"fsync", 0, 1, syscall.EIO, "input/output error", "Check the disk"},
+		{"write", 1, 0, syscall.EIO, "input/output error", "Check the disk"},
+		// An fsync refused for lack of space is as uncertain: it used to
+		// be taken for a full disk's refused write, and the node went on
+		// to fsync later entries over what the OS may have dropped.
+		{"fsync ENOSPC", 0, 1, syscall.ENOSPC, "no space left on device", "free space on the data dir's filesystem"},
+		{"fsync EDQUOT", 0, 1, syscall.EDQUOT, "disk quota exceeded", "free space on the data dir's filesystem"},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := useFaultyWAL(t)
 			stops := stopHook(t)
@@ -165,16 +175,16 @@ func TestRaftLogFsyncFailureStopsTheNode(t *testing.T) {
 			var logs logBuffer
 			n := c.leader(ioNode(t, c, "n1", testRaftAddrs(t, 1)[0], true, &logs))
 			require.NoError(t, tryClaim(n, "before"))
-			f.arm(n.cfg.DataDir, tc.writes, tc.syncs, syscall.EIO)
+			f.arm(n.cfg.DataDir, tc.writes, tc.syncs, tc.errno)
 			err := tryClaim(n, "failed")
 			require.Error(t, err, "a write the raft log could not store must not be acknowledged")
 			require.EqualValues(t, 1, f.failed.Load())
 			require.EqualValues(t, 1, stops.Load(), "the node must stop after its raft log failed a %s; it answered %v and logged:\n%s", tc.name, err, logs.String())
 			out := logs.String()
 			require.Contains(t, out, "level=ERROR")
-			require.Contains(t, out, "input/output error")
+			require.Contains(t, out, tc.said)
 			require.Contains(t, out, filepath.Join(n.cfg.DataDir, logStoreDir))
-			require.Contains(t, out, "Check the disk")
+			require.Contains(t, out, tc.advice)
 
 			// Started again on a sound disk (as after the exit), it holds
 			// what it acknowledged and takes writes.

@@ -792,10 +792,11 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		err = s.cureSealed(logs, err)
 	}
 	if err != nil {
-		// A segment file's write or fsync that failed for another
-		// reason than a full disk (a sealed or closed log wrote
-		// nothing and is no such error).
-		if _, _, ok := engine.FailedWrite(err); ok {
+		// A segment file's write that failed for another reason than
+		// a full disk, or its fsync that failed for any (a sealed or
+		// closed log wrote nothing and is no such error).
+		_, _, failedWrite := engine.FailedWrite(err)
+		if _, _, failedSync := engine.FailedSync(err); failedWrite || failedSync {
 			s.stopOnFailedWrite(err)
 		}
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)
@@ -1185,6 +1186,6 @@ func (s *LogStore) stopOnIOError(err error) { stopOnIOError(s.log, s.path, err) 
 
 func stopOnIOError(log *slog.Logger, path string, err error) {
 	log.Error(fmt.Sprintf("the raft log in %s could not be written (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
-		"Nothing it acknowledged is lost. Check the disk and the filesystem (dmesg, SMART), and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err))
+		"Nothing it acknowledged is lost. %s, and restart the machine before starting the node again: its page cache may still hold writes the disk does not, which the node would read back as stored; on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", path, err, engine.CheckAdvice(err)))
 	exit(1)
 }
