@@ -386,9 +386,11 @@ func (r rotateWatch) Error(msg string, args ...any) {
 		return
 	}
 	for _, a := range args {
-		if err, ok := a.(error); ok && errors.Is(err, syscall.EIO) {
-			r.stop(err)
-			return
+		if err, ok := a.(error); ok {
+			if _, _, failedSync := engine.FailedSync(err); failedSync || errors.Is(err, syscall.EIO) {
+				r.stop(err) // an fsync's ENOSPC too: FailedSync
+				return
+			}
 		}
 	}
 }
