@@ -96,6 +96,7 @@ func storeProblem(err error) *problem {
 	var held *raftfsm.RetentionHeldError
 	var kept *raftfsm.KeptBackError
 	var removed *raftfsm.RemovedError
+	var votersFull *raftfsm.VotersFullError
 	switch {
 	case errors.As(err, &kept):
 		// A stale read on a non-voter the leader keeps one: this node
@@ -133,6 +134,12 @@ func storeProblem(err error) *problem {
 		// The disk is above the threshold: saying it is below misled
 		// whoever checked df.
 		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's disk is nearly full: applying this write with those in flight (about twice their bytes) would take it under its minimum free space (--min-free-disk, or 96 MiB if that is more), so the write was refused and nothing changed; reads still work, and writes are accepted again as those in flight finish or space is freed")
+		p.retryAfter = 30
+		return p
+	case errors.As(err, &votersFull):
+		// The leader has room, but fewer voters than a quorum do: the
+		// detail names them, for the operator who frees the space.
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, votersFull.Detail())
 		p.retryAfter = 30
 		return p
 	case errors.Is(err, raftfsm.ErrStorageFull):

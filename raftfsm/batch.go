@@ -359,6 +359,9 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 		if err := n.disk.admit(c.Op); err != nil {
 			return nil, err
 		}
+		if err := n.votersRoom(c.Op); err != nil {
+			return nil, err
+		}
 	}
 	if err := n.proposalBarrier(); err != nil {
 		return nil, err

@@ -1401,6 +1401,7 @@ func (n *Node) healthLoop() {
 			}
 			n.kept.clear(n) // a leader is a voter
 			n.measure(ctx)
+			n.noteVoterRoom()
 			n.noteVoterRetention()
 			n.promote()
 			n.keyHandOff()

@@ -116,6 +116,11 @@ type Node struct {
 	// retAnyHandOff spaces the hand-offs of a leader that cannot read the
 	// voters' --retention (their checks refuse its node token).
 	retAnyHandOff mono.Spacer
+	// roomView is what the leader's health loop last found of the voters'
+	// disks while fewer than a quorum have room (quorumroom.go), nil
+	// otherwise; roomLog spaces its line.
+	roomView atomic.Pointer[VotersFullError]
+	roomLog  mono.Spacer
 	// kept is what this node, a non-voter, last learned from the leader of
 	// being kept one (keptback.go): it is then not ready and answers no
 	// stale read.
@@ -1046,6 +1051,9 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 		return nil, n.notLeader()
 	}
 	if err := n.disk.admit(c.Op); err != nil {
+		return nil, err
+	}
+	if err := n.votersRoom(c.Op); err != nil {
 		return nil, err
 	}
 	// Cluster time comes from the applied log: until this leader has

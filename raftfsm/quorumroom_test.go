@@ -1,0 +1,90 @@
+package raftfsm
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
+)
+
+// With both followers of three under --min-free-disk and the leader's
+// disk roomy, the followers take no client entries, so nothing the
+// leader proposed could commit: only the leader's disk decided 507, and a
+// claim on the leader waited until space was freed on a follower (69 s on
+// real processes, its lease expired by then), or for ever. The leader now
+// refuses it at once with storage full, naming the full voters, and takes
+// writes again by itself once one of them has room.
+func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", freeRaftAddr(t), true)
+	c.leader(n1)
+	write(t, n1, "before")
+	var full []*Node
+	var fillers []string
+	for _, id := range []string{"n2", "n3"} {
+		mnt := smallTmpfs(t, "512m")
+		cfg := DefaultConfig() // --min-free-disk 256MiB
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
+		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
+		n := c.start(cfg)
+		c.join(n, n1)
+		full, fillers = append(full, n), append(fillers, filepath.Join(mnt, "filler"))
+	}
+	waitApplied(t, n1, full...)
+	for i, n := range full {
+		out, err := exec.Command("fallocate", "-l", "200m", fillers[i]).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
+	}
+	require.Nil(t, n1.DiskFull(), "the leader's disk has room")
+	time.Sleep(3 * probeEvery) // the leader's health checks read the followers' disks
+
+	claim := func(key string) <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: key}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+			done <- err
+		}()
+		return done
+	}
+	start := time.Now()
+	var err error
+	select {
+	case err = <-claim("refused"):
+	case <-time.After(5 * time.Second):
+		t.Fatal("a claim on a leader whose two followers' disks are full waited 5 s with no answer")
+	}
+	require.ErrorIs(t, err, ErrStorageFull)
+	var vf *VotersFullError
+	require.ErrorAs(t, err, &vf)
+	require.Less(t, time.Since(start), time.Second, "refused at once")
+	require.Len(t, vf.Full, 2)
+	require.Contains(t, vf.Detail(), "n2 (")
+	require.Contains(t, vf.Detail(), "n3 (")
+	require.Contains(t, vf.Detail(), "only n1 has room")
+
+	// A batch's writes are refused the same way; nothing changed.
+	rs := n1.Batch([]BatchOp{{Op: OpClaim, Claim: &engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "batched"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000}}})
+	require.ErrorAs(t, rs[0].Err, &vf)
+	_, ok, err := n1.Lookup(context.Background(), engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "refused"}, false, false)
+	require.NoError(t, err)
+	require.False(t, ok, "a refused claim changed nothing")
+
+	// Room on one follower is a quorum again: writes go through by
+	// themselves.
+	require.NoError(t, os.Remove(fillers[0]))
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-claim("after"):
+			return err == nil
+		case <-time.After(15 * time.Second):
+			return false
+		}
+	}, 30*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum has room")
+}
