@@ -123,6 +123,8 @@ type diskGuard struct {
 	appendRefusedAt                         atomic.Int64
 	appendRefusedNeed, appendRefusedBacklog atomic.Uint64
 	appendLog                               mono.Spacer // admitAppend's line
+	// refusals counts the appends admitAppend refused (appendpace.go).
+	refusals atomic.Uint64
 	// tailCut is the first index of the tail raft last deleted from this
 	// node's log (a conflict with a new leader's entries), until the next
 	// StoreLogs: the batch replacing it is taken whatever the room
@@ -618,7 +620,13 @@ func (g *diskGuard) admitAppend(logs []*raft.Log) error {
 		return nil
 	}
 	if g.full.Load() {
-		return errLogDiskFull
+		// Read again: the leader tries every appendRetryPause
+		// (appendpace.go), and freed space is taken at its next try, not
+		// at the watcher's next read, up to a second later.
+		if g.read(); g.free.Load() < g.fullBelow {
+			g.refusals.Add(1)
+			return errLogDiskFull
+		}
 	}
 	size := entryBytes(logs)
 	backlog := g.unapplied()
@@ -632,6 +640,7 @@ func (g *diskGuard) admitAppend(logs []*raft.Log) error {
 			g.log.Warn("disk nearly full: this follower takes no more raft entries from the leader until it has applied those it holds (applying an entry writes about twice its bytes) or space is freed, so that its disk stays above the storage-full threshold; it goes on by itself",
 				"free-bytes", free, "needs-bytes", need, "unapplied-bytes", backlog, "batch-bytes", size, "full-below", g.fullBelow, "data-dir", g.dir)
 		}
+		g.refusals.Add(1)
 		return errLogNoRoomToApply
 	}
 	g.appendRefusedAt.Store(0)

@@ -83,6 +83,9 @@ type foreignGuard struct {
 	// leftOutTold spaces the log of left-out members told, leftOutAhead
 	// that of one whose log ends past this recovery's state.
 	leftOutTold, leftOutAhead mono.Spacer
+	// disk, set before raft runs, is the node's disk guard: an append it
+	// refuses is answered at a steady pace (appendpace.go).
+	disk *diskGuard
 }
 
 // AppendEntries is the transport's, and learns from a member's answer that
@@ -206,6 +209,7 @@ func (g *foreignGuard) forward() {
 			if g.settle(rpc) {
 				continue
 			}
+			rpc = g.paceRefused(rpc) // appendpace.go
 			select {
 			case g.rpcs <- rpc:
 			case <-g.stop:

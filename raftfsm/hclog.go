@@ -86,8 +86,24 @@ func (h *hclogAdapter) Warn(msg string, args ...any) {
 	if level == slog.LevelInfo && h.quiet != nil && h.quiet() {
 		level = slog.LevelDebug
 	}
+	if level == slog.LevelWarn && msg == rejectedMsg {
+		// A follower short of disk space refuses every try, and is tried
+		// twice a second (appendpace.go): said once per repeatEvery per
+		// peer, with the count of those not said.
+		peer, _ := hcArg(args, "peer")
+		said, n := h.repeats.note(msg+" "+fmt.Sprint(peer), time.Now())
+		if !said {
+			level = slog.LevelDebug
+		} else if n > 0 {
+			args = append(args, "repeated", n, "repeated-within", repeatEvery.String())
+		}
+	}
 	h.log(level, msg, args...)
 }
+
+// rejectedMsg is raft's line for a follower's refused append.
+const rejectedMsg = "appendEntries rejected, sending older logs"
+
 func (h *hclogAdapter) Error(msg string, args ...any) {
 	level := errorLevel(msg, args)
 	if level == slog.LevelError && peerDownRepeats[msg] {
@@ -196,6 +212,13 @@ func errorLevel(msg string, args []any) slog.Level {
 		return slog.LevelInfo
 	}
 	switch msg {
+	case "failed to append to logs":
+		// A follower short of disk space refuses the leader's entries,
+		// which then tries twice a second (appendpace.go): the guard says
+		// so itself, once a minute (disk space low, or disk nearly full).
+		if errors.Is(err, errLogDiskFull) || errors.Is(err, errLogNoRoomToApply) {
+			return slog.LevelDebug
+		}
 	case "failed to open snapshot", "failed to send snapshot to":
 		// A leader short of disk to write its state out for a follower
 		// says so itself, once a minute (logExpandRefused); raft would say

@@ -195,3 +195,27 @@ func TestRaftErrorsRepeatingWhileAPeerIsDownAreSpaced(t *testing.T) {
 	h.Error("peer has newer term, stopping replication", "peer", raft.Server{ID: "n2", Address: "127.0.0.2:7071"})
 	require.Contains(t, buf.String(), "level=INFO", buf.String())
 }
+
+// A follower refusing appends for lack of disk space is tried twice a
+// second (appendpace.go): raft's lines for it, the leader's "appendEntries
+// rejected" and the follower's "failed to append to logs", would fill both
+// logs; the leader's is said once per repeatEvery per peer, and the
+// follower's is debug (its guard says it once a minute).
+func TestRaftLinesOfAFollowerRefusingAppendsForSpaceAreSpaced(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	peer := raft.Server{Suffrage: raft.Voter, ID: "n3", Address: "127.0.0.3:7071"}
+	for i := range 10 {
+		h.Warn("appendEntries rejected, sending older logs", "peer", peer, "next", uint64(40-i))
+	}
+	require.Equal(t, 1, strings.Count(buf.String(), "level=WARN"), buf.String())
+	h.Warn("appendEntries rejected, sending older logs", "peer", raft.Server{Suffrage: raft.Voter, ID: "n2", Address: "127.0.0.2:7071"}, "next", uint64(40))
+	require.Equal(t, 2, strings.Count(buf.String(), "level=WARN"), "another peer's is its own: %s", buf.String())
+
+	buf.Reset()
+	h.Error("failed to append to logs", "error", errLogDiskFull)
+	h.Error("failed to append to logs", "error", errLogNoRoomToApply)
+	require.Empty(t, buf.String())
+	h.Error("failed to append to logs", "error", errors.New("raft-wal: bad thing"))
+	require.Contains(t, buf.String(), "level=ERROR", "another failure is still an error")
+}

@@ -370,6 +370,7 @@ func open(cfg Config) (*Node, error) {
 	trans := newForeignGuard(n.trans, rc.LocalID, &started, running, n.stop, n.log) // foreign.go
 	n.guard = trans
 	trans.votes = n
+	trans.disk = n.disk
 	trans.leftOut, trans.onLeftOut, trans.onTwin = leftOut, n.superseded, n.probedByTwin
 	if existing {
 		n.noteLogScan()
