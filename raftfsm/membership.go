@@ -286,6 +286,12 @@ type Status struct {
 	// takes no raft entries and falls behind, and the leader's health
 	// check says why rather than only that it lags.
 	DiskFull *DiskFull `json:"disk_full,omitempty"`
+	// WritesRefused is set by a leader (and passed on by MergeHealth)
+	// while it refuses client writes because fewer voters than a quorum
+	// have room on their disks (quorumroom.go): the problem's detail.
+	// Those voters lag nothing then (nothing is proposed), and the table
+	// alone read as a healthy cluster.
+	WritesRefused string `json:"writes_refused,omitempty"`
 }
 
 // DiskFull is a node's full disk, as its Status says it.
@@ -554,6 +560,9 @@ func (n *Node) Status() (Status, error) {
 	sort.Slice(st.Nodes, func(i, j int) bool { return st.Nodes[i].ID < st.Nodes[j].ID })
 	if isLeader {
 		st.HealthFrom = n.self.ID
+		if err := n.votersRoom(OpClaim); err != nil {
+			st.WritesRefused = err.(*VotersFullError).Detail()
+		}
 		n.peers.mu.Lock()
 		fresh := n.peers.term == st.Term
 		for i := range st.Nodes {
@@ -640,6 +649,7 @@ func (s *Status) MergeHealth(leader Status) {
 		}
 	}
 	s.HealthFrom = leader.HealthFrom
+	s.WritesRefused = leader.WritesRefused
 }
 
 // ownKeys is a node's own keys for its row of the status: an empty list,

@@ -76,6 +76,12 @@ func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) 
 	require.NoError(t, err)
 	require.False(t, ok, "a refused claim changed nothing")
 
+	// The leader's status says so: the followers lag nothing (nothing is
+	// proposed), and its table alone read as a healthy cluster.
+	st, err := n1.Status()
+	require.NoError(t, err)
+	require.Contains(t, st.WritesRefused, "only n1 has room")
+
 	// Room on one follower is a quorum again: writes go through by
 	// themselves.
 	require.NoError(t, os.Remove(fillers[0]))
@@ -87,4 +93,7 @@ func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) 
 			return false
 		}
 	}, 30*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum has room")
+	st, err = n1.Status()
+	require.NoError(t, err)
+	require.Empty(t, st.WritesRefused)
 }

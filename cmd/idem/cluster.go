@@ -766,6 +766,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	case healthy < voters/2+1:
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
 	}
+	if st.WritesRefused != "" {
+		fmt.Fprintln(w, "WARNING: the leader refuses writes with 507 storage_full: "+st.WritesRefused)
+	}
 	for _, m := range st.Nodes {
 		if m.Downgraded != "" {
 			fmt.Fprintf(w, "WARNING: %s was downgraded in place: %s\n", m.ID, m.Downgraded)

@@ -433,3 +433,18 @@ func TestStatusMarksAMembershipChangeNotCommitted(t *testing.T) {
 	require.Contains(t, out.String(), "NOTE: * the last membership change is not committed yet (before it n3 was a nonvoter, n4 was a member)")
 	require.Contains(t, out.String(), "Wait until this note is gone before stopping or removing another voter")
 }
+
+// With both followers' disks full, the leader refuses writes 507 and
+// proposes nothing, so the followers lag nothing: the table read "3 of 3
+// voters healthy" while every write was refused. The leader's reason is
+// shown.
+func TestClusterStatusSaysTheLeaderRefusesWritesForFullVoters(t *testing.T) {
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n2"}, Leader: &raftfsm.NodeInfo{ID: "n1"}, HealthFrom: "n1", Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2"}, Suffrage: "voter", Healthy: true},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3"}, Suffrage: "voter", Healthy: true},
+	}, WritesRefused: "the disks of n2 (1 bytes free on /d, under 2) and n3 (1 bytes free on /d, under 2) are below their minimum free space"}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.Contains(t, out.String(), "WARNING: the leader refuses writes with 507 storage_full: the disks of n2 (1 bytes free")
+}
