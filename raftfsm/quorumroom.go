@@ -16,8 +16,8 @@ import (
 //
 // Only the leader's disk decided 507: with both followers of three full, a
 // write was proposed, never committed, and its request waited until space
-// was freed on a follower (69 s on real processes, with its lease expired
-// by then), or until the client gave up; a follower forwarding it answered
+// was freed on a follower (69 s on real processes), or until the client
+// gave up; a follower forwarding it answered
 // 503 "leadership changed while the request was in flight" after 3 s,
 // though no leadership had changed. The leader learns its followers' disks
 // from its health checks (twice a second), and refuses such a write at

@@ -17,7 +17,7 @@ import (
 // disk roomy, the followers take no client entries, so nothing the
 // leader proposed could commit: only the leader's disk decided 507, and a
 // claim on the leader waited until space was freed on a follower (69 s on
-// real processes, its lease expired by then), or for ever. The leader now
+// real processes), or for ever. The leader now
 // refuses it at once with storage full, naming the full voters, and takes
 // writes again by itself once one of them has room.
 func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) {
