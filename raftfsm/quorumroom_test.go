@@ -43,7 +43,18 @@ func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) 
 		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
 	}
 	require.Nil(t, n1.DiskFull(), "the leader's disk has room")
-	time.Sleep(3 * probeEvery) // the leader's health checks read the followers' disks
+	// The leader's health checks read the followers' disks.
+	require.Eventually(t, func() bool {
+		n1.peers.mu.Lock()
+		defer n1.peers.mu.Unlock()
+		for _, id := range []string{"n2", "n3"} {
+			if h := n1.peers.byID[id]; h == nil || h.diskFull == nil {
+				return false
+			}
+		}
+		return true
+	}, 10*time.Second, 50*time.Millisecond, "the leader never read the followers' full disks")
+	time.Sleep(probeEvery) // and counted them, after that round
 
 	claim := func(key string) <-chan error {
 		done := make(chan error, 1)
