@@ -20,10 +20,9 @@ import (
 // back off, doubling its wait after each refusal up to about 10 s: once
 // space was freed, the follower waited up to 10 s for the leader's next try
 // (10.3 to 11.0 s in four of five tries on real processes). Its refusals
-// now ask the leader not to back off and reach it after a pause of half a
-// second: the leader tries at that steady pace while the disk is full, no
-// faster, and the follower catches up within about a second of space
-// returning.
+// now ask the leader not to back off and reach it once space has returned,
+// or after 5 s: the leader tries about that often while the disk is full,
+// and the follower catches up within about a second of space returning.
 func TestFullFollowerIsTriedAtASteadyPaceAndCatchesUpSoonAfterSpaceReturns(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", freeRaftAddr(t), true)
@@ -73,13 +72,13 @@ func TestFullFollowerIsTriedAtASteadyPaceAndCatchesUpSoonAfterSpaceReturns(t *te
 	defer func() { close(stop); wg.Wait() }()
 
 	// Past the first 12 s of refusals raft's back-off alone waits 5 s and
-	// then 10 s between tries.
+	// then 10 s between tries; a try every half second (this fix's first
+	// form) resent 512 entries 20 times as often.
 	time.Sleep(12 * time.Second)
 	from := sent.Load()
-	time.Sleep(5 * time.Second)
+	time.Sleep(6 * time.Second)
 	tries := sent.Load() - from
-	require.GreaterOrEqual(t, tries, int64(5), "the leader tried the full follower %d times in 5 s: it backs off", tries)
-	require.LessOrEqual(t, tries, int64(20), "the leader tried the full follower %d times in 5 s: a hot loop", tries)
+	require.LessOrEqual(t, tries, int64(3), "the leader tried the full follower %d times in 6 s: it resends its entries too often", tries)
 	require.NotZero(t, n3.DiskFull(), "n3 is still full")
 
 	// Space back: n3 catches up within about a second.
@@ -88,6 +87,6 @@ func TestFullFollowerIsTriedAtASteadyPaceAndCatchesUpSoonAfterSpaceReturns(t *te
 	freed := time.Now()
 	require.Eventually(t, func() bool { return n3.raft.AppliedIndex() >= commit }, 10*time.Second, 20*time.Millisecond, "n3 never caught up")
 	took := time.Since(freed)
-	t.Logf("n3 caught up %s after its space was freed; %d tries in 5 s while full", took.Round(time.Millisecond), tries)
+	t.Logf("n3 caught up %s after its space was freed; %d tries in 6 s while full", took.Round(time.Millisecond), tries)
 	require.Less(t, took, 2*time.Second, "n3 waited out the leader's back-off")
 }
