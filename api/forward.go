@@ -300,7 +300,7 @@ func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte,
 		// leader, and a client decides how often it does so (a WARN line
 		// per request, from a loop that sends a claim and resets the
 		// connection: a protocol walk).
-		writeProblem(w, storeProblem(raftfsm.ErrUnknownOutcome))
+		writeProblem(w, forwardLost(addr, err))
 		return false
 	}
 	defer resp.Body.Close()
@@ -339,6 +339,20 @@ func withoutURL(err error) error {
 // neverDelivered reports whether a failed forward provably never reached
 // the leader's handler: the connection was refused or could not be made,
 // or the leader closed an idle connection before reading the request.
+// forwardLost answers a forwarded write that reached the leader at addr
+// and got no answer: its outcome is unknown, as after a lost leadership,
+// but the detail says what happened. It said "leadership changed while the
+// request was in flight" for a leader that only took longer than the
+// forward waits (its two followers' disks full, a disk-full walk), though
+// no leadership had changed.
+func forwardLost(addr string, err error) *problem {
+	what := "the connection to the leader at " + addr + " broke before it answered"
+	if errors.Is(err, context.DeadlineExceeded) {
+		what = "the leader at " + addr + " did not answer in time (a stalled commit: see idem cluster status)"
+	}
+	return newProblem(http.StatusServiceUnavailable, codeUnavailable, "this node forwarded the request and "+what+"; its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
+}
+
 func neverDelivered(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {

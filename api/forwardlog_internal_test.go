@@ -90,12 +90,23 @@ func TestForwardLogsNeitherAClientThatHungUpNorEveryFailure(t *testing.T) {
 	}
 	require.NotContains(t, logs.String(), "forward to leader failed", "a client that hung up was logged as a leader's failure")
 
+	// A leader slower than the forward waits: the answer said leadership
+	// had changed (a disk-full walk, where none had).
+	r := httptest.NewRequest(http.MethodPost, "/v1/claim", nil)
+	w := httptest.NewRecorder()
+	require.False(t, f.forward(w, r, body, addr, time.Now().Add(-time.Second)))
+	require.Equal(t, http.StatusServiceUnavailable, w.Code)
+	require.Contains(t, w.Body.String(), "the leader at "+addr+" did not answer in time")
+	require.Contains(t, w.Body.String(), "its outcome is unknown")
+	require.NotContains(t, w.Body.String(), "leadership changed")
+
 	cut.Store(true)
 	for range 50 {
 		r := httptest.NewRequest(http.MethodPost, "/v1/claim", nil)
 		w := httptest.NewRecorder()
 		require.False(t, f.forward(w, r, body, addr, time.Now().Add(-time.Second)))
 		require.Contains(t, w.Body.String(), "unknown", "%s", w.Body)
+		require.Contains(t, w.Body.String(), "the connection to the leader at "+addr+" broke before it answered", "%s", w.Body)
 	}
 	out := logs.String()
 	n := strings.Count(out, "forward to leader failed")
