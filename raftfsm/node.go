@@ -1093,7 +1093,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 func (n *Node) stampMs() int64 {
 	ms, d := n.clock.StampMs()
 	if d >= time.Second && n.stampBack.Allow(time.Minute) {
-		n.log.Warn("this leader stamped nothing for a while (the process was stopped or paused, or stalled: a SIGSTOP, docker pause, a VM paused, a stalled disk) and its clock counted it: it stamps at most 5 s past the time it has applied, so records and leases keep their whole time and cluster time does not count the rest", "behind-by", d.Round(time.Millisecond))
+		n.log.Warn("this leader stamped nothing for a while (the process was stopped or paused, or stalled: a SIGSTOP, docker pause, a VM paused, a stalled disk, or no quorum storing its entries: followers down or with full disks) and its clock counted it: it stamps at most 5 s past the time it has applied, so records and leases keep their whole time and cluster time does not count the rest", "behind-by", d.Round(time.Millisecond))
 	}
 	return ms
 }
