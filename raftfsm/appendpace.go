@@ -17,9 +17,10 @@ var appendRetryPause = 500 * time.Millisecond
 // most appendFullHold: a full disk may stay so for hours, and each try
 // resends up to 512 entries (of up to --max-response-bytes each), which a
 // try every half second would send 20 times as often as raft's own
-// back-off did.
+// back-off did; a leader stopping waits for the answer, so not much
+// longer.
 var (
-	appendFullHold = 5 * time.Second
+	appendFullHold = 2 * time.Second
 	appendRoomPoll = 100 * time.Millisecond
 )
 
@@ -36,7 +37,7 @@ var (
 // its own: raft's loop goes on at once, and its heartbeats and votes come
 // outside this connection. On a full disk the answer goes as soon as the
 // disk has room again, or after appendFullHold: the leader tries about
-// every 5 s while the disk stays full (it sends no faster: it waits for
+// every 2 s while the disk stays full (it sends no faster: it waits for
 // each answer, pipelining being off), and within appendRoomPoll of space
 // returning, when admitAppend, which reads the free space again at each
 // append while the disk is full, takes the entries. A follower refusing

@@ -21,7 +21,7 @@ import (
 // space was freed, the follower waited up to 10 s for the leader's next try
 // (10.3 to 11.0 s in four of five tries on real processes). Its refusals
 // now ask the leader not to back off and reach it once space has returned,
-// or after 5 s: the leader tries about that often while the disk is full,
+// or after 2 s: the leader tries about that often while the disk is full,
 // and the follower catches up within about a second of space returning.
 func TestFullFollowerIsTriedAtASteadyPaceAndCatchesUpSoonAfterSpaceReturns(t *testing.T) {
 	c := newMemCluster(t)
@@ -78,7 +78,7 @@ func TestFullFollowerIsTriedAtASteadyPaceAndCatchesUpSoonAfterSpaceReturns(t *te
 	from := sent.Load()
 	time.Sleep(6 * time.Second)
 	tries := sent.Load() - from
-	require.LessOrEqual(t, tries, int64(3), "the leader tried the full follower %d times in 6 s: it resends its entries too often", tries)
+	require.LessOrEqual(t, tries, int64(4), "the leader tried the full follower %d times in 6 s: it resends its entries too often", tries)
 	require.NotZero(t, n3.DiskFull(), "n3 is still full")
 
 	// Space back: n3 catches up within about a second.
