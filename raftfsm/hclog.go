@@ -88,7 +88,7 @@ func (h *hclogAdapter) Warn(msg string, args ...any) {
 	}
 	if level == slog.LevelWarn && msg == rejectedMsg {
 		// A follower short of disk space refuses every try, and is tried
-		// twice a second (appendpace.go): said once per repeatEvery per
+		// every 2 s or so (appendpace.go): said once per repeatEvery per
 		// peer, with the count of those not said.
 		peer, _ := hcArg(args, "peer")
 		said, n := h.repeats.note(msg+" "+fmt.Sprint(peer), time.Now())
@@ -214,7 +214,7 @@ func errorLevel(msg string, args []any) slog.Level {
 	switch msg {
 	case "failed to append to logs":
 		// A follower short of disk space refuses the leader's entries,
-		// which then tries twice a second (appendpace.go): the guard says
+		// which then tries every 2 s or so (appendpace.go): the guard says
 		// so itself, once a minute (disk space low, or disk nearly full).
 		if errors.Is(err, errLogDiskFull) || errors.Is(err, errLogNoRoomToApply) {
 			return slog.LevelDebug
