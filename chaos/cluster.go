@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -33,9 +34,12 @@ type Node struct {
 	LogPath    string
 	Client     *client.Client
 
-	mu          sync.Mutex
-	cmd         *exec.Cmd
-	done        chan struct{} // closed when the process has exited
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{} // closed when the process has exited
+	// ended is set when the harness signals the process to end (SIGTERM
+	// or SIGKILL), so an exit without it is one the harness did not cause.
+	ended       *atomic.Bool
 	paused      bool
 	clockOffset time.Duration
 	// retention, when set, is this node's own --retention, given after the
@@ -105,6 +109,7 @@ type Cluster struct {
 	clock  func() int64
 	mu     sync.Mutex
 	forced []ForcedStop
+	exits  []Exit
 	Nodes  []*Node
 	hc     *http.Client
 	scheme string // "http://" or "https://"
@@ -245,14 +250,17 @@ func (c *Cluster) Start(n *Node) error {
 		lf.Close()
 		return fmt.Errorf("chaos: start %s: %w", n.ID, err)
 	}
-	done := make(chan struct{})
+	done, ended := make(chan struct{}), new(atomic.Bool)
 	go func() {
 		err := cmd.Wait()
 		fmt.Fprintf(lf, "=== chaos %s: exited: %v\n", time.Now().Format(time.RFC3339Nano), err)
 		lf.Close()
+		if !ended.Load() {
+			c.exited(n)
+		}
 		close(done)
 	}()
-	n.cmd, n.done, n.paused = cmd, done, false
+	n.cmd, n.done, n.ended, n.paused = cmd, done, ended, false
 	return nil
 }
 
@@ -291,6 +299,37 @@ func (c *Cluster) Stop(n *Node) {
 	}
 }
 
+// Exit is a node's process that ended without the harness stopping or
+// killing it: a crash, a node that gave up (a full disk), or a signal
+// from outside the harness. Liveness then reports the node unready for
+// as long as nothing starts it again, with its readiness probe's last
+// answer; this says why it went (a soak found two of three nodes gone for
+// six minutes after SIGTERMs the harness never sent, reported only as
+// "no leader").
+type Exit struct {
+	Node string `json:"node"`
+	At   int64  `json:"at_ns"`
+	Said string `json:"said"` // lastWords of its log: why it ended
+}
+
+func (c *Cluster) exited(n *Node) {
+	var at int64
+	if c.clock != nil {
+		at = c.clock()
+	}
+	said := n.exitTail()
+	c.mu.Lock()
+	c.exits = append(c.exits, Exit{Node: n.ID, At: at, Said: said})
+	c.mu.Unlock()
+}
+
+// Exits are the exits the harness did not cause so far.
+func (c *Cluster) Exits() []Exit {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Exit(nil), c.exits...)
+}
+
 // ForcedStops are the stops that needed SIGKILL so far.
 func (c *Cluster) ForcedStops() []ForcedStop {
 	c.mu.Lock()
@@ -307,6 +346,7 @@ func (c *Cluster) signalAndWait(n *Node, sig syscall.Signal, grace time.Duration
 		return false
 	}
 	cmd, done, paused := n.cmd, n.done, n.paused
+	n.ended.Store(true)
 	n.mu.Unlock()
 	cmd.Process.Signal(sig)
 	if paused {

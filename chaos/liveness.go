@@ -78,7 +78,18 @@ func Liveness(samples []ReadySample, windows []Window, bound time.Duration, end 
 			// A stretch: from this unready sample to the next ready one.
 			start, detail := ss[i].At, ss[i].Detail
 			stop := end
-			for i+1 < len(ss) && !ss[i+1].Ready {
+			var down []string // spans of the stretch its process was not running
+			for {
+				if notRunning(ss[i].Detail) {
+					to := "the end"
+					if i+1 < len(ss) {
+						to = strings.TrimSpace(secs(ss[i+1].At))
+					}
+					down = append(down, fmt.Sprintf("from %s to %s (%s)", strings.TrimSpace(secs(ss[i].At)), to, strings.TrimPrefix(ss[i].Detail, notRunningPrefix)))
+				}
+				if i+1 >= len(ss) || ss[i+1].Ready {
+					break
+				}
 				i++
 				if ss[i].Detail != "" {
 					detail = ss[i].Detail
@@ -102,9 +113,12 @@ func Liveness(samples []ReadySample, windows []Window, bound time.Duration, end 
 			if stop >= end {
 				still = "still not ready when the run ended"
 			}
-			out = append(out, Violation{Kind: VNotReady, Scope: node, At: at,
-				Detail: fmt.Sprintf("%s not ready (GET /readyz) for more than %s outside nemesis windows: unready from %s (%s), %s; last answer: %s",
-					node, bound, strings.TrimSpace(secs(start)), healed, still, orNone(detail))})
+			d := fmt.Sprintf("%s not ready (GET /readyz) for more than %s outside nemesis windows: unready from %s (%s), %s; last answer: %s",
+				node, bound, strings.TrimSpace(secs(start)), healed, still, orNone(detail))
+			if len(down) > 0 && !notRunning(detail) {
+				d += "; its process was not running " + strings.Join(down, ", ")
+			}
+			out = append(out, Violation{Kind: VNotReady, Scope: node, At: at, Detail: d})
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool { return out[i].At < out[j].At })
@@ -205,7 +219,7 @@ func (m *Monitor) Probe(ctx context.Context, n *Node) bool {
 
 func (m *Monitor) ask(ctx context.Context, n *Node) (bool, string) {
 	if !n.Running() {
-		return false, "process not running: " + n.exitTail()
+		return false, notRunningPrefix + n.exitTail()
 	}
 	if n.Paused() {
 		return false, "process paused (SIGSTOP)"
@@ -230,14 +244,25 @@ func (m *Monitor) record(node string, at int64, ready bool, detail string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if i, ok := m.last[node]; ok && m.samples[i].Ready == ready {
-		if !ready && detail != "" {
-			m.samples[i].Detail = detail // keep the latest reason
+		// The latest reason, but a process that exits, or is started
+		// again, while unready starts a sample of its own: the reason a
+		// node was down the longest (its process gone for minutes) was
+		// replaced by its probe's answer after the final healing started
+		// it ("503 no leader").
+		if ready || detail == "" || notRunning(m.samples[i].Detail) == notRunning(detail) {
+			if !ready && detail != "" {
+				m.samples[i].Detail = detail
+			}
+			return
 		}
-		return
 	}
 	m.last[node] = len(m.samples)
 	m.samples = append(m.samples, ReadySample{Node: node, At: at, Ready: ready, Detail: detail})
 }
+
+const notRunningPrefix = "process not running: "
+
+func notRunning(detail string) bool { return strings.HasPrefix(detail, notRunningPrefix) }
 
 // Samples returns the record so far.
 func (m *Monitor) Samples() []ReadySample {

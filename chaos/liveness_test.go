@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"bytes"
 	"testing"
 	"time"
 
@@ -161,4 +162,28 @@ idem serve: raftfsm: the state in n2/fsm (applied index 328) is older than the r
 `
 	require.Equal(t, "idem serve: raftfsm: the state in n2/fsm (applied index 328) is older than the raft log's snapshot 3-329 (index 329). Remove the whole data dir and join the node again | exited: exit status 1", lastWords(log))
 	require.Equal(t, "nothing in its log", lastWords("=== chaos x: start idem serve\ntime=1 level=INFO msg=up\n"))
+}
+
+// A node whose process was gone for most of an unready stretch is
+// reported so, not with only its probe's last answer: in a 10-minute soak
+// two of three nodes got SIGTERMs the harness never sent and stayed down
+// for six minutes, and the violations said "last answer: 503 this node has
+// no leader", the answer after the final healing started them again.
+func TestLivenessSaysWhenTheProcessWasNotRunning(t *testing.T) {
+	m := &Monitor{last: map[string]int{}}
+	m.record("n2", 1*sec, true, "")
+	m.record("n2", 10*sec, false, "503 no leader")
+	m.record("n2", 11*sec, false, "process not running: exited: <nil>")
+	m.record("n2", 12*sec, false, "process not running: exited: <nil>")
+	m.record("n2", 370*sec, false, "503 this node has no leader")
+	m.record("n2", 380*sec, true, "")
+	v := Liveness(m.Samples(), nil, bound, 400*sec)
+	require.Len(t, v, 1)
+	require.Contains(t, v[0].Detail, "last answer: 503 this node has no leader")
+	require.Contains(t, v[0].Detail, "its process was not running from 11.0s to 370.0s (exited: <nil>)")
+
+	rep := &Report{Readiness: m.Samples(), Check: &CheckResult{}}
+	var out bytes.Buffer
+	rep.Summary(&out)
+	require.Contains(t, out.String(), "(1 unready spells)", "one stretch, however many reasons")
 }

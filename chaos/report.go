@@ -31,6 +31,8 @@ type Report struct {
 	Diags       []Diag   // captures of nodes that stayed unready (diag.go)
 	// ForcedStops are graceful stops (SIGTERM) that needed SIGKILL.
 	ForcedStops []ForcedStop
+	// Exits are nodes that ended without the harness stopping them.
+	Exits       []Exit
 	HistoryPath string
 	HTMLPath    string
 }
@@ -157,10 +159,13 @@ func (r *Report) Summary(w io.Writer) {
 		}
 	}
 	changes := 0
+	wasReady := map[string]bool{}
 	for _, s := range r.Readiness {
-		if !s.Ready {
+		ready, seen := wasReady[s.Node]
+		if !s.Ready && (ready || !seen) {
 			changes++
 		}
+		wasReady[s.Node] = s.Ready
 	}
 	verdict := fmt.Sprintf("every node ready within %s of each heal, and operations succeeded throughout", c.ReadyBound)
 	if unready+stalls > 0 {
@@ -179,6 +184,12 @@ func (r *Report) Summary(w io.Writer) {
 		fmt.Fprintf(w, "graceful stops: %d did not end within their grace after SIGTERM and were killed (a node that hangs on SIGTERM is a bug: see its log)\n", len(r.ForcedStops))
 		for _, f := range r.ForcedStops {
 			fmt.Fprintf(w, "  %s: SIGTERM at %s, SIGKILL %s later\n", f.Node, strings.TrimSpace(secs(f.At)), f.Grace)
+		}
+	}
+	if len(r.Exits) > 0 {
+		fmt.Fprintf(w, "exits: %d node processes ended without the harness stopping them (a crash, a node giving up, or a signal from outside the harness: see the node's log)\n", len(r.Exits))
+		for _, x := range r.Exits {
+			fmt.Fprintf(w, "  %s at %s: %s\n", x.Node, strings.TrimSpace(secs(x.At)), x.Said)
 		}
 	}
 	for _, n := range r.Notes {

@@ -435,7 +435,7 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := disks.Teardown(true); err != nil {
 		rep.Notes = append(rep.Notes, "the nodes' filesystems: "+err.Error())
 	}
-	rep.ForcedStops = cl.ForcedStops()
+	rep.ForcedStops, rep.Exits = cl.ForcedStops(), cl.Exits()
 	rep.Elapsed = time.Duration(h.Now())
 	rep.Ops, rep.Events, rep.Readiness = h.Ops(), h.Events(), mon.Samples()
 	rep.Diags = mon.diag.Diags()
