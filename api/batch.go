@@ -958,15 +958,22 @@ func (s *Server) batchEntriesAllowed(ctx context.Context) bool {
 	g.ok, g.checked, g.checking = lacking == "", time.Now(), false
 	if lacking != g.waiting {
 		if lacking != "" {
-			s.log.Info("batches are proposed one entry per op until every member runs a version that knows batch entries", "members", lacking)
+			s.log.Info("batches are proposed one entry per op until every member answers and runs a version that knows batch entries: these members are down, unreachable, or run an older version", "members", lacking)
 		}
 		g.waiting = lacking
 	}
 	return g.ok
 }
 
+// noAnswer follows, in membersLacking's list, a member that gave no
+// answer: the gates' log lines said "until every member runs a version
+// that knows batch entries" of a member that was down, or of a node an
+// operator joined before starting it, which sent the reader looking for
+// an old release (a chaos soak's careless-operator joins).
+const noAnswer = " (no answer)"
+
 // membersLacking names the other members whose /healthz does not list
-// feature (an older version, or no answer); "" when none. It asks them in
+// feature (an older version, or no answer: marked noAnswer); "" when none. It asks them in
 // parallel, within a second. A member that does not answer but was seen
 // listing it (at the same HTTP address) is not named: a member that was
 // down or cut off made the gates close again at their recheck, and with
@@ -1012,8 +1019,14 @@ func (s *Server) membersLacking(ctx context.Context, feature string) string {
 					return
 				}
 			}
+			id := m.ID
+			if !answered {
+				// Down, cut off, or a member that never was (a join
+				// of a node not yet started): not a version to upgrade.
+				id += noAnswer
+			}
 			mu.Lock()
-			lacking = append(lacking, m.ID)
+			lacking = append(lacking, id)
 			mu.Unlock()
 		}()
 	}

@@ -47,7 +47,7 @@ func (s *Server) headerListsProblem() *problem {
 		lacking := s.membersLacking(context.Background(), featureHeaderLists)
 		g.ok, g.checked = lacking == "", time.Now()
 		if lacking != g.waiting && lacking != "" {
-			s.log.Info("responses with a header sent more than once are refused until every member runs a version that stores them", "members", lacking)
+			s.log.Info("responses with a header sent more than once are refused until every member answers and runs a version that stores them: these members are down, unreachable, or run an older version", "members", lacking)
 		}
 		g.waiting = lacking
 	}
@@ -55,7 +55,7 @@ func (s *Server) headerListsProblem() *problem {
 		return nil
 	}
 	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf(
-		"a header stored as an array (sent more than once) needs every member to run a version that knows it; %s not yet (a rolling upgrade?): retry once they do", g.waiting))
+		"a header stored as an array (sent more than once) needs every member to run a version that knows it; %s not yet (a rolling upgrade, or a member down?): retry once they do", g.waiting))
 	p.retryAfter = int(listsGateRetry / time.Second)
 	return p
 }

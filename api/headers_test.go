@@ -316,3 +316,33 @@ func TestRollbackWhileAMemberLacksTheFeatureIsNoDowngrade(t *testing.T) {
 	}
 	require.NotContains(t, logs.String(), "downgrade in place")
 }
+
+// A member that gives no answer is named as such by the feature gates: a
+// chaos soak's node logs said "batches are proposed one entry per op
+// until every member runs a version that knows batch entries
+// members=n4" of a node an operator had joined and never started, and of
+// members down for a moment, sending the reader looking for an old
+// release.
+func TestFeatureGatesNameAMemberThatGivesNoAnswer(t *testing.T) {
+	var logs syncBuffer
+	n := mustNode(t, withAPI(func(c *api.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }))
+	joinOlderMember(t, n, "cluster-secret,batch-entry", "header-lists")
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if hj, ok := w.(http.Hijacker); ok {
+			if c, _, err := hj.Hijack(); err == nil {
+				c.Close() // no answer
+			}
+		}
+	}))
+	t.Cleanup(silent.Close)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-gone", RaftAddr: "127.0.0.1:2", HTTPAddr: strings.TrimPrefix(silent.URL, "http://")}, true, false)
+	require.NoError(t, err)
+
+	s := sc("gate-names")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	lists := map[string]any{"status": 200, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}}
+	p := requireProblem(t, n.complete(s, tok, lists), http.StatusServiceUnavailable, "unavailable")
+	require.Contains(t, p["detail"], "n-gone (no answer),n-old not yet")
+	require.Contains(t, logs.String(), `members="n-gone (no answer),n-old"`)
+	require.Contains(t, logs.String(), "down, unreachable, or run an older version")
+}
