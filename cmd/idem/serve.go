@@ -1366,7 +1366,9 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	// fallbacks say it. They said the flag's when node.json was written at
 	// this start (a data dir of an older idem, or one made by hand, has
 	// none), or when the node joined a cluster of another width.
+	widthFromCluster := false // the flag's width replaced by the cluster's
 	if width, fixed := node.BucketWidth(); fixed && width != c.bucketWidth {
+		widthFromCluster = true
 		if err := setNodeFileWidth(filepath.Join(c.dataDir, "node.json"), width); err != nil {
 			return err
 		}
@@ -1392,7 +1394,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Warn("this cluster was started by an earlier release and has no retention of its own yet: each claim gets the --retention of the leader deciding it. Once every node runs this release, run idem cluster set-retention --retention "+c.retention.String()+" (with the value every node has)",
 			"retention", c.retention.String())
 	}
-	warnWideBuckets(log, c.bucketWidth, retention)
+	warnWideBuckets(log, c.bucketWidth, retention, set["bucket-width"] && !widthFromCluster)
 	warnRequestMemory(log, c.limits.MaxInFlightBytes, physicalMemory())
 
 	srv := api.New(node, api.Config{
@@ -1569,7 +1571,7 @@ func watchBucketWidth(ctx context.Context, node *raftfsm.Node, flag, retentionFl
 			if r, pinned := node.Retention(); pinned {
 				retention = r
 			}
-			warnWideBuckets(log, width, retention)
+			warnWideBuckets(log, width, retention, false)
 		}
 		return
 	}
@@ -1666,12 +1668,27 @@ func warnRequestMemory(log *slog.Logger, held int64, mem uint64) {
 // retention (an operator walk created a store with --bucket-width 100000h:
 // accepted silently, fixed for the data dir's life, nothing dropped for
 // eleven years). The width cannot change, so this is said at every start.
-func warnWideBuckets(log *slog.Logger, width, retention time.Duration) {
+//
+// flagSet: the width is --bucket-width's, given on the command line.
+// Otherwise it is the default's, or the cluster's: a chaos soak's nodes,
+// started with --retention 16m and no --bucket-width, each warned
+// "--bucket-width 2h0m0s is wider ... (a new data dir takes another, e.g.
+// the default)", naming a flag nobody gave and advising the width they
+// had; and a node's new data dir takes its cluster's width when it joins.
+func warnWideBuckets(log *slog.Logger, width, retention time.Duration, flagSet bool) {
 	if width <= retention {
 		return
 	}
-	log.Warn("--bucket-width "+width.String()+" is wider than the retention "+retention.String()+
+	what := "--bucket-width " + width.String()
+	switch {
+	case flagSet:
+	case width == raftfsm.DefaultConfig().BucketWidth:
+		what = "the bucket width " + width.String() + " (--bucket-width's default)"
+	default:
+		what = "the cluster's bucket width " + width.String()
+	}
+	log.Warn(what+" is wider than the retention "+retention.String()+
 		": expired records keep their disk space until their whole bucket has expired, up to "+width.String()+
-		" after their window; the width is fixed for this data dir's life (a new data dir takes another, e.g. the default)",
+		" after their window. The width is fixed for the cluster's life by its first write: only a new cluster takes another, created with --bucket-width "+retention.String()+" or less",
 		"bucket-width", width.String(), "retention", retention.String())
 }
