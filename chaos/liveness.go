@@ -304,9 +304,10 @@ func (n *Node) exitTail() string {
 }
 
 // harnessWarnings are the warnings a node gives of the flags the harness
-// sets on purpose (a low --trailing-logs, so snapshots are sent often):
+// sets on purpose (a low --trailing-logs, so snapshots are sent often; a
+// retention of the run's length, shorter than the default bucket width):
 // every run starts with them, and they never say why one ended.
-var harnessWarnings = []string{`msg="--trailing-logs `}
+var harnessWarnings = []string{`msg="--trailing-logs `, `msg="the bucket width `}
 
 // lastWords picks from a node's log the lines that say why its latest run
 // ended: after the harness's last start line, no info, debug or raft

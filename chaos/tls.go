@@ -18,13 +18,20 @@ import (
 // transport (reconnects after kills, pauses and partitions) and the
 // harness speaks HTTPS.
 
+// CALifetime is the run's CA's, and so its certificates', lifetime: past
+// the 30 days within which a node warns of a certificate or CA expiring
+// soon. With 24 hours every node start of a --tls run logged both
+// warnings, which then stood as the last words of any node that ended
+// (lastWords), in place of why it ended.
+const CALifetime = 90 * 24 * time.Hour
+
 // MakeTLS writes the CA (idem-ca.pem), n1..nN (for 127.0.0.1..N) and the
 // harness's client certificate (chaos.pem) into dir, replacing earlier ones.
 func MakeTLS(dir string, nodes int) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("chaos: tls dir: %w", err)
 	}
-	ca, err := certgen.NewCA("idem chaos CA", 24*time.Hour)
+	ca, err := certgen.NewCA("idem chaos CA", CALifetime)
 	if err != nil {
 		return err
 	}

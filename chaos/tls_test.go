@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // --tls: the run's CA signs a certificate for each node's loopback IP and
@@ -46,5 +47,35 @@ func TestTLSModeMakesCertificatesAndUsesThem(t *testing.T) {
 	i := slices.Index(args, "--tls-cert-file")
 	if i < 0 || args[i+1] != filepath.Join(dir, "n2.pem") || !slices.Contains(args, "--tls-ca-file") {
 		t.Fatalf("n2 does not get its own TLS files: %v", args)
+	}
+}
+
+// The run's certificates outlive the 30 days within which a node warns of
+// one expiring (cmd/idem's expiryWarning): with a 24-hour CA every start
+// of a --tls run warned twice, and those warnings stood as the last words
+// of a node that ended, in place of why it ended.
+func TestTLSRunCertificatesRaiseNoExpiryWarning(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "tls")
+	if err := MakeTLS(dir, 1); err != nil {
+		t.Fatal(err)
+	}
+	const expiryWarning = 30 * 24 * time.Hour
+	for _, f := range []string{"idem-ca.pem", "n1.pem"} {
+		pair, err := tls.LoadX509KeyPair(filepath.Join(dir, f), filepath.Join(dir, strings.TrimSuffix(f, ".pem")+"-key.pem"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := time.Until(pair.Leaf.NotAfter); left < expiryWarning+24*time.Hour {
+			t.Fatalf("%s expires in %s: a node warns within %s", f, left.Round(time.Hour), expiryWarning)
+		}
+	}
+	// Nor do the warnings every start gives of the harness's own flags
+	// say why a node ended.
+	log := "=== chaos x: start idem serve --retention 15m0s\n" +
+		`time=1 level=WARN msg="the bucket width 2h0m0s (--bucket-width's default) is wider than the retention 15m0s: expired records keep their disk space"` + "\n" +
+		`time=2 level=INFO msg="shutting down: draining HTTP"` + "\n" +
+		"=== chaos y: exited: <nil>\n"
+	if got := lastWords(log); got != "exited: <nil>" {
+		t.Fatalf("lastWords = %q", got)
 	}
 }
