@@ -201,6 +201,39 @@ func TestWatchdogLogsASlowFSMCall(t *testing.T) {
 	require.Equal(t, 1, lines, "logged once per fsmSlowEvery: %s", out)
 }
 
+// A process stopped (SIGSTOP, a paused VM) with an FSM call under way
+// does not count the stop as the call's: after a whole-cluster pause of
+// 14.6 s a chaos run's follower logged "fsm: a call has been running for
+// 15s" and "a slow call returned" of an apply that ran for milliseconds
+// on either side of the stop. A call still running fsmSlowAfter after the
+// stop is logged, timed from it.
+func TestWatchdogDoesNotCountAStoppedProcessAsASlowCall(t *testing.T) {
+	var logs logBuffer
+	n := mustNode(t, func(c *Config) {
+		c.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+		c.TickInterval = time.Hour
+	})
+	// A node of its own for the watchdog's view: the real one's FSM
+	// takes calls of its own (its election's entries, snapshots).
+	watched := &Node{fsm: &FSM{}, log: n.log, raft: n.raft}
+	w := fsmWatch{every: time.Second}
+	done := watched.fsm.busy.begin("apply", 7, 7)
+	s0 := watched.fsm.busy.since.Load()
+	at := func(d time.Duration) { watched.checkFSM(&w, s0+int64(d)) }
+	at(time.Second)
+	at(16 * time.Second) // the first tick after a 15 s stop
+	for d := 17 * time.Second; d < 21*time.Second; d += time.Second {
+		at(d)
+	}
+	require.NotContains(t, logs.String(), "fsm: a call has been running", "the stop is not the call's")
+	at(22 * time.Second)
+	require.Contains(t, logs.String(), "fsm: a call has been running for 6s")
+	done()
+	at(23 * time.Second)
+	require.Contains(t, logs.String(), "fsm: a slow call returned")
+	require.Contains(t, logs.String(), "took-at-least=6s")
+}
+
 // Issue 9, item 5: under steady load a follower's applied index trails the
 // leader's commit index by a replication round and an apply, so asked
 // "have you applied the leader's commit index?" at one instant it almost

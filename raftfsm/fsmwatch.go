@@ -43,35 +43,60 @@ func (n *Node) watchFSM() {
 	defer n.wg.Done()
 	t := time.NewTicker(fsmWatchTick)
 	defer t.Stop()
-	var call int64       // start of the call last logged
-	var logged time.Time // when it was last logged
-	var longest time.Duration
+	w := fsmWatch{every: fsmWatchTick}
 	for {
 		select {
 		case <-n.stop:
 			return
 		case <-t.C:
 		}
-		b := &n.fsm.busy
-		since := b.since.Load()
-		if since != call && call != 0 {
-			// The slow call has returned.
-			n.log.Warn("fsm: a slow call returned", "call", *b.what.Load(), "took-at-least", longest.Round(time.Second))
-			call = 0
-		}
-		if since == 0 {
-			continue
-		}
-		took := mono.Since(since)
-		if took < fsmSlowAfter || (since == call && time.Since(logged) < fsmSlowEvery) {
-			continue
-		}
-		call, logged, longest = since, time.Now(), took
-		st := n.raft.Stats()
-		n.log.Warn("fsm: a call has been running for "+took.Round(time.Second).String()+"; raft queues what it commits behind it and stops answering its peers once the queue is full",
-			"call", *b.what.Load(), "first-index", b.first.Load(), "last-index", b.last.Load(),
-			"raft-commit-index", st["commit_index"],
-			"raft-applied-index", st["applied_index"], "raft-last-log-index", st["last_log_index"],
-			"fsm-queue", st["fsm_pending"], "raft-state", st["state"])
+		n.checkFSM(&w, mono.Now())
 	}
+}
+
+// fsmWatch is the watchdog's memory between ticks.
+type fsmWatch struct {
+	every   time.Duration // the ticks' period
+	call    int64         // start of the call last logged
+	logged  int64         // when it was last logged
+	longest time.Duration // how long it had run when last logged
+	tick    int64         // the previous tick
+	resumed int64         // the end of the latest stall of the whole process
+}
+
+// fsmStall is how late a tick may come before the watchdog takes the
+// process to have been stopped (SIGSTOP, a paused VM or container): no
+// call ran meanwhile, so a call is timed from the end of the stall. After
+// a whole-cluster pause of 14.6 s a chaos run's follower logged "fsm: a
+// call has been running for 15s" and "a slow call returned" of an apply
+// that had run for milliseconds on either side of the stop.
+const fsmStall = 2 * time.Second
+
+// checkFSM is one tick of the watchdog, at now (mono.Now()).
+func (n *Node) checkFSM(w *fsmWatch, now int64) {
+	if w.tick != 0 && time.Duration(now-w.tick) > w.every+fsmStall {
+		w.resumed = now
+	}
+	w.tick = now
+	b := &n.fsm.busy
+	since := b.since.Load()
+	if since != w.call && w.call != 0 {
+		// The slow call has returned.
+		n.log.Warn("fsm: a slow call returned", "call", *b.what.Load(), "took-at-least", w.longest.Round(time.Second))
+		w.call = 0
+	}
+	if since == 0 {
+		return
+	}
+	took := time.Duration(now - max(since, w.resumed))
+	if took < fsmSlowAfter || (since == w.call && time.Duration(now-w.logged) < fsmSlowEvery) {
+		return
+	}
+	w.call, w.logged, w.longest = since, now, took
+	st := n.raft.Stats()
+	n.log.Warn("fsm: a call has been running for "+took.Round(time.Second).String()+"; raft queues what it commits behind it and stops answering its peers once the queue is full",
+		"call", *b.what.Load(), "first-index", b.first.Load(), "last-index", b.last.Load(),
+		"raft-commit-index", st["commit_index"],
+		"raft-applied-index", st["applied_index"], "raft-last-log-index", st["last_log_index"],
+		"fsm-queue", st["fsm_pending"], "raft-state", st["state"])
 }
