@@ -269,7 +269,7 @@ func (n *Node) settledInBatch(c *Command, barrier *int) (engine.Result, bool) {
 	if peek == nil {
 		return engine.Result{}, false
 	}
-	if _, ok := peek(n.stampMs()); !ok { // at the time it would stamp (settled)
+	if _, ok := peek(n.firstLookMs()); !ok { // at the time it would stamp (settled)
 		return engine.Result{}, false
 	}
 	if *barrier == 0 {

@@ -1098,6 +1098,16 @@ func (n *Node) stampMs() int64 {
 	return ms
 }
 
+// firstLookMs is stampMs for a look at the state that may propose nothing
+// (settled's first look), taken before the term's barrier: it neither
+// moves the clock nor says this leader stamped nothing for a while. A new
+// leader's first claim took stampMs there, before its barrier: where the
+// log's time had stood still (no entry applied for over ttl.RewindAfter:
+// a leader removed, an election) it logged that it had been "stopped or
+// paused, or stalled", and its barrier then found nothing to say of
+// taking the lead (a chaos soak's membership nemesis).
+func (n *Node) firstLookMs() int64 { return n.clock.PeekStampMs() }
+
 // checkProposal stamps a command about to be proposed, after the term's
 // barrier, with the cluster's retention and refuses one its leader must
 // not propose (retentionHold, sealBound, capBound).

@@ -40,10 +40,11 @@ func (n *Node) settled(c *Command) (*ApplyResult, bool) {
 	}
 	// A first look at the state as it is: almost every operation writes,
 	// and those pay no barrier. Judged at the time this leader would stamp
-	// the command (stampMs), not its clock's reading: after a pause the
+	// the command (firstLookMs: stampMs without moving the clock, before the
+	// term barrier), not its clock's reading: after a pause the
 	// reading runs past it, and a record cluster time still held live was
 	// answered not_found.
-	if _, ok := peek(n.stampMs()); !ok {
+	if _, ok := peek(n.firstLookMs()); !ok {
 		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)

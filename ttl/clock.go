@@ -254,6 +254,20 @@ func (c *Clock) StampMs() (ms int64, rewound time.Duration) {
 	return reading, 0
 }
 
+// PeekStampMs is what StampMs would return now, without anchoring the
+// clock or taking the time as handed out: for a look at the state before
+// a leader's term barrier (a first look at a claim that may need no entry),
+// which must leave the clock to the barrier's FollowLog.
+func (c *Clock) PeekStampMs() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	reading := max(c.nowLocked(), c.lastMs)
+	if c.anchored && c.logMs > 0 && reading-c.logMs > RewindAfter.Milliseconds() {
+		return c.logMs + RewindAfter.Milliseconds()
+	}
+	return reading
+}
+
 // capAtLogLocked anchors the clock at the log's time plus RewindAfter, now,
 // where reading has run further than that past the log's time: at most
 // RewindAfter of time in which nothing was applied is counted. It reports

@@ -282,3 +282,21 @@ func TestClockStampAfterAStallStaysWithinAStep(t *testing.T) {
 	require.Zero(t, back)
 	require.InDelta(t, created+1007, ms, 20, "and cluster time runs on at real time")
 }
+
+// PeekStampMs says what StampMs would, and moves nothing: a new leader's
+// look at the state before its term barrier anchored the clock at the
+// log's time plus RewindAfter, and said the leader had stamped nothing for
+// a while, where it had only followed a log that stood still.
+func TestClockPeekStampIsStampWithoutMovingTheClock(t *testing.T) {
+	const t0 = 1_700_000_000_000
+	c, ft := fakeClock(t)
+	c.Observe(t0)
+	ft.advance(7*time.Second, 7*time.Second) // nothing applied
+	peek := c.PeekStampMs()
+	require.Equal(t, int64(t0)+RewindAfter.Milliseconds(), peek)
+	require.InDelta(t, t0+7000, c.NowMs(), 20, "the reading is where it was")
+	require.Equal(t, 2*time.Second, c.FollowLog(), "the lead is left for FollowLog to find")
+	ms, back := c.StampMs()
+	require.Equal(t, peek, ms)
+	require.Zero(t, back)
+}
