@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -425,7 +426,12 @@ func (c *serverConn) handshake() error {
 		}
 		if c.err != nil {
 			msg := "refused a raft connection: no valid node certificate from the cluster's CA"
-			if strings.Contains(c.err.Error(), "didn't provide a certificate") {
+			switch {
+			case errors.Is(c.err, io.EOF) || errors.Is(c.err, io.ErrUnexpectedEOF) || errors.Is(c.err, syscall.ECONNRESET):
+				// Nothing was said of a certificate: a chaos soak's node
+				// logged a member killed as it dialled as lacking one.
+				msg = "closed a raft connection whose peer hung up during the TLS handshake, before any certificate was checked: a member stopped or restarted as it connected (or something that is not a member)"
+			case strings.Contains(c.err.Error(), "didn't provide a certificate"):
 				// Go's client leaves out a certificate whose issuer this node
 				// did not list: one from a CA not in --tls-ca-file looks
 				// like none (a CA rotation done out of order).

@@ -326,3 +326,27 @@ func TestRaftAdvertisesANameNotResolvingYet(t *testing.T) {
 	require.NotEqual(t, "idem-not-yet.invalid:0", s.Addr().String())
 	require.Contains(t, logs.String(), "does not resolve")
 }
+
+// A peer that hangs up in the middle of the TLS handshake (a member killed
+// or restarted while it dialled) is not said to lack a valid certificate:
+// a chaos soak's node logged "refused a raft connection: no valid node
+// certificate from the cluster's CA ... error=EOF", which sends the reader
+// to the certificates.
+func TestRaftPortSaysAHandshakeCutShortIsNotACertificateProblem(t *testing.T) {
+	var logs logBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	pki := newTestPKI(t, "cut-short")
+	addr := testRaftAddrs(t, 1)[0]
+	s, err := newStreamLayer(addr, addr, nil, pki.node("n1"), log)
+	require.NoError(t, err)
+	tr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{Stream: s, MaxPool: 1, Timeout: time.Second, Logger: newHCLog(log)})
+	defer tr.Close()
+	conn, err := net.Dial("tcp", s.Listener.Addr().String())
+	require.NoError(t, err)
+	_, err = conn.Write([]byte{0x16, 0x03}) // a handshake record begun
+	require.NoError(t, err)
+	conn.Close()
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "raft connection") }, 5*time.Second, 10*time.Millisecond)
+	require.NotContains(t, logs.String(), "no valid node certificate", logs.String())
+	require.Contains(t, logs.String(), "hung up during the TLS handshake", logs.String())
+}
