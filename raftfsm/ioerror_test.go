@@ -132,10 +132,16 @@ func stopHook(t *testing.T) *atomic.Int32 {
 
 func ioNode(t *testing.T, c *memCluster, id, addr string, bootstrap bool, logs *logBuffer) *Node {
 	t.Helper()
+	return c.start(loggedConfig(t, id, addr, bootstrap, logs))
+}
+
+// loggedConfig is the configuration of a node id at raft address addr,
+// with a data dir of its own, logging at info into logs.
+func loggedConfig(t *testing.T, id, addr string, bootstrap bool, logs *logBuffer) Config {
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = id, t.TempDir(), bootstrap, addr, "mem-"+id
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	return c.start(cfg)
+	return cfg
 }
 
 func tryClaim(n *Node, key string) error {

@@ -1,7 +1,6 @@
 package raftfsm
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -18,11 +17,7 @@ func TestLeaderChangesAreLoggedAtInfo(t *testing.T) {
 	addrs := testRaftAddrs(t, 2)
 	logs := [2]*logBuffer{{}, {}}
 	open := func(i int) *Node {
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = []string{"n1", "n2"}[i], t.TempDir(), i == 0
-		cfg.RaftAddr, cfg.HTTPAdvertise = addrs[i], "mem-"+cfg.NodeID
-		cfg.Logger = slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelInfo}))
-		return c.start(cfg)
+		return c.start(loggedConfig(t, []string{"n1", "n2"}[i], addrs[i], i == 0, logs[i]))
 	}
 	n1 := open(0)
 	c.leader(n1)

@@ -1,7 +1,6 @@
 package raftfsm
 
 import (
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -25,11 +24,8 @@ func TestNewLeaderDoesNotSayItWasStoppedWhenTheLogStoodStill(t *testing.T) {
 	addrs := testRaftAddrs(t, 2)
 	logs := [2]*logBuffer{{}, {}}
 	open := func(i int) *Node {
-		cfg := DefaultConfig()
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = []string{"n1", "n2"}[i], t.TempDir(), i == 0
-		cfg.RaftAddr, cfg.HTTPAdvertise = addrs[i], "mem-"+cfg.NodeID
+		cfg := loggedConfig(t, []string{"n1", "n2"}[i], addrs[i], i == 0, logs[i])
 		cfg.TickInterval = time.Hour // the log's time moves with claims only
-		cfg.Logger = slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelInfo}))
 		return c.start(cfg)
 	}
 	n1 := open(0)
