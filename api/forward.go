@@ -350,7 +350,9 @@ func forwardLost(addr string, err error) *problem {
 	if errors.Is(err, context.DeadlineExceeded) {
 		what = "the leader at " + addr + " did not answer in time (a stalled commit: see idem cluster status)"
 	}
-	return newProblem(http.StatusServiceUnavailable, codeUnavailable, "this node forwarded the request and "+what+"; its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
+	p := newProblem(http.StatusServiceUnavailable, codeUnavailable, "this node forwarded the request and "+what+"; its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
+	p.retryAfter = 1 // as storeProblem's unknown outcome
+	return p
 }
 
 func neverDelivered(err error) bool {

@@ -99,6 +99,7 @@ func TestForwardLogsNeitherAClientThatHungUpNorEveryFailure(t *testing.T) {
 	require.Contains(t, w.Body.String(), "the leader at "+addr+" did not answer in time")
 	require.Contains(t, w.Body.String(), "its outcome is unknown")
 	require.NotContains(t, w.Body.String(), "leadership changed")
+	require.Equal(t, "1", w.Header().Get("Retry-After"), "an unknown outcome is retried: the header went with the new detail")
 
 	cut.Store(true)
 	for range 50 {
