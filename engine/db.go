@@ -534,10 +534,7 @@ func (d *DB) stopOnIOPanic() {
 		return
 	}
 	if e, ok := r.(error); ok {
-		path, err, ok := FailedWrite(e)
-		if !ok {
-			path, err, ok = FailedSync(e)
-		}
+		path, err, ok := IOStop(e)
 		if p, isPebble := d.opts.Logger.(pebbleLogger); ok && isPebble {
 			p.ioStop(path, err, e.Error())
 		}
@@ -545,20 +542,28 @@ func (d *DB) stopOnIOPanic() {
 	panic(r)
 }
 
-// ioFailure finds, among a Pebble fatal error's args, a write or fsync of
-// a file that failed for another reason than a full disk (FailedWrite).
+// ioFailure finds, among a Pebble fatal error's args, a failed write or
+// fsync of a file the node stops on (IOStop): a fatal fsync is a WAL's or
+// a MANIFEST's, and Pebble cannot go on.
 func ioFailure(args []any) (path string, err error, ok bool) {
 	for _, a := range args {
 		if e, isErr := a.(error); isErr {
-			if path, err, ok := FailedWrite(e); ok {
+			if path, err, ok := IOStop(e); ok {
 				return path, err, true
-			}
-			if path, err, ok := FailedSync(e); ok {
-				return path, err, true // a WAL's or a MANIFEST's: Pebble cannot go on
 			}
 		}
 	}
 	return "", nil, false
+}
+
+// IOStop reports whether err is a failure the node stops on, with the file
+// and the cause: a write that failed for another reason than a full disk
+// (FailedWrite), or an fsync that failed for any (FailedSync).
+func IOStop(err error) (path string, cause error, ok bool) {
+	if path, cause, ok = FailedWrite(err); !ok {
+		path, cause, ok = FailedSync(err)
+	}
+	return path, cause, ok
 }
 
 // FailedWrite reports whether err is a file's write or fsync that failed
@@ -573,8 +578,7 @@ func FailedWrite(err error) (path string, cause error, ok bool) {
 	if !errors.As(err, &pe) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) || errors.Is(err, os.ErrClosed) {
 		return "", nil, false
 	}
-	switch pe.Op {
-	case "write", "sync", "fsync", "fdatasync", "sync_file_range":
+	if pe.Op == "write" || syncOp(pe.Op) {
 		return pe.Path, pe.Err, true
 	}
 	return "", nil, false
@@ -589,14 +593,20 @@ func FailedWrite(err error) (path string, cause error, ok bool) {
 // I/O error does, and a later fsync may report done pages the OS dropped.
 func FailedSync(err error) (path string, cause error, ok bool) {
 	var pe *os.PathError
-	if !errors.As(err, &pe) || errors.Is(err, os.ErrClosed) {
+	if !errors.As(err, &pe) || errors.Is(err, os.ErrClosed) || !syncOp(pe.Op) {
 		return "", nil, false
 	}
-	switch pe.Op {
+	return pe.Path, pe.Err, true
+}
+
+// syncOp says whether op, a *os.PathError's, is an fsync (syncErrFS names
+// Pebble's own).
+func syncOp(op string) bool {
+	switch op {
 	case "sync", "fsync", "fdatasync", "sync_file_range":
-		return pe.Path, pe.Err, true
+		return true
 	}
-	return "", nil, false
+	return false
 }
 
 // lostMarkers returns the commands that put back the marker files of a

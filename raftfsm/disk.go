@@ -620,9 +620,10 @@ func (g *diskGuard) admitAppend(logs []*raft.Log) error {
 		return nil
 	}
 	if g.full.Load() {
-		// Read again: the leader tries every appendRetryPause
-		// (appendpace.go), and freed space is taken at its next try, not
-		// at the watcher's next read, up to a second later.
+		// Read again: a refusal's answer goes back as soon as the disk
+		// has room (holdRefusal, appendpace.go), and the leader's next
+		// try is taken then, not at the watcher's next read, up to a
+		// second later.
 		if g.read(); g.free.Load() < g.fullBelow {
 			g.refusals.Add(1)
 			return errLogDiskFull

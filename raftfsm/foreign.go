@@ -138,16 +138,17 @@ func (g *foreignGuard) RequestPreVote(id raft.ServerID, target raft.ServerAddres
 func freshConn(rpc func() error) error {
 	var err error
 	for try := 0; try <= raftMaxPool; try++ {
-		if err = rpc(); !staleConnError(err) {
+		if err = rpc(); !peerHungUp(err) {
 			return err
 		}
 	}
 	return err
 }
 
-// staleConnError reports whether err is what an RPC sent on a connection
-// its peer had closed gets: the peer's end of file, or a reset.
-func staleConnError(err error) bool {
+// peerHungUp reports whether err is what a connection its peer had closed
+// gives: the peer's end of file, or a reset (an RPC sent on a stale pooled
+// connection, freshConn; a TLS handshake cut short, serverConn.handshake).
+func peerHungUp(err error) bool {
 	return err != nil && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
 }

@@ -797,8 +797,7 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 		// A segment file's write that failed for another reason than
 		// a full disk, or its fsync that failed for any (a sealed or
 		// closed log wrote nothing and is no such error).
-		_, _, failedWrite := engine.FailedWrite(err)
-		if _, _, failedSync := engine.FailedSync(err); failedWrite || failedSync {
+		if _, _, ok := engine.IOStop(err); ok {
 			s.stopOnFailedWrite(err)
 		}
 		return err // as it is: a leader's ENOSPC is answered 507 (mapApplyError)

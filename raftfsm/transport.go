@@ -13,7 +13,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -427,7 +426,7 @@ func (c *serverConn) handshake() error {
 		if c.err != nil {
 			msg := "refused a raft connection: no valid node certificate from the cluster's CA"
 			switch {
-			case errors.Is(c.err, io.EOF) || errors.Is(c.err, io.ErrUnexpectedEOF) || errors.Is(c.err, syscall.ECONNRESET):
+			case peerHungUp(c.err):
 				// Nothing was said of a certificate: a chaos soak's node
 				// logged a member killed as it dialled as lacking one.
 				msg = "closed a raft connection whose peer hung up during the TLS handshake, before any certificate was checked: a member stopped or restarted as it connected (or something that is not a member)"
