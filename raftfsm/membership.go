@@ -697,11 +697,10 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	}
 	n.confChange.Lock()
 	defer n.confChange.Unlock()
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return JoinResult{}, mapRaftError(err)
+	conf, confIndex, err := n.latestConfiguration()
+	if err != nil {
+		return JoinResult{}, err
 	}
-	conf, confIndex := f.Configuration(), f.Index()
 	named, _ := n.db.Named("node/")
 	var existing *raft.Server
 	for i, s := range conf.Servers {
@@ -979,11 +978,10 @@ func (n *Node) Remove(id string, force bool) error {
 	}
 	n.confChange.Lock()
 	defer n.confChange.Unlock()
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return mapRaftError(err)
+	conf, confIndex, err := n.latestConfiguration()
+	if err != nil {
+		return err
 	}
-	conf, confIndex := f.Configuration(), f.Index()
 	target, err := server(conf, id)
 	if err != nil {
 		return err
@@ -1890,12 +1888,12 @@ func (n *Node) promote() {
 		return // a join or a removal is under way: the next round
 	}
 	defer n.confChange.Unlock()
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
+	conf, confIndex, err := n.latestConfiguration()
+	if err != nil {
 		return
 	}
 	now := time.Now()
-	for _, s := range f.Configuration().Servers {
+	for _, s := range conf.Servers {
 		if s.Suffrage != raft.Nonvoter {
 			continue
 		}
@@ -1920,7 +1918,7 @@ func (n *Node) promote() {
 		if h := promoteHook.Load(); h != nil {
 			(*h)(string(s.ID))
 		}
-		if err := n.wait(n.raft.AddVoter(s.ID, s.Address, f.Index(), n.cfg.ApplyTimeout)); err != nil {
+		if err := n.wait(n.raft.AddVoter(s.ID, s.Address, confIndex, n.cfg.ApplyTimeout)); err != nil {
 			n.log.Warn("promotion of a caught-up non-voter failed; retrying", "node-id", s.ID, "error", err)
 			return
 		}
@@ -2043,4 +2041,77 @@ func (n *Node) configPending() bool {
 		}
 	}
 	return false
+}
+
+// errConfigMoving: the configuration changed each time latestConfiguration
+// looked (a change of another goroutine or leader was being stored).
+var errConfigMoving = errors.New("the cluster's membership was changing while this change was being decided; try again")
+
+// latestConfiguration is raft's latest configuration and the index of the
+// log entry it came from: the prevIndex a membership change decided on it
+// must name. hashicorp/raft's GetConfiguration leaves its Index() 0, and a
+// change naming 0 skips raft's check that no other configuration was
+// appended since the one it was decided on. This node's lock (confChange)
+// orders its own changes, not those of another leader: a leader that lost
+// the lead while deciding, and won it back after another leader's change,
+// would have applied a decision taken on the configuration before it.
+//
+// The index is read before and after the configuration, and must not
+// move: raft takes a leader's change as its latest before it stores the
+// entry, so a configuration read then is paired with the older index and
+// raft refuses the change ("configuration changed since"), never the
+// reverse.
+func (n *Node) latestConfiguration() (raft.Configuration, uint64, error) {
+	for range 3 {
+		before, err := n.configIndex()
+		if err != nil {
+			return raft.Configuration{}, 0, err
+		}
+		f := n.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return raft.Configuration{}, 0, mapRaftError(err)
+		}
+		after, err := n.configIndex()
+		if err != nil {
+			return raft.Configuration{}, 0, err
+		}
+		if before == after {
+			return f.Configuration(), after, nil
+		}
+	}
+	return raft.Configuration{}, 0, errConfigMoving
+}
+
+// configIndex is the index raft's latest configuration came from: the
+// last configuration entry in this node's log, else the one the newest
+// snapshot names (a configuration the log was compacted past). The scan
+// stops at that snapshot's index: nothing below it can be newer. Run on
+// membership changes only; the log holds about SnapshotThreshold plus
+// TrailingLogs entries.
+func (n *Node) configIndex() (uint64, error) {
+	var floor uint64
+	if meta, ok := n.snaps.newestMeta(); ok {
+		floor = meta.ConfigurationIndex
+	}
+	first, err := n.logStore.FirstIndex()
+	if err != nil {
+		return 0, fmt.Errorf("raftfsm: read the raft log for its configuration: %w", err)
+	}
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return 0, fmt.Errorf("raftfsm: read the raft log for its configuration: %w", err)
+	}
+	for i := last; i > floor && i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := n.logStore.GetLog(i, &l); err != nil {
+			return 0, fmt.Errorf("raftfsm: read raft log entry %d for the configuration: %w", i, err)
+		}
+		if l.Type == raft.LogConfiguration {
+			return i, nil
+		}
+	}
+	if floor == 0 {
+		return 0, errors.New("raftfsm: no configuration entry in the raft log or its snapshots")
+	}
+	return floor, nil
 }

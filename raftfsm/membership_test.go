@@ -577,6 +577,102 @@ func TestJoinSameEndpointRespelledIsNotIDInUse(t *testing.T) {
 // committed added the removed node back as a voter. Raft's
 // GetConfiguration gives no index to make a change conditional on, so a
 // leader's membership changes now go one at a time.
+// A leader that loses the lead while deciding a promotion, and wins it
+// back after another leader removed the node, must not promote it: its
+// lock orders only its own changes, so the change names the index of the
+// configuration it was decided on, and raft refuses it once another was
+// appended. (Every change named 0, GetConfiguration's Index(), which skips
+// raft's check: the removed node came back a voter.)
+func TestPromotionDecidedBeforeAnotherLeadersRemovalIsRefused(t *testing.T) {
+	// Not parallel: promoteHook is global, and TestRemovalDuringAPromotionIsNotUndone's.
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	n2 := c.open("n2", "", false)
+	c.join(n2, n1)
+	reached, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	hook := func(id string) {
+		if id != "stale" {
+			return
+		}
+		once.Do(func() {
+			close(reached)
+			select {
+			case <-release:
+			case <-time.After(60 * time.Second):
+			}
+		})
+	}
+	promoteHook.Store(&hook)
+	t.Cleanup(func() { promoteHook.Store(nil) })
+
+	stale := c.open("stale", "", false)
+	res, err := n1.Join(stale.Self(), false, false)
+	require.NoError(t, err)
+	require.NoError(t, stale.Admitted(res.AdmittedIndex))
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the leader never came to promote the caught-up non-voter")
+	}
+	// n1 holds its decision; n2 leads, removes the node, and hands back.
+	c.handOver(n1, n2)
+	c.removeStopped(n2, "stale")
+	c.handOver(n2, n1)
+	close(release)
+	time.Sleep(time.Second) // n1's promotion goes on, and its next rounds
+	for _, n := range []*Node{n1, n2} {
+		f := n.raft.GetConfiguration()
+		require.NoError(t, f.Error())
+		for _, s := range f.Configuration().Servers {
+			require.NotEqual(t, raft.ServerID("stale"), s.ID, "%s: the node another leader removed is back, a %s", n.self.ID, s.Suffrage)
+		}
+	}
+}
+
+// configIndex names the index raft's own check compares with: that of
+// the entry the latest configuration came from, in the log or, once the
+// log is compacted past it, in the newest snapshot.
+func TestConfigIndexIsTheLatestConfigurationEntry(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	_, idx, err := n1.latestConfiguration()
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), idx, "the bootstrap configuration is the log's first entry")
+	for i := range 50 {
+		_, _, err := n1.Claim(engine.ClaimArgs{Scope: scopeN(i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+	}
+	f := n1.raft.AddNonvoter("n9", raft.ServerAddress(absentAddr(t)), 0, 5*time.Second)
+	require.NoError(t, f.Error())
+	_, idx, err = n1.latestConfiguration()
+	require.NoError(t, err)
+	require.Equal(t, f.Index(), idx)
+	// A change naming an older configuration is refused by raft.
+	require.Error(t, n1.raft.RemoveServer("n9", idx-1, 5*time.Second).Error())
+	require.NoError(t, n1.raft.RemoveServer("n9", idx, 5*time.Second).Error())
+	conf, idx2, err := n1.latestConfiguration()
+	require.NoError(t, err)
+	require.Greater(t, idx2, idx)
+	require.Len(t, conf.Servers, 1)
+
+	// After a snapshot, the scan stops at the index the snapshot names.
+	for i := range 50 {
+		_, _, err := n1.Claim(engine.ClaimArgs{Scope: scopeN(100 + i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+	}
+	require.NoError(t, n1.raft.Snapshot().Error())
+	meta, ok := n1.snaps.newestMeta()
+	require.True(t, ok)
+	require.Equal(t, idx2, meta.ConfigurationIndex)
+	_, idx3, err := n1.latestConfiguration()
+	require.NoError(t, err)
+	require.Equal(t, idx2, idx3)
+}
+
 func TestRemovalDuringAPromotionIsNotUndone(t *testing.T) {
 	t.Parallel()
 	c := newMemCluster(t)

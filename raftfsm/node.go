@@ -1629,15 +1629,15 @@ func (n *Node) recordOwnRaftAddr() {
 		return // another change is under way: tried again
 	}
 	defer n.confChange.Unlock()
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
+	conf, confIndex, err := n.latestConfiguration()
+	if err != nil {
 		return
 	}
-	s, err := server(f.Configuration(), n.self.ID)
+	s, err := server(conf, n.self.ID)
 	if err != nil || s.Suffrage != raft.Voter || string(s.Address) == n.self.RaftAddr {
 		return
 	}
-	if err := n.raft.AddVoter(s.ID, raft.ServerAddress(n.self.RaftAddr), f.Index(), n.cfg.ApplyTimeout).Error(); err != nil {
+	if err := n.raft.AddVoter(s.ID, raft.ServerAddress(n.self.RaftAddr), confIndex, n.cfg.ApplyTimeout).Error(); err != nil {
 		n.log.Warn("could not record this node's new raft address in the configuration; retrying", "was", string(s.Address), "now", n.self.RaftAddr, "error", err)
 		return
 	}
