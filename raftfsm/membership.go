@@ -1888,6 +1888,10 @@ func (n *Node) promote() {
 		return // a join or a removal is under way: the next round
 	}
 	defer n.confChange.Unlock()
+	// The index only when there is a non-voter to promote: it reads the log.
+	if f := n.raft.GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.Suffrage == raft.Nonvoter }) {
+		return
+	}
 	conf, confIndex, err := n.latestConfiguration()
 	if err != nil {
 		return
@@ -2085,9 +2089,10 @@ func (n *Node) latestConfiguration() (raft.Configuration, uint64, error) {
 // configIndex is the index raft's latest configuration came from: the
 // last configuration entry in this node's log, else the one the newest
 // snapshot names (a configuration the log was compacted past). The scan
-// stops at that snapshot's index: nothing below it can be newer. Run on
-// membership changes only; the log holds about SnapshotThreshold plus
-// TrailingLogs entries.
+// stops at that snapshot's configuration index, nothing below it can be
+// newer, and at the last entry it scanned before (configScan), if the log
+// still holds that entry from the same term: raft's log matching makes
+// everything up to it the same. The caller holds confChange.
 func (n *Node) configIndex() (uint64, error) {
 	var floor uint64
 	if meta, ok := n.snaps.newestMeta(); ok {
@@ -2101,17 +2106,39 @@ func (n *Node) configIndex() (uint64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("raftfsm: read the raft log for its configuration: %w", err)
 	}
+	found, seen := uint64(0), n.configScan
+	if seen.last > 0 && seen.last <= last && seen.last >= first {
+		var l raft.Log
+		if n.logStore.GetLog(seen.last, &l) == nil && l.Term == seen.term {
+			found, floor = max(seen.found, floor), max(seen.last, floor)
+		}
+	}
+	var lastTerm uint64
 	for i := last; i > floor && i >= first && i > 0; i-- {
 		var l raft.Log
 		if err := n.logStore.GetLog(i, &l); err != nil {
 			return 0, fmt.Errorf("raftfsm: read raft log entry %d for the configuration: %w", i, err)
 		}
+		if i == last {
+			lastTerm = l.Term
+		}
 		if l.Type == raft.LogConfiguration {
-			return i, nil
+			found = i
+			break
 		}
 	}
-	if floor == 0 {
+	if found == 0 {
+		found = floor
+	}
+	if found == 0 {
 		return 0, errors.New("raftfsm: no configuration entry in the raft log or its snapshots")
 	}
-	return floor, nil
+	if lastTerm > 0 {
+		n.configScan = configScan{last: last, term: lastTerm, found: found}
+	}
+	return found, nil
 }
+
+// configScan is where configIndex's last scan began (the log's last entry
+// and its term) and the configuration index it found.
+type configScan struct{ last, term, found uint64 }

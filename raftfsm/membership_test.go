@@ -639,22 +639,30 @@ func TestConfigIndexIsTheLatestConfigurationEntry(t *testing.T) {
 	c := newMemCluster(t)
 	n1 := c.open("n1", "", true)
 	c.leader(n1)
-	_, idx, err := n1.latestConfiguration()
+	latest := func() (raft.Configuration, uint64, error) {
+		n1.confChange.Lock() // the health loop's promotion reads it too
+		defer n1.confChange.Unlock()
+		return n1.latestConfiguration()
+	}
+	_, idx, err := latest()
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), idx, "the bootstrap configuration is the log's first entry")
 	for i := range 50 {
 		_, _, err := n1.Claim(engine.ClaimArgs{Scope: scopeN(i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 		require.NoError(t, err)
 	}
+	_, again, err := latest() // from where the last scan began
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), again)
 	f := n1.raft.AddNonvoter("n9", raft.ServerAddress(absentAddr(t)), 0, 5*time.Second)
 	require.NoError(t, f.Error())
-	_, idx, err = n1.latestConfiguration()
+	_, idx, err = latest()
 	require.NoError(t, err)
 	require.Equal(t, f.Index(), idx)
 	// A change naming an older configuration is refused by raft.
 	require.Error(t, n1.raft.RemoveServer("n9", idx-1, 5*time.Second).Error())
 	require.NoError(t, n1.raft.RemoveServer("n9", idx, 5*time.Second).Error())
-	conf, idx2, err := n1.latestConfiguration()
+	conf, idx2, err := latest()
 	require.NoError(t, err)
 	require.Greater(t, idx2, idx)
 	require.Len(t, conf.Servers, 1)
@@ -668,7 +676,7 @@ func TestConfigIndexIsTheLatestConfigurationEntry(t *testing.T) {
 	meta, ok := n1.snaps.newestMeta()
 	require.True(t, ok)
 	require.Equal(t, idx2, meta.ConfigurationIndex)
-	_, idx3, err := n1.latestConfiguration()
+	_, idx3, err := latest()
 	require.NoError(t, err)
 	require.Equal(t, idx2, idx3)
 }

@@ -35,11 +35,12 @@ type Node struct {
 	capFlight capFlight     // credential caps' claims in flight (capGate)
 	committed committedConf // the last membership seen committed (Status)
 	// confChange makes this leader's membership changes one at a time,
-	// each from reading the configuration to its commit: raft's
-	// GetConfiguration gives no index to make a change conditional on
-	// (its Index is always 0), so a promotion decided on a configuration
-	// read before a removal committed added the removed node back.
+	// each from reading the configuration to its commit, and each names
+	// the index of the configuration it was decided on
+	// (latestConfiguration): raft then refuses one decided before another
+	// leader's change. It guards configScan.
 	confChange sync.Mutex
+	configScan configScan
 	// keyring is Config.Keyring, read through Keyring(): tests swap it on
 	// a running node (setKeyring) to play a node given another key file.
 	keyring   atomic.Pointer[Keyring]
