@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -97,6 +98,7 @@ func storeProblem(err error) *problem {
 	var kept *raftfsm.KeptBackError
 	var removed *raftfsm.RemovedError
 	var votersFull *raftfsm.VotersFullError
+	var commitWait *raftfsm.CommitWaitError
 	switch {
 	case errors.As(err, &kept):
 		// A stale read on a non-voter the leader keeps one: this node
@@ -153,6 +155,10 @@ func storeProblem(err error) *problem {
 		return newProblem(http.StatusRequestEntityTooLarge, codeRequestTooLarge, strings.TrimPrefix(err.Error(), "raftfsm: ")+"; nothing changed: send a smaller response")
 	case errors.Is(err, raftfsm.ErrNoLeader), errors.Is(err, raftfsm.ErrNotLeader):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "no leader is available; retry shortly")
+	case errors.As(err, &commitWait):
+		// Proposed, and not committed in time: no leadership changed (the
+		// unknown outcome below said it had).
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, fmt.Sprintf("the leader proposed the write and the cluster did not commit it within %s (followers down or slow, or their disks full: see idem cluster status); its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)", commitWait.Waited))
 	case errors.Is(err, raftfsm.ErrUnknownOutcome):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership changed while the request was in flight; its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
 	case errors.Is(err, raftfsm.ErrTimeout):

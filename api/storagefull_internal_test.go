@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -25,4 +26,17 @@ func TestStorageFullSaysWhichThreshold(t *testing.T) {
 
 	p = storeProblem(fmt.Errorf("%w: 5 bytes free", raftfsm.ErrStorageFull))
 	require.Contains(t, p.Detail, "is below its minimum free space (--min-free-disk, or 96 MiB if that is more")
+}
+
+// A client write the leader proposed and did not see committed within
+// its bound (its followers' disks full, not yet read) is an unknown
+// outcome, retried in a second; it is not said that leadership changed.
+func TestCommitWaitIsAnUnknownOutcome(t *testing.T) {
+	p := storeProblem(&raftfsm.CommitWaitError{Waited: 5 * time.Second})
+	require.Equal(t, http.StatusServiceUnavailable, p.Status)
+	require.Equal(t, codeUnavailable, p.Code)
+	require.Equal(t, 1, p.retryAfter)
+	require.Contains(t, p.Detail, "did not commit it within 5s")
+	require.Contains(t, p.Detail, "its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
+	require.NotContains(t, p.Detail, "leadership changed")
 }

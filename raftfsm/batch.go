@@ -379,8 +379,7 @@ func (n *Node) proposeEntry(ops []*Command) ([]*ApplyResult, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer release()
-	r, err := n.applyEntry(data)
+	r, err := n.applyClientEntry(data, release)
 	if err != nil {
 		return nil, err
 	}

@@ -3,6 +3,7 @@ package raftfsm
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -28,6 +29,23 @@ var (
 	// ErrConfig reports an invalid node configuration.
 	ErrConfig = errors.New("raftfsm: invalid config")
 )
+
+// CommitWaitError answers a client write its leader proposed and did not
+// see committed and applied within Config.ApplyTimeout: no quorum stored
+// it yet (followers down, slow, or with full disks the leader had not yet
+// read), or the leader's own applies wait for space. Its outcome is
+// unknown: the entry stays in the raft log and is applied if a quorum
+// stores it, so a retry with the same claim_id gets the same claim. The
+// wait had no bound of its own: the request, and its --max-inflight slot,
+// were held until space was freed on a follower.
+type CommitWaitError struct{ Waited time.Duration }
+
+func (e *CommitWaitError) Error() string {
+	return fmt.Sprintf("raftfsm: outcome unknown: the write was proposed and not committed within %s", e.Waited)
+}
+
+// Is makes a CommitWaitError an ErrUnknownOutcome.
+func (e *CommitWaitError) Is(target error) bool { return target == ErrUnknownOutcome }
 
 // MaxEntryBytes is the largest raft log entry a node proposes. raft-wal
 // writes an entry of any size but refuses, as corrupt, to read one over 64

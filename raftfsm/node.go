@@ -1079,7 +1079,7 @@ func (n *Node) propose(c *Command) (*ApplyResult, error) {
 		if err != nil {
 			return nil, err
 		}
-		defer release()
+		return n.applyClientEntry(data, release)
 	}
 	return n.applyEntry(data)
 }
@@ -1136,6 +1136,53 @@ func (n *Node) applyEntry(data []byte) (*ApplyResult, error) {
 	if err := n.wait(f); err != nil {
 		return nil, mapApplyError(err)
 	}
+	return applyResult(f)
+}
+
+// applyClientEntry is applyEntry for client writes, whose reservation
+// (diskGuard.reserve) is release, and it waits at most ApplyTimeout for
+// the entry to be committed and applied: then it answers a
+// CommitWaitError (an unknown outcome, 503 with Retry-After: 1). The
+// entry stays in the raft log, and release is called once it is applied
+// or lost, not when the wait gives up: its bytes are still in flight.
+//
+// The wait had no bound of its own (raft's timeout bounds only the
+// enqueue): a write proposed in the second before the leader's health
+// checks read that two followers of three are full (votersRoom) waited
+// until space was freed on one of them, and the request, with its
+// --max-inflight slot, was held that long even after its client, or the
+// follower that forwarded it (after 3 s), had given up.
+func (n *Node) applyClientEntry(data []byte, release func()) (*ApplyResult, error) {
+	if err := checkEntrySize(data); err != nil {
+		release()
+		return nil, err
+	}
+	n.lastWrite.Store(mono.Now())
+	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
+	done := make(chan error, 1)
+	go func() {
+		err := f.Error()
+		release()
+		done <- err
+	}()
+	t := time.NewTimer(n.cfg.ApplyTimeout)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			return nil, mapApplyError(err)
+		}
+	case <-n.stop: // as wait: raft may never resolve f (hashicorp/raft#498)
+		return nil, mapApplyError(raft.ErrRaftShutdown)
+	case <-t.C:
+		return nil, &CommitWaitError{Waited: n.cfg.ApplyTimeout}
+	}
+	return applyResult(f)
+}
+
+// applyResult is the result of an applied entry's future f: the
+// ApplyResult, with its Err as the error when it has one.
+func applyResult(f raft.ApplyFuture) (*ApplyResult, error) {
 	r, ok := f.Response().(*ApplyResult)
 	if !ok || r == nil {
 		return nil, ErrUnknownOutcome

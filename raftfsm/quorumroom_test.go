@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,4 +108,93 @@ func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) 
 	st, err = n1.Status()
 	require.NoError(t, err)
 	require.Empty(t, st.WritesRefused)
+}
+
+// A client write proposed before the leader's health checks read that
+// both followers' disks are full (a second at most) waited until space was
+// freed on one of them: the wait for its commit had no bound, so a client
+// on the leader waited for minutes, and one that gave up, or a follower
+// that forwarded it and gave up after 3 s, left the leader's handler
+// holding its request (and its --max-inflight slot) until then. It now
+// answers an unknown outcome after ApplyTimeout; the entry stays in the
+// log, commits once space is freed, and a retry with the same claim_id
+// gets the same claim.
+func TestClientWriteProposedBeforeTheLeaderSawFullFollowersIsBounded(t *testing.T) {
+	c := newMemCluster(t)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1"
+	cfg.ApplyTimeout = 2 * time.Second
+	n1 := c.start(cfg)
+	c.leader(n1)
+	// The leader's health checks see the followers' disks with room: as in
+	// the second before a round reads them full.
+	var hide atomic.Bool
+	n1.SetPeerProbe(func(ctx context.Context, addr string) (Status, error) {
+		st, err := c.probe(ctx, addr)
+		if hide.Load() {
+			st.DiskFull = nil
+		}
+		return st, err
+	})
+	hide.Store(true)
+	write(t, n1, "before")
+	var full []*Node
+	var fillers []string
+	for _, id := range []string{"n2", "n3"} {
+		mnt := smallTmpfs(t, "512m")
+		cfg := DefaultConfig() // --min-free-disk 256MiB
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
+		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
+		n := c.start(cfg)
+		c.join(n, n1)
+		full, fillers = append(full, n), append(fillers, filepath.Join(mnt, "filler"))
+	}
+	waitApplied(t, n1, full...)
+	for i, n := range full {
+		out, err := exec.Command("fallocate", "-l", "200m", fillers[i]).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
+	}
+	time.Sleep(2 * probeEvery)
+	require.Nil(t, n1.votersRoom(OpClaim), "the leader has not seen the full followers")
+
+	args := engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "in-the-second"}, Fingerprint: "aa", ClaimID: "c-1", LeaseMs: 60_000, RetentionMs: 3_600_000}
+	claim := func() <-chan error {
+		done := make(chan error, 1)
+		go func() {
+			_, _, err := n1.Claim(args)
+			done <- err
+		}()
+		return done
+	}
+	start := time.Now()
+	var err error
+	select {
+	case err = <-claim():
+	case <-time.After(4 * cfg.ApplyTimeout):
+		t.Fatalf("a claim proposed while both followers' disks are full waited %s with no answer", 4*cfg.ApplyTimeout)
+	}
+	require.ErrorIs(t, err, ErrUnknownOutcome)
+	var cw *CommitWaitError
+	require.ErrorAs(t, err, &cw)
+	require.Equal(t, cfg.ApplyTimeout, cw.Waited)
+	require.GreaterOrEqual(t, time.Since(start), cfg.ApplyTimeout)
+	require.Greater(t, n1.disk.proposing.Load(), uint64(0), "its entry is still in flight, and still counted")
+
+	// Once the leader's checks read the full disks, the retry is refused
+	// at once; nothing was lost: the entry commits once space is freed, and
+	// the retry with the same claim_id gets the same claim.
+	hide.Store(false)
+	require.Eventually(t, func() bool { return n1.votersRoom(OpClaim) != nil }, 5*time.Second, 50*time.Millisecond)
+	require.ErrorIs(t, <-claim(), ErrStorageFull)
+	require.NoError(t, os.Remove(fillers[0]))
+	require.Eventually(t, func() bool {
+		_, ok, err := n1.Lookup(context.Background(), args.Scope, false, false)
+		return err == nil && ok
+	}, 30*time.Second, 100*time.Millisecond, "the claim left in the log was never applied")
+	require.Eventually(t, func() bool { return n1.disk.proposing.Load() == 0 }, 5*time.Second, 10*time.Millisecond, "its reservation is returned once it is applied")
+	res, _, err := n1.Claim(args)
+	require.NoError(t, err)
+	require.Equal(t, engine.OutcomeClaimed, res.Outcome, "the same claim_id gets the same claim")
 }
