@@ -597,7 +597,16 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	s.log.Info("leadership transferred on request", "to", req.ID, "leader", a.Leader)
+	// Asked for no voter in particular, raft picks the most up to date:
+	// the line said to="" for it.
+	to, leader := req.ID, a.Leader
+	if to == "" {
+		to = "any voter"
+	}
+	if leader == "" {
+		leader = "not known yet" // the election takes a moment more
+	}
+	s.log.Info("leadership transferred on request", "to", to, "leader", leader)
 	writeJSON(w, http.StatusOK, a)
 }
 

@@ -1,12 +1,16 @@
 package api_test
 
 import (
+	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-store/idem/api"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -61,4 +65,38 @@ func TestTransferToANamedNode(t *testing.T) {
 	require.Equal(t, map[string]any{"outcome": "unchanged", "from": self, "leader": self}, r.obj(t))
 	requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"from": long}), http.StatusBadRequest, "invalid_request")
 	require.True(t, n.node.IsLeader())
+}
+
+// A transfer naming no target logged `leadership transferred on request
+// to=""`: it says it went to any voter, and which one took it.
+func TestTransferToAnyVoterSaysSoInTheLog(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	leader := mustNode(t, func(c *nodeConfig) { c.raft.TickInterval = 50 * time.Millisecond },
+		withAPI(func(c *api.Config) { c.Logger = slog.New(slog.NewTextHandler(&logs, nil)) }))
+	require.Eventually(t, leader.node.Registered, 10*time.Second, 10*time.Millisecond)
+	leader.node.SetPeerProbe(api.NewPeerProbe("", leader.node.Self().ID, nil)) // as idem serve does: it measures n2, and promotes it
+	n2 := mustNode(t, leaderless(time.Hour), func(c *nodeConfig) { c.raft.NodeID = "n2" })
+	n2.node.SetPeerProbe(api.NewPeerProbe("", "n2", nil))
+	require.NoError(t, n2.node.MarkJoining())
+	res, err := leader.node.Join(n2.node.Self(), false, true)
+	require.NoError(t, err)
+	require.NoError(t, n2.node.Admitted(res.AdmittedIndex)) // as idem serve's join does
+	require.Eventually(t, func() bool {
+		st, err := leader.node.Status()
+		if err != nil {
+			return false
+		}
+		for _, m := range st.Nodes {
+			if m.ID == "n2" && m.Suffrage == "Voter" && m.CommittedSuffrage == "" {
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond, "n2 was never promoted: %s", func() string { st, _ := leader.node.Status(); return fmt.Sprintf("%+v", st.Nodes) }())
+
+	r := leader.post("/v1/cluster/transfer-leadership", "")
+	require.Equal(t, http.StatusOK, r.status, "%s", r)
+	require.Equal(t, "n2", r.obj(t)["leader"], "%s", r)
+	require.Contains(t, logs.String(), `msg="leadership transferred on request" to="any voter" leader=n2`)
 }
