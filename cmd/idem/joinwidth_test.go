@@ -37,9 +37,11 @@ func TestJoinWithAnotherBucketWidthWarnsOnce(t *testing.T) {
 		return strings.Contains(b.logs.String(), warning), b.logs.String()
 	})
 	require.Regexp(t, `level=WARN msg=".*`+regexp.QuoteMeta(warning)+`.*" bucket-width=1h0m0s flag-bucket-width=2h0m0s`, b.logs.String())
-	// The start line said where its width came from: the flag's, until the
-	// cluster's is known.
-	require.Regexp(t, `msg="idem serving".* bucket-width=2h0m0s bucket-width-from=flag`, b.logs.String())
+	// The start line said where its width came from, until the cluster's
+	// is known: b's is the default's (it said "flag", of a flag not
+	// given), c's the flag's.
+	require.Regexp(t, `msg="idem serving".* bucket-width=2h0m0s bucket-width-from=default`, b.logs.String())
+	require.Regexp(t, `msg="idem serving".* bucket-width=1h0m0s bucket-width-from=flag`, c.logs.String())
 	// Once: claims after it (each a state change) repeat nothing.
 	claimOK(t, leader, "after-the-join")
 	claimOK(t, other, "through-b")

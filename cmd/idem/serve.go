@@ -1445,11 +1445,18 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		log.Info("probes served on their own listener", "health-addr", healthLn.Addr().String())
 	}
 	// A node without state (joining, or before the first write) has only
-	// its flag's width: the cluster's replaces it once known
-	// (watchBucketWidth says so when they differ).
-	widthFrom := "flag"
-	if _, fixed := node.BucketWidth(); fixed {
+	// its own width: the cluster's replaces it once known
+	// (watchBucketWidth says so when they differ). Its own is the flag's,
+	// node.json's (fixedSettings), or the default's: the line said "flag"
+	// of a node started without --bucket-width.
+	widthFrom := "default"
+	switch _, fixed := node.BucketWidth(); {
+	case fixed:
 		widthFrom = "cluster"
+	case set["bucket-width"]:
+		widthFrom = "flag"
+	case pin == nil:
+		widthFrom = "node.json"
 	}
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
