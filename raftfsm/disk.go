@@ -96,6 +96,14 @@ type diskGuard struct {
 	// first and last index; 0 when none.
 	heldFirst, heldLast atomic.Uint64
 
+	// soleVoter says whether this node is the only voter of its raft
+	// configuration; nil until Open has the node's raft. The storage-full
+	// line of a one-node store speaks of no leader nor follower.
+	soleVoter atomic.Pointer[func() bool]
+	// lowUnsaid: the disk was found full before soleVoter was set (Open
+	// reads it before the raft configuration): the next settle says it.
+	lowUnsaid bool
+
 	mu          sync.Mutex // ballast changes and state transitions
 	waiting     bool       // applies or Pebble writes wait for space
 	cleared     bool       // a leftover ballast was removed (guard off)
@@ -348,19 +356,40 @@ func (g *diskGuard) settleLocked() {
 
 // settleStateLocked sets the storage-full state from the cached free
 // space, logging a change once and a lasting shortage once a minute.
+//
+// The line of a one-node store speaks of no leader nor follower: it said
+// "while this node leads" and that "a follower's writes go to the leader",
+// to an operator with one node. Until the node has its raft configuration
+// (Open reads the disk first), the line waits for the next settle.
 func (g *diskGuard) settleStateLocked() bool {
 	free := g.free.Load()
 	full := free < g.fullBelow
+	sole := g.soleVoter.Load()
 	switch was := g.full.Swap(full); {
-	case full && !was:
-		g.log.Error("disk space low: while this node leads, writes are refused with 507 storage_full until space is freed (only the leader's disk decides: a follower's writes go to the leader, and it falls behind if it cannot store them); reads still work",
-			"free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
+	case full && (!was || g.lowUnsaid):
+		if sole == nil {
+			g.lowUnsaid = true
+			break
+		}
+		g.lowUnsaid = false
+		msg := "disk space low: while this node leads, writes are refused with 507 storage_full until space is freed; as a follower it takes no client writes from the leader meanwhile (it falls behind, and the leader refuses writes while fewer than a quorum of voters have room); reads still work"
+		if (*sole)() {
+			msg = "disk space low: writes are refused with 507 storage_full until space is freed; reads still work"
+		}
+		g.log.Error(msg, "free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
-	case full && time.Since(g.lastRemind) >= diskRemind:
-		g.log.Error("disk space still low: while this node leads, writes are refused with 507 storage_full",
-			"free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
+	case full && !g.lowUnsaid && time.Since(g.lastRemind) >= diskRemind:
+		msg := "disk space still low: while this node leads, writes are refused with 507 storage_full"
+		if sole != nil && (*sole)() {
+			msg = "disk space still low: writes are refused with 507 storage_full"
+		}
+		g.log.Error(msg, "free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
 	case !full && was:
+		if g.lowUnsaid { // never said low
+			g.lowUnsaid = false
+			break
+		}
 		g.log.Info("disk space recovered: writes are accepted again", "free-bytes", free, "min-free-disk", g.minFree)
 	}
 	return full
@@ -931,6 +960,15 @@ func (n *Node) abandonClose(waited time.Duration, free uint64) error {
 // the leadership on from a leader whose disk is full (fullHandOff).
 func (n *Node) watchDisk() {
 	defer n.wg.Done()
+	sole := func() bool {
+		f := n.raft.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		vs := voters(f.Configuration(), "")
+		return len(vs) == 1 && string(vs[0].ID) == n.self.ID
+	}
+	n.disk.soleVoter.Store(&sole)
 	n.disk.refresh() // the stores are open: the ballast is this node's to make
 	var h fullHandOff
 	t := time.NewTicker(diskRefresh)

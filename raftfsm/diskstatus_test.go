@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -144,7 +145,7 @@ func TestFullVotersElectALeaderThatServesReads(t *testing.T) {
 // do not exist, for the operator to puzzle over at 3 am. It tries no
 // hand-off and says nothing of it there.
 func TestFullOneNodeStoreSpeaksOfNoOtherVoter(t *testing.T) {
-	mnt, _, n1, logs := fullDiskLeader(t)
+	mnt, c, n1, logs := fullDiskLeader(t)
 	write(t, n1, "before")
 
 	out, err := exec.Command("fallocate", "-l", "200m", filepath.Join(mnt, "filler")).CombinedOutput()
@@ -154,6 +155,31 @@ func TestFullOneNodeStoreSpeaksOfNoOtherVoter(t *testing.T) {
 	require.True(t, n1.IsLeader())
 	require.Contains(t, logs.String(), "disk space low", "the node says its disk is full")
 	require.NotContains(t, logs.String(), "no other voter", "a one-node store has none to speak of")
+	// Its ERROR line spoke of leading and of followers ("while this node
+	// leads, ... a follower's writes go to the leader"): a one-node store
+	// has no follower, and leads whenever it runs.
+	requireLowLine(t, logs.String())
+
+	// Restarted on the still-full disk, it says the same: the disk is
+	// read before its raft configuration is.
+	cfg := n1.cfg
+	logs = new(logBuffer)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	c.stop(n1)
+	n1 = c.start(cfg)
+	c.leader(n1)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "disk space low") }, 5*time.Second, 50*time.Millisecond)
+	requireLowLine(t, logs.String())
+}
+
+// requireLowLine requires one-node store's "disk space low" line, once.
+func requireLowLine(t *testing.T, logs string) {
+	t.Helper()
+	lines := regexp.MustCompile(`(?m)^.*disk space low.*$`).FindAllString(logs, -1)
+	require.Len(t, lines, 1, "%s", logs)
+	require.Contains(t, lines[0], `level=ERROR msg="disk space low: writes are refused with 507 storage_full until space is freed; reads still work"`)
+	require.NotContains(t, lines[0], "follower")
+	require.NotContains(t, lines[0], "while this node leads")
 }
 
 // fullDiskLeader is a memCluster whose bootstrapped leader n1 keeps the
@@ -165,10 +191,35 @@ func fullDiskLeader(t *testing.T) (mnt string, c *memCluster, n1 *Node, logs *lo
 	c = newMemCluster(t)
 	cfg := DefaultConfig()
 	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", filepath.Join(mnt, "n1"), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = "127.0.0.1:0", "mem-n1"
+	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1" // a fixed port: a restart takes it again
 	logs = new(logBuffer)
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	n1 = c.start(cfg)
 	c.leader(n1)
 	return mnt, c, n1, logs
+}
+
+// A member of a larger cluster says what its full disk does as a follower
+// too: it takes no client writes, and the leader refuses writes while
+// fewer than a quorum of voters have room. The line said "only the
+// leader's disk decides", which the leader's count of the voters with
+// room (quorumroom.go) made untrue.
+func TestFullFollowerSaysWhatItsFullDiskDoes(t *testing.T) {
+	c := newMemCluster(t)
+	n1 := c.open("n1", freeRaftAddr(t), true)
+	c.leader(n1)
+	mnt := smallTmpfs(t, "512m")
+	cfg := DefaultConfig() // --min-free-disk 256MiB
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n2", filepath.Join(mnt, "n2"), false
+	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n2"
+	logs := new(logBuffer)
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	n2 := c.start(cfg)
+	c.join(n2, n1)
+	out, err := exec.Command("fallocate", "-l", "200m", filepath.Join(mnt, "filler")).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "disk space low") }, 5*time.Second, 50*time.Millisecond)
+	line := regexp.MustCompile(`(?m)^.*disk space low.*$`).FindString(logs.String())
+	require.Contains(t, line, `level=ERROR msg="disk space low: while this node leads, writes are refused with 507 storage_full until space is freed; as a follower it takes no client writes from the leader meanwhile`)
+	require.NotContains(t, line, "only the leader's disk decides")
 }
