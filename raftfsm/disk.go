@@ -667,8 +667,13 @@ func (g *diskGuard) admitAppend(logs []*raft.Log) error {
 		g.appendRefusedBacklog.Store(backlog)
 		g.appendRefusedAt.Store(mono.Now())
 		if g.appendLog.Allow(diskRemind) {
-			g.log.Warn("disk nearly full: this follower takes no more raft entries from the leader until it has applied those it holds (applying an entry writes about twice its bytes) or space is freed, so that its disk stays above the storage-full threshold; it goes on by itself",
-				"free-bytes", free, "needs-bytes", need, "unapplied-bytes", backlog, "batch-bytes", size, "full-below", g.fullBelow, "data-dir", g.dir)
+			msg := "disk nearly full: this follower takes no more raft entries from the leader until it has applied those it holds (applying an entry writes about twice its bytes) or space is freed, so that its disk stays above the storage-full threshold; it goes on by itself"
+			if backlog == 0 {
+				// The leader sends the same entries again: only freed
+				// space ends it (it counts as full, quorumroom.go).
+				msg = "disk nearly full: this follower takes no more raft entries from the leader until space is freed: it has applied all it holds, and applying the entries it is sent (about twice their bytes) would take its disk under the storage-full threshold"
+			}
+			g.log.Warn(msg, "free-bytes", free, "needs-bytes", need, "unapplied-bytes", backlog, "batch-bytes", size, "full-below", g.fullBelow, "data-dir", g.dir)
 		}
 		g.refusals.Add(1)
 		return errLogNoRoomToApply

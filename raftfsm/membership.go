@@ -326,13 +326,16 @@ func (d *DiskFull) String() string {
 			d.SnapshotRefusedAfterBytes, d.FreeBytes, d.DataDir, d.FullBelowBytes)
 	}
 	if d.AppendsRefusedNeedBytes != 0 && d.FreeBytes >= d.FullBelowBytes && !d.ApplyWaits {
-		held := ""
+		// With nothing left to apply, it refuses the same entries at every
+		// try (the leader resends them): only freed space ends it.
+		held, then := "", "it takes them once space is freed there (it has applied all it holds, and the leader sends the same entries again)"
 		if d.UnappliedBytes != 0 {
 			held = fmt.Sprintf(", with the %d bytes of entries it holds and has not applied yet,", d.UnappliedBytes)
+			then = "it goes on by itself as its applies catch up, or once space is freed there"
 		}
 		return fmt.Sprintf("its disk is nearly full: it takes no more raft entries from the leader, as applying them (which writes about twice their bytes)%s would take it under %d: "+
-			"%d bytes free on its data dir %s, %d needed (docs/DISK.md); it goes on by itself as its applies catch up, or once space is freed there",
-			held, d.FullBelowBytes, d.FreeBytes, d.DataDir, d.AppendsRefusedNeedBytes)
+			"%d bytes free on its data dir %s, %d needed (docs/DISK.md); %s",
+			held, d.FullBelowBytes, d.FreeBytes, d.DataDir, d.AppendsRefusedNeedBytes, then)
 	}
 	if d.FullBelowBytes == 0 { // --min-free-disk 0: only a Pebble write held for space
 		s = fmt.Sprintf("its disk is full: %d bytes free on its data dir %s, and its store's writes wait for space (--min-free-disk 0; docs/DISK.md)", d.FreeBytes, d.DataDir)

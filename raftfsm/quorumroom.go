@@ -30,6 +30,7 @@ type VotersFullError struct {
 	// Voters and Quorum are the configuration's voters and its quorum.
 	Voters, Quorum int
 	term           uint64
+	nearly         bool // a voter of Full is nearly full (refusesWrites)
 }
 
 func (e *VotersFullError) Error() string { return "raftfsm: storage full: " + e.Detail() }
@@ -41,9 +42,13 @@ func (e *VotersFullError) Is(target error) bool { return target == ErrStorageFul
 // Detail is the problem's detail: which voters are full, and what takes
 // writes again.
 func (e *VotersFullError) Detail() string {
-	return fmt.Sprintf("the disks of %s are below their minimum free space (--min-free-disk), so they take no writes; a write must be stored by a quorum of the voters (%d of %d), and only %s %s room, "+
+	below := "below their minimum free space (--min-free-disk),"
+	if e.nearly {
+		below = "below their minimum free space (--min-free-disk), or too near it to apply the entries they are sent,"
+	}
+	return fmt.Sprintf("the disks of %s are %s so they take no writes; a write must be stored by a quorum of the voters (%d of %d), and only %s %s room, "+
 		"so the write was refused and nothing changed; reads still work, and writes are accepted again by themselves once space is freed on %s (docs/DISK.md)",
-		andList(e.Full), e.Quorum, e.Voters, andList(e.Room), hasHave(len(e.Room)), enoughOf(e.Quorum-len(e.Room), e.Full))
+		andList(e.Full), below, e.Quorum, e.Voters, andList(e.Room), hasHave(len(e.Room)), enoughOf(e.Quorum-len(e.Room), e.Full))
 }
 
 func hasHave(n int) string {
@@ -128,7 +133,12 @@ func (n *Node) noteVoterRoom() {
 		h := n.peers.byID[id]
 		if h != nil && h.err == "" && !h.answeredAt.IsZero() && now.Sub(h.answeredAt) <= silentAfter && refusesWrites(h.diskFull) {
 			d := h.diskFull
-			e.Full = append(e.Full, fmt.Sprintf("%s (%d bytes free on %s, under %d)", id, d.FreeBytes, d.DataDir, d.FullBelowBytes))
+			if d.FreeBytes < d.FullBelowBytes {
+				e.Full = append(e.Full, fmt.Sprintf("%s (%d bytes free on %s, under %d)", id, d.FreeBytes, d.DataDir, d.FullBelowBytes))
+			} else {
+				e.Full = append(e.Full, fmt.Sprintf("%s (%d bytes free on %s, %d needed to apply the entries it is sent)", id, d.FreeBytes, d.DataDir, d.AppendsRefusedNeedBytes))
+				e.nearly = true
+			}
 			continue
 		}
 		e.Room = append(e.Room, id)
@@ -150,9 +160,18 @@ func (n *Node) noteVoterRoom() {
 }
 
 // refusesWrites says whether a voter whose status says d takes no
-// client entries: its disk is under its storage-full threshold. A
-// follower refusing appends only until its applies catch up (above the
-// threshold), or a snapshot, goes on by itself and is not counted.
+// client entries: its disk is under its storage-full threshold, or it is
+// nearly full and refuses the entries it is sent with none left to apply
+// (admitAppend). A follower refusing appends only until its applies catch
+// up (above the threshold), or a snapshot, goes on by itself and is not
+// counted. One that has applied all it holds refuses the same entries at
+// every try (raft resends them, up to 512 at a time, and never fewer):
+// with two such followers of three, the leader proposed every write and
+// none committed, each waiting until it gave up (a CommitWaitError),
+// while the followers' status said they would go on by themselves.
 func refusesWrites(d *DiskFull) bool {
-	return d != nil && d.FullBelowBytes > 0 && d.FreeBytes < d.FullBelowBytes
+	if d == nil || d.FullBelowBytes == 0 {
+		return false
+	}
+	return d.FreeBytes < d.FullBelowBytes || d.UnappliedBytes == 0 && d.AppendsRefusedNeedBytes > d.FreeBytes
 }

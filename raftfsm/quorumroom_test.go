@@ -1,7 +1,9 @@
 package raftfsm
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,4 +199,78 @@ func TestClientWriteProposedBeforeTheLeaderSawFullFollowersIsBounded(t *testing.
 	res, _, err := n1.Claim(args)
 	require.NoError(t, err)
 	require.Equal(t, engine.OutcomeClaimed, res.Outcome, "the same claim_id gets the same claim")
+}
+
+// Two followers of three nearly full, each with all it holds applied,
+// refuse an entry whose applying would take their disks under the
+// threshold, at every try: raft resends it, and never fewer entries. The
+// leader counted them as having room (they are above their threshold),
+// proposed every write behind it, and none committed; their status said
+// they would go on by themselves. It now counts them full, and refuses
+// writes 507 at once, saying what they need, until space is freed.
+func TestLeaderCountsNearlyFullFollowersThatRefuseForGood(t *testing.T) {
+	c := newMemCluster(t)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1"
+	cfg.ApplyTimeout = 2 * time.Second
+	n1 := c.start(cfg)
+	c.leader(n1)
+	write(t, n1, "before")
+	var nearly []*Node
+	var fillers []string
+	for _, id := range []string{"n2", "n3"} {
+		mnt := smallTmpfs(t, "512m")
+		cfg := DefaultConfig() // --min-free-disk 256MiB
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
+		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
+		n := c.start(cfg)
+		c.join(n, n1)
+		nearly, fillers = append(nearly, n), append(fillers, filepath.Join(mnt, "filler"))
+	}
+	waitApplied(t, n1, nearly...)
+	// 8 MiB above the threshold: room for entries of 4 MiB, applied.
+	for i, n := range nearly {
+		require.NoError(t, n.disk.read())
+		size := n.disk.free.Load() - n.disk.fullBelow - 8<<20
+		out, err := exec.Command("fallocate", "-l", fmt.Sprint(size), fillers[i]).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.NoError(t, n.disk.read())
+		require.GreaterOrEqual(t, n.disk.free.Load(), n.disk.fullBelow, "%s is above its threshold", n.self.ID)
+	}
+
+	// A 6 MiB response: applying it writes 12 MiB.
+	res, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "large"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	require.NoError(t, err)
+	large := engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "large"}
+	_, err = n1.Complete(engine.TokenArgs{Scope: large, Token: res.Record.Token}, &engine.Response{Status: 200, Body: bytes.Repeat([]byte("r"), 6<<20)})
+	var cw *CommitWaitError
+	require.ErrorAs(t, err, &cw, "no follower stores it")
+	for _, n := range nearly {
+		require.Eventually(t, func() bool {
+			d := n.DiskFull()
+			return d != nil && d.AppendsRefusedNeedBytes != 0 && d.UnappliedBytes == 0
+		}, 10*time.Second, 50*time.Millisecond, "%s never refused the entry with nothing left to apply", n.self.ID)
+		why := n.DiskFull().String()
+		require.Contains(t, why, "it takes them once space is freed there")
+		require.NotContains(t, why, "by itself", "it refuses the same entries at every try")
+	}
+	require.Eventually(t, func() bool { return n1.votersRoom(OpClaim) != nil }, 10*time.Second, 50*time.Millisecond,
+		"the leader counts the followers that refuse its entries for good as having room")
+	_, _, err = n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "refused"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	var vf *VotersFullError
+	require.ErrorAs(t, err, &vf)
+	require.Contains(t, vf.Detail(), "needed to apply the entries it is sent")
+	require.Contains(t, vf.Detail(), "or too near it to apply the entries they are sent")
+
+	// Space freed on one: the entry commits, and writes are taken again.
+	require.NoError(t, os.Remove(fillers[0]))
+	require.Eventually(t, func() bool {
+		r, ok, err := n1.Lookup(context.Background(), large, false, false)
+		return err == nil && ok && r.State == engine.StateCompleted
+	}, 30*time.Second, 100*time.Millisecond, "the completion left in the log was never applied")
+	require.Eventually(t, func() bool {
+		_, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		return err == nil
+	}, 30*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum has room")
 }
