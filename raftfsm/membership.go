@@ -314,12 +314,20 @@ type DiskFull struct {
 	// goes through): the free space it needed for them.
 	AppendsRefusedNeedBytes uint64 `json:"appends_refused_need_bytes,omitempty"`
 	UnappliedBytes          uint64 `json:"unapplied_bytes,omitempty"`
+	// RaftLogStopped is set while the node's raft log takes no entries: the
+	// disk filled as it made the log's next segment file (usually with the
+	// guard off, --min-free-disk 0). It reopens at the next append once
+	// there is room for one.
+	RaftLogStopped bool `json:"raft_log_stopped,omitempty"`
 }
 
 // String is the reason a health check or /readyz gives for a node whose
 // disk is full.
 func (d *DiskFull) String() string {
 	var s string
+	if d.RaftLogStopped {
+		return fmt.Sprintf("its raft log is stopped: the disk filled as it made the log's next segment file, so it takes no raft entries; %d bytes free on its data dir %s (docs/DISK.md); it reopens the log by itself once space is freed there", d.FreeBytes, d.DataDir)
+	}
 	if d.SnapshotRefusedAfterBytes != 0 && d.FreeBytes >= d.FullBelowBytes && !d.ApplyWaits {
 		return fmt.Sprintf("its disk has no room for the leader's snapshot: it refused it after %d bytes (restoring them writes as much again), "+
 			"with %d bytes free on its data dir %s and writes stopping under %d (docs/DISK.md); it installs it by itself once space is freed there",
@@ -518,6 +526,12 @@ func (n *Node) Status() (Status, error) {
 	}
 	st.Auth = AuthMode(n.cfg.ChecksTokens) // the API sets the same
 	st.DiskFull = n.disk.fullStatus()
+	if n.LogStopped() != nil {
+		if st.DiskFull == nil {
+			st.DiskFull = &DiskFull{DataDir: n.disk.dir, FreeBytes: n.disk.free.Load(), FullBelowBytes: n.disk.fullBelow}
+		}
+		st.DiskFull.RaftLogStopped = true
+	}
 	if n.voteHeld() { // votehold.go; refreshMembership releases it once it may
 		m := n.voteMark()
 		st.HoldsVote = &VoteHoldStatus{LeaderTerm: m.term, LeaderCommitIndex: m.index}

@@ -31,6 +31,7 @@ type VotersFullError struct {
 	Voters, Quorum int
 	term           uint64
 	nearly         bool // a voter of Full is nearly full (refusesWrites)
+	stopped        bool // a voter of Full has its raft log stopped
 }
 
 func (e *VotersFullError) Error() string { return "raftfsm: storage full: " + e.Detail() }
@@ -43,7 +44,10 @@ func (e *VotersFullError) Is(target error) bool { return target == ErrStorageFul
 // writes again.
 func (e *VotersFullError) Detail() string {
 	below := "below their minimum free space (--min-free-disk),"
-	if e.nearly {
+	switch {
+	case e.stopped:
+		below = "too full to store the entries they are sent,"
+	case e.nearly:
 		below = "below their minimum free space (--min-free-disk), or too near it to apply the entries they are sent,"
 	}
 	return fmt.Sprintf("the disks of %s are %s so they take no writes; a write must be stored by a quorum of the voters (%d of %d), and only %s %s room, "+
@@ -133,9 +137,13 @@ func (n *Node) noteVoterRoom() {
 		h := n.peers.byID[id]
 		if h != nil && h.err == "" && !h.answeredAt.IsZero() && now.Sub(h.answeredAt) <= silentAfter && refusesWrites(h.diskFull) {
 			d := h.diskFull
-			if d.FreeBytes < d.FullBelowBytes {
+			switch {
+			case d.RaftLogStopped:
+				e.Full = append(e.Full, fmt.Sprintf("%s (its raft log is stopped: no room for its next segment, %d bytes free on %s)", id, d.FreeBytes, d.DataDir))
+				e.stopped = true
+			case d.FreeBytes < d.FullBelowBytes:
 				e.Full = append(e.Full, fmt.Sprintf("%s (%d bytes free on %s, under %d)", id, d.FreeBytes, d.DataDir, d.FullBelowBytes))
-			} else {
+			default:
 				e.Full = append(e.Full, fmt.Sprintf("%s (%d bytes free on %s, %d needed to apply the entries it is sent)", id, d.FreeBytes, d.DataDir, d.AppendsRefusedNeedBytes))
 				e.nearly = true
 			}
@@ -169,7 +177,14 @@ func (n *Node) noteVoterRoom() {
 // with two such followers of three, the leader proposed every write and
 // none committed, each waiting until it gave up (a CommitWaitError),
 // while the followers' status said they would go on by themselves.
+//
+// A voter whose raft log is stopped (the disk filled as it made the next
+// segment: with --min-free-disk 0, whose threshold is 0) takes no entries
+// at all until it has room again, and is counted too.
 func refusesWrites(d *DiskFull) bool {
+	if d != nil && d.RaftLogStopped {
+		return true
+	}
 	if d == nil || d.FullBelowBytes == 0 {
 		return false
 	}

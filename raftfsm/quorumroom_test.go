@@ -274,3 +274,55 @@ func TestLeaderCountsNearlyFullFollowersThatRefuseForGood(t *testing.T) {
 		return err == nil
 	}, 30*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum has room")
 }
+
+// A voter whose raft log is stopped (its disk filled as it made the log's
+// next segment, which --min-free-disk 0 leaves unguarded) takes no
+// entries until it has room again; its threshold is 0, so the leader never
+// counted it full: with two such followers of three it proposed every
+// write and none committed. Its status now says its log is stopped, and
+// the leader counts it.
+func TestLeaderCountsFollowersWhoseRaftLogIsStopped(t *testing.T) {
+	c := newMemCluster(t)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1"
+	// Nothing but the test's writes is proposed: an entry would reopen
+	// the followers' logs, which have room here.
+	cfg.TickInterval, cfg.SweepInterval = time.Hour, time.Hour
+	n1 := c.start(cfg)
+	c.leader(n1)
+	write(t, n1, "before")
+	var stopped []*Node
+	for _, id := range []string{"n2", "n3"} {
+		cfg := DefaultConfig()
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, t.TempDir(), false
+		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
+		cfg.MinFreeDisk = 0
+		n := c.start(cfg)
+		c.join(n, n1)
+		stopped = append(stopped, n)
+	}
+	waitApplied(t, n1, stopped...)
+	for _, n := range stopped {
+		n.logStore.sealed.Store(true) // as a failed segment rotation leaves it
+		st, err := n.Status()
+		require.NoError(t, err)
+		require.NotNil(t, st.DiskFull)
+		require.True(t, st.DiskFull.RaftLogStopped)
+		require.Contains(t, st.DiskFull.String(), "its raft log is stopped")
+	}
+	require.Eventually(t, func() bool { return n1.votersRoom(OpClaim) != nil }, 5*time.Second, 50*time.Millisecond,
+		"the leader counts the followers whose raft log is stopped as having room")
+	_, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "refused"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+	var vf *VotersFullError
+	require.ErrorAs(t, err, &vf)
+	require.Contains(t, vf.Detail(), "n2 (its raft log is stopped")
+	require.Contains(t, vf.Detail(), "too full to store the entries they are sent")
+
+	// One reopened (it had room at its next append): writes go through.
+	stopped[0].logStore.sealed.Store(false)
+	require.Eventually(t, func() bool {
+		_, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		return err == nil
+	}, 10*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum takes entries")
+}
