@@ -75,3 +75,46 @@ func TestServeNamesAMisspeltVariable(t *testing.T) {
 	run(ctx, []string{"serve", "--data-dir", filepath.Join(t.TempDir(), "d"), "--http-addr", freePort(t), "--raft-addr", freePort(t)}, &stdout, &stderr)
 	require.Contains(t, stderr.String(), "did you mean $IDEM_RETENTION?")
 }
+
+// The files serve reads once its flags are checked (the key, auth, node
+// token and TLS files) were named only by their flag when an IDEM_*
+// variable gave a path that is not there: IDEM_AUTH_FILE=noauth.json idem
+// serve said "--auth-file: open noauth.json: ...", a flag the command line
+// did not hold. The refusal names the variable, as the checks before it do.
+func TestServeFileRefusalNamesTheVariableThatSetTheFlag(t *testing.T) {
+	dir := t.TempDir()
+	missing := filepath.Join(dir, "missing")
+	cert, key := filepath.Join(dir, "n1.pem"), filepath.Join(dir, "n1-key.pem")
+	var out bytes.Buffer
+	require.Equal(t, 0, run(context.Background(), []string{"tls", "ca", "--dir", dir}, &out, &out), out.String())
+	require.Equal(t, 0, run(context.Background(), []string{"tls", "cert", "--dir", dir, "--name", "n1", "--ip", "127.0.0.1"}, &out, &out), out.String())
+	// Every start below is refused before it listens: the addresses are
+	// only ever checked, never held.
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"IDEM_AUTH_FILE": missing}, "idem serve: --auth-file: open " + missing + ": no such file or directory (set by $IDEM_AUTH_FILE)"},
+		{map[string]string{"IDEM_NODE_TOKEN_FILE": missing}, "idem serve: --node-token-file: open " + missing + ": no such file or directory (set by $IDEM_NODE_TOKEN_FILE)"},
+		{map[string]string{"IDEM_ENCRYPTION_KEY_FILE": missing}, "(set by $IDEM_ENCRYPTION_KEY_FILE)"},
+		{map[string]string{"IDEM_TLS_CERT_FILE": cert, "IDEM_TLS_KEY_FILE": key, "IDEM_TLS_CA_FILE": missing}, "idem serve: --tls-ca-file: open " + missing + ": no such file or directory (set by $IDEM_TLS_CA_FILE)"},
+	} {
+		for _, v := range []string{"IDEM_AUTH_FILE", "IDEM_NODE_TOKEN_FILE", "IDEM_ENCRYPTION_KEY_FILE", "IDEM_TLS_CERT_FILE", "IDEM_TLS_KEY_FILE", "IDEM_TLS_CA_FILE"} {
+			t.Setenv(v, tc.env[v])
+			if tc.env[v] == "" {
+				os.Unsetenv(v)
+			}
+		}
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), []string{"serve", "--data-dir", filepath.Join(t.TempDir(), "d"), "--http-addr", httpAddr, "--raft-addr", raftAddr}, &stdout, &stderr)
+		require.NotEqual(t, 0, code, stderr.String())
+		first := strings.Split(strings.TrimSpace(stderr.String()), "\n")
+		last := first[len(first)-1]
+		if strings.HasPrefix(tc.want, "idem serve: ") {
+			require.Equal(t, tc.want, last, "%v", tc.env)
+		} else {
+			require.True(t, strings.HasPrefix(last, "idem serve: --encryption-key-file: ") && strings.HasSuffix(last, tc.want), last)
+		}
+	}
+}

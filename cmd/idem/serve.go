@@ -737,7 +737,10 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	}
 	defer gcfloor.Start(c.gcFloorBytes).Stop()
 	if err := serve(ctx, c, set, log); err != nil {
-		fmt.Fprintf(stderr, "idem serve: %v\n", permissionHint(err, c.dataDir))
+		// withEnvNames here too: IDEM_AUTH_FILE=/etc/idem/auth.json, a file
+		// not there, said only "--auth-file: open ...", a flag the command
+		// line did not hold (so the key, token and TLS files, the ports).
+		fmt.Fprintf(stderr, "idem serve: %v\n", withEnvNames(permissionHint(err, c.dataDir).Error(), fromEnv))
 		if errors.As(err, new(usageError)) {
 			return 2
 		}
