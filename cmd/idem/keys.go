@@ -283,7 +283,7 @@ func keysStatus(ctx context.Context, addr, token, keyFile string, asJSON bool, t
 	if keyFile != "" {
 		var err error
 		if file, err = raftfsm.LoadKeyring(keyFile); err != nil {
-			fmt.Fprintf(stderr, "idem keys status: --encryption-key-file: %v\n", err)
+			fmt.Fprintf(stderr, "idem keys status: --encryption-key-file: %v\n", keyFileProblem(err))
 			return 2
 		}
 		// The check SECURITY.md says to run on each key file before
@@ -560,11 +560,29 @@ func loadKeyFile(path string, log *slog.Logger) (*raftfsm.Keyring, error) {
 	}
 	kr, err := raftfsm.LoadKeyring(path)
 	if err != nil {
-		return nil, fmt.Errorf("--encryption-key-file: %w", err)
+		return nil, fmt.Errorf("--encryption-key-file: %w", keyFileProblem(err))
 	}
 	warnOpenFile(log, "--encryption-key-file", path, keyFileWhy)
 	return kr, nil
 }
+
+// keyFileProblem is a key file refused by raftfsm.LoadKeyring, said
+// without the package's name: "--encryption-key-file: raftfsm: bad
+// encryption key file: open keys.json: ..." read as an internal error,
+// where --auth-file's says only what is wrong with the file. It still
+// unwraps to raftfsm.ErrKeyFile.
+func keyFileProblem(err error) error {
+	return trimmedError{err, strings.TrimPrefix(err.Error(), "raftfsm: ")}
+}
+
+// trimmedError is err, told as msg.
+type trimmedError struct {
+	err error
+	msg string
+}
+
+func (e trimmedError) Error() string { return e.msg }
+func (e trimmedError) Unwrap() error { return e.err }
 
 // keyFileWhy is why an --encryption-key-file is kept from other users.
 const keyFileWhy = "it holds the keys that encrypt every record"
