@@ -417,7 +417,7 @@ func (c proxyConfig) build() (*proxy, []error) {
 		problems = append(problems, fmt.Errorf("%s: the proxy would run out of memory before reaching it (each keyed request holds up to this much of its answer); give the store's --max-response-bytes (64KiB by default)", why))
 	}
 	if c.lease < 100*time.Millisecond || c.lease > time.Hour {
-		bad("lease", "must be between 100ms and 1h")
+		bad("lease", "%s must be between 100ms and 1h", c.lease)
 	}
 	if c.upstreamTimeout < 0 {
 		bad("upstream-timeout", "must not be negative")

@@ -733,6 +733,9 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--tls-cert-file", "/nonexistent.pem"), "--tls-key-file: required"},
 		{with("--ca-file", "/nonexistent-ca.pem"), "--ca-file"},
 		{with("--store-timeout", "0s"), "--store-timeout:"},
+		// The value refused is named, as the middleware's Options.Lease is
+		// ("--lease: must be between 100ms and 1h" said nothing of the 2h given).
+		{with("--lease", "2h"), "--lease: 2h0m0s must be between 100ms and 1h"},
 		{with("--max-stored-body", "0"), "--max-stored-body:"},
 		{with("--store-batch", "-1"), "--store-batch:"},
 		{with("--store-batch", "100000"), "--store-batch:"},
