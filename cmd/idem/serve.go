@@ -1465,6 +1465,12 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(), "bucket-width-from", widthFrom,
 		"scope", c.scope, "version", rc.Version)
+	if c.minFreeDisk == 0 {
+		// Said once at each start: nothing else says the guard is off
+		// until the disk is full.
+		log.Warn("the disk guard is off (--min-free-disk 0): no ballast file is kept and no write is refused before the disk is full; then the store's writes wait until space is freed (docs/DISK.md)",
+			"data-dir", c.dataDir)
+	}
 	go membership(ctx, node, c, nodeToken, log)
 	if _, fixed := node.BucketWidth(); !fixed {
 		go watchBucketWidth(ctx, node, c.bucketWidth, c.retention, log)

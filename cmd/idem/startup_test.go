@@ -422,6 +422,21 @@ func TestWideBucketsAreSaidAtStart(t *testing.T) {
 	require.NotContains(t, logs, "e.g. the default")
 }
 
+// --min-free-disk 0 turns the disk guard off: the start says so, since
+// nothing else did until the disk was full (the README walkthrough). The
+// default says nothing.
+func TestDiskGuardOffIsSaidAtStart(t *testing.T) {
+	off := start(t, t.TempDir(), freePort(t), freePort(t), "--min-free-disk", "0")
+	logs := waitForLine(t, off.logs, serving)
+	require.Eventually(t, func() bool {
+		return strings.Contains(off.logs.String(), `level=WARN msg="the disk guard is off (--min-free-disk 0)`)
+	}, 10*time.Second, 50*time.Millisecond, logs)
+	on := start(t, t.TempDir(), freePort(t), freePort(t))
+	code, body := post(t, on.http, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, body)
+	require.NotContains(t, on.logs.String(), "the disk guard is off")
+}
+
 // Bug: a --data-dir typo (/var/lib/idme beside /var/lib/idem) started a
 // new, empty store as quietly as a first start: on a single node every
 // key was free again and every retry ran again. The node still starts (a
