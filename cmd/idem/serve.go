@@ -1164,13 +1164,15 @@ func isLoopback(addr string) bool {
 
 func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.Logger) (retErr error) {
 	restrictUmask()
+	// A file flag whose file cannot be read or holds what it must not is
+	// a value refused, exit 2 as for the --tls-* files: these exited 1.
 	keyring, err := loadKeyFile(c.encryptionKeyFile, log)
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	auth, nodeToken, err := loadAuth(c, log) // token.go
 	if err != nil {
-		return err
+		return usageError{err}
 	}
 	c.authDigest = "none" // what GET /v1/config publishes; membership compares the members'
 	if auth != nil {
