@@ -61,7 +61,8 @@
 //     middleware reads the record then, with a Store that has Get).
 //
 // The fingerprint binds a key to one request: by default SHA-256 of the
-// method, path, query, Content-Type and body (Options.Fingerprint replaces
+// method, path, query, Content-Type and body, and of the trailers a
+// chunked body ends with when it has any (Options.Fingerprint replaces
 // it, e.g. with a canonical JSON form that ignores key order). A multipart
 // body (any multipart/ type, such as multipart/form-data: an upload, a
 // form) counts as its parts'

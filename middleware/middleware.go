@@ -619,7 +619,8 @@ func fitEndpoint(e string) string {
 }
 
 // DefaultFingerprint is SHA-256 of the method, path, raw query,
-// Content-Type and body, each length-prefixed so no two requests collide by
+// Content-Type and body (and the request's trailers, when its chunked
+// body ended with any: trailerFields), each length-prefixed so no two requests collide by
 // moving bytes between fields. The path, not the endpoint: under the
 // endpoint POST /payments/{id}/capture, one key sent for two ids is two
 // requests (422), not a replay of the other payment's answer. Every
@@ -710,12 +711,50 @@ func fingerprint(h hash.Hash, r *http.Request, body []byte) string {
 			ct, body = mct, mbody
 		}
 	}
-	for _, part := range [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(ct), body} {
+	parts := [][]byte{[]byte(r.Method), []byte(canonicalPath(r.URL.EscapedPath())), []byte(r.URL.RawQuery), []byte(ct), body}
+	if t := trailerFields(r.Trailer); t != nil {
+		parts = append(parts, t)
+	}
+	for _, part := range parts {
 		binary.BigEndian.PutUint64(n[:], uint64(len(part)))
 		h.Write(n[:])
 		h.Write(part)
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// trailerFields is the fingerprint's field of a request's trailers (the
+// fields a chunked body ends with, read with it: r.Trailer once the body
+// is read whole), or nil for a request that sent none, whose fingerprint
+// stays what it was. They reach the handler, and idem proxy's upstream,
+// as part of the request: uncounted, a retry of a key with another
+// trailer (X-Amount: 100, then 999) was replayed the first request's
+// answer, not told 422. Names in order, each with its values,
+// length-prefixed; a name declared in Trailer that never came is none.
+func trailerFields(t http.Header) []byte {
+	raw := slices.Sorted(maps.Keys(t))
+	byName := map[string][]string{}
+	for _, k := range raw {
+		if vs := t[k]; len(vs) > 0 {
+			c := http.CanonicalHeaderKey(k)
+			byName[c] = append(byName[c], vs...)
+		}
+	}
+	if len(byName) == 0 {
+		return nil
+	}
+	out := []byte("trailers\x00")
+	for _, k := range slices.Sorted(maps.Keys(byName)) {
+		vs := byName[k]
+		out = binary.BigEndian.AppendUint64(out, uint64(len(k)))
+		out = append(out, k...)
+		out = binary.BigEndian.AppendUint64(out, uint64(len(vs)))
+		for _, v := range vs {
+			out = binary.BigEndian.AppendUint64(out, uint64(len(v)))
+			out = append(out, v...)
+		}
+	}
+	return out
 }
 
 // maxMultipartParts and maxMultipartHeaders bound the parts, and their
