@@ -17,7 +17,9 @@ import (
 	"maps"
 	"mime"
 	"mime/multipart"
+	"net"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -1035,7 +1037,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 				fmt.Sprintf("the request body is larger than %d bytes", mbe.Limit), 0)
 			return
 		}
-		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request body could not be read: "+err.Error(), 0)
+		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request body could not be read: "+bodyReadError(err), 0)
 		return
 	}
 	r.Body = io.NopCloser(bytes.NewReader(body))
@@ -1121,6 +1123,22 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		m.refuse(w, r, next, err)
 		return
 	}
+}
+
+// bodyReadError says why a request body could not be read, naming no
+// address: net's errors name both ends of the connection ("read tcp
+// 10.0.0.5:8080->203.0.113.7:51234: i/o timeout"), and the server's end
+// behind a load balancer is an internal address, which every caller that
+// sent its body slowly past the http.Server's ReadTimeout was told.
+func bodyReadError(err error) string {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return "it did not arrive in time (the server's read timeout)"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Err != nil {
+		return op.Err.Error()
+	}
+	return err.Error()
 }
 
 // writeOtherEndpoint answers a request whose key's record, under the
