@@ -1405,7 +1405,22 @@ func finishUpstream(next http.Handler, timeout time.Duration) http.Handler {
 			out.Body = body
 		}
 		_, keyed := middleware.FromContext(r.Context())
-		next.ServeHTTP(&keepReading{ResponseWriter: w, http10: !r.ProtoAtLeast(1, 1), keyed: keyed}, out)
+		k := &keepReading{ResponseWriter: w, http10: !r.ProtoAtLeast(1, 1), keyed: keyed}
+		defer func() {
+			// A keyed stream cut because its caller went away (keepReading)
+			// is an answer that was given, not a failure: the reverse
+			// proxy aborts the handler on the failed write all the same
+			// (http.ErrAbortHandler), which the middleware took for a
+			// failure and released, and the caller's retry ran the
+			// upstream a second time. Returning, the attempt is completed
+			// as a stream (Idempotency-Body-Omitted: streamed).
+			if keyed && k.callerGone {
+				if v := recover(); v != nil && v != http.ErrAbortHandler {
+					panic(v)
+				}
+			}
+		}()
+		next.ServeHTTP(k, out)
 	})
 }
 
@@ -1449,7 +1464,8 @@ func callerBodyErr(r *http.Request) error {
 // on copying the upstream's answer into the middleware's recorder (which
 // records before it writes to the connection). A stream (an answer flushed
 // as it is written) is stored without its body anyway, so once its caller
-// is gone it is cut off instead of being read to an end that may never come.
+// is gone it is cut off instead of being read to an end that may never
+// come, and completed as a stream, not released (finishUpstream).
 type keepReading struct {
 	http.ResponseWriter
 	flushed bool
@@ -1457,6 +1473,9 @@ type keepReading struct {
 	http10 bool
 	// keyed: the answer is recorded for the store (a keyed request).
 	keyed bool
+	// callerGone: a write of a stream to the caller failed; the stream
+	// is cut there (finishUpstream).
+	callerGone bool
 }
 
 // WriteHeader passes on every status but an upstream's 100 Continue. A
@@ -1484,6 +1503,9 @@ func (k *keepReading) Write(b []byte) (int, error) {
 	if err != nil && !k.flushed {
 		return len(b), nil
 	}
+	if err != nil {
+		k.callerGone = true
+	}
 	return n, err
 }
 
@@ -1504,6 +1526,9 @@ func (k *keepReading) FlushError() error {
 	err := http.NewResponseController(k.ResponseWriter).Flush()
 	if errors.Is(err, http.ErrNotSupported) {
 		return nil
+	}
+	if err != nil {
+		k.callerGone = true
 	}
 	return err
 }
