@@ -1093,6 +1093,16 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			return
 		}
 		var p *client.Problem
+		if errors.As(err, &p) && p.Status == http.StatusBadRequest && req.CorrelationID != "" &&
+			strings.HasPrefix(p.Detail, "correlation_id ") {
+			// X-Request-Id over the store's --max-id-bytes, which may be
+			// below the 255 bytes correlationID keeps: it only links the
+			// record to the request, and the request was refused 400 for
+			// it. Asked again without it (the claim was refused, not
+			// applied: its claim_id is unused).
+			req.CorrelationID = ""
+			continue
+		}
 		if errors.As(err, &p) && p.Code == client.CodeFingerprintMismatch && !askedAsBefore {
 			// A multipart request whose record an earlier release stored,
 			// by its whole body (boundary and all): its client resending

@@ -31,6 +31,8 @@ type Options struct {
 	MaxRequestBytes int64
 	// MaxBatchOps is --max-batch-ops (default 256).
 	MaxBatchOps int
+	// MaxIDBytes is --max-id-bytes (default 255).
+	MaxIDBytes int
 	// AuthTokens, when set, are the only bearer tokens the node accepts
 	// (each an admin token, as in the old one-token-per-line auth file).
 	AuthTokens []string
@@ -88,6 +90,9 @@ func Start(tb testing.TB, o Options) *Node {
 	}
 	if o.MaxLease > 0 {
 		cfg.Limits.MaxLease = o.MaxLease
+	}
+	if o.MaxIDBytes > 0 {
+		cfg.Limits.MaxIDBytes = o.MaxIDBytes
 	}
 	if o.MaxRequestBytes > 0 {
 		cfg.Limits.MaxRequestBytes = o.MaxRequestBytes

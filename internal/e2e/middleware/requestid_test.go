@@ -8,6 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/idemtest"
 	"github.com/idem-store/idem/middleware"
 )
 
@@ -37,4 +39,32 @@ func TestAnyRequestIDStillRuns(t *testing.T) {
 		require.Equal(t, http.StatusOK, resp.StatusCode, "%s: %s", name, b)
 		require.Equal(t, "ran", string(b), name)
 	}
+}
+
+// The store's --max-id-bytes may be below the 255 bytes the middleware
+// cuts X-Request-Id to: a request whose id was longer than the store's
+// limit (a trace id with a prefix, 64 against --max-id-bytes 48) was
+// answered 400 "the request's idempotency scope is not valid:
+// correlation_id must be at most 48 bytes", its handler never run, for a
+// header that only links the record to the request. The claim is asked
+// again without it.
+func TestRequestIDOverTheStoresLimitStillRuns(t *testing.T) {
+	node := idemtest.Start(t, idemtest.Options{MaxIDBytes: 48})
+	store, err := client.New(node.URL)
+	require.NoError(t, err)
+	e := newEnv(t, middleware.Options{Store: store}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ran")
+	}))
+	req, err := http.NewRequest(http.MethodPost, e.url+"/pay", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set("Idempotency-Key", "long-id")
+	req.Header.Set("Content-Type", "application/json") // as e.post sends it
+	req.Header.Set("X-Request-Id", strings.Repeat("r", 64))
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", b)
+	require.Equal(t, "ran", string(b))
+	require.Equal(t, "ran", e.post("/pay", "long-id", "{}").body, "the retry replays")
 }
