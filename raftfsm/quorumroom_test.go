@@ -28,23 +28,8 @@ func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) 
 	n1 := c.open("n1", freeRaftAddr(t), true)
 	c.leader(n1)
 	write(t, n1, "before")
-	var full []*Node
-	var fillers []string
-	for _, id := range []string{"n2", "n3"} {
-		mnt := smallTmpfs(t, "512m")
-		cfg := DefaultConfig() // --min-free-disk 256MiB
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
-		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
-		n := c.start(cfg)
-		c.join(n, n1)
-		full, fillers = append(full, n), append(fillers, filepath.Join(mnt, "filler"))
-	}
-	waitApplied(t, n1, full...)
-	for i, n := range full {
-		out, err := exec.Command("fallocate", "-l", "200m", fillers[i]).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
-	}
+	full, fillers := smallDiskFollowers(c, n1)
+	fillDisks(t, full, fillers)
 	require.Nil(t, n1.DiskFull(), "the leader's disk has room")
 	// The leader's health checks read the followers' disks.
 	require.Eventually(t, func() bool {
@@ -141,23 +126,8 @@ func TestClientWriteProposedBeforeTheLeaderSawFullFollowersIsBounded(t *testing.
 	})
 	hide.Store(true)
 	write(t, n1, "before")
-	var full []*Node
-	var fillers []string
-	for _, id := range []string{"n2", "n3"} {
-		mnt := smallTmpfs(t, "512m")
-		cfg := DefaultConfig() // --min-free-disk 256MiB
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
-		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
-		n := c.start(cfg)
-		c.join(n, n1)
-		full, fillers = append(full, n), append(fillers, filepath.Join(mnt, "filler"))
-	}
-	waitApplied(t, n1, full...)
-	for i, n := range full {
-		out, err := exec.Command("fallocate", "-l", "200m", fillers[i]).CombinedOutput()
-		require.NoError(t, err, "%s", out)
-		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
-	}
+	full, fillers := smallDiskFollowers(c, n1)
+	fillDisks(t, full, fillers)
 	time.Sleep(2 * probeEvery)
 	require.Nil(t, n1.votersRoom(OpClaim), "the leader has not seen the full followers")
 
@@ -217,18 +187,7 @@ func TestLeaderCountsNearlyFullFollowersThatRefuseForGood(t *testing.T) {
 	n1 := c.start(cfg)
 	c.leader(n1)
 	write(t, n1, "before")
-	var nearly []*Node
-	var fillers []string
-	for _, id := range []string{"n2", "n3"} {
-		mnt := smallTmpfs(t, "512m")
-		cfg := DefaultConfig() // --min-free-disk 256MiB
-		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
-		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-"+id
-		n := c.start(cfg)
-		c.join(n, n1)
-		nearly, fillers = append(nearly, n), append(fillers, filepath.Join(mnt, "filler"))
-	}
-	waitApplied(t, n1, nearly...)
+	nearly, fillers := smallDiskFollowers(c, n1)
 	// 8 MiB above the threshold: room for entries of 4 MiB, applied.
 	for i, n := range nearly {
 		require.NoError(t, n.disk.read())
@@ -325,4 +284,34 @@ func TestLeaderCountsFollowersWhoseRaftLogIsStopped(t *testing.T) {
 		_, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 		return err == nil
 	}, 10*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum takes entries")
+}
+
+// smallDiskFollowers starts n2 and n3, each with its data dir alone on a
+// 512 MiB tmpfs (--min-free-disk 256MiB), joins them through n1 and
+// waits until they applied what n1 has; fillers are where a file fills
+// each one's disk.
+func smallDiskFollowers(c *memCluster, n1 *Node) (nodes []*Node, fillers []string) {
+	c.t.Helper()
+	for _, id := range []string{"n2", "n3"} {
+		mnt := smallTmpfs(c.t, "512m")
+		cfg := DefaultConfig() // --min-free-disk 256MiB
+		cfg.NodeID, cfg.DataDir, cfg.Bootstrap = id, filepath.Join(mnt, id), false
+		cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(c.t), "mem-"+id
+		n := c.start(cfg)
+		c.join(n, n1)
+		nodes, fillers = append(nodes, n), append(fillers, filepath.Join(mnt, "filler"))
+	}
+	waitApplied(c.t, n1, nodes...)
+	return nodes, fillers
+}
+
+// fillDisks takes each node's disk under its threshold (200 MiB of its
+// 512) and waits until the node says it is full.
+func fillDisks(t *testing.T, nodes []*Node, fillers []string) {
+	t.Helper()
+	for i, n := range nodes {
+		out, err := exec.Command("fallocate", "-l", "200m", fillers[i]).CombinedOutput()
+		require.NoError(t, err, "%s", out)
+		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
+	}
 }
