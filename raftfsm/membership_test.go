@@ -590,32 +590,7 @@ func TestPromotionDecidedBeforeAnotherLeadersRemovalIsRefused(t *testing.T) {
 	c.leader(n1)
 	n2 := c.open("n2", "", false)
 	c.join(n2, n1)
-	reached, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	hook := func(id string) {
-		if id != "stale" {
-			return
-		}
-		once.Do(func() {
-			close(reached)
-			select {
-			case <-release:
-			case <-time.After(60 * time.Second):
-			}
-		})
-	}
-	promoteHook.Store(&hook)
-	t.Cleanup(func() { promoteHook.Store(nil) })
-
-	stale := c.open("stale", "", false)
-	res, err := n1.Join(stale.Self(), false, false)
-	require.NoError(t, err)
-	require.NoError(t, stale.Admitted(res.AdmittedIndex))
-	select {
-	case <-reached:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the leader never came to promote the caught-up non-voter")
-	}
+	release := holdPromotion(c, n1, "stale", 60*time.Second)
 	// n1 holds its decision; n2 leads, removes the node, and hands back.
 	c.handOver(n1, n2)
 	c.removeStopped(n2, "stale")
@@ -681,37 +656,46 @@ func TestConfigIndexIsTheLatestConfigurationEntry(t *testing.T) {
 	require.Equal(t, idx2, idx3)
 }
 
-func TestRemovalDuringAPromotionIsNotUndone(t *testing.T) {
-	t.Parallel()
-	c := newMemCluster(t)
-	n1 := c.open("n1", "", true)
-	c.leader(n1)
+// holdPromotion joins a node id through the leader n1 and returns once
+// n1's promotion of it, caught up, is about to be made: it is held until
+// release is closed, or for hold. promoteHook is global: a test using it
+// runs alone or with none other.
+func holdPromotion(c *memCluster, n1 *Node, id string, hold time.Duration) (release chan struct{}) {
+	c.t.Helper()
 	reached, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
-	hook := func(id string) {
-		if id != "racer" {
+	hook := func(got string) {
+		if got != id {
 			return
 		}
 		once.Do(func() {
 			close(reached)
 			select {
 			case <-release:
-			case <-time.After(10 * time.Second):
+			case <-time.After(hold):
 			}
 		})
 	}
 	promoteHook.Store(&hook)
-	t.Cleanup(func() { promoteHook.Store(nil) })
-
-	racer := c.open("racer", "", false)
-	res, err := n1.Join(racer.Self(), false, false)
-	require.NoError(t, err)
-	require.NoError(t, racer.Admitted(res.AdmittedIndex))
+	c.t.Cleanup(func() { promoteHook.Store(nil) })
+	n := c.open(id, "", false)
+	res, err := n1.Join(n.Self(), false, false)
+	require.NoError(c.t, err)
+	require.NoError(c.t, n.Admitted(res.AdmittedIndex))
 	select {
 	case <-reached:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the leader never came to promote the caught-up non-voter")
+		c.t.Fatal("the leader never came to promote the caught-up non-voter")
 	}
+	return release
+}
+
+func TestRemovalDuringAPromotionIsNotUndone(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	release := holdPromotion(c, n1, "racer", 10*time.Second)
 	removed := make(chan error, 1)
 	go func() { removed <- n1.Remove("racer", false) }()
 	time.Sleep(500 * time.Millisecond) // a removal not held back commits meanwhile
