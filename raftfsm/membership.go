@@ -71,8 +71,10 @@ type Member struct {
 	Healthy  bool   `json:"healthy"`
 	// LastContactMs is how long ago the node last heard from the leader.
 	LastContactMs *int64 `json:"last_contact_ms"`
-	// AppliedIndex is the node's applied index at CheckedAt, and Lag how far
-	// it was behind the leader's commit index then.
+	// AppliedIndex is the node's applied index at its last answer to the
+	// leader's checks, and Lag how far it was behind the leader's commit
+	// index then: null when it did not answer the last check (stopped, or
+	// cut off), being behind by whatever was committed since.
 	AppliedIndex *uint64 `json:"applied_index"`
 	Lag          *uint64 `json:"lag"`
 	// StateAppliedIndex is the index the node's state store holds
@@ -372,6 +374,11 @@ type PeerProbe func(ctx context.Context, httpAddr string) (Status, error)
 // not checked yet: a status taken right after an election or a join, not
 // a sign that the member is down.
 const NotMeasuredYet = "not measured yet"
+
+// DidNotAnswer starts the unhealthy reason of a member that answered the
+// leader once but not its last check (stopped, or cut off): its lag is not
+// known then (Member.Lag is null), and cluster status says so.
+const DidNotAnswer = "did not answer the last check"
 
 // peerProbe is the PeerProbe SetPeerProbe set, nil before.
 func (n *Node) peerProbe() PeerProbe {
@@ -1314,7 +1321,13 @@ func (h *peerHealth) fill(m *Member, now time.Time) {
 		m.LastContactMs = ptr(now.Sub(h.contactAt).Milliseconds())
 	}
 	if !h.answeredAt.IsZero() {
-		m.AppliedIndex, m.Lag, m.StateAppliedIndex = ptr(h.applied), ptr(h.lag), h.stateApplied
+		m.AppliedIndex, m.StateAppliedIndex = ptr(h.applied), h.stateApplied
+		if h.err == "" {
+			// A node that did not answer the last check is behind by
+			// whatever was committed since its last answer: its lag then
+			// (0 for a node stopped caught up) read as "caught up".
+			m.Lag = ptr(h.lag)
+		}
 		if slices.Contains(h.features, FeatureKeyCheck) {
 			m.Keys = ownKeys(h.keys)
 		}
@@ -1354,7 +1367,7 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 		// One missed check is enough: a decision must not count a node
 		// that stopped a moment ago, and a healthy node answers within
 		// probeTimeout.
-		return false, fmt.Sprintf("did not answer the last check (last answer %s ago): %s", now.Sub(h.answeredAt).Round(100*time.Millisecond), h.err)
+		return false, fmt.Sprintf(DidNotAnswer+" (last answer %s ago): %s", now.Sub(h.answeredAt).Round(100*time.Millisecond), h.err)
 	case now.Sub(h.answeredAt) > silentAfter:
 		return false, fmt.Sprintf("not checked for %s", now.Sub(h.answeredAt).Round(100*time.Millisecond))
 	case h.contactAt.IsZero():

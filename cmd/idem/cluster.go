@@ -780,6 +780,9 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	for _, d := range upgradeNotes(st) {
 		fmt.Fprintln(w, "NOTE: "+d)
 	}
+	if slices.ContainsFunc(st.Nodes, lagUnknown) {
+		fmt.Fprintln(w, "LAG - : not known for a node that did not answer the leader's last check (stopped, or cut off): it is behind by whatever was committed since; APPLIED is its last answer's")
+	}
 	if keyed(st.Nodes) {
 		fmt.Fprintln(w, "KEYS: the ids in each node's --encryption-key-file, the first is the one it encrypts with (? not known: not measured yet, or a release that does not report them)")
 	}
@@ -806,6 +809,11 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 // unhealthy reason says when they differ.
 func shownApplied(m raftfsm.Member) (applied, lag *uint64) {
 	applied, lag = m.AppliedIndex, m.Lag
+	if lagUnknown(m) {
+		// A leader of an earlier release reports the lag of its last
+		// answer: 0 for a node stopped caught up, read as "caught up".
+		lag = nil
+	}
 	if s := m.StateAppliedIndex; s != nil && applied != nil && *s > *applied {
 		ahead := *s - *applied
 		applied = s
@@ -815,6 +823,12 @@ func shownApplied(m raftfsm.Member) (applied, lag *uint64) {
 		}
 	}
 	return applied, lag
+}
+
+// lagUnknown reports whether m did not answer the leader's last check: its
+// lag is not known (APPLIED is its last answer's).
+func lagUnknown(m raftfsm.Member) bool {
+	return !m.Healthy && strings.HasPrefix(m.UnhealthyReason, raftfsm.DidNotAnswer)
 }
 
 func optUint(v *uint64) string {
