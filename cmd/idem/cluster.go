@@ -160,6 +160,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	var raw json.RawMessage
+	var wasVoter *bool // remove: whether the node removed was a voter (nil: not known)
 	switch sub {
 	case "status":
 		raw, err = cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
@@ -180,6 +181,11 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if *id == "" {
 			fmt.Fprintln(stderr, "idem cluster remove: --id is required")
 			return 2
+		}
+		if !*asJSON {
+			// Read before: the note after the removal speaks of the voters
+			// left only when the removal took one away.
+			wasVoter = votesNow(ctx, cl, *id)
 		}
 		raw, err = cl.RemoveNode(ctx, client.RemoveRequest{ID: *id, Force: *force})
 	case "transfer-leadership":
@@ -352,7 +358,7 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 			fmt.Fprintf(stdout, "%s: %s\n", a.Outcome, a.Detail)
 		case a.Outcome == "removed":
 			fmt.Fprintf(stdout, "removed %s from the cluster\n", *id)
-			if note := faultToleranceNote(ctx, cl, *id); note != "" {
+			if note := faultToleranceNote(ctx, cl, *id, wasVoter); note != "" {
 				fmt.Fprintln(stdout, note)
 			}
 		default:
@@ -364,25 +370,54 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return 0
 }
 
+// votesNow reports whether id is a voter in the configuration the node
+// cl asks knows: nil when its status cannot be read.
+func votesNow(ctx context.Context, cl *client.Client, id string) *bool {
+	st, ok := clusterStatus(ctx, cl)
+	if !ok {
+		return nil
+	}
+	voter := slices.ContainsFunc(st.Nodes, func(m raftfsm.Member) bool { return m.ID == id && strings.EqualFold(m.Suffrage, "voter") })
+	return &voter
+}
+
+func clusterStatus(ctx context.Context, cl *client.Client) (raftfsm.Status, bool) {
+	var st raftfsm.Status
+	raw, err := cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
+	return st, err == nil && json.Unmarshal(raw, &st) == nil
+}
+
 // faultToleranceNote says, after a removal, what the voters left can
 // survive when that is less than one failure: removing down to two or one
 // voter said only "removed" (a membership walk), and the next failure of
-// any node then stopped the cluster. "" when the status cannot be read or
-// three or more voters remain.
-func faultToleranceNote(ctx context.Context, cl *client.Client, removed string) string {
-	raw, err := cl.Do(ctx, http.MethodGet, "/v1/cluster", nil, nil)
-	if err != nil {
+// any node then stopped the cluster. "" when the status cannot be read,
+// three or more voters remain, or the node removed was not a voter
+// (wasVoter false: removing a non-voter from a cluster of one voter said
+// "n1 is the only voter left", as if the removal had made it so). With
+// wasVoter nil (not known) it says what the voters are, not that they are
+// what is left.
+func faultToleranceNote(ctx context.Context, cl *client.Client, removed string, wasVoter *bool) string {
+	if wasVoter != nil && !*wasVoter {
 		return ""
 	}
-	var st raftfsm.Status
-	if json.Unmarshal(raw, &st) != nil {
+	st, ok := clusterStatus(ctx, cl)
+	if !ok {
 		return ""
 	}
 	var voters []string
 	for _, m := range st.Nodes {
-		if m.Suffrage == "voter" && m.ID != removed {
+		if strings.EqualFold(m.Suffrage, "voter") && m.ID != removed { // "Voter" from an older node
 			voters = append(voters, m.ID)
 		}
+	}
+	if wasVoter == nil {
+		switch len(voters) {
+		case 1:
+			return fmt.Sprintf("NOTE: %s is the only voter: the cluster survives no failure (if it stops, nothing is served until it is back). Join nodes to have three voters (idem cluster join, docs/MEMBERSHIP.md)", voters[0])
+		case 2:
+			return fmt.Sprintf("NOTE: the cluster has two voters (%s): a majority of two is both, so the cluster stops serving if either fails. Join a node to have three voters (idem cluster join, docs/MEMBERSHIP.md)", strings.Join(voters, ", "))
+		}
+		return ""
 	}
 	switch len(voters) {
 	case 1:
