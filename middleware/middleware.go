@@ -524,12 +524,19 @@ func unsetAuthorization(r *http.Request) bool {
 // HeaderPrincipal returns a Principal that reads the named header, set by a
 // trusted gateway; a request without it, or with it twice, is refused with
 // 401. Twice: a gateway that adds the header rather than replacing the
-// caller's would leave the caller's own value first.
+// caller's would leave the caller's own value first. A value with a comma
+// is refused alike: it is two values joined on one line (RFC 9110 5.3;
+// Apache's RequestHeader append writes "victim, attacker", and httpd joins
+// a header sent twice so), whose first a handler that reads a list takes.
+// A tenant id with a comma in it (a certificate's subject DN) needs a
+// Principal of its own, or a header without one.
 func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 	return func(r *http.Request) (string, error) {
 		switch vs := r.Header.Values(name); {
 		case len(vs) > 1:
 			return "", fmt.Errorf("middleware: the request has the %s header %d times", name, len(vs))
+		case len(vs) == 1 && strings.Contains(vs[0], ","):
+			return "", fmt.Errorf("middleware: the request's %s header holds a comma: it reads as more than one value (a header sent twice, joined)", name)
 		case len(vs) == 1 && vs[0] != "":
 			return vs[0], nil
 		}

@@ -107,7 +107,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.listen, "listen", os.Getenv("IDEM_PROXY_LISTEN"), "`address` to listen on, host:port (required; env IDEM_PROXY_LISTEN)")
 	fs.StringVar(&c.upstream, "upstream", os.Getenv("IDEM_PROXY_UPSTREAM"), "`URL` of the service behind the proxy, http:// or https:// (required; env IDEM_PROXY_UPSTREAM)")
 	fs.StringVar(&c.stores, "store", os.Getenv("IDEM_PROXY_STORE"), "comma-separated `addresses` of idem nodes, host:port or URL; a node that cannot be reached or answers 503 is skipped for the next (required; env IDEM_PROXY_STORE)")
-	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
+	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers; sent twice or with a comma, two values, it is refused with 401); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "key the hashes of the principal (without --principal-header) and of the request's fingerprint with the secret on the one line of `path` that is not empty or a # comment, at least 32 characters (openssl rand -hex 32): HMAC-SHA256, principals authk:…. Without it both are plain SHA-256, which the store keeps, logs (the principal) and backs up: a reader of those can test guessed credentials (a Basic-auth password) and guessed requests against them. Every proxy in front of one store needs the same key; adding, changing or removing it changes every principal and fingerprint, so a request retried across the change runs again (or gets 422)")
 	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request). Not Authorization, Proxy-Authorization or Cookie (the principal already), Content-Type or Idempotency-Key (counted already), nor a hop-by-hop header or Content-Length (each hop sets its own)")
@@ -489,6 +489,11 @@ func proxyIsToken(s string) bool {
 // with different credentials never share a key. The header sent twice is
 // refused rather than read: a gateway that appends its value instead of
 // replacing the caller's would otherwise let the caller pick the tenant.
+// So is one value with a comma, the same two values joined on one line
+// (RFC 9110 5.3: Apache's RequestHeader append writes that, and httpd
+// joins a header sent twice so before passing it on): "victim, attacker"
+// was taken whole, and an upstream that reads the first item of the list
+// acted for the tenant the caller named.
 func (p *proxy) principal(r *http.Request) (string, error) {
 	if h := p.cfg.principalHeader; h != "" {
 		vals := r.Header.Values(h)
@@ -497,6 +502,8 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 			return "", fmt.Errorf("the %s header (--principal-header) is required", h)
 		case len(vals) > 1:
 			return "", fmt.Errorf("the %s header (--principal-header) is sent more than once", h)
+		case strings.Contains(vals[0], ","):
+			return "", fmt.Errorf("the %s header (--principal-header) holds a comma: it reads as more than one value (a header sent twice, joined), so it is refused as two would be", h)
 		}
 		return strings.TrimSpace(vals[0]), nil
 	}

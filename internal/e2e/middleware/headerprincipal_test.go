@@ -40,3 +40,28 @@ func TestHeaderPrincipalSentTwiceIsRefused(t *testing.T) {
 	require.Equal(t, http.StatusOK, send("attacker"))
 	require.True(t, ran)
 }
+
+// HeaderPrincipal's header holding a comma is refused as the header sent
+// twice is: it is the same two values joined on one line (RFC 9110 5.3),
+// as Apache's RequestHeader append writes them and httpd passes on a
+// header sent twice. Bug: "victim, attacker" was the principal, and the
+// handler ran; one that reads the first item of the list acted for the
+// tenant the caller named.
+func TestHeaderPrincipalWithACommaIsRefused(t *testing.T) {
+	ran := false
+	e := newEnv(t, middleware.Options{Principal: middleware.HeaderPrincipal("X-Tenant")},
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { ran = true; io.WriteString(w, "ok") }))
+	send := func(tenant string) int {
+		req, err := http.NewRequest(http.MethodPost, e.url+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", "k-comma")
+		req.Header.Set("X-Tenant", tenant)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusUnauthorized, send("victim, attacker"))
+	require.False(t, ran, "the handler ran for a request with two principals on one line")
+	require.Equal(t, http.StatusOK, send("attacker"))
+}
