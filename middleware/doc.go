@@ -251,4 +251,9 @@
 // stored_answer_not_final (500: the key's stored answer has a 1xx status,
 // stored through the API by another writer of it; the middleware stores
 // final answers only, and a 1xx written as one is no answer).
+//
+// The error of an Options.Principal, Fingerprint or Reauthorize reaches
+// the caller's detail only as a CallerError, written for it; the text of
+// any other (a database error naming an internal host) is logged at
+// warning, and the caller reads only which step failed.
 package middleware

@@ -3,7 +3,6 @@ package middleware_test
 import (
 	"database/sql"
 	"encoding/json"
-	"errors"
 	"log"
 	"net/http"
 	"time"
@@ -81,7 +80,7 @@ func ExampleOptions_fingerprint() {
 		Fingerprint: func(r *http.Request, endpoint string, body []byte) (string, error) {
 			var v any
 			if err := json.Unmarshal(body, &v); err != nil {
-				return "", errors.New("the body is not JSON") // answered 400
+				return "", &middleware.CallerError{Detail: "the body is not JSON"} // answered 400, and said
 			}
 			canonical, _ := json.Marshal(v) // object members sorted
 			return middleware.DefaultFingerprint(r, endpoint, canonical)
@@ -100,7 +99,7 @@ func ExampleHeaderPrincipal() {
 		WaitInProgress: 10 * time.Second,
 		Reauthorize: func(r *http.Request, rec *client.Record) error {
 			if r.Header.Get("X-Scopes") == "" {
-				return errors.New("the caller may no longer read payments")
+				return &middleware.CallerError{Detail: "the caller may no longer read payments"}
 			}
 			return nil
 		},

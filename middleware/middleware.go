@@ -55,7 +55,9 @@ type Options struct {
 
 	// Principal returns the tenant the request acts for, from the
 	// application's own authentication. An error answers 401 and the
-	// handler does not run. Default: AuthorizationPrincipal, a hash of the
+	// handler does not run; the caller reads its text only when it is a
+	// CallerError (any other is logged, and the caller told the principal
+	// could not be determined). Default: AuthorizationPrincipal, a hash of the
 	// credential itself, refusing a request without one: set Principal to the tenant's id when credentials
 	// rotate (short-lived bearer tokens), or a retry sent with a fresh
 	// token is another tenant's request and runs again.
@@ -68,13 +70,15 @@ type Options struct {
 	// Fingerprint returns the hex fingerprint of the request; body is the
 	// whole request body, which r.Body holds too (a Fingerprint may read
 	// either; the handler gets the whole body all the same). An error
-	// answers 400.
+	// answers 400, its text in the detail only when it is a CallerError
+	// (any other is logged).
 	// Default: DefaultFingerprint.
 	Fingerprint func(r *http.Request, endpoint string, body []byte) (string, error)
 
 	// Reauthorize, when set, runs before a stored answer is replayed: the
 	// answer was authorized when it was computed, and the caller's
-	// permissions may have changed since. An error answers 403.
+	// permissions may have changed since. An error answers 403, its text
+	// in the detail only when it is a CallerError (any other is logged).
 	Reauthorize func(r *http.Request, rec *client.Record) error
 
 	// Methods that need an Idempotency-Key; default POST and PATCH.
@@ -337,7 +341,7 @@ func keyedPrincipal(key []byte, cred string) string {
 func credential(r *http.Request) (string, error) {
 	vs := r.Header.Values("Authorization")
 	if len(vs) > 1 {
-		return "", fmt.Errorf("middleware: the request has the Authorization header %d times", len(vs))
+		return "", callerErrorf("the request has the Authorization header %d times", len(vs))
 	}
 	if len(vs) == 0 {
 		return "", errNoAuthorization
@@ -480,12 +484,12 @@ func unsetValue(v string) bool {
 	return false
 }
 
-var errNoAuthorization = errors.New("middleware: the request has no Authorization header, and idempotency keys belong to the caller's credential")
+var errNoAuthorization error = &CallerError{Detail: "the request has no Authorization header, and idempotency keys belong to the caller's credential"}
 
 // errNoCredential is errNoAuthorization for a header that holds a scheme
 // alone ("Bearer "): told it had no header, its sender looked for the
 // wrong fault.
-var errNoCredential = errors.New("middleware: the request's Authorization header holds no credential (a scheme alone, nothing, the text of an unset value such as undefined or null, or Basic credentials with neither user nor password), and idempotency keys belong to the caller's credential")
+var errNoCredential error = &CallerError{Detail: "the request's Authorization header holds no credential (a scheme alone, nothing, the text of an unset value such as undefined or null, or Basic credentials with neither user nor password), and idempotency keys belong to the caller's credential"}
 
 // AnonymousPrincipal is AuthorizationPrincipal, except that requests
 // without an Authorization header share the principal "anonymous": for a
@@ -534,13 +538,13 @@ func HeaderPrincipal(name string) func(*http.Request) (string, error) {
 	return func(r *http.Request) (string, error) {
 		switch vs := r.Header.Values(name); {
 		case len(vs) > 1:
-			return "", fmt.Errorf("middleware: the request has the %s header %d times", name, len(vs))
+			return "", callerErrorf("the request has the %s header %d times", name, len(vs))
 		case len(vs) == 1 && strings.Contains(vs[0], ","):
-			return "", fmt.Errorf("middleware: the request's %s header holds a comma: it reads as more than one value (a header sent twice, joined)", name)
+			return "", callerErrorf("the request's %s header holds a comma: it reads as more than one value (a header sent twice, joined)", name)
 		case len(vs) == 1 && vs[0] != "":
 			return vs[0], nil
 		}
-		return "", fmt.Errorf("middleware: the request has no %s header", name)
+		return "", callerErrorf("the request has no %s header", name)
 	}
 }
 
@@ -991,14 +995,11 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		// refuses the others rather than send each bad byte as U+FFFD
 		// (two tenants "acme\xff" and "acme\xfe" would be one). Refused
 		// here, the caller is told; it was a 503 after every retry.
-		err = errors.New("middleware: the request's principal is not valid UTF-8")
+		err = &CallerError{Detail: "the request's principal is not valid UTF-8"}
 	}
 	if err != nil || principal == "" {
-		detail := "the request's principal could not be determined"
-		if err != nil {
-			detail = strings.TrimPrefix(err.Error(), "middleware: ")
-		}
-		writeProblem(w, http.StatusUnauthorized, "unauthorized", detail, 0)
+		writeProblem(w, http.StatusUnauthorized, "unauthorized",
+			m.callerDetail(r, "Options.Principal", err, "the request's principal could not be determined"), 0)
 		return
 	}
 	if up := r.Header.Values("Upgrade"); len(up) > 0 && onlyH2C(up) {
@@ -1053,7 +1054,8 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	// it) drained it: the handler ran the payment with an empty request.
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
-		writeProblem(w, http.StatusBadRequest, "invalid_request", "the request could not be fingerprinted: "+err.Error(), 0)
+		writeProblem(w, http.StatusBadRequest, "invalid_request",
+			"the request could not be fingerprinted"+m.callerDetailSuffix(r, "Options.Fingerprint", err), 0)
 		return
 	}
 	s := scope{principal: principal, endpoint: endpoint, key: key}
@@ -1360,7 +1362,7 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 	if m.o.Reauthorize != nil {
 		if err := m.o.Reauthorize(r, rec); err != nil {
 			writeProblem(w, http.StatusForbidden, "reauthorization_failed",
-				"the stored answer of this Idempotency-Key may not be shown to this caller: "+strings.TrimPrefix(err.Error(), "middleware: "), 0)
+				"the stored answer of this Idempotency-Key may not be shown to this caller"+m.callerDetailSuffix(r, "Options.Reauthorize", err), 0)
 			return
 		}
 	}

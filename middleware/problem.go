@@ -2,6 +2,8 @@ package middleware
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 )
@@ -48,4 +50,48 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string, retryA
 	}
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(problem{Type: ProblemType(code), Title: title, Status: status, Detail: detail, Code: code})
+}
+
+// CallerError is an error whose text is written for the caller to read.
+// An Options.Principal, Fingerprint or Reauthorize that returns one, or an
+// error that wraps one, has its Detail in the problem document's detail
+// (unauthorized, invalid_request, reauthorization_failed). The text of
+// any other error they return is the application's own and may say what
+// no caller should read (a database error naming an internal address): it
+// is logged at warning, with the request's method and path, and the
+// caller reads only what failed ("the request's principal could not be
+// determined"). The principals and fingerprints of this package return
+// CallerErrors.
+type CallerError struct {
+	Detail string
+}
+
+func (e *CallerError) Error() string { return e.Detail }
+
+func callerErrorf(format string, args ...any) error {
+	return &CallerError{Detail: fmt.Sprintf(format, args...)}
+}
+
+// callerDetail is the detail of a problem answered for err, returned by
+// the option named: a CallerError's own, else fallback, with err logged.
+func (m *mw) callerDetail(r *http.Request, option string, err error, fallback string) string {
+	var ce *CallerError
+	switch {
+	case err == nil:
+		return fallback
+	case errors.As(err, &ce) && ce.Detail != "":
+		return ce.Detail
+	}
+	m.log.Warn("idempotency: "+option+" failed; the caller is told only that it did (return a middleware.CallerError for a detail the caller may read)",
+		"method", r.Method, "path", r.URL.Path, "error", err)
+	return fallback
+}
+
+// callerDetailSuffix is callerDetail as ": detail" after a problem's own
+// words, or nothing.
+func (m *mw) callerDetailSuffix(r *http.Request, option string, err error) string {
+	if d := m.callerDetail(r, option, err, ""); d != "" {
+		return ": " + d
+	}
+	return ""
 }

@@ -499,11 +499,11 @@ func (p *proxy) principal(r *http.Request) (string, error) {
 		vals := r.Header.Values(h)
 		switch {
 		case len(vals) == 0 || strings.TrimSpace(vals[0]) == "":
-			return "", fmt.Errorf("the %s header (--principal-header) is required", h)
+			return "", &middleware.CallerError{Detail: fmt.Sprintf("the %s header (--principal-header) is required", h)}
 		case len(vals) > 1:
-			return "", fmt.Errorf("the %s header (--principal-header) is sent more than once", h)
+			return "", &middleware.CallerError{Detail: fmt.Sprintf("the %s header (--principal-header) is sent more than once", h)}
 		case strings.Contains(vals[0], ","):
-			return "", fmt.Errorf("the %s header (--principal-header) holds a comma: it reads as more than one value (a header sent twice, joined), so it is refused as two would be", h)
+			return "", &middleware.CallerError{Detail: fmt.Sprintf("the %s header (--principal-header) holds a comma: it reads as more than one value (a header sent twice, joined), so it is refused as two would be", h)}
 		}
 		return strings.TrimSpace(vals[0]), nil
 	}

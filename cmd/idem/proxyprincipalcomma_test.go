@@ -1,10 +1,14 @@
 package main
 
 import (
+	"io"
+	"log/slog"
 	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/middleware"
 )
 
 // --principal-header holding a comma is refused (401) as the header sent
@@ -25,4 +29,37 @@ func TestProxyPrincipalHeaderWithACommaIsRefused(t *testing.T) {
 	pr, err := p.principal(r)
 	require.NoError(t, err)
 	require.Equal(t, "attacker", pr)
+}
+
+// The proxy's refusals of a principal are written for the caller: each is
+// a middleware.CallerError, the 401's detail (the middleware logs any
+// other error and tells the caller only that the principal could not be
+// determined).
+func TestProxyPrincipalRefusalsAreForTheCaller(t *testing.T) {
+	for _, c := range []struct {
+		cfg    proxyConfig
+		values []string
+	}{
+		{proxyConfig{principalHeader: "X-Tenant"}, nil},
+		{proxyConfig{principalHeader: "X-Tenant"}, []string{"a", "b"}},
+		{proxyConfig{principalHeader: "X-Tenant"}, []string{"a, b"}},
+		{proxyConfig{}, nil},
+		{proxyConfig{}, []string{"Bearer a", "Bearer b"}},
+		{proxyConfig{}, []string{"Bearer undefined"}},
+	} {
+		p := &proxy{cfg: c.cfg, byCredential: middleware.AuthorizationPrincipal, anonymous: middleware.AnonymousPrincipal, log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		r, err := http.NewRequest(http.MethodPost, "http://proxy/pay", nil)
+		require.NoError(t, err)
+		name := "Authorization"
+		if c.cfg.principalHeader != "" {
+			name = c.cfg.principalHeader
+		}
+		for _, v := range c.values {
+			r.Header.Add(name, v)
+		}
+		_, err = p.principal(r)
+		var ce *middleware.CallerError
+		require.ErrorAs(t, err, &ce, "%s %q", name, c.values)
+		require.Contains(t, ce.Detail, name)
+	}
 }

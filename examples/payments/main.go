@@ -97,7 +97,9 @@ func account(r *http.Request) (string, error) {
 	if acct, known := apiKeys[key]; ok && known {
 		return acct, nil
 	}
-	return "", errors.New("a valid Authorization: Bearer API key is required")
+	// A CallerError: its text is the 401's detail (another error's is
+	// logged, and the caller is told only that it failed).
+	return "", &middleware.CallerError{Detail: "a valid Authorization: Bearer API key is required"}
 }
 
 // newService is the payments API: POST /payments behind the idempotency
