@@ -242,7 +242,8 @@
 // Every answer the middleware makes itself is an RFC 9457 problem document
 // (application/problem+json) with type, title, status, detail and code:
 // idempotency_key_missing, idempotency_key_invalid (400), unauthorized
-// (401, Options.Principal failed), reauthorization_failed (403),
+// (401, Options.Principal failed; with WWW-Authenticate naming
+// Options.Challenge, by default Bearer), reauthorization_failed (403),
 // request_too_large (413, over Options.MaxBodyBytes), in_progress (409),
 // lease_lost (409, the attempt's lease ran out and another attempt holds
 // the key: retry),

@@ -63,6 +63,14 @@ type Options struct {
 	// token is another tenant's request and runs again.
 	Principal func(r *http.Request) (string, error)
 
+	// Challenge is the WWW-Authenticate challenge of the 401 answered when
+	// Principal fails (RFC 9110 11.6.1: a 401 names how to authenticate),
+	// unless a handler before the middleware set that header already.
+	// Default: Basic realm="idempotency" for a request that sent Basic
+	// credentials, else Bearer. Set it where callers authenticate
+	// otherwise (Bearer realm="payments", Basic realm="api").
+	Challenge string
+
 	// Endpoint names the operation; default DefaultEndpoint (method and
 	// route pattern, else method and path).
 	Endpoint func(r *http.Request) string
@@ -246,6 +254,9 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	}
 	if o.Principal == nil {
 		o.Principal = AuthorizationPrincipal
+	}
+	if strings.ContainsFunc(o.Challenge, func(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }) {
+		errs = append(errs, fmt.Errorf("middleware: Options.Challenge: %q has a control character", o.Challenge))
 	}
 	if o.Endpoint == nil {
 		o.Endpoint = DefaultEndpoint
@@ -970,6 +981,25 @@ func ParseKey(values []string) (string, error) {
 	return key, nil
 }
 
+// challenge is the WWW-Authenticate of a 401 for r (Options.Challenge).
+// A 401 without one broke RFC 9110 (11.6.1), and clients that act on the
+// challenge (a browser, an HTTP library's auth handler) had nothing to go
+// by. Basic is named only to a caller that used it: it needs a realm, and
+// makes a browser ask for a password.
+func (m *mw) challenge(r *http.Request) string {
+	if m.o.Challenge != "" {
+		return m.o.Challenge
+	}
+	scheme := strings.TrimSpace(r.Header.Get("Authorization"))
+	if i := strings.IndexAny(scheme, " \t"); i >= 0 {
+		scheme = scheme[:i]
+	}
+	if strings.EqualFold(scheme, "basic") {
+		return `Basic realm="idempotency"`
+	}
+	return "Bearer"
+}
+
 var (
 	errKeyMissing = errors.New("middleware: the Idempotency-Key header is required")
 	errKeyInvalid = errors.New("middleware: the Idempotency-Key header is not valid")
@@ -998,6 +1028,9 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 		err = &CallerError{Detail: "the request's principal is not valid UTF-8"}
 	}
 	if err != nil || principal == "" {
+		if w.Header().Get("WWW-Authenticate") == "" {
+			w.Header().Set("WWW-Authenticate", m.challenge(r))
+		}
 		writeProblem(w, http.StatusUnauthorized, "unauthorized",
 			m.callerDetail(r, "Options.Principal", err, "the request's principal could not be determined"), 0)
 		return

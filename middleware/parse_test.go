@@ -81,9 +81,10 @@ func TestParseKey(t *testing.T) {
 func long(n int) string { return strings.Repeat("k", n) }
 
 func TestNewReportsEveryBadOption(t *testing.T) {
-	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, CallerGoneTimeout: -time.Second, Methods: []string{"post"}})
+	_, err := middleware.New(middleware.Options{Lease: time.Millisecond, WaitInProgress: -1, CallerGoneTimeout: -time.Second, Methods: []string{"post"},
+		Challenge: "Bearer\r\nSet-Cookie: x=1"})
 	require.Error(t, err)
-	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", "CallerGoneTimeout", `"post"`} {
+	for _, want := range []string{"Store is required", "Lease", "WaitInProgress", "CallerGoneTimeout", `"post"`, "Challenge"} {
 		require.Contains(t, err.Error(), want)
 	}
 }

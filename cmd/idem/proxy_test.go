@@ -258,6 +258,7 @@ func TestProxyRefusesRequestsWithoutCredential(t *testing.T) {
 	alice := pxSend(t, "POST", px.url+"/pay", "order-77", `{}`, "Authorization", "", "Cookie", "session=alice")
 	require.Equal(t, 401, alice.status, alice.body)
 	require.Contains(t, alice.body, "Authorization")
+	require.Equal(t, "Bearer", alice.header.Get("WWW-Authenticate"), "a 401 names a challenge (RFC 9110 11.6.1)")
 	require.Zero(t, up.runs.Load(), "the upstream ran for a request without a credential")
 	// The operator hears why, and what to set (the caller's 401 says neither flag).
 	require.Eventually(t, func() bool {
