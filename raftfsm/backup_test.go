@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -20,16 +19,11 @@ import (
 	"github.com/idem-store/idem/engine"
 )
 
-// freeRaftAddr is a free port of the kernel's on the test's address
-// (IDEM_TEST_IP on a shared machine).
+// freeRaftAddr is a free port on the test's address, given to no other
+// test of the process (testRaftListener).
 func freeRaftAddr(t *testing.T) string {
 	t.Helper()
-	ip := "127.0.0.1"
-	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
-		ip = v
-	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
-	require.NoError(t, err)
+	ln := testRaftListener(t)
 	defer ln.Close()
 	return ln.Addr().String()
 }

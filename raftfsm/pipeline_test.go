@@ -31,15 +31,43 @@ func testRaftListener(t *testing.T) net.Listener {
 		lo, _ = strconv.Atoi(a)
 		hi, _ = strconv.Atoi(b)
 	}
-	for p := lo; p <= hi; p++ {
-		ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p)))
-		if err == nil {
+	// testRaftAddrs closes its listeners before the nodes bind: a
+	// parallel test scanning from lo took the same port meanwhile
+	// ("address already in use"). The range is taken round the clock, and
+	// the kernel's ports once each per process (it may hand a port just
+	// closed again).
+	if lo > 0 {
+		n := int64(hi - lo + 1)
+		for range n {
+			p := lo + int((nextRaftPort.Add(1)-1)%n)
+			if ln, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(p))); err == nil {
+				return ln
+			}
+		}
+		t.Fatalf("no free port on %s in %d-%d", ip, lo, hi)
+	}
+	for range 1000 {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		require.NoError(t, err)
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		givenRaftPortsMu.Lock()
+		taken := givenRaftPorts[port]
+		givenRaftPorts[port] = true
+		givenRaftPortsMu.Unlock()
+		if !taken {
 			return ln
 		}
+		ln.Close()
 	}
-	t.Fatalf("no free port on %s in %d-%d", ip, lo, hi)
+	t.Fatalf("no port on %s the kernel had not given before", ip)
 	return nil
 }
+
+var (
+	nextRaftPort     atomic.Int64
+	givenRaftPortsMu sync.Mutex
+	givenRaftPorts   = map[string]bool{}
+)
 
 // A follower that refuses appends now and then (a log store that failed a
 // write, a log that does not match after a restart, a newer term) must not
