@@ -195,6 +195,9 @@ type mw struct {
 	// keyed request meets it, and a log line each buried the rest.
 	leaseRefused atomic.Int64
 	leaseLog     mono.Spacer
+	// optionLogs space the lines of the options' plain errors
+	// (callerDetail): Principal, Fingerprint, Reauthorize.
+	optionLogs [3]optionLog
 }
 
 // ShortLease is the shortest Lease New takes without a warning: a lease

@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/idem-store/idem/internal/mono"
 )
 
 // problem is an RFC 9457 problem document, shaped like the store's own.
@@ -58,7 +62,8 @@ func writeProblem(w http.ResponseWriter, status int, code, detail string, retryA
 // (unauthorized, invalid_request, reauthorization_failed). The text of
 // any other error they return is the application's own and may say what
 // no caller should read (a database error naming an internal address): it
-// is logged at warning, with the request's method and path, and the
+// is logged at warning, with the request's method and path (at most a
+// line every 10 s for each option, with the count of failures), and the
 // caller reads only what failed ("the request's principal could not be
 // determined"). The principals and fingerprints of this package return
 // CallerErrors.
@@ -82,9 +87,32 @@ func (m *mw) callerDetail(r *http.Request, option string, err error, fallback st
 	case errors.As(err, &ce) && ce.Detail != "":
 		return ce.Detail
 	}
-	m.log.Warn("idempotency: "+option+" failed; the caller is told only that it did (return a middleware.CallerError for a detail the caller may read)",
-		"method", r.Method, "path", r.URL.Path, "error", err)
+	// Spaced, per option: a Principal that fails every request without a
+	// credential (an attacker's flood, a misconfigured gateway) wrote a
+	// line for each, and the log filled the disk.
+	l := &m.optionLogs[optionIndex(option)]
+	if n := l.failed.Add(1); l.spacer.Allow(10 * time.Second) {
+		m.log.Warn("idempotency: "+option+" failed; the caller is told only that it did (return a middleware.CallerError for a detail the caller may read; said at most every 10s)",
+			"method", r.Method, "path", r.URL.Path, "error", err, "failed-total", n)
+	}
 	return fallback
+}
+
+// optionLog counts the failures of one option and spaces their lines.
+type optionLog struct {
+	failed atomic.Int64
+	spacer mono.Spacer
+}
+
+// optionIndex is the index in mw.optionLogs of the option named.
+func optionIndex(option string) int {
+	switch option {
+	case "Options.Principal":
+		return 0
+	case "Options.Fingerprint":
+		return 1
+	}
+	return 2 // Options.Reauthorize
 }
 
 // callerDetailSuffix is callerDetail as ": detail" after a problem's own

@@ -86,3 +86,28 @@ func TestOptionErrorsReachTheCallerOnlyAsCallerErrors(t *testing.T) {
 	}
 	require.Equal(t, 3, strings.Count(logs.String(), "10.0.0.5"), "each plain error is logged once, a CallerError not at all:\n%s", logs.String())
 }
+
+// A plain error an option returns for every request (a Principal that
+// fails each caller without a credential: an attacker's flood, a gateway
+// misconfigured) is logged at most once every 10 s, with a count: a line
+// each filled the log.
+func TestOptionErrorLinesAreSpaced(t *testing.T) {
+	var logs syncLog
+	e := newEnv(t, middleware.Options{
+		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Principal: func(r *http.Request) (string, error) {
+			return "", errors.New("dial tcp 10.0.0.5:5432: connection refused")
+		},
+	}, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	for i := range 30 {
+		req, err := http.NewRequest(http.MethodPost, e.url+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set("Idempotency-Key", fmt.Sprintf("k%d", i))
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "Options.Principal failed"), "one line for 30 failures:\n%s", logs.String())
+	require.Contains(t, logs.String(), "failed-total=1")
+}
