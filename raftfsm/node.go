@@ -1128,15 +1128,7 @@ func (n *Node) checkProposal(c *Command) error {
 // applyEntry proposes an encoded entry and waits for its result: the
 // ApplyResult, with its Err as the error when it has one.
 func (n *Node) applyEntry(data []byte) (*ApplyResult, error) {
-	if err := checkEntrySize(data); err != nil {
-		return nil, err
-	}
-	n.lastWrite.Store(mono.Now())
-	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-	if err := n.wait(f); err != nil {
-		return nil, mapApplyError(err)
-	}
-	return applyResult(f)
+	return n.applyEntryCtx(context.Background(), data, nil)
 }
 
 // applyClientEntry is applyEntry for client writes, whose reservation
@@ -1153,29 +1145,28 @@ func (n *Node) applyEntry(data []byte) (*ApplyResult, error) {
 // --max-inflight slot, was held that long even after its client, or the
 // follower that forwarded it (after 3 s), had given up.
 func (n *Node) applyClientEntry(data []byte, release func()) (*ApplyResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.ApplyTimeout)
+	defer cancel()
+	return n.applyEntryCtx(ctx, data, release)
+}
+
+// applyEntryCtx proposes data and waits for its result until ctx is done
+// (a CommitWaitError then); resolved, if not nil, runs once the entry is
+// applied or lost, or at once when it is not proposed.
+func (n *Node) applyEntryCtx(ctx context.Context, data []byte, resolved func()) (*ApplyResult, error) {
 	if err := checkEntrySize(data); err != nil {
-		release()
+		if resolved != nil {
+			resolved()
+		}
 		return nil, err
 	}
 	n.lastWrite.Store(mono.Now())
 	f := n.raft.Apply(data, n.cfg.ApplyTimeout)
-	done := make(chan error, 1)
-	go func() {
-		err := f.Error()
-		release()
-		done <- err
-	}()
-	t := time.NewTimer(n.cfg.ApplyTimeout)
-	defer t.Stop()
-	select {
-	case err := <-done:
-		if err != nil {
-			return nil, mapApplyError(err)
-		}
-	case <-n.stop: // as wait: raft may never resolve f (hashicorp/raft#498)
-		return nil, mapApplyError(raft.ErrRaftShutdown)
-	case <-t.C:
+	switch err := n.waitThen(ctx, f, resolved); {
+	case errors.Is(err, ErrTimeout): // ctx's end, not raft's
 		return nil, &CommitWaitError{Waited: n.cfg.ApplyTimeout}
+	case err != nil:
+		return nil, mapApplyError(err)
 	}
 	return applyResult(f)
 }
@@ -1469,9 +1460,19 @@ func (n *Node) readBarrier(ctx context.Context) error {
 func (n *Node) wait(f raft.Future) error { return n.waitCtx(context.Background(), f) }
 
 // waitCtx is wait, giving up with ErrTimeout once ctx is done.
-func (n *Node) waitCtx(ctx context.Context, f raft.Future) error {
+func (n *Node) waitCtx(ctx context.Context, f raft.Future) error { return n.waitThen(ctx, f, nil) }
+
+// waitThen is waitCtx; then, if not nil, runs once f is resolved, whether
+// or not the wait gave up before.
+func (n *Node) waitThen(ctx context.Context, f raft.Future, then func()) error {
 	done := make(chan error, 1)
-	go func() { done <- f.Error() }()
+	go func() {
+		err := f.Error()
+		if then != nil {
+			then()
+		}
+		done <- err
+	}()
 	select {
 	case err := <-done:
 		return err
