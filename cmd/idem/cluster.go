@@ -410,20 +410,16 @@ func faultToleranceNote(ctx context.Context, cl *client.Client, removed string, 
 			voters = append(voters, m.ID)
 		}
 	}
+	// Not known to have been a voter: what the voters are, not what is left.
+	only, two, again := "%s is the only voter left", "two voters are left (%s)", " again"
 	if wasVoter == nil {
-		switch len(voters) {
-		case 1:
-			return fmt.Sprintf("NOTE: %s is the only voter: the cluster survives no failure (if it stops, nothing is served until it is back). Join nodes to have three voters (idem cluster join, docs/MEMBERSHIP.md)", voters[0])
-		case 2:
-			return fmt.Sprintf("NOTE: the cluster has two voters (%s): a majority of two is both, so the cluster stops serving if either fails. Join a node to have three voters (idem cluster join, docs/MEMBERSHIP.md)", strings.Join(voters, ", "))
-		}
-		return ""
+		only, two, again = "%s is the only voter", "the cluster has two voters (%s)", ""
 	}
 	switch len(voters) {
 	case 1:
-		return fmt.Sprintf("NOTE: %s is the only voter left: the cluster survives no failure (if it stops, nothing is served until it is back). Join nodes again to have three voters (idem cluster join, docs/MEMBERSHIP.md)", voters[0])
+		return fmt.Sprintf("NOTE: "+only+": the cluster survives no failure (if it stops, nothing is served until it is back). Join nodes%s to have three voters (idem cluster join, docs/MEMBERSHIP.md)", voters[0], again)
 	case 2:
-		return fmt.Sprintf("NOTE: two voters are left (%s): a majority of two is both, so the cluster stops serving if either fails. Join a node again to have three voters (idem cluster join, docs/MEMBERSHIP.md)", strings.Join(voters, ", "))
+		return fmt.Sprintf("NOTE: "+two+": a majority of two is both, so the cluster stops serving if either fails. Join a node%s to have three voters (idem cluster join, docs/MEMBERSHIP.md)", strings.Join(voters, ", "), again)
 	}
 	return ""
 }
