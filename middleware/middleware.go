@@ -195,9 +195,9 @@ type mw struct {
 	// keyed request meets it, and a log line each buried the rest.
 	leaseRefused atomic.Int64
 	leaseLog     mono.Spacer
-	// optionLogs space the lines of the options' plain errors
-	// (callerDetail): Principal, Fingerprint, Reauthorize.
-	optionLogs [3]optionLog
+	// principalErrs, fingerprintErrs and reauthorizeErrs space the lines
+	// of those options' plain errors (callerDetail).
+	principalErrs, fingerprintErrs, reauthorizeErrs optionLog
 }
 
 // ShortLease is the shortest Lease New takes without a warning: a lease
@@ -278,6 +278,7 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 			"lease", o.Lease)
 	}
 	m := &mw{o: o, methods: methods, log: o.Logger}
+	m.principalErrs.option, m.fingerprintErrs.option, m.reauthorizeErrs.option = "Options.Principal", "Options.Fingerprint", "Options.Reauthorize"
 	if cs, ok := o.Store.(configStore); ok {
 		go m.checkLease(cs)
 	}
@@ -1035,7 +1036,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 			w.Header().Set("WWW-Authenticate", m.challenge(r))
 		}
 		writeProblem(w, http.StatusUnauthorized, "unauthorized",
-			m.callerDetail(r, "Options.Principal", err, "the request's principal could not be determined"), 0)
+			m.callerDetail(r, &m.principalErrs, err, "the request's principal could not be determined"), 0)
 		return
 	}
 	if up := r.Header.Values("Upgrade"); len(up) > 0 && onlyH2C(up) {
@@ -1091,7 +1092,7 @@ func (m *mw) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	r.Body = io.NopCloser(bytes.NewReader(body))
 	if err != nil {
 		writeProblem(w, http.StatusBadRequest, "invalid_request",
-			"the request could not be fingerprinted"+m.callerDetailSuffix(r, "Options.Fingerprint", err), 0)
+			"the request could not be fingerprinted"+m.callerDetailSuffix(r, &m.fingerprintErrs, err), 0)
 		return
 	}
 	s := scope{principal: principal, endpoint: endpoint, key: key}
@@ -1398,7 +1399,7 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 	if m.o.Reauthorize != nil {
 		if err := m.o.Reauthorize(r, rec); err != nil {
 			writeProblem(w, http.StatusForbidden, "reauthorization_failed",
-				"the stored answer of this Idempotency-Key may not be shown to this caller"+m.callerDetailSuffix(r, "Options.Reauthorize", err), 0)
+				"the stored answer of this Idempotency-Key may not be shown to this caller"+m.callerDetailSuffix(r, &m.reauthorizeErrs, err), 0)
 			return
 		}
 	}

@@ -78,8 +78,9 @@ func callerErrorf(format string, args ...any) error {
 }
 
 // callerDetail is the detail of a problem answered for err, returned by
-// the option named: a CallerError's own, else fallback, with err logged.
-func (m *mw) callerDetail(r *http.Request, option string, err error, fallback string) string {
+// the option whose failures l counts: a CallerError's own, else fallback,
+// with err logged.
+func (m *mw) callerDetail(r *http.Request, l *optionLog, err error, fallback string) string {
 	var ce *CallerError
 	switch {
 	case err == nil:
@@ -90,9 +91,8 @@ func (m *mw) callerDetail(r *http.Request, option string, err error, fallback st
 	// Spaced, per option: a Principal that fails every request without a
 	// credential (an attacker's flood, a misconfigured gateway) wrote a
 	// line for each, and the log filled the disk.
-	l := &m.optionLogs[optionIndex(option)]
 	if n := l.failed.Add(1); l.spacer.Allow(10 * time.Second) {
-		m.log.Warn("idempotency: "+option+" failed; the caller is told only that it did (return a middleware.CallerError for a detail the caller may read; said at most every 10s)",
+		m.log.Warn("idempotency: "+l.option+" failed; the caller is told only that it did (return a middleware.CallerError for a detail the caller may read; said at most every 10s)",
 			"method", r.Method, "path", r.URL.Path, "error", err, "failed-total", n)
 	}
 	return fallback
@@ -100,25 +100,15 @@ func (m *mw) callerDetail(r *http.Request, option string, err error, fallback st
 
 // optionLog counts the failures of one option and spaces their lines.
 type optionLog struct {
+	option string // "Options.Principal"
 	failed atomic.Int64
 	spacer mono.Spacer
 }
 
-// optionIndex is the index in mw.optionLogs of the option named.
-func optionIndex(option string) int {
-	switch option {
-	case "Options.Principal":
-		return 0
-	case "Options.Fingerprint":
-		return 1
-	}
-	return 2 // Options.Reauthorize
-}
-
 // callerDetailSuffix is callerDetail as ": detail" after a problem's own
 // words, or nothing.
-func (m *mw) callerDetailSuffix(r *http.Request, option string, err error) string {
-	if d := m.callerDetail(r, option, err, ""); d != "" {
+func (m *mw) callerDetailSuffix(r *http.Request, l *optionLog, err error) string {
+	if d := m.callerDetail(r, l, err, ""); d != "" {
 		return ": " + d
 	}
 	return ""
