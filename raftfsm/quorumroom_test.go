@@ -108,12 +108,7 @@ func TestLeaderRefusesWritesWhileFewerThanAQuorumOfVotersHaveRoom(t *testing.T) 
 // gets the same claim.
 func TestClientWriteProposedBeforeTheLeaderSawFullFollowersIsBounded(t *testing.T) {
 	c := newMemCluster(t)
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1"
-	cfg.ApplyTimeout = 2 * time.Second
-	n1 := c.start(cfg)
-	c.leader(n1)
+	n1 := c.leaderWith(func(cfg *Config) { cfg.ApplyTimeout = 2 * time.Second })
 	// The leader's health checks see the followers' disks with room: as in
 	// the second before a round reads them full.
 	var hide atomic.Bool
@@ -144,14 +139,14 @@ func TestClientWriteProposedBeforeTheLeaderSawFullFollowersIsBounded(t *testing.
 	var err error
 	select {
 	case err = <-claim():
-	case <-time.After(4 * cfg.ApplyTimeout):
-		t.Fatalf("a claim proposed while both followers' disks are full waited %s with no answer", 4*cfg.ApplyTimeout)
+	case <-time.After(4 * n1.cfg.ApplyTimeout):
+		t.Fatalf("a claim proposed while both followers' disks are full waited %s with no answer", 4*n1.cfg.ApplyTimeout)
 	}
 	require.ErrorIs(t, err, ErrUnknownOutcome)
 	var cw *CommitWaitError
 	require.ErrorAs(t, err, &cw)
-	require.Equal(t, cfg.ApplyTimeout, cw.Waited)
-	require.GreaterOrEqual(t, time.Since(start), cfg.ApplyTimeout)
+	require.Equal(t, n1.cfg.ApplyTimeout, cw.Waited)
+	require.GreaterOrEqual(t, time.Since(start), n1.cfg.ApplyTimeout)
 	require.Greater(t, n1.disk.proposing.Load(), uint64(0), "its entry is still in flight, and still counted")
 
 	// Once the leader's checks read the full disks, the retry is refused
@@ -180,12 +175,7 @@ func TestClientWriteProposedBeforeTheLeaderSawFullFollowersIsBounded(t *testing.
 // writes 507 at once, saying what they need, until space is freed.
 func TestLeaderCountsNearlyFullFollowersThatRefuseForGood(t *testing.T) {
 	c := newMemCluster(t)
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1"
-	cfg.ApplyTimeout = 2 * time.Second
-	n1 := c.start(cfg)
-	c.leader(n1)
+	n1 := c.leaderWith(func(cfg *Config) { cfg.ApplyTimeout = 2 * time.Second })
 	write(t, n1, "before")
 	nearly, fillers := smallDiskFollowers(c, n1)
 	// 8 MiB above the threshold: room for entries of 4 MiB, applied.
@@ -242,14 +232,9 @@ func TestLeaderCountsNearlyFullFollowersThatRefuseForGood(t *testing.T) {
 // the leader counts it.
 func TestLeaderCountsFollowersWhoseRaftLogIsStopped(t *testing.T) {
 	c := newMemCluster(t)
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", t.TempDir(), true
-	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(t), "mem-n1"
 	// Nothing but the test's writes is proposed: an entry would reopen
 	// the followers' logs, which have room here.
-	cfg.TickInterval, cfg.SweepInterval = time.Hour, time.Hour
-	n1 := c.start(cfg)
-	c.leader(n1)
+	n1 := c.leaderWith(func(cfg *Config) { cfg.TickInterval, cfg.SweepInterval = time.Hour, time.Hour })
 	write(t, n1, "before")
 	var stopped []*Node
 	for _, id := range []string{"n2", "n3"} {
@@ -284,6 +269,17 @@ func TestLeaderCountsFollowersWhoseRaftLogIsStopped(t *testing.T) {
 		_, _, err := n1.Claim(engine.ClaimArgs{Scope: engine.Scope{Principal: "cus_1", Endpoint: "POST /pay", Key: "after"}, Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
 		return err == nil
 	}, 10*time.Second, 100*time.Millisecond, "writes are not accepted again once a quorum takes entries")
+}
+
+// leaderWith starts n1, bootstrapping a cluster, with the configuration
+// set changes, and returns it once it leads.
+func (c *memCluster) leaderWith(set func(*Config)) *Node {
+	c.t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", c.t.TempDir(), true
+	cfg.RaftAddr, cfg.HTTPAdvertise = freeRaftAddr(c.t), "mem-n1"
+	set(&cfg)
+	return c.leader(c.start(cfg))
 }
 
 // smallDiskFollowers starts n2 and n3, each with its data dir alone on a
