@@ -1582,7 +1582,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	case rec.broken():
 		// Its Content-Length is not what it wrote: the caller's transfer
 		// breaks, so the retry runs again, as after a truncated upstream
-		// answer in idem proxy (ReverseProxy panics, run releases).
+		// answer in idem proxy (a 502, which is released).
 		m.storeThenAnswer(rec, func() bool {
 			m.release(r, s, c.Token, "the answer's Content-Length is not the length of its body")
 			return false

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -655,6 +656,10 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			}
 			what := "did not answer"
 			switch {
+			case errors.Is(err, errAnswerCut):
+				// Its status came, so it ran the request; its body was
+				// cut short, so there is no answer to store or replay.
+				what = "began its answer but cut it short (it ended before its Content-Length or last chunk, or the connection was reset): it may have done the work, and a retry runs it again (told Idempotency-Attempt)"
 			case errors.Is(err, syscall.ECONNREFUSED):
 				what = "refused the connection"
 			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
@@ -671,8 +676,11 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			}
 			problemDoc(w, http.StatusBadGateway, "upstream_unavailable", "Upstream unavailable", "the upstream "+what)
 		},
-		ModifyResponse: p.callerFaultNotWarned,
-		ErrorLog:       slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+		ModifyResponse: func(res *http.Response) error {
+			p.callerFaultNotWarned(res)
+			return p.wholeAnswer(res)
+		},
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	}
 }
 
@@ -686,11 +694,48 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 // It is the caller's fault, said at debug as a body that fails before the
 // answer is (ErrorHandler). A 101's body is the connection itself, and
 // left as it is.
-func (p *proxy) callerFaultNotWarned(res *http.Response) error {
+func (p *proxy) callerFaultNotWarned(res *http.Response) {
 	if res.StatusCode != http.StatusSwitchingProtocols && res.Request != nil && res.Request.Context().Value(callerBodyKey{}) != nil {
 		res.Body = &answerBody{ReadCloser: res.Body, req: res.Request, log: p.log}
 	}
+}
+
+// errAnswerCut is an upstream answer whose body ended before its framing
+// said it would: short of its Content-Length, a chunked body without its
+// last chunk, a connection reset or a gzip stream without its end.
+var errAnswerCut = errors.New("the upstream's answer was cut short")
+
+// wholeAnswer reads a keyed request's answer (one that is not a stream),
+// up to --max-stored-body, before its status goes to the middleware. The
+// middleware holds such an answer until it is whole anyway; read here, one
+// the upstream cuts short is known before anything is written, and is
+// answered 502 and released like an upstream that closed the connection
+// before it answered. Read by the reverse proxy instead, the cut aborted
+// the handler (http.ErrAbortHandler): released as it should be (it is no
+// answer to replay), but the caller's connection was closed without a
+// word, and a client that had sent on a kept-alive connection took that
+// for a connection the proxy had closed while idle and sent the request
+// again on its own (Go's transport does for a request with an
+// Idempotency-Key): the upstream ran twice for one call. An answer longer
+// than --max-stored-body goes on as it arrives: cut later, its caller has
+// its status and part of its body, and the connection is cut.
+func (p *proxy) wholeAnswer(res *http.Response) error {
+	if _, keyed := middleware.FromContext(res.Request.Context()); !keyed || res.StatusCode < 200 ||
+		res.Body == nil || res.Body == http.NoBody || streamingType(res.Header.Get("Content-Type")) {
+		return nil
+	}
+	held, err := io.ReadAll(io.LimitReader(res.Body, int64(p.cfg.maxStoredBody)+1))
+	if err != nil {
+		res.Body.Close()
+		return fmt.Errorf("%w after %d bytes of its body (%d %s): %w", errAnswerCut, len(held), res.StatusCode, http.StatusText(res.StatusCode), err)
+	}
+	res.Body = readCloser{io.MultiReader(bytes.NewReader(held), res.Body), res.Body}
 	return nil
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
 }
 
 // answerBody is the upstream's answer to a request with a body.
