@@ -576,8 +576,15 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			// (Rewrite drops the caller's). X-Real-IP too: passed on as the
 			// caller wrote it, an upstream that takes it for the client's
 			// address (nginx's real_ip, many frameworks) took a forged one.
+			// The rest of the caller's claims of where it came from, and
+			// every spelling of these with '_' for '-', go too
+			// (forwardingHeader).
+			for name := range pr.Out.Header {
+				if forwardingHeader(name) {
+					delete(pr.Out.Header, name)
+				}
+			}
 			pr.SetXForwarded()
-			pr.Out.Header.Del("X-Real-IP")
 			if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
 				pr.Out.Header.Set("X-Real-IP", ip)
 			}
@@ -597,8 +604,6 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			// timeout a retry runs again, and only the attempt number
 			// tells the upstream which run is the later. Never the
 			// caller's own values.
-			pr.Out.Header.Del(headerAttempt)
-			pr.Out.Header.Del(headerAttemptToken)
 			if a, ok := middleware.FromContext(pr.In.Context()); ok {
 				pr.Out.Header.Set(headerAttempt, strconv.Itoa(a.Number))
 				pr.Out.Header.Set(headerAttemptToken, a.Token)
@@ -762,6 +767,28 @@ func (b *answerBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// forwardingHeader reports a request header that tells the upstream where
+// the request came from and how, which the proxy sets for the upstream
+// from what it saw, or drops when a caller sent it: X-Forwarded-For, -Host
+// and -Proto (set), -Protocol, -Port, -Ssl, -Scheme, -Prefix and -Server
+// (dropped: Rack takes X-Forwarded-Ssl: on for https ahead of
+// X-Forwarded-Proto, Spring and Express build a redirect's URL from -Port
+// and -Prefix), Forwarded, X-Real-IP and the attempt's headers. Not the
+// rest of the X-Forwarded-* names: a gateway in front says who the caller
+// is in X-Forwarded-User or -Email (oauth2-proxy), which may be the
+// --principal-header. A name is read in any case and with '_' as '-': CGI,
+// WSGI and Rack servers read X_Forwarded_For as the same variable as
+// X-Forwarded-For (HTTP_X_FORWARDED_FOR), and one that keeps the last such
+// header (Puma before 6.4.3, CVE-2024-45614) took the caller's spelling
+// over the proxy's.
+func forwardingHeader(name string) bool {
+	return slices.Contains(forwardingHeaders, strings.ReplaceAll(strings.ToLower(name), "_", "-"))
+}
+
+var forwardingHeaders = []string{"x-forwarded-for", "x-forwarded-host", "x-forwarded-proto", "x-forwarded-protocol",
+	"x-forwarded-port", "x-forwarded-ssl", "x-forwarded-scheme", "x-forwarded-prefix", "x-forwarded-server",
+	"forwarded", "x-real-ip", "idempotency-attempt", "idempotency-attempt-token"}
 
 // h2cOnly reports whether an Upgrade value offers h2c and nothing else.
 func h2cOnly(v string) bool {
