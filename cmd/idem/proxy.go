@@ -111,7 +111,7 @@ func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs.StringVar(&c.principalHeader, "principal-header", "", "request header `name` that carries the principal (set by your gateway, never by callers; sent twice or with a comma, two values, it is refused with 401); every caller with the same value shares keys, and so stored answers (Set-Cookie included): make it a tenant whose users may see each other's answers, or have callers use unguessable keys. Without it the principal is a hash of the Authorization header")
 	fs.BoolVar(&c.allowAnonymous, "allow-anonymous", false, "without --principal-header, keyed requests with no Authorization header share the principal \"anonymous\" instead of being refused with 401: only when every caller may be handed another's stored answer (Set-Cookie included) for the same key")
 	fs.StringVar(&c.hashKeyFile, "hash-key-file", "", "key the hashes of the principal (without --principal-header) and of the request's fingerprint with the secret on the one line of `path` that is not empty or a # comment, at least 32 characters (openssl rand -hex 32): HMAC-SHA256, principals authk:…. Without it both are plain SHA-256, which the store keeps, logs (the principal) and backs up: a reader of those can test guessed credentials (a Basic-auth password) and guessed requests against them. Every proxy in front of one store needs the same key; adding, changing or removing it changes every principal and fingerprint, so a request retried across the change runs again (or gets 422)")
-	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request). Not Authorization, Proxy-Authorization or Cookie (the principal already), Content-Type or Idempotency-Key (counted already), nor a hop-by-hop header or Content-Length (each hop sets its own)")
+	fs.StringVar(&c.fingerprintHeaders, "fingerprint-header", "", "comma-separated request header `names` that count in the fingerprint besides Content-Type: the headers (or Host) by which your service picks what a request acts on, such as an account header; without them a key sent for one account and then another is replayed the first one's answer. A request without any of them keeps its fingerprint; one with any gets another, so a retry of it across adding or changing the flag gets 422 (naming Host: every request). Not Authorization, Proxy-Authorization or Cookie (the principal already), Content-Type or Idempotency-Key (counted already), nor a hop-by-hop header or Content-Length (each hop sets its own), nor X-Forwarded-For, X-Real-IP, Forwarded and their kin (the proxy sets its own)")
 	fs.StringVar(&c.methods, "methods", "POST,PATCH", "comma-separated `methods` that need an Idempotency-Key; the others pass through")
 	// IDEM_STORE_TOKEN is read after the flags, never made --store-token's
 	// default: --help prints defaults, and the token would land in
@@ -366,6 +366,13 @@ func (c proxyConfig) build() (*proxy, []error) {
 			// a load balancer re-frames the body): a retry through another
 			// path would get 422 for a change the caller never made.
 			bad("fingerprint-header", "%s describes the connection or the body's framing, which each hop sets anew, not what a request acts on: a retry over another connection or proxy would get 422; name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
+		} else if forwardingHeader(h) {
+			// The proxy drops the caller's and sets its own for the
+			// upstream: what would count is a value the upstream never
+			// sees, and a retry from another address (a phone that moved
+			// from Wi-Fi to mobile data) or through another balancer
+			// would get 422 for ever.
+			bad("fingerprint-header", "%s says where a request came from (the proxy sets it for the upstream from what it saw, and drops the caller's), not what it acts on: a retry from another address or through another balancer would get 422; name the headers that pick what a request acts on", http.CanonicalHeaderKey(h))
 		} else if slices.Contains([]string{"Content-Type", "Idempotency-Key"}, http.CanonicalHeaderKey(h)) {
 			// Counted already (the key is the record's name): named, it
 			// would change every request's fingerprint for nothing, and
@@ -381,6 +388,12 @@ func (c proxyConfig) build() (*proxy, []error) {
 
 	if c.principalHeader != "" && !proxyIsToken(c.principalHeader) {
 		bad("principal-header", "%q is not a header name", c.principalHeader)
+	}
+	if c.principalHeader != "" && forwardingHeader(c.principalHeader) {
+		// An address is no tenant: callers behind one NAT or balancer
+		// would share keys, and so each other's stored answers, and a
+		// client whose address changed before its retry would run again.
+		bad("principal-header", "%s says where a request came from, not who sent it: callers behind one address (a NAT, a balancer) would share keys and each other's stored answers, and a retry from another address would run again (the proxy also drops the caller's value on the way to the upstream); name the header your gateway sets to the tenant", http.CanonicalHeaderKey(c.principalHeader))
 	}
 	if strings.EqualFold(c.principalHeader, "Idempotency-Key") {
 		bad("principal-header", "the principal cannot be the key itself")

@@ -709,6 +709,11 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--fingerprint-header", "X-Account,connection"), "--fingerprint-header: Connection describes the connection"},
 		{with("--fingerprint-header", "transfer-encoding"), "--fingerprint-header: Transfer-Encoding describes the connection"},
 		{with("--fingerprint-header", "Content-Length"), "--fingerprint-header: Content-Length describes the connection"},
+		// Set by the proxy from what it saw (a retry from another address
+		// would get 422), or an address for a tenant (one NAT, one tenant).
+		{with("--fingerprint-header", "X-Account,x-forwarded-for"), "--fingerprint-header: X-Forwarded-For says where a request came from"},
+		{with("--fingerprint-header", "X_Real_IP"), "--fingerprint-header: X_real_ip says where a request came from"},
+		{with("--principal-header", "X-Real-IP"), "--principal-header: X-Real-Ip says where a request came from, not who sent it"},
 		{with("--hash-key-file", shortKey), "--hash-key-file: the key in " + shortKey + " is 6 characters: give at least 32"},
 		// The command it suggests must make a file the proxy takes without its
 		// warning that others can read it (openssl writes 0644 otherwise).
