@@ -597,6 +597,11 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 					delete(pr.Out.Header, name)
 				}
 			}
+			for name := range pr.Out.Header {
+				if p.shadowsAKeyedHeader(name) {
+					delete(pr.Out.Header, name)
+				}
+			}
 			pr.SetXForwarded()
 			if ip, _, err := net.SplitHostPort(pr.In.RemoteAddr); err == nil {
 				pr.Out.Header.Set("X-Real-IP", ip)
@@ -779,6 +784,32 @@ func (b *answerBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// shadowsAKeyedHeader reports a request header spelt otherwise than one
+// the proxy keys the request by (the --principal-header, a
+// --fingerprint-header, Idempotency-Key, Content-Type) but read as the
+// same by many servers: with '_' for '-' (X_Tenant for X-Tenant), which
+// CGI, WSGI and Rack servers turn into the same variable (HTTP_X_TENANT).
+// Passed on, the upstream could act on the caller's X_Tenant or X_Account
+// (a server that keeps the last of the two: Puma before 6.4.3,
+// CVE-2024-45614) while the proxy keyed and fingerprinted the request by
+// the other: a gateway that sets X-Tenant seldom touches X_Tenant, and a
+// retry with another X_Account was replayed the first one's answer. It is
+// dropped on the way to the upstream, as nginx drops every header with '_'
+// by default.
+func (p *proxy) shadowsAKeyedHeader(name string) bool {
+	n := strings.ReplaceAll(strings.ToLower(name), "_", "-")
+	keyed := append([]string{"Idempotency-Key", "Content-Type"}, p.fingerprintHeaders...)
+	if p.cfg.principalHeader != "" {
+		keyed = append(keyed, http.CanonicalHeaderKey(p.cfg.principalHeader))
+	}
+	for _, k := range keyed {
+		if k != "Host" && name != k && n == strings.ReplaceAll(strings.ToLower(k), "_", "-") {
+			return true
+		}
+	}
+	return false
 }
 
 // forwardingHeader reports a request header that tells the upstream where
