@@ -79,7 +79,11 @@ func errTooManyNamed(prefix string, limit int) error {
 func ScanStream(r io.Reader) (StreamInfo, error) {
 	var info StreamInfo
 	named := 0
+	layout := newLayoutCheck()
 	pairs, n, err := readStream(r, func(k, v []byte) error {
+		if err := layout.pair(k, v); err != nil {
+			return err
+		}
 		if _, rest, ok := partition.Parse(k); ok && len(rest) > 0 && rest[0] == kindRecord {
 			info.Records++
 		}
@@ -114,6 +118,9 @@ func ScanStream(r io.Reader) (StreamInfo, error) {
 		return nil
 	})
 	info.Pairs, info.Bytes = pairs, n
+	if err == nil {
+		err = layout.end()
+	}
 	return info, err
 }
 

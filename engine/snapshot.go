@@ -119,16 +119,25 @@ var restoreTableBytes int64 = 256 << 20
 // Tables rather than one batch: a Pebble batch holds at most 4 GiB, which
 // is ~14 M records, and would hold the whole state in memory.
 func (d *DB) Restore(r io.Reader) error {
-	_, err := d.restore(r, false)
+	_, err := d.restore(r, false, false)
+	return err
+}
+
+// RestoreChecked is Restore of a stream from outside the cluster (a
+// backup file): besides its checksums, the keys and records it holds are
+// checked to be ones a store writes (layoutCheck), before anything
+// changes. A stream a leader sends is its own state, restored as it is.
+func (d *DB) RestoreChecked(r io.Reader) error {
+	_, err := d.restore(r, false, true)
 	return err
 }
 
 // RestoreIfNewer is Restore when the stream's state is newer than the
 // store's (a higher applied index), and otherwise changes nothing and
 // reports false. The stream is checked to its last byte either way.
-func (d *DB) RestoreIfNewer(r io.Reader) (bool, error) { return d.restore(r, true) }
+func (d *DB) RestoreIfNewer(r io.Reader) (bool, error) { return d.restore(r, true, false) }
 
-func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
+func (d *DB) restore(r io.Reader, onlyNewer, checked bool) (bool, error) {
 	tmp := d.dir + ".restore"
 	if err := d.fs.RemoveAll(tmp); err != nil {
 		return false, fmt.Errorf("engine: restore: %w", err)
@@ -140,7 +149,16 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 	tw := &tableWriter{d: d, dir: tmp}
 	defer tw.abort()
 	var streamApplied uint64
+	var layout *layoutCheck
+	if checked {
+		layout = newLayoutCheck()
+	}
 	if _, _, err := readStream(r, func(k, v []byte) error {
+		if layout != nil {
+			if err := layout.pair(k, v); err != nil {
+				return err
+			}
+		}
 		if err := tw.set(k, v); err != nil {
 			return fmt.Errorf("engine: restore: %w", err)
 		}
@@ -150,6 +168,11 @@ func (d *DB) restore(r io.Reader, onlyNewer bool) (bool, error) {
 		return nil
 	}); err != nil {
 		return false, err
+	}
+	if layout != nil {
+		if err := layout.end(); err != nil {
+			return false, err
+		}
 	}
 	paths, err := tw.finish()
 	if err != nil {

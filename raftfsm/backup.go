@@ -449,7 +449,7 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 			db.Close()
 		}
 	}()
-	if err := db.Restore(b); err != nil {
+	if err := db.RestoreChecked(b); err != nil {
 		if !errors.Is(err, engine.ErrSnapshot) {
 			// Not the stream's fault: the data dir's (writing its
 			// tables: a full disk, a quota, an I/O error). Called a bad
