@@ -81,6 +81,7 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 		writeProblem(w, newProblem(http.StatusInternalServerError, codeInternal, "the snapshot could not be taken: "+err.Error()))
 		return
 	}
+	h.Auth = raftfsm.AuthMode(s.cfg.Auth != nil)
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="idem-%d.snap"`, h.AppliedIndex))
 	w.Header().Set(snapshotIndexHeader, strconv.FormatUint(h.AppliedIndex, 10))

@@ -71,6 +71,13 @@ type BackupHeader struct {
 	// first claim): a restored node keeps it.
 	RetentionMs int64 `json:"retention_ms,omitempty"`
 	Records     int64 `json:"records"`
+	// Auth is AuthTokens when the node that took it checked bearer tokens
+	// (--auth-file), AuthNone when it answered anyone; empty in a backup
+	// of an earlier release. A data dir restored from a backup of a
+	// cluster that checked tokens records it (node.json), and serve then
+	// refuses to start it without --auth-file, as it refuses a data dir
+	// last served with one: the backup holds every tenant's records.
+	Auth string `json:"auth,omitempty"`
 }
 
 // BackupInfo is what reading a whole backup found.

@@ -1024,7 +1024,7 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 			c.nodeID, nf.NodeID, c.dataDir, path, nf.NodeID, path, path, c.dataDir)}
 	}
 	if nf.Auth == raftfsm.AuthTokens && c.authFile == "" && !c.noAuth {
-		return nil, usageError{fmt.Errorf("--auth-file is missing: %s was last served with --auth-file (%s records it), where every route needed a token. "+
+		return nil, usageError{fmt.Errorf("--auth-file is missing: %s was last served with --auth-file, or restored from a backup of a cluster that ran with one (%s records it), where every route needed a token. "+
 			"Started without it, this node would answer any caller, every tenant's records included (a consistency=stale lookup is decided by the node asked alone). "+
 			"Start it with the --auth-file the other nodes use; to turn token checks off for this node on purpose, pass --no-auth. Nothing was changed", c.dataDir, path)}
 	}

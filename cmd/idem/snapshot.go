@@ -458,6 +458,12 @@ func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
 	}
 	w("max retention", "%s", time.Duration(h.MaxRetentionMs)*time.Millisecond)
 	w("scope", "%s", scope)
+	switch h.Auth {
+	case raftfsm.AuthTokens:
+		w("auth", "taken by a node that checked tokens (--auth-file): a node restored from it refuses to start without --auth-file")
+	case raftfsm.AuthNone:
+		w("auth", "taken by a node that checked no token")
+	}
 	w("records", "%d", info.Stream.Records)
 	w("keys", "%d (Pebble entries: records, lease index, counters and metadata)", info.Stream.Pairs)
 	if len(use) == 0 {
@@ -610,6 +616,13 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		// and synced below, and a machine crash after that must not find
 		// an empty node.json (serve refuses one until moved aside).
 		nf := nodeFile{NodeID: nodeID, BucketWidthMs: h.BucketWidthMs, Scope: h.Scope}
+		if h.Auth == raftfsm.AuthTokens {
+			// Taken from a cluster that checked tokens: the backup holds
+			// every tenant's records, and the restored node started
+			// without --auth-file answered them to anyone (a walk). Serve
+			// refuses it so, as a data dir last served with one.
+			nf.Auth = raftfsm.AuthTokens
+		}
 		if err := replaceNodeFile(filepath.Join(tmp, "node.json"), nf); err != nil {
 			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
 			return 1
@@ -677,6 +690,9 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		}
 	}
 	printStartHint(stdout, dataDir, nodeID, raftAddr, recorded)
+	if h.Auth == raftfsm.AuthTokens {
+		fmt.Fprintf(stdout, "  the backup was taken by a node that checked tokens: start it with the cluster's --auth-file and --node-token-file (it refuses to start without them, since it would answer every tenant's records to anyone; --no-auth turns the checks off on purpose)\n")
+	}
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
 }
