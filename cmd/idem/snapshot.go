@@ -119,7 +119,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 		*addr = a
 		return snapshotSave(ctx, file, *addr, token(), *force, tlsFlags, stdout, stderr)
 	case "inspect":
-		return snapshotInspect(file, *asJSON, stdout, stderr)
+		return snapshotInspect(ctx, file, *asJSON, stdout, stderr)
 	default:
 		return snapshotRestore(ctx, file, *dataDir, *nodeID, *raftAddr, *force, stdout, stderr)
 	}
@@ -310,7 +310,11 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 		nameLeftSaves(stderr, name, file, tmp)
 		return 1
 	}
-	info, err := verifyFile(tmp)
+	info, err := verifyFile(ctx, tmp)
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "%s: interrupted while checking the snapshot received from %s: nothing was saved (%s is removed)\n", name, addr, tmp)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: the snapshot received from %s is incomplete or damaged: %v (nothing was saved)\n", name, addr, err)
 		return 1
@@ -395,13 +399,32 @@ func nameLeftSaves(stderr io.Writer, name, file, own string) {
 	}
 }
 
-func verifyFile(path string) (raftfsm.BackupInfo, error) {
+// ctxReader reads r until ctx is done, then fails every read with ctx's
+// error, counting the bytes read.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+	n   int64
+}
+
+func (c *ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// verifyFile checks the backup at path to its last byte; it stops reading
+// once ctx is done (Ctrl-C: a check of GBs took minutes and ignored it).
+func verifyFile(ctx context.Context, path string) (raftfsm.BackupInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return raftfsm.BackupInfo{}, err
 	}
 	defer f.Close()
-	return raftfsm.VerifyBackup(f)
+	return raftfsm.VerifyBackup(&ctxReader{ctx: ctx, r: f})
 }
 
 // syncDir is syncDirErr where the file is already safe (a rename's
@@ -415,8 +438,12 @@ func fmtClusterTime(ms int64) string {
 	return time.UnixMilli(ms).UTC().Format("2006-01-02T15:04:05.000Z")
 }
 
-func snapshotInspect(file string, asJSON bool, stdout, stderr io.Writer) int {
-	info, err := verifyFile(file)
+func snapshotInspect(ctx context.Context, file string, asJSON bool, stdout, stderr io.Writer) int {
+	info, err := verifyFile(ctx, file)
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "idem snapshot inspect: %s: interrupted before its end: not checked\n", file)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "idem snapshot inspect: %s: %v\n", file, err)
 		return 1
@@ -600,7 +627,17 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		defer lock.Close()
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	info, err := raftfsm.RestoreBackup(bufio.NewReaderSize(f, 1<<20), tmp, raftfsm.RestoreOptions{NodeID: nodeID, RaftAddr: raftAddr, Logger: log})
+	// Ctrl-C (or SIGTERM) stops the restore: main catches both into ctx,
+	// and a restore that did not read it went on for the minutes a backup
+	// of GBs takes, then put the state it had been told to drop into
+	// --data-dir and exited 0 (a walk: the wrong backup, noticed and
+	// interrupted). The read fails at once; the copy is removed.
+	in := &ctxReader{ctx: ctx, r: f}
+	info, err := raftfsm.RestoreBackup(bufio.NewReaderSize(in, 1<<20), tmp, raftfsm.RestoreOptions{NodeID: nodeID, RaftAddr: raftAddr, Logger: log})
+	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "%s: interrupted after reading %d bytes of %s: nothing was written to %s (its partial copy is removed); run the restore again to restore it\n", name, in.n, file, dataDir)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %s\n", name, restoreFailure(err, file, tmp, dataDir, need))
 		return 1
