@@ -360,7 +360,25 @@ func VerifyBackup(r io.Reader) (BackupInfo, error) {
 	if info.Stream.Meta.Applied != b.Header.AppliedIndex {
 		return info, fmt.Errorf("%w: header says applied index %d, the data holds %d", ErrBackup, b.Header.AppliedIndex, info.Stream.Meta.Applied)
 	}
+	if err := headerAgrees(b.Header, info.Stream.Meta); err != nil {
+		return info, err
+	}
 	return info, nil
+}
+
+// headerAgrees checks the settings a backup's header shows (inspect
+// prints them, restore writes them into node.json) against its data's: a
+// header rewritten with a valid checksum made inspect show a bucket width
+// and scope the state did not have. A header of a release that wrote no
+// scope leaves it empty.
+func headerAgrees(h BackupHeader, m engine.Meta) error {
+	if h.BucketWidthMs != int64(m.Width) {
+		return fmt.Errorf("%w: header says bucket width %d ms, the data holds %d ms", ErrBackup, h.BucketWidthMs, int64(m.Width))
+	}
+	if h.Scope != "" && h.Scope != m.Scope.String() {
+		return fmt.Errorf("%w: header says scope %q, the data holds %q", ErrBackup, h.Scope, m.Scope.String())
+	}
+	return nil
 }
 
 // RestoreOptions say which node a restored data dir is for.
@@ -474,6 +492,9 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 	meta := db.Meta()
 	if meta.Applied != b.Header.AppliedIndex {
 		return info, fmt.Errorf("%w: header says applied index %d, the data holds %d", ErrBackup, b.Header.AppliedIndex, meta.Applied)
+	}
+	if err := headerAgrees(b.Header, meta); err != nil {
+		return info, err
 	}
 	now := o.Now
 	if now.IsZero() {
