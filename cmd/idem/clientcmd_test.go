@@ -456,3 +456,22 @@ func TestSetRetentionSaysItPinned(t *testing.T) {
 	require.Contains(t, out, "the cluster's retention is 24h0m0s, pinned now (no claim had pinned one)")
 	require.NotContains(t, out, "nothing changed")
 }
+
+// A save into a path whose directory is a file (old.snap/new.snap, a
+// FILE typed after a backup's name) was told to create it with mkdir -p,
+// which fails there with "File exists". The message says it is a file.
+func TestSnapshotSaveUnderAFileSaysItIsAFile(t *testing.T) {
+	f := newAPIFake(t, http.StatusOK, "")
+	old := filepath.Join(t.TempDir(), "old.snap")
+	require.NoError(t, os.WriteFile(old, []byte("a backup"), 0o600))
+	for _, tc := range []struct{ file, want string }{
+		{filepath.Join(old, "new.snap"), "the directory of " + filepath.Join(old, "new.snap") + ", " + old + ", is a file, not a directory"},
+		{filepath.Join(old, "d", "new.snap"), "a part of that path is a file, not a directory"},
+	} {
+		code, _, stderr := runClientCmd(t, runSnapshot, "save", tc.file, "--addr", f.url)
+		require.Equal(t, 1, code, stderr)
+		require.Contains(t, stderr, tc.want)
+		require.NotContains(t, stderr, "mkdir")
+	}
+	require.Empty(t, f.path, "the node was asked")
+}

@@ -213,8 +213,21 @@ func snapshotSave(ctx context.Context, file, addr, token string, force bool, tls
 	// Before a byte is streamed: FILE.tmp-*'s "no such file or directory"
 	// would name neither the directory nor the way out.
 	if dir := filepath.Dir(file); dir != "" {
-		if st, err := os.Stat(dir); err != nil || !st.IsDir() {
-			fmt.Fprintf(stderr, "%s: the directory of %s, %s, does not exist or is not a directory: create it first (mkdir -p %s)\n", name, file, dir, dir)
+		// The way out depends on why: mkdir -p on a path that is a
+		// file (a save into old.snap/new.snap) fails with "File exists".
+		st, err := os.Stat(dir)
+		switch {
+		case err == nil && !st.IsDir():
+			fmt.Fprintf(stderr, "%s: the directory of %s, %s, is a file, not a directory: give FILE a path in a directory (nothing was saved)\n", name, file, dir)
+			return 1
+		case errors.Is(err, syscall.ENOTDIR):
+			fmt.Fprintf(stderr, "%s: the directory of %s, %s, cannot be made: a part of that path is a file, not a directory (nothing was saved)\n", name, file, dir)
+			return 1
+		case errors.Is(err, os.ErrNotExist):
+			fmt.Fprintf(stderr, "%s: the directory of %s, %s, does not exist: create it first (mkdir -p %s)\n", name, file, dir, dir)
+			return 1
+		case err != nil:
+			fmt.Fprintf(stderr, "%s: the directory of %s: %v (nothing was saved)\n", name, file, err)
 			return 1
 		}
 	}
