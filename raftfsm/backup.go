@@ -207,7 +207,7 @@ func OpenBackup(r io.Reader) (*BackupReader, error) {
 		return nil, err
 	}
 	if !bytes.Equal(head[:len(backupMagic)], backupMagic) {
-		return nil, fmt.Errorf("%w: not an idem backup (it starts with %q, not %q)", ErrBackup, printable(head[:len(backupMagic)]), backupMagic)
+		return nil, fmt.Errorf("%w: not an idem backup (it starts with %q, not %q)%s", ErrBackup, printable(head[:len(backupMagic)]), backupMagic, otherFormat(head))
 	}
 	if v := binary.BigEndian.Uint32(head[len(backupMagic):]); v != BackupFormat {
 		return nil, fmt.Errorf("%w: format version %d; this idem reads version %d", ErrBackup, v, BackupFormat)
@@ -224,6 +224,34 @@ func OpenBackup(r io.Reader) (*BackupReader, error) {
 		return nil, fmt.Errorf("%w: header does not decode (damaged file): %w", ErrBackup, err)
 	}
 	return b, nil
+}
+
+// compressedMagic are the first bytes of the formats backups are
+// compressed with (a backup is stored uncompressed: logrotate, a
+// cron job's gzip, an object store's upload step compress it).
+var compressedMagic = []struct{ magic, name, undo string }{
+	{"\x1f\x8b", "gzip", "gunzip -k"},
+	{"\x28\xb5\x2f\xfd", "zstd", "zstd -d"},
+	{"\xfd7zXZ\x00", "xz", "xz -dk"},
+	{"BZh", "bzip2", "bunzip2 -k"},
+	{"\x04\x22\x4d\x18", "lz4", "lz4 -d"},
+}
+
+// otherFormat names what a file that is not a backup is, when its first
+// bytes say: a compressed backup was refused only as starting with
+// ".......k", and a node's raft snapshot file (a marker, or a state
+// stream) as starting with "IDEMLIVE" or "IDEMSNP1", neither saying what
+// to do.
+func otherFormat(head []byte) string {
+	for _, c := range compressedMagic {
+		if bytes.HasPrefix(head, []byte(c.magic)) {
+			return fmt.Sprintf(": it is %s-compressed; decompress it (%s FILE) and give the result", c.name, c.undo)
+		}
+	}
+	if bytes.HasPrefix(head, []byte("IDEMSNP1")) || bytes.HasPrefix(head, []byte("IDEMLIVE")) {
+		return ": it is a file of a node's raft snapshots (snapshots/*/state.bin), not a backup; take a backup of a running cluster with idem snapshot save"
+	}
+	return ""
 }
 
 func printable(b []byte) string {

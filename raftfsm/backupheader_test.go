@@ -54,3 +54,23 @@ func TestBackupHeaderMustAgreeWithItsData(t *testing.T) {
 	_, err = VerifyBackup(bytes.NewReader(withHeader(t, data, func(h map[string]any) { delete(h, "scope") })))
 	require.NoError(t, err)
 }
+
+// A backup compressed by a cron job or logrotate (gzip, zstd, xz, bzip2)
+// was refused only as starting with ".......k", and a node's own raft
+// snapshot file as starting with "IDEMLIVE": neither said what the file
+// was nor what to do. Both are named now, with the way out.
+func TestNotABackupSaysWhatTheFileIs(t *testing.T) {
+	for _, tc := range []struct{ head, want string }{
+		{"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\x03", "it is gzip-compressed; decompress it (gunzip -k FILE)"},
+		{"\x28\xb5\x2f\xfd\x00\x00\x00\x00\x00\x00", "it is zstd-compressed"},
+		{"\xfd7zXZ\x00\x00\x00\x00\x00", "it is xz-compressed"},
+		{"BZh91AY&SY\x00\x00", "it is bzip2-compressed"},
+		{"IDEMLIVE\x00\x00\x00\x00\x00\x00\x05\xc6", "a file of a node's raft snapshots (snapshots/*/state.bin), not a backup"},
+	} {
+		data := append([]byte(tc.head), make([]byte, 64)...)
+		_, err := VerifyBackup(bytes.NewReader(data))
+		require.ErrorIs(t, err, ErrBackup)
+		require.ErrorContains(t, err, "not an idem backup")
+		require.ErrorContains(t, err, tc.want)
+	}
+}
