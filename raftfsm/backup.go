@@ -49,6 +49,14 @@ const (
 	maxFrame        = 4 << 20
 )
 
+// maxBackupApplied bounds a backup's applied index. A restore continues the
+// raft log above it (RestoredIndex: a million per second of the clock,
+// at most about 1e16), and a cluster appends far fewer than 1e18 entries
+// in its life; a backup claiming 2^64-1 (a hostile header and state, with
+// valid checksums) was restored with its log going on "at index 0", and
+// the node it made panicked at every start (raft: "log not found").
+const maxBackupApplied = 1 << 62
+
 // ErrBackup means a backup file is not a whole, intact idem backup.
 var ErrBackup = errors.New("raftfsm: bad backup")
 
@@ -222,6 +230,11 @@ func OpenBackup(r io.Reader) (*BackupReader, error) {
 	}
 	if err := json.Unmarshal(hb, &b.Header); err != nil {
 		return nil, fmt.Errorf("%w: header does not decode (damaged file): %w", ErrBackup, err)
+	}
+	// The data's applied index must equal the header's (checked at the
+	// end), so the header's bounds both, before the data is read.
+	if b.Header.AppliedIndex > maxBackupApplied {
+		return nil, fmt.Errorf("%w: header says applied index %d, beyond any a cluster reaches (at most %d: a restore starts its log at about 1.8e15 today): damaged, or not a file idem wrote", ErrBackup, b.Header.AppliedIndex, uint64(maxBackupApplied))
 	}
 	return b, nil
 }

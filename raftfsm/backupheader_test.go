@@ -5,9 +5,12 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/json"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/engine"
 )
 
 // withHeader rewrites a backup's header with edit, checksum and all.
@@ -72,5 +75,33 @@ func TestNotABackupSaysWhatTheFileIs(t *testing.T) {
 		require.ErrorIs(t, err, ErrBackup)
 		require.ErrorContains(t, err, "not an idem backup")
 		require.ErrorContains(t, err, tc.want)
+	}
+}
+
+// A backup whose state and header both claim applied index 2^64-1 (valid
+// checksums, a hostile or mangled file) was restored, "the raft log goes
+// on at index 0", and the node panicked at every start ("log not found").
+// An applied index beyond any a cluster reaches is refused up front.
+func TestBackupBeyondAnyIndexIsRefused(t *testing.T) {
+	for _, applied := range []uint64{^uint64(0), 1<<62 + 1} {
+		db, err := engine.Open(filepath.Join(t.TempDir(), "fsm"), engine.Options{})
+		require.NoError(t, err)
+		require.NoError(t, db.Begin().Commit(applied))
+		snap, err := db.Snapshot()
+		require.NoError(t, err)
+		h, err := NewBackupHeader(snap, "n1")
+		require.NoError(t, err)
+		var b bytes.Buffer
+		_, err = WriteBackup(&b, h, snap)
+		require.NoError(t, err)
+		snap.Close()
+		require.NoError(t, db.Close())
+
+		_, err = VerifyBackup(bytes.NewReader(b.Bytes()))
+		require.ErrorIs(t, err, ErrBackup)
+		require.ErrorContains(t, err, "beyond any a cluster reaches")
+		_, err = RestoreBackup(bytes.NewReader(b.Bytes()), t.TempDir(), RestoreOptions{NodeID: "r1", RaftAddr: "127.0.0.1:1"})
+		require.ErrorIs(t, err, ErrBackup, "applied %d", applied)
+		require.ErrorContains(t, err, "beyond any a cluster reaches")
 	}
 }
