@@ -13,3 +13,6 @@ func lockRestoreCopy(path string) (*os.File, error) {
 // restoreCopyAbandoned cannot tell a running restore from an ended one
 // here: copies are only named.
 func restoreCopyAbandoned(string) bool { return false }
+
+// isMountPoint cannot tell here: a restore builds beside the directory.
+func isMountPoint(string) bool { return false }

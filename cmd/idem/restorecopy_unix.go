@@ -38,3 +38,20 @@ func restoreCopyAbandoned(path string) bool {
 	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return true
 }
+
+// isMountPoint reports whether dir is the root of a filesystem mounted
+// there (a disk for the data dir, say): its device differs from its
+// parent's. Such a directory cannot be removed or renamed over (EBUSY).
+func isMountPoint(dir string) bool {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return false
+	}
+	up, err := os.Stat(dir + "/..")
+	if err != nil {
+		return false
+	}
+	a, ok1 := st.Sys().(*syscall.Stat_t)
+	b, ok2 := up.Sys().(*syscall.Stat_t)
+	return ok1 && ok2 && a.Dev != b.Dev
+}

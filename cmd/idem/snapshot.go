@@ -556,7 +556,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
 			return 1
 		}
-		if len(entries) > 0 {
+		if len(entries) > 0 && !onlyLeftCopies(dataDir, entries) {
 			fmt.Fprintf(stderr, "%s: --data-dir %s is not empty; a restore only creates a new data dir and never replaces one (it may hold the only copy of a node's data): name an absent or empty directory\n", name, dataDir)
 			return 1
 		}
@@ -589,6 +589,17 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			abs = real
 		}
 	}
+	// An empty directory that is a mount point (a disk of its own for the
+	// data dir, as /var/lib/idem-new often is) cannot be removed or
+	// renamed over: the restore read the whole backup, built the copy
+	// beside it, on the parent's disk (whose room was never checked), and
+	// failed at the end with "remove DIR: device or resource busy". The
+	// copy is built inside it then, on its disk, and moved into place.
+	copyParent, copyPrefix := filepath.Dir(abs), filepath.Base(abs)+".restore-"
+	inside := existed && isMountPoint(abs)
+	if inside {
+		copyParent, copyPrefix = abs, ".restore-"
+	}
 	// Before the backup is read (minutes for one of GBs): the members it
 	// records are at its end, and an operator restoring at the address
 	// of a member of a running cluster is told no at once. The check
@@ -600,7 +611,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	}
 	// Before the free space is read: the copies killed restores left are
 	// what filled the disk on each retry.
-	clearLeftRestores(stderr, name, abs, dataDir)
+	clearLeftRestores(stderr, name, copyParent, copyPrefix, dataDir)
 	// The raft log preallocates its first segment whole: on a nearly full
 	// disk the restore failed midway with a bare ENOSPC. Say up front how
 	// much it needs, before anything is written.
@@ -622,7 +633,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		return 1
 	}
 	// Built beside DIR and renamed into place: DIR never holds half a restore.
-	tmp, err := os.MkdirTemp(parent, filepath.Base(abs)+".restore-*")
+	tmp, err := os.MkdirTemp(copyParent, copyPrefix+"*")
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return 1
@@ -704,15 +715,23 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			return 1
 		}
 	}
-	if existed {
-		if err := os.Remove(abs); err != nil {
-			fmt.Fprintf(stderr, "%s: --data-dir: %v (nothing was written to %s)\n", name, err, dataDir)
+	if inside {
+		if err := moveInto(tmp, abs); err != nil {
+			fmt.Fprintf(stderr, "%s: %v: %s holds part of the restore; empty it (but for nothing else you put there) and run the restore again\n", name, err, dataDir)
 			return 1
 		}
-	}
-	if err := os.Rename(tmp, abs); err != nil {
-		fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
-		return 1
+		parent = abs
+	} else {
+		if existed {
+			if err := os.Remove(abs); err != nil {
+				fmt.Fprintf(stderr, "%s: --data-dir: %v (nothing was written to %s)\n", name, err, dataDir)
+				return 1
+			}
+		}
+		if err := os.Rename(tmp, abs); err != nil {
+			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+			return 1
+		}
 	}
 	done = true
 	// The lock goes only now, from DIR: removed before the rename, a kill
@@ -765,6 +784,57 @@ func refuseLiveSource(ctx context.Context, stderr io.Writer, name string, member
 	return true
 }
 
+// onlyLeftCopies reports whether entries, those of dir, are only copies
+// that restores into dir, a mount point, left inside it when stopped
+// (.restore-*): such a dir is as empty as a restore needs, and the
+// restore clears them first.
+func onlyLeftCopies(dir string, entries []os.DirEntry) bool {
+	if !isMountPoint(dir) {
+		return false
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), ".restore-") {
+			return false
+		}
+	}
+	return true
+}
+
+// moveInto moves what the restore built in tmp (inside dir, on its disk)
+// into dir, node.json last (a data dir is taken as a node's with it),
+// and removes tmp with its lock.
+func moveInto(tmp, dir string) error {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return err
+	}
+	var last string
+	for _, e := range entries {
+		switch e.Name() {
+		case restoreLockName:
+			continue
+		case "node.json":
+			last = e.Name()
+			continue
+		}
+		if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+	}
+	// As the copy a restore renames into place is (0700): only the user
+	// idem runs as reads the records.
+	if err := os.Chmod(dir, 0o700); err != nil {
+		return err
+	}
+	if last != "" {
+		syncDir(dir)
+		if err := os.Rename(filepath.Join(tmp, last), filepath.Join(dir, last)); err != nil {
+			return err
+		}
+	}
+	return os.RemoveAll(tmp)
+}
+
 // restoreLockName is the file in a restore's copy (DIR.restore-*) on
 // which the restore holds an flock while it runs; it is removed once the
 // copy is renamed into DIR.
@@ -778,8 +848,7 @@ const restoreLockName = ".restore-lock"
 // of it: a walk killed six restores of a 900 MB backup and found 560 MB of
 // copies, named only once a restore succeeded, while the retry was refused
 // for want of 3.5 MiB.
-func clearLeftRestores(stderr io.Writer, name, abs, dataDir string) {
-	parent, prefix := filepath.Dir(abs), filepath.Base(abs)+".restore-"
+func clearLeftRestores(stderr io.Writer, name, parent, prefix, dataDir string) {
 	entries, err := os.ReadDir(parent)
 	if err != nil {
 		return

@@ -1,0 +1,56 @@
+//go:build linux
+
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// A data dir on a disk of its own (an empty mount point, as
+// /var/lib/idem-new often is) could not be restored into: the restore
+// read the whole backup, built its copy beside the mount point (on the
+// parent's disk, whose room it never checked) and failed at the end with
+// "remove DIR: device or resource busy". The copy is built inside the
+// mount point now and moved into place; a copy a killed restore left
+// there does not make the dir "not empty".
+func TestRestoreIntoAMountPoint(t *testing.T) {
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "idem-new")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	file := filepath.Join(dir, "b.snap")
+	writeTestBackup(t, file)
+	// What a restore killed before it finished leaves (its lock not held).
+	left := filepath.Join(mnt, ".restore-1234")
+	require.NoError(t, os.MkdirAll(filepath.Join(left, "fsm"), 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(left, restoreLockName), nil, 0o600))
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"snapshot", "restore", file, "--data-dir", mnt, "--node-id", "n1", "--raft-addr", "127.0.0.1:7071"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "%s%s", stdout.String(), stderr.String())
+	require.Contains(t, stderr.String(), "removed "+left)
+	require.FileExists(t, filepath.Join(mnt, "raft.db"))
+	for _, d := range []string{"fsm", "raft-wal", "snapshots"} {
+		require.DirExists(t, filepath.Join(mnt, d))
+	}
+	entries, err := os.ReadDir(mnt)
+	require.NoError(t, err)
+	for _, e := range entries {
+		require.NotContains(t, e.Name(), "restore", "left in the data dir")
+	}
+	copies, _ := filepath.Glob(mnt + ".restore-*")
+	require.Empty(t, copies, "nothing built beside the mount point")
+	st, err := os.Stat(mnt)
+	require.NoError(t, err)
+	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
+}
