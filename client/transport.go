@@ -90,6 +90,7 @@ type syncConn struct {
 	c         net.Conn             // requests are written to it, answers read: raw, or tls over raw
 	raw       net.Conn             // the TCP connection
 	tls       *tls.Conn            // nil over plain HTTP
+	rec       *recordConn          // what tls reads raw through; nil over plain HTTP
 	state     *tls.ConnectionState // tls's, for the answers' TLS field
 	in        *budgetReader        // what br reads from
 	br        *bufio.Reader
@@ -511,7 +512,8 @@ func (t *syncTransport) handshakeTLS(ctx context.Context, sc *syncConn, host str
 		cfg.ServerName, _, _ = net.SplitHostPort(host)
 	}
 	cfg.NextProtos = []string{"http/1.1"}
-	tc := tls.Client(sc.raw, cfg)
+	sc.rec = &recordConn{Conn: sc.raw}
+	tc := tls.Client(sc.rec, cfg)
 	hctx, cancel := context.WithTimeout(ctx, t.handshake)
 	defer cancel()
 	if err := tc.HandshakeContext(hctx); err != nil {
@@ -550,8 +552,44 @@ func (sc *syncConn) usable() bool {
 	if sc.br.Buffered() != 0 || !alive(sc.raw) {
 		return false
 	}
-	return sc.tls == nil || tlsQuiet(sc.tls)
+	return sc.tls == nil || (tlsQuiet(sc.tls) && sc.rec.atBoundary())
 }
+
+// recordConn is the TCP connection as tls.Conn reads it, keeping track of
+// where TLS records begin in what it handed over. tls.Conn reads ahead
+// as much as the socket holds: the first bytes of a record that came
+// behind the last answer (a second, unsolicited answer whose record
+// spans segments) then sit in its buffer, where neither alive's peek
+// nor tlsQuiet, which only handles whole records, sees them; the rest
+// would be read as the next request's answer. What was handed over ends
+// at a record's end only when no such bytes are held.
+type recordConn struct {
+	net.Conn
+	hdr  [5]byte // the header of the record being handed over
+	nhdr int     // how much of hdr has been handed over
+	left int     // bytes of the record's body still to come
+}
+
+func (r *recordConn) Read(p []byte) (int, error) {
+	n, err := r.Conn.Read(p)
+	for b := p[:n]; len(b) > 0; {
+		if r.left > 0 {
+			k := min(r.left, len(b))
+			r.left, b = r.left-k, b[k:]
+			continue
+		}
+		k := copy(r.hdr[r.nhdr:], b)
+		r.nhdr, b = r.nhdr+k, b[k:]
+		if r.nhdr == len(r.hdr) {
+			r.nhdr, r.left = 0, int(r.hdr[3])<<8|int(r.hdr[4])
+		}
+	}
+	return n, err
+}
+
+// atBoundary reports whether what was handed over ends at a record's end.
+// Not safe to call while tls.Conn reads (an idle connection's is done).
+func (r *recordConn) atBoundary() bool { return r.nhdr == 0 && r.left == 0 }
 
 // tlsQuiet reports whether a TLS connection holds no record it has read
 // from the socket but not yet handled. alive sees what is still in the

@@ -520,3 +520,68 @@ func TestTLSTransportProxiedRequestsGoThroughNetHTTP(t *testing.T) {
 		t.Fatalf("proxied https request: %d CONNECTs at the proxy, %d requests at the node (err %v)", connects.Load(), node.reqs.Load(), err)
 	}
 }
+
+// A node (or something between) that sends a second, unsolicited answer
+// behind the first, in a TLS record whose first bytes come in the
+// answer's segment and the rest later (a record larger than a segment,
+// a proxy that streams): the client reads those first bytes into
+// tls.Conn's buffer along with the answer, where neither the socket's
+// peek nor tlsQuiet (which only handles whole records) saw them. Bug: the
+// connection was reused, and the next claim read the rest of that record
+// as its answer: another request's, here {"i":-1}. Plain HTTP sees any
+// byte of it (buffered, or in the socket) and never reuses it.
+func TestTLSTransportPartialRecordReadAheadIsNotReused(t *testing.T) {
+	cfg := testServerTLS()
+	var conns, stale atomic.Int64
+	url := rawServer(t, func(c net.Conn) {
+		conns.Add(1)
+		defer c.Close()
+		hc := &holdConn{Conn: c}
+		s := tls.Server(hc, cfg)
+		br := bufio.NewReader(s)
+		var body struct{ I int }
+		if readRequest(br, &body) != nil {
+			return
+		}
+		for {
+			hc.mu.Lock()
+			hc.hold = true
+			hc.mu.Unlock()
+			b := fmt.Sprintf(`{"i":%d}`, body.I)
+			fmt.Fprintf(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(b), b)
+			hc.mu.Lock()
+			first := len(hc.buf) // the answer's record
+			hc.mu.Unlock()
+			io.WriteString(s, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 8\r\n\r\n{\"i\":-1}")
+			hc.mu.Lock()
+			rec := hc.buf
+			hc.buf, hc.hold = nil, false
+			hc.mu.Unlock()
+			// The answer and 10 bytes of the unsolicited record, then the
+			// rest once a next request came on this connection.
+			if _, err := c.Write(rec[:first+10]); err != nil {
+				return
+			}
+			if readRequest(br, &body) != nil {
+				return
+			}
+			stale.Add(1)
+			if _, err := c.Write(rec[first+10:]); err != nil {
+				return
+			}
+		}
+	})
+	c := testScheme{"https", true}.client(t, "https"+strings.TrimPrefix(url, "http"))
+	for i := 0; i < 10; i++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		raw, err := c.Do(ctx, http.MethodPost, "/v1/claim", nil, map[string]int{"i": i})
+		cancel()
+		if want := fmt.Sprintf(`{"i":%d}`, i); err != nil || string(raw) != want {
+			t.Fatalf("claim %d got %s, %v; want %s (%d requests written on a connection holding part of an unsolicited answer)", i, raw, err, want, stale.Load())
+		}
+		time.Sleep(5 * time.Millisecond) // the unsolicited record's first bytes are in
+	}
+	if n, s := conns.Load(), stale.Load(); n != 10 || s != 0 {
+		t.Fatalf("%d connections, %d requests written on one holding part of an unsolicited answer; want 10 and 0", n, s)
+	}
+}
