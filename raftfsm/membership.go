@@ -1913,21 +1913,24 @@ func (n *Node) othersList(conf raft.Configuration, feature string, term uint64) 
 
 // promote makes one healthy, caught-up non-voter a voter. One per round:
 // raft takes one configuration change at a time.
+//
+// The non-voter is picked from raft's own copy of the configuration; the
+// log is read for the configuration's index only once one is to be
+// promoted (latestConfiguration reads back every entry appended since its
+// last call: each round, beside a non-voter kept back or still catching
+// up, that was a pread and a decode of every entry the cluster took), and
+// the promotion goes only if that configuration still holds it as such.
 func (n *Node) promote() {
 	if !n.confChange.TryLock() {
 		return // a join or a removal is under way: the next round
 	}
 	defer n.confChange.Unlock()
-	// The index only when there is a non-voter to promote: it reads the log.
-	if f := n.raft.GetConfiguration(); f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.Suffrage == raft.Nonvoter }) {
-		return
-	}
-	conf, confIndex, err := n.latestConfiguration()
-	if err != nil {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
 		return
 	}
 	now := time.Now()
-	for _, s := range conf.Servers {
+	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Nonvoter {
 			continue
 		}
@@ -1948,6 +1951,13 @@ func (n *Node) promote() {
 		n.peers.mu.Unlock()
 		if !ready || why != "" {
 			continue
+		}
+		conf, confIndex, err := n.latestConfiguration()
+		if err != nil {
+			return
+		}
+		if cur, err := server(conf, string(s.ID)); err != nil || *cur != s {
+			return // the configuration changed meanwhile: the next round
 		}
 		if h := promoteHook.Load(); h != nil {
 			(*h)(string(s.ID))

@@ -731,3 +731,24 @@ func TestLeaderTicksDoNotReadTheLogBack(t *testing.T) {
 	n1.confChange.Unlock()
 	require.Zero(t, scanned.last, "a tick read the log back for the configuration, though it records this leader where it listens")
 }
+
+// A leader beside a non-voter it does not promote (here one that never
+// answers) reads its log for the configuration's index only to promote
+// one: each health round had read back every entry appended since the
+// last, for as long as such a non-voter stayed.
+func TestHealthRoundsBesideANonVoterDoNotReadTheLogBack(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	n1 := c.open("n1", "", true)
+	c.leader(n1)
+	require.NoError(t, n1.raft.AddNonvoter("n9", raft.ServerAddress(absentAddr(t)), 0, 5*time.Second).Error())
+	for i := range 50 {
+		_, _, err := n1.Claim(engine.ClaimArgs{Scope: scopeN(i), Fingerprint: "aa", LeaseMs: 60_000, RetentionMs: 3_600_000})
+		require.NoError(t, err)
+	}
+	time.Sleep(4 * probeEvery) // health rounds, each looking for a non-voter to promote
+	n1.confChange.Lock()
+	scanned := n1.configScan
+	n1.confChange.Unlock()
+	require.Zero(t, scanned.last, "a health round read the log back for the configuration with no non-voter to promote")
+}
