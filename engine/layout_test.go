@@ -3,10 +3,9 @@ package engine
 import (
 	"bufio"
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,21 +28,12 @@ func pairsOf(t *testing.T, stream []byte) [][2][]byte {
 // streamOfPairs writes pairs, sorted by key, with a valid pair count and
 // checksum: a stream rewritten by someone who knows the format.
 func streamOfPairs(pairs [][2][]byte) []byte {
-	for i := 1; i < len(pairs); i++ {
-		for j := i; j > 0 && bytes.Compare(pairs[j][0], pairs[j-1][0]) < 0; j-- {
-			pairs[j], pairs[j-1] = pairs[j-1], pairs[j]
-		}
+	slices.SortStableFunc(pairs, func(x, y [2][]byte) int { return bytes.Compare(x[0], y[0]) })
+	as := make([][2]string, len(pairs))
+	for i, p := range pairs {
+		as[i] = [2]string{string(p[0]), string(p[1])}
 	}
-	b := append([]byte(nil), snapMagic...)
-	for _, p := range pairs {
-		b = binary.AppendUvarint(b, uint64(len(p[0])))
-		b = append(b, p[0]...)
-		b = binary.AppendUvarint(b, uint64(len(p[1])))
-		b = append(b, p[1]...)
-	}
-	b = append(b, 0)
-	b = binary.BigEndian.AppendUint64(b, uint64(len(pairs)))
-	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	return streamOf(as...)
 }
 
 // Bug (a backup walk): a backup is checked by its checksums alone, so one
