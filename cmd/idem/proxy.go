@@ -398,6 +398,14 @@ func (c proxyConfig) build() (*proxy, []error) {
 	if strings.EqualFold(c.principalHeader, "Idempotency-Key") {
 		bad("principal-header", "the principal cannot be the key itself")
 	}
+	if c.principalHeader != "" && (slices.Contains(transportHeaders, http.CanonicalHeaderKey(c.principalHeader)) || strings.EqualFold(c.principalHeader, "Host")) {
+		// No tenant either: Content-Length made every caller sending a
+		// body of one length one tenant, sharing stored answers, and
+		// Connection every keep-alive caller; Go's server takes Host and
+		// Transfer-Encoding out of the headers, so every keyed request
+		// was refused with 401 saying a header the caller sent was missing.
+		bad("principal-header", "%s describes the connection, the body's framing or the server asked, not who sent the request: callers would share keys and each other's stored answers, or every keyed request would be refused; name the header your gateway sets to the tenant", http.CanonicalHeaderKey(c.principalHeader))
+	}
 	for _, secret := range credentialHeaders {
 		if strings.EqualFold(c.principalHeader, secret) {
 			bad("principal-header", "%s carries a secret, which would be stored as the principal in plain text (and a new token would be a new tenant); leave the flag out to key by a hash of Authorization, or name the header a gateway sets to the tenant", secret)

@@ -714,6 +714,14 @@ func TestProxyRefusesBadFlags(t *testing.T) {
 		{with("--fingerprint-header", "X-Account,x-forwarded-for"), "--fingerprint-header: X-Forwarded-For says where a request came from"},
 		{with("--fingerprint-header", "X_Real_IP"), "--fingerprint-header: X_real_ip says where a request came from"},
 		{with("--principal-header", "X-Real-IP"), "--principal-header: X-Real-Ip says where a request came from, not who sent it"},
+		// Content-Length made every caller sending a body of one length one
+		// tenant (sharing stored answers), Connection every keep-alive
+		// caller; Host and Transfer-Encoding never reach r.Header, so every
+		// keyed request was a 401 saying a header the caller sent was missing.
+		{with("--principal-header", "content-length"), "--principal-header: Content-Length describes the connection, the body's framing or the server asked"},
+		{with("--principal-header", "Connection"), "--principal-header: Connection describes the connection"},
+		{with("--principal-header", "Transfer-Encoding"), "--principal-header: Transfer-Encoding describes the connection"},
+		{with("--principal-header", "host"), "--principal-header: Host describes the connection, the body's framing or the server asked"},
 		{with("--hash-key-file", shortKey), "--hash-key-file: the key in " + shortKey + " is 6 characters: give at least 32"},
 		// The command it suggests must make a file the proxy takes without its
 		// warning that others can read it (openssl writes 0644 otherwise).
