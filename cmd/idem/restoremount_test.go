@@ -54,3 +54,37 @@ func TestRestoreIntoAMountPoint(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, os.FileMode(0o700), st.Mode().Perm())
 }
+
+// A fresh ext2/3/4 filesystem is not empty: mkfs puts lost+found at its
+// root. Restoring onto such a disk of its own (the common case the mount
+// point support was for) was refused as "--data-dir is not empty" before
+// a byte was read, though serve starts a new node on such a dir. The
+// lost+found of a mount point counts as empty and is left in place.
+func TestRestoreIntoAFreshExt4MountPoint(t *testing.T) {
+	dir := t.TempDir()
+	mnt := filepath.Join(dir, "idem-new")
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot mount a tmpfs here (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	// What mkfs.ext4 leaves at the root of the filesystem it makes.
+	require.NoError(t, os.Mkdir(filepath.Join(mnt, "lost+found"), 0o700))
+	file := filepath.Join(dir, "b.snap")
+	writeTestBackup(t, file)
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"snapshot", "restore", file, "--data-dir", mnt, "--node-id", "n1", "--raft-addr", "127.0.0.1:7071"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "%s%s", stdout.String(), stderr.String())
+	require.FileExists(t, filepath.Join(mnt, "raft.db"))
+	require.DirExists(t, filepath.Join(mnt, "lost+found"), "fsck's directory stays")
+
+	// A directory that is no mount point is still refused with one.
+	plain := filepath.Join(dir, "plain")
+	require.NoError(t, os.MkdirAll(filepath.Join(plain, "lost+found"), 0o700))
+	stdout.Reset()
+	stderr.Reset()
+	code = run(context.Background(), []string{"snapshot", "restore", file, "--data-dir", plain, "--node-id", "n1", "--raft-addr", "127.0.0.1:7071"}, &stdout, &stderr)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr.String(), "is not empty")
+}

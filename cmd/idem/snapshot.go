@@ -786,14 +786,17 @@ func refuseLiveSource(ctx context.Context, stderr io.Writer, name string, member
 
 // onlyLeftCopies reports whether entries, those of dir, are only copies
 // that restores into dir, a mount point, left inside it when stopped
-// (.restore-*): such a dir is as empty as a restore needs, and the
-// restore clears them first.
+// (.restore-*), and the lost+found directory that mkfs.ext4 (ext2/3/4)
+// puts at the root of every filesystem it makes: such a dir is as empty as
+// a restore needs, and the restore clears the copies first (lost+found
+// stays, fsck's own). A fresh ext4 disk for the data dir was refused as
+// "not empty" for its lost+found alone.
 func onlyLeftCopies(dir string, entries []os.DirEntry) bool {
 	if !isMountPoint(dir) {
 		return false
 	}
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), ".restore-") {
+		if !e.IsDir() || !(strings.HasPrefix(e.Name(), ".restore-") || e.Name() == "lost+found") {
 			return false
 		}
 	}
