@@ -760,7 +760,7 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	}
 	printStartHint(stdout, dataDir, nodeID, raftAddr, recorded)
 	if h.Auth == raftfsm.AuthTokens {
-		fmt.Fprintf(stdout, "  the backup was taken by a node that checked tokens: start it with the cluster's --auth-file and --node-token-file (it refuses to start without them, since it would answer every tenant's records to anyone; --no-auth turns the checks off on purpose)\n")
+		fmt.Fprintf(stdout, "  the backup was taken by a node that checked tokens: start it with the cluster's --auth-file (it refuses to start without it, since it would answer every tenant's records to anyone; --no-auth turns the checks off on purpose), and with the --node-token-file the cluster's nodes use once others are to join it\n")
 	}
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
