@@ -4,6 +4,9 @@ package main
 
 import (
 	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -41,7 +44,11 @@ func restoreCopyAbandoned(path string) bool {
 
 // isMountPoint reports whether dir is the root of a filesystem mounted
 // there (a disk for the data dir, say): its device differs from its
-// parent's. Such a directory cannot be removed or renamed over (EBUSY).
+// parent's, or, on Linux, the kernel's mount table lists it (a bind
+// mount of a directory of the parent's own filesystem, whose device is
+// the parent's: a systemd BindPaths=, a container's -v of a host dir
+// beside another). Such a directory cannot be removed or renamed over
+// (EBUSY), nor renamed into from outside it (EXDEV).
 func isMountPoint(dir string) bool {
 	st, err := os.Stat(dir)
 	if err != nil {
@@ -53,5 +60,52 @@ func isMountPoint(dir string) bool {
 	}
 	a, ok1 := st.Sys().(*syscall.Stat_t)
 	b, ok2 := up.Sys().(*syscall.Stat_t)
-	return ok1 && ok2 && a.Dev != b.Dev
+	if ok1 && ok2 && a.Dev != b.Dev {
+		return true
+	}
+	return listedMountPoint(dir)
+}
+
+// listedMountPoint reports whether /proc/self/mountinfo (Linux) names dir,
+// its links resolved, as a mount point; false where there is no such file.
+func listedMountPoint(dir string) bool {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return false
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		// id parent major:minor root mount-point options ...
+		f := strings.Fields(line)
+		if len(f) > 4 && unescapeMountPath(f[4]) == abs {
+			return true
+		}
+	}
+	return false
+}
+
+// unescapeMountPath undoes mountinfo's octal escapes (\040 for a space,
+// \011, \012, \134) of a path.
+func unescapeMountPath(s string) string {
+	if !strings.Contains(s, "\\") {
+		return s
+	}
+	var out []byte
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if v, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				out = append(out, byte(v))
+				i += 3
+				continue
+			}
+		}
+		out = append(out, s[i])
+	}
+	return string(out)
 }

@@ -88,3 +88,36 @@ func TestRestoreIntoAFreshExt4MountPoint(t *testing.T) {
 	require.Equal(t, 1, code)
 	require.Contains(t, stderr.String(), "is not empty")
 }
+
+// A bind mount of a directory of the parent's own filesystem (a systemd
+// BindPaths=, a container's -v of a host dir beside another) has its
+// parent's device, so the restore took it for a plain directory: it read
+// the whole backup, built its copy beside it and failed at the end with
+// "remove DIR: device or resource busy". The kernel's mount table names
+// it a mount point, and the copy is built inside it.
+func TestRestoreIntoABindMountOfTheSameFilesystem(t *testing.T) {
+	dir := t.TempDir()
+	src, mnt := filepath.Join(dir, "src"), filepath.Join(dir, "idem-new")
+	require.NoError(t, os.Mkdir(src, 0o755))
+	require.NoError(t, os.Mkdir(mnt, 0o755))
+	if out, err := exec.Command("mount", "--bind", src, mnt).CombinedOutput(); err != nil {
+		t.Skipf("cannot bind-mount here (needs root): %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	file := filepath.Join(dir, "b.snap")
+	writeTestBackup(t, file)
+
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"snapshot", "restore", file, "--data-dir", mnt, "--node-id", "n1", "--raft-addr", "127.0.0.1:7071"}, &stdout, &stderr)
+	require.Equal(t, 0, code, "%s%s", stdout.String(), stderr.String())
+	require.FileExists(t, filepath.Join(mnt, "raft.db"))
+	require.FileExists(t, filepath.Join(src, "raft.db"), "restored through the bind mount")
+	copies, _ := filepath.Glob(mnt + ".restore-*")
+	require.Empty(t, copies, "nothing built beside the mount point")
+}
+
+func TestUnescapeMountPath(t *testing.T) {
+	require.Equal(t, "/mnt/a b\\c", unescapeMountPath(`/mnt/a\040b\134c`))
+	require.Equal(t, "/plain", unescapeMountPath("/plain"))
+	require.Equal(t, `/odd\04`, unescapeMountPath(`/odd\04`))
+}
