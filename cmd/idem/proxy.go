@@ -681,8 +681,13 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			// The detail names what happened, not the addresses inside
 			// (the log has the whole error).
 			if errors.Is(err, context.DeadlineExceeded) {
+				what := "did not answer"
+				if errors.Is(err, errAnswerCut) {
+					// Its status came: it ran the request.
+					what = "began its answer but did not finish it"
+				}
 				problemDoc(w, http.StatusGatewayTimeout, "upstream_timeout", "Upstream timeout",
-					fmt.Sprintf("the upstream did not answer within %s (--upstream-timeout); it may have done the work or still be doing it, and a retry runs it again, perhaps beside it", p.cfg.upstreamTimeout))
+					fmt.Sprintf("the upstream %s within %s (--upstream-timeout); it may have done the work or still be doing it, and a retry runs it again, perhaps beside it", what, p.cfg.upstreamTimeout))
 				return
 			}
 			what := "did not answer"
@@ -694,7 +699,9 @@ func (p *proxy) reverseProxy() *httputil.ReverseProxy {
 			case errors.Is(err, syscall.ECONNREFUSED):
 				what = "refused the connection"
 			case errors.Is(err, syscall.ECONNRESET), errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-				what = "closed the connection before it answered"
+				// The request went out: the upstream may have run it
+				// before the connection broke.
+				what = "closed the connection before it answered: it may have done the work, and a retry runs it again (told Idempotency-Attempt)"
 			case strings.Contains(err.Error(), "backend tried to switch"):
 				// It answered 101 Switching Protocols to a request that
 				// asked for no such switch (httputil.ReverseProxy's
