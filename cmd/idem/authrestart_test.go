@@ -69,6 +69,9 @@ func TestRestartWithoutAuthFileIsRefused(t *testing.T) {
 	logs := p.logs.String()
 	require.Contains(t, logs, "--auth-file is missing: "+data+" was last served with --auth-file")
 	require.Contains(t, logs, "pass --no-auth")
+	// Said before the refusal, the start's notice read as if the node
+	// served the API open to anyone.
+	require.NotContains(t, logs, "open to anyone", "a start refused for its missing --auth-file said the API was open")
 	require.Equal(t, "tokens", nodeAuth(), "a refused start changes nothing")
 
 	// The same record stays readable with the token once the file is back.

@@ -1204,14 +1204,6 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		return listenProblem("--http-addr", c.httpAddr, err)
 	}
 	defer ln.Close()
-	// Once the port is this node's: said before, these came above the
-	// refusal of a data dir or a port in use, as if the node had started.
-	if auth == nil && isLoopback(c.httpAddr) {
-		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
-	}
-	if c.tls.plainOnLoopback {
-		log.Info("no TLS: the API is plain HTTP and raft plaintext, on loopback")
-	}
 	raftLn, err := net.Listen("tcp", c.raftAddr)
 	if err != nil {
 		return listenProblem("--raft-addr", c.raftAddr, err)
@@ -1233,6 +1225,16 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	pin, err := fixedSettings(c, set)
 	if err != nil {
 		return err
+	}
+	// Once the ports are this node's and its data dir takes these flags:
+	// said before, these came above the refusal of a data dir or a port
+	// in use, or of a data dir served with --auth-file, as if the node
+	// had started open to anyone.
+	if auth == nil && isLoopback(c.httpAddr) {
+		log.Info("no --auth-file: the API is open to anyone who can reach the loopback address")
+	}
+	if c.tls.plainOnLoopback {
+		log.Info("no TLS: the API is plain HTTP and raft plaintext, on loopback")
 	}
 	if c.join == "" && c.bootstrapExpect == 0 && !holdsNode(c.dataDir) {
 		if near, more := nodesBeside(c.dataDir); len(near) > 0 {
