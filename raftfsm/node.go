@@ -1680,8 +1680,14 @@ func (n *Node) OtherVoters() int {
 // back every entry appended since its last call: at every tick, with one
 // claim per entry, that was 7.6% of a one-node leader's CPU).
 func (n *Node) recordOwnRaftAddr() {
+	// elsewhere is this node in conf, when conf records it as a voter at
+	// another raft address than the one it listens on.
+	elsewhere := func(conf raft.Configuration) (*raft.Server, bool) {
+		s, err := server(conf, n.self.ID)
+		return s, err == nil && s.Suffrage == raft.Voter && string(s.Address) != n.self.RaftAddr
+	}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		if s, err := server(f.Configuration(), n.self.ID); err != nil || s.Suffrage != raft.Voter || string(s.Address) == n.self.RaftAddr {
+		if _, ok := elsewhere(f.Configuration()); !ok {
 			return
 		}
 	}
@@ -1693,8 +1699,8 @@ func (n *Node) recordOwnRaftAddr() {
 	if err != nil {
 		return
 	}
-	s, err := server(conf, n.self.ID)
-	if err != nil || s.Suffrage != raft.Voter || string(s.Address) == n.self.RaftAddr {
+	s, ok := elsewhere(conf)
+	if !ok {
 		return
 	}
 	if err := n.raft.AddVoter(s.ID, raft.ServerAddress(n.self.RaftAddr), confIndex, n.cfg.ApplyTimeout).Error(); err != nil {
