@@ -1,14 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
-	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -23,31 +19,12 @@ import (
 // callers read now that it may have done the work, and the second that it
 // began its answer.
 func TestProxySaysTheUpstreamMayHaveDoneTheWork(t *testing.T) {
-	ln, err := net.Listen("tcp", freePort(t)) // the test's own address (IDEM_TEST_IP)
-	require.NoError(t, err)
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func(c net.Conn) {
-				defer c.Close()
-				req, err := http.ReadRequest(bufio.NewReader(c))
-				if err != nil {
-					return
-				}
-				io.Copy(io.Discard, req.Body)
-				if req.URL.Path == "/stall" {
-					io.WriteString(c, "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"paid\":")
-					time.Sleep(3 * time.Second)
-				}
-			}(c)
-		}
-	}()
+	upURL, _ := cutUpstream(t, map[string]string{
+		"/gone":         "", // read, then closed without a byte
+		"/answer-stall": "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"paid\":",
+	})
 	store := startStore(t)
-	px := startProxy(t, "--upstream", "http://"+ln.Addr().String(), "--store", store.http, "--upstream-timeout", "1s")
+	px := startProxy(t, "--upstream", upURL, "--store", store.http, "--upstream-timeout", "1s")
 	send := func(path string) (int, string, string) {
 		req, err := http.NewRequest(http.MethodPost, px.url+path, strings.NewReader("{}"))
 		require.NoError(t, err)
@@ -66,7 +43,7 @@ func TestProxySaysTheUpstreamMayHaveDoneTheWork(t *testing.T) {
 	require.Contains(t, detail, "closed the connection before it answered")
 	require.Contains(t, detail, "may have done the work")
 
-	status, code, detail = send("/stall")
+	status, code, detail = send("/answer-stall")
 	require.Equal(t, http.StatusGatewayTimeout, status)
 	require.Equal(t, "upstream_timeout", code)
 	require.Contains(t, detail, "began its answer but did not finish it within 1s")

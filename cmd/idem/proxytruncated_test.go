@@ -17,7 +17,7 @@ import (
 
 // cutUpstream answers each request with the raw bytes answers[path]
 // gives, then ends the connection: with a reset when the path ends in
-// "-reset", else with a FIN.
+// "-reset", else with a FIN; a path ending in "-stall" first waits 3 s.
 func cutUpstream(t *testing.T, answers map[string]string) (string, *atomic.Int64) {
 	t.Helper()
 	ln, err := net.Listen("tcp", freePort(t)) // the test's own address (IDEM_TEST_IP)
@@ -40,6 +40,9 @@ func cutUpstream(t *testing.T, answers map[string]string) (string, *atomic.Int64
 				runs.Add(1)
 				io.WriteString(c, answers[req.URL.Path])
 				time.Sleep(50 * time.Millisecond) // the bytes go before the reset
+				if strings.HasSuffix(req.URL.Path, "-stall") {
+					time.Sleep(3 * time.Second) // past a proxy's --upstream-timeout of 1s
+				}
 				if strings.HasSuffix(req.URL.Path, "-reset") {
 					c.(*net.TCPConn).SetLinger(0)
 				}
