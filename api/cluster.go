@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -537,7 +538,12 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 			return s.store.TransferLeadershipTo(req.ID) // not the leader: forwarded
 		}
 		if req.From != "" && req.From != s.store.Self().ID {
-			notFrom = true
+			// A from that names no member (a typo, a node removed) said
+			// "n2 leads, not n22: nothing was handed over", exit 0: the
+			// operator read it as the run-twice case and restarted the
+			// leader without a hand-over.
+			refused = unknownFrom(s.store, req.From)
+			notFrom = refused == nil
 			return nil
 		}
 		if req.ID == "" { // a named target is checked by the transfer itself
@@ -608,6 +614,29 @@ func (s *Server) handleTransfer(w http.ResponseWriter, r *http.Request) {
 	}
 	s.log.Info("leadership transferred on request", "to", to, "leader", leader)
 	writeJSON(w, http.StatusOK, a)
+}
+
+// unknownFrom is the 404 of a transfer whose from names no member of the
+// configuration, or nil when it names one (or the configuration cannot be
+// read: the transfer then answers "unchanged", as before).
+func unknownFrom(store Store, from string) *problem {
+	st, err := store.Status()
+	if err != nil {
+		return nil
+	}
+	members := make([]string, 0, len(st.Nodes))
+	for _, m := range st.Nodes {
+		if m.ID == from {
+			return nil
+		}
+		members = append(members, m.ID)
+	}
+	sort.Strings(members)
+	p := newProblem(http.StatusNotFound, codeNotFound, fmt.Sprintf(
+		"from: no such member: %s is not in the cluster (members: %s), so it cannot be the leader to hand over from; nothing was handed over. Give --from the id of the node you mean to restart (idem cluster status names the leader)",
+		truncate(from, 70), strings.Join(members, ", ")))
+	p.Title = "No such member"
+	return p
 }
 
 // noTransferTarget refuses a transfer when no other voter could take the

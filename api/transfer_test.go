@@ -58,12 +58,26 @@ func TestTransferToANamedNode(t *testing.T) {
 	require.Equal(t, map[string]any{"outcome": "unchanged", "from": self, "leader": self}, r.obj(t))
 	require.True(t, n.node.IsLeader())
 
-	// "from" naming another node than the leader hands nothing over (it
+	// "from" naming another member than the leader hands nothing over (it
 	// would otherwise go to n-absent's check and answer 409).
-	r = n.post("/v1/cluster/transfer-leadership", map[string]any{"id": "n-absent", "from": "n-other"})
+	r = n.post("/v1/cluster/transfer-leadership", map[string]any{"id": "n-absent", "from": "n-absent"})
 	require.Equal(t, http.StatusOK, r.status, "%s", r)
 	require.Equal(t, map[string]any{"outcome": "unchanged", "from": self, "leader": self}, r.obj(t))
 	requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"from": long}), http.StatusBadRequest, "invalid_request")
+	require.True(t, n.node.IsLeader())
+}
+
+// A from naming no member (a typo at 3 am: --from n22 for n2) answered
+// "unchanged", and the CLI "n2 leads, not n22: nothing was handed over",
+// exit 0, as for a transfer run twice: the operator went on to restart
+// the leader without a hand-over. It is a 404 naming from and the
+// members, and the leadership stays.
+func TestTransferFromAnUnknownNodeIsRefused(t *testing.T) {
+	t.Parallel()
+	n := mustNode(t)
+	self := n.node.Self().ID
+	p := requireProblem(t, n.post("/v1/cluster/transfer-leadership", map[string]any{"from": self + "2"}), http.StatusNotFound, "not_found")
+	require.Contains(t, p["detail"], "from: no such member: "+self+"2 is not in the cluster (members: "+self+")")
 	require.True(t, n.node.IsLeader())
 }
 
