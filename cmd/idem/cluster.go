@@ -85,6 +85,26 @@ func joinFlagsProblem(id, raftAddr, httpAddr string) string {
 	return ""
 }
 
+// nodeIDFlagsProblem names a node id flag (by name, its value) that no
+// node can have, or returns "". An id pasted with a space (--id "n4 ")
+// went to the node, whose 404 read "no such member: n4  is not in the
+// cluster (members: …, n4)", the space unseen; the join's 400 said so only
+// after a request.
+func nodeIDFlagsProblem(flags map[string]string) string {
+	for _, name := range slices.Sorted(maps.Keys(flags)) {
+		v := flags[name]
+		if v == "" || nodeIDPattern.MatchString(v) {
+			continue
+		}
+		msg := fmt.Sprintf("%s %q is not a node id (1-64 letters, digits, '.', '_' or '-', as idem serve --node-id)", name, v)
+		if t := strings.TrimSpace(v); t != v && nodeIDPattern.MatchString(t) {
+			msg += fmt.Sprintf(": a space was pasted with it; did you mean %s %s?", name, t)
+		}
+		return msg + "; nothing was asked or changed"
+	}
+	return ""
+}
+
 // clusterFlags are the flags each cluster subcommand reads (they share
 // one flag set): cluster status --id n3, say, showed every node.
 var clusterFlags = func() subcommandFlags {
@@ -136,6 +156,10 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		// --timeout 0 read as "no limit" (the client commands' 0) gave up
 		// at once with "context deadline exceeded" from the server.
 		fmt.Fprintf(stderr, "idem cluster %s: --timeout %s must be positive (e.g. --timeout 30s)\n", sub, *timeout)
+		return 2
+	}
+	if msg := nodeIDFlagsProblem(map[string]string{"--id": *id, "--from": *from}); msg != "" {
+		fmt.Fprintf(stderr, "idem cluster %s: %s\n", sub, msg)
 		return 2
 	}
 	var opts []client.Option
