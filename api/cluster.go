@@ -121,6 +121,9 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st.Superseded = s.store.Superseded()
+	if m, ok := s.store.(interface{ Outside() bool }); ok && st.Superseded == "" && m.Outside() {
+		st.Removed = s.notMemberProblem().Detail
+	}
 	st.Scope = s.clusterScope()
 	st.BootstrapExpect = s.cfg.BootstrapExpect
 	st.RetentionFlag = s.cfg.Retention.String()

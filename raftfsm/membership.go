@@ -283,6 +283,12 @@ type Status struct {
 	// out), "" otherwise. The API sets it: the status is all such a node
 	// still answers, and its table alone looked like a healthy cluster.
 	Superseded string `json:"superseded,omitempty"`
+	// Removed says that this node is outside the cluster's configuration
+	// (removed, Node.Outside), with the command that adds it back; ""
+	// otherwise. The API sets it, as Superseded: such a node knows no
+	// leader and its table showed every member unhealthy and "fewer
+	// healthy voters than a quorum", a cluster lost at first sight.
+	Removed string `json:"removed,omitempty"`
 	// DiskFull is set while this node's disk is under its storage-full
 	// threshold or its applies wait for space (disk.go): a follower then
 	// takes no raft entries and falls behind, and the leader's health

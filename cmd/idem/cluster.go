@@ -709,6 +709,12 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		// lead): say first that it serves nothing.
 		fmt.Fprintf(w, "WARNING: %s answers every request but this status 503: %s\n", st.Self.ID, st.Superseded)
 	}
+	if st.Removed != "" {
+		// Its table is its own view from before the removal: every member
+		// unhealthy, no leader. Said first, so that nobody takes the
+		// cluster for lost (and reaches for idem recover).
+		fmt.Fprintf(w, "WARNING: %s is not a member of the cluster: the table below is its own view, not the cluster's (ask a member: idem cluster status --addr MEMBER_HTTP_ADDR). %s\n", st.Self.ID, st.Removed)
+	}
 	if h := st.HoldsVote; h != nil {
 		if h.LeaderTerm == 0 {
 			fmt.Fprintf(w, "NOTE: %s started with an empty data dir and no leader has reached it yet: it votes only in a new cluster's first election and does not stand for election until a leader reaches it and it has caught up\n", st.Self.ID)
@@ -818,7 +824,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		// Raft may well be replicating: only the leader's checks over HTTP
 		// are refused (a node token removed from the auth files).
 		fmt.Fprintln(w, "WARNING: members refuse the leader's health checks (its node token): writes may still succeed, but membership changes are refused and those members answer /readyz 503 until every node's --auth-file holds the entry of the token in --node-token-file (then kill -HUP them)")
-	case healthy < voters/2+1:
+	case healthy < voters/2+1 && st.Removed == "":
 		fmt.Fprintln(w, "WARNING: fewer healthy voters than a quorum: writes fail until enough of them answer, and membership changes are refused")
 	}
 	if st.WritesRefused != "" {
