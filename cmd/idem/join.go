@@ -247,6 +247,12 @@ func (m *member) warnRemoved(args ...any) {
 	if m.removedTold {
 		return
 	}
+	if m.node.Superseded() != "" {
+		// A member a recovery left out, started on its old data dir: it
+		// said at ERROR to start empty with --join, and the add-back
+		// command this line gave is refused (409 foreign_cluster).
+		return
+	}
 	m.removedTold = true
 	m.log.Warn("this node is not in the cluster's configuration (removed?): it answers no writes or reads until an operator adds it back, which needs no restart",
 		append(args, "add-back", addBackCommand(m.c, m.node.PeerHTTPAddrs()...))...)
