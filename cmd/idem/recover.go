@@ -118,6 +118,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stderr, "%s: %s\n%s: nothing was changed\n", name, strings.Join(bad, "\n"+name+": "), name)
 		return 2
 	}
+	if bad := peersNotMembers(peers, st); bad != "" {
+		fmt.Fprintf(stderr, "%s: %s\n%s: nothing was changed\n", name, bad, name)
+		return 2
+	}
 	fmt.Fprintf(stdout, "data dir:              %s (node %s)\n", *dataDir, *nodeID)
 	fmt.Fprintf(stdout, "raft log ends at:      index %d, term %d (state applied to %d; the rest is applied on recovery)\n", st.LastIndex, st.LastTerm, st.Applied)
 	fmt.Fprintf(stdout, "current configuration: %s\n", fmtPeers(st.Configuration))
@@ -235,6 +239,47 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		fmt.Fprintf(stdout, "it elects itself; then add nodes with empty data dirs (%s serve ... --join %s's HTTP address)\n", raftfsm.CommandName, *nodeID)
 	}
 	return 0
+}
+
+// peersNotMembers names the peers that are no member of the configuration
+// st records (nor of an unfinished recover's, nor recorded by the state),
+// or returns "". Such a peer, a typo (n6 for n3) or a new node, became a
+// voter of the recovered cluster that holds nothing and can never be
+// recovered with the same --peers: with two peers, the survivor alone
+// could elect no leader. New nodes join the recovered one with --join. A
+// log that cannot be read tells no configuration: nothing is checked.
+func peersNotMembers(peers []raftfsm.Peer, st raftfsm.OfflineState) string {
+	if st.LogUnreadable != "" || len(st.Configuration) == 0 {
+		return ""
+	}
+	known := map[string]bool{}
+	var members []string
+	add := func(ps []raftfsm.Peer) {
+		for _, p := range ps {
+			if !known[p.ID] {
+				known[p.ID] = true
+				members = append(members, p.ID)
+			}
+		}
+	}
+	add(st.Configuration)
+	add(st.RecordedMembers)
+	add(st.UnfinishedMembers)
+	if st.Unfinished != nil {
+		add(st.Unfinished.Peers)
+	}
+	var bad []string
+	for _, p := range peers {
+		if !known[p.ID] {
+			bad = append(bad, p.ID+"="+p.RaftAddr)
+		}
+	}
+	if len(bad) == 0 {
+		return ""
+	}
+	slices.Sort(members)
+	return fmt.Sprintf("--peers %s: not a member of this data dir's configuration (%s). --peers names survivors, this node and any other member whose data dir is recovered with the same --peers before any starts; a node that holds nothing would be a voter the recovered cluster waits for. Check the id for a typo; add new nodes once it runs, with idem serve --join",
+		strings.Join(bad, ", "), strings.Join(members, ", "))
 }
 
 // httpAddrsAsRaft names every peer whose raft address is the HTTP address
