@@ -101,6 +101,10 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	if err := checkNodeFile(*dataDir, *nodeID); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
+		var other *otherNodeIDError
+		if errors.As(err, &other) {
+			return 2 // a bad flag, as idem serve's refusal of the same id
+		}
 		return 1
 	}
 	restrictUmask() // what it writes into the data dir is the user's alone, as idem serve's
@@ -553,9 +557,17 @@ func checkNodeFile(dir, nodeID string) error {
 		return corruptNodeFile(filepath.Join(dir, "node.json"), err)
 	}
 	if nf.NodeID != "" && nf.NodeID != nodeID {
-		return fmt.Errorf("--node-id %q differs from %q, the node %s was created for", nodeID, nf.NodeID, dir)
+		return &otherNodeIDError{given: nodeID, recorded: nf.NodeID, dir: dir}
 	}
 	return nil
+}
+
+// otherNodeIDError is a --node-id that is not the one node.json records:
+// a usage error (exit 2), which exited 1 as if the data dir were at fault.
+type otherNodeIDError struct{ given, recorded, dir string }
+
+func (e *otherNodeIDError) Error() string {
+	return fmt.Sprintf("--node-id %q differs from %q, the node %s was created for: run it with --node-id %s (and check that --data-dir is the survivor's)", e.given, e.recorded, e.dir, e.recorded)
 }
 
 // supersededNote says, for a data dir holding superseded.json (a member
