@@ -253,7 +253,8 @@ const maxPatternBytes = 1024
 //
 // A UTF-8 byte-order mark before the JSON is skipped. In the old format a
 // line that cannot be a bearer token (a space, a control or non-ASCII byte,
-// or a start of JSON: '{', '[' or '"') is refused, naming the line: every
+// a start of JSON: '{', '[' or '"', or a JSON literal: null, true or
+// false) is refused, naming the line: every
 // line there is an admin token, so a file of another format, or JSON
 // behind a byte-order mark, would otherwise turn its own text into one.
 func ParseAuthFile(b []byte) (*Credentials, error) {
@@ -311,6 +312,12 @@ func (c *Credentials) OpenLastToken(prev *Credentials) (line int, open bool) {
 func plainToken(t string) error {
 	if t[0] == '[' || t[0] == '"' || t[0] == '{' {
 		return fmt.Errorf("starts with %q, as JSON does", t[0])
+	}
+	if t == "null" || t == "true" || t == "false" {
+		// jq writes null for a path the file lacks: an auth file rebuilt
+		// with a mistaken filter (jq '.token' auth.json > new.json) was,
+		// after a SIGHUP, the admin token "null" in place of every token.
+		return fmt.Errorf("is the JSON value %s (what jq writes for a field that is not there), not a token", t)
 	}
 	for i := 0; i < len(t); i++ {
 		if c := t[i]; c <= ' ' || c >= 0x7f {

@@ -632,3 +632,23 @@ func TestOpenLastTokenOfAnOldFormatFile(t *testing.T) {
 	_, open = c.OpenLastToken(j)
 	require.True(t, open)
 }
+
+// An auth file rebuilt with a jq filter that matched nothing holds "null":
+// read as the old format it revoked every token and made "Bearer null" an
+// admin token (a walk of docs/SECURITY.md's reload with a broken file).
+func TestAuthFileOfAJSONLiteralIsRefused(t *testing.T) {
+	for _, f := range []string{"null\n", "null", "true\n", " false \n", "# x\nnull\n"} {
+		c, err := api.ParseAuthFile([]byte(f))
+		if err == nil {
+			_, ok := c.Authenticate(strings.TrimSpace(strings.TrimPrefix(f, "# x\n")))
+			t.Fatalf("auth file %q loaded (its text an admin token: %v), want it refused", f, ok)
+		}
+		if !strings.Contains(err.Error(), "jq") {
+			t.Errorf("auth file %q: error %q does not say what the line is", f, err)
+		}
+	}
+	// A token that only contains the word is still a token.
+	if _, err := api.ParseAuthFile([]byte("nullnullnullnull-1234\n")); err != nil {
+		t.Fatal(err)
+	}
+}
