@@ -1839,10 +1839,17 @@ func (n *Node) lacksKeys(h *peerHealth) string {
 	}
 	for _, id := range needed {
 		if _, ok := have[id]; !ok {
-			if len(h.keys) == 0 {
-				return fmt.Sprintf("it has no --encryption-key-file, and the cluster encrypts with key %q: start it with the cluster's key file (the same file as every node), and it is promoted once caught up", id)
+			// Say why the key is needed as it is: "the cluster encrypts
+			// with k1" read as the key to put first, for a k1 that after
+			// a rotation only decrypts.
+			why := fmt.Sprintf("stored values are encrypted with key %q", id)
+			if !slices.Contains(n.fsm.keys.inUse(), id) {
+				why = fmt.Sprintf("the cluster recorded the check value of key %q, which its voters hold", id)
 			}
-			return fmt.Sprintf("its --encryption-key-file lacks key %q, which the cluster encrypts with: copy the cluster's key file to it and restart it, and it is promoted once caught up", id)
+			if len(h.keys) == 0 {
+				return "it has no --encryption-key-file, and " + why + ": start it with the cluster's key file (the same file as every node), and it is promoted once caught up"
+			}
+			return fmt.Sprintf("its --encryption-key-file lacks key %q (%s): copy the cluster's key file to it and restart it, and it is promoted once caught up", id, why)
 		}
 	}
 	ids := make([]string, 0, len(have))
