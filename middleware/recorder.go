@@ -185,7 +185,8 @@ func (r *recorder) finish() {
 	}
 	h := r.w.Header()
 	if bodyAllowed(code) && r.method != http.MethodHead && h.Get("Content-Length") == "" &&
-		h.Get("Transfer-Encoding") == "" && h.Get("Trailer") == "" && len(trailers) == 0 {
+		h.Get("Transfer-Encoding") == "" && h.Get("Trailer") == "" && len(trailers) == 0 &&
+		!outerEncoded(r.outer, h) {
 		h.Set("Content-Length", strconv.Itoa(r.body.Len()))
 	}
 	r.w.WriteHeader(code)
@@ -194,6 +195,17 @@ func (r *recorder) finish() {
 	}
 	_ = http.NewResponseController(r.w).Flush()
 	r.putTrailers(trailers)
+}
+
+// outerEncoded reports an answer whose Content-Encoding an outer
+// middleware set before the handler ran (the common gzip middleware sets
+// it, then wraps the writer in a gzip.Writer): what is written here is
+// encoded on its way out, so its length is not the length sent. Given the
+// length written, the caller got a Content-Length longer than the gzip
+// stream that followed, and a broken transfer.
+func outerEncoded(outer, h http.Header) bool {
+	ce := h.Values("Content-Encoding")
+	return len(ce) > 0 && slices.Equal(ce, outer.Values("Content-Encoding"))
 }
 
 // withhold drops a held answer that was not sent, so that another can go
