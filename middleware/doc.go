@@ -135,7 +135,9 @@
 //     a retry replays it, or after a second if the store has not answered
 //     by then; a streamed or larger than MaxStoredBody one as it is
 //     written), and its complete is asked again within StoreTimeout, then in the
-//     background for ten minutes (or the lease, if longer). The store
+//     background for ten minutes (or the lease, if longer), its lease
+//     extended meanwhile (a store that answers but refuses the complete
+//     for a while, 503, does not let a retry take the key over). The store
 //     takes it until a retry takes the key over (which a retry can only
 //     do once the lease has run out by the store's clock, which stands
 //     still while the store is down), and the retry then replays. A store

@@ -1856,6 +1856,13 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			defer unhold()
 			bctx, bcancel := context.WithTimeout(context.Background(), completeRetryFor(m.o.Lease))
 			defer bcancel()
+			// The lease is kept meanwhile: a store that answers but does
+			// not take this complete (its 503) let the lease run out, and
+			// the caller's retry took the key over and ran the request a
+			// second time, though its first answer had gone out.
+			lctx, lcancel := context.WithCancel(bctx)
+			defer lcancel()
+			go m.holdLease(lctx, s, token)
 			if err := retryPaused(bctx, 5*time.Second, sendIn(bctx)); err != nil {
 				m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 				return
@@ -1871,6 +1878,33 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	// the answer the caller gets is the only one (a retry runs again
 	// whatever it is told), so it is sent.
 	return errors.Is(err, client.ErrTokenMismatch)
+}
+
+// holdLease extends the lease of an attempt whose answer waits to be
+// stored, every third of the lease, until ctx ends or the store says the
+// key is no longer this attempt's. A failed extend is asked again within
+// a second: the store away, the lease stands still by its clock anyway.
+func (m *mw) holdLease(ctx context.Context, s scope, token string) {
+	wait := time.Duration(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		ectx, cancel := context.WithTimeout(ctx, m.callTimeout())
+		_, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+			Token: token, LeaseMs: m.o.Lease.Milliseconds()})
+		cancel()
+		switch {
+		case err == nil:
+			wait = m.o.Lease / 3
+		case errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound):
+			return
+		default:
+			wait = min(m.o.Lease/10, time.Second)
+		}
+	}
 }
 
 // tooLarge reports the store refusing an answer as over its limits.
