@@ -17,3 +17,11 @@ func SetListsGateRecheck(d time.Duration) time.Duration {
 	listsGateRecheck = d
 	return old
 }
+
+// SetFeatureWatch sets when WatchFeatures first asks and how often after;
+// it returns the previous values.
+func SetFeatureWatch(first, every time.Duration) (time.Duration, time.Duration) {
+	f, e := featureWatchFirst, featureWatchEvery
+	featureWatchFirst, featureWatchEvery = first, every
+	return f, e
+}

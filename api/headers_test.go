@@ -3,6 +3,7 @@ package api_test
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -345,4 +346,42 @@ func TestFeatureGatesNameAMemberThatGivesNoAnswer(t *testing.T) {
 	require.Contains(t, p["detail"], "n-gone (no answer),n-old not yet")
 	require.Contains(t, logs.String(), `members="n-gone (no answer),n-old"`)
 	require.Contains(t, logs.String(), "down, unreachable, or run an older version")
+}
+
+// A member down with the old leader, which the new leader had never asked
+// (no complete storing a header sent twice had come to it while the member
+// answered), counted as lacking header lists: after a leader was killed,
+// every such complete was refused 503 until it came back, and the
+// middleware's retries ran their requests again. Every node now learns
+// the members' features in the background, leader or not.
+func TestHeaderListsGateOfANewLeaderKnowsAMemberDownWithTheOldOne(t *testing.T) {
+	oldFirst, oldEvery := api.SetFeatureWatch(10*time.Millisecond, 50*time.Millisecond)
+	t.Cleanup(func() { api.SetFeatureWatch(oldFirst, oldEvery) })
+	n := mustNode(t)
+	var down atomic.Bool
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close() // no answer: killed
+					return
+				}
+			}
+		}
+		w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry,header-lists")
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(member.Close)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-2", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go n.api.WatchFeatures(ctx) // as idem serve runs it on every node
+	time.Sleep(200 * time.Millisecond)
+
+	down.Store(true)
+	s := sc("after-failover")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	r := n.complete(s, tok, map[string]any{"status": 201, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}})
+	require.Equal(t, http.StatusOK, r.status, "a member seen listing header lists before it went down: %s", r)
 }

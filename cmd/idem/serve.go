@@ -1476,6 +1476,10 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 			"data-dir", c.dataDir)
 	}
 	go membership(ctx, node, c, nodeToken, log)
+	// Every node learns which members list the gated features, so that a
+	// new leader can tell a member down with the old one from an older
+	// release (api.Server.WatchFeatures).
+	go srv.WatchFeatures(ctx)
 	if _, fixed := node.BucketWidth(); !fixed {
 		go watchBucketWidth(ctx, node, c.bucketWidth, c.retention, log)
 	}
