@@ -21,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -1419,6 +1420,9 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 		return
 	}
 	h := w.Header()
+	// An outer middleware's Content-Encoding (set before this one ran) says
+	// the body written here is encoded on its way out (recorder.finish).
+	encodedOutside := len(h.Values("Content-Encoding")) > 0
 	// Names in their canonical form: a stored "content-type" sat beside
 	// the Content-Type set below, and both went out. Names that differ
 	// only in case ("set-cookie" a handler set in the map beside the
@@ -1450,6 +1454,11 @@ func (m *mw) replay(w http.ResponseWriter, r *http.Request, rec *client.Record) 
 		h["Content-Type"] = nil // no sniffed type: replay what was sent
 	}
 	h.Set(HeaderReplayed, "true")
+	if bodyAllowed(resp.Status) && r.Method != http.MethodHead && !encodedOutside {
+		// As the first caller had it (recorder.finish): a body over
+		// net/http's 2 KiB buffer went out chunked, without a length.
+		h.Set("Content-Length", strconv.Itoa(len(resp.Body)))
+	}
 	w.WriteHeader(resp.Status)
 	if len(resp.Body) > 0 && r.Method != http.MethodHead {
 		_, _ = w.Write(resp.Body)

@@ -73,3 +73,24 @@ func TestOuterCompressionGetsNoContentLengthOfTheUncompressedBody(t *testing.T) 
 	require.Equal(t, "gzip", replay.Header.Get("Content-Encoding"))
 	require.Equal(t, body, got)
 }
+
+// The first caller of an answer over net/http's 2 KiB buffer got it with
+// its Content-Length (the held answer is sent whole); its replay went out
+// chunked, without one: the same answer framed otherwise.
+func TestReplayHasTheContentLengthTheFirstCallerGot(t *testing.T) {
+	body := strings.Repeat("x", 5000)
+	_, send := memServer(t, Options{}, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, body)
+	})
+	first := send(`"k1"`)
+	require.EqualValues(t, len(body), first.ContentLength)
+	replay := send(`"k1"`)
+	require.Equal(t, "true", replay.Header.Get(HeaderReplayed))
+	require.Nil(t, replay.TransferEncoding)
+	require.EqualValues(t, len(body), replay.ContentLength)
+	got, err := io.ReadAll(replay.Body)
+	require.NoError(t, err)
+	require.Equal(t, body, string(got))
+}
