@@ -18,10 +18,11 @@ func SetListsGateRecheck(d time.Duration) time.Duration {
 	return old
 }
 
-// SetFeatureWatch sets when WatchFeatures first asks and how often after;
-// it returns the previous values.
-func SetFeatureWatch(first, every time.Duration) (time.Duration, time.Duration) {
-	f, e := featureWatchFirst, featureWatchEvery
-	featureWatchFirst, featureWatchEvery = first, every
-	return f, e
+// SetFeatureWatch sets when WatchFeatures first asks, for how long it asks
+// again at that pace until every member answered, and how often after; it
+// returns the previous values.
+func SetFeatureWatch(first, settle, every time.Duration) (time.Duration, time.Duration, time.Duration) {
+	f, st, e := featureWatchFirst, featureWatchSettle, featureWatchEvery
+	featureWatchFirst, featureWatchSettle, featureWatchEvery = first, settle, every
+	return f, st, e
 }

@@ -355,8 +355,8 @@ func TestFeatureGatesNameAMemberThatGivesNoAnswer(t *testing.T) {
 // middleware's retries ran their requests again. Every node now learns
 // the members' features in the background, leader or not.
 func TestHeaderListsGateOfANewLeaderKnowsAMemberDownWithTheOldOne(t *testing.T) {
-	oldFirst, oldEvery := api.SetFeatureWatch(10*time.Millisecond, 50*time.Millisecond)
-	t.Cleanup(func() { api.SetFeatureWatch(oldFirst, oldEvery) })
+	oldFirst, oldSettle, oldEvery := api.SetFeatureWatch(10*time.Millisecond, time.Minute, 50*time.Millisecond)
+	t.Cleanup(func() { api.SetFeatureWatch(oldFirst, oldSettle, oldEvery) })
 	n := mustNode(t)
 	var down atomic.Bool
 	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -384,4 +384,44 @@ func TestHeaderListsGateOfANewLeaderKnowsAMemberDownWithTheOldOne(t *testing.T) 
 	tok := n.mustClaim(s, fp1)["token"].(string)
 	r := n.complete(s, tok, map[string]any{"status": 201, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}})
 	require.Equal(t, http.StatusOK, r.status, "a member seen listing header lists before it went down: %s", r)
+}
+
+// A node's first look at the members, moments after its start, may miss
+// one (not answering yet, or this node not reaching it yet); the next came
+// only 30 s later, and a leader killed meanwhile left a successor that had
+// never seen the member to refuse every complete storing a header sent
+// twice. The watch asks again at its first pace until every member has
+// answered.
+func TestFeatureWatchAsksAgainUntilEveryMemberAnswered(t *testing.T) {
+	oldFirst, oldSettle, oldEvery := api.SetFeatureWatch(10*time.Millisecond, time.Minute, time.Hour)
+	t.Cleanup(func() { api.SetFeatureWatch(oldFirst, oldSettle, oldEvery) })
+	n := mustNode(t)
+	var state atomic.Int32 // 0: not up yet, 1: up, 2: killed
+	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if state.Load() != 1 {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					c.Close() // no answer
+					return
+				}
+			}
+		}
+		w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry,header-lists")
+		io.WriteString(w, "{}")
+	}))
+	t.Cleanup(member.Close)
+	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-2", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go n.api.WatchFeatures(ctx)
+	time.Sleep(100 * time.Millisecond) // its first look finds the member silent
+	state.Store(1)
+	time.Sleep(200 * time.Millisecond)
+	state.Store(2)
+
+	s := sc("seen-later")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	r := n.complete(s, tok, map[string]any{"status": 201, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}})
+	require.Equal(t, http.StatusOK, r.status, "a member that answered with header lists after the watch's first look: %s", r)
 }
