@@ -200,6 +200,10 @@
 // released. Wrap the handler in http.TimeoutHandler outside the middleware,
 // never inside: inside, the timeout's 503 releases the key while the
 // handler still runs, and a retry runs it a second time beside it.
+// Outside, the timeout answers its caller 503 but does not stop the
+// handler: its context, as on a disconnect, is cancelled only after
+// CallerGoneTimeout, so it runs to its end, its answer is stored, and the
+// caller's retry replays it.
 //
 // While the handler runs, the lease is extended in the background every
 // third of Options.Lease. If the store says the lease is lost (another
