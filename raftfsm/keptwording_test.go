@@ -2,7 +2,6 @@ package raftfsm
 
 import (
 	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
@@ -14,12 +13,8 @@ import (
 // is not true and reads as the key to put first; docs/SECURITY.md quotes
 // "stored values are encrypted with key \"k1\"" (a walk of the page).
 func TestKeptNonVoterIsToldWhyAKeyIsNeeded(t *testing.T) {
-	raftAddr := ""
-	if ip := os.Getenv("IDEM_TEST_IP"); ip != "" {
-		raftAddr = ip + ":0"
-	}
 	c := newMemCluster(t)
-	n1 := c.open("n1", raftAddr, true)
+	n1 := c.open("n1", testRaftAddrs(t, 1)[0], true) // IDEM_TEST_IP and IDEM_TEST_PORTS on a shared machine
 	n1.setKeyring(testRing(t, "k1"))
 	c.leader(n1)
 	write(t, n1, "under-k1")
