@@ -71,6 +71,11 @@ type configJSON struct {
 	// --auth-file (the tokens loaded before stay in force), absent when
 	// it did or none was sent.
 	AuthFileReloadError string `json:"auth_file_reload_error,omitempty"`
+	// TLSReloadError is why the last SIGHUP did not reload the --tls-*
+	// files (the certificates and CAs loaded before stay in force: after
+	// a CA rotation's last step, the old CA is still trusted there),
+	// absent when it did or none was sent.
+	TLSReloadError string `json:"tls_reload_error,omitempty"`
 }
 
 func durationSeconds(d time.Duration) int64 { return int64(d / time.Second) }

@@ -60,6 +60,9 @@ type Config struct {
 	// Auth, when set, holds the credentials (auth.go) every route but
 	// /healthz and /readyz needs; the caller may swap them (SIGHUP).
 	Auth *Auth
+	// TLSReloadError, when set, says why the last SIGHUP did not reload
+	// the --tls-* files ("" when it did): GET /v1/config publishes it.
+	TLSReloadError func() string
 	// AuthTokens are plain bearer tokens, each an admin token (the old auth
 	// file format): used when Auth is nil.
 	AuthTokens []string
@@ -718,8 +721,17 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		Retention: ret.String(), RetentionSeconds: durationSeconds(ret),
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
 		BucketWidth: width.String(), Limits: limits, AuthFileDigest: s.authDigest(),
-		AuthFileReloadError: s.authReloadError(),
+		AuthFileReloadError: s.authReloadError(), TLSReloadError: s.tlsReloadError(),
 	})
+}
+
+// tlsReloadError is why the last reload of the TLS files failed, "" when
+// it did not (or there is no TLS).
+func (s *Server) tlsReloadError() string {
+	if s.cfg.TLSReloadError == nil {
+		return ""
+	}
+	return s.cfg.TLSReloadError()
 }
 
 // authReloadError is why the last reload of the auth file failed, "" when

@@ -212,8 +212,12 @@ type ServerConfig struct {
 	// AuthFileReloadError is why the node's last SIGHUP did not reload
 	// its --auth-file (the tokens loaded before stay in force); absent
 	// when it did.
-	AuthFileReloadError string          `json:"auth_file_reload_error,omitempty"`
-	Raw                 json.RawMessage `json:"-"`
+	AuthFileReloadError string `json:"auth_file_reload_error,omitempty"`
+	// TLSReloadError is why the node's last SIGHUP did not reload its
+	// --tls-* files (the certificates and CAs loaded before stay in
+	// force); absent when it did.
+	TLSReloadError string          `json:"tls_reload_error,omitempty"`
+	Raw            json.RawMessage `json:"-"`
 }
 
 // LeaseOutside reports whether a claim's lease (sent as its whole

@@ -319,6 +319,12 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 				fmt.Fprintln(stdout, "  "+r)
 			}
 		}
+		if failed := tlsReloadFailed(st, configs); len(failed) > 0 {
+			fmt.Fprintln(stdout, "WARNING: the last SIGHUP did not reload the --tls-* files of these members: the certificate and CAs loaded before stay in force there (after a CA rotation's last step, the old CA is still trusted there, by raft too; a renewed certificate is not served). Fix the files and kill -HUP them again:")
+			for _, r := range failed {
+				fmt.Fprintln(stdout, "  "+r)
+			}
+		}
 		if len(drift) > 0 {
 			leader := "none now"
 			if st.Leader != nil {
@@ -694,6 +700,20 @@ func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift, re
 		}
 	}
 	return drift, reloadFailed
+}
+
+// tlsReloadFailed names each member whose last SIGHUP did not reload its
+// TLS files, with why (GET /v1/config's tls_reload_error): only its log
+// said so, and a CA rotation's last step that failed there left the old
+// CA trusted by it while every other member refused it.
+func tlsReloadFailed(st raftfsm.Status, configs []*client.ServerConfig) []string {
+	var failed []string
+	for i, m := range st.Nodes {
+		if i < len(configs) && configs[i] != nil && configs[i].TLSReloadError != "" {
+			failed = append(failed, m.ID+": "+configs[i].TLSReloadError)
+		}
+	}
+	return failed
 }
 
 // printStatus writes the cluster as a table, one node a line, with the

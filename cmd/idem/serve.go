@@ -1407,7 +1407,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	srv := api.New(node, api.Config{
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
 		PrincipalScope: c.scope == "principal", BootstrapExpect: c.bootstrapExpect, Limits: c.limits, MaxBatchOps: c.maxBatchOps, Auth: auth, NodeToken: nodeToken,
-		Logger: log, Gatherer: reg, PeerTLS: tlsConf,
+		Logger: log, Gatherer: reg, PeerTLS: tlsConf, TLSReloadError: c.tls.reloadError,
 	})
 	reg.MustRegister(srv.Collectors()...)
 	reg.MustRegister(api.ListenerCollectors(cl, srv)...)

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -38,6 +39,11 @@ type serveTLSFlags struct {
 	certFile, keyFile, caFile string
 	clientAuth                string
 	loaded                    *raftfsm.TLS
+	// reloadErr is why the last SIGHUP did not reload the files (with
+	// when), nil when it did: GET /v1/config publishes it and idem
+	// cluster status warns of it, as of an auth file not reloaded.
+	// A pointer, made by load: serveConfig is copied (tests).
+	reloadErr *atomic.Pointer[string]
 	// plainOnLoopback: load found no TLS and every raft address on
 	// loopback, which serve says once its ports are its own.
 	plainOnLoopback bool
@@ -111,6 +117,7 @@ func (f *serveTLSFlags) load(c *serveConfig, log *slog.Logger) (*raftfsm.TLS, er
 		return nil, tlsFlagError(err)
 	}
 	f.loaded = t
+	f.reloadErr = new(atomic.Pointer[string])
 	// As for the other secret files (SECURITY.md): a private key others can
 	// read was loaded without a word.
 	warnOpenFile(log, "--tls-key-file", f.keyFile, "it is this node's private key: whoever reads it can speak raft to the cluster as this node")
@@ -321,12 +328,27 @@ func (f *serveTLSFlags) reloadOnHUP(ctx context.Context, log *slog.Logger) {
 			}
 			if err := f.loaded.Reload(); err != nil {
 				log.Error("TLS reload failed: keeping the certificates in use", "error", err)
+				why := time.Now().UTC().Format(time.RFC3339) + ": " + strings.ReplaceAll(err.Error(), "raftfsm: ", "")
+				f.reloadErr.Store(&why)
 				continue
 			}
+			f.reloadErr.Store(nil)
 			log.Info("TLS certificates reloaded", "not-after", f.loaded.NotAfter().UTC().Format(time.RFC3339))
 			warnExpiry(f.loaded, log)
 		}
 	}()
+}
+
+// reloadError is why the last SIGHUP did not reload the TLS files, "" when
+// it did (or none came).
+func (f *serveTLSFlags) reloadError() string {
+	if f.reloadErr == nil {
+		return ""
+	}
+	if p := f.reloadErr.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 // scheme is the scheme of calls between nodes.
