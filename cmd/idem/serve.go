@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -39,6 +40,10 @@ import (
 // environment variables.
 type serveConfig struct {
 	nodeID, dataDir string
+	// hup receives SIGHUP from the start of runServe (reloadOnHUP): Go's
+	// default for it is to exit, which killed a node signalled while it
+	// opened its data dir, or at any time with neither --auth-file nor TLS.
+	hup chan os.Signal
 	// nodeFileAuth is node.json's auth when the data dir had one
 	// (serve records the mode this start runs with once it holds the dir).
 	nodeFileAuth string
@@ -682,6 +687,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
 	fs.SetOutput(io.Discard) // errors and help are printed below, once
 	c := serveFlags(fs)
+	// Before anything slow: a SIGHUP that comes while the node starts (an
+	// operator reloading every node during a rolling restart) is kept and
+	// acted on once the reloads can run, not the end of the process.
+	c.hup = make(chan os.Signal, 1)
+	signal.Notify(c.hup, syscall.SIGHUP)
+	defer signal.Stop(c.hup)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: idem serve [flags]\n\nRuns an idem node. With no flags: a one-node cluster in ./idem-data,\nHTTP on 127.0.0.1:7070, raft on 127.0.0.1:7071, 24h retention.\nEvery flag can also be set with the IDEM_* variable shown.\nA size is a number of bytes, or a whole number with a unit: 64KiB, 32MiB, 1GiB\n(powers of 1024) or 500MB (powers of 1000).\n\nFlags:\n")
 		printFlags(fs.Output(), fs)
@@ -1486,11 +1497,13 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if !pinned {
 		go watchRetentionPin(ctx, node, c.retention, log)
 	}
-	c.tls.reloadOnHUP(ctx, log)
+	go reloadOnHUP(ctx, c.hup, func() {
+		c.tls.reload(log)
+		if auth != nil {
+			reloadAuth(c.authFile, auth, nodeToken, log)
+		}
+	}, c.tls.loaded != nil || auth != nil, log)
 	c.tls.watchExpiry(ctx, log, expiryCheckEvery) // tls.go
-	if auth != nil {
-		go reloadAuthOnHUP(ctx, c.authFile, auth, nodeToken, log)
-	}
 
 	select {
 	case <-ctx.Done():
@@ -1715,4 +1728,27 @@ func warnWideBuckets(log *slog.Logger, width, retention time.Duration, flagSet b
 		": expired records keep their disk space until their whole bucket has expired, up to "+width.String()+
 		" after their window. The width is fixed for the cluster's life by its first write: only a new cluster takes another, created with --bucket-width "+retention.String()+" or less",
 		"bucket-width", width.String(), "retention", retention.String())
+}
+
+// reloadOnHUP reloads the TLS files and the auth file on every SIGHUP of
+// hup, one registered as runServe began: a SIGHUP that came while the node
+// started is acted on now (it reads the files as they are, so an edit made
+// during the start, a token revoked, is not missed). With nothing to
+// reload, a SIGHUP is logged and ignored: it ended the process.
+func reloadOnHUP(ctx context.Context, hup <-chan os.Signal, reload func(), enabled bool, log *slog.Logger) {
+	if hup == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		if !enabled {
+			log.Info("SIGHUP: nothing to reload (no --auth-file, no TLS)")
+			continue
+		}
+		reload()
+	}
 }

@@ -12,13 +12,11 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -309,34 +307,22 @@ func (h *httpsConns) cut() {
 	}
 }
 
-// reloadOnHUP reads the certificate files again on every SIGHUP; running
-// listeners and dialers use them from their next handshake. Files that
-// do not verify keep the previous ones in use, and the log says why.
-func (f *serveTLSFlags) reloadOnHUP(ctx context.Context, log *slog.Logger) {
+// reload reads the certificate files again (on SIGHUP: reloadOnHUP);
+// running listeners and dialers use them from their next handshake. Files
+// that do not verify keep the previous ones in use, and the log says why.
+func (f *serveTLSFlags) reload(log *slog.Logger) {
 	if f.loaded == nil {
 		return
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-			}
-			if err := f.loaded.Reload(); err != nil {
-				log.Error("TLS reload failed: keeping the certificates in use", "error", err)
-				why := time.Now().UTC().Format(time.RFC3339) + ": " + strings.ReplaceAll(err.Error(), "raftfsm: ", "")
-				f.reloadErr.Store(&why)
-				continue
-			}
-			f.reloadErr.Store(nil)
-			log.Info("TLS certificates reloaded", "not-after", f.loaded.NotAfter().UTC().Format(time.RFC3339))
-			warnExpiry(f.loaded, log)
-		}
-	}()
+	if err := f.loaded.Reload(); err != nil {
+		log.Error("TLS reload failed: keeping the certificates in use", "error", err)
+		why := time.Now().UTC().Format(time.RFC3339) + ": " + strings.ReplaceAll(err.Error(), "raftfsm: ", "")
+		f.reloadErr.Store(&why)
+		return
+	}
+	f.reloadErr.Store(nil)
+	log.Info("TLS certificates reloaded", "not-after", f.loaded.NotAfter().UTC().Format(time.RFC3339))
+	warnExpiry(f.loaded, log)
 }
 
 // reloadError is why the last SIGHUP did not reload the TLS files, "" when

@@ -12,11 +12,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"regexp"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 	"unicode"
 
@@ -462,23 +460,9 @@ func logAuth(log *slog.Logger, msg, path string, creds *api.Credentials) {
 	}
 }
 
-// reloadAuthOnHUP reads the auth file again on every SIGHUP. A file that
-// does not load leaves the credentials in force unchanged, and says why.
-func reloadAuthOnHUP(ctx context.Context, path string, auth *api.Auth, nodeToken string, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-hup:
-		}
-		reloadAuth(path, auth, nodeToken, log)
-	}
-}
-
-// reloadAuth is one reload of reloadAuthOnHUP.
+// reloadAuth reads the auth file again (on SIGHUP: reloadOnHUP). A file
+// that does not load leaves the credentials in force unchanged, and says
+// why.
 func reloadAuth(path string, auth *api.Auth, nodeToken string, log *slog.Logger) {
 	creds, err := api.LoadAuthFile(path)
 	if err == nil {
