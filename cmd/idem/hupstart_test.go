@@ -53,3 +53,18 @@ func TestSIGHUPDoesNotEndANode(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(p.logs.String(), "auth file reloaded") }, 10*time.Second, 20*time.Millisecond,
 		"the SIGHUP of the start was not acted on")
 }
+
+// idem proxy ended on SIGHUP too, with every request it held: an operator
+// reloading every idem process after editing an auth file or renewing
+// certificates. It reads its files only at start, says so, and goes on.
+func TestSIGHUPDoesNotEndAProxy(t *testing.T) {
+	t.Parallel()
+	px := startProxy(t, "--upstream", "http://"+freePort(t), "--store", freePort(t))
+	require.NoError(t, px.cmd.Process.Signal(syscall.SIGHUP))
+	select {
+	case <-px.done:
+		t.Fatalf("the proxy ended on SIGHUP: %v; logs:\n%s", px.err, px.logs)
+	case <-time.After(time.Second):
+	}
+	require.Eventually(t, func() bool { return strings.Contains(px.logs.String(), "SIGHUP ignored") }, 5*time.Second, 20*time.Millisecond)
+}

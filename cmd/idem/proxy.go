@@ -17,6 +17,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/signal"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,9 @@ const minHashKey = 32
 
 // proxyConfig is what idem proxy's flags say.
 type proxyConfig struct {
+	// hup receives SIGHUP from the start of runProxy: Go's default for it
+	// is to exit, which ended the proxy and every request it held.
+	hup                        chan os.Signal
 	listen, upstream, stores   string
 	principalHeader, methods   string
 	fingerprintHeaders         string
@@ -97,7 +101,9 @@ var proxyVariables = map[string]string{
 
 func runProxy(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	const name = "idem proxy"
-	c := proxyConfig{}
+	c := proxyConfig{hup: make(chan os.Signal, 1)}
+	signal.Notify(c.hup, syscall.SIGHUP)
+	defer signal.Stop(c.hup)
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
@@ -979,6 +985,25 @@ func (p *proxy) warnUpstreamOutlivesShutdown() {
 	}
 }
 
+// ignoreHUP logs each SIGHUP and goes on: an operator who reloads every
+// idem process after editing an auth file or renewing certificates ended
+// the proxy and the requests it held (the upstream may have done their
+// work, their keys left in progress until the lease ran out). The proxy
+// reads its files only at start.
+func (p *proxy) ignoreHUP(ctx context.Context) {
+	if p.cfg.hup == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.cfg.hup:
+			p.log.Warn("SIGHUP ignored: idem proxy reads its files (--store-token-file, --hash-key-file, --tls-*, --ca-file) only at start; restart it to read them again")
+		}
+	}
+}
+
 func (p *proxy) run(ctx context.Context) error {
 	h, err := p.handler()
 	if err != nil {
@@ -1051,6 +1076,7 @@ func (p *proxy) run(ctx context.Context) error {
 		p.checkStores(ctx)
 		p.checkStoreLimit(ctx)
 	}()
+	go p.ignoreHUP(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
