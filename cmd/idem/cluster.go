@@ -98,7 +98,7 @@ func nodeIDFlagsProblem(flags map[string]string) string {
 		}
 		msg := fmt.Sprintf("%s %q is not a node id (1-64 letters, digits, '.', '_' or '-', as idem serve --node-id)", name, v)
 		if t := strings.TrimSpace(v); t != v && nodeIDPattern.MatchString(t) {
-			msg += fmt.Sprintf(": a space was pasted with it; did you mean %s %s?", name, t)
+			msg += fmt.Sprintf(": a space was pasted with it (did you mean %s %s?)", name, t)
 		}
 		return msg + "; nothing was asked or changed"
 	}
@@ -733,7 +733,7 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 		// Its table is its own view from before the removal: every member
 		// unhealthy, no leader. Said first, so that nobody takes the
 		// cluster for lost (and reaches for idem recover).
-		fmt.Fprintf(w, "WARNING: %s is not a member of the cluster: the table below is its own view, not the cluster's (ask a member: idem cluster status --addr MEMBER_HTTP_ADDR). %s\n", st.Self.ID, st.Removed)
+		fmt.Fprintf(w, "WARNING: %s is not a member of the cluster (the table below is its own view, not the cluster's: ask a member, idem cluster status --addr MEMBER_HTTP_ADDR): %s\n", st.Self.ID, st.Removed)
 	}
 	if h := st.HoldsVote; h != nil {
 		if h.LeaderTerm == 0 {
