@@ -94,6 +94,9 @@ type LogStore struct {
 	// sentHead is the metadata of a snapshot at an index being sent (set
 	// by the node: snapshotStore.sentMeta); nil: none.
 	sentHead func(index uint64) (*raft.SnapshotMeta, bool)
+	// tailCut is told of a conflicting tail raft deletes, from min to the
+	// log's end (set by the node: Node.tailCut); nil: nobody.
+	tailCut func(min, max uint64)
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -1075,6 +1078,9 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 	if s.g != nil && ferr == nil && lerr == nil && min > first && max >= last {
 		s.g.tailCut.Store(min) // a conflicting tail (StoreLogs)
 		s.g.forgetFrom(min)
+	}
+	if f := s.LogStore.tailCut; f != nil && ferr == nil && lerr == nil && min > first && max >= last {
+		f(min, max)
 	}
 	return nil
 }

@@ -48,8 +48,18 @@ func (r supersededRecord) err() error {
 	if r.Twin {
 		return twinRecovery{}
 	}
+	if r.Diverged {
+		return divergedState{}
+	}
 	return ErrSuperseded
 }
+
+type divergedState struct{}
+
+func (divergedState) Error() string {
+	return "raftfsm: this node's state holds entries its cluster does not"
+}
+func (divergedState) Unwrap() error { return ErrSuperseded }
 
 type twinRecovery struct{}
 
@@ -185,11 +195,23 @@ type supersededRecord struct {
 	// RecoveredFrom the index of the state the recovery started from.
 	Applied       uint64 `json:"applied_index,omitempty"`
 	RecoveredFrom uint64 `json:"recovered_from_index,omitempty"`
+	// Diverged: the leader From replaced entries of this node's log that
+	// its state had applied, from index CutFrom (Node.tailCut).
+	Diverged bool   `json:"diverged,omitempty"`
+	CutFrom  uint64 `json:"cut_from_index,omitempty"`
 }
 
 func (r supersededRecord) message(dir string) string {
 	if r.Twin {
 		return r.twinMessage(dir)
+	}
+	if r.Diverged {
+		return fmt.Sprintf("the leader %s replaced this node's raft log from index %d on (learned on %s), but this node's state had applied it up to index %d: "+
+			"entries the cluster never committed are in its state, and the cluster's own entries there would be skipped. This data dir is not this cluster's member's: "+
+			"an older copy, or one a recovery left out that was started again at a member's address (idem recover made a survivor the cluster, and a node rejoined at these addresses since). "+
+			"Served, it would answer from a state that lacks records the cluster acknowledged. Move this data dir aside and keep it (it may hold records acknowledged only there), "+
+			"then start this node with an empty data dir and --join naming a member. Only if this copy is to be served as it is, delete %s",
+			r.by(), r.CutFrom, r.At.Format(time.RFC3339), r.Applied, filepath.Join(dir, supersededFile))
 	}
 	if r.RecoveredFrom > 0 && r.Applied > r.RecoveredFrom {
 		// The operator recovered a survivor whose log ended lower than
@@ -245,6 +267,31 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 		Applied: n.db.Meta().Applied}
 	rec.RecoveredFrom = recoveredFromIndex(rec.Detail)
 	n.markSuperseded(rec, "this node was left out of a recovery of its cluster: it answers every request 503 from now on, and will not start on this data dir again")
+}
+
+// tailCut is called when raft deletes this node's log from min to its
+// end, the leader's entries replacing a conflicting tail. Raft never
+// replaces a committed entry, and the state applies only committed ones:
+// a state that applied min already holds entries of another history.
+// That is a data dir that is not this member's (an older copy, or that of
+// a member idem recover left out, started at the addresses of the member
+// that joined the recovered cluster in its place): raft went on, the
+// state skipped the cluster's entries up to its own applied index, and the
+// replicas' state hashes differed. Such a node stops serving, as one left
+// out of a recovery does. r is raft (nil before it runs).
+func (n *Node) tailCut(r *raft.Raft, min, max uint64) {
+	applied := n.db.Meta().Applied
+	if min > applied || n.supersededBy.Load() != nil {
+		return
+	}
+	rec := supersededRecord{From: "of this cluster", At: time.Now().UTC(), Diverged: true, CutFrom: min, Applied: applied,
+		Detail: fmt.Sprintf("log entries %d-%d replaced by the leader's; the state had applied %d", min, max, applied)}
+	if r != nil {
+		if addr, id := r.LeaderWithID(); id != "" {
+			rec.From, rec.Address = string(id), string(addr)
+		}
+	}
+	n.markSuperseded(rec, "the leader replaced entries this node's state had applied: this data dir holds another history than the cluster's; it answers every request 503 from now on, and will not start on this data dir again")
 }
 
 // markerDetail is err's text from supersededMarker on (a transport wraps
