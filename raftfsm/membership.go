@@ -749,8 +749,11 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if existing == nil && !empty && n.guard != nil && n.guard.leftOut.leftOut(info.ID) {
 		// Its log would be replaced by this cluster's, but its state kept,
 		// past this cluster's entries at the indexes it had applied.
-		return JoinResult{}, fmt.Errorf("%w: %s was left out when %s made %s this cluster (on %s), and joins with the older state it kept; move its data dir aside and start it with an empty data dir and --join",
-			ErrForeignCluster, info.ID, n.guard.leftOut.by(), n.cfg.NodeID, n.guard.leftOut.At.Format(time.RFC3339))
+		// The id alone tells: a node of that id that joined empty since,
+		// and was removed again, is refused too (it was told, as a
+		// removed node, that a join adds it back: an operator walk).
+		return JoinResult{}, fmt.Errorf("%w: %s was left out when %s made %s this cluster (on %s), and a node of that id that holds state may hold the older state it kept, which would mix with this cluster's; this is refused by id, also for a node %s that joined this cluster empty since and was removed again. Move its data dir aside and start it with an empty data dir and --join",
+			ErrForeignCluster, info.ID, n.guard.leftOut.by(), n.cfg.NodeID, n.guard.leftOut.At.Format(time.RFC3339), info.ID)
 	}
 	res := JoinResult{Suffrage: "nonvoter", Existing: existing != nil}
 	if existing != nil && existing.Suffrage == raft.Voter {
