@@ -50,9 +50,19 @@ func (e *VotersFullError) Detail() string {
 	case e.nearly:
 		below = "below their minimum free space (--min-free-disk), or too near it to apply the entries they are sent,"
 	}
-	return fmt.Sprintf("the disks of %s are %s so they take no writes; a write must be stored by a quorum of the voters (%d of %d), and only %s %s room, "+
-		"so the write was refused and nothing changed; reads still work, and writes are accepted again by themselves once space is freed on %s (docs/DISK.md)",
-		andList(e.Full), below, e.Quorum, e.Voters, andList(e.Room), hasHave(len(e.Room)), enoughOf(e.Quorum-len(e.Room), e.Full))
+	const after = "so the write was refused and nothing changed; reads still work, and writes are accepted again by themselves once space is freed on %s (docs/DISK.md)"
+	if e.Voters == 1 && len(e.Full) == 1 {
+		// A one-node store: no quorum to speak of, and no voter with room
+		// to name ("only none have room" read as a garbled message).
+		below = strings.NewReplacer("their", "its", "they are", "it is").Replace(below)
+		return fmt.Sprintf("the disk of %s is %s "+after, e.Full[0], below, enoughOf(1, e.Full))
+	}
+	room := "only " + andList(e.Room) + " " + hasHave(len(e.Room)) + " room"
+	if len(e.Room) == 0 {
+		room = "none has room"
+	}
+	return fmt.Sprintf("the disks of %s are %s so they take no writes; a write must be stored by a quorum of the voters (%d of %d), and %s, "+after,
+		andList(e.Full), below, e.Quorum, e.Voters, room, enoughOf(e.Quorum-len(e.Room), e.Full))
 }
 
 func hasHave(n int) string {

@@ -311,3 +311,18 @@ func fillDisks(t *testing.T, nodes []*Node, fillers []string) {
 		require.Eventually(t, func() bool { return n.DiskFull() != nil }, 5*time.Second, 50*time.Millisecond)
 	}
 }
+
+// A one-node store whose disk is full, or a cluster whose voters are all
+// full, was told "only none have room" (and the one-node store that "a
+// quorum of the voters (1 of 1)" must store a write): the WARNING of idem
+// cluster status, read by the operator at 3 am.
+func TestVotersFullDetailReadsWhenNoVoterHasRoom(t *testing.T) {
+	one := &VotersFullError{Full: []string{"n1 (49460224 bytes free on /data, under 100663296)"}, Voters: 1, Quorum: 1}
+	require.Equal(t, "the disk of n1 (49460224 bytes free on /data, under 100663296) is below its minimum free space (--min-free-disk), "+
+		"so the write was refused and nothing changed; reads still work, and writes are accepted again by themselves once space is freed on n1 (docs/DISK.md)", one.Detail())
+	all := &VotersFullError{Full: []string{"n1 (1 bytes free on /a, under 9)", "n2 (2 bytes free on /b, under 9)", "n3 (3 bytes free on /c, under 9)"}, Voters: 3, Quorum: 2}
+	d := all.Detail()
+	require.NotContains(t, d, "only none")
+	require.Contains(t, d, "a write must be stored by a quorum of the voters (2 of 3), and none has room, so the write was refused")
+	require.Contains(t, d, "once space is freed on 2 of n1, n2 and n3")
+}
