@@ -116,6 +116,10 @@ type diskGuard struct {
 	// of room, and how much of it had been received (fullStatus).
 	snapRefusedAt, snapRefusedBytes atomic.Int64
 	expandLog                       mono.Spacer // logExpandRefused's line
+	// expandRefusedAt (mono.Now, 0: none since the last snapshot written
+	// out) is when this node last sent a follower no snapshot for lack of
+	// room on its own disk (expandRefused).
+	expandRefusedAt atomic.Int64
 
 	// applied is the last raft index gatedFSM applied, and backlog the
 	// batches this node's raft log stored past it (admitAppend): what its
@@ -172,6 +176,7 @@ func (g *diskGuard) logSnapshotRefused(err error, received uint64) {
 // own disk under the storage-full threshold, where the raft log could not
 // start its next segment. Raft's own line names only the error.
 func (g *diskGuard) logExpandRefused(err error) {
+	g.expandRefusedAt.Store(mono.Now())
 	if g.expandLog.Allow(diskRemind) {
 		g.log.Warn("sent no snapshot to a follower that needs one, for lack of disk space on this node: the follower stays behind until there is room to write the state out for it", "error", err, "data-dir", g.dir)
 	}
@@ -857,6 +862,31 @@ func (g *diskGuard) clearBacklog() {
 // in the node's status: raft sends it again every few seconds while the
 // follower stays behind, and an install that went through clears it.
 const snapRefusedFor = time.Minute
+
+// expandRefused is why a follower falls behind while this leader sends it
+// no snapshot for lack of room on its own disk (logExpandRefused, within
+// snapRefusedFor), "" otherwise. Only the leader's log said so: its
+// status named the follower as "falling behind: had applied 0" and the
+// follower's /readyz as not having applied the commit index, while its
+// own disk had room.
+func (g *diskGuard) expandRefused() string {
+	if g == nil {
+		return ""
+	}
+	at := g.expandRefusedAt.Load()
+	if at == 0 || mono.Since(at) >= snapRefusedFor {
+		return ""
+	}
+	return fmt.Sprintf("the leader sends it no snapshot, for lack of disk space on the leader: writing its state out for a follower would take the leader's data dir %s "+
+		"(%d bytes free) under %d plus a margin (docs/DISK.md); free space on the leader's disk and it sends the snapshot by itself", g.dir, g.free.Load(), g.fullBelow)
+}
+
+// expandSent forgets a refused expansion: one went through.
+func (g *diskGuard) expandSent() {
+	if g != nil {
+		g.expandRefusedAt.Store(0)
+	}
+}
 
 // snapshotInstalled forgets a refused snapshot: one went through.
 func (g *diskGuard) snapshotInstalled() { g.snapRefusedAt.Store(0) }

@@ -1412,6 +1412,8 @@ func (n *Node) judge(h *peerHealth, id raft.ServerID, now time.Time) (bool, stri
 			// A full follower takes no entries: the lag alone sent an
 			// operator to the node's log to find out why.
 			why += ": " + h.diskFull.String()
+		} else if r := n.disk.expandRefused(); r != "" {
+			why += ": " + r
 		}
 		return false, why
 	}

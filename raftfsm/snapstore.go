@@ -434,6 +434,7 @@ func (s *snapshotStore) writeOut(meta *raft.SnapshotMeta, stateIndex uint64) (*r
 		return fail(err)
 	}
 	s.refused.Store(0)
+	s.disk.expandSent()
 	s.log.Info("snapshot expanded from the current state", "id", meta.ID, "snapshot-index", meta.Index,
 		"applied-index", snap.Meta().Applied, "bytes", n)
 	m := *meta

@@ -446,3 +446,34 @@ func TestRefusedSnapshotIsNamedInTheStatus(t *testing.T) {
 	require.NoError(t, sink.Close())
 	require.Nil(t, store.disk.fullStatus())
 }
+
+// A leader that sends a follower no snapshot for lack of room on its own
+// disk says so in the reason it gives for that follower's lag: its
+// status read only "falling behind: had applied 0 …" while the follower's
+// disk had room, and only the leader's log said why (a walk of
+// docs/DISK.md: a node joined to a leader on a nearly full disk).
+func TestLeaderWithNoRoomToSendASnapshotSaysSoForTheFollower(t *testing.T) {
+	f, db := mustFSM(t, t.TempDir())
+	defer db.Close()
+	applyInBatches(f, genLog(5, 200), 1, 16)
+	dir := t.TempDir()
+	store := mustStore(t, f, dir)
+	store.disk = &diskGuard{dir: dir, minFree: 1 << 20, fullBelow: 1 << 62, log: slog.New(slog.DiscardHandler)}
+	meta := takeSnapshot(t, f, store)
+	defer func(d time.Duration) { expandRetryPause = d }(expandRetryPause)
+	expandRetryPause = time.Millisecond
+
+	require.Empty(t, store.disk.expandRefused())
+	_, _, err := store.Open(meta.ID)
+	require.ErrorIs(t, err, errExpandDiskFull)
+	why := store.disk.expandRefused()
+	require.Contains(t, why, "the leader sends it no snapshot, for lack of disk space on the leader")
+	require.Contains(t, why, dir)
+
+	store.disk.fullBelow = 1 << 20
+	store.refused.Store(0)
+	_, rc, err := store.Open(meta.ID)
+	require.NoError(t, err)
+	rc.Close()
+	require.Empty(t, store.disk.expandRefused(), "a snapshot written out clears it")
+}
