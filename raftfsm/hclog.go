@@ -223,7 +223,17 @@ func errorLevel(msg string, args []any) slog.Level {
 		// A leader short of disk to write its state out for a follower
 		// says so itself, once a minute (logExpandRefused); raft would say
 		// it on every try.
-		if errors.Is(err, errExpandDiskFull) {
+		if errors.Is(err, errExpandDiskFull) || snapshotRefusedForSpace(err) {
+			return slog.LevelDebug
+		}
+	case "failed to copy snapshot", "failed to install snapshot":
+		// A follower short of disk space refuses the leader's snapshot,
+		// which raft sends again about every second: the follower says so
+		// itself, once a minute (logSnapshotRefused), and the leader's
+		// status names it. Raft said it at ERROR on both sides at every
+		// try (three lines a second). The leader has only the text of
+		// the follower's error.
+		if snapshotRefusedForSpace(err) {
 			return slog.LevelDebug
 		}
 	case "failed to decode incoming command":
@@ -251,6 +261,13 @@ func errorLevel(msg string, args []any) slog.Level {
 		}
 	}
 	return slog.LevelError
+}
+
+// snapshotRefusedForSpace says err is a follower's refusal of the
+// leader's snapshot for lack of disk space (errSnapshotDiskFull), on the
+// follower or, as its text, on the leader.
+func snapshotRefusedForSpace(err error) bool {
+	return errors.Is(err, errSnapshotDiskFull) || strings.Contains(err.Error(), errSnapshotDiskFull.Error())
 }
 
 // peerDownRepeats are raft's errors said on every try while a peer is

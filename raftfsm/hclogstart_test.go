@@ -219,3 +219,21 @@ func TestRaftLinesOfAFollowerRefusingAppendsForSpaceAreSpaced(t *testing.T) {
 	h.Error("failed to append to logs", "error", errors.New("raft-wal: bad thing"))
 	require.Contains(t, buf.String(), "level=ERROR", "another failure is still an error")
 }
+
+// A follower refusing the leader's snapshot for lack of disk space says so
+// once a minute (logSnapshotRefused); raft said it at ERROR at every try,
+// about once a second, on the follower ("failed to copy snapshot") and
+// twice on the leader, which has only the error's text (a walk of
+// docs/DISK.md: a node joined on a nearly full disk logged 19 in 16 s).
+func TestRaftErrorsOfARefusedSnapshotInstallAreDebug(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelInfo})))
+	refused := fmt.Errorf("%w: 11665408 bytes of the leader's snapshot received", errSnapshotDiskFull)
+	h.Error("failed to copy snapshot", "error", refused)
+	remote := errors.New(refused.Error())
+	h.Error("failed to install snapshot", "peer", "n3", "id", "3-310-1", "error", remote)
+	h.Error("failed to send snapshot to", "peer", "n3", "error", remote)
+	require.Empty(t, buf.String())
+	h.Error("failed to copy snapshot", "error", errors.New("unexpected EOF"))
+	require.Contains(t, buf.String(), "level=ERROR", "another failure is still an error")
+}
