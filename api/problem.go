@@ -132,6 +132,12 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "this node's raft log is stopped: the disk filled as it made the log's next segment file, so no leader can be elected here and the write was refused; nothing changed. Without a leader, reads answer 503 too, but with consistency=stale they are answered from this node's state; writes are accepted again once space is freed (the log reopens by itself)")
 		p.retryAfter = 30
 		return p
+	case errors.Is(err, raftfsm.ErrDiskTooSmall):
+		// Freeing space cannot help: the leader's disk is smaller than a
+		// node needs to take writes at all.
+		p = newProblem(http.StatusInsufficientStorage, codeStorageFull, "the leader's data dir is on a disk too small for it to take writes (its raft log's segments, --min-free-disk and the ballast do not fit), so the write was refused and nothing changed; reads still work. Freeing space cannot help: give the leader's data dir a larger disk (docs/DISK.md)")
+		p.retryAfter = 30
+		return p
 	case errors.Is(err, raftfsm.ErrStorageNearlyFull):
 		// The disk is above the threshold: saying it is below misled
 		// whoever checked df.

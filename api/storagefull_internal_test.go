@@ -40,3 +40,13 @@ func TestCommitWaitIsAnUnknownOutcome(t *testing.T) {
 	require.Contains(t, p.Detail, "its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
 	require.NotContains(t, p.Detail, "leadership changed")
 }
+
+// A leader whose data dir's disk is too small for it ever to take writes
+// does not tell the client that writes come back once space is freed.
+func TestStorageFullOnADiskTooSmallSaysFreeingCannotHelp(t *testing.T) {
+	p := storeProblem(fmt.Errorf("%w: 5 bytes free", raftfsm.ErrDiskTooSmall))
+	require.Equal(t, http.StatusInsufficientStorage, p.Status)
+	require.Equal(t, codeStorageFull, p.Code)
+	require.Contains(t, p.Detail, "Freeing space cannot help: give the leader's data dir a larger disk")
+	require.NotContains(t, p.Detail, "accepted again once space is freed")
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -41,6 +42,12 @@ var ErrLogStopped = fmt.Errorf("%w: this node's raft log is stopped", ErrStorage
 // The API says so: a client told the disk "is below its minimum free
 // space" read a df that said otherwise.
 var ErrStorageNearlyFull = fmt.Errorf("%w: no room to apply the write", ErrStorageFull)
+
+// ErrDiskTooSmall means the leader's data dir is on a disk too small for
+// it ever to take writes (its current raft log segment, the next one, the
+// threshold and the ballast do not fit): freeing space on it cannot help.
+// The 507 said that writes are taken again once space is freed.
+var ErrDiskTooSmall = fmt.Errorf("%w: the data dir's disk is too small", ErrStorageFull)
 
 // BallastFile is the name of the ballast in the data dir: space reserved
 // at start that the node gives back when its disk fills, so it can still
@@ -116,6 +123,10 @@ type diskGuard struct {
 	// of room, and how much of it had been received (fullStatus).
 	snapRefusedAt, snapRefusedBytes atomic.Int64
 	expandLog                       mono.Spacer // logExpandRefused's line
+	// tooSmall is the disk size the node needs when its data dir's disk
+	// is smaller (openDiskGuard), 0 otherwise: the node is storage-full
+	// for good, whatever is freed.
+	tooSmall uint64
 	// expandRefusedAt (mono.Now, 0: none since the last snapshot written
 	// out) is when this node last sent a follower no snapshot for lack of
 	// room on its own disk (expandRefused).
@@ -239,6 +250,7 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 		// segment; with the current one and the ballast, a smaller disk
 		// is storage-full for good, whatever is freed on it.
 		if need := segmentSize + g.fullBelow + uint64(g.ballastSize); total < need {
+			g.tooSmall = need
 			g.log.Warn("the data dir's disk is too small for this node to take writes: they stop while free space is under "+sizeText(g.fullBelow)+
 				" (--min-free-disk, never less than room for the raft log's next segment), and the log's current segment and the ballast take "+
 				sizeText(segmentSize+uint64(g.ballastSize))+" more; give the data dir a disk larger than "+sizeText(need)+" and its records (docs/DISK.md)",
@@ -381,6 +393,9 @@ func (g *diskGuard) settleStateLocked() bool {
 		if (*sole)() {
 			msg = "disk space low: writes are refused with 507 storage_full until space is freed; reads still work"
 		}
+		if g.tooSmall != 0 {
+			msg = strings.Replace(msg, "until space is freed", "for good: the data dir's disk is too small, and freeing space on it cannot help; give it a disk larger than "+sizeText(g.tooSmall)+" and its records", 1)
+		}
 		g.log.Error(msg, "free-bytes", free, "min-free-disk", g.minFree, "full-below", g.fullBelow, "data-dir", g.dir)
 		g.lastRemind = time.Now()
 	case full && !g.lowUnsaid && time.Since(g.lastRemind) >= diskRemind:
@@ -421,6 +436,9 @@ func (g *diskGuard) admit(op Op) error {
 		return nil
 	}
 	if clientWrite(op) {
+		if g.tooSmall != 0 {
+			return fmt.Errorf("%w: %d bytes free on the leader's disk, under the %d writes need, and the disk is smaller than the %d a node needs", ErrDiskTooSmall, g.free.Load(), g.fullBelow, g.tooSmall)
+		}
 		return fmt.Errorf("%w: %d bytes free on the leader's disk, under the %d writes need (--min-free-disk, and room for the raft log's next segment)", ErrStorageFull, g.free.Load(), g.fullBelow)
 	}
 	return nil

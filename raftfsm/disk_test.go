@@ -175,3 +175,29 @@ func TestRefusedStartLeavesNoNewDataDir(t *testing.T) {
 	require.ErrorContains(t, err, "nothing was changed")
 	require.DirExists(t, cfg.DataDir)
 }
+
+// On a disk too small for the node ever to take writes, its storage-full
+// line and its 507 said writes come back "once space is freed": freeing
+// space on it cannot help (a walk of docs/DISK.md: a 300 MB disk with the
+// default --min-free-disk). Both now say the disk is too small.
+func TestDiskTooSmallRefusesWritesForGood(t *testing.T) {
+	mnt := smallTmpfs(t, "128m")
+	var logs bytes.Buffer
+	cfg := DefaultConfig()
+	cfg.DataDir = mnt
+	cfg.MinFreeDisk = 16 << 20
+	cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil))
+	g, err := openDiskGuard(cfg)
+	require.NoError(t, err)
+	sole := func() bool { return true }
+	g.soleVoter.Store(&sole)
+	g.free.Store(64 << 20) // the raft log's first segment made
+	g.mu.Lock()
+	full := g.settleStateLocked()
+	g.mu.Unlock()
+	require.True(t, full)
+	require.Contains(t, logs.String(), "disk space low: writes are refused with 507 storage_full for good: the data dir's disk is too small, and freeing space on it cannot help")
+	err = g.admit(OpClaim)
+	require.ErrorIs(t, err, ErrDiskTooSmall)
+	require.ErrorIs(t, err, ErrStorageFull, "still a storage-full refusal")
+}
