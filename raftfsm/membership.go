@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"slices"
 	"sort"
@@ -1451,12 +1452,41 @@ func (n *Node) healthLoop() {
 			n.kept.clear(n) // a leader is a voter
 			n.measure(ctx)
 			n.noteVoterRoom()
+			n.dropSentSnapshot()
 			n.noteVoterRetention()
 			n.promote()
 			n.keyHandOff()
 			n.recordKeyChecks()
 		}
 	}
+}
+
+// dropSentSnapshot removes the stream last written out for a follower
+// (snapshotStore.sent) once every other member has answered this round
+// with an applied index at or past its index.
+func (n *Node) dropSentSnapshot() {
+	if n.snaps == nil {
+		return
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	least := uint64(math.MaxUint64)
+	n.peers.mu.Lock()
+	for _, m := range f.Configuration().Servers {
+		if string(m.ID) == n.self.ID {
+			continue
+		}
+		h := n.peers.byID[string(m.ID)]
+		if h == nil || h.err != "" || h.answeredAt.IsZero() {
+			n.peers.mu.Unlock()
+			return // not known to have it: kept until spareKeep
+		}
+		least = min(least, h.applied)
+	}
+	n.peers.mu.Unlock()
+	n.snaps.dropSpareApplied(least)
 }
 
 // peerAnswer is one member's answer to askOthers.
