@@ -243,6 +243,22 @@ func openDiskGuard(cfg Config) (*diskGuard, error) {
 		return nil, err
 	}
 	if g.minFree == 0 {
+		// The guard off, Pebble's writes wait for offFloor (engineFS):
+		// under it, a restart hung in Pebble's open, its HTTP port not
+		// yet bound, with a line saying that applied data could still be
+		// read.
+		if g.free.Load() < offFloor {
+			g.mu.Lock()
+			g.releaseLocked("so the node can start") // a ballast left from before
+			g.mu.Unlock()
+			if err := g.read(); err != nil {
+				return nil, err
+			}
+			if free := g.free.Load(); free < offFloor {
+				return nil, fmt.Errorf("raftfsm: the disk holding %s has %d bytes free, less than the %d bytes the node's store needs to open (--min-free-disk is 0: its writes would wait for that much, and the node would not serve meanwhile); nothing was changed: free some space on that disk and start the node again",
+					g.dir, free, uint64(offFloor))
+			}
+		}
 		return g, nil
 	}
 	if _, total, err := engine.DiskSize(g.dir); err == nil {
