@@ -155,6 +155,7 @@ func TestFullOneNodeStoreSpeaksOfNoOtherVoter(t *testing.T) {
 	require.True(t, n1.IsLeader())
 	require.Contains(t, logs.String(), "disk space low", "the node says its disk is full")
 	require.NotContains(t, logs.String(), "no other voter", "a one-node store has none to speak of")
+	require.NotContains(t, logs.String(), "fewer voters than a quorum", "nor of a quorum of voters")
 	// Its ERROR line spoke of leading and of followers ("while this node
 	// leads, ... a follower's writes go to the leader"): a one-node store
 	// has no follower, and leads whenever it runs.

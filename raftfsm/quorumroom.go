@@ -164,12 +164,17 @@ func (n *Node) noteVoterRoom() {
 	n.peers.mu.Unlock()
 	e.Quorum = e.Voters/2 + 1
 	if e.Voters == 0 || len(e.Room) >= e.Quorum {
-		if old := n.roomView.Swap(nil); old != nil && old.term == term {
+		if old := n.roomView.Swap(nil); old != nil && old.term == term && e.Voters > 1 {
 			n.log.Info("a quorum of the voters has room on their disks again: client writes are accepted again", "voters-with-room", strings.Join(e.Room, ","), "quorum", e.Quorum)
 		}
 		return
 	}
 	old := n.roomView.Swap(e)
+	if e.Voters == 1 {
+		// A one-node store: its own "disk space low" line says it all,
+		// and a line of voters and quorums beside it only puzzled.
+		return
+	}
 	remind := n.roomLog.Allow(diskRemind)
 	if remind || old == nil || old.term != term {
 		n.log.Warn("fewer voters than a quorum have room on their disks: this leader refuses client writes with 507 storage_full until space is freed on enough of them (they take no writes while under --min-free-disk)",
