@@ -1040,6 +1040,7 @@ func (n *Node) watchDisk() {
 	n.disk.soleVoter.Store(&sole)
 	n.disk.refresh() // the stores are open: the ballast is this node's to make
 	var h fullHandOff
+	var sh supersededHandOff
 	t := time.NewTicker(diskRefresh)
 	defer t.Stop()
 	for {
@@ -1049,6 +1050,7 @@ func (n *Node) watchDisk() {
 		case now := <-t.C:
 			n.disk.refresh()
 			h.step(n, now)
+			sh.step(n, now)
 		}
 	}
 }
@@ -1110,6 +1112,37 @@ func (h *fullHandOff) step(n *Node, now time.Time) {
 		return
 	}
 	n.log.Warn("this leader's disk is full: handed the leadership to a voter with room on its disk, so the cluster takes writes and linearizable reads again; this node falls behind until space is freed on its disk", "to", id, "data-dir", n.disk.dir, "free-bytes", n.disk.free.Load())
+}
+
+// supersededHandOff hands the leadership on from a leader whose state
+// diverged (Node.tailCut). Such a node is still a voter of the live
+// cluster, its log the cluster's: elected (its leader stopped, or handed
+// it the leadership), it answered every write 503, which every follower
+// forwarded to it, so the whole cluster refused writes for good, and it
+// would have sent followers that needed a snapshot its own state, which
+// lacks records the cluster acknowledged. It tries raft's choice of
+// voter every supersededHandOffEvery while it leads. A node left out of a
+// recovery is not one: it leads the old cluster, whose other members
+// would only hand it back.
+type supersededHandOff struct{ tried time.Time }
+
+const supersededHandOffEvery = 5 * time.Second
+
+func (h *supersededHandOff) step(n *Node, now time.Time) {
+	if !n.diverged.Load() || n.raft.State() != raft.Leader || now.Sub(h.tried) < supersededHandOffEvery {
+		return
+	}
+	h.tried = now
+	if !n.hasOtherVoter() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), fullHandOffWait)
+	defer cancel()
+	if err := n.transferLeadership(ctx, "", transferStopping); err != nil {
+		n.log.Warn("this node answers every request 503 (superseded.json) and leads: handing the leadership on failed; it tries again", "error", err)
+		return
+	}
+	n.log.Warn("this node answers every request 503 (superseded.json) and was elected: handed the leadership on, so the cluster takes writes again")
 }
 
 // hasOtherVoter says whether the configuration holds a voter besides this

@@ -106,6 +106,10 @@ type Node struct {
 	// supersededBy, once set, is why this node answers every request 503:
 	// its cluster was recovered without it (superseded.go).
 	supersededBy atomic.Pointer[string]
+	// diverged: supersededBy was set by a tail cut (Node.tailCut): this
+	// node is a voter of the live cluster, and hands on a leadership it
+	// gets (supersededHandOff).
+	diverged atomic.Bool
 	// keyView is what the leader's health loop last saw of the voters'
 	// encryption keys (keyuse.go's voterKeys).
 	keyView atomic.Pointer[voterKeysView]

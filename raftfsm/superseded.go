@@ -291,6 +291,7 @@ func (n *Node) tailCut(r *raft.Raft, min, max uint64) {
 			rec.From, rec.Address = string(id), string(addr)
 		}
 	}
+	n.diverged.Store(true)
 	n.markSuperseded(rec, "the leader replaced entries this node's state had applied: this data dir holds another history than the cluster's; it answers every request 503 from now on, and will not start on this data dir again")
 }
 

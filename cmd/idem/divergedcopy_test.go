@@ -80,6 +80,17 @@ func TestOldCopyAtAMembersAddressStopsServing(t *testing.T) {
 	require.Equal(t, 409, a.code, "e-1 claimed again: %s", a)
 	claimOK(t, n3.http, "after")
 
+	// Still a voter, its log the cluster's: handed the leadership (or
+	// elected when its leader stops), it answered every write 503 and so
+	// did the cluster through it, for good. It hands the leadership on.
+	out, code := cli(t, "transfer-leadership", "--id", "n2", "--addr", n3.http)
+	require.Equal(t, 0, code, "%s", out)
+	waitFor(t, 30*time.Second, "a claim through n3 once n2 led", func() (bool, string) {
+		a := call("POST", n3.http, "/v1/claim", claimReq("after-n2-led", ""))
+		return a.err == nil && a.code == 201, a.String()
+	})
+	require.Contains(t, n2.p.logs.String(), "handed the leadership on")
+
 	// It does not start on that data dir again, saying why.
 	n2.kill(t)
 	c.restart(n2, []string{"--node-id", "n2", "--min-free-disk", "0"})
