@@ -1079,7 +1079,10 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 		s.g.tailCut.Store(min) // a conflicting tail (StoreLogs)
 		s.g.forgetFrom(min)
 	}
-	if f := s.LogStore.tailCut; f != nil && ferr == nil && lerr == nil && min > first && max >= last {
+	// A range that starts past the log's end removed nothing (raft-wal's
+	// no-op): the snapshot goroutine's compaction, whose first index was
+	// read before an installed snapshot emptied the log, is no cut.
+	if f := s.LogStore.tailCut; f != nil && ferr == nil && lerr == nil && min > first && min <= last && max >= last {
 		f(min, max)
 	}
 	return nil
