@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -452,6 +453,9 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if err := recoverHook("rewritten"); err != nil {
 		return st, err
 	}
+	if err := o.jumpTerm(); err != nil {
+		return st, err
+	}
 	// The members left out must not serve their older state if they come
 	// back with their data dirs: this node tells them so (superseded.go).
 	if err := recordRecovery(dir, nodeID, before, peers, o.db.Meta().Applied, ""); err != nil {
@@ -462,6 +466,34 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	}
 	log.Info("raft configuration rewritten", "dir", dir, "peers", fmt.Sprint(peers), "applied-index", o.db.Meta().Applied)
 	return st, nil
+}
+
+// recoverTermJump is the least a recover raises the node's raft term by.
+const recoverTermJump = 1 << 20
+
+// jumpTerm raises the node's raft term far above any the members a
+// recovery leaves out may reach on their own. Those members may go on
+// (as a quorum of the old configuration) and write entries at the indexes
+// the recovered cluster writes its own at. When the terms there were the
+// same (the old members' elections and the recovered node's counted from
+// about the same term), raft's log matching took one history for the
+// other: a left-out member's old data dir started again at the addresses
+// of a node that joined the recovered cluster was taken in with its
+// tail, and served a state that lacked the cluster's acknowledged claims
+// (its state hash differed; half the runs of a walk). With the recovered
+// cluster's entries at terms no old member reaches, raft finds the
+// conflict and the node learns it holds another history (Node.tailCut).
+// The jump is random, so two recoveries of one cluster do not meet.
+func (o *offline) jumpTerm() error {
+	term, err := o.stable.GetUint64([]byte("CurrentTerm"))
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return fmt.Errorf("raftfsm: recover: read the raft term: %w", err)
+	}
+	term += recoverTermJump + rand.Uint64N(recoverTermJump)
+	if err := o.stable.SetUint64([]byte("CurrentTerm"), term); err != nil {
+		return fmt.Errorf("raftfsm: recover: raise the raft term: %w", err)
+	}
+	return nil
 }
 
 // checkNewest refuses a data dir whose state is older than the state its
