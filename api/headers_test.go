@@ -359,21 +359,7 @@ func TestHeaderListsGateOfANewLeaderKnowsAMemberDownWithTheOldOne(t *testing.T) 
 	t.Cleanup(func() { api.SetFeatureWatch(oldFirst, oldSettle, oldEvery) })
 	n := mustNode(t)
 	var down atomic.Bool
-	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if down.Load() {
-			if hj, ok := w.(http.Hijacker); ok {
-				if c, _, err := hj.Hijack(); err == nil {
-					c.Close() // no answer: killed
-					return
-				}
-			}
-		}
-		w.Header().Set("X-Idem-Features", "cluster-secret,batch-entry,header-lists")
-		io.WriteString(w, "{}")
-	}))
-	t.Cleanup(member.Close)
-	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-2", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
-	require.NoError(t, err)
+	joinFeaturedMember(t, n, down.Load)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	go n.api.WatchFeatures(ctx) // as idem serve runs it on every node
@@ -397,8 +383,28 @@ func TestFeatureWatchAsksAgainUntilEveryMemberAnswered(t *testing.T) {
 	t.Cleanup(func() { api.SetFeatureWatch(oldFirst, oldSettle, oldEvery) })
 	n := mustNode(t)
 	var state atomic.Int32 // 0: not up yet, 1: up, 2: killed
+	joinFeaturedMember(t, n, func() bool { return state.Load() != 1 })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go n.api.WatchFeatures(ctx)
+	time.Sleep(100 * time.Millisecond) // its first look finds the member silent
+	state.Store(1)
+	time.Sleep(200 * time.Millisecond)
+	state.Store(2)
+
+	s := sc("seen-later")
+	tok := n.mustClaim(s, fp1)["token"].(string)
+	r := n.complete(s, tok, map[string]any{"status": 201, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}})
+	require.Equal(t, http.StatusOK, r.status, "a member that answered with header lists after the watch's first look: %s", r)
+}
+
+// joinFeaturedMember adds to n's configuration a member n-2 whose /healthz
+// lists every gated feature, or, while silent() holds, closes each
+// connection unanswered (a member down or killed).
+func joinFeaturedMember(t *testing.T, n *testNode, silent func() bool) {
+	t.Helper()
 	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if state.Load() != 1 {
+		if silent() {
 			if hj, ok := w.(http.Hijacker); ok {
 				if c, _, err := hj.Hijack(); err == nil {
 					c.Close() // no answer
@@ -412,16 +418,4 @@ func TestFeatureWatchAsksAgainUntilEveryMemberAnswered(t *testing.T) {
 	t.Cleanup(member.Close)
 	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-2", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
-	go n.api.WatchFeatures(ctx)
-	time.Sleep(100 * time.Millisecond) // its first look finds the member silent
-	state.Store(1)
-	time.Sleep(200 * time.Millisecond)
-	state.Store(2)
-
-	s := sc("seen-later")
-	tok := n.mustClaim(s, fp1)["token"].(string)
-	r := n.complete(s, tok, map[string]any{"status": 201, "headers": map[string]any{"Set-Cookie": []any{"a=1", "b=2"}}})
-	require.Equal(t, http.StatusOK, r.status, "a member that answered with header lists after the watch's first look: %s", r)
 }

@@ -120,6 +120,30 @@ var (
 	givenPorts   = map[string]bool{}
 )
 
+// threeOnOneIP launches n1..n3 on one address (IDEM_TEST_IP, else
+// 127.0.0.9), three ports each, forming with --bootstrap-expect 3 and
+// --min-free-disk 0; it does not wait for them (the caller's c.leader()
+// does).
+func threeOnOneIP(t *testing.T) *testCluster {
+	t.Helper()
+	ip := testIP("127.0.0.9") // one address, three ports: IDEM_TEST_IP keeps a shared machine's run on its own
+	root := t.TempDir()
+	c := &testCluster{t: t}
+	for i := 1; i <= 3; i++ {
+		c.nodes = append(c.nodes, &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
+			http: freePortOn(t, ip), raft: freePortOn(t, ip)})
+	}
+	var all []string
+	for _, n := range c.nodes {
+		all = append(all, n.http)
+	}
+	for _, n := range c.nodes {
+		n.args = []string{"--node-id", n.id, "--bootstrap-expect", "3", "--join", strings.Join(all, ","), "--min-free-disk", "0"}
+		n.p = launch(t, n.dir, n.http, n.raft, n.args...)
+	}
+	return c
+}
+
 // newCluster starts n1..n3 on 127.0.0.11..13 with common flags plus each
 // node's own, and waits until every node shows three voters, one leader and
 // every HTTP address.

@@ -214,21 +214,7 @@ func recoverAndCheck(t *testing.T, dir, httpAddr, raftAddr string, args, keys []
 // the node from its peers) leaves every acknowledged response on every
 // node, byte for byte.
 func TestDamagedLogEntryIsNeverReplicated(t *testing.T) {
-	ip := testIP("127.0.0.9") // one address, three ports: IDEM_TEST_IP keeps a shared machine's run on its own
-	root := t.TempDir()
-	c := &testCluster{t: t}
-	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
-			http: freePortOn(t, ip), raft: freePortOn(t, ip)})
-	}
-	var all []string
-	for _, n := range c.nodes {
-		all = append(all, n.http)
-	}
-	for _, n := range c.nodes {
-		n.args = []string{"--node-id", n.id, "--bootstrap-expect", "3", "--join", strings.Join(all, ","), "--min-free-disk", "0"}
-		n.p = launch(t, n.dir, n.http, n.raft, n.args...)
-	}
+	c := threeOnOneIP(t)
 	leader := c.leader()
 	body := func(key string) string { return "response-of-" + key + "-" + strings.Repeat("x", 48) }
 	acked := func(addr, key string) {

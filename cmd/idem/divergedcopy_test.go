@@ -3,8 +3,6 @@ package main
 import (
 	"fmt"
 	"os"
-	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -23,21 +21,7 @@ import (
 // them be claimed again. Such a node now stops serving, as a member left
 // out of a recovery does, and refuses to start on that data dir again.
 func TestOldCopyAtAMembersAddressStopsServing(t *testing.T) {
-	ip := testIP("127.0.0.9") // one address, three ports: IDEM_TEST_IP keeps a shared machine's run on its own
-	root := t.TempDir()
-	c := &testCluster{t: t}
-	for i := 1; i <= 3; i++ {
-		c.nodes = append(c.nodes, &cnode{id: fmt.Sprintf("n%d", i), ip: ip, dir: filepath.Join(root, fmt.Sprintf("n%d", i)),
-			http: freePortOn(t, ip), raft: freePortOn(t, ip)})
-	}
-	var all []string
-	for _, n := range c.nodes {
-		all = append(all, n.http)
-	}
-	for _, n := range c.nodes {
-		n.args = []string{"--node-id", n.id, "--bootstrap-expect", "3", "--join", strings.Join(all, ","), "--min-free-disk", "0"}
-		n.p = launch(t, n.dir, n.http, n.raft, n.args...)
-	}
+	c := threeOnOneIP(t)
 	n1, n2, n3 := c.node("n1"), c.node("n2"), c.node("n3")
 	claimOK(t, c.leader().http, "a-1")
 	waitSameState(t, c.nodes...)
