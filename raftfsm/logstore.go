@@ -1075,14 +1075,17 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 	if err := s.LogStore.DeleteRange(min, max); err != nil {
 		return err
 	}
-	if s.g != nil && ferr == nil && lerr == nil && min > first && max >= last {
+	// A range from past the log's head to its end is a conflicting tail
+	// raft replaces (its compactions start at the head).
+	tail := ferr == nil && lerr == nil && min > first && max >= last
+	if s.g != nil && tail {
 		s.g.tailCut.Store(min) // a conflicting tail (StoreLogs)
 		s.g.forgetFrom(min)
 	}
 	// A range that starts past the log's end removed nothing (raft-wal's
 	// no-op): the snapshot goroutine's compaction, whose first index was
 	// read before an installed snapshot emptied the log, is no cut.
-	if f := s.LogStore.tailCut; f != nil && ferr == nil && lerr == nil && min > first && min <= last && max >= last {
+	if f := s.LogStore.tailCut; f != nil && tail && min <= last {
 		f(min, max)
 	}
 	return nil
