@@ -312,17 +312,21 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		if open := openMembers(ctx, st, configs, append(opts, tlsOpts...)); len(open) > 0 {
 			fmt.Fprintf(stdout, "WARNING: %s answered GET /v1/config without a token while other members check tokens: a release that does not record --auth-file in its data dir, started without it (a rollback from a unit file that lost the line?). It serves anyone every principal's records there (consistency=stale). Start it with the --auth-file the other nodes use (docs/SECURITY.md)\n", strings.Join(open, ", "))
 		}
-		drift, reloadFailed := settingsDrift(st, configs)
-		if len(reloadFailed) > 0 {
-			fmt.Fprintln(stdout, "WARNING: the last SIGHUP did not reload the --auth-file of these members: the tokens loaded before stay in force there (a token removed from the file still works, one added does not yet). Fix the file (idem token check FILE says what is wrong) and kill -HUP them again:")
-			for _, r := range reloadFailed {
-				fmt.Fprintln(stdout, "  "+r)
-			}
-		}
-		if failed := tlsReloadFailed(st, configs); len(failed) > 0 {
-			fmt.Fprintln(stdout, "WARNING: the last SIGHUP did not reload the --tls-* files of these members: the certificate and CAs loaded before stay in force there (after a CA rotation's last step, the old CA is still trusted there, by raft too; a renewed certificate is not served). Fix the files and kill -HUP them again:")
-			for _, r := range failed {
-				fmt.Fprintln(stdout, "  "+r)
+		drift := settingsDrift(st, configs)
+		for _, r := range []struct {
+			warning string
+			whyOf   func(*client.ServerConfig) string
+		}{
+			{"WARNING: the last SIGHUP did not reload the --auth-file of these members: the tokens loaded before stay in force there (a token removed from the file still works, one added does not yet). Fix the file (idem token check FILE says what is wrong) and kill -HUP them again:",
+				func(c *client.ServerConfig) string { return c.AuthFileReloadError }},
+			{"WARNING: the last SIGHUP did not reload the --tls-* files of these members: the certificate and CAs loaded before stay in force there (after a CA rotation's last step, the old CA is still trusted there, by raft too; a renewed certificate is not served). Fix the files and kill -HUP them again:",
+				func(c *client.ServerConfig) string { return c.TLSReloadError }},
+		} {
+			if failed := reloadFailed(st, configs, r.whyOf); len(failed) > 0 {
+				fmt.Fprintln(stdout, r.warning)
+				for _, f := range failed {
+					fmt.Fprintln(stdout, "  "+f)
+				}
 			}
 		}
 		if len(drift) > 0 {
@@ -644,7 +648,7 @@ func memberConfig(ctx context.Context, addr string, opts []client.Option) (*clie
 // --retention, which the first claim's leader will pin. One line per setting that differs ("retention: n1
 // 24h0m0s, n3 1h0m0s"); a member that does not answer is left out.
 // configs are the members' answers (memberConfigs).
-func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift, reloadFailed []string) {
+func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift []string) {
 	type view struct {
 		id  string
 		cfg map[string]string
@@ -667,9 +671,6 @@ func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift, re
 			// A follower decides a stale lookup with its own auth file:
 			// one that differs lets a token read other principals there.
 			v["auth file digest"] = cfg.AuthFileDigest
-		}
-		if cfg.AuthFileReloadError != "" {
-			reloadFailed = append(reloadFailed, m.ID+": "+cfg.AuthFileReloadError)
 		}
 		views = append(views, view{m.ID, v})
 	}
@@ -699,18 +700,21 @@ func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift, re
 			drift = append(drift, k+": "+strings.Join(vals, ", "))
 		}
 	}
-	return drift, reloadFailed
+	return drift
 }
 
-// tlsReloadFailed names each member whose last SIGHUP did not reload its
-// TLS files, with why (GET /v1/config's tls_reload_error): only its log
-// said so, and a CA rotation's last step that failed there left the old
-// CA trusted by it while every other member refused it.
-func tlsReloadFailed(st raftfsm.Status, configs []*client.ServerConfig) []string {
+// reloadFailed names each member whose last SIGHUP did not reload the
+// files whyOf reads the failure of from its GET /v1/config (its auth
+// file, its TLS files), with why: only its log said so, and a CA
+// rotation's last step that failed there left the old CA trusted by it
+// while every other member refused it.
+func reloadFailed(st raftfsm.Status, configs []*client.ServerConfig, whyOf func(*client.ServerConfig) string) []string {
 	var failed []string
 	for i, m := range st.Nodes {
-		if i < len(configs) && configs[i] != nil && configs[i].TLSReloadError != "" {
-			failed = append(failed, m.ID+": "+configs[i].TLSReloadError)
+		if i < len(configs) && configs[i] != nil {
+			if why := whyOf(configs[i]); why != "" {
+				failed = append(failed, m.ID+": "+why)
+			}
 		}
 	}
 	return failed

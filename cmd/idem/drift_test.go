@@ -35,7 +35,7 @@ func TestSettingsDriftLeavesOutASettingANodeDoesNotPublish(t *testing.T) {
 		return m
 	}
 	st := raftfsm.Status{Nodes: []raftfsm.Member{member("n1", older), member("n2", newer), member("n3", newest)}}
-	out, _ := settingsDrift(st, memberConfigs(context.Background(), st, nil))
+	out := settingsDrift(st, memberConfigs(context.Background(), st, nil))
 	require.Equal(t, []string{"max_keys_per_principal: n1 100000, n2 5, n3 100000"}, out)
 }
 
@@ -70,10 +70,10 @@ func TestSettingsDriftNamesAnotherAuthFile(t *testing.T) {
 		m.ID, m.HTTPAddr = id, id+":1"
 		st.Nodes = append(st.Nodes, m)
 	}
-	out, _ := settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
+	out := settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
 	require.Equal(t, []string{"auth file digest: n1 aaaa, n2 aaaa, n3 bbbb"}, out)
 
 	rt["n3:1"] = strings.Replace(config("aaaa"), "3600000", "7200000", 1)
-	out, _ = settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
+	out = settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
 	require.Equal(t, []string{"max_lease_ms: n1 1h0m0s, n2 1h0m0s, n3 2h0m0s, n4 1h0m0s"}, out)
 }
