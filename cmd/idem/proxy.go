@@ -985,23 +985,16 @@ func (p *proxy) warnUpstreamOutlivesShutdown() {
 	}
 }
 
-// ignoreHUP logs each SIGHUP and goes on: an operator who reloads every
-// idem process after editing an auth file or renewing certificates ended
-// the proxy and the requests it held (the upstream may have done their
-// work, their keys left in progress until the lease ran out). The proxy
-// reads its files only at start.
+// ignoreHUP logs each SIGHUP and goes on (serve's reloadOnHUP, with no
+// reload): an operator who reloads every idem process after editing an
+// auth file or renewing certificates ended the proxy and the requests it
+// held (the upstream may have done their work, their keys left in
+// progress until the lease ran out). The proxy reads its files only at
+// start.
 func (p *proxy) ignoreHUP(ctx context.Context) {
-	if p.cfg.hup == nil {
-		return
-	}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.cfg.hup:
-			p.log.Warn("SIGHUP ignored: idem proxy reads its files (--store-token-file, --hash-key-file, --tls-*, --ca-file) only at start; restart it to read them again")
-		}
-	}
+	reloadOnHUP(ctx, p.cfg.hup, func() {
+		p.log.Warn("SIGHUP ignored: idem proxy reads its files (--store-token-file, --hash-key-file, --tls-*, --ca-file) only at start; restart it to read them again")
+	}, true, p.log)
 }
 
 func (p *proxy) run(ctx context.Context) error {
