@@ -2,9 +2,7 @@ package main
 
 import (
 	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -17,41 +15,22 @@ import (
 // goes by id (the leader cannot tell that node from the old data dir): it
 // says so, and the way out, an empty data dir and --join, takes it in.
 func TestReaddOfARejoinedLeftOutIDSaysWhy(t *testing.T) {
-	ip := testIP("127.0.0.9")
-	root := t.TempDir()
-	h1, r1, h2, r2 := freePortOn(t, ip), freePortOn(t, ip), freePortOn(t, ip), freePortOn(t, ip)
-	d1, d2 := filepath.Join(root, "n1"), filepath.Join(root, "n2")
-	args1 := []string{"--node-id", "n1", "--min-free-disk", "0"}
-	args2 := []string{"--node-id", "n2", "--join", h1, "--min-free-disk", "0"}
-	voter := func(id string) {
-		waitFor(t, 30*time.Second, id+" a voter", func() (bool, string) {
-			v, _ := memberAt(t, h1, id)
-			return v.Suffrage == "voter" && v.Healthy, ""
-		})
-	}
-	n1 := &cnode{id: "n1", p: start(t, d1, h1, r1, args1...)}
-	n2 := &cnode{id: "n2", p: start(t, d2, h2, r2, args2...)}
-	voter("n2")
-	n2.kill(t)
-	n1.kill(t)
-	out, err := idemCmd(t, "recover", "--data-dir", d1, "--node-id", "n1", "--peers", "n1="+r1, "--yes")
-	require.NoError(t, err, "%s", out)
-	n1.p = start(t, d1, h1, r1, args1...)
-	require.NoError(t, os.Rename(d2, d2+".old"))
-	n2.p = start(t, d2, h2, r2, args2...)
-	voter("n2")
+	l := recoverWithoutN2(t, nil)
+	require.NoError(t, os.Rename(l.d2, l.d2+".old"))
+	l.n2.p = start(t, l.d2, l.h2, l.r2, l.args2...)
+	l.waitVoter(t, "n2")
 
-	out, err = idemCmd(t, "cluster", "remove", "--addr", h1, "--id", "n2")
+	out, err := idemCmd(t, "cluster", "remove", "--addr", l.h1, "--id", "n2")
 	require.NoError(t, err, "%s", out)
-	waitForLine(t, n2.p.logs, "not in the cluster's configuration")
-	out, err = idemCmd(t, "cluster", "join", "--addr", h1, "--id", "n2", "--raft-addr", r2, "--node-http-addr", h2)
+	waitForLine(t, l.n2.p.logs, "not in the cluster's configuration")
+	out, err = idemCmd(t, "cluster", "join", "--addr", l.h1, "--id", "n2", "--raft-addr", l.r2, "--node-http-addr", l.h2)
 	require.Error(t, err, "%s", out)
 	require.Contains(t, out, "foreign_cluster")
 	require.Contains(t, out, "refused by id, also for a node n2 that joined this cluster empty since and was removed again")
 
 	// The way out it gives.
-	n2.stop(t)
-	require.NoError(t, os.Rename(d2, d2+".removed"))
-	n2.p = launch(t, d2, h2, r2, args2...)
-	voter("n2")
+	l.n2.stop(t)
+	require.NoError(t, os.Rename(l.d2, l.d2+".removed"))
+	l.n2.p = launch(t, l.d2, l.h2, l.r2, l.args2...)
+	l.waitVoter(t, "n2")
 }
