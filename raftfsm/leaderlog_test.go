@@ -44,4 +44,7 @@ func TestLeaderChangesAreLoggedAtInfo(t *testing.T) {
 		"n1's log:\n%s", logs[0].String())
 	time.Sleep(3 * time.Second)
 	require.Equal(t, before+1, strings.Count(logs[0].String(), none), "n1's log:\n%s", logs[0].String())
+	// n2, stopped as it led, said nothing of losing its leader: it lost
+	// it by stopping.
+	require.NotContains(t, logs[1].String(), `no leader now: an election is under way, or the leader cannot be reached" last-leader=n2`, "n2's log:\n%s", logs[1].String())
 }

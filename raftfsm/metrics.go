@@ -160,8 +160,10 @@ func newStateCollector(n *Node) *stateCollector {
 // works in raft's observer filter, which raft calls synchronously for
 // every observation, so no goroutine or channel is needed and nothing is
 // missed between scrapes (a gauge sampled at scrape time would miss a
-// change and its change back).
-func watchLeaderChanges(r *raft.Raft, c prometheus.Counter, log *slog.Logger, self raft.ServerID) {
+// change and its change back). A node closing loses its leader too, as
+// raft shuts down: closing says so, and the line is not logged then (a
+// Ctrl-C of a one-node store read "an election is under way").
+func watchLeaderChanges(r *raft.Raft, c prometheus.Counter, log *slog.Logger, self raft.ServerID, closing func() bool) {
 	var mu sync.Mutex
 	var last raft.ServerID
 	known := false
@@ -176,6 +178,9 @@ func watchLeaderChanges(r *raft.Raft, c prometheus.Counter, log *slog.Logger, se
 		case lo.LeaderID == "":
 			if known {
 				known = false
+				if closing() {
+					return false
+				}
 				log.Info("this node knows no leader now: an election is under way, or the leader cannot be reached", "last-leader", string(last), "term", r.CurrentTerm())
 			}
 		case lo.LeaderID != last || !known:

@@ -404,7 +404,7 @@ func open(cfg Config) (*Node, error) {
 	trans.arm(n.raft)
 	started.Store(n.raft)
 	close(running)
-	watchLeaderChanges(n.raft, n.metrics.LeaderChanges, n.log, raft.ServerID(n.self.ID))
+	watchLeaderChanges(n.raft, n.metrics.LeaderChanges, n.log, raft.ServerID(n.self.ID), n.closing.Load)
 	if cfg.Registry != nil {
 		cfg.Registry.MustRegister(newStateCollector(n))
 		cfg.Registry.MustRegister(newKeyCollector(n))
