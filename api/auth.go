@@ -253,8 +253,8 @@ const maxPatternBytes = 1024
 //
 // A UTF-8 byte-order mark before the JSON is skipped. In the old format a
 // line that cannot be a bearer token (a space, a control or non-ASCII byte,
-// a start of JSON: '{', '[' or '"', or a JSON literal: null, true or
-// false) is refused, naming the line: every
+// a start of JSON: '{', '[' or '"', or a null or boolean word in any
+// case: null, true, false, None) is refused, naming the line: every
 // line there is an admin token, so a file of another format, or JSON
 // behind a byte-order mark, would otherwise turn its own text into one.
 func ParseAuthFile(b []byte) (*Credentials, error) {
@@ -307,17 +307,24 @@ func (c *Credentials) OpenLastToken(prev *Credentials) (line int, open bool) {
 	return c.legacyLines[len(c.legacyLines)-1], true
 }
 
+// valueWords are what a tool prints for a value that is not there or a
+// boolean, in place of a token: a line that is one of them, in any case,
+// is refused (plainToken).
+var valueWords = []string{"null", "true", "false", "none"}
+
 // plainToken says why t, a line of an old-format file, cannot be a bearer
 // token.
 func plainToken(t string) error {
 	if t[0] == '[' || t[0] == '"' || t[0] == '{' {
 		return fmt.Errorf("starts with %q, as JSON does", t[0])
 	}
-	if t == "null" || t == "true" || t == "false" {
+	if slices.ContainsFunc(valueWords, func(w string) bool { return strings.EqualFold(t, w) }) {
 		// jq writes null for a path the file lacks: an auth file rebuilt
 		// with a mistaken filter (jq '.token' auth.json > new.json) was,
 		// after a SIGHUP, the admin token "null" in place of every token.
-		return fmt.Errorf("is the JSON value %s (what jq writes for a field that is not there), not a token", t)
+		// Other tools spell the same mistake otherwise (YAML's NULL and
+		// True, Python's None and False), and each was an admin token.
+		return fmt.Errorf("is the word %s (what jq, yq or Python print for a field that is not there, or a true/false value), not a token", t)
 	}
 	for i := 0; i < len(t); i++ {
 		if c := t[i]; c <= ' ' || c >= 0x7f {
