@@ -438,11 +438,19 @@ func (g *diskGuard) releaseLocked(why string) bool {
 	if err != nil || size == 0 {
 		return false
 	}
+	// Read here, before the removal: proposals, appends and waits read the
+	// free space again without g.mu, and the cached value, read after the
+	// removal, could be what it gave back (and, after a Pebble write that
+	// failed, be a second old).
+	before, err := engine.DiskFree(g.dir)
+	if err != nil {
+		before = g.free.Load()
+	}
 	if err := engine.RemoveBallast(g.ballast); err != nil {
 		g.log.Error("disk nearly full and the ballast cannot be removed", "path", g.ballast, "error", err)
 		return false
 	}
-	g.log.Warn("disk nearly full: removed the ballast "+why, "ballast-bytes", size, "free-bytes-before", g.free.Load(), "data-dir", g.dir)
+	g.log.Warn("disk nearly full: removed the ballast "+why, "ballast-bytes", size, "free-bytes-before", before, "data-dir", g.dir)
 	return true
 }
 
