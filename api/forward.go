@@ -160,6 +160,18 @@ func peerURL(t *raftfsm.TLS, addr, uri string) string {
 	return (&url.URL{Scheme: scheme, Host: addr}).String() + uri
 }
 
+// commitExtra is what --commit-timeout adds to its default (0 when not
+// raised): a forward waits that much longer for the leader's answer than
+// LeaderWait. Without it a write sent through a follower was cut at the
+// follower's 3 s (503 outcome unknown, and a warning in its log) however
+// long the flag let the leader wait for its disk and its quorum.
+func (s *Server) commitExtra() time.Duration {
+	if s.cfg.CommitTimeout == 0 {
+		return 0
+	}
+	return max(0, s.cfg.CommitTimeout-raftfsm.DefaultConfig().ApplyTimeout)
+}
+
 // notAppliedHeader marks the answer to a forwarded request that the node
 // provably did not apply (it was not the leader, or it refused before
 // proposing), so the follower that forwarded it may try the new leader.
@@ -268,7 +280,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 // not apply the request and there is time left to try another: the caller
 // waits for a leader and tries again.
 func (f *forwarder) forward(w http.ResponseWriter, r *http.Request, body []byte, addr string, deadline time.Time) bool {
-	ctx, cancel := context.WithDeadline(r.Context(), later(deadline, time.Now().Add(minForwardWait)))
+	ctx, cancel := context.WithDeadline(r.Context(), later(deadline.Add(f.s.commitExtra()), time.Now().Add(minForwardWait)))
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, r.Method, peerURL(f.s.cfg.PeerTLS, addr, r.URL.RequestURI()), bytes.NewReader(body))
 	if err != nil {

@@ -78,8 +78,13 @@ type Config struct {
 	// LeaderWait is how long a request waits for a leader during an
 	// election before answering 503.
 	LeaderWait time.Duration
-	Logger     *slog.Logger
-	Gatherer   prometheus.Gatherer
+	// CommitTimeout is the leader's bound on a write's wait to be
+	// committed (raftfsm.Config.ApplyTimeout, --commit-timeout; 0: its
+	// default). What it adds to the default, a follower's forward of a
+	// request waits longer for the leader's answer (commitExtra).
+	CommitTimeout time.Duration
+	Logger        *slog.Logger
+	Gatherer      prometheus.Gatherer
 }
 
 // Server is the HTTP API of one node.

@@ -77,6 +77,7 @@ type serveConfig struct {
 	clockOffset                     time.Duration
 	shutdownTimeout                 time.Duration
 	fullDiskStopTimeout             time.Duration
+	commitTimeout                   time.Duration
 	pprof                           bool
 	injectBug                       string
 	tls                             serveTLSFlags // tls.go
@@ -89,6 +90,17 @@ type serveConfig struct {
 	// maximum (lowerUnreachableLimits), logged once the logger exists.
 	lowered []string
 }
+
+// minCommitTimeout and maxCommitTimeout bound --commit-timeout. Under a
+// second, an fsync or an election of the usual length turns writes a
+// moment from committed into 503s of unknown outcome. Past a minute the
+// disk has failed rather than slowed, and each write waiting holds its
+// --max-inflight slot and its body's --max-inflight-bytes that long,
+// after its client has given up.
+const (
+	minCommitTimeout = time.Second
+	maxCommitTimeout = time.Minute
+)
 
 // fewTrailingLogs is the --trailing-logs below which a start warns: a
 // follower that falls that far behind gets the whole state as a snapshot.
@@ -178,6 +190,7 @@ func serveFlags(fs *flag.FlagSet) *serveConfig {
 	fs.BoolVar(&c.pprof, "pprof", false, "serve Go profiles under /debug/pprof/ on the HTTP address (for profiling; admin tokens only when --auth-file is set)")
 	fs.StringVar(&c.injectBug, "inject-bug", "", "TEST ONLY: break this node on purpose to prove the chaos checker fails (local-reads, skip-uniqueness)")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", 10*time.Second, "how long to drain HTTP requests on SIGINT/SIGTERM")
+	fs.DurationVar(&c.commitTimeout, "commit-timeout", d.ApplyTimeout, "how long the leader waits for a write to be stored by a quorum and applied before it answers 503 unavailable, outcome unknown (a retry with the same claim_id is safe; the write stays in the raft log); it also bounds linearizable reads and membership changes. Raise it for disks whose fsyncs take seconds, with the clients' timeouts (idem proxy's --store-timeout). From 1s to 1m")
 	fs.DurationVar(&c.fullDiskStopTimeout, "full-disk-stop-timeout", 30*time.Second, "on SIGINT/SIGTERM with the data dir's disk under --min-free-disk, how long stopping waits for raft log applies held up for space before the node exits without them, with status 1 (they are in the raft log and are applied at the next start)")
 	connFlags(fs, c) // listen.go
 	c.tls.register(fs)
@@ -478,6 +491,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.fullDiskStopTimeout < 0 {
 		bad("--full-disk-stop-timeout %s must be 0 or more", c.fullDiskStopTimeout)
+	}
+	if c.commitTimeout < minCommitTimeout || c.commitTimeout > maxCommitTimeout {
+		bad("--commit-timeout %s must be from 1s to 1m: how long a write may wait to be committed before it is answered 503 (outcome unknown); the default is %s", c.commitTimeout, raftfsm.DefaultConfig().ApplyTimeout)
 	}
 	if most := maxClockOffset(c.retention); c.clockOffset < -most || c.clockOffset > most {
 		bad("--clock-offset %s is more than %s either way, the most it takes (24h, or twice --retention when that is more): it is a test flag, for a clock off by hours or pushed past every record's expiry; leave it out on a real node", c.clockOffset, most)
@@ -1280,6 +1296,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.Bootstrap = c.join == "" && c.bootstrapExpect <= 1
 	rc.BucketWidth = c.bucketWidth
 	rc.SnapshotThreshold, rc.SnapshotInterval, rc.TrailingLogs = c.snapshotThreshold, c.snapshotInterval, c.trailingLogs
+	rc.ApplyTimeout = c.commitTimeout
 	rc.ClockOffset = c.clockOffset
 	rc.Scope = c.scope
 	rc.Retention = c.retention
@@ -1419,6 +1436,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		Retention: c.retention, DefaultLease: c.lease, BucketWidth: c.bucketWidth,
 		PrincipalScope: c.scope == "principal", BootstrapExpect: c.bootstrapExpect, Limits: c.limits, MaxBatchOps: c.maxBatchOps, Auth: auth, NodeToken: nodeToken,
 		Logger: log, Gatherer: reg, PeerTLS: tlsConf, TLSReloadError: c.tls.reloadError,
+		CommitTimeout: c.commitTimeout,
 	})
 	reg.MustRegister(srv.Collectors()...)
 	reg.MustRegister(api.ListenerCollectors(cl, srv)...)
@@ -1479,7 +1497,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	log.Info("idem serving",
 		"node-id", c.nodeID, "http-addr", ln.Addr().String(), "raft-addr", c.raftAddr,
 		"data-dir", c.dataDir, "retention", retention.String(), "bucket-width", c.bucketWidth.String(), "bucket-width-from", widthFrom,
-		"scope", c.scope, "version", rc.Version)
+		"scope", c.scope, "commit-timeout", c.commitTimeout.String(), "version", rc.Version)
 	if c.minFreeDisk == 0 {
 		// Said once at each start: nothing else says the guard is off
 		// until the disk is full.
