@@ -89,10 +89,15 @@
 //     client as trailers, as net/http sends them. A status below 500 is stored with a
 //     complete whose context the client's disconnect cannot cancel (a lost
 //     complete would run the payment again on retry), but for 408, 425 and
-//     429, which say "not now". Those, a 5xx, a panic or an answer whose
-//     Content-Length is not the length of what the handler wrote (its
-//     caller's transfer broke) release the claim (then the panic goes on),
-//     so a retry runs again.
+//     429, which say "not now", and 401 and 403, which refuse the caller's
+//     credential or rights: the request did not run, and stored, an
+//     expired token's 401 was replayed for the whole retention to the
+//     retry with a fresh one (a Principal that names the account). Those,
+//     a 5xx, a panic or an answer whose Content-Length is not the length
+//     of what the handler wrote (its caller's transfer broke) release the
+//     claim (then the panic goes on), so a retry runs again. A handler
+//     must not answer 401 or 403 once it has done the work: its retry
+//     would run it again.
 //   - replay: Options.Reauthorize, when set, decides whether this caller may
 //     still see the stored answer (403 reauthorization_failed otherwise);
 //     then the stored status, headers (a header sent twice, two Set-Cookie,

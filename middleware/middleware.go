@@ -1585,7 +1585,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 			m.release(r, s, c.Token, "the caller went away and the handler stopped without an answer")
 			return false
 		})
-	case rec.status() >= 500 || notYet(rec.status()):
+	case rec.status() >= 500 || notYet(rec.status()) || notThisCaller(rec.status()):
 		reason := fmt.Sprintf("handler answered %d", rec.status())
 		m.storeThenAnswer(rec, func() bool { m.release(r, s, c.Token, reason); return false })
 	case rec.broken():
@@ -1644,6 +1644,18 @@ func (m *mw) storeThenAnswer(rec *recorder, tell func() (lost bool)) {
 // retry runs.
 func notYet(status int) bool {
 	return status == http.StatusRequestTimeout || status == http.StatusTooEarly || status == http.StatusTooManyRequests
+}
+
+// notThisCaller reports 401 Unauthorized and 403 Forbidden: the handler
+// (an upstream, behind idem proxy) refused the caller's credential or its
+// rights, and did not do the work. Stored, an expired token's 401 was
+// replayed for the whole retention to the caller's retry with a fresh one
+// (under a Principal that names the account, not the token), and the
+// payment never ran; a payment API (Stripe) stores no answer of a request
+// that failed authentication. Released, as a 5xx is, the retry runs; an
+// authorization that refuses again refuses again.
+func notThisCaller(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden
 }
 
 // keepLease extends the lease every third of it until stop, that is until

@@ -11,7 +11,7 @@ import (
 // dial succeeds, but nothing is ever read or answered. Closed with t.
 func HungNode(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(IP(), "0"))
 	if err != nil {
 		t.Fatal(err)
 	}

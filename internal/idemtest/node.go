@@ -8,7 +8,9 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
+	"os"
 	"sync"
 	"testing"
 	"time"
@@ -44,9 +46,19 @@ type Options struct {
 	MinLease, MaxLease time.Duration
 }
 
+// IP is the loopback address a test's servers listen on: IDEM_TEST_IP (a
+// shared machine's own), else 127.0.0.1.
+func IP() string {
+	if v := os.Getenv("IDEM_TEST_IP"); v != "" {
+		return v
+	}
+	return "127.0.0.1"
+}
+
 // Node is a running one-node store.
 type Node struct {
-	// URL is the base URL of its HTTP API, e.g. http://127.0.0.1:41234.
+	// URL is the base URL of its HTTP API, e.g. http://127.0.0.1:41234 (on
+	// IDEM_TEST_IP when set).
 	URL  string
 	srv  *httptest.Server
 	node *raftfsm.Node
@@ -61,7 +73,7 @@ func Start(tb testing.TB, o Options) *Node {
 	reg := prometheus.NewRegistry()
 	rc := raftfsm.DefaultConfig()
 	rc.DataDir = tb.TempDir()
-	rc.RaftAddr = "127.0.0.1:0"
+	rc.RaftAddr = net.JoinHostPort(IP(), "0")
 	rc.Bootstrap = true
 	rc.BucketWidth = time.Hour
 	rc.Registry = reg
@@ -98,6 +110,14 @@ func Start(tb testing.TB, o Options) *Node {
 		cfg.Limits.MaxRequestBytes = o.MaxRequestBytes
 	}
 	srv := httptest.NewUnstartedServer(nil)
+	if ip := IP(); ip != "127.0.0.1" {
+		ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+		if err != nil {
+			tb.Fatalf("idemtest: listen: %v", err)
+		}
+		srv.Listener.Close()
+		srv.Listener = ln
+	}
 	rc.HTTPAdvertise = srv.Listener.Addr().String()
 	node, err := raftfsm.Open(rc)
 	if err != nil {

@@ -54,11 +54,22 @@ func newEnv(t *testing.T, o middleware.Options, h http.Handler) *env {
 	require.NoError(t, err)
 	mux := http.NewServeMux()
 	mux.Handle("/", idem(h))
-	srv := httptest.NewServer(mux)
+	srv := newServer(t, mux)
 	t.Cleanup(srv.Close)
 	e := &env{t: t, url: srv.URL}
 	e.store, _ = o.Store.(*client.Client)
 	return e
+}
+
+// newServer serves h on the test's loopback address (IDEM_TEST_IP on a
+// shared machine, else 127.0.0.1), as idemtest's store does.
+func newServer(t *testing.T, h http.Handler) *httptest.Server {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(idemtest.IP(), "0"))
+	require.NoError(t, err)
+	srv := &httptest.Server{Listener: ln, Config: &http.Server{Handler: h}}
+	srv.Start()
+	return srv
 }
 
 type answer struct {
@@ -543,7 +554,7 @@ func keyedServer(t *testing.T, no idemtest.Options, o middleware.Options, h http
 	}
 	idem, err := middleware.New(o)
 	require.NoError(t, err)
-	srv := httptest.NewServer(idem(h))
+	srv := newServer(t, idem(h))
 	t.Cleanup(srv.Close)
 	return func(key string, hdr ...string) (*http.Response, string) {
 		t.Helper()
