@@ -142,7 +142,13 @@
 //     written), and its complete is asked again within StoreTimeout, then in the
 //     background for ten minutes (or the lease, if longer), its lease
 //     extended meanwhile (a store that answers but refuses the complete
-//     for a while, 503, does not let a retry take the key over). The store
+//     for a while, 503, does not let a retry take the key over). In the
+//     background the pauses between tries grow from about a second to
+//     ten, each drawn at random, so that the answers an outage left
+//     waiting (up to 10,000) do not ask a struggling store all at once,
+//     nor together; a failed extend is asked again before the lease runs
+//     out whatever the pause (within half the time left, and near the
+//     end within a tenth of the lease, at most a second). The store
 //     takes it until a retry takes the key over (which a retry can only
 //     do once the lease has run out by the store's clock, which stands
 //     still while the store is down), and the retry then replays. A store
@@ -216,7 +222,9 @@
 // is cancelled with ErrLeaseLost: its effect must not commit. If no extend
 // gets through before the lease runs out (this process cannot reach the
 // store, or the store does not answer; a failed extend is asked again
-// within a tenth of the lease), it is cancelled with ErrLeaseExpired,
+// after a pause that grows, drawn at random, but within half the time
+// left before the lease runs out, and near the end within a tenth of the
+// lease, at most a second), it is cancelled with ErrLeaseExpired,
 // which wraps ErrLeaseLost, a tenth of the lease before then: a retry
 // reaching the store from elsewhere may take the key over from then on and
 // run the handler beside this one. The extends go on meanwhile, and keep

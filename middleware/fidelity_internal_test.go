@@ -3,7 +3,6 @@ package middleware
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,7 +95,7 @@ func TestOuterHeadersAreNotReplayedOverTheRetrysOwn(t *testing.T) {
 		w.Header().Set("Cache-Control", "no-store") // the handler's, over the outer one
 		io.WriteString(w, `{"ok":true}`)
 	}))
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Request-Id", r.Header.Get("X-Request-Id"))
 		w.Header().Set("Access-Control-Allow-Origin", r.Header.Get("Origin"))
 		w.Header().Set("Cache-Control", "private")

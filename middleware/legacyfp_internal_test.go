@@ -111,7 +111,7 @@ func TestMultipartRecordOfTheEarlierReleaseIsReplayed(t *testing.T) {
 	var runs atomic.Int32
 	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal})
 	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newTestServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.WriteHeader(http.StatusCreated)
 	})))
@@ -156,7 +156,7 @@ func TestTwoContentTypesAreNotAskedAgainByTheFirst(t *testing.T) {
 		client.Response{Status: http.StatusCreated, Body: []byte("stored")})
 	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal})
 	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newTestServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
 	})))
 	defer srv.Close()

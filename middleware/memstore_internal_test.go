@@ -3,7 +3,6 @@ package middleware
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -75,7 +74,7 @@ func memServer(t *testing.T, o Options, h http.HandlerFunc) (*memStore, func(key
 	o.Store, o.Principal = store, AnonymousPrincipal
 	idem, err := New(o)
 	require.NoError(t, err)
-	srv := httptest.NewServer(idem(h))
+	srv := newTestServer(t, idem(h))
 	t.Cleanup(srv.Close)
 	return store, func(key string, hdr ...string) *http.Response {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))

@@ -2,6 +2,7 @@ package middleware
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -1540,6 +1541,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	})
 	defer gone()
 	stop := m.keepLease(ctx, cancel, s, c.Token, leaseHeld(sentAt, granted), c.ExpiresAt)
+	var held time.Time // when the lease surely still runs, once the handler returned
 	rec := newRecorder(w, r, m.o.MaxStoredBody)
 	done := false
 	defer func() {
@@ -1558,7 +1560,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 	}()
 	next.ServeHTTP(rec, r.WithContext(ctx))
 	done = true
-	stop()
+	held = stop()
 	switch {
 	case rec.hijacked:
 		m.release(r, s, c.Token, "connection hijacked")
@@ -1598,7 +1600,7 @@ func (m *mw) run(w http.ResponseWriter, r *http.Request, next http.Handler, s sc
 		})
 	default:
 		resp, dropped := rec.response(), rec.dropped
-		m.storeThenAnswer(rec, func() bool { return m.complete(r, s, c.Token, resp, dropped) })
+		m.storeThenAnswer(rec, func() bool { return m.complete(r, s, c.Token, resp, dropped, held, c.ExpiresAt) })
 	}
 }
 
@@ -1667,10 +1669,11 @@ func notThisCaller(status int) bool {
 // (the store unreachable or not answering), since a retry that reaches the
 // store may take the key over from then on, and run the handler beside
 // this one. held is when the claim's lease surely still runs (grantedLease).
-// A failed extend is asked again within a second; after ErrLeaseExpired
-// the extends go on (while no other attempt took the key, they keep it
-// from a retry), until stop.
-func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string, held, recordExpires time.Time) (stop func()) {
+// A failed extend is asked again after a backoff (extendPause: always
+// before held while there is time); after ErrLeaseExpired the extends go
+// on (while no other attempt took the key, they keep it from a retry),
+// until stop, which returns when the lease surely still runs.
+func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s scope, token string, held, recordExpires time.Time) (stop func() time.Time) {
 	quit := make(chan struct{})
 	finished := make(chan struct{})
 	// stop aborts an extend in flight: the handler has returned, and its
@@ -1682,6 +1685,7 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 		defer expire.Stop()
 		next := time.NewTimer(m.o.Lease / 3)
 		defer next.Stop()
+		var b backoff
 		for {
 			select {
 			case <-quit:
@@ -1715,6 +1719,7 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 					held = leaseHeld(sent, m.o.Lease)
 					expire.Reset(time.Until(held))
 				}
+				b.reset()
 				next.Reset(m.o.Lease / 3)
 			case errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound):
 				m.log.Error("idempotency lease lost while the handler ran: cancelling it", "endpoint", s.endpoint, "error", err)
@@ -1723,19 +1728,21 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 			case lctx.Err() != nil: // stopped
 				return
 			default:
-				m.log.Warn("idempotency lease extension failed; retrying", "endpoint", s.endpoint, "error", err, "lease-runs-out-in", time.Until(held).Round(time.Millisecond))
-				next.Reset(min(m.o.Lease/10, time.Second))
+				pause := extendPause(&b, m.o.Lease, held)
+				m.log.Warn("idempotency lease extension failed; retrying", "endpoint", s.endpoint, "error", err, "lease-runs-out-in", time.Until(held).Round(time.Millisecond), "in", pause.Round(time.Millisecond))
+				next.Reset(pause)
 			}
 		}
 	}()
 	var once bool
-	return func() {
+	return func() time.Time {
 		if !once {
 			once = true
 			close(quit)
 			lcancel()
 			<-finished
 		}
+		return held // the goroutine's last, read once it ended
 	}
 }
 
@@ -1800,8 +1807,10 @@ func refusedByStore(err error) bool {
 }
 
 // complete stores the answer; lost reports that the store refused this
-// attempt's token: another attempt holds the key.
-func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string) (lost bool) {
+// attempt's token: another attempt holds the key. held is when the lease
+// surely still runs (keepLease's last extend), recordExpires the record's
+// expires_at.
+func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string, held, recordExpires time.Time) (lost bool) {
 	ctx, cancel := m.storeCtx(r)
 	defer cancel()
 	if len(dropped) > 0 {
@@ -1883,8 +1892,8 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			// second time, though its first answer had gone out.
 			lctx, lcancel := context.WithCancel(bctx)
 			defer lcancel()
-			go m.holdLease(lctx, s, token)
-			if err := retryPaused(bctx, 5*time.Second, sendIn(bctx)); err != nil {
+			go m.holdLease(lctx, s, token, held, recordExpires)
+			if err := retryBackoff(bctx, sendIn(bctx)); err != nil {
 				m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 				return
 			}
@@ -1902,28 +1911,59 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 }
 
 // holdLease extends the lease of an attempt whose answer waits to be
-// stored, every third of the lease, until ctx ends or the store says the
-// key is no longer this attempt's. A failed extend is asked again within
-// a second: the store away, the lease stands still by its clock anyway.
-func (m *mw) holdLease(ctx context.Context, s scope, token string) {
+// stored, about every third of the lease (a random time between a fourth
+// and a third of it: answers whose store came back together are not
+// extended together), until ctx ends or the store says the key is no
+// longer this attempt's. held is when the lease surely still runs. A
+// failed extend is asked again after a backoff (extendPause), always
+// before held while there is time: the point of the lease is that a
+// retry never takes the key over while the answer waits.
+func (m *mw) holdLease(ctx context.Context, s scope, token string, held, recordExpires time.Time) {
 	wait := time.Duration(0)
+	var b backoff
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		ectx, cancel := context.WithTimeout(ctx, m.callTimeout())
-		_, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+		sent := time.Now()
+		deadline := sent.Add(m.callTimeout())
+		if until := held.Add(-time.Millisecond); sent.Before(until) && until.Before(deadline) {
+			deadline = until // a call that hangs must not use up the time left
+		}
+		ectx, cancel := context.WithDeadline(ctx, deadline)
+		res, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
 			Token: token, LeaseMs: m.o.Lease.Milliseconds()})
 		cancel()
 		switch {
 		case err == nil:
-			wait = m.o.Lease / 3
+			if recordExpires.IsZero() || res.LeaseExpiresAt.Before(recordExpires) {
+				held = leaseHeld(sent, m.o.Lease) // not when cut at the record's expires_at
+			}
+			b.reset()
+			wait = jitter(m.o.Lease/4, m.o.Lease/3)
 		case errors.Is(err, client.ErrTokenMismatch) || errors.Is(err, client.ErrNotFound):
 			return
 		default:
-			wait = min(m.o.Lease/10, time.Second)
+			wait = extendPause(&b, m.o.Lease, held)
+		}
+	}
+}
+
+// retryBackoff calls f until it succeeds, a problem other than unavailable
+// comes back, or ctx ends, pausing after each failure as backoff says.
+func retryBackoff(ctx context.Context, f func() error) error {
+	var b backoff
+	err := ctx.Err()
+	for {
+		select {
+		case <-ctx.Done():
+			return cmp.Or(err, ctx.Err())
+		case <-time.After(b.next()):
+		}
+		if err = f(); err == nil || refusedByStore(err) {
+			return err
 		}
 	}
 }

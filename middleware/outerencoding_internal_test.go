@@ -4,7 +4,6 @@ import (
 	"compress/gzip"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -42,7 +41,7 @@ func TestOuterCompressionGetsNoContentLengthOfTheUncompressedBody(t *testing.T) 
 	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal})
 	require.NoError(t, err)
 	body := strings.Repeat(`{"id":"py_1","status":"succeeded"}`, 100)
-	srv := httptest.NewServer(gzipOuter(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newTestServer(t, gzipOuter(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, body)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,7 +85,7 @@ func TestLeaseIsKeptWhileACompleteIsAskedAgainInTheBackground(t *testing.T) {
 	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal, Lease: lease, StoreTimeout: 200 * time.Millisecond})
 	require.NoError(t, err)
 	var runs atomic.Int32
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newTestServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs.Add(1)
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, "charged")

@@ -3,7 +3,6 @@ package middleware
 import (
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -15,7 +14,7 @@ import (
 // declared and set after it (as trailers, not among the headers), and a
 // length.
 func TestHeldAnswerKeepsHeadersAndTrailers(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := newRecorder(w, r, 1<<10)
 		rec.Header().Set("Content-Type", "application/json")
 		rec.Header().Set("Trailer", "X-Sum")
@@ -48,7 +47,7 @@ func TestHeldAnswerKeepsHeadersAndTrailers(t *testing.T) {
 
 	// Past the limit, the answer goes through as written, and is stored
 	// without its body.
-	srv2 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv2 := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rec := newRecorder(w, r, 4)
 		io.WriteString(rec, "abc")
 		io.WriteString(rec, "defgh")

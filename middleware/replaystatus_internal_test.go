@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +44,7 @@ func replayedHead(t *testing.T, resp client.Response) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran on a replay") })))
+	srv := newTestServer(t, mw(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("the handler ran on a replay") })))
 	defer srv.Close()
 	c, err := net.Dial("tcp", srv.Listener.Addr().String())
 	if err != nil {

@@ -41,6 +41,10 @@ func TestSlowBodyDetailNamesNoAddress(t *testing.T) {
 	})))
 	srv.Config.ReadTimeout = 500 * time.Millisecond
 	srv.Config.WriteTimeout = 10 * time.Second
+	ln, err := net.Listen("tcp", net.JoinHostPort(idemtest.IP(), "0"))
+	require.NoError(t, err)
+	srv.Listener.Close()
+	srv.Listener = ln
 	srv.Start()
 	t.Cleanup(srv.Close)
 	addr := strings.TrimPrefix(srv.URL, "http://")

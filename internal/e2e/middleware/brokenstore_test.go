@@ -96,7 +96,7 @@ func TestLongPathRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	runs := 0
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		runs++
 		io.WriteString(w, r.URL.Path[len(r.URL.Path)-1:])
 	})))
@@ -139,7 +139,7 @@ func TestLongPathRuns(t *testing.T) {
 // that must not run (ran says why).
 func postBehind(t *testing.T, store http.HandlerFunc, failOpen bool, ran string) *http.Response {
 	t.Helper()
-	st := httptest.NewServer(store)
+	st := newServer(t, store)
 	t.Cleanup(st.Close)
 	cl, err := client.New(st.URL)
 	if err != nil {
@@ -153,7 +153,7 @@ func postBehind(t *testing.T, store http.HandlerFunc, failOpen bool, ran string)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error(ran) })))
+	srv := newServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error(ran) })))
 	t.Cleanup(srv.Close)
 	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
 	req.Header.Set("Idempotency-Key", "k")

@@ -270,7 +270,7 @@ func TestEndpointIsTheRoutePattern(t *testing.T) {
 	mux.Handle("POST /payments/{id}/capture", idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusOK)
 	})))
-	srv := httptest.NewServer(mux)
+	srv := newServer(t, mux)
 	defer srv.Close()
 	e := &env{t: t, url: srv.URL, store: store}
 	require.Equal(t, http.StatusOK, e.post("/payments/p1/capture", "c1", "{}").status)
@@ -438,7 +438,7 @@ func TestNoCredentialIsRefused(t *testing.T) {
 		o.Store = store
 		idem, err := middleware.New(o)
 		require.NoError(t, err)
-		srv := httptest.NewServer(idem(h))
+		srv := newServer(t, idem(h))
 		t.Cleanup(srv.Close)
 		return srv.URL
 	}
@@ -478,7 +478,7 @@ func TestTwoAuthorizationHeadersAreRefused(t *testing.T) {
 	for _, principal := range []func(*http.Request) (string, error){nil, middleware.AnonymousPrincipal} {
 		idem, err := middleware.New(middleware.Options{Store: store, Principal: principal})
 		require.NoError(t, err)
-		srv := httptest.NewServer(idem(h))
+		srv := newServer(t, idem(h))
 		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
 		require.NoError(t, err)
 		req.Header.Set("Idempotency-Key", `"order-78"`)
@@ -693,7 +693,7 @@ func TestPathEscapesAreOneEndpoint(t *testing.T) {
 	idem, err := middleware.New(middleware.Options{Store: store})
 	require.NoError(t, err)
 	var runs atomic.Int32
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "run %d", runs.Add(1))
 	})))
 	t.Cleanup(srv.Close)
@@ -910,7 +910,7 @@ func TestHandlerOfACallerLongGoneIsCancelled(t *testing.T) {
 	require.NoError(t, err)
 	idem, err := middleware.New(middleware.Options{Store: store, Lease: 1500 * time.Millisecond, CallerGoneTimeout: time.Second, Principal: middleware.AnonymousPrincipal})
 	require.NoError(t, err)
-	srv := httptest.NewServer(idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := newServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if runs.Add(1) == 1 {
 			<-r.Context().Done() // a long poll: nothing to say yet
 			causes <- context.Cause(r.Context())

@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -96,7 +95,7 @@ func paymentsAndRefunds(t *testing.T, payment http.HandlerFunc) (send func(path 
 		w.WriteHeader(http.StatusCreated)
 		io.WriteString(w, `{"object":"refund"}`)
 	})))
-	srv := httptest.NewServer(mux)
+	srv := newServer(t, mux)
 	t.Cleanup(srv.Close)
 	return func(path string) (*http.Response, string) {
 		req, err := http.NewRequest(http.MethodPost, srv.URL+path, strings.NewReader(`{"amount":100}`))

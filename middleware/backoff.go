@@ -1,0 +1,59 @@
+package middleware
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// The pauses between the tries of a store call asked again in the
+// background (the complete of an answer the store did not take, the
+// extends of its lease, a failed extend while the handler runs) grow from
+// backoffFloor to backoffCap, each drawn at random. Asked every second
+// alike, up to 10,000 answers waiting to be stored sent as many requests a
+// second, all in phase, at a store that was already failing.
+const (
+	backoffFloor = time.Second
+	backoffCap   = 10 * time.Second
+)
+
+// backoff is exponential backoff with full jitter above a floor: the n-th
+// pause (n from 0) is uniformly random in [backoffFloor/2,
+// min(backoffCap, backoffFloor<<(n+1))), so that calls that failed
+// together do not try again together.
+type backoff struct{ n int }
+
+func (b *backoff) next() time.Duration {
+	ceiling := backoffCap
+	if b.n < 8 { // backoffFloor<<9 is past any cap of seconds
+		ceiling = min(backoffCap, backoffFloor<<(b.n+1))
+	}
+	b.n++
+	return jitter(backoffFloor/2, ceiling)
+}
+
+func (b *backoff) reset() { b.n = 0 }
+
+// jitter is uniformly random in [lo, hi).
+func jitter(lo, hi time.Duration) time.Duration {
+	if hi <= lo {
+		return lo
+	}
+	return lo + rand.N(hi-lo)
+}
+
+// extendPause is the pause before an extend is asked again after one that
+// failed: the backoff's, but never past half the time left until held
+// (when the lease surely still runs), nor past a tenth of the lease (at
+// most backoffFloor) once that is less, so that an extend is tried well
+// before the lease runs out whatever the backoff: a store back before
+// held is asked in time. Past held, the backoff alone: the store's clock
+// may keep the lease still (it stands still while the store is down), and
+// the key is kept while no retry took it.
+func extendPause(b *backoff, lease time.Duration, held time.Time) time.Duration {
+	pause := b.next()
+	if left := time.Until(held); left > 0 {
+		short := min(lease/10, backoffFloor)
+		pause = min(pause, max(left/2, jitter(short/2, short)))
+	}
+	return pause
+}
