@@ -153,7 +153,22 @@
 //     do once the lease has run out by the store's clock, which stands
 //     still while the store is down), and the retry then replays. A store
 //     away for longer, or a retry that took the key over first, runs the
-//     handler again (logged at error). At most 10,000 completes wait in
+//     handler again (logged at error). The one complete a store refuses
+//     with 503 for good while it takes everything else is an answer with
+//     a header sent more than once (two Set-Cookie, two Link): the store
+//     keeps it as an array only once every member runs a version that
+//     reads arrays, and a member of an older one (a rolling upgrade
+//     stopped halfway, an old node added back) keeps it refused (its 503
+//     names the member). Asked as it is, it would hold its key in
+//     progress, 409 to every retry, for the ten minutes, and a retry
+//     would then run the request again; after a minute of such refusals
+//     it is stored with each such header folded into one value, its
+//     values joined with ", " (RFC 9110 5.3: the same field), but for
+//     Set-Cookie, which cannot be folded and is left out: a replay has
+//     them on one line and lacks those cookies. That is logged at warning
+//     (at most every 10s, with a count), not at each try. Other 503s
+//     refuse every write alike (no leader, a leader without the
+//     encryption key, a node over its limits), a retry's claim included. At most 10,000 completes wait in
 //     the background at once in a process, each holding its answer (up to
 //     MaxStoredBody: 640 MiB at the default, the price of not running a
 //     request twice); one more is dropped, logged at error. A server

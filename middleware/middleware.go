@@ -197,6 +197,10 @@ type mw struct {
 	// keyed request meets it, and a log line each buried the rest.
 	leaseRefused atomic.Int64
 	leaseLog     mono.Spacer
+	// foldedLists counts the answers stored with their header lists
+	// folded (complete), and foldLog spaces the warning that says so.
+	foldedLists atomic.Int64
+	foldLog     mono.Spacer
 	// principalErrs, fingerprintErrs and reauthorizeErrs space the lines
 	// of those options' plain errors (callerDetail).
 	principalErrs, fingerprintErrs, reauthorizeErrs optionLog
@@ -1816,12 +1820,20 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	if len(dropped) > 0 {
 		m.log.Warn("idempotency: headers of the answer left out of the stored copy: the store refuses their names or values (control characters, not UTF-8); a replay lacks them", "endpoint", s.endpoint, "headers", fmt.Sprintf("%q", dropped))
 	}
+	call := func(ctx context.Context, resp client.Response) error {
+		ctx, cancel := context.WithTimeout(ctx, m.callTimeout())
+		defer cancel()
+		_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+			Token: token, Response: resp})
+		return err
+	}
+	var refusedSince time.Time // the store's first 503 to this answer
 	sendIn := func(ctx context.Context) func() error {
 		return func() error {
-			ctx, cancel := context.WithTimeout(ctx, m.callTimeout())
-			defer cancel()
-			_, err := m.o.Store.Complete(ctx, client.CompleteRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
-				Token: token, Response: resp})
+			err := call(ctx, resp)
+			if refusedSince.IsZero() && notTakenNow(err) {
+				refusedSince = time.Now()
+			}
 			return err
 		}
 	}
@@ -1879,7 +1891,7 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			m.log.Error("idempotency complete failed, and too many others wait for the store to store this one later: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 			return false
 		}
-		m.log.Warn("idempotency complete not stored yet: the store does not answer; retrying in the background", "endpoint", s.endpoint, "status", resp.Status, "for", completeRetryFor(m.o.Lease), "error", err)
+		m.log.Warn("idempotency complete not stored yet: the store did not take it in time; retrying in the background, the key held meanwhile", "endpoint", s.endpoint, "status", resp.Status, "for", completeRetryFor(m.o.Lease), "error", err)
 		unhold := m.running.hold(s) // taken while run's hold is
 		go func() {
 			defer pendingCompletes.Add(-1)
@@ -1893,7 +1905,11 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			lctx, lcancel := context.WithCancel(bctx)
 			defer lcancel()
 			go m.holdLease(lctx, s, token, held, recordExpires)
-			if err := retryBackoff(bctx, sendIn(bctx)); err != nil {
+			send := sendIn(bctx)
+			if len(resp.HeaderLists) > 0 {
+				send = m.foldingListsAfter(bctx, s, resp, send, call, &refusedSince)
+			}
+			if err := retryBackoff(bctx, send); err != nil {
 				m.log.Error("idempotency complete failed: a retry of this request may run it again", "endpoint", s.endpoint, "status", resp.Status, "error", err)
 				return
 			}
@@ -1908,6 +1924,69 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 	// the answer the caller gets is the only one (a retry runs again
 	// whatever it is told), so it is sent.
 	return errors.Is(err, client.ErrTokenMismatch)
+}
+
+// foldListsAfter is how long the store may refuse an answer with headers
+// sent more than once (503) before it is sent with them folded
+// (foldLists). A variable for tests.
+var foldListsAfter = time.Minute
+
+// notTakenNow reports the store's 503: it answered, but did not take the
+// call now.
+func notTakenNow(err error) bool {
+	var p *client.Problem
+	return errors.As(err, &p) && p.Status == http.StatusServiceUnavailable
+}
+
+// foldingListsAfter wraps send, the background complete of resp, an answer
+// with headers sent more than once: once the store has refused it with
+// 503 for foldListsAfter, each refusal is followed at once by the answer
+// with them folded (foldLists). The one complete the store refuses for
+// good with 503 while it takes everything else is such an answer: a
+// header stored as an array needs every member to run a version that
+// reads arrays, and a member of an older version (a rolling upgrade that
+// stopped halfway, an old node added back) or one no member has seen
+// answer keeps it refused. Asked again as it is, it held its key in
+// progress (409 to every retry) for the ten minutes of completeRetryFor,
+// and then a retry ran the request a second time. Folded, it is stored in
+// a form every member reads; a store that refused it for another reason
+// (no leader: every write refused) refuses the folded one too, and the
+// answer as it is is tried first each time.
+func (m *mw) foldingListsAfter(ctx context.Context, s scope, resp client.Response, send func() error, call func(context.Context, client.Response) error, refusedSince *time.Time) func() error {
+	return func() error {
+		err := send()
+		if !notTakenNow(err) || refusedSince.IsZero() || time.Since(*refusedSince) < foldListsAfter {
+			return err
+		}
+		folded, left := foldLists(resp)
+		if ferr := call(ctx, folded); ferr != nil {
+			return ferr
+		}
+		if n := m.foldedLists.Add(1); m.foldLog.Allow(10 * time.Second) {
+			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
+				"endpoint", s.endpoint, "status", resp.Status, "left-out", fmt.Sprintf("%q", left), "answers-folded", n, "error", err)
+		}
+		return nil
+	}
+}
+
+// foldLists is resp with each header sent more than once stored as one
+// string, the form every version of the store reads: its values joined
+// with ", ", which RFC 9110 (5.3) makes the same field, but for
+// Set-Cookie, whose values cannot be joined (RFC 9110 5.3, RFC 6265 3):
+// left out, and named in left.
+func foldLists(resp client.Response) (folded client.Response, left []string) {
+	folded = resp
+	folded.Headers = maps.Clone(resp.Headers)
+	folded.HeaderLists = nil
+	for _, name := range slices.Sorted(maps.Keys(resp.HeaderLists)) {
+		if http.CanonicalHeaderKey(name) == "Set-Cookie" {
+			left = append(left, name)
+			continue
+		}
+		folded.SetHeader(name, strings.Join(resp.HeaderLists[name], ", "))
+	}
+	return folded, left
 }
 
 // holdLease extends the lease of an attempt whose answer waits to be

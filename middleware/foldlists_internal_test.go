@@ -1,0 +1,112 @@
+package middleware
+
+import (
+	"bytes"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/client"
+	"github.com/idem-store/idem/internal/idemtest"
+)
+
+// An answer with a header sent twice (two Set-Cookie, two Link) is
+// stored with the header as an array, which the store refuses with 503
+// until every member runs a version that reads arrays: a rolling upgrade
+// that stopped halfway, an old node added back, kept it refused for good
+// while the store took everything else. The middleware asked again for
+// ten minutes, every retry answered 409 in_progress, and then a retry ran
+// the request a second time. After a while of such refusals the answer is
+// stored with each such header folded into one value (Set-Cookie, which
+// cannot be, left out), said once in the log, and the retry replays it.
+func TestAnswerWithHeaderListsRefusedForGoodIsStoredFolded(t *testing.T) {
+	defer func(d time.Duration) { foldListsAfter = d }(foldListsAfter)
+	foldListsAfter = time.Second
+	node := idemtest.Start(t, idemtest.Options{})
+	target, err := url.Parse(node.URL)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Del("Idem-Leader") // the client keeps to this front
+		return nil
+	}
+	var arraysRefused atomic.Int32
+	// A store one of whose members reads no arrays: its completes that
+	// store one are refused, with the store's own answer.
+	front := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/complete" {
+			b, _ := io.ReadAll(r.Body)
+			if bytes.Contains(b, []byte(`":["`)) {
+				arraysRefused.Add(1)
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.Header().Set("Retry-After", "10")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"type":"about:blank","title":"Service Unavailable","status":503,"code":"unavailable","detail":"a header stored as an array (sent more than once) needs every member to run a version that knows it; n3 not yet (a rolling upgrade, or a member down?): retry once they do"}`)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	store, err := client.New(front.URL)
+	require.NoError(t, err)
+	var logs syncBuffer
+	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal, Lease: 3 * time.Second, StoreTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	var runs atomic.Int32
+	srv := newTestServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		w.Header().Add("Link", "</receipts/1>; rel=receipt")
+		w.Header().Add("Link", "</payments/1>; rel=self")
+		w.Header().Set("Location", "/payments/1")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	})))
+	t.Cleanup(srv.Close)
+	send := func(key string) (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set(HeaderKey, key)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	for _, key := range []string{"lists-1", "lists-2"} {
+		first, body := send(key)
+		require.Equal(t, http.StatusCreated, first.StatusCode, body)
+		require.Equal(t, []string{"a=1", "b=2"}, first.Header.Values("Set-Cookie"), "the first caller gets the answer whole")
+	}
+	for _, key := range []string{"lists-1", "lists-2"} {
+		var replay *http.Response
+		var body string
+		require.Eventually(t, func() bool {
+			replay, body = send(key)
+			return replay.StatusCode != http.StatusConflict
+		}, 15*time.Second, 100*time.Millisecond, "the answer is never stored: every retry is answered 409")
+		require.Equal(t, "true", replay.Header.Get(HeaderReplayed), "%d %s", replay.StatusCode, body)
+		require.Equal(t, http.StatusCreated, replay.StatusCode)
+		require.Equal(t, "charged", body)
+		require.Equal(t, []string{"</receipts/1>; rel=receipt, </payments/1>; rel=self"}, replay.Header.Values("Link"))
+		require.Equal(t, "/payments/1", replay.Header.Get("Location"))
+		require.Empty(t, replay.Header.Values("Set-Cookie"))
+	}
+	require.EqualValues(t, 2, runs.Load(), "a request ran twice")
+	require.Greater(t, arraysRefused.Load(), int32(2))
+	require.NoError(t, WaitCompletes(t.Context()))
+	require.Equal(t, 1, strings.Count(logs.String(), "folded into one value"), "said once:\n%s", logs.String())
+	require.Contains(t, logs.String(), `left-out="[\"Set-Cookie\"]"`)
+}
