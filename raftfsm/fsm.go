@@ -50,6 +50,9 @@ type FSM struct {
 	// installedPath, when set, is where Restore records the applied index
 	// of the state it installed from a leader (checkLogPresent).
 	installedPath string
+	// installed, when set, is called once Restore has taken a leader's
+	// snapshot: raft drops the whole log next (LogStore.installed).
+	installed func()
 }
 
 var (
@@ -281,6 +284,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 			return fmt.Errorf("raftfsm: restore: the snapshot is a marker of a state (applied index %d) newer than this node's (applied index %d)", state, had)
 		}
 		f.log.Info("installed the leader's snapshot as the state this node already holds", "applied-index", had)
+		if f.installed != nil {
+			f.installed()
+		}
 		if f.installedPath != "" {
 			if err := writeInstalled(f.installedPath, had); err != nil {
 				f.log.Warn("could not record the state installed from the leader", "error", err)
@@ -303,6 +309,9 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	f.secret.Store(nil) // read again from the restored state
 	f.observe(f.db.Meta().NowMs, 0)
 	f.log.Info("restored snapshot", "applied-index", f.db.Meta().Applied)
+	if f.installed != nil {
+		f.installed()
+	}
 	if f.installedPath != "" {
 		if err := writeInstalled(f.installedPath, f.db.Meta().Applied); err != nil {
 			// Only a stop before the log passes this state is refused then.

@@ -97,6 +97,13 @@ type LogStore struct {
 	// tailCut is told of a conflicting tail raft deletes, from min to the
 	// log's end (set by the node: Node.tailCut); nil: nobody.
 	tailCut func(min, max uint64)
+	// installed: the FSM has just taken a leader's snapshot, and raft
+	// drops the whole log next (removeOldLogs), until the next StoreLogs.
+	installed atomic.Bool
+	// wholeCut is a deletion of the whole log that was no install's
+	// (guardedLogStore.DeleteRange), min and max, until the next
+	// StoreLogs tells whether it was a conflict.
+	wholeCut atomic.Pointer[[2]uint64]
 }
 
 // errLogSealed refuses a truncation of a log stopped by a failed segment
@@ -782,6 +789,12 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 	// if that StoreLogs fails it keeps its idea of the log's end past the
 	// deleted entries, and every later append fails on the first of them
 	// ("failed to get log entry") until the node restarts.
+	if len(logs) > 0 {
+		s.LogStore.installed.Store(false)
+		if c := s.LogStore.wholeCut.Swap(nil); c != nil && c[0] == logs[0].Index {
+			s.cut(c[0], c[1]) // raft stores the leader's entries where the deleted log began
+		}
+	}
 	replacing := len(logs) > 0 && s.g.tailCut.Swap(0) == logs[0].Index
 	if s.g.minFree != 0 && !s.isLeader() && !replacing {
 		if err := s.g.admitAppend(logs); err != nil {
@@ -1075,20 +1088,48 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 	if err := s.LogStore.DeleteRange(min, max); err != nil {
 		return err
 	}
-	// A range from past the log's head to its end is a conflicting tail
-	// raft replaces (its compactions start at the head).
-	tail := ferr == nil && lerr == nil && min > first && max >= last
-	if s.g != nil && tail {
-		s.g.tailCut.Store(min) // a conflicting tail (StoreLogs)
-		s.g.forgetFrom(min)
+	// Only a range that reaches the log's end may be a conflicting tail
+	// raft replaces: a compaction keeps TrailingLogs entries. A range
+	// that starts past the log's end removed nothing (raft-wal's no-op):
+	// the snapshot goroutine's compaction, whose first index was read
+	// before an installed snapshot emptied the log, is no cut.
+	if ferr != nil || lerr != nil || last == 0 || min > last || max < last {
+		return nil
 	}
-	// A range that starts past the log's end removed nothing (raft-wal's
-	// no-op): the snapshot goroutine's compaction, whose first index was
-	// read before an installed snapshot emptied the log, is no cut.
-	if f := s.LogStore.tailCut; f != nil && tail && min <= last {
-		f(min, max)
+	switch {
+	case min > first:
+		s.cut(min, max)
+	case s.LogStore.installed.Swap(false):
+		// Raft dropping the whole log after the FSM took a leader's
+		// snapshot (removeOldLogs): the state is the leader's now.
+	default:
+		// The whole log, and no install: a conflict at its first entry,
+		// or at the snapshot's own index just below it (snapshotHead
+		// answers for it, and raft-wal takes a range from below its head
+		// as a head truncation). After an install the log starts right
+		// after the snapshot, and a leader of another history whose
+		// entry there has the snapshot's term is matched at it: its
+		// entries from the next index conflict with the log's first (a
+		// review: such a node served the other history's state). Raft
+		// stores the leader's entries from min at once; a compaction
+		// racing a cut (its end read before the tail went) is followed
+		// by no entry at its first index (StoreLogs).
+		s.LogStore.wholeCut.Store(&[2]uint64{min, max})
 	}
 	return nil
+}
+
+// cut is a conflicting tail deleted from min: the entries replacing it
+// are taken whatever the room (StoreLogs), the disk guard forgets the
+// batches it counted there, and the node learns of it (Node.tailCut).
+func (s guardedLogStore) cut(min, max uint64) {
+	if s.g != nil {
+		s.g.tailCut.Store(min)
+		s.g.forgetFrom(min)
+	}
+	if f := s.LogStore.tailCut; f != nil {
+		f(min, max)
+	}
 }
 
 // compactTo is the end of a truncation from min to max once the entries a

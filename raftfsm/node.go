@@ -369,6 +369,7 @@ func open(cfg Config) (*Node, error) {
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	n.logStore.snapHead = n.snaps.newestMeta
 	n.logStore.tailCut = func(min, max uint64) { n.tailCut(started.Load(), min, max) }
+	n.fsm.installed = func() { n.logStore.installed.Store(true) }
 	n.logStore.keepFrom = n.snaps.keepLogFrom
 	n.logStore.sentHead = n.snaps.sentMeta
 	n.snaps.logEnd = n.logStore.LastIndex

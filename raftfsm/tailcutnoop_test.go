@@ -31,3 +31,59 @@ func TestDeleteRangeThatRemovesNothingIsNoTailCut(t *testing.T) {
 	require.NoError(t, s.DeleteRange(15, 20))
 	require.Equal(t, [][2]uint64{{15, 20}}, cuts, "a conflicting tail is still one")
 }
+
+// Which deletions are conflicting tails, at each boundary of the log. A
+// deletion of the whole log is a conflict only when raft goes on to store
+// the leader's entries from its first index: after an install, or in a
+// compaction that raced a cut, it stores them from elsewhere.
+func TestTailCutAtEachBoundaryOfTheLog(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		installed bool
+		del       [2]uint64 // of a log 11-20, its snapshot at 10
+		next      uint64    // the first index raft stores next
+		want      [][2]uint64
+	}{
+		{"a tail past the head", false, [2]uint64{15, 20}, 15, [][2]uint64{{15, 20}}},
+		{"a tail from the second entry", false, [2]uint64{12, 20}, 12, [][2]uint64{{12, 20}}},
+		// The bug: a leader matched at the snapshot's index (snapshotHead),
+		// its entries conflicting from the log's first on.
+		{"the whole log, from its first entry", false, [2]uint64{11, 20}, 11, [][2]uint64{{11, 20}}},
+		{"the whole log, from the snapshot's index below it", false, [2]uint64{10, 20}, 10, [][2]uint64{{10, 20}}},
+		{"the whole log after an install", true, [2]uint64{11, 20}, 31, nil},
+		{"the whole log after an install, entries from its old head", true, [2]uint64{11, 20}, 11, nil},
+		{"a compaction that reached the end of a log a cut had shortened", false, [2]uint64{11, 20}, 21, nil},
+		{"the last entry", false, [2]uint64{20, 20}, 20, [][2]uint64{{20, 20}}},
+		{"a head compaction", false, [2]uint64{11, 16}, 21, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cachedStore(t)
+			var cuts [][2]uint64
+			s.LogStore.tailCut = func(min, max uint64) { cuts = append(cuts, [2]uint64{min, max}) }
+			require.NoError(t, s.StoreLogs(entries(1, 11, 20, 32)))
+			s.LogStore.installed.Store(tc.installed)
+			require.NoError(t, s.DeleteRange(tc.del[0], tc.del[1]))
+			last, err := s.LastIndex()
+			require.NoError(t, err)
+			if tc.next == last+1 || last == 0 {
+				require.NoError(t, s.StoreLogs(entries(2, tc.next, tc.next+2, 32)))
+			}
+			require.Equal(t, tc.want, cuts)
+			if tc.want != nil {
+				require.Zero(t, s.g.tailCut.Load(), "the replacing entries were taken as such (StoreLogs)")
+			}
+		})
+	}
+}
+
+// An empty log (just after an install) holds nothing raft can find in
+// conflict: a deletion reaches no entry, and the entries after the
+// snapshot are no replacement.
+func TestEmptyLogHasNoTailToCut(t *testing.T) {
+	s := cachedStore(t)
+	var cuts [][2]uint64
+	s.LogStore.tailCut = func(min, max uint64) { cuts = append(cuts, [2]uint64{min, max}) }
+	require.NoError(t, s.DeleteRange(11, 20))
+	require.NoError(t, s.StoreLogs(entries(2, 11, 13, 32)))
+	require.Empty(t, cuts)
+}
