@@ -147,19 +147,37 @@ func (h *hclogAdapter) StandardWriter(*hclog.StandardLoggerOptions) io.Writer {
 	})
 }
 
-// warnLevel is the slog level of a raft warning: info for the two that
-// every healthy start logs, so that a new node's first lines hold no
-// warning that asks nothing of anyone. A node that has known no leader
-// since it started times out once before its first election (every
-// one-node start does), and a node that joined with an empty log refuses
-// the leader's first append (and the leader says so) before the leader
-// sends it the log.
+// warnLevel is the slog level of a raft warning.
+//
+// Of raft's election lines an operator must see one: a voter whose leader
+// went silent for the heartbeat timeout (crashed, killed, cut off; a
+// handover does not time out), said at WARN once per loss, naming the
+// leader lost. The rest is an election's routine, at debug as
+// OPERATIONS.md says: the timeout of a node that knew no leader (every
+// start times out once before its first election, and a node with no
+// quorum stands again every second or two; it says so itself after a
+// minute, Node.watchLeader), and raft's "Election timeout reached,
+// restarting election" for each election that timed out unwon (a WARN
+// every second or two for as long as no quorum answered). A node that may
+// not stand (a non-voter, a node started to join and not added yet, a
+// removed one) says once at info that it heard no leader: its own lines
+// say why it may not.
+//
+// Also info: a node that joined with an empty log refuses the leader's
+// first append (and the leader says so) before the leader sends it the
+// log. So a healthy start's first lines hold no warning that asks nothing
+// of anyone.
 func warnLevel(msg string, args []any) slog.Level {
 	switch msg {
 	case "heartbeat timeout reached, starting election":
 		if v, ok := hcArg(args, "last-leader-id"); ok && fmt.Sprint(v) == "" {
-			return slog.LevelInfo
+			return slog.LevelDebug
 		}
+	case "Election timeout reached, restarting election":
+		return slog.LevelDebug
+	case "heartbeat timeout reached, not part of a stable configuration or a non-voter, not triggering a leader election",
+		"no known peers, aborting election", "not part of stable configuration, aborting election":
+		return slog.LevelInfo
 	case "failed to get previous log":
 		// The leader's entries start past this follower's log: an empty
 		// one (a join), or one behind (a node that was down, or caught up

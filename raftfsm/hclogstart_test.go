@@ -44,8 +44,8 @@ func TestRaftWarningsOfAHealthyStartAreInfo(t *testing.T) {
 		return strings.TrimSpace(buf.String())
 	}
 	// As hashicorp/raft v1.8 passes them.
-	require.Contains(t, line("heartbeat timeout reached, starting election",
-		"last-leader-addr", raft.ServerAddress(""), "last-leader-id", raft.ServerID("")), "level=INFO")
+	require.Empty(t, line("heartbeat timeout reached, starting election",
+		"last-leader-addr", raft.ServerAddress(""), "last-leader-id", raft.ServerID("")), "an election's routine is debug")
 	require.Contains(t, line("failed to get previous log",
 		"previous-index", uint64(21), "last-index", uint64(0), "error", raft.ErrLogNotFound), "level=INFO")
 
@@ -236,4 +236,34 @@ func TestRaftErrorsOfARefusedSnapshotInstallAreDebug(t *testing.T) {
 	require.Empty(t, buf.String())
 	h.Error("failed to copy snapshot", "error", errors.New("unexpected EOF"))
 	require.Contains(t, buf.String(), "level=ERROR", "another failure is still an error")
+}
+
+// Raft's election lines (OPERATIONS.md): a voter whose leader went silent
+// is news, said at WARN; the timeouts and elections of a node that knows
+// no leader (a start, a node without quorum standing again every second
+// or two) are an election's routine, at debug; a node that may not stand
+// says once, at info, that it heard no leader. Raft said the heartbeat
+// timeout of every start at INFO and each election that timed out at
+// WARN, every second or two for as long as a node had no quorum.
+func TestRaftElectionLinesWarnOnlyOfALostLeader(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHCLog(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	for _, tc := range []struct {
+		msg   string
+		args  []any
+		level string
+	}{
+		// As hashicorp/raft v1.8 passes them (raft.go, runFollower and runCandidate).
+		{"heartbeat timeout reached, starting election", []any{"last-leader-addr", raft.ServerAddress("127.0.0.2:7071"), "last-leader-id", raft.ServerID("n2")}, "WARN"},
+		{"heartbeat timeout reached, starting election", []any{"last-leader-addr", raft.ServerAddress(""), "last-leader-id", raft.ServerID("")}, "DEBUG"},
+		{"Election timeout reached, restarting election", nil, "DEBUG"},
+		{"heartbeat timeout reached, not part of a stable configuration or a non-voter, not triggering a leader election", nil, "INFO"},
+		{"no known peers, aborting election", nil, "INFO"},
+		{"not part of stable configuration, aborting election", nil, "INFO"},
+		{"failed to contact quorum of nodes, stepping down", nil, "WARN"},
+	} {
+		buf.Reset()
+		h.Warn(tc.msg, tc.args...)
+		require.Contains(t, buf.String(), "level="+tc.level+" ", "%s %v", tc.msg, tc.args)
+	}
 }
