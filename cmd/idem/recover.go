@@ -284,14 +284,14 @@ func peersNotMembers(peers []raftfsm.Peer, st raftfsm.OfflineState) string {
 	}
 	slices.Sort(members)
 	// Refused also when the peer is a member this node missed the joining
-	// of (its log ended before the entry that added it): this data dir
-	// cannot tell that from a typo. The way out is the survivor that
-	// lists it, whose log ends past this one's (an operator walk read
-	// only "check the id for a typo").
+	// of (its log lacks the entry that added it): this data dir cannot
+	// tell that from a typo. The way out is the survivor that lists it,
+	// which holds everything this one committed (the refusal read only
+	// "check the id for a typo").
 	them := strings.Join(ids, ", ")
 	return fmt.Sprintf("--peers %s: not a member of this data dir's configuration (%s), whose raft log ends at index %d. "+
 		"If %s joined the cluster after that, another survivor's configuration lists it (idem recover's dry run on that survivor's data dir prints it): "+
-		"this node's log ends below the entry that added it, and holds nothing that survivor's lacks. Recover that survivor instead, with --peers naming it and any other survivor that lists %s, not this node; "+
+		"this node's log lacks the entry that added it, and holds nothing committed that survivor's lacks. Recover that survivor instead, with --peers naming it and any other survivor that lists %s, not this node; "+
 		"then start this node with an empty data dir and --join naming a recovered node. "+
 		"Otherwise check the id for a typo; new nodes are added once the recovered cluster runs, with idem serve --join. "+
 		"--peers names survivors, this node and any other member whose data dir is recovered with the same --peers before any starts; a node that holds nothing would be a voter the recovered cluster waits for",
