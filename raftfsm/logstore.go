@@ -100,6 +100,14 @@ type LogStore struct {
 	// installed: the FSM has just taken a leader's snapshot, and raft
 	// drops the whole log next (removeOldLogs), until the next StoreLogs.
 	installed atomic.Bool
+	// appliedBound is the state's applied index A and a term T no entry
+	// it applied up to A was written in a later one: the node's raft term
+	// when it opened, or when it installed a leader's snapshot (set by
+	// the node). An entry stored at or below A, of a term past T, is not
+	// the one the state applied: the leader holds another history
+	// (unverified tells the node). nil: not known.
+	appliedBound atomic.Pointer[[2]uint64]
+	unverified   func(index, term uint64)
 	// wholeCut is a deletion of the whole log that was no install's
 	// (guardedLogStore.DeleteRange), min and max, until the next
 	// StoreLogs tells whether it was a conflict.
@@ -795,6 +803,7 @@ func (s guardedLogStore) StoreLogs(logs []*raft.Log) error {
 			s.cut(c[0], c[1]) // raft stores the leader's entries where the deleted log began
 		}
 	}
+	s.checkApplied(logs)
 	replacing := len(logs) > 0 && s.g.tailCut.Swap(0) == logs[0].Index
 	if s.g.minFree != 0 && !s.isLeader() && !replacing {
 		if err := s.g.admitAppend(logs); err != nil {
@@ -1117,6 +1126,35 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 		s.LogStore.wholeCut.Store(&[2]uint64{min, max})
 	}
 	return nil
+}
+
+// checkApplied tells the node of an entry a follower is asked to store at
+// an index its state applied, of a term later than any of the entries the
+// state applied. Raft compares only the entries its log holds: after an
+// install whose state is past the snapshot's index (the leader's state
+// as of the send), the log is empty up to that state, and a node stopped
+// then and started again at a member's addresses, after idem recover made
+// a survivor that lacked those entries the cluster, took the recovered
+// cluster's entries there (its prior entry, the snapshot's, has the same
+// term in both histories) and skipped them as applied: a state the
+// cluster never had, and no cut to tell it (a review of the tail-cut
+// check). Committed entries never change, and a node's term is never
+// below that of an entry it holds: the cluster's own entries there have
+// terms at most T. A leader appends past its state, and is not checked.
+func (s guardedLogStore) checkApplied(logs []*raft.Log) {
+	b := s.LogStore.appliedBound.Load()
+	if b == nil || len(logs) == 0 || logs[0].Index > b[0] || s.LogStore.unverified == nil || s.isLeader() {
+		return
+	}
+	for _, l := range logs {
+		if l.Index > b[0] {
+			return
+		}
+		if l.Term > b[1] {
+			s.LogStore.unverified(l.Index, l.Term)
+			return
+		}
+	}
 }
 
 // cut is a conflicting tail deleted from min: the entries replacing it

@@ -258,7 +258,7 @@ func open(cfg Config) (*Node, error) {
 	}
 	// raft.db lost (deleted or emptied) beside a kept log: checked once
 	// raft has read the configuration (forgotVote).
-	_, termErr := n.stable.GetUint64([]byte("CurrentTerm"))
+	term, termErr := n.stable.GetUint64([]byte("CurrentTerm"))
 	if err := n.refuseUnreadLog(); err != nil {
 		return nil, err
 	}
@@ -369,7 +369,16 @@ func open(cfg Config) (*Node, error) {
 	logs := guardedLogStore{n.logStore, n.disk, func() bool { r := started.Load(); return r != nil && r.State() == raft.Leader }, newLogCache()}
 	n.logStore.snapHead = n.snaps.newestMeta
 	n.logStore.tailCut = func(min, max uint64) { n.tailCut(started.Load(), min, max) }
-	n.fsm.installed = func() { n.logStore.installed.Store(true) }
+	n.fsm.installed = func() {
+		n.logStore.installed.Store(true)
+		if r := started.Load(); r != nil {
+			n.logStore.appliedBound.Store(&[2]uint64{n.db.Meta().Applied, r.CurrentTerm()})
+		}
+	}
+	if termErr == nil {
+		n.logStore.appliedBound.Store(&[2]uint64{n.db.Meta().Applied, term})
+	}
+	n.logStore.unverified = func(index, term uint64) { n.unverifiedEntry(started.Load(), index, term) }
 	n.logStore.keepFrom = n.snaps.keepLogFrom
 	n.logStore.sentHead = n.snaps.sentMeta
 	n.snaps.logEnd = n.logStore.LastIndex

@@ -281,11 +281,31 @@ func (n *Node) superseded(to raft.ServerID, addr raft.ServerAddress, err error) 
 // out of a recovery does. r is raft (nil before it runs).
 func (n *Node) tailCut(r *raft.Raft, min, max uint64) {
 	applied := n.db.Meta().Applied
-	if min > applied || n.supersededBy.Load() != nil {
+	if min > applied {
 		return
 	}
-	rec := supersededRecord{From: "of this cluster", At: time.Now().UTC(), Diverged: true, CutFrom: min, Applied: applied,
-		Detail: fmt.Sprintf("log entries %d-%d replaced by the leader's; the state had applied %d", min, max, applied)}
+	n.divergedFrom(r, min, applied, fmt.Sprintf("log entries %d-%d replaced by the leader's; the state had applied %d", min, max, applied))
+}
+
+// unverifiedEntry is called when the leader sends, at index, an entry of
+// a term later than any of the entries this node's state applied up to
+// there (guardedLogStore.checkApplied): the log held none to compare, and
+// the state holds another history, as after a tail cut.
+func (n *Node) unverifiedEntry(r *raft.Raft, index, term uint64) {
+	applied := n.db.Meta().Applied
+	if index > applied {
+		return
+	}
+	n.divergedFrom(r, index, applied, fmt.Sprintf("the leader's log entry %d is of term %d, later than the entries this node's state applied up to %d, which its log did not hold", index, term, applied))
+}
+
+// divergedFrom stops the node for a state that holds another history than
+// its leader's from index from on (tailCut, unverifiedEntry).
+func (n *Node) divergedFrom(r *raft.Raft, from, applied uint64, detail string) {
+	if n.supersededBy.Load() != nil {
+		return
+	}
+	rec := supersededRecord{From: "of this cluster", At: time.Now().UTC(), Diverged: true, CutFrom: from, Applied: applied, Detail: detail}
 	if r != nil {
 		if addr, id := r.LeaderWithID(); id != "" {
 			rec.From, rec.Address = string(id), string(addr)

@@ -87,3 +87,32 @@ func TestEmptyLogHasNoTailToCut(t *testing.T) {
 	require.NoError(t, s.StoreLogs(entries(2, 11, 13, 32)))
 	require.Empty(t, cuts)
 }
+
+// An entry the leader sends at an index the state applied, of a term later
+// than the entries the state applied (appliedBound), is another history's
+// even where the log holds nothing to compare (an empty log after an
+// install whose state is past the snapshot). The cluster's own entries
+// there, and entries past the state, are not.
+func TestEntryOfALaterTermAtAnAppliedIndexIsAnotherHistory(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		first uint64 // the entries stored, from first to first+4, of term
+		term  uint64
+		want  [][2]uint64
+	}{
+		{"the cluster's entries up to the state", 11, 3, nil},
+		{"another history's, from the snapshot on", 11, 1 << 21, [][2]uint64{{11, 1 << 21}}},
+		{"another history's, past the state", 21, 1 << 21, nil},
+		{"another history's, reaching past the state", 18, 1 << 21, [][2]uint64{{18, 1 << 21}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := cachedStore(t)
+			s.isLeader = func() bool { return false }
+			var got [][2]uint64
+			s.LogStore.unverified = func(index, term uint64) { got = append(got, [2]uint64{index, term}) }
+			s.LogStore.appliedBound.Store(&[2]uint64{20, 3}) // state applied 20, in terms up to 3; the log is empty
+			require.NoError(t, s.StoreLogs(entries(tc.term, tc.first, tc.first+4, 32)))
+			require.Equal(t, tc.want, got)
+		})
+	}
+}
