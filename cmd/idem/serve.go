@@ -1059,6 +1059,24 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	return nil, nil
 }
 
+// retentionSpan refuses a --retention that spans more than
+// ttl.MaxSpanBuckets of the bucket width in force, once that is the data
+// dir's (node.json's, or the cluster's) rather than --bucket-width's. The
+// flags were checked against each other alone: a data dir created with
+// --bucket-width 1s and started again with --retention 2000h (and no
+// --bucket-width, whose default is 2h) passed, the first claim pinned 2000h,
+// and every claim and lookup after it probed 7.2 million buckets (0.15-0.3 s
+// each) for as long as the cluster lived; PUT /v1/admin/retention refuses the
+// same value (400).
+func retentionSpan(c *serveConfig, whose string) error {
+	err := ttl.ValidateSpan(c.retention, c.bucketWidth)
+	if err == nil {
+		return nil
+	}
+	return usageError{fmt.Errorf("--retention %s is too long for %s, %s: %s; give a --retention of at most %s",
+		c.retention, whose, c.bucketWidth, strings.TrimPrefix(err.Error(), "ttl: "), ttl.MaxSpanBuckets*c.bucketWidth)}
+}
+
 // storedIDError says what to do about a start refused because the raft
 // configuration stored in a data dir without node.json shows that
 // --node-id is not the data dir's node.
@@ -1253,6 +1271,9 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if err != nil {
 		return err
 	}
+	if err := retentionSpan(c, "the bucket width "+c.dataDir+" was created with"); err != nil {
+		return err
+	}
 	// Once the ports are this node's and its data dir takes these flags:
 	// said before, these came above the refusal of a data dir or a port
 	// in use, or of a data dir served with --auth-file, as if the node
@@ -1422,6 +1443,11 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	}
 	retention := c.retention // what the first claim will pin, or what an earlier one did
 	ret, pinned := node.Retention()
+	if !pinned && widthFromCluster {
+		if err := retentionSpan(c, "the cluster's bucket width (fixed by its first write)"); err != nil {
+			return err
+		}
+	}
 	if pinned && ret != c.retention {
 		retention = ret
 		warnRetentionDrift(log, c.retention, ret)

@@ -480,3 +480,54 @@ func TestNewStoreBesideAnotherWarns(t *testing.T) {
 	require.Contains(t, logs, "Beside it, "+filepath.Join(nodes, "n3")+", ")
 	require.Contains(t, logs, "(the closest names; 2 more) each hold a node's data")
 }
+
+// Bug: --retention was checked against --bucket-width alone, not the
+// width the data dir was created with. A data dir made with
+// --bucket-width 1s and started again with --retention 2000h (and no
+// --bucket-width: its default 2h makes that 1,000 widths) started, the
+// first claim pinned 2000h (7.2 million buckets of 1s), and every claim
+// and lookup probed them all, 0.15-0.3 s each, for as long as the cluster
+// lived; PUT /v1/admin/retention refuses the same value. The start is now
+// refused, whether the width comes from node.json or, without it, from
+// the cluster's state.
+func TestRetentionSpanIsCheckedAgainstTheDataDirsWidth(t *testing.T) {
+	dir := t.TempDir()
+	httpAddr, raftAddr := freePort(t), freePort(t)
+	p := start(t, dir, httpAddr, raftAddr, "--bucket-width", "1s", "--retention", "2m", "--allow-short-retention")
+	// No claim (it would pin 2m, and the flag would then change nothing):
+	// the width is fixed by the first entry the leader stamps.
+	require.Eventually(t, func() bool {
+		_, b := get(t, httpAddr, "/metrics")
+		return strings.Contains(string(b), "\nidem_bucket_width_seconds 1\n")
+	}, 10*time.Second, 50*time.Millisecond)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	require.NoError(t, p.wait())
+
+	serve := func() (string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		out, err := exec.CommandContext(ctx, binary, "serve", "--data-dir", dir, "--http-addr", httpAddr, "--raft-addr", raftAddr, "--retention", "2000h").CombinedOutput()
+		return string(out), err
+	}
+	out, err := serve()
+	require.Error(t, err, "started: %s", out)
+	require.Contains(t, out, "--retention 2000h0m0s is too long for the bucket width "+dir+" was created with, 1s")
+	require.Contains(t, out, "give a --retention of at most 2h46m40s")
+	require.NotContains(t, out, serving)
+
+	path := filepath.Join(dir, "node.json")
+	require.NoError(t, os.Rename(path, path+".aside"))
+	out, err = serve()
+	require.Error(t, err, "started: %s", out)
+	require.Contains(t, out, "--retention 2000h0m0s is too long for the cluster's bucket width (fixed by its first write), 1s")
+	require.NotContains(t, out, serving)
+
+	// Within the span it starts, and the first claim pins that retention.
+	p = start(t, dir, httpAddr, raftAddr, "--retention", "2h")
+	waitForLine(t, p.logs, serving)
+	code, body := post(t, httpAddr, "/v1/claim", claimBody)
+	require.Equal(t, 201, code, body)
+	code, body = get(t, httpAddr, "/v1/config")
+	require.Equal(t, 200, code, body)
+	require.Contains(t, string(body), `"retention_seconds":7200`)
+}
