@@ -91,7 +91,7 @@ type Meta struct {
 	Applied        uint64          // last applied raft index
 	NowMs          int64           // cluster time of the last applied command
 	Width          partition.Width // bucket width, fixed at the first command
-	MaxRetentionMs int64           // longest retention any record was created with
+	MaxRetentionMs int64           // longest retention a record was created with or the cluster was set to; never goes down
 	Scope          ScopeMode       // how scopes are encoded, fixed by the first write naming one
 	// RetentionMs is the cluster's retention of new records: pinned by the
 	// first claim (from the retention its command carries, the deciding

@@ -147,7 +147,7 @@ func newStateCollector(n *Node) *stateCollector {
 		filterReady:      d("idem_probe_filter_ready", "1 once the in-memory probe filters are built after a start or a snapshot restore; until then claims probe every bucket in Pebble."),
 		leader:           d("idem_raft_has_leader", "1 when this node knows a leader."),
 		applyLag:         d("idem_apply_lag_entries", "Log entries this node's raft has committed that its state does not reflect yet (0 when only no-op and barrier entries remain)."),
-		maxRetention:     d("idem_max_retention_seconds", "Longest retention any stored record was created with (replicated state; 0 before the first claim)."),
+		maxRetention:     d("idem_max_retention_seconds", "Longest retention the cluster has given a record, or been set to, since it was created (replicated state; 0 before the first claim). It never goes down: lowered by set-retention, or once the records given it are gone, it stays (a claim probes every bucket such a record could sit in)."),
 		retention:        d("idem_retention_seconds", "The cluster's retention of new records (replicated state, pinned by the first claim; 0 before it)."),
 		width:            d("idem_bucket_width_seconds", "Width of the time buckets expiry drops whole (replicated state; 0 before the first command): a record stays stored at most this long past its expiry."),
 	}
