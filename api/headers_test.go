@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -115,16 +116,19 @@ func mustJSON(t *testing.T, v any) string {
 func joinOlderMember(t *testing.T, n *testNode, base, extra string) *atomic.Bool {
 	t.Helper()
 	var upgraded atomic.Bool
-	member := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(testIP(), "0")) // the test's own loopback address
+	require.NoError(t, err)
+	member := &httptest.Server{Listener: ln, Config: &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		features := base
 		if upgraded.Load() {
 			features += "," + extra
 		}
 		w.Header().Set("X-Idem-Features", features)
 		io.WriteString(w, "{}")
-	}))
+	})}}
+	member.Start()
 	t.Cleanup(member.Close)
-	_, err := n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
+	_, err = n.node.Join(raftfsm.NodeInfo{ID: "n-old", RaftAddr: "127.0.0.1:1", HTTPAddr: strings.TrimPrefix(member.URL, "http://")}, true, false)
 	require.NoError(t, err)
 	return &upgraded
 }
@@ -145,6 +149,11 @@ func TestHeaderListsWaitForEveryMember(t *testing.T) {
 	before := n.dataHash()
 	p := requireProblem(t, n.complete(s, tok, lists), http.StatusServiceUnavailable, "unavailable")
 	require.Contains(t, p["detail"], "n-old")
+	// The middleware tells this 503 from the store's others (no leader, a
+	// load limit shedding) by these words alone, and folds the answer's
+	// arrays after a minute of it (its arraysRefusedDetail): kept as they
+	// are.
+	require.True(t, strings.HasPrefix(p["detail"].(string), "a header stored as an array (sent more than once) needs every member"), p["detail"])
 	require.Equal(t, before, n.dataHash(), "nothing written")
 	require.Equal(t, "in_progress", n.record(s)["state"])
 

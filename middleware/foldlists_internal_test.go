@@ -110,3 +110,83 @@ func TestAnswerWithHeaderListsRefusedForGoodIsStoredFolded(t *testing.T) {
 	require.Equal(t, 1, strings.Count(logs.String(), "folded into one value"), "said once:\n%s", logs.String())
 	require.Contains(t, logs.String(), `left-out="[\"Set-Cookie\"]"`)
 }
+
+// Only the store's refusal of the arrays themselves folds an answer. A
+// store that sheds load (its --max-inflight, 503 with Retry-After: 1) or
+// has no leader answers 503 to any write alike: after a minute of such
+// 503s, one shed try of the answer as it is was followed at once by the
+// folded one, which the store took, and every replay lacked the answer's
+// Set-Cookie and had its Link on one line, though the answer whole would
+// have been stored at the next try.
+func TestAnswerWithHeaderListsIsNotFoldedForAnotherRefusal(t *testing.T) {
+	defer func(d time.Duration) { foldListsAfter = d }(foldListsAfter)
+	foldListsAfter = time.Second
+	node := idemtest.Start(t, idemtest.Options{})
+	target, err := url.Parse(node.URL)
+	require.NoError(t, err)
+	rp := httputil.NewSingleHostReverseProxy(target)
+	rp.ModifyResponse = func(resp *http.Response) error {
+		resp.Header.Del("Idem-Leader") // the client keeps to this front
+		return nil
+	}
+	// An overloaded store: it sheds every complete for 2 s, and the first
+	// one after that, then takes them all.
+	var shedding atomic.Bool
+	shedding.Store(true)
+	var shed, folded atomic.Int32
+	time.AfterFunc(2*time.Second, func() { shedding.Store(false) })
+	var once atomic.Bool
+	front := newTestServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/complete" {
+			b, _ := io.ReadAll(r.Body)
+			if !bytes.Contains(b, []byte(`":["`)) {
+				folded.Add(1)
+			}
+			if shedding.Load() || once.CompareAndSwap(false, true) {
+				shed.Add(1)
+				w.Header().Set("Content-Type", "application/problem+json")
+				w.Header().Set("Retry-After", "1")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				io.WriteString(w, `{"type":"https://idem.dev/problems/unavailable","title":"Service unavailable","status":503,"code":"unavailable","detail":"the node is handling 64 requests, the most it takes at once (--max-inflight); retry shortly"}`)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(b))
+		}
+		rp.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	store, err := client.New(front.URL)
+	require.NoError(t, err)
+	var logs syncBuffer
+	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal, Lease: 3 * time.Second, StoreTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	srv := newTestServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Add("Set-Cookie", "a=1")
+		w.Header().Add("Set-Cookie", "b=2")
+		w.Header().Add("Link", "</receipts/1>; rel=receipt")
+		w.Header().Add("Link", "</payments/1>; rel=self")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	})))
+	t.Cleanup(srv.Close)
+	send := func() (*http.Response, string) {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set(HeaderKey, "shed-1")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp, string(b)
+	}
+	first, body := send()
+	require.Equal(t, http.StatusCreated, first.StatusCode, body)
+	require.NoError(t, WaitCompletes(t.Context()))
+	replay, body := send()
+	require.Equal(t, "true", replay.Header.Get(HeaderReplayed), "%d %s", replay.StatusCode, body)
+	require.Equal(t, []string{"a=1", "b=2"}, replay.Header.Values("Set-Cookie"), "the answer was stored folded for a refusal that was not of its arrays:\n%s", logs.String())
+	require.Equal(t, []string{"</receipts/1>; rel=receipt", "</payments/1>; rel=self"}, replay.Header.Values("Link"))
+	require.Zero(t, folded.Load())
+	require.NotContains(t, logs.String(), "folded into one value")
+}

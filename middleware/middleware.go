@@ -1827,11 +1827,11 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 			Token: token, Response: resp})
 		return err
 	}
-	var refusedSince time.Time // the store's first 503 to this answer
+	var refusedSince time.Time // the store's first refusal of this answer's arrays
 	sendIn := func(ctx context.Context) func() error {
 		return func() error {
 			err := call(ctx, resp)
-			if refusedSince.IsZero() && notTakenNow(err) {
+			if refusedSince.IsZero() && arraysRefused(err) {
 				refusedSince = time.Now()
 			}
 			return err
@@ -1931,17 +1931,25 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 // (foldLists). A variable for tests.
 var foldListsAfter = time.Minute
 
-// notTakenNow reports the store's 503: it answered, but did not take the
-// call now.
-func notTakenNow(err error) bool {
+// arraysRefusedDetail begins the detail of the store's 503 to a complete
+// that stores a header as an array while a member does not read arrays
+// (api's headerListsProblem, its words since arrays were stored). The
+// store answers every other 503 (no leader, a commit of unknown outcome,
+// a load limit shedding: --max-inflight) with the code unavailable alike:
+// its detail alone tells this one apart.
+const arraysRefusedDetail = "a header stored as an array (sent more than once) needs every member"
+
+// arraysRefused reports the store's 503 to an answer's headers stored as
+// arrays: a member reads no arrays (foldingListsAfter).
+func arraysRefused(err error) bool {
 	var p *client.Problem
-	return errors.As(err, &p) && p.Status == http.StatusServiceUnavailable
+	return errors.As(err, &p) && p.Status == http.StatusServiceUnavailable && strings.HasPrefix(p.Detail, arraysRefusedDetail)
 }
 
 // foldingListsAfter wraps send, the background complete of resp, an answer
-// with headers sent more than once: once the store has refused it with
-// 503 for foldListsAfter, each refusal is followed at once by the answer
-// with them folded (foldLists). The one complete the store refuses for
+// with headers sent more than once: once the store has refused it for
+// them (arraysRefused) for foldListsAfter, each such refusal is followed
+// at once by the answer with them folded (foldLists). The one complete the store refuses for
 // good with 503 while it takes everything else is such an answer: a
 // header stored as an array needs every member to run a version that
 // reads arrays, and a member of an older version (a rolling upgrade that
@@ -1949,13 +1957,16 @@ func notTakenNow(err error) bool {
 // answer keeps it refused. Asked again as it is, it held its key in
 // progress (409 to every retry) for the ten minutes of completeRetryFor,
 // and then a retry ran the request a second time. Folded, it is stored in
-// a form every member reads; a store that refused it for another reason
-// (no leader: every write refused) refuses the folded one too, and the
-// answer as it is is tried first each time.
+// a form every member reads. The store's other 503s (no leader, a load
+// limit shedding) are answered alike to any write, and never fold: a
+// store that shed the answer as it is took the folded one sent at once
+// after it, and the answer was stored without its Set-Cookie where the
+// next try would have stored it whole. The answer as it is is tried
+// first each time.
 func (m *mw) foldingListsAfter(ctx context.Context, s scope, resp client.Response, send func() error, call func(context.Context, client.Response) error, refusedSince *time.Time) func() error {
 	return func() error {
 		err := send()
-		if !notTakenNow(err) || refusedSince.IsZero() || time.Since(*refusedSince) < foldListsAfter {
+		if !arraysRefused(err) || refusedSince.IsZero() || time.Since(*refusedSince) < foldListsAfter {
 			return err
 		}
 		folded, left := foldLists(resp)
