@@ -254,7 +254,7 @@ const maxPatternBytes = 1024
 // A UTF-8 byte-order mark before the JSON is skipped. In the old format a
 // line that cannot be a bearer token (a space, a control or non-ASCII byte,
 // a start of JSON: '{', '[' or '"', or a null or boolean word in any
-// case: null, true, false, None) is refused, naming the line: every
+// case: null, true, false, None, undefined, nil, <nil>) is refused, naming the line: every
 // line there is an admin token, so a file of another format, or JSON
 // behind a byte-order mark, would otherwise turn its own text into one.
 func ParseAuthFile(b []byte) (*Credentials, error) {
@@ -309,8 +309,9 @@ func (c *Credentials) OpenLastToken(prev *Credentials) (line int, open bool) {
 
 // valueWords are what a tool prints for a value that is not there or a
 // boolean, in place of a token: a line that is one of them, in any case,
-// is refused (plainToken).
-var valueWords = []string{"null", "true", "false", "none"}
+// is refused (plainToken). jq and yq print null, Python None, JavaScript
+// (node -p) undefined, Ruby's p and Lua nil, Go's fmt <nil>.
+var valueWords = []string{"null", "true", "false", "none", "undefined", "nil", "<nil>"}
 
 // plainToken says why t, a line of an old-format file, cannot be a bearer
 // token.
@@ -323,8 +324,9 @@ func plainToken(t string) error {
 		// with a mistaken filter (jq '.token' auth.json > new.json) was,
 		// after a SIGHUP, the admin token "null" in place of every token.
 		// Other tools spell the same mistake otherwise (YAML's NULL and
-		// True, Python's None and False), and each was an admin token.
-		return fmt.Errorf("is the word %s (what jq, yq or Python print for a field that is not there, or a true/false value), not a token", t)
+		// True, Python's None and False, node's undefined, Go's <nil>),
+		// and each was an admin token.
+		return fmt.Errorf("is the word %s (what jq, yq, Python, node or Go print for a field that is not there, or a true/false value), not a token", t)
 	}
 	for i := 0; i < len(t); i++ {
 		if c := t[i]; c <= ' ' || c >= 0x7f {

@@ -675,3 +675,26 @@ func TestAuthFileOfAValueWordInAnyCaseIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// The same mistake in the other tools an operator reaches for printed a
+// word the list did not hold: node -p "require('./auth.json').token"
+// prints undefined, Go's fmt <nil>, Ruby's p and Lua nil, and each line
+// loaded as an admin token ("Bearer undefined").
+func TestAuthFileOfAnAbsentValueWordOfOtherToolsIsRefused(t *testing.T) {
+	for _, w := range []string{"undefined", "Undefined", "nil", "NIL", "<nil>"} {
+		f := "# tokens\nbeta-token-0123456789\n" + w + "\n"
+		c, err := api.ParseAuthFile([]byte(f))
+		if err == nil {
+			_, ok := c.Authenticate(w)
+			t.Fatalf("auth file %q loaded (Bearer %s an admin token: %v), want it refused", f, w, ok)
+		}
+		if !strings.Contains(err.Error(), "line 3 is the word "+w) {
+			t.Errorf("auth file %q: error %q does not name line 3 and what it holds", f, err)
+		}
+	}
+	for _, tok := range []string{"undefined-0123456789", "nil-0123456789abcdef", "<nil>-0123456789"} {
+		if _, err := api.ParseAuthFile([]byte(tok + "\n")); err != nil {
+			t.Errorf("token %q: %v", tok, err)
+		}
+	}
+}
