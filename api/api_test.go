@@ -956,6 +956,7 @@ func TestOperationsRoutes(t *testing.T) {
 	require.Equal(t, "24h0m0s", cfg["retention"])
 	require.Equal(t, int64(86400), num(t, cfg["retention_seconds"]))
 	require.Equal(t, int64(30000), num(t, cfg["lease_default_ms"]))
+	require.Equal(t, int64(5000), num(t, cfg["commit_timeout_ms"]), "--commit-timeout, its default: compared among the members")
 	require.Equal(t, "endpoint", cfg["scope"])
 	limits, ok := cfg["limits"].(map[string]any)
 	require.True(t, ok, "limits is an object: %s", r)

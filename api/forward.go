@@ -166,10 +166,16 @@ func peerURL(t *raftfsm.TLS, addr, uri string) string {
 // follower's 3 s (503 outcome unknown, and a warning in its log) however
 // long the flag let the leader wait for its disk and its quorum.
 func (s *Server) commitExtra() time.Duration {
+	return max(0, s.commitTimeout()-raftfsm.DefaultConfig().ApplyTimeout)
+}
+
+// commitTimeout is the node's --commit-timeout (CommitTimeout, else its
+// default), as GET /v1/config publishes it.
+func (s *Server) commitTimeout() time.Duration {
 	if s.cfg.CommitTimeout == 0 {
-		return 0
+		return raftfsm.DefaultConfig().ApplyTimeout
 	}
-	return max(0, s.cfg.CommitTimeout-raftfsm.DefaultConfig().ApplyTimeout)
+	return s.cfg.CommitTimeout
 }
 
 // notAppliedHeader marks the answer to a forwarded request that the node

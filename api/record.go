@@ -76,6 +76,13 @@ type configJSON struct {
 	// a CA rotation's last step, the old CA is still trusted there),
 	// absent when it did or none was sent.
 	TLSReloadError string `json:"tls_reload_error,omitempty"`
+	// CommitTimeoutMs is this node's --commit-timeout: how long it waits,
+	// leading, for a write to be committed, and, following, what a forward
+	// waits beyond LeaderWait (commitExtra). Compared among the members by
+	// idem cluster status and a starting node: a follower left at the
+	// default cut a write it forwarded at 3 s (503, outcome unknown) while
+	// a leader raised to 30 s went on waiting for it.
+	CommitTimeoutMs int64 `json:"commit_timeout_ms"`
 }
 
 func durationSeconds(d time.Duration) int64 { return int64(d / time.Second) }

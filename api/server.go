@@ -727,6 +727,7 @@ func (s *Server) handleConfig(w http.ResponseWriter, r *http.Request) {
 		LeaseDefaultMs: s.cfg.DefaultLease.Milliseconds(), Scope: scope,
 		BucketWidth: width.String(), Limits: limits, AuthFileDigest: s.authDigest(),
 		AuthFileReloadError: s.authReloadError(), TLSReloadError: s.tlsReloadError(),
+		CommitTimeoutMs: s.commitTimeout().Milliseconds(),
 	})
 }
 

@@ -216,8 +216,11 @@ type ServerConfig struct {
 	// TLSReloadError is why the node's last SIGHUP did not reload its
 	// --tls-* files (the certificates and CAs loaded before stay in
 	// force); absent when it did.
-	TLSReloadError string          `json:"tls_reload_error,omitempty"`
-	Raw            json.RawMessage `json:"-"`
+	TLSReloadError string `json:"tls_reload_error,omitempty"`
+	// CommitTimeoutMs is the node's --commit-timeout in milliseconds; an
+	// earlier release leaves it out (0).
+	CommitTimeoutMs int64           `json:"commit_timeout_ms,omitempty"`
+	Raw             json.RawMessage `json:"-"`
 }
 
 // LeaseOutside reports whether a claim's lease (sent as its whole

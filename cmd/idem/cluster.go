@@ -343,6 +343,9 @@ func runCluster(ctx context.Context, args []string, stdout, stderr io.Writer) in
 					// changes nothing then.
 					fmt.Fprintln(stdout, "  (the retention is each node's --retention only until the first claim pins one for the cluster; after that a member showing another has not applied the latest set-retention yet: run cluster status again before restarting anything)")
 				}
+				if strings.HasPrefix(d, "commit timeout: ") {
+					fmt.Fprintln(stdout, "  (--commit-timeout: a follower cuts a write it forwards by its own, 503 with the outcome unknown, while a leader with a longer one still waits for it)")
+				}
 				if strings.HasPrefix(d, "auth file digest: ") {
 					fmt.Fprintln(stdout, "  "+authFileDrift)
 				}
@@ -671,6 +674,12 @@ func settingsDrift(st raftfsm.Status, configs []*client.ServerConfig) (drift []s
 			// A follower decides a stale lookup with its own auth file:
 			// one that differs lets a token read other principals there.
 			v["auth file digest"] = cfg.AuthFileDigest
+		}
+		if cfg.CommitTimeoutMs > 0 { // an earlier release publishes none
+			// A follower cuts a write it forwards by its own: one below the
+			// leader's answers 503 (outcome unknown) for writes the leader
+			// still waits for.
+			v["commit timeout"] = publishedValue("commit_timeout_ms", float64(cfg.CommitTimeoutMs))
 		}
 		views = append(views, view{m.ID, v})
 	}

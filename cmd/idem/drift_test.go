@@ -77,3 +77,33 @@ func TestSettingsDriftNamesAnotherAuthFile(t *testing.T) {
 	out = settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
 	require.Equal(t, []string{"max_lease_ms: n1 1h0m0s, n2 1h0m0s, n3 2h0m0s, n4 1h0m0s"}, out)
 }
+
+// --commit-timeout, which a follower's forward waits by (beyond its 3 s,
+// what the flag adds to its 5 s default), was no setting idem cluster
+// status compared: a follower left at the default cut each write it
+// forwarded to a leader raised to 30 s at 3 s, 503 with its outcome
+// unknown, and nothing but that follower's log said why. Each node now
+// publishes it; a member of an earlier release publishes none and is left
+// out.
+func TestSettingsDriftNamesAnotherCommitTimeout(t *testing.T) {
+	config := func(commit string) string {
+		c := ""
+		if commit != "" {
+			c = `,"commit_timeout_ms":` + commit
+		}
+		return `{"retention":"24h0m0s","retention_seconds":86400,"lease_default_ms":30000,"scope":"endpoint","bucket_width":"2h0m0s","limits":{"max_keys_per_principal":100000}` + c + `}`
+	}
+	rt := configByHost{"n1:1": config("30000"), "n2:1": config("5000"), "n3:1": config("30000"), "n4:1": config("")}
+	var st raftfsm.Status
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		var m raftfsm.Member
+		m.ID, m.HTTPAddr = id, id+":1"
+		st.Nodes = append(st.Nodes, m)
+	}
+	out := settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
+	require.Equal(t, []string{"commit timeout: n1 30s, n2 5s, n3 30s"}, out)
+
+	rt["n2:1"] = config("30000")
+	out = settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
+	require.Empty(t, out)
+}

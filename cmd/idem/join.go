@@ -819,6 +819,7 @@ func (m *member) warnSettingsDrift(ctx context.Context) {
 	if m.c.authDigest != "" {
 		own["auth_file"] = m.c.authDigest
 	}
+	own["commit_timeout_ms"] = publishedValue("commit_timeout_ms", float64(m.c.commitTimeout.Milliseconds()))
 	for end := time.Now().Add(driftCheckFor); time.Now().Before(end); {
 		if m.compareSettings(ctx, own) || ctx.Err() != nil {
 			return
@@ -859,9 +860,10 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 		b, status, err := m.do(cctx, http.MethodGet, p.HTTPAddr, "/v1/config", nil)
 		cancel()
 		var cfg struct {
-			LeaseDefaultMs *float64            `json:"lease_default_ms"`
-			Limits         map[string]*float64 `json:"limits"`
-			AuthFileDigest string              `json:"auth_file_digest"`
+			LeaseDefaultMs  *float64            `json:"lease_default_ms"`
+			Limits          map[string]*float64 `json:"limits"`
+			AuthFileDigest  string              `json:"auth_file_digest"`
+			CommitTimeoutMs *float64            `json:"commit_timeout_ms"`
 		}
 		if status == http.StatusUnauthorized || status == http.StatusForbidden {
 			refused++ // --auth-file without a --node-token-file to ask with: asking again changes nothing
@@ -880,6 +882,9 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 		}
 		if cfg.AuthFileDigest != "" { // an earlier release publishes none
 			theirs["auth_file"] = cfg.AuthFileDigest
+		}
+		if cfg.CommitTimeoutMs != nil { // nor this
+			theirs["commit_timeout_ms"] = publishedValue("commit_timeout_ms", *cfg.CommitTimeoutMs)
 		}
 		for k, v := range own {
 			if t, ok := theirs[k]; ok { // an earlier release may publish fewer limits
@@ -914,8 +919,17 @@ func (m *member) compareSettings(ctx context.Context, own map[string]string) boo
 			verb = " differs"
 		}
 		msg := strings.Join(flags, ", ") + verb + " between this node and other members:"
-		if len(differ) > 1 || !differ["auth_file"] {
+		other := len(differ) // the default lease and limits among them
+		for _, k := range []string{"auth_file", "commit_timeout_ms"} {
+			if differ[k] {
+				other--
+			}
+		}
+		if other > 0 {
 			msg += " a claim gets the default lease and limits of the leader that decides it, so what clients get changes with leadership;"
+		}
+		if differ["commit_timeout_ms"] {
+			msg += " a follower cuts a write it forwards by its own --commit-timeout (503, outcome unknown) while a leader with a longer one still waits for it;"
 		}
 		if differ["auth_file"] {
 			msg += " " + strings.Trim(authFileDrift, "()") + " (auth-file shows a digest of each member's file);"
