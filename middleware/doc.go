@@ -166,9 +166,11 @@
 //     values joined with ", " (RFC 9110 5.3: the same field), but for
 //     Set-Cookie, which cannot be folded and is left out: a replay has
 //     them on one line and lacks those cookies. That is logged at warning
-//     (at most every 10s, with a count), not at each try. Other 503s
-//     refuse every write alike (no leader, a leader without the
-//     encryption key, a node over its limits), a retry's claim included. At most 10,000 completes wait in
+//     (at most every 10s, with a count), not at each try. The store's
+//     other 503s (no leader, a leader without the encryption key, a node
+//     shedding load over its limits) never fold it, however long they
+//     last: the arrays refusal is told apart by the store's detail, and
+//     a store that sheds one try may take the next whole. At most 10,000 completes wait in
 //     the background at once in a process, each holding its answer (up to
 //     MaxStoredBody: 640 MiB at the default, the price of not running a
 //     request twice); one more is dropped, logged at error. A server
