@@ -46,14 +46,21 @@ func jitter(lo, hi time.Duration) time.Duration {
 // (when the lease surely still runs), nor past a tenth of the lease (at
 // most backoffFloor) once that is less, so that an extend is tried well
 // before the lease runs out whatever the backoff: a store back before
-// held is asked in time. Past held, the backoff alone: the store's clock
-// may keep the lease still (it stands still while the store is down), and
-// the key is kept while no retry took it.
+// held is asked in time. Past held, within the lease's last tenth by this
+// clock (held keeps it for the clocks' rates: the store's may still run
+// it), never past half the time left of it either: backed off alone, the
+// first try past held came up to ten seconds later, and a store that took
+// extends again within that tenth had let the lease run out by then.
+// Past the lease's end, the backoff alone: the store's clock may keep the
+// lease still (it stands still while the store is down), and the key is
+// kept while no retry took it.
 func extendPause(b *backoff, lease time.Duration, held time.Time) time.Duration {
 	pause := b.next()
+	short := min(lease/10, backoffFloor)
 	if left := time.Until(held); left > 0 {
-		short := min(lease/10, backoffFloor)
 		pause = min(pause, max(left/2, jitter(short/2, short)))
+	} else if left := time.Until(held.Add(lease / 10)); left > 0 {
+		pause = min(pause, max(jitter(left/4, left/2), short/10))
 	}
 	return pause
 }

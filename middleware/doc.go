@@ -148,7 +148,9 @@
 //     waiting (up to 10,000) do not ask a struggling store all at once,
 //     nor together; a failed extend is asked again before the lease runs
 //     out whatever the pause (within half the time left, and near the
-//     end within a tenth of the lease, at most a second). The store
+//     end within a tenth of the lease, at most a second; within its last
+//     tenth, which the store's clock may still run, within half of what
+//     is left of it). The store
 //     takes it until a retry takes the key over (which a retry can only
 //     do once the lease has run out by the store's clock, which stands
 //     still while the store is down), and the retry then replays. A store
