@@ -98,6 +98,32 @@ func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress
 	return err
 }
 
+// InstallSnapshot is the transport's, refused when this node's raft term
+// is no longer the one the send is in (args.Term). hashicorp/raft's
+// replication to a follower it could not reach waits out its backoff (up
+// to 10 s) without watching for the end of the leadership, then sends the
+// snapshot in the term it led; the stream is this node's state at the
+// send (snapshotStore.Open), which by then may hold a later term's
+// entries, applied as a follower. A follower still in the old term took
+// it, its term at the install below those entries', and the new leader's
+// entries there, in their own term, then marked that healthy follower
+// diverged for good (guardedLogStore.checkApplied). The term read here is
+// at least the one the stream's state was read in: the same, and that
+// state holds no entry of a later term. Raft logs the refused send, at
+// info (errorLevel); the leader of the current term sends its own.
+// errStaleSnapshotSend is a snapshot's send refused in a term this node
+// no longer holds (foreignGuard.InstallSnapshot): raft logs it at info.
+var errStaleSnapshotSend = errors.New("raftfsm: a snapshot is not sent in a term this node has left (its state may hold entries of a later term)")
+
+func (g *foreignGuard) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
+	if r := g.r.Load(); r != nil {
+		if term := r.CurrentTerm(); term != args.Term {
+			return fmt.Errorf("%w: not sent to %s in term %d, this node is in term %d now", errStaleSnapshotSend, id, args.Term, term)
+		}
+	}
+	return g.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
+}
+
 // RequestVote and RequestPreVote are the transport's, and learn from a
 // member's answer that this node, a candidate, was left out of a recovery
 // (superseded.go): so a left-out member learns it when it first stands for

@@ -244,7 +244,13 @@ func errorLevel(msg string, args []any) slog.Level {
 		if errors.Is(err, errExpandDiskFull) || snapshotRefusedForSpace(err) {
 			return slog.LevelDebug
 		}
+		if errors.Is(err, errStaleSnapshotSend) {
+			return slog.LevelInfo
+		}
 	case "failed to copy snapshot", "failed to install snapshot":
+		if errors.Is(err, errStaleSnapshotSend) {
+			return slog.LevelInfo // a send of a term this node left: refused, as it should be
+		}
 		// A follower short of disk space refuses the leader's snapshot,
 		// which raft sends again about every second: the follower says so
 		// itself, once a minute (logSnapshotRefused), and the leader's
