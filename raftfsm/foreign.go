@@ -98,6 +98,10 @@ func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress
 	return err
 }
 
+// errStaleSnapshotSend is a snapshot's send refused in a term this node
+// no longer holds (foreignGuard.InstallSnapshot): raft logs it at info.
+var errStaleSnapshotSend = errors.New("raftfsm: a snapshot is not sent in a term this node has left (its state may hold entries of a later term)")
+
 // InstallSnapshot is the transport's, refused when this node's raft term
 // is no longer the one the send is in (args.Term). hashicorp/raft's
 // replication to a follower it could not reach waits out its backoff (up
@@ -111,10 +115,6 @@ func (g *foreignGuard) AppendEntries(id raft.ServerID, target raft.ServerAddress
 // at least the one the stream's state was read in: the same, and that
 // state holds no entry of a later term. Raft logs the refused send, at
 // info (errorLevel); the leader of the current term sends its own.
-// errStaleSnapshotSend is a snapshot's send refused in a term this node
-// no longer holds (foreignGuard.InstallSnapshot): raft logs it at info.
-var errStaleSnapshotSend = errors.New("raftfsm: a snapshot is not sent in a term this node has left (its state may hold entries of a later term)")
-
 func (g *foreignGuard) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
 	if r := g.r.Load(); r != nil {
 		if term := r.CurrentTerm(); term != args.Term {
