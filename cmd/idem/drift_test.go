@@ -64,12 +64,7 @@ func TestSettingsDriftNamesAnotherAuthFile(t *testing.T) {
 		return `{"retention":"24h0m0s","retention_seconds":86400,"lease_default_ms":30000,"scope":"endpoint","bucket_width":"2h0m0s","limits":{"max_lease_ms":3600000,"max_keys_per_principal":100000}` + d + `}`
 	}
 	rt := configByHost{"n1:1": config("aaaa"), "n2:1": config("aaaa"), "n3:1": config("bbbb"), "n4:1": config("")}
-	var st raftfsm.Status
-	for _, id := range []string{"n1", "n2", "n3", "n4"} {
-		var m raftfsm.Member
-		m.ID, m.HTTPAddr = id, id+":1"
-		st.Nodes = append(st.Nodes, m)
-	}
+	st := fourMembers()
 	out := settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
 	require.Equal(t, []string{"auth file digest: n1 aaaa, n2 aaaa, n3 bbbb"}, out)
 
@@ -94,16 +89,22 @@ func TestSettingsDriftNamesAnotherCommitTimeout(t *testing.T) {
 		return `{"retention":"24h0m0s","retention_seconds":86400,"lease_default_ms":30000,"scope":"endpoint","bucket_width":"2h0m0s","limits":{"max_keys_per_principal":100000}` + c + `}`
 	}
 	rt := configByHost{"n1:1": config("30000"), "n2:1": config("5000"), "n3:1": config("30000"), "n4:1": config("")}
-	var st raftfsm.Status
-	for _, id := range []string{"n1", "n2", "n3", "n4"} {
-		var m raftfsm.Member
-		m.ID, m.HTTPAddr = id, id+":1"
-		st.Nodes = append(st.Nodes, m)
-	}
+	st := fourMembers()
 	out := settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
 	require.Equal(t, []string{"commit timeout: n1 30s, n2 5s, n3 30s"}, out)
 
 	rt["n2:1"] = config("30000")
 	out = settingsDrift(st, memberConfigs(context.Background(), st, []client.Option{client.WithHTTPClient(&http.Client{Transport: rt})}))
 	require.Empty(t, out)
+}
+
+// fourMembers is the status of members n1..n4, each at "<id>:1".
+func fourMembers() raftfsm.Status {
+	var st raftfsm.Status
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		var m raftfsm.Member
+		m.ID, m.HTTPAddr = id, id+":1"
+		st.Nodes = append(st.Nodes, m)
+	}
+	return st
 }
