@@ -1705,15 +1705,7 @@ func (m *mw) keepLease(ctx context.Context, cancel context.CancelCauseFunc, s sc
 				return
 			default:
 			}
-			sent := time.Now()
-			deadline := sent.Add(m.callTimeout())
-			if until := held.Add(-time.Millisecond); sent.Before(until) && until.Before(deadline) {
-				deadline = until // the expiry's cancel must not wait for it
-			}
-			ectx, ecancel := context.WithDeadline(lctx, deadline)
-			res, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
-				Token: token, LeaseMs: m.o.Lease.Milliseconds()})
-			ecancel()
+			res, sent, err := m.extendBefore(lctx, s, token, held)
 			switch {
 			case err == nil:
 				// A lease the store cut at the record's expires_at (its last
@@ -2017,15 +2009,7 @@ func (m *mw) holdLease(ctx context.Context, s scope, token string, held, recordE
 			return
 		case <-time.After(wait):
 		}
-		sent := time.Now()
-		deadline := sent.Add(m.callTimeout())
-		if until := held.Add(-time.Millisecond); sent.Before(until) && until.Before(deadline) {
-			deadline = until // a call that hangs must not use up the time left
-		}
-		ectx, cancel := context.WithDeadline(ctx, deadline)
-		res, err := m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
-			Token: token, LeaseMs: m.o.Lease.Milliseconds()})
-		cancel()
+		res, sent, err := m.extendBefore(ctx, s, token, held)
 		switch {
 		case err == nil:
 			if recordExpires.IsZero() || res.LeaseExpiresAt.Before(recordExpires) {
@@ -2039,6 +2023,24 @@ func (m *mw) holdLease(ctx context.Context, s scope, token string, held, recordE
 			wait = extendPause(&b, m.o.Lease, held)
 		}
 	}
+}
+
+// extendBefore asks the store once to extend the lease of token's
+// attempt, for callTimeout and never past held (when the lease surely
+// still runs): a call that hangs must not use up the time left, nor hold
+// up keepLease's cancel at the expiry. sent is when it was asked, what a
+// lease it grants runs from (leaseHeld).
+func (m *mw) extendBefore(ctx context.Context, s scope, token string, held time.Time) (res *client.ExtendResponse, sent time.Time, err error) {
+	sent = time.Now()
+	deadline := sent.Add(m.callTimeout())
+	if until := held.Add(-time.Millisecond); sent.Before(until) && until.Before(deadline) {
+		deadline = until
+	}
+	ectx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	res, err = m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
+		Token: token, LeaseMs: m.o.Lease.Milliseconds()})
+	return res, sent, err
 }
 
 // retryBackoff calls f until it succeeds, a problem other than unavailable
