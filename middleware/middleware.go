@@ -1775,11 +1775,10 @@ func (m *mw) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 }
 
 // retry calls f until it succeeds, a problem other than unavailable comes
-// back, or ctx ends: complete and release are idempotent with their token.
-func retry(ctx context.Context, f func() error) error { return retryPaused(ctx, time.Second, f) }
-
-// retryPaused is retry with pauses growing to longest.
-func retryPaused(ctx context.Context, longest time.Duration, f func() error) error {
+// back, or ctx ends, pausing 50 ms doubling to 1 s between tries: complete
+// and release are idempotent with their token. (The background complete
+// backs off longer, with jitter: retryBackoff.)
+func retry(ctx context.Context, f func() error) error {
 	pause := 50 * time.Millisecond
 	for {
 		err := f()
@@ -1790,7 +1789,7 @@ func retryPaused(ctx context.Context, longest time.Duration, f func() error) err
 		case <-ctx.Done():
 			return err
 		case <-time.After(pause):
-			pause = min(pause*2, longest)
+			pause = min(pause*2, time.Second)
 		}
 	}
 }
