@@ -139,7 +139,8 @@
 //     (an answer goes to the caller once its complete is stored, so that
 //     a retry replays it, or after a second if the store has not answered
 //     by then; a streamed or larger than MaxStoredBody one as it is
-//     written), and its complete is asked again within StoreTimeout, then in the
+//     written), and its complete is asked again within StoreTimeout (at
+//     most half the Lease: nothing extends the lease until then), then in the
 //     background for ten minutes (or the lease, if longer), its lease
 //     extended meanwhile (a store that answers but refuses the complete
 //     for a while, 503, does not let a retry take the key over). In the

@@ -123,7 +123,11 @@ type Options struct {
 	// StoreTimeout bounds a claim, complete or release with its retries:
 	// an unreachable store (or one electing a leader) is asked again until
 	// then, so with the store down a request gets its 503 after
-	// StoreTimeout. Default 5s.
+	// StoreTimeout. Default 5s. The complete of an answer is asked for at
+	// most half the Lease before it goes on in the background, where the
+	// lease is kept (nothing extends it meanwhile: longer, the lease could
+	// run out while the answer waited, and a retry run the request a
+	// second time); New logs a warning when StoreTimeout is longer.
 	StoreTimeout time.Duration
 
 	// CallerGoneTimeout is how long a handler goes on once its caller has
@@ -282,6 +286,10 @@ func New(o Options) (func(http.Handler) http.Handler, error) {
 	if o.Lease < ShortLease {
 		o.Logger.Warn("idempotency lease is shorter than "+ShortLease.String()+": an answer the store cannot take before the lease runs out (while the cluster elects a leader, or a node is stopped: seconds) lets a retry take the key over and run the handler a second time; a walk under faults charged payments twice with a 3s lease. Use a lease of "+ShortLease.String()+" or more",
 			"lease", o.Lease)
+	}
+	if o.StoreTimeout > o.Lease/2 {
+		o.Logger.Warn("idempotency StoreTimeout (idem proxy's --store-timeout) is longer than half the Lease (--lease): nothing extends the lease between the handler's answer and its complete going on in the background, so an answer's complete is asked for half the lease, not StoreTimeout, before it goes on there (the lease kept); set StoreTimeout to at most half the Lease",
+			"store-timeout", o.StoreTimeout, "lease", o.Lease, "complete-for", o.Lease/2)
 	}
 	m := &mw{o: o, methods: methods, log: o.Logger}
 	m.principalErrs.option, m.fingerprintErrs.option, m.reauthorizeErrs.option = "Options.Principal", "Options.Fingerprint", "Options.Reauthorize"
@@ -1774,6 +1782,10 @@ func (m *mw) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(r.Context()), m.o.StoreTimeout)
 }
 
+// completeFor is how long an answer's complete is asked before it goes on
+// in the background (complete): StoreTimeout, at most half the Lease.
+func (m *mw) completeFor() time.Duration { return min(m.o.StoreTimeout, m.o.Lease/2) }
+
 // retry calls f until it succeeds, a problem other than unavailable comes
 // back, or ctx ends, pausing 50 ms doubling to 1 s between tries: complete
 // and release are idempotent with their token. (The background complete
@@ -1806,7 +1818,14 @@ func refusedByStore(err error) bool {
 // surely still runs (keepLease's last extend), recordExpires the record's
 // expires_at.
 func (m *mw) complete(r *http.Request, s scope, token string, resp client.Response, dropped []string, held, recordExpires time.Time) (lost bool) {
-	ctx, cancel := m.storeCtx(r)
+	// Nothing extends the lease from the handler's return until the
+	// background complete keeps it (holdLease): asked for a StoreTimeout
+	// longer than the lease has left (a lease of 2 s, the default 5 s,
+	// a store that refused the complete with 503 while it took claims),
+	// the lease ran out, and the caller's retry took the key over and ran
+	// the request a second time while the first answer waited. Half the
+	// lease, at most, leaves the first extend of holdLease time.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), m.completeFor())
 	defer cancel()
 	if len(dropped) > 0 {
 		m.log.Warn("idempotency: headers of the answer left out of the stored copy: the store refuses their names or values (control characters, not UTF-8); a replay lacks them", "endpoint", s.endpoint, "headers", fmt.Sprintf("%q", dropped))
@@ -1865,7 +1884,7 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 		err = retry(ctx, send)
 	}
 	if err != nil && !refusedByStore(err) {
-		// The store did not answer within StoreTimeout. The caller has its
+		// The store did not answer within completeFor. The caller has its
 		// answer; the record is in progress, and a retry once its lease has
 		// run out takes it over and runs the request again. Asked on in
 		// the background, a store back in time stores the answer, and the

@@ -3,6 +3,7 @@ package middleware
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
@@ -105,6 +106,55 @@ func TestLeaseIsKeptWhileACompleteIsAskedAgainInTheBackground(t *testing.T) {
 	time.Sleep(4 * lease) // the lease, left alone, has run out
 	r := send()
 	require.Equal(t, http.StatusConflict, r.StatusCode, "a retry while the answer waits to be stored")
+	require.EqualValues(t, 1, runs.Load(), "the handler ran again while its first answer waited to be stored")
+
+	store.mu.Lock()
+	store.completesFrom = time.Time{}
+	store.mu.Unlock()
+	require.Eventually(t, func() bool {
+		return send().Header.Get(HeaderReplayed) == "true"
+	}, 10*time.Second, 100*time.Millisecond, "the complete is stored once the store takes it, and replayed")
+	require.EqualValues(t, 1, runs.Load())
+	require.NoError(t, WaitCompletes(context.Background()))
+}
+
+// Nothing extends the lease between the handler's return and the
+// background complete that keeps it (holdLease), and the complete was
+// asked in the foreground for the whole StoreTimeout first: with a
+// StoreTimeout longer than the lease had left (a 2 s lease and the
+// default 5 s; a store refusing the complete with 503 while it took
+// claims, one of its members down), the lease ran out, and the caller's
+// retry took the key over and ran the handler a second time. The
+// foreground complete is asked for half the lease at most, and said.
+func TestCompleteGoesToTheBackgroundWithinHalfTheLease(t *testing.T) {
+	const lease = time.Second
+	store := &leasedStore{lease: lease, completesFrom: time.Now().Add(time.Hour)}
+	var logs syncBuffer
+	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal, Lease: lease, StoreTimeout: 4 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	require.Contains(t, logs.String(), "StoreTimeout (idem proxy's --store-timeout) is longer than half the Lease (--lease)")
+	var runs atomic.Int32
+	srv := newTestServer(t, idem(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		runs.Add(1)
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	})))
+	t.Cleanup(srv.Close)
+	send := func() *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set(HeaderKey, `"k1"`)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	start := time.Now()
+	require.Equal(t, http.StatusCreated, send().StatusCode)
+	time.Sleep(time.Until(start.Add(2 * lease))) // the claim's lease, left alone, has run out
+	require.Equal(t, http.StatusConflict, send().StatusCode, "a retry while the answer waits to be stored")
 	require.EqualValues(t, 1, runs.Load(), "the handler ran again while its first answer waited to be stored")
 
 	store.mu.Lock()

@@ -1104,3 +1104,31 @@ func TestProxyWarnsWhenAnUpstreamCallOutlivesTheShutdown(t *testing.T) {
 		require.Contains(t, logs, "set --shutdown-timeout to at least --upstream-timeout")
 	}
 }
+
+// Nothing extends the lease between the upstream's answer and its
+// complete going on in the background (where the lease is kept), so a
+// --store-timeout longer than half --lease let the lease run out while
+// the answer waited, and a retry call the upstream again. The complete is
+// asked for half the lease then, and the start says so, naming both.
+func TestProxyWarnsOfAStoreTimeoutOverHalfTheLease(t *testing.T) {
+	const warning = "StoreTimeout (idem proxy's --store-timeout) is longer than half the Lease (--lease)"
+	for _, c := range []struct {
+		args []string
+		warn bool
+	}{
+		{[]string{"--store-timeout", "5s", "--lease", "2s"}, true},
+		{[]string{"--store-timeout", "1s", "--lease", "2s"}, false},
+		{nil, false}, // 5s and 30s
+	} {
+		args := append([]string{"--upstream", "http://" + deadAddr(t), "--store", deadAddr(t)}, c.args...)
+		px := startProxy(t, args...)
+		require.NotEmpty(t, waitForLine(t, px.logs, "proxy listening"))
+		logs := px.logs.String()
+		if !c.warn {
+			require.NotContains(t, logs, warning, "%v", c.args)
+			continue
+		}
+		require.Contains(t, logs, warning)
+		require.Contains(t, logs, "store-timeout=5s lease=2s complete-for=1s")
+	}
+}
