@@ -168,7 +168,10 @@
 //     it is stored with each such header folded into one value, its
 //     values joined with ", " (RFC 9110 5.3: the same field), but for
 //     Set-Cookie, which cannot be folded and is left out: a replay has
-//     them on one line and lacks those cookies. That is logged at warning
+//     them on one line and lacks those cookies. A header that takes one
+//     value, not a list (Location, ETag, Content-Disposition: RFC 9110
+//     allows no second line of it), keeps its first value, as two
+//     Content-Types do, not a joined one nobody sent. That is logged at warning
 //     (at most every 10s, with a count), not at each try. The store's
 //     other 503s (no leader, a leader without the encryption key, a node
 //     shedding load over its limits) never fold it, however long they

@@ -168,3 +168,75 @@ func TestAnswerWithHeaderListsIsNotFoldedForAnotherRefusal(t *testing.T) {
 	require.Zero(t, folded.Load())
 	require.NotContains(t, logs.String(), "folded into one value")
 }
+
+// arraysRefusedStore refuses every answer with a header stored as an
+// array as a store one of whose members reads none does (503).
+func arraysRefusedStore() *refusingStore {
+	return &refusingStore{refuse: func(req client.CompleteRequest) *client.Problem {
+		if len(req.Response.HeaderLists) > 0 {
+			return unavailable("a header stored as an array (sent more than once) needs every member to run a version that knows it; n3 (no answer) not yet (a rolling upgrade, or a member down?): retry once they do")
+		}
+		return nil
+	}}
+}
+
+// foldedReplay serves h behind the middleware over store, folding after
+// a second, sends one keyed request, and returns the replay of its
+// answer once stored, with the middleware's log.
+func foldedReplay(t *testing.T, store Store, h http.HandlerFunc) (*http.Response, string) {
+	t.Helper()
+	defer func(d time.Duration) { foldListsAfter = d }(foldListsAfter)
+	foldListsAfter = time.Second
+	var logs syncBuffer
+	idem, err := New(Options{Store: store, Principal: AnonymousPrincipal, Lease: 3 * time.Second, StoreTimeout: 300 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	require.NoError(t, err)
+	srv := newTestServer(t, idem(h))
+	t.Cleanup(srv.Close)
+	send := func() *http.Response {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
+		require.NoError(t, err)
+		req.Header.Set(HeaderKey, "k")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		return resp
+	}
+	require.Equal(t, http.StatusCreated, send().StatusCode)
+	var replay *http.Response
+	require.Eventually(t, func() bool {
+		replay = send()
+		return replay.StatusCode != http.StatusConflict
+	}, 10*time.Second, 100*time.Millisecond, "the answer is never stored: every retry is answered 409")
+	require.Equal(t, "true", replay.Header.Get(HeaderReplayed), "%d\n%s", replay.StatusCode, logs.String())
+	require.NoError(t, WaitCompletes(t.Context()))
+	return replay, logs.String()
+}
+
+// A header that takes one value (Location, ETag, Content-Disposition)
+// sent twice, against RFC 9110, was folded like a list: the replay's
+// Location was "/payments/1, /payments/2", a URL nobody sent. Folded,
+// such a header keeps its first value (what a Go client's
+// Response.Location read, as two Content-Types keep the first), a list
+// (Link, or a header the RFC does not name) is joined, and the log names
+// those kept first.
+func TestFoldedAnswerKeepsTheFirstValueOfAHeaderThatIsNoList(t *testing.T) {
+	replay, logs := foldedReplay(t, arraysRefusedStore(), func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range []string{"1", "2"} {
+			w.Header().Add("Location", "/payments/"+v)
+			w.Header().Add("ETag", `"v`+v+`"`)
+			w.Header().Add("Content-Disposition", `attachment; filename="`+v+`.pdf"`)
+			w.Header().Add("Link", "</receipts/"+v+">; rel=receipt")
+			w.Header().Add("X-Tags", "t"+v)
+		}
+		w.WriteHeader(http.StatusCreated)
+	})
+	require.Equal(t, []string{"/payments/1"}, replay.Header.Values("Location"))
+	require.Equal(t, []string{`"v1"`}, replay.Header.Values("ETag"))
+	require.Equal(t, []string{`attachment; filename="1.pdf"`}, replay.Header.Values("Content-Disposition"))
+	require.Equal(t, []string{"</receipts/1>; rel=receipt, </receipts/2>; rel=receipt"}, replay.Header.Values("Link"))
+	require.Equal(t, []string{"t1, t2"}, replay.Header.Values("X-Tags"))
+	require.Contains(t, logs, `first-only="[\"Content-Disposition\" \"Etag\" \"Location\"]"`)
+	require.Contains(t, logs, "left-out=[]")
+}

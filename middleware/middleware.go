@@ -1979,35 +1979,16 @@ func (m *mw) foldingListsAfter(ctx context.Context, s scope, resp client.Respons
 		if !arraysRefused(err) || refusedSince.IsZero() || time.Since(*refusedSince) < foldListsAfter {
 			return err
 		}
-		folded, left := foldLists(resp)
-		if ferr := call(ctx, folded); ferr != nil {
+		f := foldLists(resp)
+		if ferr := call(ctx, f.resp); ferr != nil {
 			return ferr
 		}
 		if n := m.foldedLists.Add(1); m.foldLog.Allow(10 * time.Second) {
-			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
-				"endpoint", s.endpoint, "status", resp.Status, "left-out", fmt.Sprintf("%q", left), "answers-folded", n, "error", err)
+			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out; a header that takes one value, such as Location, with its first alone): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
+				"endpoint", s.endpoint, "status", resp.Status, "left-out", fmt.Sprintf("%q", f.left), "first-only", fmt.Sprintf("%q", f.first), "answers-folded", n, "error", err)
 		}
 		return nil
 	}
-}
-
-// foldLists is resp with each header sent more than once stored as one
-// string, the form every version of the store reads: its values joined
-// with ", ", which RFC 9110 (5.3) makes the same field, but for
-// Set-Cookie, whose values cannot be joined (RFC 9110 5.3, RFC 6265 3):
-// left out, and named in left.
-func foldLists(resp client.Response) (folded client.Response, left []string) {
-	folded = resp
-	folded.Headers = maps.Clone(resp.Headers)
-	folded.HeaderLists = nil
-	for _, name := range slices.Sorted(maps.Keys(resp.HeaderLists)) {
-		if http.CanonicalHeaderKey(name) == "Set-Cookie" {
-			left = append(left, name)
-			continue
-		}
-		folded.SetHeader(name, strings.Join(resp.HeaderLists[name], ", "))
-	}
-	return folded, left
 }
 
 // holdLease extends the lease of an attempt whose answer waits to be
