@@ -171,7 +171,11 @@
 //     them on one line and lacks those cookies. A header that takes one
 //     value, not a list (Location, ETag, Content-Disposition: RFC 9110
 //     allows no second line of it), keeps its first value, as two
-//     Content-Types do, not a joined one nobody sent. That is logged at warning
+//     Content-Types do, not a joined one nobody sent. Joined, a header
+//     counts ", " for each value after the first where its arrays counted
+//     its name: should that take the answer past the bytes the store took
+//     as arrays (its --max-response-header-bytes), the joined headers are
+//     left out, the largest first, until it fits, and the log names them. That is logged at warning
 //     (at most every 10s, with a count), not at each try. The store's
 //     other 503s (no leader, a leader without the encryption key, a node
 //     shedding load over its limits) never fold it, however long they

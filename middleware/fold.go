@@ -34,10 +34,22 @@ type folded struct {
 //     Response.Location; browsers refuse two Locations or two
 //     Content-Dispositions that differ), and as the middleware stores two
 //     Content-Types: the first. It is named in first.
+//
+// The store counts a header's name once per value of an array and once
+// for a string, and its values with it: joined, ", " is counted for each
+// value but the first, so an answer of a header with a short name (one
+// byte) sent many times went over the store's --max-response-header-bytes
+// (413), where the arrays had not, and was never stored: its key held
+// until its lease ran out, and the retry ran the request again. The
+// joined headers are left out, the largest first, until the answer is no
+// larger than it was with arrays, which the store counted and took as
+// far as their bytes go (it checks them before it refuses arrays): they
+// are named in left too.
 func foldLists(resp client.Response) folded {
 	f := folded{resp: resp}
 	f.resp.Headers = maps.Clone(resp.Headers)
 	f.resp.HeaderLists = nil
+	var joined []string
 	for _, name := range slices.Sorted(maps.Keys(resp.HeaderLists)) {
 		vs := resp.HeaderLists[name]
 		switch ck := http.CanonicalHeaderKey(name); {
@@ -47,11 +59,38 @@ func foldLists(resp client.Response) folded {
 			f.first = append(f.first, name)
 			f.resp.SetHeader(name, vs[0])
 		default:
+			joined = append(joined, name)
 			f.resp.SetHeader(name, strings.Join(vs, ", "))
 		}
 	}
+	// Largest first; names alike in size in order, so that the same
+	// answer always loses the same headers.
+	slices.SortStableFunc(joined, func(a, b string) int {
+		return len(a) + len(f.resp.Headers[a]) - len(b) - len(f.resp.Headers[b])
+	})
+	slices.Reverse(joined)
+	for limit := headerBytes(resp); headerBytes(f.resp) > limit && len(joined) > 0; joined = joined[1:] {
+		f.resp.SetHeader(joined[0])
+		f.left = append(f.left, joined[0])
+	}
 	slices.Sort(f.left)
 	return f
+}
+
+// headerBytes is the size of resp's headers as the store counts them
+// against its --max-response-header-bytes: each name with each of its
+// values.
+func headerBytes(resp client.Response) int {
+	n := 0
+	for k, v := range resp.Headers {
+		n += len(k) + len(v)
+	}
+	for k, vs := range resp.HeaderLists {
+		for _, v := range vs {
+			n += len(k) + len(v)
+		}
+	}
+	return n
 }
 
 // singleValued are the response headers whose value is one item, not a

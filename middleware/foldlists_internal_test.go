@@ -2,9 +2,11 @@ package middleware
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -170,9 +172,15 @@ func TestAnswerWithHeaderListsIsNotFoldedForAnotherRefusal(t *testing.T) {
 }
 
 // arraysRefusedStore refuses every answer with a header stored as an
-// array as a store one of whose members reads none does (503).
-func arraysRefusedStore() *refusingStore {
+// array as a store one of whose members reads none does (503), and
+// counts the answer's header bytes as the store does, before that
+// refusal: over max (when set), 413.
+func arraysRefusedStore(max int) *refusingStore {
 	return &refusingStore{refuse: func(req client.CompleteRequest) *client.Problem {
+		if n := headerBytes(req.Response); max > 0 && n > max {
+			return &client.Problem{Status: http.StatusRequestEntityTooLarge, Code: client.CodeResponseTooLarge,
+				Detail: fmt.Sprintf("response.headers are %d bytes together; at most %d are stored", n, max)}
+		}
 		if len(req.Response.HeaderLists) > 0 {
 			return unavailable("a header stored as an array (sent more than once) needs every member to run a version that knows it; n3 (no answer) not yet (a rolling upgrade, or a member down?): retry once they do")
 		}
@@ -222,7 +230,7 @@ func foldedReplay(t *testing.T, store Store, h http.HandlerFunc) (*http.Response
 // (Link, or a header the RFC does not name) is joined, and the log names
 // those kept first.
 func TestFoldedAnswerKeepsTheFirstValueOfAHeaderThatIsNoList(t *testing.T) {
-	replay, logs := foldedReplay(t, arraysRefusedStore(), func(w http.ResponseWriter, r *http.Request) {
+	replay, logs := foldedReplay(t, arraysRefusedStore(0), func(w http.ResponseWriter, r *http.Request) {
 		for _, v := range []string{"1", "2"} {
 			w.Header().Add("Location", "/payments/"+v)
 			w.Header().Add("ETag", `"v`+v+`"`)
@@ -239,4 +247,40 @@ func TestFoldedAnswerKeepsTheFirstValueOfAHeaderThatIsNoList(t *testing.T) {
 	require.Equal(t, []string{"t1, t2"}, replay.Header.Values("X-Tags"))
 	require.Contains(t, logs, `first-only="[\"Content-Disposition\" \"Etag\" \"Location\"]"`)
 	require.Contains(t, logs, "left-out=[]")
+}
+
+// Joined, a header counts its name once but ", " for each value after the
+// first, where the store counted the name for each value of an array: an
+// answer of a header with a one-byte name sent 30 times, whose arrays
+// fit the store's --max-response-header-bytes to the byte, went over it
+// folded (413), and was never stored: its key was held until the lease
+// ran out, and the retry ran the request again. The joined headers are
+// left out, the largest first, until the answer fits as its arrays did,
+// and the log names them.
+func TestFoldedAnswerFitsTheStoresHeaderBytes(t *testing.T) {
+	const max = 8192 // the store's default --max-response-header-bytes
+	h := func(w http.ResponseWriter, r *http.Request) {
+		for i := range 30 { // 30 × (1 + 262) = 7890 bytes
+			w.Header().Add("X", fmt.Sprintf("%03d", i)+strings.Repeat("x", 259))
+		}
+		for _, v := range []string{"a", "b"} { // 2 × (4 + 147) = 302 bytes
+			w.Header().Add("Link", "</"+v+strings.Repeat("r", 133)+">; rel=self")
+		}
+		w.Header().Set("Location", "/payments/1")
+		w.WriteHeader(http.StatusCreated)
+	}
+	rec := httptest.NewRecorder()
+	h(rec, nil)
+	var arrays client.Response
+	for k, vs := range rec.Header() {
+		if k != "Location" {
+			arrays.SetHeader(k, vs...)
+		}
+	}
+	require.Equal(t, max, headerBytes(arrays), "the answer's arrays fit to the byte")
+	replay, logs := foldedReplay(t, arraysRefusedStore(max+len("Location/payments/1")), h)
+	require.Empty(t, replay.Header.Values("X"))
+	require.Equal(t, []string{"</a" + strings.Repeat("r", 133) + ">; rel=self, </b" + strings.Repeat("r", 133) + ">; rel=self"}, replay.Header.Values("Link"))
+	require.Equal(t, "/payments/1", replay.Header.Get("Location"))
+	require.Contains(t, logs, `left-out="[\"X\"]"`)
 }

@@ -1984,7 +1984,7 @@ func (m *mw) foldingListsAfter(ctx context.Context, s scope, resp client.Respons
 			return ferr
 		}
 		if n := m.foldedLists.Add(1); m.foldLog.Allow(10 * time.Second) {
-			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out; a header that takes one value, such as Location, with its first alone): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
+			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out; a header that takes one value, such as Location, with its first alone; where joining made the headers larger than the store counted them as arrays, those joined left out, the largest first): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
 				"endpoint", s.endpoint, "status", resp.Status, "left-out", fmt.Sprintf("%q", f.left), "first-only", fmt.Sprintf("%q", f.first), "answers-folded", n, "error", err)
 		}
 		return nil
