@@ -16,19 +16,36 @@ const (
 	backoffCap   = 10 * time.Second
 )
 
+// The pauses between the tries of a store call asked again in the
+// foreground, within StoreTimeout (a claim, a complete, a release: retry),
+// grow from retryFloor to retryCap, each drawn at random as well. Alike
+// (50 ms doubling to 1 s), the callers refused together by a leader
+// change asked the new leader together, again and again, in phase.
+const (
+	retryFloor = 50 * time.Millisecond
+	retryCap   = time.Second
+)
+
 // backoff is exponential backoff with full jitter above a floor: the n-th
-// pause (n from 0) is uniformly random in [backoffFloor/2,
-// min(backoffCap, backoffFloor<<(n+1))), so that calls that failed
-// together do not try again together.
-type backoff struct{ n int }
+// pause (n from 0) is uniformly random in [floor/2, min(cap,
+// floor<<(n+1))), so that calls that failed together do not try again
+// together. The floor and cap are backoffFloor and backoffCap (the
+// background's) unless set (retry's: retryFloor and retryCap).
+type backoff struct {
+	n          int
+	floor, cap time.Duration
+}
 
 func (b *backoff) next() time.Duration {
-	ceiling := backoffCap
-	if b.n < 8 { // backoffFloor<<9 is past any cap of seconds
-		ceiling = min(backoffCap, backoffFloor<<(b.n+1))
+	floor, ceiling := b.floor, b.cap
+	if floor == 0 {
+		floor, ceiling = backoffFloor, backoffCap
+	}
+	if b.n < 8 { // floor<<9 is past any cap: 20 times it at most
+		ceiling = min(ceiling, floor<<(b.n+1))
 	}
 	b.n++
-	return jitter(backoffFloor/2, ceiling)
+	return jitter(floor/2, ceiling)
 }
 
 func (b *backoff) reset() { b.n = 0 }

@@ -128,7 +128,9 @@
 //   - the principal's quota is full: 429 with Retry-After.
 //   - the store is unreachable or answers 5xx: the claim is asked again
 //     (with the same claim_id, which is always safe) until
-//     Options.StoreTimeout, then 503 unavailable with Retry-After, and the
+//     Options.StoreTimeout, pausing 25 ms to 1 s between tries, each pause
+//     drawn at random (callers refused together by a leader change do not
+//     ask again together), then 503 unavailable with Retry-After, and the
 //     handler does not run (fail closed). FailOpen runs the handler
 //     unprotected instead: unsafe, a retry may run it twice. The claim may
 //     have been applied all the same (a stalled store that resumes): it is

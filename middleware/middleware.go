@@ -1787,21 +1787,23 @@ func (m *mw) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 func (m *mw) completeFor() time.Duration { return min(m.o.StoreTimeout, m.o.Lease/2) }
 
 // retry calls f until it succeeds, a problem other than unavailable comes
-// back, or ctx ends, pausing 50 ms doubling to 1 s between tries: complete
-// and release are idempotent with their token. (The background complete
-// backs off longer, with jitter: retryBackoff.)
+// back, or ctx ends, pausing between tries as backoff says from retryFloor
+// (50 ms) to retryCap (1 s), each pause drawn at random: complete and
+// release are idempotent with their token, a claim with its claim_id.
+// (The background complete backs off longer: retryBackoff.)
 func retry(ctx context.Context, f func() error) error {
-	pause := 50 * time.Millisecond
+	b := backoff{floor: retryFloor, cap: retryCap}
 	for {
 		err := f()
 		if err == nil || refusedByStore(err) {
 			return err
 		}
+		t := time.NewTimer(b.next())
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return err
-		case <-time.After(pause):
-			pause = min(pause*2, time.Second)
+		case <-t.C:
 		}
 	}
 }
