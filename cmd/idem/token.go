@@ -131,7 +131,7 @@ func runTokenNew(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, string(entry))
 		return 0
 	}
-	fmt.Fprintf(stdout, "token (give it to the client and keep it as a secret: idem stores only its hash, and it is not shown again):\n%s\n\n", token)
+	fmt.Fprintf(stdout, "%s\n%s\n\n", tokenHeading, token)
 	fmt.Fprintf(stdout, "auth file entry (add it to \"tokens\" in --auth-file, then send SIGHUP to every node):\n%s\n", entry)
 	return 0
 }
@@ -231,6 +231,10 @@ func readOneToken(r io.Reader) (string, error) {
 	return t, nil
 }
 
+// tokenHeading is the line idem token new prints above the token when it
+// prints the token (no --token-file).
+const tokenHeading = "token (give it to the client and keep it as a secret: idem stores only its hash, and it is not shown again):"
+
 // tokenLine is the one line of text that is not blank or a # comment,
 // trimmed (a line ends at LF; a leading byte order mark is skipped), and
 // its number: how a token file is read, by serve's --node-token-file
@@ -238,6 +242,14 @@ func readOneToken(r io.Reader) (string, error) {
 // alike. Two such lines are refused: which one is the token would be a
 // guess.
 func tokenLine(text string) (token string, line int, err error) {
+	// A token file is the token alone. An auth file or an entry given in
+	// its place (--node-token-file and --auth-file swapped, the entry
+	// file of the README's chain) was read as a token, and serve then
+	// offered an auth file entry for the SHA-256 of that JSON; the whole
+	// output of idem token new, redirected, was "two tokens".
+	if t := strings.TrimSpace(strings.TrimPrefix(text, "\ufeff")); strings.HasPrefix(t, "{") && json.Valid([]byte(t)) {
+		return "", 0, errors.New("holds JSON, an auth file or an auth file entry (those hold a token's SHA-256, not the token): give the file that idem token new --token-file wrote, whose one line is the token itself")
+	}
 	n := 0
 	for l := range strings.Lines(strings.TrimPrefix(text, "\ufeff")) {
 		n++
@@ -246,6 +258,9 @@ func tokenLine(text string) (token string, line int, err error) {
 			continue
 		}
 		if token != "" {
+			if strings.HasPrefix(token, strings.TrimSuffix(tokenHeading, ":")) {
+				return "", 0, fmt.Errorf("holds the whole output of idem token new (the token is line %d, after its heading, and the auth file entry follows): keep only the token's line, or make the file with idem token new --token-file FILE", n)
+			}
 			return "", 0, fmt.Errorf("holds two tokens (lines %d and %d); a token file holds one token, on one line (blank lines and # comments aside)", line, n)
 		}
 		token, line = l, n
