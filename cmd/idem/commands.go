@@ -389,9 +389,29 @@ func unknownFlag(flags []*flag.Flag, name string) error {
 	}
 	best := closestName(name, names)
 	if best == "" {
+		best = nodeFlagOf(name, names)
+	}
+	if best == "" {
 		return fmt.Errorf("--%s is not a flag of this command", name)
 	}
 	return fmt.Errorf("--%s is not a flag of this command: did you mean --%s?", name, best)
+}
+
+// nodeFlagOf is the flag of names that name is with "node-" added or
+// taken away, "" when there is none: idem serve names the node's own
+// flags (--node-id, --http-addr) as cluster join and remove name a
+// node's (--id, --node-http-addr), and the one typed where the other is
+// meant is five edits away, past closestName's reach (an operator walk:
+// "cluster remove --node-id n3" said only that it is not a flag).
+func nodeFlagOf(name string, names []string) string {
+	want := "node-" + name
+	if rest, ok := strings.CutPrefix(name, "node-"); ok {
+		want = rest
+	}
+	if slices.Contains(names, want) {
+		return want
+	}
+	return ""
 }
 
 // closestName is the one of names at most two edits from name, the

@@ -11,7 +11,8 @@ import (
 
 // A misspelt flag, copied from a note at 3 am, was answered "flag provided
 // but not defined: -adr": one dash where two were typed, and no word of
-// the flag meant. It names the flag as typed and the closest one.
+// the flag meant. It names the flag as typed and the closest one, or the
+// one it is with "node-" added or taken away.
 func TestMisspeltFlagNamesTheFlagMeant(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -21,6 +22,13 @@ func TestMisspeltFlagNamesTheFlagMeant(t *testing.T) {
 		{[]string{"recover", "--data-dir", "d", "--node-id", "n1", "--peer", "n1=127.0.0.1:7071"}, "idem recover: --peer is not a flag of this command: did you mean --peers? (see idem recover --help)"},
 		{[]string{"snapshot", "save", "f.snap", "--foce"}, "idem snapshot save: --foce is not a flag of this command: did you mean --force? (see idem snapshot --help)"},
 		{[]string{"cluster", "status", "--zzzzzz"}, "idem cluster status: --zzzzzz is not a flag of this command (see idem cluster --help)"},
+		// idem serve's words for a node's own flags, where cluster join and
+		// remove name another node's: five edits away, they were named as
+		// no flag at all (an operator walk).
+		{[]string{"cluster", "remove", "--addr", "127.0.0.1:1", "--node-id", "n3"}, "idem cluster remove: --node-id is not a flag of this command: did you mean --id? (see idem cluster --help)"},
+		{[]string{"cluster", "join", "--addr", "127.0.0.1:1", "--id", "n3", "--raft-addr", "127.0.0.3:7071", "--http-addr", "127.0.0.3:7070"}, "idem cluster join: --http-addr is not a flag of this command: did you mean --node-http-addr? (see idem cluster --help)"},
+		{[]string{"serve", "--id", "n1"}, "idem serve: --id is not a flag of this command: did you mean --node-id?"},
+		{[]string{"snapshot", "restore", "f.snap", "--data-dir", "d", "--id", "n1"}, "idem snapshot restore: --id is not a flag of this command: did you mean --node-id? (see idem snapshot --help)"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)
