@@ -1046,9 +1046,15 @@ func fixedSettings(c *serveConfig, set map[string]bool) (pin func() error, err e
 	if nf.NodeID != "" && nf.NodeID != c.nodeID {
 		// node.json itself may be what is wrong: an earlier release wrote
 		// it with whatever --node-id started a data dir that had lost it.
-		return nil, usageError{fmt.Errorf("--node-id %q differs from %q, the node %s was created for (%s records it): start it with --node-id %s. "+
+		given := fmt.Sprintf("--node-id %q", c.nodeID)
+		if !set["node-id"] {
+			// The operator typed no id: "--node-id "n1" differs" named a
+			// value nowhere on the command line (an operator walk).
+			given = fmt.Sprintf("--node-id was not given, and its default, %q,", c.nodeID)
+		}
+		return nil, usageError{fmt.Errorf("%s differs from %q, the node %s was created for (%s records it): start it with --node-id %s. "+
 			"Only if that file is what is wrong (written by a start under a mistaken --node-id), move it aside (mv %s %s.bad) and start again: without it, --node-id is checked against the raft configuration stored in %s",
-			c.nodeID, nf.NodeID, c.dataDir, path, nf.NodeID, path, path, c.dataDir)}
+			given, nf.NodeID, c.dataDir, path, nf.NodeID, path, path, c.dataDir)}
 	}
 	if nf.Auth == raftfsm.AuthTokens && c.authFile == "" && !c.noAuth {
 		return nil, usageError{fmt.Errorf("--auth-file is missing: %s was last served with --auth-file, or restored from a backup of a cluster that ran with one (%s records it), where every route needed a token. "+
