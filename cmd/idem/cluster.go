@@ -807,7 +807,17 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	for _, id := range st.PendingRemoved {
 		pending = append(pending, id+" was a member")
 	}
-	if len(pending) > 0 {
+	member := false
+	for _, m := range st.Nodes {
+		member = member || m.ID == st.Self.ID
+	}
+	if len(pending) > 0 && (member || len(st.Nodes) == 0) {
+		// Not on a node outside the configuration it knows (removed, or
+		// replaying toward its admission): the change pending there is its
+		// own removal, whose commit a leader never sends to a node it
+		// removed, so "wait until this note is gone" was a wait for ever
+		// (an operator walk). The note below says where to ask.
+		//
 		// A leader lists a promotion as soon as it appends it: an operator
 		// who stopped the leader then, taking the new node for a voter,
 		// left the others a configuration in which it was not one.
@@ -816,10 +826,6 @@ func printStatus(w io.Writer, st raftfsm.Status) {
 	from := st.HealthFrom
 	if from == "" {
 		from = "nobody (no leader's measurements)"
-	}
-	member := false
-	for _, m := range st.Nodes {
-		member = member || m.ID == st.Self.ID
 	}
 	if !member && len(st.Nodes) > 0 && st.HoldsVote != nil && st.HoldsVote.LeaderTerm != 0 && st.Leader != nil {
 		// A node that joined, hears from a leader and replays the log

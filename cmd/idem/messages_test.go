@@ -434,6 +434,24 @@ func TestStatusMarksAMembershipChangeNotCommitted(t *testing.T) {
 	require.Contains(t, out.String(), "Wait until this note is gone before stopping or removing another voter")
 }
 
+// A removed node's own status (an operator walk: idem cluster status
+// --addr of the node just removed) listed its removal as "not committed
+// yet" and said to wait until that note is gone: a leader sends a node it
+// removed nothing more, so the note never goes there. It says instead
+// that the node is not a member and where to ask.
+func TestRemovedNodesStatusDoesNotSayToWaitForItsRemoval(t *testing.T) {
+	st := raftfsm.Status{Self: raftfsm.NodeInfo{ID: "n4"}, ConfigurationPending: true, PendingRemoved: []string{"n4"}, Nodes: []raftfsm.Member{
+		{NodeInfo: raftfsm.NodeInfo{ID: "n1", HTTPAddr: "127.0.0.1:7070"}, Suffrage: "voter"},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n2", HTTPAddr: "127.0.0.2:7070"}, Suffrage: "voter"},
+		{NodeInfo: raftfsm.NodeInfo{ID: "n3", HTTPAddr: "127.0.0.3:7070"}, Suffrage: "voter"},
+	}}
+	var out bytes.Buffer
+	printStatus(&out, st)
+	require.NotContains(t, out.String(), "not committed yet", out.String())
+	require.NotContains(t, out.String(), "Wait until this note is gone", out.String())
+	require.Contains(t, out.String(), "NOTE: n4 is not a member of the configuration it knows (removed from the cluster?)")
+}
+
 // With both followers' disks full, the leader refuses writes 507 and
 // proposes nothing, so the followers lag nothing: the table read "3 of 3
 // voters healthy" while every write was refused. The leader's reason is
