@@ -793,7 +793,7 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 		}
 	}
 	if existing == nil {
-		if err := n.notForeign(info, conf); err != nil {
+		if err := n.notForeign(info, conf, force); err != nil {
 			return res, err
 		}
 	}
@@ -951,7 +951,14 @@ func (n *Node) answersAt(info NodeInfo) error {
 // refused too (ErrTokenRefused): it could hide a cluster of its own, and
 // it could never be measured healthy and promoted. force does not skip
 // this: no quorum is at stake, the records are.
-func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
+//
+// Unless force, it also refuses a node that answers under its own id at
+// another raft address than the join's: a typo in idem cluster join
+// (--raft-addr given the HTTP port, a digit off) was recorded, and the
+// node stayed a non-voter that no leader reached, never promoted, while
+// the join answered "joined" (an operator walk). Asked in the same
+// question: a node that does not answer costs one wait, not two.
+func (n *Node) notForeign(info NodeInfo, conf raft.Configuration, force bool) error {
 	probe := n.peerProbe()
 	if probe == nil {
 		return nil
@@ -969,7 +976,17 @@ func (n *Node) notForeign(info NodeInfo, conf raft.Configuration) error {
 			"A node of this cluster needs the entry of the token in --node-token-file in its --auth-file; a node of another cluster must start on an empty data dir (keep the old one: it holds that cluster's records)",
 			ErrTokenRefused, info.ID, info.HTTPAddr, err)
 	}
-	if err != nil || len(st.Nodes) == 0 {
+	if err != nil {
+		return nil
+	}
+	// Another id there is not judged: an HTTP address on every interface
+	// without --http-advertise reaches whichever node runs on the
+	// prober's machine (OPERATIONS.md says so, and the node warns of it).
+	if !force && st.Self.ID == info.ID && st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr {
+		return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr; added at %s, it would stay a non-voter that no leader reaches (force to add it anyway)",
+			ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr, info.RaftAddr)
+	}
+	if len(st.Nodes) == 0 {
 		return nil
 	}
 	ours := map[raft.ServerID]raft.ServerAddress{}

@@ -1,0 +1,41 @@
+package raftfsm
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// An operator walk: a removed node added back by hand with its HTTP port
+// as --raft-addr (idem cluster join --raft-addr 127.0.0.1:7070
+// --node-http-addr 127.0.0.1:7070) was answered "joined", recorded at the
+// wrong raft address, and stayed a non-voter that no leader reached. A new
+// member that answers at its HTTP address under its own id at another
+// raft address is refused, naming both; force adds it anyway, and a node
+// that does not answer (not started yet) is let in as before.
+func TestJoinOfANewMemberAtAnotherRaftAddressThanItsOwnIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	a := c.open("a1", "", true)
+	c.leader(a)
+	b := c.open("a2", "", false)
+
+	typo := b.Self()
+	typo.RaftAddr = "mem-typo-a2"
+	_, err := a.Join(typo, false, true)
+	require.ErrorIs(t, err, ErrNotAnswering)
+	require.Contains(t, err.Error(), "a2 answers at HTTP "+typo.HTTPAddr+" but its raft address is "+b.Self().RaftAddr+", not mem-typo-a2: check --raft-addr")
+	require.Empty(t, member(t, a, "a2").ID, "a2 was added at the wrong raft address")
+
+	_, err = a.Join(b.Self(), false, true)
+	require.NoError(t, err, "the right addresses")
+	require.NoError(t, a.Remove("a2", false))
+
+	_, err = a.Join(typo, true, true)
+	require.NoError(t, err, "force adds it anyway")
+	require.Equal(t, "mem-typo-a2", member(t, a, "a2").RaftAddr)
+
+	unstarted := NodeInfo{ID: "a3", RaftAddr: "mem-a3", HTTPAddr: "mem-a3-http"}
+	_, err = a.Join(unstarted, false, true)
+	require.NoError(t, err, "a node that does not answer yet")
+}
