@@ -60,6 +60,10 @@ type joinAnswer struct {
 	// lists the node: a node that joined empty keeps its joining file until
 	// its own log reaches it (raftfsm's joining.go).
 	AdmittedIndex uint64 `json:"admitted_index,omitempty"`
+	// RanBefore: the node is a voter that ran at these addresses before
+	// (raftfsm.JoinResult): one that started empty warns that its data
+	// dir is not the one it ran on.
+	RanBefore bool `json:"ran_before,omitempty"`
 }
 
 // joinerWithoutAuth refuses the join of a node that runs without
@@ -409,7 +413,7 @@ func (s *Server) handleJoin(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, membershipProblem(refused))
 		return
 	}
-	a := joinAnswer{Outcome: "joined", Suffrage: res.Suffrage, AdmittedIndex: res.AdmittedIndex}
+	a := joinAnswer{Outcome: "joined", Suffrage: res.Suffrage, AdmittedIndex: res.AdmittedIndex, RanBefore: res.RanBefore}
 	switch {
 	case res.MovedFrom != "":
 		// Said in full: a typo in a join for a stopped member moves it to

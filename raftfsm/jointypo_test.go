@@ -39,3 +39,36 @@ func TestJoinOfANewMemberAtAnotherRaftAddressThanItsOwnIsRefused(t *testing.T) {
 	_, err = a.Join(unstarted, false, true)
 	require.NoError(t, err, "a node that does not answer yet")
 }
+
+// A voter whose addresses the state recorded before, the same ones, is
+// answered RanBefore: a node that started empty then says that its data
+// dir is not the one it ran on (cmd/idem's warnEmptyVoter). A new member
+// (a non-voter) is not, nor is a voter joining at other addresses, nor a
+// member of a first configuration whose addresses were never recorded.
+func TestJoinSaysWhenAVoterRanAtTheseAddressesBefore(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	a := c.open("a1", "", true)
+	c.leader(a)
+	b := c.open("a2", "", false)
+	res, err := a.Join(b.Self(), false, true)
+	require.NoError(t, err)
+	require.Equal(t, "nonvoter", res.Suffrage)
+	require.False(t, res.RanBefore, "a new member")
+	require.NoError(t, b.Admitted(res.AdmittedIndex))
+	c.waitSuffrage(a, "a2", "Voter")
+
+	res, err = a.Join(b.Self(), false, true)
+	require.NoError(t, err)
+	require.Equal(t, "voter", res.Suffrage)
+	require.True(t, res.RanBefore, "a voter at the addresses recorded before")
+
+	// Its addresses not recorded (a member of a first configuration
+	// before its own join): not RanBefore.
+	_, err = a.propose(&Command{Op: OpRemoveNode, Node: &NodeInfo{ID: "a2"}})
+	require.NoError(t, err)
+	res, err = a.Join(b.Self(), false, true)
+	require.NoError(t, err)
+	require.Equal(t, "voter", res.Suffrage)
+	require.False(t, res.RanBefore, "addresses recorded by this join only")
+}

@@ -715,6 +715,12 @@ type JoinResult struct {
 	// the node: a node that joined empty has caught up past its admission
 	// once its own log reaches it (joining.go).
 	AdmittedIndex uint64
+	// RanBefore: the node is a voter whose addresses the state recorded
+	// before this join, the same ones: it ran at them as a member before.
+	// A node that started empty says so (an empty data dir in a running
+	// voter's place); a member of a new cluster's first configuration has
+	// no addresses recorded before its own first join.
+	RanBefore bool
 }
 
 // Join adds a node as a non-voter (the leader promotes it once it has
@@ -759,6 +765,9 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	res := JoinResult{Suffrage: "nonvoter", Existing: existing != nil}
 	if existing != nil && existing.Suffrage == raft.Voter {
 		res.Suffrage = "voter"
+		var stored NodeInfo
+		res.RanBefore = string(existing.Address) == info.RaftAddr && json.Unmarshal(named["node/"+info.ID], &stored) == nil &&
+			stored.RaftAddr == info.RaftAddr && stored.HTTPAddr == info.HTTPAddr
 	}
 	if existing != nil && string(existing.Address) != info.RaftAddr {
 		res.MovedFrom = string(existing.Address)

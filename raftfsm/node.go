@@ -43,24 +43,27 @@ type Node struct {
 	configScan configScan
 	// keyring is Config.Keyring, read through Keyring(): tests swap it on
 	// a running node (setKeyring) to play a node given another key file.
-	keyring   atomic.Pointer[Keyring]
-	cfg       Config
-	log       *slog.Logger
-	db        *engine.DB
-	fsm       *FSM
-	clock     *ttl.Clock
-	raft      *raft.Raft
-	trans     *raft.NetworkTransport
-	stream    *streamLayer
-	stopTLS   func()                // stops following TLS reloads (tlsReloaded)
-	stable    *raftboltdb.BoltStore // raft.db: term and vote
-	logStore  *LogStore             // raft-log/ (logstore.go)
-	snaps     *snapshotStore
-	metrics   *Metrics
-	disk      *diskGuard // disk.go: free space, ballast, storage full
-	widthMs   int64
-	self      NodeInfo
-	lastWrite atomic.Int64 // mono.Now() of the last proposal, for idle ticks
+	keyring atomic.Pointer[Keyring]
+	// startedEmpty: this process started on an empty data dir, or one
+	// still joining (StartedEmpty); set at open, read only after.
+	startedEmpty bool
+	cfg          Config
+	log          *slog.Logger
+	db           *engine.DB
+	fsm          *FSM
+	clock        *ttl.Clock
+	raft         *raft.Raft
+	trans        *raft.NetworkTransport
+	stream       *streamLayer
+	stopTLS      func()                // stops following TLS reloads (tlsReloaded)
+	stable       *raftboltdb.BoltStore // raft.db: term and vote
+	logStore     *LogStore             // raft-log/ (logstore.go)
+	snaps        *snapshotStore
+	metrics      *Metrics
+	disk         *diskGuard // disk.go: free space, ballast, storage full
+	widthMs      int64
+	self         NodeInfo
+	lastWrite    atomic.Int64 // mono.Now() of the last proposal, for idle ticks
 	// stampBack spaces the log of a stamp held within ttl.RewindAfter of
 	// the applied time (stampMs).
 	stampBack mono.Spacer
@@ -344,6 +347,7 @@ func open(cfg Config) (*Node, error) {
 	// operator can add it back without restarting it (membership.go).
 	rc.ShutdownOnRemove = false
 	if n.voteHeld() {
+		n.startedEmpty = true
 		n.holdCampaign(rc) // votehold.go
 	}
 	if err := raft.ValidateConfig(rc); err != nil {
@@ -1642,6 +1646,10 @@ func (n *Node) HasState() bool {
 	f := n.raft.GetConfiguration()
 	return f.Error() == nil && len(f.Configuration().Servers) > 0
 }
+
+// StartedEmpty reports whether this node started with an empty data dir,
+// or one still joining its cluster (it held its vote at start: voteHold).
+func (n *Node) StartedEmpty() bool { return n.startedEmpty }
 
 // IsMember reports whether the latest configuration includes this node.
 func (n *Node) IsMember() bool { return n.member.Load() }

@@ -13,6 +13,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -399,6 +400,27 @@ type member struct {
 	// notIdem is when the node last said, per address, that the address
 	// answered something no idem node answers (notIdemEvery).
 	notIdem map[string]time.Time
+	// answered: a join of this process was admitted. Only the first
+	// answer tells whether the node ran before (warnEmptyVoter): a second
+	// join finds the addresses the first one recorded.
+	answered bool
+}
+
+// warnEmptyVoter says that this node, started on an empty data dir, is a
+// voter that ran at the same addresses before: a rolling restart from
+// another working directory with a relative --data-dir, or a volume not
+// mounted, joined in silence (INFO "n2 is a voter already"), and the data
+// dir it ran on was left behind (an operator walk). What to do is in
+// OPERATIONS.md's rolling restarts.
+func (m *member) warnEmptyVoter() {
+	dir, err := filepath.Abs(m.c.dataDir)
+	if err != nil {
+		dir = m.c.dataDir
+	}
+	cwd, _ := os.Getwd()
+	m.log.Warn("this node started with an empty data dir, and the cluster lists it as a voter that ran at these addresses before: if it ran on another data dir (a relative --data-dir started from another working directory, a volume not mounted), that one is left behind, and this node catches up from the others as that voter. "+
+		"Do not start it on the old data dir again: it lacks what this node acknowledges from now on. Give it an absolute --data-dir (docs/OPERATIONS.md, rolling restarts). If it replaces a member whose data was lost, remove the member before starting the new node next time (docs/MEMBERSHIP.md, replacing a member)",
+		"data-dir", dir, "working-dir", cwd, "node-id", m.c.nodeID)
 }
 
 // notIdemEvery is how often the node says again that an address answers
@@ -496,6 +518,10 @@ func (m *member) tryJoin(ctx context.Context, addrs []string) {
 			m.sayNotIdem(a, "join answer", status, hdr, b)
 		case status == http.StatusOK:
 			m.log.Info("cluster membership recorded", "via", a, "suffrage", ans.Suffrage, "detail", ans.Detail)
+			if !m.answered && ans.RanBefore && ans.Suffrage == "voter" && m.node.StartedEmpty() {
+				m.warnEmptyVoter()
+			}
+			m.answered = true
 			if !m.node.HasState() {
 				m.learnAddrs(ctx, a)
 			}
@@ -539,6 +565,7 @@ func (m *member) scope() string {
 type joinAnswer struct {
 	Outcome, Suffrage, Detail, Code string
 	AdmittedIndex                   uint64 `json:"admitted_index"`
+	RanBefore                       bool   `json:"ran_before"`
 }
 
 // joinRefusedHint is what to do about a join the member refused for its
