@@ -86,6 +86,11 @@ func (h *hclogAdapter) Warn(msg string, args ...any) {
 	if level == slog.LevelInfo && h.quiet != nil && h.quiet() {
 		level = slog.LevelDebug
 	}
+	if level == slog.LevelWarn {
+		if why, ok := voteRefused(msg); ok {
+			level, args = h.voteRefusal(why, args)
+		}
+	}
 	if level == slog.LevelWarn && msg == rejectedMsg {
 		// A follower short of disk space refuses every try, and is tried
 		// every 2 s or so (appendpace.go): said once per repeatEvery per
@@ -103,6 +108,63 @@ func (h *hclogAdapter) Warn(msg string, args ...any) {
 
 // rejectedMsg is raft's line for a follower's refused append.
 const rejectedMsg = "appendEntries rejected, sending older logs"
+
+// voteRefused reports why raft's line msg says this node refused a vote or
+// a pre-vote ("we have a leader", "our last index is greater", ...), and
+// whether it is such a line.
+func voteRefused(msg string) (string, bool) {
+	for _, p := range []string{"rejecting vote request since ", "rejecting pre-vote request since "} {
+		if why, ok := strings.CutPrefix(msg, p); ok {
+			return why, true
+		}
+	}
+	return "", false
+}
+
+// voteRefusal is the level, and the args, of raft's line refusing a vote
+// or a pre-vote for why (voteRefused). Raft says each at WARN, and a
+// member cut off from its leader but not from the others (a one-way or
+// partial cut, a leader that stopped sending to it) asks every second or
+// two: each healthy member that still follows the leader warned, "since we
+// have a leader", for as long as the cut lasted (a walk with iptables: a
+// WARN every 1-2 s on the member that was fine). The trouble is the
+// candidate's, and is said where it happens: the candidate's own log (no
+// leader, then no leader for 1m0s at WARN), the leader's (failed to
+// heartbeat to, at ERROR), and the leader's health checks (idem cluster
+// status). So a refusal a candidate cannot win anyway (this node has a
+// leader; the candidate's log is behind this node's; it is a non-voter) is
+// said once at info per candidate and reason while the candidate keeps
+// asking, and its repeats are at debug; one that comes again after
+// repeatEvery without one starts a new episode. A node outside the
+// configuration asking for votes (a removed member still running on a
+// configuration that lists it, a node given this cluster's addresses by
+// mistake) is a problem of its own someone must stop: that stays a
+// warning, once per repeatEvery per candidate with the count of the rest.
+func (h *hclogAdapter) voteRefusal(why string, args []any) (slog.Level, []any) {
+	from, ok := hcArg(args, "from")
+	if !ok {
+		from, _ = hcArg(args, "candidate")
+	}
+	key := "vote refused since " + why + " " + fmt.Sprint(from)
+	now := time.Now()
+	switch why {
+	case "node is not in configuration":
+		said, n := h.repeats.note(key, now)
+		if !said {
+			return slog.LevelDebug, args
+		}
+		if n > 0 {
+			args = append(args, "repeated", n, "repeated-within", repeatEvery.String())
+		}
+		return slog.LevelWarn, args
+	case "we have a leader", "our last term is greater", "our last index is greater", "node is not a voter":
+		if !h.repeats.begins(key, now) {
+			return slog.LevelDebug, args
+		}
+		return slog.LevelInfo, append(args, "repeats", "at debug while it keeps asking")
+	}
+	return slog.LevelWarn, args
+}
 
 func (h *hclogAdapter) Error(msg string, args ...any) {
 	level := errorLevel(msg, args)
@@ -341,6 +403,25 @@ func (r *repeatSpacer) note(key string, now time.Time) (say bool, skipped int) {
 	}
 	r.last[key] = repeat{at: now, tried: now}
 	return true, p.skipped
+}
+
+// begins reports whether a line of key starts an episode: none came in
+// the repeatEvery before now (voteRefusal says an episode's first line
+// at info, the rest at debug).
+func (r *repeatSpacer) begins(key string, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	p, seen := r.last[key]
+	if seen && now.Sub(p.tried) < repeatEvery {
+		p.tried = now
+		r.last[key] = p
+		return false
+	}
+	if len(r.last) > 1024 {
+		clear(r.last) // peers come and go: keep it bounded
+	}
+	r.last[key] = repeat{at: now, tried: now}
+	return true
 }
 
 // errKind is the last part of a raft error's text, which names what went
