@@ -772,6 +772,13 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if existing != nil && string(existing.Address) != info.RaftAddr {
 		res.MovedFrom = string(existing.Address)
 	}
+	if existing != nil && !force {
+		var stored NodeInfo
+		json.Unmarshal(named["node/"+info.ID], &stored)
+		if stored.HTTPAddr != "" && info.RaftAddr == stored.HTTPAddr && info.HTTPAddr == string(existing.Address) {
+			return res, swappedAddrs(info, fmt.Sprintf("%s is recorded at raft %s, HTTP %s", info.ID, existing.Address, stored.HTTPAddr))
+		}
+	}
 	if existing != nil && string(existing.Address) != info.RaftAddr && !force {
 		if err := n.idInUse(*existing, named, info.RaftAddr); err != nil {
 			return res, err
@@ -804,6 +811,17 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	if existing == nil {
 		if err := n.notForeign(info, conf, force); err != nil {
 			return res, err
+		}
+	}
+	if !force && (existing == nil || existing.Suffrage != raft.Voter) {
+		var stored NodeInfo
+		if existing != nil {
+			json.Unmarshal(named["node/"+info.ID], &stored)
+		}
+		if existing == nil || string(existing.Address) != info.RaftAddr || stored.HTTPAddr != info.HTTPAddr {
+			if err := n.nonvoterAt(info, conf, named); err != nil {
+				return res, err
+			}
 		}
 	}
 	var change func() raft.IndexFuture
@@ -944,6 +962,84 @@ func (n *Node) answersAt(info NodeInfo) error {
 		return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr)
 	}
 	return nil
+}
+
+// nonvoterAt refuses to record a non-voter (a new node, or one that moves)
+// at addresses that are not its own, as answersAt does for a voter but
+// letting through a node that does not answer yet: cluster join adds a
+// node before it starts. A join pasted with --raft-addr and
+// --node-http-addr swapped was taken: a running non-voter, not promoted
+// yet, was moved to them, never heard from its leader again (the leader
+// sent raft to its HTTP port and probed its raft port), stayed unhealthy
+// and was never promoted; a node not started yet was recorded there until
+// its own join. Refused when the node answers at the HTTP address as
+// another node or with another raft address, when it answers at the raft
+// address given (swapped), or, when it answers nowhere, when the two
+// ports given are the members' HTTP and raft ports the other way round.
+func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[string][]byte) error {
+	swapped := func(how string) error { return swappedAddrs(info, how) }
+	if probe := n.peerProbe(); probe != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+		defer cancel()
+		st, err := probe(ctx, info.HTTPAddr)
+		switch {
+		case err == nil && st.Self.ID != "" && st.Self.ID != info.ID:
+			return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr; nothing was changed (force to record it anyway)", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID)
+		case err == nil && st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr:
+			if st.Self.RaftAddr == info.HTTPAddr {
+				return swapped(fmt.Sprintf("%s answers at HTTP %s and its raft address is %s", info.ID, info.HTTPAddr, st.Self.RaftAddr))
+			}
+			return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr; nothing was changed (force to record it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr)
+		case err == nil:
+			return nil
+		}
+		if st, err := probe(ctx, info.RaftAddr); err == nil && (st.Self.ID == "" || st.Self.ID == info.ID) {
+			return swapped(fmt.Sprintf("%s's HTTP API answers at the address given as --raft-addr, %s", info.ID, info.RaftAddr))
+		}
+	}
+	var members []NodeInfo
+	for _, s := range conf.Servers {
+		var m NodeInfo
+		if s.ID != raft.ServerID(info.ID) && json.Unmarshal(named["node/"+string(s.ID)], &m) == nil {
+			members = append(members, NodeInfo{ID: string(s.ID), RaftAddr: string(s.Address), HTTPAddr: m.HTTPAddr})
+		}
+	}
+	if portsSwapped(info, members) {
+		_, rp, _ := net.SplitHostPort(info.RaftAddr)
+		_, hp, _ := net.SplitHostPort(info.HTTPAddr)
+		return swapped(fmt.Sprintf("it does not answer yet, and port %s is the members' HTTP port and %s their raft port", rp, hp))
+	}
+	return nil
+}
+
+// portsSwapped reports whether the ports of a join's addresses, on one
+// host, are the other members' the other way round: the raft port given
+// is an HTTP port of theirs and none's raft port, and the HTTP port given
+// a raft port of theirs and none's HTTP port.
+func portsSwapped(info NodeInfo, members []NodeInfo) bool {
+	rh, rp, err1 := net.SplitHostPort(info.RaftAddr)
+	hh, hp, err2 := net.SplitHostPort(info.HTTPAddr)
+	if err1 != nil || err2 != nil || rh != hh || rp == hp {
+		return false
+	}
+	httpPorts, raftPorts := map[string]bool{}, map[string]bool{}
+	for _, m := range members {
+		if _, p, err := net.SplitHostPort(m.RaftAddr); err == nil {
+			raftPorts[p] = true
+		}
+		if _, p, err := net.SplitHostPort(m.HTTPAddr); err == nil {
+			httpPorts[p] = true
+		}
+	}
+	return httpPorts[rp] && !raftPorts[rp] && raftPorts[hp] && !httpPorts[hp]
+}
+
+// swappedAddrs is the refusal of a join whose --raft-addr and
+// --node-http-addr are the node's the other way round, how telling how
+// that shows.
+func swappedAddrs(info NodeInfo, how string) error {
+	return fmt.Errorf("%w: --raft-addr %s and --node-http-addr %s of %s look swapped (%s): --raft-addr takes the node's serve --raft-addr and --node-http-addr its --http-addr, here --raft-addr %s --node-http-addr %s; nothing was changed (force to record them as given)",
+		ErrNotAnswering, info.RaftAddr, info.HTTPAddr, info.ID, how, info.HTTPAddr, info.RaftAddr)
 }
 
 // notForeign refuses a new member that holds a cluster of its own: its

@@ -752,3 +752,28 @@ func TestHealthRoundsBesideANonVoterDoNotReadTheLogBack(t *testing.T) {
 	n1.confChange.Unlock()
 	require.Zero(t, scanned.last, "a health round read the log back for the configuration with no non-voter to promote")
 }
+
+// A join pasted with --raft-addr and --node-http-addr swapped, for a node
+// that does not answer yet, shows in its ports: the members' HTTP port
+// given as the raft port, and their raft port as the HTTP port.
+func TestPortsSwapped(t *testing.T) {
+	members := []NodeInfo{
+		{ID: "n1", RaftAddr: "10.0.0.1:7071", HTTPAddr: "10.0.0.1:7070"},
+		{ID: "n2", RaftAddr: "10.0.0.2:7071", HTTPAddr: "10.0.0.2:7070"},
+	}
+	for _, tc := range []struct {
+		raft, http string
+		want       bool
+	}{
+		{"10.0.0.4:7070", "10.0.0.4:7071", true},
+		{"10.0.0.4:7071", "10.0.0.4:7070", false},
+		{"10.0.0.4:7070", "10.0.0.5:7071", false}, // two hosts: not one node's pair swapped
+		{"10.0.0.4:8070", "10.0.0.4:8071", false},
+		{"10.0.0.4:7070", "10.0.0.4:8071", false},
+	} {
+		require.Equal(t, tc.want, portsSwapped(NodeInfo{ID: "n4", RaftAddr: tc.raft, HTTPAddr: tc.http}, members), "%s %s", tc.raft, tc.http)
+	}
+	// Members whose ports differ: a port that is both is no evidence.
+	mixed := append(members, NodeInfo{ID: "n3", RaftAddr: "10.0.0.3:7070", HTTPAddr: "10.0.0.3:7071"})
+	require.False(t, portsSwapped(NodeInfo{ID: "n4", RaftAddr: "10.0.0.4:7070", HTTPAddr: "10.0.0.4:7071"}, mixed))
+}
