@@ -16,3 +16,6 @@ func restoreCopyAbandoned(string) bool { return false }
 
 // isMountPoint cannot tell here: a restore builds beside the directory.
 func isMountPoint(string) bool { return false }
+
+// restoreCopyHeld cannot tell here: no copy is taken for held.
+func restoreCopyHeld(string) bool { return false }

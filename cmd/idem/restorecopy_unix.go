@@ -42,6 +42,21 @@ func restoreCopyAbandoned(path string) bool {
 	return true
 }
 
+// restoreCopyHeld reports whether a running restore holds the lock at path
+// (its copy's): the file is there and its flock cannot be taken.
+func restoreCopyHeld(path string) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return true
+	}
+	syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return false
+}
+
 // isMountPoint reports whether dir is the root of a filesystem mounted
 // there (a disk for the data dir, say): its device differs from its
 // parent's, or, on Linux, the kernel's mount table lists it (a bind

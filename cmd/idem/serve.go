@@ -817,6 +817,9 @@ var dataDirEntries = map[string]bool{
 // lost+found, which a new filesystem's mount point holds, and *.log files
 // (the node's own output redirected into the dir) do not count.
 func checkDataDir(dir string) error {
+	if msg := unfinishedRestoreProblem(dir); msg != "" {
+		return errors.New(msg)
+	}
 	st, err := os.Stat(dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -556,6 +556,19 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 			fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
 			return 1
 		}
+		if hasRestoreMarker(dataDir) {
+			// A restore into this mount point was stopped before it
+			// finished: what it moved in is cleared, and this one starts
+			// over.
+			if msg := clearUnfinishedRestore(stderr, name, dataDir); msg != "" {
+				fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+				return 1
+			}
+			if entries, err = os.ReadDir(dataDir); err != nil {
+				fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
+				return 1
+			}
+		}
 		if len(entries) > 0 && !onlyLeftCopies(dataDir, entries) {
 			fmt.Fprintf(stderr, "%s: --data-dir %s is not empty; a restore only creates a new data dir and never replaces one (it may hold the only copy of a node's data): name an absent or empty directory\n", name, dataDir)
 			return 1
@@ -632,16 +645,37 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		fmt.Fprintf(stderr, "%s: --data-dir: %v\n", name, err)
 		return 1
 	}
+	if inside {
+		// A mount point cannot be renamed into place: the copy's entries
+		// are moved into it one by one at the end, so a kill (-9, a
+		// reboot) can leave part of them there, or, while the copy is
+		// built, only the copy, which serve took for an empty dir and
+		// started a new, empty cluster in. The marker says so from now
+		// until the last entry is in: serve refuses the dir, and the next
+		// restore clears it and starts over.
+		if err := writeRestoreMarker(abs); err != nil {
+			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+			return 1
+		}
+	}
 	// Built beside DIR and renamed into place: DIR never holds half a restore.
+	moving := false // entries of the copy go into DIR, a mount point: the marker stays
 	tmp, err := os.MkdirTemp(copyParent, copyPrefix+"*")
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		if inside {
+			os.Remove(filepath.Join(abs, restoreMarkerName))
+		}
 		return 1
 	}
 	done := false
 	defer func() {
 		if !done {
 			os.RemoveAll(tmp)
+			if inside && !moving {
+				// Nothing of it is in DIR: DIR is as empty as it was.
+				os.Remove(filepath.Join(abs, restoreMarkerName))
+			}
 		}
 	}()
 	// Held while this restore runs: the next restore into DIR removes a
@@ -716,8 +750,9 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		}
 	}
 	if inside {
+		moving = true
 		if err := moveInto(tmp, abs); err != nil {
-			fmt.Fprintf(stderr, "%s: %v: %s holds part of the restore; empty it (but for nothing else you put there) and run the restore again\n", name, err, dataDir)
+			fmt.Fprintf(stderr, "%s: %v: %s holds part of the restore, which idem serve refuses (%s marks it); run the restore again: it clears that part first\n", name, err, dataDir, restoreMarkerName)
 			return 1
 		}
 		parent = abs
@@ -739,6 +774,14 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	// could tell from one still running, nor remove (a kill -9 walk). A
 	// kill here leaves an empty .restore-lock in DIR, which nothing reads.
 	os.Remove(filepath.Join(abs, restoreLockName))
+	if inside {
+		// Last: until it goes, serve refuses DIR and a restore clears it.
+		syncDir(abs)
+		if err := os.Remove(filepath.Join(abs, restoreMarkerName)); err != nil {
+			fmt.Fprintf(stderr, "%s: %v: the restore is whole in %s, but serve refuses it while %s is there; remove that file, or run the restore again\n", name, err, dataDir, restoreMarkerName)
+			return 1
+		}
+	}
 	syncDir(parent)
 	fmt.Fprintf(stdout, "restored %s into %s: %d records, applied index %d, cluster time %s; the raft log goes on at index %d\n",
 		file, dataDir, h.Records, h.AppliedIndex, fmtClusterTime(h.ClusterTimeMs), info.Stream.Meta.Applied+1)
@@ -796,11 +839,138 @@ func onlyLeftCopies(dir string, entries []os.DirEntry) bool {
 		return false
 	}
 	for _, e := range entries {
+		if e.Name() == restoreMarkerName && e.Type().IsRegular() {
+			continue
+		}
 		if !e.IsDir() || !(strings.HasPrefix(e.Name(), ".restore-") || e.Name() == "lost+found") {
 			return false
 		}
 	}
 	return true
+}
+
+// restoreMarkerName is the file a restore into a mount point keeps in it
+// from before it builds its copy there until the copy's last entry is
+// moved in (snapshotRestore): serve refuses a data dir holding it, and the
+// next restore into it clears what the stopped one left.
+const restoreMarkerName = ".restore-unfinished"
+
+const restoreMarkerText = "idem snapshot restore is restoring a backup into this directory, or was stopped before it finished (kill -9, a reboot).\n" +
+	"What the directory holds is not a node's data dir: run the restore into it again, which removes what the stopped one left.\n"
+
+// writeRestoreMarker writes dir's restoreMarkerName, synced with dir.
+func writeRestoreMarker(dir string) error {
+	path := filepath.Join(dir, restoreMarkerName)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(restoreMarkerText)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+		return err
+	}
+	syncDir(dir)
+	return nil
+}
+
+// hasRestoreMarker reports whether dir holds a restore's marker
+// (restoreMarkerName): a restore into it runs, or was stopped.
+func hasRestoreMarker(dir string) bool {
+	st, err := os.Lstat(filepath.Join(dir, restoreMarkerName))
+	return err == nil && st.Mode().IsRegular()
+}
+
+// unfinishedRestoreProblem is serve's refusal of a data dir that holds a
+// restore's marker, or "".
+func unfinishedRestoreProblem(dir string) string {
+	if !hasRestoreMarker(dir) {
+		return leftCopyProblem(dir)
+	}
+	return fmt.Sprintf("--data-dir %s holds a restore that did not finish: idem snapshot restore into it was stopped before it had moved the whole backup in (kill -9, a reboot), or is still running (%s marks it). "+
+		"What it holds is not a node's data dir, and started it would serve part of the backup, or a new empty cluster. Once no restore into it runs, run the same idem snapshot restore into %s again: it removes what the stopped one left and restores the backup whole. Nothing was changed",
+		dir, filepath.Join(dir, restoreMarkerName), dir)
+}
+
+// leftCopyProblem refuses a data dir that holds no node (absent, or
+// empty) beside which a restore into it left its copy, DIR.restore-*:
+// that restore was killed (-9, a reboot) before it renamed the copy into
+// place, or still runs. serve started a new, empty cluster there, where
+// the operator meant the backup's. "" otherwise.
+func leftCopyProblem(dir string) string {
+	if holdsNode(dir) {
+		return ""
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return ""
+	}
+	places := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		places = append(places, real) // a link to a directory: the copy is built beside that
+	}
+	for _, p := range places {
+		copies, _ := filepath.Glob(p + ".restore-*")
+		for _, c := range copies {
+			if st, err := os.Stat(c); err == nil && st.IsDir() {
+				return fmt.Sprintf("--data-dir %s holds no node, and beside it %s is the copy of a restore into it that was stopped before it finished (kill -9, a reboot), or is still running: started, this node would be a new, empty cluster, not the backup's. "+
+					"Once no restore into %s runs, run the idem snapshot restore into it again (it removes that copy first); to start a new empty node there instead, delete %s first. Nothing was changed",
+					dir, c, dir, c)
+			}
+		}
+	}
+	return ""
+}
+
+// clearUnfinishedRestore removes from dir, which holds a restore's marker,
+// what that restore moved in (the entries of a data dir), and returns ""
+// or why it did not: a restore into dir still runs (its copy's lock is
+// held), or dir holds something else, which is not the restore's to
+// remove. The copies and the marker stay for the caller (clearLeftRestores,
+// and the new restore's own marker).
+func clearUnfinishedRestore(stderr io.Writer, name, dir string) string {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Sprintf("--data-dir: %v", err)
+	}
+	var other []string
+	for _, e := range entries {
+		n := e.Name()
+		switch {
+		case n == restoreMarkerName || n == "lost+found" || dataDirEntries[n] || n == restoreLockName:
+		case e.IsDir() && strings.HasPrefix(n, ".restore-"):
+			if restoreCopyHeld(filepath.Join(dir, n, restoreLockName)) {
+				return fmt.Sprintf("a restore into %s is running (%s is its copy): wait for it to finish, or stop it, then run this again; nothing was changed", dir, filepath.Join(dir, n))
+			}
+		default:
+			other = append(other, n)
+		}
+	}
+	if len(other) > 0 {
+		return fmt.Sprintf("--data-dir %s holds an unfinished restore (%s) and also %s, which no restore puts there: move that away (or empty the dir but for lost+found) and run the restore again; nothing was changed",
+			dir, restoreMarkerName, strings.Join(other, ", "))
+	}
+	var removed []string
+	for _, e := range entries {
+		n := e.Name()
+		if !dataDirEntries[n] && n != restoreLockName {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, n)); err != nil {
+			return fmt.Sprintf("clearing the unfinished restore in %s: %v", dir, err)
+		}
+		removed = append(removed, n)
+	}
+	if len(removed) > 0 {
+		fmt.Fprintf(stderr, "%s: removed %s from %s, what a restore into it stopped before it finished had moved in; restoring again\n", name, strings.Join(removed, ", "), dir)
+	}
+	return ""
 }
 
 // moveInto moves what the restore built in tmp (inside dir, on its disk)
