@@ -985,7 +985,7 @@ func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[stri
 		switch {
 		case err == nil && st.Self.ID != "" && st.Self.ID != info.ID:
 			return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr; nothing was changed (force to record it anyway)", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID)
-		case err == nil && st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr:
+		case err == nil && st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr && !sameEndpoint(st.Self.RaftAddr, info.RaftAddr):
 			if st.Self.RaftAddr == info.HTTPAddr {
 				return swapped(fmt.Sprintf("%s answers at HTTP %s and its raft address is %s", info.ID, info.HTTPAddr, st.Self.RaftAddr))
 			}
