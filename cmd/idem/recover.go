@@ -505,6 +505,10 @@ func fmtPeers(peers []raftfsm.Peer) string {
 // it holds one. Such a run exited 1, as a refusal to recover a node does,
 // with raftfsm's "holds no node's state"; a wrong flag exits 2.
 func noNodeAt(dir string) error {
+	if hasRestoreMarker(dir) {
+		// Part of a backup, or none: no node to recover.
+		return errors.New(unfinishedRestoreProblem(dir))
+	}
 	fi, err := os.Stat(dir)
 	var what string
 	switch {

@@ -24,7 +24,7 @@ import (
 // in the dir now says, until the last entry is in, that a restore is
 // unfinished there: serve refuses the dir saying to run the restore
 // again, and that restore clears what the killed one left and restores
-// the backup whole.
+// the backup whole; idem recover refuses it too.
 func TestRestoreKilledInAMountPointIsRefusedByServeAndRunsAgain(t *testing.T) {
 	dir := t.TempDir()
 	mnt := filepath.Join(dir, "idem-new")
@@ -71,6 +71,9 @@ func TestRestoreKilledInAMountPointIsRefusedByServeAndRunsAgain(t *testing.T) {
 	require.Contains(t, out, "run the same idem snapshot restore into "+mnt+" again")
 	require.NoFileExists(t, filepath.Join(mnt, "raft.db"), "serve wrote nothing")
 	require.NoDirExists(t, filepath.Join(mnt, "fsm"))
+	rec, err := exec.Command(binary, "recover", "--data-dir", mnt, "--node-id", "n1", "--peers", "n1=127.0.0.1:7071").CombinedOutput()
+	require.Error(t, err, "recover took the killed restore's dir: %s", rec)
+	require.Contains(t, string(rec), "holds a restore that did not finish")
 	restoreAgain()
 
 	// Killed at any point of a whole restore: the dir then holds the whole
