@@ -808,8 +808,25 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			}
 		}
 	}
+	// The joining node is asked once at its HTTP address, for both checks
+	// below: a node not started on a host that does not answer yet costs
+	// each question its whole timeout, and a join by hand forwarded by a
+	// follower must answer within the follower's wait.
+	var heard *joinerAnswer
+	hear := func() joinerAnswer {
+		if heard == nil {
+			heard = &joinerAnswer{}
+			if probe := n.peerProbe(); probe != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+				heard.st, heard.err = probe(ctx, info.HTTPAddr)
+				cancel()
+				heard.asked, heard.probe = true, probe
+			}
+		}
+		return *heard
+	}
 	if existing == nil {
-		if err := n.notForeign(info, conf, force); err != nil {
+		if err := n.notForeign(info, conf, hear()); err != nil {
 			return res, err
 		}
 	}
@@ -819,7 +836,7 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			json.Unmarshal(named["node/"+info.ID], &stored)
 		}
 		if existing == nil || string(existing.Address) != info.RaftAddr || stored.HTTPAddr != info.HTTPAddr {
-			if err := n.nonvoterAt(info, conf, named); err != nil {
+			if err := n.nonvoterAt(info, conf, named, hear()); err != nil {
 				return res, err
 			}
 		}
@@ -976,12 +993,10 @@ func (n *Node) answersAt(info NodeInfo) error {
 // another node or with another raft address, when it answers at the raft
 // address given (swapped), or, when it answers nowhere, when the two
 // ports given are the members' HTTP and raft ports the other way round.
-func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[string][]byte) error {
+func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[string][]byte, heard joinerAnswer) error {
 	swapped := func(how string) error { return swappedAddrs(info, how) }
-	if probe := n.peerProbe(); probe != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
-		defer cancel()
-		st, err := probe(ctx, info.HTTPAddr)
+	if heard.asked {
+		st, err := heard.st, heard.err
 		switch {
 		case err == nil && st.Self.ID != "" && st.Self.ID != info.ID:
 			return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr; nothing was changed (force to record it anyway)", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID)
@@ -993,8 +1008,15 @@ func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[stri
 		case err == nil:
 			return nil
 		}
-		if st, err := probe(ctx, info.RaftAddr); err == nil && (st.Self.ID == "" || st.Self.ID == info.ID) {
-			return swapped(fmt.Sprintf("%s's HTTP API answers at the address given as --raft-addr, %s", info.ID, info.RaftAddr))
+		// Not when the host did not answer in time: the other port of the
+		// same host would not either, and the join waited twice as long.
+		var ne net.Error
+		if !(errors.As(err, &ne) && ne.Timeout()) && !errors.Is(err, context.DeadlineExceeded) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
+			defer cancel()
+			if st, err := heard.probe(ctx, info.RaftAddr); err == nil && (st.Self.ID == "" || st.Self.ID == info.ID) {
+				return swapped(fmt.Sprintf("%s's HTTP API answers at the address given as --raft-addr, %s", info.ID, info.RaftAddr))
+			}
 		}
 	}
 	var members []NodeInfo
@@ -1010,6 +1032,16 @@ func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[stri
 		return swapped(fmt.Sprintf("it does not answer yet, and port %s is the members' HTTP port and %s their raft port", rp, hp))
 	}
 	return nil
+}
+
+// joinerAnswer is what a joining node answered at its HTTP address, asked
+// once per join (Join): asked is false when this node cannot ask its
+// peers yet (no probe set).
+type joinerAnswer struct {
+	st    Status
+	err   error
+	asked bool
+	probe PeerProbe
 }
 
 // portsSwapped reports whether the ports of a join's addresses, on one
@@ -1056,21 +1088,11 @@ func swappedAddrs(info NodeInfo, how string) error {
 // refused too (ErrTokenRefused): it could hide a cluster of its own, and
 // it could never be measured healthy and promoted. force does not skip
 // this: no quorum is at stake, the records are.
-//
-// Unless force, it also refuses a node that answers under its own id at
-// another raft address than the join's: a typo in idem cluster join
-// (--raft-addr given the HTTP port, a digit off) was recorded, and the
-// node stayed a non-voter that no leader reached, never promoted, while
-// the join answered "joined" (an operator walk). Asked in the same
-// question: a node that does not answer costs one wait, not two.
-func (n *Node) notForeign(info NodeInfo, conf raft.Configuration, force bool) error {
-	probe := n.peerProbe()
-	if probe == nil {
+func (n *Node) notForeign(info NodeInfo, conf raft.Configuration, heard joinerAnswer) error {
+	if !heard.asked {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
-	defer cancel()
-	st, err := probe(ctx, info.HTTPAddr)
+	st, err := heard.st, heard.err
 	if errors.Is(err, ErrNoNodeToken) {
 		return fmt.Errorf("%w: node %s answers at HTTP %s and wants a token, but this node, the leader, has no --node-token-file (%v): it can neither see whether %s holds a cluster of its own nor measure its health to promote it. "+
 			"Restart the members with --node-token-file (docs/SECURITY.md); nothing is wrong with %s",
@@ -1083,13 +1105,6 @@ func (n *Node) notForeign(info NodeInfo, conf raft.Configuration, force bool) er
 	}
 	if err != nil {
 		return nil
-	}
-	// Another id there is not judged: an HTTP address on every interface
-	// without --http-advertise reaches whichever node runs on the
-	// prober's machine (OPERATIONS.md says so, and the node warns of it).
-	if !force && st.Self.ID == info.ID && st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr {
-		return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr; added at %s, it would stay a non-voter that no leader reaches (force to add it anyway)",
-			ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr, info.RaftAddr)
 	}
 	if len(st.Nodes) == 0 {
 		return nil
