@@ -995,7 +995,10 @@ func (n *Node) answersAt(info NodeInfo) error {
 // ports given are the members' HTTP and raft ports the other way round.
 func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[string][]byte, heard joinerAnswer) error {
 	swapped := func(how string) error { return swappedAddrs(info, how) }
-	if heard.asked {
+	// An HTTP address on every interface (0.0.0.0:7070 without
+	// --http-advertise, warned of at the node's start) reaches whichever
+	// node runs on this machine: its answer says nothing of the joiner.
+	if heard.asked && !unspecifiedHost(info.HTTPAddr) {
 		st, err := heard.st, heard.err
 		switch {
 		case err == nil && st.Self.ID != "" && st.Self.ID != info.ID:
@@ -1032,6 +1035,17 @@ func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[stri
 		return swapped(fmt.Sprintf("it does not answer yet, and port %s is the members' HTTP port and %s their raft port", rp, hp))
 	}
 	return nil
+}
+
+// unspecifiedHost reports whether addr's host is empty or an address of
+// every interface (0.0.0.0, ::).
+func unspecifiedHost(addr string) bool {
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(h)
+	return h == "" || (ip != nil && ip.IsUnspecified())
 }
 
 // joinerAnswer is what a joining node answered at its HTTP address, asked
