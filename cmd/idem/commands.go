@@ -188,7 +188,7 @@ func parseSubcommand(fs *flag.FlagSet, name string, args []string, stdout, stder
 	}
 	sub = args[0]
 	fs.SetOutput(io.Discard) // the flag package would print its error and the whole usage
-	if err := parseFlags(fs, args[1:]); err != nil {
+	if err := parseFlagsOf(fs, args[1:], subcommandTables[name], sub); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.SetOutput(stdout)
 			fs.Usage()
@@ -299,6 +299,15 @@ func variablesUsed(fs *flag.FlagSet, vars map[string]string) map[string]string {
 // so `--join a --join b` or `--data-dir x --data-dir y` pasted together
 // from two commands ran with half of what was typed.
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	return parseFlagsOf(fs, args, nil, "")
+}
+
+// parseFlagsOf is parseFlags for subcommand sub of a flag set shared as
+// table lists: a flag not defined is named as the misspelling of one sub
+// reads, and one only another subcommand reads is named with it ("cluster
+// status --http-addr" was asked "did you mean --node-http-addr?", a flag
+// of join, which status then refused in turn).
+func parseFlagsOf(fs *flag.FlagSet, args []string, table subcommandFlags, sub string) error {
 	var bad func() error
 	var flags []*flag.Flag
 	given := map[string]string{}
@@ -335,7 +344,18 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 		// "flag provided but not defined: -adr": one dash, where the user
 		// typed two, and no word of the flag meant.
 		if name, ok := strings.CutPrefix(err.Error(), "flag provided but not defined: -"); ok {
-			return unknownFlag(flags, name)
+			read := table.of(sub)
+			if read == nil {
+				return unknownFlag(flags, name)
+			}
+			own := slices.DeleteFunc(slices.Clone(flags), func(f *flag.Flag) bool { return !slices.Contains(read, f.Name) })
+			if flagMeant(flagNames(own), name) == "" && !servesDataDir(flagNames(own), name) {
+				// Not one of sub's: another subcommand's, misspelt?
+				if other := flagMeant(flagNames(flags), name); other != "" {
+					return fmt.Errorf("--%s is not a flag of this command (--%s is a flag of %s)", name, other, table.readers(other))
+				}
+			}
+			return unknownFlag(own, name)
 		}
 	}
 	return err
@@ -351,6 +371,23 @@ type subcommand struct {
 	flags []string
 }
 
+// subcommandTables are the commands whose subcommands share a flag set,
+// by the name parseSubcommand is given.
+var subcommandTables = map[string]subcommandFlags{
+	"idem cluster":  clusterFlags,
+	"idem keys":     keysFlags,
+	"idem snapshot": snapshotFlags,
+}
+
+// of is the flags sub reads, nil when sub is not listed.
+func (s subcommandFlags) of(sub string) []string {
+	i := slices.IndexFunc(s, func(e subcommand) bool { return e.sub == sub })
+	if i < 0 {
+		return nil
+	}
+	return s[i].flags
+}
+
 // problem names the first flag given on the command line that sub does not
 // read, and says whose it is ("", "" when there is none, or sub is not
 // listed). Such a flag was ignored, silently: the command ran as if it had
@@ -364,37 +401,76 @@ func (s subcommandFlags) problem(fs *flag.FlagSet, sub string) (name, msg string
 		if msg != "" || slices.Contains(s[i].flags, f.Name) {
 			return
 		}
-		var of []string
-		for _, e := range s {
-			if slices.Contains(e.flags, f.Name) {
-				of = append(of, e.sub)
-			}
-		}
 		name = f.Name
-		list := strings.Join(of, " and ")
-		if len(of) > 2 {
-			list = strings.Join(of[:len(of)-1], ", ") + " and " + of[len(of)-1]
-		}
-		msg = fmt.Sprintf("--%s is a flag of %s, not of %s: nothing was done", f.Name, list, sub)
+		msg = fmt.Sprintf("--%s is a flag of %s, not of %s: nothing was done", f.Name, s.readers(f.Name), sub)
 	})
 	return name, msg
+}
+
+// readers lists the subcommands that read flag: "a", "a and b", "a, b and c".
+func (s subcommandFlags) readers(flag string) string {
+	var of []string
+	for _, e := range s {
+		if slices.Contains(e.flags, flag) {
+			of = append(of, e.sub)
+		}
+	}
+	if len(of) > 2 {
+		return strings.Join(of[:len(of)-1], ", ") + " and " + of[len(of)-1]
+	}
+	return strings.Join(of, " and ")
+}
+
+// flagNames is the names of flags.
+func flagNames(flags []*flag.Flag) []string {
+	names := make([]string, len(flags))
+	for i, f := range flags {
+		names[i] = f.Name
+	}
+	return names
+}
+
+// flagMeant is the flag of names that name most likely misspells, "" when
+// none is close.
+func flagMeant(names []string, name string) string {
+	if best := closestName(name, names); best != "" {
+		return best
+	}
+	return nodeFlagOf(name, names)
 }
 
 // unknownFlag is the error for --name, which the command does not define,
 // naming the flag of flags it most likely misspells, if one is close.
 func unknownFlag(flags []*flag.Flag, name string) error {
-	names := make([]string, len(flags))
-	for i, f := range flags {
-		names[i] = f.Name
-	}
-	best := closestName(name, names)
-	if best == "" {
-		best = nodeFlagOf(name, names)
+	names := flagNames(flags)
+	best := flagMeant(names, name)
+	if best == "" && servesDataDir(names, name) {
+		// idem recover and snapshot restore write a data dir that idem
+		// serve then starts: "snapshot restore --http-addr" said only
+		// that it is not a flag (an operator walk), as if no command had it.
+		if name == "raft-addr" && slices.Contains(names, "peers") {
+			return fmt.Errorf("--raft-addr is a flag of idem serve, not of this command: give this node's new raft address in --peers (ID=RAFTADDR, this node included), and the same as --raft-addr to idem serve when you start it; nothing was done")
+		}
+		return fmt.Errorf("--%s is a flag of idem serve, not of this command: give it to idem serve when you start the node on the data dir; nothing was done", name)
 	}
 	if best == "" {
 		return fmt.Errorf("--%s is not a flag of this command", name)
 	}
 	return fmt.Errorf("--%s is not a flag of this command: did you mean --%s?", name, best)
+}
+
+// servesDataDir reports whether --name is idem serve's, given to a
+// command of flags names that writes a data dir for it (recover, snapshot
+// restore).
+func servesDataDir(names []string, name string) bool {
+	return slices.Contains(names, "data-dir") && isServeFlag(name)
+}
+
+// isServeFlag reports whether idem serve defines --name.
+func isServeFlag(name string) bool {
+	fs := flag.NewFlagSet("idem serve", flag.ContinueOnError)
+	serveFlags(fs)
+	return fs.Lookup(name) != nil
 }
 
 // nodeFlagOf is the flag of names that name is with "node-" added or
@@ -410,6 +486,11 @@ func nodeFlagOf(name string, names []string) string {
 	}
 	if slices.Contains(names, want) {
 		return want
+	}
+	// A node's own --http-addr where a client command's --addr, the
+	// address of a node to ask, is meant.
+	if name == "http-addr" && slices.Contains(names, "addr") {
+		return "addr"
 	}
 	return ""
 }

@@ -29,6 +29,16 @@ func TestMisspeltFlagNamesTheFlagMeant(t *testing.T) {
 		{[]string{"cluster", "join", "--addr", "127.0.0.1:1", "--id", "n3", "--raft-addr", "127.0.0.3:7071", "--http-addr", "127.0.0.3:7070"}, "idem cluster join: --http-addr is not a flag of this command: did you mean --node-http-addr? (see idem cluster --help)"},
 		{[]string{"serve", "--id", "n1"}, "idem serve: --id is not a flag of this command: did you mean --node-id?"},
 		{[]string{"snapshot", "restore", "f.snap", "--data-dir", "d", "--id", "n1"}, "idem snapshot restore: --id is not a flag of this command: did you mean --node-id? (see idem snapshot --help)"},
+		// A flag of idem serve given to the command that writes its data
+		// dir was named as no flag at all (a walk).
+		{[]string{"snapshot", "restore", "f.snap", "--data-dir", "d", "--node-id", "n1", "--raft-addr", "127.0.0.1:7071", "--http-addr", "127.0.0.1:7070"}, "idem snapshot restore: --http-addr is a flag of idem serve, not of this command: give it to idem serve when you start the node on the data dir; nothing was done (see idem snapshot --help)"},
+		{[]string{"recover", "--data-dir", "d", "--node-id", "n1", "--raft-addr", "127.0.0.1:7071"}, "idem recover: --raft-addr is a flag of idem serve, not of this command: give this node's new raft address in --peers (ID=RAFTADDR, this node included), and the same as --raft-addr to idem serve when you start it; nothing was done (see idem recover --help)"},
+		// The flag meant is one the subcommand reads: status was asked
+		// "did you mean --node-http-addr?", a flag of join it then refused.
+		{[]string{"cluster", "status", "--http-addr", "127.0.0.1:7070"}, "idem cluster status: --http-addr is not a flag of this command: did you mean --addr? (see idem cluster --help)"},
+		{[]string{"cluster", "status", "--node-id", "n1"}, "idem cluster status: --node-id is not a flag of this command (--id is a flag of join, remove and transfer-leadership) (see idem cluster --help)"},
+		{[]string{"snapshot", "save", "f.snap", "--data-dr", "d"}, "idem snapshot save: --data-dr is not a flag of this command (--data-dir is a flag of restore) (see idem snapshot --help)"},
+		{[]string{"get", "--http-addr", "127.0.0.1:7070", "--principal", "p", "--endpoint", "e", "--key", "k"}, "idem get: --http-addr is not a flag of this command: did you mean --addr?"},
 	} {
 		var stdout, stderr bytes.Buffer
 		code := run(context.Background(), tc.args, &stdout, &stderr)

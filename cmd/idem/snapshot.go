@@ -77,7 +77,7 @@ func runSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	sub := args[0]
 	name := "idem snapshot " + sub
-	files, err := parseInterspersed(fs, args[1:])
+	files, err := parseInterspersed(fs, args[1:], snapshotFlags, sub)
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(stdout)
 		fs.Usage()
@@ -147,10 +147,12 @@ func snapshotFlagElsewhere(fs *flag.FlagSet, sub string) string {
 
 // parseInterspersed parses flags before, between and after positional
 // arguments (the flag package stops at the first positional one).
-func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+// A flag not defined is named as the misspelling of one sub reads
+// (parseFlagsOf).
+func parseInterspersed(fs *flag.FlagSet, args []string, table subcommandFlags, sub string) ([]string, error) {
 	var pos []string
 	for {
-		if err := parseFlags(fs, args); err != nil {
+		if err := parseFlagsOf(fs, args, table, sub); err != nil {
 			return nil, err
 		}
 		args = fs.Args()
