@@ -72,3 +72,31 @@ func TestJoinSaysWhenAVoterRanAtTheseAddressesBefore(t *testing.T) {
 	require.Equal(t, "voter", res.Suffrage)
 	require.False(t, res.RanBefore, "addresses recorded by this join only")
 }
+
+// A join given another member's HTTP address as the new node's raft
+// address (or that member's raft address as its HTTP address), for a node
+// not started yet, was answered "joined": the member there answered
+// neither as the joiner nor at all, and the joiner was recorded at an
+// address where no raft of its would ever listen, never promoted. It is
+// refused as an address in use by that member, force or not.
+func TestJoinAtAnotherMembersAddressOfTheOtherKindIsRefused(t *testing.T) {
+	t.Parallel()
+	c := newMemCluster(t)
+	a := c.open("a1", "", true)
+	c.leader(a)
+	b := c.open("a2", "", false)
+	_, err := a.Join(b.Self(), false, true)
+	require.NoError(t, err)
+	self := b.Self()
+	for _, force := range []bool{false, true} {
+		_, err := a.Join(NodeInfo{ID: "a3", RaftAddr: self.HTTPAddr, HTTPAddr: "mem-a3-http"}, force, true)
+		require.ErrorIs(t, err, ErrAddressInUse)
+		require.Contains(t, err.Error(), "raft address "+self.HTTPAddr+" is a2's HTTP address")
+		_, err = a.Join(NodeInfo{ID: "a3", RaftAddr: "mem-a3", HTTPAddr: self.RaftAddr}, force, true)
+		require.ErrorIs(t, err, ErrAddressInUse)
+		require.Contains(t, err.Error(), "HTTP address "+self.RaftAddr+" is a2's raft address")
+		require.Empty(t, member(t, a, "a3").ID)
+	}
+	_, err = a.Join(NodeInfo{ID: "a3", RaftAddr: "mem-a3", HTTPAddr: "mem-a3-http"}, false, true)
+	require.NoError(t, err)
+}

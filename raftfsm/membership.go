@@ -752,6 +752,17 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 		if json.Unmarshal(named["node/"+string(s.ID)], &other) == nil && other.HTTPAddr == info.HTTPAddr {
 			return JoinResult{}, fmt.Errorf("%w: HTTP address %s is %s's", ErrAddressInUse, info.HTTPAddr, s.ID)
 		}
+		// Another member's address of the other kind: a join given a
+		// member's HTTP address as --raft-addr (or its raft address as
+		// --node-http-addr) for a node not started yet was recorded there,
+		// the member answering neither as the joiner, and the joiner was
+		// never reached nor promoted (a review of the address checks).
+		if other.HTTPAddr != "" && other.HTTPAddr == info.RaftAddr {
+			return JoinResult{}, fmt.Errorf("%w: raft address %s is %s's HTTP address (check --raft-addr: it takes the joining node's serve --raft-addr)", ErrAddressInUse, info.RaftAddr, s.ID)
+		}
+		if string(s.Address) == info.HTTPAddr {
+			return JoinResult{}, fmt.Errorf("%w: HTTP address %s is %s's raft address (check --node-http-addr: it takes the joining node's serve --http-addr)", ErrAddressInUse, info.HTTPAddr, s.ID)
+		}
 	}
 	if existing == nil && !empty && n.guard != nil && n.guard.leftOut.leftOut(info.ID) {
 		// Its log would be replaced by this cluster's, but its state kept,
