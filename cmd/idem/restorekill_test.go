@@ -3,6 +3,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
@@ -175,4 +176,30 @@ func TestRestoreKilledBeforeItsRenameIsRefusedByServe(t *testing.T) {
 	require.FileExists(t, filepath.Join(data, "raft.db"))
 	copies, _ := filepath.Glob(data + ".restore-*")
 	require.Empty(t, copies)
+}
+
+// Only a restore into a mount point writes its marker. One found in a
+// plain directory was copied there with what it sat beside (cp -a of the
+// disk's contents, an rsync): the rerun removed what the directory held
+// as the stopped restore's (node.json, raft.db, fsm, ...), then refused
+// the directory as not empty for the marker it kept. It changes nothing
+// now, and says why.
+func TestRestoreIntoAPlainDirWithAMarkerRemovesNothing(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "n1")
+	require.NoError(t, os.MkdirAll(filepath.Join(data, "fsm"), 0o700))
+	for _, f := range []string{"node.json", "raft.db", restoreMarkerName} {
+		require.NoError(t, os.WriteFile(filepath.Join(data, f), []byte("x"), 0o600))
+	}
+	file := filepath.Join(dir, "b.snap")
+	writeTestBackup(t, file)
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"snapshot", "restore", file, "--data-dir", data, "--node-id", "n1", "--raft-addr", "127.0.0.1:7071"}, &stdout, &stderr)
+	require.Equal(t, 1, code, "%s", stderr.String())
+	require.Contains(t, stderr.String(), "which only a restore into a mount point writes")
+	require.NotContains(t, stderr.String(), "removed")
+	for _, f := range []string{"node.json", "raft.db", "fsm", restoreMarkerName} {
+		_, err := os.Stat(filepath.Join(data, f))
+		require.NoError(t, err, "the restore removed %s", f)
+	}
 }

@@ -561,7 +561,17 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		if hasRestoreMarker(dataDir) {
 			// A restore into this mount point was stopped before it
 			// finished: what it moved in is cleared, and this one starts
-			// over.
+			// over. Only a restore into a mount point writes the marker:
+			// in a plain directory it was copied there with what it sat
+			// beside (cp -a, rsync of the disk's contents), and what the
+			// directory holds is not a stopped restore's to remove (a
+			// review: node.json was removed, then the restore refused the
+			// dir as not empty for the marker it kept).
+			if real, err := filepath.EvalSymlinks(dataDir); err != nil || !isMountPoint(real) {
+				fmt.Fprintf(stderr, "%s: --data-dir %s holds %s, which only a restore into a mount point writes, and %s is not one: its contents were copied or moved there from one, or a disk is not mounted there; nothing in it is a stopped restore's to remove, and nothing was changed. Mount the disk, or, if what %s holds is a copy of an unfinished restore, empty it and run the restore again\n",
+					name, dataDir, restoreMarkerName, dataDir, dataDir)
+				return 1
+			}
 			if msg := clearUnfinishedRestore(stderr, name, dataDir); msg != "" {
 				fmt.Fprintf(stderr, "%s: %s\n", name, msg)
 				return 1
