@@ -213,11 +213,14 @@ func Open(dir string, o Options) (*DB, error) {
 	stalls := &writeStalls{log: o.Logger}
 	listener := &pebble.EventListener{DataCorruption: corruptionStop(o.Logger), BackgroundError: backgroundErrors(o.Logger)}
 	stalls.listen(listener)
+	logger := pebbleLogger{l: o.Logger, stopped: new(atomic.Bool)}
 	po := &pebble.Options{
-		FS:                 syncErrFS{o.FS}, // ioFailure needs a failed fsync's *os.PathError
+		// ioFailure needs a failed fsync's *os.PathError; a failed WAL
+		// file stops the process before Pebble's fatal panic does.
+		FS:                 syncErrFS{FS: o.FS, stopper: &logger},
 		Cache:              cache,
 		FormatMajorVersion: pebble.FormatNewest,
-		Logger:             pebbleLogger{o.Logger},
+		Logger:             logger,
 		MemTableSize:       uint64(o.MemTableBytes),
 		EventListener:      listener,
 		// Level 0 may hold as many bytes of flushes as it did with 32 MiB
@@ -456,7 +459,7 @@ func backgroundErrors(l *slog.Logger) func(error) {
 	return func(err error) {
 		if path, ioErr, ok := FailedWrite(err); ok {
 			if !stopped.Swap(true) { // once: exit returns only in tests
-				pebbleLogger{l}.ioStop(path, ioErr, err.Error())
+				pebbleLogger{l: l}.ioStop(path, ioErr, err.Error())
 			}
 			return
 		}
@@ -470,7 +473,12 @@ func backgroundErrors(l *slog.Logger) func(error) {
 	}
 }
 
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l *slog.Logger
+	// stopped: ioStop ran (once per store: a failed WAL file stops it
+	// from syncErrFS, then Pebble's panic or fatal error would again).
+	stopped *atomic.Bool
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	if p.l != nil {
@@ -502,6 +510,9 @@ func (p pebbleLogger) Fatalf(format string, args ...any) {
 // the node only from a goroutine of its own; from a request's (a backup's
 // sync) net/http recovered it and the node went on.
 func (p pebbleLogger) ioStop(path string, err error, what string) {
+	if p.stopped != nil && p.stopped.Swap(true) {
+		return // exit returns only in tests
+	}
 	l := p.l
 	if l == nil {
 		l = slog.Default()
@@ -517,6 +528,11 @@ func (p pebbleLogger) ioStop(path string, err error, what string) {
 // (FailedWrite, FailedSync): the disk, or, for an fsync refused for lack
 // of space, the space.
 func CheckAdvice(err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Op == "open" && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)) {
+		// The next WAL file could not be made (syncErrFS).
+		return "Its next WAL file could not be made for lack of space: free space on the data dir's filesystem (df), check dmesg"
+	}
 	if errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
 		// Only an fsync's: a write refused so is the disk-full guard's.
 		return "Its fsync failed for lack of space (a copy-on-write filesystem, a thin-provisioned volume or a quota filling as the data was written back), which leaves what was written as uncertain as an I/O error does: free space on the data dir's filesystem (df; the volume's own pool if thin-provisioned), check dmesg"

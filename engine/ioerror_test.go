@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -22,7 +23,9 @@ import (
 type eioFS struct {
 	vfs.FS
 	failWrite, failSync atomic.Bool
-	suffix              string // the files that fail: ".log" (the WAL) when empty
+	failCreate          atomic.Bool // the creation of a new file (a WAL's next)
+	failDirSync         atomic.Bool // the fsync of a directory
+	suffix              string      // the files that fail: ".log" (the WAL) when empty
 	// raw: a failed SyncData or SyncTo returns the bare errno, as Pebble's
 	// own linuxFile does (unix.Fdatasync, unix.SyncFileRange): no
 	// *os.PathError, no file name.
@@ -89,12 +92,50 @@ func (fs *eioFS) wrap(name string, f vfs.File, err error) (vfs.File, error) {
 	return eioFile{File: f, fs: fs, name: name}, nil
 }
 
+func (fs *eioFS) failsCreate(name string) error {
+	suffix := fs.suffix
+	if suffix == "" {
+		suffix = ".log"
+	}
+	if fs.failCreate.Load() && strings.HasSuffix(name, suffix) {
+		return &os.PathError{Op: "open", Path: name, Err: fs.err()}
+	}
+	return nil
+}
+
+type eioDir struct {
+	vfs.File
+	fs   *eioFS
+	name string
+}
+
+func (d eioDir) Sync() error {
+	if d.fs.failDirSync.Load() {
+		return &os.PathError{Op: "sync", Path: d.name, Err: d.fs.err()}
+	}
+	return d.File.Sync()
+}
+
+func (fs *eioFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.FS.OpenDir(name)
+	if err != nil {
+		return f, err
+	}
+	return eioDir{File: f, fs: fs, name: name}, nil
+}
+
 func (fs *eioFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if err := fs.failsCreate(name); err != nil {
+		return nil, err
+	}
 	f, err := fs.FS.Create(name, c)
 	return fs.wrap(name, f, err)
 }
 
 func (fs *eioFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
+	if err := fs.failsCreate(newname); err != nil {
+		return nil, err
+	}
 	f, err := fs.FS.ReuseForWrite(oldname, newname, c)
 	return fs.wrap(newname, f, err)
 }
@@ -279,4 +320,72 @@ func (l *lockedBuilder) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// A WAL rotation that meets a failed disk (the full WAL's closing fsync,
+// or the creation of the next WAL file) stops the process with exit
+// status 1 and the line naming the file and the way out. Pebble panics
+// there with its DB mutex unlocked, and a deferred unlock made that Go's
+// fatal "sync: unlock of unlocked mutex": no recover could see it, and
+// the node died with exit status 2 and a goroutine dump (found on a FUSE
+// filesystem failing the WAL's fsync under a claim load). A process of
+// its own: the fatal error would end the test binary.
+func TestStoreWALRotationIOErrorStopsWithAdvice(t *testing.T) {
+	if what := os.Getenv("IDEM_TEST_WAL_ROTATION"); what != "" {
+		walRotationChild(what)
+		return
+	}
+	for _, what := range []string{"sync", "create", "create ENOSPC", "dir sync"} {
+		t.Run(what, func(t *testing.T) {
+			dir := t.TempDir()
+			cmd := exec.Command(os.Args[0], "-test.run=^TestStoreWALRotationIOErrorStopsWithAdvice$", "-test.count=1")
+			cmd.Env = append(os.Environ(), "IDEM_TEST_WAL_ROTATION="+what, "IDEM_TEST_WAL_ROTATION_DIR="+dir)
+			out, err := cmd.CombinedOutput()
+			var ee *exec.ExitError
+			require.ErrorAs(t, err, &ee, "the child must stop; it said:\n%s", out)
+			require.Equal(t, 1, ee.ExitCode(), "a failed WAL rotation must stop the node with status 1; it said:\n%.3000s", out)
+			require.NotContains(t, string(out), "fatal error")
+			require.Contains(t, string(out), "level=ERROR")
+			require.Contains(t, string(out), "the store could not write "+dir)
+			if what != "dir sync" {
+				require.Contains(t, string(out), ".log")
+			}
+			if what == "create ENOSPC" {
+				require.Contains(t, string(out), "free space on the data dir's filesystem")
+			} else {
+				require.Contains(t, string(out), "input/output error")
+				require.Contains(t, string(out), "Check the disk")
+			}
+		})
+	}
+}
+
+// walRotationChild claims into a store with small memtables until a WAL
+// rotation meets the armed failure; it should never return.
+func walRotationChild(what string) {
+	fs := &eioFS{FS: vfs.Default}
+	if what == "create ENOSPC" {
+		fs.errno = syscall.ENOSPC
+	}
+	db, err := Open(os.Getenv("IDEM_TEST_WAL_ROTATION_DIR"), Options{FS: fs, CacheBytes: 1 << 20, MemTableBytes: 256 << 10,
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		os.Exit(3)
+	}
+	h := &harness{t: &testing.T{}, db: db}
+	h.claim(t0, args(Scope{Principal: "p", Endpoint: "e", Key: "before"}))
+	switch what {
+	case "sync":
+		fs.failSync.Store(true)
+	case "dir sync":
+		fs.failDirSync.Store(true)
+	default:
+		fs.failCreate.Store(true)
+	}
+	for i := range 200000 {
+		h.claim(t0+1, args(Scope{Principal: "p", Endpoint: "e", Key: fmt.Sprintf("k%d-%s", i, strings.Repeat("x", 200))}))
+	}
+	fmt.Fprintln(os.Stderr, "no rotation stopped the store")
+	os.Exit(3)
 }

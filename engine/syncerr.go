@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"os"
+	"path/filepath"
 	"syscall"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
@@ -14,43 +15,115 @@ import (
 // looks for one, took a WAL's or a table's failed fsync for another error,
 // and the process did not stop (a backup's sync then panicked into
 // net/http, which recovered, and the node went on).
-type syncErrFS struct{ vfs.FS }
+//
+// It also stops the process itself (walStop) when a WAL file fails: its
+// write or fsync (IOStop), or the creation of the next one. Pebble meets
+// those at a WAL rotation (rotateWAL closes the full WAL, which syncs it,
+// then creates the next) with a panic raised while its DB mutex is
+// unlocked, which a deferred unlock turns into Go's fatal "unlock of
+// unlocked mutex": no recover sees it, and the node died with exit
+// status 2 and a goroutine dump, naming neither the file nor the way out.
+type syncErrFS struct {
+	vfs.FS
+	// stopper stops the process on a failed WAL file (its ioStop); nil:
+	// no stop. A pointer: the FS is compared (a func field is not comparable).
+	stopper *pebbleLogger
+}
+
+// walStop is the stop of a failed WAL file: nil when none.
+func (fs syncErrFS) walStop() func(path string, err error, what string) {
+	if fs.stopper == nil {
+		return nil
+	}
+	return fs.stopper.ioStop
+}
 
 func (fs syncErrFS) Unwrap() vfs.FS { return fs.FS }
 
 func (fs syncErrFS) Create(name string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return syncErrWrap(name)(fs.FS.Create(name, c))
+	return fs.wrap(name)(fs.FS.Create(name, c))
 }
 
 func (fs syncErrFS) ReuseForWrite(oldname, newname string, c vfs.DiskWriteCategory) (vfs.File, error) {
-	return syncErrWrap(newname)(fs.FS.ReuseForWrite(oldname, newname, c))
+	return fs.wrap(newname)(fs.FS.ReuseForWrite(oldname, newname, c))
 }
 
 func (fs syncErrFS) OpenReadWrite(name string, c vfs.DiskWriteCategory, opts ...vfs.OpenOption) (vfs.File, error) {
-	return syncErrWrap(name)(fs.FS.OpenReadWrite(name, c, opts...))
+	return fs.wrap(name)(fs.FS.OpenReadWrite(name, c, opts...))
 }
 
-func syncErrWrap(name string) func(vfs.File, error) (vfs.File, error) {
+// OpenDir: the WAL directory's fsync after a new WAL file is made is at
+// the rotation too (a failed one panics there as above); a directory's
+// failed fsync anywhere else stopped the process already (a flush's as a
+// background error, a MANIFEST's as Pebble's fatal error).
+func (fs syncErrFS) OpenDir(name string) (vfs.File, error) {
+	f, err := fs.FS.OpenDir(name)
+	if err != nil {
+		return f, err
+	}
+	return syncErrFile{File: f, name: name, stop: fs.walStop()}, nil
+}
+
+// isWAL says whether name is one of Pebble's WAL files (NNNNNN.log).
+func isWAL(name string) bool { return filepath.Ext(name) == ".log" }
+
+func (fs syncErrFS) wrap(name string) func(vfs.File, error) (vfs.File, error) {
 	return func(f vfs.File, err error) (vfs.File, error) {
 		if err != nil {
+			// The next WAL cannot be made: Pebble panics (rotateWAL), as
+			// above. A full disk too: vfs.OnDiskFull (DiskFullFS) has
+			// made room and tried again already.
+			if stop := fs.walStop(); isWAL(name) && stop != nil && !errors.Is(err, os.ErrClosed) {
+				stop(name, err, "create the next WAL file: "+err.Error())
+			}
 			return f, err
 		}
-		return syncErrFile{File: f, name: name}, nil
+		sf := syncErrFile{File: f, name: name}
+		if isWAL(name) {
+			sf.stop = fs.walStop()
+		}
+		return sf, nil
 	}
 }
 
 type syncErrFile struct {
 	vfs.File
 	name string
+	stop func(path string, err error, what string) // a WAL's: walStop
+}
+
+// failed stops the process when err is a failed write or fsync of a WAL
+// file, and returns err.
+func (f syncErrFile) failed(err error) error {
+	if err != nil && f.stop != nil {
+		if path, cause, ok := IOStop(err); ok {
+			f.stop(path, cause, err.Error())
+		}
+	}
+	return err
+}
+
+func (f syncErrFile) Write(p []byte) (int, error) {
+	n, err := f.File.Write(p)
+	return n, f.failed(err)
+}
+
+func (f syncErrFile) WriteAt(p []byte, off int64) (int, error) {
+	n, err := f.File.WriteAt(p, off)
+	return n, f.failed(err)
+}
+
+func (f syncErrFile) Sync() error {
+	return f.failed(pathErr("sync", f.name, f.File.Sync()))
 }
 
 func (f syncErrFile) SyncData() error {
-	return pathErr("fdatasync", f.name, f.File.SyncData())
+	return f.failed(pathErr("fdatasync", f.name, f.File.SyncData()))
 }
 
 func (f syncErrFile) SyncTo(length int64) (bool, error) {
 	full, err := f.File.SyncTo(length)
-	return full, pathErr("sync_file_range", f.name, err)
+	return full, f.failed(pathErr("sync_file_range", f.name, err))
 }
 
 // pathErr makes a bare errno a *os.PathError of op on name; any other
