@@ -1095,6 +1095,13 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 	first, ferr := s.LogStore.FirstIndex()
 	last, lerr := s.LogStore.LastIndex()
 	if err := s.LogStore.DeleteRange(min, max); err != nil {
+		if failedLogWrite(err) {
+			var pe *os.PathError
+			if !errors.As(err, &pe) { // bolt's bare errno names no file
+				err = fmt.Errorf("truncation, writing %s: %w", metaFile, err)
+			}
+			s.LogStore.stopOnIOError(err)
+		}
 		return err
 	}
 	// Only a range that reaches the log's end may be a conflicting tail
@@ -1275,6 +1282,22 @@ func (s guardedLogStore) stopOnFailedWrite(err error) { stopOnIOError(s.g.log, s
 
 // stopOnIOError is stopOnFailedWrite for a rotation that failed (rotateWatch).
 func (s *LogStore) stopOnIOError(err error) { stopOnIOError(s.log, s.path, err) }
+
+// failedLogWrite reports whether err, a truncation's, is a failed write
+// or fsync of the raft log: of a segment file (IOStop), or of the
+// metadata that lists them (wal-meta.db), whose bolt returns a failed
+// fdatasync as a bare errno. A truncation whose metadata write failed
+// was logged by raft ("failed to take snapshot") and the node went on,
+// its next metadata writes fsynced over pages the OS may have dropped.
+// metaFile is raft-wal's metadata file, in its directory.
+const metaFile = "wal-meta.db"
+
+func failedLogWrite(err error) bool {
+	if _, _, ok := engine.IOStop(err); ok {
+		return true
+	}
+	return errors.Is(err, syscall.EIO)
+}
 
 func stopOnIOError(log *slog.Logger, path string, err error) {
 	log.Error(fmt.Sprintf("the raft log in %s could not be written (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
