@@ -81,32 +81,47 @@ func Mount(t testing.TB) *FS {
 	t.Helper()
 	Skip(t)
 	base := t.TempDir()
-	f := &FS{Dir: filepath.Join(base, "mnt"), backing: filepath.Join(base, "backing")}
-	for _, d := range []string{f.Dir, f.backing} {
+	backing, mnt := filepath.Join(base, "backing"), filepath.Join(base, "mnt")
+	for _, d := range []string{mnt, backing} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
-	lr, err := fs.NewLoopbackRoot(f.backing)
+	f, err := New(backing, mnt)
 	if err != nil {
-		t.Fatal(err)
+		t.Skipf("faultfs: cannot mount (%v)", err)
+	}
+	t.Cleanup(func() { f.Unmount() })
+	return f
+}
+
+// New mounts at mnt a fault filesystem passing through to backing (both
+// existing directories). The filesystem is served by this process: a
+// store on it must run in another (a process that ends while its own
+// request to the filesystem waits never ends), and one that ends without
+// Unmount leaves mnt mounted and dead: Detach(mnt).
+func New(backing, mnt string) (*FS, error) {
+	f := &FS{Dir: mnt, backing: backing}
+	lr, err := fs.NewLoopbackRoot(backing)
+	if err != nil {
+		return nil, err
 	}
 	root := &node{LoopbackNode: lr.(*fs.LoopbackNode), fs: f}
 	root.RootData.RootNode = root
 	zero := time.Duration(0)
-	f.srv, err = fs.Mount(f.Dir, root, &fs.Options{
+	f.srv, err = fs.Mount(mnt, root, &fs.Options{
 		AttrTimeout:  &zero,
 		EntryTimeout: &zero,
 		MountOptions: fuse.MountOptions{DirectMountStrict: true, FsName: "faultfs", Name: "faultfs"},
 	})
 	if err != nil {
-		t.Skipf("faultfs: cannot mount (%v)", err)
+		return nil, err
 	}
-	t.Cleanup(f.unmount)
-	return f
+	return f, nil
 }
 
-func (f *FS) unmount() {
+// Unmount unmounts the filesystem, detaching it if it stays busy.
+func (f *FS) Unmount() {
 	f.Clear()
 	for range 50 {
 		if f.srv.Unmount() == nil {
@@ -114,9 +129,16 @@ func (f *FS) unmount() {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	// Still busy (a process of the test's holds a file): detach it.
-	syscall.Unmount(f.Dir, syscall.MNT_DETACH)
+	Detach(f.Dir)
 }
+
+// Backing is the directory the filesystem passes through to: what the
+// disk holds, read without faults.
+func (f *FS) Backing() string { return f.backing }
+
+// Detach unmounts mnt lazily: a mount whose process ended, or one still
+// busy.
+func Detach(mnt string) error { return syscall.Unmount(mnt, syscall.MNT_DETACH) }
 
 // Fail makes op on the files whose name, or path from the mount's root,
 // matches pattern (filepath.Match) fail with EIO: once, or until Clear.
