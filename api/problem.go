@@ -99,7 +99,14 @@ func storeProblem(err error) *problem {
 	var removed *raftfsm.RemovedError
 	var votersFull *raftfsm.VotersFullError
 	var commitWait *raftfsm.CommitWaitError
+	var readFailed *raftfsm.StoreReadError
 	switch {
+	case errors.As(err, &readFailed):
+		// The node's disk failed a read of the record: never an absent
+		// answer; another member may read it.
+		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, readFailed.Detail())
+		p.retryAfter = 5
+		return p
 	case errors.As(err, &kept):
 		// A stale read on a non-voter the leader keeps one: this node
 		// cannot answer it until an operator acts; another node can.

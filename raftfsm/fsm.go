@@ -92,6 +92,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	if h := applyHook.Load(); h != nil {
 		(*h)(f, logs)
 	}
+	defer stopOnFailedRead(f.log)
 	out := make([]any, len(logs))
 	f.stamp = 0
 	txn := f.db.Begin()

@@ -1424,7 +1424,11 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 	// node's clock, which runs ahead of it: every later claim is decided
 	// at that time or later, so a record read as expired is expired for
 	// every claim that follows the read.
-	r, ok := n.db.Lookup(s, principalScope, n.db.Meta().NowMs)
+	var r *engine.Record
+	var ok bool
+	if err := readStore(n.log, func() { r, ok = n.db.Lookup(s, principalScope, n.db.Meta().NowMs) }); err != nil {
+		return nil, false, err
+	}
 	if !ok {
 		return nil, false, nil
 	}

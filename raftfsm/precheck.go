@@ -22,7 +22,14 @@ import (
 // Everything else, and every case where the barrier fails, goes through
 // propose, and Apply decides it as before.
 func (n *Node) proposeUnlessSettled(c *Command) (*ApplyResult, error) {
-	if r, ok := n.settled(c); ok {
+	var r *ApplyResult
+	var ok bool
+	// A read the disk failed is answered, not proposed: the apply would
+	// meet it too and stop the node.
+	if err := readStore(n.log, func() { r, ok = n.settled(c) }); err != nil {
+		return nil, err
+	}
+	if ok {
 		return r, nil
 	}
 	return n.propose(c)

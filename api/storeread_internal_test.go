@@ -1,0 +1,24 @@
+package api
+
+import (
+	"net/http"
+	"os"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/idem-store/idem/raftfsm"
+)
+
+// A read of the record that the node's disk failed (raftfsm's
+// StoreReadError) is answered 503 with Retry-After and the file, not the
+// 500 of an unknown store error, and never as an absent record.
+func TestStoreReadFailureIs503(t *testing.T) {
+	p := storeProblem(&raftfsm.StoreReadError{Err: &os.PathError{Op: "read", Path: "/d/fsm/000018.sst", Err: syscall.EIO}})
+	require.Equal(t, http.StatusServiceUnavailable, p.Status)
+	require.Equal(t, codeUnavailable, p.Code)
+	require.Contains(t, p.Detail, "read /d/fsm/000018.sst: input/output error")
+	require.Contains(t, p.Detail, "could not read its store")
+	require.Equal(t, 5, p.retryAfter)
+}
