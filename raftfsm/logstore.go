@@ -1007,7 +1007,31 @@ func (s guardedLogStore) GetLog(index uint64, l *raft.Log) error {
 	if errors.Is(err, raft.ErrLogNotFound) && s.snapshotHead(index, l) {
 		return nil
 	}
+	if err != nil && !s.LogStore.starting.Load() && failedLogRead(err) {
+		// At the start newRaft refuses an unreadable log with its advice.
+		s.LogStore.stopOnReadError(index, err)
+	}
 	return err
+}
+
+// failedLogRead reports whether err, a GetLog's, is a read of a segment
+// file that the disk failed (EIO).
+func failedLogRead(err error) bool {
+	var pe *os.PathError
+	return errors.As(err, &pe) && pe.Op == "read" || errors.Is(err, syscall.EIO)
+}
+
+// stopOnReadError stops the node when its disk failed a read of its raft
+// log outside the start. A leader logged "raft: failed to get log" every
+// 10 s and went on leading, and the member it could not send the entries
+// to stayed behind for as long as it led (its snapshot is sent only for
+// entries the log no longer holds); a follower's apply of the entry
+// panicked inside raft (exit status 2, no advice). Stopped, the leader
+// hands the cluster to a member that can catch the other up.
+func (s *LogStore) stopOnReadError(index uint64, err error) {
+	s.log.Error(fmt.Sprintf("the raft log in %s could not be read at entry %d (%v): this node stops, as it can neither send its entries to a member catching up nor apply them. "+
+		"Nothing it acknowledged is lost (a quorum's logs hold each). Check the disk and the filesystem (dmesg, SMART); on a disk that still fails, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", s.path, index, err))
+	exit(1)
 }
 
 // snapshotHead fills l with the entry at index when index is the newest
