@@ -28,7 +28,9 @@ func TestStoreReadIOErrorIsAnsweredOrStops(t *testing.T) {
 	calls := stopHook(t)
 	dir := filepath.Join(ffs.Dir, "fsm")
 	const keys = 3000
-	scope := func(i int) engine.Scope { return engine.Scope{Principal: "p", Endpoint: "POST /x", Key: fmt.Sprint("k", i)} }
+	scope := func(i int) engine.Scope {
+		return engine.Scope{Principal: "p", Endpoint: "POST /x", Key: fmt.Sprint("k", i)}
+	}
 	claim := func(i, index int) *raft.Log {
 		c := &Command{Op: OpClaim, NowMs: 1_700_000_000_000, WidthMs: 1000,
 			Claim: &engine.ClaimArgs{Scope: scope(i), Fingerprint: "f", LeaseMs: 60_000, RetentionMs: 600_000}}
