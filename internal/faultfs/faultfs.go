@@ -97,9 +97,13 @@ func Mount(t testing.TB) *FS {
 
 // New mounts at mnt a fault filesystem passing through to backing (both
 // existing directories). The filesystem is served by this process: a
-// store on it must run in another (a process that ends while its own
-// request to the filesystem waits never ends), and one that ends without
-// Unmount leaves mnt mounted and dead: Detach(mnt).
+// store that maps its files into memory (bolt: raft.db, wal-meta.db)
+// must run in another, as must one that exits on a failure: a page fault
+// or a request served by the faulting process itself can hang it for
+// good (the Go runtime's stop-the-world waits for the faulting thread; a
+// process that ends while its own request waits never ends). Pebble
+// alone reads and writes with system calls and may run here. A process
+// that ends without Unmount leaves mnt mounted and dead: Detach(mnt).
 func New(backing, mnt string) (*FS, error) {
 	f := &FS{Dir: mnt, backing: backing}
 	lr, err := fs.NewLoopbackRoot(backing)
