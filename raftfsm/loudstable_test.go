@@ -15,6 +15,7 @@ import (
 // the node says at ERROR which file, why and what to do (an operator walk
 // got only raft's goroutine dump after ext4 went read-only).
 func TestStableStoreSaysWhyRaftStops(t *testing.T) {
+	calls := stopHook(t)
 	dir := t.TempDir()
 	bs, err := raftboltdb.New(raftboltdb.Options{Path: filepath.Join(dir, "raft.db")})
 	require.NoError(t, err)
@@ -41,4 +42,15 @@ func TestStableStoreSaysWhyRaftStops(t *testing.T) {
 	full := &os.PathError{Op: "write", Path: filepath.Join(dir, "raft.db"), Err: syscall.ENOSPC}
 	require.ErrorIs(t, s.said([]byte("LastVoteCand"), full), syscall.ENOSPC)
 	require.Contains(t, logs.String(), "the disk is full")
+
+	require.Zero(t, calls.Load(), "a closed store, a read-only filesystem or a full disk is raft's own stop")
+
+	// An I/O error stops the node at once: raft went on after a vote it
+	// could not record (it panicked only for the term), fsyncing raft.db
+	// again over pages the OS may have dropped.
+	eio := &os.PathError{Op: "write", Path: filepath.Join(dir, "raft.db"), Err: syscall.EIO}
+	require.ErrorIs(t, s.said([]byte("LastVoteTerm"), eio), syscall.EIO)
+	require.EqualValues(t, 1, calls.Load(), "a vote raft.db failed to write with EIO must stop the node")
+	require.ErrorIs(t, s.said([]byte("LastVoteCand"), syscall.EIO), syscall.EIO) // bolt's bare fdatasync errno
+	require.EqualValues(t, 2, calls.Load(), "a failed fsync of raft.db must stop the node")
 }

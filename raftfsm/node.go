@@ -2117,7 +2117,28 @@ func (s loudStable) said(key []byte, err error) error {
 	}
 	s.log.Error("raft cannot record its "+string(key)+" in raft.db, and stops the node (nothing acknowledged is lost: the next start reads the state as last recorded): "+why,
 		"file", filepath.Join(s.dataDir, "raft.db"), "error", err)
+	if failedStableWrite(err) {
+		// Raft panicked (exit status 2) only for the term: a vote it could
+		// not record was logged ("failed to persist vote") and the node
+		// went on, its next fsyncs of raft.db over pages the OS may have
+		// dropped (a vote lost so could be given twice in a term).
+		exit(1)
+	}
 	return err
+}
+
+// failedStableWrite reports whether err, a write of raft.db's, is one the
+// node stops on at once: an I/O error (EIO, or a failed write or fsync
+// for another reason than space). A read-only filesystem or a full disk
+// wrote nothing: raft's own stop (its panic on the term) is left to them.
+func failedStableWrite(err error) bool {
+	if errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) {
+		return false
+	}
+	if _, _, ok := engine.IOStop(err); ok {
+		return true
+	}
+	return errors.Is(err, syscall.EIO)
 }
 
 // startRestoreError is the error of a node that could not, at start,
