@@ -92,16 +92,7 @@ func TestLeaseIsKeptWhileACompleteIsAskedAgainInTheBackground(t *testing.T) {
 		io.WriteString(w, "charged")
 	})))
 	t.Cleanup(srv.Close)
-	send := func() *http.Response {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set(HeaderKey, `"k1"`)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
+	send := func() *http.Response { return payK1(t, srv.URL) }
 	require.Equal(t, http.StatusCreated, send().StatusCode)
 	time.Sleep(4 * lease) // the lease, left alone, has run out
 	r := send()
@@ -141,16 +132,7 @@ func TestCompleteGoesToTheBackgroundWithinHalfTheLease(t *testing.T) {
 		io.WriteString(w, "charged")
 	})))
 	t.Cleanup(srv.Close)
-	send := func() *http.Response {
-		req, err := http.NewRequest(http.MethodPost, srv.URL+"/pay", strings.NewReader("{}"))
-		require.NoError(t, err)
-		req.Header.Set(HeaderKey, `"k1"`)
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		io.Copy(io.Discard, resp.Body)
-		resp.Body.Close()
-		return resp
-	}
+	send := func() *http.Response { return payK1(t, srv.URL) }
 	start := time.Now()
 	require.Equal(t, http.StatusCreated, send().StatusCode)
 	time.Sleep(time.Until(start.Add(2 * lease))) // the claim's lease, left alone, has run out
@@ -165,4 +147,18 @@ func TestCompleteGoesToTheBackgroundWithinHalfTheLease(t *testing.T) {
 	}, 10*time.Second, 100*time.Millisecond, "the complete is stored once the store takes it, and replayed")
 	require.EqualValues(t, 1, runs.Load())
 	require.NoError(t, WaitCompletes(context.Background()))
+}
+
+// payK1 sends POST /pay with the key "k1" and returns the answer, its body
+// read.
+func payK1(t *testing.T, url string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/pay", strings.NewReader("{}"))
+	require.NoError(t, err)
+	req.Header.Set(HeaderKey, `"k1"`)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
 }
