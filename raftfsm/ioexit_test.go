@@ -119,17 +119,7 @@ func TestIOErrorExitsAndTheRestartHoldsWhatWasAcknowledged(t *testing.T) {
 			}
 			require.GreaterOrEqual(t, len(acked), 20)
 
-			c := newMemCluster(t)
-			cfg := DefaultConfig()
-			cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", dir, addr, "mem-n1"
-			cfg.Logger = slog.New(slog.DiscardHandler)
-			n := c.leader(c.start(cfg))
-			for _, k := range acked {
-				_, found, err := n.Lookup(t.Context(), engine.Scope{Principal: "p", Endpoint: "e", Key: k}, false, true)
-				require.NoError(t, err)
-				require.True(t, found, "acknowledged key %s lost after the restart", k)
-			}
-			claimFresh(t, n, "after")
+			requireAckedAfterRestart(t, dir, addr, acked)
 		})
 	}
 }
@@ -171,4 +161,22 @@ func eioChild(t *testing.T, what, dir, addr string) {
 	}
 	fmt.Println("still running")
 	os.Exit(3)
+}
+
+// requireAckedAfterRestart starts node n1 again on dir at addr, as a child
+// of an I/O-error test left it, and requires every key it acknowledged
+// (acked) found and a fresh claim taken.
+func requireAckedAfterRestart(t *testing.T, dir, addr string, acked []string) {
+	t.Helper()
+	c := newMemCluster(t)
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", dir, addr, "mem-n1"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	n := c.leader(c.start(cfg))
+	for _, k := range acked {
+		_, found, err := n.Lookup(t.Context(), engine.Scope{Principal: "p", Endpoint: "e", Key: k}, false, true)
+		require.NoError(t, err)
+		require.True(t, found, "acknowledged key %s lost after the restart", k)
+	}
+	claimFresh(t, n, "after")
 }

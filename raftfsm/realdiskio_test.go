@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/internal/faultfs"
 )
 
@@ -84,17 +83,7 @@ func TestRealDiskIOErrorStopsAndTheRestartHoldsWhatWasAcknowledged(t *testing.T)
 
 			// Started again once the disk works (what it holds, read
 			// past the filesystem: this process serves it).
-			c := newMemCluster(t)
-			cfg := DefaultConfig()
-			cfg.NodeID, cfg.DataDir, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", ffs.Backing(), addr, "mem-n1"
-			cfg.Logger = slog.New(slog.DiscardHandler)
-			n := c.leader(c.start(cfg))
-			for _, k := range acked {
-				_, found, err := n.Lookup(t.Context(), engine.Scope{Principal: "p", Endpoint: "e", Key: k}, false, true)
-				require.NoError(t, err)
-				require.True(t, found, "acknowledged key %s lost after the restart", k)
-			}
-			claimFresh(t, n, "after")
+			requireAckedAfterRestart(t, ffs.Backing(), addr, acked)
 		})
 	}
 }
