@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 )
 
@@ -203,6 +204,28 @@ func outDirProblem(dir string) string {
 	}
 }
 
+// lockOut holds --out for a run, until the returned func: a second run
+// given the same --out, started while the first went on, cleared the
+// first's data dirs under its running nodes (their disk images deleted
+// under the mounts), and the first could neither heal nor check.
+func lockOut(dir string) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(dir, ".chaos.lock"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("%w: --out: %w", ErrHarness, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		pid, _ := io.ReadAll(io.LimitReader(f, 32))
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: --out %s is in use by another idem chaos run (pid %s): wait for it to end, or give this one another --out (it would clear that run's data under its nodes)", ErrHarness, dir, strings.TrimSpace(string(pid)))
+		}
+		return nil, fmt.Errorf("%w: --out: lock %s: %w", ErrHarness, dir, err)
+	}
+	f.Truncate(0)
+	f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { f.Close() }, nil
+}
+
 // Run starts the cluster, runs the workload and the nemeses, heals, checks
 // and writes the results into cfg.Out. The report says what was found; an
 // error means the run itself could not be carried out.
@@ -210,6 +233,11 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if err := os.MkdirAll(cfg.Out, 0o755); err != nil {
 		return nil, fmt.Errorf("%w: --out: %w", ErrHarness, err)
 	}
+	unlock, err := lockOut(cfg.Out)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
 	dataDir, diagDir := filepath.Join(cfg.Out, "data"), filepath.Join(cfg.Out, "diag")
 	for _, d := range []string{dataDir, diagDir} {
 		if err := os.RemoveAll(d); err != nil {
