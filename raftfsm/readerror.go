@@ -21,13 +21,19 @@ import (
 // (net/http recovered the panic and closed the connection).
 type StoreReadError struct{ Err error }
 
-func (e *StoreReadError) Error() string { return "raftfsm: " + e.Detail() }
+// Error names the file (the node's log); Detail, a caller's answer, does not.
+func (e *StoreReadError) Error() string {
+	return fmt.Sprintf("raftfsm: this node could not read its store (%v): its disk failed the read, and nothing changed", e.Err)
+}
 
 func (e *StoreReadError) Unwrap() error { return e.Err }
 
 // Detail says what failed and what to do; the answer's problem carries it.
+// It names no file: a tenant is told nothing of the server's data dir
+// (GET /readyz tells it only to an operator or admin token); the node's
+// ERROR line names the file.
 func (e *StoreReadError) Detail() string {
-	return fmt.Sprintf("this node could not read its store (%v): its disk failed the read, and nothing changed. Retry, on another member if this one keeps failing; the node logged it at ERROR", e.Err)
+	return "this node could not read its store: its disk failed the read, and nothing changed. Retry, on another member if this one keeps failing; the node logged the file at ERROR"
 }
 
 // storeReadFailure reports whether p, a recovered panic, is a read of a
