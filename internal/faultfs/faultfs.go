@@ -69,6 +69,7 @@ type FS struct {
 	Dir     string
 	backing string
 	srv     *fuse.Server
+	watch   *os.Process // watchdog.go; nil if it could not start
 
 	mu    sync.Mutex
 	rules []rule
@@ -102,8 +103,11 @@ func Mount(t testing.TB) *FS {
 // or a request served by the faulting process itself can hang it for
 // good (the Go runtime's stop-the-world waits for the faulting thread; a
 // process that ends while its own request waits never ends). Pebble
-// alone reads and writes with system calls and may run here. A process
-// that ends without Unmount leaves mnt mounted and dead: Detach(mnt).
+// alone reads and writes with system calls and may run here; should the
+// process end while one of its requests waits (its test's -timeout, a
+// kill), the mount's watchdog (watchdog.go) aborts the connection, so the
+// process ends, and detaches mnt. It detaches mnt too after a process that
+// ended without Unmount.
 func New(backing, mnt string) (*FS, error) {
 	f := &FS{Dir: mnt, backing: backing}
 	lr, err := fs.NewLoopbackRoot(backing)
@@ -121,12 +125,21 @@ func New(backing, mnt string) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
+	if f.watch, err = startWatchdog(mnt); err != nil {
+		f.srv.Unmount()
+		return nil, fmt.Errorf("faultfs: start the mount's watchdog: %w", err)
+	}
 	return f, nil
 }
 
 // Unmount unmounts the filesystem, detaching it if it stays busy.
 func (f *FS) Unmount() {
 	f.Clear()
+	defer func() {
+		if f.watch != nil {
+			f.watch.Kill()
+		}
+	}()
 	for range 50 {
 		if f.srv.Unmount() == nil {
 			return
