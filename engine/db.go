@@ -213,7 +213,7 @@ func Open(dir string, o Options) (*DB, error) {
 	stalls := &writeStalls{log: o.Logger}
 	listener := &pebble.EventListener{DataCorruption: corruptionStop(o.Logger), BackgroundError: backgroundErrors(o.Logger)}
 	stalls.listen(listener)
-	logger := pebbleLogger{l: o.Logger, stopped: new(atomic.Bool)}
+	logger := pebbleLogger{l: o.Logger, stopped: new(atomic.Bool), opened: new(atomic.Bool)}
 	po := &pebble.Options{
 		// ioFailure needs a failed fsync's *os.PathError; a failed WAL
 		// file stops the process before Pebble's fatal panic does.
@@ -285,6 +285,7 @@ func Open(dir string, o Options) (*DB, error) {
 		lock.Close()
 		return nil, openError(dir, err)
 	}
+	logger.opened.Store(true)
 	// Pebble does not release a lock it was given: every Close of pdb
 	// below is closePebble.
 	closePebble := func() error { return errors.Join(pdb.Close(), lock.Close()) }
@@ -478,6 +479,9 @@ type pebbleLogger struct {
 	// stopped: ioStop ran (once per store: a failed WAL file stops it
 	// from syncErrFS, then Pebble's panic or fatal error would again).
 	stopped *atomic.Bool
+	// opened: pebble.Open returned the store (syncErrFS stops on a
+	// failed WAL file only then; Open returns one as its error).
+	opened *atomic.Bool
 }
 
 func (p pebbleLogger) Infof(format string, args ...any) {

@@ -389,3 +389,29 @@ func walRotationChild(what string) {
 	fmt.Fprintln(os.Stderr, "no rotation stopped the store")
 	os.Exit(3)
 }
+
+// A store whose first WAL cannot be made as it opens (a full disk at a
+// node's start, a failing one, an offline command's open) is not opened,
+// and Open says why: the caller stops with its own line (idem serve's
+// start error, a restore's). The stop of a failed WAL file is the
+// rotation's only, where Pebble panics; it stopped the process from
+// inside Open, with the advice of a failed write (restart the machine).
+func TestOpenWhoseWALCannotBeMadeReturnsTheError(t *testing.T) {
+	for _, errno := range []syscall.Errno{syscall.ENOSPC, syscall.EIO} {
+		t.Run(errno.Error(), func(t *testing.T) {
+			var codes []int
+			old := exit
+			exit = func(code int) { codes = append(codes, code) }
+			t.Cleanup(func() { exit = old })
+			fs := &eioFS{FS: vfs.Default, errno: errno}
+			fs.failCreate.Store(true)
+			db, err := Open(t.TempDir(), Options{FS: fs, CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
+			if err == nil {
+				db.Close()
+			}
+			require.Error(t, err, "a store whose WAL cannot be made must not open")
+			require.ErrorIs(t, err, errno)
+			require.Empty(t, codes, "Open must return the error, not stop the process")
+		})
+	}
+}

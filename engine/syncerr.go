@@ -30,12 +30,22 @@ type syncErrFS struct {
 	stopper *pebbleLogger
 }
 
-// walStop is the stop of a failed WAL file: nil when none.
+// walStop is the stop of a failed WAL file: nil when none. It stops only
+// once the store is open: pebble.Open returns a failed WAL file (the
+// first WAL's creation on a full or failing disk at a node's start, an
+// offline command's open) as its error, which the caller reports with its
+// own advice; stopped from inside Open, a start on a full disk was told
+// to restart the machine.
 func (fs syncErrFS) walStop() func(path string, err error, what string) {
 	if fs.stopper == nil {
 		return nil
 	}
-	return fs.stopper.ioStop
+	return func(path string, err error, what string) {
+		if o := fs.stopper.opened; o != nil && !o.Load() {
+			return
+		}
+		fs.stopper.ioStop(path, err, what)
+	}
 }
 
 func (fs syncErrFS) Unwrap() vfs.FS { return fs.FS }
