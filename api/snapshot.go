@@ -6,8 +6,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/idem-store/idem/engine"
@@ -90,18 +92,44 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 	if r.Method == http.MethodHead {
 		return
 	}
+	// The head is sent before the first byte of the state is read: a
+	// stream cut before net/http had sent anything (a read of the store
+	// the disk failed, in its first KBs) was a connection closed without
+	// an answer, which idem snapshot save took for an address that does
+	// not speak HTTP ("--addr takes a node's HTTP address ..., not its
+	// raft address"). Answered, the cut is a stream stopped short, which
+	// save says is the node's and names its log.
+	_ = http.NewResponseController(w).Flush()
 	start := time.Now()
 	sw := s.stallWriter(w, r)
 	defer sw.stop() // deferred: a panic in the stream must not leave its watcher running
-	n, err := raftfsm.WriteBackup(sw, h, snap)
+	n, err := writeBackup(sw, h, snap)
 	if err != nil {
 		// The status is sent: cut the connection, so the client sees a
 		// broken stream (its checksum trailer is missing either way).
-		s.log.Warn("snapshot stream cut short", "applied-index", h.AppliedIndex, "bytes", n, "error", err)
+		if diskReadFailed(err) {
+			// The node's disk, not the client: said as a failed read of
+			// a request is (raftfsm's StoreReadError), with what to check.
+			s.log.Error("snapshot stream cut short: this node's disk failed a read of its store; the download got no whole backup (nothing was changed). "+
+				"Check the disk and the filesystem (dmesg, SMART), and take the backup from another member; on a disk that keeps failing, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) (docs/DISK.md)",
+				"applied-index", h.AppliedIndex, "bytes", n, "error", err)
+		} else {
+			s.log.Warn("snapshot stream cut short", "applied-index", h.AppliedIndex, "bytes", n, "error", err)
+		}
 		panic(http.ErrAbortHandler)
 	}
 	s.log.Info("snapshot streamed", "applied-index", h.AppliedIndex, "records", h.Records, "bytes", n,
 		"seconds", time.Since(start).Seconds())
+}
+
+// writeBackup streams a backup (a variable for tests).
+var writeBackup = raftfsm.WriteBackup
+
+// diskReadFailed reports whether err is a read of a file that failed (EIO
+// under a table), not the client's connection.
+func diskReadFailed(err error) bool {
+	var pe *os.PathError
+	return errors.As(err, &pe) && pe.Op == "read" || errors.Is(err, syscall.EIO)
 }
 
 // snapshotClient forwards snapshot streams: bounded connecting and waiting
