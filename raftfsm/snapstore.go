@@ -10,11 +10,13 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/hashicorp/raft"
 
@@ -804,6 +806,9 @@ func (s *snapshotStore) takeHeld(id string) bool {
 // tables).
 func (s *markerSink) Close() error {
 	err := s.SnapshotSink.Close()
+	if err != nil {
+		s.removeUnfinished() // raft's leaves it when its meta or rename fails
+	}
 	if err == nil && s.seen && !s.marker && s.room.g != nil {
 		s.room.g.snapshotInstalled()
 	}
@@ -815,6 +820,53 @@ func (s *markerSink) Close() error {
 	}
 	s.store.dropStreamsBefore(s.ID())
 	return nil
+}
+
+// Cancel is raft's, which leaves the snapshot's NAME.tmp when its buffer
+// cannot be flushed: after a write the disk failed (EIO), a follower kept
+// each leader's stream it had received part of, up to the whole state,
+// until its next start (a walk: 4 MB left by a failed install, and one
+// more per retry every 10 s while the disk failed). It is removed.
+func (s *markerSink) Cancel() error {
+	err := s.SnapshotSink.Cancel()
+	if err != nil {
+		s.removeUnfinished()
+	}
+	return err
+}
+
+// removeUnfinished removes the snapshot's NAME.tmp, which raft builds it
+// in (newSnapshotStore removes those left at the start).
+func (s *markerSink) removeUnfinished() {
+	closeStateFile(s.SnapshotSink)
+	if s.store == nil {
+		return
+	}
+	tmp := filepath.Join(s.store.dir, "snapshots", s.ID()+".tmp")
+	if err := os.RemoveAll(tmp); err != nil && s.store.log != nil {
+		s.store.log.Warn("could not remove an unfinished snapshot (it is removed at the next start)", "path", tmp, "error", err)
+	}
+}
+
+// closeStateFile closes the file of a raft.FileSnapshotSink whose close
+// or cancel failed: raft's returns at the failed flush or fsync with the
+// file still open, so the node kept a descriptor, and the disk the space
+// of what was written (a removed file's blocks are freed at its last
+// close), for each failure until it stopped. raft exports no way to it:
+// its field is read by reflection, and nothing is done if raft's sink has
+// no such field (another version of raft).
+func closeStateFile(sink raft.SnapshotSink) {
+	v := reflect.ValueOf(sink)
+	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
+		return
+	}
+	fv := v.Elem().FieldByName("stateFile")
+	if !fv.IsValid() || fv.Type() != reflect.TypeFor[*os.File]() {
+		return
+	}
+	if f := *(**os.File)(unsafe.Pointer(fv.UnsafeAddr())); f != nil {
+		_ = f.Close() // os.ErrClosed when raft had closed it
+	}
 }
 
 // dropStreamsBefore removes the full streams among the snapshots older
