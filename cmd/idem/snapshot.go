@@ -367,7 +367,7 @@ func receiveFailure(err error, file, tmp string, received int64) string {
 		// The node's answer stopped short of its end: a node that reads a
 		// damaged store file while it streams its state stops, and said so
 		// only in its own log.
-		return fmt.Sprintf("the node stopped sending the snapshot after %d bytes, before its end (%v): it may have stopped, or failed to read its state; its log (or the leader's, whose stream a follower passes through) says why (a damaged store file stops the node that reads it, with what to do). %s is removed (nothing was saved)", received, err, tmp)
+		return fmt.Sprintf("the node stopped sending the snapshot after %d bytes, before its end (%v): it may have stopped, or failed to read its state; its log (or the leader's, whose stream a follower passes through) says why (a damaged store file stops the node that reads it, and a read its disk fails is logged at ERROR, each with what to do). %s is removed (nothing was saved)", received, err, tmp)
 	}
 	return fmt.Sprintf("receiving into %s: %v (nothing was saved)", tmp, err)
 }
@@ -403,7 +403,7 @@ func nameLeftSaves(stderr io.Writer, name, file, own string) {
 	}
 	for _, e := range entries {
 		l := filepath.Join(dir, e.Name())
-		if !strings.HasPrefix(e.Name(), prefix) || e.IsDir() || l == own {
+		if !strings.HasPrefix(e.Name(), prefix) || e.IsDir() || l == filepath.Clean(own) {
 			continue
 		}
 		size := ""
