@@ -19,3 +19,9 @@ func isMountPoint(string) bool { return false }
 
 // restoreCopyHeld cannot tell here: no copy is taken for held.
 func restoreCopyHeld(string) bool { return false }
+
+// lockDir takes no lock here: a directory cannot be opened for one.
+func lockDir(string, bool) (*os.File, error) { return nil, nil }
+
+// dirLockHolder cannot tell here.
+func dirLockHolder(string) (int, bool) { return 0, false }

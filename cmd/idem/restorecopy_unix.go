@@ -3,6 +3,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -123,4 +124,63 @@ func unescapeMountPath(s string) string {
 		out = append(out, s[i])
 	}
 	return string(out)
+}
+
+// lockDir takes an flock on dir itself, exclusive for a restore into it,
+// shared for idem serve on it, held until the returned file is closed or
+// the process ends (a kill -9 included). Neither Pebble's lock (an fcntl
+// lock on fsm/LOCK) nor bolt's (an flock on raft.db) is on dir, and a
+// restore touches neither until its last step: two restores into one
+// mount point, or a serve started while a restore filled its data dir,
+// each went on beside the other. It fails with EWOULDBLOCK when another
+// process holds a lock that excludes this one (dirLockHolder names it).
+func lockDir(dir string, exclusive bool) (*os.File, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	how := syscall.LOCK_SH
+	if exclusive {
+		how = syscall.LOCK_EX
+	}
+	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// dirLockHolder is the pid of a process holding an flock on dir (lockDir),
+// and whether that lock is exclusive (a restore's), as Linux's /proc/locks
+// lists them; 0 where it cannot tell.
+func dirLockHolder(dir string) (pid int, exclusive bool) {
+	st, err := os.Stat(dir)
+	if err != nil {
+		return 0, false
+	}
+	s, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	b, err := os.ReadFile("/proc/locks")
+	if err != nil {
+		return 0, false
+	}
+	dev := uint64(s.Dev)
+	major := (dev>>8)&0xfff | (dev>>32)&^uint64(0xfff)
+	minor := dev&0xff | (dev>>12)&^uint64(0xff)
+	want := fmt.Sprintf("%02x:%02x:%d", major, minor, s.Ino)
+	for line := range strings.SplitSeq(string(b), "\n") {
+		// 1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF
+		f := strings.Fields(line)
+		if len(f) < 6 || f[1] != "FLOCK" || f[5] != want {
+			continue
+		}
+		p, err := strconv.Atoi(f[4])
+		if err != nil {
+			continue
+		}
+		return p, f[3] == "WRITE"
+	}
+	return 0, false
 }

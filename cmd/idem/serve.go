@@ -817,6 +817,9 @@ var dataDirEntries = map[string]bool{
 // lost+found, which a new filesystem's mount point holds, and *.log files
 // (the node's own output redirected into the dir) do not count.
 func checkDataDir(dir string) error {
+	if pid, exclusive := dirLockHolder(dir); pid > 0 && exclusive {
+		return errors.New(dirLockProblem(dir) + "; nothing was changed")
+	}
 	if msg := unfinishedRestoreProblem(dir); msg != "" {
 		return errors.New(msg)
 	}
@@ -1253,6 +1256,36 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if held, pid := engine.Holder(filepath.Join(c.dataDir, "fsm")); held && pid > 0 {
 		return inUse(c.dataDir, &engine.InUseError{Dir: c.dataDir, PID: pid})
 	}
+	// A restore into the data dir holds it exclusively from its first step
+	// to its last (snapshotRestore): started meanwhile, the node ran on
+	// what part of the backup was in, or on a new empty cluster. The
+	// shared lock is taken here when the dir exists, and once raftfsm has
+	// made it otherwise (BeforeRaft), before raft runs on it.
+	var dirLock *os.File
+	defer func() { dirLock.Close() }()
+	lockData := func() error {
+		if dirLock != nil {
+			return nil
+		}
+		l, err := lockDir(c.dataDir, false)
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return errors.New(dirLockProblem(c.dataDir) + "; this node did not start, and nothing was changed")
+		}
+		if err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		dirLock = l
+		// Checked again under the lock: a restore may have begun since.
+		if msg := unfinishedRestoreProblem(c.dataDir); msg != "" {
+			return errors.New(msg)
+		}
+		return nil
+	}
+	if st, err := os.Stat(c.dataDir); err == nil && st.IsDir() {
+		if err := lockData(); err != nil {
+			return err
+		}
+	}
 	ln, err := net.Listen("tcp", c.httpAddr)
 	if err != nil {
 		return listenProblem("--http-addr", c.httpAddr, err)
@@ -1336,7 +1369,16 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.MinFreeDisk = c.minFreeDisk
 	rc.InjectBug = c.injectBug
 	rc.TLS = tlsConf
-	rc.RaftListener, rc.BeforeRaft = raftLn, pin
+	rc.RaftListener = raftLn
+	rc.BeforeRaft = func() error {
+		if err := lockData(); err != nil {
+			return err
+		}
+		if pin != nil {
+			return pin()
+		}
+		return nil
+	}
 	rc.MaxInboundRaftConns = fds.raftConns
 	// Without node.json, --node-id is checked against the raft
 	// configuration the data dir holds before pin records it: a data dir

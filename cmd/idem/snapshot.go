@@ -547,6 +547,30 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		fmt.Fprintf(stderr, "%s: %s\n", name, strings.Join(bad, "\n"+name+": "))
 		return 2
 	}
+	// Before anything in DIR is read or written, and held until the last
+	// step: two restores into one mount point, started together (the
+	// same command in two terminals), each cleared what the other had
+	// moved in or mixed their entries, in the window between writing the
+	// marker and taking the copy's lock and the one between removing the
+	// copy and removing the marker; and idem serve started on DIR while a
+	// restore filled it ran on half a restore. serve holds a shared lock
+	// on its data dir, which this one excludes.
+	lock, created, msg := lockRestoreTarget(dataDir)
+	if msg != "" {
+		fmt.Fprintf(stderr, "%s: %s\n", name, msg)
+		return 1
+	}
+	defer lock.Close()
+	restored := false
+	if created {
+		// Made here only to be locked: a restore that fails leaves no
+		// trace of it (removed while the lock is still held).
+		defer func() {
+			if !restored {
+				os.Remove(dataDir)
+			}
+		}()
+	}
 	existed := false
 	if st, err := os.Stat(dataDir); err == nil {
 		if !st.IsDir() {
@@ -769,18 +793,26 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 		}
 		parent = abs
 	} else {
-		if existed {
+		// Renamed over the empty DIR, which is never absent meanwhile: a
+		// restore or a serve started then would make it anew, and neither
+		// would meet this one's lock. Where a directory cannot be renamed
+		// over, it is removed first.
+		if err := os.Rename(tmp, abs); err != nil {
+			if !existed {
+				fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+				return 1
+			}
 			if err := os.Remove(abs); err != nil {
 				fmt.Fprintf(stderr, "%s: --data-dir: %v (nothing was written to %s)\n", name, err, dataDir)
 				return 1
 			}
-		}
-		if err := os.Rename(tmp, abs); err != nil {
-			fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
-			return 1
+			if err := os.Rename(tmp, abs); err != nil {
+				fmt.Fprintf(stderr, "%s: %v (nothing was written to %s)\n", name, err, dataDir)
+				return 1
+			}
 		}
 	}
-	done = true
+	done, restored = true, true
 	// The lock goes only now, from DIR: removed before the rename, a kill
 	// in between left a whole copy without it, which no later restore
 	// could tell from one still running, nor remove (a kill -9 walk). A
@@ -819,6 +851,54 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	}
 	fmt.Fprintf(stdout, "then other nodes (with empty data dirs) may join it with --join\n")
 	return 0
+}
+
+// lockRestoreTarget takes the restore's exclusive lock on dataDir
+// (lockDir), making it, empty, when it is absent (created). It returns
+// why not when another restore into it, or idem serve on it, holds it.
+// A dataDir that is not a directory, or a link to one that cannot be
+// reached, is left unlocked for the restore's own checks to refuse.
+func lockRestoreTarget(dataDir string) (lock *os.File, created bool, problem string) {
+	if _, err := os.Lstat(dataDir); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
+			return nil, false, fmt.Sprintf("--data-dir: %v", err)
+		}
+		if err := os.Mkdir(dataDir, 0o700); err == nil {
+			created = true
+		} else if !errors.Is(err, os.ErrExist) {
+			return nil, false, fmt.Sprintf("--data-dir: %v", err)
+		}
+	}
+	if st, err := os.Stat(dataDir); err != nil || !st.IsDir() {
+		return nil, false, ""
+	}
+	for try := 0; ; try++ {
+		lock, err := lockDir(dataDir, true)
+		if err == nil {
+			return lock, created, ""
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, false, fmt.Sprintf("--data-dir: %v", err)
+		}
+		// No holder listed: it ended between the two (a restore that
+		// just finished); taken now, the dir is checked as any other.
+		if pid, _ := dirLockHolder(dataDir); pid > 0 || try == 10 {
+			return nil, false, dirLockProblem(dataDir) + "; nothing was changed"
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// dirLockProblem names the process that holds dir's lock (lockDir).
+func dirLockProblem(dir string) string {
+	pid, exclusive := dirLockHolder(dir)
+	switch {
+	case pid > 0 && exclusive:
+		return fmt.Sprintf("a restore into %s is running, pid %d: wait for it to finish, or stop it", dir, pid)
+	case pid > 0:
+		return fmt.Sprintf("idem serve is running on %s, pid %d: a restore never replaces a node's data dir; stop that node first, or name another --data-dir", dir, pid)
+	}
+	return fmt.Sprintf("another idem process holds %s (a restore into it, or idem serve on it; its pid is not known): wait for it to end, or stop it", dir)
 }
 
 // refuseLiveSource says, and returns true, when raftAddr is the raft
