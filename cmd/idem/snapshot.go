@@ -882,7 +882,7 @@ func lockRestoreTarget(dataDir string) (lock *os.File, created bool, problem str
 		}
 		// No holder listed: it ended between the two (a restore that
 		// just finished); taken now, the dir is checked as any other.
-		if pid, _ := dirLockHolder(dataDir); pid > 0 || try == 10 {
+		if pid, _ := dirLockHolder(dataDir); pid > 0 || try == 20 {
 			return nil, false, dirLockProblem(dataDir) + "; nothing was changed"
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -892,13 +892,21 @@ func lockRestoreTarget(dataDir string) (lock *os.File, created bool, problem str
 // dirLockProblem names the process that holds dir's lock (lockDir).
 func dirLockProblem(dir string) string {
 	pid, exclusive := dirLockHolder(dir)
-	switch {
-	case pid > 0 && exclusive:
-		return fmt.Sprintf("a restore into %s is running, pid %d: wait for it to finish, or stop it", dir, pid)
-	case pid > 0:
-		return fmt.Sprintf("idem serve is running on %s, pid %d: a restore never replaces a node's data dir; stop that node first, or name another --data-dir", dir, pid)
+	who := "its pid is not known"
+	if pid > 0 {
+		who = fmt.Sprintf("pid %d", pid)
+	} else if l, err := lockDir(dir, false); err == nil {
+		// Not listed (no /proc/locks), and not held now: it has ended.
+		l.Close()
+		return fmt.Sprintf("another idem process (a restore into %s, or idem serve on it) held it a moment ago: run this again", dir)
+	} else {
+		// A shared lock is taken beside serve's, never beside a restore's.
+		exclusive = errors.Is(err, syscall.EWOULDBLOCK)
 	}
-	return fmt.Sprintf("another idem process holds %s (a restore into it, or idem serve on it; its pid is not known): wait for it to end, or stop it", dir)
+	if exclusive {
+		return fmt.Sprintf("a restore into %s is running, %s: wait for it to finish, or stop it", dir, who)
+	}
+	return fmt.Sprintf("idem serve is running on %s, %s: a restore never replaces a node's data dir; stop that node first, or name another --data-dir", dir, who)
 }
 
 // refuseLiveSource says, and returns true, when raftAddr is the raft
