@@ -3,6 +3,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -145,9 +146,20 @@ func lockDir(dir string, exclusive bool) (*os.File, error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), how|syscall.LOCK_NB); err != nil {
 		f.Close()
+		if flockUnsupported(err) {
+			return nil, nil // Pebble's and bolt's own locks still hold
+		}
 		return nil, err
 	}
 	return f, nil
+}
+
+// flockUnsupported reports whether err is a filesystem's refusal of flock
+// itself (some network and FUSE filesystems), not a lock held elsewhere:
+// there the dir goes unlocked, as before the lock, rather than a node or
+// a restore refused on a data dir it used to run on.
+func flockUnsupported(err error) bool {
+	return errors.Is(err, syscall.ENOLCK) || errors.Is(err, syscall.EOPNOTSUPP) || errors.Is(err, syscall.ENOTSUP) || errors.Is(err, syscall.EINVAL)
 }
 
 // dirLockHolder is the pid of a process holding an flock on dir (lockDir),
