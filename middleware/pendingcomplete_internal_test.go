@@ -99,14 +99,7 @@ func TestLeaseIsKeptWhileACompleteIsAskedAgainInTheBackground(t *testing.T) {
 	require.Equal(t, http.StatusConflict, r.StatusCode, "a retry while the answer waits to be stored")
 	require.EqualValues(t, 1, runs.Load(), "the handler ran again while its first answer waited to be stored")
 
-	store.mu.Lock()
-	store.completesFrom = time.Time{}
-	store.mu.Unlock()
-	require.Eventually(t, func() bool {
-		return send().Header.Get(HeaderReplayed) == "true"
-	}, 10*time.Second, 100*time.Millisecond, "the complete is stored once the store takes it, and replayed")
-	require.EqualValues(t, 1, runs.Load())
-	require.NoError(t, WaitCompletes(context.Background()))
+	requireStoredOnceTaken(t, store, send, &runs)
 }
 
 // Nothing extends the lease between the handler's return and the
@@ -139,14 +132,7 @@ func TestCompleteGoesToTheBackgroundWithinHalfTheLease(t *testing.T) {
 	require.Equal(t, http.StatusConflict, send().StatusCode, "a retry while the answer waits to be stored")
 	require.EqualValues(t, 1, runs.Load(), "the handler ran again while its first answer waited to be stored")
 
-	store.mu.Lock()
-	store.completesFrom = time.Time{}
-	store.mu.Unlock()
-	require.Eventually(t, func() bool {
-		return send().Header.Get(HeaderReplayed) == "true"
-	}, 10*time.Second, 100*time.Millisecond, "the complete is stored once the store takes it, and replayed")
-	require.EqualValues(t, 1, runs.Load())
-	require.NoError(t, WaitCompletes(context.Background()))
+	requireStoredOnceTaken(t, store, send, &runs)
 }
 
 // payK1 sends POST /pay with the key "k1" and returns the answer, its body
@@ -161,4 +147,18 @@ func payK1(t *testing.T, url string) *http.Response {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp
+}
+
+// requireStoredOnceTaken has store take completes from now on and requires
+// the answer stored and replayed to send, the handler having run once.
+func requireStoredOnceTaken(t *testing.T, store *leasedStore, send func() *http.Response, runs *atomic.Int32) {
+	t.Helper()
+	store.mu.Lock()
+	store.completesFrom = time.Time{}
+	store.mu.Unlock()
+	require.Eventually(t, func() bool {
+		return send().Header.Get(HeaderReplayed) == "true"
+	}, 10*time.Second, 100*time.Millisecond, "the complete is stored once the store takes it, and replayed")
+	require.EqualValues(t, 1, runs.Load())
+	require.NoError(t, WaitCompletes(context.Background()))
 }

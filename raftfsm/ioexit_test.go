@@ -130,20 +130,7 @@ func eioChild(t *testing.T, what, dir, addr string) {
 	wal, store := &faultyWAL{VFS: walfs.New()}, &eioStore{}
 	walVFS = wal
 	pebbleFS = func(fs vfs.FS) vfs.FS { store.FS = fs; return store }
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", dir, true, addr, "mem-n1"
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	n, err := Open(cfg)
-	require.NoError(t, err)
-	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
-	claim := func(k string) {
-		if tryClaim(n, k) == nil {
-			fmt.Println("acked " + k)
-		}
-	}
-	for i := range 20 {
-		claim(fmt.Sprint("a", i))
-	}
+	n, claim := startAckingChild(t, dir, addr)
 	switch what {
 	case "raft-log-fsync":
 		wal.arm(dir, 0, 1, syscall.EIO)
@@ -179,4 +166,26 @@ func requireAckedAfterRestart(t *testing.T, dir, addr string, acked []string) {
 		require.True(t, found, "acknowledged key %s lost after the restart", k)
 	}
 	claimFresh(t, n, "after")
+}
+
+// startAckingChild opens node n1 on dir at addr, the node of an I/O-error
+// test's child, waits for it to lead and claims 20 keys through claim,
+// which prints each one acknowledged ("acked KEY") for the parent.
+func startAckingChild(t *testing.T, dir, addr string) (*Node, func(k string)) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", dir, true, addr, "mem-n1"
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	n, err := Open(cfg)
+	require.NoError(t, err)
+	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
+	claim := func(k string) {
+		if tryClaim(n, k) == nil {
+			fmt.Println("acked " + k)
+		}
+	}
+	for i := range 20 {
+		claim(fmt.Sprint("a", i))
+	}
+	return n, claim
 }

@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -92,20 +91,7 @@ func TestRealDiskIOErrorStopsAndTheRestartHoldsWhatWasAcknowledged(t *testing.T)
 // test's process): it prints each key it has acknowledged, has the disk
 // fail after 20, and goes on writing.
 func realEIOChild(t *testing.T, what, dir, addr string) {
-	cfg := DefaultConfig()
-	cfg.NodeID, cfg.DataDir, cfg.Bootstrap, cfg.RaftAddr, cfg.HTTPAdvertise = "n1", dir, true, addr, "mem-n1"
-	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
-	n, err := Open(cfg)
-	require.NoError(t, err)
-	require.Eventually(t, n.IsLeader, 10*time.Second, 10*time.Millisecond)
-	claim := func(k string) {
-		if tryClaim(n, k) == nil {
-			fmt.Println("acked " + k)
-		}
-	}
-	for i := range 20 {
-		claim(fmt.Sprint("a", i))
-	}
+	n, claim := startAckingChild(t, dir, addr)
 	fmt.Println("fail now")
 	bufio.NewReader(os.Stdin).ReadString('\n')
 	if what == "store-wal-fsync" {
