@@ -215,16 +215,19 @@ func TestSnapshotSaveUnderLoadRestoreAndJoin(t *testing.T) {
 	}
 
 	// Saving over an existing file needs --force; restoring into a
-	// non-empty dir is refused.
+	// running node's data dir is refused.
 	out, err = idemCmd(t, "snapshot", "save", file, "--addr", j2.http)
 	require.Error(t, err)
 	require.Contains(t, out, "exists; pass --force")
 	out, err = idemCmd(t, "snapshot", "save", file, "--addr", j2.http, "--force")
 	require.NoError(t, err, out)
 	require.Greater(t, inspectJSON(t, file).Header.AppliedIndex, in.Header.AppliedIndex)
+	// r1 runs on it: its lock refuses first, naming it (the dir is not
+	// empty either).
 	out, err = idemCmd(t, "snapshot", "restore", file, "--data-dir", r1.dir, "--node-id", "x1", "--raft-addr", r1.raft)
 	require.Error(t, err)
-	require.Contains(t, out, "is not empty")
+	require.Contains(t, out, "idem serve is running on "+r1.dir)
+	require.Contains(t, out, "nothing was changed")
 
 	// Damaged files: refused by inspect and restore, naming the file;
 	// restore leaves the target as it was.
