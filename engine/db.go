@@ -44,6 +44,14 @@ type Options struct {
 	// disk, so a restore that meets ENOSPC must fail and give their space
 	// back, not wait for space they hold.
 	TableFS vfs.FS
+	// Offline words the stop on a failed write or fsync of a store file
+	// for an offline command (a restore, a recover) instead of a running
+	// node: what the command says of itself and of its data dir, such as
+	// "the restore failed: nothing was restored into DIR". The process
+	// still exits 1 (Pebble cannot go on past the failure), but the
+	// operator is not told that a node stops and its next start replays
+	// its log. Empty: a running node's wording.
+	Offline string
 }
 
 // DefaultMemTableBytes is the memtable size of a serving node: 4 MiB,
@@ -211,9 +219,9 @@ func Open(dir string, o Options) (*DB, error) {
 	cache := pebble.NewCache(o.CacheBytes)
 	defer cache.Unref()
 	stalls := &writeStalls{log: o.Logger}
-	listener := &pebble.EventListener{DataCorruption: corruptionStop(o.Logger), BackgroundError: backgroundErrors(o.Logger)}
+	listener := &pebble.EventListener{DataCorruption: corruptionStop(o.Logger), BackgroundError: backgroundErrors(o.Logger, o.Offline)}
 	stalls.listen(listener)
-	logger := pebbleLogger{l: o.Logger, stopped: new(atomic.Bool), opened: new(atomic.Bool)}
+	logger := pebbleLogger{l: o.Logger, stopped: new(atomic.Bool), opened: new(atomic.Bool), offline: o.Offline}
 	po := &pebble.Options{
 		// ioFailure needs a failed fsync's *os.PathError; a failed WAL
 		// file stops the process before Pebble's fatal panic does.
@@ -453,14 +461,14 @@ func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // sstable) stops the process as a failed WAL write does (ioStop): Pebble
 // retried it at once for ever, so on a disk that kept failing the node's
 // writes stalled and it hung instead of stopping.
-func backgroundErrors(l *slog.Logger) func(error) {
+func backgroundErrors(l *slog.Logger, offline string) func(error) {
 	var last atomic.Int64 // mono.Now() of the last line; 0: none yet
 	var since atomic.Int64
 	var stopped atomic.Bool
 	return func(err error) {
 		if path, ioErr, ok := FailedWrite(err); ok {
 			if !stopped.Swap(true) { // once: exit returns only in tests
-				pebbleLogger{l: l}.ioStop(path, ioErr, err.Error())
+				pebbleLogger{l: l, offline: offline}.ioStop(path, ioErr, err.Error())
 			}
 			return
 		}
@@ -482,6 +490,8 @@ type pebbleLogger struct {
 	// opened: pebble.Open returned the store (syncErrFS stops on a
 	// failed WAL file only then; Open returns one as its error).
 	opened *atomic.Bool
+	// offline: Options.Offline.
+	offline string
 }
 
 func (p pebbleLogger) Infof(format string, args ...any) {
@@ -520,6 +530,11 @@ func (p pebbleLogger) ioStop(path string, err error, what string) {
 	l := p.l
 	if l == nil {
 		l = slog.Default()
+	}
+	if p.offline != "" {
+		l.Error(fmt.Sprintf("%s: the disk failed a write of %s (%v). %s, then run it again", p.offline, path, err, CheckAdvice(err)), "pebble", what)
+		exit(1)
+		return
 	}
 	l.Error(fmt.Sprintf("the store could not write %s (%v): this node stops, as it can no longer tell what its disk holds (after a failed write or fsync the OS may report later ones done though the data never reached the disk). "+
 		"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+

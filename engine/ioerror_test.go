@@ -415,3 +415,35 @@ func TestOpenWhoseWALCannotBeMadeReturnsTheError(t *testing.T) {
 		})
 	}
 }
+
+// An offline command's store (Options.Offline: a restore, a recover) stops
+// on a failed write with the command's own words: the running node's
+// ("this node stops … the next start replays it") told an operator whose
+// restore had failed that a node had stopped.
+func TestOfflineStoreIOErrorStopsWithItsOwnWords(t *testing.T) {
+	var codes []int
+	old := exit
+	exit = func(code int) { codes = append(codes, code) }
+	t.Cleanup(func() { exit = old })
+	var logs strings.Builder
+	fs := &eioFS{FS: vfs.Default}
+	dir := t.TempDir()
+	db, err := Open(dir, Options{FS: fs, CacheBytes: 1 << 20, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		Offline: "the restore failed: nothing was restored into /data"})
+	require.NoError(t, err)
+	h := &harness{t: t, db: db}
+	fs.failWrite.Store(true)
+	func() {
+		defer func() { recover() }() // Pebble must not go on past its fatal error
+		h.claim(t0+1, args(Scope{Principal: "p", Endpoint: "e", Key: "k1"}))
+		db.Sync()
+	}()
+	require.Equal(t, []int{1}, codes, "the store must stop the process; it logged:\n%s", logs.String())
+	said := logs.String()
+	require.Contains(t, said, "the restore failed: nothing was restored into /data: the disk failed a write of "+filepath.Join(dir, "000002.log"))
+	require.Contains(t, said, "Check the disk")
+	require.Contains(t, said, "then run it again")
+	require.NotContains(t, said, "this node stops")
+	require.NotContains(t, said, "next start replays")
+	require.NotContains(t, said, "restart the machine")
+}

@@ -433,6 +433,9 @@ type RestoreOptions struct {
 	// how far above the backup's applied index the restored log starts
 	// (RestoredIndex).
 	Now time.Time
+	// Offline is engine.Options.Offline for the restored store: how the
+	// stop on a failed write of its files words the restore's failure.
+	Offline string
 }
 
 // The raft log of a restored data dir goes on far above the backup's
@@ -506,7 +509,7 @@ func RestoreBackup(r io.Reader, dir string, o RestoreOptions) (BackupInfo, error
 		return BackupInfo{}, err
 	}
 	info := BackupInfo{Header: b.Header}
-	db, err := engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: log})
+	db, err := engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: log, Offline: o.Offline})
 	if err != nil {
 		return info, err
 	}

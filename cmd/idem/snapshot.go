@@ -727,7 +727,15 @@ func snapshotRestore(ctx context.Context, file, dataDir, nodeID, raftAddr string
 	// --data-dir and exited 0 (a walk: the wrong backup, noticed and
 	// interrupted). The read fails at once; the copy is removed.
 	in := &ctxReader{ctx: ctx, r: f}
-	info, err := raftfsm.RestoreBackup(bufio.NewReaderSize(in, 1<<20), tmp, raftfsm.RestoreOptions{NodeID: nodeID, RaftAddr: raftAddr, Logger: log})
+	// A failed write of the new store stops the process from inside
+	// Pebble (engine.Options.Offline): it was worded for a running node
+	// ("this node stops … the next start replays it").
+	left := fmt.Sprintf("the next restore removes its partial copy %s", tmp)
+	if inside {
+		left = fmt.Sprintf("the next restore removes its partial copy %s and the %s that makes idem serve refuse %s meanwhile", tmp, restoreMarkerName, dataDir)
+	}
+	offline := fmt.Sprintf("%s: the restore of %s failed: nothing was restored into %s (%s)", name, file, dataDir, left)
+	info, err := raftfsm.RestoreBackup(bufio.NewReaderSize(in, 1<<20), tmp, raftfsm.RestoreOptions{NodeID: nodeID, RaftAddr: raftAddr, Logger: log, Offline: offline})
 	if ctx.Err() != nil {
 		fmt.Fprintf(stderr, "%s: interrupted after reading %d bytes of %s: nothing was written to %s (its partial copy is removed); run the restore again to restore it\n", name, in.n, file, dataDir)
 		return 1
