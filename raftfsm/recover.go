@@ -108,12 +108,26 @@ type offline struct {
 }
 
 func openOffline(dir string, log *slog.Logger) (*offline, error) {
-	return openOfflineMode(dir, log, true)
+	return openOfflineMode(dir, OfflineOptions{Logger: log}, true)
+}
+
+// OfflineOptions are how an offline command (idem recover) opens a
+// stopped node's data dir.
+type OfflineOptions struct {
+	// Logger receives the stores' warnings and the stop on a failed write
+	// of the state store's files; nil: slog's default logger gets the
+	// stop, and nothing else is logged.
+	Logger *slog.Logger
+	// Stop is the state store's engine.Options.Offline: how the stop on a
+	// failed write of its files words the command's failure. Empty: a
+	// running node's words.
+	Stop string
 }
 
 // openOfflineMode opens dir's stores; with write false it changes nothing
 // (an older version's log is read where it is, not moved).
-func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error) {
+func openOfflineMode(dir string, oo OfflineOptions, write bool) (*offline, error) {
+	log := oo.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -176,7 +190,9 @@ func openOfflineMode(dir string, log *slog.Logger, write bool) (*offline, error)
 		o.stable.Close()
 		return nil, err
 	}
-	if o.db, err = engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: log}); err != nil {
+	// oo.Logger, not log: with none, the stop on a failed write goes to
+	// slog's default logger, where a discarding one made it exit 1 silently.
+	if o.db, err = engine.Open(filepath.Join(dir, "fsm"), engine.Options{Logger: oo.Logger, Offline: oo.Stop}); err != nil {
 		o.closeLogs()
 		o.stable.Close()
 		return nil, err
@@ -327,7 +343,12 @@ func (st OfflineState) Members() []Peer {
 
 // ReadOfflineState reads a stopped node's data dir without changing it.
 func ReadOfflineState(dir string) (OfflineState, error) {
-	o, err := openOfflineMode(dir, nil, false)
+	return ReadOfflineStateWith(dir, OfflineOptions{})
+}
+
+// ReadOfflineStateWith is ReadOfflineState opening the stores with o.
+func ReadOfflineStateWith(dir string, oo OfflineOptions) (OfflineState, error) {
+	o, err := openOfflineMode(dir, oo, false)
 	if err != nil {
 		return OfflineState{}, err
 	}
@@ -346,6 +367,12 @@ func ReadOfflineState(dir string) (OfflineState, error) {
 //
 // It returns the state before the change.
 func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, error) {
+	return RecoverWith(dir, nodeID, peers, OfflineOptions{Logger: log})
+}
+
+// RecoverWith is Recover opening the stores with oo.
+func RecoverWith(dir, nodeID string, peers []Peer, oo OfflineOptions) (OfflineState, error) {
+	log := oo.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -358,7 +385,7 @@ func Recover(dir, nodeID string, peers []Peer, log *slog.Logger) (OfflineState, 
 	if !self {
 		return OfflineState{}, fmt.Errorf("%w: the new configuration must include this node (%s)", ErrConfig, nodeID)
 	}
-	o, err := openOffline(dir, log)
+	o, err := openOfflineMode(dir, oo, true)
 	if err != nil {
 		return OfflineState{}, err
 	}

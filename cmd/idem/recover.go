@@ -109,7 +109,12 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	}
 	restrictUmask() // what it writes into the data dir is the user's alone, as idem serve's
 
-	st, err := raftfsm.ReadOfflineState(*dataDir)
+	// A failed write of the state store's files stops the process from
+	// inside Pebble: recover exited 1 saying nothing (its store logged to
+	// a discarding logger), and would have used a running node's words.
+	// With no logger here, the stop goes to slog's default (stderr).
+	st, err := raftfsm.ReadOfflineStateWith(*dataDir, raftfsm.OfflineOptions{
+		Stop: fmt.Sprintf("%s: stopped reading %s before it changed anything in it", name, *dataDir)})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
 		return 1
@@ -219,11 +224,15 @@ func runRecover(ctx context.Context, args []string, stdout, stderr io.Writer) in
 		return 1
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	if _, err := raftfsm.Recover(*dataDir, *nodeID, peers, log); err != nil {
+	// A stopped recover is finished by a run again with the same --peers
+	// (raftfsm's recovering file); the page cache is a failed write's.
+	stop := fmt.Sprintf("%s: stopped before it finished in %s; restart the machine before running it again with the same --peers (it finishes what a stopped run began): the page cache may still hold writes the disk does not, which that run would read back as done", name, *dataDir)
+	if _, err := raftfsm.RecoverWith(*dataDir, *nodeID, peers, raftfsm.OfflineOptions{Logger: log, Stop: stop}); err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, permissionHint(err, *dataDir))
 		return 1
 	}
-	after, err := raftfsm.ReadOfflineState(*dataDir)
+	after, err := raftfsm.ReadOfflineStateWith(*dataDir, raftfsm.OfflineOptions{
+		Stop: fmt.Sprintf("%s: rewrote the configuration in %s, then stopped reading the result back", name, *dataDir)})
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: recovered, but reading the result failed: %v\n", name, err)
 		return 1
