@@ -68,7 +68,29 @@ func ended(pid int) bool {
 	}
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X'
+	return i < 0 || i+2 >= len(s) || s[i+2] == 'Z' || s[i+2] == 'X' || killPending(pid)
+}
+
+// killPending reports whether pid has a SIGKILL pending that it has not
+// acted on: a thread of it waits in the kernel on a FUSE request its own
+// (now stopped) threads were to answer, in uninterruptible sleep (state D,
+// not yet a zombie: seen under CI's load), and cannot end until the
+// connection is aborted.
+func killPending(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		name, v, ok := strings.Cut(line, ":")
+		if !ok || (name != "ShdPnd" && name != "SigPnd") {
+			continue
+		}
+		if mask, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && mask&(1<<(uint(syscall.SIGKILL)-1)) != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 func watchdog(v string) int {
