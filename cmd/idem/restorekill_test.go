@@ -28,12 +28,7 @@ import (
 // the backup whole; idem recover refuses it too.
 func TestRestoreKilledInAMountPointIsRefusedByServeAndRunsAgain(t *testing.T) {
 	dir := t.TempDir()
-	mnt := filepath.Join(dir, "idem-new")
-	require.NoError(t, os.Mkdir(mnt, 0o755))
-	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", mnt).CombinedOutput(); err != nil {
-		t.Skipf("cannot mount a tmpfs here (needs root): %v: %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	mnt := mountTmpfs(t, dir, "idem-new")
 	file := filepath.Join(dir, "b.snap")
 	writeTestBackup(t, file)
 	backup, err := os.ReadFile(file)
