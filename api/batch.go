@@ -708,7 +708,7 @@ func (s *Server) runBatch(ctx context.Context, items []batchItem, tok *tokenHeld
 		if !decided && undecided(err) {
 			return err
 		}
-		answer(i, func(w http.ResponseWriter) { writeProblem(w, storeProblem(err)) })
+		answer(i, func(w http.ResponseWriter) { writeProblem(w, s.storeProblem(err)) })
 		return nil
 	}
 	flush := func() error {
@@ -870,7 +870,7 @@ func (s *Server) answerBatchOp(it *batchItem, r raftfsm.BatchResult) wire.BatchR
 	rec := newOpRecorder()
 	switch {
 	case r.Err != nil:
-		writeProblem(rec, storeProblem(r.Err))
+		writeProblem(rec, s.storeProblem(r.Err))
 	case it.kind == wire.OpClaim:
 		s.answerClaim(rec, it.claim, it.cred, r.Result)
 	case it.kind == wire.OpComplete:

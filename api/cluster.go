@@ -121,7 +121,7 @@ func (s *Server) handleCluster(w http.ResponseWriter, r *http.Request) {
 	}
 	st, err := s.store.Status()
 	if err != nil {
-		writeProblem(w, storeProblem(err))
+		writeProblem(w, s.storeProblem(err))
 		return
 	}
 	st.Superseded = s.store.Superseded()

@@ -276,7 +276,7 @@ func (s *Server) onLeader(w http.ResponseWriter, r *http.Request, body []byte, d
 			writeProblem(w, p)
 			return errAnswered
 		}
-		writeProblem(w, storeProblem(err))
+		writeProblem(w, s.storeProblem(err))
 		return errAnswered
 	}
 }

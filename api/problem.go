@@ -56,6 +56,10 @@ type problem struct {
 	LeaseExpiresAt string `json:"lease_expires_at,omitempty"`
 
 	retryAfter int
+	// unexpected is a store error storeProblem knows no answer for,
+	// answered 500 "internal error": the node's log names it
+	// (Server.storeProblem), the caller is told nothing of it.
+	unexpected error
 }
 
 func newProblem(status int, code, detail string) *problem {
@@ -84,6 +88,17 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	// Stored strings come back exactly as sent, not with <, > and & escaped.
 	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// storeProblem is the package's storeProblem, and logs at ERROR an error
+// it knows no answer for: a 500 "internal error" left no line anywhere (a
+// join that met a compaction, found by CI only from the client's side).
+func (s *Server) storeProblem(err error) *problem {
+	p := storeProblem(err)
+	if p.unexpected != nil {
+		s.log.Error("a request failed with an error this node has no answer for; it was answered 500 internal error", "error", p.unexpected)
+	}
+	return p
 }
 
 // storeProblem maps every error a Store returns to its HTTP answer. Every
@@ -185,7 +200,9 @@ func storeProblem(err error) *problem {
 		// this node the key (the node logged it too).
 		return newProblem(http.StatusInternalServerError, codeInternal, sealed.Detail())
 	default:
-		return newProblem(http.StatusInternalServerError, codeInternal, "internal error")
+		p = newProblem(http.StatusInternalServerError, codeInternal, "internal error")
+		p.unexpected = err
+		return p
 	}
 	p.retryAfter = 1
 	return p

@@ -630,7 +630,7 @@ func (s *Server) handleRecords(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, newProblem(http.StatusServiceUnavailable, codeUnavailable, why))
 		return
 	} else if err := do(); err != nil {
-		writeProblem(w, storeProblem(err))
+		writeProblem(w, s.storeProblem(err))
 		return
 	}
 	answerLookup(w, rec, found)
@@ -763,7 +763,7 @@ func (s *Server) authDigest() string {
 func (s *Server) handleState(w http.ResponseWriter, r *http.Request) {
 	h, withGated, applied, err := s.store.StateHashes()
 	if err != nil {
-		writeProblem(w, storeProblem(err))
+		writeProblem(w, s.storeProblem(err))
 		return
 	}
 	// state_hash_with_gated is what a replica of a release before December

@@ -70,7 +70,7 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 		if leaderless {
 			err = raftfsm.ErrNoLeader
 		}
-		writeProblem(w, storeProblem(err))
+		writeProblem(w, s.storeProblem(err))
 		return
 	}
 }

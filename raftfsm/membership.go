@@ -2363,10 +2363,28 @@ func (n *Node) configIndex() (uint64, error) {
 			found, floor = max(seen.found, floor), max(seen.last, floor)
 		}
 	}
+	if h := configScanHook.Load(); h != nil {
+		(*h)(n)
+	}
 	var lastTerm uint64
 	for i := last; i > floor && i >= first && i > 0; i-- {
 		var l raft.Log
 		if err := n.logStore.GetLog(i, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) && i < last {
+				if now, ferr := n.logStore.FirstIndex(); ferr == nil && now > i {
+					// A snapshot compacted the log under the scan (raft
+					// takes them on its own, while a join waits for its
+					// answer): everything from i down is in that snapshot,
+					// whose configuration is the newest at or below its
+					// index, and nothing above i was one. A join answered
+					// 500 "internal error" here (CI, a leader compacting
+					// every 64 entries).
+					if meta, ok := n.snaps.newestMeta(); ok {
+						floor = max(floor, meta.ConfigurationIndex)
+					}
+					break
+				}
+			}
 			return 0, fmt.Errorf("raftfsm: read raft log entry %d for the configuration: %w", i, err)
 		}
 		if i == last {
@@ -2388,6 +2406,10 @@ func (n *Node) configIndex() (uint64, error) {
 	}
 	return found, nil
 }
+
+// configScanHook, when set (tests only), runs in configIndex once it has
+// read the log's bounds, before it scans the entries.
+var configScanHook atomic.Pointer[func(*Node)]
 
 // configScan is where configIndex's last scan began (the log's last entry
 // and its term) and the configuration index it found.
