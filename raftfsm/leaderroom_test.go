@@ -31,6 +31,9 @@ func TestNearlyFullLeaderProposesNoMoreThanItCanApply(t *testing.T) {
 	cfg.NodeID, cfg.DataDir, cfg.Bootstrap = "n1", filepath.Join(mnt, "data"), true
 	cfg.RaftAddr, cfg.HTTPAdvertise = testRaftAddrs(t, 1)[0], "mem-n1"
 	cfg.MinFreeDisk = 96 << 20
+	// Room is what this test is about, not time: 48 MiB of completes on a
+	// loaded CI machine (ci-86, load 30) did not commit within the default 5 s.
+	cfg.ApplyTimeout = 30 * time.Second
 	n := c.leader(c.start(cfg))
 
 	const writes, size = 24, 2 << 20
