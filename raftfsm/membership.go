@@ -2380,7 +2380,9 @@ func (n *Node) configIndex() (uint64, error) {
 					// 500 "internal error" here (CI, a leader compacting
 					// every 64 entries).
 					if meta, ok := n.snaps.newestMeta(); ok {
-						floor = max(floor, meta.ConfigurationIndex)
+						// Newer than what an earlier scan found below i
+						// (configScan), if the compacted span held one.
+						found = max(found, meta.ConfigurationIndex)
 					}
 					break
 				}
