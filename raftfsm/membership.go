@@ -801,23 +801,6 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			// empty: it could elect a leader that lacks committed entries.
 			return res, fmt.Errorf("%w: %s is a voter of this cluster and the joining node holds no state: an empty node in a voter's place could elect a leader missing acknowledged writes. If %s is gone for good, remove it (idem cluster remove --id %s) and join this node, which starts as a non-voter and votes once it has caught up; otherwise give it another --node-id, or start %s on its own data dir", ErrIDInUse, info.ID, info.ID, info.ID, info.ID)
 		}
-		if existing.Suffrage == raft.Voter {
-			if err := n.answersAt(info); err != nil {
-				return res, err
-			}
-		}
-	}
-	if existing != nil && string(existing.Address) == info.RaftAddr && existing.Suffrage == raft.Voter && !force {
-		// The raft address stays and the HTTP address changes: a voter
-		// started on a new --http-addr joins from there and answers; a typo
-		// in cluster join was recorded (a membership walk), and health
-		// checks and forwarding went to it until the voter restarted.
-		var stored NodeInfo
-		if json.Unmarshal(named["node/"+info.ID], &stored) == nil && stored.HTTPAddr != "" && stored.HTTPAddr != info.HTTPAddr {
-			if err := n.answersAt(info); err != nil {
-				return res, err
-			}
-		}
 	}
 	// The joining node is asked once at its HTTP address, for both checks
 	// below: a node not started on a host that does not answer yet costs
@@ -841,13 +824,21 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 			return res, err
 		}
 	}
-	if !force && (existing == nil || existing.Suffrage != raft.Voter) {
+	if !force {
+		voter := existing != nil && existing.Suffrage == raft.Voter
 		var stored NodeInfo
 		if existing != nil {
 			json.Unmarshal(named["node/"+info.ID], &stored)
 		}
-		if existing == nil || string(existing.Address) != info.RaftAddr || stored.HTTPAddr != info.HTTPAddr {
-			if err := n.nonvoterAt(info, conf, named, hear()); err != nil {
+		// A voter whose raft address stays and whose HTTP address changes
+		// is asked too: one started on a new --http-addr joins from there
+		// and answers; a typo in cluster join was recorded (a membership
+		// walk), and health checks and forwarding went to it until the
+		// voter restarted. A voter of a first configuration has no HTTP
+		// address recorded before its own join.
+		httpMoves := stored.HTTPAddr != info.HTTPAddr && (!voter || stored.HTTPAddr != "")
+		if existing == nil || string(existing.Address) != info.RaftAddr || httpMoves {
+			if err := n.joinerAt(info, conf, named, hear(), !voter); err != nil {
 				return res, err
 			}
 		}
@@ -858,9 +849,17 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 		// Only the addresses in the log change.
 	case existing != nil && existing.Suffrage == raft.Voter:
 		// A voter moving to a raft address nobody has measured counts as
-		// unhealthy until it answers there.
+		// unhealthy until it answers there; not one whose new address is
+		// its old one written another way (a --raft-advertise name of the
+		// IP recorded, or the reverse), measured there already: a voter
+		// restarted so while another was down was refused for lack of a
+		// quorum, every second, healthy as it was.
+		unmeasured := info.ID
+		if sameEndpoint(string(existing.Address), info.RaftAddr) {
+			unmeasured = ""
+		}
 		if !force {
-			if err := n.checkQuorum("moving voter "+info.ID+" to raft address "+info.RaftAddr, voters(conf, ""), info.ID); err != nil {
+			if err := n.checkQuorum("moving voter "+info.ID+" to raft address "+info.RaftAddr, voters(conf, ""), unmeasured); err != nil {
 				return res, err
 			}
 		}
@@ -966,36 +965,11 @@ func sameEndpoint(a, b string) bool {
 	return false
 }
 
-// answersAt refuses to move a voter to addresses where it does not answer
-// as itself: a typo in \`idem cluster join\` for a stopped member would
-// record a dead address, and the cluster would lack that voter until
-// someone noticed (invariant 9: no unreachable voter). A node that moved
-// on its own joins from its new addresses, so it answers there; the
-// leader asks it at its HTTP address, as health checks do, and wants its
-// own id and the raft address the join names.
-func (n *Node) answersAt(info NodeInfo) error {
-	probe := n.peerProbe()
-	if probe == nil {
-		return fmt.Errorf("%w: this node cannot reach its peers' HTTP API yet; retry in a few seconds", ErrNotAnswering)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*probeTimeout)
-	defer cancel()
-	st, err := probe(ctx, info.HTTPAddr)
-	switch {
-	case err != nil:
-		return fmt.Errorf("%w: voter %s does not answer at HTTP %s (%v): start it there first (its join then goes through on its own), or check --raft-addr and --node-http-addr; moving it to addresses where nothing answers would leave the cluster without that voter (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, err)
-	case st.Self.ID != info.ID:
-		return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr (force to move %s anyway)", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID, info.ID)
-	case st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr:
-		return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr)
-	}
-	return nil
-}
-
-// nonvoterAt refuses to record a non-voter (a new node, or one that moves)
-// at addresses that are not its own, as answersAt does for a voter but
-// letting through a node that does not answer yet: cluster join adds a
-// node before it starts. A join pasted with --raft-addr and
+// joinerAt refuses to record a node (a new one, or a member that moves)
+// at addresses that are not its own: it is asked at its HTTP address, as
+// health checks ask it, and must answer there with its own id and, for
+// its raft address, the one the join names (or that socket written
+// another way: sameEndpoint). A join pasted with --raft-addr and
 // --node-http-addr swapped was taken: a running non-voter, not promoted
 // yet, was moved to them, never heard from its leader again (the leader
 // sent raft to its HTTP port and probed its raft port), stayed unhealthy
@@ -1004,23 +978,40 @@ func (n *Node) answersAt(info NodeInfo) error {
 // another node or with another raft address, when it answers at the raft
 // address given (swapped), or, when it answers nowhere, when the two
 // ports given are the members' HTTP and raft ports the other way round.
-func (n *Node) nonvoterAt(info NodeInfo, conf raft.Configuration, named map[string][]byte, heard joinerAnswer) error {
+//
+// silentOK lets through a node that does not answer: cluster join adds a
+// non-voter before it starts. A voter must answer (invariant 9: no
+// unreachable voter): a typo in cluster join for a stopped member would
+// record a dead address, and the cluster would lack that voter until
+// someone noticed; a voter that moved on its own joins from its new
+// addresses, so it answers there.
+func (n *Node) joinerAt(info NodeInfo, conf raft.Configuration, named map[string][]byte, heard joinerAnswer, silentOK bool) error {
 	swapped := func(how string) error { return swappedAddrs(info, how) }
+	force := "nothing was changed (force to record it anyway)"
+	if !silentOK {
+		force = "nothing was changed (force to move " + info.ID + " anyway)"
+		if !heard.asked {
+			return fmt.Errorf("%w: this node cannot reach its peers' HTTP API yet; retry in a few seconds", ErrNotAnswering)
+		}
+	}
 	// An HTTP address on every interface (0.0.0.0:7070 without
 	// --http-advertise, warned of at the node's start) reaches whichever
-	// node runs on this machine: its answer says nothing of the joiner.
-	if heard.asked && !unspecifiedHost(info.HTTPAddr) {
+	// node runs on this machine: its answer says nothing of the joiner,
+	// which only a node that may not answer yet is let through with.
+	if heard.asked && (!silentOK || !unspecifiedHost(info.HTTPAddr)) {
 		st, err := heard.st, heard.err
 		switch {
-		case err == nil && st.Self.ID != "" && st.Self.ID != info.ID:
-			return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr; nothing was changed (force to record it anyway)", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID)
+		case err == nil && st.Self.ID != info.ID && (st.Self.ID != "" || !silentOK):
+			return fmt.Errorf("%w: HTTP %s answers as node %q, not %s: check --node-http-addr; %s", ErrNotAnswering, info.HTTPAddr, st.Self.ID, info.ID, force)
 		case err == nil && st.Self.RaftAddr != "" && st.Self.RaftAddr != info.RaftAddr && !sameEndpoint(st.Self.RaftAddr, info.RaftAddr):
 			if st.Self.RaftAddr == info.HTTPAddr {
 				return swapped(fmt.Sprintf("%s answers at HTTP %s and its raft address is %s", info.ID, info.HTTPAddr, st.Self.RaftAddr))
 			}
-			return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr; nothing was changed (force to record it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr)
+			return fmt.Errorf("%w: %s answers at HTTP %s but its raft address is %s, not %s: check --raft-addr; %s", ErrNotAnswering, info.ID, info.HTTPAddr, st.Self.RaftAddr, info.RaftAddr, force)
 		case err == nil:
 			return nil
+		case !silentOK:
+			return fmt.Errorf("%w: voter %s does not answer at HTTP %s (%v): start it there first (its join then goes through on its own), or check --raft-addr and --node-http-addr; moving it to addresses where nothing answers would leave the cluster without that voter (force to move it anyway)", ErrNotAnswering, info.ID, info.HTTPAddr, err)
 		}
 		// Not when the host did not answer in time: the other port of the
 		// same host would not either, and the join waited twice as long.
