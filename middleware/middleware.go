@@ -1787,23 +1787,39 @@ func (m *mw) storeCtx(r *http.Request) (context.Context, context.CancelFunc) {
 func (m *mw) completeFor() time.Duration { return min(m.o.StoreTimeout, m.o.Lease/2) }
 
 // retry calls f until it succeeds, a problem other than unavailable comes
-// back, or ctx ends, pausing between tries as backoff says from retryFloor
-// (50 ms) to retryCap (1 s), each pause drawn at random: complete and
-// release are idempotent with their token, a claim with its claim_id.
-// (The background complete backs off longer: retryBackoff.)
+// back, or ctx ends: at once, then pausing between tries as backoff says
+// from retryFloor (50 ms) to retryCap (1 s), each pause drawn at random:
+// complete and release are idempotent with their token, a claim with its
+// claim_id. (The background complete backs off longer: retryBackoff.)
 func retry(ctx context.Context, f func() error) error {
-	b := backoff{floor: retryFloor, cap: retryCap}
-	for {
-		err := f()
-		if err == nil || refusedByStore(err) {
-			return err
+	return retrying(ctx, backoff{floor: retryFloor, cap: retryCap}, false, f)
+}
+
+// retryBackoff is retry in the background: it pauses first, the first
+// try having just failed in the foreground, and as backoff says from
+// backoffFloor (1 s) to backoffCap (10 s).
+func retryBackoff(ctx context.Context, f func() error) error {
+	return retrying(ctx, backoff{}, true, f)
+}
+
+// retrying calls f until it succeeds, a problem other than unavailable
+// comes back (refusedByStore), or ctx ends, pausing between tries as b
+// says, and before the first one too if pauseFirst. At ctx's end it
+// returns f's last error, or ctx's if f was never called.
+func retrying(ctx context.Context, b backoff, pauseFirst bool, f func() error) error {
+	var err error
+	for pause := pauseFirst; ; pause = true {
+		if pause {
+			t := time.NewTimer(b.next())
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return cmp.Or(err, ctx.Err())
+			case <-t.C:
+			}
 		}
-		t := time.NewTimer(b.next())
-		select {
-		case <-ctx.Done():
-			t.Stop()
+		if err = f(); err == nil || refusedByStore(err) {
 			return err
-		case <-t.C:
 		}
 	}
 }
@@ -2042,23 +2058,6 @@ func (m *mw) extendBefore(ctx context.Context, s scope, token string, held time.
 	res, err = m.o.Store.Extend(ectx, client.ExtendRequest{Principal: s.principal, Endpoint: s.endpoint, Key: s.key,
 		Token: token, LeaseMs: m.o.Lease.Milliseconds()})
 	return res, sent, err
-}
-
-// retryBackoff calls f until it succeeds, a problem other than unavailable
-// comes back, or ctx ends, pausing after each failure as backoff says.
-func retryBackoff(ctx context.Context, f func() error) error {
-	var b backoff
-	err := ctx.Err()
-	for {
-		select {
-		case <-ctx.Done():
-			return cmp.Or(err, ctx.Err())
-		case <-time.After(b.next()):
-		}
-		if err = f(); err == nil || refusedByStore(err) {
-			return err
-		}
-	}
 }
 
 // tooLarge reports the store refusing an answer as over its limits.
