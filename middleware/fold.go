@@ -1,6 +1,7 @@
 package middleware
 
 import (
+	"cmp"
 	"maps"
 	"net/http"
 	"slices"
@@ -63,12 +64,11 @@ func foldLists(resp client.Response) folded {
 			f.resp.SetHeader(name, strings.Join(vs, ", "))
 		}
 	}
-	// Largest first; names alike in size in order, so that the same
-	// answer always loses the same headers.
-	slices.SortStableFunc(joined, func(a, b string) int {
-		return len(a) + len(f.resp.Headers[a]) - len(b) - len(f.resp.Headers[b])
+	// Largest first; names alike in size in their order (the bytes'), so
+	// that the same answer always loses the same headers.
+	slices.SortFunc(joined, func(a, b string) int {
+		return cmp.Or(cmp.Compare(len(b)+len(f.resp.Headers[b]), len(a)+len(f.resp.Headers[a])), strings.Compare(a, b))
 	})
-	slices.Reverse(joined)
 	for limit := headerBytes(resp); headerBytes(f.resp) > limit && len(joined) > 0; joined = joined[1:] {
 		f.resp.SetHeader(joined[0])
 		f.left = append(f.left, joined[0])
