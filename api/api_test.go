@@ -759,6 +759,15 @@ func TestCompleteTooLargeStoresNothing(t *testing.T) {
 			before := n.stateHash()
 			p := requireProblem(t, n.complete(s, tok, resp), http.StatusRequestEntityTooLarge, "response_too_large")
 			require.Contains(t, p["detail"], "response.")
+			// The middleware reads a member's limit from these words, to
+			// fit a folded answer to a member of smaller limits (its
+			// headersLimit, bodyRefused).
+			switch name {
+			case "body over max-response-bytes":
+				require.True(t, strings.HasPrefix(p["detail"].(string), "response.body is 1025 bytes decoded; at most 1024 are stored"), p["detail"])
+			case "headers over 8 KiB":
+				require.Equal(t, "response.headers are 8197 bytes together; at most 8192 are stored", p["detail"])
+			}
 			require.Equal(t, before, n.stateHash())
 			require.Equal(t, "in_progress", n.record(s)["state"])
 		})

@@ -177,7 +177,10 @@
 //     counts ", " for each value after the first where its arrays counted
 //     its name: should that take the answer past the bytes the store took
 //     as arrays (its --max-response-header-bytes), the joined headers are
-//     left out, the largest first, until it fits, and the log names them. That is logged at warning
+//     left out, the largest first, until it fits, and the log names them;
+//     a member of smaller limits that refuses the folded answer 413 has it
+//     folded again within the limit its answer names (its body dropped if
+//     that is over; its status alone if no fold fits). That is logged at warning
 //     (at most every 10s, with a count), not at each try. The store's
 //     other 503s (no leader, a leader without the encryption key, a node
 //     shedding load over its limits) never fold it, however long they

@@ -2,9 +2,11 @@ package middleware
 
 import (
 	"cmp"
+	"errors"
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/idem-store/idem/client"
@@ -13,10 +15,12 @@ import (
 // folded is an answer whose headers sent more than once are stored as one
 // string each (foldLists), and what that left out: the names of the
 // headers left out (left), and of those kept with their first value
-// alone (first).
+// alone (first). over reports that it is still larger than the limit it
+// was folded within, with every joined header left out.
 type folded struct {
 	resp        client.Response
 	left, first []string
+	over        bool
 }
 
 // foldLists is resp with each header sent more than once stored as one
@@ -45,8 +49,17 @@ type folded struct {
 // joined headers are left out, the largest first, until the answer is no
 // larger than it was with arrays, which the store counted and took as
 // far as their bytes go (it checks them before it refuses arrays): they
-// are named in left too.
-func foldLists(resp client.Response) folded {
+// are named in left too. A member whose limit is smaller than the one that
+// counted the arrays (the members' flags differ: one restarted with a
+// lower --max-response-header-bytes, and a client of several nodes sends
+// the folded answer to it) refuses the fold 413 all the same: it is
+// folded again within the limit that 413 names (foldListsWithin,
+// storeFolded).
+func foldLists(resp client.Response) folded { return foldListsWithin(resp, headerBytes(resp)) }
+
+// foldListsWithin is foldLists with the joined headers left out, the
+// largest first, until the answer's headers are at most limit bytes.
+func foldListsWithin(resp client.Response, limit int) folded {
 	f := folded{resp: resp}
 	f.resp.Headers = maps.Clone(resp.Headers)
 	f.resp.HeaderLists = nil
@@ -69,12 +82,86 @@ func foldLists(resp client.Response) folded {
 	slices.SortFunc(joined, func(a, b string) int {
 		return cmp.Or(cmp.Compare(len(b)+len(f.resp.Headers[b]), len(a)+len(f.resp.Headers[a])), strings.Compare(a, b))
 	})
-	for limit := headerBytes(resp); headerBytes(f.resp) > limit && len(joined) > 0; joined = joined[1:] {
+	for ; headerBytes(f.resp) > limit && len(joined) > 0; joined = joined[1:] {
 		f.resp.SetHeader(joined[0])
 		f.left = append(f.left, joined[0])
 	}
+	f.over = headerBytes(f.resp) > limit
 	slices.Sort(f.left)
 	return f
+}
+
+// storeFolded stores resp folded (foldListsWithin) within *limit, the
+// smallest header bytes a member is known to take: at first those of the
+// arrays, which the member that refused them counted and took. A 413 to
+// the fold (a member of a smaller limit) lowers *limit, to the limit it
+// names (headersLimit) and below the fold it refused, and the answer is
+// folded again and sent at once, until a fold is taken or refused
+// otherwise. Left at the 413, the key was held until its lease ran out,
+// and the retry ran the request again. A 413 for the body (the member's
+// --max-response-bytes) drops the body, as complete does; one to a fold
+// that leaves out every joined header already, the headers: the answer
+// is stored with its status alone, as complete stores an answer whose
+// headers are too large.
+func storeFolded(resp client.Response, limit *int, call func(client.Response) error) (folded, error) {
+	omitted := 0 // the bytes of HeaderBodyOmitted, once the body is dropped
+	for {
+		f := foldListsWithin(resp, *limit-omitted)
+		if omitted > 0 {
+			f.resp.Body = nil
+			f.resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
+		}
+		err := call(f.resp)
+		if !tooLarge(err) {
+			return f, err
+		}
+		if bodyRefused(err) && len(f.resp.Body) > 0 {
+			omitted = len(HeaderBodyOmitted) + len(OmittedTooLarge)
+			continue
+		}
+		n := headerBytes(f.resp)
+		*limit = min(*limit, n-1)
+		if max, ok := headersLimit(err); ok {
+			*limit = min(*limit, max)
+		}
+		if f.over {
+			f = folded{resp: client.Response{Status: resp.Status, ContentType: resp.ContentType}}
+			f.left = slices.Sorted(maps.Keys(resp.Headers))
+			f.left = append(f.left, slices.Collect(maps.Keys(resp.HeaderLists))...)
+			slices.Sort(f.left)
+			f.resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
+			return f, call(f.resp)
+		}
+	}
+}
+
+// headersLimit reads the member's --max-response-header-bytes from its
+// 413 to headers over it: "response.headers are N bytes together; at most
+// M are stored" (api's words, pinned by its TestCompleteTooLargeStoresNothing).
+func headersLimit(err error) (int, bool) {
+	var p *client.Problem
+	if !errors.As(err, &p) {
+		return 0, false
+	}
+	rest, ok := strings.CutPrefix(p.Detail, "response.headers are ")
+	if !ok {
+		return 0, false
+	}
+	_, rest, ok = strings.Cut(rest, " bytes together; at most ")
+	if !ok {
+		return 0, false
+	}
+	num, _, ok := strings.Cut(rest, " are stored")
+	n, err := strconv.Atoi(num)
+	return n, ok && err == nil && n >= 0
+}
+
+// bodyRefused reports a member's 413 to a body over its
+// --max-response-bytes: "response.body is N bytes decoded; at most M are
+// stored" (api's words, pinned by its TestCompleteTooLargeStoresNothing).
+func bodyRefused(err error) bool {
+	var p *client.Problem
+	return errors.As(err, &p) && strings.HasPrefix(p.Detail, "response.body is ")
 }
 
 // headerBytes is the size of resp's headers as the store counts them

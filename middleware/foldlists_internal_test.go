@@ -306,3 +306,91 @@ func TestFoldLeavesOutHeadersAlikeInSizeInTheirNamesOrder(t *testing.T) {
 	require.Equal(t, []string{"C"}, f.left)
 	require.Equal(t, map[string]string{"A": "1, 2", "B": "1, 2", "D": "1, 2, 3"}, f.resp.Headers)
 }
+
+// twoLimitsStore is a store of two members whose limits differ: the
+// answer with arrays goes to one of arraysMax header bytes, which counts
+// them and refuses its arrays (503: a member reads none), and the folded
+// answer to one of foldMax header bytes and bodyMax body bytes (a client
+// of several nodes moves on), which refuses it 413 if over, in the
+// store's words when named is set, else in others (a proxy's, an older
+// node's).
+func twoLimitsStore(arraysMax, foldMax, bodyMax int, named bool) *refusingStore {
+	arrays := arraysRefusedStore(arraysMax)
+	return &refusingStore{refuse: func(req client.CompleteRequest) *client.Problem {
+		if len(req.Response.HeaderLists) > 0 {
+			return arrays.refuse(req)
+		}
+		detail := "the response is too large"
+		if n := len(req.Response.Body); n > bodyMax {
+			if named {
+				detail = fmt.Sprintf("response.body is %d bytes decoded; at most %d are stored (store a reference instead)", n, bodyMax)
+			}
+			return &client.Problem{Status: http.StatusRequestEntityTooLarge, Code: client.CodeResponseTooLarge, Detail: detail}
+		}
+		if n := headerBytes(req.Response); n > foldMax {
+			if named {
+				detail = fmt.Sprintf("response.headers are %d bytes together; at most %d are stored", n, foldMax)
+			}
+			return &client.Problem{Status: http.StatusRequestEntityTooLarge, Code: client.CodeResponseTooLarge, Detail: detail}
+		}
+		return nil
+	}}
+}
+
+// A folded answer was fitted to the bytes of its arrays, which the member
+// that refused the arrays had taken. Sent to a member of a smaller
+// --max-response-header-bytes (the members' flags differ: one restarted
+// with a lower one), it was refused 413 and the complete gave up: the key
+// was held until the lease ran out, and the retry ran the request again.
+// It is folded again within the limit the 413 names, or, if it names
+// none, one joined header fewer each time, and sent at once; a body over
+// the member's --max-response-bytes is dropped, as complete drops it; an
+// answer whose headers fit no fold is stored with its status alone.
+func TestFoldedAnswerFitsAMemberOfASmallerLimit(t *testing.T) {
+	h := func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range []string{"a", "b"} {
+			w.Header().Add("X-Big", v+strings.Repeat("x", 299)) // 2 × (5+300) as arrays, 607 joined
+			w.Header().Add("X-Mid", v+strings.Repeat("m", 99))  // 2 × (5+100), 207 joined
+			w.Header().Add("Link", "</receipts/"+v+">; rel=receipt")
+		}
+		w.Header().Set("X-Trace", strings.Repeat("t", 120))
+		w.Header().Set("Location", "/payments/1")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	}
+	for _, c := range []struct {
+		name             string
+		foldMax, bodyMax int
+		named            bool
+		bodyOmitted      bool
+	}{
+		{"the limit named", 450, 100, true, false},
+		{"no limit named", 450, 100, false, false},
+		{"the body over", 450, 3, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			replay, logs := foldedReplay(t, twoLimitsStore(8192, c.foldMax, c.bodyMax, c.named), h)
+			require.Empty(t, replay.Header.Values("X-Big"))
+			require.Equal(t, []string{"a" + strings.Repeat("m", 99) + ", b" + strings.Repeat("m", 99)}, replay.Header.Values("X-Mid"))
+			require.Equal(t, []string{"</receipts/a>; rel=receipt, </receipts/b>; rel=receipt"}, replay.Header.Values("Link"))
+			require.Equal(t, "/payments/1", replay.Header.Get("Location"))
+			require.Len(t, replay.Header.Get("X-Trace"), 120)
+			require.Contains(t, logs, `left-out="[\"X-Big\"]"`)
+			if c.bodyOmitted {
+				require.Equal(t, OmittedTooLarge, replay.Header.Get(HeaderBodyOmitted))
+				require.Contains(t, logs, "without its body, or with its status alone")
+			} else {
+				require.Empty(t, replay.Header.Get(HeaderBodyOmitted))
+			}
+		})
+	}
+	t.Run("no fold fits", func(t *testing.T) {
+		replay, logs := foldedReplay(t, twoLimitsStore(8192, 100, 100, true), h)
+		require.Equal(t, http.StatusCreated, replay.StatusCode)
+		require.Equal(t, OmittedTooLarge, replay.Header.Get(HeaderBodyOmitted))
+		for _, name := range []string{"Location", "X-Trace", "Link", "X-Mid"} {
+			require.Empty(t, replay.Header.Values(name))
+		}
+		require.Contains(t, logs, "without its body, or with its status alone")
+	})
+}

@@ -1992,18 +1992,23 @@ func arraysRefused(err error) bool {
 // next try would have stored it whole. The answer as it is is tried
 // first each time.
 func (m *mw) foldingListsAfter(ctx context.Context, s scope, resp client.Response, send func() error, call func(context.Context, client.Response) error, refusedSince *time.Time) func() error {
+	limit := headerBytes(resp) // the arrays': the member that refused them took their bytes
 	return func() error {
 		err := send()
 		if !arraysRefused(err) || refusedSince.IsZero() || time.Since(*refusedSince) < foldListsAfter {
 			return err
 		}
-		f := foldLists(resp)
-		if ferr := call(ctx, f.resp); ferr != nil {
+		f, ferr := storeFolded(resp, &limit, func(r client.Response) error { return call(ctx, r) })
+		if ferr != nil {
 			return ferr
 		}
 		if n := m.foldedLists.Add(1); m.foldLog.Allow(10 * time.Second) {
-			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out; a header that takes one value, such as Location, with its first alone; where joining made the headers larger than the store counted them as arrays, those joined left out, the largest first): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
+			m.log.Warn("idempotency: an answer was stored with the headers it sent more than once folded into one value each (Set-Cookie, which cannot be folded, left out; a header that takes one value, such as Location, with its first alone; where joining made the headers larger than the store counted them as arrays, or than a member of a smaller --max-response-header-bytes takes, those joined left out, the largest first): the store refused it for "+foldListsAfter.String()+" (a header stored as an array needs every member of the store to run a version that reads arrays: see the store's answer); a replay has them on one line, and lacks those left out",
 				"endpoint", s.endpoint, "status", resp.Status, "left-out", fmt.Sprintf("%q", f.left), "first-only", fmt.Sprintf("%q", f.first), "answers-folded", n, "error", err)
+		}
+		if f.resp.Headers[HeaderBodyOmitted] != "" && resp.Headers[HeaderBodyOmitted] == "" {
+			m.log.Warn("idempotency: a folded answer was stored without its body, or with its status alone: a member of the store refused it as too large (its --max-response-bytes, --max-response-headers or --max-response-header-bytes are below the other members'): set them alike",
+				"endpoint", s.endpoint, "status", resp.Status, "headers", f.resp.HeaderCount(), "body-bytes", len(f.resp.Body))
 		}
 		return nil
 	}
