@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -713,6 +714,7 @@ func (s *snapshotStore) Create(version raft.SnapshotVersion, index, term uint64,
 	confIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
 	sink, err := s.FileSnapshotStore.Create(version, index, term, conf, confIndex, trans)
 	if err != nil {
+		s.removeUncreated(err)
 		return nil, err
 	}
 	return &markerSink{SnapshotSink: sink, room: streamRoom{g: s.disk}, store: s, index: index}, nil
@@ -845,6 +847,28 @@ func (s *markerSink) removeUnfinished() {
 	tmp := filepath.Join(s.store.dir, "snapshots", s.ID()+".tmp")
 	if err := os.RemoveAll(tmp); err != nil && s.store.log != nil {
 		s.store.log.Warn("could not remove an unfinished snapshot (it is removed at the next start)", "path", tmp, "error", err)
+	}
+}
+
+// removeUncreated removes the NAME.tmp of a snapshot whose creation
+// failed, named by the path in err: raft's Create returns at a failed
+// write or fsync of its meta.json, or creation of its state.bin, with the
+// directory made, and a node whose disk failed its own snapshot (EIO)
+// kept one more at each try, every --snapshot-interval, until its next
+// start (an operator walk: six in 7 s). The name holds the millisecond of
+// the try, so only the path in the error tells it.
+func (s *snapshotStore) removeUncreated(err error) {
+	var pe *fs.PathError
+	if !errors.As(err, &pe) {
+		return
+	}
+	snaps := filepath.Join(s.dir, "snapshots")
+	tmp := filepath.Dir(pe.Path)
+	if filepath.Dir(tmp) != snaps || !strings.HasSuffix(tmp, ".tmp") {
+		return
+	}
+	if err := os.RemoveAll(tmp); err != nil && s.log != nil {
+		s.log.Warn("could not remove an unfinished snapshot (it is removed at the next start)", "path", tmp, "error", err)
 	}
 }
 
