@@ -531,6 +531,23 @@ func (p pebbleLogger) ioStop(path string, err error, what string) {
 	if l == nil {
 		l = slog.Default()
 	}
+	if noRoomForNextWAL(err) {
+		// The failed creation wrote nothing and the full WAL's closing
+		// fsync went through (it comes first): what the disk holds is
+		// not in doubt, only its room. Told to restart the machine, as
+		// after a failed write, an operator of a full disk was sent the
+		// wrong way.
+		if p.offline != "" {
+			l.Error(fmt.Sprintf("%s: the store could not make its next WAL file %s (%v): the disk is full. Free space on its filesystem (df), then run it again", p.offline, path, err), "pebble", what)
+		} else {
+			l.Error(fmt.Sprintf("the store could not make its next WAL file %s (%v): the disk is full, and the store cannot go on without one, so this node stops. "+
+				"Nothing it acknowledged is lost: the raft log holds what the store had not made durable, and the next start replays it. "+
+				"Free space on the data dir's filesystem (df; the volume's own pool if thin-provisioned, or the quota), then start the node again; a start with too little free space is refused and says how much it needs (docs/DISK.md)", path, err),
+				"pebble", what)
+		}
+		exit(1)
+		return
+	}
 	if p.offline != "" {
 		l.Error(fmt.Sprintf("%s: the disk failed a write of %s (%v). %s, then run it again", p.offline, path, err, CheckAdvice(err)), "pebble", what)
 		exit(1)

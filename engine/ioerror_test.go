@@ -346,15 +346,27 @@ func TestStoreWALRotationIOErrorStopsWithAdvice(t *testing.T) {
 			require.Equal(t, 1, ee.ExitCode(), "a failed WAL rotation must stop the node with status 1; it said:\n%.3000s", out)
 			require.NotContains(t, string(out), "fatal error")
 			require.Contains(t, string(out), "level=ERROR")
-			require.Contains(t, string(out), "the store could not write "+dir)
 			if what != "dir sync" {
 				require.Contains(t, string(out), ".log")
 			}
 			if what == "create ENOSPC" {
-				require.Contains(t, string(out), "free space on the data dir's filesystem")
+				// A full disk: the creation wrote nothing, and every
+				// write before it was fsynced, so neither the disk nor
+				// the page cache is in doubt (it was told to restart
+				// the machine, as after a failed write).
+				require.Contains(t, string(out), "the store could not make its next WAL file "+dir)
+				require.Contains(t, string(out), "no space left on device")
+				require.Contains(t, string(out), "Free space on the data dir's filesystem")
+				require.Contains(t, string(out), "docs/DISK.md")
+				require.NotContains(t, string(out), "restart the machine")
+				require.NotContains(t, string(out), "page cache")
+				require.NotContains(t, string(out), "can no longer tell what its disk holds")
+				require.NotContains(t, string(out), "Check the disk")
 			} else {
+				require.Contains(t, string(out), "the store could not write "+dir)
 				require.Contains(t, string(out), "input/output error")
 				require.Contains(t, string(out), "Check the disk")
+				require.Contains(t, string(out), "restart the machine")
 			}
 		})
 	}
@@ -446,4 +458,24 @@ func TestOfflineStoreIOErrorStopsWithItsOwnWords(t *testing.T) {
 	require.NotContains(t, said, "this node stops")
 	require.NotContains(t, said, "next start replays")
 	require.NotContains(t, said, "restart the machine")
+}
+
+// An offline command's store whose next WAL file cannot be made for lack
+// of space says the disk is full and to free space, not that the disk
+// failed a write (Options.Offline).
+func TestOfflineStoreNextWALOnAFullDiskSaysTheDiskIsFull(t *testing.T) {
+	var codes []int
+	old := exit
+	exit = func(code int) { codes = append(codes, code) }
+	t.Cleanup(func() { exit = old })
+	var logs strings.Builder
+	p := pebbleLogger{l: slog.New(slog.NewTextHandler(&logs, nil)), offline: "the restore failed: nothing was restored into /data"}
+	err := &os.PathError{Op: "open", Path: "/data.tmp/fsm/000004.log", Err: syscall.ENOSPC}
+	p.ioStop(err.Path, nextWALError{err}, "create the next WAL file: "+err.Error())
+	require.Equal(t, []int{1}, codes)
+	said := logs.String()
+	require.Contains(t, said, "the restore failed: nothing was restored into /data: the store could not make its next WAL file /data.tmp/fsm/000004.log")
+	require.Contains(t, said, "the disk is full. Free space on its filesystem (df), then run it again")
+	require.NotContains(t, said, "the disk failed a write")
+	require.NotContains(t, said, "Check the disk")
 }

@@ -84,7 +84,7 @@ func (fs syncErrFS) wrap(name string) func(vfs.File, error) (vfs.File, error) {
 			// above. A full disk too: vfs.OnDiskFull (DiskFullFS) has
 			// made room and tried again already.
 			if stop := fs.walStop(); isWAL(name) && stop != nil && !errors.Is(err, os.ErrClosed) {
-				stop(name, err, "create the next WAL file: "+err.Error())
+				stop(name, nextWALError{err}, "create the next WAL file: "+err.Error())
 			}
 			return f, err
 		}
@@ -94,6 +94,20 @@ func (fs syncErrFS) wrap(name string) func(vfs.File, error) (vfs.File, error) {
 		}
 		return sf, nil
 	}
+}
+
+// nextWALError is a failed creation of the store's next WAL file (a
+// rotation's): for lack of space (ENOSPC, EDQUOT) nothing was written,
+// and ioStop gives a full disk's advice, not a failed write's.
+type nextWALError struct{ error }
+
+func (e nextWALError) Unwrap() error { return e.error }
+
+// noRoomForNextWAL reports whether err is the creation of the next WAL
+// file refused for lack of space.
+func noRoomForNextWAL(err error) bool {
+	var nw nextWALError
+	return errors.As(err, &nw) && (errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT))
 }
 
 type syncErrFile struct {
