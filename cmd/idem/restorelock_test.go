@@ -191,3 +191,47 @@ func TestRestoreRefusedWhileServeRuns(t *testing.T) {
 	copies, _ := filepath.Glob(data + ".restore-*")
 	require.Empty(t, copies)
 }
+
+// idem serve on a data dir absent at its start made fsm/ and raft.db in it
+// and took its lock only before raft ran: a restore that took the new dir
+// in those milliseconds failed at its last step ("rename …: directory not
+// empty (nothing was written …)"), the refused node's files left in the
+// dir, or the node started a new, empty cluster there once the restore
+// had failed (strace delaying serve's mkdirs by 50 ms). The node now makes
+// the dir and locks it before it opens anything in it: stopped as soon as
+// anything is in it, it holds the lock, and a restore is refused naming it.
+func TestServeLocksAnAbsentDataDirBeforeAnythingIsInIt(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "b.snap")
+	writeTestBackup(t, file)
+	ip := testIP("127.0.0.9")
+	for i := range 3 {
+		data := filepath.Join(dir, fmt.Sprint("node", i))
+		ctx, cancel := context.WithCancel(context.Background())
+		serve := exec.CommandContext(ctx, binary, "serve", "--data-dir", data, "--node-id", "n1", "--http-addr", freePortOn(t, ip), "--raft-addr", freePortOn(t, ip), "--min-free-disk", "0")
+		var out strings.Builder
+		serve.Stdout, serve.Stderr = &out, &out
+		require.NoError(t, serve.Start())
+		var first []string
+		deadline := time.Now().Add(20 * time.Second)
+		for len(first) == 0 && time.Now().Before(deadline) {
+			entries, _ := os.ReadDir(data)
+			for _, e := range entries {
+				first = append(first, e.Name())
+			}
+		}
+		require.NoError(t, serve.Process.Signal(syscall.SIGSTOP))
+		require.NotEmpty(t, first, "serve made nothing in %s: %s", data, &out)
+		pid, exclusive := dirLockHolder(data)
+		held := pid == serve.Process.Pid && !exclusive
+		var restoreOut []byte
+		if held {
+			restoreOut, _ = exec.Command(binary, "snapshot", "restore", file, "--data-dir", data, "--node-id", "n1", "--raft-addr", "127.0.0.1:7071").CombinedOutput()
+		}
+		serve.Process.Signal(syscall.SIGCONT)
+		cancel()
+		serve.Wait()
+		require.True(t, held, "round %d: %v in %s before serve locked it (lock holder pid %d, serve %d): a restore could take the dir meanwhile", i, first, data, pid, serve.Process.Pid)
+		require.Contains(t, string(restoreOut), fmt.Sprintf("idem serve is running on %s, pid %d", data, serve.Process.Pid))
+	}
+}

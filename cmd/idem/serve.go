@@ -1259,8 +1259,8 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	// A restore into the data dir holds it exclusively from its first step
 	// to its last (snapshotRestore): started meanwhile, the node ran on
 	// what part of the backup was in, or on a new empty cluster. The
-	// shared lock is taken here when the dir exists, and once raftfsm has
-	// made it otherwise (BeforeRaft), before raft runs on it.
+	// shared lock is taken here when the dir exists, and otherwise as soon
+	// as this node has made it, before anything in it is opened (below).
 	var dirLock *os.File
 	defer func() { dirLock.Close() }()
 	lockData := func() error {
@@ -1389,6 +1389,20 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.Logger, rc.Registry = log, reg
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
 		rc.SweepInterval = max(w, 100*time.Millisecond)
+	}
+	if dirLock == nil {
+		// A dir absent at the start is made here and locked before
+		// raftfsm makes anything in it: it was locked only before raft
+		// ran (BeforeRaft), after fsm/ and raft.db were made, and a
+		// restore that took the new dir in those milliseconds failed at
+		// its last step (its rename over a dir no longer empty), the
+		// refused node's files left in it.
+		if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
+			return fmt.Errorf("--data-dir: %w", err)
+		}
+		if err := lockData(); err != nil {
+			return err
+		}
 	}
 	node, err := raftfsm.Open(rc)
 	if err != nil {
