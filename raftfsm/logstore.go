@@ -1091,6 +1091,10 @@ func (s guardedLogStore) snapshotHead(index uint64, l *raft.Log) bool {
 	return true
 }
 
+// afterInstallDrop is called once raft has removed the whole log after an
+// install, before its next store; a test kills the process there.
+var afterInstallDrop = func() {}
+
 // DeleteRange refuses to truncate a sealed log it cannot reopen first:
 // raft-wal would write its metadata again from the in-memory view of the
 // failed rotation, which still has the sealed segment as its open tail,
@@ -1142,6 +1146,7 @@ func (s guardedLogStore) DeleteRange(min, max uint64) error {
 	case s.LogStore.installed.Swap(false):
 		// Raft dropping the whole log after the FSM took a leader's
 		// snapshot (removeOldLogs): the state is the leader's now.
+		afterInstallDrop()
 	default:
 		// The whole log, and no install: a conflict at its first entry,
 		// or at the snapshot's own index just below it (snapshotHead
