@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
 )
 
@@ -191,7 +192,10 @@ func storeProblem(err error) *problem {
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership changed while the request was in flight; its outcome is unknown, retry it (a claim with the same claim_id returns the same claim)")
 	case errors.Is(err, raftfsm.ErrTimeout):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the cluster did not commit the request in time; retry it")
-	case errors.Is(err, raftfsm.ErrShutdown):
+	case errors.Is(err, raftfsm.ErrShutdown), errors.Is(err, engine.ErrClosed):
+		// A closed store is a stopping node's: a request that outlived
+		// the drain (--shutdown-timeout) met it, a state hash the store
+		// stopped mid-way at its close (500 "internal error").
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "the node is shutting down; retry on another node")
 	case errors.Is(err, raftfsm.ErrNotProposed):
 		p = newProblem(http.StatusServiceUnavailable, codeUnavailable, "leadership is changing and the request was not applied; retry it")

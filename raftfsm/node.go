@@ -1429,6 +1429,12 @@ func (n *Node) Lookup(ctx context.Context, s engine.Scope, principalScope, linea
 	if err := readStore(n.log, func() { r, ok = n.db.Lookup(s, principalScope, n.db.Meta().NowMs) }); err != nil {
 		return nil, false, err
 	}
+	if !ok && n.closing.Load() {
+		// A closed store finds nothing: a record the cluster holds was
+		// answered 404 not_found by a stopping node (a read that
+		// outlived the drain, --shutdown-timeout).
+		return nil, false, ErrShutdown
+	}
 	if !ok {
 		return nil, false, nil
 	}
