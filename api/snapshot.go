@@ -77,8 +77,22 @@ func (s *Server) handleSnapshot(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *engine.Snapshot) {
 	defer snap.Close()
-	h, err := raftfsm.NewBackupHeader(snap, s.store.Self().ID)
+	h, err := newBackupHeader(snap, s.store.Self().ID)
 	if err != nil {
+		if diskReadFailed(err) {
+			// Its first read of the store (the records count): answered
+			// as a request's read the disk failed, 503 naming no file,
+			// where it was a 500 naming the table. Another member serves
+			// the backup.
+			s.log.Error("snapshot: this node's disk failed a read of its store as it counted the records; the download was answered 503 and nothing was changed. "+
+				"Check the disk and the filesystem (dmesg, SMART), and take the backup from another member (docs/DISK.md)", "error", err)
+			writeProblem(w, storeProblem(&raftfsm.StoreReadError{Err: err}))
+			return
+		}
+		if p := storeProblem(err); p.unexpected == nil {
+			writeProblem(w, p) // a stopping node's closed store
+			return
+		}
 		s.log.Error("snapshot: describe state", "error", err)
 		writeProblem(w, newProblem(http.StatusInternalServerError, codeInternal, "the snapshot could not be taken: "+err.Error()))
 		return
@@ -124,6 +138,9 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 
 // writeBackup streams a backup (a variable for tests).
 var writeBackup = raftfsm.WriteBackup
+
+// newBackupHeader describes a backup's state (a variable for tests).
+var newBackupHeader = raftfsm.NewBackupHeader
 
 // diskReadFailed reports whether err is a read of a file that failed (EIO
 // under a table), not the client's connection.

@@ -14,3 +14,11 @@ func SetWriteBackup(f func(io.Writer, raftfsm.BackupHeader, *engine.Snapshot) (i
 	writeBackup = f
 	return func() { writeBackup = old }
 }
+
+// SetNewBackupHeader replaces how GET /v1/admin/snapshot describes the
+// state it streams until the returned function puts it back.
+func SetNewBackupHeader(f func(*engine.Snapshot, string) (raftfsm.BackupHeader, error)) func() {
+	old := newBackupHeader
+	newBackupHeader = f
+	return func() { newBackupHeader = old }
+}

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -31,4 +32,30 @@ func TestSnapshotCutByADiskReadIsAnAnswerCutShort(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	_, err = io.ReadAll(resp.Body)
 	require.True(t, errors.Is(err, io.ErrUnexpectedEOF), "the stream is cut, not ended: %v", err)
+}
+
+// The records count of a backup's header is its first read of the store:
+// a disk that failed it (EIO under a table) was answered 500 "the
+// snapshot could not be taken: ... read /d/fsm/000008.sst: input/output
+// error", where a request's read the disk failed is a 503 naming no file,
+// and another member serves the backup; a node whose store closed under
+// it (a stop) answered 500 too. Both are 503 with Retry-After now.
+func TestSnapshotHeaderTheDiskFailedIs503(t *testing.T) {
+	n := mustNode(t)
+	for _, tc := range []struct {
+		err        error
+		says, wait string
+	}{
+		{fmt.Errorf("engine: snapshot value: %w", &os.PathError{Op: "read", Path: "/d/fsm/000008.sst", Err: syscall.EIO}), "could not read its store", "5"},
+		{engine.ErrClosed, "shutting down", "1"},
+	} {
+		restore := api.SetNewBackupHeader(func(*engine.Snapshot, string) (raftfsm.BackupHeader, error) { return raftfsm.BackupHeader{}, tc.err })
+		r := n.do("GET", "/v1/admin/snapshot", nil)
+		restore()
+		require.Equal(t, http.StatusServiceUnavailable, r.status, "%s", r)
+		require.Equal(t, tc.wait, r.header.Get("Retry-After"))
+		require.Contains(t, r.String(), tc.says)
+		require.NotContains(t, r.String(), "000008.sst", "the answer names no file of the data dir")
+	}
+	require.Equal(t, http.StatusOK, n.do("GET", "/v1/admin/snapshot", nil).status)
 }
