@@ -1229,6 +1229,15 @@ func (n *Node) checkQuorum(change string, after []raft.Server, unmeasured string
 	now := time.Now()
 	n.peers.mu.Lock()
 	fresh := n.peers.term == n.term()
+	if !fresh || !n.IsLeader() {
+		// The leadership moved on since the change found this node
+		// leading (it waited for confChange, which a promotion holds
+		// while its change commits): a follower measures nothing, and
+		// every other voter read "not measured yet", a 409 refusal of a
+		// healthy cluster's change. The new leader decides it.
+		n.peers.mu.Unlock()
+		return n.leadershipMoved("the quorum of healthy voters")
+	}
 	for _, s := range after {
 		id := string(s.ID)
 		e.Voters = append(e.Voters, id)
