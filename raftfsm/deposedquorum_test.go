@@ -58,3 +58,36 @@ func TestMembershipChangeOnADeposedLeaderIsNotAQuorumRefusal(t *testing.T) {
 		})
 	}
 }
+
+// A removal is committed once raft's RemoveServer returns; the leader then
+// removes the node's address record, a write of its own. When the
+// leadership moved between the two, Remove returned the write's failure
+// (not the leader), the API forwarded the removal to the new leader, and
+// that one answered 404 "no such member" for the node just removed, exit
+// status 1 (an attack moving the leadership every half second). The
+// removal is answered done; the record left belongs to no member.
+func TestRemovalCommittedBeforeTheLeadershipMovedIsDone(t *testing.T) {
+	c := newMemCluster(t)
+	n1, n2, n3 := c.three()
+	l := c.leader(n1, n2, n3)
+	_, err := l.Join(NodeInfo{ID: "n4", RaftAddr: "127.0.0.1:1", HTTPAddr: "mem-n4"}, false, false)
+	require.NoError(t, err)
+	var next *Node
+	for _, n := range []*Node{n1, n2, n3} {
+		if n != l {
+			next = n
+			break
+		}
+	}
+	hook := func(*Node) { c.handOver(l, next) }
+	removedHook.Store(&hook)
+	t.Cleanup(func() { removedHook.Store(nil) })
+
+	require.NoError(t, l.Remove("n4", false), "the removal is committed: it is done")
+	removedHook.Store(nil)
+	f := next.raft.GetConfiguration()
+	require.NoError(t, f.Error())
+	for _, s := range f.Configuration().Servers {
+		require.NotEqual(t, "n4", string(s.ID))
+	}
+}
