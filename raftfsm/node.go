@@ -1776,13 +1776,16 @@ func (n *Node) PeerHTTPAddrs() []string {
 
 // StateHash is a hash of this replica's whole state and the applied index
 // it was taken at: replicas at the same index must hash the same.
-func (n *Node) StateHash() (string, uint64, error) { return n.db.StateHashApplied() }
+func (n *Node) StateHash() (string, uint64, error) {
+	h, _, applied, err := stateHashes(n.db, n.log)
+	return h, applied, err
+}
 
 // StateHashes is StateHash with the hash releases before December 5, 2026
 // answered for the same state (engine.DB.StateHashes), to compare a replica
 // still on one of them.
 func (n *Node) StateHashes() (hash, withGated string, applied uint64, err error) {
-	return n.db.StateHashes()
+	return stateHashes(n.db, n.log)
 }
 
 // TransferLeadership hands leadership to another voter before this node

@@ -73,14 +73,35 @@ func readStore(log *slog.Logger, f func()) (err error) {
 		if !ok {
 			panic(p)
 		}
-		err = &StoreReadError{Err: e}
-		if t := readLogged.Load(); (t == 0 || mono.Since(t) >= 10*time.Second) && readLogged.CompareAndSwap(t, mono.Now()) && log != nil {
-			log.Error(fmt.Sprintf("this node's disk failed a read of its store (%v): the request was answered 503, and nothing changed (logged at most once every 10s). "+
-				"Check the disk and the filesystem (dmesg, SMART); on a disk that keeps failing, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", e))
-		}
+		err = readFailed(log, e)
 	}()
 	f()
 	return nil
+}
+
+// readFailed is e, a read of the store the disk failed, as the
+// *StoreReadError a request is answered with, logged at ERROR at most once
+// every 10 s.
+func readFailed(log *slog.Logger, e error) error {
+	if t := readLogged.Load(); (t == 0 || mono.Since(t) >= 10*time.Second) && readLogged.CompareAndSwap(t, mono.Now()) && log != nil {
+		log.Error(fmt.Sprintf("this node's disk failed a read of its store (%v): the request was answered 503, and nothing changed (logged at most once every 10s). "+
+			"Check the disk and the filesystem (dmesg, SMART); on a disk that keeps failing, move the data dir to a sound one, or rebuild the node from a member (--join with an empty data dir) or, alone, from a backup (docs/DISK.md)", e))
+	}
+	return &StoreReadError{Err: e}
+}
+
+// stateHashes is db's state hashes (Node.StateHashes) with a read the disk
+// failed returned as a *StoreReadError: the store's iterator returns it as
+// an error, not the panic readStore turns into one, and the admin route
+// answered it 500 "internal error".
+func stateHashes(db *engine.DB, log *slog.Logger) (hash, withGated string, applied uint64, err error) {
+	hash, withGated, applied, err = db.StateHashes()
+	if err != nil {
+		if e, ok := storeReadFailure(err); ok {
+			err = readFailed(log, e)
+		}
+	}
+	return hash, withGated, applied, err
 }
 
 // stopOnFailedRead, deferred around an apply, stops the process when the
