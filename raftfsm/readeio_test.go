@@ -38,22 +38,14 @@ func TestStoreReadIOErrorIsAnsweredOrStops(t *testing.T) {
 		require.NoError(t, err)
 		return &raft.Log{Index: uint64(index), Term: 1, Type: raft.LogCommand, Data: b}
 	}
-	db, err := engine.Open(dir, engine.Options{CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
-	require.NoError(t, err)
-	f := NewFSM(db, ttl.NewClock(0), nil, nil)
-	for i := range keys {
-		f.Apply(claim(i, i+1))
-	}
-	require.NoError(t, db.Close())
-	db, err = engine.Open(dir, engine.Options{CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
-	require.NoError(t, err)
+	db := storeOfClaims(t, dir, keys, claim)
 	t.Cleanup(func() { ffs.Clear(); db.Close() })
 	var logs strings.Builder
 	log := slog.New(slog.NewTextHandler(&logs, nil))
 	ffs.Fail(faultfs.OpRead, "*.sst", false)
 
 	// A request's read (the lookup of Node.Lookup, a claim's peek).
-	err = readStore(log, func() { db.Lookup(scope(0), false, 1_700_000_000_001) })
+	err := readStore(log, func() { db.Lookup(scope(0), false, 1_700_000_000_001) })
 	var re *StoreReadError
 	require.ErrorAs(t, err, &re, "a failed read of a stored key must be answered as one")
 	require.Contains(t, re.Error(), "input/output error")
@@ -65,7 +57,7 @@ func TestStoreReadIOErrorIsAnsweredOrStops(t *testing.T) {
 
 	// The apply of a claim of a stored key.
 	logs.Reset()
-	f = NewFSM(db, ttl.NewClock(0), log, nil)
+	f := NewFSM(db, ttl.NewClock(0), log, nil)
 	var res any
 	p := func() (p any) {
 		defer func() { p = recover() }()
@@ -78,4 +70,21 @@ func TestStoreReadIOErrorIsAnsweredOrStops(t *testing.T) {
 	require.Contains(t, logs.String(), "cannot apply the log")
 	require.Contains(t, logs.String(), "Check the disk")
 	require.NotEmpty(t, ffs.Hits())
+}
+
+// storeOfClaims applies claim(i, i+1) for keys keys to a store at dir and
+// opens it again, with a small cache: its records are read from its
+// tables, not from memory.
+func storeOfClaims(t *testing.T, dir string, keys int, claim func(i, index int) *raft.Log) *engine.DB {
+	t.Helper()
+	db, err := engine.Open(dir, engine.Options{CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
+	require.NoError(t, err)
+	f := NewFSM(db, ttl.NewClock(0), nil, nil)
+	for i := range keys {
+		f.Apply(claim(i, i+1))
+	}
+	require.NoError(t, db.Close())
+	db, err = engine.Open(dir, engine.Options{CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
+	require.NoError(t, err)
+	return db
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/internal/faultfs"
-	"github.com/idem-store/idem/ttl"
 )
 
 // The state hash (GET /v1/admin/state, replicas compared) reads every
@@ -24,25 +23,19 @@ import (
 func TestStateHashReadIOErrorIsAStoreReadError(t *testing.T) {
 	ffs := faultfs.Mount(t)
 	dir := filepath.Join(ffs.Dir, "fsm")
-	db, err := engine.Open(dir, engine.Options{CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
-	require.NoError(t, err)
-	f := NewFSM(db, ttl.NewClock(0), nil, nil)
-	for i := range 2000 {
+	db := storeOfClaims(t, dir, 2000, func(i, index int) *raft.Log {
 		c := &Command{Op: OpClaim, NowMs: 1_700_000_000_000, WidthMs: 1000,
 			Claim: &engine.ClaimArgs{Scope: engine.Scope{Principal: "p", Endpoint: "POST /x", Key: fmt.Sprint("k", i)}, Fingerprint: "f", LeaseMs: 60_000, RetentionMs: 600_000}}
 		b, err := c.Encode()
 		require.NoError(t, err)
-		f.Apply(&raft.Log{Index: uint64(i + 1), Term: 1, Type: raft.LogCommand, Data: b})
-	}
-	require.NoError(t, db.Close())
-	db, err = engine.Open(dir, engine.Options{CacheBytes: 1 << 20, MemTableBytes: 256 << 10})
-	require.NoError(t, err)
+		return &raft.Log{Index: uint64(index), Term: 1, Type: raft.LogCommand, Data: b}
+	})
 	t.Cleanup(func() { ffs.Clear(); db.Close() })
 
 	readLogged.Store(0)
 	var logs strings.Builder
 	ffs.Fail(faultfs.OpRead, "*.sst", false)
-	_, _, _, err = stateHashes(db, slog.New(slog.NewTextHandler(&logs, nil)))
+	_, _, _, err := stateHashes(db, slog.New(slog.NewTextHandler(&logs, nil)))
 	var re *StoreReadError
 	require.ErrorAs(t, err, &re, "a state hash whose read the disk failed: %v", err)
 	require.NotContains(t, re.Detail(), dir, "a caller's answer names no file of the data dir")
