@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -33,4 +34,24 @@ func TestInternalErrorIsLoggedAndNotTold(t *testing.T) {
 	writeProblem(w, s.storeProblem(raftfsm.ErrNoLeader))
 	require.Equal(t, http.StatusServiceUnavailable, w.Code)
 	require.Empty(t, logs.String())
+}
+
+// An error with no answer that lasts (a store failing every request) is
+// logged at most once every internalLogEvery, with the count since the
+// last line: a client sending requests, or one batch of many ops, made a
+// line at ERROR each.
+func TestInternalErrorLinesAreSpaced(t *testing.T) {
+	var logs lockedBuffer
+	s := &Server{log: slog.New(slog.NewTextHandler(&logs, nil))}
+	err := errors.New("raftfsm: the store is broken")
+	for range 1000 {
+		writeProblem(httptest.NewRecorder(), s.storeProblem(err))
+	}
+	require.Equal(t, 1, strings.Count(logs.String(), "level=ERROR"), logs.String())
+	require.Contains(t, logs.String(), "internal-errors=1 since-last-line=1")
+
+	s.internalLog.Reset() // internalLogEvery has passed
+	writeProblem(httptest.NewRecorder(), s.storeProblem(err))
+	require.Equal(t, 2, strings.Count(logs.String(), "level=ERROR"), logs.String())
+	require.Contains(t, logs.String(), "internal-errors=1001 since-last-line=1000")
 }

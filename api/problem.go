@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/idem-store/idem/engine"
 	"github.com/idem-store/idem/raftfsm"
@@ -94,13 +95,25 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // storeProblem is the package's storeProblem, and logs at ERROR an error
 // it knows no answer for: a 500 "internal error" left no line anywhere (a
 // join that met a compaction, found by CI only from the client's side).
+// At most one line every internalLogEvery, with the count since the last
+// one: an error that lasts (a store broken on every request) answered
+// each request of every client, each op of a batch, with a line of its
+// own at ERROR.
 func (s *Server) storeProblem(err error) *problem {
 	p := storeProblem(err)
 	if p.unexpected != nil {
-		s.log.Error("a request failed with an error this node has no answer for; it was answered 500 internal error", "error", p.unexpected)
+		n := s.internalErrors.Add(1)
+		if s.internalLog.Allow(internalLogEvery) {
+			since := n - s.internalLogged.Swap(n)
+			s.log.Error("a request failed with an error this node has no answer for; it was answered 500 internal error", "error", p.unexpected,
+				"internal-errors", n, "since-last-line", since)
+		}
 	}
 	return p
 }
+
+// internalLogEvery spaces storeProblem's ERROR lines.
+const internalLogEvery = 10 * time.Second
 
 // storeProblem maps every error a Store returns to its HTTP answer. Every
 // store error that is not a decision means "try again": the operation either

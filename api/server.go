@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/idem-store/idem/engine"
+	"github.com/idem-store/idem/internal/mono"
 	"github.com/idem-store/idem/raftfsm"
 	"github.com/idem-store/idem/ttl"
 	"github.com/idem-store/idem/wire"
@@ -102,6 +103,11 @@ type Server struct {
 	answering atomic.Int64
 	// released holds back "attempt released" lines past releaseLogsPerSecond.
 	released logBudget
+	// internalErrors counts the requests answered 500 "internal error"
+	// (storeProblem); internalLog spaces their ERROR lines, and
+	// internalLogged is internalErrors at the last one.
+	internalErrors, internalLogged atomic.Int64
+	internalLog                    mono.Spacer
 	// unknown answers a path no route serves (404, after the auth guard).
 	unknown http.HandlerFunc
 	fwd     *forwarder
