@@ -99,7 +99,8 @@ func foldListsWithin(resp client.Response, limit int) folded {
 // folded again and sent at once, until a fold is taken or refused
 // otherwise. Left at the 413, the key was held until its lease ran out,
 // and the retry ran the request again. A 413 for the body (the member's
-// --max-response-bytes) drops the body, as complete does; one to a fold
+// --max-response-bytes, or its --max-request-bytes for the whole complete)
+// drops the body, as complete does; one to a fold
 // that leaves out every joined header already, the headers: the answer
 // is stored with its status alone, as complete stores an answer whose
 // headers are too large.
@@ -158,10 +159,15 @@ func headersLimit(err error) (int, bool) {
 
 // bodyRefused reports a member's 413 to a body over its
 // --max-response-bytes: "response.body is N bytes decoded; at most M are
-// stored" (api's words, pinned by its TestCompleteTooLargeStoresNothing).
+// stored" (api's words, pinned by its TestCompleteTooLargeStoresNothing),
+// or to the whole complete, the body with it, over its --max-request-bytes
+// or the raft entry's limit (request_too_large): that one names no header,
+// and every joined header was taken out, one per try, and then the status
+// alone stored, the replay's Location lost for a body the member would not
+// take. complete drops the body first for either.
 func bodyRefused(err error) bool {
 	var p *client.Problem
-	return errors.As(err, &p) && strings.HasPrefix(p.Detail, "response.body is ")
+	return errors.As(err, &p) && (strings.HasPrefix(p.Detail, "response.body is ") || errors.Is(err, client.ErrRequestTooLarge))
 }
 
 // headerBytes is the size of resp's headers as the store counts them

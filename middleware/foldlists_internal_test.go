@@ -394,3 +394,39 @@ func TestFoldedAnswerFitsAMemberOfASmallerLimit(t *testing.T) {
 		require.Contains(t, logs, "without its body, or with its status alone")
 	})
 }
+
+// A folded answer sent to a member of a smaller --max-request-bytes (the
+// members' flags differ) is refused 413 "request body is larger than N
+// bytes", which names no header: every joined header was taken out, one
+// per try, and then the status alone was stored, the replay's Location
+// lost for a body that member would not take. The body is dropped first,
+// as complete drops it, and the headers kept.
+func TestFoldedAnswerOverAMembersRequestLimitDropsItsBody(t *testing.T) {
+	arrays := arraysRefusedStore(8192)
+	var completes atomic.Int32
+	store := &refusingStore{refuse: func(req client.CompleteRequest) *client.Problem {
+		if len(req.Response.HeaderLists) > 0 {
+			return arrays.refuse(req)
+		}
+		completes.Add(1)
+		if len(req.Response.Body) > 3 {
+			return &client.Problem{Status: http.StatusRequestEntityTooLarge, Code: client.CodeRequestTooLarge, Detail: "request body is larger than 1024 bytes"}
+		}
+		return nil
+	}}
+	replay, logs := foldedReplay(t, store, func(w http.ResponseWriter, r *http.Request) {
+		for _, v := range []string{"a", "b"} {
+			w.Header().Add("Link", "</receipts/"+v+">; rel=receipt")
+			w.Header().Add("X-Mid", v+strings.Repeat("m", 99))
+		}
+		w.Header().Set("Location", "/payments/1")
+		w.WriteHeader(http.StatusCreated)
+		io.WriteString(w, "charged")
+	})
+	require.Equal(t, http.StatusCreated, replay.StatusCode)
+	require.Equal(t, "/payments/1", replay.Header.Get("Location"), logs)
+	require.Equal(t, []string{"</receipts/a>; rel=receipt, </receipts/b>; rel=receipt"}, replay.Header.Values("Link"))
+	require.Equal(t, OmittedTooLarge, replay.Header.Get(HeaderBodyOmitted))
+	require.Contains(t, logs, "without its body, or with its status alone")
+	require.EqualValues(t, 2, completes.Load(), "the fold, then the fold without its body")
+}
