@@ -655,6 +655,36 @@ func TestDiskTooSmallForTheRaftLogSaysSo(t *testing.T) {
 	require.NotContains(t, out, "too small")
 }
 
+// A start refused before anything is written (a disk too full to open
+// the stores safely) says "nothing was changed" and leaves no new data dir behind
+// (raftfsm removes the dir it made). serve now makes an absent dir itself,
+// to lock it before anything is in it, and the refused start left the
+// empty dir raftfsm no longer knew it had made. An existing dir stays.
+func TestRefusedStartOnAnAbsentDataDirLeavesNoDir(t *testing.T) {
+	full := tmpfs(t, "64m")
+	fillDiskTo(t, filepath.Join(full, "filler"), 0, 8<<20) // under an eighth of --min-free-disk's 256 MiB
+	data := filepath.Join(full, "data")
+	exit := func() string {
+		t.Helper()
+		p := launch(t, data, freePort(t), freePort(t))
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the node did not exit:\n%s", p.logs)
+		}
+		require.Error(t, p.err, "%s", p.logs)
+		return p.logs.String()
+	}
+	out := exit()
+	require.Contains(t, out, "the node needs to open its stores safely")
+	require.NoDirExists(t, data, "the refused start left the data dir it made:\n%s", out)
+
+	require.NoError(t, os.Mkdir(data, 0o700))
+	out = exit()
+	require.Contains(t, out, "the node needs to open its stores safely")
+	require.DirExists(t, data, "an existing data dir is the operator's")
+}
+
 // A one-node store with its guard off (--min-free-disk 0) whose disk fills
 // as the raft log makes its next segment: the log stops, the node cannot
 // lead, and a write is refused 507 storage_full naming the stopped log,

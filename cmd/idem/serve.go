@@ -1390,21 +1390,37 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	if w := c.bucketWidth / 4; w < rc.SweepInterval {
 		rc.SweepInterval = max(w, 100*time.Millisecond)
 	}
+	opened := false // raftfsm.Open returned a node
 	if dirLock == nil {
 		// A dir absent at the start is made here and locked before
 		// raftfsm makes anything in it: it was locked only before raft
 		// ran (BeforeRaft), after fsm/ and raft.db were made, and a
 		// restore that took the new dir in those milliseconds failed at
 		// its last step (its rename over a dir no longer empty), the
-		// refused node's files left in it.
+		// refused node's files left in it. A start refused before
+		// anything is written ("nothing was changed": a disk too full to
+		// open the stores) removes it again while it is empty, as
+		// raftfsm does a dir it made: raftfsm finds this one there, and
+		// the refused start left it.
+		_, statErr := os.Stat(c.dataDir)
 		if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
 		if err := lockData(); err != nil {
 			return err
 		}
+		if errors.Is(statErr, os.ErrNotExist) {
+			// Under the lock only (it is let go after this): a restore
+			// that holds the dir is never left without it.
+			defer func() {
+				if !opened {
+					os.Remove(c.dataDir) // only while empty
+				}
+			}()
+		}
 	}
 	node, err := raftfsm.Open(rc)
+	opened = err == nil
 	if err != nil {
 		if e := (*raftfsm.StoredIDError)(nil); errors.As(err, &e) {
 			return storedIDError(c, e)
