@@ -734,9 +734,12 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 	}
 	n.confChange.Lock()
 	defer n.confChange.Unlock()
+	if n.raft.State() != raft.Leader {
+		return JoinResult{}, n.notLeader() // deposed while it waited for the lock (stillLeading)
+	}
 	conf, confIndex, err := n.latestConfiguration()
 	if err != nil {
-		return JoinResult{}, err
+		return JoinResult{}, n.stillLeading(err)
 	}
 	named, _ := n.db.Named("node/")
 	var existing *raft.Server
@@ -1165,9 +1168,12 @@ func (n *Node) Remove(id string, force bool) error {
 	}
 	n.confChange.Lock()
 	defer n.confChange.Unlock()
+	if n.raft.State() != raft.Leader {
+		return n.notLeader() // deposed while it waited for the lock (stillLeading)
+	}
 	conf, confIndex, err := n.latestConfiguration()
 	if err != nil {
-		return err
+		return n.stillLeading(err)
 	}
 	target, err := server(conf, id)
 	if err != nil {
@@ -1215,6 +1221,22 @@ func (n *Node) Remove(id string, force bool) error {
 		n.log.Warn("removed a node from the cluster; its address record was left (the leadership changed): it belongs to no member, and a later join of the same id overwrites it", "node-id", id, "error", err)
 	}
 	return nil
+}
+
+// stillLeading is err, a failure of latestConfiguration in a join or a
+// removal, unless this node no longer leads: then the not-leader answer,
+// which the API forwards to the new leader. A change checks the
+// leadership before it waits for confChange (a promotion holds it while
+// its change commits) and again once it holds it, but the leadership can
+// move while it reads the configuration: the new leader cuts the deposed
+// node's log or installs a snapshot in it, and configIndex, reading the
+// log under it, failed ("read raft log entry N for the configuration"),
+// answered 500 internal error.
+func (n *Node) stillLeading(err error) error {
+	if n.raft.State() != raft.Leader {
+		return n.notLeader()
+	}
+	return err
 }
 
 // removedHook, when set (tests only), runs in Remove once the removal is
@@ -2359,6 +2381,11 @@ func (n *Node) latestConfiguration() (raft.Configuration, uint64, error) {
 // still holds that entry from the same term: raft's log matching makes
 // everything up to it the same. The caller holds confChange.
 func (n *Node) configIndex() (uint64, error) {
+	if h := configIndexHook.Load(); h != nil {
+		if err := (*h)(n); err != nil {
+			return 0, err
+		}
+	}
 	var floor uint64
 	if meta, ok := n.snaps.newestMeta(); ok {
 		floor = meta.ConfigurationIndex
@@ -2427,6 +2454,10 @@ func (n *Node) configIndex() (uint64, error) {
 // configScanHook, when set (tests only), runs in configIndex once it has
 // read the log's bounds, before it scans the entries.
 var configScanHook atomic.Pointer[func(*Node)]
+
+// configIndexHook, when set (tests only), runs as configIndex begins; an
+// error it returns is configIndex's (a read of the log that failed).
+var configIndexHook atomic.Pointer[func(*Node) error]
 
 // configScan is where configIndex's last scan began (the log's last entry
 // and its term) and the configuration index it found.
