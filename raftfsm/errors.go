@@ -26,6 +26,11 @@ var (
 	// raft log: it was certainly not applied, so it may be retried on
 	// another node (or a new leader) without any doubt about its outcome.
 	ErrNotProposed = errors.New("raftfsm: not proposed")
+	// ErrMembershipChanged, with ErrNotProposed, refuses a membership
+	// change decided on a configuration another change replaced
+	// meanwhile: nothing was changed, and it is decided again when asked
+	// again.
+	ErrMembershipChanged = errors.New("raftfsm: the cluster's membership changed while this change was decided; nothing was changed, retry it")
 	// ErrConfig reports an invalid node configuration.
 	ErrConfig = errors.New("raftfsm: invalid config")
 )

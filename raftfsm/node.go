@@ -1229,6 +1229,13 @@ func mapRaftError(err error) error {
 		return fmt.Errorf("%w: %w", ErrTimeout, ErrNotProposed)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return ErrShutdown
+	case strings.HasPrefix(err.Error(), "configuration changed since "):
+		// Raft's refusal of a membership change decided on a
+		// configuration another change replaced since (its prevIndex is
+		// stale): refused before anything was appended, a plain error of
+		// raft's. It was "outcome unknown", 503 "leadership changed while
+		// the request was in flight", for a change certainly not made.
+		return fmt.Errorf("%w: %w: %v", ErrNotProposed, ErrMembershipChanged, err)
 	}
 	return fmt.Errorf("%w: %w", ErrUnknownOutcome, err)
 }
