@@ -857,11 +857,13 @@ func (n *Node) Join(info NodeInfo, force, empty bool) (JoinResult, error) {
 		// IP recorded, or the reverse), measured there already: a voter
 		// restarted so while another was down was refused for lack of a
 		// quorum, every second, healthy as it was.
-		unmeasured := info.ID
-		if sameEndpoint(string(existing.Address), info.RaftAddr) {
-			unmeasured = ""
-		}
+		// Asked only when it decides something: its lookups take up to
+		// a second, and a forced move checks no quorum.
 		if !force {
+			unmeasured := info.ID
+			if sameEndpoint(string(existing.Address), info.RaftAddr) {
+				unmeasured = ""
+			}
 			if err := n.checkQuorum("moving voter "+info.ID+" to raft address "+info.RaftAddr, voters(conf, ""), unmeasured); err != nil {
 				return res, err
 			}
@@ -955,7 +957,7 @@ func sameEndpoint(a, b string) bool {
 		if ip := net.ParseIP(h); ip != nil {
 			return []net.IP{ip}
 		}
-		r, _ := net.DefaultResolver.LookupIP(ctx, "ip", h)
+		r, _ := lookupIP(ctx, "ip", h)
 		return r
 	}
 	for _, x := range ips(ha) {
@@ -967,6 +969,9 @@ func sameEndpoint(a, b string) bool {
 	}
 	return false
 }
+
+// lookupIP resolves a host name for sameEndpoint (a variable for tests).
+var lookupIP = net.DefaultResolver.LookupIP
 
 // joinerAt refuses to record a node (a new one, or a member that moves)
 // at addresses that are not its own: it is asked at its HTTP address, as
