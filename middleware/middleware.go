@@ -205,6 +205,14 @@ type mw struct {
 	// folded (complete), and foldLog spaces the warning that says so.
 	foldedLists atomic.Int64
 	foldLog     mono.Spacer
+	// bodiesOmitted, statusesAlone and foldsOmitted count the answers
+	// stored without their body or with their status alone (complete's,
+	// foldingListsAfter's folded ones), and their logs space the warnings
+	// that say so: a store of smaller limits than the middleware's refuses
+	// every such answer, and a client sending one per request made a line
+	// each.
+	bodiesOmitted, statusesAlone, foldsOmitted atomic.Int64
+	bodyLog, statusLog, foldOmitLog            mono.Spacer
 	// principalErrs, fingerprintErrs and reauthorizeErrs space the lines
 	// of those options' plain errors (callerDetail).
 	principalErrs, fingerprintErrs, reauthorizeErrs optionLog
@@ -1877,8 +1885,10 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 		// body. The headers go with it, as the package doc says: stored
 		// with the status alone, the replay of a 201 lost its Location
 		// and Set-Cookie for a body the store would not take.
-		m.log.Warn("idempotency: an answer was stored without its body: the store refused it as too large; its --max-response-bytes (or --max-request-bytes) is below MaxStoredBody (idem proxy's --max-stored-body): set them alike",
-			"endpoint", s.endpoint, "status", resp.Status, "body-bytes", len(resp.Body), "max-stored-body", m.o.MaxStoredBody, "error", err)
+		if n := m.bodiesOmitted.Add(1); m.bodyLog.Allow(10 * time.Second) {
+			m.log.Warn("idempotency: an answer was stored without its body: the store refused it as too large; its --max-response-bytes (or --max-request-bytes) is below MaxStoredBody (idem proxy's --max-stored-body): set them alike (said at most every 10s)",
+				"endpoint", s.endpoint, "status", resp.Status, "body-bytes", len(resp.Body), "max-stored-body", m.o.MaxStoredBody, "answers-without-body", n, "error", err)
+		}
 		resp.Body = nil
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)
@@ -1887,8 +1897,10 @@ func (m *mw) complete(r *http.Request, s scope, token string, resp client.Respon
 		// The headers themselves are more than the store keeps (its
 		// --max-response-headers or --max-response-header-bytes): the
 		// status alone, with a note that the answer is not whole.
-		m.log.Warn("idempotency: an answer was stored with its status alone: the store refused its headers as too many or too large (its --max-response-headers, --max-response-header-bytes); a replay lacks its headers and body",
-			"endpoint", s.endpoint, "status", resp.Status, "headers", resp.HeaderCount(), "error", err)
+		if n := m.statusesAlone.Add(1); m.statusLog.Allow(10 * time.Second) {
+			m.log.Warn("idempotency: an answer was stored with its status alone: the store refused its headers as too many or too large (its --max-response-headers, --max-response-header-bytes); a replay lacks its headers and body (said at most every 10s)",
+				"endpoint", s.endpoint, "status", resp.Status, "headers", resp.HeaderCount(), "answers-status-alone", n, "error", err)
+		}
 		resp = client.Response{Status: resp.Status, ContentType: resp.ContentType}
 		resp.SetHeader(HeaderBodyOmitted, OmittedTooLarge)
 		err = retry(ctx, send)
@@ -2007,8 +2019,10 @@ func (m *mw) foldingListsAfter(ctx context.Context, s scope, resp client.Respons
 				"endpoint", s.endpoint, "status", resp.Status, "left-out", fmt.Sprintf("%q", f.left), "first-only", fmt.Sprintf("%q", f.first), "answers-folded", n, "error", err)
 		}
 		if f.resp.Headers[HeaderBodyOmitted] != "" && resp.Headers[HeaderBodyOmitted] == "" {
-			m.log.Warn("idempotency: a folded answer was stored without its body, or with its status alone: a member of the store refused it as too large (its --max-response-bytes, --max-response-headers or --max-response-header-bytes are below the other members'): set them alike",
-				"endpoint", s.endpoint, "status", resp.Status, "headers", f.resp.HeaderCount(), "body-bytes", len(f.resp.Body))
+			if n := m.foldsOmitted.Add(1); m.foldOmitLog.Allow(10 * time.Second) {
+				m.log.Warn("idempotency: a folded answer was stored without its body, or with its status alone: a member of the store refused it as too large (its --max-response-bytes, --max-response-headers or --max-response-header-bytes are below the other members'): set them alike (said at most every 10s)",
+					"endpoint", s.endpoint, "status", resp.Status, "headers", f.resp.HeaderCount(), "body-bytes", len(f.resp.Body), "folded-answers-cut", n)
+			}
 		}
 		return nil
 	}
