@@ -153,7 +153,8 @@ func (c *memCluster) handOver(from, to *Node) {
 // join adds n through the leader among via and waits until n is a voter.
 // A join whose leader lost the lead (a loaded machine starves heartbeats)
 // is asked again of the next one, as idem serve's join does: a join of a
-// node already a non-voter records it again.
+// node already a non-voter records it again. So is one raft refused, not
+// proposed, for a configuration another change replaced meanwhile.
 func (c *memCluster) join(n *Node, via ...*Node) {
 	c.t.Helper()
 	var res JoinResult
@@ -162,7 +163,7 @@ func (c *memCluster) join(n *Node, via ...*Node) {
 	for end := time.Now().Add(30 * time.Second); ; {
 		l = c.leader(via...)
 		if res, err = l.Join(n.Self(), false, false); err == nil || time.Now().After(end) ||
-			!errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
+			!errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrNotProposed) && !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrNoLeader) {
 			break
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -103,7 +103,7 @@ func joinEmpty(t *testing.T, c *memCluster, l, n *Node) {
 	var res JoinResult
 	var err error
 	for end := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
-		if res, err = l.Join(n.Self(), false, true); err == nil || time.Now().After(end) || !errors.Is(err, ErrUnknownOutcome) {
+		if res, err = l.Join(n.Self(), false, true); err == nil || time.Now().After(end) || !errors.Is(err, ErrUnknownOutcome) && !errors.Is(err, ErrNotProposed) {
 			break
 		}
 	}
