@@ -1264,9 +1264,6 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	var dirLock *os.File
 	defer func() { dirLock.Close() }()
 	lockData := func() error {
-		if dirLock != nil {
-			return nil
-		}
 		l, err := lockDir(c.dataDir, false)
 		if errors.Is(err, syscall.EWOULDBLOCK) {
 			return errors.New(dirLockProblem(c.dataDir) + "; this node did not start, and nothing was changed")
@@ -1281,7 +1278,8 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		}
 		return nil
 	}
-	if st, err := os.Stat(c.dataDir); err == nil && st.IsDir() {
+	st, statErr := os.Stat(c.dataDir)
+	if statErr == nil && st.IsDir() {
 		if err := lockData(); err != nil {
 			return err
 		}
@@ -1369,16 +1367,7 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 	rc.MinFreeDisk = c.minFreeDisk
 	rc.InjectBug = c.injectBug
 	rc.TLS = tlsConf
-	rc.RaftListener = raftLn
-	rc.BeforeRaft = func() error {
-		if err := lockData(); err != nil {
-			return err
-		}
-		if pin != nil {
-			return pin()
-		}
-		return nil
-	}
+	rc.RaftListener, rc.BeforeRaft = raftLn, pin
 	rc.MaxInboundRaftConns = fds.raftConns
 	// Without node.json, --node-id is checked against the raft
 	// configuration the data dir holds before pin records it: a data dir
@@ -1402,7 +1391,6 @@ func serve(ctx context.Context, c *serveConfig, set map[string]bool, log *slog.L
 		// open the stores) removes it again while it is empty, as
 		// raftfsm does a dir it made: raftfsm finds this one there, and
 		// the refused start left it.
-		_, statErr := os.Stat(c.dataDir)
 		if err := os.MkdirAll(c.dataDir, 0o700); err != nil {
 			return fmt.Errorf("--data-dir: %w", err)
 		}
