@@ -6,10 +6,8 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/idem-store/idem/engine"
@@ -79,7 +77,7 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 	defer snap.Close()
 	h, err := newBackupHeader(snap, s.store.Self().ID)
 	if err != nil {
-		if diskReadFailed(err) {
+		if raftfsm.DiskReadFailed(err) {
 			// Its first read of the store (the records count): answered
 			// as a request's read the disk failed, 503 naming no file,
 			// where it was a 500 naming the table. Another member serves
@@ -121,7 +119,7 @@ func (s *Server) streamSnapshot(w http.ResponseWriter, r *http.Request, snap *en
 	if err != nil {
 		// The status is sent: cut the connection, so the client sees a
 		// broken stream (its checksum trailer is missing either way).
-		if diskReadFailed(err) {
+		if raftfsm.DiskReadFailed(err) {
 			// The node's disk, not the client: said as a failed read of
 			// a request is (raftfsm's StoreReadError), with what to check.
 			s.log.Error("snapshot stream cut short: this node's disk failed a read of its store; the download got no whole backup (nothing was changed). "+
@@ -141,13 +139,6 @@ var writeBackup = raftfsm.WriteBackup
 
 // newBackupHeader describes a backup's state (a variable for tests).
 var newBackupHeader = raftfsm.NewBackupHeader
-
-// diskReadFailed reports whether err is a read of a file that failed (EIO
-// under a table), not the client's connection.
-func diskReadFailed(err error) bool {
-	var pe *os.PathError
-	return errors.As(err, &pe) && pe.Op == "read" || errors.Is(err, syscall.EIO)
-}
 
 // snapshotClient forwards snapshot streams: bounded connecting and waiting
 // for the answer's head, unbounded streaming (the request's context ends it).

@@ -57,6 +57,14 @@ func storeReadFailure(p any) (error, bool) {
 	return nil, false
 }
 
+// DiskReadFailed reports whether err is a read of a store file the disk
+// failed (storeReadFailure): what a caller streaming the store (a
+// backup) tells apart from its client's connection.
+func DiskReadFailed(err error) bool {
+	_, ok := storeReadFailure(err)
+	return ok
+}
+
 // readLogged is when a failed read was last logged (mono.Now()).
 var readLogged atomic.Int64
 
