@@ -27,8 +27,9 @@ func TestJoinWhileTheLogIsCompactedUnderTheScanGoesThrough(t *testing.T) {
 
 	var once sync.Once
 	var snapErr error
-	hook := func(n *Node) {
+	hook := func(n *Node) error {
 		once.Do(func() { snapErr = n.Snapshot() })
+		return nil
 	}
 	configScanHook.Store(&hook)
 	t.Cleanup(func() { configScanHook.Store(nil) })

@@ -75,8 +75,8 @@ func TestMembershipChangeReadOnADeposedLeaderIsNotLeader(t *testing.T) {
 						}
 						return nil
 					}
-					configIndexHook.Store(&hook)
-					t.Cleanup(func() { configIndexHook.Store(nil) })
+					configScanHook.Store(&hook)
+					t.Cleanup(func() { configScanHook.Store(nil) })
 					l.confChange.Lock() // as a promotion holds it
 					done := make(chan error, 1)
 					go func() { done <- do() }()
@@ -96,12 +96,12 @@ func TestMembershipChangeReadOnADeposedLeaderIsNotLeader(t *testing.T) {
 						failed.Add(1)
 						return errLogCut
 					}
-					configIndexHook.Store(&hook)
-					t.Cleanup(func() { configIndexHook.Store(nil) })
+					configScanHook.Store(&hook)
+					t.Cleanup(func() { configScanHook.Store(nil) })
 					err = do()
 					require.EqualValues(t, 1, failed.Load(), "the change read the configuration once the leadership moved")
 				}
-				configIndexHook.Store(nil)
+				configScanHook.Store(nil)
 				require.ErrorIs(t, err, ErrNotLeader, "the new leader decides it (the API forwards); got %v", err)
 			})
 		}

@@ -2386,11 +2386,6 @@ func (n *Node) latestConfiguration() (raft.Configuration, uint64, error) {
 // still holds that entry from the same term: raft's log matching makes
 // everything up to it the same. The caller holds confChange.
 func (n *Node) configIndex() (uint64, error) {
-	if h := configIndexHook.Load(); h != nil {
-		if err := (*h)(n); err != nil {
-			return 0, err
-		}
-	}
 	var floor uint64
 	if meta, ok := n.snaps.newestMeta(); ok {
 		floor = meta.ConfigurationIndex
@@ -2411,7 +2406,9 @@ func (n *Node) configIndex() (uint64, error) {
 		}
 	}
 	if h := configScanHook.Load(); h != nil {
-		(*h)(n)
+		if err := (*h)(n); err != nil {
+			return 0, err
+		}
 	}
 	var lastTerm uint64
 	for i := last; i > floor && i >= first && i > 0; i-- {
@@ -2457,12 +2454,9 @@ func (n *Node) configIndex() (uint64, error) {
 }
 
 // configScanHook, when set (tests only), runs in configIndex once it has
-// read the log's bounds, before it scans the entries.
-var configScanHook atomic.Pointer[func(*Node)]
-
-// configIndexHook, when set (tests only), runs as configIndex begins; an
-// error it returns is configIndex's (a read of the log that failed).
-var configIndexHook atomic.Pointer[func(*Node) error]
+// read the log's bounds, before it scans the entries; an error it returns
+// is configIndex's (a read of the log that failed).
+var configScanHook atomic.Pointer[func(*Node) error]
 
 // configScan is where configIndex's last scan began (the log's last entry
 // and its term) and the configuration index it found.
