@@ -844,10 +844,7 @@ func (s *markerSink) removeUnfinished() {
 	if s.store == nil {
 		return
 	}
-	tmp := filepath.Join(s.store.dir, "snapshots", s.ID()+".tmp")
-	if err := os.RemoveAll(tmp); err != nil && s.store.log != nil {
-		s.store.log.Warn("could not remove an unfinished snapshot (it is removed at the next start)", "path", tmp, "error", err)
-	}
+	s.store.removeTmp(filepath.Join(s.store.dir, "snapshots", s.ID()+".tmp"))
 }
 
 // removeUncreated removes the NAME.tmp of a snapshot whose creation
@@ -867,6 +864,11 @@ func (s *snapshotStore) removeUncreated(err error) {
 	if filepath.Dir(tmp) != snaps || !strings.HasSuffix(tmp, ".tmp") {
 		return
 	}
+	s.removeTmp(tmp)
+}
+
+// removeTmp removes tmp, an unfinished snapshot's NAME.tmp.
+func (s *snapshotStore) removeTmp(tmp string) {
 	if err := os.RemoveAll(tmp); err != nil && s.log != nil {
 		s.log.Warn("could not remove an unfinished snapshot (it is removed at the next start)", "path", tmp, "error", err)
 	}
